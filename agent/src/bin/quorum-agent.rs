@@ -1,0 +1,86 @@
+//! `quorum-agent`: the node agent.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+use quorum_agent::{parse_gpu_source, resources, AgentConfig};
+
+#[derive(Parser)]
+#[command(version, about = "The Quorum node agent")]
+struct Args {
+    /// This node's name as the partitions name it (default: the host name).
+    #[arg(long)]
+    name: Option<String>,
+    /// Controller addresses, comma-separated; any replica will do.
+    #[arg(long, env = "QUORUM_CONTROLLERS", value_delimiter = ',', required = true)]
+    controllers: Vec<String>,
+    /// CPUs to offer (default: all the OS gives this process).
+    #[arg(long)]
+    cpus: Option<u32>,
+    /// Memory to offer, like 64G (default: all of MemTotal).
+    #[arg(long)]
+    mem: Option<String>,
+    /// GPU source: `none` or `sim:TYPExCOUNT` such as `sim:h100x8`.
+    #[arg(long, default_value = "none")]
+    gpus: String,
+    /// Node features, comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    features: Vec<String>,
+    /// Where job scripts are kept.
+    #[arg(long, default_value = "/var/spool/quorum")]
+    spool: PathBuf,
+    /// Seconds between SIGTERM and SIGKILL.
+    #[arg(long, default_value_t = 30)]
+    kill_wait: u64,
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "localhost".into())
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .init();
+    let args = Args::parse();
+    let mem_mb = match &args.mem {
+        Some(m) => parse_mem(m)?,
+        None => resources::detect_mem_mb(),
+    };
+    let config = AgentConfig {
+        name: args.name.unwrap_or_else(hostname),
+        controllers: args.controllers,
+        cpus: args.cpus.unwrap_or_else(resources::detect_cpus),
+        mem_mb,
+        gpus: parse_gpu_source(&args.gpus).map_err(anyhow::Error::msg)?,
+        features: args.features,
+        spool_dir: args.spool,
+        heartbeat: Duration::from_secs(1),
+        kill_wait: Duration::from_secs(args.kill_wait),
+    };
+    if unsafe { libc::geteuid() } != 0 {
+        tracing::info!("not running as root: jobs run as this agent's user");
+    }
+    tracing::info!(node = %config.name, cpus = config.cpus, mem_mb = config.mem_mb, gpus = config.gpus.len(), "agent starting");
+    quorum_agent::run(config, async {
+        let _ = tokio::signal::ctrl_c().await;
+    })
+    .await;
+    Ok(())
+}
+
+fn parse_mem(s: &str) -> anyhow::Result<u64> {
+    let s = s.trim();
+    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
+    let n: u64 = num.parse().map_err(|_| anyhow::anyhow!("invalid memory size '{s}'"))?;
+    Ok(match unit.to_ascii_uppercase().trim_end_matches('B') {
+        "" | "M" => n,
+        "G" => n * 1024,
+        "T" => n * 1024 * 1024,
+        _ => anyhow::bail!("invalid memory size '{s}': unknown unit"),
+    })
+}

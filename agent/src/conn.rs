@@ -1,0 +1,272 @@
+//! The agent's stream to the leader, and how it finds and follows the leader.
+//!
+//! The agent tries the leader hinted by the last replica it asked, else the next address of its
+//! list. On a stream it registers, heartbeats every `heartbeat`, and re-sends every job exit the
+//! leader has not yet acknowledged. A stream whose heartbeats go unanswered for a few periods
+//! is abandoned and another replica is tried, which is how a crashed or isolated leader is left.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use quorum_proto::agent::agent_service_client::AgentServiceClient;
+use quorum_proto::agent::{
+    agent_message, controller_message, AgentMessage, ExitKind, Gpu, Heartbeat, Kill, Launch, Register, RunningJob,
+};
+use tokio::sync::{mpsc, watch};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::Endpoint;
+
+use crate::{runner, Agent, JobEntry};
+
+/// How many heartbeat periods without an answer before the stream is given up.
+const MISSED_HEARTBEATS: u32 = 3;
+/// How long an unacknowledged exit waits before it is sent again on the same stream.
+const EXIT_RESEND: Duration = Duration::from_secs(3);
+
+enum SessionEnd {
+    /// Try this address next.
+    Redirect(String),
+    Retry,
+    Shutdown,
+}
+
+pub(crate) async fn run(agent: Arc<Agent>, mut exits: mpsc::UnboundedReceiver<u64>, mut shutdown: watch::Receiver<bool>) {
+    let addrs = agent.config.controllers.clone();
+    let mut next = 0usize;
+    let mut hint: Option<String> = None;
+    let mut failures = 0u32;
+    loop {
+        if *shutdown.borrow() {
+            return;
+        }
+        let addr = hint.take().unwrap_or_else(|| {
+            let a = addrs[next % addrs.len()].clone();
+            next += 1;
+            a
+        });
+        match session(&agent, &addr, &mut exits, &mut shutdown).await {
+            SessionEnd::Shutdown => return,
+            SessionEnd::Redirect(leader) => {
+                hint = Some(leader);
+                failures = 0;
+                continue;
+            }
+            SessionEnd::Retry => failures += 1,
+        }
+        // After a full round of failures, back off a little (up to 1 s).
+        if failures as usize >= addrs.len() {
+            let wait = Duration::from_millis(100 * u64::from(failures.min(10)));
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => {}
+                _ = shutdown.changed() => return,
+            }
+        }
+    }
+}
+
+fn leader_hint(status: &tonic::Status) -> Option<String> {
+    status
+        .metadata()
+        .get(quorum_proto::LEADER_HINT_KEY)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string)
+}
+
+fn register(agent: &Agent) -> AgentMessage {
+    let c = &agent.config;
+    AgentMessage {
+        msg: Some(agent_message::Msg::Register(Register {
+            node: c.name.clone(),
+            cpus: c.cpus,
+            mem_mb: c.mem_mb,
+            gpus: c
+                .gpus
+                .iter()
+                .map(|g| Gpu {
+                    index: g.index,
+                    gpu_type: g.gpu_type.clone(),
+                })
+                .collect(),
+            version: crate::VERSION.to_string(),
+            features: c.features.clone(),
+        })),
+    }
+}
+
+async fn session(
+    agent: &Arc<Agent>,
+    addr: &str,
+    exits: &mut mpsc::UnboundedReceiver<u64>,
+    shutdown: &mut watch::Receiver<bool>,
+) -> SessionEnd {
+    let endpoint = match Endpoint::from_shared(format!("http://{addr}")) {
+        Ok(e) => e.connect_timeout(Duration::from_millis(500)).tcp_nodelay(true),
+        Err(e) => {
+            tracing::warn!(addr, error = %e, "bad controller address");
+            return SessionEnd::Retry;
+        }
+    };
+    let channel = match endpoint.connect().await {
+        Ok(c) => c,
+        Err(_) => return SessionEnd::Retry,
+    };
+    let (tx, rx) = mpsc::channel::<AgentMessage>(1024);
+    if tx.send(register(agent)).await.is_err() {
+        return SessionEnd::Retry;
+    }
+    let mut client = AgentServiceClient::new(channel);
+    let mut inbound = match client.connect(ReceiverStream::new(rx)).await {
+        Ok(r) => r.into_inner(),
+        Err(status) => {
+            return match leader_hint(&status) {
+                Some(leader) if leader != addr => SessionEnd::Redirect(leader),
+                _ => SessionEnd::Retry,
+            }
+        }
+    };
+    tracing::info!(addr, "connected to the leader");
+    // Everything not yet acknowledged goes out again on a new stream.
+    resend_exits(agent, &tx, true).await;
+
+    let period = agent.config.heartbeat;
+    let mut ticker = tokio::time::interval(period);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut seq = 0u64;
+    let mut last_ack = Instant::now();
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => {
+                if last_ack.elapsed() > period * MISSED_HEARTBEATS + Duration::from_secs(1) {
+                    tracing::warn!(addr, "leader stopped answering heartbeats");
+                    return SessionEnd::Retry;
+                }
+                seq += 1;
+                let running = agent.running().into_iter().map(|(job_id, token)| RunningJob { job_id, token }).collect();
+                let hb = AgentMessage { msg: Some(agent_message::Msg::Heartbeat(Heartbeat { seq, running })) };
+                if tx.send(hb).await.is_err() {
+                    return SessionEnd::Retry;
+                }
+                resend_exits(agent, &tx, false).await;
+            }
+            msg = inbound.message() => {
+                let msg = match msg {
+                    Ok(Some(m)) => m,
+                    Ok(None) => return SessionEnd::Retry,
+                    Err(status) => {
+                        tracing::info!(addr, status = %status.message(), "stream to the leader ended");
+                        return match leader_hint(&status) {
+                            Some(leader) if leader != addr => SessionEnd::Redirect(leader),
+                            _ => SessionEnd::Retry,
+                        };
+                    }
+                };
+                match msg.msg {
+                    Some(controller_message::Msg::HeartbeatAck(_)) => last_ack = Instant::now(),
+                    Some(controller_message::Msg::Launch(l)) => launch(agent, l, &tx).await,
+                    Some(controller_message::Msg::Kill(k)) => kill(agent, k),
+                    Some(controller_message::Msg::ExitAck(a)) => {
+                        let mut jobs = agent.lock_jobs();
+                        if let Some(e) = jobs.get_mut(&a.job_id).filter(|e| e.exit.is_some()) {
+                            e.acked = true;
+                        }
+                    }
+                    None => {}
+                }
+            }
+            Some(job_id) = exits.recv() => {
+                send_exit(agent, &tx, job_id).await;
+            }
+            _ = shutdown.changed() => return SessionEnd::Shutdown,
+        }
+    }
+}
+
+/// An exit report still waiting for its acknowledgement.
+fn pending_exit(e: &JobEntry) -> Option<&quorum_proto::agent::JobExit> {
+    e.exit.as_ref().filter(|_| !e.acked)
+}
+
+async fn send_exit(agent: &Agent, tx: &mpsc::Sender<AgentMessage>, job_id: u64) {
+    let exit = {
+        let mut jobs = agent.lock_jobs();
+        match jobs.get_mut(&job_id) {
+            Some(e) => match pending_exit(e).cloned() {
+                Some(x) => {
+                    e.exit_sent = Some(Instant::now());
+                    x
+                }
+                None => return,
+            },
+            None => return,
+        }
+    };
+    let _ = tx
+        .send(AgentMessage {
+            msg: Some(agent_message::Msg::Exit(exit)),
+        })
+        .await;
+}
+
+async fn resend_exits(agent: &Agent, tx: &mpsc::Sender<AgentMessage>, all: bool) {
+    let due: Vec<u64> = agent
+        .lock_jobs()
+        .iter()
+        .filter(|(_, e)| pending_exit(e).is_some())
+        .filter(|(_, e)| all || e.exit_sent.is_none_or(|t| t.elapsed() >= EXIT_RESEND))
+        .map(|(id, _)| *id)
+        .collect();
+    for job_id in due {
+        send_exit(agent, tx, job_id).await;
+    }
+}
+
+async fn launch(agent: &Arc<Agent>, l: Launch, tx: &mpsc::Sender<AgentMessage>) {
+    let job_id = l.job_id;
+    {
+        let mut jobs = agent.lock_jobs();
+        if let Some(e) = jobs.get(&job_id) {
+            if l.token < e.token {
+                tracing::warn!(job = job_id, token = l.token, seen = e.token, "refusing a launch older than one seen");
+                return;
+            }
+            if l.token == e.token {
+                // Already launched; if it ended, the leader may have missed the report.
+                drop(jobs);
+                if agent.lock_jobs().get(&job_id).is_some_and(|e| pending_exit(e).is_some()) {
+                    send_exit(agent, tx, job_id).await;
+                }
+                return;
+            }
+            // A newer allocation of the same job (requeued): stop what runs of the old one.
+            if let (Some(pgid), None) = (e.pgid, &e.exit) {
+                runner::signal_group(pgid, libc::SIGKILL);
+            }
+        }
+        let (kill_tx, kill_rx) = mpsc::channel(4);
+        jobs.insert(
+            job_id,
+            JobEntry {
+                token: l.token,
+                kill: Some(kill_tx),
+                exit: None,
+                exit_sent: None,
+                acked: false,
+                pgid: None,
+            },
+        );
+        runner::start(agent.clone(), l, kill_rx);
+    }
+}
+
+fn kill(agent: &Agent, k: Kill) {
+    let jobs = agent.lock_jobs();
+    let Some(e) = jobs.get(&k.job_id) else { return };
+    if k.token < e.token {
+        tracing::warn!(job = k.job_id, token = k.token, seen = e.token, "refusing a kill older than the launch seen");
+        return;
+    }
+    if let Some(kill) = &e.kill {
+        let reason = ExitKind::try_from(k.reason).unwrap_or(ExitKind::Cancelled);
+        let _ = kill.try_send(reason);
+    }
+}

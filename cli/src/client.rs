@@ -1,0 +1,95 @@
+//! A small client library: any replica will do. A call goes to the preferred replica; when it
+//! is unavailable (down, no leader yet, or not the leader and unable to forward), the call is
+//! retried on the hinted leader or the next address until a deadline. Writes carry a request id
+//! chosen once by the caller, so a retry after a failover never makes a second job.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use quorum_proto::api::quorum_client::QuorumClient;
+use tonic::transport::{Channel, Endpoint};
+use tonic::{Code, Status};
+
+pub struct Client {
+    addrs: Vec<String>,
+    channels: Vec<Channel>,
+    preferred: AtomicUsize,
+    pub deadline: Duration,
+}
+
+impl Client {
+    pub fn new(addrs: Vec<String>) -> anyhow::Result<Client> {
+        let addrs: Vec<String> = addrs.into_iter().map(|a| a.trim().to_string()).filter(|a| !a.is_empty()).collect();
+        if addrs.is_empty() {
+            anyhow::bail!("no controller address given (use --controllers or QUORUM_CONTROLLERS)");
+        }
+        let mut channels = Vec::new();
+        for a in &addrs {
+            let endpoint = Endpoint::from_shared(format!("http://{a}"))
+                .map_err(|e| anyhow::anyhow!("bad controller address '{a}': {e}"))?
+                .connect_timeout(Duration::from_millis(500))
+                .tcp_nodelay(true);
+            channels.push(endpoint.connect_lazy());
+        }
+        Ok(Client {
+            addrs,
+            channels,
+            preferred: AtomicUsize::new(0),
+            deadline: Duration::from_secs(20),
+        })
+    }
+
+    pub fn addrs(&self) -> &[String] {
+        &self.addrs
+    }
+
+    /// A client for one address of the list, for per-replica calls.
+    pub fn replica(&self, addr: &str) -> anyhow::Result<QuorumClient<Channel>> {
+        let channel = match self.addrs.iter().position(|a| a == addr) {
+            Some(i) => self.channels[i].clone(),
+            None => Endpoint::from_shared(format!("http://{addr}"))?
+                .connect_timeout(Duration::from_millis(500))
+                .connect_lazy(),
+        };
+        Ok(QuorumClient::new(channel))
+    }
+
+    fn retryable(status: &Status) -> bool {
+        matches!(status.code(), Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled | Code::Unknown)
+    }
+
+    /// Calls `f` with a client until it answers something other than "unavailable".
+    pub async fn call<T, F, Fut>(&self, mut f: F) -> Result<T, Status>
+    where
+        F: FnMut(QuorumClient<Channel>) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, Status>>,
+    {
+        let start = Instant::now();
+        let mut attempt = 0usize;
+        loop {
+            let i = self.preferred.load(Ordering::Relaxed) % self.addrs.len();
+            let client = QuorumClient::new(self.channels[i].clone());
+            let status = match tokio::time::timeout(Duration::from_secs(5), f(client)).await {
+                Ok(Ok(r)) => return Ok(r.into_inner()),
+                Ok(Err(status)) if !Self::retryable(&status) => return Err(status),
+                Ok(Err(status)) => status,
+                Err(_) => Status::deadline_exceeded(format!("{} did not answer within 5s", self.addrs[i])),
+            };
+            if start.elapsed() > self.deadline {
+                return Err(status);
+            }
+            let hinted = status
+                .metadata()
+                .get(quorum_proto::LEADER_HINT_KEY)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|h| self.addrs.iter().position(|a| a == h));
+            let next = hinted.filter(|h| *h != i).unwrap_or((i + 1) % self.addrs.len());
+            self.preferred.store(next, Ordering::Relaxed);
+            attempt += 1;
+            if attempt % self.addrs.len() == 0 {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}

@@ -1,0 +1,224 @@
+//! `quorum dev`: a whole cluster in one process — three controller replicas with their own
+//! RocksDB directories and real gRPC on loopback, and agents with simulated GPUs that run real
+//! processes. The integration tests start the same cluster on ephemeral ports.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use quorum_agent::{Agent, AgentConfig, SimGpu};
+use quorum_control::config::{ControllerConfig, PartitionConfig, ReplicaConfig};
+use quorum_control::Controller;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+#[derive(Clone, Debug)]
+pub struct DevOptions {
+    /// Where the replicas keep their data; a temporary directory when `None`.
+    pub data_dir: Option<PathBuf>,
+    /// Controller ports; 0 picks a free one.
+    pub ports: Vec<u16>,
+    pub agents: usize,
+    pub cpus_per_agent: u32,
+    pub mem_mb_per_agent: u64,
+    pub gpus_per_agent: u32,
+    pub gpu_type: String,
+    pub kill_wait: Duration,
+    pub snapshot_every: u64,
+    pub snapshot_keep_logs: u64,
+}
+
+impl Default for DevOptions {
+    fn default() -> Self {
+        Self {
+            data_dir: None,
+            ports: vec![7101, 7102, 7103],
+            agents: 2,
+            cpus_per_agent: 8,
+            mem_mb_per_agent: 32 * 1024,
+            gpus_per_agent: 4,
+            gpu_type: "h100".into(),
+            kill_wait: Duration::from_secs(5),
+            snapshot_every: 10_000,
+            snapshot_keep_logs: 1_000,
+        }
+    }
+}
+
+impl DevOptions {
+    /// Ephemeral ports and short timeouts, for tests.
+    pub fn for_tests() -> Self {
+        Self {
+            ports: vec![0, 0, 0],
+            kill_wait: Duration::from_secs(2),
+            ..Self::default()
+        }
+    }
+}
+
+struct DevAgent {
+    agent: Arc<Agent>,
+    stop: watch::Sender<bool>,
+    task: JoinHandle<()>,
+}
+
+/// A running embedded cluster.
+pub struct DevCluster {
+    pub addrs: Vec<String>,
+    configs: Vec<ControllerConfig>,
+    controllers: Vec<Option<Controller>>,
+    agents: Vec<Option<DevAgent>>,
+    agent_configs: Vec<AgentConfig>,
+    pub data_dir: PathBuf,
+    _tmp: Option<tempfile::TempDir>,
+}
+
+/// Node names of the dev agents: node01, node02, ...
+pub fn node_name(i: usize) -> String {
+    format!("node{:02}", i + 1)
+}
+
+impl DevCluster {
+    pub async fn start(opts: DevOptions) -> anyhow::Result<DevCluster> {
+        let (tmp, data_dir) = match &opts.data_dir {
+            Some(d) => (None, d.clone()),
+            None => {
+                let t = tempfile::Builder::new().prefix("quorum-dev-").tempdir()?;
+                let p = t.path().to_path_buf();
+                (Some(t), p)
+            }
+        };
+        let mut listeners = Vec::new();
+        let mut addrs = Vec::new();
+        for port in &opts.ports {
+            let l = TcpListener::bind(("127.0.0.1", *port))
+                .await
+                .map_err(|e| anyhow::anyhow!("binding 127.0.0.1:{port}: {e} (is another quorum dev running?)"))?;
+            addrs.push(l.local_addr()?.to_string());
+            listeners.push(l);
+        }
+        let replicas: Vec<ReplicaConfig> = addrs
+            .iter()
+            .enumerate()
+            .map(|(i, a)| ReplicaConfig {
+                id: i as u64 + 1,
+                addr: a.clone(),
+            })
+            .collect();
+        let nodes = if opts.agents == 0 {
+            "node01".to_string()
+        } else {
+            format!("node[01-{:02}]", opts.agents)
+        };
+        let configs: Vec<ControllerConfig> = replicas
+            .iter()
+            .map(|r| ControllerConfig {
+                id: r.id,
+                listen: r.addr.clone(),
+                advertise: None,
+                data_dir: data_dir.join(format!("controller-{}", r.id)),
+                replicas: replicas.clone(),
+                partitions: vec![PartitionConfig {
+                    name: "gpu".into(),
+                    nodes: nodes.clone(),
+                    default: true,
+                    max_time: Some("7-00:00:00".into()),
+                    default_time: Some("1:00:00".into()),
+                    default_mem_per_cpu: Some("1G".into()),
+                }],
+                raft_heartbeat_ms: 50,
+                election_timeout_min_ms: 150,
+                election_timeout_max_ms: 300,
+                snapshot_every: opts.snapshot_every,
+                snapshot_keep_logs: opts.snapshot_keep_logs,
+            })
+            .collect();
+        let mut controllers = Vec::new();
+        for (config, listener) in configs.iter().zip(listeners) {
+            controllers.push(Some(Controller::start(config.clone(), listener).await?));
+        }
+        let agent_configs: Vec<AgentConfig> = (0..opts.agents)
+            .map(|i| AgentConfig {
+                name: node_name(i),
+                controllers: addrs.clone(),
+                cpus: opts.cpus_per_agent,
+                mem_mb: opts.mem_mb_per_agent,
+                gpus: (0..opts.gpus_per_agent)
+                    .map(|g| SimGpu {
+                        index: g,
+                        gpu_type: opts.gpu_type.clone(),
+                    })
+                    .collect(),
+                features: vec![],
+                spool_dir: data_dir.join(format!("agent-{}", node_name(i))),
+                heartbeat: Duration::from_secs(1),
+                kill_wait: opts.kill_wait,
+            })
+            .collect();
+        let mut cluster = DevCluster {
+            addrs,
+            configs,
+            controllers,
+            agents: Vec::new(),
+            agent_configs,
+            data_dir,
+            _tmp: tmp,
+        };
+        for i in 0..opts.agents {
+            let a = cluster.spawn_agent(i);
+            cluster.agents.push(Some(a));
+        }
+        Ok(cluster)
+    }
+
+    fn spawn_agent(&self, i: usize) -> DevAgent {
+        let agent = Agent::new(self.agent_configs[i].clone());
+        let (stop, rx) = watch::channel(false);
+        let task = tokio::spawn(agent.clone().run(rx));
+        DevAgent { agent, stop, task }
+    }
+
+    /// `host:port,host:port,...` for QUORUM_CONTROLLERS.
+    pub fn controllers_env(&self) -> String {
+        self.addrs.join(",")
+    }
+
+    pub fn controller(&self, i: usize) -> Option<&Controller> {
+        self.controllers[i].as_ref()
+    }
+
+    /// Index of the replica that currently leads, if one does and is running here.
+    pub fn leader(&self) -> Option<usize> {
+        self.controllers
+            .iter()
+            .position(|c| c.as_ref().is_some_and(|c| c.core.is_leader()))
+    }
+
+    /// Stops replica `i` (its data directory stays).
+    pub async fn stop_controller(&mut self, i: usize) {
+        if let Some(c) = self.controllers[i].take() {
+            c.shutdown().await;
+        }
+    }
+
+    /// Starts replica `i` again from its data directory on its old address.
+    pub async fn restart_controller(&mut self, i: usize) -> anyhow::Result<()> {
+        anyhow::ensure!(self.controllers[i].is_none(), "replica {} is running", i + 1);
+        let listener = TcpListener::bind(&self.addrs[i]).await?;
+        self.controllers[i] = Some(Controller::start(self.configs[i].clone(), listener).await?);
+        Ok(())
+    }
+
+    /// Stops every agent and replica; running jobs are killed.
+    pub async fn shutdown(mut self) {
+        for a in self.agents.iter_mut().filter_map(Option::take) {
+            a.agent.kill_all();
+            let _ = a.stop.send(true);
+            let _ = a.task.await;
+        }
+        for i in 0..self.controllers.len() {
+            self.stop_controller(i).await;
+        }
+    }
+}

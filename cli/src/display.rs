@@ -1,0 +1,282 @@
+//! Output of the read commands: tables like squeue, sinfo and scontrol, and `--json`.
+
+use quorum_control::model::parse::{format_duration, format_mem_mb};
+use quorum_proto::api::{JobInfo, NodeInfo, ReplicaStatus};
+use serde::Serialize;
+
+/// A job as `--json` prints it.
+#[derive(Serialize)]
+pub struct JobJson {
+    pub id: u64,
+    pub name: String,
+    pub user: String,
+    pub partition: String,
+    pub state: String,
+    pub reason: Option<String>,
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    /// The allocated nodes in rank order.
+    pub nodes: Vec<String>,
+    pub nodelist: String,
+    pub num_nodes: u32,
+    pub ntasks: u32,
+    pub cpus_per_task: u32,
+    pub mem_per_node_mb: u64,
+    pub gpus_per_node: u32,
+    pub gpu_type: Option<String>,
+    pub gpus: Vec<Vec<u32>>,
+    pub time_limit_s: Option<u64>,
+    pub submit_time_ms: u64,
+    pub start_time_ms: Option<u64>,
+    pub end_time_ms: Option<u64>,
+    pub work_dir: String,
+    pub stdout: String,
+    pub stderr: String,
+    pub command: Vec<String>,
+    pub script: bool,
+}
+
+fn nonzero(v: u64) -> Option<u64> {
+    (v != 0).then_some(v)
+}
+
+pub fn job_json(j: &JobInfo) -> JobJson {
+    let spec = j.spec.clone().unwrap_or_default();
+    JobJson {
+        id: j.id,
+        name: j.name.clone(),
+        user: j.user.clone(),
+        partition: j.partition.clone(),
+        state: j.state.clone(),
+        reason: (!j.reason.is_empty()).then(|| j.reason.clone()),
+        exit_code: j.has_exit_code.then_some(j.exit_code),
+        signal: (j.signal != 0).then_some(j.signal),
+        nodes: j.allocation.iter().map(|a| a.node.clone()).collect(),
+        nodelist: j.nodelist.clone(),
+        num_nodes: spec.nodes,
+        ntasks: spec.ntasks,
+        cpus_per_task: spec.cpus_per_task,
+        mem_per_node_mb: spec.mem_per_node_mb,
+        gpus_per_node: spec.gpus_per_node,
+        gpu_type: (!spec.gpu_type.is_empty()).then(|| spec.gpu_type.clone()),
+        gpus: j.allocation.iter().map(|a| a.gpus.clone()).collect(),
+        time_limit_s: nonzero(j.time_limit_s),
+        submit_time_ms: j.submit_time_ms,
+        start_time_ms: nonzero(j.start_time_ms),
+        end_time_ms: nonzero(j.end_time_ms),
+        work_dir: spec.work_dir.clone(),
+        stdout: spec.stdout.clone(),
+        stderr: spec.stderr.clone(),
+        command: spec.argv.clone(),
+        script: !spec.script.is_empty(),
+    }
+}
+
+/// Elapsed run time as squeue shows it.
+fn elapsed(j: &JobInfo, now_ms: u64) -> String {
+    let secs = match (j.start_time_ms, j.end_time_ms) {
+        (0, _) => 0,
+        (s, 0) => now_ms.saturating_sub(s) / 1000,
+        (s, e) => e.saturating_sub(s) / 1000,
+    };
+    format_duration(secs)
+}
+
+fn short_state(state: &str) -> &'static str {
+    quorum_control::model::JobState::from_name(state).map(|s| s.short()).unwrap_or("?")
+}
+
+/// A plain left-aligned table.
+pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for r in rows {
+        for (i, c) in r.iter().enumerate() {
+            widths[i] = widths[i].max(c.len());
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        cells
+            .iter()
+            .enumerate()
+            .map(|(i, c)| format!("{c:<w$}", w = widths[i]))
+            .collect::<Vec<_>>()
+            .join("  ")
+            .trim_end()
+            .to_string()
+    };
+    let mut out = line(header.to_vec());
+    out.push('\n');
+    for r in rows {
+        out.push_str(&line(r.iter().map(String::as_str).collect()));
+        out.push('\n');
+    }
+    out
+}
+
+pub fn queue_table(jobs: &[JobInfo], now_ms: u64) -> String {
+    let rows: Vec<Vec<String>> = jobs
+        .iter()
+        .map(|j| {
+            let where_ = if j.state == "PENDING" {
+                format!("({})", if j.reason.is_empty() { "None" } else { &j.reason })
+            } else {
+                j.nodelist.clone()
+            };
+            vec![
+                j.id.to_string(),
+                j.partition.clone(),
+                j.name.chars().take(24).collect(),
+                j.user.clone(),
+                short_state(&j.state).to_string(),
+                elapsed(j, now_ms),
+                j.spec.as_ref().map(|s| s.nodes).unwrap_or(0).to_string(),
+                where_,
+            ]
+        })
+        .collect();
+    table(&["JOBID", "PARTITION", "NAME", "USER", "ST", "TIME", "NODES", "NODELIST(REASON)"], &rows)
+}
+
+fn mem(mb: u64) -> String {
+    if mb == 0 {
+        "0".into()
+    } else {
+        format_mem_mb(mb)
+    }
+}
+
+pub fn nodes_table(nodes: &[NodeInfo]) -> String {
+    let rows: Vec<Vec<String>> = nodes
+        .iter()
+        .map(|n| {
+            let mut state = n.state.clone();
+            if !n.connected && n.state != "down" {
+                state.push('*');
+            }
+            vec![
+                n.name.clone(),
+                n.partitions.join(","),
+                state,
+                format!("{}/{}", n.alloc_cpus, n.cpus),
+                format!("{}/{}", mem(n.alloc_mem_mb), mem(n.mem_mb)),
+                format!("{}/{}", n.alloc_gpus, n.gpus),
+                if n.gpu_types.is_empty() { "-".into() } else { n.gpu_types.clone() },
+                n.reason.clone(),
+            ]
+        })
+        .collect();
+    table(&["NODE", "PARTITION", "STATE", "CPUS(A/T)", "MEM(A/T)", "GPUS(A/T)", "GPU_TYPES", "REASON"], &rows)
+}
+
+pub fn show_job(j: &JobInfo, now_ms: u64) -> String {
+    let spec = j.spec.clone().unwrap_or_default();
+    let ms = |v: u64| if v == 0 { "-".to_string() } else { format!("{:.3}", v as f64 / 1000.0) };
+    let mut lines = vec![
+        format!("JobId={} JobName={}", j.id, j.name),
+        format!("UserId={} Partition={}", j.user, j.partition),
+        format!(
+            "JobState={} Reason={} ExitCode={}:{}",
+            j.state,
+            if j.reason.is_empty() { "None" } else { &j.reason },
+            if j.has_exit_code { j.exit_code.to_string() } else { "-".into() },
+            j.signal
+        ),
+        format!(
+            "RunTime={} TimeLimit={}",
+            elapsed(j, now_ms),
+            if j.time_limit_s == 0 { "UNLIMITED".into() } else { format_duration(j.time_limit_s) }
+        ),
+        format!("SubmitTime={} StartTime={} EndTime={}", ms(j.submit_time_ms), ms(j.start_time_ms), ms(j.end_time_ms)),
+        format!(
+            "NumNodes={} NumTasks={} CPUs/Task={} MinMemoryNode={} Gpus/Node={}{}",
+            spec.nodes,
+            spec.ntasks,
+            spec.cpus_per_task,
+            mem(spec.mem_per_node_mb),
+            spec.gpus_per_node,
+            if spec.gpu_type.is_empty() { String::new() } else { format!(" GpuType={}", spec.gpu_type) }
+        ),
+        format!("NodeList={}", if j.nodelist.is_empty() { "(null)" } else { &j.nodelist }),
+    ];
+    for a in &j.allocation {
+        lines.push(format!(
+            "  Node={} CPUs={} Mem={} GPUs={}",
+            a.node,
+            a.cpus,
+            mem(a.mem_mb),
+            a.gpus.iter().map(|g| g.to_string()).collect::<Vec<_>>().join(",")
+        ));
+    }
+    let command = if spec.script.is_empty() { spec.argv.join(" ") } else { "(batch script)".into() };
+    lines.push(format!("Command={command}"));
+    lines.push(format!("WorkDir={}", spec.work_dir));
+    lines.push(format!("StdOut={}", if spec.stdout.is_empty() { "quorum-%j.out" } else { &spec.stdout }));
+    lines.push(format!("StdErr={}", if spec.stderr.is_empty() { "(with StdOut)" } else { &spec.stderr }));
+    lines.join("\n") + "\n"
+}
+
+#[derive(Serialize)]
+pub struct ReplicaJson {
+    pub id: u64,
+    pub address: String,
+    pub role: String,
+    pub reachable: bool,
+    pub term: u64,
+    pub last_log_index: u64,
+    pub committed_index: u64,
+    pub applied_index: u64,
+    pub snapshot_index: u64,
+    pub leader_id: Option<u64>,
+    pub version: String,
+}
+
+pub fn replica_json(id: u64, address: &str, status: Option<&ReplicaStatus>) -> ReplicaJson {
+    match status {
+        Some(s) => ReplicaJson {
+            id,
+            address: address.to_string(),
+            role: s.role.clone(),
+            reachable: true,
+            term: s.term,
+            last_log_index: s.last_log_index,
+            committed_index: s.committed_index,
+            applied_index: s.applied_index,
+            snapshot_index: s.snapshot_index,
+            leader_id: s.has_leader.then_some(s.leader_id),
+            version: s.version.clone(),
+        },
+        None => ReplicaJson {
+            id,
+            address: address.to_string(),
+            role: "unreachable".into(),
+            reachable: false,
+            term: 0,
+            last_log_index: 0,
+            committed_index: 0,
+            applied_index: 0,
+            snapshot_index: 0,
+            leader_id: None,
+            version: String::new(),
+        },
+    }
+}
+
+pub fn cluster_table(replicas: &[ReplicaJson]) -> String {
+    let rows: Vec<Vec<String>> = replicas
+        .iter()
+        .map(|r| {
+            let n = |v: u64| if r.reachable { v.to_string() } else { "-".into() };
+            vec![
+                r.id.to_string(),
+                r.address.clone(),
+                r.role.clone(),
+                n(r.term),
+                n(r.last_log_index),
+                n(r.committed_index),
+                n(r.applied_index),
+                if r.version.is_empty() { "-".into() } else { r.version.clone() },
+            ]
+        })
+        .collect();
+    table(&["ID", "ADDRESS", "ROLE", "TERM", "LAST_LOG", "COMMITTED", "APPLIED", "VERSION"], &rows)
+}

@@ -1,0 +1,12 @@
+//! The `quorum` command-line client, as a library so that its pieces are testable and
+//! `quorum dev`'s embedded cluster can be started from tests.
+//!
+//! - [`client`]: finds a replica that answers, follows leader hints, retries unavailable calls;
+//! - [`submit`]: turns command-line options and `#SBATCH` lines into a job spec;
+//! - [`display`]: squeue/sinfo/scontrol-like tables and `--json` output;
+//! - [`dev`]: three controller replicas and agents in one process on loopback.
+
+pub mod client;
+pub mod dev;
+pub mod display;
+pub mod submit;

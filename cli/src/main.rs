@@ -1,0 +1,297 @@
+//! `quorum`: the command-line client of a Quorum cluster, and `quorum dev`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use quorum_cli::client::Client;
+use quorum_cli::dev::{DevCluster, DevOptions};
+use quorum_cli::display;
+use quorum_cli::submit::{build_spec, Payload, SubmitOpts};
+use quorum_proto::api;
+
+#[derive(Parser)]
+#[command(name = "quorum", version, about = "Quorum: a batch scheduler with a replicated control plane")]
+struct Cli {
+    /// Controller addresses, comma-separated; any replica will do.
+    #[arg(
+        long,
+        env = "QUORUM_CONTROLLERS",
+        value_delimiter = ',',
+        global = true,
+        default_value = "127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103"
+    )]
+    controllers: Vec<String>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Submit a batch script or a command: `quorum submit job.sh` or `quorum submit -- CMD ARGS`.
+    Submit {
+        #[command(flatten)]
+        opts: SubmitOpts,
+        /// A batch script; its #SBATCH lines are read for options.
+        script: Option<String>,
+        /// The command to run, after `--`.
+        #[arg(last = true)]
+        command: Vec<String>,
+    },
+    /// The job queue, like squeue.
+    Queue {
+        /// Include finished jobs.
+        #[arg(long, short)]
+        all: bool,
+        /// Only this user's jobs.
+        #[arg(long, short)]
+        user: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// One job in detail, like scontrol show job.
+    Show {
+        job: u64,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Cancel jobs.
+    Cancel {
+        #[arg(required = true)]
+        jobs: Vec<u64>,
+    },
+    /// The nodes, like sinfo.
+    Nodes {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Each controller replica's Raft status.
+    Cluster {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run three controller replicas and two agents in this process, on loopback.
+    Dev {
+        /// Keep data here instead of a temporary directory.
+        #[arg(long)]
+        data: Option<PathBuf>,
+        /// First controller port; the replicas use it and the next two.
+        #[arg(long, default_value_t = 7101)]
+        port: u16,
+        /// How many agents.
+        #[arg(long, default_value_t = 2)]
+        agents: usize,
+    },
+}
+
+fn current_user() -> String {
+    if let Ok(u) = std::env::var("USER") {
+        if !u.is_empty() {
+            return u;
+        }
+    }
+    // SAFETY: getpwuid returns a pointer into static storage or null; read at once.
+    unsafe {
+        let pw = libc::getpwuid(libc::getuid());
+        if !pw.is_null() && !(*pw).pw_name.is_null() {
+            return std::ffi::CStr::from_ptr((*pw).pw_name).to_string_lossy().into_owned();
+        }
+        format!("uid{}", libc::getuid())
+    }
+}
+
+fn print_json<T: serde::Serialize>(v: &T) -> anyhow::Result<()> {
+    println!("{}", serde_json::to_string_pretty(v)?);
+    Ok(())
+}
+
+fn status_error(status: tonic::Status) -> anyhow::Error {
+    anyhow::anyhow!("{}", status.message())
+}
+
+async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    if let Command::Dev { data, port, agents } = cli.command {
+        return dev(data, port, agents).await;
+    }
+    let client = Client::new(cli.controllers)?;
+    match cli.command {
+        Command::Submit { opts, script, command } => {
+            let payload = match (script, command.is_empty()) {
+                (Some(_), false) => anyhow::bail!("give a script or -- COMMAND, not both"),
+                (Some(path), true) => {
+                    let text = std::fs::read_to_string(&path).map_err(|e| anyhow::anyhow!("cannot read script '{path}': {e}"))?;
+                    Payload::Script { path, text }
+                }
+                (None, false) => Payload::Command(command),
+                (None, true) => anyhow::bail!("nothing to run: give a script or -- COMMAND [ARGS...]"),
+            };
+            let cwd = std::env::current_dir()?;
+            let env: Vec<(String, String)> = std::env::vars().collect();
+            let spec = build_spec(opts, payload, &cwd, env).map_err(anyhow::Error::msg)?;
+            let req = api::SubmitJobRequest {
+                spec: Some(spec),
+                user: current_user(),
+                request_id: uuid::Uuid::new_v4().to_string(),
+            };
+            let r = client
+                .call(|mut c| {
+                    let req = req.clone();
+                    async move { c.submit_job(req).await }
+                })
+                .await
+                .map_err(status_error)?;
+            println!("Submitted job {}", r.job_id);
+        }
+        Command::Queue { all, user, json } => {
+            let req = api::ListJobsRequest {
+                states: if all { vec![] } else { vec!["PENDING".into(), "RUNNING".into()] },
+                user: user.unwrap_or_default(),
+            };
+            let r = client
+                .call(|mut c| {
+                    let req = req.clone();
+                    async move { c.list_jobs(req).await }
+                })
+                .await
+                .map_err(status_error)?;
+            if json {
+                print_json(&r.jobs.iter().map(display::job_json).collect::<Vec<_>>())?;
+            } else {
+                print!("{}", display::queue_table(&r.jobs, r.now_ms));
+            }
+        }
+        Command::Show { job, json } => {
+            let r = client
+                .call(|mut c| async move { c.get_job(api::GetJobRequest { job_id: job }).await })
+                .await
+                .map_err(status_error)?;
+            let info = r.job.ok_or_else(|| anyhow::anyhow!("empty answer"))?;
+            if json {
+                print_json(&display::job_json(&info))?;
+            } else {
+                let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_millis() as u64;
+                print!("{}", display::show_job(&info, now));
+            }
+        }
+        Command::Cancel { jobs } => {
+            let req = api::CancelJobRequest {
+                job_ids: jobs,
+                user: current_user(),
+            };
+            let r = client
+                .call(|mut c| {
+                    let req = req.clone();
+                    async move { c.cancel_job(req).await }
+                })
+                .await
+                .map_err(status_error)?;
+            let mut failed = false;
+            for res in r.results {
+                if !res.ok {
+                    eprintln!("quorum: error: {}", res.error);
+                    failed = true;
+                }
+            }
+            if failed {
+                return Ok(ExitCode::FAILURE);
+            }
+        }
+        Command::Nodes { json } => {
+            let r = client
+                .call(|mut c| async move { c.list_nodes(api::ListNodesRequest {}).await })
+                .await
+                .map_err(status_error)?;
+            if json {
+                print_json(&r.nodes.iter().map(node_json).collect::<Vec<_>>())?;
+            } else {
+                print!("{}", display::nodes_table(&r.nodes));
+            }
+        }
+        Command::Cluster { json } => {
+            let members = client
+                .call(|mut c| async move { c.cluster_members(api::ClusterStatusRequest {}).await })
+                .await
+                .map_err(status_error)?;
+            let mut replicas = Vec::new();
+            for m in members.members {
+                let status = match client.replica(&m.address) {
+                    Ok(mut c) => tokio::time::timeout(std::time::Duration::from_secs(2), c.replica_status(api::ReplicaStatusRequest {}))
+                        .await
+                        .ok()
+                        .and_then(|r| r.ok())
+                        .map(|r| r.into_inner()),
+                    Err(_) => None,
+                };
+                replicas.push(display::replica_json(m.id, &m.address, status.as_ref()));
+            }
+            if json {
+                print_json(&replicas)?;
+            } else {
+                print!("{}", display::cluster_table(&replicas));
+            }
+        }
+        Command::Dev { .. } => unreachable!("handled above"),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn node_json(n: &api::NodeInfo) -> serde_json::Value {
+    serde_json::json!({
+        "name": n.name,
+        "state": n.state,
+        "reason": n.reason,
+        "partitions": n.partitions,
+        "cpus": n.cpus,
+        "alloc_cpus": n.alloc_cpus,
+        "mem_mb": n.mem_mb,
+        "alloc_mem_mb": n.alloc_mem_mb,
+        "gpus": n.gpus,
+        "alloc_gpus": n.alloc_gpus,
+        "gpu_types": n.gpu_types,
+        "connected": n.connected,
+    })
+}
+
+async fn dev(data: Option<PathBuf>, port: u16, agents: usize) -> anyhow::Result<ExitCode> {
+    let opts = DevOptions {
+        data_dir: data,
+        ports: vec![port, port + 1, port + 2],
+        agents,
+        ..DevOptions::default()
+    };
+    let cluster = DevCluster::start(opts).await?;
+    println!("Quorum dev cluster: 3 controller replicas, {agents} agents (8 CPUs, 32G, 4 simulated h100 GPUs each)");
+    println!("data: {}", cluster.data_dir.display());
+    println!();
+    println!("In another terminal:");
+    println!("  export QUORUM_CONTROLLERS={}", cluster.controllers_env());
+    println!("  quorum submit -- hostname");
+    println!("  quorum submit --gpus h100:2 -t 10 -- bash -c 'echo $CUDA_VISIBLE_DEVICES; sleep 30'");
+    println!("  quorum queue");
+    println!("  quorum nodes");
+    println!("  quorum cluster");
+    println!();
+    println!("Ctrl-C stops the cluster.");
+    tokio::signal::ctrl_c().await?;
+    println!("stopping...");
+    cluster.shutdown().await;
+    Ok(ExitCode::SUCCESS)
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let is_dev = matches!(cli.command, Command::Dev { .. });
+    let default_filter = if is_dev { "info,openraft=warn" } else { "warn,openraft=error" };
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| default_filter.into()))
+        .init();
+    match run(cli).await {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("quorum: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

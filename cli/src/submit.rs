@@ -1,0 +1,335 @@
+//! `quorum submit`: options from the command line and from `#SBATCH` lines in a batch script,
+//! validated and turned into the API's job spec. Command-line options win over the script's, as
+//! with sbatch. Every error names the bad value, and for a script line, the line.
+
+use std::path::{Path, PathBuf};
+
+use clap::Parser;
+use quorum_control::model::parse;
+use quorum_proto::api;
+
+/// The options a job takes, on the command line or in `#SBATCH` lines.
+#[derive(clap::Args, Debug, Default, Clone)]
+pub struct SubmitOpts {
+    /// Job name.
+    #[arg(short = 'J', long = "job-name")]
+    pub job_name: Option<String>,
+    /// Partition (default: the cluster's default partition).
+    #[arg(short = 'p', long)]
+    pub partition: Option<String>,
+    /// Number of nodes, all allocated together.
+    #[arg(short = 'N', long)]
+    pub nodes: Option<u32>,
+    /// Number of tasks (default: one per node).
+    #[arg(short = 'n', long)]
+    pub ntasks: Option<u32>,
+    /// CPUs per task.
+    #[arg(short = 'c', long = "cpus-per-task")]
+    pub cpus_per_task: Option<u32>,
+    /// Memory per node, like 4G or 512M.
+    #[arg(long)]
+    pub mem: Option<String>,
+    /// GPUs for the whole job: [type:]N, spread evenly over the nodes.
+    #[arg(long)]
+    pub gpus: Option<String>,
+    /// Generic resources per node: gpu:[type:]N.
+    #[arg(long)]
+    pub gres: Option<String>,
+    /// Time limit: minutes, [H:]M:S, or D-H[:M[:S]].
+    #[arg(short = 't', long)]
+    pub time: Option<String>,
+    /// Standard output file (default quorum-%j.out in the working directory).
+    #[arg(short = 'o', long)]
+    pub output: Option<String>,
+    /// Standard error file (default: with the output).
+    #[arg(short = 'e', long)]
+    pub error: Option<String>,
+    /// Working directory (default: where you submit from).
+    #[arg(short = 'D', long)]
+    pub chdir: Option<String>,
+}
+
+#[derive(Parser, Debug)]
+#[command(no_binary_name = true, disable_help_flag = true, disable_version_flag = true)]
+struct SbatchLine {
+    #[command(flatten)]
+    opts: SubmitOpts,
+}
+
+impl SubmitOpts {
+    /// `self`, with every option it lacks taken from `other`.
+    fn or(self, other: SubmitOpts) -> SubmitOpts {
+        SubmitOpts {
+            job_name: self.job_name.or(other.job_name),
+            partition: self.partition.or(other.partition),
+            nodes: self.nodes.or(other.nodes),
+            ntasks: self.ntasks.or(other.ntasks),
+            cpus_per_task: self.cpus_per_task.or(other.cpus_per_task),
+            mem: self.mem.or(other.mem),
+            gpus: self.gpus.or(other.gpus),
+            gres: self.gres.or(other.gres),
+            time: self.time.or(other.time),
+            output: self.output.or(other.output),
+            error: self.error.or(other.error),
+            chdir: self.chdir.or(other.chdir),
+        }
+    }
+
+    /// Checks the values that have a format, so that a bad one is reported where it was written.
+    fn check_values(&self) -> Result<(), String> {
+        if let Some(m) = &self.mem {
+            parse::parse_mem_mb(m).map_err(|e| e.to_string())?;
+        }
+        if let Some(t) = &self.time {
+            parse::parse_time_limit(t).map_err(|e| e.to_string())?;
+        }
+        if let Some(g) = &self.gpus {
+            parse_gpu_count(g, "--gpus")?;
+        }
+        if let Some(g) = &self.gres {
+            parse_gres(g)?;
+        }
+        for (what, v) in [("--nodes", self.nodes), ("--ntasks", self.ntasks), ("--cpus-per-task", self.cpus_per_task)] {
+            if v == Some(0) {
+                return Err(format!("invalid {what} '0': must be at least 1"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `[type:]N` → (type, N).
+fn parse_gpu_count(value: &str, what: &str) -> Result<(Option<String>, u32), String> {
+    let (ty, n) = match value.rsplit_once(':') {
+        Some((t, n)) => (Some(t.to_string()), n),
+        None => (None, value),
+    };
+    let n: u32 = n
+        .parse()
+        .map_err(|_| format!("invalid {what} '{value}': expected [type:]count such as h100:2"))?;
+    if ty.as_deref().is_some_and(|t| t.is_empty() || t.contains(':')) {
+        return Err(format!("invalid {what} '{value}': expected [type:]count such as h100:2"));
+    }
+    Ok((ty, n))
+}
+
+/// `gpu:[type:]N` → (type, N per node).
+fn parse_gres(value: &str) -> Result<(Option<String>, u32), String> {
+    match value.strip_prefix("gpu:") {
+        Some(rest) => parse_gpu_count(rest, "--gres"),
+        None if value == "gpu" => Ok((None, 1)),
+        None => Err(format!("invalid --gres '{value}': only gpu:[type:]count is supported")),
+    }
+}
+
+/// Splits a directive line into words, honouring single and double quotes and stopping at a
+/// `#` that starts a word (a trailing comment).
+fn words(line: &str) -> Result<Vec<String>, String> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    let mut in_word = false;
+    let mut quote: Option<char> = None;
+    for c in line.chars() {
+        match quote {
+            Some(q) if c == q => quote = None,
+            Some(_) => cur.push(c),
+            None if c == '"' || c == '\'' => {
+                quote = Some(c);
+                in_word = true;
+            }
+            None if c.is_whitespace() => {
+                if in_word {
+                    out.push(std::mem::take(&mut cur));
+                    in_word = false;
+                }
+            }
+            None if c == '#' && !in_word => break,
+            None => {
+                cur.push(c);
+                in_word = true;
+            }
+        }
+    }
+    if quote.is_some() {
+        return Err("unterminated quote".into());
+    }
+    if in_word {
+        out.push(cur);
+    }
+    Ok(out)
+}
+
+/// The options in a script's `#SBATCH` (or `#QUORUM`) lines, read like sbatch does: from the
+/// top, until the first line that is neither blank nor a comment.
+pub fn script_options(path: &str, script: &str) -> Result<SubmitOpts, String> {
+    let mut opts = SubmitOpts::default();
+    for (i, line) in script.lines().enumerate() {
+        let trimmed = line.trim();
+        if i == 0 && trimmed.starts_with("#!") {
+            continue;
+        }
+        if trimmed.is_empty() {
+            continue;
+        }
+        if !trimmed.starts_with('#') {
+            break;
+        }
+        let rest = match trimmed.strip_prefix("#SBATCH").or_else(|| trimmed.strip_prefix("#QUORUM")) {
+            Some(r) if r.is_empty() || r.starts_with(char::is_whitespace) => r,
+            _ => continue,
+        };
+        let at = |msg: String| format!("{path} line {}: '{trimmed}': {msg}", i + 1);
+        let tokens = words(rest).map_err(at)?;
+        let parsed = SbatchLine::try_parse_from(&tokens).map_err(|e| {
+            let msg = e.to_string();
+            at(msg.lines().next().unwrap_or("invalid option").trim_start_matches("error: ").to_string())
+        })?;
+        parsed.opts.check_values().map_err(at)?;
+        // A later line overrides an earlier one.
+        opts = parsed.opts.or(opts);
+    }
+    Ok(opts)
+}
+
+/// What to run: a script file or a command line.
+pub enum Payload {
+    Script { path: String, text: String },
+    Command(Vec<String>),
+}
+
+/// Builds the job spec from the merged options. `cwd` is where the user submits from.
+pub fn build_spec(cli: SubmitOpts, payload: Payload, cwd: &Path, env: Vec<(String, String)>) -> Result<api::JobSpec, String> {
+    cli.check_values()?;
+    let (opts, argv, script, default_name) = match payload {
+        Payload::Script { path, text } => {
+            let from_script = script_options(&path, &text)?;
+            let name = Path::new(&path)
+                .file_name()
+                .map(|n| n.to_string_lossy().to_string())
+                .unwrap_or_else(|| "script".into());
+            (cli.or(from_script), Vec::new(), text, name)
+        }
+        Payload::Command(argv) => {
+            if argv.is_empty() || argv[0].trim().is_empty() {
+                return Err("empty command: give a script or -- COMMAND [ARGS...]".into());
+            }
+            let name = Path::new(&argv[0])
+                .file_name()
+                .map(|n| n.to_string_lossy().to_string())
+                .unwrap_or_else(|| argv[0].clone());
+            (cli, argv, String::new(), name)
+        }
+    };
+    let nodes = opts.nodes.unwrap_or(1);
+    let ntasks = opts.ntasks.unwrap_or(nodes);
+    if ntasks < nodes {
+        return Err(format!("invalid --ntasks '{ntasks}': fewer tasks than the {nodes} nodes requested"));
+    }
+    let (gpu_type, gpus_per_node) = match (&opts.gpus, &opts.gres) {
+        (Some(_), Some(_)) => return Err("give --gpus or --gres=gpu:..., not both".into()),
+        (Some(g), None) => {
+            let (ty, total) = parse_gpu_count(g, "--gpus")?;
+            if total % nodes != 0 {
+                return Err(format!("invalid --gpus '{g}': {total} GPUs do not spread evenly over {nodes} nodes"));
+            }
+            (ty, total / nodes)
+        }
+        (None, Some(g)) => parse_gres(g)?,
+        (None, None) => (None, 0),
+    };
+    let work_dir: PathBuf = match &opts.chdir {
+        Some(d) if Path::new(d).is_absolute() => PathBuf::from(d),
+        Some(d) => cwd.join(d),
+        None => cwd.to_path_buf(),
+    };
+    Ok(api::JobSpec {
+        name: opts.job_name.unwrap_or(default_name),
+        partition: opts.partition.unwrap_or_default(),
+        nodes,
+        ntasks,
+        cpus_per_task: opts.cpus_per_task.unwrap_or(1),
+        mem_per_node_mb: opts.mem.as_deref().map(parse::parse_mem_mb).transpose().map_err(|e| e.to_string())?.unwrap_or(0),
+        gpus_per_node,
+        gpu_type: gpu_type.unwrap_or_default(),
+        time_limit_s: match &opts.time {
+            Some(t) => parse::parse_time_limit(t).map_err(|e| e.to_string())?.unwrap_or(0),
+            None => 0,
+        },
+        argv,
+        script,
+        work_dir: work_dir.display().to_string(),
+        stdout: opts.output.unwrap_or_default(),
+        stderr: opts.error.unwrap_or_default(),
+        env: env.into_iter().map(|(name, value)| api::EnvVar { name, value }).collect(),
+        submit_dir: cwd.display().to_string(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn script_spec(text: &str, cli: SubmitOpts) -> Result<api::JobSpec, String> {
+        build_spec(
+            cli,
+            Payload::Script {
+                path: "job.sh".into(),
+                text: text.into(),
+            },
+            Path::new("/home/a"),
+            vec![],
+        )
+    }
+
+    #[test]
+    fn sbatch_lines_are_read_until_the_first_command() {
+        let text = "#!/bin/bash\n#SBATCH -J train\n#SBATCH --nodes=2 -n 4\n# a comment\n#SBATCH --gres=gpu:h100:2 --mem 8G\n#SBATCH -t 1:00:00 -o out-%j.txt # trailing\n\necho hi\n#SBATCH -p ignored\n";
+        let s = script_spec(text, SubmitOpts::default()).unwrap();
+        assert_eq!(s.name, "train");
+        assert_eq!((s.nodes, s.ntasks), (2, 4));
+        assert_eq!((s.gpu_type.as_str(), s.gpus_per_node), ("h100", 2));
+        assert_eq!(s.mem_per_node_mb, 8192);
+        assert_eq!(s.time_limit_s, 3600);
+        assert_eq!(s.stdout, "out-%j.txt");
+        assert_eq!(s.partition, "", "directives after the first command are ignored");
+        assert_eq!(s.work_dir, "/home/a");
+        // The command line wins.
+        let cli = SubmitOpts {
+            job_name: Some("other".into()),
+            ..Default::default()
+        };
+        assert_eq!(script_spec(text, cli).unwrap().name, "other");
+    }
+
+    #[test]
+    fn a_bad_sbatch_line_is_named() {
+        let e = script_spec("#!/bin/bash\n#SBATCH -J x\n#SBATCH --mem=lots\necho\n", SubmitOpts::default()).unwrap_err();
+        assert!(e.contains("job.sh line 3") && e.contains("invalid memory size 'lots'"), "{e}");
+        let e = script_spec("#SBATCH --frobnicate\n", SubmitOpts::default()).unwrap_err();
+        assert!(e.contains("line 1") && e.contains("--frobnicate"), "{e}");
+        let e = script_spec("#SBATCH -t 1:2:3:4\n", SubmitOpts::default()).unwrap_err();
+        assert!(e.contains("invalid time '1:2:3:4'"), "{e}");
+    }
+
+    #[test]
+    fn gpus_spread_over_nodes() {
+        let cli = SubmitOpts {
+            nodes: Some(2),
+            gpus: Some("a100:8".into()),
+            ..Default::default()
+        };
+        let s = build_spec(cli, Payload::Command(vec!["x".into()]), Path::new("/"), vec![]).unwrap();
+        assert_eq!((s.gpus_per_node, s.gpu_type.as_str()), (4, "a100"));
+        let cli = SubmitOpts {
+            nodes: Some(2),
+            gpus: Some("3".into()),
+            ..Default::default()
+        };
+        assert!(build_spec(cli, Payload::Command(vec!["x".into()]), Path::new("/"), vec![])
+            .unwrap_err()
+            .contains("do not spread evenly"));
+        assert!(build_spec(SubmitOpts::default(), Payload::Command(vec![]), Path::new("/"), vec![])
+            .unwrap_err()
+            .contains("empty command"));
+    }
+}

@@ -1,0 +1,99 @@
+//! The `quorum` binary against a running cluster: what a user types and sees, bad input first.
+
+mod common;
+
+use std::process::Command;
+use std::time::Duration;
+
+use common::*;
+use quorum_cli::dev::DevOptions;
+
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+fn quorum(controllers: &str, dir: &std::path::Path, args: &[&str]) -> Run {
+    let out = Command::new(env!("CARGO_BIN_EXE_quorum"))
+        .args(args)
+        .env("QUORUM_CONTROLLERS", controllers)
+        .current_dir(dir)
+        .output()
+        .expect("run quorum");
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_gets_a_clear_error_and_creates_nothing() {
+    let cluster = cluster(DevOptions::for_tests()).await;
+    let c = client(&cluster.addrs);
+    wait_ready(&cluster, &c, 2).await;
+    let ctl = cluster.controllers_env();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("bad.sh"), "#!/bin/bash\n#SBATCH -J ok\n#SBATCH --mem=4X\necho hi\n").unwrap();
+    std::fs::write(dir.path().join("empty.sh"), "   \n").unwrap();
+    let cases: &[(&[&str], &str)] = &[
+        (&["submit", "-p", "nope", "--", "true"], "unknown partition 'nope' (partitions: gpu)"),
+        (&["submit", "--gpus", "h100:16", "--", "true"], "partition 'gpu' has no node with 16 GPUs of type h100; the largest has 4"),
+        (&["submit", "--gpus", "a100:1", "--", "true"], "no node with 1 GPUs of type a100; the largest has 0"),
+        (&["submit", "-c", "64", "--", "true"], "no node with 64 CPUs; the largest has 8"),
+        (&["submit", "-N", "3", "--", "true"], "fewer than the 3 requested"),
+        (&["submit", "-t", "abc", "--", "true"], "invalid time 'abc'"),
+        (&["submit", "-t", "8-00:00:00", "--", "true"], "exceeds partition 'gpu' limit of 7-00:00:00"),
+        (&["submit", "--mem", "4X", "--", "true"], "invalid memory size '4X'"),
+        (&["submit", "--"], "nothing to run"),
+        (&["submit", "--", ""], "empty command"),
+        (&["submit", "bad.sh"], "bad.sh line 3: '#SBATCH --mem=4X': invalid memory size '4X'"),
+        (&["submit", "empty.sh"], "empty script"),
+        (&["submit", "missing.sh"], "cannot read script 'missing.sh'"),
+        (&["show", "999"], "job 999 does not exist"),
+        (&["cancel", "999"], "job 999 does not exist"),
+    ];
+    for (args, want) in cases {
+        let r = quorum(&ctl, dir.path(), args);
+        assert_ne!(r.code, 0, "quorum {args:?} should fail; stdout: {}", r.stdout);
+        assert!(r.stderr.contains(want), "quorum {args:?}: stderr {:?} should contain {want:?}", r.stderr);
+    }
+    assert!(all_jobs(&c).await.is_empty(), "bad input created a job");
+
+    // And the happy path through the same binary: a Slurm batch script runs unchanged.
+    std::fs::write(
+        dir.path().join("job.sh"),
+        "#!/bin/bash\n#SBATCH -J scripted\n#SBATCH -o %x.%j.txt\n#SBATCH --gres=gpu:h100:2\n#SBATCH -t 5\necho \"$SLURM_JOB_NAME gpus=$CUDA_VISIBLE_DEVICES\"\n",
+    )
+    .unwrap();
+    let r = quorum(&ctl, dir.path(), &["submit", "job.sh"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let id: u64 = r.stdout.trim().strip_prefix("Submitted job ").expect(&r.stdout).parse().unwrap();
+    let j = wait_state(&c, id, &["COMPLETED", "FAILED"], Duration::from_secs(30)).await;
+    assert_eq!(j.state, "COMPLETED");
+    let out = std::fs::read_to_string(dir.path().join(format!("scripted.{id}.txt"))).unwrap();
+    let gpus: Vec<String> = j.allocation[0].gpus.iter().map(|g| g.to_string()).collect();
+    assert_eq!(out, format!("scripted gpus={}\n", gpus.join(",")));
+
+    let r = quorum(&ctl, dir.path(), &["show", &id.to_string(), "--json"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let v: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+    assert_eq!(v["id"], id);
+    assert_eq!(v["name"], "scripted");
+    assert_eq!(v["state"], "COMPLETED");
+    assert_eq!(v["exit_code"], 0);
+    assert_eq!(v["nodes"].as_array().unwrap().len(), 1);
+
+    let r = quorum(&ctl, dir.path(), &["queue", "--all"]);
+    assert!(r.stdout.starts_with("JOBID  PARTITION  NAME"), "{}", r.stdout);
+    assert!(r.stdout.contains(&format!("{id}      gpu        scripted  ")), "{}", r.stdout);
+    let r = quorum(&ctl, dir.path(), &["nodes"]);
+    assert!(r.stdout.contains("node01") && r.stdout.contains("h100:4"), "{}", r.stdout);
+    let r = quorum(&ctl, dir.path(), &["cluster", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+    let roles: Vec<&str> = v.as_array().unwrap().iter().map(|r| r["role"].as_str().unwrap()).collect();
+    assert_eq!(roles.iter().filter(|r| **r == "leader").count(), 1, "{roles:?}");
+    assert_eq!(roles.len(), 3);
+    cluster.shutdown().await;
+}

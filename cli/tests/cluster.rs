@@ -1,0 +1,220 @@
+//! The trunk end to end: three replicas with RocksDB in temporary directories, agents running
+//! real processes, real gRPC on loopback.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use quorum_cli::dev::DevOptions;
+
+const T: Duration = Duration::from_secs(30);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_run_complete_fail_and_record_exit_codes() {
+    let cluster = cluster(DevOptions::for_tests()).await;
+    let c = client(&cluster.addrs);
+    wait_ready(&cluster, &c, 2).await;
+    let dir = tempfile::tempdir().unwrap();
+
+    let ok = submit(&c, spec(&["bash", "-c", "echo hello > result.txt; echo \"id=$QUORUM_JOB_ID slurm=$SLURM_JOB_ID\""], dir.path())).await;
+    let j = wait_state(&c, ok, &["COMPLETED", "FAILED"], T).await;
+    assert_eq!(j.state, "COMPLETED", "{j:?}");
+    assert!(j.has_exit_code);
+    assert_eq!(j.exit_code, 0);
+    assert_eq!(std::fs::read_to_string(dir.path().join("result.txt")).unwrap(), "hello\n");
+    let out = std::fs::read_to_string(dir.path().join(format!("quorum-{ok}.out"))).unwrap();
+    assert_eq!(out, format!("id={ok} slurm={ok}\n"));
+
+    let mut failing = spec(&["bash", "-c", "echo oops >&2; exit 3"], dir.path());
+    failing.name = "fails".into();
+    failing.stdout = "%x-%j.log".into();
+    let bad = submit(&c, failing).await;
+    let j = wait_state(&c, bad, &["COMPLETED", "FAILED"], T).await;
+    assert_eq!(j.state, "FAILED");
+    assert_eq!(j.exit_code, 3);
+    let log = std::fs::read_to_string(dir.path().join(format!("fails-{bad}.log"))).unwrap();
+    assert_eq!(log, "oops\n");
+
+    let missing = submit(&c, spec(&["/no/such/program"], dir.path())).await;
+    let j = wait_state(&c, missing, &["COMPLETED", "FAILED"], T).await;
+    assert_eq!(j.state, "FAILED");
+    let out = std::fs::read_to_string(dir.path().join(format!("quorum-{missing}.out"))).unwrap();
+    assert!(out.contains("cannot run '/no/such/program'"), "{out}");
+
+    // Resources are free again.
+    let nodes = c
+        .call(|mut cl| async move { cl.list_nodes(quorum_proto::api::ListNodesRequest {}).await })
+        .await
+        .unwrap()
+        .nodes;
+    assert!(nodes.iter().all(|n| n.alloc_cpus == 0 && n.state == "idle"), "{nodes:?}");
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_kills_every_process_of_the_job() {
+    let cluster = cluster(DevOptions::for_tests()).await;
+    let c = client(&cluster.addrs);
+    wait_ready(&cluster, &c, 2).await;
+    let dir = tempfile::tempdir().unwrap();
+    // A shell that ignores SIGTERM with two children: only the group kill gets them all.
+    let script = "trap '' TERM; echo $$ > pgid; sleep 1000 & sleep 1000 & wait";
+    let id = submit(&c, spec(&["bash", "-c", script], dir.path())).await;
+    wait_state(&c, id, &["RUNNING"], T).await;
+    let pgid: i32 = wait_for(T, "the job to write its pgid", || async {
+        std::fs::read_to_string(dir.path().join("pgid")).ok()?.trim().parse().ok()
+    })
+    .await;
+    assert!(group_alive(pgid));
+    let r = c
+        .call(|mut cl| async move {
+            cl.cancel_job(quorum_proto::api::CancelJobRequest {
+                job_ids: vec![id],
+                user: "tester".into(),
+            })
+            .await
+        })
+        .await
+        .unwrap();
+    assert!(r.results[0].ok, "{:?}", r.results);
+    let j = wait_state(&c, id, &["CANCELLED", "COMPLETED", "FAILED"], T).await;
+    assert_eq!(j.state, "CANCELLED");
+    wait_for(Duration::from_secs(5), "every process of the job to be gone", || async { (!group_alive(pgid)).then_some(()) }).await;
+
+    // Cancelling it again is refused with the reason.
+    let r = c
+        .call(|mut cl| async move {
+            cl.cancel_job(quorum_proto::api::CancelJobRequest {
+                job_ids: vec![id],
+                user: "tester".into(),
+            })
+            .await
+        })
+        .await
+        .unwrap();
+    assert!(!r.results[0].ok && r.results[0].error.contains("already finished"), "{:?}", r.results);
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_over_its_time_limit_ends_timeout() {
+    let cluster = cluster(DevOptions::for_tests()).await;
+    let c = client(&cluster.addrs);
+    wait_ready(&cluster, &c, 2).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = spec(&["sleep", "600"], dir.path());
+    s.time_limit_s = 2;
+    let id = submit(&c, s).await;
+    let j = wait_state(&c, id, &["TIMEOUT", "COMPLETED", "FAILED", "CANCELLED"], T).await;
+    assert_eq!(j.state, "TIMEOUT");
+    let ran = (j.end_time_ms - j.start_time_ms) as f64 / 1000.0;
+    assert!(ran >= 2.0, "ended after {ran}s, before its 2s limit");
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_stop_loses_nothing_and_a_new_leader_runs_jobs() {
+    let mut cluster = cluster(DevOptions::for_tests()).await;
+    let c = client(&cluster.addrs);
+    wait_ready(&cluster, &c, 2).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut ids = Vec::new();
+    for i in 0..10 {
+        ids.push(submit(&c, spec(&["bash", "-c", &format!("echo {i}")], dir.path())).await);
+    }
+    let old = cluster.leader().expect("a leader");
+    cluster.stop_controller(old).await;
+    wait_for(T, "a new leader", || async { cluster.leader().filter(|l| *l != old) }).await;
+    for id in &ids {
+        let j = job(&c, *id).await;
+        assert_eq!(j.id, *id);
+    }
+    let after = submit(&c, spec(&["bash", "-c", "echo after > after.txt"], dir.path())).await;
+    assert!(after > *ids.last().unwrap());
+    let j = wait_state(&c, after, &["COMPLETED", "FAILED"], T).await;
+    assert_eq!(j.state, "COMPLETED");
+    assert_eq!(std::fs::read_to_string(dir.path().join("after.txt")).unwrap(), "after\n");
+    for id in &ids {
+        wait_state(&c, *id, &["COMPLETED"], T).await;
+    }
+    assert_eq!(all_jobs(&c).await.len(), 11, "no job lost, none doubled");
+    cluster.shutdown().await;
+}
+
+/// Waits until replica `i` has applied what the leader has, then compares state digests.
+async fn assert_caught_up(cluster: &quorum_cli::dev::DevCluster, i: usize) {
+    let (idx, digest) = wait_for(T, "the replica to catch up", || async {
+        let leader = cluster.controller(cluster.leader()?)?;
+        let follower = cluster.controller(i)?;
+        let l = leader.core.shared.read();
+        let f = follower.core.shared.read();
+        (l.applied_index() == f.applied_index()).then(|| {
+            (
+                l.applied_index(),
+                (quorum_control::state::digest(&l.state), quorum_control::state::digest(&f.state)),
+            )
+        })
+    })
+    .await;
+    assert_eq!(digest.0, digest.1, "replicas at applied index {idx} disagree");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_follower_catches_up_by_log_and_by_snapshot() {
+    let opts = DevOptions {
+        snapshot_every: 20,
+        snapshot_keep_logs: 0,
+        ..DevOptions::for_tests()
+    };
+    let mut cluster = cluster(opts).await;
+    let c = client(&cluster.addrs);
+    wait_ready(&cluster, &c, 2).await;
+    let dir = tempfile::tempdir().unwrap();
+    let leader = cluster.leader().unwrap();
+    let follower = (leader + 1) % 3;
+
+    // Behind by a few entries: caught up from the log.
+    cluster.stop_controller(follower).await;
+    let first = submit(&c, spec(&["true"], dir.path())).await;
+    cluster.restart_controller(follower).await.unwrap();
+    assert_caught_up(&cluster, follower).await;
+
+    // Behind by more than a snapshot with the log purged behind it: caught up by snapshot.
+    cluster.stop_controller(follower).await;
+    let mut last = first;
+    for _ in 0..40 {
+        last = submit(&c, spec(&["true"], dir.path())).await;
+    }
+    wait_state(&c, last, &["COMPLETED"], T).await;
+    let snap = cluster.controller(cluster.leader().unwrap()).unwrap().core.raft.metrics().borrow().snapshot;
+    assert!(snap.is_some(), "the leader has built a snapshot");
+    cluster.restart_controller(follower).await.unwrap();
+    assert_caught_up(&cluster, follower).await;
+    let f = cluster.controller(follower).unwrap();
+    assert!(f.core.shared.read().state.jobs.contains_key(&last));
+    assert!(f.core.raft.metrics().borrow().snapshot.is_some(), "the follower installed a snapshot");
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn submits_to_a_follower_work_and_retries_make_one_job() {
+    let cluster = cluster(DevOptions::for_tests()).await;
+    let c = client(&cluster.addrs);
+    wait_ready(&cluster, &c, 2).await;
+    let dir = tempfile::tempdir().unwrap();
+    let leader = cluster.leader().unwrap();
+    let follower = (leader + 1) % 3;
+    let only_follower = client(&[cluster.addrs[follower].clone()]);
+    let first = submit_with_id(&only_follower, spec(&["true"], dir.path()), "req-1").await.unwrap();
+    assert!(!first.duplicate);
+    let again = submit_with_id(&only_follower, spec(&["true"], dir.path()), "req-1").await.unwrap();
+    assert_eq!(again.job_id, first.job_id);
+    assert!(again.duplicate);
+    let via_leader = submit_with_id(&c, spec(&["true"], dir.path()), "req-1").await.unwrap();
+    assert_eq!(via_leader.job_id, first.job_id);
+    assert_eq!(all_jobs(&c).await.len(), 1);
+    let j = wait_state(&only_follower, first.job_id, &["COMPLETED"], T).await;
+    assert_eq!(j.exit_code, 0);
+    cluster.shutdown().await;
+}

@@ -1,0 +1,117 @@
+//! Helpers shared by the end-to-end tests: an embedded cluster on ephemeral ports, a client,
+//! and waiting for conditions with deadlines (never sleeping "long enough").
+
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use quorum_cli::client::Client;
+use quorum_cli::dev::{DevCluster, DevOptions};
+use quorum_proto::api::{self, JobInfo};
+
+pub async fn cluster(opts: DevOptions) -> DevCluster {
+    DevCluster::start(opts).await.expect("start dev cluster")
+}
+
+pub fn client(addrs: &[String]) -> Client {
+    Client::new(addrs.to_vec()).expect("client")
+}
+
+/// Polls `f` until it returns `Some`, failing the test with `what` after `timeout`.
+pub async fn wait_for<T, F, Fut>(timeout: Duration, what: &str, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(start.elapsed() < timeout, "timed out after {timeout:?} waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+pub fn spec(argv: &[&str], dir: &Path) -> api::JobSpec {
+    api::JobSpec {
+        name: "test".into(),
+        nodes: 1,
+        ntasks: 1,
+        cpus_per_task: 1,
+        argv: argv.iter().map(|s| s.to_string()).collect(),
+        work_dir: dir.display().to_string(),
+        submit_dir: dir.display().to_string(),
+        env: vec![api::EnvVar {
+            name: "PATH".into(),
+            value: std::env::var("PATH").unwrap_or_default(),
+        }],
+        ..Default::default()
+    }
+}
+
+pub async fn submit_with_id(c: &Client, spec: api::JobSpec, request_id: &str) -> Result<api::SubmitJobResponse, tonic::Status> {
+    let req = api::SubmitJobRequest {
+        spec: Some(spec),
+        user: "tester".into(),
+        request_id: request_id.into(),
+    };
+    c.call(|mut cl| {
+        let req = req.clone();
+        async move { cl.submit_job(req).await }
+    })
+    .await
+}
+
+pub async fn submit(c: &Client, spec: api::JobSpec) -> u64 {
+    submit_with_id(c, spec, &uuid::Uuid::new_v4().to_string())
+        .await
+        .expect("submit")
+        .job_id
+}
+
+pub async fn job(c: &Client, id: u64) -> JobInfo {
+    c.call(|mut cl| async move { cl.get_job(api::GetJobRequest { job_id: id }).await })
+        .await
+        .expect("get job")
+        .job
+        .expect("job in answer")
+}
+
+pub async fn all_jobs(c: &Client) -> Vec<JobInfo> {
+    c.call(|mut cl| async move { cl.list_jobs(api::ListJobsRequest::default()).await })
+        .await
+        .expect("list jobs")
+        .jobs
+}
+
+/// Waits until the job is in one of `states` and returns it.
+pub async fn wait_state(c: &Client, id: u64, states: &[&str], timeout: Duration) -> JobInfo {
+    wait_for(timeout, &format!("job {id} to be one of {states:?}"), || async {
+        let j = job(c, id).await;
+        states.contains(&j.state.as_str()).then_some(j)
+    })
+    .await
+}
+
+/// Waits until some replica leads and every agent is connected to it.
+pub async fn wait_ready(cluster: &DevCluster, c: &Client, agents: usize) {
+    wait_for(Duration::from_secs(20), "a leader with all agents connected", || async {
+        cluster.leader()?;
+        let nodes = c
+            .call(|mut cl| async move { cl.list_nodes(api::ListNodesRequest {}).await })
+            .await
+            .ok()?
+            .nodes;
+        (nodes.iter().filter(|n| n.connected).count() == agents).then_some(())
+    })
+    .await
+}
+
+/// Whether any process of process group `pgid` still exists.
+pub fn group_alive(pgid: i32) -> bool {
+    // SAFETY: signal 0 checks existence only.
+    unsafe { libc::kill(-pgid, 0) == 0 }
+}

@@ -1,0 +1,227 @@
+//! The controller's TOML configuration file.
+//!
+//! ```toml
+//! id = 1
+//! listen = "0.0.0.0:7101"
+//! advertise = "ctl1.example.org:7101"   # what the other replicas and agents dial; default: listen
+//! data_dir = "/var/lib/quorum"
+//!
+//! [[replicas]]
+//! id = 1
+//! addr = "ctl1.example.org:7101"
+//!
+//! [[partitions]]
+//! name = "gpu"
+//! nodes = "gpu-node[01-10]"
+//! default = true
+//! max_time = "2-00:00:00"
+//! default_time = "1:00:00"
+//! default_mem_per_cpu = "2G"
+//! ```
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::{hostlist, parse, Partition};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("reading {path}: {source}")]
+    Read { path: String, source: std::io::Error },
+    #[error("{path}: {message}")]
+    Parse { path: String, message: String },
+    #[error("invalid configuration: {0}")]
+    Invalid(String),
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReplicaConfig {
+    pub id: u64,
+    pub addr: String,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PartitionConfig {
+    pub name: String,
+    pub nodes: String,
+    #[serde(default)]
+    pub default: bool,
+    #[serde(default)]
+    pub max_time: Option<String>,
+    #[serde(default)]
+    pub default_time: Option<String>,
+    #[serde(default)]
+    pub default_mem_per_cpu: Option<String>,
+}
+
+impl PartitionConfig {
+    pub fn to_partition(&self) -> Result<Partition, ConfigError> {
+        let bad = |what: String| ConfigError::Invalid(format!("partition '{}': {what}", self.name));
+        if self.name.is_empty() || self.name.contains(|c: char| c.is_whitespace() || c == ',') {
+            return Err(bad("a partition name must be non-empty without spaces or commas".into()));
+        }
+        let names = hostlist::expand(&self.nodes).map_err(|e| bad(e.to_string()))?;
+        let time = |v: &Option<String>| -> Result<Option<u64>, ConfigError> {
+            match v {
+                Some(t) => parse::parse_time_limit(t).map_err(|e| bad(e.to_string())),
+                None => Ok(None),
+            }
+        };
+        let mem = match &self.default_mem_per_cpu {
+            Some(m) => parse::parse_mem_mb(m).map_err(|e| bad(e.to_string()))?,
+            None => 1024,
+        };
+        Ok(Partition {
+            name: self.name.clone(),
+            nodes: self.nodes.clone(),
+            node_names: names.into_iter().collect::<BTreeSet<_>>(),
+            default: self.default,
+            max_time_s: time(&self.max_time)?,
+            default_time_s: time(&self.default_time)?,
+            default_mem_per_cpu_mb: mem,
+        })
+    }
+}
+
+fn default_heartbeat_ms() -> u64 {
+    50
+}
+fn default_election_min_ms() -> u64 {
+    150
+}
+fn default_election_max_ms() -> u64 {
+    300
+}
+fn default_snapshot_every() -> u64 {
+    10_000
+}
+fn default_snapshot_keep_logs() -> u64 {
+    1_000
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ControllerConfig {
+    pub id: u64,
+    pub listen: String,
+    #[serde(default)]
+    pub advertise: Option<String>,
+    pub data_dir: PathBuf,
+    pub replicas: Vec<ReplicaConfig>,
+    #[serde(default)]
+    pub partitions: Vec<PartitionConfig>,
+    #[serde(default = "default_heartbeat_ms")]
+    pub raft_heartbeat_ms: u64,
+    #[serde(default = "default_election_min_ms")]
+    pub election_timeout_min_ms: u64,
+    #[serde(default = "default_election_max_ms")]
+    pub election_timeout_max_ms: u64,
+    /// Build a snapshot after this many log entries since the last one.
+    #[serde(default = "default_snapshot_every")]
+    pub snapshot_every: u64,
+    /// Log entries kept behind a snapshot for followers that lag a little; one that lags more
+    /// receives the snapshot.
+    #[serde(default = "default_snapshot_keep_logs")]
+    pub snapshot_keep_logs: u64,
+}
+
+impl ControllerConfig {
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        let config: ControllerConfig = toml::from_str(&text).map_err(|e| ConfigError::Parse {
+            path: path.display().to_string(),
+            message: e.to_string(),
+        })?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    pub fn advertise_addr(&self) -> &str {
+        self.advertise.as_deref().unwrap_or(&self.listen)
+    }
+
+    /// The partitions, validated: hostlists expand, times and sizes parse, one default at most.
+    pub fn partitions(&self) -> Result<Vec<Partition>, ConfigError> {
+        let parts = self
+            .partitions
+            .iter()
+            .map(PartitionConfig::to_partition)
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut seen = BTreeSet::new();
+        for p in &parts {
+            if !seen.insert(&p.name) {
+                return Err(ConfigError::Invalid(format!("partition '{}' is defined twice", p.name)));
+            }
+        }
+        if parts.iter().filter(|p| p.default).count() > 1 {
+            return Err(ConfigError::Invalid("more than one partition has default = true".into()));
+        }
+        Ok(parts)
+    }
+
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if !self.replicas.iter().any(|r| r.id == self.id) {
+            return Err(ConfigError::Invalid(format!(
+                "id {} is not among the replicas ({})",
+                self.id,
+                self.replicas.iter().map(|r| r.id.to_string()).collect::<Vec<_>>().join(", ")
+            )));
+        }
+        let ids: BTreeSet<u64> = self.replicas.iter().map(|r| r.id).collect();
+        if ids.len() != self.replicas.len() {
+            return Err(ConfigError::Invalid("two replicas share an id".into()));
+        }
+        if self.election_timeout_min_ms <= self.raft_heartbeat_ms
+            || self.election_timeout_max_ms <= self.election_timeout_min_ms
+        {
+            return Err(ConfigError::Invalid(
+                "need raft_heartbeat_ms < election_timeout_min_ms < election_timeout_max_ms".into(),
+            ));
+        }
+        self.partitions()?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_a_config_and_names_bad_fields() {
+        let text = r#"
+            id = 1
+            listen = "127.0.0.1:7101"
+            data_dir = "/tmp/q"
+            [[replicas]]
+            id = 1
+            addr = "127.0.0.1:7101"
+            [[partitions]]
+            name = "gpu"
+            nodes = "gpu[01-04]"
+            default = true
+            max_time = "1-00:00:00"
+        "#;
+        let c: ControllerConfig = toml::from_str(text).unwrap();
+        c.validate().unwrap();
+        let p = &c.partitions().unwrap()[0];
+        assert_eq!(p.node_names.len(), 4);
+        assert_eq!(p.max_time_s, Some(86400));
+
+        let bad = text.replace("gpu[01-04]", "gpu[04-01]");
+        let c: ControllerConfig = toml::from_str(&bad).unwrap();
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("partition 'gpu'") && e.contains("runs backwards"), "{e}");
+
+        let bad = text.replace("id = 1\n            listen", "id = 9\n            listen");
+        let c: ControllerConfig = toml::from_str(&bad).unwrap();
+        assert!(c.validate().unwrap_err().to_string().contains("id 9 is not among"));
+    }
+}

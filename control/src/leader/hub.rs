@@ -1,0 +1,209 @@
+//! The leader's connections to agents, and the reconciliation that keeps each node doing what
+//! the state says.
+//!
+//! Launches and kills are derived from the state, never queued: after every applied change and
+//! every heartbeat, each connected node's jobs in the state are compared with what was already
+//! sent on its current stream and with what the agent reports running. A new stream (after a
+//! reconnect or a leader change) starts with nothing sent, so everything is re-sent; agents
+//! deduplicate by job id and fencing token, so delivery is at least once and effect exactly once.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Mutex;
+use std::time::Instant;
+
+use quorum_proto::agent::{controller_message::Msg, ControllerMessage, ExitKind, Kill, Launch};
+use tokio::sync::{mpsc, watch};
+use tonic::Status;
+
+use crate::model::JobId;
+use crate::server::convert;
+use crate::state::ClusterState;
+
+pub type AgentSender = mpsc::Sender<Result<ControllerMessage, Status>>;
+
+struct Conn {
+    id: u64,
+    tx: AgentSender,
+    launched: HashSet<(JobId, u64)>,
+    killed: HashSet<(JobId, u64)>,
+    /// What the agent said it runs in its last heartbeat, as (job, token).
+    reported: Vec<(JobId, u64)>,
+    last_seen: Instant,
+}
+
+#[derive(Default)]
+struct Inner {
+    conns: HashMap<String, Conn>,
+    next_id: u64,
+}
+
+/// The agents connected to this replica while it leads.
+pub struct AgentHub {
+    inner: Mutex<Inner>,
+    /// Bumped by [`AgentHub::close_all`]; streams end when it changes.
+    generation: watch::Sender<u64>,
+}
+
+impl Default for AgentHub {
+    fn default() -> Self {
+        Self {
+            inner: Mutex::new(Inner::default()),
+            generation: watch::Sender::new(0),
+        }
+    }
+}
+
+impl AgentHub {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Registers a stream for `node`, replacing any older one. Returns the connection id and a
+    /// receiver that changes when the hub closes all streams.
+    pub fn attach(&self, node: &str, tx: AgentSender) -> (u64, watch::Receiver<u64>) {
+        let mut inner = self.lock();
+        inner.next_id += 1;
+        let id = inner.next_id;
+        inner.conns.insert(
+            node.to_string(),
+            Conn {
+                id,
+                tx,
+                launched: HashSet::new(),
+                killed: HashSet::new(),
+                reported: Vec::new(),
+                last_seen: Instant::now(),
+            },
+        );
+        let mut rx = self.generation.subscribe();
+        rx.mark_unchanged();
+        (id, rx)
+    }
+
+    pub fn detach(&self, node: &str, conn_id: u64) {
+        let mut inner = self.lock();
+        if inner.conns.get(node).is_some_and(|c| c.id == conn_id) {
+            inner.conns.remove(node);
+        }
+    }
+
+    pub fn heartbeat(&self, node: &str, conn_id: u64, running: Vec<(JobId, u64)>) {
+        let mut inner = self.lock();
+        if let Some(c) = inner.conns.get_mut(node).filter(|c| c.id == conn_id) {
+            c.reported = running;
+            c.last_seen = Instant::now();
+        }
+    }
+
+    /// Ends every stream: the replica stopped leading or is shutting down.
+    pub fn close_all(&self) {
+        let mut inner = self.lock();
+        for (_, conn) in inner.conns.drain() {
+            let _ = conn
+                .tx
+                .try_send(Err(Status::unavailable("this replica is no longer the leader")));
+        }
+        self.generation.send_modify(|g| *g += 1);
+    }
+
+    pub fn connected(&self, node: &str) -> bool {
+        self.lock().conns.contains_key(node)
+    }
+
+    pub fn connected_nodes(&self) -> Vec<String> {
+        self.lock().conns.keys().cloned().collect()
+    }
+
+    /// Sends what each connected node (or only `only`) lacks to match the state.
+    pub fn reconcile(&self, state: &ClusterState, only: Option<&str>) {
+        let mut inner = self.lock();
+        for (name, conn) in inner.conns.iter_mut() {
+            if only.is_some_and(|o| o != name) {
+                continue;
+            }
+            reconcile_node(state, name, conn);
+        }
+    }
+}
+
+fn send(conn: &Conn, msg: Msg) -> bool {
+    conn.tx.try_send(Ok(ControllerMessage { msg: Some(msg) })).is_ok()
+}
+
+fn reconcile_node(state: &ClusterState, name: &str, conn: &mut Conn) {
+    if let Some(node) = state.nodes.get(name) {
+        for job_id in &node.jobs {
+            let Some(job) = state.jobs.get(job_id) else { continue };
+            let key = (job.id, job.alloc_index);
+            if job.cancel_requested {
+                if !conn.killed.contains(&key)
+                    && send(
+                        conn,
+                        Msg::Kill(Kill {
+                            job_id: job.id,
+                            token: job.alloc_index,
+                            reason: ExitKind::Cancelled as i32,
+                        }),
+                    )
+                {
+                    conn.killed.insert(key);
+                }
+            } else if !conn.launched.contains(&key) {
+                if let Some(launch) = launch_for(state, job.id, name) {
+                    if send(conn, Msg::Launch(launch)) {
+                        conn.launched.insert(key);
+                    }
+                }
+            }
+        }
+    }
+    // Anything the agent runs that the state does not place here (ended, cancelled, or from an
+    // older allocation) is killed.
+    let stray: Vec<(JobId, u64)> = conn
+        .reported
+        .iter()
+        .copied()
+        .filter(|(id, token)| {
+            !state.jobs.get(id).is_some_and(|j| {
+                j.alloc_index == *token
+                    && j.state == crate::model::JobState::Running
+                    && state.nodes.get(name).is_some_and(|n| n.jobs.contains(id))
+            })
+        })
+        .collect();
+    for key in stray {
+        if !conn.killed.contains(&key)
+            && send(
+                conn,
+                Msg::Kill(Kill {
+                    job_id: key.0,
+                    token: key.1,
+                    reason: ExitKind::Cancelled as i32,
+                }),
+            )
+        {
+            conn.killed.insert(key);
+        }
+    }
+}
+
+/// The launch message for `job_id`'s rank on `node`.
+pub fn launch_for(state: &ClusterState, job_id: JobId, node: &str) -> Option<Launch> {
+    let job = state.jobs.get(&job_id)?;
+    let allocation = job.allocation.as_ref()?;
+    let rank = allocation.nodes.iter().position(|a| a.node == node)?;
+    let mine = &allocation.nodes[rank];
+    Some(Launch {
+        job_id,
+        token: job.alloc_index,
+        spec: Some(convert::spec_to_proto(&job.spec)),
+        user: job.user.clone(),
+        nodelist: allocation.nodelist(),
+        node_rank: rank as u32,
+        num_nodes: allocation.nodes.len() as u32,
+        cpus: mine.cpus,
+        mem_mb: mine.mem_mb,
+        gpus: mine.gpus.clone(),
+        time_limit_s: job.spec.time_limit_s.unwrap_or(0),
+    })
+}

@@ -1,0 +1,156 @@
+//! Leader-only work. A supervisor watches openraft's metrics; while this replica leads it runs
+//! a session of three loops, and it ends them (and every agent stream) the moment it stops:
+//!
+//! - partition sync: makes the replicated partitions match this replica's config file;
+//! - scheduling: after events (debounced by the kick) and at least every second, builds a view
+//!   at an applied index, calls `sched::schedule`, and proposes the plan;
+//! - dispatch: after every applied change, reconciles each connected agent with the state.
+
+pub mod hub;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use openraft::ServerState;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::model::Partition;
+use crate::replica::{now_ms, Core};
+use crate::sched::{self, ClusterView, Policy};
+use crate::state::{Command, Response};
+
+/// Runs until `stop` turns true, starting and stopping leader sessions as leadership comes and
+/// goes.
+pub async fn supervise(core: Arc<Core>, partitions: Vec<Partition>, mut stop: watch::Receiver<bool>) {
+    let mut metrics = core.raft.metrics();
+    let mut session: Option<(watch::Sender<bool>, Vec<JoinHandle<()>>)> = None;
+    loop {
+        let leading = {
+            let m = metrics.borrow_and_update();
+            m.state == ServerState::Leader && m.current_leader == Some(core.id)
+        };
+        if leading && session.is_none() {
+            tracing::info!(replica = core.id, "leading: starting scheduler and dispatcher");
+            session = Some(start_session(core.clone(), partitions.clone()));
+        } else if !leading && session.is_some() {
+            tracing::info!(replica = core.id, "no longer leading");
+            end_session(&core, session.take()).await;
+        }
+        tokio::select! {
+            changed = metrics.changed() => if changed.is_err() { break },
+            _ = stop.changed() => break,
+        }
+    }
+    end_session(&core, session.take()).await;
+}
+
+async fn end_session(core: &Core, session: Option<(watch::Sender<bool>, Vec<JoinHandle<()>>)>) {
+    if let Some((stop, tasks)) = session {
+        let _ = stop.send(true);
+        for t in tasks {
+            let _ = t.await;
+        }
+    }
+    core.hub.close_all();
+}
+
+fn start_session(core: Arc<Core>, partitions: Vec<Partition>) -> (watch::Sender<bool>, Vec<JoinHandle<()>>) {
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let tasks = vec![
+        tokio::spawn(sync_partitions(core.clone(), partitions, stop_rx.clone())),
+        tokio::spawn(schedule_loop(core.clone(), stop_rx.clone())),
+        tokio::spawn(dispatch_loop(core, stop_rx)),
+    ];
+    (stop_tx, tasks)
+}
+
+async fn sync_partitions(core: Arc<Core>, partitions: Vec<Partition>, mut stop: watch::Receiver<bool>) {
+    loop {
+        let current: Vec<Partition> = core.shared.read().state.partitions.values().cloned().collect();
+        let mut wanted = partitions.clone();
+        wanted.sort_by(|a, b| a.name.cmp(&b.name));
+        if current == wanted {
+            return;
+        }
+        match core
+            .write(Command::SetPartitions {
+                partitions: wanted,
+                now: now_ms(),
+            })
+            .await
+        {
+            Ok(_) => return,
+            Err(e) => tracing::warn!(error = %e, "syncing partitions"),
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(200)) => {}
+            _ = stop.changed() => return,
+        }
+    }
+}
+
+async fn schedule_loop(core: Arc<Core>, mut stop: watch::Receiver<bool>) {
+    let policy = Policy::default();
+    loop {
+        tokio::select! {
+            _ = core.shared.sched_kick.notified() => {}
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            _ = stop.changed() => return,
+        }
+        if *stop.borrow() {
+            return;
+        }
+        let (view, base_index) = {
+            let applied = core.shared.read();
+            (ClusterView::from_state(&applied.state), applied.applied_index())
+        };
+        let plan = sched::schedule(&view, now_ms(), &policy);
+        let reasons: Vec<_> = {
+            let applied = core.shared.read();
+            plan.reasons
+                .iter()
+                .filter(|(id, r)| applied.state.jobs.get(id).is_some_and(|j| j.reason != **r))
+                .map(|(id, r)| (*id, *r))
+                .collect()
+        };
+        if plan.starts.is_empty() && reasons.is_empty() {
+            continue;
+        }
+        let planned = plan.starts.len();
+        let command = Command::ApplyPlan {
+            base_index,
+            now: now_ms(),
+            starts: plan.starts,
+            reasons,
+        };
+        match core.write(command).await {
+            Ok((index, Response::PlanApplied { started, dropped })) => {
+                tracing::debug!(index, planned, started = started.len(), dropped = dropped.len(), "plan applied");
+                for (job, why) in dropped {
+                    tracing::debug!(job, why, "planned start dropped at apply");
+                }
+            }
+            Ok((_, other)) => tracing::warn!(?other, "unexpected answer to a plan"),
+            Err(e) => {
+                tracing::warn!(error = %e, "proposing a plan");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+async fn dispatch_loop(core: Arc<Core>, mut stop: watch::Receiver<bool>) {
+    let mut applied = core.shared.applied_index.subscribe();
+    loop {
+        {
+            let a = core.shared.read();
+            core.hub.reconcile(&a.state, None);
+        }
+        tokio::select! {
+            changed = applied.changed() => if changed.is_err() { return },
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            _ = stop.changed() => return,
+        }
+    }
+}

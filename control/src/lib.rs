@@ -1,0 +1,18 @@
+//! The Quorum controller.
+//!
+//! Data flows one way: clients and agents reach [`server`]; writes become [`state::Command`]s
+//! proposed through Raft ([`replica`]); once committed, [`state::apply`] changes the
+//! [`state::ClusterState`] on every replica. On the leader, [`leader`] loops read that state,
+//! call the pure scheduler [`sched::schedule`], propose its plan, and push launches and kills to
+//! the agents.
+
+pub mod config;
+pub mod leader;
+pub mod model;
+pub mod replica;
+pub mod sched;
+pub mod server;
+pub mod state;
+
+pub use config::ControllerConfig;
+pub use replica::{run, Controller};

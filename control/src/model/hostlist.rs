@@ -1,0 +1,191 @@
+//! Slurm-style hostlists: `gpu[01-04,07]` expands to `gpu01 gpu02 gpu03 gpu04 gpu07`, and a
+//! list of names compresses back to the shortest such form, keeping zero padding.
+
+use std::fmt::Write as _;
+
+/// Why a hostlist expression could not be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("bad hostlist '{expr}': {reason}")]
+pub struct HostlistError {
+    pub expr: String,
+    pub reason: String,
+}
+
+const MAX_EXPANDED: usize = 1_000_000;
+
+/// Expands a comma-separated hostlist expression such as `a[1-3],b07,c[08-10]`.
+pub fn expand(expr: &str) -> Result<Vec<String>, HostlistError> {
+    let err = |reason: &str| HostlistError {
+        expr: expr.to_string(),
+        reason: reason.to_string(),
+    };
+    let mut out = Vec::new();
+    for item in split_top_level(expr).map_err(|r| err(&r))? {
+        let item = item.trim();
+        if item.is_empty() {
+            continue;
+        }
+        match item.find('[') {
+            None => {
+                if item.contains(']') {
+                    return Err(err("']' without '['"));
+                }
+                out.push(item.to_string());
+            }
+            Some(open) => {
+                let close = item.rfind(']').ok_or_else(|| err("'[' without ']'"))?;
+                let prefix = &item[..open];
+                let suffix = &item[close + 1..];
+                if suffix.contains('[') {
+                    return Err(err("only one bracket range per name is supported"));
+                }
+                for range in item[open + 1..close].split(',') {
+                    let (lo, hi) = match range.split_once('-') {
+                        Some((lo, hi)) => (lo, hi),
+                        None => (range, range),
+                    };
+                    let width = lo.len();
+                    let lo_n: u64 = lo.parse().map_err(|_| err(&format!("'{range}' is not a number or range")))?;
+                    let hi_n: u64 = hi.parse().map_err(|_| err(&format!("'{range}' is not a number or range")))?;
+                    if hi_n < lo_n {
+                        return Err(err(&format!("range '{range}' runs backwards")));
+                    }
+                    if (hi_n - lo_n) as usize + out.len() > MAX_EXPANDED {
+                        return Err(err("expands to more than a million names"));
+                    }
+                    for n in lo_n..=hi_n {
+                        out.push(format!("{prefix}{n:0width$}{suffix}"));
+                    }
+                }
+            }
+        }
+    }
+    if out.is_empty() {
+        return Err(err("names no host"));
+    }
+    Ok(out)
+}
+
+fn split_top_level(expr: &str) -> Result<Vec<&str>, String> {
+    let mut parts = Vec::new();
+    let mut depth = 0i32;
+    let mut start = 0;
+    for (i, c) in expr.char_indices() {
+        match c {
+            '[' => depth += 1,
+            ']' => {
+                depth -= 1;
+                if depth < 0 {
+                    return Err("']' without '['".into());
+                }
+            }
+            ',' if depth == 0 => {
+                parts.push(&expr[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    if depth != 0 {
+        return Err("'[' without ']'".into());
+    }
+    parts.push(&expr[start..]);
+    Ok(parts)
+}
+
+/// Splits `gpu012` into (`gpu`, `012`); names without a trailing number have no digits.
+fn split_numeric_suffix(name: &str) -> (&str, &str) {
+    let digits = name.bytes().rev().take_while(u8::is_ascii_digit).count();
+    name.split_at(name.len() - digits)
+}
+
+/// Compresses names into a hostlist expression; the inverse of [`expand`] up to ordering.
+pub fn compress<S: AsRef<str>>(names: &[S]) -> String {
+    // group by (prefix, width) keeping first-seen order of groups
+    let mut groups: Vec<(String, usize, Vec<u64>)> = Vec::new();
+    let mut plain: Vec<(usize, String)> = Vec::new();
+    let mut order = 0usize;
+    let mut group_order: Vec<usize> = Vec::new();
+    for name in names {
+        let name = name.as_ref();
+        let (prefix, digits) = split_numeric_suffix(name);
+        if digits.is_empty() || digits.len() > 18 {
+            plain.push((order, name.to_string()));
+            order += 1;
+            continue;
+        }
+        let n: u64 = digits.parse().expect("all ascii digits, at most 18");
+        match groups.iter_mut().find(|(p, w, _)| p == prefix && *w == digits.len()) {
+            Some((_, _, nums)) => nums.push(n),
+            None => {
+                groups.push((prefix.to_string(), digits.len(), vec![n]));
+                group_order.push(order);
+                order += 1;
+            }
+        }
+    }
+    let mut pieces: Vec<(usize, String)> = plain;
+    for ((prefix, width, mut nums), at) in groups.into_iter().zip(group_order) {
+        nums.sort_unstable();
+        nums.dedup();
+        let mut ranges: Vec<(u64, u64)> = Vec::new();
+        for n in nums {
+            match ranges.last_mut() {
+                Some((_, hi)) if *hi + 1 == n => *hi = n,
+                _ => ranges.push((n, n)),
+            }
+        }
+        let text = if ranges.len() == 1 && ranges[0].0 == ranges[0].1 {
+            format!("{prefix}{:0width$}", ranges[0].0)
+        } else {
+            let mut s = format!("{prefix}[");
+            for (i, (lo, hi)) in ranges.iter().enumerate() {
+                if i > 0 {
+                    s.push(',');
+                }
+                if lo == hi {
+                    let _ = write!(s, "{lo:0width$}");
+                } else {
+                    let _ = write!(s, "{lo:0width$}-{hi:0width$}");
+                }
+            }
+            s.push(']');
+            s
+        };
+        pieces.push((at, text));
+    }
+    pieces.sort_by_key(|(at, _)| *at);
+    pieces.into_iter().map(|(_, s)| s).collect::<Vec<_>>().join(",")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn expands_ranges_with_padding() {
+        assert_eq!(expand("gpu[01-03,07]").unwrap(), vec!["gpu01", "gpu02", "gpu03", "gpu07"]);
+        assert_eq!(expand("a1,b[8-10]").unwrap(), vec!["a1", "b8", "b9", "b10"]);
+        assert_eq!(expand("node[1-2]-ib").unwrap(), vec!["node1-ib", "node2-ib"]);
+    }
+
+    #[test]
+    fn rejects_malformed_expressions() {
+        for bad in ["gpu[01-03", "gpu]1", "gpu[3-1]", "gpu[a-b]", "", "x[1-2][3]"] {
+            assert!(expand(bad).is_err(), "{bad} should be rejected");
+        }
+        let e = expand("gpu[3-1]").unwrap_err();
+        assert!(e.to_string().contains("runs backwards"), "{e}");
+    }
+
+    #[test]
+    fn compresses_back() {
+        let names = expand("gpu[01-04,07],login,cpu[9-11]").unwrap();
+        assert_eq!(compress(&names), "gpu[01-04,07],login,cpu[09-11]".replace("cpu[09-11]", "cpu[9-11]"));
+        assert_eq!(compress(&["n1"]), "n1");
+        assert_eq!(compress(&["n2", "n1"]), "n[1-2]");
+        for expr in ["gpu[01-04,07]", "a[1-3],b", "x[008-012]"] {
+            assert_eq!(expand(&compress(&expand(expr).unwrap())).unwrap(), expand(expr).unwrap());
+        }
+    }
+}

@@ -1,0 +1,382 @@
+//! Domain types shared by the state machine, the scheduler and the services: what a job asks
+//! for ([`JobSpec`]), what it is ([`Job`]), what a node has ([`Node`]) and what a job holds
+//! ([`Allocation`]). Plain data, serde-encoded into the Raft log and snapshots.
+
+pub mod hostlist;
+pub mod parse;
+
+use std::collections::BTreeSet;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+pub type JobId = u64;
+
+/// Milliseconds since the Unix epoch, as stamped by the leader on each command.
+pub type Millis = u64;
+
+/// What runs: a command line, or a batch script run by bash.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Program {
+    Argv(Vec<String>),
+    Script(String),
+}
+
+/// What a user asked for. Optional fields are filled from the partition at submit.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobSpec {
+    pub name: String,
+    pub partition: Option<String>,
+    pub nodes: u32,
+    pub ntasks: u32,
+    pub cpus_per_task: u32,
+    pub mem_per_node_mb: Option<u64>,
+    pub gpus_per_node: u32,
+    pub gpu_type: Option<String>,
+    pub time_limit_s: Option<u64>,
+    pub program: Program,
+    pub work_dir: String,
+    pub stdout: Option<String>,
+    pub stderr: Option<String>,
+    #[serde(default)]
+    pub env: Vec<(String, String)>,
+    pub submit_dir: String,
+}
+
+impl JobSpec {
+    /// CPUs the job needs on each of its nodes: its tasks spread evenly, rounded up.
+    pub fn cpus_per_node(&self) -> u32 {
+        self.ntasks.div_ceil(self.nodes.max(1)) * self.cpus_per_task
+    }
+
+    /// Checks the shape of the request; the error names the field and the reason.
+    pub fn check_shape(&self) -> Result<(), Rejection> {
+        let invalid = |field: &'static str, reason: String| Err(Rejection::InvalidSpec { field, reason });
+        if self.nodes == 0 {
+            return invalid("nodes", "must be at least 1".into());
+        }
+        if self.ntasks == 0 {
+            return invalid("ntasks", "must be at least 1".into());
+        }
+        if self.ntasks < self.nodes {
+            return invalid(
+                "ntasks",
+                format!("{} tasks cannot spread over {} nodes", self.ntasks, self.nodes),
+            );
+        }
+        if self.cpus_per_task == 0 {
+            return invalid("cpus_per_task", "must be at least 1".into());
+        }
+        match &self.program {
+            Program::Argv(argv) if argv.is_empty() || argv[0].trim().is_empty() => {
+                return invalid("command", "empty command".into())
+            }
+            Program::Script(s) if s.trim().is_empty() => return invalid("script", "empty script".into()),
+            _ => {}
+        }
+        if let Some(t) = &self.gpu_type {
+            if t.is_empty() || t.contains(|c: char| c.is_whitespace() || c == ':') {
+                return invalid("gpu_type", format!("'{t}' is not a GPU type name"));
+            }
+        }
+        if self.gpu_type.is_some() && self.gpus_per_node == 0 {
+            return invalid("gpus", "a GPU type was given without a GPU count".into());
+        }
+        if self.name.len() > 1024 {
+            return invalid("name", "longer than 1024 bytes".into());
+        }
+        Ok(())
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum JobState {
+    Pending,
+    Running,
+    Completed,
+    Failed,
+    Cancelled,
+    Timeout,
+    NodeFail,
+}
+
+impl JobState {
+    pub fn is_finished(self) -> bool {
+        !matches!(self, JobState::Pending | JobState::Running)
+    }
+
+    /// The two-letter code squeue prints.
+    pub fn short(self) -> &'static str {
+        match self {
+            JobState::Pending => "PD",
+            JobState::Running => "R",
+            JobState::Completed => "CD",
+            JobState::Failed => "F",
+            JobState::Cancelled => "CA",
+            JobState::Timeout => "TO",
+            JobState::NodeFail => "NF",
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            JobState::Pending => "PENDING",
+            JobState::Running => "RUNNING",
+            JobState::Completed => "COMPLETED",
+            JobState::Failed => "FAILED",
+            JobState::Cancelled => "CANCELLED",
+            JobState::Timeout => "TIMEOUT",
+            JobState::NodeFail => "NODE_FAIL",
+        }
+    }
+
+    pub fn from_name(s: &str) -> Option<JobState> {
+        let all = [
+            JobState::Pending,
+            JobState::Running,
+            JobState::Completed,
+            JobState::Failed,
+            JobState::Cancelled,
+            JobState::Timeout,
+            JobState::NodeFail,
+        ];
+        all.into_iter()
+            .find(|st| st.name().eq_ignore_ascii_case(s) || st.short().eq_ignore_ascii_case(s))
+    }
+}
+
+impl fmt::Display for JobState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Why a pending job is not running, with Slurm's names so that users recognise them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum PendingReason {
+    /// Not yet looked at by the scheduler.
+    #[default]
+    None,
+    /// Waiting behind a higher-priority job.
+    Priority,
+    /// The highest-priority job of its partition, waiting for resources to free up.
+    Resources,
+    /// No node of the partition has registered yet.
+    PartitionNoNodes,
+}
+
+impl PendingReason {
+    pub fn name(self) -> &'static str {
+        match self {
+            PendingReason::None => "None",
+            PendingReason::Priority => "Priority",
+            PendingReason::Resources => "Resources",
+            PendingReason::PartitionNoNodes => "PartitionNoNodes",
+        }
+    }
+}
+
+/// What one node holds for a job. GPUs are named by index.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeAllocation {
+    pub node: String,
+    pub cpus: u32,
+    pub mem_mb: u64,
+    pub gpus: Vec<u32>,
+}
+
+/// Everything a running job holds, one entry per node in rank order.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Allocation {
+    pub nodes: Vec<NodeAllocation>,
+}
+
+impl Allocation {
+    pub fn nodelist(&self) -> String {
+        let names: Vec<&str> = self.nodes.iter().map(|n| n.node.as_str()).collect();
+        hostlist::compress(&names)
+    }
+}
+
+/// How one rank of a job ended on its node, as its agent reported it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RankOutcome {
+    Exited { code: i32, signal: i32 },
+    TimedOut { code: i32, signal: i32 },
+    Cancelled { code: i32, signal: i32 },
+    LaunchFailed,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Job {
+    pub id: JobId,
+    pub spec: JobSpec,
+    pub user: String,
+    pub partition: String,
+    pub state: JobState,
+    pub reason: PendingReason,
+    pub submit_time: Millis,
+    pub start_time: Option<Millis>,
+    pub end_time: Option<Millis>,
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    pub allocation: Option<Allocation>,
+    /// Log index of the command that allocated the job: the fencing token of its launch.
+    pub alloc_index: u64,
+    pub cancel_requested: bool,
+    /// Ranks that have reported their end, by node.
+    pub rank_outcomes: Vec<(String, RankOutcome)>,
+    pub request_id: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Gpu {
+    pub index: u32,
+    pub gpu_type: String,
+}
+
+/// What an operator or the controller decided about a node, apart from what runs on it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum NodeAdminState {
+    #[default]
+    Up,
+    Drain { reason: String },
+    Down { reason: String },
+}
+
+/// sinfo's node states; IDLE, MIXED and ALLOCATED follow from what is allocated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum NodeState {
+    Idle,
+    Mixed,
+    Allocated,
+    Drain,
+    Down,
+}
+
+impl NodeState {
+    pub fn name(self) -> &'static str {
+        match self {
+            NodeState::Idle => "idle",
+            NodeState::Mixed => "mixed",
+            NodeState::Allocated => "allocated",
+            NodeState::Drain => "drain",
+            NodeState::Down => "down",
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Node {
+    pub name: String,
+    pub cpus: u32,
+    pub mem_mb: u64,
+    pub gpus: Vec<Gpu>,
+    pub features: Vec<String>,
+    pub admin: NodeAdminState,
+    pub alloc_cpus: u32,
+    pub alloc_mem_mb: u64,
+    pub alloc_gpus: BTreeSet<u32>,
+    /// Jobs running here.
+    pub jobs: BTreeSet<JobId>,
+    pub agent_version: String,
+    pub registered_at: Millis,
+}
+
+impl Node {
+    pub fn state(&self) -> NodeState {
+        match self.admin {
+            NodeAdminState::Down { .. } => NodeState::Down,
+            NodeAdminState::Drain { .. } => NodeState::Drain,
+            NodeAdminState::Up if self.jobs.is_empty() => NodeState::Idle,
+            NodeAdminState::Up
+                if self.alloc_cpus >= self.cpus
+                    || (self.alloc_mem_mb >= self.mem_mb)
+                    || (!self.gpus.is_empty() && self.alloc_gpus.len() >= self.gpus.len()) =>
+            {
+                NodeState::Allocated
+            }
+            NodeAdminState::Up => NodeState::Mixed,
+        }
+    }
+
+    pub fn reason(&self) -> &str {
+        match &self.admin {
+            NodeAdminState::Up => "",
+            NodeAdminState::Drain { reason } | NodeAdminState::Down { reason } => reason,
+        }
+    }
+
+    /// New work may be placed here.
+    pub fn schedulable(&self) -> bool {
+        self.admin == NodeAdminState::Up
+    }
+
+    /// GPUs of a type (any type when `None`) the node has in all.
+    pub fn gpu_count(&self, gpu_type: Option<&str>) -> u32 {
+        self.gpus
+            .iter()
+            .filter(|g| gpu_type.is_none_or(|t| g.gpu_type == t))
+            .count() as u32
+    }
+
+    /// The node could ever hold one node's share of the request, were it empty.
+    pub fn could_hold(&self, cpus: u32, mem_mb: u64, gpus: u32, gpu_type: Option<&str>) -> bool {
+        self.cpus >= cpus && self.mem_mb >= mem_mb && self.gpu_count(gpu_type) >= gpus
+    }
+
+    /// Comma-separated GPU types with counts, like `h100:4`.
+    pub fn gpu_summary(&self) -> String {
+        let mut types: Vec<(&str, u32)> = Vec::new();
+        for g in &self.gpus {
+            match types.iter_mut().find(|(t, _)| *t == g.gpu_type) {
+                Some((_, n)) => *n += 1,
+                None => types.push((&g.gpu_type, 1)),
+            }
+        }
+        types
+            .iter()
+            .map(|(t, n)| format!("{t}:{n}"))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+}
+
+/// A partition as the operator configured it; replicated so that every replica agrees.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Partition {
+    pub name: String,
+    /// Hostlist expression naming its nodes.
+    pub nodes: String,
+    /// The expanded names, sorted.
+    pub node_names: BTreeSet<String>,
+    pub default: bool,
+    pub max_time_s: Option<u64>,
+    pub default_time_s: Option<u64>,
+    pub default_mem_per_cpu_mb: u64,
+}
+
+/// A business rejection: returned as data from `apply`, shown to the user as an error.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+pub enum Rejection {
+    #[error("invalid {field}: {reason}")]
+    InvalidSpec { field: &'static str, reason: String },
+    #[error("unknown partition '{name}' (partitions: {known})")]
+    UnknownPartition { name: String, known: String },
+    #[error("no partition given and no default partition is configured")]
+    NoDefaultPartition,
+    #[error("requested node configuration is not available: {detail}")]
+    NeverFits { detail: String },
+    #[error("time limit {requested} exceeds partition '{partition}' limit of {limit}")]
+    TimeLimitExceedsPartition {
+        partition: String,
+        requested: String,
+        limit: String,
+    },
+    #[error("job {id} does not exist")]
+    UnknownJob { id: JobId },
+    #[error("job {id} has already finished ({state})")]
+    JobFinished { id: JobId, state: JobState },
+    #[error("user '{user}' may not change job {id} of user '{owner}'")]
+    NotOwner { id: JobId, user: String, owner: String },
+}

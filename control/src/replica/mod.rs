@@ -1,0 +1,192 @@
+//! One controller replica: RocksDB, openraft, the gRPC services and the leader supervisor,
+//! started by [`Controller::start`] on a listener and stopped by [`Controller::shutdown`].
+//! [`run`] is the same behind a shutdown future, as the binary uses it.
+
+pub mod store;
+pub mod types;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use openraft::error::{CheckIsLeaderError, ClientWriteError, RaftError};
+use openraft::BasicNode;
+use quorum_raft::log_store::LogStore;
+use quorum_raft::network::Network;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+pub use store::{Applied, Shared};
+pub use types::{Raft, TypeConfig};
+
+use crate::config::ControllerConfig;
+use crate::leader::hub::AgentHub;
+use crate::state::{Command, Response};
+
+/// The software version each replica reports.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// The leader's wall clock in milliseconds since the epoch; stamped on commands.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum WriteError {
+    #[error("this replica is not the leader (leader: {})", leader.as_deref().unwrap_or("unknown"))]
+    NotLeader { leader: Option<String> },
+    #[error("raft: {0}")]
+    Raft(String),
+}
+
+/// What the services and leader loops of one replica share.
+pub struct Core {
+    pub id: u64,
+    pub addr: String,
+    pub raft: Raft,
+    pub shared: Arc<Shared>,
+    pub hub: AgentHub,
+    committed: Arc<AtomicU64>,
+}
+
+impl Core {
+    /// Proposes a command and waits until it is committed and applied here.
+    pub async fn write(&self, command: Command) -> Result<(u64, Response), WriteError> {
+        match self.raft.client_write(command).await {
+            Ok(r) => Ok((r.log_id.index, r.data)),
+            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => Err(WriteError::NotLeader {
+                leader: f.leader_node.map(|n| n.addr),
+            }),
+            Err(e) => Err(WriteError::Raft(e.to_string())),
+        }
+    }
+
+    /// Returns once this replica has confirmed with a quorum that it still leads and has applied
+    /// everything committed before the call: a read after this is linearizable.
+    pub async fn linearizable(&self) -> Result<(), WriteError> {
+        match self.raft.ensure_linearizable().await {
+            Ok(_) => Ok(()),
+            Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f))) => Err(WriteError::NotLeader {
+                leader: f.leader_node.map(|n| n.addr),
+            }),
+            Err(e) => Err(WriteError::Raft(e.to_string())),
+        }
+    }
+
+    pub fn is_leader(&self) -> bool {
+        self.raft.metrics().borrow().current_leader == Some(self.id)
+    }
+
+    /// The current leader's address as this replica knows it.
+    pub fn leader_addr(&self) -> Option<String> {
+        let m = self.raft.metrics();
+        let m = m.borrow();
+        let id = m.current_leader?;
+        m.membership_config.membership().get_node(&id).map(|n| n.addr.clone())
+    }
+
+    pub fn committed_index(&self) -> u64 {
+        self.committed.load(Ordering::Relaxed)
+    }
+}
+
+/// A running replica.
+pub struct Controller {
+    pub core: Arc<Core>,
+    stop: watch::Sender<bool>,
+    server: JoinHandle<Result<(), tonic::transport::Error>>,
+    supervisor: JoinHandle<()>,
+}
+
+impl Controller {
+    /// Opens the data directory, starts Raft (initializing the cluster from `replicas` if this
+    /// replica's log is empty) and serves on `listener`.
+    pub async fn start(config: ControllerConfig, listener: TcpListener) -> anyhow::Result<Controller> {
+        config.validate()?;
+        let partitions = config.partitions()?;
+        std::fs::create_dir_all(&config.data_dir)
+            .map_err(|e| anyhow::anyhow!("creating data directory {}: {e}", config.data_dir.display()))?;
+        let db = quorum_raft::open_db(&config.data_dir.join("db"), &[store::CF_SNAPSHOT])?;
+        let log_store = LogStore::<TypeConfig>::new(db.clone())?;
+        let committed = log_store.committed_index();
+        let sm = store::StateMachineStore::open(db)?;
+        let shared = sm.shared();
+
+        let raft_config = openraft::Config {
+            cluster_name: "quorum".into(),
+            heartbeat_interval: config.raft_heartbeat_ms,
+            election_timeout_min: config.election_timeout_min_ms,
+            election_timeout_max: config.election_timeout_max_ms,
+            install_snapshot_timeout: 10_000,
+            snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(config.snapshot_every),
+            max_in_snapshot_log_to_keep: config.snapshot_keep_logs,
+            ..Default::default()
+        }
+        .validate()?;
+        let raft = Raft::new(config.id, Arc::new(raft_config), Network::default(), log_store, sm).await?;
+
+        if !raft.is_initialized().await? {
+            let members: BTreeMap<u64, BasicNode> = config
+                .replicas
+                .iter()
+                .map(|r| (r.id, BasicNode::new(r.addr.clone())))
+                .collect();
+            // Every replica of a new cluster proposes the same initial membership; openraft
+            // accepts identical ones, so no replica has to be special.
+            if let Err(e) = raft.initialize(members).await {
+                tracing::debug!(error = %e, "initialize");
+            }
+        }
+
+        let core = Arc::new(Core {
+            id: config.id,
+            addr: config.advertise_addr().to_string(),
+            raft,
+            shared,
+            hub: AgentHub::default(),
+            committed,
+        });
+        let (stop, stop_rx) = watch::channel(false);
+        let server = tokio::spawn(crate::server::serve(core.clone(), listener, stop_rx.clone()));
+        let supervisor = tokio::spawn(crate::leader::supervise(core.clone(), partitions, stop_rx));
+        tracing::info!(replica = config.id, addr = %core.addr, "controller started");
+        Ok(Controller {
+            core,
+            stop,
+            server,
+            supervisor,
+        })
+    }
+
+    /// Stops serving, ends leader work and Raft, and releases the data directory.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        let _ = self.supervisor.await;
+        self.core.hub.close_all();
+        match tokio::time::timeout(Duration::from_secs(5), self.server).await {
+            Ok(Ok(Err(e))) => tracing::warn!(error = %e, "server"),
+            Ok(_) => {}
+            Err(_) => tracing::warn!("server did not stop within 5s"),
+        }
+        if let Err(e) = self.core.raft.shutdown().await {
+            tracing::warn!(error = %e, "raft shutdown");
+        }
+    }
+}
+
+/// Runs a replica until `shutdown` completes.
+pub async fn run(
+    config: ControllerConfig,
+    listener: TcpListener,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> anyhow::Result<()> {
+    let controller = Controller::start(config, listener).await?;
+    shutdown.await;
+    controller.shutdown().await;
+    Ok(())
+}

@@ -1,0 +1,261 @@
+//! The state machine as openraft sees it: applies committed entries through [`state::apply`],
+//! builds and installs snapshots, and persists the latest snapshot in RocksDB so that a
+//! restarted replica resumes from it and replays only the log after it.
+//!
+//! [`state::apply`]: crate::state::apply
+
+use std::io::Cursor;
+use std::sync::{Arc, RwLock, RwLockReadGuard};
+
+use openraft::storage::{RaftStateMachine, Snapshot, SnapshotMeta};
+use openraft::{
+    AnyError, BasicNode, Entry, EntryPayload, ErrorSubject, ErrorVerb, LogId, OptionalSend,
+    RaftSnapshotBuilder, StorageError, StorageIOError, StoredMembership,
+};
+use rocksdb::DB;
+use serde::{Deserialize, Serialize};
+use tokio::sync::{watch, Notify};
+
+use super::types::TypeConfig;
+use crate::state::{self, ClusterState, Response};
+
+/// Column family holding the latest snapshot.
+pub const CF_SNAPSHOT: &str = "sm_snapshot";
+const KEY_META: &[u8] = b"meta";
+const KEY_DATA: &[u8] = b"data";
+
+type StorageResult<T> = Result<T, StorageError<u64>>;
+
+/// The applied state and where in the log it stands.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Applied {
+    pub state: ClusterState,
+    pub last_applied: Option<LogId<u64>>,
+    pub membership: StoredMembership<u64, BasicNode>,
+}
+
+impl Applied {
+    pub fn applied_index(&self) -> u64 {
+        self.last_applied.map(|l| l.index).unwrap_or(0)
+    }
+}
+
+/// What the state machine shares with the services and leader loops of its replica.
+pub struct Shared {
+    applied: RwLock<Applied>,
+    /// The last applied index; changes wake the leader's dispatcher.
+    pub applied_index: watch::Sender<u64>,
+    /// Signalled when an applied command may let the scheduler start something.
+    pub sched_kick: Notify,
+}
+
+impl Shared {
+    fn new(applied: Applied) -> Arc<Self> {
+        let index = applied.applied_index();
+        Arc::new(Self {
+            applied: RwLock::new(applied),
+            applied_index: watch::Sender::new(index),
+            sched_kick: Notify::new(),
+        })
+    }
+
+    /// A read view of the applied state. Never hold it across an await.
+    pub fn read(&self) -> RwLockReadGuard<'_, Applied> {
+        self.applied.read().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Applied> {
+        self.applied.write().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+struct StoredSnapshot {
+    meta: SnapshotMeta<u64, BasicNode>,
+}
+
+fn io_err(subject: ErrorSubject<u64>, verb: ErrorVerb, e: impl std::fmt::Display) -> StorageError<u64> {
+    StorageIOError::new(subject, verb, AnyError::error(e.to_string())).into()
+}
+
+/// The openraft state machine of one replica.
+pub struct StateMachineStore {
+    shared: Arc<Shared>,
+    db: Arc<DB>,
+    snapshot_seq: u64,
+}
+
+impl StateMachineStore {
+    /// Opens the state machine, restoring the latest persisted snapshot if there is one.
+    pub fn open(db: Arc<DB>) -> Result<Self, StorageError<u64>> {
+        let mut applied = Applied {
+            state: ClusterState::new(),
+            ..Applied::default()
+        };
+        if let Some((meta, data)) = read_snapshot(&db)? {
+            applied = decode_snapshot(&meta, &data)?;
+        }
+        Ok(Self {
+            shared: Shared::new(applied),
+            db,
+            snapshot_seq: 0,
+        })
+    }
+
+    pub fn shared(&self) -> Arc<Shared> {
+        self.shared.clone()
+    }
+}
+
+fn read_snapshot(db: &DB) -> StorageResult<Option<(SnapshotMeta<u64, BasicNode>, Vec<u8>)>> {
+    let cf = db
+        .cf_handle(CF_SNAPSHOT)
+        .ok_or_else(|| io_err(ErrorSubject::Snapshot(None), ErrorVerb::Read, "missing column family"))?;
+    let read = |key| db.get_cf(cf, key).map_err(|e| io_err(ErrorSubject::Snapshot(None), ErrorVerb::Read, e));
+    match (read(KEY_META)?, read(KEY_DATA)?) {
+        (Some(meta), Some(data)) => {
+            let stored: StoredSnapshot = serde_json::from_slice(&meta)
+                .map_err(|e| io_err(ErrorSubject::Snapshot(None), ErrorVerb::Read, e))?;
+            Ok(Some((stored.meta, data)))
+        }
+        _ => Ok(None),
+    }
+}
+
+fn decode_snapshot(meta: &SnapshotMeta<u64, BasicNode>, data: &[u8]) -> StorageResult<Applied> {
+    let state: ClusterState = serde_json::from_slice(data)
+        .map_err(|e| io_err(ErrorSubject::Snapshot(Some(meta.signature())), ErrorVerb::Read, e))?;
+    Ok(Applied {
+        state,
+        last_applied: meta.last_log_id,
+        membership: meta.last_membership.clone(),
+    })
+}
+
+async fn persist_snapshot(db: Arc<DB>, meta: SnapshotMeta<u64, BasicNode>, data: Vec<u8>) -> StorageResult<()> {
+    let signature = meta.signature();
+    let meta_bytes = serde_json::to_vec(&StoredSnapshot { meta })
+        .map_err(|e| io_err(ErrorSubject::Snapshot(Some(signature.clone())), ErrorVerb::Write, e))?;
+    let result = tokio::task::spawn_blocking(move || {
+        let cf = db.cf_handle(CF_SNAPSHOT).ok_or("missing column family")?;
+        let mut batch = rocksdb::WriteBatch::default();
+        batch.put_cf(cf, KEY_META, meta_bytes);
+        batch.put_cf(cf, KEY_DATA, data);
+        let mut opts = rocksdb::WriteOptions::default();
+        opts.set_sync(true);
+        db.write_opt(batch, &opts).map_err(|e| e.to_string())?;
+        Ok::<(), String>(())
+    })
+    .await;
+    match result {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(io_err(ErrorSubject::Snapshot(Some(signature)), ErrorVerb::Write, e)),
+        Err(e) => Err(io_err(ErrorSubject::Snapshot(Some(signature)), ErrorVerb::Write, e)),
+    }
+}
+
+impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
+    async fn build_snapshot(&mut self) -> StorageResult<Snapshot<TypeConfig>> {
+        let (data, last_applied, membership) = {
+            let applied = self.shared.read();
+            let data = serde_json::to_vec(&applied.state)
+                .map_err(|e| io_err(ErrorSubject::StateMachine, ErrorVerb::Read, e))?;
+            (data, applied.last_applied, applied.membership.clone())
+        };
+        self.snapshot_seq += 1;
+        let snapshot_id = match last_applied {
+            Some(l) => format!("{}-{}-{}", l.leader_id.term, l.index, self.snapshot_seq),
+            None => format!("none-{}", self.snapshot_seq),
+        };
+        let meta = SnapshotMeta {
+            last_log_id: last_applied,
+            last_membership: membership,
+            snapshot_id,
+        };
+        persist_snapshot(self.db.clone(), meta.clone(), data.clone()).await?;
+        Ok(Snapshot {
+            meta,
+            snapshot: Box::new(Cursor::new(data)),
+        })
+    }
+}
+
+impl RaftStateMachine<TypeConfig> for StateMachineStore {
+    type SnapshotBuilder = Self;
+
+    async fn applied_state(&mut self) -> StorageResult<(Option<LogId<u64>>, StoredMembership<u64, BasicNode>)> {
+        let applied = self.shared.read();
+        Ok((applied.last_applied, applied.membership.clone()))
+    }
+
+    async fn apply<I>(&mut self, entries: I) -> StorageResult<Vec<Response>>
+    where
+        I: IntoIterator<Item = Entry<TypeConfig>> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let mut responses = Vec::new();
+        let mut wake = false;
+        let index = {
+            let mut applied = self.shared.write();
+            for entry in entries {
+                applied.last_applied = Some(entry.log_id);
+                let response = match entry.payload {
+                    EntryPayload::Blank => Response::Ok,
+                    EntryPayload::Normal(command) => {
+                        wake |= command.wakes_scheduler();
+                        state::apply(&mut applied.state, entry.log_id.index, command)
+                    }
+                    EntryPayload::Membership(m) => {
+                        applied.membership = StoredMembership::new(Some(entry.log_id), m);
+                        Response::Ok
+                    }
+                };
+                responses.push(response);
+            }
+            applied.applied_index()
+        };
+        self.shared.applied_index.send_replace(index);
+        if wake {
+            self.shared.sched_kick.notify_one();
+        }
+        Ok(responses)
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        Self {
+            shared: self.shared.clone(),
+            db: self.db.clone(),
+            snapshot_seq: self.snapshot_seq + 1000,
+        }
+    }
+
+    async fn begin_receiving_snapshot(&mut self) -> StorageResult<Box<Cursor<Vec<u8>>>> {
+        Ok(Box::new(Cursor::new(Vec::new())))
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta<u64, BasicNode>,
+        snapshot: Box<Cursor<Vec<u8>>>,
+    ) -> StorageResult<()> {
+        let data = snapshot.into_inner();
+        let installed = decode_snapshot(meta, &data)?;
+        persist_snapshot(self.db.clone(), meta.clone(), data).await?;
+        let index = installed.applied_index();
+        *self.shared.write() = installed;
+        self.shared.applied_index.send_replace(index);
+        self.shared.sched_kick.notify_one();
+        Ok(())
+    }
+
+    async fn get_current_snapshot(&mut self) -> StorageResult<Option<Snapshot<TypeConfig>>> {
+        let db = self.db.clone();
+        let stored = tokio::task::spawn_blocking(move || read_snapshot(&db))
+            .await
+            .map_err(|e| io_err(ErrorSubject::Snapshot(None), ErrorVerb::Read, e))??;
+        Ok(stored.map(|(meta, data)| Snapshot {
+            meta,
+            snapshot: Box::new(Cursor::new(data)),
+        }))
+    }
+}

@@ -1,0 +1,162 @@
+//! The agent stream. Only the leader accepts it: an agent registers, then heartbeats and reports
+//! job exits, and receives launches and kills (see `leader::hub`). An exit is acknowledged only
+//! after its `JobEnded` is committed, so an agent keeps re-sending it across leader changes
+//! until it is durable.
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use futures::Stream;
+use quorum_proto::agent::agent_service_server::{AgentService, AgentServiceServer};
+use quorum_proto::agent::{agent_message, controller_message, AgentMessage, ControllerMessage, ExitAck, ExitKind, HeartbeatAck, JobExit};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status, Streaming};
+
+use super::api::write_status;
+use super::not_leader;
+use crate::model::{Gpu, RankOutcome};
+use crate::replica::{now_ms, Core};
+use crate::state::{Command, NodeRegistration};
+
+pub fn service(core: Arc<Core>) -> AgentServiceServer<Agents> {
+    AgentServiceServer::new(Agents { core })
+}
+
+pub struct Agents {
+    core: Arc<Core>,
+}
+
+type OutStream = Pin<Box<dyn Stream<Item = Result<ControllerMessage, Status>> + Send>>;
+
+fn outcome(exit: &JobExit) -> RankOutcome {
+    let (code, signal) = (exit.exit_code, exit.signal);
+    match ExitKind::try_from(exit.kind).unwrap_or(ExitKind::Exited) {
+        ExitKind::TimedOut => RankOutcome::TimedOut { code, signal },
+        ExitKind::Cancelled => RankOutcome::Cancelled { code, signal },
+        ExitKind::LaunchFailed => RankOutcome::LaunchFailed,
+        ExitKind::Exited | ExitKind::Unspecified => RankOutcome::Exited { code, signal },
+    }
+}
+
+#[tonic::async_trait]
+impl AgentService for Agents {
+    type ConnectStream = OutStream;
+
+    async fn connect(&self, req: Request<Streaming<AgentMessage>>) -> Result<Response<OutStream>, Status> {
+        if !self.core.is_leader() {
+            return Err(not_leader(self.core.leader_addr().as_deref()));
+        }
+        let mut inbound = req.into_inner();
+        let register = match inbound.message().await? {
+            Some(AgentMessage {
+                msg: Some(agent_message::Msg::Register(r)),
+            }) => r,
+            _ => return Err(Status::invalid_argument("the first message on the agent stream must be register")),
+        };
+        if register.node.is_empty() {
+            return Err(Status::invalid_argument("register: empty node name"));
+        }
+        let node = register.node.clone();
+        let registration = NodeRegistration {
+            name: register.node,
+            cpus: register.cpus,
+            mem_mb: register.mem_mb,
+            gpus: register
+                .gpus
+                .into_iter()
+                .map(|g| Gpu {
+                    index: g.index,
+                    gpu_type: g.gpu_type,
+                })
+                .collect(),
+            features: register.features,
+            version: register.version,
+        };
+        let unchanged = {
+            let applied = self.core.shared.read();
+            applied.state.nodes.get(&node).is_some_and(|n| {
+                n.cpus == registration.cpus
+                    && n.mem_mb == registration.mem_mb
+                    && n.gpus == registration.gpus
+                    && n.features == registration.features
+                    && n.agent_version == registration.version
+                    && n.schedulable()
+            })
+        };
+        if !unchanged {
+            self.core
+                .write(Command::RegisterNode {
+                    node: registration,
+                    now: now_ms(),
+                })
+                .await
+                .map_err(write_status)?;
+        }
+        tracing::info!(node, "agent connected");
+
+        let (tx, rx) = mpsc::channel(4096);
+        let (conn_id, mut closed) = self.core.hub.attach(&node, tx.clone());
+        {
+            let applied = self.core.shared.read();
+            self.core.hub.reconcile(&applied.state, Some(&node));
+        }
+        let core = self.core.clone();
+        tokio::spawn(async move {
+            loop {
+                let msg = tokio::select! {
+                    m = inbound.message() => m,
+                    _ = closed.changed() => break,
+                };
+                let msg = match msg {
+                    Ok(Some(AgentMessage { msg: Some(m) })) => m,
+                    Ok(Some(_)) => continue,
+                    Ok(None) | Err(_) => break,
+                };
+                match msg {
+                    agent_message::Msg::Register(_) => {}
+                    agent_message::Msg::Heartbeat(hb) => {
+                        let running = hb.running.iter().map(|r| (r.job_id, r.token)).collect();
+                        core.hub.heartbeat(&node, conn_id, running);
+                        {
+                            let applied = core.shared.read();
+                            core.hub.reconcile(&applied.state, Some(&node));
+                        }
+                        let ack = ControllerMessage {
+                            msg: Some(controller_message::Msg::HeartbeatAck(HeartbeatAck { seq: hb.seq })),
+                        };
+                        if tx.send(Ok(ack)).await.is_err() {
+                            break;
+                        }
+                    }
+                    agent_message::Msg::Exit(exit) => {
+                        let core = core.clone();
+                        let tx = tx.clone();
+                        let node = node.clone();
+                        tokio::spawn(async move {
+                            let command = Command::JobEnded {
+                                job_id: exit.job_id,
+                                token: exit.token,
+                                node,
+                                outcome: outcome(&exit),
+                                now: now_ms(),
+                            };
+                            match core.write(command).await {
+                                Ok(_) => {
+                                    let ack = ControllerMessage {
+                                        msg: Some(controller_message::Msg::ExitAck(ExitAck { job_id: exit.job_id })),
+                                    };
+                                    let _ = tx.send(Ok(ack)).await;
+                                }
+                                Err(e) => tracing::warn!(job = exit.job_id, error = %e, "recording a job exit"),
+                            }
+                        });
+                    }
+                }
+            }
+            core.hub.detach(&node, conn_id);
+            tracing::info!(node, "agent disconnected");
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+}

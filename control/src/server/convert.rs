@@ -1,0 +1,154 @@
+//! Conversions between the wire types of `quorum-proto` and the domain model.
+
+use quorum_proto::api;
+
+use crate::model::{parse, Job, JobSpec, Node, Program, Rejection};
+
+/// A submitted spec as the model holds it. Shape errors are left to [`JobSpec::check_shape`].
+pub fn spec_from_proto(p: api::JobSpec) -> Result<JobSpec, Rejection> {
+    let program = match (p.argv.is_empty(), p.script.is_empty()) {
+        (false, true) => Program::Argv(p.argv),
+        (true, false) => Program::Script(p.script),
+        (true, true) => Program::Argv(Vec::new()),
+        (false, false) => {
+            return Err(Rejection::InvalidSpec {
+                field: "command",
+                reason: "give a command or a script, not both".into(),
+            })
+        }
+    };
+    let opt = |s: String| (!s.is_empty()).then_some(s);
+    if p.work_dir.is_empty() || !p.work_dir.starts_with('/') {
+        return Err(Rejection::InvalidSpec {
+            field: "work_dir",
+            reason: format!("'{}' is not an absolute path", p.work_dir),
+        });
+    }
+    Ok(JobSpec {
+        name: p.name,
+        partition: opt(p.partition),
+        nodes: p.nodes,
+        ntasks: p.ntasks,
+        cpus_per_task: p.cpus_per_task,
+        mem_per_node_mb: (p.mem_per_node_mb > 0).then_some(p.mem_per_node_mb),
+        gpus_per_node: p.gpus_per_node,
+        gpu_type: opt(p.gpu_type),
+        time_limit_s: (p.time_limit_s > 0).then_some(p.time_limit_s),
+        program,
+        work_dir: p.work_dir.clone(),
+        stdout: opt(p.stdout),
+        stderr: opt(p.stderr),
+        env: p.env.into_iter().map(|e| (e.name, e.value)).collect(),
+        submit_dir: opt(p.submit_dir).unwrap_or(p.work_dir),
+    })
+}
+
+pub fn spec_to_proto(s: &JobSpec) -> api::JobSpec {
+    let (argv, script) = match &s.program {
+        Program::Argv(a) => (a.clone(), String::new()),
+        Program::Script(sc) => (Vec::new(), sc.clone()),
+    };
+    api::JobSpec {
+        name: s.name.clone(),
+        partition: s.partition.clone().unwrap_or_default(),
+        nodes: s.nodes,
+        ntasks: s.ntasks,
+        cpus_per_task: s.cpus_per_task,
+        mem_per_node_mb: s.mem_per_node_mb.unwrap_or(0),
+        gpus_per_node: s.gpus_per_node,
+        gpu_type: s.gpu_type.clone().unwrap_or_default(),
+        time_limit_s: s.time_limit_s.unwrap_or(0),
+        argv,
+        script,
+        work_dir: s.work_dir.clone(),
+        stdout: s.stdout.clone().unwrap_or_default(),
+        stderr: s.stderr.clone().unwrap_or_default(),
+        env: s
+            .env
+            .iter()
+            .map(|(name, value)| api::EnvVar {
+                name: name.clone(),
+                value: value.clone(),
+            })
+            .collect(),
+        submit_dir: s.submit_dir.clone(),
+    }
+}
+
+/// A job for display; `with_env` false leaves the submit environment out (it is large).
+pub fn job_to_proto(j: &Job, with_env: bool) -> api::JobInfo {
+    let mut spec = spec_to_proto(&j.spec);
+    if !with_env {
+        spec.env.clear();
+    }
+    let allocation = j.allocation.as_ref();
+    api::JobInfo {
+        id: j.id,
+        name: j.spec.name.clone(),
+        user: j.user.clone(),
+        partition: j.partition.clone(),
+        state: j.state.name().to_string(),
+        reason: if j.state == crate::model::JobState::Pending {
+            j.reason.name().to_string()
+        } else {
+            String::new()
+        },
+        spec: Some(spec),
+        submit_time_ms: j.submit_time,
+        start_time_ms: j.start_time.unwrap_or(0),
+        end_time_ms: j.end_time.unwrap_or(0),
+        has_exit_code: j.exit_code.is_some(),
+        exit_code: j.exit_code.unwrap_or(0),
+        signal: j.signal.unwrap_or(0),
+        allocation: allocation
+            .map(|a| {
+                a.nodes
+                    .iter()
+                    .map(|n| api::NodeAllocation {
+                        node: n.node.clone(),
+                        cpus: n.cpus,
+                        mem_mb: n.mem_mb,
+                        gpus: n.gpus.clone(),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default(),
+        nodelist: allocation.map(|a| a.nodelist()).unwrap_or_default(),
+        alloc_index: j.alloc_index,
+        time_limit_s: j.spec.time_limit_s.unwrap_or(0),
+        cancel_requested: j.cancel_requested,
+    }
+}
+
+pub fn node_to_proto(n: &Node, partitions: Vec<String>, connected: bool) -> api::NodeInfo {
+    api::NodeInfo {
+        name: n.name.clone(),
+        state: n.state().name().to_string(),
+        reason: n.reason().to_string(),
+        cpus: n.cpus,
+        alloc_cpus: n.alloc_cpus,
+        mem_mb: n.mem_mb,
+        alloc_mem_mb: n.alloc_mem_mb,
+        gpus: n.gpus.len() as u32,
+        alloc_gpus: n.alloc_gpus.len() as u32,
+        gpu_types: n.gpu_summary(),
+        partitions,
+        connected,
+    }
+}
+
+/// The gRPC status for a business rejection.
+pub fn rejection_status(r: &Rejection) -> tonic::Status {
+    let msg = r.to_string();
+    match r {
+        Rejection::UnknownJob { .. } => tonic::Status::not_found(msg),
+        Rejection::JobFinished { .. } => tonic::Status::failed_precondition(msg),
+        Rejection::NotOwner { .. } => tonic::Status::permission_denied(msg),
+        _ => tonic::Status::invalid_argument(msg),
+    }
+}
+
+/// Formats a duration in seconds for messages.
+pub fn duration(secs: u64) -> String {
+    parse::format_duration(secs)
+}

@@ -1,0 +1,41 @@
+//! The replica's gRPC services on one listener: the public API ([`api`]), the agent stream
+//! ([`agents`]) and the internal Raft service, which shares the port but not the API.
+
+pub mod agents;
+pub mod api;
+pub mod convert;
+
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio_stream::wrappers::TcpListenerStream;
+
+use crate::replica::Core;
+
+/// Serves until `stop` turns true.
+pub async fn serve(core: Arc<Core>, listener: TcpListener, mut stop: watch::Receiver<bool>) -> Result<(), tonic::transport::Error> {
+    let raft = quorum_raft::service::RaftRpcServer::into_service(core.raft.clone());
+    tonic::transport::Server::builder()
+        .tcp_nodelay(true)
+        .add_service(raft)
+        .add_service(api::service(core.clone()))
+        .add_service(agents::service(core))
+        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async move {
+            let _ = stop.wait_for(|s| *s).await;
+        })
+        .await
+}
+
+/// The status a replica answers when it cannot serve a request because it does not lead,
+/// carrying the leader's address when known.
+pub fn not_leader(leader: Option<&str>) -> tonic::Status {
+    let mut status = tonic::Status::unavailable(match leader {
+        Some(l) => format!("not the leader; the leader is {l}"),
+        None => "not the leader, and no leader is known yet".to_string(),
+    });
+    if let Some(Ok(v)) = leader.map(tonic::metadata::MetadataValue::try_from) {
+        status.metadata_mut().insert(quorum_proto::LEADER_HINT_KEY, v);
+    }
+    status
+}

@@ -1,0 +1,81 @@
+//! The commands that go through Raft and what applying them answers.
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::{Allocation, Gpu, JobId, JobSpec, JobState, Millis, Partition, PendingReason, RankOutcome, Rejection};
+
+/// A start the scheduler planned; apply re-checks it against the state it meets.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlannedStart {
+    pub job_id: JobId,
+    pub allocation: Allocation,
+}
+
+/// What an agent declares about its node when it connects.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeRegistration {
+    pub name: String,
+    pub cpus: u32,
+    pub mem_mb: u64,
+    pub gpus: Vec<Gpu>,
+    pub features: Vec<String>,
+    pub version: String,
+}
+
+/// Every change to the cluster state. Each carries the leader's wall clock as `now`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Command {
+    SubmitJob {
+        spec: JobSpec,
+        user: String,
+        now: Millis,
+        request_id: String,
+    },
+    ApplyPlan {
+        /// The applied index of the view the plan was made from.
+        base_index: u64,
+        now: Millis,
+        starts: Vec<PlannedStart>,
+        reasons: Vec<(JobId, PendingReason)>,
+    },
+    JobEnded {
+        job_id: JobId,
+        token: u64,
+        node: String,
+        outcome: RankOutcome,
+        now: Millis,
+    },
+    CancelJob {
+        job_id: JobId,
+        user: String,
+        now: Millis,
+    },
+    RegisterNode {
+        node: NodeRegistration,
+        now: Millis,
+    },
+    SetPartitions {
+        partitions: Vec<Partition>,
+        now: Millis,
+    },
+}
+
+impl Command {
+    /// Whether applying this may let the scheduler start something.
+    pub fn wakes_scheduler(&self) -> bool {
+        !matches!(self, Command::ApplyPlan { .. })
+    }
+}
+
+/// What applying a command answered.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Response {
+    Ok,
+    /// The command referred to an older allocation or an already-finished job.
+    Ignored,
+    Rejected(Rejection),
+    Submitted { job_id: JobId, duplicate: bool },
+    Cancelled { job_id: JobId, was_running: bool },
+    PlanApplied { started: Vec<JobId>, dropped: Vec<(JobId, String)> },
+    JobFinished { job_id: JobId, state: JobState },
+}

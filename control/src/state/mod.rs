@@ -1,0 +1,462 @@
+//! The replicated state machine.
+//!
+//! [`apply`] is the only writer of [`ClusterState`]. Every replica applies the same log and must
+//! reach the same state byte for byte, so apply reads no clock (commands carry the leader's
+//! timestamp; `state.clock` only moves forward), uses no randomness and iterates only ordered
+//! maps. Business rejections are returned as data in [`Response`], never as errors.
+
+mod commands;
+mod digest;
+
+pub use commands::{Command, NodeRegistration, PlannedStart, Response};
+pub use digest::digest;
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::{
+    Allocation, Job, JobId, JobSpec, JobState, Millis, Node, NodeAdminState, Partition, PendingReason,
+    RankOutcome, Rejection,
+};
+
+/// Everything the cluster agrees on.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ClusterState {
+    /// The latest leader timestamp applied; never moves backwards.
+    pub clock: Millis,
+    pub next_job_id: JobId,
+    pub jobs: BTreeMap<JobId, Job>,
+    pub nodes: BTreeMap<String, Node>,
+    pub partitions: BTreeMap<String, Partition>,
+    /// Request ids of accepted submits, so that a retried submit returns the same job.
+    pub request_ids: BTreeMap<String, JobId>,
+}
+
+impl ClusterState {
+    pub fn new() -> Self {
+        Self {
+            next_job_id: 1,
+            ..Self::default()
+        }
+    }
+
+    pub fn default_partition(&self) -> Option<&Partition> {
+        self.partitions.values().find(|p| p.default)
+    }
+
+    /// Registered nodes of a partition, in name order.
+    pub fn partition_nodes<'a>(&'a self, partition: &'a Partition) -> impl Iterator<Item = &'a Node> + 'a {
+        partition.node_names.iter().filter_map(|n| self.nodes.get(n))
+    }
+
+    /// The partitions a node belongs to.
+    pub fn partitions_of(&self, node: &str) -> Vec<String> {
+        self.partitions
+            .values()
+            .filter(|p| p.node_names.contains(node))
+            .map(|p| p.name.clone())
+            .collect()
+    }
+}
+
+/// Applies one committed command at log index `index`. Deterministic; see the module comment.
+pub fn apply(state: &mut ClusterState, index: u64, command: Command) -> Response {
+    match command {
+        Command::SubmitJob {
+            spec,
+            user,
+            now,
+            request_id,
+        } => {
+            advance_clock(state, now);
+            submit(state, spec, user, request_id)
+        }
+        Command::ApplyPlan { starts, reasons, now, .. } => {
+            advance_clock(state, now);
+            apply_plan(state, index, starts, reasons)
+        }
+        Command::JobEnded {
+            job_id,
+            token,
+            node,
+            outcome,
+            now,
+        } => {
+            advance_clock(state, now);
+            job_ended(state, job_id, token, &node, outcome)
+        }
+        Command::CancelJob { job_id, user, now } => {
+            advance_clock(state, now);
+            cancel(state, job_id, &user)
+        }
+        Command::RegisterNode { node, now } => {
+            advance_clock(state, now);
+            register_node(state, node);
+            Response::Ok
+        }
+        Command::SetPartitions { partitions, now } => {
+            advance_clock(state, now);
+            state.partitions = partitions.into_iter().map(|p| (p.name.clone(), p)).collect();
+            Response::Ok
+        }
+    }
+}
+
+fn advance_clock(state: &mut ClusterState, now: Millis) {
+    state.clock = state.clock.max(now);
+}
+
+fn submit(state: &mut ClusterState, mut spec: JobSpec, user: String, request_id: String) -> Response {
+    if !request_id.is_empty() {
+        if let Some(&job_id) = state.request_ids.get(&request_id) {
+            return Response::Submitted {
+                job_id,
+                duplicate: true,
+            };
+        }
+    }
+    match admit(state, &mut spec) {
+        Ok(partition) => {
+            let id = state.next_job_id;
+            state.next_job_id += 1;
+            if !request_id.is_empty() {
+                state.request_ids.insert(request_id.clone(), id);
+            }
+            state.jobs.insert(
+                id,
+                Job {
+                    id,
+                    spec,
+                    user,
+                    partition,
+                    state: JobState::Pending,
+                    reason: PendingReason::None,
+                    submit_time: state.clock,
+                    start_time: None,
+                    end_time: None,
+                    exit_code: None,
+                    signal: None,
+                    allocation: None,
+                    alloc_index: 0,
+                    cancel_requested: false,
+                    rank_outcomes: Vec::new(),
+                    request_id,
+                },
+            );
+            Response::Submitted {
+                job_id: id,
+                duplicate: false,
+            }
+        }
+        Err(rejection) => Response::Rejected(rejection),
+    }
+}
+
+/// Resolves the partition and its defaults into `spec` and checks that the job could ever run
+/// there; returns the partition's name.
+fn admit(state: &ClusterState, spec: &mut JobSpec) -> Result<String, Rejection> {
+    spec.check_shape()?;
+    let partition = match &spec.partition {
+        Some(name) => state.partitions.get(name).ok_or_else(|| Rejection::UnknownPartition {
+            name: name.clone(),
+            known: state.partitions.keys().cloned().collect::<Vec<_>>().join(", "),
+        })?,
+        None => state.default_partition().ok_or(Rejection::NoDefaultPartition)?,
+    };
+    spec.partition = Some(partition.name.clone());
+    if spec.time_limit_s.is_none() {
+        spec.time_limit_s = partition.default_time_s.or(partition.max_time_s);
+    }
+    if let (Some(limit), Some(requested)) = (partition.max_time_s, spec.time_limit_s) {
+        if requested > limit {
+            return Err(Rejection::TimeLimitExceedsPartition {
+                partition: partition.name.clone(),
+                requested: crate::model::parse::format_duration(requested),
+                limit: crate::model::parse::format_duration(limit),
+            });
+        }
+    }
+    let cpus = spec.cpus_per_node();
+    let mem = *spec
+        .mem_per_node_mb
+        .get_or_insert(partition.default_mem_per_cpu_mb * u64::from(cpus));
+    let gpu_type = spec.gpu_type.as_deref();
+    let registered: Vec<&Node> = state.partition_nodes(partition).collect();
+    if registered.is_empty() {
+        // No node has registered yet, so nothing can be said about fit; the job waits.
+        return Ok(partition.name.clone());
+    }
+    let capable = registered
+        .iter()
+        .filter(|n| n.could_hold(cpus, mem, spec.gpus_per_node, gpu_type))
+        .count();
+    if capable >= spec.nodes as usize {
+        return Ok(partition.name.clone());
+    }
+    Err(Rejection::NeverFits {
+        detail: never_fits_detail(&partition.name, &registered, spec, cpus, mem),
+    })
+}
+
+/// Names the first resource no node (or not enough nodes) of the partition has.
+fn never_fits_detail(partition: &str, nodes: &[&Node], spec: &JobSpec, cpus: u32, mem: u64) -> String {
+    let gpu_type = spec.gpu_type.as_deref();
+    let max_cpus = nodes.iter().map(|n| n.cpus).max().unwrap_or(0);
+    let max_mem = nodes.iter().map(|n| n.mem_mb).max().unwrap_or(0);
+    let max_gpus = nodes.iter().map(|n| n.gpu_count(gpu_type)).max().unwrap_or(0);
+    let gpu_words = match gpu_type {
+        Some(t) => format!("GPUs of type {t}"),
+        None => "GPUs".to_string(),
+    };
+    if cpus > max_cpus {
+        format!("partition '{partition}' has no node with {cpus} CPUs; the largest has {max_cpus}")
+    } else if mem > max_mem {
+        format!(
+            "partition '{partition}' has no node with {} of memory; the largest has {}",
+            crate::model::parse::format_mem_mb(mem),
+            crate::model::parse::format_mem_mb(max_mem)
+        )
+    } else if spec.gpus_per_node > max_gpus {
+        format!(
+            "partition '{partition}' has no node with {} {gpu_words}; the largest has {max_gpus}",
+            spec.gpus_per_node
+        )
+    } else {
+        format!(
+            "partition '{partition}' has {} nodes, fewer than the {} requested that can each hold {cpus} CPUs, {} and {} {gpu_words}",
+            nodes.len(),
+            spec.nodes,
+            crate::model::parse::format_mem_mb(mem),
+            spec.gpus_per_node
+        )
+    }
+}
+
+fn apply_plan(
+    state: &mut ClusterState,
+    index: u64,
+    starts: Vec<PlannedStart>,
+    reasons: Vec<(JobId, PendingReason)>,
+) -> Response {
+    let mut started = Vec::new();
+    let mut dropped = Vec::new();
+    for start in starts {
+        match check_start(state, &start) {
+            Ok(()) => {
+                start_job(state, index, start.job_id, start.allocation);
+                started.push(start.job_id);
+            }
+            Err(why) => dropped.push((start.job_id, why)),
+        }
+    }
+    for (job_id, reason) in reasons {
+        if let Some(job) = state.jobs.get_mut(&job_id) {
+            if job.state == JobState::Pending {
+                job.reason = reason;
+            }
+        }
+    }
+    Response::PlanApplied { started, dropped }
+}
+
+/// Re-checks a planned start against the current state (the plan was made from an older view).
+fn check_start(state: &ClusterState, start: &PlannedStart) -> Result<(), String> {
+    let job = state
+        .jobs
+        .get(&start.job_id)
+        .ok_or_else(|| format!("job {} does not exist", start.job_id))?;
+    if job.state != JobState::Pending || job.cancel_requested {
+        return Err(format!("job {} is {}", job.id, job.state));
+    }
+    let allocs = &start.allocation.nodes;
+    if allocs.len() != job.spec.nodes as usize {
+        return Err(format!("job {} needs {} nodes, plan gave {}", job.id, job.spec.nodes, allocs.len()));
+    }
+    let partition = state
+        .partitions
+        .get(&job.partition)
+        .ok_or_else(|| format!("partition {} no longer exists", job.partition))?;
+    for (i, a) in allocs.iter().enumerate() {
+        if allocs[..i].iter().any(|b| b.node == a.node) {
+            return Err(format!("node {} appears twice", a.node));
+        }
+        if !partition.node_names.contains(&a.node) {
+            return Err(format!("node {} is not in partition {}", a.node, partition.name));
+        }
+        let node = state.nodes.get(&a.node).ok_or_else(|| format!("node {} is unknown", a.node))?;
+        if !node.schedulable() {
+            return Err(format!("node {} is {}", a.node, node.state().name()));
+        }
+        if node.alloc_cpus + a.cpus > node.cpus || node.alloc_mem_mb + a.mem_mb > node.mem_mb {
+            return Err(format!("node {} lacks the CPUs or memory now", a.node));
+        }
+        if a.cpus < job.spec.cpus_per_node() || a.mem_mb < job.spec.mem_per_node_mb.unwrap_or(0) {
+            return Err(format!("allocation on {} is smaller than the request", a.node));
+        }
+        if a.gpus.len() != job.spec.gpus_per_node as usize {
+            return Err(format!("allocation on {} has the wrong GPU count", a.node));
+        }
+        for (k, idx) in a.gpus.iter().enumerate() {
+            let gpu = node
+                .gpus
+                .iter()
+                .find(|g| g.index == *idx)
+                .ok_or_else(|| format!("node {} has no GPU {idx}", a.node))?;
+            if job.spec.gpu_type.as_ref().is_some_and(|t| *t != gpu.gpu_type) {
+                return Err(format!("GPU {idx} on {} is not of type {}", a.node, gpu.gpu_type));
+            }
+            if node.alloc_gpus.contains(idx) || a.gpus[..k].contains(idx) {
+                return Err(format!("GPU {idx} on {} is taken", a.node));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn start_job(state: &mut ClusterState, index: u64, job_id: JobId, allocation: Allocation) {
+    for a in &allocation.nodes {
+        let node = state.nodes.get_mut(&a.node).expect("checked by check_start");
+        node.alloc_cpus += a.cpus;
+        node.alloc_mem_mb += a.mem_mb;
+        node.alloc_gpus.extend(a.gpus.iter().copied());
+        node.jobs.insert(job_id);
+    }
+    let job = state.jobs.get_mut(&job_id).expect("checked by check_start");
+    job.state = JobState::Running;
+    job.reason = PendingReason::None;
+    job.start_time = Some(state.clock);
+    job.allocation = Some(allocation);
+    job.alloc_index = index;
+}
+
+/// Frees what a job holds and records how it ended.
+fn finish_job(state: &mut ClusterState, job_id: JobId, final_state: JobState, exit_code: Option<i32>, signal: Option<i32>) {
+    let Some(job) = state.jobs.get_mut(&job_id) else { return };
+    job.state = final_state;
+    job.end_time = Some(state.clock);
+    job.exit_code = exit_code;
+    job.signal = signal;
+    job.reason = PendingReason::None;
+    if let Some(allocation) = &job.allocation {
+        for a in &allocation.nodes {
+            if let Some(node) = state.nodes.get_mut(&a.node) {
+                node.alloc_cpus = node.alloc_cpus.saturating_sub(a.cpus);
+                node.alloc_mem_mb = node.alloc_mem_mb.saturating_sub(a.mem_mb);
+                for g in &a.gpus {
+                    node.alloc_gpus.remove(g);
+                }
+                node.jobs.remove(&job_id);
+            }
+        }
+    }
+}
+
+fn job_ended(state: &mut ClusterState, job_id: JobId, token: u64, node: &str, outcome: RankOutcome) -> Response {
+    let Some(job) = state.jobs.get_mut(&job_id) else {
+        return Response::Rejected(Rejection::UnknownJob { id: job_id });
+    };
+    // A report from an older allocation, or for a job that already ended, changes nothing.
+    let on_node = job
+        .allocation
+        .as_ref()
+        .is_some_and(|a| a.nodes.iter().any(|n| n.node == node));
+    if job.state != JobState::Running || token != job.alloc_index || !on_node {
+        return Response::Ignored;
+    }
+    if job.rank_outcomes.iter().any(|(n, _)| n == node) {
+        return Response::Ignored;
+    }
+    job.rank_outcomes.push((node.to_string(), outcome));
+    let total = job.spec.nodes as usize;
+    // The first rank to end badly decides the job; otherwise it ends when every rank has.
+    let decided = match outcome {
+        RankOutcome::Exited { code: 0, signal: 0 } if job.rank_outcomes.len() < total => None,
+        RankOutcome::Exited { code: 0, signal: 0 } => Some((JobState::Completed, Some(0), None)),
+        RankOutcome::Exited { code, signal } => Some((JobState::Failed, Some(code), nonzero(signal))),
+        RankOutcome::TimedOut { code, signal } => Some((JobState::Timeout, Some(code), nonzero(signal))),
+        RankOutcome::Cancelled { code, signal } => Some((JobState::Cancelled, Some(code), nonzero(signal))),
+        RankOutcome::LaunchFailed => Some((JobState::Failed, Some(127), None)),
+    };
+    let decided = decided.map(|(st, code, sig)| {
+        if job.cancel_requested && st != JobState::Completed {
+            (JobState::Cancelled, code, sig)
+        } else {
+            (st, code, sig)
+        }
+    });
+    match decided {
+        Some((final_state, code, signal)) => {
+            finish_job(state, job_id, final_state, code, signal);
+            Response::JobFinished { job_id, state: final_state }
+        }
+        None => Response::Ok,
+    }
+}
+
+fn nonzero(signal: i32) -> Option<i32> {
+    (signal != 0).then_some(signal)
+}
+
+fn cancel(state: &mut ClusterState, job_id: JobId, user: &str) -> Response {
+    let Some(job) = state.jobs.get_mut(&job_id) else {
+        return Response::Rejected(Rejection::UnknownJob { id: job_id });
+    };
+    if user != job.user && user != "root" {
+        return Response::Rejected(Rejection::NotOwner {
+            id: job_id,
+            user: user.to_string(),
+            owner: job.user.clone(),
+        });
+    }
+    match job.state {
+        JobState::Pending => {
+            finish_job(state, job_id, JobState::Cancelled, None, None);
+            Response::Cancelled {
+                job_id,
+                was_running: false,
+            }
+        }
+        JobState::Running => {
+            // The agents kill it and report; the job ends CANCELLED then.
+            job.cancel_requested = true;
+            Response::Cancelled {
+                job_id,
+                was_running: true,
+            }
+        }
+        st => Response::Rejected(Rejection::JobFinished { id: job_id, state: st }),
+    }
+}
+
+fn register_node(state: &mut ClusterState, reg: NodeRegistration) {
+    let clock = state.clock;
+    let node = state.nodes.entry(reg.name.clone()).or_insert_with(|| Node {
+        name: reg.name.clone(),
+        cpus: 0,
+        mem_mb: 0,
+        gpus: Vec::new(),
+        features: Vec::new(),
+        admin: NodeAdminState::Up,
+        alloc_cpus: 0,
+        alloc_mem_mb: 0,
+        alloc_gpus: Default::default(),
+        jobs: Default::default(),
+        agent_version: String::new(),
+        registered_at: clock,
+    });
+    node.cpus = reg.cpus;
+    node.mem_mb = reg.mem_mb;
+    let mut gpus = reg.gpus;
+    gpus.sort();
+    node.gpus = gpus;
+    node.features = reg.features;
+    node.agent_version = reg.version;
+    node.registered_at = clock;
+    if matches!(node.admin, NodeAdminState::Down { .. }) {
+        node.admin = NodeAdminState::Up;
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests;

@@ -1,0 +1,23 @@
+//! Quorum's wire formats: the public API, the agent stream and the replica-to-replica Raft
+//! service, generated from `proto/*.proto` by tonic and prost. Everything that crosses a process
+//! boundary is defined here, and changes to it are additive only (see DESIGN.md, "Upgrades").
+
+pub mod api {
+    tonic::include_proto!("quorum.api");
+}
+
+pub mod agent {
+    tonic::include_proto!("quorum.agent");
+}
+
+pub mod raft {
+    tonic::include_proto!("quorum.raft");
+}
+
+/// Metadata key carrying the leader's public address on a FAILED_PRECONDITION / UNAVAILABLE
+/// answer from a replica that is not the leader.
+pub const LEADER_HINT_KEY: &str = "x-quorum-leader";
+
+/// Metadata key set on a request that a follower forwarded to the leader, so that it is never
+/// forwarded twice.
+pub const FORWARDED_KEY: &str = "x-quorum-forwarded";

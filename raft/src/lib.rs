@@ -1,0 +1,83 @@
+//! Quorum's Raft plumbing, independent of what the state machine holds.
+//!
+//! - [`log_store`]: the Raft log, vote and committed index in RocksDB. An append is
+//!   acknowledged to openraft only after RocksDB has synced its WAL; a vote is durable before
+//!   `save_vote` returns.
+//! - [`network`]: the client side of replica-to-replica RPCs over tonic.
+//! - [`service`]: the server side, a gRPC service kept apart from the public API.
+//!
+//! Everything is generic over a [`QuorumTypeConfig`]: the controller crate declares the type
+//! config with its own command and response types and implements the state machine itself.
+
+use std::io::Cursor;
+
+pub mod log_store;
+pub mod network;
+pub mod service;
+
+pub use openraft;
+pub use openraft::BasicNode;
+
+/// The shape of type config every Quorum replica uses: `u64` node ids, nodes known by their
+/// address, the standard log entry and snapshots held in memory as bytes.
+pub trait QuorumTypeConfig:
+    openraft::RaftTypeConfig<
+    NodeId = u64,
+    Node = BasicNode,
+    Entry = openraft::Entry<Self>,
+    SnapshotData = Cursor<Vec<u8>>,
+>
+{
+}
+
+impl<T> QuorumTypeConfig for T where
+    T: openraft::RaftTypeConfig<
+        NodeId = u64,
+        Node = BasicNode,
+        Entry = openraft::Entry<T>,
+        SnapshotData = Cursor<Vec<u8>>,
+    >
+{
+}
+
+/// Errors opening or using the replica's RocksDB.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("rocksdb at {path}: {source}")]
+    Open {
+        path: String,
+        source: rocksdb::Error,
+    },
+    #[error("rocksdb: {0}")]
+    Rocks(#[from] rocksdb::Error),
+    #[error("missing column family {0}")]
+    MissingColumnFamily(&'static str),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Column family holding log entries, keyed by big-endian index.
+pub const CF_LOG: &str = "raft_log";
+/// Column family holding the vote, the committed log id and the last purged log id.
+pub const CF_META: &str = "raft_meta";
+
+/// Opens (creating if needed) the replica's RocksDB with the Raft column families and any
+/// `extra` ones the caller keeps beside them.
+pub fn open_db(path: &std::path::Path, extra: &[&str]) -> Result<std::sync::Arc<rocksdb::DB>> {
+    let mut opts = rocksdb::Options::default();
+    opts.create_if_missing(true);
+    opts.create_missing_column_families(true);
+    opts.set_compression_type(rocksdb::DBCompressionType::Lz4);
+    let mut cfs: Vec<&str> = vec![CF_LOG, CF_META];
+    cfs.extend_from_slice(extra);
+    let descriptors = cfs
+        .iter()
+        .map(|name| rocksdb::ColumnFamilyDescriptor::new(*name, rocksdb::Options::default()));
+    let db = rocksdb::DB::open_cf_descriptors(&opts, path, descriptors).map_err(|source| {
+        Error::Open {
+            path: path.display().to_string(),
+            source,
+        }
+    })?;
+    Ok(std::sync::Arc::new(db))
+}
