@@ -30,7 +30,11 @@ enum SessionEnd {
     Shutdown,
 }
 
-pub(crate) async fn run(agent: Arc<Agent>, mut exits: mpsc::UnboundedReceiver<u64>, mut shutdown: watch::Receiver<bool>) {
+pub(crate) async fn run(
+    agent: Arc<Agent>,
+    mut exits: mpsc::UnboundedReceiver<u64>,
+    mut shutdown: watch::Receiver<bool>,
+) {
     let addrs = agent.config.controllers.clone();
     let mut next = 0usize;
     let mut hint: Option<String> = None;
@@ -65,11 +69,7 @@ pub(crate) async fn run(agent: Arc<Agent>, mut exits: mpsc::UnboundedReceiver<u6
 }
 
 fn leader_hint(status: &tonic::Status) -> Option<String> {
-    status
-        .metadata()
-        .get(quorum_proto::LEADER_HINT_KEY)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string)
+    status.metadata().get(quorum_proto::LEADER_HINT_KEY).and_then(|v| v.to_str().ok()).map(str::to_string)
 }
 
 fn register(agent: &Agent) -> AgentMessage {
@@ -79,14 +79,7 @@ fn register(agent: &Agent) -> AgentMessage {
             node: c.name.clone(),
             cpus: c.cpus,
             mem_mb: c.mem_mb,
-            gpus: c
-                .gpus
-                .iter()
-                .map(|g| Gpu {
-                    index: g.index,
-                    gpu_type: g.gpu_type.clone(),
-                })
-                .collect(),
+            gpus: c.gpus.iter().map(|g| Gpu { index: g.index, gpu_type: g.gpu_type.clone() }).collect(),
             version: crate::VERSION.to_string(),
             features: c.features.clone(),
         })),
@@ -115,7 +108,7 @@ async fn session(
         return SessionEnd::Retry;
     }
     let mut client = AgentServiceClient::new(channel);
-    let mut inbound = match client.connect(ReceiverStream::new(rx)).await {
+    let mut inbound = match client.session(ReceiverStream::new(rx)).await {
         Ok(r) => r.into_inner(),
         Err(status) => {
             return match leader_hint(&status) {
@@ -200,11 +193,7 @@ async fn send_exit(agent: &Agent, tx: &mpsc::Sender<AgentMessage>, job_id: u64) 
             None => return,
         }
     };
-    let _ = tx
-        .send(AgentMessage {
-            msg: Some(agent_message::Msg::Exit(exit)),
-        })
-        .await;
+    let _ = tx.send(AgentMessage { msg: Some(agent_message::Msg::Exit(exit)) }).await;
 }
 
 async fn resend_exits(agent: &Agent, tx: &mpsc::Sender<AgentMessage>, all: bool) {
@@ -222,39 +211,39 @@ async fn resend_exits(agent: &Agent, tx: &mpsc::Sender<AgentMessage>, all: bool)
 
 async fn launch(agent: &Arc<Agent>, l: Launch, tx: &mpsc::Sender<AgentMessage>) {
     let job_id = l.job_id;
-    {
+    let resend = {
         let mut jobs = agent.lock_jobs();
-        if let Some(e) = jobs.get(&job_id) {
-            if l.token < e.token {
+        match jobs.get(&job_id) {
+            Some(e) if l.token < e.token => {
                 tracing::warn!(job = job_id, token = l.token, seen = e.token, "refusing a launch older than one seen");
                 return;
             }
-            if l.token == e.token {
-                // Already launched; if it ended, the leader may have missed the report.
-                drop(jobs);
-                if agent.lock_jobs().get(&job_id).is_some_and(|e| pending_exit(e).is_some()) {
-                    send_exit(agent, tx, job_id).await;
+            // Already launched; if it ended, the leader may have missed the report.
+            Some(e) if l.token == e.token => pending_exit(e).is_some(),
+            existing => {
+                // A newer allocation of the same job (requeued): stop what runs of the old one.
+                if let Some(JobEntry { pgid: Some(pgid), exit: None, .. }) = existing {
+                    runner::signal_group(*pgid, libc::SIGKILL);
                 }
-                return;
-            }
-            // A newer allocation of the same job (requeued): stop what runs of the old one.
-            if let (Some(pgid), None) = (e.pgid, &e.exit) {
-                runner::signal_group(pgid, libc::SIGKILL);
+                let (kill_tx, kill_rx) = mpsc::channel(4);
+                jobs.insert(
+                    job_id,
+                    JobEntry {
+                        token: l.token,
+                        kill: Some(kill_tx),
+                        exit: None,
+                        exit_sent: None,
+                        acked: false,
+                        pgid: None,
+                    },
+                );
+                runner::start(agent.clone(), l, kill_rx);
+                false
             }
         }
-        let (kill_tx, kill_rx) = mpsc::channel(4);
-        jobs.insert(
-            job_id,
-            JobEntry {
-                token: l.token,
-                kill: Some(kill_tx),
-                exit: None,
-                exit_sent: None,
-                acked: false,
-                pgid: None,
-            },
-        );
-        runner::start(agent.clone(), l, kill_rx);
+    };
+    if resend {
+        send_exit(agent, tx, job_id).await;
     }
 }
 

@@ -65,12 +65,7 @@ pub struct Agent {
 impl Agent {
     pub fn new(config: AgentConfig) -> Arc<Agent> {
         let (exits_tx, exits_rx) = mpsc::unbounded_channel();
-        Arc::new(Agent {
-            config,
-            jobs: Mutex::new(HashMap::new()),
-            exits_tx,
-            exits_rx: Mutex::new(Some(exits_rx)),
-        })
+        Arc::new(Agent { config, jobs: Mutex::new(HashMap::new()), exits_tx, exits_rx: Mutex::new(Some(exits_rx)) })
     }
 
     pub(crate) fn lock_jobs(&self) -> std::sync::MutexGuard<'_, HashMap<u64, JobEntry>> {
@@ -79,12 +74,8 @@ impl Agent {
 
     /// Jobs running now, as (job id, token).
     pub fn running(&self) -> Vec<(u64, u64)> {
-        let mut v: Vec<_> = self
-            .lock_jobs()
-            .iter()
-            .filter(|(_, e)| e.exit.is_none())
-            .map(|(id, e)| (*id, e.token))
-            .collect();
+        let mut v: Vec<_> =
+            self.lock_jobs().iter().filter(|(_, e)| e.exit.is_none()).map(|(id, e)| (*id, e.token)).collect();
         v.sort_unstable();
         v
     }
@@ -100,12 +91,8 @@ impl Agent {
 
     /// Runs until `shutdown` turns true, connecting to the leader and following it.
     pub async fn run(self: Arc<Self>, shutdown: watch::Receiver<bool>) {
-        let exits_rx = self
-            .exits_rx
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take()
-            .expect("Agent::run is called once");
+        let exits_rx =
+            self.exits_rx.lock().unwrap_or_else(|p| p.into_inner()).take().expect("Agent::run is called once");
         conn::run(self, exits_rx, shutdown).await;
     }
 }

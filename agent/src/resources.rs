@@ -22,17 +22,12 @@ pub fn parse_gpu_source(spec: &str) -> Result<Vec<SimGpu>, String> {
         let (ty, count) = part
             .rsplit_once('x')
             .ok_or_else(|| format!("bad GPU spec '{part}': expected TYPExCOUNT such as h100x8"))?;
-        let count: u32 = count
-            .parse()
-            .map_err(|_| format!("bad GPU count in '{part}': '{count}' is not a number"))?;
+        let count: u32 = count.parse().map_err(|_| format!("bad GPU count in '{part}': '{count}' is not a number"))?;
         if ty.is_empty() || ty.contains(':') {
             return Err(format!("bad GPU type in '{part}'"));
         }
         for _ in 0..count {
-            gpus.push(SimGpu {
-                index: gpus.len() as u32,
-                gpu_type: ty.to_string(),
-            });
+            gpus.push(SimGpu { index: gpus.len() as u32, gpu_type: ty.to_string() });
         }
     }
     Ok(gpus)

@@ -139,13 +139,7 @@ pub fn start(agent: Arc<Agent>, launch: Launch, kill_rx: mpsc::Receiver<ExitKind
         let job_id = launch.job_id;
         let token = launch.token;
         let (kind, code, signal) = run(&agent, &launch, kill_rx).await;
-        let exit = JobExit {
-            job_id,
-            token,
-            kind: kind as i32,
-            exit_code: code,
-            signal,
-        };
+        let exit = JobExit { job_id, token, kind: kind as i32, exit_code: code, signal };
         tracing::info!(job = job_id, ?kind, code, signal, "job ended");
         {
             let mut jobs = agent.lock_jobs();
@@ -190,7 +184,9 @@ async fn run(agent: &Agent, launch: &Launch, mut kill_rx: mpsc::Receiver<ExitKin
 
     let mut cmd = if !spec.script.is_empty() {
         let path = agent.config.spool_dir.join(format!("job-{}-{}.sh", launch.job_id, launch.token));
-        if let Err(e) = std::fs::create_dir_all(&agent.config.spool_dir).and_then(|_| std::fs::write(&path, &spec.script)) {
+        if let Err(e) =
+            std::fs::create_dir_all(&agent.config.spool_dir).and_then(|_| std::fs::write(&path, &spec.script))
+        {
             launch_error(&mut report, &format!("cannot write the job script {}: {e}", path.display()));
             return (ExitKind::LaunchFailed, 127, 0);
         }

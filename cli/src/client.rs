@@ -32,12 +32,7 @@ impl Client {
                 .tcp_nodelay(true);
             channels.push(endpoint.connect_lazy());
         }
-        Ok(Client {
-            addrs,
-            channels,
-            preferred: AtomicUsize::new(0),
-            deadline: Duration::from_secs(20),
-        })
+        Ok(Client { addrs, channels, preferred: AtomicUsize::new(0), deadline: Duration::from_secs(20) })
     }
 
     pub fn addrs(&self) -> &[String] {
@@ -87,7 +82,7 @@ impl Client {
             let next = hinted.filter(|h| *h != i).unwrap_or((i + 1) % self.addrs.len());
             self.preferred.store(next, Ordering::Relaxed);
             attempt += 1;
-            if attempt % self.addrs.len() == 0 {
+            if attempt.is_multiple_of(self.addrs.len()) {
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         }

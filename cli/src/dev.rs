@@ -49,11 +49,7 @@ impl Default for DevOptions {
 impl DevOptions {
     /// Ephemeral ports and short timeouts, for tests.
     pub fn for_tests() -> Self {
-        Self {
-            ports: vec![0, 0, 0],
-            kill_wait: Duration::from_secs(2),
-            ..Self::default()
-        }
+        Self { ports: vec![0, 0, 0], kill_wait: Duration::from_secs(2), ..Self::default() }
     }
 }
 
@@ -98,19 +94,9 @@ impl DevCluster {
             addrs.push(l.local_addr()?.to_string());
             listeners.push(l);
         }
-        let replicas: Vec<ReplicaConfig> = addrs
-            .iter()
-            .enumerate()
-            .map(|(i, a)| ReplicaConfig {
-                id: i as u64 + 1,
-                addr: a.clone(),
-            })
-            .collect();
-        let nodes = if opts.agents == 0 {
-            "node01".to_string()
-        } else {
-            format!("node[01-{:02}]", opts.agents)
-        };
+        let replicas: Vec<ReplicaConfig> =
+            addrs.iter().enumerate().map(|(i, a)| ReplicaConfig { id: i as u64 + 1, addr: a.clone() }).collect();
+        let nodes = if opts.agents == 0 { "node01".to_string() } else { format!("node[01-{:02}]", opts.agents) };
         let configs: Vec<ControllerConfig> = replicas
             .iter()
             .map(|r| ControllerConfig {
@@ -144,27 +130,15 @@ impl DevCluster {
                 controllers: addrs.clone(),
                 cpus: opts.cpus_per_agent,
                 mem_mb: opts.mem_mb_per_agent,
-                gpus: (0..opts.gpus_per_agent)
-                    .map(|g| SimGpu {
-                        index: g,
-                        gpu_type: opts.gpu_type.clone(),
-                    })
-                    .collect(),
+                gpus: (0..opts.gpus_per_agent).map(|g| SimGpu { index: g, gpu_type: opts.gpu_type.clone() }).collect(),
                 features: vec![],
                 spool_dir: data_dir.join(format!("agent-{}", node_name(i))),
                 heartbeat: Duration::from_secs(1),
                 kill_wait: opts.kill_wait,
             })
             .collect();
-        let mut cluster = DevCluster {
-            addrs,
-            configs,
-            controllers,
-            agents: Vec::new(),
-            agent_configs,
-            data_dir,
-            _tmp: tmp,
-        };
+        let mut cluster =
+            DevCluster { addrs, configs, controllers, agents: Vec::new(), agent_configs, data_dir, _tmp: tmp };
         for i in 0..opts.agents {
             let a = cluster.spawn_agent(i);
             cluster.agents.push(Some(a));
@@ -190,9 +164,7 @@ impl DevCluster {
 
     /// Index of the replica that currently leads, if one does and is running here.
     pub fn leader(&self) -> Option<usize> {
-        self.controllers
-            .iter()
-            .position(|c| c.as_ref().is_some_and(|c| c.core.is_leader()))
+        self.controllers.iter().position(|c| c.as_ref().is_some_and(|c| c.core.is_leader()))
     }
 
     /// Stops replica `i` (its data directory stays).

@@ -31,7 +31,7 @@ enum Command {
     /// Submit a batch script or a command: `quorum submit job.sh` or `quorum submit -- CMD ARGS`.
     Submit {
         #[command(flatten)]
-        opts: SubmitOpts,
+        opts: Box<SubmitOpts>,
         /// A batch script; its #SBATCH lines are read for options.
         script: Option<String>,
         /// The command to run, after `--`.
@@ -119,7 +119,8 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let payload = match (script, command.is_empty()) {
                 (Some(_), false) => anyhow::bail!("give a script or -- COMMAND, not both"),
                 (Some(path), true) => {
-                    let text = std::fs::read_to_string(&path).map_err(|e| anyhow::anyhow!("cannot read script '{path}': {e}"))?;
+                    let text = std::fs::read_to_string(&path)
+                        .map_err(|e| anyhow::anyhow!("cannot read script '{path}': {e}"))?;
                     Payload::Script { path, text }
                 }
                 (None, false) => Payload::Command(command),
@@ -127,7 +128,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             };
             let cwd = std::env::current_dir()?;
             let env: Vec<(String, String)> = std::env::vars().collect();
-            let spec = build_spec(opts, payload, &cwd, env).map_err(anyhow::Error::msg)?;
+            let spec = build_spec(*opts, payload, &cwd, env).map_err(anyhow::Error::msg)?;
             let req = api::SubmitJobRequest {
                 spec: Some(spec),
                 user: current_user(),
@@ -174,10 +175,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             }
         }
         Command::Cancel { jobs } => {
-            let req = api::CancelJobRequest {
-                job_ids: jobs,
-                user: current_user(),
-            };
+            let req = api::CancelJobRequest { job_ids: jobs, user: current_user() };
             let r = client
                 .call(|mut c| {
                     let req = req.clone();
@@ -215,11 +213,14 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let mut replicas = Vec::new();
             for m in members.members {
                 let status = match client.replica(&m.address) {
-                    Ok(mut c) => tokio::time::timeout(std::time::Duration::from_secs(2), c.replica_status(api::ReplicaStatusRequest {}))
-                        .await
-                        .ok()
-                        .and_then(|r| r.ok())
-                        .map(|r| r.into_inner()),
+                    Ok(mut c) => tokio::time::timeout(
+                        std::time::Duration::from_secs(2),
+                        c.get_replica_status(api::ReplicaStatusRequest {}),
+                    )
+                    .await
+                    .ok()
+                    .and_then(|r| r.ok())
+                    .map(|r| r.into_inner()),
                     Err(_) => None,
                 };
                 replicas.push(display::replica_json(m.id, &m.address, status.as_ref()));
@@ -253,12 +254,7 @@ fn node_json(n: &api::NodeInfo) -> serde_json::Value {
 }
 
 async fn dev(data: Option<PathBuf>, port: u16, agents: usize) -> anyhow::Result<ExitCode> {
-    let opts = DevOptions {
-        data_dir: data,
-        ports: vec![port, port + 1, port + 2],
-        agents,
-        ..DevOptions::default()
-    };
+    let opts = DevOptions { data_dir: data, ports: vec![port, port + 1, port + 2], agents, ..DevOptions::default() };
     let cluster = DevCluster::start(opts).await?;
     println!("Quorum dev cluster: 3 controller replicas, {agents} agents (8 CPUs, 32G, 4 simulated h100 GPUs each)");
     println!("data: {}", cluster.data_dir.display());
@@ -285,7 +281,9 @@ async fn main() -> ExitCode {
     let default_filter = if is_dev { "info,openraft=warn" } else { "warn,openraft=error" };
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| default_filter.into()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| default_filter.into()),
+        )
         .init();
     match run(cli).await {
         Ok(code) => code,

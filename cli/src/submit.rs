@@ -104,9 +104,7 @@ fn parse_gpu_count(value: &str, what: &str) -> Result<(Option<String>, u32), Str
         Some((t, n)) => (Some(t.to_string()), n),
         None => (None, value),
     };
-    let n: u32 = n
-        .parse()
-        .map_err(|_| format!("invalid {what} '{value}': expected [type:]count such as h100:2"))?;
+    let n: u32 = n.parse().map_err(|_| format!("invalid {what} '{value}': expected [type:]count such as h100:2"))?;
     if ty.as_deref().is_some_and(|t| t.is_empty() || t.contains(':')) {
         return Err(format!("invalid {what} '{value}': expected [type:]count such as h100:2"));
     }
@@ -198,7 +196,12 @@ pub enum Payload {
 }
 
 /// Builds the job spec from the merged options. `cwd` is where the user submits from.
-pub fn build_spec(cli: SubmitOpts, payload: Payload, cwd: &Path, env: Vec<(String, String)>) -> Result<api::JobSpec, String> {
+pub fn build_spec(
+    cli: SubmitOpts,
+    payload: Payload,
+    cwd: &Path,
+    env: Vec<(String, String)>,
+) -> Result<api::JobSpec, String> {
     cli.check_values()?;
     let (opts, argv, script, default_name) = match payload {
         Payload::Script { path, text } => {
@@ -248,7 +251,13 @@ pub fn build_spec(cli: SubmitOpts, payload: Payload, cwd: &Path, env: Vec<(Strin
         nodes,
         ntasks,
         cpus_per_task: opts.cpus_per_task.unwrap_or(1),
-        mem_per_node_mb: opts.mem.as_deref().map(parse::parse_mem_mb).transpose().map_err(|e| e.to_string())?.unwrap_or(0),
+        mem_per_node_mb: opts
+            .mem
+            .as_deref()
+            .map(parse::parse_mem_mb)
+            .transpose()
+            .map_err(|e| e.to_string())?
+            .unwrap_or(0),
         gpus_per_node,
         gpu_type: gpu_type.unwrap_or_default(),
         time_limit_s: match &opts.time {
@@ -270,15 +279,7 @@ mod tests {
     use super::*;
 
     fn script_spec(text: &str, cli: SubmitOpts) -> Result<api::JobSpec, String> {
-        build_spec(
-            cli,
-            Payload::Script {
-                path: "job.sh".into(),
-                text: text.into(),
-            },
-            Path::new("/home/a"),
-            vec![],
-        )
+        build_spec(cli, Payload::Script { path: "job.sh".into(), text: text.into() }, Path::new("/home/a"), vec![])
     }
 
     #[test]
@@ -294,16 +295,14 @@ mod tests {
         assert_eq!(s.partition, "", "directives after the first command are ignored");
         assert_eq!(s.work_dir, "/home/a");
         // The command line wins.
-        let cli = SubmitOpts {
-            job_name: Some("other".into()),
-            ..Default::default()
-        };
+        let cli = SubmitOpts { job_name: Some("other".into()), ..Default::default() };
         assert_eq!(script_spec(text, cli).unwrap().name, "other");
     }
 
     #[test]
     fn a_bad_sbatch_line_is_named() {
-        let e = script_spec("#!/bin/bash\n#SBATCH -J x\n#SBATCH --mem=lots\necho\n", SubmitOpts::default()).unwrap_err();
+        let e =
+            script_spec("#!/bin/bash\n#SBATCH -J x\n#SBATCH --mem=lots\necho\n", SubmitOpts::default()).unwrap_err();
         assert!(e.contains("job.sh line 3") && e.contains("invalid memory size 'lots'"), "{e}");
         let e = script_spec("#SBATCH --frobnicate\n", SubmitOpts::default()).unwrap_err();
         assert!(e.contains("line 1") && e.contains("--frobnicate"), "{e}");
@@ -313,18 +312,10 @@ mod tests {
 
     #[test]
     fn gpus_spread_over_nodes() {
-        let cli = SubmitOpts {
-            nodes: Some(2),
-            gpus: Some("a100:8".into()),
-            ..Default::default()
-        };
+        let cli = SubmitOpts { nodes: Some(2), gpus: Some("a100:8".into()), ..Default::default() };
         let s = build_spec(cli, Payload::Command(vec!["x".into()]), Path::new("/"), vec![]).unwrap();
         assert_eq!((s.gpus_per_node, s.gpu_type.as_str()), (4, "a100"));
-        let cli = SubmitOpts {
-            nodes: Some(2),
-            gpus: Some("3".into()),
-            ..Default::default()
-        };
+        let cli = SubmitOpts { nodes: Some(2), gpus: Some("3".into()), ..Default::default() };
         assert!(build_spec(cli, Payload::Command(vec!["x".into()]), Path::new("/"), vec![])
             .unwrap_err()
             .contains("do not spread evenly"));

@@ -39,7 +39,10 @@ async fn bad_input_gets_a_clear_error_and_creates_nothing() {
     std::fs::write(dir.path().join("empty.sh"), "   \n").unwrap();
     let cases: &[(&[&str], &str)] = &[
         (&["submit", "-p", "nope", "--", "true"], "unknown partition 'nope' (partitions: gpu)"),
-        (&["submit", "--gpus", "h100:16", "--", "true"], "partition 'gpu' has no node with 16 GPUs of type h100; the largest has 4"),
+        (
+            &["submit", "--gpus", "h100:16", "--", "true"],
+            "partition 'gpu' has no node with 16 GPUs of type h100; the largest has 4",
+        ),
         (&["submit", "--gpus", "a100:1", "--", "true"], "no node with 1 GPUs of type a100; the largest has 0"),
         (&["submit", "-c", "64", "--", "true"], "no node with 64 CPUs; the largest has 8"),
         (&["submit", "-N", "3", "--", "true"], "fewer than the 3 requested"),
@@ -87,7 +90,13 @@ async fn bad_input_gets_a_clear_error_and_creates_nothing() {
 
     let r = quorum(&ctl, dir.path(), &["queue", "--all"]);
     assert!(r.stdout.starts_with("JOBID  PARTITION  NAME"), "{}", r.stdout);
-    assert!(r.stdout.contains(&format!("{id}      gpu        scripted  ")), "{}", r.stdout);
+    let row: Vec<&str> = r
+        .stdout
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .find(|w| w.first() == Some(&id.to_string().as_str()))
+        .expect("the job's row");
+    assert_eq!((row[1], row[2], row[4], row[6]), ("gpu", "scripted", "CD", "1"), "{}", r.stdout);
     let r = quorum(&ctl, dir.path(), &["nodes"]);
     assert!(r.stdout.contains("node01") && r.stdout.contains("h100:4"), "{}", r.stdout);
     let r = quorum(&ctl, dir.path(), &["cluster", "--json"]);

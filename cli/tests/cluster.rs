@@ -17,7 +17,11 @@ async fn jobs_run_complete_fail_and_record_exit_codes() {
     wait_ready(&cluster, &c, 2).await;
     let dir = tempfile::tempdir().unwrap();
 
-    let ok = submit(&c, spec(&["bash", "-c", "echo hello > result.txt; echo \"id=$QUORUM_JOB_ID slurm=$SLURM_JOB_ID\""], dir.path())).await;
+    let ok = submit(
+        &c,
+        spec(&["bash", "-c", "echo hello > result.txt; echo \"id=$QUORUM_JOB_ID slurm=$SLURM_JOB_ID\""], dir.path()),
+    )
+    .await;
     let j = wait_state(&c, ok, &["COMPLETED", "FAILED"], T).await;
     assert_eq!(j.state, "COMPLETED", "{j:?}");
     assert!(j.has_exit_code);
@@ -69,27 +73,22 @@ async fn cancel_kills_every_process_of_the_job() {
     assert!(group_alive(pgid));
     let r = c
         .call(|mut cl| async move {
-            cl.cancel_job(quorum_proto::api::CancelJobRequest {
-                job_ids: vec![id],
-                user: "tester".into(),
-            })
-            .await
+            cl.cancel_job(quorum_proto::api::CancelJobRequest { job_ids: vec![id], user: "tester".into() }).await
         })
         .await
         .unwrap();
     assert!(r.results[0].ok, "{:?}", r.results);
     let j = wait_state(&c, id, &["CANCELLED", "COMPLETED", "FAILED"], T).await;
     assert_eq!(j.state, "CANCELLED");
-    wait_for(Duration::from_secs(5), "every process of the job to be gone", || async { (!group_alive(pgid)).then_some(()) }).await;
+    wait_for(Duration::from_secs(5), "every process of the job to be gone", || async {
+        (!group_alive(pgid)).then_some(())
+    })
+    .await;
 
     // Cancelling it again is refused with the reason.
     let r = c
         .call(|mut cl| async move {
-            cl.cancel_job(quorum_proto::api::CancelJobRequest {
-                job_ids: vec![id],
-                user: "tester".into(),
-            })
-            .await
+            cl.cancel_job(quorum_proto::api::CancelJobRequest { job_ids: vec![id], user: "tester".into() }).await
         })
         .await
         .unwrap();
@@ -150,10 +149,7 @@ async fn assert_caught_up(cluster: &quorum_cli::dev::DevCluster, i: usize) {
         let l = leader.core.shared.read();
         let f = follower.core.shared.read();
         (l.applied_index() == f.applied_index()).then(|| {
-            (
-                l.applied_index(),
-                (quorum_control::state::digest(&l.state), quorum_control::state::digest(&f.state)),
-            )
+            (l.applied_index(), (quorum_control::state::digest(&l.state), quorum_control::state::digest(&f.state)))
         })
     })
     .await;
@@ -162,11 +158,7 @@ async fn assert_caught_up(cluster: &quorum_cli::dev::DevCluster, i: usize) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restarted_follower_catches_up_by_log_and_by_snapshot() {
-    let opts = DevOptions {
-        snapshot_every: 20,
-        snapshot_keep_logs: 0,
-        ..DevOptions::for_tests()
-    };
+    let opts = DevOptions { snapshot_every: 20, snapshot_keep_logs: 0, ..DevOptions::for_tests() };
     let mut cluster = cluster(opts).await;
     let c = client(&cluster.addrs);
     wait_ready(&cluster, &c, 2).await;
@@ -187,13 +179,16 @@ async fn a_restarted_follower_catches_up_by_log_and_by_snapshot() {
         last = submit(&c, spec(&["true"], dir.path())).await;
     }
     wait_state(&c, last, &["COMPLETED"], T).await;
-    let snap = cluster.controller(cluster.leader().unwrap()).unwrap().core.raft.metrics().borrow().snapshot;
-    assert!(snap.is_some(), "the leader has built a snapshot");
+    let leader_snap = cluster.controller(cluster.leader().unwrap()).unwrap().core.raft.metrics().borrow().snapshot;
+    let leader_snap = leader_snap.expect("the leader has built a snapshot");
     cluster.restart_controller(follower).await.unwrap();
     assert_caught_up(&cluster, follower).await;
     let f = cluster.controller(follower).unwrap();
     assert!(f.core.shared.read().state.jobs.contains_key(&last));
-    assert!(f.core.raft.metrics().borrow().snapshot.is_some(), "the follower installed a snapshot");
+    // The leader kept no log behind its snapshot, so the follower can only have caught up by
+    // installing it (its own snapshots stopped where it was stopped).
+    let installed = f.core.raft.metrics().borrow().snapshot.expect("a snapshot on the follower");
+    assert!(installed.index >= leader_snap.index, "follower snapshot {installed:?} < leader's {leader_snap:?}");
     cluster.shutdown().await;
 }
 

@@ -131,14 +131,10 @@ pub struct ControllerConfig {
 
 impl ControllerConfig {
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-            path: path.display().to_string(),
-            source,
-        })?;
-        let config: ControllerConfig = toml::from_str(&text).map_err(|e| ConfigError::Parse {
-            path: path.display().to_string(),
-            message: e.to_string(),
-        })?;
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| ConfigError::Read { path: path.display().to_string(), source })?;
+        let config: ControllerConfig = toml::from_str(&text)
+            .map_err(|e| ConfigError::Parse { path: path.display().to_string(), message: e.to_string() })?;
         config.validate()?;
         Ok(config)
     }
@@ -149,11 +145,7 @@ impl ControllerConfig {
 
     /// The partitions, validated: hostlists expand, times and sizes parse, one default at most.
     pub fn partitions(&self) -> Result<Vec<Partition>, ConfigError> {
-        let parts = self
-            .partitions
-            .iter()
-            .map(PartitionConfig::to_partition)
-            .collect::<Result<Vec<_>, _>>()?;
+        let parts = self.partitions.iter().map(PartitionConfig::to_partition).collect::<Result<Vec<_>, _>>()?;
         let mut seen = BTreeSet::new();
         for p in &parts {
             if !seen.insert(&p.name) {

@@ -21,12 +21,7 @@ pub use openraft::BasicNode;
 /// The shape of type config every Quorum replica uses: `u64` node ids, nodes known by their
 /// address, the standard log entry and snapshots held in memory as bytes.
 pub trait QuorumTypeConfig:
-    openraft::RaftTypeConfig<
-    NodeId = u64,
-    Node = BasicNode,
-    Entry = openraft::Entry<Self>,
-    SnapshotData = Cursor<Vec<u8>>,
->
+    openraft::RaftTypeConfig<NodeId = u64, Node = BasicNode, Entry = openraft::Entry<Self>, SnapshotData = Cursor<Vec<u8>>>
 {
 }
 
@@ -44,10 +39,7 @@ impl<T> QuorumTypeConfig for T where
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("rocksdb at {path}: {source}")]
-    Open {
-        path: String,
-        source: rocksdb::Error,
-    },
+    Open { path: String, source: rocksdb::Error },
     #[error("rocksdb: {0}")]
     Rocks(#[from] rocksdb::Error),
     #[error("missing column family {0}")]
@@ -70,14 +62,8 @@ pub fn open_db(path: &std::path::Path, extra: &[&str]) -> Result<std::sync::Arc<
     opts.set_compression_type(rocksdb::DBCompressionType::Lz4);
     let mut cfs: Vec<&str> = vec![CF_LOG, CF_META];
     cfs.extend_from_slice(extra);
-    let descriptors = cfs
-        .iter()
-        .map(|name| rocksdb::ColumnFamilyDescriptor::new(*name, rocksdb::Options::default()));
-    let db = rocksdb::DB::open_cf_descriptors(&opts, path, descriptors).map_err(|source| {
-        Error::Open {
-            path: path.display().to_string(),
-            source,
-        }
-    })?;
+    let descriptors = cfs.iter().map(|name| rocksdb::ColumnFamilyDescriptor::new(*name, rocksdb::Options::default()));
+    let db = rocksdb::DB::open_cf_descriptors(&opts, path, descriptors)
+        .map_err(|source| Error::Open { path: path.display().to_string(), source })?;
     Ok(std::sync::Arc::new(db))
 }

@@ -13,8 +13,7 @@ use std::sync::Arc;
 
 use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
 use openraft::{
-    AnyError, ErrorSubject, ErrorVerb, LogId, OptionalSend, RaftLogReader, StorageError,
-    StorageIOError, Vote,
+    AnyError, ErrorSubject, ErrorVerb, LogId, OptionalSend, RaftLogReader, StorageError, StorageIOError, Vote,
 };
 use rocksdb::{WriteBatch, WriteOptions, DB};
 
@@ -35,11 +34,7 @@ pub struct LogStore<C> {
 
 impl<C> Clone for LogStore<C> {
     fn clone(&self) -> Self {
-        Self {
-            db: self.db.clone(),
-            committed: self.committed.clone(),
-            _types: PhantomData,
-        }
+        Self { db: self.db.clone(), committed: self.committed.clone(), _types: PhantomData }
     }
 }
 
@@ -59,11 +54,7 @@ impl<C: QuorumTypeConfig> LogStore<C> {
                 return Err(crate::Error::MissingColumnFamily(cf));
             }
         }
-        Ok(Self {
-            db,
-            committed: Arc::new(AtomicU64::new(0)),
-            _types: PhantomData,
-        })
+        Ok(Self { db, committed: Arc::new(AtomicU64::new(0)), _types: PhantomData })
     }
 
     /// The committed index as last saved by openraft, shared for status reports.
@@ -79,12 +70,16 @@ impl<C: QuorumTypeConfig> LogStore<C> {
         self.db.cf_handle(CF_META).expect("checked in LogStore::new")
     }
 
-    fn read_meta<T: serde::de::DeserializeOwned>(&self, key: &[u8], subject: ErrorSubject<u64>) -> StorageResult<Option<T>> {
+    fn read_meta<T: serde::de::DeserializeOwned>(
+        &self,
+        key: &[u8],
+        subject: ErrorSubject<u64>,
+    ) -> StorageResult<Option<T>> {
         match self.db.get_cf(self.cf_meta(), key) {
             Ok(None) => Ok(None),
-            Ok(Some(bytes)) => serde_json::from_slice(&bytes)
-                .map(Some)
-                .map_err(|e| io_err(subject, ErrorVerb::Read, e)),
+            Ok(Some(bytes)) => {
+                serde_json::from_slice(&bytes).map(Some).map_err(|e| io_err(subject, ErrorVerb::Read, e))
+            }
             Err(e) => Err(io_err(subject, ErrorVerb::Read, e)),
         }
     }
@@ -116,13 +111,10 @@ impl<C: QuorumTypeConfig> LogStore<C> {
         let mut iter = self.db.raw_iterator_cf(self.cf_log());
         iter.seek_to_last();
         match iter.value() {
-            Some(bytes) => serde_json::from_slice(bytes)
-                .map(Some)
-                .map_err(|e| io_err(ErrorSubject::Logs, ErrorVerb::Read, e)),
-            None => iter
-                .status()
-                .map(|_| None)
-                .map_err(|e| io_err(ErrorSubject::Logs, ErrorVerb::Read, e)),
+            Some(bytes) => {
+                serde_json::from_slice(bytes).map(Some).map_err(|e| io_err(ErrorSubject::Logs, ErrorVerb::Read, e))
+            }
+            None => iter.status().map(|_| None).map_err(|e| io_err(ErrorSubject::Logs, ErrorVerb::Read, e)),
         }
     }
 }
@@ -142,22 +134,17 @@ impl<C: QuorumTypeConfig> RaftLogReader<C> for LogStore<C> {
         iter.seek(index_key(start));
         while let (Some(key), Some(value)) = (iter.key(), iter.value()) {
             let index = u64::from_be_bytes(key.try_into().map_err(|_| {
-                io_err(
-                    ErrorSubject::Logs,
-                    ErrorVerb::Read,
-                    std::io::Error::other("log key is not 8 bytes"),
-                )
+                io_err(ErrorSubject::Logs, ErrorVerb::Read, std::io::Error::other("log key is not 8 bytes"))
             })?);
             if !range.contains(&index) {
                 break;
             }
-            let entry: C::Entry = serde_json::from_slice(value)
-                .map_err(|e| io_err(ErrorSubject::LogIndex(index), ErrorVerb::Read, e))?;
+            let entry: C::Entry =
+                serde_json::from_slice(value).map_err(|e| io_err(ErrorSubject::LogIndex(index), ErrorVerb::Read, e))?;
             entries.push(entry);
             iter.next();
         }
-        iter.status()
-            .map_err(|e| io_err(ErrorSubject::Logs, ErrorVerb::Read, e))?;
+        iter.status().map_err(|e| io_err(ErrorSubject::Logs, ErrorVerb::Read, e))?;
         Ok(entries)
     }
 }
@@ -168,10 +155,7 @@ impl<C: QuorumTypeConfig> RaftLogStorage<C> for LogStore<C> {
     async fn get_log_state(&mut self) -> StorageResult<LogState<C>> {
         let last_purged: Option<LogId<u64>> = self.read_meta(KEY_LAST_PURGED, ErrorSubject::Logs)?;
         let last = self.last_entry()?.map(|e| e.log_id).or(last_purged);
-        Ok(LogState {
-            last_purged_log_id: last_purged,
-            last_log_id: last,
-        })
+        Ok(LogState { last_purged_log_id: last_purged, last_log_id: last })
     }
 
     async fn get_log_reader(&mut self) -> Self::LogReader {
@@ -206,9 +190,7 @@ impl<C: QuorumTypeConfig> RaftLogStorage<C> for LogStore<C> {
     }
 
     async fn read_committed(&mut self) -> StorageResult<Option<LogId<u64>>> {
-        Ok(self
-            .read_meta::<Option<LogId<u64>>>(KEY_COMMITTED, ErrorSubject::Store)?
-            .flatten())
+        Ok(self.read_meta::<Option<LogId<u64>>>(KEY_COMMITTED, ErrorSubject::Store)?.flatten())
     }
 
     async fn append<I>(&mut self, entries: I, callback: LogFlushed<C>) -> StorageResult<()>
@@ -218,8 +200,8 @@ impl<C: QuorumTypeConfig> RaftLogStorage<C> for LogStore<C> {
     {
         let mut encoded = Vec::new();
         for entry in entries {
-            let value = serde_json::to_vec(&entry)
-                .map_err(|e| io_err(ErrorSubject::Log(entry.log_id), ErrorVerb::Write, e))?;
+            let value =
+                serde_json::to_vec(&entry).map_err(|e| io_err(ErrorSubject::Log(entry.log_id), ErrorVerb::Write, e))?;
             encoded.push((entry.log_id.index, value));
         }
         let result = self

@@ -10,8 +10,8 @@ use std::time::Duration;
 use openraft::error::{InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable};
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
-    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
-    VoteRequest, VoteResponse,
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse, VoteRequest,
+    VoteResponse,
 };
 use openraft::BasicNode;
 use quorum_proto::raft::raft_service_client::RaftServiceClient;
@@ -40,11 +40,8 @@ impl<C: QuorumTypeConfig> RaftNetworkFactory<C> for Network<C> {
     type Network = Connection<C>;
 
     async fn new_client(&mut self, target: u64, node: &BasicNode) -> Self::Network {
-        let channel = Endpoint::from_shared(format!("http://{}", node.addr)).map(|e| {
-            e.connect_timeout(Duration::from_millis(500))
-                .tcp_nodelay(true)
-                .connect_lazy()
-        });
+        let channel = Endpoint::from_shared(format!("http://{}", node.addr))
+            .map(|e| e.connect_timeout(Duration::from_millis(500)).tcp_nodelay(true).connect_lazy());
         Connection {
             target,
             addr: node.addr.clone(),
@@ -76,17 +73,13 @@ struct TransportError {
 
 impl<C: QuorumTypeConfig> Connection<C> {
     fn transport_error(&self, message: impl Into<String>) -> TransportError {
-        TransportError {
-            target: self.target,
-            addr: self.addr.clone(),
-            message: message.into(),
-        }
+        TransportError { target: self.target, addr: self.addr.clone(), message: message.into() }
     }
 
     fn client<E: std::error::Error>(&self) -> Result<RaftServiceClient<Channel>, RPCError<u64, BasicNode, E>> {
-        self.client.clone().ok_or_else(|| {
-            RPCError::Unreachable(Unreachable::new(&self.transport_error("invalid address")))
-        })
+        self.client
+            .clone()
+            .ok_or_else(|| RPCError::Unreachable(Unreachable::new(&self.transport_error("invalid address"))))
     }
 
     fn status_error<E: std::error::Error>(&self, status: tonic::Status) -> RPCError<u64, BasicNode, E> {
@@ -103,16 +96,14 @@ impl<C: QuorumTypeConfig> Connection<C> {
         &self,
         payload: RaftPayload,
     ) -> Result<T, RPCError<u64, BasicNode, E>> {
-        let result: Result<T, E> = serde_json::from_slice(&payload.payload)
-            .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        let result: Result<T, E> =
+            serde_json::from_slice(&payload.payload).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
         result.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
     }
 }
 
 fn request<T: Serialize>(value: &T, option: &RPCOption) -> Result<tonic::Request<RaftPayload>, serde_json::Error> {
-    let mut req = tonic::Request::new(RaftPayload {
-        payload: serde_json::to_vec(value)?,
-    });
+    let mut req = tonic::Request::new(RaftPayload { payload: serde_json::to_vec(value)? });
     req.set_timeout(option.hard_ttl());
     Ok(req)
 }
@@ -124,11 +115,7 @@ impl<C: QuorumTypeConfig> RaftNetwork<C> for Connection<C> {
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<u64>, RPCError<u64, BasicNode, RaftError<u64>>> {
         let req = request(&rpc, &option).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
-        let reply = self
-            .client()?
-            .append_entries(req)
-            .await
-            .map_err(|s| self.status_error(s))?;
+        let reply = self.client()?.append_entries(req).await.map_err(|s| self.status_error(s))?;
         self.decode(reply.into_inner())
     }
 
@@ -146,11 +133,7 @@ impl<C: QuorumTypeConfig> RaftNetwork<C> for Connection<C> {
             done: rpc.done,
         });
         req.set_timeout(option.hard_ttl());
-        let reply = self
-            .client()?
-            .install_snapshot(req)
-            .await
-            .map_err(|s| self.status_error(s))?;
+        let reply = self.client()?.install_snapshot(req).await.map_err(|s| self.status_error(s))?;
         self.decode(reply.into_inner())
     }
 

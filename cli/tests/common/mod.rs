@@ -44,20 +44,17 @@ pub fn spec(argv: &[&str], dir: &Path) -> api::JobSpec {
         argv: argv.iter().map(|s| s.to_string()).collect(),
         work_dir: dir.display().to_string(),
         submit_dir: dir.display().to_string(),
-        env: vec![api::EnvVar {
-            name: "PATH".into(),
-            value: std::env::var("PATH").unwrap_or_default(),
-        }],
+        env: vec![api::EnvVar { name: "PATH".into(), value: std::env::var("PATH").unwrap_or_default() }],
         ..Default::default()
     }
 }
 
-pub async fn submit_with_id(c: &Client, spec: api::JobSpec, request_id: &str) -> Result<api::SubmitJobResponse, tonic::Status> {
-    let req = api::SubmitJobRequest {
-        spec: Some(spec),
-        user: "tester".into(),
-        request_id: request_id.into(),
-    };
+pub async fn submit_with_id(
+    c: &Client,
+    spec: api::JobSpec,
+    request_id: &str,
+) -> Result<api::SubmitJobResponse, tonic::Status> {
+    let req = api::SubmitJobRequest { spec: Some(spec), user: "tester".into(), request_id: request_id.into() };
     c.call(|mut cl| {
         let req = req.clone();
         async move { cl.submit_job(req).await }
@@ -66,10 +63,7 @@ pub async fn submit_with_id(c: &Client, spec: api::JobSpec, request_id: &str) ->
 }
 
 pub async fn submit(c: &Client, spec: api::JobSpec) -> u64 {
-    submit_with_id(c, spec, &uuid::Uuid::new_v4().to_string())
-        .await
-        .expect("submit")
-        .job_id
+    submit_with_id(c, spec, &uuid::Uuid::new_v4().to_string()).await.expect("submit").job_id
 }
 
 pub async fn job(c: &Client, id: u64) -> JobInfo {
@@ -81,10 +75,7 @@ pub async fn job(c: &Client, id: u64) -> JobInfo {
 }
 
 pub async fn all_jobs(c: &Client) -> Vec<JobInfo> {
-    c.call(|mut cl| async move { cl.list_jobs(api::ListJobsRequest::default()).await })
-        .await
-        .expect("list jobs")
-        .jobs
+    c.call(|mut cl| async move { cl.list_jobs(api::ListJobsRequest::default()).await }).await.expect("list jobs").jobs
 }
 
 /// Waits until the job is in one of `states` and returns it.
@@ -100,11 +91,7 @@ pub async fn wait_state(c: &Client, id: u64, states: &[&str], timeout: Duration)
 pub async fn wait_ready(cluster: &DevCluster, c: &Client, agents: usize) {
     wait_for(Duration::from_secs(20), "a leader with all agents connected", || async {
         cluster.leader()?;
-        let nodes = c
-            .call(|mut cl| async move { cl.list_nodes(api::ListNodesRequest {}).await })
-            .await
-            .ok()?
-            .nodes;
+        let nodes = c.call(|mut cl| async move { cl.list_nodes(api::ListNodesRequest {}).await }).await.ok()?.nodes;
         (nodes.iter().filter(|n| n.connected).count() == agents).then_some(())
     })
     .await

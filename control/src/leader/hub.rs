@@ -46,10 +46,7 @@ pub struct AgentHub {
 
 impl Default for AgentHub {
     fn default() -> Self {
-        Self {
-            inner: Mutex::new(Inner::default()),
-            generation: watch::Sender::new(0),
-        }
+        Self { inner: Mutex::new(Inner::default()), generation: watch::Sender::new(0) }
     }
 }
 
@@ -99,9 +96,7 @@ impl AgentHub {
     pub fn close_all(&self) {
         let mut inner = self.lock();
         for (_, conn) in inner.conns.drain() {
-            let _ = conn
-                .tx
-                .try_send(Err(Status::unavailable("this replica is no longer the leader")));
+            let _ = conn.tx.try_send(Err(Status::unavailable("this replica is no longer the leader")));
         }
         self.generation.send_modify(|g| *g += 1);
     }
@@ -139,11 +134,7 @@ fn reconcile_node(state: &ClusterState, name: &str, conn: &mut Conn) {
                 if !conn.killed.contains(&key)
                     && send(
                         conn,
-                        Msg::Kill(Kill {
-                            job_id: job.id,
-                            token: job.alloc_index,
-                            reason: ExitKind::Cancelled as i32,
-                        }),
+                        Msg::Kill(Kill { job_id: job.id, token: job.alloc_index, reason: ExitKind::Cancelled as i32 }),
                     )
                 {
                     conn.killed.insert(key);
@@ -173,14 +164,7 @@ fn reconcile_node(state: &ClusterState, name: &str, conn: &mut Conn) {
         .collect();
     for key in stray {
         if !conn.killed.contains(&key)
-            && send(
-                conn,
-                Msg::Kill(Kill {
-                    job_id: key.0,
-                    token: key.1,
-                    reason: ExitKind::Cancelled as i32,
-                }),
-            )
+            && send(conn, Msg::Kill(Kill { job_id: key.0, token: key.1, reason: ExitKind::Cancelled as i32 }))
         {
             conn.killed.insert(key);
         }

@@ -73,13 +73,7 @@ async fn sync_partitions(core: Arc<Core>, partitions: Vec<Partition>, mut stop: 
         if current == wanted {
             return;
         }
-        match core
-            .write(Command::SetPartitions {
-                partitions: wanted,
-                now: now_ms(),
-            })
-            .await
-        {
+        match core.write(Command::SetPartitions { partitions: wanted, now: now_ms() }).await {
             Ok(_) => return,
             Err(e) => tracing::warn!(error = %e, "syncing partitions"),
         }
@@ -118,12 +112,7 @@ async fn schedule_loop(core: Arc<Core>, mut stop: watch::Receiver<bool>) {
             continue;
         }
         let planned = plan.starts.len();
-        let command = Command::ApplyPlan {
-            base_index,
-            now: now_ms(),
-            starts: plan.starts,
-            reasons,
-        };
+        let command = Command::ApplyPlan { base_index, now: now_ms(), starts: plan.starts, reasons };
         match core.write(command).await {
             Ok((index, Response::PlanApplied { started, dropped })) => {
                 tracing::debug!(index, planned, started = started.len(), dropped = dropped.len(), "plan applied");

@@ -15,10 +15,7 @@ const MAX_EXPANDED: usize = 1_000_000;
 
 /// Expands a comma-separated hostlist expression such as `a[1-3],b07,c[08-10]`.
 pub fn expand(expr: &str) -> Result<Vec<String>, HostlistError> {
-    let err = |reason: &str| HostlistError {
-        expr: expr.to_string(),
-        reason: reason.to_string(),
-    };
+    let err = |reason: &str| HostlistError { expr: expr.to_string(), reason: reason.to_string() };
     let mut out = Vec::new();
     for item in split_top_level(expr).map_err(|r| err(&r))? {
         let item = item.trim();
@@ -115,15 +112,41 @@ pub fn compress<S: AsRef<str>>(names: &[S]) -> String {
             continue;
         }
         let n: u64 = digits.parse().expect("all ascii digits, at most 18");
-        match groups.iter_mut().find(|(p, w, _)| p == prefix && *w == digits.len()) {
+        // Zero-padded numbers keep their width; others (width 0) print as they are.
+        let width = if digits.len() > 1 && digits.starts_with('0') { digits.len() } else { 0 };
+        match groups.iter_mut().find(|(p, w, _)| p == prefix && *w == width) {
             Some((_, _, nums)) => nums.push(n),
             None => {
-                groups.push((prefix.to_string(), digits.len(), vec![n]));
+                groups.push((prefix.to_string(), width, vec![n]));
                 group_order.push(order);
                 order += 1;
             }
         }
     }
+    // An unpadded number as wide as a padded group of the same prefix belongs to it (gpu10
+    // beside gpu09).
+    for i in 0..groups.len() {
+        if groups[i].1 != 0 {
+            continue;
+        }
+        let prefix = groups[i].0.clone();
+        let (moved, kept): (Vec<u64>, Vec<u64>) = groups[i]
+            .2
+            .iter()
+            .partition(|n| groups.iter().any(|(p, w, _)| *p == prefix && *w != 0 && n.to_string().len() == *w));
+        if moved.is_empty() {
+            continue;
+        }
+        groups[i].2 = kept;
+        for n in moved {
+            let w = n.to_string().len();
+            if let Some(g) = groups.iter_mut().find(|(p, gw, _)| *p == prefix && *gw == w) {
+                g.2.push(n);
+            }
+        }
+    }
+    let (groups, group_order): (Vec<_>, Vec<_>) =
+        groups.into_iter().zip(group_order).filter(|(g, _)| !g.2.is_empty()).unzip();
     let mut pieces: Vec<(usize, String)> = plain;
     for ((prefix, width, mut nums), at) in groups.into_iter().zip(group_order) {
         nums.sort_unstable();
@@ -181,7 +204,8 @@ mod tests {
     #[test]
     fn compresses_back() {
         let names = expand("gpu[01-04,07],login,cpu[9-11]").unwrap();
-        assert_eq!(compress(&names), "gpu[01-04,07],login,cpu[09-11]".replace("cpu[09-11]", "cpu[9-11]"));
+        assert_eq!(compress(&names), "gpu[01-04,07],login,cpu[9-11]");
+        assert_eq!(compress(&expand("gpu[08-12]").unwrap()), "gpu[08-12]");
         assert_eq!(compress(&["n1"]), "n1");
         assert_eq!(compress(&["n2", "n1"]), "n[1-2]");
         for expr in ["gpu[01-04,07]", "a[1-3],b", "x[008-012]"] {

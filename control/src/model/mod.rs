@@ -51,7 +51,7 @@ impl JobSpec {
 
     /// Checks the shape of the request; the error names the field and the reason.
     pub fn check_shape(&self) -> Result<(), Rejection> {
-        let invalid = |field: &'static str, reason: String| Err(Rejection::InvalidSpec { field, reason });
+        let invalid = |field: &str, reason: String| Err(Rejection::InvalidSpec { field: field.to_string(), reason });
         if self.nodes == 0 {
             return invalid("nodes", "must be at least 1".into());
         }
@@ -59,10 +59,7 @@ impl JobSpec {
             return invalid("ntasks", "must be at least 1".into());
         }
         if self.ntasks < self.nodes {
-            return invalid(
-                "ntasks",
-                format!("{} tasks cannot spread over {} nodes", self.ntasks, self.nodes),
-            );
+            return invalid("ntasks", format!("{} tasks cannot spread over {} nodes", self.ntasks, self.nodes));
         }
         if self.cpus_per_task == 0 {
             return invalid("cpus_per_task", "must be at least 1".into());
@@ -140,8 +137,7 @@ impl JobState {
             JobState::Timeout,
             JobState::NodeFail,
         ];
-        all.into_iter()
-            .find(|st| st.name().eq_ignore_ascii_case(s) || st.short().eq_ignore_ascii_case(s))
+        all.into_iter().find(|st| st.name().eq_ignore_ascii_case(s) || st.short().eq_ignore_ascii_case(s))
     }
 }
 
@@ -240,8 +236,12 @@ pub struct Gpu {
 pub enum NodeAdminState {
     #[default]
     Up,
-    Drain { reason: String },
-    Down { reason: String },
+    Drain {
+        reason: String,
+    },
+    Down {
+        reason: String,
+    },
 }
 
 /// sinfo's node states; IDLE, MIXED and ALLOCATED follow from what is allocated.
@@ -314,10 +314,7 @@ impl Node {
 
     /// GPUs of a type (any type when `None`) the node has in all.
     pub fn gpu_count(&self, gpu_type: Option<&str>) -> u32 {
-        self.gpus
-            .iter()
-            .filter(|g| gpu_type.is_none_or(|t| g.gpu_type == t))
-            .count() as u32
+        self.gpus.iter().filter(|g| gpu_type.is_none_or(|t| g.gpu_type == t)).count() as u32
     }
 
     /// The node could ever hold one node's share of the request, were it empty.
@@ -334,11 +331,7 @@ impl Node {
                 None => types.push((&g.gpu_type, 1)),
             }
         }
-        types
-            .iter()
-            .map(|(t, n)| format!("{t}:{n}"))
-            .collect::<Vec<_>>()
-            .join(",")
+        types.iter().map(|(t, n)| format!("{t}:{n}")).collect::<Vec<_>>().join(",")
     }
 }
 
@@ -360,7 +353,7 @@ pub struct Partition {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
 pub enum Rejection {
     #[error("invalid {field}: {reason}")]
-    InvalidSpec { field: &'static str, reason: String },
+    InvalidSpec { field: String, reason: String },
     #[error("unknown partition '{name}' (partitions: {known})")]
     UnknownPartition { name: String, known: String },
     #[error("no partition given and no default partition is configured")]
@@ -368,11 +361,7 @@ pub enum Rejection {
     #[error("requested node configuration is not available: {detail}")]
     NeverFits { detail: String },
     #[error("time limit {requested} exceeds partition '{partition}' limit of {limit}")]
-    TimeLimitExceedsPartition {
-        partition: String,
-        requested: String,
-        limit: String,
-    },
+    TimeLimitExceedsPartition { partition: String, requested: String, limit: String },
     #[error("job {id} does not exist")]
     UnknownJob { id: JobId },
     #[error("job {id} has already finished ({state})")]

@@ -10,11 +10,7 @@ pub struct ParseError {
 }
 
 fn time_err(value: &str, reason: &'static str) -> ParseError {
-    ParseError {
-        what: "time",
-        value: value.to_string(),
-        reason,
-    }
+    ParseError { what: "time", value: value.to_string(), reason }
 }
 
 /// Parses a Slurm time limit into seconds: `minutes`, `minutes:seconds`,
@@ -73,11 +69,7 @@ pub fn format_duration(secs: u64) -> String {
 /// Parses a memory size into MiB: a number with an optional K, M, G or T suffix (Slurm's
 /// default unit is megabytes).
 pub fn parse_mem_mb(value: &str) -> Result<u64, ParseError> {
-    let err = |reason| ParseError {
-        what: "memory size",
-        value: value.to_string(),
-        reason,
-    };
+    let err = |reason| ParseError { what: "memory size", value: value.to_string(), reason };
     let v = value.trim();
     let (digits, unit) = match v.find(|c: char| !c.is_ascii_digit()) {
         Some(i) => v.split_at(i),
@@ -103,9 +95,9 @@ pub fn parse_mem_mb(value: &str) -> Result<u64, ParseError> {
 
 /// Prints MiB compactly: `512M`, `4G`, `1.5T`.
 pub fn format_mem_mb(mb: u64) -> String {
-    if mb >= 1024 * 1024 && mb % (1024 * 1024) == 0 {
+    if mb >= 1024 * 1024 && mb.is_multiple_of(1024 * 1024) {
         format!("{}T", mb / (1024 * 1024))
-    } else if mb >= 1024 && mb % 1024 == 0 {
+    } else if mb >= 1024 && mb.is_multiple_of(1024) {
         format!("{}G", mb / 1024)
     } else {
         format!("{mb}M")

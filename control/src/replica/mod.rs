@@ -30,10 +30,7 @@ pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// The leader's wall clock in milliseconds since the epoch; stamped on commands.
 pub fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -59,9 +56,9 @@ impl Core {
     pub async fn write(&self, command: Command) -> Result<(u64, Response), WriteError> {
         match self.raft.client_write(command).await {
             Ok(r) => Ok((r.log_id.index, r.data)),
-            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => Err(WriteError::NotLeader {
-                leader: f.leader_node.map(|n| n.addr),
-            }),
+            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
+                Err(WriteError::NotLeader { leader: f.leader_node.map(|n| n.addr) })
+            }
             Err(e) => Err(WriteError::Raft(e.to_string())),
         }
     }
@@ -71,9 +68,9 @@ impl Core {
     pub async fn linearizable(&self) -> Result<(), WriteError> {
         match self.raft.ensure_linearizable().await {
             Ok(_) => Ok(()),
-            Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f))) => Err(WriteError::NotLeader {
-                leader: f.leader_node.map(|n| n.addr),
-            }),
+            Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f))) => {
+                Err(WriteError::NotLeader { leader: f.leader_node.map(|n| n.addr) })
+            }
             Err(e) => Err(WriteError::Raft(e.to_string())),
         }
     }
@@ -131,11 +128,8 @@ impl Controller {
         let raft = Raft::new(config.id, Arc::new(raft_config), Network::default(), log_store, sm).await?;
 
         if !raft.is_initialized().await? {
-            let members: BTreeMap<u64, BasicNode> = config
-                .replicas
-                .iter()
-                .map(|r| (r.id, BasicNode::new(r.addr.clone())))
-                .collect();
+            let members: BTreeMap<u64, BasicNode> =
+                config.replicas.iter().map(|r| (r.id, BasicNode::new(r.addr.clone()))).collect();
             // Every replica of a new cluster proposes the same initial membership; openraft
             // accepts identical ones, so no replica has to be special.
             if let Err(e) = raft.initialize(members).await {
@@ -155,12 +149,7 @@ impl Controller {
         let server = tokio::spawn(crate::server::serve(core.clone(), listener, stop_rx.clone()));
         let supervisor = tokio::spawn(crate::leader::supervise(core.clone(), partitions, stop_rx));
         tracing::info!(replica = config.id, addr = %core.addr, "controller started");
-        Ok(Controller {
-            core,
-            stop,
-            server,
-            supervisor,
-        })
+        Ok(Controller { core, stop, server, supervisor })
     }
 
     /// Stops serving, ends leader work and Raft, and releases the data directory.

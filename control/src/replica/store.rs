@@ -9,8 +9,8 @@ use std::sync::{Arc, RwLock, RwLockReadGuard};
 
 use openraft::storage::{RaftStateMachine, Snapshot, SnapshotMeta};
 use openraft::{
-    AnyError, BasicNode, Entry, EntryPayload, ErrorSubject, ErrorVerb, LogId, OptionalSend,
-    RaftSnapshotBuilder, StorageError, StorageIOError, StoredMembership,
+    AnyError, BasicNode, Entry, EntryPayload, ErrorSubject, ErrorVerb, LogId, OptionalSend, RaftSnapshotBuilder,
+    StorageError, StorageIOError, StoredMembership,
 };
 use rocksdb::DB;
 use serde::{Deserialize, Serialize};
@@ -88,18 +88,11 @@ pub struct StateMachineStore {
 impl StateMachineStore {
     /// Opens the state machine, restoring the latest persisted snapshot if there is one.
     pub fn open(db: Arc<DB>) -> Result<Self, StorageError<u64>> {
-        let mut applied = Applied {
-            state: ClusterState::new(),
-            ..Applied::default()
-        };
+        let mut applied = Applied { state: ClusterState::new(), ..Applied::default() };
         if let Some((meta, data)) = read_snapshot(&db)? {
             applied = decode_snapshot(&meta, &data)?;
         }
-        Ok(Self {
-            shared: Shared::new(applied),
-            db,
-            snapshot_seq: 0,
-        })
+        Ok(Self { shared: Shared::new(applied), db, snapshot_seq: 0 })
     }
 
     pub fn shared(&self) -> Arc<Shared> {
@@ -107,15 +100,18 @@ impl StateMachineStore {
     }
 }
 
-fn read_snapshot(db: &DB) -> StorageResult<Option<(SnapshotMeta<u64, BasicNode>, Vec<u8>)>> {
+/// A persisted snapshot: its meta and its data.
+type StoredPair = (SnapshotMeta<u64, BasicNode>, Vec<u8>);
+
+fn read_snapshot(db: &DB) -> StorageResult<Option<StoredPair>> {
     let cf = db
         .cf_handle(CF_SNAPSHOT)
         .ok_or_else(|| io_err(ErrorSubject::Snapshot(None), ErrorVerb::Read, "missing column family"))?;
     let read = |key| db.get_cf(cf, key).map_err(|e| io_err(ErrorSubject::Snapshot(None), ErrorVerb::Read, e));
     match (read(KEY_META)?, read(KEY_DATA)?) {
         (Some(meta), Some(data)) => {
-            let stored: StoredSnapshot = serde_json::from_slice(&meta)
-                .map_err(|e| io_err(ErrorSubject::Snapshot(None), ErrorVerb::Read, e))?;
+            let stored: StoredSnapshot =
+                serde_json::from_slice(&meta).map_err(|e| io_err(ErrorSubject::Snapshot(None), ErrorVerb::Read, e))?;
             Ok(Some((stored.meta, data)))
         }
         _ => Ok(None),
@@ -125,11 +121,7 @@ fn read_snapshot(db: &DB) -> StorageResult<Option<(SnapshotMeta<u64, BasicNode>,
 fn decode_snapshot(meta: &SnapshotMeta<u64, BasicNode>, data: &[u8]) -> StorageResult<Applied> {
     let state: ClusterState = serde_json::from_slice(data)
         .map_err(|e| io_err(ErrorSubject::Snapshot(Some(meta.signature())), ErrorVerb::Read, e))?;
-    Ok(Applied {
-        state,
-        last_applied: meta.last_log_id,
-        membership: meta.last_membership.clone(),
-    })
+    Ok(Applied { state, last_applied: meta.last_log_id, membership: meta.last_membership.clone() })
 }
 
 async fn persist_snapshot(db: Arc<DB>, meta: SnapshotMeta<u64, BasicNode>, data: Vec<u8>) -> StorageResult<()> {
@@ -167,16 +159,9 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
             Some(l) => format!("{}-{}-{}", l.leader_id.term, l.index, self.snapshot_seq),
             None => format!("none-{}", self.snapshot_seq),
         };
-        let meta = SnapshotMeta {
-            last_log_id: last_applied,
-            last_membership: membership,
-            snapshot_id,
-        };
+        let meta = SnapshotMeta { last_log_id: last_applied, last_membership: membership, snapshot_id };
         persist_snapshot(self.db.clone(), meta.clone(), data.clone()).await?;
-        Ok(Snapshot {
-            meta,
-            snapshot: Box::new(Cursor::new(data)),
-        })
+        Ok(Snapshot { meta, snapshot: Box::new(Cursor::new(data)) })
     }
 }
 
@@ -222,11 +207,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
     }
 
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
-        Self {
-            shared: self.shared.clone(),
-            db: self.db.clone(),
-            snapshot_seq: self.snapshot_seq + 1000,
-        }
+        Self { shared: self.shared.clone(), db: self.db.clone(), snapshot_seq: self.snapshot_seq + 1000 }
     }
 
     async fn begin_receiving_snapshot(&mut self) -> StorageResult<Box<Cursor<Vec<u8>>>> {
@@ -253,9 +234,6 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         let stored = tokio::task::spawn_blocking(move || read_snapshot(&db))
             .await
             .map_err(|e| io_err(ErrorSubject::Snapshot(None), ErrorVerb::Read, e))??;
-        Ok(stored.map(|(meta, data)| Snapshot {
-            meta,
-            snapshot: Box::new(Cursor::new(data)),
-        }))
+        Ok(stored.map(|(meta, data)| Snapshot { meta, snapshot: Box::new(Cursor::new(data)) }))
     }
 }

@@ -1,6 +1,8 @@
 //! The openraft type config of the controller: log entries carry [`Command`]s and applying them
 //! answers [`Response`]s.
 
+use std::io::Cursor;
+
 use crate::state::{Command, Response};
 
 openraft::declare_raft_types!(

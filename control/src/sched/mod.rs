@@ -50,10 +50,7 @@ pub fn schedule(view: &ClusterView, _now: Millis, _policy: &Policy) -> Plan {
                     let idx = view.node_index[&a.node];
                     nodes[idx].take(a);
                 }
-                plan.starts.push(PlannedStart {
-                    job_id: job.id,
-                    allocation,
-                });
+                plan.starts.push(PlannedStart { job_id: job.id, allocation });
             }
             None => {
                 let reason = if blocked_partitions.insert(job.partition.as_str()) {

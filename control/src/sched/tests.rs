@@ -12,12 +12,7 @@ fn submit(s: &mut crate::state::ClusterState, cpus: u32, gpus: u32, nodes: u32) 
     apply(
         s,
         index,
-        Command::SubmitJob {
-            spec: sp,
-            user: "u".into(),
-            now: index,
-            request_id: format!("r{index}"),
-        },
+        Command::SubmitJob { spec: Box::new(sp), user: "u".into(), now: index, request_id: format!("r{index}") },
     );
 }
 
@@ -63,16 +58,7 @@ fn best_fit_prefers_the_fuller_node() {
     let mut s = cluster();
     submit(&mut s, 4, 0, 1);
     let plan = schedule(&ClusterView::from_state(&s), 0, &Policy::default());
-    apply(
-        &mut s,
-        500,
-        Command::ApplyPlan {
-            base_index: 0,
-            now: 1,
-            starts: plan.starts,
-            reasons: vec![],
-        },
-    );
+    apply(&mut s, 500, Command::ApplyPlan { base_index: 0, now: 1, starts: plan.starts, reasons: vec![] });
     submit(&mut s, 2, 0, 1);
     let plan = schedule(&ClusterView::from_state(&s), 0, &Policy::default());
     assert_eq!(plan.starts[0].allocation.nodes[0].node, "n1", "n1 is half full; the job fits it best");

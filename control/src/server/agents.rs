@@ -8,7 +8,9 @@ use std::sync::Arc;
 
 use futures::Stream;
 use quorum_proto::agent::agent_service_server::{AgentService, AgentServiceServer};
-use quorum_proto::agent::{agent_message, controller_message, AgentMessage, ControllerMessage, ExitAck, ExitKind, HeartbeatAck, JobExit};
+use quorum_proto::agent::{
+    agent_message, controller_message, AgentMessage, ControllerMessage, ExitAck, ExitKind, HeartbeatAck, JobExit,
+};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
@@ -41,17 +43,15 @@ fn outcome(exit: &JobExit) -> RankOutcome {
 
 #[tonic::async_trait]
 impl AgentService for Agents {
-    type ConnectStream = OutStream;
+    type SessionStream = OutStream;
 
-    async fn connect(&self, req: Request<Streaming<AgentMessage>>) -> Result<Response<OutStream>, Status> {
+    async fn session(&self, req: Request<Streaming<AgentMessage>>) -> Result<Response<OutStream>, Status> {
         if !self.core.is_leader() {
             return Err(not_leader(self.core.leader_addr().as_deref()));
         }
         let mut inbound = req.into_inner();
         let register = match inbound.message().await? {
-            Some(AgentMessage {
-                msg: Some(agent_message::Msg::Register(r)),
-            }) => r,
+            Some(AgentMessage { msg: Some(agent_message::Msg::Register(r)) }) => r,
             _ => return Err(Status::invalid_argument("the first message on the agent stream must be register")),
         };
         if register.node.is_empty() {
@@ -62,14 +62,7 @@ impl AgentService for Agents {
             name: register.node,
             cpus: register.cpus,
             mem_mb: register.mem_mb,
-            gpus: register
-                .gpus
-                .into_iter()
-                .map(|g| Gpu {
-                    index: g.index,
-                    gpu_type: g.gpu_type,
-                })
-                .collect(),
+            gpus: register.gpus.into_iter().map(|g| Gpu { index: g.index, gpu_type: g.gpu_type }).collect(),
             features: register.features,
             version: register.version,
         };
@@ -85,13 +78,7 @@ impl AgentService for Agents {
             })
         };
         if !unchanged {
-            self.core
-                .write(Command::RegisterNode {
-                    node: registration,
-                    now: now_ms(),
-                })
-                .await
-                .map_err(write_status)?;
+            self.core.write(Command::RegisterNode { node: registration, now: now_ms() }).await.map_err(write_status)?;
         }
         tracing::info!(node, "agent connected");
 

@@ -18,10 +18,7 @@ use crate::replica::{now_ms, Core, WriteError, VERSION};
 use crate::state::{Command, Response as Applied};
 
 pub fn service(core: Arc<Core>) -> QuorumServer<Api> {
-    QuorumServer::new(Api {
-        core,
-        channels: Mutex::new(HashMap::new()),
-    })
+    QuorumServer::new(Api { core, channels: Mutex::new(HashMap::new()) })
 }
 
 pub struct Api {
@@ -38,8 +35,7 @@ pub fn write_status(e: WriteError) -> Status {
 
 fn forwarded<T>(msg: T) -> Request<T> {
     let mut req = Request::new(msg);
-    req.metadata_mut()
-        .insert(quorum_proto::FORWARDED_KEY, tonic::metadata::MetadataValue::from_static("1"));
+    req.metadata_mut().insert(quorum_proto::FORWARDED_KEY, tonic::metadata::MetadataValue::from_static("1"));
     req
 }
 
@@ -86,12 +82,8 @@ impl Quorum for Api {
         if r.user.is_empty() {
             return Err(Status::invalid_argument("missing user"));
         }
-        let command = Command::SubmitJob {
-            spec,
-            user: r.user,
-            now: now_ms(),
-            request_id: r.request_id,
-        };
+        let command =
+            Command::SubmitJob { spec: Box::new(spec), user: r.user, now: now_ms(), request_id: r.request_id };
         match self.core.write(command).await.map_err(write_status)?.1 {
             Applied::Submitted { job_id, duplicate } => Ok(Response::new(SubmitJobResponse { job_id, duplicate })),
             Applied::Rejected(r) => Err(convert::rejection_status(&r)),
@@ -109,22 +101,10 @@ impl Quorum for Api {
         }
         let mut results = Vec::new();
         for job_id in r.job_ids {
-            let command = Command::CancelJob {
-                job_id,
-                user: r.user.clone(),
-                now: now_ms(),
-            };
+            let command = Command::CancelJob { job_id, user: r.user.clone(), now: now_ms() };
             let result = match self.core.write(command).await.map_err(write_status)?.1 {
-                Applied::Cancelled { .. } => CancelResult {
-                    job_id,
-                    ok: true,
-                    error: String::new(),
-                },
-                Applied::Rejected(rej) => CancelResult {
-                    job_id,
-                    ok: false,
-                    error: rej.to_string(),
-                },
+                Applied::Cancelled { .. } => CancelResult { job_id, ok: true, error: String::new() },
+                Applied::Rejected(rej) => CancelResult { job_id, ok: false, error: rej.to_string() },
                 other => return Err(Status::internal(format!("unexpected answer to a cancel: {other:?}"))),
             };
             results.push(result);
@@ -139,11 +119,8 @@ impl Quorum for Api {
         let job_id = req.into_inner().job_id;
         self.core.linearizable().await.map_err(write_status)?;
         let applied = self.core.shared.read();
-        let job = applied
-            .state
-            .jobs
-            .get(&job_id)
-            .ok_or_else(|| Status::not_found(format!("job {job_id} does not exist")))?;
+        let job =
+            applied.state.jobs.get(&job_id).ok_or_else(|| Status::not_found(format!("job {job_id} does not exist")))?;
         Ok(Response::new(GetJobResponse {
             job: Some(convert::job_to_proto(job, true)),
             applied_index: applied.applied_index(),
@@ -157,7 +134,9 @@ impl Quorum for Api {
         let r = req.into_inner();
         let mut states = Vec::new();
         for s in &r.states {
-            states.push(JobState::from_name(s).ok_or_else(|| Status::invalid_argument(format!("unknown job state '{s}'")))?);
+            states.push(
+                JobState::from_name(s).ok_or_else(|| Status::invalid_argument(format!("unknown job state '{s}'")))?,
+            );
         }
         self.core.linearizable().await.map_err(write_status)?;
         let applied = self.core.shared.read();
@@ -169,11 +148,7 @@ impl Quorum for Api {
             .filter(|j| r.user.is_empty() || j.user == r.user)
             .map(|j| convert::job_to_proto(j, false))
             .collect();
-        Ok(Response::new(ListJobsResponse {
-            jobs,
-            applied_index: applied.applied_index(),
-            now_ms: now_ms(),
-        }))
+        Ok(Response::new(ListJobsResponse { jobs, applied_index: applied.applied_index(), now_ms: now_ms() }))
     }
 
     async fn list_nodes(&self, req: Request<ListNodesRequest>) -> Result<Response<ListNodesResponse>, Status> {
@@ -188,13 +163,10 @@ impl Quorum for Api {
             .values()
             .map(|n| convert::node_to_proto(n, applied.state.partitions_of(&n.name), self.core.hub.connected(&n.name)))
             .collect();
-        Ok(Response::new(ListNodesResponse {
-            nodes,
-            applied_index: applied.applied_index(),
-        }))
+        Ok(Response::new(ListNodesResponse { nodes, applied_index: applied.applied_index() }))
     }
 
-    async fn replica_status(&self, _req: Request<ReplicaStatusRequest>) -> Result<Response<ReplicaStatus>, Status> {
+    async fn get_replica_status(&self, _req: Request<ReplicaStatusRequest>) -> Result<Response<ReplicaStatus>, Status> {
         let metrics = self.core.raft.metrics();
         let m = metrics.borrow();
         let role = match m.state {
@@ -219,18 +191,17 @@ impl Quorum for Api {
         }))
     }
 
-    async fn cluster_members(&self, _req: Request<ClusterStatusRequest>) -> Result<Response<ClusterStatusResponse>, Status> {
+    async fn cluster_members(
+        &self,
+        _req: Request<ClusterStatusRequest>,
+    ) -> Result<Response<ClusterStatusResponse>, Status> {
         let metrics = self.core.raft.metrics();
         let m = metrics.borrow();
         let members = m
             .membership_config
             .membership()
             .nodes()
-            .map(|(id, node)| ReplicaStatus {
-                id: *id,
-                address: node.addr.clone(),
-                ..Default::default()
-            })
+            .map(|(id, node)| ReplicaStatus { id: *id, address: node.addr.clone(), ..Default::default() })
             .collect();
         Ok(Response::new(ClusterStatusResponse { members }))
     }

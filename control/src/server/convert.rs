@@ -12,7 +12,7 @@ pub fn spec_from_proto(p: api::JobSpec) -> Result<JobSpec, Rejection> {
         (true, true) => Program::Argv(Vec::new()),
         (false, false) => {
             return Err(Rejection::InvalidSpec {
-                field: "command",
+                field: "command".into(),
                 reason: "give a command or a script, not both".into(),
             })
         }
@@ -20,7 +20,7 @@ pub fn spec_from_proto(p: api::JobSpec) -> Result<JobSpec, Rejection> {
     let opt = |s: String| (!s.is_empty()).then_some(s);
     if p.work_dir.is_empty() || !p.work_dir.starts_with('/') {
         return Err(Rejection::InvalidSpec {
-            field: "work_dir",
+            field: "work_dir".into(),
             reason: format!("'{}' is not an absolute path", p.work_dir),
         });
     }
@@ -63,14 +63,7 @@ pub fn spec_to_proto(s: &JobSpec) -> api::JobSpec {
         work_dir: s.work_dir.clone(),
         stdout: s.stdout.clone().unwrap_or_default(),
         stderr: s.stderr.clone().unwrap_or_default(),
-        env: s
-            .env
-            .iter()
-            .map(|(name, value)| api::EnvVar {
-                name: name.clone(),
-                value: value.clone(),
-            })
-            .collect(),
+        env: s.env.iter().map(|(name, value)| api::EnvVar { name: name.clone(), value: value.clone() }).collect(),
         submit_dir: s.submit_dir.clone(),
     }
 }
@@ -88,11 +81,7 @@ pub fn job_to_proto(j: &Job, with_env: bool) -> api::JobInfo {
         user: j.user.clone(),
         partition: j.partition.clone(),
         state: j.state.name().to_string(),
-        reason: if j.state == crate::model::JobState::Pending {
-            j.reason.name().to_string()
-        } else {
-            String::new()
-        },
+        reason: if j.state == crate::model::JobState::Pending { j.reason.name().to_string() } else { String::new() },
         spec: Some(spec),
         submit_time_ms: j.submit_time,
         start_time_ms: j.start_time.unwrap_or(0),

@@ -14,7 +14,11 @@ use tokio_stream::wrappers::TcpListenerStream;
 use crate::replica::Core;
 
 /// Serves until `stop` turns true.
-pub async fn serve(core: Arc<Core>, listener: TcpListener, mut stop: watch::Receiver<bool>) -> Result<(), tonic::transport::Error> {
+pub async fn serve(
+    core: Arc<Core>,
+    listener: TcpListener,
+    mut stop: watch::Receiver<bool>,
+) -> Result<(), tonic::transport::Error> {
     let raft = quorum_raft::service::RaftRpcServer::into_service(core.raft.clone());
     tonic::transport::Server::builder()
         .tcp_nodelay(true)

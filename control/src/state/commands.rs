@@ -2,7 +2,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::{Allocation, Gpu, JobId, JobSpec, JobState, Millis, Partition, PendingReason, RankOutcome, Rejection};
+use crate::model::{
+    Allocation, Gpu, JobId, JobSpec, JobState, Millis, Partition, PendingReason, RankOutcome, Rejection,
+};
 
 /// A start the scheduler planned; apply re-checks it against the state it meets.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -26,7 +28,7 @@ pub struct NodeRegistration {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Command {
     SubmitJob {
-        spec: JobSpec,
+        spec: Box<JobSpec>,
         user: String,
         now: Millis,
         request_id: String,
@@ -74,8 +76,20 @@ pub enum Response {
     /// The command referred to an older allocation or an already-finished job.
     Ignored,
     Rejected(Rejection),
-    Submitted { job_id: JobId, duplicate: bool },
-    Cancelled { job_id: JobId, was_running: bool },
-    PlanApplied { started: Vec<JobId>, dropped: Vec<(JobId, String)> },
-    JobFinished { job_id: JobId, state: JobState },
+    Submitted {
+        job_id: JobId,
+        duplicate: bool,
+    },
+    Cancelled {
+        job_id: JobId,
+        was_running: bool,
+    },
+    PlanApplied {
+        started: Vec<JobId>,
+        dropped: Vec<(JobId, String)>,
+    },
+    JobFinished {
+        job_id: JobId,
+        state: JobState,
+    },
 }

@@ -16,8 +16,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::model::{
-    Allocation, Job, JobId, JobSpec, JobState, Millis, Node, NodeAdminState, Partition, PendingReason,
-    RankOutcome, Rejection,
+    Allocation, Job, JobId, JobSpec, JobState, Millis, Node, NodeAdminState, Partition, PendingReason, RankOutcome,
+    Rejection,
 };
 
 /// Everything the cluster agrees on.
@@ -35,10 +35,7 @@ pub struct ClusterState {
 
 impl ClusterState {
     pub fn new() -> Self {
-        Self {
-            next_job_id: 1,
-            ..Self::default()
-        }
+        Self { next_job_id: 1, ..Self::default() }
     }
 
     pub fn default_partition(&self) -> Option<&Partition> {
@@ -52,37 +49,22 @@ impl ClusterState {
 
     /// The partitions a node belongs to.
     pub fn partitions_of(&self, node: &str) -> Vec<String> {
-        self.partitions
-            .values()
-            .filter(|p| p.node_names.contains(node))
-            .map(|p| p.name.clone())
-            .collect()
+        self.partitions.values().filter(|p| p.node_names.contains(node)).map(|p| p.name.clone()).collect()
     }
 }
 
 /// Applies one committed command at log index `index`. Deterministic; see the module comment.
 pub fn apply(state: &mut ClusterState, index: u64, command: Command) -> Response {
     match command {
-        Command::SubmitJob {
-            spec,
-            user,
-            now,
-            request_id,
-        } => {
+        Command::SubmitJob { spec, user, now, request_id } => {
             advance_clock(state, now);
-            submit(state, spec, user, request_id)
+            submit(state, *spec, user, request_id)
         }
         Command::ApplyPlan { starts, reasons, now, .. } => {
             advance_clock(state, now);
             apply_plan(state, index, starts, reasons)
         }
-        Command::JobEnded {
-            job_id,
-            token,
-            node,
-            outcome,
-            now,
-        } => {
+        Command::JobEnded { job_id, token, node, outcome, now } => {
             advance_clock(state, now);
             job_ended(state, job_id, token, &node, outcome)
         }
@@ -110,10 +92,7 @@ fn advance_clock(state: &mut ClusterState, now: Millis) {
 fn submit(state: &mut ClusterState, mut spec: JobSpec, user: String, request_id: String) -> Response {
     if !request_id.is_empty() {
         if let Some(&job_id) = state.request_ids.get(&request_id) {
-            return Response::Submitted {
-                job_id,
-                duplicate: true,
-            };
+            return Response::Submitted { job_id, duplicate: true };
         }
     }
     match admit(state, &mut spec) {
@@ -144,10 +123,7 @@ fn submit(state: &mut ClusterState, mut spec: JobSpec, user: String, request_id:
                     request_id,
                 },
             );
-            Response::Submitted {
-                job_id: id,
-                duplicate: false,
-            }
+            Response::Submitted { job_id: id, duplicate: false }
         }
         Err(rejection) => Response::Rejected(rejection),
     }
@@ -178,25 +154,18 @@ fn admit(state: &ClusterState, spec: &mut JobSpec) -> Result<String, Rejection> 
         }
     }
     let cpus = spec.cpus_per_node();
-    let mem = *spec
-        .mem_per_node_mb
-        .get_or_insert(partition.default_mem_per_cpu_mb * u64::from(cpus));
+    let mem = *spec.mem_per_node_mb.get_or_insert(partition.default_mem_per_cpu_mb * u64::from(cpus));
     let gpu_type = spec.gpu_type.as_deref();
     let registered: Vec<&Node> = state.partition_nodes(partition).collect();
     if registered.is_empty() {
         // No node has registered yet, so nothing can be said about fit; the job waits.
         return Ok(partition.name.clone());
     }
-    let capable = registered
-        .iter()
-        .filter(|n| n.could_hold(cpus, mem, spec.gpus_per_node, gpu_type))
-        .count();
+    let capable = registered.iter().filter(|n| n.could_hold(cpus, mem, spec.gpus_per_node, gpu_type)).count();
     if capable >= spec.nodes as usize {
         return Ok(partition.name.clone());
     }
-    Err(Rejection::NeverFits {
-        detail: never_fits_detail(&partition.name, &registered, spec, cpus, mem),
-    })
+    Err(Rejection::NeverFits { detail: never_fits_detail(&partition.name, &registered, spec, cpus, mem) })
 }
 
 /// Names the first resource no node (or not enough nodes) of the partition has.
@@ -262,10 +231,7 @@ fn apply_plan(
 
 /// Re-checks a planned start against the current state (the plan was made from an older view).
 fn check_start(state: &ClusterState, start: &PlannedStart) -> Result<(), String> {
-    let job = state
-        .jobs
-        .get(&start.job_id)
-        .ok_or_else(|| format!("job {} does not exist", start.job_id))?;
+    let job = state.jobs.get(&start.job_id).ok_or_else(|| format!("job {} does not exist", start.job_id))?;
     if job.state != JobState::Pending || job.cancel_requested {
         return Err(format!("job {} is {}", job.id, job.state));
     }
@@ -273,10 +239,8 @@ fn check_start(state: &ClusterState, start: &PlannedStart) -> Result<(), String>
     if allocs.len() != job.spec.nodes as usize {
         return Err(format!("job {} needs {} nodes, plan gave {}", job.id, job.spec.nodes, allocs.len()));
     }
-    let partition = state
-        .partitions
-        .get(&job.partition)
-        .ok_or_else(|| format!("partition {} no longer exists", job.partition))?;
+    let partition =
+        state.partitions.get(&job.partition).ok_or_else(|| format!("partition {} no longer exists", job.partition))?;
     for (i, a) in allocs.iter().enumerate() {
         if allocs[..i].iter().any(|b| b.node == a.node) {
             return Err(format!("node {} appears twice", a.node));
@@ -331,7 +295,13 @@ fn start_job(state: &mut ClusterState, index: u64, job_id: JobId, allocation: Al
 }
 
 /// Frees what a job holds and records how it ended.
-fn finish_job(state: &mut ClusterState, job_id: JobId, final_state: JobState, exit_code: Option<i32>, signal: Option<i32>) {
+fn finish_job(
+    state: &mut ClusterState,
+    job_id: JobId,
+    final_state: JobState,
+    exit_code: Option<i32>,
+    signal: Option<i32>,
+) {
     let Some(job) = state.jobs.get_mut(&job_id) else { return };
     job.state = final_state;
     job.end_time = Some(state.clock);
@@ -357,10 +327,7 @@ fn job_ended(state: &mut ClusterState, job_id: JobId, token: u64, node: &str, ou
         return Response::Rejected(Rejection::UnknownJob { id: job_id });
     };
     // A report from an older allocation, or for a job that already ended, changes nothing.
-    let on_node = job
-        .allocation
-        .as_ref()
-        .is_some_and(|a| a.nodes.iter().any(|n| n.node == node));
+    let on_node = job.allocation.as_ref().is_some_and(|a| a.nodes.iter().any(|n| n.node == node));
     if job.state != JobState::Running || token != job.alloc_index || !on_node {
         return Response::Ignored;
     }
@@ -403,27 +370,17 @@ fn cancel(state: &mut ClusterState, job_id: JobId, user: &str) -> Response {
         return Response::Rejected(Rejection::UnknownJob { id: job_id });
     };
     if user != job.user && user != "root" {
-        return Response::Rejected(Rejection::NotOwner {
-            id: job_id,
-            user: user.to_string(),
-            owner: job.user.clone(),
-        });
+        return Response::Rejected(Rejection::NotOwner { id: job_id, user: user.to_string(), owner: job.user.clone() });
     }
     match job.state {
         JobState::Pending => {
             finish_job(state, job_id, JobState::Cancelled, None, None);
-            Response::Cancelled {
-                job_id,
-                was_running: false,
-            }
+            Response::Cancelled { job_id, was_running: false }
         }
         JobState::Running => {
             // The agents kill it and report; the job ends CANCELLED then.
             job.cancel_requested = true;
-            Response::Cancelled {
-                job_id,
-                was_running: true,
-            }
+            Response::Cancelled { job_id, was_running: true }
         }
         st => Response::Rejected(Rejection::JobFinished { id: job_id, state: st }),
     }

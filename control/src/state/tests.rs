@@ -40,12 +40,7 @@ pub(crate) fn register(name: &str, cpus: u32, gpus: u32) -> Command {
             name: name.into(),
             cpus,
             mem_mb: 64 * 1024,
-            gpus: (0..gpus)
-                .map(|i| Gpu {
-                    index: i,
-                    gpu_type: "h100".into(),
-                })
-                .collect(),
+            gpus: (0..gpus).map(|i| Gpu { index: i, gpu_type: "h100".into() }).collect(),
             features: vec![],
             version: "test".into(),
         },
@@ -55,14 +50,7 @@ pub(crate) fn register(name: &str, cpus: u32, gpus: u32) -> Command {
 
 pub(crate) fn cluster() -> ClusterState {
     let mut s = ClusterState::new();
-    apply(
-        &mut s,
-        1,
-        Command::SetPartitions {
-            partitions: vec![partition("gpu", "n[1-2]", true)],
-            now: 1,
-        },
-    );
+    apply(&mut s, 1, Command::SetPartitions { partitions: vec![partition("gpu", "n[1-2]", true)], now: 1 });
     apply(&mut s, 2, register("n1", 8, 4));
     apply(&mut s, 3, register("n2", 8, 4));
     s
@@ -73,7 +61,7 @@ fn submit(s: &mut ClusterState, index: u64, spec: JobSpec, request_id: &str) -> 
         s,
         index,
         Command::SubmitJob {
-            spec,
+            spec: Box::new(spec),
             user: "alice".into(),
             now: 1000 + index,
             request_id: request_id.into(),
@@ -130,6 +118,7 @@ fn bad_submits_are_rejected_and_create_nothing() {
 }
 
 fn start(s: &mut ClusterState, index: u64, job_id: JobId, node: &str, cpus: u32, gpus: Vec<u32>) -> Response {
+    let mem_mb = s.jobs[&job_id].spec.mem_per_node_mb.unwrap();
     apply(
         s,
         index,
@@ -139,12 +128,7 @@ fn start(s: &mut ClusterState, index: u64, job_id: JobId, node: &str, cpus: u32,
             starts: vec![PlannedStart {
                 job_id,
                 allocation: Allocation {
-                    nodes: vec![crate::model::NodeAllocation {
-                        node: node.into(),
-                        cpus,
-                        mem_mb: 1024,
-                        gpus,
-                    }],
+                    nodes: vec![crate::model::NodeAllocation { node: node.into(), cpus, mem_mb, gpus }],
                 },
             }],
             reasons: vec![],
@@ -160,7 +144,10 @@ fn plan_is_rechecked_at_apply_and_job_end_frees_resources() {
     sp.gpus_per_node = 4;
     submit(&mut s, 10, sp.clone(), "a");
     submit(&mut s, 11, sp, "b");
-    assert_eq!(start(&mut s, 12, 1, "n1", 8, vec![0, 1, 2, 3]), Response::PlanApplied { started: vec![1], dropped: vec![] });
+    assert_eq!(
+        start(&mut s, 12, 1, "n1", 8, vec![0, 1, 2, 3]),
+        Response::PlanApplied { started: vec![1], dropped: vec![] }
+    );
     // A stale plan placing job 2 on the same node is dropped, not applied.
     match start(&mut s, 13, 2, "n1", 8, vec![0, 1, 2, 3]) {
         Response::PlanApplied { started, dropped } => {
@@ -194,11 +181,7 @@ fn cancel_pending_and_running() {
     submit(&mut s, 10, spec(&["sleep", "1000"]), "a");
     submit(&mut s, 11, spec(&["sleep", "1000"]), "b");
     start(&mut s, 12, 1, "n1", 1, vec![]);
-    let cancel = |id, user: &str| Command::CancelJob {
-        job_id: id,
-        user: user.into(),
-        now: 4000,
-    };
+    let cancel = |id, user: &str| Command::CancelJob { job_id: id, user: user.into(), now: 4000 };
     assert!(matches!(apply(&mut s, 13, cancel(2, "mallory")), Response::Rejected(Rejection::NotOwner { .. })));
     assert_eq!(apply(&mut s, 14, cancel(2, "alice")), Response::Cancelled { job_id: 2, was_running: false });
     assert_eq!(s.jobs[&2].state, JobState::Cancelled);
@@ -228,12 +211,7 @@ fn clock_never_moves_backwards_and_apply_is_deterministic() {
         apply(
             &mut s,
             11,
-            Command::SubmitJob {
-                spec: spec(&["true"]),
-                user: "bob".into(),
-                now: 5,
-                request_id: "b".into(),
-            },
+            Command::SubmitJob { spec: Box::new(spec(&["true"])), user: "bob".into(), now: 5, request_id: "b".into() },
         );
         s
     };
