@@ -72,6 +72,23 @@ pub fn job_json(j: &JobInfo) -> JobJson {
     }
 }
 
+/// Milliseconds since the epoch as `2026-11-22T05:27:08Z`.
+pub fn utc_time(ms: u64) -> String {
+    let secs = ms / 1000;
+    let (days, rem) = ((secs / 86400) as i64, secs % 86400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem / 60 % 60, rem % 60)
+}
+
 /// Elapsed run time as squeue shows it.
 fn elapsed(j: &JobInfo, now_ms: u64) -> String {
     let secs = match (j.start_time_ms, j.end_time_ms) {
@@ -170,7 +187,7 @@ pub fn nodes_table(nodes: &[NodeInfo]) -> String {
 
 pub fn show_job(j: &JobInfo, now_ms: u64) -> String {
     let spec = j.spec.clone().unwrap_or_default();
-    let ms = |v: u64| if v == 0 { "-".to_string() } else { format!("{:.3}", v as f64 / 1000.0) };
+    let ms = |v: u64| if v == 0 { "-".to_string() } else { utc_time(v) };
     let mut lines = vec![
         format!("JobId={} JobName={}", j.id, j.name),
         format!("UserId={} Partition={}", j.user, j.partition),
@@ -279,4 +296,16 @@ pub fn cluster_table(replicas: &[ReplicaJson]) -> String {
         })
         .collect();
     table(&["ID", "ADDRESS", "ROLE", "TERM", "LAST_LOG", "COMMITTED", "APPLIED", "VERSION"], &rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn utc_times() {
+        assert_eq!(utc_time(0), "1970-01-01T00:00:00Z");
+        assert_eq!(utc_time(1_795_325_228_731), "2026-11-22T05:27:08Z");
+        assert_eq!(utc_time(951_782_400_000), "2000-02-29T00:00:00Z");
+    }
 }

@@ -278,7 +278,7 @@ async fn dev(data: Option<PathBuf>, port: u16, agents: usize) -> anyhow::Result<
 async fn main() -> ExitCode {
     let cli = Cli::parse();
     let is_dev = matches!(cli.command, Command::Dev { .. });
-    let default_filter = if is_dev { "info,openraft=warn" } else { "warn,openraft=error" };
+    let default_filter = if is_dev { "info,openraft=error" } else { "warn,openraft=off" };
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_env_filter(
