@@ -47,11 +47,7 @@ async fn jobs_run_complete_fail_and_record_exit_codes() {
     assert!(out.contains("cannot run '/no/such/program'"), "{out}");
 
     // Resources are free again.
-    let nodes = c
-        .call(|mut cl| async move { cl.list_nodes(quorum_proto::api::ListNodesRequest {}).await })
-        .await
-        .unwrap()
-        .nodes;
+    let nodes = nodes(&c).await;
     assert!(nodes.iter().all(|n| n.alloc_cpus == 0 && n.state == "idle"), "{nodes:?}");
     cluster.shutdown().await;
 }
@@ -71,12 +67,7 @@ async fn cancel_kills_every_process_of_the_job() {
     })
     .await;
     assert!(group_alive(pgid));
-    let r = c
-        .call(|mut cl| async move {
-            cl.cancel_job(quorum_proto::api::CancelJobRequest { job_ids: vec![id], user: "tester".into() }).await
-        })
-        .await
-        .unwrap();
+    let r = cancel(&c, id).await;
     assert!(r.results[0].ok, "{:?}", r.results);
     let j = wait_state(&c, id, &["CANCELLED", "COMPLETED", "FAILED"], T).await;
     assert_eq!(j.state, "CANCELLED");
@@ -86,12 +77,7 @@ async fn cancel_kills_every_process_of_the_job() {
     .await;
 
     // Cancelling it again is refused with the reason.
-    let r = c
-        .call(|mut cl| async move {
-            cl.cancel_job(quorum_proto::api::CancelJobRequest { job_ids: vec![id], user: "tester".into() }).await
-        })
-        .await
-        .unwrap();
+    let r = cancel(&c, id).await;
     assert!(!r.results[0].ok && r.results[0].error.contains("already finished"), "{:?}", r.results);
     cluster.shutdown().await;
 }

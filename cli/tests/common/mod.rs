@@ -78,6 +78,18 @@ pub async fn all_jobs(c: &Client) -> Vec<JobInfo> {
     c.call(|mut cl| async move { cl.list_jobs(api::ListJobsRequest::default()).await }).await.expect("list jobs").jobs
 }
 
+pub async fn cancel(c: &Client, id: u64) -> api::CancelJobResponse {
+    c.call(
+        |mut cl| async move { cl.cancel_job(api::CancelJobRequest { job_ids: vec![id], user: "tester".into() }).await },
+    )
+    .await
+    .expect("cancel")
+}
+
+pub async fn nodes(c: &Client) -> Vec<api::NodeInfo> {
+    c.call(|mut cl| async move { cl.list_nodes(api::ListNodesRequest {}).await }).await.expect("list nodes").nodes
+}
+
 /// Waits until the job is in one of `states` and returns it.
 pub async fn wait_state(c: &Client, id: u64, states: &[&str], timeout: Duration) -> JobInfo {
     wait_for(timeout, &format!("job {id} to be one of {states:?}"), || async {
