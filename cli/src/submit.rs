@@ -47,6 +47,30 @@ pub struct SubmitOpts {
     /// Working directory (default: where you submit from).
     #[arg(short = 'D', long)]
     pub chdir: Option<String>,
+    /// Wait for other jobs: afterok:ID[:ID...],afterany:ID,afternotok:ID,after:ID,singleton.
+    #[arg(short = 'd', long)]
+    pub dependency: Option<String>,
+    /// Not before: now+N[s|m|h|d] or YYYY-MM-DDTHH:MM[:SS] (UTC).
+    #[arg(long)]
+    pub begin: Option<String>,
+    /// Submit held; `quorum release` lets it run.
+    #[arg(short = 'H', long)]
+    pub hold: bool,
+    /// Quality of service.
+    #[arg(short = 'q', long)]
+    pub qos: Option<String>,
+    /// Account to charge (default: your first account).
+    #[arg(short = 'A', long)]
+    pub account: Option<String>,
+    /// Lower the priority by this much (negative: raise it; root only).
+    #[arg(long, allow_hyphen_values = true)]
+    pub nice: Option<i32>,
+    /// Node features required, `a&b` or `a,b`.
+    #[arg(short = 'C', long)]
+    pub constraint: Option<String>,
+    /// Whole nodes only.
+    #[arg(long)]
+    pub exclusive: bool,
 }
 
 #[derive(Parser, Debug)]
@@ -72,6 +96,14 @@ impl SubmitOpts {
             output: self.output.or(other.output),
             error: self.error.or(other.error),
             chdir: self.chdir.or(other.chdir),
+            dependency: self.dependency.or(other.dependency),
+            begin: self.begin.or(other.begin),
+            hold: self.hold || other.hold,
+            qos: self.qos.or(other.qos),
+            account: self.account.or(other.account),
+            nice: self.nice.or(other.nice),
+            constraint: self.constraint.or(other.constraint),
+            exclusive: self.exclusive || other.exclusive,
         }
     }
 
@@ -88,6 +120,12 @@ impl SubmitOpts {
         }
         if let Some(g) = &self.gres {
             parse_gres(g)?;
+        }
+        if let Some(d) = &self.dependency {
+            quorum_control::model::parse_dependencies(d)?;
+        }
+        if let Some(b) = &self.begin {
+            parse_begin(b, 0)?;
         }
         for (what, v) in [("--nodes", self.nodes), ("--ntasks", self.ntasks), ("--cpus-per-task", self.cpus_per_task)] {
             if v == Some(0) {
@@ -118,6 +156,47 @@ fn parse_gres(value: &str) -> Result<(Option<String>, u32), String> {
         None if value == "gpu" => Ok((None, 1)),
         None => Err(format!("invalid --gres '{value}': only gpu:[type:]count is supported")),
     }
+}
+
+/// Parses `--begin`: `now+N[s|m|h|d]` (seconds by default) or `YYYY-MM-DDTHH:MM[:SS]` in UTC;
+/// returns milliseconds since the epoch.
+pub fn parse_begin(value: &str, now_ms: u64) -> Result<u64, String> {
+    let bad = || format!("invalid --begin '{value}': expected now+N[s|m|h|d] or YYYY-MM-DDTHH:MM[:SS]");
+    if let Some(rest) = value.strip_prefix("now+") {
+        let (num, unit) = rest.split_at(rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len()));
+        let n: u64 = num.parse().map_err(|_| bad())?;
+        let secs = match unit {
+            "" | "s" | "seconds" => n,
+            "m" | "minutes" => n * 60,
+            "h" | "hours" => n * 3600,
+            "d" | "days" => n * 86400,
+            _ => return Err(bad()),
+        };
+        return Ok(now_ms + secs * 1000);
+    }
+    if value == "now" {
+        return Ok(now_ms);
+    }
+    let (date, time) = value.split_once('T').ok_or_else(bad)?;
+    let d: Vec<i64> = date.split('-').map(|p| p.parse().map_err(|_| bad())).collect::<Result<_, _>>()?;
+    let t: Vec<i64> = time.split(':').map(|p| p.parse().map_err(|_| bad())).collect::<Result<_, _>>()?;
+    if d.len() != 3 || !(2..=3).contains(&t.len()) {
+        return Err(bad());
+    }
+    let (y, m, day) = (d[0], d[1], d[2]);
+    if !(1..=12).contains(&m) || !(1..=31).contains(&day) || !(0..24).contains(&t[0]) || !(0..60).contains(&t[1]) {
+        return Err(bad());
+    }
+    // Days since the epoch from a civil date (Howard Hinnant's algorithm).
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    let secs = days * 86400 + t[0] * 3600 + t[1] * 60 + t.get(2).copied().unwrap_or(0);
+    u64::try_from(secs * 1000).map_err(|_| bad())
 }
 
 /// Splits a directive line into words, honouring single and double quotes and stopping at a
@@ -245,7 +324,25 @@ pub fn build_spec(
         Some(d) => cwd.join(d),
         None => cwd.to_path_buf(),
     };
+    let now_ms =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
+    let begin_time_ms = match &opts.begin {
+        Some(b) => parse_begin(b, now_ms)?,
+        None => 0,
+    };
     Ok(api::JobSpec {
+        dependency: opts.dependency.clone().unwrap_or_default(),
+        begin_time_ms,
+        hold: opts.hold,
+        qos: opts.qos.clone().unwrap_or_default(),
+        account: opts.account.clone().unwrap_or_default(),
+        nice: opts.nice.unwrap_or(0),
+        constraint: opts
+            .constraint
+            .as_deref()
+            .map(|c| c.split(['&', ',']).map(|f| f.trim().to_string()).filter(|f| !f.is_empty()).collect())
+            .unwrap_or_default(),
+        exclusive: opts.exclusive,
         name: opts.job_name.unwrap_or(default_name),
         partition: opts.partition.unwrap_or_default(),
         nodes,

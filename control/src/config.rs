@@ -43,7 +43,7 @@ pub struct ReplicaConfig {
     pub addr: String,
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PartitionConfig {
     pub name: String,
@@ -56,6 +56,15 @@ pub struct PartitionConfig {
     pub default_time: Option<String>,
     #[serde(default)]
     pub default_mem_per_cpu: Option<String>,
+    /// Jobs of higher-tier partitions rank higher.
+    #[serde(default)]
+    pub priority_tier: u32,
+    /// Most nodes one job may ask for.
+    #[serde(default)]
+    pub max_nodes: Option<u32>,
+    /// Every job gets whole nodes.
+    #[serde(default)]
+    pub exclusive: bool,
 }
 
 impl PartitionConfig {
@@ -83,6 +92,9 @@ impl PartitionConfig {
             max_time_s: time(&self.max_time)?,
             default_time_s: time(&self.default_time)?,
             default_mem_per_cpu_mb: mem,
+            priority_tier: self.priority_tier,
+            max_nodes: self.max_nodes,
+            exclusive: self.exclusive,
         })
     }
 }

@@ -2,8 +2,11 @@
 //! for ([`JobSpec`]), what it is ([`Job`]), what a node has ([`Node`]) and what a job holds
 //! ([`Allocation`]). Plain data, serde-encoded into the Raft log and snapshots.
 
+pub mod accounts;
 pub mod hostlist;
 pub mod parse;
+
+pub use accounts::{Account, AssocLimits, Qos, Usage};
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -22,8 +25,14 @@ pub enum Program {
     Script(String),
 }
 
+impl Default for Program {
+    fn default() -> Self {
+        Program::Argv(Vec::new())
+    }
+}
+
 /// What a user asked for. Optional fields are filled from the partition at submit.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JobSpec {
     pub name: String,
     pub partition: Option<String>,
@@ -41,6 +50,91 @@ pub struct JobSpec {
     #[serde(default)]
     pub env: Vec<(String, String)>,
     pub submit_dir: String,
+    /// Jobs this one waits for (all must be satisfied).
+    #[serde(default)]
+    pub dependencies: Vec<Dependency>,
+    /// Runs only when no other job of the same name and user runs (`--dependency=singleton`).
+    #[serde(default)]
+    pub singleton: bool,
+    /// Not before this time (`--begin`).
+    #[serde(default)]
+    pub begin_time: Option<Millis>,
+    #[serde(default)]
+    pub qos: Option<String>,
+    #[serde(default)]
+    pub account: Option<String>,
+    /// Lowers (positive) or raises (negative, root only) the priority.
+    #[serde(default)]
+    pub nice: i32,
+    /// Node features every allocated node must have (`--constraint a&b` or `a,b`).
+    #[serde(default)]
+    pub constraint: Vec<String>,
+    /// Whole nodes only (`--exclusive`).
+    #[serde(default)]
+    pub exclusive: bool,
+    /// Submitted held (`--hold`).
+    #[serde(default)]
+    pub hold: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum DependencyKind {
+    /// The other job has started (or ended).
+    After,
+    /// The other job has ended, however.
+    AfterAny,
+    /// The other job has completed successfully.
+    AfterOk,
+    /// The other job has ended unsuccessfully.
+    AfterNotOk,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Dependency {
+    pub kind: DependencyKind,
+    pub job: JobId,
+}
+
+/// Parses Slurm's `--dependency`: `afterok:12:13,afterany:14,singleton`.
+pub fn parse_dependencies(value: &str) -> Result<(Vec<Dependency>, bool), String> {
+    let mut deps = Vec::new();
+    let mut singleton = false;
+    for item in value.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        if item == "singleton" {
+            singleton = true;
+            continue;
+        }
+        let mut parts = item.split(':');
+        let kind = match parts.next().unwrap_or("") {
+            "after" => DependencyKind::After,
+            "afterany" => DependencyKind::AfterAny,
+            "afterok" => DependencyKind::AfterOk,
+            "afternotok" => DependencyKind::AfterNotOk,
+            other => {
+                return Err(format!(
+                    "invalid --dependency '{value}': unknown type '{other}' (after, afterany, afterok, afternotok, singleton)"
+                ))
+            }
+        };
+        let mut any = false;
+        for id in parts {
+            let job: JobId =
+                id.parse().map_err(|_| format!("invalid --dependency '{value}': '{id}' is not a job id"))?;
+            deps.push(Dependency { kind, job });
+            any = true;
+        }
+        if !any {
+            return Err(format!("invalid --dependency '{value}': '{item}' names no job"));
+        }
+    }
+    Ok((deps, singleton))
+}
+
+/// Who holds a job.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum HoldKind {
+    User,
+    Admin,
 }
 
 impl JobSpec {
@@ -159,6 +253,22 @@ pub enum PendingReason {
     Resources,
     /// No node of the partition has registered yet.
     PartitionNoNodes,
+    Dependency,
+    DependencyNeverSatisfied,
+    BeginTime,
+    JobHeldUser,
+    JobHeldAdmin,
+    PartitionTimeLimit,
+    PartitionNodeLimit,
+    QOSMaxWallDurationPerJobLimit,
+    QOSMaxGRESPerUser,
+    QOSMaxJobsPerUserLimit,
+    AssocMaxJobsLimit,
+    AssocGrpGRES,
+    AssocGrpCpuLimit,
+    AssocMaxWallDurationPerJobLimit,
+    /// No node has the requested features (`--constraint`).
+    BadConstraints,
 }
 
 impl PendingReason {
@@ -168,6 +278,21 @@ impl PendingReason {
             PendingReason::Priority => "Priority",
             PendingReason::Resources => "Resources",
             PendingReason::PartitionNoNodes => "PartitionNoNodes",
+            PendingReason::Dependency => "Dependency",
+            PendingReason::DependencyNeverSatisfied => "DependencyNeverSatisfied",
+            PendingReason::BeginTime => "BeginTime",
+            PendingReason::JobHeldUser => "JobHeldUser",
+            PendingReason::JobHeldAdmin => "JobHeldAdmin",
+            PendingReason::PartitionTimeLimit => "PartitionTimeLimit",
+            PendingReason::PartitionNodeLimit => "PartitionNodeLimit",
+            PendingReason::QOSMaxWallDurationPerJobLimit => "QOSMaxWallDurationPerJobLimit",
+            PendingReason::QOSMaxGRESPerUser => "QOSMaxGRESPerUser",
+            PendingReason::QOSMaxJobsPerUserLimit => "QOSMaxJobsPerUserLimit",
+            PendingReason::AssocMaxJobsLimit => "AssocMaxJobsLimit",
+            PendingReason::AssocGrpGRES => "AssocGrpGRES",
+            PendingReason::AssocGrpCpuLimit => "AssocGrpCpuLimit",
+            PendingReason::AssocMaxWallDurationPerJobLimit => "AssocMaxWallDurationPerJobLimit",
+            PendingReason::BadConstraints => "BadConstraints",
         }
     }
 }
@@ -223,6 +348,14 @@ pub struct Job {
     /// Ranks that have reported their end, by node.
     pub rank_outcomes: Vec<(String, RankOutcome)>,
     pub request_id: String,
+    #[serde(default)]
+    pub held: Option<HoldKind>,
+    /// The account charged, resolved at submit.
+    #[serde(default)]
+    pub account: String,
+    /// The QOS, resolved at submit.
+    #[serde(default)]
+    pub qos: String,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -347,6 +480,15 @@ pub struct Partition {
     pub max_time_s: Option<u64>,
     pub default_time_s: Option<u64>,
     pub default_mem_per_cpu_mb: u64,
+    /// Priority tier: jobs of higher-tier partitions rank higher (the partition factor).
+    #[serde(default)]
+    pub priority_tier: u32,
+    /// Most nodes one job may ask for (`PartitionNodeLimit`).
+    #[serde(default)]
+    pub max_nodes: Option<u32>,
+    /// Every job gets whole nodes (Slurm's `OverSubscribe=EXCLUSIVE`).
+    #[serde(default)]
+    pub exclusive: bool,
 }
 
 /// A business rejection: returned as data from `apply`, shown to the user as an error.
@@ -368,4 +510,14 @@ pub enum Rejection {
     JobFinished { id: JobId, state: JobState },
     #[error("user '{user}' may not change job {id} of user '{owner}'")]
     NotOwner { id: JobId, user: String, owner: String },
+    #[error("invalid account '{account}' for user '{user}' ({why})")]
+    InvalidAccount { account: String, user: String, why: String },
+    #[error("invalid qos '{qos}' (known: {known})")]
+    InvalidQos { qos: String, known: String },
+    #[error("job {id} is not pending ({state})")]
+    NotPending { id: JobId, state: JobState },
+    #[error("job {id} is held by an administrator; only root may release it")]
+    AdminHold { id: JobId },
+    #[error("invalid {what}: {reason}")]
+    InvalidConfig { what: String, reason: String },
 }

@@ -1,25 +1,41 @@
 //! The scheduler core: `schedule(&ClusterView, now, &Policy) -> Plan`, a pure function.
 //!
-//! The leader builds a [`ClusterView`] from the state at some applied index, calls
-//! [`schedule`], and proposes the [`Plan`] through Raft, where apply re-checks each start. The
-//! pipeline: order the pending jobs by priority, then place each in turn on the free capacity
-//! left by running jobs and by the starts already planned. Jobs that cannot start get their
-//! reason: `Resources` for the first blocked job of a partition, `Priority` for those behind it.
+//! The leader builds a [`ClusterView`] from the state at one applied index, calls [`schedule`],
+//! and proposes the [`Plan`] through Raft, where apply re-checks every start. The pipeline, for
+//! every pending job every cycle (no depth cap):
+//!
+//! 1. **order** — by multifactor priority ([`priority`]), submit order, or shortest first;
+//! 2. **eligibility** — holds, dependencies, begin time, partition/QOS/association limits
+//!    ([`eligibility`]); an ineligible job gets its reason and goes no further;
+//! 3. **placement now** — nodes whose availability profile ([`profile`]) keeps the job's share
+//!    free for its whole time limit ([`placement`]); a start takes its interval from the
+//!    profiles, so no later job can overlap it;
+//! 4. **backfill** — a job that cannot start now gets a reservation at its earliest possible
+//!    start (the first blocked job under EASY, the first N under conservative), taken from the
+//!    profiles; a lower-priority job therefore starts now only where it delays no reservation.
 
-mod placement;
-mod view;
+pub mod eligibility;
+pub mod placement;
+pub mod policy;
+pub mod priority;
+pub mod profile;
+pub mod view;
 
-pub use placement::place;
-pub use view::{ClusterView, NodeView, PendingJob};
+pub use policy::{BackfillMode, Ordering, Policy, Weights};
+pub use view::{ClusterView, NodeView, PendingJob, Res};
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::model::{JobId, Millis, PendingReason};
+use crate::model::{Allocation, JobId, Millis, NodeAllocation, PendingReason};
 use crate::state::PlannedStart;
+use profile::Timeline;
 
-/// Scheduler settings. Grows with the multifactor priority and backfill parameters.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Policy {}
+/// Where and when backfill expects a pending job to start.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Estimate {
+    pub start_ms: Millis,
+    pub nodes: Vec<String>,
+}
 
 /// What the scheduler decided in one cycle.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -27,42 +43,139 @@ pub struct Plan {
     pub starts: Vec<PlannedStart>,
     /// The reason of every pending job that does not start now.
     pub reasons: BTreeMap<JobId, PendingReason>,
+    /// Reservations: expected start and nodes of blocked jobs backfill reached.
+    pub estimates: BTreeMap<JobId, Estimate>,
 }
 
-/// One scheduling cycle over a view of the cluster.
-pub fn schedule(view: &ClusterView, _now: Millis, _policy: &Policy) -> Plan {
-    let mut nodes = view.nodes.clone();
-    let mut plan = Plan::default();
-    let mut blocked_partitions: BTreeSet<&str> = BTreeSet::new();
-    let mut order: Vec<&PendingJob> = view.pending.iter().collect();
-    order.sort_by_key(|j| (j.submit_time, j.id));
-    for job in order {
-        let candidates = match view.partition_nodes.get(&job.partition) {
-            Some(c) if !c.is_empty() => c,
-            _ => {
-                plan.reasons.insert(job.id, PendingReason::PartitionNoNodes);
-                continue;
-            }
-        };
-        match place(job, candidates, &nodes) {
-            Some(allocation) => {
-                for a in &allocation.nodes {
-                    let idx = view.node_index[&a.node];
-                    nodes[idx].take(a);
-                }
-                plan.starts.push(PlannedStart { job_id: job.id, allocation });
-            }
-            None => {
-                let reason = if blocked_partitions.insert(job.partition.as_str()) {
-                    PendingReason::Resources
-                } else {
-                    PendingReason::Priority
-                };
-                plan.reasons.insert(job.id, reason);
+/// Builds every node's availability profile from what is free now and when running jobs end.
+pub fn profiles(view: &ClusterView, now: u64) -> Vec<Timeline> {
+    let mut free: Vec<Res> = view.nodes.iter().map(|n| n.capacity).collect();
+    let mut releases: Vec<Vec<(u64, Res)>> = vec![Vec::new(); view.nodes.len()];
+    for r in &view.running {
+        // A job past its limit is being killed; plan for it to be gone in a second.
+        let end = if r.end_s == u64::MAX { None } else { Some(r.end_s.max(now + 1)) };
+        for (i, res) in &r.alloc {
+            free[*i] = free[*i].minus(res);
+            if let Some(end) = end {
+                releases[*i].push((end, *res));
             }
         }
     }
-    debug_assert!(view::no_overcommit(&nodes), "scheduler bug: the plan overcommits a node");
+    free.into_iter().zip(releases).map(|(f, rel)| Timeline::new(now, f, rel)).collect()
+}
+
+/// The order in which pending jobs are considered.
+fn order<'a>(view: &'a ClusterView, now_ms: Millis, policy: &Policy) -> Vec<&'a PendingJob> {
+    let mut jobs: Vec<&PendingJob> = view.pending.iter().collect();
+    match policy.ordering {
+        Ordering::Fifo => jobs.sort_by_key(|j| (j.submit_ms, j.id)),
+        Ordering::ShortestFirst => jobs.sort_by_key(|j| (j.duration_s(), j.submit_ms, j.id)),
+        Ordering::Multifactor => {
+            let ctx = priority::PriorityContext::new(view, now_ms, policy);
+            let mut keyed: Vec<(f64, &PendingJob)> =
+                jobs.into_iter().map(|j| (ctx.factors(view, j, now_ms, policy).total, j)).collect();
+            keyed
+                .sort_by(|(pa, a), (pb, b)| pb.total_cmp(pa).then(a.submit_ms.cmp(&b.submit_ms)).then(a.id.cmp(&b.id)));
+            jobs = keyed.into_iter().map(|(_, j)| j).collect();
+        }
+    }
+    jobs
+}
+
+/// One scheduling cycle over a view of the cluster.
+pub fn schedule(view: &ClusterView, now_ms: Millis, policy: &Policy) -> Plan {
+    let now = now_ms / 1000;
+    let horizon = now.saturating_add(policy.bf_window_s);
+    let mut profiles = profiles(view, now);
+    let mut free_gpus: Vec<Vec<u32>> = view.nodes.iter().map(|n| n.free_gpus.clone()).collect();
+    let mut limits = eligibility::Limits::from_running(view);
+    let mut blocked: BTreeSet<&str> = BTreeSet::new();
+    let mut reservations_left = policy.reservation_count();
+    let mut plan = Plan::default();
+
+    for job in order(view, now_ms, policy) {
+        if let Some(reason) = eligibility::static_reason(job, view, now_ms) {
+            plan.reasons.insert(job.id, reason);
+            continue;
+        }
+        let Some(partition) = view.partitions.get(&job.partition) else {
+            plan.reasons.insert(job.id, PendingReason::PartitionNoNodes);
+            continue;
+        };
+        if partition.nodes.is_empty() {
+            plan.reasons.insert(job.id, PendingReason::PartitionNoNodes);
+            continue;
+        }
+        if !partition.nodes.iter().any(|&i| placement::could_hold(job, &view.nodes[i])) {
+            plan.reasons.insert(job.id, PendingReason::BadConstraints);
+            continue;
+        }
+        if policy.backfill == BackfillMode::None && blocked.contains(job.partition.as_str()) {
+            plan.reasons.insert(job.id, PendingReason::Priority);
+            continue;
+        }
+        if let Some(reason) = limits.check(view, job) {
+            plan.reasons.insert(job.id, reason);
+            continue;
+        }
+        let dur = job.duration_s();
+        let exclusive = partition.exclusive;
+        if let Some(nodes) = placement::fit_now(job, view, &partition.nodes, &profiles, &free_gpus, now, exclusive) {
+            let mut allocation = Allocation::default();
+            let (mut cpus, mut gpus) = (0, 0);
+            for i in nodes {
+                let node = &view.nodes[i];
+                let req = placement::need(job, node, exclusive);
+                profiles[i].take(now, now.saturating_add(dur), &req);
+                let indices = if job.exclusive || exclusive {
+                    std::mem::take(&mut free_gpus[i])
+                } else {
+                    placement::take_gpus(job, node, &mut free_gpus[i], req.gpus)
+                };
+                cpus += req.cpus;
+                gpus += indices.len() as i64;
+                allocation.nodes.push(NodeAllocation {
+                    node: node.name.clone(),
+                    cpus: req.cpus as u32,
+                    mem_mb: req.mem as u64,
+                    gpus: indices,
+                });
+            }
+            limits.add_job(view, job, cpus, gpus);
+            plan.starts.push(PlannedStart { job_id: job.id, allocation });
+            continue;
+        }
+        let first_blocked = blocked.insert(job.partition.as_str());
+        plan.reasons.insert(job.id, if first_blocked { PendingReason::Resources } else { PendingReason::Priority });
+        if reservations_left == 0 {
+            continue;
+        }
+        let found = placement::earliest(
+            job,
+            view,
+            &partition.nodes,
+            &profiles,
+            now,
+            horizon,
+            policy.bf_resolution_s,
+            exclusive,
+        );
+        if let Some((t, nodes)) = found {
+            for &i in &nodes {
+                let req = placement::need(job, &view.nodes[i], exclusive);
+                profiles[i].take(t, t.saturating_add(dur), &req);
+            }
+            plan.estimates.insert(
+                job.id,
+                Estimate { start_ms: t * 1000, nodes: nodes.iter().map(|&i| view.nodes[i].name.clone()).collect() },
+            );
+            reservations_left -= 1;
+        }
+    }
+    debug_assert!(
+        profiles.iter().all(Timeline::never_overcommitted),
+        "scheduler bug: a plan or reservation overcommits a node"
+    );
     plan
 }
 

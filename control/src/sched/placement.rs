@@ -1,44 +1,144 @@
-//! Placement: which nodes can hold a job now, and exactly what each gives it.
+//! Placement: which nodes can hold a job over an interval, and exactly what each gives it.
+//!
+//! A node qualifies when it is schedulable, has every requested feature, has enough GPUs of the
+//! requested type, and its profile keeps the job's share free for the whole interval (an
+//! exclusive job needs the whole node). Among qualifying nodes: the fewest switches when a
+//! topology is known, then the best fit (least left over), then name order.
 
-use crate::model::{Allocation, NodeAllocation};
+use super::profile::Timeline;
+use super::view::{ClusterView, NodeView, PendingJob, Res};
 
-use super::view::{NodeView, PendingJob};
+/// What the job needs on `node`: its share, or the whole node when exclusive.
+pub fn need(job: &PendingJob, node: &NodeView, partition_exclusive: bool) -> Res {
+    if job.exclusive || partition_exclusive {
+        node.capacity
+    } else {
+        job.per_node
+    }
+}
 
-/// Chooses `job.nodes` nodes among `candidates` (indices into `nodes`) that can each hold one
-/// node's share now, preferring the best fit (the node left with the fewest free CPUs), and
-/// names the GPU indices taken on each. All or nothing: `None` when too few nodes fit.
-pub fn place(job: &PendingJob, candidates: &[usize], nodes: &[NodeView]) -> Option<Allocation> {
-    let gpu_type = job.gpu_type.as_deref();
-    let mut fitting: Vec<&NodeView> = candidates
-        .iter()
-        .map(|&i| &nodes[i])
-        .filter(|n| {
-            n.schedulable
-                && n.free_cpus >= job.cpus_per_node
-                && n.free_mem_mb >= job.mem_per_node_mb
-                && n.free_gpus.iter().filter(|(_, t)| gpu_type.is_none_or(|w| w == t)).count()
-                    >= job.gpus_per_node as usize
-        })
-        .collect();
-    if fitting.len() < job.nodes as usize {
+/// Whether the node could ever hold the job, were it empty.
+pub fn could_hold(job: &PendingJob, node: &NodeView) -> bool {
+    node.schedulable
+        && job.features.iter().all(|f| node.features.contains(f))
+        && node.gpu_count(job.gpu_type.as_deref()) >= job.per_node.gpus
+        && node.capacity.fits(&job.per_node)
+}
+
+/// Free GPU indices of the requested type on the node now.
+fn free_gpus_of_type<'a>(job: &'a PendingJob, node: &'a NodeView, free: &'a [u32]) -> impl Iterator<Item = u32> + 'a {
+    free.iter().copied().filter(move |i| {
+        job.gpu_type.is_none()
+            || node.gpus.iter().any(|(idx, t)| idx == i && Some(t.as_str()) == job.gpu_type.as_deref())
+    })
+}
+
+/// Picks `k` nodes among `fitting` (node index, leftover CPUs): within one switch if any
+/// switch has enough, else across the fewest switches; best fit inside.
+fn choose(view: &ClusterView, mut fitting: Vec<(usize, i64)>, k: usize) -> Option<Vec<usize>> {
+    if fitting.len() < k {
         return None;
     }
-    // Best fit; ties by name order (candidates are in name order and the sort is stable).
-    fitting.sort_by_key(|n| n.free_cpus - job.cpus_per_node);
-    let allocation = fitting[..job.nodes as usize]
+    fitting.sort_by_key(|(i, left)| (*left, *i));
+    if k == 1 || view.nodes.iter().all(|n| n.switch.is_none()) {
+        return Some(fitting[..k].iter().map(|(i, _)| *i).collect());
+    }
+    let mut by_switch: std::collections::BTreeMap<&str, Vec<usize>> = std::collections::BTreeMap::new();
+    for (i, _) in &fitting {
+        by_switch.entry(view.nodes[*i].switch.as_deref().unwrap_or("")).or_default().push(*i);
+    }
+    // The tightest single switch that can hold the whole job.
+    if let Some((_, nodes)) = by_switch.iter().filter(|(_, n)| n.len() >= k).min_by_key(|(s, n)| (n.len(), *s)) {
+        return Some(nodes[..k].to_vec());
+    }
+    // Otherwise take from the fullest switches first.
+    let mut switches: Vec<&Vec<usize>> = by_switch.values().collect();
+    switches.sort_by_key(|n| std::cmp::Reverse(n.len()));
+    Some(switches.into_iter().flatten().copied().take(k).collect())
+}
+
+/// Nodes on which the job can start now and run its whole duration.
+pub fn fit_now(
+    job: &PendingJob,
+    view: &ClusterView,
+    candidates: &[usize],
+    profiles: &[Timeline],
+    free_gpus: &[Vec<u32>],
+    now: u64,
+    partition_exclusive: bool,
+) -> Option<Vec<usize>> {
+    let end = now.saturating_add(job.duration_s());
+    let fitting: Vec<(usize, i64)> = candidates
         .iter()
-        .map(|n| NodeAllocation {
-            node: n.name.clone(),
-            cpus: job.cpus_per_node,
-            mem_mb: job.mem_per_node_mb,
-            gpus: n
-                .free_gpus
-                .iter()
-                .filter(|(_, t)| gpu_type.is_none_or(|w| w == t))
-                .take(job.gpus_per_node as usize)
-                .map(|(i, _)| *i)
-                .collect(),
+        .copied()
+        .filter_map(|i| {
+            let node = &view.nodes[i];
+            if !could_hold(job, node) {
+                return None;
+            }
+            let req = need(job, node, partition_exclusive);
+            let free = profiles[i].min_free(now, end);
+            if !free.fits(&req) || (free_gpus_of_type(job, node, &free_gpus[i]).count() as i64) < job.per_node.gpus {
+                return None;
+            }
+            Some((i, free.cpus - req.cpus))
         })
         .collect();
-    Some(Allocation { nodes: allocation })
+    choose(view, fitting, job.nodes as usize)
+}
+
+/// The earliest time within `[now, horizon]` at which enough nodes hold the job together for its
+/// whole duration, and those nodes.
+pub fn earliest(
+    job: &PendingJob,
+    view: &ClusterView,
+    candidates: &[usize],
+    profiles: &[Timeline],
+    now: u64,
+    horizon: u64,
+    resolution: u64,
+    partition_exclusive: bool,
+) -> Option<(u64, Vec<usize>)> {
+    let dur = job.duration_s();
+    let k = job.nodes as usize;
+    // Each node's own earliest fit bounds when the job can start.
+    let mut firsts: Vec<(u64, usize)> = candidates
+        .iter()
+        .copied()
+        .filter(|&i| could_hold(job, &view.nodes[i]))
+        .filter_map(|i| {
+            let req = need(job, &view.nodes[i], partition_exclusive);
+            profiles[i].earliest_fit(&req, dur, now, horizon, resolution).map(|t| (t, i))
+        })
+        .collect();
+    if firsts.len() < k {
+        return None;
+    }
+    firsts.sort_unstable();
+    // Try each distinct candidate time from the k-th earliest on: a node that fits from its own
+    // earliest time may be blocked again later, so check them all at that time.
+    let mut times: Vec<u64> = firsts[k - 1..].iter().map(|(t, _)| *t).collect();
+    times.dedup();
+    for t in times {
+        let fitting: Vec<(usize, i64)> = firsts
+            .iter()
+            .take_while(|(first, _)| *first <= t)
+            .filter_map(|&(_, i)| {
+                let req = need(job, &view.nodes[i], partition_exclusive);
+                let free = profiles[i].min_free(t, t.saturating_add(dur));
+                free.fits(&req).then_some((i, free.cpus - req.cpus))
+            })
+            .collect();
+        if let Some(nodes) = choose(view, fitting, k) {
+            return Some((t, nodes));
+        }
+    }
+    None
+}
+
+/// Takes GPU indices for a start now: the lowest free ones of the requested type.
+pub fn take_gpus(job: &PendingJob, node: &NodeView, free: &mut Vec<u32>, count: i64) -> Vec<u32> {
+    let chosen: Vec<u32> = free_gpus_of_type(job, node, free).take(count.max(0) as usize).collect();
+    free.retain(|i| !chosen.contains(i));
+    chosen
 }

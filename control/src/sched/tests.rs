@@ -1,65 +1,366 @@
+//! Scheduler scenarios: the classic backfill worked example, eligibility reasons, placement
+//! rules and fairshare; property tests for the invariants live in `tests/sched_props.rs`.
+
 use super::*;
-use crate::state::tests::{cluster, spec};
-use crate::state::{apply, Command};
+use crate::model::{Account, AssocLimits, Gpu, JobSpec, JobState, Program, Qos, RankOutcome};
+use crate::state::tests::partition;
+use crate::state::{apply, ClusterState, Command, NodeRegistration, Response};
 
-fn submit(s: &mut crate::state::ClusterState, cpus: u32, gpus: u32, nodes: u32) {
-    let mut sp = spec(&["true"]);
-    sp.cpus_per_task = cpus;
-    sp.gpus_per_node = gpus;
-    sp.nodes = nodes;
-    sp.ntasks = nodes;
-    let index = 100 + s.jobs.len() as u64;
-    apply(
-        s,
-        index,
-        Command::SubmitJob { spec: Box::new(sp), user: "u".into(), now: index, request_id: format!("r{index}") },
-    );
+/// A cluster driven through the real state machine and scheduler, in virtual time.
+pub(crate) struct Bench {
+    pub state: ClusterState,
+    pub now_ms: u64,
+    index: u64,
 }
 
-#[test]
-fn first_fit_in_submit_order_with_reasons() {
-    let mut s = cluster(); // two nodes of 8 CPUs and 4 GPUs
-    submit(&mut s, 6, 2, 1); // 1 -> n1
-    submit(&mut s, 6, 2, 1); // 2 -> n2
-    submit(&mut s, 4, 0, 1); // 3: no node has 4 CPUs left -> Resources
-    submit(&mut s, 2, 2, 2); // 4: 2 CPUs + 2 GPUs on both nodes -> starts
-    submit(&mut s, 4, 0, 1); // 5: behind 3 -> Priority
-    let view = ClusterView::from_state(&s);
-    let plan = schedule(&view, 0, &Policy::default());
-    let started: Vec<_> = plan.starts.iter().map(|p| p.job_id).collect();
-    assert_eq!(started, vec![1, 2, 4]);
-    assert_eq!(plan.reasons[&3], PendingReason::Resources);
-    assert_eq!(plan.reasons[&5], PendingReason::Priority);
-    let four = &plan.starts[2].allocation;
-    assert_eq!(four.nodelist(), "n[1-2]");
-    assert_eq!(four.nodes[0].gpus, vec![2, 3], "GPUs 0 and 1 went to job 1");
-    // The plan applies cleanly, and nothing is overcommitted.
-    let r = apply(
-        &mut s,
-        500,
-        Command::ApplyPlan {
-            base_index: 499,
-            now: 1,
-            starts: plan.starts.clone(),
-            reasons: plan.reasons.into_iter().collect(),
-        },
-    );
-    assert_eq!(r, crate::state::Response::PlanApplied { started: vec![1, 2, 4], dropped: vec![] });
-    for n in s.nodes.values() {
-        assert!(n.alloc_cpus <= n.cpus && n.alloc_gpus.len() <= n.gpus.len());
+pub(crate) fn node(name: &str, cpus: u32, gpus: u32, gpu_type: &str, features: &[&str]) -> NodeRegistration {
+    NodeRegistration {
+        name: name.into(),
+        cpus,
+        mem_mb: 64 * 1024,
+        gpus: (0..gpus).map(|i| Gpu { index: i, gpu_type: gpu_type.into() }).collect(),
+        features: features.iter().map(|s| s.to_string()).collect(),
+        version: "test".into(),
     }
-    // Same input, same plan.
-    let view = ClusterView::from_state(&s);
-    assert_eq!(schedule(&view, 0, &Policy::default()), schedule(&view, 0, &Policy::default()));
+}
+
+impl Bench {
+    pub fn new(nodes: Vec<NodeRegistration>, policy: Policy) -> Bench {
+        let mut b = Bench { state: ClusterState::new(), now_ms: 1_000_000_000, index: 0 };
+        let names: Vec<String> = nodes.iter().map(|n| n.name.clone()).collect();
+        let mut p = partition("batch", "x", true);
+        p.node_names = names.iter().cloned().collect();
+        p.nodes = crate::model::hostlist::compress(&names);
+        p.max_time_s = None;
+        b.cmd(Command::SetPartitions { partitions: vec![p], now: 0 });
+        b.cmd(Command::SetPolicy { policy, now: 0 });
+        for n in nodes {
+            b.cmd(Command::RegisterNode { node: n, now: 0 });
+        }
+        b
+    }
+
+    pub fn cmd(&mut self, c: Command) -> Response {
+        self.index += 1;
+        apply(&mut self.state, self.index, c)
+    }
+
+    pub fn at(&mut self, secs: u64) {
+        self.now_ms = 1_000_000_000 + secs * 1000;
+    }
+
+    /// Submits a job of `nodes` nodes with `cpus` CPUs each and a time limit; returns its id.
+    pub fn submit_with(&mut self, user: &str, f: impl FnOnce(&mut JobSpec)) -> u64 {
+        let mut spec = JobSpec {
+            name: "j".into(),
+            nodes: 1,
+            ntasks: 1,
+            cpus_per_task: 1,
+            mem_per_node_mb: Some(100),
+            time_limit_s: Some(100),
+            program: Program::Argv(vec!["true".into()]),
+            work_dir: "/tmp".into(),
+            submit_dir: "/tmp".into(),
+            ..Default::default()
+        };
+        f(&mut spec);
+        let now = self.now_ms;
+        match self.cmd(Command::SubmitJob {
+            spec: Box::new(spec),
+            user: user.into(),
+            now,
+            request_id: format!("r{}", self.index),
+        }) {
+            Response::Submitted { job_id, .. } => job_id,
+            other => panic!("submit failed: {other:?}"),
+        }
+    }
+
+    pub fn submit(&mut self, nodes: u32, limit_s: u64) -> u64 {
+        self.submit_with("alice", |s| {
+            s.nodes = nodes;
+            s.ntasks = nodes;
+            s.time_limit_s = Some(limit_s);
+        })
+    }
+
+    /// One scheduling cycle, applied; returns the plan.
+    pub fn cycle(&mut self) -> Plan {
+        let view = ClusterView::from_state(&self.state);
+        let policy = self.state.policy.clone();
+        let plan = schedule(&view, self.now_ms, &policy);
+        assert_eq!(plan, schedule(&view, self.now_ms, &policy), "the same input gives the same plan");
+        let now = self.now_ms;
+        let r = self.cmd(Command::ApplyPlan {
+            base_index: self.index,
+            now,
+            starts: plan.starts.clone(),
+            reasons: plan.reasons.iter().map(|(k, v)| (*k, *v)).collect(),
+        });
+        match r {
+            Response::PlanApplied { dropped, .. } => assert!(dropped.is_empty(), "apply dropped {dropped:?}"),
+            other => panic!("{other:?}"),
+        }
+        plan
+    }
+
+    pub fn end(&mut self, job: u64) {
+        let j = &self.state.jobs[&job];
+        let token = j.alloc_index;
+        let nodes: Vec<String> = j.allocation.as_ref().unwrap().nodes.iter().map(|n| n.node.clone()).collect();
+        let now = self.now_ms;
+        for node in nodes {
+            self.cmd(Command::JobEnded {
+                job_id: job,
+                token,
+                node,
+                outcome: RankOutcome::Exited { code: 0, signal: 0 },
+                now,
+            });
+        }
+        assert_eq!(self.state.jobs[&job].state, JobState::Completed);
+    }
+}
+
+fn started(plan: &Plan) -> Vec<u64> {
+    plan.starts.iter().map(|s| s.job_id).collect()
+}
+
+fn estimate_s(plan: &Plan, job: u64) -> Option<u64> {
+    plan.estimates.get(&job).map(|e| (e.start_ms - 1_000_000_000) / 1000)
+}
+
+fn ten_nodes() -> Vec<NodeRegistration> {
+    (1..=10).map(|i| node(&format!("n{i:02}"), 1, 0, "", &[])).collect()
+}
+
+fn fifo(backfill: BackfillMode, reservations: u32) -> Policy {
+    Policy { ordering: Ordering::Fifo, backfill, reservations, ..Policy::default() }
+}
+
+/// The picture in every batch system's user guide, ten one-CPU nodes, conservative backfill.
+#[test]
+fn worked_example_a_to_h() {
+    let mut b = Bench::new(ten_nodes(), fifo(BackfillMode::Conservative, 10));
+    b.at(0);
+    let a = b.submit(4, 100);
+    let bb = b.submit(3, 200);
+    let c = b.submit(2, 300);
+    let d = b.submit(10, 100);
+    let p = b.cycle();
+    assert_eq!(started(&p), vec![a, bb, c], "A, B and C start; C fits beside them");
+    assert_eq!(p.reasons[&d], PendingReason::Resources);
+    assert_eq!(estimate_s(&p, d), Some(300), "D is reserved for when B and C have ended");
+
+    b.at(10);
+    let e = b.submit(1, 250);
+    let p = b.cycle();
+    assert_eq!(started(&p), vec![e], "E fits in the hole below D's reservation");
+    assert_eq!(estimate_s(&p, d), Some(300), "and does not delay D");
+
+    b.at(100);
+    b.end(a);
+    let f = b.submit(4, 150);
+    let g = b.submit(5, 100);
+    let h = b.submit(3, 90);
+    let p = b.cycle();
+    assert_eq!(started(&p), vec![f], "F fits beside C where A was");
+    assert_eq!(estimate_s(&p, d), Some(300));
+    assert_eq!(estimate_s(&p, g), Some(400), "G is reserved after D");
+    assert_eq!(estimate_s(&p, h), Some(200), "H is reserved in the hole under D, when B ends");
+    assert_eq!(p.reasons[&g], PendingReason::Priority);
+
+    b.at(200);
+    b.end(bb);
+    let p = b.cycle();
+    assert_eq!(started(&p), vec![h], "H starts before D and ends before it");
+
+    b.at(250);
+    b.end(f);
+    b.at(260);
+    b.end(e);
+    assert!(started(&b.cycle()).is_empty(), "D waits for all ten nodes");
+
+    b.at(290);
+    b.end(h);
+    b.at(300);
+    b.end(c);
+    let p = b.cycle();
+    assert_eq!(started(&p), vec![d], "D starts when reserved");
+    assert_eq!(estimate_s(&p, g), Some(400));
+
+    b.at(400);
+    b.end(d);
+    assert_eq!(started(&b.cycle()), vec![g]);
 }
 
 #[test]
-fn best_fit_prefers_the_fuller_node() {
-    let mut s = cluster();
-    submit(&mut s, 4, 0, 1);
-    let plan = schedule(&ClusterView::from_state(&s), 0, &Policy::default());
-    apply(&mut s, 500, Command::ApplyPlan { base_index: 0, now: 1, starts: plan.starts, reasons: vec![] });
-    submit(&mut s, 2, 0, 1);
-    let plan = schedule(&ClusterView::from_state(&s), 0, &Policy::default());
-    assert_eq!(plan.starts[0].allocation.nodes[0].node, "n1", "n1 is half full; the job fits it best");
+fn easy_backfills_where_fcfs_waits() {
+    let run = |backfill| {
+        let mut b = Bench::new(ten_nodes(), fifo(backfill, 1));
+        b.at(0);
+        let big = b.submit(8, 100);
+        b.cycle();
+        let wide = b.submit(10, 100); // blocked until `big` ends
+        let small = b.submit(2, 50); // fits beside `big` and ends before it
+        let long = b.submit(2, 500); // fits now but would delay `wide`
+        let p = b.cycle();
+        (big, wide, small, long, p)
+    };
+    let (_, wide, small, long, p) = run(BackfillMode::Easy);
+    assert_eq!(started(&p), vec![small]);
+    assert_eq!(estimate_s(&p, wide), Some(100));
+    assert_eq!(p.reasons[&long], PendingReason::Priority, "backfilling it would delay the reservation");
+    let (_, wide, small, _, p) = run(BackfillMode::None);
+    assert!(started(&p).is_empty(), "strict FCFS starts nothing behind a blocked job");
+    assert_eq!(p.reasons[&wide], PendingReason::Resources);
+    assert_eq!(p.reasons[&small], PendingReason::Priority);
+}
+
+#[test]
+fn eligibility_reasons_are_named() {
+    let mut b = Bench::new(ten_nodes(), fifo(BackfillMode::Easy, 1));
+    b.at(0);
+    let first = b.submit(1, 100);
+    let held = b.submit_with("alice", |s| s.hold = true);
+    let after = b.submit_with("alice", |s| {
+        s.dependencies = vec![crate::model::Dependency { kind: crate::model::DependencyKind::AfterOk, job: first }]
+    });
+    let notok = b.submit_with("alice", |s| {
+        s.dependencies = vec![crate::model::Dependency { kind: crate::model::DependencyKind::AfterNotOk, job: first }]
+    });
+    let begin = b.now_ms + 3_600_000;
+    let later = b.submit_with("alice", |s| s.begin_time = Some(begin));
+    let featured = b.submit_with("alice", |s| s.constraint = vec!["ib".into()]);
+    let p = b.cycle();
+    assert_eq!(started(&p), vec![first]);
+    assert_eq!(p.reasons[&held], PendingReason::JobHeldUser);
+    assert_eq!(p.reasons[&after], PendingReason::Dependency);
+    assert_eq!(p.reasons[&later], PendingReason::BeginTime);
+    assert_eq!(p.reasons[&featured], PendingReason::BadConstraints);
+    b.at(50);
+    b.end(first);
+    let p = b.cycle();
+    assert_eq!(started(&p), vec![after], "afterok is satisfied once the job completed");
+    assert_eq!(p.reasons[&notok], PendingReason::DependencyNeverSatisfied);
+    assert_eq!(
+        b.cmd(Command::ReleaseJob { job_id: held, user: "alice".into(), now: 0 }),
+        Response::Released { job_id: held }
+    );
+    assert_eq!(started(&b.cycle()), vec![held]);
+}
+
+#[test]
+fn qos_and_association_limits() {
+    let mut b = Bench::new(ten_nodes(), fifo(BackfillMode::Easy, 1));
+    let account = |name: &str, limits| Account {
+        name: name.into(),
+        parent: None,
+        shares: 1,
+        users: ["alice".to_string(), "bob".to_string()].into(),
+        limits,
+    };
+    b.cmd(Command::SeedAccounts {
+        accounts: vec![account("physics", AssocLimits { max_jobs: Some(2), ..Default::default() })],
+        qos: vec![
+            Qos { name: "normal".into(), ..Default::default() },
+            Qos { name: "short".into(), max_wall_s: Some(60), max_jobs_per_user: Some(1), ..Default::default() },
+        ],
+        now: 0,
+    });
+    b.at(0);
+    let s1 = b.submit_with("bob", |s| {
+        s.qos = Some("short".into());
+        s.time_limit_s = Some(30)
+    });
+    let s2 = b.submit_with("bob", |s| {
+        s.qos = Some("short".into());
+        s.time_limit_s = Some(30)
+    });
+    let too_long = b.submit_with("bob", |s| {
+        s.qos = Some("short".into());
+        s.time_limit_s = Some(120)
+    });
+    let a1 = b.submit(1, 100);
+    let a2 = b.submit(1, 100);
+    let p = b.cycle();
+    assert_eq!(started(&p), vec![s1, a1]);
+    assert_eq!(p.reasons[&s2], PendingReason::QOSMaxJobsPerUserLimit);
+    assert_eq!(p.reasons[&too_long], PendingReason::QOSMaxWallDurationPerJobLimit);
+    assert_eq!(p.reasons[&a2], PendingReason::AssocMaxJobsLimit, "physics runs two jobs at most");
+    // An unknown account or QOS is refused at submit.
+    let r = b.cmd(Command::SubmitJob {
+        spec: Box::new(JobSpec { qos: Some("gold".into()), ..b.state.jobs[&a1].spec.clone() }),
+        user: "alice".into(),
+        now: 0,
+        request_id: "x".into(),
+    });
+    assert!(matches!(r, Response::Rejected(crate::model::Rejection::InvalidQos { .. })), "{r:?}");
+}
+
+#[test]
+fn typed_gpus_exclusive_nodes_and_topology() {
+    let nodes = vec![
+        node("a1", 8, 4, "a100", &[]),
+        node("h1", 8, 4, "h100", &["ib"]),
+        node("h2", 8, 4, "h100", &["ib"]),
+        node("h3", 8, 4, "h100", &["ib"]),
+    ];
+    let mut b = Bench::new(nodes, fifo(BackfillMode::Easy, 1));
+    b.at(0);
+    let typed = b.submit_with("alice", |s| {
+        s.gpus_per_node = 2;
+        s.gpu_type = Some("a100".into());
+    });
+    let excl = b.submit_with("alice", |s| {
+        s.exclusive = true;
+        s.constraint = vec!["ib".into()];
+    });
+    let p = b.cycle();
+    let alloc = |job: u64| p.starts.iter().find(|s| s.job_id == job).unwrap().allocation.nodes.clone();
+    assert_eq!(alloc(typed)[0].node, "a1");
+    assert_eq!(alloc(typed)[0].gpus, vec![0, 1]);
+    let e = &alloc(excl)[0];
+    assert!(e.node.starts_with('h'));
+    assert_eq!((e.cpus, e.gpus.len()), (8, 4), "an exclusive job holds the whole node");
+}
+
+#[test]
+fn fairshare_ranks_the_light_account_first_and_converges() {
+    let mut b = Bench::new(ten_nodes(), Policy { half_life_s: 3600, ..Policy::default() });
+    let acct = |name: &str, user: &str| Account {
+        name: name.into(),
+        parent: None,
+        shares: 1,
+        users: [user.to_string()].into(),
+        limits: AssocLimits::default(),
+    };
+    b.cmd(Command::SeedAccounts { accounts: vec![acct("heavy", "hana"), acct("light", "lee")], qos: vec![], now: 0 });
+    // hana uses all ten nodes for two hours
+    b.at(0);
+    let hog = b.submit_with("hana", |s| {
+        s.nodes = 10;
+        s.ntasks = 10;
+        s.time_limit_s = Some(7200);
+    });
+    b.cycle();
+    b.at(7200);
+    b.end(hog);
+    let wide = |s: &mut JobSpec| {
+        s.nodes = 10;
+        s.ntasks = 10;
+    };
+    let h = b.submit_with("hana", wide);
+    let l = b.submit_with("lee", wide);
+    let view = ClusterView::from_state(&b.state);
+    let f = priority::breakdown(&view, b.now_ms, &b.state.policy);
+    assert!(f[&l].fairshare > 0.99, "{:?}", f[&l]);
+    assert!(f[&h].fairshare < 0.5, "{:?}", f[&h]);
+    assert!(f[&l].total > f[&h].total);
+    let p = b.cycle();
+    assert_eq!(started(&p), vec![l], "the light account's job runs first although submitted later");
+    // Ten half-lives later hana's usage has decayed away.
+    let later = b.now_ms + 10 * 3600 * 1000;
+    let shares = priority::fairshare(&ClusterView::from_state(&b.state), later, &b.state.policy);
+    assert!((shares["heavy"].fairshare - shares["light"].fairshare).abs() < 0.01, "{shares:?}");
 }

@@ -1,99 +1,267 @@
-//! The scheduler's input: free capacity per node and the pending queue, copied out of the state.
+//! The scheduler's input, copied out of the state at one applied index: nodes with their
+//! capacity and what is free now, running jobs with their expected ends, pending jobs with
+//! their dependencies already resolved, and the account tree.
 
 use std::collections::BTreeMap;
 
-use crate::model::{JobId, JobState, Millis, NodeAllocation};
+use crate::model::{Account, HoldKind, JobId, JobState, Millis, Qos, Usage};
 use crate::state::ClusterState;
 
-/// A node as placement sees it: what is free now.
+/// An amount of CPUs, memory (MiB) and GPUs. Signed so that reservations can be subtracted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Res {
+    pub cpus: i64,
+    pub mem: i64,
+    pub gpus: i64,
+}
+
+impl Res {
+    pub fn fits(&self, req: &Res) -> bool {
+        self.cpus >= req.cpus && self.mem >= req.mem && self.gpus >= req.gpus
+    }
+    pub fn plus(&self, o: &Res) -> Res {
+        Res { cpus: self.cpus + o.cpus, mem: self.mem + o.mem, gpus: self.gpus + o.gpus }
+    }
+    pub fn minus(&self, o: &Res) -> Res {
+        Res { cpus: self.cpus - o.cpus, mem: self.mem - o.mem, gpus: self.gpus - o.gpus }
+    }
+    pub fn min(&self, o: &Res) -> Res {
+        Res { cpus: self.cpus.min(o.cpus), mem: self.mem.min(o.mem), gpus: self.gpus.min(o.gpus) }
+    }
+    pub fn non_negative(&self) -> bool {
+        self.cpus >= 0 && self.mem >= 0 && self.gpus >= 0
+    }
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct NodeView {
     pub name: String,
     pub schedulable: bool,
-    pub cpus: u32,
-    pub free_cpus: u32,
-    pub mem_mb: u64,
-    pub free_mem_mb: u64,
-    /// Free GPUs as (index, type), in index order.
-    pub free_gpus: Vec<(u32, String)>,
+    pub features: Vec<String>,
+    /// The switch the node hangs off, when a topology is configured.
+    pub switch: Option<String>,
+    pub capacity: Res,
+    /// Every GPU as (index, type).
+    pub gpus: Vec<(u32, String)>,
+    /// Indices of the GPUs free now.
+    pub free_gpus: Vec<u32>,
 }
 
 impl NodeView {
-    /// Removes what an allocation holds from the free capacity.
-    pub fn take(&mut self, a: &NodeAllocation) {
-        self.free_cpus = self.free_cpus.checked_sub(a.cpus).expect("placement checked the CPUs");
-        self.free_mem_mb = self.free_mem_mb.checked_sub(a.mem_mb).expect("placement checked the memory");
-        self.free_gpus.retain(|(i, _)| !a.gpus.contains(i));
+    pub fn gpu_count(&self, gpu_type: Option<&str>) -> i64 {
+        self.gpus.iter().filter(|(_, t)| gpu_type.is_none_or(|w| w == t)).count() as i64
     }
 }
 
-/// A pending job as placement sees it: one node's share of the request and how many nodes.
+/// A running job: what it holds where, and when it will have ended at the latest.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RunningJob {
+    pub id: JobId,
+    pub user: String,
+    pub account: String,
+    pub qos: String,
+    /// Seconds since the epoch; `u64::MAX` when it has no time limit.
+    pub end_s: u64,
+    pub alloc: Vec<(usize, Res)>,
+}
+
+/// Where a job's dependencies stand.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DepStatus {
+    Satisfied,
+    Waiting,
+    Never,
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct PendingJob {
     pub id: JobId,
+    pub user: String,
+    pub account: String,
+    pub qos: String,
     pub partition: String,
-    pub submit_time: Millis,
+    pub submit_ms: Millis,
+    pub begin_ms: Option<Millis>,
     pub nodes: u32,
-    pub cpus_per_node: u32,
-    pub mem_per_node_mb: u64,
-    pub gpus_per_node: u32,
+    /// One node's share.
+    pub per_node: Res,
     pub gpu_type: Option<String>,
+    pub time_limit_s: Option<u64>,
+    pub nice: i32,
+    pub exclusive: bool,
+    pub features: Vec<String>,
+    pub held: Option<HoldKind>,
+    pub dependency: DepStatus,
+}
+
+impl PendingJob {
+    /// How long to plan for: the time limit, or forever.
+    pub fn duration_s(&self) -> u64 {
+        self.time_limit_s.unwrap_or(u64::MAX / 4).max(1)
+    }
+    pub fn total_cpus(&self) -> i64 {
+        self.per_node.cpus * i64::from(self.nodes)
+    }
+    pub fn total_gpus(&self) -> i64 {
+        self.per_node.gpus * i64::from(self.nodes)
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct PartitionView {
+    pub name: String,
+    /// Indices into `nodes`, in name order.
+    pub nodes: Vec<usize>,
+    pub tier: u32,
+    pub max_time_s: Option<u64>,
+    pub max_nodes: Option<u32>,
+    pub exclusive: bool,
 }
 
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ClusterView {
     pub nodes: Vec<NodeView>,
     pub node_index: BTreeMap<String, usize>,
-    /// Indices into `nodes` of each partition's registered nodes, in name order.
-    pub partition_nodes: BTreeMap<String, Vec<usize>>,
+    pub partitions: BTreeMap<String, PartitionView>,
+    pub running: Vec<RunningJob>,
     pub pending: Vec<PendingJob>,
+    pub accounts: BTreeMap<String, Account>,
+    pub qos: BTreeMap<String, Qos>,
+    pub usage: BTreeMap<String, Usage>,
+}
+
+fn res_of(cpus: u32, mem_mb: u64, gpus: usize) -> Res {
+    Res { cpus: i64::from(cpus), mem: mem_mb as i64, gpus: gpus as i64 }
 }
 
 impl ClusterView {
     pub fn from_state(state: &ClusterState) -> Self {
-        let mut view = ClusterView::default();
+        let mut view = ClusterView {
+            accounts: state.accounts.clone(),
+            qos: state.qos.clone(),
+            usage: state.usage.clone(),
+            ..ClusterView::default()
+        };
         for node in state.nodes.values() {
             view.node_index.insert(node.name.clone(), view.nodes.len());
             view.nodes.push(NodeView {
                 name: node.name.clone(),
                 schedulable: node.schedulable(),
-                cpus: node.cpus,
-                free_cpus: node.cpus.saturating_sub(node.alloc_cpus),
-                mem_mb: node.mem_mb,
-                free_mem_mb: node.mem_mb.saturating_sub(node.alloc_mem_mb),
-                free_gpus: node
-                    .gpus
-                    .iter()
-                    .filter(|g| !node.alloc_gpus.contains(&g.index))
-                    .map(|g| (g.index, g.gpu_type.clone()))
-                    .collect(),
+                features: node.features.clone(),
+                switch: None,
+                capacity: res_of(node.cpus, node.mem_mb, node.gpus.len()),
+                gpus: node.gpus.iter().map(|g| (g.index, g.gpu_type.clone())).collect(),
+                free_gpus: node.gpus.iter().map(|g| g.index).filter(|i| !node.alloc_gpus.contains(i)).collect(),
             });
         }
         for p in state.partitions.values() {
             let idx = p.node_names.iter().filter_map(|n| view.node_index.get(n).copied()).collect();
-            view.partition_nodes.insert(p.name.clone(), idx);
+            view.partitions.insert(
+                p.name.clone(),
+                PartitionView {
+                    name: p.name.clone(),
+                    nodes: idx,
+                    tier: p.priority_tier,
+                    max_time_s: p.max_time_s,
+                    max_nodes: p.max_nodes,
+                    exclusive: p.exclusive,
+                },
+            );
         }
-        view.pending = state
-            .jobs
-            .values()
-            .filter(|j| j.state == JobState::Pending && !j.cancel_requested)
-            .map(|j| PendingJob {
-                id: j.id,
-                partition: j.partition.clone(),
-                submit_time: j.submit_time,
-                nodes: j.spec.nodes,
-                cpus_per_node: j.spec.cpus_per_node(),
-                mem_per_node_mb: j.spec.mem_per_node_mb.unwrap_or(0),
-                gpus_per_node: j.spec.gpus_per_node,
-                gpu_type: j.spec.gpu_type.clone(),
-            })
-            .collect();
+        // Singleton: a job waits while another of the same name and user runs or was
+        // submitted before it and is still pending.
+        let mut first_active: BTreeMap<(&str, &str), JobId> = BTreeMap::new();
+        for j in state.jobs.values().filter(|j| !j.state.is_finished()) {
+            first_active.entry((j.user.as_str(), j.spec.name.as_str())).or_insert(j.id);
+        }
+        for j in state.jobs.values() {
+            match j.state {
+                JobState::Running => {
+                    let Some(a) = &j.allocation else { continue };
+                    let end_s = match j.spec.time_limit_s {
+                        Some(limit) => j.start_time.unwrap_or(state.clock) / 1000 + limit,
+                        None => u64::MAX,
+                    };
+                    view.running.push(RunningJob {
+                        id: j.id,
+                        user: j.user.clone(),
+                        account: j.account.clone(),
+                        qos: j.qos.clone(),
+                        end_s,
+                        alloc: a
+                            .nodes
+                            .iter()
+                            .filter_map(|n| {
+                                view.node_index.get(&n.node).map(|i| (*i, res_of(n.cpus, n.mem_mb, n.gpus.len())))
+                            })
+                            .collect(),
+                    });
+                }
+                JobState::Pending if !j.cancel_requested => {
+                    let mut dependency = dependency_status(state, &j.spec.dependencies);
+                    if j.spec.singleton
+                        && dependency == DepStatus::Satisfied
+                        && first_active.get(&(j.user.as_str(), j.spec.name.as_str())) != Some(&j.id)
+                    {
+                        dependency = DepStatus::Waiting;
+                    }
+                    view.pending.push(PendingJob {
+                        id: j.id,
+                        user: j.user.clone(),
+                        account: j.account.clone(),
+                        qos: j.qos.clone(),
+                        partition: j.partition.clone(),
+                        submit_ms: j.submit_time,
+                        begin_ms: j.spec.begin_time,
+                        nodes: j.spec.nodes,
+                        per_node: res_of(
+                            j.spec.cpus_per_node(),
+                            j.spec.mem_per_node_mb.unwrap_or(0),
+                            j.spec.gpus_per_node as usize,
+                        ),
+                        gpu_type: j.spec.gpu_type.clone(),
+                        time_limit_s: j.spec.time_limit_s,
+                        nice: j.spec.nice,
+                        exclusive: j.spec.exclusive,
+                        features: j.spec.constraint.clone(),
+                        held: j.held,
+                        dependency,
+                    });
+                }
+                _ => {}
+            }
+        }
         view
+    }
+
+    /// CPUs and GPUs of all schedulable nodes.
+    pub fn total_capacity(&self) -> Res {
+        self.nodes.iter().filter(|n| n.schedulable).fold(Res::default(), |acc, n| acc.plus(&n.capacity))
     }
 }
 
-/// The post-condition every plan must keep: no node has negative free capacity. (Free
-/// capacity is unsigned and `take` panics on underflow, so this checks GPU bookkeeping.)
-pub(crate) fn no_overcommit(nodes: &[NodeView]) -> bool {
-    nodes.iter().all(|n| n.free_cpus <= n.cpus && n.free_mem_mb <= n.mem_mb)
+fn dependency_status(state: &ClusterState, deps: &[crate::model::Dependency]) -> DepStatus {
+    use crate::model::DependencyKind::*;
+    let mut status = DepStatus::Satisfied;
+    for d in deps {
+        // A job no longer known was purged long after it ended: treat it as satisfied.
+        let Some(other) = state.jobs.get(&d.job) else { continue };
+        let finished = other.state.is_finished();
+        let ok = other.state == JobState::Completed;
+        let this = match d.kind {
+            After if other.start_time.is_some() || finished => DepStatus::Satisfied,
+            AfterAny if finished => DepStatus::Satisfied,
+            AfterOk if ok => DepStatus::Satisfied,
+            AfterOk if finished => DepStatus::Never,
+            AfterNotOk if finished && !ok => DepStatus::Satisfied,
+            AfterNotOk if ok => DepStatus::Never,
+            _ => DepStatus::Waiting,
+        };
+        match this {
+            DepStatus::Never => return DepStatus::Never,
+            DepStatus::Waiting => status = DepStatus::Waiting,
+            DepStatus::Satisfied => {}
+        }
+    }
+    status
 }

@@ -18,6 +18,8 @@ pub fn spec_from_proto(p: api::JobSpec) -> Result<JobSpec, Rejection> {
         }
     };
     let opt = |s: String| (!s.is_empty()).then_some(s);
+    let (dependencies, singleton) = crate::model::parse_dependencies(&p.dependency)
+        .map_err(|reason| Rejection::InvalidSpec { field: "dependency".into(), reason })?;
     if p.work_dir.is_empty() || !p.work_dir.starts_with('/') {
         return Err(Rejection::InvalidSpec {
             field: "work_dir".into(),
@@ -40,6 +42,15 @@ pub fn spec_from_proto(p: api::JobSpec) -> Result<JobSpec, Rejection> {
         stderr: opt(p.stderr),
         env: p.env.into_iter().map(|e| (e.name, e.value)).collect(),
         submit_dir: opt(p.submit_dir).unwrap_or(p.work_dir),
+        dependencies,
+        singleton,
+        begin_time: (p.begin_time_ms > 0).then_some(p.begin_time_ms),
+        qos: opt(p.qos),
+        account: opt(p.account),
+        nice: p.nice,
+        constraint: p.constraint.into_iter().filter(|c| !c.is_empty()).collect(),
+        exclusive: p.exclusive,
+        hold: p.hold,
     })
 }
 
@@ -65,7 +76,37 @@ pub fn spec_to_proto(s: &JobSpec) -> api::JobSpec {
         stderr: s.stderr.clone().unwrap_or_default(),
         env: s.env.iter().map(|(name, value)| api::EnvVar { name: name.clone(), value: value.clone() }).collect(),
         submit_dir: s.submit_dir.clone(),
+        dependency: dependency_string(s),
+        begin_time_ms: s.begin_time.unwrap_or(0),
+        hold: s.hold,
+        qos: s.qos.clone().unwrap_or_default(),
+        account: s.account.clone().unwrap_or_default(),
+        nice: s.nice,
+        constraint: s.constraint.clone(),
+        exclusive: s.exclusive,
     }
+}
+
+/// The spec's dependencies in `--dependency` syntax.
+pub fn dependency_string(s: &JobSpec) -> String {
+    use crate::model::DependencyKind::*;
+    let mut parts: Vec<String> = s
+        .dependencies
+        .iter()
+        .map(|d| {
+            let kind = match d.kind {
+                After => "after",
+                AfterAny => "afterany",
+                AfterOk => "afterok",
+                AfterNotOk => "afternotok",
+            };
+            format!("{kind}:{}", d.job)
+        })
+        .collect();
+    if s.singleton {
+        parts.push("singleton".into());
+    }
+    parts.join(",")
 }
 
 /// A job for display; `with_env` false leaves the submit environment out (it is large).

@@ -3,8 +3,9 @@
 use serde::{Deserialize, Serialize};
 
 use crate::model::{
-    Allocation, Gpu, JobId, JobSpec, JobState, Millis, Partition, PendingReason, RankOutcome, Rejection,
+    Account, Allocation, Gpu, JobId, JobSpec, JobState, Millis, Partition, PendingReason, Qos, RankOutcome, Rejection,
 };
+use crate::sched::Policy;
 
 /// A start the scheduler planned; apply re-checks it against the state it meets.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -60,6 +61,36 @@ pub enum Command {
         partitions: Vec<Partition>,
         now: Millis,
     },
+    SetPolicy {
+        policy: Policy,
+        now: Millis,
+    },
+    /// Seeds the account tree and QOS levels from the configuration of a new cluster.
+    SeedAccounts {
+        accounts: Vec<Account>,
+        qos: Vec<Qos>,
+        now: Millis,
+    },
+    /// Adds or changes one account at run time (like `sacctmgr add/modify account`).
+    UpsertAccount {
+        account: Account,
+        now: Millis,
+    },
+    /// Adds or changes one QOS at run time.
+    UpsertQos {
+        qos: Qos,
+        now: Millis,
+    },
+    HoldJob {
+        job_id: JobId,
+        user: String,
+        now: Millis,
+    },
+    ReleaseJob {
+        job_id: JobId,
+        user: String,
+        now: Millis,
+    },
 }
 
 impl Command {
@@ -83,6 +114,12 @@ pub enum Response {
     Cancelled {
         job_id: JobId,
         was_running: bool,
+    },
+    Held {
+        job_id: JobId,
+    },
+    Released {
+        job_id: JobId,
     },
     PlanApplied {
         started: Vec<JobId>,

@@ -16,9 +16,15 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::model::{
-    Allocation, Job, JobId, JobSpec, JobState, Millis, Node, NodeAdminState, Partition, PendingReason, RankOutcome,
-    Rejection,
+    Account, Allocation, HoldKind, Job, JobId, JobSpec, JobState, Millis, Node, NodeAdminState, Partition,
+    PendingReason, Qos, RankOutcome, Rejection, Usage,
 };
+use crate::sched::Policy;
+
+/// The account jobs are charged to when no account tree is configured.
+pub const DEFAULT_ACCOUNT: &str = "root";
+/// The QOS jobs get when none is asked for.
+pub const DEFAULT_QOS: &str = "normal";
 
 /// Everything the cluster agrees on.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -31,6 +37,15 @@ pub struct ClusterState {
     pub partitions: BTreeMap<String, Partition>,
     /// Request ids of accepted submits, so that a retried submit returns the same job.
     pub request_ids: BTreeMap<String, JobId>,
+    #[serde(default)]
+    pub policy: Policy,
+    #[serde(default)]
+    pub accounts: BTreeMap<String, Account>,
+    #[serde(default)]
+    pub qos: BTreeMap<String, Qos>,
+    /// Fairshare usage by account.
+    #[serde(default)]
+    pub usage: BTreeMap<String, Usage>,
 }
 
 impl ClusterState {
@@ -82,6 +97,100 @@ pub fn apply(state: &mut ClusterState, index: u64, command: Command) -> Response
             state.partitions = partitions.into_iter().map(|p| (p.name.clone(), p)).collect();
             Response::Ok
         }
+        Command::SetPolicy { policy, now } => {
+            advance_clock(state, now);
+            state.policy = policy;
+            Response::Ok
+        }
+        Command::SeedAccounts { accounts, qos, now } => {
+            advance_clock(state, now);
+            if state.accounts.is_empty() && state.qos.is_empty() {
+                state.accounts = accounts.into_iter().map(|a| (a.name.clone(), a)).collect();
+                state.qos = qos.into_iter().map(|q| (q.name.clone(), q)).collect();
+            }
+            Response::Ok
+        }
+        Command::UpsertAccount { account, now } => {
+            advance_clock(state, now);
+            match check_account(state, &account) {
+                Ok(()) => {
+                    state.accounts.insert(account.name.clone(), account);
+                    Response::Ok
+                }
+                Err(r) => Response::Rejected(r),
+            }
+        }
+        Command::UpsertQos { qos, now } => {
+            advance_clock(state, now);
+            state.qos.insert(qos.name.clone(), qos);
+            Response::Ok
+        }
+        Command::HoldJob { job_id, user, now } => {
+            advance_clock(state, now);
+            hold(state, job_id, &user)
+        }
+        Command::ReleaseJob { job_id, user, now } => {
+            advance_clock(state, now);
+            release(state, job_id, &user)
+        }
+    }
+}
+
+/// An account's parent must exist and must not be the account itself or below it.
+fn check_account(state: &ClusterState, account: &Account) -> Result<(), Rejection> {
+    let bad = |reason: String| Rejection::InvalidConfig { what: format!("account '{}'", account.name), reason };
+    if account.name.is_empty() {
+        return Err(bad("empty name".into()));
+    }
+    let mut parent = account.parent.clone();
+    let mut hops = 0;
+    while let Some(p) = parent {
+        if p == account.name {
+            return Err(bad("it would be its own ancestor".into()));
+        }
+        let a = state.accounts.get(&p).ok_or_else(|| bad(format!("parent '{p}' does not exist")))?;
+        parent = a.parent.clone();
+        hops += 1;
+        if hops > 64 {
+            return Err(bad("the account tree is deeper than 64 levels".into()));
+        }
+    }
+    Ok(())
+}
+
+fn owned_pending_job<'a>(state: &'a mut ClusterState, job_id: JobId, user: &str) -> Result<&'a mut Job, Rejection> {
+    let job = state.jobs.get_mut(&job_id).ok_or(Rejection::UnknownJob { id: job_id })?;
+    if user != job.user && user != "root" {
+        return Err(Rejection::NotOwner { id: job_id, user: user.to_string(), owner: job.user.clone() });
+    }
+    if job.state != JobState::Pending {
+        return Err(Rejection::NotPending { id: job_id, state: job.state });
+    }
+    Ok(job)
+}
+
+fn hold(state: &mut ClusterState, job_id: JobId, user: &str) -> Response {
+    match owned_pending_job(state, job_id, user) {
+        Ok(job) => {
+            // root's hold is an administrator's hold, which only root can release
+            let kind = if user == "root" && job.user != "root" { HoldKind::Admin } else { HoldKind::User };
+            job.held = Some(job.held.map_or(kind, |k| k.max(kind)));
+            Response::Held { job_id }
+        }
+        Err(r) => Response::Rejected(r),
+    }
+}
+
+fn release(state: &mut ClusterState, job_id: JobId, user: &str) -> Response {
+    match owned_pending_job(state, job_id, user) {
+        Ok(job) if job.held == Some(HoldKind::Admin) && user != "root" => {
+            Response::Rejected(Rejection::AdminHold { id: job_id })
+        }
+        Ok(job) => {
+            job.held = None;
+            Response::Released { job_id }
+        }
+        Err(r) => Response::Rejected(r),
     }
 }
 
@@ -95,10 +204,14 @@ fn submit(state: &mut ClusterState, mut spec: JobSpec, user: String, request_id:
             return Response::Submitted { job_id, duplicate: true };
         }
     }
-    match admit(state, &mut spec) {
-        Ok(partition) => {
+    match admit(state, &mut spec).and_then(|p| {
+        let (account, qos) = admit_association(state, &spec, &user)?;
+        Ok((p, account, qos))
+    }) {
+        Ok((partition, account, qos)) => {
             let id = state.next_job_id;
             state.next_job_id += 1;
+            let spec_hold = spec.hold.then_some(HoldKind::User);
             if !request_id.is_empty() {
                 state.request_ids.insert(request_id.clone(), id);
             }
@@ -121,12 +234,77 @@ fn submit(state: &mut ClusterState, mut spec: JobSpec, user: String, request_id:
                     cancel_requested: false,
                     rank_outcomes: Vec::new(),
                     request_id,
+                    held: spec_hold,
+                    account,
+                    qos,
                 },
             );
             Response::Submitted { job_id: id, duplicate: false }
         }
         Err(rejection) => Response::Rejected(rejection),
     }
+}
+
+/// Resolves the account and QOS a job runs under, and checks what only the state can tell:
+/// that its dependencies name known jobs, and that only root raises priority with `nice`.
+fn admit_association(state: &ClusterState, spec: &JobSpec, user: &str) -> Result<(String, String), Rejection> {
+    for dep in &spec.dependencies {
+        if !state.jobs.contains_key(&dep.job) {
+            return Err(Rejection::InvalidSpec {
+                field: "dependency".into(),
+                reason: format!("job {} does not exist", dep.job),
+            });
+        }
+    }
+    if spec.nice < 0 && user != "root" {
+        return Err(Rejection::InvalidSpec {
+            field: "nice".into(),
+            reason: format!("only root may set a negative nice ({})", spec.nice),
+        });
+    }
+    let account =
+        if state.accounts.is_empty() {
+            match &spec.account {
+                Some(a) if a != DEFAULT_ACCOUNT => {
+                    return Err(Rejection::InvalidAccount {
+                        account: a.clone(),
+                        user: user.to_string(),
+                        why: "no accounts are configured".into(),
+                    })
+                }
+                _ => DEFAULT_ACCOUNT.to_string(),
+            }
+        } else {
+            match &spec.account {
+                Some(a) => {
+                    let acc = state.accounts.get(a).ok_or_else(|| Rejection::InvalidAccount {
+                        account: a.clone(),
+                        user: user.to_string(),
+                        why: "no such account".into(),
+                    })?;
+                    if !acc.users.contains(user) && user != "root" {
+                        return Err(Rejection::InvalidAccount {
+                            account: a.clone(),
+                            user: user.to_string(),
+                            why: "the user is not a member".into(),
+                        });
+                    }
+                    a.clone()
+                }
+                None => state.accounts.values().find(|a| a.users.contains(user)).map(|a| a.name.clone()).ok_or_else(
+                    || Rejection::InvalidAccount {
+                        account: String::new(),
+                        user: user.to_string(),
+                        why: "the user belongs to no account; ask an operator to add them".into(),
+                    },
+                )?,
+            }
+        };
+    let qos = spec.qos.clone().unwrap_or_else(|| DEFAULT_QOS.to_string());
+    if !state.qos.is_empty() && !state.qos.contains_key(&qos) {
+        return Err(Rejection::InvalidQos { qos, known: state.qos.keys().cloned().collect::<Vec<_>>().join(", ") });
+    }
+    Ok((account, qos))
 }
 
 /// Resolves the partition and its defaults into `spec` and checks that the job could ever run
@@ -258,8 +436,8 @@ fn check_start(state: &ClusterState, start: &PlannedStart) -> Result<(), String>
         if a.cpus < job.spec.cpus_per_node() || a.mem_mb < job.spec.mem_per_node_mb.unwrap_or(0) {
             return Err(format!("allocation on {} is smaller than the request", a.node));
         }
-        if a.gpus.len() != job.spec.gpus_per_node as usize {
-            return Err(format!("allocation on {} has the wrong GPU count", a.node));
+        if a.gpus.len() < job.spec.gpus_per_node as usize {
+            return Err(format!("allocation on {} has too few GPUs", a.node));
         }
         for (k, idx) in a.gpus.iter().enumerate() {
             let gpu = node
@@ -302,6 +480,7 @@ fn finish_job(
     exit_code: Option<i32>,
     signal: Option<i32>,
 ) {
+    charge_usage(state, job_id);
     let Some(job) = state.jobs.get_mut(&job_id) else { return };
     job.state = final_state;
     job.end_time = Some(state.clock);
@@ -320,6 +499,21 @@ fn finish_job(
             }
         }
     }
+}
+
+/// Adds what a job used, in billed TRES-seconds, to its account's decayed usage.
+fn charge_usage(state: &mut ClusterState, job_id: JobId) {
+    let Some(job) = state.jobs.get(&job_id) else { return };
+    let (Some(start), Some(allocation)) = (job.start_time, &job.allocation) else { return };
+    let seconds = state.clock.saturating_sub(start) as f64 / 1000.0;
+    let cpus: u64 = allocation.nodes.iter().map(|n| u64::from(n.cpus)).sum();
+    let gpus: u64 = allocation.nodes.iter().map(|n| n.gpus.len() as u64).sum();
+    let billed = (cpus + gpus * u64::from(state.policy.gpu_billing_weight)) as f64 * seconds;
+    let half_life_ms = state.policy.half_life_s * 1000;
+    let clock = state.clock;
+    let usage = state.usage.entry(job.account.clone()).or_default();
+    usage.value = usage.at(clock, half_life_ms) + billed;
+    usage.at = clock;
 }
 
 fn job_ended(state: &mut ClusterState, job_id: JobId, token: u64, node: &str, outcome: RankOutcome) -> Response {

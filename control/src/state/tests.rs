@@ -9,6 +9,7 @@ pub(crate) fn partition(name: &str, nodes: &str, default: bool) -> Partition {
         max_time: Some("1-00:00:00".into()),
         default_time: None,
         default_mem_per_cpu: Some("1G".into()),
+        ..Default::default()
     }
     .to_partition()
     .unwrap()
@@ -31,6 +32,7 @@ pub(crate) fn spec(argv: &[&str]) -> JobSpec {
         stderr: None,
         env: vec![],
         submit_dir: "/tmp".into(),
+        ..Default::default()
     }
 }
 

@@ -1,0 +1,83 @@
+//! The scheduler's policy: ordering, backfill, priority weights and fairshare parameters.
+//! Replicated in the state so that every leader schedules alike.
+
+use serde::{Deserialize, Serialize};
+
+/// The order in which pending jobs are considered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Ordering {
+    /// Slurm's multifactor priority.
+    Multifactor,
+    /// First come, first served.
+    Fifo,
+    /// Shortest time limit first.
+    ShortestFirst,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum BackfillMode {
+    /// Strict order: the first blocked job of a partition blocks every job behind it.
+    None,
+    /// A reservation for the first blocked job; later jobs start now only if they delay it not.
+    Easy,
+    /// Reservations for the first `reservations` blocked jobs.
+    Conservative,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Weights {
+    pub age: u32,
+    pub fairshare: u32,
+    pub job_size: u32,
+    pub partition: u32,
+    pub qos: u32,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Policy {
+    pub ordering: Ordering,
+    pub backfill: BackfillMode,
+    /// Conservative backfill: how many blocked jobs get a reservation.
+    pub reservations: u32,
+    /// How far ahead reservations may be placed (`bf_window`).
+    pub bf_window_s: u64,
+    /// Reservation start times are rounded up to this (`bf_resolution`).
+    pub bf_resolution_s: u64,
+    pub weights: Weights,
+    /// The age factor saturates after this long (`PriorityMaxAge`).
+    pub max_age_s: u64,
+    /// Small jobs rank higher by job size (`PriorityFavorSmall`).
+    pub favor_small: bool,
+    /// Fairshare usage halves in this time (`PriorityDecayHalfLife`).
+    pub half_life_s: u64,
+    /// A GPU-second is charged as this many CPU-seconds (`TRESBillingWeights=GRES/gpu`).
+    pub gpu_billing_weight: u32,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Self {
+            ordering: Ordering::Multifactor,
+            backfill: BackfillMode::Easy,
+            reservations: 1,
+            bf_window_s: 86_400,
+            bf_resolution_s: 1,
+            weights: Weights { age: 1000, fairshare: 10_000, job_size: 1000, partition: 1000, qos: 1000 },
+            max_age_s: 7 * 86_400,
+            favor_small: true,
+            half_life_s: 7 * 86_400,
+            gpu_billing_weight: 10,
+        }
+    }
+}
+
+impl Policy {
+    /// How many blocked jobs get reservations.
+    pub fn reservation_count(&self) -> usize {
+        match self.backfill {
+            BackfillMode::None => 0,
+            BackfillMode::Easy => 1,
+            BackfillMode::Conservative => self.reservations as usize,
+        }
+    }
+}

@@ -1,0 +1,148 @@
+//! Priority: Slurm's multifactor formula, with every factor kept so that users can see why a
+//! job ranks where it does, and the fairshare factors it uses.
+//!
+//! priority = w_age·age + w_fairshare·fairshare + w_size·job_size + w_partition·partition
+//!            + w_qos·qos − nice, each factor in [0, 1].
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::policy::Policy;
+use super::view::{ClusterView, PendingJob};
+use crate::model::{JobId, Millis};
+
+/// One job's factors, each in [0, 1], and its total.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Factors {
+    pub age: f64,
+    pub fairshare: f64,
+    pub job_size: f64,
+    pub partition: f64,
+    pub qos: f64,
+    pub nice: i32,
+    pub total: f64,
+}
+
+/// An account's place in the fairshare tree.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct AccountShare {
+    pub name: String,
+    pub parent: Option<String>,
+    pub raw_shares: u32,
+    /// Its fraction of the whole cluster: shares normalised per level, multiplied down the tree.
+    pub norm_shares: f64,
+    /// Decayed usage of it and its sub-accounts, in billed TRES-seconds.
+    pub raw_usage: f64,
+    pub norm_usage: f64,
+    /// `2^(-norm_usage / norm_shares)`.
+    pub fairshare: f64,
+}
+
+/// The fairshare factor of every account at `now`.
+///
+/// Usage is normalised by the larger of the total decayed usage and what the cluster could
+/// deliver in one half-life, so that when usage decays away every factor returns to 1.
+pub fn fairshare(view: &ClusterView, now_ms: Millis, policy: &Policy) -> BTreeMap<String, AccountShare> {
+    let half_life_ms = policy.half_life_s * 1000;
+    let decayed: BTreeMap<&str, f64> =
+        view.usage.iter().map(|(a, u)| (a.as_str(), u.at(now_ms, half_life_ms))).collect();
+    let total: f64 = decayed.values().sum();
+    let cap = view.total_capacity();
+    let capacity = (cap.cpus + cap.gpus * i64::from(policy.gpu_billing_weight)) as f64 * policy.half_life_s as f64;
+    let denominator = total.max(capacity).max(1.0);
+
+    let mut out = BTreeMap::new();
+    // Sibling share sums, by parent (None for top-level accounts).
+    let mut sibling_sum: BTreeMap<Option<&str>, u64> = BTreeMap::new();
+    for a in view.accounts.values() {
+        *sibling_sum.entry(a.parent.as_deref()).or_default() += u64::from(a.shares);
+    }
+    let mut subtree_usage: BTreeMap<&str, f64> = BTreeMap::new();
+    for (account, usage) in &decayed {
+        let mut next = Some(*account);
+        let mut hops = 0;
+        while let Some(a) = next {
+            *subtree_usage.entry(a).or_default() += usage;
+            next = view.accounts.get(a).and_then(|acc| acc.parent.as_deref());
+            hops += 1;
+            if hops > 64 {
+                break;
+            }
+        }
+    }
+    for a in view.accounts.values() {
+        let mut norm = 1.0;
+        let mut current = Some(a);
+        let mut hops = 0;
+        while let Some(acc) = current {
+            let sum = sibling_sum.get(&acc.parent.as_deref()).copied().unwrap_or(0);
+            norm *= if sum == 0 { 0.0 } else { f64::from(acc.shares) / sum as f64 };
+            current = acc.parent.as_ref().and_then(|p| view.accounts.get(p));
+            hops += 1;
+            if hops > 64 {
+                break;
+            }
+        }
+        let raw_usage = subtree_usage.get(a.name.as_str()).copied().unwrap_or(0.0);
+        out.insert(a.name.clone(), share(a.name.clone(), a.parent.clone(), a.shares, norm, raw_usage, denominator));
+    }
+    // Accounts with usage but no entry in the tree (the implicit root when none is configured).
+    for (a, _) in decayed.iter().filter(|(a, _)| !view.accounts.contains_key(**a)) {
+        let raw = subtree_usage.get(a).copied().unwrap_or(0.0);
+        out.insert(a.to_string(), share(a.to_string(), None, 1, 1.0, raw, denominator));
+    }
+    out
+}
+
+fn share(name: String, parent: Option<String>, raw: u32, norm: f64, raw_usage: f64, denominator: f64) -> AccountShare {
+    let norm_usage = raw_usage / denominator;
+    let fairshare = if norm <= 0.0 { 0.0 } else { crate::model::accounts::exp2_neg(norm_usage / norm) };
+    AccountShare { name, parent, raw_shares: raw, norm_shares: norm, raw_usage, norm_usage, fairshare }
+}
+
+/// Context shared by every job's priority in one cycle.
+pub struct PriorityContext {
+    pub shares: BTreeMap<String, AccountShare>,
+    cluster_cpus: f64,
+    max_tier: u32,
+    max_qos: u32,
+}
+
+impl PriorityContext {
+    pub fn new(view: &ClusterView, now_ms: Millis, policy: &Policy) -> Self {
+        Self {
+            shares: fairshare(view, now_ms, policy),
+            cluster_cpus: view.total_capacity().cpus.max(1) as f64,
+            max_tier: view.partitions.values().map(|p| p.tier).max().unwrap_or(0),
+            max_qos: view.qos.values().map(|q| q.priority).max().unwrap_or(0),
+        }
+    }
+
+    pub fn factors(&self, view: &ClusterView, job: &PendingJob, now_ms: Millis, policy: &Policy) -> Factors {
+        let eligible_since = job.begin_ms.unwrap_or(0).max(job.submit_ms);
+        let age_s = now_ms.saturating_sub(eligible_since) as f64 / 1000.0;
+        let age = if policy.max_age_s == 0 { 1.0 } else { (age_s / policy.max_age_s as f64).min(1.0) };
+        let fairshare = self.shares.get(&job.account).map(|s| s.fairshare).unwrap_or(1.0);
+        let size = (job.total_cpus() as f64 / self.cluster_cpus).min(1.0);
+        let job_size = if policy.favor_small { 1.0 - size } else { size };
+        let tier = view.partitions.get(&job.partition).map(|p| p.tier).unwrap_or(0);
+        let partition = if self.max_tier == 0 { 0.0 } else { f64::from(tier) / f64::from(self.max_tier) };
+        let qos_prio = view.qos.get(&job.qos).map(|q| q.priority).unwrap_or(0);
+        let qos = if self.max_qos == 0 { 0.0 } else { f64::from(qos_prio) / f64::from(self.max_qos) };
+        let w = &policy.weights;
+        let total = f64::from(w.age) * age
+            + f64::from(w.fairshare) * fairshare
+            + f64::from(w.job_size) * job_size
+            + f64::from(w.partition) * partition
+            + f64::from(w.qos) * qos
+            - f64::from(job.nice);
+        Factors { age, fairshare, job_size, partition, qos, nice: job.nice, total }
+    }
+}
+
+/// Every pending job's factors, for `quorum prio`.
+pub fn breakdown(view: &ClusterView, now_ms: Millis, policy: &Policy) -> BTreeMap<JobId, Factors> {
+    let ctx = PriorityContext::new(view, now_ms, policy);
+    view.pending.iter().map(|j| (j.id, ctx.factors(view, j, now_ms, policy))).collect()
+}

@@ -1,0 +1,126 @@
+//! The availability profile of one node over time: a step function of free resources,
+//! starting now. Running jobs give their resources back at their expected end (start plus time
+//! limit); starts and reservations take resources over an interval.
+
+use super::view::Res;
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Timeline {
+    /// (from this time on, this much is free), sorted by time; the first step is `now`.
+    steps: Vec<(u64, Res)>,
+}
+
+impl Timeline {
+    /// `free_now` from `now` on, then each (time, amount) release added from its time on.
+    pub fn new(now: u64, free_now: Res, mut releases: Vec<(u64, Res)>) -> Timeline {
+        releases.sort_by_key(|(t, _)| *t);
+        let mut steps = vec![(now, free_now)];
+        for (t, amount) in releases {
+            let t = t.max(now);
+            let last = steps.last().expect("never empty").1;
+            if steps.last().expect("never empty").0 == t {
+                steps.last_mut().expect("never empty").1 = last.plus(&amount);
+            } else {
+                steps.push((t, last.plus(&amount)));
+            }
+        }
+        Timeline { steps }
+    }
+
+    /// Index of the step in force at `t`.
+    fn at(&self, t: u64) -> usize {
+        self.steps.partition_point(|(s, _)| *s <= t).saturating_sub(1)
+    }
+
+    /// Free resources at every moment of `[from, to)`, component-wise minimum.
+    pub fn min_free(&self, from: u64, to: u64) -> Res {
+        let mut i = self.at(from);
+        let mut m = self.steps[i].1;
+        i += 1;
+        while i < self.steps.len() && self.steps[i].0 < to {
+            m = m.min(&self.steps[i].1);
+            i += 1;
+        }
+        m
+    }
+
+    /// Ensures a step starts exactly at `t` and returns its index.
+    fn split(&mut self, t: u64) -> usize {
+        let i = self.at(t);
+        if self.steps[i].0 == t || t < self.steps[0].0 {
+            return i;
+        }
+        let free = self.steps[i].1;
+        self.steps.insert(i + 1, (t, free));
+        i + 1
+    }
+
+    /// Takes `amount` over `[from, to)`.
+    pub fn take(&mut self, from: u64, to: u64, amount: &Res) {
+        let from = from.max(self.steps[0].0);
+        if to <= from {
+            return;
+        }
+        let start = self.split(from);
+        let end = if to == u64::MAX { self.steps.len() } else { self.split(to) };
+        for step in &mut self.steps[start..end] {
+            step.1 = step.1.minus(amount);
+        }
+    }
+
+    /// The earliest time in `[from, horizon]`, rounded up to `resolution`, at which `req` stays
+    /// free for `duration`.
+    pub fn earliest_fit(&self, req: &Res, duration: u64, from: u64, horizon: u64, resolution: u64) -> Option<u64> {
+        let round = |t: u64| if resolution > 1 { t.div_ceil(resolution) * resolution } else { t };
+        let first = self.at(from);
+        let candidates = std::iter::once(from).chain(self.steps[first + 1..].iter().map(|(t, _)| *t));
+        for t in candidates.map(round) {
+            if t > horizon {
+                return None;
+            }
+            if self.min_free(t, t.saturating_add(duration)).fits(req) {
+                return Some(t);
+            }
+        }
+        None
+    }
+
+    /// Times at which the free amount changes, from the first step on.
+    pub fn change_times(&self) -> impl Iterator<Item = u64> + '_ {
+        self.steps.iter().map(|(t, _)| *t)
+    }
+
+    /// Whether nothing is ever taken beyond what the node has.
+    pub fn never_overcommitted(&self) -> bool {
+        self.steps.iter().all(|(_, r)| r.non_negative())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn r(cpus: i64) -> Res {
+        Res { cpus, mem: 0, gpus: 0 }
+    }
+
+    #[test]
+    fn releases_reservations_and_earliest_fit() {
+        // 2 CPUs free now, 4 more at t=10, 2 more at t=20
+        let mut tl = Timeline::new(0, r(2), vec![(20, r(2)), (10, r(4))]);
+        assert_eq!(tl.min_free(0, 10), r(2));
+        assert_eq!(tl.min_free(0, 11), r(2));
+        assert_eq!(tl.min_free(10, 20), r(6));
+        assert_eq!(tl.earliest_fit(&r(6), 5, 0, 100, 1), Some(10));
+        assert_eq!(tl.earliest_fit(&r(8), 5, 0, 100, 1), Some(20));
+        assert_eq!(tl.earliest_fit(&r(9), 5, 0, 100, 1), None);
+        assert_eq!(tl.earliest_fit(&r(8), 5, 0, 15, 1), None, "beyond the window");
+        assert_eq!(tl.earliest_fit(&r(6), 5, 0, 100, 7), Some(14), "rounded to the resolution");
+        // reserve 6 CPUs on [10, 30): a 2-CPU job of 5s still fits now, one of 15s does not
+        tl.take(10, 30, &r(6));
+        assert!(tl.never_overcommitted());
+        assert_eq!(tl.earliest_fit(&r(2), 5, 0, 100, 1), Some(0));
+        assert_eq!(tl.earliest_fit(&r(2), 15, 0, 100, 1), Some(20));
+        assert_eq!(tl.min_free(0, u64::MAX), r(0));
+    }
+}
