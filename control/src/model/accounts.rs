@@ -91,7 +91,7 @@ mod tests {
 
     #[test]
     fn exp2_neg_is_accurate() {
-        for x in [0.0, 0.25, 0.5, 1.0, 1.5, 3.7, 10.0, 52.3] {
+        for x in [0.0f64, 0.25, 0.5, 1.0, 1.5, 3.7, 10.0, 52.3] {
             let want = (-x).exp2();
             assert!((exp2_neg(x) - want).abs() <= want * 1e-14, "2^-{x}: {} vs {want}", exp2_neg(x));
         }
