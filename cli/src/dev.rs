@@ -121,6 +121,10 @@ impl DevCluster {
                 election_timeout_max_ms: 300,
                 snapshot_every: opts.snapshot_every,
                 snapshot_keep_logs: opts.snapshot_keep_logs,
+                scheduler: Default::default(),
+                qos: vec![],
+                accounts: vec![],
+                switches: vec![],
             })
             .collect();
         let mut controllers = Vec::new();

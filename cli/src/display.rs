@@ -1,7 +1,7 @@
 //! Output of the read commands: tables like squeue, sinfo and scontrol, and `--json`.
 
 use quorum_control::model::parse::{format_duration, format_mem_mb};
-use quorum_proto::api::{JobInfo, NodeInfo, ReplicaStatus};
+use quorum_proto::api::{JobInfo, NodeInfo, PriorityResponse, ReplicaStatus, SharesResponse};
 use serde::Serialize;
 
 /// A job as `--json` prints it.
@@ -34,6 +34,13 @@ pub struct JobJson {
     pub stderr: String,
     pub command: Vec<String>,
     pub script: bool,
+    pub account: String,
+    pub qos: String,
+    pub held: Option<String>,
+    pub dependency: Option<String>,
+    /// Where backfill expects a pending job to start.
+    pub expected_start_ms: Option<u64>,
+    pub expected_nodes: Option<String>,
 }
 
 fn nonzero(v: u64) -> Option<u64> {
@@ -69,6 +76,12 @@ pub fn job_json(j: &JobInfo) -> JobJson {
         stderr: spec.stderr.clone(),
         command: spec.argv.clone(),
         script: !spec.script.is_empty(),
+        account: j.account.clone(),
+        qos: j.qos.clone(),
+        held: (!j.held.is_empty()).then(|| j.held.clone()),
+        dependency: (!spec.dependency.is_empty()).then(|| spec.dependency.clone()),
+        expected_start_ms: nonzero(j.expected_start_ms),
+        expected_nodes: (!j.expected_nodes.is_empty()).then(|| j.expected_nodes.clone()),
     }
 }
 
@@ -152,6 +165,134 @@ pub fn queue_table(jobs: &[JobInfo], now_ms: u64) -> String {
         })
         .collect();
     table(&["JOBID", "PARTITION", "NAME", "USER", "ST", "TIME", "NODES", "NODELIST(REASON)"], &rows)
+}
+
+/// Pending jobs with their expected start, like `squeue --start`.
+pub fn start_table(jobs: &[JobInfo]) -> String {
+    let rows: Vec<Vec<String>> = jobs
+        .iter()
+        .map(|j| {
+            vec![
+                j.id.to_string(),
+                j.partition.clone(),
+                j.name.chars().take(24).collect(),
+                j.user.clone(),
+                short_state(&j.state).to_string(),
+                if j.expected_start_ms == 0 { "N/A".into() } else { utc_time(j.expected_start_ms) },
+                j.spec.as_ref().map(|s| s.nodes).unwrap_or(0).to_string(),
+                if j.expected_nodes.is_empty() { "(null)".into() } else { j.expected_nodes.clone() },
+                format!("({})", if j.reason.is_empty() { "None" } else { &j.reason }),
+            ]
+        })
+        .collect();
+    table(&["JOBID", "PARTITION", "NAME", "USER", "ST", "START_TIME", "NODES", "SCHEDNODES", "NODELIST(REASON)"], &rows)
+}
+
+/// Priorities like sprio: the weighted contribution of each factor.
+pub fn prio_table(r: &PriorityResponse) -> String {
+    let mut jobs = r.jobs.clone();
+    jobs.sort_by(|a, b| b.total.total_cmp(&a.total).then(a.job_id.cmp(&b.job_id)));
+    let w = |weight: u32, f: f64| format!("{:.0}", f64::from(weight) * f);
+    let rows: Vec<Vec<String>> = jobs
+        .iter()
+        .map(|j| {
+            vec![
+                j.job_id.to_string(),
+                j.partition.clone(),
+                j.user.clone(),
+                j.account.clone(),
+                format!("{:.0}", j.total),
+                w(r.weight_age, j.age),
+                w(r.weight_fairshare, j.fairshare),
+                w(r.weight_job_size, j.job_size),
+                w(r.weight_partition, j.partition_factor),
+                w(r.weight_qos, j.qos),
+                j.nice.to_string(),
+            ]
+        })
+        .collect();
+    let mut out = format!(
+        "weights: age={} fairshare={} jobsize={} partition={} qos={}\n",
+        r.weight_age, r.weight_fairshare, r.weight_job_size, r.weight_partition, r.weight_qos
+    );
+    out.push_str(&table(
+        &[
+            "JOBID",
+            "PARTITION",
+            "USER",
+            "ACCOUNT",
+            "PRIORITY",
+            "AGE",
+            "FAIRSHARE",
+            "JOBSIZE",
+            "PARTITION",
+            "QOS",
+            "NICE",
+        ],
+        &rows,
+    ));
+    out
+}
+
+pub fn prio_json(r: &PriorityResponse) -> serde_json::Value {
+    serde_json::json!({
+        "weights": {
+            "age": r.weight_age, "fairshare": r.weight_fairshare, "job_size": r.weight_job_size,
+            "partition": r.weight_partition, "qos": r.weight_qos,
+        },
+        "jobs": r.jobs.iter().map(|j| serde_json::json!({
+            "id": j.job_id, "user": j.user, "account": j.account, "partition": j.partition,
+            "priority": j.total, "age": j.age, "fairshare": j.fairshare, "job_size": j.job_size,
+            "partition_factor": j.partition_factor, "qos": j.qos, "nice": j.nice,
+        })).collect::<Vec<_>>(),
+    })
+}
+
+/// The account tree like sshare.
+pub fn share_table(r: &SharesResponse) -> String {
+    let depth = |name: &str| {
+        let mut d = 0;
+        let mut cur = r.accounts.iter().find(|a| a.name == name);
+        while let Some(a) = cur.filter(|a| !a.parent.is_empty()) {
+            d += 1;
+            cur = r.accounts.iter().find(|p| p.name == a.parent);
+            if d > 64 {
+                break;
+            }
+        }
+        d
+    };
+    let rows: Vec<Vec<String>> = r
+        .accounts
+        .iter()
+        .map(|a| {
+            vec![
+                format!("{}{}", " ".repeat(depth(&a.name)), a.name),
+                a.raw_shares.to_string(),
+                format!("{:.6}", a.norm_shares),
+                format!("{:.0}", a.raw_usage),
+                format!("{:.6}", a.norm_usage),
+                format!("{:.6}", a.fairshare),
+                a.users.join(","),
+            ]
+        })
+        .collect();
+    table(&["ACCOUNT", "RAWSHARES", "NORMSHARES", "RAWUSAGE", "NORMUSAGE", "FAIRSHARE", "USERS"], &rows)
+}
+
+pub fn share_json(r: &SharesResponse) -> serde_json::Value {
+    serde_json::Value::Array(
+        r.accounts
+            .iter()
+            .map(|a| {
+                serde_json::json!({
+                    "account": a.name, "parent": a.parent, "raw_shares": a.raw_shares,
+                    "norm_shares": a.norm_shares, "raw_usage": a.raw_usage, "norm_usage": a.norm_usage,
+                    "fairshare": a.fairshare, "users": a.users,
+                })
+            })
+            .collect(),
+    )
 }
 
 fn mem(mb: u64) -> String {

@@ -43,6 +43,9 @@ enum Command {
         /// Include finished jobs.
         #[arg(long, short)]
         all: bool,
+        /// Pending jobs with their expected start times, like squeue --start.
+        #[arg(long)]
+        start: bool,
         /// Only this user's jobs.
         #[arg(long, short)]
         user: Option<String>,
@@ -59,6 +62,31 @@ enum Command {
     Cancel {
         #[arg(required = true)]
         jobs: Vec<u64>,
+    },
+    /// Hold pending jobs so that they do not start.
+    Hold {
+        #[arg(required = true)]
+        jobs: Vec<u64>,
+    },
+    /// Release held jobs.
+    Release {
+        #[arg(required = true)]
+        jobs: Vec<u64>,
+    },
+    /// Each pending job's priority and its factors, like sprio.
+    Prio {
+        #[arg(long)]
+        json: bool,
+    },
+    /// The account tree with shares, usage and fairshare factors, like sshare.
+    Share {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Operator commands (as root).
+    Admin {
+        #[command(subcommand)]
+        command: AdminCommand,
     },
     /// The nodes, like sinfo.
     Nodes {
@@ -82,6 +110,48 @@ enum Command {
         #[arg(long, default_value_t = 2)]
         agents: usize,
     },
+}
+
+#[derive(Subcommand)]
+enum AdminCommand {
+    /// Add or change an account, like sacctmgr add/modify account.
+    Account {
+        name: String,
+        #[arg(long)]
+        parent: Option<String>,
+        #[arg(long, default_value_t = 1)]
+        shares: u32,
+        /// Users who may charge it, comma-separated.
+        #[arg(long, value_delimiter = ',')]
+        users: Vec<String>,
+        #[arg(long)]
+        max_jobs: Option<u32>,
+        #[arg(long)]
+        grp_gpus: Option<u32>,
+        #[arg(long)]
+        grp_cpus: Option<u32>,
+        #[arg(long)]
+        max_wall: Option<String>,
+    },
+    /// Add or change a QOS.
+    Qos {
+        name: String,
+        #[arg(long, default_value_t = 0)]
+        priority: u32,
+        #[arg(long)]
+        max_wall: Option<String>,
+        #[arg(long)]
+        max_gpus_per_user: Option<u32>,
+        #[arg(long)]
+        max_jobs_per_user: Option<u32>,
+    },
+}
+
+fn parse_wall(v: &Option<String>) -> anyhow::Result<Option<u64>> {
+    Ok(match v {
+        Some(t) => quorum_control::model::parse::parse_time_limit(t).map_err(anyhow::Error::msg)?,
+        None => None,
+    })
 }
 
 fn current_user() -> String {
@@ -143,9 +213,15 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 .map_err(status_error)?;
             println!("Submitted job {}", r.job_id);
         }
-        Command::Queue { all, user, json } => {
+        Command::Queue { all, start, user, json } => {
             let req = api::ListJobsRequest {
-                states: if all { vec![] } else { vec!["PENDING".into(), "RUNNING".into()] },
+                states: if start {
+                    vec!["PENDING".into()]
+                } else if all {
+                    vec![]
+                } else {
+                    vec!["PENDING".into(), "RUNNING".into()]
+                },
                 user: user.unwrap_or_default(),
             };
             let r = client
@@ -157,6 +233,8 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 .map_err(status_error)?;
             if json {
                 print_json(&r.jobs.iter().map(display::job_json).collect::<Vec<_>>())?;
+            } else if start {
+                print!("{}", display::start_table(&r.jobs));
             } else {
                 print!("{}", display::queue_table(&r.jobs, r.now_ms));
             }
@@ -194,6 +272,93 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 return Ok(ExitCode::FAILURE);
             }
         }
+        command @ (Command::Hold { .. } | Command::Release { .. }) => {
+            let (jobs, release) = match command {
+                Command::Release { jobs } => (jobs, true),
+                Command::Hold { jobs } => (jobs, false),
+                _ => unreachable!("matched above"),
+            };
+            let req = api::HoldJobRequest { job_ids: jobs, user: current_user(), release };
+            let r = client
+                .call(|mut c| {
+                    let req = req.clone();
+                    async move { c.hold_job(req).await }
+                })
+                .await
+                .map_err(status_error)?;
+            let failed: Vec<_> = r.results.iter().filter(|r| !r.ok).collect();
+            for f in &failed {
+                eprintln!("quorum: error: {}", f.error);
+            }
+            if !failed.is_empty() {
+                return Ok(ExitCode::FAILURE);
+            }
+        }
+        Command::Prio { json } => {
+            let r = client
+                .call(|mut c| async move { c.priorities(api::PriorityRequest {}).await })
+                .await
+                .map_err(status_error)?;
+            if json {
+                print_json(&display::prio_json(&r))?;
+            } else {
+                print!("{}", display::prio_table(&r));
+            }
+        }
+        Command::Share { json } => {
+            let r = client
+                .call(|mut c| async move { c.shares(api::SharesRequest {}).await })
+                .await
+                .map_err(status_error)?;
+            if json {
+                print_json(&display::share_json(&r))?;
+            } else {
+                print!("{}", display::share_table(&r));
+            }
+        }
+        Command::Admin { command } => match command {
+            AdminCommand::Account { name, parent, shares, users, max_jobs, grp_gpus, grp_cpus, max_wall } => {
+                let req = api::UpsertAccountRequest {
+                    account: Some(api::AccountSpec {
+                        name,
+                        parent: parent.unwrap_or_default(),
+                        shares,
+                        users,
+                        max_jobs,
+                        grp_gpus,
+                        grp_cpus,
+                        max_wall_s: parse_wall(&max_wall)?,
+                    }),
+                    user: current_user(),
+                };
+                client
+                    .call(|mut c| {
+                        let req = req.clone();
+                        async move { c.upsert_account(req).await }
+                    })
+                    .await
+                    .map_err(status_error)?;
+            }
+            AdminCommand::Qos { name, priority, max_wall, max_gpus_per_user, max_jobs_per_user } => {
+                let req = api::UpsertQosRequest {
+                    qos: Some(api::QosSpec {
+                        name,
+                        priority,
+                        max_wall_s: parse_wall(&max_wall)?,
+                        max_gpus_per_user,
+                        max_jobs_per_user,
+                    }),
+                    user: current_user(),
+                };
+                client
+                    .call(|mut c| {
+                        let req = req.clone();
+                        async move { c.upsert_qos(req).await }
+                    })
+                    .await
+                    .map_err(status_error)?;
+            }
+        },
         Command::Nodes { json } => {
             let r = client
                 .call(|mut c| async move { c.list_nodes(api::ListNodesRequest {}).await })

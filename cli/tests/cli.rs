@@ -8,6 +8,7 @@ use std::time::Duration;
 use common::*;
 use quorum_cli::dev::DevOptions;
 
+#[derive(Debug)]
 struct Run {
     code: i32,
     stdout: String,
@@ -104,5 +105,92 @@ async fn bad_input_gets_a_clear_error_and_creates_nothing() {
     let roles: Vec<&str> = v.as_array().unwrap().iter().map(|r| r["role"].as_str().unwrap()).collect();
     assert_eq!(roles.iter().filter(|r| **r == "leader").count(), 1, "{roles:?}");
     assert_eq!(roles.len(), 3);
+    cluster.shutdown().await;
+}
+
+fn json(r: &Run) -> serde_json::Value {
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    serde_json::from_str(&r.stdout).unwrap_or_else(|e| panic!("{e}: {}", r.stdout))
+}
+
+fn submitted(r: &Run) -> u64 {
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    r.stdout.trim().strip_prefix("Submitted job ").expect(&r.stdout).parse().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backfill_estimates_holds_dependencies_priorities_and_shares() {
+    let cluster = cluster(DevOptions::for_tests()).await;
+    let c = client(&cluster.addrs);
+    wait_ready(&cluster, &c, 2).await;
+    let ctl = cluster.controllers_env();
+    let dir = tempfile::tempdir().unwrap();
+    let q = |args: &[&str]| quorum(&ctl, dir.path(), args);
+    let t = Duration::from_secs(30);
+
+    // A fills both nodes for at most a minute; B needs them too and gets a reservation.
+    let a = submitted(&q(&["submit", "-N", "2", "-c", "8", "-t", "1", "--", "sleep", "300"]));
+    let a_job = wait_state(&c, a, &["RUNNING"], t).await;
+    let b = submitted(&q(&["submit", "-N", "2", "-c", "8", "-t", "1", "--", "true"]));
+    let held = submitted(&q(&["submit", "--hold", "--", "true"]));
+    let dep = submitted(&q(&["submit", "--dependency", &format!("afterok:{a}"), "--", "true"]));
+    let expected = wait_for(t, "B's reservation", || async {
+        let v = json(&q(&["queue", "--start", "--json"]));
+        let jobs = v.as_array().unwrap().clone();
+        let jb = jobs.iter().find(|j| j["id"] == b)?.clone();
+        jb["expected_start_ms"].as_u64().map(|s| (s, jb))
+    })
+    .await;
+    let (start_ms, jb) = expected;
+    assert_eq!(jb["reason"], "Resources");
+    assert_eq!(jb["expected_nodes"], "node[01-02]");
+    let want = a_job.start_time_ms / 1000 * 1000 + 60_000;
+    assert!(start_ms.abs_diff(want) <= 2000, "B expected at {start_ms}, A's limit ends at {want}");
+    let reason = |id: u64| {
+        let v = json(&q(&["show", &id.to_string(), "--json"]));
+        v["reason"].as_str().unwrap_or_default().to_string()
+    };
+    wait_for(t, "reasons", || async { (reason(held) == "JobHeldUser" && reason(dep) == "Dependency").then_some(()) })
+        .await;
+    assert_eq!(json(&q(&["show", &held.to_string(), "--json"]))["held"], "USER");
+
+    // Priorities list every pending job with its factors.
+    let prio = json(&q(&["prio", "--json"]));
+    let ids: Vec<u64> = prio["jobs"].as_array().unwrap().iter().map(|j| j["id"].as_u64().unwrap()).collect();
+    for id in [b, held, dep] {
+        assert!(ids.contains(&id), "{prio}");
+    }
+    assert!(prio["jobs"][0]["fairshare"].as_f64().is_some());
+    assert_eq!(prio["weights"]["fairshare"], 10000);
+
+    // Releasing lets the held job compete; cancelling A lets B and the others run.
+    assert_eq!(q(&["release", &held.to_string()]).code, 0);
+    wait_for(t, "the release", || async { (reason(held) != "JobHeldUser").then_some(()) }).await;
+    let r = q(&["release", "999"]);
+    assert!(r.code != 0 && r.stderr.contains("job 999 does not exist"), "{r:?}");
+    assert_eq!(q(&["cancel", &a.to_string()]).code, 0);
+    wait_state(&c, b, &["COMPLETED"], t).await;
+    wait_state(&c, held, &["COMPLETED"], t).await;
+    let d = wait_for(t, "the dependent job to be decided", || async {
+        let j = json(&q(&["show", &dep.to_string(), "--json"]));
+        (j["reason"] == "DependencyNeverSatisfied").then_some(j)
+    })
+    .await;
+    assert_eq!(d["state"], "PENDING", "afterok of a cancelled job never runs");
+
+    // Accounts change at run time, like sacctmgr; the fairshare view shows them.
+    let r = q(&["admin", "account", "physics", "--shares", "3", "--users", "root,alice", "--max-jobs", "4"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let r = q(&["admin", "account", "bad", "--parent", "nowhere"]);
+    assert!(r.code != 0 && r.stderr.contains("parent 'nowhere' does not exist"), "{r:?}");
+    let shares = json(&q(&["share", "--json"]));
+    let physics = shares.as_array().unwrap().iter().find(|a| a["account"] == "physics").expect("physics").clone();
+    assert_eq!(physics["raw_shares"], 3);
+    assert_eq!(physics["users"], serde_json::json!(["alice", "root"]));
+    let r = q(&["submit", "-A", "physics", "--", "true"]);
+    let id = submitted(&r);
+    assert_eq!(json(&q(&["show", &id.to_string(), "--json"]))["account"], "physics");
+    let r = q(&["submit", "-A", "chemistry", "--", "true"]);
+    assert!(r.code != 0 && r.stderr.contains("invalid account 'chemistry'"), "{r:?}");
     cluster.shutdown().await;
 }

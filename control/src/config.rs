@@ -24,7 +24,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::{hostlist, parse, Partition};
+use crate::model::{hostlist, parse, Account, AssocLimits, Partition, Qos};
+use crate::sched::{BackfillMode, Ordering, Policy, Weights};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -139,6 +140,168 @@ pub struct ControllerConfig {
     /// receives the snapshot.
     #[serde(default = "default_snapshot_keep_logs")]
     pub snapshot_keep_logs: u64,
+    #[serde(default)]
+    pub scheduler: SchedulerConfig,
+    /// QOS levels of a new cluster; afterwards changed through the API.
+    #[serde(default)]
+    pub qos: Vec<QosConfig>,
+    /// The account tree of a new cluster; afterwards changed through the API.
+    #[serde(default)]
+    pub accounts: Vec<AccountConfig>,
+    /// Network topology: which nodes hang off which switch.
+    #[serde(default)]
+    pub switches: Vec<SwitchConfig>,
+}
+
+fn opt_time(what: &str, v: &Option<String>) -> Result<Option<u64>, ConfigError> {
+    match v {
+        Some(t) => parse::parse_time_limit(t).map_err(|e| ConfigError::Invalid(format!("{what}: {e}"))),
+        None => Ok(None),
+    }
+}
+
+/// `[scheduler]`: ordering, backfill and priority weights.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SchedulerConfig {
+    /// `multifactor` (default), `fifo` or `sjf`.
+    pub ordering: Option<String>,
+    /// `easy` (default), `conservative` or `none`.
+    pub backfill: Option<String>,
+    /// Conservative backfill: how many blocked jobs get reservations (default 100).
+    pub reservations: Option<u32>,
+    pub bf_window: Option<String>,
+    pub bf_resolution_s: Option<u64>,
+    pub max_age: Option<String>,
+    pub half_life: Option<String>,
+    pub favor_small: Option<bool>,
+    pub gpu_billing_weight: Option<u32>,
+    pub weight_age: Option<u32>,
+    pub weight_fairshare: Option<u32>,
+    pub weight_job_size: Option<u32>,
+    pub weight_partition: Option<u32>,
+    pub weight_qos: Option<u32>,
+}
+
+impl SchedulerConfig {
+    pub fn to_policy(&self) -> Result<Policy, ConfigError> {
+        let d = Policy::default();
+        let bad = |what: &str, v: &str, choices: &str| {
+            ConfigError::Invalid(format!("scheduler.{what} = '{v}': expected one of {choices}"))
+        };
+        let ordering = match self.ordering.as_deref() {
+            None | Some("multifactor") => Ordering::Multifactor,
+            Some("fifo") => Ordering::Fifo,
+            Some("sjf") => Ordering::ShortestFirst,
+            Some(o) => return Err(bad("ordering", o, "multifactor, fifo, sjf")),
+        };
+        let backfill = match self.backfill.as_deref() {
+            None | Some("easy") => BackfillMode::Easy,
+            Some("conservative") => BackfillMode::Conservative,
+            Some("none") => BackfillMode::None,
+            Some(b) => return Err(bad("backfill", b, "easy, conservative, none")),
+        };
+        let w = d.weights;
+        Ok(Policy {
+            ordering,
+            backfill,
+            reservations: self.reservations.unwrap_or(if backfill == BackfillMode::Conservative { 100 } else { 1 }),
+            bf_window_s: opt_time("scheduler.bf_window", &self.bf_window)?.unwrap_or(d.bf_window_s),
+            bf_resolution_s: self.bf_resolution_s.unwrap_or(d.bf_resolution_s),
+            weights: Weights {
+                age: self.weight_age.unwrap_or(w.age),
+                fairshare: self.weight_fairshare.unwrap_or(w.fairshare),
+                job_size: self.weight_job_size.unwrap_or(w.job_size),
+                partition: self.weight_partition.unwrap_or(w.partition),
+                qos: self.weight_qos.unwrap_or(w.qos),
+            },
+            max_age_s: opt_time("scheduler.max_age", &self.max_age)?.unwrap_or(d.max_age_s),
+            favor_small: self.favor_small.unwrap_or(d.favor_small),
+            half_life_s: opt_time("scheduler.half_life", &self.half_life)?.unwrap_or(d.half_life_s),
+            gpu_billing_weight: self.gpu_billing_weight.unwrap_or(d.gpu_billing_weight),
+        })
+    }
+}
+
+/// `[[qos]]`.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QosConfig {
+    pub name: String,
+    #[serde(default)]
+    pub priority: u32,
+    pub max_wall: Option<String>,
+    pub max_gpus_per_user: Option<u32>,
+    pub max_jobs_per_user: Option<u32>,
+}
+
+impl QosConfig {
+    pub fn to_qos(&self) -> Result<Qos, ConfigError> {
+        Ok(Qos {
+            name: self.name.clone(),
+            priority: self.priority,
+            max_wall_s: opt_time(&format!("qos '{}' max_wall", self.name), &self.max_wall)?,
+            max_gpus_per_user: self.max_gpus_per_user,
+            max_jobs_per_user: self.max_jobs_per_user,
+        })
+    }
+}
+
+/// `[[accounts]]`.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AccountConfig {
+    pub name: String,
+    pub parent: Option<String>,
+    #[serde(default = "one")]
+    pub shares: u32,
+    #[serde(default)]
+    pub users: Vec<String>,
+    pub max_jobs: Option<u32>,
+    pub grp_gpus: Option<u32>,
+    pub grp_cpus: Option<u32>,
+    pub max_wall: Option<String>,
+}
+
+fn one() -> u32 {
+    1
+}
+
+impl AccountConfig {
+    pub fn to_account(&self) -> Result<Account, ConfigError> {
+        Ok(Account {
+            name: self.name.clone(),
+            parent: self.parent.clone(),
+            shares: self.shares,
+            users: self.users.iter().cloned().collect(),
+            limits: AssocLimits {
+                max_jobs: self.max_jobs,
+                grp_gpus: self.grp_gpus,
+                grp_cpus: self.grp_cpus,
+                max_wall_s: opt_time(&format!("account '{}' max_wall", self.name), &self.max_wall)?,
+            },
+        })
+    }
+}
+
+/// `[[switches]]`: a switch and the nodes under it.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SwitchConfig {
+    pub name: String,
+    pub nodes: String,
+}
+
+/// Everything the leader makes the replicated state match (partitions, policy, topology) or
+/// seeds into a new cluster (accounts, QOS).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClusterSettings {
+    pub partitions: Vec<Partition>,
+    pub policy: Policy,
+    /// Switch of each node.
+    pub switches: std::collections::BTreeMap<String, String>,
+    pub accounts: Vec<Account>,
+    pub qos: Vec<Qos>,
 }
 
 impl ControllerConfig {
@@ -170,6 +333,37 @@ impl ControllerConfig {
         Ok(parts)
     }
 
+    /// Everything cluster-wide the file says, validated.
+    pub fn settings(&self) -> Result<ClusterSettings, ConfigError> {
+        let mut switches = std::collections::BTreeMap::new();
+        for s in &self.switches {
+            for n in
+                hostlist::expand(&s.nodes).map_err(|e| ConfigError::Invalid(format!("switch '{}': {e}", s.name)))?
+            {
+                if let Some(other) = switches.insert(n.clone(), s.name.clone()) {
+                    return Err(ConfigError::Invalid(format!(
+                        "node {n} is under two switches, {other} and {}",
+                        s.name
+                    )));
+                }
+            }
+        }
+        let accounts = self.accounts.iter().map(AccountConfig::to_account).collect::<Result<Vec<_>, _>>()?;
+        let names: BTreeSet<&str> = accounts.iter().map(|a| a.name.as_str()).collect();
+        for a in &accounts {
+            if let Some(p) = a.parent.as_deref().filter(|p| !names.contains(p)) {
+                return Err(ConfigError::Invalid(format!("account '{}': parent '{p}' is not defined", a.name)));
+            }
+        }
+        Ok(ClusterSettings {
+            partitions: self.partitions()?,
+            policy: self.scheduler.to_policy()?,
+            switches,
+            accounts,
+            qos: self.qos.iter().map(QosConfig::to_qos).collect::<Result<Vec<_>, _>>()?,
+        })
+    }
+
     pub fn validate(&self) -> Result<(), ConfigError> {
         if !self.replicas.iter().any(|r| r.id == self.id) {
             return Err(ConfigError::Invalid(format!(
@@ -189,7 +383,7 @@ impl ControllerConfig {
                 "need raft_heartbeat_ms < election_timeout_min_ms < election_timeout_max_ms".into(),
             ));
         }
-        self.partitions()?;
+        self.settings()?;
         Ok(())
     }
 }

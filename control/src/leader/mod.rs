@@ -15,14 +15,14 @@ use openraft::ServerState;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::model::Partition;
+use crate::config::ClusterSettings;
 use crate::replica::{now_ms, Core};
-use crate::sched::{self, ClusterView, Policy};
+use crate::sched::{self, ClusterView};
 use crate::state::{Command, Response};
 
 /// Runs until `stop` turns true, starting and stopping leader sessions as leadership comes and
 /// goes.
-pub async fn supervise(core: Arc<Core>, partitions: Vec<Partition>, mut stop: watch::Receiver<bool>) {
+pub async fn supervise(core: Arc<Core>, settings: ClusterSettings, mut stop: watch::Receiver<bool>) {
     let mut metrics = core.raft.metrics();
     let mut session: Option<(watch::Sender<bool>, Vec<JoinHandle<()>>)> = None;
     loop {
@@ -32,7 +32,7 @@ pub async fn supervise(core: Arc<Core>, partitions: Vec<Partition>, mut stop: wa
         };
         if leading && session.is_none() {
             tracing::info!(replica = core.id, "leading: starting scheduler and dispatcher");
-            session = Some(start_session(core.clone(), partitions.clone()));
+            session = Some(start_session(core.clone(), settings.clone()));
         } else if !leading && session.is_some() {
             tracing::info!(replica = core.id, "no longer leading");
             end_session(&core, session.take()).await;
@@ -55,27 +55,57 @@ async fn end_session(core: &Core, session: Option<(watch::Sender<bool>, Vec<Join
     core.hub.close_all();
 }
 
-fn start_session(core: Arc<Core>, partitions: Vec<Partition>) -> (watch::Sender<bool>, Vec<JoinHandle<()>>) {
+fn start_session(core: Arc<Core>, settings: ClusterSettings) -> (watch::Sender<bool>, Vec<JoinHandle<()>>) {
     let (stop_tx, stop_rx) = watch::channel(false);
     let tasks = vec![
-        tokio::spawn(sync_partitions(core.clone(), partitions, stop_rx.clone())),
+        tokio::spawn(sync_settings(core.clone(), settings, stop_rx.clone())),
         tokio::spawn(schedule_loop(core.clone(), stop_rx.clone())),
         tokio::spawn(dispatch_loop(core, stop_rx)),
     ];
     (stop_tx, tasks)
 }
 
-async fn sync_partitions(core: Arc<Core>, partitions: Vec<Partition>, mut stop: watch::Receiver<bool>) {
+/// The commands that make the replicated settings match this replica's configuration.
+fn settings_commands(core: &Core, settings: &ClusterSettings) -> Vec<Command> {
+    let applied = core.shared.read();
+    let state = &applied.state;
+    let now = now_ms();
+    let mut commands = Vec::new();
+    let current: Vec<_> = state.partitions.values().cloned().collect();
+    let mut wanted = settings.partitions.clone();
+    wanted.sort_by(|a, b| a.name.cmp(&b.name));
+    if current != wanted {
+        commands.push(Command::SetPartitions { partitions: wanted, now });
+    }
+    if state.policy != settings.policy {
+        commands.push(Command::SetPolicy { policy: settings.policy.clone(), now });
+    }
+    if state.switches != settings.switches {
+        commands.push(Command::SetTopology { switches: settings.switches.clone(), now });
+    }
+    // Accounts and QOS are seeded once; after that they change through the API.
+    if state.accounts.is_empty() && state.qos.is_empty() && !(settings.accounts.is_empty() && settings.qos.is_empty()) {
+        commands.push(Command::SeedAccounts { accounts: settings.accounts.clone(), qos: settings.qos.clone(), now });
+    }
+    commands
+}
+
+async fn sync_settings(core: Arc<Core>, settings: ClusterSettings, mut stop: watch::Receiver<bool>) {
     loop {
-        let current: Vec<Partition> = core.shared.read().state.partitions.values().cloned().collect();
-        let mut wanted = partitions.clone();
-        wanted.sort_by(|a, b| a.name.cmp(&b.name));
-        if current == wanted {
+        let commands = settings_commands(&core, &settings);
+        if commands.is_empty() {
             return;
         }
-        match core.write(Command::SetPartitions { partitions: wanted, now: now_ms() }).await {
-            Ok(_) => return,
-            Err(e) => tracing::warn!(error = %e, "syncing partitions"),
+        let mut failed = false;
+        for command in commands {
+            if let Err(e) = core.write(command).await {
+                tracing::warn!(error = %e, "syncing cluster settings");
+                failed = true;
+                break;
+            }
+        }
+        if !failed {
+            continue;
         }
         tokio::select! {
             _ = tokio::time::sleep(Duration::from_millis(200)) => {}
@@ -85,7 +115,6 @@ async fn sync_partitions(core: Arc<Core>, partitions: Vec<Partition>, mut stop: 
 }
 
 async fn schedule_loop(core: Arc<Core>, mut stop: watch::Receiver<bool>) {
-    let policy = Policy::default();
     loop {
         tokio::select! {
             _ = core.shared.sched_kick.notified() => {}
@@ -95,11 +124,18 @@ async fn schedule_loop(core: Arc<Core>, mut stop: watch::Receiver<bool>) {
         if *stop.borrow() {
             return;
         }
-        let (view, base_index) = {
+        let (view, base_index, policy) = {
             let applied = core.shared.read();
-            (ClusterView::from_state(&applied.state), applied.applied_index())
+            (ClusterView::from_state(&applied.state), applied.applied_index(), applied.state.policy.clone())
         };
+        let started = std::time::Instant::now();
         let plan = sched::schedule(&view, now_ms(), &policy);
+        tracing::debug!(
+            pending = view.pending.len(),
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "scheduling cycle"
+        );
+        *core.estimates.lock().unwrap_or_else(|p| p.into_inner()) = plan.estimates.clone();
         let reasons: Vec<_> = {
             let applied = core.shared.read();
             plan.reasons

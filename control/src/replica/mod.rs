@@ -43,6 +43,8 @@ pub enum WriteError {
 
 /// What the services and leader loops of one replica share.
 pub struct Core {
+    /// The latest plan's reservations, kept by the leader for `quorum queue --start`.
+    pub estimates: std::sync::Mutex<BTreeMap<crate::model::JobId, crate::sched::Estimate>>,
     pub id: u64,
     pub addr: String,
     pub raft: Raft,
@@ -105,7 +107,7 @@ impl Controller {
     /// replica's log is empty) and serves on `listener`.
     pub async fn start(config: ControllerConfig, listener: TcpListener) -> anyhow::Result<Controller> {
         config.validate()?;
-        let partitions = config.partitions()?;
+        let settings = config.settings()?;
         std::fs::create_dir_all(&config.data_dir)
             .map_err(|e| anyhow::anyhow!("creating data directory {}: {e}", config.data_dir.display()))?;
         let db = quorum_raft::open_db(&config.data_dir.join("db"), &[store::CF_SNAPSHOT])?;
@@ -138,6 +140,7 @@ impl Controller {
         }
 
         let core = Arc::new(Core {
+            estimates: Default::default(),
             id: config.id,
             addr: config.advertise_addr().to_string(),
             raft,
@@ -147,7 +150,7 @@ impl Controller {
         });
         let (stop, stop_rx) = watch::channel(false);
         let server = tokio::spawn(crate::server::serve(core.clone(), listener, stop_rx.clone()));
-        let supervisor = tokio::spawn(crate::leader::supervise(core.clone(), partitions, stop_rx));
+        let supervisor = tokio::spawn(crate::leader::supervise(core.clone(), settings, stop_rx));
         tracing::info!(replica = config.id, addr = %core.addr, "controller started");
         Ok(Controller { core, stop, server, supervisor })
     }

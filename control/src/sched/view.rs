@@ -148,7 +148,7 @@ impl ClusterView {
                 name: node.name.clone(),
                 schedulable: node.schedulable(),
                 features: node.features.clone(),
-                switch: None,
+                switch: state.switches.get(&node.name).cloned(),
                 capacity: res_of(node.cpus, node.mem_mb, node.gpus.len()),
                 gpus: node.gpus.iter().map(|g| (g.index, g.gpu_type.clone())).collect(),
                 free_gpus: node.gpus.iter().map(|g| g.index).filter(|i| !node.alloc_gpus.contains(i)).collect(),

@@ -69,8 +69,158 @@ impl Api {
     }
 }
 
+fn require_root(user: &str) -> Result<(), Status> {
+    if user == "root" {
+        Ok(())
+    } else {
+        Err(Status::permission_denied(format!("user '{user}' may not change accounts or QOS; only root may")))
+    }
+}
+
 #[tonic::async_trait]
 impl Quorum for Api {
+    async fn hold_job(&self, req: Request<HoldJobRequest>) -> Result<Response<HoldJobResponse>, Status> {
+        if let Some(addr) = self.forward_target(&req)? {
+            return self.client(&addr)?.hold_job(forwarded(req.into_inner())).await;
+        }
+        let r = req.into_inner();
+        if r.user.is_empty() {
+            return Err(Status::invalid_argument("missing user"));
+        }
+        let mut results = Vec::new();
+        for job_id in r.job_ids {
+            let (user, now) = (r.user.clone(), now_ms());
+            let command = if r.release {
+                Command::ReleaseJob { job_id, user, now }
+            } else {
+                Command::HoldJob { job_id, user, now }
+            };
+            let error = match self.core.write(command).await.map_err(write_status)?.1 {
+                Applied::Held { .. } | Applied::Released { .. } => String::new(),
+                Applied::Rejected(rej) => rej.to_string(),
+                other => return Err(Status::internal(format!("unexpected answer to a hold: {other:?}"))),
+            };
+            results.push(CancelResult { job_id, ok: error.is_empty(), error });
+        }
+        Ok(Response::new(HoldJobResponse { results }))
+    }
+
+    async fn priorities(&self, req: Request<PriorityRequest>) -> Result<Response<PriorityResponse>, Status> {
+        if let Some(addr) = self.forward_target(&req)? {
+            return self.client(&addr)?.priorities(forwarded(req.into_inner())).await;
+        }
+        self.core.linearizable().await.map_err(write_status)?;
+        let (view, policy) = {
+            let applied = self.core.shared.read();
+            (crate::sched::ClusterView::from_state(&applied.state), applied.state.policy.clone())
+        };
+        let factors = crate::sched::priority::breakdown(&view, now_ms(), &policy);
+        let jobs = view
+            .pending
+            .iter()
+            .map(|j| {
+                let f = &factors[&j.id];
+                JobPriority {
+                    job_id: j.id,
+                    user: j.user.clone(),
+                    account: j.account.clone(),
+                    partition: j.partition.clone(),
+                    total: f.total,
+                    age: f.age,
+                    fairshare: f.fairshare,
+                    job_size: f.job_size,
+                    partition_factor: f.partition,
+                    qos: f.qos,
+                    nice: f.nice,
+                }
+            })
+            .collect();
+        let w = policy.weights;
+        Ok(Response::new(PriorityResponse {
+            jobs,
+            weight_age: w.age,
+            weight_fairshare: w.fairshare,
+            weight_job_size: w.job_size,
+            weight_partition: w.partition,
+            weight_qos: w.qos,
+        }))
+    }
+
+    async fn shares(&self, req: Request<SharesRequest>) -> Result<Response<SharesResponse>, Status> {
+        if let Some(addr) = self.forward_target(&req)? {
+            return self.client(&addr)?.shares(forwarded(req.into_inner())).await;
+        }
+        self.core.linearizable().await.map_err(write_status)?;
+        let applied = self.core.shared.read();
+        let view = crate::sched::ClusterView::from_state(&applied.state);
+        let shares = crate::sched::priority::fairshare(&view, now_ms(), &applied.state.policy);
+        let accounts = shares
+            .values()
+            .map(|s| AccountShare {
+                name: s.name.clone(),
+                parent: s.parent.clone().unwrap_or_default(),
+                raw_shares: s.raw_shares,
+                norm_shares: s.norm_shares,
+                raw_usage: s.raw_usage,
+                norm_usage: s.norm_usage,
+                fairshare: s.fairshare,
+                users: applied
+                    .state
+                    .accounts
+                    .get(&s.name)
+                    .map(|a| a.users.iter().cloned().collect())
+                    .unwrap_or_default(),
+            })
+            .collect();
+        Ok(Response::new(SharesResponse { accounts }))
+    }
+
+    async fn upsert_account(&self, req: Request<UpsertAccountRequest>) -> Result<Response<AdminResponse>, Status> {
+        if let Some(addr) = self.forward_target(&req)? {
+            return self.client(&addr)?.upsert_account(forwarded(req.into_inner())).await;
+        }
+        let r = req.into_inner();
+        require_root(&r.user)?;
+        let a = r.account.ok_or_else(|| Status::invalid_argument("missing account"))?;
+        let account = crate::model::Account {
+            name: a.name,
+            parent: (!a.parent.is_empty()).then_some(a.parent),
+            shares: a.shares.max(1),
+            users: a.users.into_iter().collect(),
+            limits: crate::model::AssocLimits {
+                max_jobs: a.max_jobs,
+                grp_gpus: a.grp_gpus,
+                grp_cpus: a.grp_cpus,
+                max_wall_s: a.max_wall_s,
+            },
+        };
+        match self.core.write(Command::UpsertAccount { account, now: now_ms() }).await.map_err(write_status)?.1 {
+            Applied::Rejected(rej) => Err(convert::rejection_status(&rej)),
+            _ => Ok(Response::new(AdminResponse {})),
+        }
+    }
+
+    async fn upsert_qos(&self, req: Request<UpsertQosRequest>) -> Result<Response<AdminResponse>, Status> {
+        if let Some(addr) = self.forward_target(&req)? {
+            return self.client(&addr)?.upsert_qos(forwarded(req.into_inner())).await;
+        }
+        let r = req.into_inner();
+        require_root(&r.user)?;
+        let q = r.qos.ok_or_else(|| Status::invalid_argument("missing qos"))?;
+        if q.name.is_empty() {
+            return Err(Status::invalid_argument("invalid qos: empty name"));
+        }
+        let qos = crate::model::Qos {
+            name: q.name,
+            priority: q.priority,
+            max_wall_s: q.max_wall_s,
+            max_gpus_per_user: q.max_gpus_per_user,
+            max_jobs_per_user: q.max_jobs_per_user,
+        };
+        self.core.write(Command::UpsertQos { qos, now: now_ms() }).await.map_err(write_status)?;
+        Ok(Response::new(AdminResponse {}))
+    }
+
     async fn submit_job(&self, req: Request<SubmitJobRequest>) -> Result<Response<SubmitJobResponse>, Status> {
         if let Some(addr) = self.forward_target(&req)? {
             return self.client(&addr)?.submit_job(forwarded(req.into_inner())).await;
@@ -139,6 +289,7 @@ impl Quorum for Api {
             );
         }
         self.core.linearizable().await.map_err(write_status)?;
+        let estimates = self.core.estimates.lock().unwrap_or_else(|p| p.into_inner()).clone();
         let applied = self.core.shared.read();
         let jobs = applied
             .state
@@ -146,7 +297,14 @@ impl Quorum for Api {
             .values()
             .filter(|j| states.is_empty() || states.contains(&j.state))
             .filter(|j| r.user.is_empty() || j.user == r.user)
-            .map(|j| convert::job_to_proto(j, false))
+            .map(|j| {
+                let mut info = convert::job_to_proto(j, false);
+                if let Some(e) = estimates.get(&j.id).filter(|_| j.state == JobState::Pending) {
+                    info.expected_start_ms = e.start_ms;
+                    info.expected_nodes = crate::model::hostlist::compress(&e.nodes);
+                }
+                info
+            })
             .collect();
         Ok(Response::new(ListJobsResponse { jobs, applied_index: applied.applied_index(), now_ms: now_ms() }))
     }

@@ -147,6 +147,15 @@ pub fn job_to_proto(j: &Job, with_env: bool) -> api::JobInfo {
         alloc_index: j.alloc_index,
         time_limit_s: j.spec.time_limit_s.unwrap_or(0),
         cancel_requested: j.cancel_requested,
+        expected_start_ms: 0,
+        expected_nodes: String::new(),
+        account: j.account.clone(),
+        qos: j.qos.clone(),
+        held: match j.held {
+            Some(crate::model::HoldKind::User) => "USER".into(),
+            Some(crate::model::HoldKind::Admin) => "ADMIN".into(),
+            None => String::new(),
+        },
     }
 }
 

@@ -65,6 +65,11 @@ pub enum Command {
         policy: Policy,
         now: Millis,
     },
+    /// The switch each node hangs off.
+    SetTopology {
+        switches: std::collections::BTreeMap<String, String>,
+        now: Millis,
+    },
     /// Seeds the account tree and QOS levels from the configuration of a new cluster.
     SeedAccounts {
         accounts: Vec<Account>,

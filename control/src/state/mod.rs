@@ -46,6 +46,9 @@ pub struct ClusterState {
     /// Fairshare usage by account.
     #[serde(default)]
     pub usage: BTreeMap<String, Usage>,
+    /// The switch of each node, when a topology is configured.
+    #[serde(default)]
+    pub switches: BTreeMap<String, String>,
 }
 
 impl ClusterState {
@@ -100,6 +103,11 @@ pub fn apply(state: &mut ClusterState, index: u64, command: Command) -> Response
         Command::SetPolicy { policy, now } => {
             advance_clock(state, now);
             state.policy = policy;
+            Response::Ok
+        }
+        Command::SetTopology { switches, now } => {
+            advance_clock(state, now);
+            state.switches = switches;
             Response::Ok
         }
         Command::SeedAccounts { accounts, qos, now } => {
