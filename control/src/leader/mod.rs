@@ -124,10 +124,17 @@ async fn schedule_loop(core: Arc<Core>, mut stop: watch::Receiver<bool>) {
         if *stop.borrow() {
             return;
         }
-        let (view, base_index, policy) = {
+        let (mut view, base_index, policy) = {
             let applied = core.shared.read();
             (ClusterView::from_state(&applied.state), applied.applied_index(), applied.state.policy.clone())
         };
+        view.previous = core
+            .estimates
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .map(|(j, e)| (*j, e.nodes.clone()))
+            .collect();
         let started = std::time::Instant::now();
         let plan = sched::schedule(&view, now_ms(), &policy);
         tracing::debug!(

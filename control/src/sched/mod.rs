@@ -150,7 +150,11 @@ pub fn schedule(view: &ClusterView, now_ms: Millis, policy: &Policy) -> Plan {
         if reservations_left == 0 {
             continue;
         }
-        let found = placement::earliest(
+        let previous: Option<Vec<usize>> = view
+            .previous
+            .get(&job.id)
+            .and_then(|names| names.iter().map(|n| view.node_index.get(n).copied()).collect());
+        let found = placement::earliest_sticky(
             job,
             view,
             &partition.nodes,
@@ -159,6 +163,7 @@ pub fn schedule(view: &ClusterView, now_ms: Millis, policy: &Policy) -> Plan {
             horizon,
             policy.bf_resolution_s,
             exclusive,
+            previous.as_deref(),
         );
         if let Some((t, nodes)) = found {
             for &i in &nodes {
@@ -179,5 +184,7 @@ pub fn schedule(view: &ClusterView, now_ms: Millis, policy: &Policy) -> Plan {
     plan
 }
 
+#[cfg(test)]
+mod props;
 #[cfg(test)]
 mod tests;

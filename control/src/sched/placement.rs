@@ -87,8 +87,65 @@ pub fn fit_now(
     choose(view, fitting, job.nodes as usize)
 }
 
+/// The earliest time within `[now, horizon]` at which all of `nodes` hold the job together.
+#[allow(clippy::too_many_arguments)]
+fn earliest_on(
+    job: &PendingJob,
+    view: &ClusterView,
+    nodes: &[usize],
+    profiles: &[Timeline],
+    now: u64,
+    horizon: u64,
+    resolution: u64,
+    partition_exclusive: bool,
+) -> Option<u64> {
+    if nodes.len() != job.nodes as usize || !nodes.iter().all(|&i| could_hold(job, &view.nodes[i])) {
+        return None;
+    }
+    let dur = job.duration_s();
+    let round = |t: u64| if resolution > 1 { t.div_ceil(resolution) * resolution } else { t };
+    let mut times: Vec<u64> = std::iter::once(now)
+        .chain(nodes.iter().flat_map(|&i| profiles[i].change_times()))
+        .map(round)
+        .filter(|t| *t >= now && *t <= horizon)
+        .collect();
+    times.sort_unstable();
+    times.dedup();
+    times.into_iter().find(|&t| {
+        nodes.iter().all(|&i| {
+            let req = need(job, &view.nodes[i], partition_exclusive);
+            profiles[i].min_free(t, t.saturating_add(dur)).fits(&req)
+        })
+    })
+}
+
+/// Like [`earliest`], but keeps `previous` nodes when they can start the job no later.
+#[allow(clippy::too_many_arguments)]
+pub fn earliest_sticky(
+    job: &PendingJob,
+    view: &ClusterView,
+    candidates: &[usize],
+    profiles: &[Timeline],
+    now: u64,
+    horizon: u64,
+    resolution: u64,
+    partition_exclusive: bool,
+    previous: Option<&[usize]>,
+) -> Option<(u64, Vec<usize>)> {
+    let best = earliest(job, view, candidates, profiles, now, horizon, resolution, partition_exclusive);
+    let kept = previous.and_then(|nodes| {
+        earliest_on(job, view, nodes, profiles, now, horizon, resolution, partition_exclusive)
+            .map(|t| (t, nodes.to_vec()))
+    });
+    match (best, kept) {
+        (Some(b), Some(k)) if k.0 <= b.0 => Some(k),
+        (b, k) => b.or(k),
+    }
+}
+
 /// The earliest time within `[now, horizon]` at which enough nodes hold the job together for its
 /// whole duration, and those nodes.
+#[allow(clippy::too_many_arguments)]
 pub fn earliest(
     job: &PendingJob,
     view: &ClusterView,
@@ -115,9 +172,17 @@ pub fn earliest(
         return None;
     }
     firsts.sort_unstable();
-    // Try each distinct candidate time from the k-th earliest on: a node that fits from its own
-    // earliest time may be blocked again later, so check them all at that time.
-    let mut times: Vec<u64> = firsts[k - 1..].iter().map(|(t, _)| *t).collect();
+    // No k nodes fit before the k-th earliest first fit. From there, try every time at which
+    // any node's availability changes: a node that fits from its own earliest time may be
+    // blocked again later by a reservation and free again after it.
+    let lower = firsts[k - 1].0;
+    let round = |t: u64| if resolution > 1 { t.div_ceil(resolution) * resolution } else { t };
+    let mut times: Vec<u64> = firsts
+        .iter()
+        .flat_map(|&(first, i)| std::iter::once(first).chain(profiles[i].change_times().map(round)))
+        .filter(|t| *t >= lower && *t <= horizon)
+        .collect();
+    times.sort_unstable();
     times.dedup();
     for t in times {
         let fitting: Vec<(usize, i64)> = firsts

@@ -1,6 +1,8 @@
 //! Scheduler scenarios: the classic backfill worked example, eligibility reasons, placement
 //! rules and fairshare; property tests for the invariants live in `tests/sched_props.rs`.
 
+use std::collections::BTreeMap;
+
 use super::*;
 use crate::model::{Account, AssocLimits, Gpu, JobSpec, JobState, Program, Qos, RankOutcome};
 use crate::state::tests::partition;
@@ -11,6 +13,8 @@ pub(crate) struct Bench {
     pub state: ClusterState,
     pub now_ms: u64,
     index: u64,
+    /// The last plan's reservations, fed to the next cycle as the leader does.
+    previous: BTreeMap<u64, Vec<String>>,
 }
 
 pub(crate) fn node(name: &str, cpus: u32, gpus: u32, gpu_type: &str, features: &[&str]) -> NodeRegistration {
@@ -26,7 +30,7 @@ pub(crate) fn node(name: &str, cpus: u32, gpus: u32, gpu_type: &str, features: &
 
 impl Bench {
     pub fn new(nodes: Vec<NodeRegistration>, policy: Policy) -> Bench {
-        let mut b = Bench { state: ClusterState::new(), now_ms: 1_000_000_000, index: 0 };
+        let mut b = Bench { state: ClusterState::new(), now_ms: 1_000_000_000, index: 0, previous: BTreeMap::new() };
         let names: Vec<String> = nodes.iter().map(|n| n.name.clone()).collect();
         let mut p = partition("batch", "x", true);
         p.node_names = names.iter().cloned().collect();
@@ -86,9 +90,11 @@ impl Bench {
 
     /// One scheduling cycle, applied; returns the plan.
     pub fn cycle(&mut self) -> Plan {
-        let view = ClusterView::from_state(&self.state);
+        let mut view = ClusterView::from_state(&self.state);
+        view.previous = std::mem::take(&mut self.previous);
         let policy = self.state.policy.clone();
         let plan = schedule(&view, self.now_ms, &policy);
+        self.previous = plan.estimates.iter().map(|(j, e)| (*j, e.nodes.clone())).collect();
         assert_eq!(plan, schedule(&view, self.now_ms, &policy), "the same input gives the same plan");
         let now = self.now_ms;
         let r = self.cmd(Command::ApplyPlan {
@@ -323,6 +329,31 @@ fn typed_gpus_exclusive_nodes_and_topology() {
     let e = &alloc(excl)[0];
     assert!(e.node.starts_with('h'));
     assert_eq!((e.cpus, e.gpus.len()), (8, 4), "an exclusive job holds the whole node");
+}
+
+#[test]
+fn multi_node_jobs_stay_within_one_switch_when_they_can() {
+    let nodes: Vec<_> = (1..=8).map(|i| node(&format!("n{i}"), 8, 0, "", &[])).collect();
+    let mut b = Bench::new(nodes, fifo(BackfillMode::Easy, 1));
+    // s1 holds n1-n4, s2 holds n5-n8.
+    let switches = (1..=8).map(|i| (format!("n{i}"), if i <= 4 { "s1" } else { "s2" }.to_string())).collect();
+    b.cmd(Command::SetTopology { switches, now: 0 });
+    b.at(0);
+    // Make n1 the best fit by CPUs, so that plain best fit would straddle the switches.
+    let small = b.submit_with("alice", |s| s.cpus_per_task = 6);
+    let p = b.cycle();
+    assert_eq!(p.starts[0].allocation.nodes[0].node, "n1");
+    let _ = small;
+    let wide = b.submit_with("alice", |s| {
+        s.nodes = 4;
+        s.ntasks = 4;
+        s.cpus_per_task = 2;
+    });
+    let p = b.cycle();
+    let nodes: Vec<String> =
+        p.starts.iter().find(|s| s.job_id == wide).unwrap().allocation.nodes.iter().map(|n| n.node.clone()).collect();
+    let on_s1 = nodes.iter().filter(|n| ["n1", "n2", "n3", "n4"].contains(&n.as_str())).count();
+    assert!(on_s1 == 0 || on_s1 == 4, "the 4-node job spans both switches: {nodes:?}");
 }
 
 #[test]

@@ -128,6 +128,10 @@ pub struct ClusterView {
     pub accounts: BTreeMap<String, Account>,
     pub qos: BTreeMap<String, Qos>,
     pub usage: BTreeMap<String, Usage>,
+    /// The previous cycle's reservations (job → node names). A job keeps its reserved nodes
+    /// while they still hold it no later than any others, so that a reservation never moves
+    /// because best fit broke a tie differently.
+    pub previous: BTreeMap<JobId, Vec<String>>,
 }
 
 fn res_of(cpus: u32, mem_mb: u64, gpus: usize) -> Res {
