@@ -92,6 +92,20 @@ pub fn schedule(view: &ClusterView, now_ms: Millis, policy: &Policy) -> Plan {
     let mut blocked: BTreeSet<&str> = BTreeSet::new();
     let mut reservations_left = policy.reservation_count();
     let mut plan = Plan::default();
+    // An upper bound of what any single node has free now: a job needing more cannot start now,
+    // which spares the node scan for most of a long queue once the cluster is full.
+    let most_free_now = |profiles: &[Timeline]| {
+        profiles.iter().fold(Res::default(), |m, p| {
+            let f = p.free_at(now);
+            Res { cpus: m.cpus.max(f.cpus), mem: m.mem.max(f.mem), gpus: m.gpus.max(f.gpus) }
+        })
+    };
+    let mut max_free = most_free_now(&profiles);
+    // Within a cycle free capacity only shrinks (starts and reservations take, nothing gives),
+    // so a shape that could not start for some duration cannot start for a longer one either:
+    // remember the shortest failed duration per shape and skip the node scan.
+    type Shape<'a> = (&'a str, (i64, i64, i64), u32, Option<&'a str>, &'a [String], bool);
+    let mut failed: BTreeMap<Shape, u64> = BTreeMap::new();
 
     for job in order(view, now_ms, policy) {
         if let Some(reason) = eligibility::static_reason(job, view, now_ms) {
@@ -120,7 +134,26 @@ pub fn schedule(view: &ClusterView, now_ms: Millis, policy: &Policy) -> Plan {
         }
         let dur = job.duration_s();
         let exclusive = partition.exclusive;
-        if let Some(nodes) = placement::fit_now(job, view, &partition.nodes, &profiles, &free_gpus, now, exclusive) {
+        let shape: Shape = (
+            job.partition.as_str(),
+            (job.per_node.cpus, job.per_node.mem, job.per_node.gpus),
+            job.nodes,
+            job.gpu_type.as_deref(),
+            job.features.as_slice(),
+            job.exclusive,
+        );
+        let may_fit = max_free.fits(&job.per_node) && failed.get(&shape).is_none_or(|&d| dur < d);
+        let fits_now = if may_fit {
+            placement::fit_now(job, view, &partition.nodes, &profiles, &free_gpus, now, exclusive)
+        } else {
+            None
+        };
+        if let Some(nodes) = fits_now {
+            // The bound needs recomputing only if a node holding its maximum shrinks.
+            let touches_max = nodes.iter().any(|&i| {
+                let f = profiles[i].free_at(now);
+                f.cpus == max_free.cpus || f.mem == max_free.mem || f.gpus == max_free.gpus
+            });
             let mut allocation = Allocation::default();
             let (mut cpus, mut gpus) = (0, 0);
             for i in nodes {
@@ -143,7 +176,13 @@ pub fn schedule(view: &ClusterView, now_ms: Millis, policy: &Policy) -> Plan {
             }
             limits.add_job(view, job, cpus, gpus);
             plan.starts.push(PlannedStart { job_id: job.id, allocation });
+            if touches_max {
+                max_free = most_free_now(&profiles);
+            }
             continue;
+        }
+        if may_fit {
+            failed.insert(shape, dur);
         }
         let first_blocked = blocked.insert(job.partition.as_str());
         plan.reasons.insert(job.id, if first_blocked { PendingReason::Resources } else { PendingReason::Priority });
@@ -170,6 +209,7 @@ pub fn schedule(view: &ClusterView, now_ms: Millis, policy: &Policy) -> Plan {
                 let req = placement::need(job, &view.nodes[i], exclusive);
                 profiles[i].take(t, t.saturating_add(dur), &req);
             }
+            max_free = most_free_now(&profiles);
             plan.estimates.insert(
                 job.id,
                 Estimate { start_ms: t * 1000, nodes: nodes.iter().map(|&i| view.nodes[i].name.clone()).collect() },

@@ -27,22 +27,34 @@ pub fn could_hold(job: &PendingJob, node: &NodeView) -> bool {
 
 /// Free GPU indices of the requested type on the node now.
 fn free_gpus_of_type<'a>(job: &'a PendingJob, node: &'a NodeView, free: &'a [u32]) -> impl Iterator<Item = u32> + 'a {
-    free.iter().copied().filter(move |i| {
-        job.gpu_type.is_none()
-            || node.gpus.iter().any(|(idx, t)| idx == i && Some(t.as_str()) == job.gpu_type.as_deref())
+    let all = match (job.gpu_type.as_deref(), node.uniform_gpu_type.as_deref()) {
+        (None, _) => Some(true),
+        (Some(w), Some(u)) => Some(w == u),
+        (Some(_), None) => None,
+    };
+    free.iter().copied().filter(move |i| match all {
+        Some(all) => all,
+        None => node.gpus.iter().any(|(idx, t)| idx == i && Some(t.as_str()) == job.gpu_type.as_deref()),
     })
 }
 
 /// Picks `k` nodes among `fitting` (node index, leftover CPUs): within one switch if any
 /// switch has enough, else across the fewest switches; best fit inside.
 fn choose(view: &ClusterView, mut fitting: Vec<(usize, i64)>, k: usize) -> Option<Vec<usize>> {
-    if fitting.len() < k {
+    if fitting.len() < k || k == 0 {
         return None;
     }
-    fitting.sort_by_key(|(i, left)| (*left, *i));
-    if k == 1 || view.nodes.iter().all(|n| n.switch.is_none()) {
-        return Some(fitting[..k].iter().map(|(i, _)| *i).collect());
+    if k == 1 {
+        return fitting.iter().min_by_key(|(i, left)| (*left, *i)).map(|(i, _)| vec![*i]);
     }
+    // Only the k best matter without a topology; with one, every fitting node may.
+    if view.nodes.iter().all(|n| n.switch.is_none()) {
+        fitting.select_nth_unstable_by_key(k - 1, |(i, left)| (*left, *i));
+        fitting.truncate(k);
+        fitting.sort_by_key(|(i, left)| (*left, *i));
+        return Some(fitting.iter().map(|(i, _)| *i).collect());
+    }
+    fitting.sort_by_key(|(i, left)| (*left, *i));
     let mut by_switch: std::collections::BTreeMap<&str, Vec<usize>> = std::collections::BTreeMap::new();
     for (i, _) in &fitting {
         by_switch.entry(view.nodes[*i].switch.as_deref().unwrap_or("")).or_default().push(*i);
@@ -77,6 +89,9 @@ pub fn fit_now(
                 return None;
             }
             let req = need(job, node, partition_exclusive);
+            if !profiles[i].free_at(now).fits(&req) {
+                return None;
+            }
             let free = profiles[i].min_free(now, end);
             if !free.fits(&req) || (free_gpus_of_type(job, node, &free_gpus[i]).count() as i64) < job.per_node.gpus {
                 return None;

@@ -32,6 +32,11 @@ impl Timeline {
         self.steps.partition_point(|(s, _)| *s <= t).saturating_sub(1)
     }
 
+    /// Free resources at `t`.
+    pub fn free_at(&self, t: u64) -> Res {
+        self.steps[self.at(t)].1
+    }
+
     /// Free resources at every moment of `[from, to)`, component-wise minimum.
     pub fn min_free(&self, from: u64, to: u64) -> Res {
         let mut i = self.at(from);

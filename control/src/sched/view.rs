@@ -45,12 +45,31 @@ pub struct NodeView {
     pub gpus: Vec<(u32, String)>,
     /// Indices of the GPUs free now.
     pub free_gpus: Vec<u32>,
+    /// The type of every GPU when they are all of one type (the usual case), which lets
+    /// placement skip per-GPU type checks.
+    pub uniform_gpu_type: Option<String>,
 }
 
 impl NodeView {
     pub fn gpu_count(&self, gpu_type: Option<&str>) -> i64 {
-        self.gpus.iter().filter(|(_, t)| gpu_type.is_none_or(|w| w == t)).count() as i64
+        match (gpu_type, &self.uniform_gpu_type) {
+            (None, _) => self.gpus.len() as i64,
+            (Some(w), Some(u)) => {
+                if w == u {
+                    self.gpus.len() as i64
+                } else {
+                    0
+                }
+            }
+            (Some(w), None) => self.gpus.iter().filter(|(_, t)| w == t).count() as i64,
+        }
     }
+}
+
+/// The single type shared by all `gpus`, if there is one.
+pub fn uniform_type(gpus: &[(u32, String)]) -> Option<String> {
+    let first = &gpus.first()?.1;
+    gpus.iter().all(|(_, t)| t == first).then(|| first.clone())
 }
 
 /// A running job: what it holds where, and when it will have ended at the latest.
@@ -156,6 +175,9 @@ impl ClusterView {
                 capacity: res_of(node.cpus, node.mem_mb, node.gpus.len()),
                 gpus: node.gpus.iter().map(|g| (g.index, g.gpu_type.clone())).collect(),
                 free_gpus: node.gpus.iter().map(|g| g.index).filter(|i| !node.alloc_gpus.contains(i)).collect(),
+                uniform_gpu_type: uniform_type(
+                    &node.gpus.iter().map(|g| (g.index, g.gpu_type.clone())).collect::<Vec<_>>(),
+                ),
             });
         }
         for p in state.partitions.values() {

@@ -1,0 +1,126 @@
+//! One full scheduling cycle (`sched::schedule`) at several sizes: GPU nodes with 64 CPUs and 8
+//! GPUs, half of them busy with running jobs of varied remaining time, and a pending queue of
+//! mixed sizes (1–8 GPUs, a tenth of them 2–4 nodes) under multifactor priority and EASY backfill.
+//!
+//! `cargo bench --bench sched` (results in benches/RESULTS.md).
+
+use std::hint::black_box;
+use std::time::Duration;
+
+use criterion::{criterion_group, criterion_main, Criterion};
+use quorum_control::model::{Account, AssocLimits};
+use quorum_control::sched::view::{DepStatus, PartitionView, RunningJob};
+use quorum_control::sched::{schedule, BackfillMode, ClusterView, NodeView, PendingJob, Policy, Res};
+
+/// A small deterministic generator, so every run schedules the same cluster.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+pub const NOW_MS: u64 = 1_800_000_000_000;
+
+pub fn cluster(pending: usize, nodes: usize) -> ClusterView {
+    let mut rng = Rng(0x5eed);
+    let now = NOW_MS / 1000;
+    let mut view = ClusterView::default();
+    for i in 0..nodes {
+        let name = format!("gpu{i:05}");
+        view.node_index.insert(name.clone(), i);
+        view.nodes.push(NodeView {
+            name,
+            schedulable: true,
+            features: vec![],
+            switch: Some(format!("sw{}", i / 32)),
+            capacity: Res { cpus: 64, mem: 512 * 1024, gpus: 8 },
+            gpus: (0..8).map(|g| (g, "h100".to_string())).collect(),
+            free_gpus: (0..8).collect(),
+            uniform_gpu_type: Some("h100".into()),
+        });
+    }
+    // Half the nodes run a whole-node job ending within a day.
+    for i in (0..nodes).step_by(2) {
+        view.nodes[i].free_gpus.clear();
+        view.running.push(RunningJob {
+            id: 10_000_000 + i as u64,
+            user: format!("u{}", i % 50),
+            account: format!("acct{}", i % 10),
+            qos: "normal".into(),
+            end_s: now + 60 + rng.below(86_400),
+            alloc: vec![(i, Res { cpus: 64, mem: 512 * 1024, gpus: 8 })],
+        });
+    }
+    view.partitions.insert(
+        "gpu".into(),
+        PartitionView {
+            name: "gpu".into(),
+            nodes: (0..nodes).collect(),
+            tier: 1,
+            max_time_s: None,
+            max_nodes: None,
+            exclusive: false,
+        },
+    );
+    for a in 0..10 {
+        view.accounts.insert(
+            format!("acct{a}"),
+            Account {
+                name: format!("acct{a}"),
+                parent: None,
+                shares: 1 + a,
+                users: Default::default(),
+                limits: AssocLimits::default(),
+            },
+        );
+    }
+    for j in 0..pending {
+        let gpus = [1, 1, 2, 4, 8][rng.below(5) as usize];
+        let multi = rng.below(10) == 0;
+        view.pending.push(PendingJob {
+            id: j as u64 + 1,
+            user: format!("u{}", rng.below(200)),
+            account: format!("acct{}", rng.below(10)),
+            qos: "normal".into(),
+            partition: "gpu".into(),
+            submit_ms: NOW_MS - rng.below(3 * 86_400_000),
+            begin_ms: None,
+            nodes: if multi { 2 + rng.below(3) as u32 } else { 1 },
+            per_node: Res { cpus: 8 * gpus, mem: 64 * 1024 * gpus, gpus },
+            gpu_type: Some("h100".into()),
+            time_limit_s: Some(600 + rng.below(86_400)),
+            nice: 0,
+            exclusive: false,
+            features: vec![],
+            held: None,
+            dependency: DepStatus::Satisfied,
+        });
+    }
+    view
+}
+
+fn bench_cycle(c: &mut Criterion) {
+    let mut group = c.benchmark_group("schedule_cycle");
+    group.sample_size(10).measurement_time(Duration::from_secs(20)).warm_up_time(Duration::from_secs(2));
+    for (pending, nodes) in [(1_000, 100), (10_000, 1_000), (100_000, 10_000)] {
+        let view = cluster(pending, nodes);
+        for (label, backfill) in [("easy", BackfillMode::Easy), ("conservative100", BackfillMode::Conservative)] {
+            let policy = Policy { backfill, reservations: 100, ..Policy::default() };
+            group.bench_function(format!("{pending}_jobs_{nodes}_nodes_{label}"), |b| {
+                b.iter(|| black_box(schedule(black_box(&view), NOW_MS, &policy)))
+            });
+        }
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench_cycle);
+criterion_main!(benches);
