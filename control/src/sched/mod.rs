@@ -64,6 +64,47 @@ pub fn profiles(view: &ClusterView, now: u64) -> Vec<Timeline> {
     free.into_iter().zip(releases).map(|(f, rel)| Timeline::new(now, f, rel)).collect()
 }
 
+/// The largest free CPUs, memory and GPUs now over all nodes (each on its own), kept as counted
+/// multisets so that a change costs a logarithm, not a pass over the nodes.
+struct MaxFree {
+    cpus: BTreeMap<i64, usize>,
+    mem: BTreeMap<i64, usize>,
+    gpus: BTreeMap<i64, usize>,
+}
+
+impl MaxFree {
+    fn new(profiles: &[Timeline], now: u64) -> MaxFree {
+        let mut m = MaxFree { cpus: BTreeMap::new(), mem: BTreeMap::new(), gpus: BTreeMap::new() };
+        for p in profiles {
+            m.add(p.free_at(now));
+        }
+        m
+    }
+
+    fn add(&mut self, f: Res) {
+        *self.cpus.entry(f.cpus).or_default() += 1;
+        *self.mem.entry(f.mem).or_default() += 1;
+        *self.gpus.entry(f.gpus).or_default() += 1;
+    }
+
+    fn change(&mut self, before: Res, after: Res) {
+        for (map, v) in [(&mut self.cpus, before.cpus), (&mut self.mem, before.mem), (&mut self.gpus, before.gpus)] {
+            if let Some(n) = map.get_mut(&v) {
+                *n -= 1;
+                if *n == 0 {
+                    map.remove(&v);
+                }
+            }
+        }
+        self.add(after);
+    }
+
+    fn bound(&self) -> Res {
+        let last = |m: &BTreeMap<i64, usize>| m.keys().next_back().copied().unwrap_or(0);
+        Res { cpus: last(&self.cpus), mem: last(&self.mem), gpus: last(&self.gpus) }
+    }
+}
+
 /// The order in which pending jobs are considered.
 fn order<'a>(view: &'a ClusterView, now_ms: Millis, policy: &Policy) -> Vec<&'a PendingJob> {
     let mut jobs: Vec<&PendingJob> = view.pending.iter().collect();
@@ -94,18 +135,24 @@ pub fn schedule(view: &ClusterView, now_ms: Millis, policy: &Policy) -> Plan {
     let mut plan = Plan::default();
     // An upper bound of what any single node has free now: a job needing more cannot start now,
     // which spares the node scan for most of a long queue once the cluster is full.
-    let most_free_now = |profiles: &[Timeline]| {
-        profiles.iter().fold(Res::default(), |m, p| {
-            let f = p.free_at(now);
-            Res { cpus: m.cpus.max(f.cpus), mem: m.mem.max(f.mem), gpus: m.gpus.max(f.gpus) }
-        })
-    };
-    let mut max_free = most_free_now(&profiles);
+    let mut max_free = MaxFree::new(&profiles, now);
     // Within a cycle free capacity only shrinks (starts and reservations take, nothing gives),
     // so a shape that could not start for some duration cannot start for a longer one either:
     // remember the shortest failed duration per shape and skip the node scan.
     type Shape<'a> = (&'a str, (i64, i64, i64), u32, Option<&'a str>, &'a [String], bool);
     let mut failed: BTreeMap<Shape, u64> = BTreeMap::new();
+    let mut index = placement::FreeIndex::new(view, &profiles, now);
+    let members: BTreeMap<&str, Vec<bool>> = view
+        .partitions
+        .values()
+        .map(|p| {
+            let mut m = vec![false; view.nodes.len()];
+            for &i in &p.nodes {
+                m[i] = true;
+            }
+            (p.name.as_str(), m)
+        })
+        .collect();
 
     for job in order(view, now_ms, policy) {
         if let Some(reason) = eligibility::static_reason(job, view, now_ms) {
@@ -142,24 +189,24 @@ pub fn schedule(view: &ClusterView, now_ms: Millis, policy: &Policy) -> Plan {
             job.features.as_slice(),
             job.exclusive,
         );
-        let may_fit = max_free.fits(&job.per_node) && failed.get(&shape).is_none_or(|&d| dur < d);
-        let fits_now = if may_fit {
-            placement::fit_now(job, view, &partition.nodes, &profiles, &free_gpus, now, exclusive)
-        } else {
+        let may_fit = max_free.bound().fits(&job.per_node) && failed.get(&shape).is_none_or(|&d| dur < d);
+        let fits_now = if !may_fit {
             None
+        } else if job.nodes == 1 && !job.exclusive && !exclusive {
+            index.fit_single(job, view, &members[job.partition.as_str()], &profiles, &free_gpus, now).map(|i| vec![i])
+        } else {
+            placement::fit_now(job, view, &partition.nodes, &profiles, &free_gpus, now, exclusive)
         };
         if let Some(nodes) = fits_now {
-            // The bound needs recomputing only if a node holding its maximum shrinks.
-            let touches_max = nodes.iter().any(|&i| {
-                let f = profiles[i].free_at(now);
-                f.cpus == max_free.cpus || f.mem == max_free.mem || f.gpus == max_free.gpus
-            });
             let mut allocation = Allocation::default();
             let (mut cpus, mut gpus) = (0, 0);
             for i in nodes {
                 let node = &view.nodes[i];
                 let req = placement::need(job, node, exclusive);
+                let before = profiles[i].free_at(now);
                 profiles[i].take(now, now.saturating_add(dur), &req);
+                max_free.change(before, profiles[i].free_at(now));
+                index.update(i, &profiles, now);
                 let indices = if job.exclusive || exclusive {
                     std::mem::take(&mut free_gpus[i])
                 } else {
@@ -176,9 +223,6 @@ pub fn schedule(view: &ClusterView, now_ms: Millis, policy: &Policy) -> Plan {
             }
             limits.add_job(view, job, cpus, gpus);
             plan.starts.push(PlannedStart { job_id: job.id, allocation });
-            if touches_max {
-                max_free = most_free_now(&profiles);
-            }
             continue;
         }
         if may_fit {
@@ -207,9 +251,11 @@ pub fn schedule(view: &ClusterView, now_ms: Millis, policy: &Policy) -> Plan {
         if let Some((t, nodes)) = found {
             for &i in &nodes {
                 let req = placement::need(job, &view.nodes[i], exclusive);
+                let before = profiles[i].free_at(now);
                 profiles[i].take(t, t.saturating_add(dur), &req);
+                max_free.change(before, profiles[i].free_at(now));
+                index.update(i, &profiles, now);
             }
-            max_free = most_free_now(&profiles);
             plan.estimates.insert(
                 job.id,
                 Estimate { start_ms: t * 1000, nodes: nodes.iter().map(|&i| view.nodes[i].name.clone()).collect() },

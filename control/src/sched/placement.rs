@@ -38,6 +38,67 @@ fn free_gpus_of_type<'a>(job: &'a PendingJob, node: &'a NodeView, free: &'a [u32
     })
 }
 
+/// Single-node jobs find their node through an ordered index of free capacity now, keyed by
+/// (free GPUs, free CPUs, node): walking it from the job's needs upward yields the tightest
+/// fit first (fewest GPUs left, then fewest CPUs), without scanning the whole partition.
+#[derive(Debug, Default)]
+pub struct FreeIndex {
+    entries: std::collections::BTreeSet<(i64, i64, usize)>,
+    keys: Vec<Option<(i64, i64)>>,
+}
+
+impl FreeIndex {
+    pub fn new(view: &ClusterView, profiles: &[Timeline], now: u64) -> FreeIndex {
+        let mut index = FreeIndex { entries: Default::default(), keys: vec![None; view.nodes.len()] };
+        for i in 0..view.nodes.len() {
+            if view.nodes[i].schedulable {
+                index.update(i, profiles, now);
+            }
+        }
+        index
+    }
+
+    /// Re-reads node `i`'s free capacity now.
+    pub fn update(&mut self, i: usize, profiles: &[Timeline], now: u64) {
+        if let Some((g, c)) = self.keys[i].take() {
+            self.entries.remove(&(g, c, i));
+        }
+        let f = profiles[i].free_at(now);
+        self.entries.insert((f.gpus, f.cpus, i));
+        self.keys[i] = Some((f.gpus, f.cpus));
+    }
+
+    /// The tightest node of `member` that holds `job` from now for its whole duration.
+    #[allow(clippy::too_many_arguments)]
+    pub fn fit_single(
+        &self,
+        job: &PendingJob,
+        view: &ClusterView,
+        member: &[bool],
+        profiles: &[Timeline],
+        free_gpus: &[Vec<u32>],
+        now: u64,
+    ) -> Option<usize> {
+        let end = now.saturating_add(job.duration_s());
+        let need = job.per_node;
+        let max_gpus = self.entries.last().map(|e| e.0).unwrap_or(0);
+        for g in need.gpus..=max_gpus {
+            for &(_, _, i) in self.entries.range((g, need.cpus, 0)..=(g, i64::MAX, usize::MAX)) {
+                let node = &view.nodes[i];
+                if !member[i] || !could_hold(job, node) {
+                    continue;
+                }
+                if profiles[i].min_free(now, end).fits(&need)
+                    && (free_gpus_of_type(job, node, &free_gpus[i]).count() as i64) >= need.gpus
+                {
+                    return Some(i);
+                }
+            }
+        }
+        None
+    }
+}
+
 /// Picks `k` nodes among `fitting` (node index, leftover CPUs): within one switch if any
 /// switch has enough, else across the fewest switches; best fit inside.
 fn choose(view: &ClusterView, mut fitting: Vec<(usize, i64)>, k: usize) -> Option<Vec<usize>> {
@@ -84,6 +145,10 @@ pub fn fit_now(
         .iter()
         .copied()
         .filter_map(|i| {
+            // Cheap numbers first: most nodes of a busy cluster fail here.
+            if !profiles[i].free_at(now).fits(&job.per_node) {
+                return None;
+            }
             let node = &view.nodes[i];
             if !could_hold(job, node) {
                 return None;
@@ -187,6 +252,19 @@ pub fn earliest(
         return None;
     }
     firsts.sort_unstable();
+    if k == 1 {
+        // One node: the earliest first fit is the answer; among ties, the best fit.
+        let t = firsts[0].0;
+        return firsts
+            .iter()
+            .take_while(|(first, _)| *first == t)
+            .map(|&(_, i)| {
+                let req = need(job, &view.nodes[i], partition_exclusive);
+                (profiles[i].min_free(t, t.saturating_add(dur)).cpus - req.cpus, i)
+            })
+            .min()
+            .map(|(_, i)| (t, vec![i]));
+    }
     // No k nodes fit before the k-th earliest first fit. From there, try every time at which
     // any node's availability changes: a node that fits from its own earliest time may be
     // blocked again later by a reservation and free again after it.
