@@ -57,6 +57,7 @@ pub fn cluster(pending: usize, nodes: usize) -> ClusterView {
             qos: "normal".into(),
             end_s: now + 60 + rng.below(86_400),
             alloc: vec![(i, Res { cpus: 64, mem: 512 * 1024, gpus: 8 })],
+            gpus_by_type: vec![("h100".into(), 8)],
         });
     }
     view.partitions.insert(

@@ -132,6 +132,14 @@ enum AdminCommand {
         grp_cpus: Option<u32>,
         #[arg(long)]
         max_wall: Option<String>,
+        /// Memory of all its running jobs, like 512G.
+        #[arg(long)]
+        grp_mem: Option<String>,
+        #[arg(long)]
+        grp_nodes: Option<u32>,
+        /// GPUs of a type for all its running jobs: TYPE=N, repeatable.
+        #[arg(long = "grp-gpus-type")]
+        grp_gpus_type: Vec<String>,
     },
     /// Add or change a QOS.
     Qos {
@@ -317,7 +325,33 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             }
         }
         Command::Admin { command } => match command {
-            AdminCommand::Account { name, parent, shares, users, max_jobs, grp_gpus, grp_cpus, max_wall } => {
+            AdminCommand::Account {
+                name,
+                parent,
+                shares,
+                users,
+                max_jobs,
+                grp_gpus,
+                grp_cpus,
+                max_wall,
+                grp_mem,
+                grp_nodes,
+                grp_gpus_type,
+            } => {
+                let mut by_type = std::collections::HashMap::new();
+                for t in &grp_gpus_type {
+                    let (ty, n) = t
+                        .split_once('=')
+                        .and_then(|(ty, n)| n.parse::<u32>().ok().map(|n| (ty.to_string(), n)))
+                        .ok_or_else(|| {
+                            anyhow::anyhow!("invalid --grp-gpus-type '{t}': expected TYPE=N such as h100=16")
+                        })?;
+                    by_type.insert(ty, n);
+                }
+                let grp_mem_mb = match &grp_mem {
+                    Some(m) => Some(quorum_control::model::parse::parse_mem_mb(m).map_err(anyhow::Error::msg)?),
+                    None => None,
+                };
                 let req = api::UpsertAccountRequest {
                     account: Some(api::AccountSpec {
                         name,
@@ -328,6 +362,9 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                         grp_gpus,
                         grp_cpus,
                         max_wall_s: parse_wall(&max_wall)?,
+                        grp_mem_mb,
+                        grp_nodes,
+                        grp_gpus_by_type: by_type,
                     }),
                     user: current_user(),
                 };

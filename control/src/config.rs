@@ -261,6 +261,12 @@ pub struct AccountConfig {
     pub grp_gpus: Option<u32>,
     pub grp_cpus: Option<u32>,
     pub max_wall: Option<String>,
+    /// Memory, like "512G".
+    pub grp_mem: Option<String>,
+    pub grp_nodes: Option<u32>,
+    /// GPUs by type, like `{ h100 = 16 }`.
+    #[serde(default)]
+    pub grp_gpus_by_type: std::collections::BTreeMap<String, u32>,
 }
 
 fn one() -> u32 {
@@ -279,6 +285,15 @@ impl AccountConfig {
                 grp_gpus: self.grp_gpus,
                 grp_cpus: self.grp_cpus,
                 max_wall_s: opt_time(&format!("account '{}' max_wall", self.name), &self.max_wall)?,
+                grp_mem_mb: match &self.grp_mem {
+                    Some(m) => Some(
+                        parse::parse_mem_mb(m)
+                            .map_err(|e| ConfigError::Invalid(format!("account '{}' grp_mem: {e}", self.name)))?,
+                    ),
+                    None => None,
+                },
+                grp_nodes: self.grp_nodes,
+                grp_gpus_by_type: self.grp_gpus_by_type.clone(),
             },
         })
     }

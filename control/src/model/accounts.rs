@@ -18,6 +18,15 @@ pub struct AssocLimits {
     pub grp_cpus: Option<u32>,
     /// Longest time limit of one job (`MaxWall`).
     pub max_wall_s: Option<u64>,
+    /// Memory in use by the account's running jobs, MiB (`GrpTRES=mem`).
+    #[serde(default)]
+    pub grp_mem_mb: Option<u64>,
+    /// Nodes in use by the account's running jobs (`GrpTRES=node`).
+    #[serde(default)]
+    pub grp_nodes: Option<u32>,
+    /// GPUs of a type in use by the account's running jobs (`GrpTRES=gres/gpu:h100`).
+    #[serde(default)]
+    pub grp_gpus_by_type: std::collections::BTreeMap<String, u32>,
 }
 
 /// A node of the account tree.

@@ -266,6 +266,8 @@ pub enum PendingReason {
     AssocMaxJobsLimit,
     AssocGrpGRES,
     AssocGrpCpuLimit,
+    AssocGrpMemLimit,
+    AssocGrpNodeLimit,
     AssocMaxWallDurationPerJobLimit,
     /// No node has the requested features (`--constraint`).
     BadConstraints,
@@ -291,6 +293,8 @@ impl PendingReason {
             PendingReason::AssocMaxJobsLimit => "AssocMaxJobsLimit",
             PendingReason::AssocGrpGRES => "AssocGrpGRES",
             PendingReason::AssocGrpCpuLimit => "AssocGrpCpuLimit",
+            PendingReason::AssocGrpMemLimit => "AssocGrpMemLimit",
+            PendingReason::AssocGrpNodeLimit => "AssocGrpNodeLimit",
             PendingReason::AssocMaxWallDurationPerJobLimit => "AssocMaxWallDurationPerJobLimit",
             PendingReason::BadConstraints => "BadConstraints",
         }

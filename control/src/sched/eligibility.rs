@@ -56,11 +56,36 @@ fn account_chain<'a>(view: &'a ClusterView, account: &'a str) -> impl Iterator<I
     })
 }
 
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 struct Held {
     jobs: u32,
     cpus: i64,
     gpus: i64,
+    mem: i64,
+    nodes: i64,
+    gpus_by_type: BTreeMap<String, i64>,
+}
+
+/// What one job holds, for counting.
+pub struct Usage<'a> {
+    pub cpus: i64,
+    pub gpus: i64,
+    pub mem: i64,
+    pub nodes: i64,
+    pub gpus_by_type: Vec<(&'a str, i64)>,
+}
+
+impl Held {
+    fn add(&mut self, u: &Usage) {
+        self.jobs += 1;
+        self.cpus += u.cpus;
+        self.gpus += u.gpus;
+        self.mem += u.mem;
+        self.nodes += u.nodes;
+        for (t, n) in &u.gpus_by_type {
+            *self.gpus_by_type.entry(t.to_string()).or_default() += n;
+        }
+    }
 }
 
 /// What running and planned jobs hold, for the limits.
@@ -74,35 +99,35 @@ impl Limits {
     pub fn from_running(view: &ClusterView) -> Limits {
         let mut limits = Limits::default();
         for r in &view.running {
-            let cpus = r.alloc.iter().map(|(_, res)| res.cpus).sum();
-            let gpus = r.alloc.iter().map(|(_, res)| res.gpus).sum();
-            limits.add(view, &r.user, &r.qos, &r.account, cpus, gpus);
+            let usage = Usage {
+                cpus: r.alloc.iter().map(|(_, res)| res.cpus).sum(),
+                gpus: r.alloc.iter().map(|(_, res)| res.gpus).sum(),
+                mem: r.alloc.iter().map(|(_, res)| res.mem).sum(),
+                nodes: r.alloc.len() as i64,
+                gpus_by_type: r.gpus_by_type.iter().map(|(t, n)| (t.as_str(), *n)).collect(),
+            };
+            limits.add(view, &r.user, &r.qos, &r.account, &usage);
         }
         limits
     }
 
-    fn add(&mut self, view: &ClusterView, user: &str, qos: &str, account: &str, cpus: i64, gpus: i64) {
-        let h = self.by_user_qos.entry((user.to_string(), qos.to_string())).or_default();
-        h.jobs += 1;
-        h.cpus += cpus;
-        h.gpus += gpus;
+    fn add(&mut self, view: &ClusterView, user: &str, qos: &str, account: &str, usage: &Usage) {
+        self.by_user_qos.entry((user.to_string(), qos.to_string())).or_default().add(usage);
         for a in account_chain(view, account) {
-            let h = self.by_account.entry(a.to_string()).or_default();
-            h.jobs += 1;
-            h.cpus += cpus;
-            h.gpus += gpus;
+            self.by_account.entry(a.to_string()).or_default().add(usage);
         }
     }
 
     /// Counts a start planned this cycle.
-    pub fn add_job(&mut self, view: &ClusterView, job: &PendingJob, cpus: i64, gpus: i64) {
-        self.add(view, &job.user, &job.qos, &job.account, cpus, gpus);
+    pub fn add_job(&mut self, view: &ClusterView, job: &PendingJob, usage: &Usage) {
+        self.add(view, &job.user, &job.qos, &job.account, usage);
     }
 
     /// The first limit the job would exceed if it started now.
     pub fn check(&self, view: &ClusterView, job: &PendingJob) -> Option<PendingReason> {
+        let none = Held::default();
         if let Some(q) = view.qos.get(&job.qos) {
-            let h = self.by_user_qos.get(&(job.user.clone(), job.qos.clone())).copied().unwrap_or_default();
+            let h = self.by_user_qos.get(&(job.user.clone(), job.qos.clone())).unwrap_or(&none);
             if q.max_jobs_per_user.is_some_and(|m| h.jobs + 1 > m) {
                 return Some(PendingReason::QOSMaxJobsPerUserLimit);
             }
@@ -112,15 +137,27 @@ impl Limits {
         }
         for a in account_chain(view, &job.account) {
             let limits = &view.accounts[a].limits;
-            let h = self.by_account.get(a).copied().unwrap_or_default();
+            let h = self.by_account.get(a).unwrap_or(&none);
             if limits.max_jobs.is_some_and(|m| h.jobs + 1 > m) {
                 return Some(PendingReason::AssocMaxJobsLimit);
             }
             if limits.grp_gpus.is_some_and(|m| h.gpus + job.total_gpus() > i64::from(m)) {
                 return Some(PendingReason::AssocGrpGRES);
             }
+            if let Some(t) = job.gpu_type.as_deref() {
+                let held = h.gpus_by_type.get(t).copied().unwrap_or(0);
+                if limits.grp_gpus_by_type.get(t).is_some_and(|m| held + job.total_gpus() > i64::from(*m)) {
+                    return Some(PendingReason::AssocGrpGRES);
+                }
+            }
             if limits.grp_cpus.is_some_and(|m| h.cpus + job.total_cpus() > i64::from(m)) {
                 return Some(PendingReason::AssocGrpCpuLimit);
+            }
+            if limits.grp_mem_mb.is_some_and(|m| h.mem + job.per_node.mem * i64::from(job.nodes) > m as i64) {
+                return Some(PendingReason::AssocGrpMemLimit);
+            }
+            if limits.grp_nodes.is_some_and(|m| h.nodes + i64::from(job.nodes) > i64::from(m)) {
+                return Some(PendingReason::AssocGrpNodeLimit);
             }
         }
         None

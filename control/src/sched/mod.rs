@@ -199,7 +199,7 @@ pub fn schedule(view: &ClusterView, now_ms: Millis, policy: &Policy) -> Plan {
         };
         if let Some(nodes) = fits_now {
             let mut allocation = Allocation::default();
-            let (mut cpus, mut gpus) = (0, 0);
+            let (mut cpus, mut gpus, mut mem) = (0, 0, 0);
             for i in nodes {
                 let node = &view.nodes[i];
                 let req = placement::need(job, node, exclusive);
@@ -213,6 +213,7 @@ pub fn schedule(view: &ClusterView, now_ms: Millis, policy: &Policy) -> Plan {
                     placement::take_gpus(job, node, &mut free_gpus[i], req.gpus)
                 };
                 cpus += req.cpus;
+                mem += req.mem;
                 gpus += indices.len() as i64;
                 allocation.nodes.push(NodeAllocation {
                     node: node.name.clone(),
@@ -221,7 +222,17 @@ pub fn schedule(view: &ClusterView, now_ms: Millis, policy: &Policy) -> Plan {
                     gpus: indices,
                 });
             }
-            limits.add_job(view, job, cpus, gpus);
+            let typed: Vec<(&str, i64)> = match job.gpu_type.as_deref() {
+                Some(t) => vec![(t, gpus)],
+                None => allocation
+                    .nodes
+                    .iter()
+                    .filter_map(|a| view.node_index.get(&a.node).map(|&i| (&view.nodes[i], a.gpus.len() as i64)))
+                    .filter_map(|(n, c)| n.uniform_gpu_type.as_deref().map(|t| (t, c)))
+                    .collect(),
+            };
+            let usage = eligibility::Usage { cpus, gpus, mem, nodes: i64::from(job.nodes), gpus_by_type: typed };
+            limits.add_job(view, job, &usage);
             plan.starts.push(PlannedStart { job_id: job.id, allocation });
             continue;
         }

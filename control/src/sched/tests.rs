@@ -305,6 +305,55 @@ fn qos_and_association_limits() {
 }
 
 #[test]
+fn association_limits_count_memory_nodes_and_gpus_by_type() {
+    let nodes: Vec<_> = (1..=4).map(|i| node(&format!("g{i}"), 8, 4, "h100", &[])).collect();
+    let mut b = Bench::new(nodes, fifo(BackfillMode::Easy, 1));
+    let limits = |f: &dyn Fn(&mut AssocLimits)| {
+        let mut l = AssocLimits::default();
+        f(&mut l);
+        l
+    };
+    let acct = |name: &str, user: &str, l: AssocLimits| Account {
+        name: name.into(),
+        parent: None,
+        shares: 1,
+        users: [user.to_string()].into(),
+        limits: l,
+    };
+    let typed: std::collections::BTreeMap<String, u32> = [("h100".to_string(), 2)].into();
+    b.cmd(Command::SeedAccounts {
+        accounts: vec![
+            acct("gpu", "gina", limits(&|l| l.grp_gpus_by_type = typed.clone())),
+            acct("mem", "mo", limits(&|l| l.grp_mem_mb = Some(1500))),
+            acct("wide", "wu", limits(&|l| l.grp_nodes = Some(2))),
+        ],
+        qos: vec![],
+        now: 0,
+    });
+    b.at(0);
+    let g1 = b.submit_with("gina", |s| {
+        s.gpus_per_node = 2;
+        s.gpu_type = Some("h100".into())
+    });
+    let g2 = b.submit_with("gina", |s| {
+        s.gpus_per_node = 1;
+        s.gpu_type = Some("h100".into())
+    });
+    let m1 = b.submit_with("mo", |s| s.mem_per_node_mb = Some(1000));
+    let m2 = b.submit_with("mo", |s| s.mem_per_node_mb = Some(1000));
+    let w1 = b.submit_with("wu", |s| {
+        s.nodes = 2;
+        s.ntasks = 2
+    });
+    let w2 = b.submit_with("wu", |_| {});
+    let p = b.cycle();
+    assert_eq!(started(&p), vec![g1, m1, w1]);
+    assert_eq!(p.reasons[&g2], PendingReason::AssocGrpGRES, "two h100s is the account's limit");
+    assert_eq!(p.reasons[&m2], PendingReason::AssocGrpMemLimit);
+    assert_eq!(p.reasons[&w2], PendingReason::AssocGrpNodeLimit);
+}
+
+#[test]
 fn typed_gpus_exclusive_nodes_and_topology() {
     let nodes = vec![
         node("a1", 8, 4, "a100", &[]),

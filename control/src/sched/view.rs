@@ -82,6 +82,8 @@ pub struct RunningJob {
     /// Seconds since the epoch; `u64::MAX` when it has no time limit.
     pub end_s: u64,
     pub alloc: Vec<(usize, Res)>,
+    /// GPUs held, by type.
+    pub gpus_by_type: Vec<(String, i64)>,
 }
 
 /// Where a job's dependencies stand.
@@ -208,7 +210,20 @@ impl ClusterView {
                         Some(limit) => j.start_time.unwrap_or(state.clock) / 1000 + limit,
                         None => u64::MAX,
                     };
+                    let mut gpus_by_type: Vec<(String, i64)> = Vec::new();
+                    for n in &a.nodes {
+                        let Some(node) = state.nodes.get(&n.node) else { continue };
+                        for idx in &n.gpus {
+                            if let Some(g) = node.gpus.iter().find(|g| g.index == *idx) {
+                                match gpus_by_type.iter_mut().find(|(t, _)| *t == g.gpu_type) {
+                                    Some((_, c)) => *c += 1,
+                                    None => gpus_by_type.push((g.gpu_type.clone(), 1)),
+                                }
+                            }
+                        }
+                    }
                     view.running.push(RunningJob {
+                        gpus_by_type,
                         id: j.id,
                         user: j.user.clone(),
                         account: j.account.clone(),

@@ -192,6 +192,9 @@ impl Quorum for Api {
                 grp_gpus: a.grp_gpus,
                 grp_cpus: a.grp_cpus,
                 max_wall_s: a.max_wall_s,
+                grp_mem_mb: a.grp_mem_mb,
+                grp_nodes: a.grp_nodes,
+                grp_gpus_by_type: a.grp_gpus_by_type.into_iter().collect(),
             },
         };
         match self.core.write(Command::UpsertAccount { account, now: now_ms() }).await.map_err(write_status)?.1 {
