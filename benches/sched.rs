@@ -8,9 +8,10 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use quorum_control::model::{Account, AssocLimits};
+use quorum_control::model::{Account, AssocLimits, Gpu, Job, JobSpec, JobState, Node, NodeAdminState, Program};
 use quorum_control::sched::view::{DepStatus, PartitionView, RunningJob};
 use quorum_control::sched::{schedule, BackfillMode, ClusterView, NodeView, PendingJob, Policy, Res};
+use quorum_control::state::ClusterState;
 
 /// A small deterministic generator, so every run schedules the same cluster.
 struct Rng(u64);
@@ -123,5 +124,88 @@ fn bench_cycle(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench_cycle);
+/// A replicated state as the leader holds it: 10,000 nodes and 100,000 pending jobs (built
+/// directly, not through `apply`, to keep the setup short).
+fn state(pending: usize, nodes: usize) -> ClusterState {
+    let mut s = ClusterState::new();
+    let names: Vec<String> = (0..nodes).map(|i| format!("gpu{i:05}")).collect();
+    for n in &names {
+        s.nodes.insert(
+            n.clone(),
+            Node {
+                name: n.clone(),
+                cpus: 64,
+                mem_mb: 512 * 1024,
+                gpus: (0..8).map(|g| Gpu { index: g, gpu_type: "h100".into() }).collect(),
+                features: vec![],
+                admin: NodeAdminState::Up,
+                alloc_cpus: 0,
+                alloc_mem_mb: 0,
+                alloc_gpus: Default::default(),
+                jobs: Default::default(),
+                agent_version: String::new(),
+                registered_at: 0,
+            },
+        );
+    }
+    let part = quorum_control::config::PartitionConfig {
+        name: "gpu".into(),
+        nodes: format!("gpu[00000-{:05}]", nodes - 1),
+        default: true,
+        ..Default::default()
+    };
+    s.partitions.insert("gpu".into(), part.to_partition().expect("valid partition"));
+    for id in 1..=pending as u64 {
+        let spec = JobSpec {
+            name: "train".into(),
+            partition: Some("gpu".into()),
+            nodes: 1,
+            ntasks: 1,
+            cpus_per_task: 8,
+            mem_per_node_mb: Some(65536),
+            gpus_per_node: 1,
+            gpu_type: Some("h100".into()),
+            time_limit_s: Some(3600),
+            program: Program::Argv(vec!["python".into(), "train.py".into()]),
+            work_dir: "/home/u".into(),
+            submit_dir: "/home/u".into(),
+            ..Default::default()
+        };
+        s.jobs.insert(
+            id,
+            Job {
+                id,
+                spec,
+                user: format!("u{}", id % 200),
+                partition: "gpu".into(),
+                state: JobState::Pending,
+                reason: Default::default(),
+                submit_time: NOW_MS,
+                start_time: None,
+                end_time: None,
+                exit_code: None,
+                signal: None,
+                allocation: None,
+                alloc_index: 0,
+                cancel_requested: false,
+                rank_outcomes: vec![],
+                request_id: String::new(),
+                held: None,
+                account: "root".into(),
+                qos: "normal".into(),
+            },
+        );
+    }
+    s
+}
+
+fn bench_view(c: &mut Criterion) {
+    let mut group = c.benchmark_group("view_from_state");
+    group.sample_size(10).measurement_time(Duration::from_secs(10));
+    let s = state(100_000, 10_000);
+    group.bench_function("100000_jobs_10000_nodes", |b| b.iter(|| black_box(ClusterView::from_state(black_box(&s)))));
+    group.finish();
+}
+
+criterion_group!(benches, bench_cycle, bench_view);
 criterion_main!(benches);

@@ -142,6 +142,7 @@ pub fn schedule(view: &ClusterView, now_ms: Millis, policy: &Policy) -> Plan {
     type Shape<'a> = (&'a str, (i64, i64, i64), u32, Option<&'a str>, &'a [String], bool);
     let mut failed: BTreeMap<Shape, u64> = BTreeMap::new();
     let mut index = placement::FreeIndex::new(view, &profiles, now);
+    let topology = placement::Topology::new(view);
     let members: BTreeMap<&str, Vec<bool>> = view
         .partitions
         .values()
@@ -195,7 +196,7 @@ pub fn schedule(view: &ClusterView, now_ms: Millis, policy: &Policy) -> Plan {
         } else if job.nodes == 1 && !job.exclusive && !exclusive {
             index.fit_single(job, view, &members[job.partition.as_str()], &profiles, &free_gpus, now).map(|i| vec![i])
         } else {
-            placement::fit_now(job, view, &partition.nodes, &profiles, &free_gpus, now, exclusive)
+            placement::fit_now(&topology, job, view, &partition.nodes, &profiles, &free_gpus, now, exclusive)
         };
         if let Some(nodes) = fits_now {
             let mut allocation = Allocation::default();
@@ -249,6 +250,7 @@ pub fn schedule(view: &ClusterView, now_ms: Millis, policy: &Policy) -> Plan {
             .get(&job.id)
             .and_then(|names| names.iter().map(|n| view.node_index.get(n).copied()).collect());
         let found = placement::earliest_sticky(
+            &topology,
             job,
             view,
             &partition.nodes,

@@ -99,9 +99,36 @@ impl FreeIndex {
     }
 }
 
+/// Switches as small integers, computed once per cycle so that grouping nodes by switch
+/// compares numbers, not names.
+#[derive(Debug, Default)]
+pub struct Topology {
+    /// Switch id of each node; `u32::MAX` for none.
+    pub ids: Vec<u32>,
+    pub any: bool,
+}
+
+impl Topology {
+    pub fn new(view: &ClusterView) -> Topology {
+        let mut names: std::collections::BTreeMap<&str, u32> = std::collections::BTreeMap::new();
+        let ids = view
+            .nodes
+            .iter()
+            .map(|n| match n.switch.as_deref() {
+                Some(s) => {
+                    let next = names.len() as u32;
+                    *names.entry(s).or_insert(next)
+                }
+                None => u32::MAX,
+            })
+            .collect();
+        Topology { ids, any: !names.is_empty() }
+    }
+}
+
 /// Picks `k` nodes among `fitting` (node index, leftover CPUs): within one switch if any
 /// switch has enough, else across the fewest switches; best fit inside.
-fn choose(view: &ClusterView, mut fitting: Vec<(usize, i64)>, k: usize) -> Option<Vec<usize>> {
+fn choose(topology: &Topology, mut fitting: Vec<(usize, i64)>, k: usize) -> Option<Vec<usize>> {
     if fitting.len() < k || k == 0 {
         return None;
     }
@@ -109,19 +136,19 @@ fn choose(view: &ClusterView, mut fitting: Vec<(usize, i64)>, k: usize) -> Optio
         return fitting.iter().min_by_key(|(i, left)| (*left, *i)).map(|(i, _)| vec![*i]);
     }
     // Only the k best matter without a topology; with one, every fitting node may.
-    if view.nodes.iter().all(|n| n.switch.is_none()) {
+    if !topology.any {
         fitting.select_nth_unstable_by_key(k - 1, |(i, left)| (*left, *i));
         fitting.truncate(k);
         fitting.sort_by_key(|(i, left)| (*left, *i));
         return Some(fitting.iter().map(|(i, _)| *i).collect());
     }
     fitting.sort_by_key(|(i, left)| (*left, *i));
-    let mut by_switch: std::collections::BTreeMap<&str, Vec<usize>> = std::collections::BTreeMap::new();
+    let mut by_switch: std::collections::BTreeMap<u32, Vec<usize>> = std::collections::BTreeMap::new();
     for (i, _) in &fitting {
-        by_switch.entry(view.nodes[*i].switch.as_deref().unwrap_or("")).or_default().push(*i);
+        by_switch.entry(topology.ids[*i]).or_default().push(*i);
     }
     // The tightest single switch that can hold the whole job.
-    if let Some((_, nodes)) = by_switch.iter().filter(|(_, n)| n.len() >= k).min_by_key(|(s, n)| (n.len(), *s)) {
+    if let Some((_, nodes)) = by_switch.iter().filter(|(_, n)| n.len() >= k).min_by_key(|(s, n)| (n.len(), **s)) {
         return Some(nodes[..k].to_vec());
     }
     // Otherwise take from the fullest switches first.
@@ -131,7 +158,9 @@ fn choose(view: &ClusterView, mut fitting: Vec<(usize, i64)>, k: usize) -> Optio
 }
 
 /// Nodes on which the job can start now and run its whole duration.
+#[allow(clippy::too_many_arguments)]
 pub fn fit_now(
+    topology: &Topology,
     job: &PendingJob,
     view: &ClusterView,
     candidates: &[usize],
@@ -164,7 +193,7 @@ pub fn fit_now(
             Some((i, free.cpus - req.cpus))
         })
         .collect();
-    choose(view, fitting, job.nodes as usize)
+    choose(topology, fitting, job.nodes as usize)
 }
 
 /// The earliest time within `[now, horizon]` at which all of `nodes` hold the job together.
@@ -202,6 +231,7 @@ fn earliest_on(
 /// Like [`earliest`], but keeps `previous` nodes when they can start the job no later.
 #[allow(clippy::too_many_arguments)]
 pub fn earliest_sticky(
+    topology: &Topology,
     job: &PendingJob,
     view: &ClusterView,
     candidates: &[usize],
@@ -212,7 +242,7 @@ pub fn earliest_sticky(
     partition_exclusive: bool,
     previous: Option<&[usize]>,
 ) -> Option<(u64, Vec<usize>)> {
-    let best = earliest(job, view, candidates, profiles, now, horizon, resolution, partition_exclusive);
+    let best = earliest(topology, job, view, candidates, profiles, now, horizon, resolution, partition_exclusive);
     let kept = previous.and_then(|nodes| {
         earliest_on(job, view, nodes, profiles, now, horizon, resolution, partition_exclusive)
             .map(|t| (t, nodes.to_vec()))
@@ -227,6 +257,7 @@ pub fn earliest_sticky(
 /// whole duration, and those nodes.
 #[allow(clippy::too_many_arguments)]
 pub fn earliest(
+    topology: &Topology,
     job: &PendingJob,
     view: &ClusterView,
     candidates: &[usize],
@@ -287,7 +318,7 @@ pub fn earliest(
                 free.fits(&req).then_some((i, free.cpus - req.cpus))
             })
             .collect();
-        if let Some(nodes) = choose(view, fitting, k) {
+        if let Some(nodes) = choose(topology, fitting, k) {
             return Some((t, nodes));
         }
     }
