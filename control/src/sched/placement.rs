@@ -5,7 +5,7 @@
 //! exclusive job needs the whole node). Among qualifying nodes: the fewest switches when a
 //! topology is known, then the best fit (least left over), then name order.
 
-use super::profile::Timeline;
+use super::profile::{round_up, Timeline};
 use super::view::{ClusterView, NodeView, PendingJob, Res};
 
 /// What the job needs on `node`: its share, or the whole node when exclusive.
@@ -212,10 +212,9 @@ fn earliest_on(
         return None;
     }
     let dur = job.duration_s();
-    let round = |t: u64| if resolution > 1 { t.div_ceil(resolution) * resolution } else { t };
     let mut times: Vec<u64> = std::iter::once(now)
         .chain(nodes.iter().flat_map(|&i| profiles[i].change_times()))
-        .map(round)
+        .map(|t| round_up(t, resolution))
         .filter(|t| *t >= now && *t <= horizon)
         .collect();
     times.sort_unstable();
@@ -300,10 +299,11 @@ pub fn earliest(
     // any node's availability changes: a node that fits from its own earliest time may be
     // blocked again later by a reservation and free again after it.
     let lower = firsts[k - 1].0;
-    let round = |t: u64| if resolution > 1 { t.div_ceil(resolution) * resolution } else { t };
     let mut times: Vec<u64> = firsts
         .iter()
-        .flat_map(|&(first, i)| std::iter::once(first).chain(profiles[i].change_times().map(round)))
+        .flat_map(|&(first, i)| {
+            std::iter::once(first).chain(profiles[i].change_times().map(|t| round_up(t, resolution)))
+        })
         .filter(|t| *t >= lower && *t <= horizon)
         .collect();
     times.sort_unstable();

@@ -4,6 +4,15 @@
 
 use super::view::Res;
 
+/// `t` rounded up to a multiple of `resolution` (the backfill resolution); 0 or 1 leaves it.
+pub fn round_up(t: u64, resolution: u64) -> u64 {
+    if resolution > 1 {
+        t.div_ceil(resolution) * resolution
+    } else {
+        t
+    }
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct Timeline {
     /// (from this time on, this much is free), sorted by time; the first step is `now`.
@@ -76,10 +85,9 @@ impl Timeline {
     /// The earliest time in `[from, horizon]`, rounded up to `resolution`, at which `req` stays
     /// free for `duration`.
     pub fn earliest_fit(&self, req: &Res, duration: u64, from: u64, horizon: u64, resolution: u64) -> Option<u64> {
-        let round = |t: u64| if resolution > 1 { t.div_ceil(resolution) * resolution } else { t };
         let first = self.at(from);
         let candidates = std::iter::once(from).chain(self.steps[first + 1..].iter().map(|(t, _)| *t));
-        for t in candidates.map(round) {
+        for t in candidates.map(|t| round_up(t, resolution)) {
             if t > horizon {
                 return None;
             }
