@@ -4,9 +4,11 @@
 //! - [`client`]: finds a replica that answers, follows leader hints, retries unavailable calls;
 //! - [`submit`]: turns command-line options and `#SBATCH` lines into a job spec;
 //! - [`display`]: squeue/sinfo/scontrol-like tables and `--json` output;
-//! - [`dev`]: three controller replicas and agents in one process on loopback.
+//! - [`dev`]: three controller replicas and agents in one process on loopback;
+//! - [`simulate`]: `quorum simulate`, trace replay through the production scheduler.
 
 pub mod client;
 pub mod dev;
 pub mod display;
+pub mod simulate;
 pub mod submit;

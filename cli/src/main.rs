@@ -98,6 +98,9 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Replay a workload trace (SWF) through the scheduler in virtual time and report waits,
+    /// slowdown and utilization.
+    Simulate(Box<quorum_cli::simulate::SimulateArgs>),
     /// Run three controller replicas and two agents in this process, on loopback.
     Dev {
         /// Keep data here instead of a temporary directory.
@@ -188,11 +191,17 @@ fn status_error(status: tonic::Status) -> anyhow::Error {
 }
 
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
-    if let Command::Dev { data, port, agents } = cli.command {
-        return dev(data, port, agents).await;
-    }
+    let command = match cli.command {
+        Command::Dev { data, port, agents } => return dev(data, port, agents).await,
+        Command::Simulate(args) => {
+            // Pure computation: off the async runtime's workers.
+            tokio::task::spawn_blocking(move || quorum_cli::simulate::run(*args)).await??;
+            return Ok(ExitCode::SUCCESS);
+        }
+        other => other,
+    };
     let client = Client::new(cli.controllers)?;
-    match cli.command {
+    match command {
         Command::Submit { opts, script, command } => {
             let payload = match (script, command.is_empty()) {
                 (Some(_), false) => anyhow::bail!("give a script or -- COMMAND, not both"),
@@ -433,7 +442,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 print!("{}", display::cluster_table(&replicas));
             }
         }
-        Command::Dev { .. } => unreachable!("handled above"),
+        Command::Dev { .. } | Command::Simulate(_) => unreachable!("handled above"),
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -319,6 +319,30 @@ pub struct ClusterSettings {
     pub qos: Vec<Qos>,
 }
 
+impl ClusterSettings {
+    /// The cluster-wide sections of a controller config file (partitions, scheduler, QOS,
+    /// accounts, switches) for tools that need no replica of their own, like the simulator; the
+    /// replica's own fields may be left out.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let name = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: name.clone(), source })?;
+        let mut table: toml::Table =
+            toml::from_str(&text).map_err(|e| ConfigError::Parse { path: name.clone(), message: e.to_string() })?;
+        table.entry("id").or_insert(toml::Value::Integer(1));
+        table.entry("listen").or_insert(toml::Value::String("127.0.0.1:0".into()));
+        table.entry("data_dir").or_insert(toml::Value::String(String::new()));
+        table.entry("replicas").or_insert_with(|| {
+            let mut r = toml::Table::new();
+            r.insert("id".into(), toml::Value::Integer(1));
+            r.insert("addr".into(), toml::Value::String("127.0.0.1:0".into()));
+            toml::Value::Array(vec![toml::Value::Table(r)])
+        });
+        let config: ControllerConfig =
+            table.try_into().map_err(|e: toml::de::Error| ConfigError::Parse { path: name, message: e.to_string() })?;
+        config.settings()
+    }
+}
+
 impl ControllerConfig {
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
         let text = std::fs::read_to_string(path)

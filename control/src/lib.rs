@@ -12,6 +12,7 @@ pub mod model;
 pub mod replica;
 pub mod sched;
 pub mod server;
+pub mod sim;
 pub mod state;
 
 pub use config::ControllerConfig;

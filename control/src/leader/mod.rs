@@ -143,19 +143,8 @@ async fn schedule_loop(core: Arc<Core>, mut stop: watch::Receiver<bool>) {
             "scheduling cycle"
         );
         *core.estimates.lock().unwrap_or_else(|p| p.into_inner()) = plan.estimates.clone();
-        let reasons: Vec<_> = {
-            let applied = core.shared.read();
-            plan.reasons
-                .iter()
-                .filter(|(id, r)| applied.state.jobs.get(id).is_some_and(|j| j.reason != **r))
-                .map(|(id, r)| (*id, *r))
-                .collect()
-        };
-        if plan.starts.is_empty() && reasons.is_empty() {
-            continue;
-        }
         let planned = plan.starts.len();
-        let command = Command::ApplyPlan { base_index, now: now_ms(), starts: plan.starts, reasons };
+        let Some(command) = plan.into_command(&core.shared.read().state, base_index, now_ms()) else { continue };
         match core.write(command).await {
             Ok((index, Response::PlanApplied { started, dropped })) => {
                 tracing::debug!(index, planned, started = started.len(), dropped = dropped.len(), "plan applied");

@@ -30,7 +30,7 @@ pub struct AssocLimits {
 }
 
 /// A node of the account tree.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Account {
     pub name: String,
     /// `None` for the root of the tree.

@@ -5,6 +5,9 @@
 pub mod accounts;
 pub mod hostlist;
 pub mod parse;
+pub mod shared;
+
+pub use shared::Shared;
 
 pub use accounts::{Account, AssocLimits, Qos, Usage};
 

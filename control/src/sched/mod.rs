@@ -27,7 +27,7 @@ pub use view::{ClusterView, NodeView, PendingJob, Res};
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::model::{Allocation, JobId, Millis, NodeAllocation, PendingReason};
-use crate::state::PlannedStart;
+use crate::state::{Command, PlannedStart};
 use profile::Timeline;
 
 /// Where and when backfill expects a pending job to start.
@@ -45,6 +45,23 @@ pub struct Plan {
     pub reasons: BTreeMap<JobId, PendingReason>,
     /// Reservations: expected start and nodes of blocked jobs backfill reached.
     pub estimates: BTreeMap<JobId, Estimate>,
+}
+
+impl Plan {
+    /// The command that applies this plan to `state` (the state it was made from, at
+    /// `base_index`): every start, and only the reasons that changed. `None` when it would
+    /// change nothing.
+    pub fn into_command(self, state: &crate::state::ClusterState, base_index: u64, now: Millis) -> Option<Command> {
+        let reasons: Vec<(JobId, PendingReason)> = self
+            .reasons
+            .into_iter()
+            .filter(|(id, r)| state.jobs.get(id).is_some_and(|j| j.reason != *r))
+            .collect();
+        if self.starts.is_empty() && reasons.is_empty() {
+            return None;
+        }
+        Some(Command::ApplyPlan { base_index, now, starts: self.starts, reasons })
+    }
 }
 
 /// Builds every node's availability profile from what is free now and when running jobs end.

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::model::{Account, HoldKind, JobId, JobState, Millis, Qos, Usage};
+use crate::model::{Account, HoldKind, JobId, JobState, Millis, Qos, Shared, Usage};
 use crate::state::ClusterState;
 
 /// An amount of CPUs, memory (MiB) and GPUs. Signed so that reservations can be subtracted.
@@ -146,9 +146,10 @@ pub struct ClusterView {
     pub partitions: BTreeMap<String, PartitionView>,
     pub running: Vec<RunningJob>,
     pub pending: Vec<PendingJob>,
-    pub accounts: BTreeMap<String, Account>,
-    pub qos: BTreeMap<String, Qos>,
-    pub usage: BTreeMap<String, Usage>,
+    /// Shared with the state: taking a view copies none of these.
+    pub accounts: Shared<BTreeMap<String, Account>>,
+    pub qos: Shared<BTreeMap<String, Qos>>,
+    pub usage: Shared<BTreeMap<String, Usage>>,
     /// The previous cycle's reservations (job → node names). A job keeps its reserved nodes
     /// while they still hold it no later than any others, so that a reservation never moves
     /// because best fit broke a tie differently.
@@ -183,7 +184,15 @@ impl ClusterView {
             });
         }
         for p in state.partitions.values() {
-            let idx = p.node_names.iter().filter_map(|n| view.node_index.get(n).copied()).collect();
+            // Both are in name order: a merge, not a lookup per node.
+            let mut idx = Vec::with_capacity(p.node_names.len());
+            let mut nodes = view.nodes.iter().enumerate().peekable();
+            for name in &p.node_names {
+                while nodes.next_if(|(_, n)| n.name < *name).is_some() {}
+                if let Some((i, _)) = nodes.next_if(|(_, n)| n.name == *name) {
+                    idx.push(i);
+                }
+            }
             view.partitions.insert(
                 p.name.clone(),
                 PartitionView {
@@ -199,10 +208,11 @@ impl ClusterView {
         // Singleton: a job waits while another of the same name and user runs or was
         // submitted before it and is still pending.
         let mut first_active: BTreeMap<(&str, &str), JobId> = BTreeMap::new();
-        for j in state.jobs.values().filter(|j| !j.state.is_finished()) {
+        let active = || state.active.iter().filter_map(|id| state.jobs.get(id));
+        for j in active() {
             first_active.entry((j.user.as_str(), j.spec.name.as_str())).or_insert(j.id);
         }
-        for j in state.jobs.values() {
+        for j in active() {
             match j.state {
                 JobState::Running => {
                     let Some(a) = &j.allocation else { continue };

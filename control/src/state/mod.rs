@@ -11,13 +11,13 @@ mod digest;
 pub use commands::{Command, NodeRegistration, PlannedStart, Response};
 pub use digest::digest;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
 use crate::model::{
     Account, Allocation, HoldKind, Job, JobId, JobSpec, JobState, Millis, Node, NodeAdminState, Partition,
-    PendingReason, Qos, RankOutcome, Rejection, Usage,
+    PendingReason, Qos, RankOutcome, Rejection, Shared, Usage,
 };
 use crate::sched::Policy;
 
@@ -33,6 +33,10 @@ pub struct ClusterState {
     pub clock: Millis,
     pub next_job_id: JobId,
     pub jobs: BTreeMap<JobId, Job>,
+    /// The jobs not yet finished (pending or running), so that a scheduling cycle costs what
+    /// the queue holds, not what the cluster has ever run.
+    #[serde(default)]
+    pub active: BTreeSet<JobId>,
     pub nodes: BTreeMap<String, Node>,
     pub partitions: BTreeMap<String, Partition>,
     /// Request ids of accepted submits, so that a retried submit returns the same job.
@@ -40,12 +44,12 @@ pub struct ClusterState {
     #[serde(default)]
     pub policy: Policy,
     #[serde(default)]
-    pub accounts: BTreeMap<String, Account>,
+    pub accounts: Shared<BTreeMap<String, Account>>,
     #[serde(default)]
-    pub qos: BTreeMap<String, Qos>,
+    pub qos: Shared<BTreeMap<String, Qos>>,
     /// Fairshare usage by account.
     #[serde(default)]
-    pub usage: BTreeMap<String, Usage>,
+    pub usage: Shared<BTreeMap<String, Usage>>,
     /// The switch of each node, when a topology is configured.
     #[serde(default)]
     pub switches: BTreeMap<String, String>,
@@ -113,8 +117,8 @@ pub fn apply(state: &mut ClusterState, index: u64, command: Command) -> Response
         Command::SeedAccounts { accounts, qos, now } => {
             advance_clock(state, now);
             if state.accounts.is_empty() && state.qos.is_empty() {
-                state.accounts = accounts.into_iter().map(|a| (a.name.clone(), a)).collect();
-                state.qos = qos.into_iter().map(|q| (q.name.clone(), q)).collect();
+                state.accounts = accounts.into_iter().map(|a| (a.name.clone(), a)).collect::<BTreeMap<_, _>>().into();
+                state.qos = qos.into_iter().map(|q| (q.name.clone(), q)).collect::<BTreeMap<_, _>>().into();
             }
             Response::Ok
         }
@@ -223,6 +227,7 @@ fn submit(state: &mut ClusterState, mut spec: JobSpec, user: String, request_id:
             if !request_id.is_empty() {
                 state.request_ids.insert(request_id.clone(), id);
             }
+            state.active.insert(id);
             state.jobs.insert(
                 id,
                 Job {
@@ -342,13 +347,18 @@ fn admit(state: &ClusterState, spec: &mut JobSpec) -> Result<String, Rejection> 
     let cpus = spec.cpus_per_node();
     let mem = *spec.mem_per_node_mb.get_or_insert(partition.default_mem_per_cpu_mb * u64::from(cpus));
     let gpu_type = spec.gpu_type.as_deref();
+    // Stops at the first `nodes` capable nodes: admission costs the job's size, not the cluster's.
+    let capable = state
+        .partition_nodes(partition)
+        .filter(|n| n.could_hold(cpus, mem, spec.gpus_per_node, gpu_type))
+        .take(spec.nodes as usize)
+        .count();
+    if capable >= spec.nodes as usize {
+        return Ok(partition.name.clone());
+    }
     let registered: Vec<&Node> = state.partition_nodes(partition).collect();
     if registered.is_empty() {
         // No node has registered yet, so nothing can be said about fit; the job waits.
-        return Ok(partition.name.clone());
-    }
-    let capable = registered.iter().filter(|n| n.could_hold(cpus, mem, spec.gpus_per_node, gpu_type)).count();
-    if capable >= spec.nodes as usize {
         return Ok(partition.name.clone());
     }
     Err(Rejection::NeverFits { detail: never_fits_detail(&partition.name, &registered, spec, cpus, mem) })
@@ -489,6 +499,7 @@ fn finish_job(
     signal: Option<i32>,
 ) {
     charge_usage(state, job_id);
+    state.active.remove(&job_id);
     let Some(job) = state.jobs.get_mut(&job_id) else { return };
     job.state = final_state;
     job.end_time = Some(state.clock);

@@ -1,0 +1,247 @@
+//! `quorum simulate`: replays an SWF trace through the production scheduler in virtual time and
+//! reports the schedule's quality, beside what the real machine did when the trace records it.
+
+use std::fmt::Write;
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use quorum_control::config::ClusterSettings;
+use quorum_control::model::parse::{format_duration, parse_time_limit};
+use quorum_control::sim::metrics::{Metrics, Report};
+use quorum_control::sim::swf::Trace;
+use quorum_control::sim::{svg, PolicyName, Progress, SimOptions, SimResult, Simulation};
+
+#[derive(clap::Args, Debug)]
+pub struct SimulateArgs {
+    /// A workload trace in the Standard Workload Format, plain or gzipped.
+    pub trace: PathBuf,
+    /// fcfs, easy, conservative, multifactor or sjf (default: the config's scheduler section,
+    /// or easy without a config).
+    #[arg(long, value_parser = |s: &str| s.parse::<PolicyName>())]
+    pub policy: Option<PolicyName>,
+    /// Nodes of the machine (default: the trace's MaxNodes header).
+    #[arg(long)]
+    pub nodes: Option<u32>,
+    /// CPUs per node (default: MaxProcs / MaxNodes from the header, or 1).
+    #[arg(long)]
+    pub cpus_per_node: Option<u32>,
+    /// Give every job whole nodes instead of just its processors.
+    #[arg(long)]
+    pub whole_nodes: bool,
+    /// A controller config file: partitions, [scheduler] weights, QOS, accounts, switches.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Conservative backfill: how many blocked jobs get reservations (default: all).
+    #[arg(long)]
+    pub reservations: Option<u32>,
+    /// Let a job that runs past its requested time run its recorded time instead of killing it.
+    #[arg(long)]
+    pub no_kill: bool,
+    /// Replay from the job with this number.
+    #[arg(long)]
+    pub from: Option<u64>,
+    /// Replay this many jobs.
+    #[arg(long)]
+    pub count: Option<usize>,
+    #[arg(long)]
+    pub json: bool,
+    /// Draw the schedule (nodes × time) to this SVG file.
+    #[arg(long)]
+    pub gantt: Option<PathBuf>,
+    /// Where the Gantt window starts, as time since the trace's start ([days-]hh:mm:ss;
+    /// default: the first replayed submit).
+    #[arg(long)]
+    pub gantt_from: Option<String>,
+    /// How long the Gantt window is.
+    #[arg(long, default_value = "2-00:00:00")]
+    pub gantt_span: String,
+    /// Draw queue length and utilization over time to this SVG file.
+    #[arg(long)]
+    pub plot: Option<PathBuf>,
+    /// No progress line on standard error.
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+fn duration_arg(flag: &str, v: &str) -> anyhow::Result<u64> {
+    match parse_time_limit(v) {
+        Ok(Some(s)) => Ok(s),
+        Ok(None) => anyhow::bail!("{flag} {v}: give a finite time"),
+        Err(e) => anyhow::bail!("{flag}: {e}"),
+    }
+}
+
+pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
+    let gantt_span = duration_arg("--gantt-span", &args.gantt_span)?;
+    let gantt_from = args.gantt_from.as_deref().map(|v| duration_arg("--gantt-from", v)).transpose()?;
+    let settings = match &args.config {
+        Some(path) => Some(ClusterSettings::load(path)?),
+        None => None,
+    };
+    let started = Instant::now();
+    let trace = Trace::read(&args.trace)?;
+    let opts = SimOptions {
+        nodes: args.nodes,
+        cpus_per_node: args.cpus_per_node,
+        whole_nodes: args.whole_nodes,
+        policy: args.policy,
+        reservations: args.reservations,
+        settings,
+        no_kill: args.no_kill,
+        from: args.from,
+        count: args.count,
+        samples: args.plot.is_some(),
+    };
+    let sim = Simulation::new(&trace, &opts)?;
+    let show_progress = !args.quiet;
+    let tty = std::io::stderr().is_terminal();
+    let mut last = Instant::now();
+    let mut printed = false;
+    let result = sim.run(&mut |p: &Progress| {
+        if show_progress && last.elapsed() >= Duration::from_secs(if tty { 1 } else { 5 }) {
+            last = Instant::now();
+            let line = progress_line(p, started.elapsed());
+            if tty {
+                eprint!("\r{line}\x1b[K");
+            } else {
+                eprintln!("{line}");
+            }
+            printed = true;
+        }
+    });
+    if printed && tty {
+        eprintln!();
+    }
+    if show_progress {
+        eprintln!(
+            "simulate: {} jobs replayed in {:.2} s ({} scheduling cycles)",
+            result.jobs.len(),
+            started.elapsed().as_secs_f64(),
+            result.cycles
+        );
+    }
+    let report = Report::of(&result);
+    let name = args.trace.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&json(&name, &trace, &result, &report))?);
+    } else {
+        print!("{}", table(&name, &trace, &result, &report));
+    }
+    if let Some(path) = &args.gantt {
+        let from = gantt_from.unwrap_or_else(|| result.jobs.first().map_or(0, |j| j.submit_s));
+        std::fs::write(path, svg::gantt(&result, from, from.saturating_add(gantt_span)))
+            .map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))?;
+    }
+    if let Some(path) = &args.plot {
+        std::fs::write(path, svg::plot(&result)).map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))?;
+    }
+    Ok(())
+}
+
+fn progress_line(p: &Progress, elapsed: Duration) -> String {
+    format!(
+        "simulate: {}/{} jobs submitted, {} done, {} waiting, virtual time {}, {} cycles, {:.0} s",
+        p.submitted,
+        p.total,
+        p.ended,
+        p.pending,
+        format_duration(p.t_s),
+        p.cycles,
+        elapsed.as_secs_f64()
+    )
+}
+
+fn json(name: &str, trace: &Trace, r: &SimResult, report: &Report) -> serde_json::Value {
+    let mut v = serde_json::to_value(report).expect("a report serializes");
+    let obj = v.as_object_mut().expect("an object");
+    obj.insert("trace".into(), name.into());
+    obj.insert("trace_jobs".into(), trace.jobs.len().into());
+    obj.insert("policy".into(), r.policy_name.clone().into());
+    obj.insert("machine".into(), serde_json::to_value(&r.machine).expect("serializes"));
+    obj.insert("cycles".into(), r.cycles.into());
+    obj.insert("skipped".into(), serde_json::to_value(&r.skipped).expect("serializes"));
+    obj.insert(
+        "rejected".into(),
+        r.rejected.iter().map(|(n, why)| serde_json::json!({"job": n, "reason": why})).collect(),
+    );
+    v
+}
+
+fn hms(s: f64) -> String {
+    format!("{} ({s:.0} s)", format_duration(s.round() as u64))
+}
+
+fn table(name: &str, trace: &Trace, r: &SimResult, report: &Report) -> String {
+    let mut out = String::new();
+    let m = &r.machine;
+    let p = &r.policy;
+    let _ = writeln!(out, "trace        {name}: {} records, {} replayed", trace.jobs.len(), r.jobs.len());
+    let _ = writeln!(
+        out,
+        "machine      {} nodes × {} CPUs ({} CPUs), {} allocation",
+        m.nodes,
+        m.cpus_per_node,
+        m.total_cpus(),
+        if m.whole_nodes { "whole-node" } else { "per-processor" }
+    );
+    let _ = writeln!(
+        out,
+        "policy       {} ({:?} order, {:?} backfill{}, bf_window {})",
+        r.policy_name,
+        p.ordering,
+        p.backfill,
+        if p.backfill == quorum_control::sched::BackfillMode::Conservative {
+            format!(" with {} reservations", if p.reservations == u32::MAX { "all".into() } else { p.reservations.to_string() })
+        } else {
+            String::new()
+        },
+        format_duration(p.bf_window_s)
+    );
+    for (why, n) in &r.skipped {
+        let _ = writeln!(out, "skipped      {n} records: {why}");
+    }
+    if !r.rejected.is_empty() {
+        let (job, why) = &r.rejected[0];
+        let _ = writeln!(out, "rejected     {} jobs at submit; the first, job {job}: {why}", r.rejected.len());
+    }
+    if report.never_started > 0 {
+        let _ = writeln!(out, "never ran    {} jobs", report.never_started);
+    }
+    let _ = writeln!(out, "killed       {} jobs at their time limit", report.killed_at_limit);
+    out.push('\n');
+    let s = &report.simulated;
+    let rec = report.recorded.as_ref();
+    let _ = writeln!(out, "{:<14} {:>26} {:>26}", "", "simulated", if rec.is_some() { "recorded" } else { "" });
+    let row = |out: &mut String, label: &str, f: &dyn Fn(&Metrics) -> String| {
+        let _ = writeln!(out, "{label:<14} {:>26} {:>26}", f(s), rec.map(f).unwrap_or_default());
+    };
+    row(&mut out, "jobs", &|m| m.jobs.to_string());
+    row(&mut out, "makespan", &|m| hms(m.makespan_s as f64));
+    row(&mut out, "utilization", &|m| format!("{:.1}%", m.utilization * 100.0));
+    row(&mut out, "wait mean", &|m| hms(m.wait_mean_s));
+    row(&mut out, "wait median", &|m| hms(m.wait_median_s as f64));
+    row(&mut out, "wait p95", &|m| hms(m.wait_p95_s as f64));
+    row(&mut out, "wait max", &|m| hms(m.wait_max_s as f64));
+    row(&mut out, "bsld mean", &|m| format!("{:.2}", m.bsld_mean));
+    out.push('\n');
+    let mut users: Vec<(&String, usize)> = s.per_user.iter().map(|(u, m)| (u, m.jobs)).collect();
+    users.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+    let _ = writeln!(
+        out,
+        "mean wait of the {} busiest users (of {}; all in --json)",
+        users.len().min(10),
+        users.len()
+    );
+    let _ = writeln!(out, "{:<14} {:>6} {:>19} {:>19}", "user", "jobs", "simulated", if rec.is_some() { "recorded" } else { "" });
+    for (u, jobs) in users.into_iter().take(10) {
+        let recorded = rec.and_then(|m| m.per_user.get(u)).map(|m| format_duration(m.wait_mean_s.round() as u64));
+        let _ = writeln!(
+            out,
+            "{u:<14} {jobs:>6} {:>19} {:>19}",
+            format_duration(s.per_user[u].wait_mean_s.round() as u64),
+            recorded.unwrap_or_default()
+        );
+    }
+    out
+}
