@@ -36,7 +36,6 @@ pub fn cluster(pending: usize, nodes: usize) -> ClusterView {
     let mut view = ClusterView::default();
     for i in 0..nodes {
         let name = format!("gpu{i:05}");
-        view.node_index.insert(name.clone(), i);
         view.nodes.push(NodeView {
             name,
             schedulable: true,

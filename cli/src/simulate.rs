@@ -192,7 +192,10 @@ fn table(name: &str, trace: &Trace, r: &SimResult, report: &Report) -> String {
         p.ordering,
         p.backfill,
         if p.backfill == quorum_control::sched::BackfillMode::Conservative {
-            format!(" with {} reservations", if p.reservations == u32::MAX { "all".into() } else { p.reservations.to_string() })
+            format!(
+                " with {} reservations",
+                if p.reservations == u32::MAX { "all".into() } else { p.reservations.to_string() }
+            )
         } else {
             String::new()
         },
@@ -227,13 +230,15 @@ fn table(name: &str, trace: &Trace, r: &SimResult, report: &Report) -> String {
     out.push('\n');
     let mut users: Vec<(&String, usize)> = s.per_user.iter().map(|(u, m)| (u, m.jobs)).collect();
     users.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+    let _ = writeln!(out, "mean wait of the {} busiest users (of {}; all in --json)", users.len().min(10), users.len());
     let _ = writeln!(
         out,
-        "mean wait of the {} busiest users (of {}; all in --json)",
-        users.len().min(10),
-        users.len()
+        "{:<14} {:>6} {:>19} {:>19}",
+        "user",
+        "jobs",
+        "simulated",
+        if rec.is_some() { "recorded" } else { "" }
     );
-    let _ = writeln!(out, "{:<14} {:>6} {:>19} {:>19}", "user", "jobs", "simulated", if rec.is_some() { "recorded" } else { "" });
     for (u, jobs) in users.into_iter().take(10) {
         let recorded = rec.and_then(|m| m.per_user.get(u)).map(|m| format_duration(m.wait_mean_s.round() as u64));
         let _ = writeln!(

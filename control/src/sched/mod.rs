@@ -52,11 +52,8 @@ impl Plan {
     /// `base_index`): every start, and only the reasons that changed. `None` when it would
     /// change nothing.
     pub fn into_command(self, state: &crate::state::ClusterState, base_index: u64, now: Millis) -> Option<Command> {
-        let reasons: Vec<(JobId, PendingReason)> = self
-            .reasons
-            .into_iter()
-            .filter(|(id, r)| state.jobs.get(id).is_some_and(|j| j.reason != *r))
-            .collect();
+        let reasons: Vec<(JobId, PendingReason)> =
+            self.reasons.into_iter().filter(|(id, r)| state.jobs.get(id).is_some_and(|j| j.reason != *r)).collect();
         if self.starts.is_empty() && reasons.is_empty() {
             return None;
         }
@@ -143,6 +140,7 @@ fn order<'a>(view: &'a ClusterView, now_ms: Millis, policy: &Policy) -> Vec<&'a 
 /// One scheduling cycle over a view of the cluster.
 pub fn schedule(view: &ClusterView, now_ms: Millis, policy: &Policy) -> Plan {
     let now = now_ms / 1000;
+    debug_assert!(view.nodes.windows(2).all(|w| w[0].name < w[1].name), "view nodes must be in name order");
     let horizon = now.saturating_add(policy.bf_window_s);
     let mut profiles = profiles(view, now);
     let mut free_gpus: Vec<Vec<u32>> = view.nodes.iter().map(|n| n.free_gpus.clone()).collect();
@@ -158,7 +156,8 @@ pub fn schedule(view: &ClusterView, now_ms: Millis, policy: &Policy) -> Plan {
     // remember the shortest failed duration per shape and skip the node scan.
     type Shape<'a> = (&'a str, (i64, i64, i64), u32, Option<&'a str>, &'a [String], bool);
     let mut failed: BTreeMap<Shape, u64> = BTreeMap::new();
-    let mut index = placement::FreeIndex::new(view, &profiles, now);
+    // Built on the first single-node job that may fit: many cycles place none.
+    let mut index: Option<placement::FreeIndex> = None;
     let topology = placement::Topology::new(view);
     let members: BTreeMap<&str, Vec<bool>> = view
         .partitions
@@ -211,7 +210,10 @@ pub fn schedule(view: &ClusterView, now_ms: Millis, policy: &Policy) -> Plan {
         let fits_now = if !may_fit {
             None
         } else if job.nodes == 1 && !job.exclusive && !exclusive {
-            index.fit_single(job, view, &members[job.partition.as_str()], &profiles, &free_gpus, now).map(|i| vec![i])
+            index
+                .get_or_insert_with(|| placement::FreeIndex::new(view, &profiles, now))
+                .fit_single(job, view, &members[job.partition.as_str()], &profiles, &free_gpus, now)
+                .map(|i| vec![i])
         } else {
             placement::fit_now(&topology, job, view, &partition.nodes, &profiles, &free_gpus, now, exclusive)
         };
@@ -224,7 +226,9 @@ pub fn schedule(view: &ClusterView, now_ms: Millis, policy: &Policy) -> Plan {
                 let before = profiles[i].free_at(now);
                 profiles[i].take(now, now.saturating_add(dur), &req);
                 max_free.change(before, profiles[i].free_at(now));
-                index.update(i, &profiles, now);
+                if let Some(index) = index.as_mut() {
+                    index.update(i, &profiles, now);
+                }
                 let indices = if job.exclusive || exclusive {
                     std::mem::take(&mut free_gpus[i])
                 } else {
@@ -245,7 +249,7 @@ pub fn schedule(view: &ClusterView, now_ms: Millis, policy: &Policy) -> Plan {
                 None => allocation
                     .nodes
                     .iter()
-                    .filter_map(|a| view.node_index.get(&a.node).map(|&i| (&view.nodes[i], a.gpus.len() as i64)))
+                    .filter_map(|a| view.node_index(&a.node).map(|i| (&view.nodes[i], a.gpus.len() as i64)))
                     .filter_map(|(n, c)| n.uniform_gpu_type.as_deref().map(|t| (t, c)))
                     .collect(),
             };
@@ -262,10 +266,8 @@ pub fn schedule(view: &ClusterView, now_ms: Millis, policy: &Policy) -> Plan {
         if reservations_left == 0 {
             continue;
         }
-        let previous: Option<Vec<usize>> = view
-            .previous
-            .get(&job.id)
-            .and_then(|names| names.iter().map(|n| view.node_index.get(n).copied()).collect());
+        let previous: Option<Vec<usize>> =
+            view.previous.get(&job.id).and_then(|names| names.iter().map(|n| view.node_index(n)).collect());
         let found = placement::earliest_sticky(
             &topology,
             job,
@@ -284,7 +286,9 @@ pub fn schedule(view: &ClusterView, now_ms: Millis, policy: &Policy) -> Plan {
                 let before = profiles[i].free_at(now);
                 profiles[i].take(t, t.saturating_add(dur), &req);
                 max_free.change(before, profiles[i].free_at(now));
-                index.update(i, &profiles, now);
+                if let Some(index) = index.as_mut() {
+                    index.update(i, &profiles, now);
+                }
             }
             plan.estimates.insert(
                 job.id,

@@ -141,8 +141,8 @@ pub struct PartitionView {
 
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ClusterView {
+    /// In name order ([`ClusterView::node_index`] searches them).
     pub nodes: Vec<NodeView>,
-    pub node_index: BTreeMap<String, usize>,
     pub partitions: BTreeMap<String, PartitionView>,
     pub running: Vec<RunningJob>,
     pub pending: Vec<PendingJob>,
@@ -169,7 +169,6 @@ impl ClusterView {
             ..ClusterView::default()
         };
         for node in state.nodes.values() {
-            view.node_index.insert(node.name.clone(), view.nodes.len());
             view.nodes.push(NodeView {
                 name: node.name.clone(),
                 schedulable: node.schedulable(),
@@ -221,7 +220,7 @@ impl ClusterView {
                         None => u64::MAX,
                     };
                     let mut gpus_by_type: Vec<(String, i64)> = Vec::new();
-                    for n in &a.nodes {
+                    for n in a.nodes.iter().filter(|n| !n.gpus.is_empty()) {
                         let Some(node) = state.nodes.get(&n.node) else { continue };
                         for idx in &n.gpus {
                             if let Some(g) = node.gpus.iter().find(|g| g.index == *idx) {
@@ -243,7 +242,7 @@ impl ClusterView {
                             .nodes
                             .iter()
                             .filter_map(|n| {
-                                view.node_index.get(&n.node).map(|i| (*i, res_of(n.cpus, n.mem_mb, n.gpus.len())))
+                                view.node_index(&n.node).map(|i| (i, res_of(n.cpus, n.mem_mb, n.gpus.len())))
                             })
                             .collect(),
                     });
@@ -283,6 +282,11 @@ impl ClusterView {
             }
         }
         view
+    }
+
+    /// The index of the node of this name: `nodes` are in name order.
+    pub fn node_index(&self, name: &str) -> Option<usize> {
+        self.nodes.binary_search_by(|n| n.name.as_str().cmp(name)).ok()
     }
 
     /// CPUs and GPUs of all schedulable nodes.

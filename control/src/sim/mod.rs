@@ -227,10 +227,8 @@ impl Simulation {
     pub fn new(trace: &Trace, opts: &SimOptions) -> Result<Simulation, SimError> {
         let h = &trace.header;
         let settings = opts.settings.clone();
-        let config_nodes: BTreeSet<String> = settings
-            .iter()
-            .flat_map(|s| s.partitions.iter().flat_map(|p| p.node_names.iter().cloned()))
-            .collect();
+        let config_nodes: BTreeSet<String> =
+            settings.iter().flat_map(|s| s.partitions.iter().flat_map(|p| p.node_names.iter().cloned())).collect();
         let nodes = match (opts.nodes, config_nodes.len(), h.max_nodes, h.max_procs) {
             (Some(n), c, _, _) if c > 0 && c as u64 != u64::from(n) => {
                 return Err(SimError::Invalid(format!(
@@ -272,16 +270,15 @@ impl Simulation {
         };
         if policy.backfill == BackfillMode::Conservative {
             // Textbook conservative backfill gives every blocked job a reservation.
-            policy.reservations = opts.reservations.unwrap_or(if opts.policy.is_some() { u32::MAX } else { policy.reservations });
+            policy.reservations =
+                opts.reservations.unwrap_or(if opts.policy.is_some() { u32::MAX } else { policy.reservations });
         }
 
         // The slice.
         let start = match opts.from {
-            Some(from) => trace
-                .jobs
-                .iter()
-                .position(|j| j.number >= from)
-                .ok_or_else(|| SimError::Invalid(format!("--from {from}: the trace has no job numbered {from} or later")))?,
+            Some(from) => trace.jobs.iter().position(|j| j.number >= from).ok_or_else(|| {
+                SimError::Invalid(format!("--from {from}: the trace has no job numbered {from} or later"))
+            })?,
             None => 0,
         };
         if opts.count == Some(0) {

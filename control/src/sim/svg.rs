@@ -63,8 +63,7 @@ fn lanes(jobs: &[&JobRecord], nodes: usize, cpus: u32) -> BTreeMap<(u64, u32), V
         let (Some(start), Some(end)) = (j.start_s, j.end_s) else { continue };
         for &(node, n) in &j.alloc {
             let lanes = &mut free_at[node as usize];
-            let mut chosen: Vec<u32> =
-                (0..cpus).filter(|&l| lanes[l as usize] <= start).take(n as usize).collect();
+            let mut chosen: Vec<u32> = (0..cpus).filter(|&l| lanes[l as usize] <= start).take(n as usize).collect();
             if chosen.len() < n as usize {
                 // Only a job let run past its limit can find its node full; draw it on top.
                 chosen = (0..n.min(cpus)).collect();
@@ -203,7 +202,8 @@ pub fn plot(result: &SimResult) -> String {
     let to = samples.last().map_or(1, |s| s.t_s).max(from + 1);
     let buckets = 1000;
     let total = result.machine.total_cpus().max(1) as f64;
-    let queue = bucket_means(&samples.iter().map(|s| (s.t_s, f64::from(s.pending))).collect::<Vec<_>>(), from, to, buckets);
+    let queue =
+        bucket_means(&samples.iter().map(|s| (s.t_s, f64::from(s.pending))).collect::<Vec<_>>(), from, to, buckets);
     let util = bucket_means(
         &samples.iter().map(|s| (s.t_s, s.busy_cpus as f64 / total * 100.0)).collect::<Vec<_>>(),
         from,
@@ -248,7 +248,11 @@ pub fn plot(result: &SimResult) -> String {
             let py = y0 + panel_h - (v / max).min(1.0) * panel_h;
             let _ = write!(points, "{px:.1},{py:.1} ");
         }
-        let _ = writeln!(out, r#"<polyline fill="none" stroke="{stroke}" stroke-width="1" points="{}"/>"#, points.trim_end());
+        let _ = writeln!(
+            out,
+            r#"<polyline fill="none" stroke="{stroke}" stroke-width="1" points="{}"/>"#,
+            points.trim_end()
+        );
     }
     out.push_str("</svg>\n");
     out

@@ -259,7 +259,10 @@ mod tests {
         let ok = "1 0 10 100 4 -1 -1 8 3600 -1 1 3 4 -1 -1 -1 -1 -1\n";
         let cases = [
             ("1 0 10 100 4 -1 -1 8 3600 -1 1 3 4 -1 -1 -1 -1\n", "t.swf:2: expected 18 fields, found 17"),
-            ("1 0 10 1x0 4 -1 -1 8 3600 -1 1 3 4 -1 -1 -1 -1 -1\n", "t.swf:2: field 4 (run time) is '1x0', not a number"),
+            (
+                "1 0 10 1x0 4 -1 -1 8 3600 -1 1 3 4 -1 -1 -1 -1 -1\n",
+                "t.swf:2: field 4 (run time) is '1x0', not a number",
+            ),
             ("1 0 10 100 4 -1 -1 -8 3600 -1 1 3 4 -1 -1 -1 -1 -1\n", "field 8 (requested processors) is -8"),
             ("-1 0 10 100 4 -1 -1 8 3600 -1 1 3 4 -1 -1 -1 -1 -1\n", "t.swf:2: field 1 (job number) is -1"),
             ("1 0 10 100 4 -1 -1 8 3600 -1 1 3 4 -1 -1 -1 -1 x\n", "field 18 (think time) is 'x'"),

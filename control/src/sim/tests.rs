@@ -34,7 +34,12 @@ fn policy(p: PolicyName) -> SimOptions {
 fn easy_vs_fcfs() -> Trace {
     trace(
         "; MaxNodes: 4\n; MaxProcs: 4\n",
-        &[line(1, 0, 100, 2, 100, 1, 1), line(2, 1, 50, 4, 50, 1, 1), line(3, 2, 50, 2, 50, 2, 2), line(4, 3, 200, 1, 200, 2, 2)],
+        &[
+            line(1, 0, 100, 2, 100, 1, 1),
+            line(2, 1, 50, 4, 50, 1, 1),
+            line(3, 2, 50, 2, 50, 2, 2),
+            line(4, 3, 200, 1, 200, 2, 2),
+        ],
     )
 }
 
@@ -93,7 +98,10 @@ fn a_job_past_its_limit_is_killed_unless_asked_not_to() {
 #[test]
 fn per_processor_and_whole_node_allocation() {
     // Two nodes of 4 CPUs. 1 and 2 each ask 2 processors: per processor they share a node.
-    let t = trace("; MaxNodes: 2\n; MaxProcs: 8\n", &[line(1, 0, 100, 2, 100, 1, 1), line(2, 0, 100, 2, 100, 1, 1), line(3, 0, 100, 5, 100, 1, 1)]);
+    let t = trace(
+        "; MaxNodes: 2\n; MaxProcs: 8\n",
+        &[line(1, 0, 100, 2, 100, 1, 1), line(2, 0, 100, 2, 100, 1, 1), line(3, 0, 100, 5, 100, 1, 1)],
+    );
     let r = run(&t, SimOptions::default());
     assert_eq!(r.machine, Machine { nodes: 2, cpus_per_node: 4, whole_nodes: false });
     // 3 asks for 5 processors: two nodes, 3 CPUs each, so it waits for both jobs.
@@ -137,7 +145,7 @@ fn records_skips_rejections_recorded_waits_and_slices() {
         "1 0 5 100 2 -1 -1 2 100 -1 1 1 1 -1 -1 -1 -1 -1\n".to_string(),
         "2 0 -1 -1 2 -1 -1 2 100 -1 1 1 1 -1 -1 -1 -1 -1\n".to_string(), // run time unknown
         "3 0 -1 10 -1 -1 -1 -1 100 -1 1 1 1 -1 -1 -1 -1 -1\n".to_string(), // processors unknown
-        "4 0 0 10 9 -1 -1 9 100 -1 1 1 1 -1 -1 -1 -1 -1\n".to_string(),   // larger than the machine
+        "4 0 0 10 9 -1 -1 9 100 -1 1 1 1 -1 -1 -1 -1 -1\n".to_string(),  // larger than the machine
         "5 30 70 10 2 -1 -1 -1 -1 -1 1 2 2 -1 -1 -1 -1 -1\n".to_string(), // requested time unknown
     ];
     let t = trace("; MaxNodes: 2\n; MaxProcs: 2\n", &lines);
@@ -169,7 +177,10 @@ fn bad_options_are_named() {
     assert!(err(SimOptions { cpus_per_node: Some(0), ..Default::default() }).contains("--cpus-per-node"));
     let bare = trace("", &[line(1, 0, 1, 1, 1, 1, 1)]);
     assert_eq!(Simulation::new(&bare, &SimOptions::default()).err(), Some(SimError::NoMachineSize));
-    assert_eq!("lifo".parse::<PolicyName>().unwrap_err(), "unknown policy 'lifo': expected fcfs, easy, conservative, multifactor or sjf");
+    assert_eq!(
+        "lifo".parse::<PolicyName>().unwrap_err(),
+        "unknown policy 'lifo': expected fcfs, easy, conservative, multifactor or sjf"
+    );
 }
 
 /// A pseudo-random workload (a fixed LCG, so the trace itself is the same every time).
@@ -182,7 +193,7 @@ pub(crate) fn synthetic(jobs: u64, nodes: u64) -> Trace {
     let mut submit = 0;
     let lines: Vec<String> = (1..=jobs)
         .map(|n| {
-            submit += next(120);
+            submit += next(240);
             let procs = 1 + next(nodes) / (1 + next(4));
             let run = 1 + next(3000);
             let req = run + next(3000);
@@ -207,5 +218,6 @@ fn the_same_run_twice_is_identical() {
         // Sanity of the schedule: never more CPUs busy than the machine has.
         assert!(a.samples.iter().all(|s| s.busy_cpus <= a.machine.total_cpus()));
         assert_eq!(ra.never_started, 0);
+        assert!(a.samples.iter().map(|s| s.pending).max() > Some(20), "the workload queues, so backfill matters");
     }
 }
