@@ -5,6 +5,7 @@
 //! `cargo bench --bench sched` (results in benches/RESULTS.md).
 
 use std::hint::black_box;
+use std::sync::Arc;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion};
@@ -36,7 +37,7 @@ pub fn cluster(pending: usize, nodes: usize) -> ClusterView {
     let mut view = ClusterView::default();
     for i in 0..nodes {
         let name = format!("gpu{i:05}");
-        view.nodes.push(NodeView {
+        view.nodes.push(Arc::new(NodeView {
             name,
             schedulable: true,
             features: vec![],
@@ -45,12 +46,12 @@ pub fn cluster(pending: usize, nodes: usize) -> ClusterView {
             gpus: (0..8).map(|g| (g, "h100".to_string())).collect(),
             free_gpus: (0..8).collect(),
             uniform_gpu_type: Some("h100".into()),
-        });
+        }));
     }
     // Half the nodes run a whole-node job ending within a day.
     for i in (0..nodes).step_by(2) {
-        view.nodes[i].free_gpus.clear();
-        view.running.push(RunningJob {
+        Arc::make_mut(&mut view.nodes[i]).free_gpus.clear();
+        view.running.push(Arc::new(RunningJob {
             id: 10_000_000 + i as u64,
             user: format!("u{}", i % 50),
             account: format!("acct{}", i % 10),
@@ -58,7 +59,7 @@ pub fn cluster(pending: usize, nodes: usize) -> ClusterView {
             end_s: now + 60 + rng.below(86_400),
             alloc: vec![(i, Res { cpus: 64, mem: 512 * 1024, gpus: 8 })],
             gpus_by_type: vec![("h100".into(), 8)],
-        });
+        }));
     }
     view.partitions.insert(
         "gpu".into(),
@@ -86,7 +87,7 @@ pub fn cluster(pending: usize, nodes: usize) -> ClusterView {
     for j in 0..pending {
         let gpus = [1, 1, 2, 4, 8][rng.below(5) as usize];
         let multi = rng.below(10) == 0;
-        view.pending.push(PendingJob {
+        view.pending.push(Arc::new(PendingJob {
             id: j as u64 + 1,
             user: format!("u{}", rng.below(200)),
             account: format!("acct{}", rng.below(10)),
@@ -103,7 +104,7 @@ pub fn cluster(pending: usize, nodes: usize) -> ClusterView {
             features: vec![],
             held: None,
             dependency: DepStatus::Satisfied,
-        });
+        }));
     }
     view
 }

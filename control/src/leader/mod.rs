@@ -115,6 +115,7 @@ async fn sync_settings(core: Arc<Core>, settings: ClusterSettings, mut stop: wat
 }
 
 async fn schedule_loop(core: Arc<Core>, mut stop: watch::Receiver<bool>) {
+    let mut cache = sched::view::ViewCache::default();
     loop {
         tokio::select! {
             _ = core.shared.sched_kick.notified() => {}
@@ -126,7 +127,11 @@ async fn schedule_loop(core: Arc<Core>, mut stop: watch::Receiver<bool>) {
         }
         let (mut view, base_index, policy) = {
             let applied = core.shared.read();
-            (ClusterView::from_state(&applied.state), applied.applied_index(), applied.state.policy.clone())
+            (
+                ClusterView::from_state_cached(&applied.state, &mut cache),
+                applied.applied_index(),
+                applied.state.policy.clone(),
+            )
         };
         view.previous = core
             .estimates

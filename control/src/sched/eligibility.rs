@@ -57,13 +57,13 @@ fn account_chain<'a>(view: &'a ClusterView, account: &'a str) -> impl Iterator<I
 }
 
 #[derive(Clone, Debug, Default)]
-struct Held {
+struct Held<'a> {
     jobs: u32,
     cpus: i64,
     gpus: i64,
     mem: i64,
     nodes: i64,
-    gpus_by_type: BTreeMap<String, i64>,
+    gpus_by_type: BTreeMap<&'a str, i64>,
 }
 
 /// What one job holds, for counting.
@@ -75,29 +75,49 @@ pub struct Usage<'a> {
     pub gpus_by_type: Vec<(&'a str, i64)>,
 }
 
-impl Held {
-    fn add(&mut self, u: &Usage) {
+impl<'a> Held<'a> {
+    fn add(&mut self, u: &Usage<'a>) {
         self.jobs += 1;
         self.cpus += u.cpus;
         self.gpus += u.gpus;
         self.mem += u.mem;
         self.nodes += u.nodes;
         for (t, n) in &u.gpus_by_type {
-            *self.gpus_by_type.entry(t.to_string()).or_default() += n;
+            *self.gpus_by_type.entry(t).or_default() += n;
         }
     }
 }
 
-/// What running and planned jobs hold, for the limits.
+/// What running and planned jobs hold, for the limits; keyed by names borrowed from the view.
 #[derive(Debug, Default)]
-pub struct Limits {
-    by_user_qos: BTreeMap<(String, String), Held>,
-    by_account: BTreeMap<String, Held>,
+pub struct Limits<'a> {
+    /// Whether any QOS or account has a limit that counts; without one there is nothing to
+    /// count and every check passes.
+    counting: bool,
+    by_user_qos: BTreeMap<(&'a str, &'a str), Held<'a>>,
+    by_account: BTreeMap<&'a str, Held<'a>>,
 }
 
-impl Limits {
-    pub fn from_running(view: &ClusterView) -> Limits {
-        let mut limits = Limits::default();
+/// Whether any QOS or account limits what running jobs may hold together.
+fn any_counted_limit(view: &ClusterView) -> bool {
+    view.qos.values().any(|q| q.max_jobs_per_user.is_some() || q.max_gpus_per_user.is_some())
+        || view.accounts.values().any(|a| {
+            let l = &a.limits;
+            l.max_jobs.is_some()
+                || l.grp_gpus.is_some()
+                || l.grp_cpus.is_some()
+                || l.grp_mem_mb.is_some()
+                || l.grp_nodes.is_some()
+                || !l.grp_gpus_by_type.is_empty()
+        })
+}
+
+impl<'a> Limits<'a> {
+    pub fn from_running(view: &'a ClusterView) -> Limits<'a> {
+        let mut limits = Limits { counting: any_counted_limit(view), ..Limits::default() };
+        if !limits.counting {
+            return limits;
+        }
         for r in &view.running {
             let usage = Usage {
                 cpus: r.alloc.iter().map(|(_, res)| res.cpus).sum(),
@@ -111,23 +131,29 @@ impl Limits {
         limits
     }
 
-    fn add(&mut self, view: &ClusterView, user: &str, qos: &str, account: &str, usage: &Usage) {
-        self.by_user_qos.entry((user.to_string(), qos.to_string())).or_default().add(usage);
+    fn add(&mut self, view: &'a ClusterView, user: &'a str, qos: &'a str, account: &'a str, usage: &Usage<'a>) {
+        if !self.counting {
+            return;
+        }
+        self.by_user_qos.entry((user, qos)).or_default().add(usage);
         for a in account_chain(view, account) {
-            self.by_account.entry(a.to_string()).or_default().add(usage);
+            self.by_account.entry(a).or_default().add(usage);
         }
     }
 
     /// Counts a start planned this cycle.
-    pub fn add_job(&mut self, view: &ClusterView, job: &PendingJob, usage: &Usage) {
+    pub fn add_job(&mut self, view: &'a ClusterView, job: &'a PendingJob, usage: &Usage<'a>) {
         self.add(view, &job.user, &job.qos, &job.account, usage);
     }
 
     /// The first limit the job would exceed if it started now.
     pub fn check(&self, view: &ClusterView, job: &PendingJob) -> Option<PendingReason> {
+        if !self.counting {
+            return None;
+        }
         let none = Held::default();
         if let Some(q) = view.qos.get(&job.qos) {
-            let h = self.by_user_qos.get(&(job.user.clone(), job.qos.clone())).unwrap_or(&none);
+            let h = self.by_user_qos.get(&(job.user.as_str(), job.qos.as_str())).unwrap_or(&none);
             if q.max_jobs_per_user.is_some_and(|m| h.jobs + 1 > m) {
                 return Some(PendingReason::QOSMaxJobsPerUserLimit);
             }

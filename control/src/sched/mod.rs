@@ -64,18 +64,30 @@ impl Plan {
 /// Builds every node's availability profile from what is free now and when running jobs end.
 pub fn profiles(view: &ClusterView, now: u64) -> Vec<Timeline> {
     let mut free: Vec<Res> = view.nodes.iter().map(|n| n.capacity).collect();
-    let mut releases: Vec<Vec<(u64, Res)>> = vec![Vec::new(); view.nodes.len()];
+    // Every release of every node in one list, sorted by node and time: one allocation for
+    // all of them, then one per node for its steps.
+    let mut releases: Vec<(usize, u64, Res)> = Vec::new();
     for r in &view.running {
         // A job past its limit is being killed; plan for it to be gone in a second.
         let end = if r.end_s == u64::MAX { None } else { Some(r.end_s.max(now + 1)) };
         for (i, res) in &r.alloc {
             free[*i] = free[*i].minus(res);
             if let Some(end) = end {
-                releases[*i].push((end, *res));
+                releases.push((*i, end, *res));
             }
         }
     }
-    free.into_iter().zip(releases).map(|(f, rel)| Timeline::new(now, f, rel)).collect()
+    releases.sort_unstable_by_key(|(i, t, _)| (*i, *t));
+    let mut rest = releases.as_slice();
+    free.into_iter()
+        .enumerate()
+        .map(|(i, f)| {
+            let n = rest.iter().take_while(|(node, _, _)| *node == i).count();
+            let (mine, after) = rest.split_at(n);
+            rest = after;
+            Timeline::from_sorted(now, f, n, mine.iter().map(|(_, t, r)| (*t, *r)))
+        })
+        .collect()
 }
 
 /// The largest free CPUs, memory and GPUs now over all nodes (each on its own), kept as counted
@@ -121,7 +133,7 @@ impl MaxFree {
 
 /// The order in which pending jobs are considered.
 fn order<'a>(view: &'a ClusterView, now_ms: Millis, policy: &Policy) -> Vec<&'a PendingJob> {
-    let mut jobs: Vec<&PendingJob> = view.pending.iter().collect();
+    let mut jobs: Vec<&PendingJob> = view.pending.iter().map(|j| &**j).collect();
     match policy.ordering {
         Ordering::Fifo => jobs.sort_by_key(|j| (j.submit_ms, j.id)),
         Ordering::ShortestFirst => jobs.sort_by_key(|j| (j.duration_s(), j.submit_ms, j.id)),

@@ -23,7 +23,13 @@ impl Timeline {
     /// `free_now` from `now` on, then each (time, amount) release added from its time on.
     pub fn new(now: u64, free_now: Res, mut releases: Vec<(u64, Res)>) -> Timeline {
         releases.sort_by_key(|(t, _)| *t);
-        let mut steps = vec![(now, free_now)];
+        Timeline::from_sorted(now, free_now, releases.len(), releases.into_iter())
+    }
+
+    /// Like [`Timeline::new`], from `count` releases already in time order.
+    pub fn from_sorted(now: u64, free_now: Res, count: usize, releases: impl Iterator<Item = (u64, Res)>) -> Timeline {
+        let mut steps = Vec::with_capacity(count + 1);
+        steps.push((now, free_now));
         for (t, amount) in releases {
             let t = t.max(now);
             let last = steps.last().expect("never empty").1;

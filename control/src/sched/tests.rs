@@ -15,6 +15,7 @@ pub(crate) struct Bench {
     index: u64,
     /// The last plan's reservations, fed to the next cycle as the leader does.
     previous: BTreeMap<u64, Vec<String>>,
+    cache: crate::sched::view::ViewCache,
 }
 
 pub(crate) fn node(name: &str, cpus: u32, gpus: u32, gpu_type: &str, features: &[&str]) -> NodeRegistration {
@@ -30,7 +31,13 @@ pub(crate) fn node(name: &str, cpus: u32, gpus: u32, gpu_type: &str, features: &
 
 impl Bench {
     pub fn new(nodes: Vec<NodeRegistration>, policy: Policy) -> Bench {
-        let mut b = Bench { state: ClusterState::new(), now_ms: 1_000_000_000, index: 0, previous: BTreeMap::new() };
+        let mut b = Bench {
+            state: ClusterState::new(),
+            now_ms: 1_000_000_000,
+            index: 0,
+            previous: BTreeMap::new(),
+            cache: Default::default(),
+        };
         let names: Vec<String> = nodes.iter().map(|n| n.name.clone()).collect();
         let mut p = partition("batch", "x", true);
         p.node_names = names.iter().cloned().collect();
@@ -91,6 +98,11 @@ impl Bench {
     /// One scheduling cycle, applied; returns the plan.
     pub fn cycle(&mut self) -> Plan {
         let mut view = ClusterView::from_state(&self.state);
+        assert_eq!(
+            ClusterView::from_state_cached(&self.state, &mut self.cache),
+            view,
+            "a view built from the cache equals one built afresh"
+        );
         view.previous = std::mem::take(&mut self.previous);
         let policy = self.state.policy.clone();
         let plan = schedule(&view, self.now_ms, &policy);

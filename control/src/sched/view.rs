@@ -2,9 +2,11 @@
 //! capacity and what is free now, running jobs with their expected ends, pending jobs with
 //! their dependencies already resolved, and the account tree.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::Arc;
 
-use crate::model::{Account, HoldKind, JobId, JobState, Millis, Qos, Shared, Usage};
+use crate::model::{Account, HoldKind, Job, JobId, JobState, Millis, Node, Qos, Shared, Usage};
 use crate::state::ClusterState;
 
 /// An amount of CPUs, memory (MiB) and GPUs. Signed so that reservations can be subtracted.
@@ -33,7 +35,7 @@ impl Res {
     }
 }
 
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct NodeView {
     pub name: String,
     pub schedulable: bool,
@@ -142,10 +144,10 @@ pub struct PartitionView {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ClusterView {
     /// In name order ([`ClusterView::node_index`] searches them).
-    pub nodes: Vec<NodeView>,
+    pub nodes: Vec<Arc<NodeView>>,
     pub partitions: BTreeMap<String, PartitionView>,
-    pub running: Vec<RunningJob>,
-    pub pending: Vec<PendingJob>,
+    pub running: Vec<Arc<RunningJob>>,
+    pub pending: Vec<Arc<PendingJob>>,
     /// Shared with the state: taking a view copies none of these.
     pub accounts: Shared<BTreeMap<String, Account>>,
     pub qos: Shared<BTreeMap<String, Qos>>,
@@ -156,32 +158,158 @@ pub struct ClusterView {
     pub previous: BTreeMap<JobId, Vec<String>>,
 }
 
+/// FNV-1a: a fast hash for the short node names looked up while taking a view (no
+/// adversary chooses them, so a keyed hash buys nothing).
+#[derive(Default)]
+struct Fnv(u64);
+
+impl Hasher for Fnv {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        let mut h = if self.0 == 0 { 0xcbf2_9ce4_8422_2325 } else { self.0 };
+        for b in bytes {
+            h = (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        self.0 = h;
+    }
+}
+
 fn res_of(cpus: u32, mem_mb: u64, gpus: usize) -> Res {
     Res { cpus: i64::from(cpus), mem: mem_mb as i64, gpus: gpus as i64 }
 }
 
+/// Parts of the last view that the next one reuses while what they came from is unchanged:
+/// nodes, running jobs (by allocation) and pending jobs. A steady cluster's view then costs a
+/// comparison per node and a reference count per job instead of copies. The leader and the
+/// simulator keep one across cycles; any view built with it equals one built without.
+#[derive(Debug, Default)]
+pub struct ViewCache {
+    nodes: Vec<Arc<NodeView>>,
+    /// Job → (allocation index, generation last used, entry).
+    running: BTreeMap<JobId, (u64, u64, Arc<RunningJob>)>,
+    pending: BTreeMap<JobId, (u64, Arc<PendingJob>)>,
+    generation: u64,
+}
+
+fn free_gpus(node: &Node) -> impl Iterator<Item = u32> + '_ {
+    node.gpus.iter().map(|g| g.index).filter(|i| !node.alloc_gpus.contains(i))
+}
+
+/// Whether a cached node view still describes `node`.
+fn node_matches(v: &NodeView, node: &Node, switch: Option<&String>) -> bool {
+    v.name == node.name
+        && v.schedulable == node.schedulable()
+        && v.capacity == res_of(node.cpus, node.mem_mb, node.gpus.len())
+        && v.features == node.features
+        && v.switch.as_ref() == switch
+        && v.gpus.len() == node.gpus.len()
+        && v.gpus.iter().zip(&node.gpus).all(|((i, t), g)| *i == g.index && *t == g.gpu_type)
+        && v.free_gpus.iter().copied().eq(free_gpus(node))
+}
+
+fn node_view(node: &Node, switch: Option<&String>) -> NodeView {
+    let gpus: Vec<(u32, String)> = node.gpus.iter().map(|g| (g.index, g.gpu_type.clone())).collect();
+    NodeView {
+        name: node.name.clone(),
+        schedulable: node.schedulable(),
+        features: node.features.clone(),
+        switch: switch.cloned(),
+        capacity: res_of(node.cpus, node.mem_mb, node.gpus.len()),
+        uniform_gpu_type: uniform_type(&gpus),
+        gpus,
+        free_gpus: free_gpus(node).collect(),
+    }
+}
+
+fn running_job(
+    state: &ClusterState,
+    j: &Job,
+    a: &crate::model::Allocation,
+    by_name: &HashMap<&str, usize, BuildHasherDefault<Fnv>>,
+) -> RunningJob {
+    let end_s = match j.spec.time_limit_s {
+        Some(limit) => j.start_time.unwrap_or(state.clock) / 1000 + limit,
+        None => u64::MAX,
+    };
+    let mut gpus_by_type: Vec<(String, i64)> = Vec::new();
+    for n in a.nodes.iter().filter(|n| !n.gpus.is_empty()) {
+        let Some(node) = state.nodes.get(&n.node) else { continue };
+        for idx in &n.gpus {
+            if let Some(g) = node.gpus.iter().find(|g| g.index == *idx) {
+                match gpus_by_type.iter_mut().find(|(t, _)| *t == g.gpu_type) {
+                    Some((_, c)) => *c += 1,
+                    None => gpus_by_type.push((g.gpu_type.clone(), 1)),
+                }
+            }
+        }
+    }
+    RunningJob {
+        gpus_by_type,
+        id: j.id,
+        user: j.user.clone(),
+        account: j.account.clone(),
+        qos: j.qos.clone(),
+        end_s,
+        alloc: a
+            .nodes
+            .iter()
+            .filter_map(|n| by_name.get(n.node.as_str()).map(|&i| (i, res_of(n.cpus, n.mem_mb, n.gpus.len()))))
+            .collect(),
+    }
+}
+
+fn pending_job(j: &Job, dependency: DepStatus) -> PendingJob {
+    PendingJob {
+        id: j.id,
+        user: j.user.clone(),
+        account: j.account.clone(),
+        qos: j.qos.clone(),
+        partition: j.partition.clone(),
+        submit_ms: j.submit_time,
+        begin_ms: j.spec.begin_time,
+        nodes: j.spec.nodes,
+        per_node: res_of(j.spec.cpus_per_node(), j.spec.mem_per_node_mb.unwrap_or(0), j.spec.gpus_per_node as usize),
+        gpu_type: j.spec.gpu_type.clone(),
+        time_limit_s: j.spec.time_limit_s,
+        nice: j.spec.nice,
+        exclusive: j.spec.exclusive,
+        features: j.spec.constraint.clone(),
+        held: j.held,
+        dependency,
+    }
+}
+
 impl ClusterView {
     pub fn from_state(state: &ClusterState) -> Self {
+        Self::from_state_cached(state, &mut ViewCache::default())
+    }
+
+    /// The same view as [`ClusterView::from_state`], reusing what `cache` kept from the last one.
+    pub fn from_state_cached(state: &ClusterState, cache: &mut ViewCache) -> Self {
+        cache.generation += 1;
+        let generation = cache.generation;
         let mut view = ClusterView {
             accounts: state.accounts.clone(),
             qos: state.qos.clone(),
             usage: state.usage.clone(),
             ..ClusterView::default()
         };
-        for node in state.nodes.values() {
-            view.nodes.push(NodeView {
-                name: node.name.clone(),
-                schedulable: node.schedulable(),
-                features: node.features.clone(),
-                switch: state.switches.get(&node.name).cloned(),
-                capacity: res_of(node.cpus, node.mem_mb, node.gpus.len()),
-                gpus: node.gpus.iter().map(|g| (g.index, g.gpu_type.clone())).collect(),
-                free_gpus: node.gpus.iter().map(|g| g.index).filter(|i| !node.alloc_gpus.contains(i)).collect(),
-                uniform_gpu_type: uniform_type(
-                    &node.gpus.iter().map(|g| (g.index, g.gpu_type.clone())).collect::<Vec<_>>(),
-                ),
-            });
+        // Node indices change when the set of nodes does; cached running jobs hold indices.
+        let same_nodes = cache.nodes.len() == state.nodes.len()
+            && cache.nodes.iter().zip(state.nodes.values()).all(|(v, n)| v.name == n.name);
+        if !same_nodes {
+            cache.running.clear();
         }
+        cache.nodes.resize_with(state.nodes.len(), || Arc::new(NodeView::default()));
+        for (cached, node) in cache.nodes.iter_mut().zip(state.nodes.values()) {
+            let switch = state.switches.get(&node.name);
+            if !node_matches(cached, node, switch) {
+                *cached = Arc::new(node_view(node, switch));
+            }
+        }
+        view.nodes = cache.nodes.clone();
         for p in state.partitions.values() {
             // Both are in name order: a merge, not a lookup per node.
             let mut idx = Vec::with_capacity(p.node_names.len());
@@ -207,45 +335,32 @@ impl ClusterView {
         // Singleton: a job waits while another of the same name and user runs or was
         // submitted before it and is still pending.
         let mut first_active: BTreeMap<(&str, &str), JobId> = BTreeMap::new();
-        let active = || state.active.iter().filter_map(|id| state.jobs.get(id));
-        for j in active() {
-            first_active.entry((j.user.as_str(), j.spec.name.as_str())).or_insert(j.id);
+        let active: Vec<&Job> = state.active.iter().filter_map(|id| state.jobs.get(id)).collect();
+        if active.iter().any(|j| j.spec.singleton) {
+            for j in &active {
+                first_active.entry((j.user.as_str(), j.spec.name.as_str())).or_insert(j.id);
+            }
         }
-        for j in active() {
+        // Running jobs name their nodes; a hash of the names finds each in a few nanoseconds.
+        let mut by_name: Option<HashMap<&str, usize, BuildHasherDefault<Fnv>>> = None;
+        for j in active {
             match j.state {
                 JobState::Running => {
                     let Some(a) = &j.allocation else { continue };
-                    let end_s = match j.spec.time_limit_s {
-                        Some(limit) => j.start_time.unwrap_or(state.clock) / 1000 + limit,
-                        None => u64::MAX,
-                    };
-                    let mut gpus_by_type: Vec<(String, i64)> = Vec::new();
-                    for n in a.nodes.iter().filter(|n| !n.gpus.is_empty()) {
-                        let Some(node) = state.nodes.get(&n.node) else { continue };
-                        for idx in &n.gpus {
-                            if let Some(g) = node.gpus.iter().find(|g| g.index == *idx) {
-                                match gpus_by_type.iter_mut().find(|(t, _)| *t == g.gpu_type) {
-                                    Some((_, c)) => *c += 1,
-                                    None => gpus_by_type.push((g.gpu_type.clone(), 1)),
-                                }
-                            }
+                    match cache.running.get_mut(&j.id) {
+                        Some((index, used, entry)) if *index == j.alloc_index && j.start_time.is_some() => {
+                            *used = generation;
+                            view.running.push(entry.clone());
+                        }
+                        _ => {
+                            let by_name = by_name.get_or_insert_with(|| {
+                                view.nodes.iter().enumerate().map(|(i, n)| (n.name.as_str(), i)).collect()
+                            });
+                            let entry = Arc::new(running_job(state, j, a, by_name));
+                            cache.running.insert(j.id, (j.alloc_index, generation, entry.clone()));
+                            view.running.push(entry);
                         }
                     }
-                    view.running.push(RunningJob {
-                        gpus_by_type,
-                        id: j.id,
-                        user: j.user.clone(),
-                        account: j.account.clone(),
-                        qos: j.qos.clone(),
-                        end_s,
-                        alloc: a
-                            .nodes
-                            .iter()
-                            .filter_map(|n| {
-                                view.node_index(&n.node).map(|i| (i, res_of(n.cpus, n.mem_mb, n.gpus.len())))
-                            })
-                            .collect(),
-                    });
                 }
                 JobState::Pending if !j.cancel_requested => {
                     let mut dependency = dependency_status(state, &j.spec.dependencies);
@@ -255,32 +370,22 @@ impl ClusterView {
                     {
                         dependency = DepStatus::Waiting;
                     }
-                    view.pending.push(PendingJob {
-                        id: j.id,
-                        user: j.user.clone(),
-                        account: j.account.clone(),
-                        qos: j.qos.clone(),
-                        partition: j.partition.clone(),
-                        submit_ms: j.submit_time,
-                        begin_ms: j.spec.begin_time,
-                        nodes: j.spec.nodes,
-                        per_node: res_of(
-                            j.spec.cpus_per_node(),
-                            j.spec.mem_per_node_mb.unwrap_or(0),
-                            j.spec.gpus_per_node as usize,
-                        ),
-                        gpu_type: j.spec.gpu_type.clone(),
-                        time_limit_s: j.spec.time_limit_s,
-                        nice: j.spec.nice,
-                        exclusive: j.spec.exclusive,
-                        features: j.spec.constraint.clone(),
-                        held: j.held,
-                        dependency,
-                    });
+                    let (used, entry) =
+                        cache.pending.entry(j.id).or_insert_with(|| (generation, Arc::new(pending_job(j, dependency))));
+                    *used = generation;
+                    // What may change while a job waits.
+                    if entry.held != j.held || entry.dependency != dependency {
+                        let e = Arc::make_mut(entry);
+                        e.held = j.held;
+                        e.dependency = dependency;
+                    }
+                    view.pending.push(entry.clone());
                 }
                 _ => {}
             }
         }
+        cache.running.retain(|_, (_, used, _)| *used == generation);
+        cache.pending.retain(|_, (used, _)| *used == generation);
         view
     }
 

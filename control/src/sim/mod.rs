@@ -20,6 +20,7 @@ use std::str::FromStr;
 
 use crate::config::ClusterSettings;
 use crate::model::{Account, JobId, JobSpec, Partition, Program, RankOutcome};
+use crate::sched::view::ViewCache;
 use crate::sched::{self, BackfillMode, ClusterView, Ordering, Policy};
 use crate::state::{self, ClusterState, Command, NodeRegistration, Response};
 use swf::{SwfJob, Trace};
@@ -458,6 +459,7 @@ impl Simulation {
         let mut samples = Vec::new();
         let mut ends: BinaryHeap<Reverse<(u64, JobId)>> = BinaryHeap::new();
         let mut previous: BTreeMap<JobId, Vec<String>> = BTreeMap::new();
+        let mut cache = ViewCache::default();
         let mut next = 0usize;
         let mut cycles = 0u64;
         let mut ended = 0usize;
@@ -536,7 +538,7 @@ impl Simulation {
                 progress(&Progress { t_s: t, submitted: next, ended, total, pending: 0, cycles });
                 continue;
             }
-            let mut view = ClusterView::from_state(&self.state);
+            let mut view = ClusterView::from_state_cached(&self.state, &mut cache);
             view.previous = std::mem::take(&mut previous);
             let policy = self.state.policy.clone();
             let plan = sched::schedule(&view, now, &policy);
