@@ -100,7 +100,7 @@ pub fn gantt(result: &SimResult, from: u64, to: u64) -> String {
     );
     let _ = writeln!(
         out,
-        r#"<text x="{LEFT}" y="18" font-size="13">{} — {} nodes × {} CPUs, policy {}, {} to {} (d-hh:mm since the trace's start)</text>"#,
+        r#"<text x="{LEFT}" y="18" font-size="13">{} jobs — {} nodes × {} CPUs, policy {}, {} to {} (d-hh:mm since the trace's start)</text>"#,
         result.jobs.len(),
         nodes,
         cpus,
