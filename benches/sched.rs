@@ -104,6 +104,7 @@ pub fn cluster(pending: usize, nodes: usize) -> ClusterView {
             features: vec![],
             held: None,
             dependency: DepStatus::Satisfied,
+            reason: Default::default(),
         }));
     }
     view

@@ -7,8 +7,19 @@ use std::collections::BTreeMap;
 use super::view::{ClusterView, DepStatus, PendingJob};
 use crate::model::{HoldKind, Millis, PendingReason};
 
+/// Whether any account limits the wall time of its jobs (known once per cycle, so that the
+/// common tree without such limits costs no walk up the tree per job).
+pub fn accounts_limit_wall(view: &ClusterView) -> bool {
+    view.accounts.values().any(|a| a.limits.max_wall_s.is_some())
+}
+
 /// Reasons that do not depend on what else runs.
-pub fn static_reason(job: &PendingJob, view: &ClusterView, now_ms: Millis) -> Option<PendingReason> {
+pub fn static_reason(
+    job: &PendingJob,
+    view: &ClusterView,
+    now_ms: Millis,
+    accounts_limit_wall: bool,
+) -> Option<PendingReason> {
     match job.held {
         Some(HoldKind::Admin) => return Some(PendingReason::JobHeldAdmin),
         Some(HoldKind::User) => return Some(PendingReason::JobHeldUser),
@@ -34,7 +45,9 @@ pub fn static_reason(job: &PendingJob, view: &ClusterView, now_ms: Millis) -> Op
     if view.qos.get(&job.qos).and_then(|q| q.max_wall_s).is_some_and(|m| limit > m) {
         return Some(PendingReason::QOSMaxWallDurationPerJobLimit);
     }
-    if account_chain(view, &job.account).any(|a| view.accounts[a].limits.max_wall_s.is_some_and(|m| limit > m)) {
+    if accounts_limit_wall
+        && account_chain(view, &job.account).any(|a| view.accounts[a].limits.max_wall_s.is_some_and(|m| limit > m))
+    {
         return Some(PendingReason::AssocMaxWallDurationPerJobLimit);
     }
     None

@@ -48,12 +48,19 @@ pub struct Plan {
 }
 
 impl Plan {
-    /// The command that applies this plan to `state` (the state it was made from, at
+    /// The command that applies this plan to the state `view` was taken from (at
     /// `base_index`): every start, and only the reasons that changed. `None` when it would
     /// change nothing.
-    pub fn into_command(self, state: &crate::state::ClusterState, base_index: u64, now: Millis) -> Option<Command> {
-        let reasons: Vec<(JobId, PendingReason)> =
-            self.reasons.into_iter().filter(|(id, r)| state.jobs.get(id).is_some_and(|j| j.reason != *r)).collect();
+    pub fn into_command(self, view: &ClusterView, base_index: u64, now: Millis) -> Option<Command> {
+        let mut reasons: Vec<(JobId, PendingReason)> = Vec::new();
+        // Both in job id order: a merge.
+        let mut pending = view.pending.iter().peekable();
+        for (id, r) in self.reasons {
+            while pending.next_if(|j| j.id < id).is_some() {}
+            if pending.peek().is_some_and(|j| j.id == id && j.reason != r) {
+                reasons.push((id, r));
+            }
+        }
         if self.starts.is_empty() && reasons.is_empty() {
             return None;
         }
@@ -157,6 +164,7 @@ pub fn schedule(view: &ClusterView, now_ms: Millis, policy: &Policy) -> Plan {
     let mut profiles = profiles(view, now);
     let mut free_gpus: Vec<Vec<u32>> = view.nodes.iter().map(|n| n.free_gpus.clone()).collect();
     let mut limits = eligibility::Limits::from_running(view);
+    let accounts_limit_wall = eligibility::accounts_limit_wall(view);
     let mut blocked: BTreeSet<&str> = BTreeSet::new();
     let mut reservations_left = policy.reservation_count();
     let mut plan = Plan::default();
@@ -184,7 +192,7 @@ pub fn schedule(view: &ClusterView, now_ms: Millis, policy: &Policy) -> Plan {
         .collect();
 
     for job in order(view, now_ms, policy) {
-        if let Some(reason) = eligibility::static_reason(job, view, now_ms) {
+        if let Some(reason) = eligibility::static_reason(job, view, now_ms, accounts_limit_wall) {
             plan.reasons.insert(job.id, reason);
             continue;
         }

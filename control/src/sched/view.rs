@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
-use crate::model::{Account, HoldKind, Job, JobId, JobState, Millis, Node, Qos, Shared, Usage};
+use crate::model::{Account, HoldKind, Job, JobId, JobState, Millis, Node, PendingReason, Qos, Shared, Usage};
 use crate::state::ClusterState;
 
 /// An amount of CPUs, memory (MiB) and GPUs. Signed so that reservations can be subtracted.
@@ -115,6 +115,8 @@ pub struct PendingJob {
     pub features: Vec<String>,
     pub held: Option<HoldKind>,
     pub dependency: DepStatus,
+    /// The reason the state shows now.
+    pub reason: PendingReason,
 }
 
 impl PendingJob {
@@ -147,6 +149,7 @@ pub struct ClusterView {
     pub nodes: Vec<Arc<NodeView>>,
     pub partitions: BTreeMap<String, PartitionView>,
     pub running: Vec<Arc<RunningJob>>,
+    /// In job id order.
     pub pending: Vec<Arc<PendingJob>>,
     /// Shared with the state: taking a view copies none of these.
     pub accounts: Shared<BTreeMap<String, Account>>,
@@ -278,6 +281,7 @@ fn pending_job(j: &Job, dependency: DepStatus) -> PendingJob {
         features: j.spec.constraint.clone(),
         held: j.held,
         dependency,
+        reason: j.reason,
     }
 }
 
@@ -374,10 +378,11 @@ impl ClusterView {
                         cache.pending.entry(j.id).or_insert_with(|| (generation, Arc::new(pending_job(j, dependency))));
                     *used = generation;
                     // What may change while a job waits.
-                    if entry.held != j.held || entry.dependency != dependency {
+                    if entry.held != j.held || entry.dependency != dependency || entry.reason != j.reason {
                         let e = Arc::make_mut(entry);
                         e.held = j.held;
                         e.dependency = dependency;
+                        e.reason = j.reason;
                     }
                     view.pending.push(entry.clone());
                 }
