@@ -227,9 +227,9 @@ fn node_name(i: u32, width: usize) -> String {
 impl Simulation {
     pub fn new(trace: &Trace, opts: &SimOptions) -> Result<Simulation, SimError> {
         let h = &trace.header;
-        let settings = opts.settings.clone();
+        let settings = opts.settings.as_ref();
         let config_nodes: BTreeSet<String> =
-            settings.iter().flat_map(|s| s.partitions.iter().flat_map(|p| p.node_names.iter().cloned())).collect();
+            settings.into_iter().flat_map(|s| s.partitions.iter().flat_map(|p| p.node_names.iter().cloned())).collect();
         let nodes = match (opts.nodes, config_nodes.len(), h.max_nodes, h.max_procs) {
             (Some(n), c, _, _) if c > 0 && c as u64 != u64::from(n) => {
                 return Err(SimError::Invalid(format!(
@@ -257,8 +257,8 @@ impl Simulation {
         };
         let machine = Machine { nodes, cpus_per_node, whole_nodes: opts.whole_nodes };
 
-        let mut policy = settings.as_ref().map(|s| s.policy.clone()).unwrap_or_default();
-        let name = match (opts.policy, &settings) {
+        let mut policy = settings.map(|s| s.policy.clone()).unwrap_or_default();
+        let name = match (opts.policy, settings) {
             (Some(p), _) => {
                 p.apply(&mut policy);
                 p.name().to_string()
@@ -311,7 +311,7 @@ impl Simulation {
         // Without a configured window, reservations reach as far as the longest limit so that
         // backfill is the textbook algorithm (the controller's default window is a day).
         let longest = arrivals.iter().map(|a| a.limit_s).max().unwrap_or(0);
-        if settings.as_ref().is_none_or(|s| s.policy.bf_window_s == Policy::default().bf_window_s) {
+        if settings.is_none_or(|s| s.policy.bf_window_s == Policy::default().bf_window_s) {
             policy.bf_window_s = policy.bf_window_s.max(longest);
         }
 
@@ -336,8 +336,9 @@ impl Simulation {
             no_kill: opts.no_kill,
             partitions: Vec::new(),
         };
-        let base = sim.base_ms();
-        let partitions = match &settings {
+        // Second 0 of the trace is virtual time 0; the setup commands come before any arrival.
+        let base = 0;
+        let partitions = match settings {
             Some(s) if !s.partitions.is_empty() => s.partitions.clone(),
             _ => vec![Partition {
                 name: "batch".into(),
@@ -353,12 +354,12 @@ impl Simulation {
             }],
         };
         sim.partitions = partitions.iter().map(|p| p.name.clone()).collect();
-        let accounts = match &settings {
+        let accounts = match settings {
             Some(s) if !s.accounts.is_empty() => s.accounts.clone(),
             _ => sim.group_accounts(),
         };
-        let qos = settings.as_ref().map(|s| s.qos.clone()).unwrap_or_default();
-        let switches = settings.as_ref().map(|s| s.switches.clone()).unwrap_or_default();
+        let qos = settings.map(|s| s.qos.clone()).unwrap_or_default();
+        let switches = settings.map(|s| s.switches.clone()).unwrap_or_default();
         sim.cmd(Command::SetPartitions { partitions, now: base });
         sim.cmd(Command::SetPolicy { policy, now: base });
         sim.cmd(Command::SetTopology { switches, now: base });
@@ -377,25 +378,6 @@ impl Simulation {
             });
         }
         Ok(sim)
-    }
-
-    pub fn machine(&self) -> &Machine {
-        &self.machine
-    }
-
-    /// How many jobs will be submitted.
-    pub fn len(&self) -> usize {
-        self.arrivals.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.arrivals.is_empty()
-    }
-
-    /// The virtual time of the trace's second 0, in ms: before the first arrival, so that the
-    /// setup commands are in the past of every job.
-    fn base_ms(&self) -> u64 {
-        0
     }
 
     /// Without configured accounts: one account per SWF group under `root`, equal shares, each
@@ -443,14 +425,13 @@ impl Simulation {
             program: Program::Argv(vec!["true".into()]),
             work_dir: "/".into(),
             submit_dir: "/".into(),
-            account: Some(group_name(&a.job)).filter(|_| self.state.accounts.contains_key(&group_name(&a.job))),
+            account: Some(group_name(&a.job)).filter(|g| self.state.accounts.contains_key(g)),
             ..Default::default()
         }
     }
 
     /// Replays the whole slice; `progress` is called after every cycle.
     pub fn run(mut self, progress: &mut dyn FnMut(&Progress)) -> SimResult {
-        let base = self.base_ms();
         let total = self.arrivals.len();
         let mut records: Vec<JobRecord> = Vec::with_capacity(total);
         let mut by_id: BTreeMap<JobId, usize> = BTreeMap::new();
@@ -472,7 +453,7 @@ impl Simulation {
                 (None, Some(e)) => e,
                 (None, None) => break,
             };
-            let now = base + t * 1000;
+            let now = t * 1000;
             // Ends first, as agents report them, then arrivals, then one cycle.
             while let Some(&Reverse((e, id))) = ends.peek() {
                 if e > t {
@@ -532,40 +513,36 @@ impl Simulation {
             // One cycle, as the leader runs it; with nothing waiting a cycle changes nothing.
             if self.state.active.len() == ends.len() {
                 previous.clear();
-                if self.samples {
-                    samples.push(Sample { t_s: t, pending: 0, busy_cpus });
-                }
-                progress(&Progress { t_s: t, submitted: next, ended, total, pending: 0, cycles });
-                continue;
-            }
-            let mut view = ClusterView::from_state_cached(&self.state, &mut cache);
-            view.previous = std::mem::take(&mut previous);
-            let policy = self.state.policy.clone();
-            let plan = sched::schedule(&view, now, &policy);
-            cycles += 1;
-            previous = plan.estimates.iter().map(|(j, e)| (*j, e.nodes.clone())).collect();
-            if let Some(command) = plan.into_command(&view, self.index, now) {
-                match self.cmd(command) {
-                    Response::PlanApplied { started, dropped: d } => {
-                        dropped.extend(d);
-                        for id in started {
-                            let job = &self.state.jobs[&id];
-                            let rec = &mut records[by_id[&id]];
-                            let alloc: Vec<(u32, u32)> = job
-                                .allocation
-                                .iter()
-                                .flat_map(|a| a.nodes.iter().map(|n| (self.node_index[&n.node], n.cpus)))
-                                .collect();
-                            busy_cpus += alloc.iter().map(|(_, c)| u64::from(*c)).sum::<u64>();
-                            rec.alloc = alloc;
-                            rec.start_s = Some(t);
-                            let limit = job.spec.time_limit_s.unwrap_or(u64::MAX);
-                            rec.killed = !self.no_kill && rec.run_s > limit;
-                            let ran = if rec.killed { limit } else { rec.run_s };
-                            ends.push(Reverse((t + ran, id)));
+            } else {
+                let mut view = ClusterView::from_state_cached(&self.state, &mut cache);
+                view.previous = std::mem::take(&mut previous);
+                let policy = self.state.policy.clone();
+                let plan = sched::schedule(&view, now, &policy);
+                cycles += 1;
+                previous = plan.estimates.iter().map(|(j, e)| (*j, e.nodes.clone())).collect();
+                if let Some(command) = plan.into_command(&view, self.index, now) {
+                    match self.cmd(command) {
+                        Response::PlanApplied { started, dropped: d } => {
+                            dropped.extend(d);
+                            for id in started {
+                                let job = &self.state.jobs[&id];
+                                let rec = &mut records[by_id[&id]];
+                                let alloc: Vec<(u32, u32)> = job
+                                    .allocation
+                                    .iter()
+                                    .flat_map(|a| a.nodes.iter().map(|n| (self.node_index[&n.node], n.cpus)))
+                                    .collect();
+                                busy_cpus += alloc.iter().map(|(_, c)| u64::from(*c)).sum::<u64>();
+                                rec.alloc = alloc;
+                                rec.start_s = Some(t);
+                                let limit = job.spec.time_limit_s.unwrap_or(u64::MAX);
+                                rec.killed = !self.no_kill && rec.run_s > limit;
+                                let ran = if rec.killed { limit } else { rec.run_s };
+                                ends.push(Reverse((t + ran, id)));
+                            }
                         }
+                        other => unreachable!("a plan answers PlanApplied, not {other:?}"),
                     }
-                    other => unreachable!("a plan answers PlanApplied, not {other:?}"),
                 }
             }
             // Every active job without an end coming is still waiting.

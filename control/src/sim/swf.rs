@@ -5,7 +5,7 @@
 //! `UnixStartTime`, ...). Gzipped files are recognised by their magic bytes and read directly.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader};
 use std::path::Path;
 
 /// Why a trace could not be read; always names the file and, for bad content, the line.
@@ -92,14 +92,12 @@ impl Trace {
     pub fn read(path: &Path) -> Result<Trace, SwfError> {
         let name = path.display().to_string();
         let io = |source| SwfError::Io { path: name.clone(), source };
-        let mut file = std::fs::File::open(path).map_err(io)?;
-        let mut magic = [0u8; 2];
-        let n = read_fully(&mut file, &mut magic).map_err(io)?;
-        let file = std::fs::File::open(path).map_err(io)?;
-        if n == 2 && magic == [0x1f, 0x8b] {
-            Trace::parse(&name, BufReader::new(flate2::read::MultiGzDecoder::new(file)))
+        let mut reader = BufReader::new(std::fs::File::open(path).map_err(io)?);
+        // The gzip magic bytes, peeked at without consuming them.
+        if reader.fill_buf().map_err(io)?.starts_with(&[0x1f, 0x8b]) {
+            Trace::parse(&name, BufReader::new(flate2::read::MultiGzDecoder::new(reader)))
         } else {
-            Trace::parse(&name, BufReader::new(file))
+            Trace::parse(&name, reader)
         }
     }
 
@@ -116,7 +114,7 @@ impl Trace {
                 continue;
             }
             if let Some(comment) = text.strip_prefix(';') {
-                header_line(&mut trace.header, comment).map_err(|m| bad(n, m))?;
+                header_line(&mut trace.header, comment);
                 continue;
             }
             trace.jobs.push(job_line(n, text).map_err(|m| bad(n, m))?);
@@ -129,23 +127,12 @@ impl Trace {
     }
 }
 
-fn read_fully(r: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
-    let mut n = 0;
-    while n < buf.len() {
-        match r.read(&mut buf[n..])? {
-            0 => break,
-            k => n += k,
-        }
-    }
-    Ok(n)
-}
-
-fn header_line(header: &mut Header, comment: &str) -> Result<(), String> {
-    let Some((key, value)) = comment.split_once(':') else { return Ok(()) };
+fn header_line(header: &mut Header, comment: &str) {
+    let Some((key, value)) = comment.split_once(':') else { return };
     let key = key.trim();
     // Only `Key: value` with a one-word key is a header field; other comments are prose.
     if key.is_empty() || key.contains(char::is_whitespace) {
-        return Ok(());
+        return;
     }
     let value = value.trim().to_string();
     match header.fields.get_mut(key) {
@@ -157,7 +144,6 @@ fn header_line(header: &mut Header, comment: &str) -> Result<(), String> {
             header.fields.insert(key.to_string(), value);
         }
     }
-    Ok(())
 }
 
 fn header_number(path: &str, fields: &BTreeMap<String, String>, key: &str) -> Result<Option<u64>, SwfError> {
