@@ -5,7 +5,13 @@
 set -euo pipefail
 need=()
 command -v protoc >/dev/null 2>&1 || need+=(protobuf-compiler)
-ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1 || ls /usr/lib/x86_64-linux-gnu/libclang*.so* >/dev/null 2>&1 || need+=(libclang-dev)
+# libclang itself, not libclang-cpp (which other LLVM packages bring without it).
+have_libclang=no
+for pattern in '/usr/lib/llvm-*/lib/libclang.so*' '/usr/lib/llvm-*/lib/libclang-[0-9]*.so*' \
+  '/usr/lib/*-linux-gnu/libclang.so*' '/usr/lib/*-linux-gnu/libclang-[0-9]*.so*'; do
+  if compgen -G "$pattern" >/dev/null; then have_libclang=yes; fi
+done
+[ $have_libclang = yes ] || need+=(libclang-dev)
 command -v c++ >/dev/null 2>&1 || need+=(g++)
 command -v make >/dev/null 2>&1 || need+=(make)
 if [ ${#need[@]} -eq 0 ]; then
