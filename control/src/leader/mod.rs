@@ -149,7 +149,7 @@ async fn schedule_loop(core: Arc<Core>, mut stop: watch::Receiver<bool>) {
         );
         *core.estimates.lock().unwrap_or_else(|p| p.into_inner()) = plan.estimates.clone();
         let planned = plan.starts.len();
-        let Some(command) = plan.into_command(&view, base_index, now_ms()) else { continue };
+        let Some(command) = plan.into_command(base_index, now_ms()) else { continue };
         match core.write(command).await {
             Ok((index, Response::PlanApplied { started, dropped })) => {
                 tracing::debug!(index, planned, started = started.len(), dropped = dropped.len(), "plan applied");

@@ -4,8 +4,8 @@
 
 use std::collections::BTreeMap;
 
-use super::view::{ClusterView, DepStatus, PendingJob};
-use crate::model::{HoldKind, Millis, PendingReason};
+use super::view::{ClusterView, DepStatus, PartitionView, PendingJob};
+use crate::model::{HoldKind, Millis, PendingReason, Qos};
 
 /// Whether any account limits the wall time of its jobs (known once per cycle, so that the
 /// common tree without such limits costs no walk up the tree per job).
@@ -13,10 +13,13 @@ pub fn accounts_limit_wall(view: &ClusterView) -> bool {
     view.accounts.values().any(|a| a.limits.max_wall_s.is_some())
 }
 
-/// Reasons that do not depend on what else runs.
+/// Reasons that do not depend on what else runs; `partition` and `qos` are the job's, already
+/// looked up (`None` when the view has no such one).
 pub fn static_reason(
     job: &PendingJob,
     view: &ClusterView,
+    partition: Option<&PartitionView>,
+    qos: Option<&Qos>,
     now_ms: Millis,
     accounts_limit_wall: bool,
 ) -> Option<PendingReason> {
@@ -34,7 +37,7 @@ pub fn static_reason(
         return Some(PendingReason::BeginTime);
     }
     let limit = job.time_limit_s.unwrap_or(u64::MAX);
-    if let Some(p) = view.partitions.get(&job.partition) {
+    if let Some(p) = partition {
         if p.max_time_s.is_some_and(|m| limit > m) {
             return Some(PendingReason::PartitionTimeLimit);
         }
@@ -42,7 +45,7 @@ pub fn static_reason(
             return Some(PendingReason::PartitionNodeLimit);
         }
     }
-    if view.qos.get(&job.qos).and_then(|q| q.max_wall_s).is_some_and(|m| limit > m) {
+    if qos.and_then(|q| q.max_wall_s).is_some_and(|m| limit > m) {
         return Some(PendingReason::QOSMaxWallDurationPerJobLimit);
     }
     if accounts_limit_wall

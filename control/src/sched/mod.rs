@@ -24,7 +24,7 @@ pub mod view;
 pub use policy::{BackfillMode, Ordering, Policy, Weights};
 pub use view::{ClusterView, NodeView, PendingJob, Res};
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use crate::model::{Allocation, JobId, Millis, NodeAllocation, PendingReason};
 use crate::state::{Command, PlannedStart};
@@ -41,26 +41,34 @@ pub struct Estimate {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Plan {
     pub starts: Vec<PlannedStart>,
-    /// The reason of every pending job that does not start now.
-    pub reasons: BTreeMap<JobId, PendingReason>,
+    /// The reason of every pending job that does not start now, in the order considered.
+    pub reasons: Vec<(JobId, PendingReason)>,
+    /// Positions in `reasons` of the jobs whose reason differs from the one the view showed:
+    /// all that applying the plan has to write.
+    changed: Vec<usize>,
     /// Reservations: expected start and nodes of blocked jobs backfill reached.
     pub estimates: BTreeMap<JobId, Estimate>,
 }
 
 impl Plan {
+    /// The reason given to `job`, if it does not start now.
+    pub fn reason(&self, job: JobId) -> Option<PendingReason> {
+        self.reasons.iter().find(|(id, _)| *id == job).map(|(_, r)| *r)
+    }
+
+    fn set_reason(&mut self, job: &PendingJob, reason: PendingReason) {
+        if job.reason != reason {
+            self.changed.push(self.reasons.len());
+        }
+        self.reasons.push((job.id, reason));
+    }
+
     /// The command that applies this plan to the state `view` was taken from (at
     /// `base_index`): every start, and only the reasons that changed. `None` when it would
     /// change nothing.
-    pub fn into_command(self, view: &ClusterView, base_index: u64, now: Millis) -> Option<Command> {
-        let mut reasons: Vec<(JobId, PendingReason)> = Vec::new();
-        // Both in job id order: a merge.
-        let mut pending = view.pending.iter().peekable();
-        for (id, r) in self.reasons {
-            while pending.next_if(|j| j.id < id).is_some() {}
-            if pending.peek().is_some_and(|j| j.id == id && j.reason != r) {
-                reasons.push((id, r));
-            }
-        }
+    pub fn into_command(self, base_index: u64, now: Millis) -> Option<Command> {
+        let mut reasons: Vec<(JobId, PendingReason)> = self.changed.iter().map(|&i| self.reasons[i]).collect();
+        reasons.sort_unstable_by_key(|(id, _)| *id);
         if self.starts.is_empty() && reasons.is_empty() {
             return None;
         }
@@ -138,6 +146,31 @@ impl MaxFree {
     }
 }
 
+/// A name lookup in one of the view's small ordered maps that remembers its last hit: jobs of
+/// one partition or QOS come in long runs, so most lookups are one comparison.
+struct Lookup<'a, V> {
+    entries: Vec<(&'a str, &'a V)>,
+    last: usize,
+}
+
+impl<'a, V> Lookup<'a, V> {
+    fn new(map: &'a BTreeMap<String, V>) -> Self {
+        Lookup { entries: map.iter().map(|(k, v)| (k.as_str(), v)).collect(), last: 0 }
+    }
+
+    /// The entry of this name and its position in the map's order.
+    fn find(&mut self, name: &str) -> Option<(usize, &'a V)> {
+        match self.entries.get(self.last) {
+            Some((n, v)) if *n == name => Some((self.last, *v)),
+            _ => {
+                let i = self.entries.binary_search_by(|(n, _)| (*n).cmp(name)).ok()?;
+                self.last = i;
+                Some((i, self.entries[i].1))
+            }
+        }
+    }
+}
+
 /// The order in which pending jobs are considered.
 fn order<'a>(view: &'a ClusterView, now_ms: Millis, policy: &Policy) -> Vec<&'a PendingJob> {
     let mut jobs: Vec<&PendingJob> = view.pending.iter().map(|j| &**j).collect();
@@ -165,7 +198,10 @@ pub fn schedule(view: &ClusterView, now_ms: Millis, policy: &Policy) -> Plan {
     let mut free_gpus: Vec<Vec<u32>> = view.nodes.iter().map(|n| n.free_gpus.clone()).collect();
     let mut limits = eligibility::Limits::from_running(view);
     let accounts_limit_wall = eligibility::accounts_limit_wall(view);
-    let mut blocked: BTreeSet<&str> = BTreeSet::new();
+    let mut partitions = Lookup::new(&view.partitions);
+    let mut qos = Lookup::new(&view.qos);
+    // Partitions in which a job has been blocked this cycle, by position in `partitions`.
+    let mut blocked = vec![false; view.partitions.len()];
     let mut reservations_left = policy.reservation_count();
     let mut plan = Plan::default();
     // An upper bound of what any single node has free now: a job needing more cannot start now,
@@ -174,12 +210,12 @@ pub fn schedule(view: &ClusterView, now_ms: Millis, policy: &Policy) -> Plan {
     // Within a cycle free capacity only shrinks (starts and reservations take, nothing gives),
     // so a shape that could not start for some duration cannot start for a longer one either:
     // remember the shortest failed duration per shape and skip the node scan.
-    type Shape<'a> = (&'a str, (i64, i64, i64), u32, Option<&'a str>, &'a [String], bool);
+    type Shape<'a> = (usize, (i64, i64, i64), u32, Option<&'a str>, &'a [String], bool);
     let mut failed: BTreeMap<Shape, u64> = BTreeMap::new();
     // Built on the first single-node job that may fit: many cycles place none.
     let mut index: Option<placement::FreeIndex> = None;
     let topology = placement::Topology::new(view);
-    let members: BTreeMap<&str, Vec<bool>> = view
+    let members: Vec<Vec<bool>> = view
         .partitions
         .values()
         .map(|p| {
@@ -187,39 +223,48 @@ pub fn schedule(view: &ClusterView, now_ms: Millis, policy: &Policy) -> Plan {
             for &i in &p.nodes {
                 m[i] = true;
             }
-            (p.name.as_str(), m)
+            m
         })
         .collect();
 
     for job in order(view, now_ms, policy) {
-        if let Some(reason) = eligibility::static_reason(job, view, now_ms, accounts_limit_wall) {
-            plan.reasons.insert(job.id, reason);
+        let found = partitions.find(&job.partition);
+        let reason = eligibility::static_reason(
+            job,
+            view,
+            found.map(|(_, p)| p),
+            qos.find(&job.qos).map(|(_, q)| q),
+            now_ms,
+            accounts_limit_wall,
+        );
+        if let Some(reason) = reason {
+            plan.set_reason(job, reason);
             continue;
         }
-        let Some(partition) = view.partitions.get(&job.partition) else {
-            plan.reasons.insert(job.id, PendingReason::PartitionNoNodes);
+        let Some((part, partition)) = found else {
+            plan.set_reason(job, PendingReason::PartitionNoNodes);
             continue;
         };
         if partition.nodes.is_empty() {
-            plan.reasons.insert(job.id, PendingReason::PartitionNoNodes);
+            plan.set_reason(job, PendingReason::PartitionNoNodes);
             continue;
         }
         if !partition.nodes.iter().any(|&i| placement::could_hold(job, &view.nodes[i])) {
-            plan.reasons.insert(job.id, PendingReason::BadConstraints);
+            plan.set_reason(job, PendingReason::BadConstraints);
             continue;
         }
-        if policy.backfill == BackfillMode::None && blocked.contains(job.partition.as_str()) {
-            plan.reasons.insert(job.id, PendingReason::Priority);
+        if policy.backfill == BackfillMode::None && blocked[part] {
+            plan.set_reason(job, PendingReason::Priority);
             continue;
         }
         if let Some(reason) = limits.check(view, job) {
-            plan.reasons.insert(job.id, reason);
+            plan.set_reason(job, reason);
             continue;
         }
         let dur = job.duration_s();
         let exclusive = partition.exclusive;
         let shape: Shape = (
-            job.partition.as_str(),
+            part,
             (job.per_node.cpus, job.per_node.mem, job.per_node.gpus),
             job.nodes,
             job.gpu_type.as_deref(),
@@ -232,7 +277,7 @@ pub fn schedule(view: &ClusterView, now_ms: Millis, policy: &Policy) -> Plan {
         } else if job.nodes == 1 && !job.exclusive && !exclusive {
             index
                 .get_or_insert_with(|| placement::FreeIndex::new(view, &profiles, now))
-                .fit_single(job, view, &members[job.partition.as_str()], &profiles, &free_gpus, now)
+                .fit_single(job, view, &members[part], &profiles, &free_gpus, now)
                 .map(|i| vec![i])
         } else {
             placement::fit_now(&topology, job, view, &partition.nodes, &profiles, &free_gpus, now, exclusive)
@@ -281,8 +326,8 @@ pub fn schedule(view: &ClusterView, now_ms: Millis, policy: &Policy) -> Plan {
         if may_fit {
             failed.insert(shape, dur);
         }
-        let first_blocked = blocked.insert(job.partition.as_str());
-        plan.reasons.insert(job.id, if first_blocked { PendingReason::Resources } else { PendingReason::Priority });
+        let first_blocked = !std::mem::replace(&mut blocked[part], true);
+        plan.set_reason(job, if first_blocked { PendingReason::Resources } else { PendingReason::Priority });
         if reservations_left == 0 {
             continue;
         }

@@ -113,7 +113,7 @@ impl Bench {
             base_index: self.index,
             now,
             starts: plan.starts.clone(),
-            reasons: plan.reasons.iter().map(|(k, v)| (*k, *v)).collect(),
+            reasons: plan.reasons.clone(),
         });
         match r {
             Response::PlanApplied { dropped, .. } => assert!(dropped.is_empty(), "apply dropped {dropped:?}"),
@@ -167,7 +167,7 @@ fn worked_example_a_to_h() {
     let d = b.submit(10, 100);
     let p = b.cycle();
     assert_eq!(started(&p), vec![a, bb, c], "A, B and C start; C fits beside them");
-    assert_eq!(p.reasons[&d], PendingReason::Resources);
+    assert_eq!(p.reason(d).unwrap(), PendingReason::Resources);
     assert_eq!(estimate_s(&p, d), Some(300), "D is reserved for when B and C have ended");
 
     b.at(10);
@@ -186,7 +186,7 @@ fn worked_example_a_to_h() {
     assert_eq!(estimate_s(&p, d), Some(300));
     assert_eq!(estimate_s(&p, g), Some(400), "G is reserved after D");
     assert_eq!(estimate_s(&p, h), Some(200), "H is reserved in the hole under D, when B ends");
-    assert_eq!(p.reasons[&g], PendingReason::Priority);
+    assert_eq!(p.reason(g).unwrap(), PendingReason::Priority);
 
     b.at(200);
     b.end(bb);
@@ -228,11 +228,11 @@ fn easy_backfills_where_fcfs_waits() {
     let (_, wide, small, long, p) = run(BackfillMode::Easy);
     assert_eq!(started(&p), vec![small]);
     assert_eq!(estimate_s(&p, wide), Some(100));
-    assert_eq!(p.reasons[&long], PendingReason::Priority, "backfilling it would delay the reservation");
+    assert_eq!(p.reason(long).unwrap(), PendingReason::Priority, "backfilling it would delay the reservation");
     let (_, wide, small, _, p) = run(BackfillMode::None);
     assert!(started(&p).is_empty(), "strict FCFS starts nothing behind a blocked job");
-    assert_eq!(p.reasons[&wide], PendingReason::Resources);
-    assert_eq!(p.reasons[&small], PendingReason::Priority);
+    assert_eq!(p.reason(wide).unwrap(), PendingReason::Resources);
+    assert_eq!(p.reason(small).unwrap(), PendingReason::Priority);
 }
 
 #[test]
@@ -252,15 +252,15 @@ fn eligibility_reasons_are_named() {
     let featured = b.submit_with("alice", |s| s.constraint = vec!["ib".into()]);
     let p = b.cycle();
     assert_eq!(started(&p), vec![first]);
-    assert_eq!(p.reasons[&held], PendingReason::JobHeldUser);
-    assert_eq!(p.reasons[&after], PendingReason::Dependency);
-    assert_eq!(p.reasons[&later], PendingReason::BeginTime);
-    assert_eq!(p.reasons[&featured], PendingReason::BadConstraints);
+    assert_eq!(p.reason(held).unwrap(), PendingReason::JobHeldUser);
+    assert_eq!(p.reason(after).unwrap(), PendingReason::Dependency);
+    assert_eq!(p.reason(later).unwrap(), PendingReason::BeginTime);
+    assert_eq!(p.reason(featured).unwrap(), PendingReason::BadConstraints);
     b.at(50);
     b.end(first);
     let p = b.cycle();
     assert_eq!(started(&p), vec![after], "afterok is satisfied once the job completed");
-    assert_eq!(p.reasons[&notok], PendingReason::DependencyNeverSatisfied);
+    assert_eq!(p.reason(notok).unwrap(), PendingReason::DependencyNeverSatisfied);
     assert_eq!(
         b.cmd(Command::ReleaseJob { job_id: held, user: "alice".into(), now: 0 }),
         Response::Released { job_id: held }
@@ -303,9 +303,9 @@ fn qos_and_association_limits() {
     let a2 = b.submit(1, 100);
     let p = b.cycle();
     assert_eq!(started(&p), vec![s1, a1]);
-    assert_eq!(p.reasons[&s2], PendingReason::QOSMaxJobsPerUserLimit);
-    assert_eq!(p.reasons[&too_long], PendingReason::QOSMaxWallDurationPerJobLimit);
-    assert_eq!(p.reasons[&a2], PendingReason::AssocMaxJobsLimit, "physics runs two jobs at most");
+    assert_eq!(p.reason(s2).unwrap(), PendingReason::QOSMaxJobsPerUserLimit);
+    assert_eq!(p.reason(too_long).unwrap(), PendingReason::QOSMaxWallDurationPerJobLimit);
+    assert_eq!(p.reason(a2).unwrap(), PendingReason::AssocMaxJobsLimit, "physics runs two jobs at most");
     // An unknown account or QOS is refused at submit.
     let r = b.cmd(Command::SubmitJob {
         spec: Box::new(JobSpec { qos: Some("gold".into()), ..b.state.jobs[&a1].spec.clone() }),
@@ -360,9 +360,9 @@ fn association_limits_count_memory_nodes_and_gpus_by_type() {
     let w2 = b.submit_with("wu", |_| {});
     let p = b.cycle();
     assert_eq!(started(&p), vec![g1, m1, w1]);
-    assert_eq!(p.reasons[&g2], PendingReason::AssocGrpGRES, "two h100s is the account's limit");
-    assert_eq!(p.reasons[&m2], PendingReason::AssocGrpMemLimit);
-    assert_eq!(p.reasons[&w2], PendingReason::AssocGrpNodeLimit);
+    assert_eq!(p.reason(g2).unwrap(), PendingReason::AssocGrpGRES, "two h100s is the account's limit");
+    assert_eq!(p.reason(m2).unwrap(), PendingReason::AssocGrpMemLimit);
+    assert_eq!(p.reason(w2).unwrap(), PendingReason::AssocGrpNodeLimit);
 }
 
 #[test]

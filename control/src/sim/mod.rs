@@ -520,7 +520,7 @@ impl Simulation {
                 let plan = sched::schedule(&view, now, &policy);
                 cycles += 1;
                 previous = plan.estimates.iter().map(|(j, e)| (*j, e.nodes.clone())).collect();
-                if let Some(command) = plan.into_command(&view, self.index, now) {
+                if let Some(command) = plan.into_command(self.index, now) {
                     match self.cmd(command) {
                         Response::PlanApplied { started, dropped: d } => {
                             dropped.extend(d);
