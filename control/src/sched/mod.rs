@@ -140,6 +140,11 @@ impl MaxFree {
         self.add(after);
     }
 
+    /// How many nodes have at least `cpus` free now (a job on `k` nodes needs `k` of them).
+    fn nodes_with_cpus(&self, cpus: i64) -> usize {
+        self.cpus.range(cpus..).map(|(_, n)| n).sum()
+    }
+
     fn bound(&self) -> Res {
         let last = |m: &BTreeMap<i64, usize>| m.keys().next_back().copied().unwrap_or(0);
         Res { cpus: last(&self.cpus), mem: last(&self.mem), gpus: last(&self.gpus) }
@@ -271,7 +276,9 @@ pub fn schedule(view: &ClusterView, now_ms: Millis, policy: &Policy) -> Plan {
             job.features.as_slice(),
             job.exclusive,
         );
-        let may_fit = max_free.bound().fits(&job.per_node) && failed.get(&shape).is_none_or(|&d| dur < d);
+        let may_fit = max_free.bound().fits(&job.per_node)
+            && (job.nodes == 1 || max_free.nodes_with_cpus(job.per_node.cpus) >= job.nodes as usize)
+            && failed.get(&shape).is_none_or(|&d| dur < d);
         let fits_now = if !may_fit {
             None
         } else if job.nodes == 1 && !job.exclusive && !exclusive {

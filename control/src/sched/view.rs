@@ -339,7 +339,7 @@ impl ClusterView {
         // Singleton: a job waits while another of the same name and user runs or was
         // submitted before it and is still pending.
         let mut first_active: BTreeMap<(&str, &str), JobId> = BTreeMap::new();
-        let active: Vec<&Job> = state.active.iter().filter_map(|id| state.jobs.get(id)).collect();
+        let active = active_jobs(state);
         if active.iter().any(|j| j.spec.singleton) {
             for j in &active {
                 first_active.entry((j.user.as_str(), j.spec.name.as_str())).or_insert(j.id);
@@ -403,6 +403,33 @@ impl ClusterView {
     pub fn total_capacity(&self) -> Res {
         self.nodes.iter().filter(|n| n.schedulable).fold(Res::default(), |acc, n| acc.plus(&n.capacity))
     }
+}
+
+/// The active jobs in id order. They cluster among the newest ids, so each is found by stepping
+/// the job map's iterator forward from the previous one, and only a far jump costs a search.
+fn active_jobs(state: &ClusterState) -> Vec<&Job> {
+    const STEPS: usize = 8;
+    let mut out = Vec::with_capacity(state.active.len());
+    let mut cursor = state.jobs.range(..);
+    for id in &state.active {
+        let mut found = None;
+        for _ in 0..STEPS {
+            match cursor.next() {
+                Some((k, j)) if k == id => {
+                    found = Some(j);
+                    break;
+                }
+                Some((k, _)) if k < id => {}
+                _ => break,
+            }
+        }
+        if found.is_none() {
+            cursor = state.jobs.range(id..);
+            found = cursor.next().filter(|(k, _)| *k == id).map(|(_, j)| j);
+        }
+        out.extend(found);
+    }
+    out
 }
 
 fn dependency_status(state: &ClusterState, deps: &[crate::model::Dependency]) -> DepStatus {
