@@ -194,6 +194,7 @@ fn state(pending: usize, nodes: usize) -> ClusterState {
                 held: None,
                 account: "root".into(),
                 qos: "normal".into(),
+                requeues: 0,
             },
         );
     }

@@ -5,6 +5,7 @@
 //! leader has not yet acknowledged. A stream whose heartbeats go unanswered for a few periods
 //! is abandoned and another replica is tried, which is how a crashed or isolated leader is left.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -20,13 +21,18 @@ use crate::{runner, Agent, JobEntry};
 
 /// How many heartbeat periods without an answer before the stream is given up.
 const MISSED_HEARTBEATS: u32 = 3;
+/// Heartbeats remembered while unanswered (a minute at the default period).
+const MAX_UNANSWERED: usize = 64;
 /// How long an unacknowledged exit waits before it is sent again on the same stream.
 const EXIT_RESEND: Duration = Duration::from_secs(3);
 
 enum SessionEnd {
     /// Try this address next.
     Redirect(String),
+    /// Could not reach a leader here.
     Retry,
+    /// Was connected to the leader, and the stream ended: look again at once.
+    Lost,
     Shutdown,
 }
 
@@ -56,10 +62,15 @@ pub(crate) async fn run(
                 continue;
             }
             SessionEnd::Retry => failures += 1,
+            SessionEnd::Lost => {
+                failures = 0;
+                continue;
+            }
         }
-        // After a full round of failures, back off a little (up to 1 s).
-        if failures as usize >= addrs.len() {
-            let wait = Duration::from_millis(100 * u64::from(failures.min(10)));
+        // After each full round of failures, back off a little more (up to 1 s).
+        if (failures as usize).is_multiple_of(addrs.len()) {
+            let rounds = failures / addrs.len() as u32;
+            let wait = Duration::from_millis(100 * u64::from(rounds.min(10)));
             tokio::select! {
                 _ = tokio::time::sleep(wait) => {}
                 _ = shutdown.changed() => return,
@@ -92,6 +103,9 @@ async fn session(
     exits: &mut mpsc::UnboundedReceiver<u64>,
     shutdown: &mut watch::Receiver<bool>,
 ) -> SessionEnd {
+    if agent.isolated() {
+        return SessionEnd::Retry;
+    }
     let endpoint = match Endpoint::from_shared(format!("http://{addr}")) {
         Ok(e) => e.connect_timeout(Duration::from_millis(500)).tcp_nodelay(true),
         Err(e) => {
@@ -126,35 +140,56 @@ async fn session(
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut seq = 0u64;
     let mut last_ack = Instant::now();
+    // Send times of the heartbeats not yet answered, oldest first.
+    let mut unanswered: VecDeque<(u64, Instant)> = VecDeque::new();
     loop {
         tokio::select! {
             _ = ticker.tick() => {
                 if last_ack.elapsed() > period * MISSED_HEARTBEATS + Duration::from_secs(1) {
                     tracing::warn!(addr, "leader stopped answering heartbeats");
-                    return SessionEnd::Retry;
+                    return SessionEnd::Lost;
+                }
+                if agent.isolated() {
+                    continue;
                 }
                 seq += 1;
+                if unanswered.len() >= MAX_UNANSWERED {
+                    unanswered.pop_front();
+                }
+                unanswered.push_back((seq, Instant::now()));
                 let running = agent.running().into_iter().map(|(job_id, token)| RunningJob { job_id, token }).collect();
                 let hb = AgentMessage { msg: Some(agent_message::Msg::Heartbeat(Heartbeat { seq, running })) };
                 if tx.send(hb).await.is_err() {
-                    return SessionEnd::Retry;
+                    return SessionEnd::Lost;
                 }
                 resend_exits(agent, &tx, false).await;
             }
             msg = inbound.message() => {
                 let msg = match msg {
+                    Ok(Some(_)) if agent.isolated() => continue,
                     Ok(Some(m)) => m,
-                    Ok(None) => return SessionEnd::Retry,
+                    Ok(None) => return SessionEnd::Lost,
                     Err(status) => {
                         tracing::info!(addr, status = %status.message(), "stream to the leader ended");
                         return match leader_hint(&status) {
                             Some(leader) if leader != addr => SessionEnd::Redirect(leader),
-                            _ => SessionEnd::Retry,
+                            _ => SessionEnd::Lost,
                         };
                     }
                 };
                 match msg.msg {
-                    Some(controller_message::Msg::HeartbeatAck(_)) => last_ack = Instant::now(),
+                    Some(controller_message::Msg::HeartbeatAck(ack)) => {
+                        last_ack = Instant::now();
+                        while let Some(&(s, sent_at)) = unanswered.front() {
+                            if s > ack.seq {
+                                break;
+                            }
+                            unanswered.pop_front();
+                            if s == ack.seq {
+                                agent.heartbeat_answered(sent_at, Duration::from_millis(ack.lease_ms));
+                            }
+                        }
+                    }
                     Some(controller_message::Msg::Launch(l)) => launch(agent, l, &tx).await,
                     Some(controller_message::Msg::Kill(k)) => kill(agent, k),
                     Some(controller_message::Msg::ExitAck(a)) => {
@@ -180,6 +215,10 @@ fn pending_exit(e: &JobEntry) -> Option<&quorum_proto::agent::JobExit> {
 }
 
 async fn send_exit(agent: &Agent, tx: &mpsc::Sender<AgentMessage>, job_id: u64) {
+    // Cut off: the report stays pending and goes out on the next stream.
+    if agent.isolated() {
+        return;
+    }
     let exit = {
         let mut jobs = agent.lock_jobs();
         match jobs.get_mut(&job_id) {
@@ -235,6 +274,7 @@ async fn launch(agent: &Arc<Agent>, l: Launch, tx: &mpsc::Sender<AgentMessage>) 
                         exit_sent: None,
                         acked: false,
                         pgid: None,
+                        lease_killed: false,
                     },
                 );
                 runner::start(agent.clone(), l, kill_rx);

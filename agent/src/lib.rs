@@ -12,6 +12,7 @@ pub mod runner;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -52,7 +53,20 @@ pub(crate) struct JobEntry {
     /// The leader acknowledged the exit as committed; the entry stays for its fencing token.
     pub acked: bool,
     pub pgid: Option<i32>,
+    /// Killed by the agent itself because its lease ran out.
+    pub lease_killed: bool,
 }
+
+/// The agent's lease on its jobs: the send time of the newest heartbeat the leader answered,
+/// and the lease the leader gave with that answer.
+#[derive(Debug, Default)]
+struct Lease {
+    answered_sent_at: Option<Instant>,
+    length: Option<Duration>,
+}
+
+/// How often the lease is checked.
+const LEASE_CHECK: Duration = Duration::from_millis(100);
 
 /// The agent's job table, shared between the stream and the runners.
 pub struct Agent {
@@ -60,12 +74,71 @@ pub struct Agent {
     pub(crate) jobs: Mutex<HashMap<u64, JobEntry>>,
     pub(crate) exits_tx: mpsc::UnboundedSender<u64>,
     exits_rx: Mutex<Option<mpsc::UnboundedReceiver<u64>>>,
+    lease: Mutex<Lease>,
+    /// Fault injection: behave as if every packet to and from the controllers were dropped.
+    isolated: AtomicBool,
 }
 
 impl Agent {
     pub fn new(config: AgentConfig) -> Arc<Agent> {
         let (exits_tx, exits_rx) = mpsc::unbounded_channel();
-        Arc::new(Agent { config, jobs: Mutex::new(HashMap::new()), exits_tx, exits_rx: Mutex::new(Some(exits_rx)) })
+        Arc::new(Agent {
+            config,
+            jobs: Mutex::new(HashMap::new()),
+            exits_tx,
+            exits_rx: Mutex::new(Some(exits_rx)),
+            lease: Mutex::new(Lease::default()),
+            isolated: AtomicBool::new(false),
+        })
+    }
+
+    /// The leader answered a heartbeat sent at `sent_at`, granting `length` (none when zero).
+    pub(crate) fn heartbeat_answered(&self, sent_at: Instant, length: Duration) {
+        let mut lease = self.lease.lock().unwrap_or_else(|p| p.into_inner());
+        if lease.answered_sent_at.is_none_or(|t| t < sent_at) {
+            lease.answered_sent_at = Some(sent_at);
+        }
+        lease.length = (!length.is_zero()).then_some(length);
+    }
+
+    /// How long since the newest answered heartbeat was sent, when that exceeds the lease.
+    fn lease_overrun(&self) -> Option<Duration> {
+        let lease = self.lease.lock().unwrap_or_else(|p| p.into_inner());
+        let since = lease.answered_sent_at?.elapsed();
+        (since > lease.length?).then_some(since)
+    }
+
+    /// Fault injection for tests and drills: while on, the agent behaves as if the network to
+    /// every controller were cut (nothing sent, nothing received, no new connection).
+    pub fn set_isolated(&self, on: bool) {
+        self.isolated.store(on, Ordering::SeqCst);
+    }
+
+    pub fn isolated(&self) -> bool {
+        self.isolated.load(Ordering::SeqCst)
+    }
+
+    /// Kills every running job whose kill has not been asked for yet, once the lease ran out:
+    /// the leader may already have declared this node DOWN and started the jobs elsewhere.
+    fn enforce_lease(&self) {
+        let Some(silent) = self.lease_overrun() else { return };
+        let mut killed = Vec::new();
+        for (id, entry) in self.lock_jobs().iter_mut() {
+            if entry.exit.is_none() && !entry.lease_killed {
+                if let Some(kill) = &entry.kill {
+                    entry.lease_killed = true;
+                    let _ = kill.try_send(ExitKind::LeaseExpired);
+                    killed.push(*id);
+                }
+            }
+        }
+        if !killed.is_empty() {
+            tracing::warn!(
+                silent_ms = silent.as_millis() as u64,
+                jobs = ?killed,
+                "no heartbeat answered within the lease: killing this node's jobs"
+            );
+        }
     }
 
     pub(crate) fn lock_jobs(&self) -> std::sync::MutexGuard<'_, HashMap<u64, JobEntry>> {
@@ -93,7 +166,19 @@ impl Agent {
     pub async fn run(self: Arc<Self>, shutdown: watch::Receiver<bool>) {
         let exits_rx =
             self.exits_rx.lock().unwrap_or_else(|p| p.into_inner()).take().expect("Agent::run is called once");
+        let lease = tokio::spawn(watch_lease(self.clone(), shutdown.clone()));
         conn::run(self, exits_rx, shutdown).await;
+        lease.abort();
+    }
+}
+
+async fn watch_lease(agent: Arc<Agent>, mut shutdown: watch::Receiver<bool>) {
+    let mut tick = tokio::time::interval(LEASE_CHECK);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => agent.enforce_lease(),
+            _ = shutdown.changed() => return,
+        }
     }
 }
 

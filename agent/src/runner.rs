@@ -243,6 +243,12 @@ async fn run(agent: &Agent, launch: &Launch, mut kill_rx: mpsc::Receiver<ExitKin
             }
             why = kill_rx.recv(), if kill_open && kind == ExitKind::Exited => {
                 match why {
+                    // Cut off from the controllers: the job may be started elsewhere any moment,
+                    // so there is no grace period.
+                    Some(ExitKind::LeaseExpired) => {
+                        kind = ExitKind::LeaseExpired;
+                        signal_group(pgid, libc::SIGKILL);
+                    }
                     Some(reason) => {
                         kind = reason;
                         signal_group(pgid, libc::SIGTERM);

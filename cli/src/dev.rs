@@ -27,6 +27,10 @@ pub struct DevOptions {
     pub kill_wait: Duration,
     pub snapshot_every: u64,
     pub snapshot_keep_logs: u64,
+    /// A silent node is DOWN after this long.
+    pub node_timeout: Duration,
+    /// An agent cut off from the leader for this long kills its jobs.
+    pub agent_lease: Duration,
 }
 
 impl Default for DevOptions {
@@ -42,6 +46,8 @@ impl Default for DevOptions {
             kill_wait: Duration::from_secs(5),
             snapshot_every: 10_000,
             snapshot_keep_logs: 1_000,
+            node_timeout: Duration::from_secs(30),
+            agent_lease: Duration::from_secs(20),
         }
     }
 }
@@ -121,6 +127,8 @@ impl DevCluster {
                 election_timeout_max_ms: 300,
                 snapshot_every: opts.snapshot_every,
                 snapshot_keep_logs: opts.snapshot_keep_logs,
+                node_timeout_ms: opts.node_timeout.as_millis() as u64,
+                agent_lease_ms: opts.agent_lease.as_millis() as u64,
                 scheduler: Default::default(),
                 qos: vec![],
                 accounts: vec![],
@@ -187,6 +195,14 @@ impl DevCluster {
         let listener = TcpListener::bind(&self.addrs[i]).await?;
         self.controllers[i] = Some(Controller::start(self.configs[i].clone(), listener).await?);
         Ok(())
+    }
+
+    /// Cuts agent `i` off from every controller (or reconnects it), as a network partition
+    /// would: its jobs go on until its lease runs out.
+    pub fn isolate_agent(&self, i: usize, on: bool) {
+        if let Some(a) = &self.agents[i] {
+            a.agent.set_isolated(on);
+        }
     }
 
     /// Stops every agent and replica; running jobs are killed.

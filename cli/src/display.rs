@@ -41,6 +41,10 @@ pub struct JobJson {
     /// Where backfill expects a pending job to start.
     pub expected_start_ms: Option<u64>,
     pub expected_nodes: Option<String>,
+    /// Back to the queue if its node fails.
+    pub requeue: bool,
+    /// Times it went back to the queue after a node failure.
+    pub requeues: u32,
 }
 
 fn nonzero(v: u64) -> Option<u64> {
@@ -82,6 +86,8 @@ pub fn job_json(j: &JobInfo) -> JobJson {
         dependency: (!spec.dependency.is_empty()).then(|| spec.dependency.clone()),
         expected_start_ms: nonzero(j.expected_start_ms),
         expected_nodes: (!j.expected_nodes.is_empty()).then(|| j.expected_nodes.clone()),
+        requeue: spec.requeue,
+        requeues: j.requeues,
     }
 }
 
@@ -344,6 +350,7 @@ pub fn show_job(j: &JobInfo, now_ms: u64) -> String {
             elapsed(j, now_ms),
             if j.time_limit_s == 0 { "UNLIMITED".into() } else { format_duration(j.time_limit_s) }
         ),
+        format!("Requeue={} Restarts={}", u8::from(spec.requeue), j.requeues),
         format!("SubmitTime={} StartTime={} EndTime={}", ms(j.submit_time_ms), ms(j.start_time_ms), ms(j.end_time_ms)),
         format!(
             "NumNodes={} NumTasks={} CPUs/Task={} MinMemoryNode={} Gpus/Node={}{}",

@@ -71,6 +71,12 @@ pub struct SubmitOpts {
     /// Whole nodes only.
     #[arg(long)]
     pub exclusive: bool,
+    /// Back to the queue if a node it runs on fails (default: it ends NODE_FAIL).
+    #[arg(long, conflicts_with = "no_requeue")]
+    pub requeue: bool,
+    /// End NODE_FAIL if a node it runs on fails (the default; overrides a script's --requeue).
+    #[arg(long)]
+    pub no_requeue: bool,
 }
 
 #[derive(Parser, Debug)]
@@ -104,6 +110,8 @@ impl SubmitOpts {
             nice: self.nice.or(other.nice),
             constraint: self.constraint.or(other.constraint),
             exclusive: self.exclusive || other.exclusive,
+            requeue: self.requeue || (other.requeue && !self.no_requeue),
+            no_requeue: self.no_requeue || (other.no_requeue && !self.requeue),
         }
     }
 
@@ -343,6 +351,7 @@ pub fn build_spec(
             .map(|c| c.split(['&', ',']).map(|f| f.trim().to_string()).filter(|f| !f.is_empty()).collect())
             .unwrap_or_default(),
         exclusive: opts.exclusive,
+        requeue: opts.requeue,
         name: opts.job_name.unwrap_or(default_name),
         partition: opts.partition.unwrap_or_default(),
         nodes,
@@ -394,6 +403,12 @@ mod tests {
         // The command line wins.
         let cli = SubmitOpts { job_name: Some("other".into()), ..Default::default() };
         assert_eq!(script_spec(text, cli).unwrap().name, "other");
+        // --requeue from the script, unless the command line says --no-requeue.
+        assert!(!script_spec(text, SubmitOpts::default()).unwrap().requeue);
+        let requeued = text.replace("#SBATCH -J train", "#SBATCH -J train --requeue");
+        assert!(script_spec(&requeued, SubmitOpts::default()).unwrap().requeue);
+        let cli = SubmitOpts { no_requeue: true, ..Default::default() };
+        assert!(!script_spec(&requeued, cli).unwrap().requeue);
     }
 
     #[test]

@@ -115,6 +115,14 @@ fn default_snapshot_every() -> u64 {
 fn default_snapshot_keep_logs() -> u64 {
     1_000
 }
+fn default_node_timeout_ms() -> u64 {
+    30_000
+}
+fn default_agent_lease_ms() -> u64 {
+    20_000
+}
+/// The shortest lease accepted: several agent heartbeats and a leader failover fit in it.
+const MIN_AGENT_LEASE_MS: u64 = 2_000;
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -140,6 +148,14 @@ pub struct ControllerConfig {
     /// receives the snapshot.
     #[serde(default = "default_snapshot_keep_logs")]
     pub snapshot_keep_logs: u64,
+    /// A node whose agent the leader has not heard from for this long is DOWN, and its jobs
+    /// end NODE_FAIL or are requeued. A new leader waits this long before judging any node.
+    #[serde(default = "default_node_timeout_ms")]
+    pub node_timeout_ms: u64,
+    /// An agent none of whose heartbeats sent in this window was answered kills its jobs itself,
+    /// so that a job requeued elsewhere never runs twice at once; must be below `node_timeout_ms`.
+    #[serde(default = "default_agent_lease_ms")]
+    pub agent_lease_ms: u64,
     #[serde(default)]
     pub scheduler: SchedulerConfig,
     /// QOS levels of a new cluster; afterwards changed through the API.
@@ -422,9 +438,38 @@ impl ControllerConfig {
                 "need raft_heartbeat_ms < election_timeout_min_ms < election_timeout_max_ms".into(),
             ));
         }
+        if self.agent_lease_ms >= self.node_timeout_ms {
+            return Err(ConfigError::Invalid(format!(
+                "agent_lease_ms ({}) must be below node_timeout_ms ({}): an agent must kill its jobs before they may be requeued elsewhere",
+                self.agent_lease_ms, self.node_timeout_ms
+            )));
+        }
+        if self.agent_lease_ms < MIN_AGENT_LEASE_MS.max(4 * self.election_timeout_max_ms) {
+            return Err(ConfigError::Invalid(format!(
+                "agent_lease_ms ({}) must be at least {} ms and four election timeouts ({} ms), so that a leader failover never kills jobs",
+                self.agent_lease_ms,
+                MIN_AGENT_LEASE_MS,
+                4 * self.election_timeout_max_ms
+            )));
+        }
         self.settings()?;
         Ok(())
     }
+
+    /// The leader's timeouts for nodes and agents.
+    pub fn liveness(&self) -> Liveness {
+        Liveness {
+            node_timeout: std::time::Duration::from_millis(self.node_timeout_ms),
+            agent_lease: std::time::Duration::from_millis(self.agent_lease_ms),
+        }
+    }
+}
+
+/// How long a node may be silent before it is DOWN, and the lease its agent keeps its jobs by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Liveness {
+    pub node_timeout: std::time::Duration,
+    pub agent_lease: std::time::Duration,
 }
 
 #[cfg(test)]
@@ -460,5 +505,21 @@ mod tests {
         let bad = text.replace("id = 1\n            listen", "id = 9\n            listen");
         let c: ControllerConfig = toml::from_str(&bad).unwrap();
         assert!(c.validate().unwrap_err().to_string().contains("id 9 is not among"));
+
+        // Node liveness: defaults, and a lease that would let a requeued job run twice.
+        let c: ControllerConfig = toml::from_str(text).unwrap();
+        assert_eq!(
+            c.liveness(),
+            Liveness {
+                node_timeout: std::time::Duration::from_secs(30),
+                agent_lease: std::time::Duration::from_secs(20)
+            }
+        );
+        let with = |extra: &str| -> ControllerConfig { toml::from_str(&format!("{extra}\n{text}")).unwrap() };
+        let e = with("node_timeout_ms = 10000\nagent_lease_ms = 10000").validate().unwrap_err().to_string();
+        assert!(e.contains("agent_lease_ms (10000) must be below node_timeout_ms (10000)"), "{e}");
+        let e = with("agent_lease_ms = 500").validate().unwrap_err().to_string();
+        assert!(e.contains("agent_lease_ms (500) must be at least 2000 ms"), "{e}");
+        with("node_timeout_ms = 5000\nagent_lease_ms = 3000").validate().unwrap();
     }
 }

@@ -109,8 +109,19 @@ pub async fn wait_ready(cluster: &DevCluster, c: &Client, agents: usize) {
     .await
 }
 
-/// Whether any process of process group `pgid` still exists.
+/// Whether any process of process group `pgid` still runs. Zombies do not count: a killed
+/// job's orphans wait for whatever init this machine has to reap them.
 pub fn group_alive(pgid: i32) -> bool {
-    // SAFETY: signal 0 checks existence only.
-    unsafe { libc::kill(-pgid, 0) == 0 }
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        // SAFETY: signal 0 checks existence only.
+        return unsafe { libc::kill(-pgid, 0) == 0 };
+    };
+    dir.filter_map(Result::ok).any(|entry| {
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else { return false };
+        // pid (comm) state ppid pgrp ...; comm may hold spaces and parentheses.
+        let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else { return false };
+        let mut fields = rest.split_whitespace();
+        let (state, _ppid, pgrp) = (fields.next(), fields.next(), fields.next());
+        state != Some("Z") && pgrp.and_then(|p| p.parse::<i32>().ok()) == Some(pgid)
+    })
 }

@@ -28,13 +28,15 @@ struct Conn {
     killed: HashSet<(JobId, u64)>,
     /// What the agent said it runs in its last heartbeat, as (job, token).
     reported: Vec<(JobId, u64)>,
-    last_seen: Instant,
 }
 
 #[derive(Default)]
 struct Inner {
     conns: HashMap<String, Conn>,
     next_id: u64,
+    /// When each node's agent was last heard from while this replica leads (kept after its
+    /// stream ends, so that a node that disconnected is judged from its last heartbeat).
+    heard: HashMap<String, Instant>,
 }
 
 /// The agents connected to this replica while it leads.
@@ -61,16 +63,10 @@ impl AgentHub {
         let mut inner = self.lock();
         inner.next_id += 1;
         let id = inner.next_id;
+        inner.heard.insert(node.to_string(), Instant::now());
         inner.conns.insert(
             node.to_string(),
-            Conn {
-                id,
-                tx,
-                launched: HashSet::new(),
-                killed: HashSet::new(),
-                reported: Vec::new(),
-                last_seen: Instant::now(),
-            },
+            Conn { id, tx, launched: HashSet::new(), killed: HashSet::new(), reported: Vec::new() },
         );
         let mut rx = self.generation.subscribe();
         rx.mark_unchanged();
@@ -88,8 +84,13 @@ impl AgentHub {
         let mut inner = self.lock();
         if let Some(c) = inner.conns.get_mut(node).filter(|c| c.id == conn_id) {
             c.reported = running;
-            c.last_seen = Instant::now();
+            inner.heard.insert(node.to_string(), Instant::now());
         }
+    }
+
+    /// When `node`'s agent was last heard from since this replica began leading.
+    pub fn last_heard(&self, node: &str) -> Option<Instant> {
+        self.lock().heard.get(node).copied()
     }
 
     /// Ends every stream: the replica stopped leading or is shutting down.
@@ -98,6 +99,7 @@ impl AgentHub {
         for (_, conn) in inner.conns.drain() {
             let _ = conn.tx.try_send(Err(Status::unavailable("this replica is no longer the leader")));
         }
+        inner.heard.clear();
         self.generation.send_modify(|g| *g += 1);
     }
 

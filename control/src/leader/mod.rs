@@ -4,18 +4,22 @@
 //! - partition sync: makes the replicated partitions match this replica's config file;
 //! - scheduling: after events (debounced by the kick) and at least every second, builds a view
 //!   at an applied index, calls `sched::schedule`, and proposes the plan;
-//! - dispatch: after every applied change, reconciles each connected agent with the state.
+//! - dispatch: after every applied change, reconciles each connected agent with the state;
+//! - liveness: a node not heard from for `node_timeout` (counted from the later of its last
+//!   heartbeat and the start of this leadership, so a failover never marks nodes down) is
+//!   proposed DOWN; apply ends or requeues its jobs.
 
 pub mod hub;
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use openraft::ServerState;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::config::ClusterSettings;
+use crate::model::NodeAdminState;
 use crate::replica::{now_ms, Core};
 use crate::sched::{self, ClusterView};
 use crate::state::{Command, Response};
@@ -60,7 +64,8 @@ fn start_session(core: Arc<Core>, settings: ClusterSettings) -> (watch::Sender<b
     let tasks = vec![
         tokio::spawn(sync_settings(core.clone(), settings, stop_rx.clone())),
         tokio::spawn(schedule_loop(core.clone(), stop_rx.clone())),
-        tokio::spawn(dispatch_loop(core, stop_rx)),
+        tokio::spawn(dispatch_loop(core.clone(), stop_rx.clone())),
+        tokio::spawn(liveness_loop(core, stop_rx)),
     ];
     (stop_tx, tasks)
 }
@@ -161,6 +166,47 @@ async fn schedule_loop(core: Arc<Core>, mut stop: watch::Receiver<bool>) {
             Err(e) => {
                 tracing::warn!(error = %e, "proposing a plan");
                 tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+/// The nodes, not already DOWN, that have been silent for `node_timeout`, with how long.
+fn silent_nodes(core: &Core, leading_since: Instant) -> Vec<(String, Duration)> {
+    let timeout = core.liveness.node_timeout;
+    let applied = core.shared.read();
+    applied
+        .state
+        .nodes
+        .values()
+        .filter(|n| !matches!(n.admin, NodeAdminState::Down { .. }))
+        .filter_map(|n| {
+            let heard = core.hub.last_heard(&n.name).map_or(leading_since, |t| t.max(leading_since));
+            let silent = heard.elapsed();
+            (silent >= timeout).then(|| (n.name.clone(), silent))
+        })
+        .collect()
+}
+
+async fn liveness_loop(core: Arc<Core>, mut stop: watch::Receiver<bool>) {
+    let leading_since = Instant::now();
+    let tick = (core.liveness.node_timeout / 10).clamp(Duration::from_millis(50), Duration::from_secs(1));
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(tick) => {}
+            _ = stop.changed() => return,
+        }
+        for (node, silent) in silent_nodes(&core, leading_since) {
+            let reason = format!("not responding: no heartbeat for {:.1}s", silent.as_secs_f64());
+            match core.write(Command::NodeDown { node: node.clone(), reason: reason.clone(), now: now_ms() }).await {
+                Ok((_, Response::NodeDowned { ended, requeued })) => {
+                    tracing::warn!(node, reason, ?ended, ?requeued, "node DOWN");
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(node, error = %e, "proposing a node DOWN");
+                    break;
+                }
             }
         }
     }

@@ -78,6 +78,9 @@ pub struct JobSpec {
     /// Submitted held (`--hold`).
     #[serde(default)]
     pub hold: bool,
+    /// Back to the queue when a node it runs on fails (`--requeue`), instead of NODE_FAIL.
+    #[serde(default)]
+    pub requeue: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -329,10 +332,21 @@ impl Allocation {
 /// How one rank of a job ended on its node, as its agent reported it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum RankOutcome {
-    Exited { code: i32, signal: i32 },
-    TimedOut { code: i32, signal: i32 },
-    Cancelled { code: i32, signal: i32 },
+    Exited {
+        code: i32,
+        signal: i32,
+    },
+    TimedOut {
+        code: i32,
+        signal: i32,
+    },
+    Cancelled {
+        code: i32,
+        signal: i32,
+    },
     LaunchFailed,
+    /// The agent killed it itself: it lost contact with the controllers for its lease.
+    LostContact,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -363,6 +377,9 @@ pub struct Job {
     /// The QOS, resolved at submit.
     #[serde(default)]
     pub qos: String,
+    /// Times it went back to the queue after a node failure.
+    #[serde(default)]
+    pub requeues: u32,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -527,4 +544,6 @@ pub enum Rejection {
     AdminHold { id: JobId },
     #[error("invalid {what}: {reason}")]
     InvalidConfig { what: String, reason: String },
+    #[error("node '{name}' is not registered")]
+    UnknownNode { name: String },
 }

@@ -50,6 +50,7 @@ pub struct Core {
     pub raft: Raft,
     pub shared: Arc<Shared>,
     pub hub: AgentHub,
+    pub liveness: crate::config::Liveness,
     committed: Arc<AtomicU64>,
 }
 
@@ -146,6 +147,7 @@ impl Controller {
             raft,
             shared,
             hub: AgentHub::default(),
+            liveness: config.liveness(),
             committed,
         });
         let (stop, stop_rx) = watch::channel(false);

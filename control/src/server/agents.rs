@@ -37,6 +37,7 @@ fn outcome(exit: &JobExit) -> RankOutcome {
         ExitKind::TimedOut => RankOutcome::TimedOut { code, signal },
         ExitKind::Cancelled => RankOutcome::Cancelled { code, signal },
         ExitKind::LaunchFailed => RankOutcome::LaunchFailed,
+        ExitKind::LeaseExpired => RankOutcome::LostContact,
         ExitKind::Exited | ExitKind::Unspecified => RankOutcome::Exited { code, signal },
     }
 }
@@ -78,7 +79,10 @@ impl AgentService for Agents {
             })
         };
         if !unchanged {
-            self.core.write(Command::RegisterNode { node: registration, now: now_ms() }).await.map_err(write_status)?;
+            self.core
+                .write(Command::RegisterNode { node: registration.clone(), now: now_ms() })
+                .await
+                .map_err(write_status)?;
         }
         tracing::info!(node, "agent connected");
 
@@ -105,12 +109,27 @@ impl AgentService for Agents {
                     agent_message::Msg::Heartbeat(hb) => {
                         let running = hb.running.iter().map(|r| (r.job_id, r.token)).collect();
                         core.hub.heartbeat(&node, conn_id, running);
+                        // Declared DOWN while its stream survived (a long stall, a partition
+                        // that healed): heard again, it returns to service as on a reconnect.
+                        let down = matches!(
+                            core.shared.read().state.nodes.get(&node).map(|n| &n.admin),
+                            Some(crate::model::NodeAdminState::Down { .. })
+                        );
+                        if down {
+                            let command = Command::RegisterNode { node: registration.clone(), now: now_ms() };
+                            if let Err(e) = core.write(command).await {
+                                tracing::warn!(node, error = %e, "returning a node to service");
+                            }
+                        }
                         {
                             let applied = core.shared.read();
                             core.hub.reconcile(&applied.state, Some(&node));
                         }
                         let ack = ControllerMessage {
-                            msg: Some(controller_message::Msg::HeartbeatAck(HeartbeatAck { seq: hb.seq })),
+                            msg: Some(controller_message::Msg::HeartbeatAck(HeartbeatAck {
+                                seq: hb.seq,
+                                lease_ms: core.liveness.agent_lease.as_millis() as u64,
+                            })),
                         };
                         if tx.send(Ok(ack)).await.is_err() {
                             break;

@@ -51,6 +51,7 @@ pub fn spec_from_proto(p: api::JobSpec) -> Result<JobSpec, Rejection> {
         constraint: p.constraint.into_iter().filter(|c| !c.is_empty()).collect(),
         exclusive: p.exclusive,
         hold: p.hold,
+        requeue: p.requeue,
     })
 }
 
@@ -84,6 +85,7 @@ pub fn spec_to_proto(s: &JobSpec) -> api::JobSpec {
         nice: s.nice,
         constraint: s.constraint.clone(),
         exclusive: s.exclusive,
+        requeue: s.requeue,
     }
 }
 
@@ -156,6 +158,7 @@ pub fn job_to_proto(j: &Job, with_env: bool) -> api::JobInfo {
             Some(crate::model::HoldKind::Admin) => "ADMIN".into(),
             None => String::new(),
         },
+        requeues: j.requeues,
     }
 }
 
@@ -180,7 +183,7 @@ pub fn node_to_proto(n: &Node, partitions: Vec<String>, connected: bool) -> api:
 pub fn rejection_status(r: &Rejection) -> tonic::Status {
     let msg = r.to_string();
     match r {
-        Rejection::UnknownJob { .. } => tonic::Status::not_found(msg),
+        Rejection::UnknownJob { .. } | Rejection::UnknownNode { .. } => tonic::Status::not_found(msg),
         Rejection::JobFinished { .. } => tonic::Status::failed_precondition(msg),
         Rejection::NotOwner { .. } => tonic::Status::permission_denied(msg),
         _ => tonic::Status::invalid_argument(msg),

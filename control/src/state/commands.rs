@@ -96,6 +96,13 @@ pub enum Command {
         user: String,
         now: Millis,
     },
+    /// The leader heard nothing from the node's agent for `node_timeout`: the node is DOWN,
+    /// and its jobs end NODE_FAIL or go back to the queue (`--requeue`).
+    NodeDown {
+        node: String,
+        reason: String,
+        now: Millis,
+    },
 }
 
 impl Command {
@@ -133,5 +140,14 @@ pub enum Response {
     JobFinished {
         job_id: JobId,
         state: JobState,
+    },
+    /// The job lost a node and went back to the queue.
+    Requeued {
+        job_id: JobId,
+    },
+    NodeDowned {
+        /// Jobs that ended NODE_FAIL (or CANCELLED, when a cancel was already asked for).
+        ended: Vec<JobId>,
+        requeued: Vec<JobId>,
     },
 }

@@ -145,6 +145,10 @@ pub fn apply(state: &mut ClusterState, index: u64, command: Command) -> Response
             advance_clock(state, now);
             release(state, job_id, &user)
         }
+        Command::NodeDown { node, reason, now } => {
+            advance_clock(state, now);
+            node_down(state, &node, reason)
+        }
     }
 }
 
@@ -250,6 +254,7 @@ fn submit(state: &mut ClusterState, mut spec: JobSpec, user: String, request_id:
                     held: spec_hold,
                     account,
                     qos,
+                    requeues: 0,
                 },
             );
             Response::Submitted { job_id: id, duplicate: false }
@@ -507,17 +512,72 @@ fn finish_job(
     job.signal = signal;
     job.reason = PendingReason::None;
     if let Some(allocation) = &job.allocation {
-        for a in &allocation.nodes {
-            if let Some(node) = state.nodes.get_mut(&a.node) {
-                node.alloc_cpus = node.alloc_cpus.saturating_sub(a.cpus);
-                node.alloc_mem_mb = node.alloc_mem_mb.saturating_sub(a.mem_mb);
-                for g in &a.gpus {
-                    node.alloc_gpus.remove(g);
-                }
-                node.jobs.remove(&job_id);
+        free_nodes(&mut state.nodes, job_id, allocation);
+    }
+}
+
+/// Gives back what an allocation holds on its nodes.
+fn free_nodes(nodes: &mut BTreeMap<String, Node>, job_id: JobId, allocation: &Allocation) {
+    for a in &allocation.nodes {
+        if let Some(node) = nodes.get_mut(&a.node) {
+            node.alloc_cpus = node.alloc_cpus.saturating_sub(a.cpus);
+            node.alloc_mem_mb = node.alloc_mem_mb.saturating_sub(a.mem_mb);
+            for g in &a.gpus {
+                node.alloc_gpus.remove(g);
             }
+            node.jobs.remove(&job_id);
         }
     }
+}
+
+/// A running job that lost a node goes back to the queue: its time so far is charged, every
+/// node of its allocation is freed, and its next allocation gets a newer fencing token, so
+/// nothing sent for the old one is obeyed again.
+fn requeue_job(state: &mut ClusterState, job_id: JobId) {
+    charge_usage(state, job_id);
+    let Some(job) = state.jobs.get_mut(&job_id) else { return };
+    if let Some(allocation) = job.allocation.take() {
+        free_nodes(&mut state.nodes, job_id, &allocation);
+    }
+    job.state = JobState::Pending;
+    job.reason = PendingReason::None;
+    job.start_time = None;
+    job.rank_outcomes.clear();
+    job.requeues += 1;
+}
+
+/// What a running job becomes when one of its nodes is lost: back in the queue when it asked
+/// for that and nobody asked to cancel it; otherwise ended (NODE_FAIL, or CANCELLED).
+fn lose_node(state: &mut ClusterState, job_id: JobId) -> bool {
+    let Some(job) = state.jobs.get(&job_id) else { return false };
+    if job.spec.requeue && !job.cancel_requested {
+        requeue_job(state, job_id);
+        true
+    } else {
+        let final_state = if job.cancel_requested { JobState::Cancelled } else { JobState::NodeFail };
+        finish_job(state, job_id, final_state, None, None);
+        false
+    }
+}
+
+fn node_down(state: &mut ClusterState, name: &str, reason: String) -> Response {
+    let Some(node) = state.nodes.get_mut(name) else {
+        return Response::Rejected(Rejection::UnknownNode { name: name.to_string() });
+    };
+    if matches!(node.admin, NodeAdminState::Down { .. }) {
+        return Response::Ignored;
+    }
+    node.admin = NodeAdminState::Down { reason };
+    let jobs: Vec<JobId> = node.jobs.iter().copied().collect();
+    let (mut ended, mut requeued) = (Vec::new(), Vec::new());
+    for job_id in jobs {
+        if lose_node(state, job_id) {
+            requeued.push(job_id);
+        } else {
+            ended.push(job_id);
+        }
+    }
+    Response::NodeDowned { ended, requeued }
 }
 
 /// Adds what a job used, in billed TRES-seconds, to its account's decayed usage.
@@ -547,6 +607,13 @@ fn job_ended(state: &mut ClusterState, job_id: JobId, token: u64, node: &str, ou
     if job.rank_outcomes.iter().any(|(n, _)| n == node) {
         return Response::Ignored;
     }
+    if outcome == RankOutcome::LostContact {
+        return if lose_node(state, job_id) {
+            Response::Requeued { job_id }
+        } else {
+            Response::JobFinished { job_id, state: state.jobs[&job_id].state }
+        };
+    }
     job.rank_outcomes.push((node.to_string(), outcome));
     let total = job.spec.nodes as usize;
     // The first rank to end badly decides the job; otherwise it ends when every rank has.
@@ -557,6 +624,7 @@ fn job_ended(state: &mut ClusterState, job_id: JobId, token: u64, node: &str, ou
         RankOutcome::TimedOut { code, signal } => Some((JobState::Timeout, Some(code), nonzero(signal))),
         RankOutcome::Cancelled { code, signal } => Some((JobState::Cancelled, Some(code), nonzero(signal))),
         RankOutcome::LaunchFailed => Some((JobState::Failed, Some(127), None)),
+        RankOutcome::LostContact => unreachable!("handled above"),
     };
     let decided = decided.map(|(st, code, sig)| {
         if job.cancel_requested && st != JobState::Completed {

@@ -237,3 +237,125 @@ fn snapshots_reproduce_the_state_bit_for_bit() {
     assert_eq!(back, s);
     assert_eq!(digest(&back), digest(&s));
 }
+
+/// Starts `job_id` on both nodes, `cpus` each.
+fn start_on_both(s: &mut ClusterState, index: u64, job_id: JobId, cpus: u32) -> Response {
+    let mem_mb = s.jobs[&job_id].spec.mem_per_node_mb.unwrap();
+    let on = |node: &str| crate::model::NodeAllocation { node: node.into(), cpus, mem_mb, gpus: vec![0] };
+    apply(
+        s,
+        index,
+        Command::ApplyPlan {
+            base_index: index - 1,
+            now: 2000,
+            starts: vec![PlannedStart { job_id, allocation: Allocation { nodes: vec![on("n1"), on("n2")] } }],
+            reasons: vec![],
+        },
+    )
+}
+
+#[test]
+fn node_down_fails_or_requeues_its_jobs_and_frees_every_node_they_held() {
+    let mut s = cluster();
+    let mut wide = spec(&["sleep", "1000"]);
+    wide.nodes = 2;
+    wide.ntasks = 2;
+    wide.gpus_per_node = 1;
+    let submitted = |r| assert!(matches!(r, Response::Submitted { .. }), "{r:?}");
+    submitted(submit(&mut s, 10, wide.clone(), "a")); // 1: two nodes, ends NODE_FAIL
+    wide.requeue = true;
+    submitted(submit(&mut s, 11, wide, "b")); // 2: two nodes, requeued
+    let mut elsewhere = spec(&["sleep", "1000"]);
+    elsewhere.requeue = true;
+    submitted(submit(&mut s, 12, elsewhere, "c")); // 3: only on n2, untouched
+    start_on_both(&mut s, 13, 1, 2);
+    // The plan gives job 2 other GPUs than job 1.
+    let mem_mb = s.jobs[&2].spec.mem_per_node_mb.unwrap();
+    let on = |node: &str| crate::model::NodeAllocation { node: node.into(), cpus: 2, mem_mb, gpus: vec![1] };
+    apply(
+        &mut s,
+        14,
+        Command::ApplyPlan {
+            base_index: 13,
+            now: 2000,
+            starts: vec![PlannedStart { job_id: 2, allocation: Allocation { nodes: vec![on("n1"), on("n2")] } }],
+            reasons: vec![],
+        },
+    );
+    start(&mut s, 15, 3, "n2", 1, vec![]);
+    assert_eq!(s.nodes["n2"].alloc_cpus, 5);
+
+    let down = |node: &str, now| Command::NodeDown { node: node.into(), reason: "not responding".into(), now };
+    assert_eq!(apply(&mut s, 16, down("n1", 9000)), Response::NodeDowned { ended: vec![1], requeued: vec![2] });
+    assert_eq!(s.nodes["n1"].state(), crate::model::NodeState::Down);
+    assert_eq!(s.nodes["n1"].reason(), "not responding");
+    assert_eq!((s.nodes["n1"].alloc_cpus, s.nodes["n1"].alloc_gpus.len()), (0, 0));
+    // What both jobs held on n2 is free too; job 3 still runs there.
+    assert_eq!(s.nodes["n2"].alloc_cpus, 1);
+    assert!(s.nodes["n2"].alloc_gpus.is_empty());
+    assert_eq!(s.nodes["n2"].jobs.iter().copied().collect::<Vec<_>>(), vec![3]);
+
+    let failed = &s.jobs[&1];
+    assert_eq!((failed.state, failed.end_time), (JobState::NodeFail, Some(9000)));
+    assert!(!s.active.contains(&1));
+    let requeued = &s.jobs[&2];
+    assert_eq!(requeued.state, JobState::Pending);
+    assert_eq!((requeued.allocation.as_ref(), requeued.start_time, requeued.requeues), (None, None, 1));
+    assert!(s.active.contains(&2));
+    // Its time so far is charged (2 nodes × 2 CPUs × 7 s).
+    assert!(s.usage["root"].value >= 28.0, "{:?}", s.usage);
+
+    // A late exit from the old allocation is ignored; the next start gets a newer token.
+    let old_exit = Command::JobEnded {
+        job_id: 2,
+        token: 14,
+        node: "n2".into(),
+        outcome: RankOutcome::Cancelled { code: 0, signal: 9 },
+        now: 9100,
+    };
+    assert_eq!(apply(&mut s, 17, old_exit), Response::Ignored);
+    assert!(
+        matches!(start_on_both(&mut s, 18, 2, 1), Response::PlanApplied { ref dropped, .. } if dropped[0].1.contains("down"))
+    );
+    // Down again changes nothing; an unknown node is refused by name.
+    assert_eq!(apply(&mut s, 19, down("n1", 9200)), Response::Ignored);
+    assert_eq!(apply(&mut s, 20, down("n9", 9300)), Response::Rejected(Rejection::UnknownNode { name: "n9".into() }));
+    // The agent registering again brings the node back.
+    apply(&mut s, 21, register("n1", 8, 4));
+    assert_eq!(s.nodes["n1"].state(), crate::model::NodeState::Idle);
+    assert!(
+        matches!(start_on_both(&mut s, 22, 2, 1), Response::PlanApplied { ref started, .. } if started == &vec![2])
+    );
+    assert_eq!(s.jobs[&2].alloc_index, 22);
+}
+
+#[test]
+fn an_agent_that_lost_contact_ends_or_requeues_its_job() {
+    let mut s = cluster();
+    let mut requeue = spec(&["sleep", "1000"]);
+    requeue.requeue = true;
+    submit(&mut s, 10, requeue, "a");
+    submit(&mut s, 11, spec(&["sleep", "1000"]), "b");
+    let mut cancelled = spec(&["sleep", "1000"]);
+    cancelled.requeue = true;
+    submit(&mut s, 12, cancelled, "c");
+    start(&mut s, 13, 1, "n1", 1, vec![]);
+    start(&mut s, 14, 2, "n1", 1, vec![]);
+    start(&mut s, 15, 3, "n2", 1, vec![]);
+    apply(&mut s, 16, Command::CancelJob { job_id: 3, user: "alice".into(), now: 3000 });
+    let lost = |job_id, token, node: &str| Command::JobEnded {
+        job_id,
+        token,
+        node: node.into(),
+        outcome: RankOutcome::LostContact,
+        now: 4000,
+    };
+    assert_eq!(apply(&mut s, 17, lost(1, 13, "n1")), Response::Requeued { job_id: 1 });
+    assert_eq!((s.jobs[&1].state, s.jobs[&1].requeues), (JobState::Pending, 1));
+    assert_eq!(apply(&mut s, 18, lost(2, 14, "n1")), Response::JobFinished { job_id: 2, state: JobState::NodeFail });
+    // A job whose cancel was asked for is not brought back.
+    assert_eq!(apply(&mut s, 19, lost(3, 15, "n2")), Response::JobFinished { job_id: 3, state: JobState::Cancelled });
+    assert_eq!(s.nodes["n1"].alloc_cpus + s.nodes["n2"].alloc_cpus, 0);
+    // The node itself stays up: only the leader's silence rule takes nodes down.
+    assert_eq!(s.nodes["n1"].state(), crate::model::NodeState::Idle);
+}

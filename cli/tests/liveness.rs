@@ -1,0 +1,150 @@
+//! Node failure end to end: an agent cut off from the controllers (as by a network partition)
+//! kills its jobs when its lease runs out, the leader declares its node DOWN after
+//! `node_timeout`, a `--requeue` job starts again elsewhere only after its first copy is dead,
+//! and the node comes back when its agent reconnects. A new leader does not mark nodes down.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use common::*;
+use quorum_cli::dev::{node_name, DevOptions};
+
+const T: Duration = Duration::from_secs(30);
+const NODE_TIMEOUT: Duration = Duration::from_secs(3);
+const LEASE: Duration = Duration::from_secs(2);
+
+/// A job that, on every node it runs on, records its process group and then appends
+/// "<node> <nanoseconds>" to `ticks` every 20 ms until killed.
+fn ticking(dir: &Path, name: &str, nodes: u32, requeue: bool) -> quorum_proto::api::JobSpec {
+    let script = format!(
+        "n=$SLURMD_NODENAME; echo $$ > {name}-pgid-$n; while :; do echo \"$n $(date +%s%N)\" >> {name}-ticks; sleep 0.02; done"
+    );
+    let mut s = spec(&["bash", "-c", &script], dir);
+    s.name = name.into();
+    s.nodes = nodes;
+    s.ntasks = nodes;
+    s.requeue = requeue;
+    s
+}
+
+/// Each node's first and last tick, in nanoseconds since the epoch.
+fn tick_spans(path: &Path) -> BTreeMap<String, (u128, u128)> {
+    let mut spans = BTreeMap::new();
+    for line in std::fs::read_to_string(path).unwrap_or_default().lines() {
+        let mut parts = line.split_whitespace();
+        let (Some(node), Some(Ok(t))) = (parts.next(), parts.next().map(str::parse::<u128>)) else { continue };
+        let span = spans.entry(node.to_string()).or_insert((t, t));
+        span.0 = span.0.min(t);
+        span.1 = span.1.max(t);
+    }
+    spans
+}
+
+fn pgid(dir: &Path, name: &str, node: &str) -> Option<i32> {
+    std::fs::read_to_string(dir.join(format!("{name}-pgid-{node}"))).ok()?.trim().parse().ok()
+}
+
+fn now_ns() -> u128 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_node_goes_down_its_requeued_job_restarts_elsewhere_after_the_lease_killed_it() {
+    if std::env::var("TEST_LOG").is_ok() {
+        let _ = tracing_subscriber::fmt().with_env_filter("info,openraft=error").with_test_writer().try_init();
+    }
+    let opts = DevOptions { node_timeout: NODE_TIMEOUT, agent_lease: LEASE, ..DevOptions::for_tests() };
+    let mut cluster = cluster(opts).await;
+    let c = client(&cluster.addrs);
+    wait_ready(&cluster, &c, 2).await;
+    let dir = tempfile::tempdir().unwrap();
+
+    // A 2-node job without --requeue, then a 1-node job with it.
+    let wide = submit(&c, ticking(dir.path(), "wide", 2, false)).await;
+    wait_state(&c, wide, &["RUNNING"], T).await;
+    let one = submit(&c, ticking(dir.path(), "one", 1, true)).await;
+    let first = wait_state(&c, one, &["RUNNING"], T).await;
+    let victim = first.nodelist.clone();
+    let (vi, other) = if victim == node_name(0) { (0, node_name(1)) } else { (1, node_name(0)) };
+    let old_group =
+        wait_for(T, "the first copy to record its process group", || async { pgid(dir.path(), "one", &victim) }).await;
+    let wide_group =
+        wait_for(T, "the wide job's rank on the healthy node", || async { pgid(dir.path(), "wide", &other) }).await;
+
+    let cut_ns = now_ns();
+    let cut = Instant::now();
+    cluster.isolate_agent(vi, true);
+
+    // The node is declared DOWN, no sooner than node_timeout after the last heartbeat it sent
+    // (one heartbeat period before the cut at most).
+    let down = wait_for(T, "the silent node to go DOWN", || async {
+        nodes(&c).await.into_iter().find(|n| n.name == victim && n.state == "down")
+    })
+    .await;
+    let down_after = cut.elapsed();
+    assert!(down_after >= NODE_TIMEOUT - Duration::from_secs(1), "DOWN after {down_after:?}");
+    assert!(down.reason.contains("not responding"), "{down:?}");
+
+    // The wide job ends NODE_FAIL, and its rank on the healthy node is killed.
+    wait_state(&c, wide, &["NODE_FAIL"], T).await;
+    wait_for(T, "the wide job's rank on the healthy node to be killed", || async {
+        (!group_alive(wide_group)).then_some(())
+    })
+    .await;
+
+    // The requeued job runs again, on the other node, as its first restart.
+    let again = wait_for(T, "the requeued job to run on the other node", || async {
+        let j = job(&c, one).await;
+        (j.state == "RUNNING" && j.nodelist == other).then_some(j)
+    })
+    .await;
+    assert_eq!(again.requeues, 1, "{again:?}");
+    assert!(again.alloc_index > first.alloc_index, "a newer fencing token: {again:?} {first:?}");
+
+    // The first copy was killed by the lease, before the second started: the intervals of
+    // ticks on the two nodes do not overlap.
+    assert!(
+        !group_alive(old_group),
+        "the first copy still runs {:?} after the cut; ticks {:?}",
+        cut.elapsed(),
+        tick_spans(&dir.path().join("one-ticks"))
+    );
+    wait_for(T, "the second copy to tick", || async { tick_spans(&dir.path().join("one-ticks")).get(&other).copied() })
+        .await;
+    let spans = tick_spans(&dir.path().join("one-ticks"));
+    let (old, new) = (spans[&victim], spans[&other]);
+    assert!(old.1 < new.0, "the copies overlapped: first {old:?}, second {new:?}");
+    assert!(old.1 > cut_ns, "the first copy ran on after the cut until its lease ran out");
+    let lease_ns = LEASE.as_nanos() + Duration::from_millis(1500).as_nanos();
+    assert!(old.1 - cut_ns < lease_ns, "the first copy outlived its lease by far: {}", old.1 - cut_ns);
+
+    // The agent comes back: its node is up again and nothing of the old job runs there.
+    cluster.isolate_agent(vi, false);
+    wait_for(T, "the node to come back", || async {
+        nodes(&c).await.into_iter().find(|n| n.name == victim && n.state != "down" && n.connected)
+    })
+    .await;
+    assert_eq!(job(&c, one).await.nodelist, other, "the requeued job was not moved again");
+
+    // A new leader gives every node a full node_timeout of grace: killing the leader marks
+    // no node DOWN and no job lost.
+    cancel(&c, one).await;
+    wait_state(&c, one, &["CANCELLED"], T).await;
+    let leader = cluster.leader().expect("a leader");
+    cluster.stop_controller(leader).await;
+    let c2 = client(&cluster.addrs);
+    wait_for(T, "a new leader", || async { cluster.leader() }).await;
+    let until = Instant::now() + NODE_TIMEOUT * 2;
+    while Instant::now() < until {
+        if let Ok(r) =
+            c2.call(|mut cl| async move { cl.list_nodes(quorum_proto::api::ListNodesRequest {}).await }).await
+        {
+            assert!(r.nodes.iter().all(|n| n.state != "down"), "a failover marked a node down: {:?}", r.nodes);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    cluster.shutdown().await;
+}
