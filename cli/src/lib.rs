@@ -5,10 +5,12 @@
 //! - [`submit`]: turns command-line options and `#SBATCH` lines into a job spec;
 //! - [`display`]: squeue/sinfo/scontrol-like tables and `--json` output;
 //! - [`dev`]: three controller replicas and agents in one process on loopback;
-//! - [`simulate`]: `quorum simulate`, trace replay through the production scheduler.
+//! - [`simulate`]: `quorum simulate`, trace replay through the production scheduler;
+//! - [`digest`]: `quorum admin digest`, every replica's state digest at one log index.
 
 pub mod client;
 pub mod dev;
+pub mod digest;
 pub mod display;
 pub mod simulate;
 pub mod submit;

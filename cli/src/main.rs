@@ -144,6 +144,12 @@ enum AdminCommand {
         #[arg(long = "grp-gpus-type")]
         grp_gpus_type: Vec<String>,
     },
+    /// Each replica's state digest at one log index (a digest point committed through Raft);
+    /// exits 1 if any two differ.
+    Digest {
+        #[arg(long)]
+        json: bool,
+    },
     /// Add or change a QOS.
     Qos {
         name: String,
@@ -403,6 +409,20 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     })
                     .await
                     .map_err(status_error)?;
+            }
+            AdminCommand::Digest { json } => {
+                let report = quorum_cli::digest::collect(&client).await.map_err(status_error)?;
+                if json {
+                    let agree = report.agree();
+                    print_json(
+                        &serde_json::json!({ "index": report.index, "replicas": report.replicas, "agree": agree }),
+                    )?;
+                } else {
+                    print!("{}", report.table());
+                }
+                if !report.agree() {
+                    return Ok(ExitCode::from(1));
+                }
             }
         },
         Command::Nodes { json } => {

@@ -175,6 +175,29 @@ async fn a_restarted_follower_catches_up_by_log_and_by_snapshot() {
     // installing it (its own snapshots stopped where it was stopped).
     let installed = f.core.raft.metrics().borrow().snapshot.expect("a snapshot on the follower");
     assert!(installed.index >= leader_snap.index, "follower snapshot {installed:?} < leader's {leader_snap:?}");
+
+    // `quorum admin digest` while submits go on: every replica, the one that installed the
+    // snapshot included, has the same state at the digest point.
+    let load = {
+        let c = client(&cluster.addrs);
+        let dir = dir.path().to_path_buf();
+        tokio::spawn(async move {
+            for _ in 0..20 {
+                submit(&c, spec(&["true"], &dir)).await;
+            }
+        })
+    };
+    for _ in 0..3 {
+        let report = quorum_cli::digest::collect(&c).await.expect("digest");
+        assert_eq!((report.replicas.len(), report.missing()), (3, 0), "{}", report.table());
+        assert!(report.agree(), "{}", report.table());
+    }
+    load.await.unwrap();
+    // With a replica down, the others still answer and the missing one is named.
+    cluster.stop_controller(follower).await;
+    let report = quorum_cli::digest::collect(&c).await.expect("digest");
+    assert_eq!(report.missing(), 1, "{}", report.table());
+    assert!(report.agree());
     cluster.shutdown().await;
 }
 

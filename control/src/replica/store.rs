@@ -47,7 +47,12 @@ pub struct Shared {
     pub applied_index: watch::Sender<u64>,
     /// Signalled when an applied command may let the scheduler start something.
     pub sched_kick: Notify,
+    /// The digests taken at the latest digest points, as (index, digest), oldest first.
+    digests: std::sync::Mutex<std::collections::VecDeque<(u64, u64)>>,
 }
+
+/// Digest points remembered per replica.
+const DIGESTS_KEPT: usize = 16;
 
 impl Shared {
     fn new(applied: Applied) -> Arc<Self> {
@@ -56,7 +61,23 @@ impl Shared {
             applied: RwLock::new(applied),
             applied_index: watch::Sender::new(index),
             sched_kick: Notify::new(),
+            digests: Default::default(),
         })
+    }
+
+    /// The digest this replica took at digest point `index`, if it applied that entry itself
+    /// (a replica that installed a snapshot past it did not).
+    pub fn digest_at(&self, index: u64) -> Option<u64> {
+        let digests = self.digests.lock().unwrap_or_else(|p| p.into_inner());
+        digests.iter().find(|(i, _)| *i == index).map(|(_, d)| *d)
+    }
+
+    fn record_digest(&self, index: u64, digest: u64) {
+        let mut digests = self.digests.lock().unwrap_or_else(|p| p.into_inner());
+        if digests.len() == DIGESTS_KEPT {
+            digests.pop_front();
+        }
+        digests.push_back((index, digest));
     }
 
     /// A read view of the applied state. Never hold it across an await.
@@ -188,7 +209,11 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                     EntryPayload::Blank => Response::Ok,
                     EntryPayload::Normal(command) => {
                         wake |= command.wakes_scheduler();
-                        state::apply(&mut applied.state, entry.log_id.index, command)
+                        let response = state::apply(&mut applied.state, entry.log_id.index, command);
+                        if let Response::Digest { digest } = response {
+                            self.shared.record_digest(entry.log_id.index, digest);
+                        }
+                        response
                     }
                     EntryPayload::Membership(m) => {
                         applied.membership = StoredMembership::new(Some(entry.log_id), m);

@@ -366,4 +366,41 @@ impl Quorum for Api {
             .collect();
         Ok(Response::new(ClusterStatusResponse { members }))
     }
+
+    async fn digest(&self, req: Request<DigestRequest>) -> Result<Response<DigestResponse>, Status> {
+        if let Some(addr) = self.forward_target(&req)? {
+            return self.client(&addr)?.digest(forwarded(req.into_inner())).await;
+        }
+        match self.core.write(Command::Digest { now: now_ms() }).await.map_err(write_status)? {
+            (index, Applied::Digest { digest }) => Ok(Response::new(DigestResponse { index, digest })),
+            (_, other) => Err(Status::internal(format!("unexpected answer to a digest point: {other:?}"))),
+        }
+    }
+
+    async fn replica_digest(
+        &self,
+        req: Request<ReplicaDigestRequest>,
+    ) -> Result<Response<ReplicaDigestResponse>, Status> {
+        let index = req.into_inner().index;
+        let mut applied = self.core.shared.applied_index.subscribe();
+        let reached =
+            tokio::time::timeout(DIGEST_WAIT, applied.wait_for(|a| *a >= index)).await.is_ok_and(|r| r.is_ok());
+        if !reached {
+            let at = *applied.borrow();
+            return Err(Status::deadline_exceeded(format!(
+                "replica {} has applied up to {at}, not yet the digest point {index}",
+                self.core.id
+            )));
+        }
+        let digest = self.core.shared.digest_at(index).ok_or_else(|| {
+            Status::not_found(format!(
+                "replica {} took no digest at {index} (it installed a snapshot past it, or the point is old); run it again",
+                self.core.id
+            ))
+        })?;
+        Ok(Response::new(ReplicaDigestResponse { id: self.core.id, index, digest }))
+    }
 }
+
+/// How long a replica waits to reach a digest point before saying how far it got.
+const DIGEST_WAIT: std::time::Duration = std::time::Duration::from_secs(10);

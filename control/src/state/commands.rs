@@ -103,12 +103,17 @@ pub enum Command {
         reason: String,
         now: Millis,
     },
+    /// A digest point: each replica answers its state's digest where it applies this, so that
+    /// replicas are compared at the same index (`quorum admin digest`). Changes nothing.
+    Digest {
+        now: Millis,
+    },
 }
 
 impl Command {
     /// Whether applying this may let the scheduler start something.
     pub fn wakes_scheduler(&self) -> bool {
-        !matches!(self, Command::ApplyPlan { .. })
+        !matches!(self, Command::ApplyPlan { .. } | Command::Digest { .. })
     }
 }
 
@@ -144,6 +149,9 @@ pub enum Response {
     /// The job lost a node and went back to the queue.
     Requeued {
         job_id: JobId,
+    },
+    Digest {
+        digest: u64,
     },
     NodeDowned {
         /// Jobs that ended NODE_FAIL (or CANCELLED, when a cancel was already asked for).
