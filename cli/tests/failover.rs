@@ -1,0 +1,234 @@
+//! `kill -9` of the leader's process while several clients submit: three controller replicas
+//! and an agent, each its own OS process with its own RocksDB, talking real gRPC on loopback.
+//! Every submit acknowledged before or after the kill is present exactly once (clients retry
+//! with the same request id), the job running at the kill completes, a new job starts under the
+//! new leader, and the killed replica, restarted, agrees with the others' state digest.
+//!
+//! The replica and agent processes are this test binary run again with [`CHILD_ENV`] set (see
+//! [`child_process`]), so they run exactly the code under test.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::*;
+use quorum_proto::api;
+
+const T: Duration = Duration::from_secs(30);
+const CHILD_ENV: &str = "QUORUM_TEST_CHILD";
+const CLIENTS: usize = 4;
+
+/// An acknowledged submit: request id, job id, when it was sent and when it was answered.
+type Acked = (String, u64, Instant, Instant);
+
+/// Not a test: the entry point of the replica and agent processes the test below starts. It
+/// is ignored in normal runs and started with `--ignored` and [`CHILD_ENV`] naming its role.
+#[test]
+#[ignore = "entry point of child processes"]
+fn child_process() {
+    let Ok(role) = std::env::var(CHILD_ENV) else { return };
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    rt.block_on(async move {
+        match role.split_once(':') {
+            Some(("controller", path)) => {
+                let config = quorum_control::ControllerConfig::load(Path::new(path)).expect("config");
+                let listener = tokio::net::TcpListener::bind(&config.listen).await.expect("bind");
+                quorum_control::run(config, listener, std::future::pending()).await.expect("controller");
+            }
+            Some(("agent", rest)) => {
+                let (name, rest) = rest.split_once(':').expect("agent:NAME:SPOOL:ADDRS");
+                let (spool, addrs) = rest.split_once(':').expect("agent:NAME:SPOOL:ADDRS");
+                let config = quorum_agent::AgentConfig {
+                    name: name.into(),
+                    controllers: addrs.split(',').map(str::to_string).collect(),
+                    cpus: 4,
+                    mem_mb: 8192,
+                    gpus: vec![],
+                    features: vec![],
+                    spool_dir: PathBuf::from(spool),
+                    heartbeat: Duration::from_secs(1),
+                    kill_wait: Duration::from_secs(2),
+                };
+                quorum_agent::run(config, std::future::pending()).await;
+            }
+            _ => panic!("unknown child role {role}"),
+        }
+    });
+}
+
+/// The child processes; all killed when the test ends, however it ends.
+#[derive(Default)]
+struct Procs {
+    controllers: Vec<Option<Child>>,
+    agent: Option<Child>,
+}
+
+impl Drop for Procs {
+    fn drop(&mut self) {
+        for c in self.controllers.iter_mut().flatten().chain(self.agent.as_mut()) {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn spawn_child(role: &str, log: &Path) -> Child {
+    let out = std::fs::File::create(log).expect("log file");
+    Command::new(std::env::current_exe().expect("test binary"))
+        .args(["child_process", "--exact", "--ignored", "--nocapture", "--test-threads=1"])
+        .env(CHILD_ENV, role)
+        .env("RUST_LOG", "info,openraft=error")
+        .stdout(Stdio::from(out.try_clone().expect("log file")))
+        .stderr(Stdio::from(out))
+        .spawn()
+        .expect("spawning a child process")
+}
+
+fn free_ports(n: usize) -> Vec<u16> {
+    let listeners: Vec<_> = (0..n).map(|_| std::net::TcpListener::bind("127.0.0.1:0").expect("bind")).collect();
+    listeners.iter().map(|l| l.local_addr().expect("addr").port()).collect()
+}
+
+fn controller_config(id: usize, addrs: &[String], data: &Path) -> String {
+    let mut text = format!(
+        "id = {}\nlisten = \"{}\"\ndata_dir = \"{}\"\n",
+        id + 1,
+        addrs[id],
+        data.join(format!("controller-{}", id + 1)).display()
+    );
+    for (i, a) in addrs.iter().enumerate() {
+        text.push_str(&format!("[[replicas]]\nid = {}\naddr = \"{a}\"\n", i + 1));
+    }
+    text.push_str("[[partitions]]\nname = \"batch\"\nnodes = \"fnode1\"\ndefault = true\nmax_time = \"1:00:00\"\n");
+    text
+}
+
+async fn leader_index(c: &quorum_cli::client::Client, addrs: &[String]) -> Option<usize> {
+    for (i, a) in addrs.iter().enumerate() {
+        let Ok(mut r) = c.replica(a) else { continue };
+        let status =
+            tokio::time::timeout(Duration::from_secs(1), r.get_replica_status(api::ReplicaStatusRequest {})).await;
+        if let Ok(Ok(s)) = status {
+            if s.into_inner().role == "leader" {
+                return Some(i);
+            }
+        }
+    }
+    None
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_of_the_leader_under_concurrent_submits_loses_no_acknowledged_job() {
+    let dir = tempfile::tempdir().unwrap();
+    let work = dir.path().join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    let addrs: Vec<String> = free_ports(3).into_iter().map(|p| format!("127.0.0.1:{p}")).collect();
+    let mut procs = Procs::default();
+    let config_paths: Vec<PathBuf> = (0..3)
+        .map(|i| {
+            let path = dir.path().join(format!("controller-{}.toml", i + 1));
+            std::fs::write(&path, controller_config(i, &addrs, dir.path())).unwrap();
+            path
+        })
+        .collect();
+    let start_controller = |i: usize| {
+        let log = dir.path().join(format!("controller-{}.log", i + 1));
+        spawn_child(&format!("controller:{}", config_paths[i].display()), &log)
+    };
+    for i in 0..3 {
+        procs.controllers.push(Some(start_controller(i)));
+    }
+    let spool = dir.path().join("spool");
+    procs.agent = Some(spawn_child(
+        &format!("agent:fnode1:{}:{}", spool.display(), addrs.join(",")),
+        &dir.path().join("agent.log"),
+    ));
+    let c = client(&addrs);
+    wait_for(T, "a leader with the agent connected", || async {
+        let nodes = c.call(|mut cl| async move { cl.list_nodes(api::ListNodesRequest {}).await }).await.ok()?.nodes;
+        nodes.iter().any(|n| n.connected).then_some(())
+    })
+    .await;
+
+    // A job that is running when the leader dies.
+    let long = submit(&c, spec(&["bash", "-c", "sleep 3; echo done > long.txt"], &work)).await;
+    wait_state(&c, long, &["RUNNING"], T).await;
+
+    // Clients submitting held jobs as fast as they are answered, each with its own request ids.
+    let stop = Arc::new(AtomicBool::new(false));
+    let acked: Arc<Mutex<Vec<Acked>>> = Arc::default();
+    let failed: Arc<Mutex<Vec<(String, String)>>> = Arc::default();
+    let mut tasks = Vec::new();
+    for k in 0..CLIENTS {
+        let (stop, acked, failed) = (stop.clone(), acked.clone(), failed.clone());
+        let c = client(&addrs);
+        let work = work.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut n = 0;
+            while !stop.load(Ordering::SeqCst) {
+                n += 1;
+                let request_id = format!("client{k}-{n}");
+                let mut s = spec(&["true"], &work);
+                s.hold = true;
+                let sent = Instant::now();
+                match submit_with_id(&c, s, &request_id).await {
+                    Ok(r) => acked.lock().unwrap().push((request_id, r.job_id, sent, Instant::now())),
+                    Err(e) => failed.lock().unwrap().push((request_id, e.message().to_string())),
+                }
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let leader = leader_index(&c, &addrs).await.expect("a leader");
+    let before = acked.lock().unwrap().len();
+    let killed_at = Instant::now();
+    let mut old = procs.controllers[leader].take().unwrap();
+    old.kill().unwrap(); // SIGKILL
+    old.wait().unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    stop.store(true, Ordering::SeqCst);
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let acked = acked.lock().unwrap().clone();
+    let failed = failed.lock().unwrap().clone();
+    assert!(before > 0, "no submit was acknowledged before the kill");
+    assert!(failed.is_empty(), "client requests failed across the failover: {failed:?}");
+    // The first write sent after the kill: acknowledged once a new leader committed it.
+    let first_after = acked.iter().filter(|a| a.2 > killed_at).map(|a| a.3 - killed_at).min();
+    let first_after = first_after.expect("no submit sent after the kill was acknowledged");
+    eprintln!(
+        "{} submits acknowledged ({before} before the kill); the first sent after the kill was acknowledged {first_after:?} after it",
+        acked.len()
+    );
+
+    // Every acknowledged submit is there, once: as many held jobs as acknowledged requests, and
+    // no two requests answered with the same job.
+    let jobs = all_jobs(&c).await;
+    let held: std::collections::BTreeSet<u64> = jobs.iter().filter(|j| !j.held.is_empty()).map(|j| j.id).collect();
+    let answered: std::collections::BTreeSet<u64> = acked.iter().map(|a| a.1).collect();
+    assert_eq!(answered.len(), acked.len(), "two requests were answered with the same job");
+    assert_eq!(held, answered, "the held jobs are not exactly the acknowledged ones");
+
+    // The job running at the kill completed and was recorded by the new leader; a new job
+    // starts and completes under it.
+    let j = wait_state(&c, long, &["COMPLETED", "FAILED", "NODE_FAIL", "CANCELLED"], T).await;
+    assert_eq!(j.state, "COMPLETED", "{j:?}");
+    assert_eq!(std::fs::read_to_string(work.join("long.txt")).unwrap(), "done\n");
+    let after = submit(&c, spec(&["bash", "-c", "echo after > after.txt"], &work)).await;
+    assert_eq!(wait_state(&c, after, &["COMPLETED", "FAILED"], T).await.state, "COMPLETED");
+
+    // The killed replica comes back, catches up (dropping whatever it had not committed) and
+    // agrees with the others.
+    procs.controllers[leader] = Some(start_controller(leader));
+    let report = wait_for(T, "every replica to answer the digest", || async {
+        let r = quorum_cli::digest::collect(&c).await.ok()?;
+        (r.missing() == 0).then_some(r)
+    })
+    .await;
+    assert!(report.agree(), "{}", report.table());
+}
