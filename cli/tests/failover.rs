@@ -37,7 +37,14 @@ fn child_process() {
             Some(("controller", path)) => {
                 let config = quorum_control::ControllerConfig::load(Path::new(path)).expect("config");
                 let listener = tokio::net::TcpListener::bind(&config.listen).await.expect("bind");
-                quorum_control::run(config, listener, std::future::pending()).await.expect("controller");
+                // SIGTERM shuts the replica down gracefully, as the real binary does.
+                let mut term =
+                    tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("signal");
+                quorum_control::run(config, listener, async move {
+                    term.recv().await;
+                })
+                .await
+                .expect("controller");
             }
             Some(("agent", rest)) => {
                 let (name, rest) = rest.split_once(':').expect("agent:NAME:SPOOL:ADDRS");
@@ -121,81 +128,160 @@ async fn leader_index(c: &quorum_cli::client::Client, addrs: &[String]) -> Optio
     None
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kill_9_of_the_leader_under_concurrent_submits_loses_no_acknowledged_job() {
-    let dir = tempfile::tempdir().unwrap();
-    let work = dir.path().join("work");
-    std::fs::create_dir_all(&work).unwrap();
-    let addrs: Vec<String> = free_ports(3).into_iter().map(|p| format!("127.0.0.1:{p}")).collect();
-    let mut procs = Procs::default();
-    let config_paths: Vec<PathBuf> = (0..3)
-        .map(|i| {
-            let path = dir.path().join(format!("controller-{}.toml", i + 1));
-            std::fs::write(&path, controller_config(i, &addrs, dir.path())).unwrap();
-            path
+/// Three replica processes and an agent process, in a temporary directory.
+struct ProcCluster {
+    dir: tempfile::TempDir,
+    work: PathBuf,
+    addrs: Vec<String>,
+    configs: Vec<PathBuf>,
+    procs: Procs,
+}
+
+impl ProcCluster {
+    async fn start() -> ProcCluster {
+        let dir = tempfile::tempdir().unwrap();
+        let work = dir.path().join("work");
+        std::fs::create_dir_all(&work).unwrap();
+        let addrs: Vec<String> = free_ports(3).into_iter().map(|p| format!("127.0.0.1:{p}")).collect();
+        let configs: Vec<PathBuf> = (0..3)
+            .map(|i| {
+                let path = dir.path().join(format!("controller-{}.toml", i + 1));
+                std::fs::write(&path, controller_config(i, &addrs, dir.path())).unwrap();
+                path
+            })
+            .collect();
+        let mut cluster = ProcCluster { dir, work, addrs, configs, procs: Procs::default() };
+        for i in 0..3 {
+            let child = cluster.spawn_controller(i);
+            cluster.procs.controllers.push(Some(child));
+        }
+        let spool = cluster.dir.path().join("spool");
+        cluster.procs.agent = Some(spawn_child(
+            &format!("agent:fnode1:{}:{}", spool.display(), cluster.addrs.join(",")),
+            &cluster.dir.path().join("agent.log"),
+        ));
+        let c = client(&cluster.addrs);
+        wait_for(T, "a leader with the agent connected", || async {
+            let nodes = c.call(|mut cl| async move { cl.list_nodes(api::ListNodesRequest {}).await }).await.ok()?.nodes;
+            nodes.iter().any(|n| n.connected).then_some(())
         })
-        .collect();
-    let start_controller = |i: usize| {
-        let log = dir.path().join(format!("controller-{}.log", i + 1));
-        spawn_child(&format!("controller:{}", config_paths[i].display()), &log)
-    };
-    for i in 0..3 {
-        procs.controllers.push(Some(start_controller(i)));
+        .await;
+        cluster
     }
-    let spool = dir.path().join("spool");
-    procs.agent = Some(spawn_child(
-        &format!("agent:fnode1:{}:{}", spool.display(), addrs.join(",")),
-        &dir.path().join("agent.log"),
-    ));
-    let c = client(&addrs);
-    wait_for(T, "a leader with the agent connected", || async {
-        let nodes = c.call(|mut cl| async move { cl.list_nodes(api::ListNodesRequest {}).await }).await.ok()?.nodes;
-        nodes.iter().any(|n| n.connected).then_some(())
+
+    fn spawn_controller(&self, i: usize) -> Child {
+        let log = self.dir.path().join(format!("controller-{}.log", i + 1));
+        spawn_child(&format!("controller:{}", self.configs[i].display()), &log)
+    }
+
+    /// Stops replica `i`: SIGKILL, or SIGTERM and a wait for its graceful exit.
+    fn stop_controller(&mut self, i: usize, graceful: bool) {
+        let mut child = self.procs.controllers[i].take().expect("replica running");
+        if graceful {
+            // SAFETY: signalling a child process this test started and has not reaped.
+            unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        } else {
+            child.kill().unwrap();
+        }
+        child.wait().unwrap();
+    }
+
+    fn restart_controller(&mut self, i: usize) {
+        let child = self.spawn_controller(i);
+        self.procs.controllers[i] = Some(child);
+    }
+}
+
+/// Clients submitting held jobs back to back, each with its own request ids, until stopped.
+struct Load {
+    stop: Arc<AtomicBool>,
+    acked: Arc<Mutex<Vec<Acked>>>,
+    failed: Arc<Mutex<Vec<(String, String)>>>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Load {
+    fn start(addrs: &[String], work: &Path) -> Load {
+        let stop = Arc::new(AtomicBool::new(false));
+        let acked: Arc<Mutex<Vec<Acked>>> = Arc::default();
+        let failed: Arc<Mutex<Vec<(String, String)>>> = Arc::default();
+        let mut tasks = Vec::new();
+        for k in 0..CLIENTS {
+            let (stop, acked, failed) = (stop.clone(), acked.clone(), failed.clone());
+            let c = client(addrs);
+            let work = work.to_path_buf();
+            tasks.push(tokio::spawn(async move {
+                let mut n = 0;
+                while !stop.load(Ordering::SeqCst) {
+                    n += 1;
+                    let request_id = format!("client{k}-{n}");
+                    let mut s = spec(&["true"], &work);
+                    s.hold = true;
+                    let sent = Instant::now();
+                    match submit_with_id(&c, s, &request_id).await {
+                        Ok(r) => acked.lock().unwrap().push((request_id, r.job_id, sent, Instant::now())),
+                        Err(e) => failed.lock().unwrap().push((request_id, e.message().to_string())),
+                    }
+                }
+            }));
+        }
+        Load { stop, acked, failed, tasks }
+    }
+
+    fn acked_so_far(&self) -> usize {
+        self.acked.lock().unwrap().len()
+    }
+
+    /// Stops the clients; what they had acknowledged, and the requests that failed.
+    async fn finish(self) -> (Vec<Acked>, Vec<(String, String)>) {
+        self.stop.store(true, Ordering::SeqCst);
+        for t in self.tasks {
+            t.await.unwrap();
+        }
+        let acked = self.acked.lock().unwrap().clone();
+        let failed = self.failed.lock().unwrap().clone();
+        (acked, failed)
+    }
+}
+
+/// Every acknowledged submit is there, once: as many held jobs as acknowledged requests, and no
+/// two requests answered with the same job.
+async fn assert_each_acknowledged_job_once(c: &quorum_cli::client::Client, acked: &[Acked]) {
+    let jobs = all_jobs(c).await;
+    let held: std::collections::BTreeSet<u64> = jobs.iter().filter(|j| !j.held.is_empty()).map(|j| j.id).collect();
+    let answered: std::collections::BTreeSet<u64> = acked.iter().map(|a| a.1).collect();
+    assert_eq!(answered.len(), acked.len(), "two requests were answered with the same job");
+    assert_eq!(held, answered, "the held jobs are not exactly the acknowledged ones");
+}
+
+/// Waits until every replica answers a digest point, and asserts they agree there.
+async fn assert_digests_agree(c: &quorum_cli::client::Client) {
+    let report = wait_for(T, "every replica to answer the digest", || async {
+        let r = quorum_cli::digest::collect(c).await.ok()?;
+        (r.missing() == 0).then_some(r)
     })
     .await;
+    assert!(report.agree(), "{}", report.table());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_of_the_leader_under_concurrent_submits_loses_no_acknowledged_job() {
+    let mut cluster = ProcCluster::start().await;
+    let (addrs, work) = (cluster.addrs.clone(), cluster.work.clone());
+    let c = client(&addrs);
 
     // A job that is running when the leader dies.
     let long = submit(&c, spec(&["bash", "-c", "sleep 3; echo done > long.txt"], &work)).await;
     wait_state(&c, long, &["RUNNING"], T).await;
 
-    // Clients submitting held jobs as fast as they are answered, each with its own request ids.
-    let stop = Arc::new(AtomicBool::new(false));
-    let acked: Arc<Mutex<Vec<Acked>>> = Arc::default();
-    let failed: Arc<Mutex<Vec<(String, String)>>> = Arc::default();
-    let mut tasks = Vec::new();
-    for k in 0..CLIENTS {
-        let (stop, acked, failed) = (stop.clone(), acked.clone(), failed.clone());
-        let c = client(&addrs);
-        let work = work.clone();
-        tasks.push(tokio::spawn(async move {
-            let mut n = 0;
-            while !stop.load(Ordering::SeqCst) {
-                n += 1;
-                let request_id = format!("client{k}-{n}");
-                let mut s = spec(&["true"], &work);
-                s.hold = true;
-                let sent = Instant::now();
-                match submit_with_id(&c, s, &request_id).await {
-                    Ok(r) => acked.lock().unwrap().push((request_id, r.job_id, sent, Instant::now())),
-                    Err(e) => failed.lock().unwrap().push((request_id, e.message().to_string())),
-                }
-            }
-        }));
-    }
+    let load = Load::start(&addrs, &work);
     tokio::time::sleep(Duration::from_secs(1)).await;
     let leader = leader_index(&c, &addrs).await.expect("a leader");
-    let before = acked.lock().unwrap().len();
+    let before = load.acked_so_far();
     let killed_at = Instant::now();
-    let mut old = procs.controllers[leader].take().unwrap();
-    old.kill().unwrap(); // SIGKILL
-    old.wait().unwrap();
+    cluster.stop_controller(leader, false);
     tokio::time::sleep(Duration::from_secs(3)).await;
-    stop.store(true, Ordering::SeqCst);
-    for t in tasks {
-        t.await.unwrap();
-    }
-    let acked = acked.lock().unwrap().clone();
-    let failed = failed.lock().unwrap().clone();
+    let (acked, failed) = load.finish().await;
     assert!(before > 0, "no submit was acknowledged before the kill");
     assert!(failed.is_empty(), "client requests failed across the failover: {failed:?}");
     // The first write sent after the kill: acknowledged once a new leader committed it.
@@ -206,13 +292,7 @@ async fn kill_9_of_the_leader_under_concurrent_submits_loses_no_acknowledged_job
         acked.len()
     );
 
-    // Every acknowledged submit is there, once: as many held jobs as acknowledged requests, and
-    // no two requests answered with the same job.
-    let jobs = all_jobs(&c).await;
-    let held: std::collections::BTreeSet<u64> = jobs.iter().filter(|j| !j.held.is_empty()).map(|j| j.id).collect();
-    let answered: std::collections::BTreeSet<u64> = acked.iter().map(|a| a.1).collect();
-    assert_eq!(answered.len(), acked.len(), "two requests were answered with the same job");
-    assert_eq!(held, answered, "the held jobs are not exactly the acknowledged ones");
+    assert_each_acknowledged_job_once(&c, &acked).await;
 
     // The job running at the kill completed and was recorded by the new leader; a new job
     // starts and completes under it.
@@ -224,11 +304,36 @@ async fn kill_9_of_the_leader_under_concurrent_submits_loses_no_acknowledged_job
 
     // The killed replica comes back, catches up (dropping whatever it had not committed) and
     // agrees with the others.
-    procs.controllers[leader] = Some(start_controller(leader));
-    let report = wait_for(T, "every replica to answer the digest", || async {
-        let r = quorum_cli::digest::collect(&c).await.ok()?;
-        (r.missing() == 0).then_some(r)
-    })
-    .await;
-    assert!(report.agree(), "{}", report.table());
+    cluster.restart_controller(leader);
+    assert_digests_agree(&c).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rolling_restart_of_every_replica_under_load_fails_no_request() {
+    let mut cluster = ProcCluster::start().await;
+    let (addrs, work) = (cluster.addrs.clone(), cluster.work.clone());
+    let c = client(&addrs);
+    let long = submit(&c, spec(&["bash", "-c", "sleep 4; echo done > long.txt"], &work)).await;
+    wait_state(&c, long, &["RUNNING"], T).await;
+
+    let load = Load::start(&addrs, &work);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Followers first, the leader last; each one stopped with SIGTERM, started again, and
+    // caught up (it answers a digest point that agrees) before the next.
+    let leader = leader_index(&c, &addrs).await.expect("a leader");
+    let order: Vec<usize> = (0..3).filter(|i| *i != leader).chain([leader]).collect();
+    for i in order {
+        cluster.stop_controller(i, true);
+        cluster.restart_controller(i);
+        assert_digests_agree(&c).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (acked, failed) = load.finish().await;
+    assert!(failed.is_empty(), "client requests failed during the rolling restart: {failed:?}");
+    assert!(!acked.is_empty());
+    assert_each_acknowledged_job_once(&c, &acked).await;
+    assert_digests_agree(&c).await;
+    // The job that ran through it completed.
+    let j = wait_state(&c, long, &["COMPLETED", "FAILED", "NODE_FAIL", "CANCELLED"], T).await;
+    assert_eq!(j.state, "COMPLETED", "{j:?}");
 }
