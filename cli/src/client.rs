@@ -15,7 +15,10 @@ pub struct Client {
     addrs: Vec<String>,
     channels: Vec<Channel>,
     preferred: AtomicUsize,
+    /// How long retries go on.
     pub deadline: Duration,
+    /// How long one call may take before the next replica is tried.
+    pub call_timeout: Duration,
 }
 
 impl Client {
@@ -32,7 +35,13 @@ impl Client {
                 .tcp_nodelay(true);
             channels.push(endpoint.connect_lazy());
         }
-        Ok(Client { addrs, channels, preferred: AtomicUsize::new(0), deadline: Duration::from_secs(20) })
+        Ok(Client {
+            addrs,
+            channels,
+            preferred: AtomicUsize::new(0),
+            deadline: Duration::from_secs(20),
+            call_timeout: Duration::from_secs(5),
+        })
     }
 
     pub fn addrs(&self) -> &[String] {
@@ -65,11 +74,15 @@ impl Client {
         loop {
             let i = self.preferred.load(Ordering::Relaxed) % self.addrs.len();
             let client = QuorumClient::new(self.channels[i].clone());
-            let status = match tokio::time::timeout(Duration::from_secs(5), f(client)).await {
+            let status = match tokio::time::timeout(self.call_timeout, f(client)).await {
                 Ok(Ok(r)) => return Ok(r.into_inner()),
                 Ok(Err(status)) if !Self::retryable(&status) => return Err(status),
                 Ok(Err(status)) => status,
-                Err(_) => Status::deadline_exceeded(format!("{} did not answer within 5s", self.addrs[i])),
+                Err(_) => Status::deadline_exceeded(format!(
+                    "{} did not answer within {}s",
+                    self.addrs[i],
+                    self.call_timeout.as_secs()
+                )),
             };
             if start.elapsed() > self.deadline {
                 return Err(status);

@@ -129,6 +129,7 @@ impl DevCluster {
                 snapshot_keep_logs: opts.snapshot_keep_logs,
                 node_timeout_ms: opts.node_timeout.as_millis() as u64,
                 agent_lease_ms: opts.agent_lease.as_millis() as u64,
+                join: false,
                 scheduler: Default::default(),
                 qos: vec![],
                 accounts: vec![],

@@ -144,6 +144,15 @@ enum AdminCommand {
         #[arg(long = "grp-gpus-type")]
         grp_gpus_type: Vec<String>,
     },
+    /// Add a controller replica: it joins as a learner, catches up (by snapshot if it lags far),
+    /// then becomes a voter. Start it first with `join = true` in its config.
+    AddReplica {
+        id: u64,
+        /// host:port the other replicas and agents reach it at.
+        addr: String,
+    },
+    /// Remove a controller replica from the cluster (stop its process afterwards).
+    RemoveReplica { id: u64 },
     /// Each replica's state digest at one log index (a digest point committed through Raft);
     /// exits 1 if any two differ.
     Digest {
@@ -206,7 +215,12 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         other => other,
     };
-    let client = Client::new(cli.controllers)?;
+    let mut client = Client::new(cli.controllers)?;
+    if matches!(command, Command::Admin { command: AdminCommand::AddReplica { .. } }) {
+        // The leader answers once the new replica has caught up, which may take minutes.
+        client.call_timeout = std::time::Duration::from_secs(660);
+        client.deadline = std::time::Duration::from_secs(700);
+    }
     match command {
         Command::Submit { opts, script, command } => {
             let payload = match (script, command.is_empty()) {
@@ -410,6 +424,28 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     .await
                     .map_err(status_error)?;
             }
+            AdminCommand::AddReplica { id, addr } => {
+                let req = api::MembershipChangeRequest { user: current_user(), id, addr };
+                let r = client
+                    .call(|mut c| {
+                        let req = req.clone();
+                        async move { c.add_replica(req).await }
+                    })
+                    .await
+                    .map_err(status_error)?;
+                println!("replica {id} added; voters: {}", voters_line(&r.members));
+            }
+            AdminCommand::RemoveReplica { id } => {
+                let req = api::MembershipChangeRequest { user: current_user(), id, addr: String::new() };
+                let r = client
+                    .call(|mut c| {
+                        let req = req.clone();
+                        async move { c.remove_replica(req).await }
+                    })
+                    .await
+                    .map_err(status_error)?;
+                println!("replica {id} removed; voters: {}", voters_line(&r.members));
+            }
             AdminCommand::Digest { json } => {
                 let report = quorum_cli::digest::collect(&client).await.map_err(status_error)?;
                 if json {
@@ -465,6 +501,10 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Dev { .. } | Command::Simulate(_) => unreachable!("handled above"),
     }
     Ok(ExitCode::SUCCESS)
+}
+
+fn voters_line(members: &[api::ReplicaStatus]) -> String {
+    members.iter().map(|m| format!("{} ({})", m.id, m.address)).collect::<Vec<_>>().join(", ")
 }
 
 fn node_json(n: &api::NodeInfo) -> serde_json::Value {

@@ -100,9 +100,10 @@ fn free_ports(n: usize) -> Vec<u16> {
     listeners.iter().map(|l| l.local_addr().expect("addr").port()).collect()
 }
 
-fn controller_config(id: usize, addrs: &[String], data: &Path) -> String {
+/// Replica `id`'s configuration; `extra` holds top-level keys (before any table).
+fn controller_config(id: usize, addrs: &[String], data: &Path, extra: &str) -> String {
     let mut text = format!(
-        "id = {}\nlisten = \"{}\"\ndata_dir = \"{}\"\n",
+        "id = {}\nlisten = \"{}\"\ndata_dir = \"{}\"\n{extra}",
         id + 1,
         addrs[id],
         data.join(format!("controller-{}", id + 1)).display()
@@ -139,6 +140,11 @@ struct ProcCluster {
 
 impl ProcCluster {
     async fn start() -> ProcCluster {
+        Self::start_with("").await
+    }
+
+    /// Starts the cluster with `extra` lines in every replica's configuration.
+    async fn start_with(extra: &str) -> ProcCluster {
         let dir = tempfile::tempdir().unwrap();
         let work = dir.path().join("work");
         std::fs::create_dir_all(&work).unwrap();
@@ -146,7 +152,7 @@ impl ProcCluster {
         let configs: Vec<PathBuf> = (0..3)
             .map(|i| {
                 let path = dir.path().join(format!("controller-{}.toml", i + 1));
-                std::fs::write(&path, controller_config(i, &addrs, dir.path())).unwrap();
+                std::fs::write(&path, controller_config(i, &addrs, dir.path(), extra)).unwrap();
                 path
             })
             .collect();
@@ -336,4 +342,85 @@ async fn rolling_restart_of_every_replica_under_load_fails_no_request() {
     // The job that ran through it completed.
     let j = wait_state(&c, long, &["COMPLETED", "FAILED", "NODE_FAIL", "CANCELLED"], T).await;
     assert_eq!(j.state, "COMPLETED", "{j:?}");
+}
+
+fn membership_request(user: &str, id: u64, addr: &str) -> api::MembershipChangeRequest {
+    api::MembershipChangeRequest { user: user.into(), id, addr: addr.into() }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_added_under_load_catches_up_by_snapshot_and_a_replica_is_removed() {
+    let extra = "snapshot_every = 300\nsnapshot_keep_logs = 50\n";
+    let mut cluster = ProcCluster::start_with(extra).await;
+    let (addrs, work) = (cluster.addrs.clone(), cluster.work.clone());
+    let c = client(&addrs);
+    let load = Load::start(&addrs, &work);
+    wait_for(Duration::from_secs(60), "two thousand acknowledged submits", || async {
+        (load.acked_so_far() >= 2000).then_some(())
+    })
+    .await;
+
+    // A fourth replica, started with `join = true`, is added while the clients go on.
+    let addr4 = format!("127.0.0.1:{}", free_ports(1)[0]);
+    let all: Vec<String> = addrs.iter().cloned().chain([addr4.clone()]).collect();
+    let path4 = cluster.dir.path().join("controller-4.toml");
+    let joining = format!("{extra}join = true\n");
+    std::fs::write(&path4, controller_config(3, &all, cluster.dir.path(), &joining)).unwrap();
+    cluster.configs.push(path4);
+    let child = cluster.spawn_controller(3);
+    cluster.procs.controllers.push(Some(child));
+    let add = |user: &'static str, id: u64, addr: String| {
+        let c = &c;
+        async move {
+            let req = membership_request(user, id, &addr);
+            c.call(|mut cl| {
+                let req = req.clone();
+                async move { cl.add_replica(req).await }
+            })
+            .await
+        }
+    };
+    let denied = add("mallory", 4, addr4.clone()).await.unwrap_err();
+    assert_eq!(denied.code(), tonic::Code::PermissionDenied, "{denied:?}");
+    let added = add("root", 4, addr4.clone()).await.expect("add-replica");
+    let voters: Vec<u64> = added.members.iter().map(|m| m.id).collect();
+    assert_eq!(voters, vec![1, 2, 3, 4]);
+    let again = add("root", 4, addr4.clone()).await.unwrap_err();
+    assert_eq!(again.code(), tonic::Code::AlreadyExists, "{again:?}");
+
+    // The log behind the leader's snapshot was purged, so the new replica can only have caught
+    // up by installing a snapshot; its digest agrees with the others'.
+    let mut r4 = c.replica(&addr4).unwrap();
+    let status = r4.get_replica_status(api::ReplicaStatusRequest {}).await.unwrap().into_inner();
+    assert!(status.snapshot_index > 0, "the new replica holds no snapshot: {status:?}");
+    assert!(status.applied_index > 2000, "promoted before it caught up: {status:?}");
+    let c_all = client(&all);
+    assert_digests_agree(&c_all).await;
+
+    // Shrink back to three: remove a replica that is not the leader.
+    let leader = leader_index(&c_all, &all).await.expect("a leader");
+    let gone = (0..3).find(|i| *i != leader).unwrap();
+    let remove = |id: u64| {
+        let c = &c_all;
+        async move {
+            let req = membership_request("root", id, "");
+            c.call(|mut cl| {
+                let req = req.clone();
+                async move { cl.remove_replica(req).await }
+            })
+            .await
+        }
+    };
+    let unknown = remove(9).await.unwrap_err();
+    assert_eq!(unknown.code(), tonic::Code::NotFound, "{unknown:?}");
+    assert!(unknown.message().contains("replica 9 is not a member"), "{unknown:?}");
+    let removed = remove(gone as u64 + 1).await.expect("remove-replica");
+    assert_eq!(removed.members.len(), 3);
+    assert!(removed.members.iter().all(|m| m.id != gone as u64 + 1));
+    cluster.stop_controller(gone, true);
+
+    let (acked, failed) = load.finish().await;
+    assert!(failed.is_empty(), "client requests failed during the membership changes: {failed:?}");
+    assert_each_acknowledged_job_once(&c_all, &acked).await;
+    assert_digests_agree(&c_all).await;
 }

@@ -156,6 +156,10 @@ pub struct ControllerConfig {
     /// so that a job requeued elsewhere never runs twice at once; must be below `node_timeout_ms`.
     #[serde(default = "default_agent_lease_ms")]
     pub agent_lease_ms: u64,
+    /// This replica joins a running cluster (`quorum admin add-replica`) instead of forming one
+    /// with `replicas`: it never initializes a cluster itself.
+    #[serde(default)]
+    pub join: bool,
     #[serde(default)]
     pub scheduler: SchedulerConfig,
     /// QOS levels of a new cluster; afterwards changed through the API.

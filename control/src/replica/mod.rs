@@ -51,6 +51,8 @@ pub struct Core {
     pub shared: Arc<Shared>,
     pub hub: AgentHub,
     pub liveness: crate::config::Liveness,
+    /// Held while a membership change runs, so that only one runs at a time.
+    pub membership_change: tokio::sync::Mutex<()>,
     committed: Arc<AtomicU64>,
 }
 
@@ -130,7 +132,9 @@ impl Controller {
         .validate()?;
         let raft = Raft::new(config.id, Arc::new(raft_config), Network::default(), log_store, sm).await?;
 
-        if !raft.is_initialized().await? {
+        if config.join {
+            tracing::info!(replica = config.id, "joining: waiting to be added with `quorum admin add-replica`");
+        } else if !raft.is_initialized().await? {
             let members: BTreeMap<u64, BasicNode> =
                 config.replicas.iter().map(|r| (r.id, BasicNode::new(r.addr.clone()))).collect();
             // Every replica of a new cluster proposes the same initial membership; openraft
@@ -148,6 +152,7 @@ impl Controller {
             shared,
             hub: AgentHub::default(),
             liveness: config.liveness(),
+            membership_change: tokio::sync::Mutex::new(()),
             committed,
         });
         let (stop, stop_rx) = watch::channel(false);

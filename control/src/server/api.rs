@@ -73,7 +73,9 @@ fn require_root(user: &str) -> Result<(), Status> {
     if user == "root" {
         Ok(())
     } else {
-        Err(Status::permission_denied(format!("user '{user}' may not change accounts or QOS; only root may")))
+        Err(Status::permission_denied(format!(
+            "user '{user}' may not change accounts, QOS or the replicas; only root may"
+        )))
     }
 }
 
@@ -377,6 +379,70 @@ impl Quorum for Api {
         }
     }
 
+    async fn add_replica(
+        &self,
+        req: Request<MembershipChangeRequest>,
+    ) -> Result<Response<MembershipChangeResponse>, Status> {
+        if let Some(addr) = self.forward_target(&req)? {
+            return self.client(&addr)?.add_replica(forwarded(req.into_inner())).await;
+        }
+        let r = req.into_inner();
+        require_root(&r.user)?;
+        if r.id == 0 || r.addr.trim().is_empty() {
+            return Err(Status::invalid_argument("add-replica needs an id above 0 and an address host:port"));
+        }
+        let (voters, _, _) = self.membership();
+        if voters.contains(&r.id) {
+            return Err(Status::already_exists(format!("replica {} is already a voter", r.id)));
+        }
+        let what = format!("add replica {} at {}", r.id, r.addr);
+        self.one_change(&what, || async {
+            tracing::info!(id = r.id, addr = %r.addr, "adding a replica: as a learner until it has caught up");
+            self.core
+                .raft
+                .add_learner(r.id, openraft::BasicNode::new(r.addr.trim()), false)
+                .await
+                .map_err(membership_status)?;
+            self.wait_caught_up(r.id).await?;
+            let mut voters = self.membership().0;
+            voters.insert(r.id);
+            self.core.raft.change_membership(voters, false).await.map_err(membership_status)?;
+            tracing::info!(id = r.id, "replica added as a voter");
+            Ok(())
+        })
+        .await
+    }
+
+    async fn remove_replica(
+        &self,
+        req: Request<MembershipChangeRequest>,
+    ) -> Result<Response<MembershipChangeResponse>, Status> {
+        if let Some(addr) = self.forward_target(&req)? {
+            return self.client(&addr)?.remove_replica(forwarded(req.into_inner())).await;
+        }
+        let r = req.into_inner();
+        require_root(&r.user)?;
+        let (mut voters, learners, _) = self.membership();
+        if !voters.contains(&r.id) && !learners.contains(&r.id) {
+            return Err(Status::not_found(format!(
+                "replica {} is not a member (voters: {})",
+                r.id,
+                voters.iter().map(u64::to_string).collect::<Vec<_>>().join(", ")
+            )));
+        }
+        if voters.len() == 1 && voters.contains(&r.id) {
+            return Err(Status::failed_precondition(format!("replica {} is the last voter", r.id)));
+        }
+        let what = format!("remove replica {}", r.id);
+        self.one_change(&what, || async {
+            voters.remove(&r.id);
+            self.core.raft.change_membership(voters, false).await.map_err(membership_status)?;
+            tracing::info!(id = r.id, "replica removed");
+            Ok(())
+        })
+        .await
+    }
+
     async fn replica_digest(
         &self,
         req: Request<ReplicaDigestRequest>,
@@ -401,6 +467,79 @@ impl Quorum for Api {
         Ok(Response::new(ReplicaDigestResponse { id: self.core.id, index, digest }))
     }
 }
+
+impl Api {
+    /// The current voters and learners, and whether a change is half done (joint config).
+    fn membership(&self) -> (std::collections::BTreeSet<u64>, Vec<u64>, bool) {
+        let metrics = self.core.raft.metrics();
+        let m = metrics.borrow();
+        let membership = m.membership_config.membership();
+        (membership.voter_ids().collect(), membership.learner_ids().collect(), membership.get_joint_config().len() > 1)
+    }
+
+    /// Waits until the leader has replicated to `id` everything it had when the wait began.
+    async fn wait_caught_up(&self, id: u64) -> Result<(), Status> {
+        let mut metrics = self.core.raft.metrics();
+        let target = metrics.borrow().last_log_index.unwrap_or(0);
+        let started = std::time::Instant::now();
+        loop {
+            let matched = {
+                let m = metrics.borrow_and_update();
+                m.replication.as_ref().and_then(|r| r.get(&id).copied().flatten()).map_or(0, |l| l.index)
+            };
+            if matched >= target {
+                tracing::info!(id, matched, elapsed_ms = started.elapsed().as_millis() as u64, "learner caught up");
+                return Ok(());
+            }
+            let left = CATCH_UP_LIMIT.saturating_sub(started.elapsed());
+            if left.is_zero() || tokio::time::timeout(left, metrics.changed()).await.is_err() {
+                return Err(Status::deadline_exceeded(format!(
+                    "replica {id} has not caught up within {}s (it has {matched} of {target} entries); it stays a learner: check that it runs and that the leader can reach it, then add it again or remove it",
+                    CATCH_UP_LIMIT.as_secs()
+                )));
+            }
+        }
+    }
+
+    fn members_response(&self) -> MembershipChangeResponse {
+        let metrics = self.core.raft.metrics();
+        let m = metrics.borrow();
+        let membership = m.membership_config.membership();
+        let members = membership
+            .voter_ids()
+            .filter_map(|id| membership.get_node(&id).map(|n| (id, n.addr.clone())))
+            .map(|(id, address)| ReplicaStatus { id, address, role: "voter".into(), ..Default::default() })
+            .collect();
+        MembershipChangeResponse { members }
+    }
+
+    /// Runs `change` as the only membership change in progress, or refuses.
+    async fn one_change<F, Fut>(&self, what: &str, change: F) -> Result<Response<MembershipChangeResponse>, Status>
+    where
+        F: FnOnce() -> Fut,
+        Fut: std::future::Future<Output = Result<(), Status>>,
+    {
+        let Ok(_guard) = self.core.membership_change.try_lock() else {
+            return Err(Status::failed_precondition(format!(
+                "cannot {what}: another membership change is in progress; wait for it to finish"
+            )));
+        };
+        if self.membership().2 {
+            return Err(Status::failed_precondition(format!(
+                "cannot {what}: the cluster is between two memberships (a change was interrupted); retry shortly"
+            )));
+        }
+        change().await?;
+        Ok(Response::new(self.members_response()))
+    }
+}
+
+fn membership_status(e: impl std::fmt::Display) -> Status {
+    Status::aborted(format!("membership change failed: {e}"))
+}
+
+/// How long a new replica may take to catch up before it is promoted.
+const CATCH_UP_LIMIT: std::time::Duration = std::time::Duration::from_secs(600);
 
 /// How long a replica waits to reach a digest point before saying how far it got.
 const DIGEST_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
