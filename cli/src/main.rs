@@ -22,6 +22,11 @@ struct Cli {
         default_value = "127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103"
     )]
     controllers: Vec<String>,
+    /// Answer reads (queue, show, nodes) from the first replica that answers, at once, without
+    /// confirming with the leader that nothing newer was committed; the index answered at is
+    /// printed on standard error. For when there is no leader, or to spare it.
+    #[arg(long, global = true)]
+    stale: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -215,6 +220,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         other => other,
     };
+    let stale = cli.stale;
     let mut client = Client::new(cli.controllers)?;
     if matches!(command, Command::Admin { command: AdminCommand::AddReplica { .. } }) {
         // The leader answers once the new replica has caught up, which may take minutes.
@@ -260,6 +266,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     vec!["PENDING".into(), "RUNNING".into()]
                 },
                 user: user.unwrap_or_default(),
+                stale,
             };
             let r = client
                 .call(|mut c| {
@@ -268,6 +275,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 })
                 .await
                 .map_err(status_error)?;
+            note_stale(stale, r.applied_index);
             if json {
                 print_json(&r.jobs.iter().map(display::job_json).collect::<Vec<_>>())?;
             } else if start {
@@ -278,9 +286,10 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Show { job, json } => {
             let r = client
-                .call(|mut c| async move { c.get_job(api::GetJobRequest { job_id: job }).await })
+                .call(|mut c| async move { c.get_job(api::GetJobRequest { job_id: job, stale }).await })
                 .await
                 .map_err(status_error)?;
+            note_stale(stale, r.applied_index);
             let info = r.job.ok_or_else(|| anyhow::anyhow!("empty answer"))?;
             if json {
                 print_json(&display::job_json(&info))?;
@@ -463,9 +472,10 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         },
         Command::Nodes { json } => {
             let r = client
-                .call(|mut c| async move { c.list_nodes(api::ListNodesRequest {}).await })
+                .call(|mut c| async move { c.list_nodes(api::ListNodesRequest { stale }).await })
                 .await
                 .map_err(status_error)?;
+            note_stale(stale, r.applied_index);
             if json {
                 print_json(&r.nodes.iter().map(node_json).collect::<Vec<_>>())?;
             } else {
@@ -501,6 +511,12 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Dev { .. } | Command::Simulate(_) => unreachable!("handled above"),
     }
     Ok(ExitCode::SUCCESS)
+}
+
+fn note_stale(stale: bool, applied_index: u64) {
+    if stale {
+        eprintln!("(stale read: as of log index {applied_index} on the replica that answered)");
+    }
 }
 
 fn voters_line(members: &[api::ReplicaStatus]) -> String {

@@ -231,3 +231,42 @@ async fn submits_to_a_follower_work_and_retries_make_one_job() {
     assert_eq!(j.exit_code, 0);
     cluster.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_quorum_default_reads_refuse_and_stale_reads_answer_with_their_index() {
+    let mut cluster = cluster(DevOptions::for_tests()).await;
+    let c = client(&cluster.addrs);
+    wait_ready(&cluster, &c, 2).await;
+    let dir = tempfile::tempdir().unwrap();
+    let id = submit(&c, spec(&["true"], dir.path())).await;
+    wait_state(&c, id, &["COMPLETED"], T).await;
+    // Let every replica apply it, then take two of three away: no quorum is left.
+    let leader = cluster.leader().unwrap();
+    let survivor = (leader + 1) % 3;
+    assert_caught_up(&cluster, survivor).await;
+    for i in (0..3).filter(|i| *i != survivor) {
+        cluster.stop_controller(i).await;
+    }
+    let mut alone = client(&[cluster.addrs[survivor].clone()]);
+    alone.deadline = Duration::from_secs(2);
+
+    // A default read cannot confirm that nothing newer was committed elsewhere: refused.
+    let refused = alone
+        .call(|mut cl| async move { cl.get_job(quorum_proto::api::GetJobRequest { job_id: id, stale: false }).await })
+        .await;
+    assert!(refused.is_err(), "a linearizable read answered without a quorum: {refused:?}");
+    // A stale read answers from the survivor, saying how far it had applied.
+    let stale = alone
+        .call(|mut cl| async move { cl.get_job(quorum_proto::api::GetJobRequest { job_id: id, stale: true }).await })
+        .await
+        .expect("stale read");
+    assert_eq!(stale.job.unwrap().state, "COMPLETED");
+    let applied = cluster.controller(survivor).unwrap().core.shared.read().applied_index();
+    assert_eq!(stale.applied_index, applied);
+    let nodes = alone
+        .call(|mut cl| async move { cl.list_nodes(quorum_proto::api::ListNodesRequest { stale: true }).await })
+        .await
+        .expect("stale node list");
+    assert_eq!(nodes.nodes.len(), 2);
+    cluster.shutdown().await;
+}

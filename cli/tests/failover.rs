@@ -168,7 +168,8 @@ impl ProcCluster {
         ));
         let c = client(&cluster.addrs);
         wait_for(T, "a leader with the agent connected", || async {
-            let nodes = c.call(|mut cl| async move { cl.list_nodes(api::ListNodesRequest {}).await }).await.ok()?.nodes;
+            let nodes =
+                c.call(|mut cl| async move { cl.list_nodes(api::ListNodesRequest::default()).await }).await.ok()?.nodes;
             nodes.iter().any(|n| n.connected).then_some(())
         })
         .await;

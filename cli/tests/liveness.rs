@@ -140,7 +140,7 @@ async fn a_silent_node_goes_down_its_requeued_job_restarts_elsewhere_after_the_l
     let until = Instant::now() + NODE_TIMEOUT * 2;
     while Instant::now() < until {
         if let Ok(r) =
-            c2.call(|mut cl| async move { cl.list_nodes(quorum_proto::api::ListNodesRequest {}).await }).await
+            c2.call(|mut cl| async move { cl.list_nodes(quorum_proto::api::ListNodesRequest::default()).await }).await
         {
             assert!(r.nodes.iter().all(|n| n.state != "down"), "a failover marked a node down: {:?}", r.nodes);
         }

@@ -67,7 +67,7 @@ pub async fn submit(c: &Client, spec: api::JobSpec) -> u64 {
 }
 
 pub async fn job(c: &Client, id: u64) -> JobInfo {
-    c.call(|mut cl| async move { cl.get_job(api::GetJobRequest { job_id: id }).await })
+    c.call(|mut cl| async move { cl.get_job(api::GetJobRequest { job_id: id, stale: false }).await })
         .await
         .expect("get job")
         .job
@@ -87,7 +87,10 @@ pub async fn cancel(c: &Client, id: u64) -> api::CancelJobResponse {
 }
 
 pub async fn nodes(c: &Client) -> Vec<api::NodeInfo> {
-    c.call(|mut cl| async move { cl.list_nodes(api::ListNodesRequest {}).await }).await.expect("list nodes").nodes
+    c.call(|mut cl| async move { cl.list_nodes(api::ListNodesRequest::default()).await })
+        .await
+        .expect("list nodes")
+        .nodes
 }
 
 /// Waits until the job is in one of `states` and returns it.
@@ -103,7 +106,8 @@ pub async fn wait_state(c: &Client, id: u64, states: &[&str], timeout: Duration)
 pub async fn wait_ready(cluster: &DevCluster, c: &Client, agents: usize) {
     wait_for(Duration::from_secs(20), "a leader with all agents connected", || async {
         cluster.leader()?;
-        let nodes = c.call(|mut cl| async move { cl.list_nodes(api::ListNodesRequest {}).await }).await.ok()?.nodes;
+        let nodes =
+            c.call(|mut cl| async move { cl.list_nodes(api::ListNodesRequest::default()).await }).await.ok()?.nodes;
         (nodes.iter().filter(|n| n.connected).count() == agents).then_some(())
     })
     .await
