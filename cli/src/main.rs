@@ -156,6 +156,8 @@ enum AdminCommand {
         /// host:port the other replicas and agents reach it at.
         addr: String,
     },
+    /// Hand leadership to replica ID (default: the most caught-up other voter).
+    TransferLeader { id: Option<u64> },
     /// Remove a controller replica from the cluster (stop its process afterwards).
     RemoveReplica { id: u64 },
     /// Each replica's state digest at one log index (a digest point committed through Raft);
@@ -443,6 +445,17 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     .await
                     .map_err(status_error)?;
                 println!("replica {id} added; voters: {}", voters_line(&r.members));
+            }
+            AdminCommand::TransferLeader { id } => {
+                let req = api::TransferLeaderRequest { user: current_user(), to: id.unwrap_or(0) };
+                let r = client
+                    .call(|mut c| {
+                        let req = req.clone();
+                        async move { c.transfer_leader(req).await }
+                    })
+                    .await
+                    .map_err(status_error)?;
+                println!("replica {} leads", r.leader);
             }
             AdminCommand::RemoveReplica { id } => {
                 let req = api::MembershipChangeRequest { user: current_user(), id, addr: String::new() };

@@ -270,3 +270,44 @@ async fn without_a_quorum_default_reads_refuse_and_stale_reads_answer_with_their
     assert_eq!(nodes.nodes.len(), 2);
     cluster.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leadership_is_handed_over_on_request_and_when_the_leader_stops() {
+    let mut cluster = cluster(DevOptions::for_tests()).await;
+    let c = client(&cluster.addrs);
+    wait_ready(&cluster, &c, 2).await;
+    let dir = tempfile::tempdir().unwrap();
+    let transfer = |user: &'static str, to: u64| {
+        let c = &c;
+        async move {
+            let req = quorum_proto::api::TransferLeaderRequest { user: user.into(), to };
+            c.call(|mut cl| {
+                let req = req.clone();
+                async move { cl.transfer_leader(req).await }
+            })
+            .await
+        }
+    };
+    let leader = cluster.leader().unwrap();
+    let target = (leader + 1) % 3;
+    let denied = transfer("alice", target as u64 + 1).await.unwrap_err();
+    assert_eq!(denied.code(), tonic::Code::PermissionDenied);
+    let to_self = transfer("root", leader as u64 + 1).await.unwrap_err();
+    assert!(to_self.message().contains("already leads"), "{to_self:?}");
+    let unknown = transfer("root", 7).await.unwrap_err();
+    assert!(unknown.message().contains("replica 7 is not a voter"), "{unknown:?}");
+
+    let r = transfer("root", target as u64 + 1).await.expect("transfer");
+    assert_eq!(r.leader, target as u64 + 1);
+    wait_for(T, "the target to lead", || async { (cluster.leader() == Some(target)).then_some(()) }).await;
+    let id = submit(&c, spec(&["true"], dir.path())).await;
+    wait_state(&c, id, &["COMPLETED"], T).await;
+
+    // A leader that stops hands over first: another replica leads by the time it is gone.
+    cluster.stop_controller(target).await;
+    let next = cluster.leader();
+    assert!(next.is_some_and(|l| l != target), "no leader right after the old one stopped");
+    let id = submit(&c, spec(&["true"], dir.path())).await;
+    wait_state(&c, id, &["COMPLETED"], T).await;
+    cluster.shutdown().await;
+}

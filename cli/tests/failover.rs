@@ -31,6 +31,10 @@ type Acked = (String, u64, Instant, Instant);
 #[ignore = "entry point of child processes"]
 fn child_process() {
     let Ok(role) = std::env::var(CHILD_ENV) else { return };
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_ansi(false)
+        .try_init();
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     rt.block_on(async move {
         match role.split_once(':') {
@@ -187,10 +191,25 @@ impl ProcCluster {
         if graceful {
             // SAFETY: signalling a child process this test started and has not reaped.
             unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while child.try_wait().unwrap().is_none() {
+                if Instant::now() > deadline {
+                    let _ = child.kill();
+                    let log = self.dir.path().join(format!("controller-{}.log", i + 1));
+                    let text = std::fs::read_to_string(log).unwrap_or_default();
+                    let tail: Vec<&str> = text.lines().rev().take(40).collect();
+                    panic!(
+                        "replica {} did not stop within 20 s of SIGTERM; its log ends:\n{}",
+                        i + 1,
+                        tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+                    );
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
         } else {
             child.kill().unwrap();
+            child.wait().unwrap();
         }
-        child.wait().unwrap();
     }
 
     fn restart_controller(&mut self, i: usize) {

@@ -3,6 +3,7 @@
 //! [`run`] is the same behind a shutdown future, as the binary uses it.
 
 pub mod store;
+mod transfer;
 pub mod types;
 
 use std::collections::BTreeMap;
@@ -53,12 +54,18 @@ pub struct Core {
     pub liveness: crate::config::Liveness,
     /// Held while a membership change runs, so that only one runs at a time.
     pub membership_change: tokio::sync::Mutex<()>,
+    /// Set while this leader hands leadership over: it proposes nothing more, so that the
+    /// followers' leases can run out and the target can win.
+    transferring: std::sync::atomic::AtomicBool,
     committed: Arc<AtomicU64>,
 }
 
 impl Core {
     /// Proposes a command and waits until it is committed and applied here.
     pub async fn write(&self, command: Command) -> Result<(u64, Response), WriteError> {
+        if self.transferring.load(Ordering::SeqCst) {
+            return Err(WriteError::NotLeader { leader: None });
+        }
         match self.raft.client_write(command).await {
             Ok(r) => Ok((r.log_id.index, r.data)),
             Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
@@ -153,6 +160,7 @@ impl Controller {
             hub: AgentHub::default(),
             liveness: config.liveness(),
             membership_change: tokio::sync::Mutex::new(()),
+            transferring: Default::default(),
             committed,
         });
         let (stop, stop_rx) = watch::channel(false);
@@ -162,18 +170,32 @@ impl Controller {
         Ok(Controller { core, stop, server, supervisor })
     }
 
-    /// Stops serving, ends leader work and Raft, and releases the data directory.
+    /// Stops serving, ends leader work and Raft, and releases the data directory. A leader with
+    /// another voter first hands leadership over, so that a planned stop costs the cluster one
+    /// leader lease rather than an election timeout.
     pub async fn shutdown(self) {
+        if self.core.is_leader() {
+            match tokio::time::timeout(Duration::from_secs(5), self.core.transfer_leadership(None)).await {
+                Ok(Ok(to)) => tracing::info!(replica = self.core.id, to, "handed leadership over before stopping"),
+                Ok(Err(e)) => tracing::warn!(replica = self.core.id, error = %e, "stopping without handing over"),
+                Err(_) => tracing::warn!(replica = self.core.id, "handing over took too long; stopping"),
+            }
+        }
         let _ = self.stop.send(true);
-        let _ = self.supervisor.await;
+        // Every step is bounded: a stop asked for must happen.
+        if tokio::time::timeout(Duration::from_secs(5), self.supervisor).await.is_err() {
+            tracing::warn!("leader work did not stop within 5s");
+        }
         self.core.hub.close_all();
         match tokio::time::timeout(Duration::from_secs(5), self.server).await {
             Ok(Ok(Err(e))) => tracing::warn!(error = %e, "server"),
             Ok(_) => {}
             Err(_) => tracing::warn!("server did not stop within 5s"),
         }
-        if let Err(e) = self.core.raft.shutdown().await {
-            tracing::warn!(error = %e, "raft shutdown");
+        match tokio::time::timeout(Duration::from_secs(5), self.core.raft.shutdown()).await {
+            Ok(Err(e)) => tracing::warn!(error = %e, "raft shutdown"),
+            Ok(Ok(())) => {}
+            Err(_) => tracing::warn!("raft did not shut down within 5s"),
         }
     }
 }

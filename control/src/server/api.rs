@@ -385,6 +385,33 @@ impl Quorum for Api {
         }
     }
 
+    async fn transfer_leader(
+        &self,
+        req: Request<TransferLeaderRequest>,
+    ) -> Result<Response<TransferLeaderResponse>, Status> {
+        if let Some(addr) = self.forward_target(&req)? {
+            return self.client(&addr)?.transfer_leader(forwarded(req.into_inner())).await;
+        }
+        let r = req.into_inner();
+        require_root(&r.user)?;
+        let Ok(_guard) = self.core.membership_change.try_lock() else {
+            return Err(Status::failed_precondition(
+                "cannot transfer leadership: a membership change is in progress; wait for it to finish",
+            ));
+        };
+        let leader = self
+            .core
+            .transfer_leadership((r.to != 0).then_some(r.to))
+            .await
+            .map_err(|e| Status::failed_precondition(format!("cannot transfer leadership: {e}")))?;
+        Ok(Response::new(TransferLeaderResponse { leader }))
+    }
+
+    async fn campaign(&self, _req: Request<CampaignRequest>) -> Result<Response<CampaignResponse>, Status> {
+        self.core.campaign();
+        Ok(Response::new(CampaignResponse {}))
+    }
+
     async fn add_replica(
         &self,
         req: Request<MembershipChangeRequest>,
