@@ -198,6 +198,14 @@ impl DevCluster {
         Ok(())
     }
 
+    /// Cuts replica `i`'s Raft traffic both ways (or restores it), as a network partition would;
+    /// it still serves clients and agents.
+    pub fn isolate_controller(&self, i: usize, on: bool) {
+        if let Some(c) = &self.controllers[i] {
+            c.core.raft_isolation.store(on, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
     /// Cuts agent `i` off from every controller (or reconnects it), as a network partition
     /// would: its jobs go on until its lease runs out.
     pub fn isolate_agent(&self, i: usize, on: bool) {

@@ -311,3 +311,58 @@ async fn leadership_is_handed_over_on_request_and_when_the_leader_stops() {
     wait_state(&c, id, &["COMPLETED"], T).await;
     cluster.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_isolated_leader_commits_nothing_serves_no_stale_read_and_follows_after_healing() {
+    let cluster = cluster(DevOptions::for_tests()).await;
+    let c = client(&cluster.addrs);
+    wait_ready(&cluster, &c, 2).await;
+    let dir = tempfile::tempdir().unwrap();
+    let before = submit(&c, spec(&["true"], dir.path())).await;
+    let old = cluster.leader().unwrap();
+    let majority: Vec<String> = (0..3).filter(|i| *i != old).map(|i| cluster.addrs[i].clone()).collect();
+    let mut via_old = client(&[cluster.addrs[old].clone()]);
+    via_old.deadline = Duration::from_secs(2);
+    let via_majority = client(&majority);
+
+    cluster.isolate_controller(old, true);
+    // The majority elects a new leader and goes on accepting writes.
+    let new = wait_for(T, "a new leader among the majority", || async {
+        (0..3).filter(|i| *i != old).find(|i| cluster.controller(*i).is_some_and(|c| c.core.is_leader()))
+    })
+    .await;
+    let during = submit(&via_majority, spec(&["true"], dir.path())).await;
+    // The isolated replica cannot commit: a write sent only to it is never acknowledged.
+    let stuck = submit_with_id(&via_old, spec(&["true"], dir.path()), "sent-to-the-isolated-leader").await;
+    assert!(stuck.is_err(), "the isolated leader acknowledged a write: {stuck:?}");
+    // Nor can it answer a default read with state older than an acknowledged write.
+    let read = via_old
+        .call(
+            |mut cl| async move { cl.get_job(quorum_proto::api::GetJobRequest { job_id: during, stale: false }).await },
+        )
+        .await;
+    // (It cannot confirm its leadership, so it answers nothing rather than its old state.)
+    assert!(read.is_err(), "the isolated replica answered a linearizable read: {read:?}");
+
+    // Healed, the old leader follows the new one and has every acknowledged job.
+    cluster.isolate_controller(old, false);
+    wait_for(T, "the old leader to follow and catch up", || async {
+        let o = cluster.controller(old)?;
+        let n = cluster.controller(new)?;
+        let following = o.core.raft.metrics().borrow().current_leader == Some(new as u64 + 1);
+        let applied = o.core.shared.read().applied_index() >= n.core.shared.read().applied_index();
+        (following && applied).then_some(())
+    })
+    .await;
+    let jobs = all_jobs(&c).await;
+    for id in [before, during] {
+        assert_eq!(jobs.iter().filter(|j| j.id == id).count(), 1, "job {id} lost or doubled");
+    }
+    let report = wait_for(T, "every replica to answer the digest", || async {
+        let r = quorum_cli::digest::collect(&c).await.ok()?;
+        (r.missing() == 0).then_some(r)
+    })
+    .await;
+    assert!(report.agree(), "{}", report.table());
+    cluster.shutdown().await;
+}

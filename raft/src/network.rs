@@ -25,14 +25,25 @@ use crate::QuorumTypeConfig;
 /// Largest gRPC message a replica sends or accepts (log batches, snapshot chunks).
 pub const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
 
+/// Fault injection: while set, a replica's Raft traffic is dropped both ways (what it sends
+/// fails as unreachable, what it receives is refused), as a network partition would.
+pub type Isolation = std::sync::Arc<std::sync::atomic::AtomicBool>;
+
 /// Builds one [`Connection`] per target replica.
 pub struct Network<C> {
+    isolation: Isolation,
     _types: PhantomData<C>,
 }
 
 impl<C> Default for Network<C> {
     fn default() -> Self {
-        Self { _types: PhantomData }
+        Self::new(Isolation::default())
+    }
+}
+
+impl<C> Network<C> {
+    pub fn new(isolation: Isolation) -> Self {
+        Self { isolation, _types: PhantomData }
     }
 }
 
@@ -43,6 +54,7 @@ impl<C: QuorumTypeConfig> RaftNetworkFactory<C> for Network<C> {
         let channel = Endpoint::from_shared(format!("http://{}", node.addr))
             .map(|e| e.connect_timeout(Duration::from_millis(500)).tcp_nodelay(true).connect_lazy());
         Connection {
+            isolation: self.isolation.clone(),
             target,
             addr: node.addr.clone(),
             client: channel.ok().map(|c| {
@@ -57,6 +69,7 @@ impl<C: QuorumTypeConfig> RaftNetworkFactory<C> for Network<C> {
 
 /// A lazily connected channel to one replica.
 pub struct Connection<C> {
+    isolation: Isolation,
     target: u64,
     addr: String,
     client: Option<RaftServiceClient<Channel>>,
@@ -77,6 +90,9 @@ impl<C: QuorumTypeConfig> Connection<C> {
     }
 
     fn client<E: std::error::Error>(&self) -> Result<RaftServiceClient<Channel>, RPCError<u64, BasicNode, E>> {
+        if self.isolation.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(RPCError::Unreachable(Unreachable::new(&self.transport_error("isolated (fault injection)"))));
+        }
         self.client
             .clone()
             .ok_or_else(|| RPCError::Unreachable(Unreachable::new(&self.transport_error("invalid address"))))

@@ -9,20 +9,28 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tonic::{Request, Response, Status};
 
-use crate::network::MAX_MESSAGE_BYTES;
+use crate::network::{Isolation, MAX_MESSAGE_BYTES};
 use crate::QuorumTypeConfig;
 
 /// Serves openraft's RPCs for one replica.
 pub struct RaftRpcServer<C: QuorumTypeConfig> {
     raft: Raft<C>,
+    isolation: Isolation,
 }
 
 impl<C: QuorumTypeConfig> RaftRpcServer<C> {
-    /// The tonic service, ready to add to a router.
-    pub fn into_service(raft: Raft<C>) -> RaftServiceServer<Self> {
-        RaftServiceServer::new(Self { raft })
+    /// The tonic service, ready to add to a router; refuses everything while `isolation` is set.
+    pub fn into_service(raft: Raft<C>, isolation: Isolation) -> RaftServiceServer<Self> {
+        RaftServiceServer::new(Self { raft, isolation })
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES)
+    }
+
+    fn check(&self) -> Result<(), Status> {
+        if self.isolation.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(Status::unavailable("isolated (fault injection)"));
+        }
+        Ok(())
     }
 }
 
@@ -39,16 +47,19 @@ fn encode<T: Serialize>(value: &T) -> Result<Response<RaftPayload>, Status> {
 #[tonic::async_trait]
 impl<C: QuorumTypeConfig> RaftService for RaftRpcServer<C> {
     async fn append_entries(&self, request: Request<RaftPayload>) -> Result<Response<RaftPayload>, Status> {
+        self.check()?;
         let rpc = decode("append-entries request", &request.into_inner().payload)?;
         encode(&self.raft.append_entries(rpc).await)
     }
 
     async fn vote(&self, request: Request<RaftPayload>) -> Result<Response<RaftPayload>, Status> {
+        self.check()?;
         let rpc = decode("vote request", &request.into_inner().payload)?;
         encode(&self.raft.vote(rpc).await)
     }
 
     async fn install_snapshot(&self, request: Request<SnapshotChunk>) -> Result<Response<RaftPayload>, Status> {
+        self.check()?;
         let chunk = request.into_inner();
         let rpc = InstallSnapshotRequest::<C> {
             vote: decode("snapshot vote", &chunk.vote)?,

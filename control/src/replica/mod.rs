@@ -57,6 +57,8 @@ pub struct Core {
     /// Set while this leader hands leadership over: it proposes nothing more, so that the
     /// followers' leases can run out and the target can win.
     transferring: std::sync::atomic::AtomicBool,
+    /// Fault injection for tests: drops this replica's Raft traffic both ways.
+    pub raft_isolation: quorum_raft::network::Isolation,
     committed: Arc<AtomicU64>,
 }
 
@@ -137,7 +139,9 @@ impl Controller {
             ..Default::default()
         }
         .validate()?;
-        let raft = Raft::new(config.id, Arc::new(raft_config), Network::default(), log_store, sm).await?;
+        let raft_isolation = quorum_raft::network::Isolation::default();
+        let network = Network::new(raft_isolation.clone());
+        let raft = Raft::new(config.id, Arc::new(raft_config), network, log_store, sm).await?;
 
         if config.join {
             tracing::info!(replica = config.id, "joining: waiting to be added with `quorum admin add-replica`");
@@ -161,6 +165,7 @@ impl Controller {
             liveness: config.liveness(),
             membership_change: tokio::sync::Mutex::new(()),
             transferring: Default::default(),
+            raft_isolation,
             committed,
         });
         let (stop, stop_rx) = watch::channel(false);

@@ -19,7 +19,7 @@ pub async fn serve(
     listener: TcpListener,
     mut stop: watch::Receiver<bool>,
 ) -> Result<(), tonic::transport::Error> {
-    let raft = quorum_raft::service::RaftRpcServer::into_service(core.raft.clone());
+    let raft = quorum_raft::service::RaftRpcServer::into_service(core.raft.clone(), core.raft_isolation.clone());
     tonic::transport::Server::builder()
         .tcp_nodelay(true)
         .add_service(raft)
