@@ -89,6 +89,31 @@ impl Core {
         }
     }
 
+    /// Waits, as leader, until replica `id` has every entry up to `upto`, or `limit` passes;
+    /// on timeout, how far it got as (replicated, wanted).
+    pub async fn wait_replicated(&self, id: u64, upto: UpTo, limit: Duration) -> Result<(), (u64, u64)> {
+        let mut metrics = self.raft.metrics();
+        let fixed = metrics.borrow().last_log_index.unwrap_or(0);
+        let started = std::time::Instant::now();
+        loop {
+            let (matched, wanted) = {
+                let m = metrics.borrow_and_update();
+                let wanted = match upto {
+                    UpTo::Start => fixed,
+                    UpTo::Latest => m.last_log_index.unwrap_or(0),
+                };
+                (matched_index(&m, id), wanted)
+            };
+            if matched >= wanted {
+                return Ok(());
+            }
+            let left = limit.saturating_sub(started.elapsed());
+            if left.is_zero() || tokio::time::timeout(left, metrics.changed()).await.is_err() {
+                return Err((matched, wanted));
+            }
+        }
+    }
+
     pub fn is_leader(&self) -> bool {
         self.raft.metrics().borrow().current_leader == Some(self.id)
     }
@@ -104,6 +129,20 @@ impl Core {
     pub fn committed_index(&self) -> u64 {
         self.committed.load(Ordering::Relaxed)
     }
+}
+
+/// How far [`Core::wait_replicated`] waits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UpTo {
+    /// The leader's last entry when the wait began (a learner catching up under load).
+    Start,
+    /// The leader's last entry at each check (nothing new is being proposed).
+    Latest,
+}
+
+/// The index up to which the leader has replicated to `id` (0 when unknown).
+pub fn matched_index(m: &openraft::RaftMetrics<u64, BasicNode>, id: u64) -> u64 {
+    m.replication.as_ref().and_then(|r| r.get(&id).copied().flatten()).map_or(0, |l| l.index)
 }
 
 /// A running replica.

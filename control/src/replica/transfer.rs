@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use quorum_proto::api::quorum_client::QuorumClient;
 use quorum_proto::api::CampaignRequest;
 
-use super::Core;
+use super::{matched_index, Core, UpTo};
 
 /// How long the target may take to catch up before the transfer is refused.
 const CATCH_UP: Duration = Duration::from_secs(2);
@@ -47,7 +47,9 @@ impl Core {
         // entries nor heartbeats the followers' leases run out. The guard undoes this however
         // the transfer ends, a dropped call included.
         let _guard = Handing::start(self);
-        self.wait_replicated(target).await?;
+        self.wait_replicated(target, UpTo::Latest, CATCH_UP).await.map_err(|(matched, last)| {
+            format!("replica {target} is behind ({matched} of {last} entries); try again or pick another")
+        })?;
         let config = self.raft.runtime_config();
         config.heartbeat(false);
         config.elect(false);
@@ -62,8 +64,6 @@ impl Core {
         }
         let membership = m.membership_config.membership();
         let voters: Vec<u64> = membership.voter_ids().filter(|v| *v != self.id).collect();
-        let matched =
-            |id: &u64| m.replication.as_ref().and_then(|r| r.get(id).copied().flatten()).map_or(0, |l| l.index);
         let target = match to {
             Some(t) if t == self.id => return Err(format!("replica {t} already leads")),
             Some(t) if !voters.contains(&t) => {
@@ -73,40 +73,23 @@ impl Core {
                 ))
             }
             Some(t) => t,
-            None => {
-                *voters.iter().max_by_key(|v| (matched(v), std::cmp::Reverse(**v))).ok_or("no other voter to lead")?
-            }
+            None => *voters
+                .iter()
+                .max_by_key(|v| (matched_index(&m, **v), std::cmp::Reverse(**v)))
+                .ok_or("no other voter to lead")?,
         };
         let addr = membership.get_node(&target).map(|n| n.addr.clone()).ok_or("the target has no address")?;
         Ok((target, addr))
     }
 
-    async fn wait_replicated(&self, target: u64) -> Result<(), String> {
-        let mut metrics = self.raft.metrics();
-        let started = Instant::now();
-        loop {
-            let (last, matched) = {
-                let m = metrics.borrow_and_update();
-                let matched =
-                    m.replication.as_ref().and_then(|r| r.get(&target).copied().flatten()).map_or(0, |l| l.index);
-                (m.last_log_index.unwrap_or(0), matched)
-            };
-            if matched >= last {
-                return Ok(());
-            }
-            let left = CATCH_UP.saturating_sub(started.elapsed());
-            if left.is_zero() || tokio::time::timeout(left, metrics.changed()).await.is_err() {
-                return Err(format!(
-                    "replica {target} is behind ({matched} of {last} entries); try again or pick another"
-                ));
-            }
-        }
-    }
-
     async fn hand_over(&self, target: u64, addr: &str) -> Result<u64, String> {
-        let mut client = QuorumClient::connect(format!("http://{addr}"))
+        let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+            .map_err(|e| format!("replica {target} has a bad address {addr}: {e}"))?
+            .connect_timeout(Duration::from_millis(500))
+            .connect()
             .await
             .map_err(|e| format!("cannot reach replica {target} at {addr}: {e}"))?;
+        let mut client = QuorumClient::new(channel);
         client
             .campaign(CampaignRequest {})
             .await

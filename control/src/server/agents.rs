@@ -109,21 +109,21 @@ impl AgentService for Agents {
                     agent_message::Msg::Heartbeat(hb) => {
                         let running = hb.running.iter().map(|r| (r.job_id, r.token)).collect();
                         core.hub.heartbeat(&node, conn_id, running);
+                        let down = {
+                            let applied = core.shared.read();
+                            core.hub.reconcile(&applied.state, Some(&node));
+                            matches!(
+                                applied.state.nodes.get(&node).map(|n| &n.admin),
+                                Some(crate::model::NodeAdminState::Down { .. })
+                            )
+                        };
                         // Declared DOWN while its stream survived (a long stall, a partition
                         // that healed): heard again, it returns to service as on a reconnect.
-                        let down = matches!(
-                            core.shared.read().state.nodes.get(&node).map(|n| &n.admin),
-                            Some(crate::model::NodeAdminState::Down { .. })
-                        );
                         if down {
                             let command = Command::RegisterNode { node: registration.clone(), now: now_ms() };
                             if let Err(e) = core.write(command).await {
                                 tracing::warn!(node, error = %e, "returning a node to service");
                             }
-                        }
-                        {
-                            let applied = core.shared.read();
-                            core.hub.reconcile(&applied.state, Some(&node));
                         }
                         let ack = ControllerMessage {
                             msg: Some(controller_message::Msg::HeartbeatAck(HeartbeatAck {

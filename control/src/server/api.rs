@@ -14,7 +14,7 @@ use tonic::{Request, Response, Status};
 
 use super::{convert, not_leader};
 use crate::model::JobState;
-use crate::replica::{now_ms, Core, WriteError, VERSION};
+use crate::replica::{now_ms, Core, UpTo, WriteError, VERSION};
 use crate::state::{Command, Response as Applied};
 
 pub fn service(core: Arc<Core>) -> QuorumServer<Api> {
@@ -436,7 +436,15 @@ impl Quorum for Api {
                 .add_learner(r.id, openraft::BasicNode::new(r.addr.trim()), false)
                 .await
                 .map_err(membership_status)?;
-            self.wait_caught_up(r.id).await?;
+            let started = std::time::Instant::now();
+            self.core.wait_replicated(r.id, UpTo::Start, CATCH_UP_LIMIT).await.map_err(|(matched, wanted)| {
+                Status::deadline_exceeded(format!(
+                    "replica {} has not caught up within {}s (it has {matched} of {wanted} entries); it stays a learner: check that it runs and that the leader can reach it, then add it again or remove it",
+                    r.id,
+                    CATCH_UP_LIMIT.as_secs()
+                ))
+            })?;
+            tracing::info!(id = r.id, elapsed_ms = started.elapsed().as_millis() as u64, "learner caught up");
             let mut voters = self.membership().0;
             voters.insert(r.id);
             self.core.raft.change_membership(voters, false).await.map_err(membership_status)?;
@@ -508,30 +516,6 @@ impl Api {
         let m = metrics.borrow();
         let membership = m.membership_config.membership();
         (membership.voter_ids().collect(), membership.learner_ids().collect(), membership.get_joint_config().len() > 1)
-    }
-
-    /// Waits until the leader has replicated to `id` everything it had when the wait began.
-    async fn wait_caught_up(&self, id: u64) -> Result<(), Status> {
-        let mut metrics = self.core.raft.metrics();
-        let target = metrics.borrow().last_log_index.unwrap_or(0);
-        let started = std::time::Instant::now();
-        loop {
-            let matched = {
-                let m = metrics.borrow_and_update();
-                m.replication.as_ref().and_then(|r| r.get(&id).copied().flatten()).map_or(0, |l| l.index)
-            };
-            if matched >= target {
-                tracing::info!(id, matched, elapsed_ms = started.elapsed().as_millis() as u64, "learner caught up");
-                return Ok(());
-            }
-            let left = CATCH_UP_LIMIT.saturating_sub(started.elapsed());
-            if left.is_zero() || tokio::time::timeout(left, metrics.changed()).await.is_err() {
-                return Err(Status::deadline_exceeded(format!(
-                    "replica {id} has not caught up within {}s (it has {matched} of {target} entries); it stays a learner: check that it runs and that the leader can reach it, then add it again or remove it",
-                    CATCH_UP_LIMIT.as_secs()
-                )));
-            }
-        }
     }
 
     fn members_response(&self) -> MembershipChangeResponse {
