@@ -258,6 +258,14 @@ impl Load {
         self.acked.lock().unwrap().len()
     }
 
+    /// Waits until `n` submits sent after `since` have been acknowledged.
+    async fn wait_acked_after(&self, since: Instant, n: usize, what: &str) {
+        wait_for(T, what, || async {
+            (self.acked.lock().unwrap().iter().filter(|a| a.2 >= since).count() >= n).then_some(())
+        })
+        .await;
+    }
+
     /// Stops the clients; what they had acknowledged, and the requests that failed.
     async fn finish(self) -> (Vec<Acked>, Vec<(String, String)>) {
         self.stop.store(true, Ordering::SeqCst);
@@ -300,13 +308,14 @@ async fn kill_9_of_the_leader_under_concurrent_submits_loses_no_acknowledged_job
     let long = submit(&c, spec(&["bash", "-c", "sleep 3; echo done > long.txt"], &work)).await;
     wait_state(&c, long, &["RUNNING"], T).await;
 
+    let started = Instant::now();
     let load = Load::start(&addrs, &work);
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    load.wait_acked_after(started, 100, "submits acknowledged before the kill").await;
     let leader = leader_index(&c, &addrs).await.expect("a leader");
     let before = load.acked_so_far();
     let killed_at = Instant::now();
     cluster.stop_controller(leader, false);
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    load.wait_acked_after(killed_at, 100, "submits sent after the kill acknowledged").await;
     let (acked, failed) = load.finish().await;
     assert!(before > 0, "no submit was acknowledged before the kill");
     assert!(failed.is_empty(), "client requests failed across the failover: {failed:?}");
@@ -342,8 +351,9 @@ async fn rolling_restart_of_every_replica_under_load_fails_no_request() {
     let long = submit(&c, spec(&["bash", "-c", "sleep 4; echo done > long.txt"], &work)).await;
     wait_state(&c, long, &["RUNNING"], T).await;
 
+    let started = Instant::now();
     let load = Load::start(&addrs, &work);
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    load.wait_acked_after(started, 50, "submits acknowledged before the restarts").await;
     // Followers first, the leader last; each one stopped with SIGTERM, started again, and
     // caught up (it answers a digest point that agrees) before the next.
     let leader = leader_index(&c, &addrs).await.expect("a leader");
@@ -353,7 +363,8 @@ async fn rolling_restart_of_every_replica_under_load_fails_no_request() {
         cluster.restart_controller(i);
         assert_digests_agree(&c).await;
     }
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    let restarted = Instant::now();
+    load.wait_acked_after(restarted, 50, "submits acknowledged after the restarts").await;
     let (acked, failed) = load.finish().await;
     assert!(failed.is_empty(), "client requests failed during the rolling restart: {failed:?}");
     assert!(!acked.is_empty());
