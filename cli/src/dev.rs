@@ -31,6 +31,8 @@ pub struct DevOptions {
     pub node_timeout: Duration,
     /// An agent cut off from the leader for this long kills its jobs.
     pub agent_lease: Duration,
+    /// Replicas (by index) that behave as an older release at this feature level.
+    pub emulate_levels: Vec<(usize, u32)>,
 }
 
 impl Default for DevOptions {
@@ -48,6 +50,7 @@ impl Default for DevOptions {
             snapshot_keep_logs: 1_000,
             node_timeout: Duration::from_secs(30),
             agent_lease: Duration::from_secs(20),
+            emulate_levels: Vec::new(),
         }
     }
 }
@@ -105,7 +108,8 @@ impl DevCluster {
         let nodes = if opts.agents == 0 { "node01".to_string() } else { format!("node[01-{:02}]", opts.agents) };
         let configs: Vec<ControllerConfig> = replicas
             .iter()
-            .map(|r| ControllerConfig {
+            .enumerate()
+            .map(|(i, r)| ControllerConfig {
                 id: r.id,
                 listen: r.addr.clone(),
                 advertise: None,
@@ -134,6 +138,7 @@ impl DevCluster {
                 qos: vec![],
                 accounts: vec![],
                 switches: vec![],
+                emulate_feature_level: opts.emulate_levels.iter().find(|(at, _)| *at == i).map(|(_, l)| *l),
             })
             .collect();
         let mut controllers = Vec::new();
@@ -188,6 +193,12 @@ impl DevCluster {
         if let Some(c) = self.controllers[i].take() {
             c.shutdown().await;
         }
+    }
+
+    /// Makes replica `i`, from its next start, behave as the release of feature `level`
+    /// (`None`: this release), as swapping its binary would.
+    pub fn set_emulated_level(&mut self, i: usize, level: Option<u32>) {
+        self.configs[i].emulate_feature_level = level;
     }
 
     /// Starts replica `i` again from its data directory on its old address.

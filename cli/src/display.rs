@@ -393,6 +393,10 @@ pub struct ReplicaJson {
     pub snapshot_index: u64,
     pub leader_id: Option<u64>,
     pub version: String,
+    /// The highest feature level it applies (0 when unreachable).
+    pub feature_level: u32,
+    /// The cluster's feature level as it has applied it (0 when unreachable).
+    pub cluster_level: u32,
 }
 
 pub fn replica_json(id: u64, address: &str, status: Option<&ReplicaStatus>) -> ReplicaJson {
@@ -409,6 +413,8 @@ pub fn replica_json(id: u64, address: &str, status: Option<&ReplicaStatus>) -> R
             snapshot_index: s.snapshot_index,
             leader_id: s.has_leader.then_some(s.leader_id),
             version: s.version.clone(),
+            feature_level: s.feature_level.max(1),
+            cluster_level: s.cluster_level.max(1),
         },
         None => ReplicaJson {
             id,
@@ -422,6 +428,8 @@ pub fn replica_json(id: u64, address: &str, status: Option<&ReplicaStatus>) -> R
             snapshot_index: 0,
             leader_id: None,
             version: String::new(),
+            feature_level: 0,
+            cluster_level: 0,
         },
     }
 }
@@ -444,6 +452,36 @@ pub fn cluster_table(replicas: &[ReplicaJson]) -> String {
         })
         .collect();
     table(&["ID", "ADDRESS", "ROLE", "TERM", "LAST_LOG", "COMMITTED", "APPLIED", "VERSION"], &rows)
+}
+
+/// `quorum admin versions`: what each replica runs, and the cluster's feature level as the most
+/// up-to-date reachable replica has applied it.
+pub fn versions_table(replicas: &[ReplicaJson]) -> String {
+    let rows: Vec<Vec<String>> = replicas
+        .iter()
+        .map(|r| {
+            let dash = |s: String| if r.reachable { s } else { "-".into() };
+            vec![
+                r.id.to_string(),
+                r.address.clone(),
+                r.role.clone(),
+                dash(r.version.clone()),
+                dash(r.feature_level.to_string()),
+                dash(r.applied_index.to_string()),
+            ]
+        })
+        .collect();
+    let mut out = table(&["ID", "ADDRESS", "ROLE", "VERSION", "LEVEL", "APPLIED"], &rows);
+    match cluster_level(replicas) {
+        Some(level) => out.push_str(&format!("cluster feature level: {level} (the lowest among the voters)\n")),
+        None => out.push_str("cluster feature level: unknown (no replica answered)\n"),
+    }
+    out
+}
+
+/// The cluster level as the reachable replica with the highest applied index knows it.
+pub fn cluster_level(replicas: &[ReplicaJson]) -> Option<u32> {
+    replicas.iter().filter(|r| r.reachable).max_by_key(|r| r.applied_index).map(|r| r.cluster_level)
 }
 
 #[cfg(test)]

@@ -160,6 +160,12 @@ enum AdminCommand {
     TransferLeader { id: Option<u64> },
     /// Remove a controller replica from the cluster (stop its process afterwards).
     RemoveReplica { id: u64 },
+    /// What each replica runs and the cluster's feature level (the lowest among the voters):
+    /// commands newer than it are refused until every replica is upgraded.
+    Versions {
+        #[arg(long)]
+        json: bool,
+    },
     /// Each replica's state digest at one log index (a digest point committed through Raft);
     /// exits 1 if any two differ.
     Digest {
@@ -468,6 +474,17 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     .map_err(status_error)?;
                 println!("replica {id} removed; voters: {}", voters_line(&r.members));
             }
+            AdminCommand::Versions { json } => {
+                let replicas = replica_statuses(&client).await?;
+                if json {
+                    print_json(&serde_json::json!({
+                        "replicas": replicas,
+                        "cluster_level": display::cluster_level(&replicas),
+                    }))?;
+                } else {
+                    print!("{}", display::versions_table(&replicas));
+                }
+            }
             AdminCommand::Digest { json } => {
                 let report = quorum_cli::digest::collect(&client).await.map_err(status_error)?;
                 if json {
@@ -496,25 +513,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             }
         }
         Command::Cluster { json } => {
-            let members = client
-                .call(|mut c| async move { c.cluster_members(api::ClusterStatusRequest {}).await })
-                .await
-                .map_err(status_error)?;
-            let mut replicas = Vec::new();
-            for m in members.members {
-                let status = match client.replica(&m.address) {
-                    Ok(mut c) => tokio::time::timeout(
-                        std::time::Duration::from_secs(2),
-                        c.get_replica_status(api::ReplicaStatusRequest {}),
-                    )
-                    .await
-                    .ok()
-                    .and_then(|r| r.ok())
-                    .map(|r| r.into_inner()),
-                    Err(_) => None,
-                };
-                replicas.push(display::replica_json(m.id, &m.address, status.as_ref()));
-            }
+            let replicas = replica_statuses(&client).await?;
             if json {
                 print_json(&replicas)?;
             } else {
@@ -524,6 +523,30 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Dev { .. } | Command::Simulate(_) => unreachable!("handled above"),
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Each member of the cluster with what it says of itself (unreachable ones included).
+async fn replica_statuses(client: &Client) -> anyhow::Result<Vec<display::ReplicaJson>> {
+    let members = client
+        .call(|mut c| async move { c.cluster_members(api::ClusterStatusRequest {}).await })
+        .await
+        .map_err(status_error)?;
+    let mut replicas = Vec::new();
+    for m in members.members {
+        let status = match client.replica(&m.address) {
+            Ok(mut c) => tokio::time::timeout(
+                std::time::Duration::from_secs(2),
+                c.get_replica_status(api::ReplicaStatusRequest {}),
+            )
+            .await
+            .ok()
+            .and_then(|r| r.ok())
+            .map(|r| r.into_inner()),
+            Err(_) => None,
+        };
+        replicas.push(display::replica_json(m.id, &m.address, status.as_ref()));
+    }
+    Ok(replicas)
 }
 
 fn note_stale(stale: bool, applied_index: u64) {

@@ -171,6 +171,10 @@ pub struct ControllerConfig {
     /// Network topology: which nodes hang off which switch.
     #[serde(default)]
     pub switches: Vec<SwitchConfig>,
+    /// For upgrade rehearsals and tests: this replica reports this older feature level and
+    /// refuses to apply any entry above it, as a replica of the older release would.
+    #[serde(default)]
+    pub emulate_feature_level: Option<u32>,
 }
 
 fn opt_time(what: &str, v: &Option<String>) -> Result<Option<u64>, ConfigError> {
@@ -456,8 +460,22 @@ impl ControllerConfig {
                 4 * self.election_timeout_max_ms
             )));
         }
+        if let Some(level) = self.emulate_feature_level {
+            if !(crate::state::BASE_LEVEL..=crate::state::FEATURE_LEVEL).contains(&level) {
+                return Err(ConfigError::Invalid(format!(
+                    "emulate_feature_level ({level}) must be between {} and {}, the levels this release knows",
+                    crate::state::BASE_LEVEL,
+                    crate::state::FEATURE_LEVEL
+                )));
+            }
+        }
         self.settings()?;
         Ok(())
+    }
+
+    /// The feature level this replica reports and applies.
+    pub fn feature_level(&self) -> u32 {
+        self.emulate_feature_level.unwrap_or(crate::state::FEATURE_LEVEL)
     }
 
     /// The leader's timeouts for nodes and agents.
@@ -525,5 +543,9 @@ mod tests {
         let e = with("agent_lease_ms = 500").validate().unwrap_err().to_string();
         assert!(e.contains("agent_lease_ms (500) must be at least 2000 ms"), "{e}");
         with("node_timeout_ms = 5000\nagent_lease_ms = 3000").validate().unwrap();
+        let e = with("emulate_feature_level = 9").validate().unwrap_err().to_string();
+        assert!(e.contains("emulate_feature_level (9) must be between 1 and"), "{e}");
+        assert_eq!(with("emulate_feature_level = 1").feature_level(), 1);
+        assert_eq!(with("").feature_level(), crate::state::FEATURE_LEVEL);
     }
 }

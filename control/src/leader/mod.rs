@@ -1,6 +1,7 @@
 //! Leader-only work. A supervisor watches openraft's metrics; while this replica leads it runs
-//! a session of three loops, and it ends them (and every agent stream) the moment it stops:
+//! a session of five loops, and it ends them (and every agent stream) the moment it stops:
 //!
+//! - versions: records what each voter runs, which sets the cluster's feature level;
 //! - partition sync: makes the replicated partitions match this replica's config file;
 //! - scheduling: after events (debounced by the kick) and at least every second, builds a view
 //!   at an applied index, calls `sched::schedule`, and proposes the plan;
@@ -10,6 +11,7 @@
 //!   proposed DOWN; apply ends or requeues its jobs.
 
 pub mod hub;
+pub mod versions;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -20,7 +22,7 @@ use tokio::task::JoinHandle;
 
 use crate::config::ClusterSettings;
 use crate::model::NodeAdminState;
-use crate::replica::{now_ms, Core};
+use crate::replica::{now_ms, Core, WriteError};
 use crate::sched::{self, ClusterView};
 use crate::state::{Command, Response};
 
@@ -62,6 +64,7 @@ async fn end_session(core: &Core, session: Option<(watch::Sender<bool>, Vec<Join
 fn start_session(core: Arc<Core>, settings: ClusterSettings) -> (watch::Sender<bool>, Vec<JoinHandle<()>>) {
     let (stop_tx, stop_rx) = watch::channel(false);
     let tasks = vec![
+        tokio::spawn(versions::versions_loop(core.clone(), stop_rx.clone())),
         tokio::spawn(sync_settings(core.clone(), settings, stop_rx.clone())),
         tokio::spawn(schedule_loop(core.clone(), stop_rx.clone())),
         tokio::spawn(dispatch_loop(core.clone(), stop_rx.clone())),
@@ -190,6 +193,7 @@ fn silent_nodes(core: &Core, leading_since: Instant) -> Vec<(String, Duration)> 
 
 async fn liveness_loop(core: Arc<Core>, mut stop: watch::Receiver<bool>) {
     let leading_since = Instant::now();
+    let mut told_too_new = false;
     let tick = (core.liveness.node_timeout / 10).clamp(Duration::from_millis(50), Duration::from_secs(1));
     loop {
         tokio::select! {
@@ -203,6 +207,13 @@ async fn liveness_loop(core: Arc<Core>, mut stop: watch::Receiver<bool>) {
                     tracing::warn!(node, reason, ?ended, ?requeued, "node DOWN");
                 }
                 Ok(_) => {}
+                Err(e @ WriteError::TooNew { .. }) => {
+                    if !told_too_new {
+                        tracing::warn!(node, error = %e, "a silent node cannot be marked DOWN yet");
+                        told_too_new = true;
+                    }
+                    break;
+                }
                 Err(e) => {
                     tracing::warn!(node, error = %e, "proposing a node DOWN");
                     break;

@@ -40,6 +40,10 @@ pub enum WriteError {
     NotLeader { leader: Option<String> },
     #[error("raft: {0}")]
     Raft(String),
+    #[error(
+        "{what} needs cluster feature level {needs}, but the cluster is at level {cluster}: a voter runs an older release (see `quorum admin versions`); upgrade every replica first"
+    )]
+    TooNew { what: &'static str, needs: u32, cluster: u32 },
 }
 
 /// What the services and leader loops of one replica share.
@@ -59,6 +63,11 @@ pub struct Core {
     transferring: std::sync::atomic::AtomicBool,
     /// Fault injection for tests: drops this replica's Raft traffic both ways.
     pub raft_isolation: quorum_raft::network::Isolation,
+    /// The feature level this replica reports and applies (below [`FEATURE_LEVEL`] only when
+    /// emulating an older release).
+    ///
+    /// [`FEATURE_LEVEL`]: crate::state::FEATURE_LEVEL
+    pub feature_level: u32,
     committed: Arc<AtomicU64>,
 }
 
@@ -67,6 +76,11 @@ impl Core {
     pub async fn write(&self, command: Command) -> Result<(u64, Response), WriteError> {
         if self.transferring.load(Ordering::SeqCst) {
             return Err(WriteError::NotLeader { leader: None });
+        }
+        let (needs, what) = command.level();
+        let cluster = self.shared.read().state.cluster_level();
+        if needs > cluster {
+            return Err(WriteError::TooNew { what, needs, cluster });
         }
         match self.raft.client_write(command).await {
             Ok(r) => Ok((r.log_id.index, r.data)),
@@ -161,10 +175,10 @@ impl Controller {
         let settings = config.settings()?;
         std::fs::create_dir_all(&config.data_dir)
             .map_err(|e| anyhow::anyhow!("creating data directory {}: {e}", config.data_dir.display()))?;
-        let db = quorum_raft::open_db(&config.data_dir.join("db"), &[store::CF_SNAPSHOT])?;
+        let db = open_db(&config.data_dir.join("db")).await?;
         let log_store = LogStore::<TypeConfig>::new(db.clone())?;
         let committed = log_store.committed_index();
-        let sm = store::StateMachineStore::open(db)?;
+        let sm = store::StateMachineStore::open(db, config.feature_level())?;
         let shared = sm.shared();
 
         let raft_config = openraft::Config {
@@ -205,6 +219,7 @@ impl Controller {
             membership_change: tokio::sync::Mutex::new(()),
             transferring: Default::default(),
             raft_isolation,
+            feature_level: config.feature_level(),
             committed,
         });
         let (stop, stop_rx) = watch::channel(false);
@@ -240,6 +255,23 @@ impl Controller {
             Ok(Err(e)) => tracing::warn!(error = %e, "raft shutdown"),
             Ok(Ok(())) => {}
             Err(_) => tracing::warn!("raft did not shut down within 5s"),
+        }
+    }
+}
+
+/// Opens the replica's RocksDB. A replica restarted in the same process (`quorum dev`, tests)
+/// may find the previous instance still closing on another thread; that lock is waited for.
+async fn open_db(path: &std::path::Path) -> anyhow::Result<Arc<rocksdb::DB>> {
+    let started = std::time::Instant::now();
+    loop {
+        match quorum_raft::open_db(path, &[store::CF_SNAPSHOT]) {
+            Err(e)
+                if e.to_string().contains("lock hold by current process")
+                    && started.elapsed() < Duration::from_secs(5) =>
+            {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            other => return Ok(other?),
         }
     }
 }

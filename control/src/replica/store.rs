@@ -104,16 +104,18 @@ pub struct StateMachineStore {
     shared: Arc<Shared>,
     db: Arc<DB>,
     snapshot_seq: u64,
+    /// The highest feature level this replica applies.
+    level: u32,
 }
 
 impl StateMachineStore {
     /// Opens the state machine, restoring the latest persisted snapshot if there is one.
-    pub fn open(db: Arc<DB>) -> Result<Self, StorageError<u64>> {
+    pub fn open(db: Arc<DB>, level: u32) -> Result<Self, StorageError<u64>> {
         let mut applied = Applied { state: ClusterState::new(), ..Applied::default() };
         if let Some((meta, data)) = read_snapshot(&db)? {
             applied = decode_snapshot(&meta, &data)?;
         }
-        Ok(Self { shared: Shared::new(applied), db, snapshot_seq: 0 })
+        Ok(Self { shared: Shared::new(applied), db, snapshot_seq: 0, level })
     }
 
     pub fn shared(&self) -> Arc<Shared> {
@@ -204,6 +206,24 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         let index = {
             let mut applied = self.shared.write();
             for entry in entries {
+                if let EntryPayload::Normal(command) = &entry.payload {
+                    let (needs, what) = command.level();
+                    if needs > self.level {
+                        // What a replica of the older release meets: an entry it cannot decode.
+                        tracing::error!(
+                            index = entry.log_id.index,
+                            needs,
+                            level = self.level,
+                            what,
+                            "entry above this replica's feature level"
+                        );
+                        return Err(io_err(
+                            ErrorSubject::Apply(entry.log_id),
+                            ErrorVerb::Read,
+                            format!("{what} needs feature level {needs}; this replica applies up to {}", self.level),
+                        ));
+                    }
+                }
                 applied.last_applied = Some(entry.log_id);
                 let response = match entry.payload {
                     EntryPayload::Blank => Response::Ok,
@@ -232,7 +252,12 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
     }
 
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
-        Self { shared: self.shared.clone(), db: self.db.clone(), snapshot_seq: self.snapshot_seq + 1000 }
+        Self {
+            shared: self.shared.clone(),
+            db: self.db.clone(),
+            snapshot_seq: self.snapshot_seq + 1000,
+            level: self.level,
+        }
     }
 
     async fn begin_receiving_snapshot(&mut self) -> StorageResult<Box<Cursor<Vec<u8>>>> {

@@ -30,6 +30,7 @@ pub fn write_status(e: WriteError) -> Status {
     match e {
         WriteError::NotLeader { leader } => not_leader(leader.as_deref()),
         WriteError::Raft(msg) => Status::unavailable(msg),
+        e @ WriteError::TooNew { .. } => Status::failed_precondition(e.to_string()),
     }
 }
 
@@ -357,6 +358,8 @@ impl Quorum for Api {
             has_leader: m.current_leader.is_some(),
             version: VERSION.to_string(),
             snapshot_index: m.snapshot.map(|l| l.index).unwrap_or(0),
+            feature_level: self.core.feature_level,
+            cluster_level: self.core.shared.read().state.cluster_level(),
         }))
     }
 

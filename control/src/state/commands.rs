@@ -25,6 +25,26 @@ pub struct NodeRegistration {
     pub version: String,
 }
 
+/// The feature level of the commands this release applies. Each level adds commands or fields
+/// that a replica of an older release cannot apply; the leader proposes nothing above the
+/// cluster's level, the lowest among the voters (DESIGN.md, "Upgrades").
+///
+/// 1. jobs, plans, partitions, accounts and QOS, node registration, replica versions;
+/// 2. node liveness (`NodeDown`), `--requeue` jobs, digest points.
+pub const FEATURE_LEVEL: u32 = 2;
+
+/// The level of a replica that reports none (a release from before levels were reported).
+pub const BASE_LEVEL: u32 = 1;
+
+/// What a replica runs, as the leader recorded it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplicaVersion {
+    /// The highest feature level it applies.
+    pub level: u32,
+    /// Its software version, for operators.
+    pub version: String,
+}
+
 /// Every change to the cluster state. Each carries the leader's wall clock as `now`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Command {
@@ -108,12 +128,27 @@ pub enum Command {
     Digest {
         now: Millis,
     },
+    /// What each voter runs; the cluster's feature level is the lowest of them.
+    SetReplicaVersions {
+        versions: std::collections::BTreeMap<u64, ReplicaVersion>,
+        now: Millis,
+    },
 }
 
 impl Command {
     /// Whether applying this may let the scheduler start something.
     pub fn wakes_scheduler(&self) -> bool {
-        !matches!(self, Command::ApplyPlan { .. } | Command::Digest { .. })
+        !matches!(self, Command::ApplyPlan { .. } | Command::Digest { .. } | Command::SetReplicaVersions { .. })
+    }
+
+    /// The feature level a replica needs to apply this, and what needs it.
+    pub fn level(&self) -> (u32, &'static str) {
+        match self {
+            Command::NodeDown { .. } => (2, "marking a silent node DOWN"),
+            Command::Digest { .. } => (2, "a digest point"),
+            Command::SubmitJob { spec, .. } if spec.requeue => (2, "a job with --requeue"),
+            _ => (BASE_LEVEL, "every command"),
+        }
     }
 }
 

@@ -8,7 +8,7 @@
 mod commands;
 mod digest;
 
-pub use commands::{Command, NodeRegistration, PlannedStart, Response};
+pub use commands::{Command, NodeRegistration, PlannedStart, ReplicaVersion, Response, BASE_LEVEL, FEATURE_LEVEL};
 pub use digest::digest;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -25,6 +25,11 @@ use crate::sched::Policy;
 pub const DEFAULT_ACCOUNT: &str = "root";
 /// The QOS jobs get when none is asked for.
 pub const DEFAULT_QOS: &str = "normal";
+
+/// The lowest feature level among `versions`, or the base level when none is recorded.
+pub fn lowest_level(versions: &BTreeMap<u64, ReplicaVersion>) -> u32 {
+    versions.values().map(|v| v.level).min().unwrap_or(BASE_LEVEL)
+}
 
 /// Everything the cluster agrees on.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -53,11 +58,20 @@ pub struct ClusterState {
     /// The switch of each node, when a topology is configured.
     #[serde(default)]
     pub switches: BTreeMap<String, String>,
+    /// What each voter runs, as the leader last recorded it.
+    #[serde(default)]
+    pub replica_versions: BTreeMap<u64, ReplicaVersion>,
 }
 
 impl ClusterState {
     pub fn new() -> Self {
         Self { next_job_id: 1, ..Self::default() }
+    }
+
+    /// The cluster's feature level: the lowest among the recorded voters, and the base level
+    /// until the leader has recorded them.
+    pub fn cluster_level(&self) -> u32 {
+        lowest_level(&self.replica_versions)
     }
 
     pub fn default_partition(&self) -> Option<&Partition> {
@@ -151,6 +165,11 @@ pub fn apply(state: &mut ClusterState, index: u64, command: Command) -> Response
         }
         // The state is left exactly as it was, clock included.
         Command::Digest { now: _ } => Response::Digest { digest: digest(state) },
+        Command::SetReplicaVersions { versions, now } => {
+            advance_clock(state, now);
+            state.replica_versions = versions;
+            Response::Ok
+        }
     }
 }
 

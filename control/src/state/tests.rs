@@ -359,3 +359,25 @@ fn an_agent_that_lost_contact_ends_or_requeues_its_job() {
     // The node itself stays up: only the leader's silence rule takes nodes down.
     assert_eq!(s.nodes["n1"].state(), crate::model::NodeState::Idle);
 }
+
+#[test]
+fn the_cluster_level_is_the_lowest_recorded_voter_and_newer_commands_say_so() {
+    let mut s = cluster();
+    assert_eq!(s.cluster_level(), BASE_LEVEL, "nothing recorded yet: the base level");
+    let v = |level| ReplicaVersion { level, version: "x".into() };
+    let versions = BTreeMap::from([(1, v(FEATURE_LEVEL)), (2, v(1)), (3, v(FEATURE_LEVEL))]);
+    assert_eq!(apply(&mut s, 10, Command::SetReplicaVersions { versions, now: 2 }), Response::Ok);
+    assert_eq!(s.cluster_level(), 1);
+    let versions = BTreeMap::from([(1, v(FEATURE_LEVEL)), (2, v(FEATURE_LEVEL))]);
+    apply(&mut s, 11, Command::SetReplicaVersions { versions, now: 3 });
+    assert_eq!(s.cluster_level(), FEATURE_LEVEL);
+
+    let mut requeue = spec(&["true"]);
+    requeue.requeue = true;
+    let submit =
+        |spec: JobSpec| Command::SubmitJob { spec: Box::new(spec), user: "u".into(), now: 4, request_id: "r".into() };
+    assert_eq!(submit(spec(&["true"])).level().0, BASE_LEVEL);
+    assert_eq!(submit(requeue).level(), (2, "a job with --requeue"));
+    assert_eq!(Command::NodeDown { node: "n1".into(), reason: String::new(), now: 5 }.level().0, 2);
+    assert_eq!(Command::Digest { now: 5 }.level().0, 2);
+}

@@ -1,0 +1,125 @@
+//! Mixed versions during a rolling upgrade: while one replica runs the older release (emulated:
+//! it reports feature level 1 and refuses to apply anything above it, as the older binary
+//! would), the cluster's level is 1, commands of level 2 are refused with a clear error and never
+//! proposed, and that replica keeps applying everything. Once it runs this release, the level
+//! rises and the newer commands work.
+
+mod common;
+
+use std::process::Command as Process;
+use std::time::Duration;
+
+use common::*;
+use quorum_cli::dev::DevOptions;
+use quorum_control::state::FEATURE_LEVEL;
+use quorum_proto::api;
+
+const T: Duration = Duration::from_secs(30);
+const NODE_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// `quorum admin versions --json` as an operator runs it.
+fn versions(controllers: &str) -> serde_json::Value {
+    let out = Process::new(env!("CARGO_BIN_EXE_quorum"))
+        .args(["admin", "versions", "--json"])
+        .env("QUORUM_CONTROLLERS", controllers)
+        .output()
+        .expect("run quorum");
+    assert!(out.status.success(), "quorum admin versions: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("json")
+}
+
+async fn digest(c: &quorum_cli::client::Client) -> Result<api::DigestResponse, tonic::Status> {
+    c.call(|mut cl| async move { cl.digest(api::DigestRequest {}).await }).await
+}
+
+/// Every running replica has applied what the leader has, and their states agree.
+async fn assert_replicas_agree(cluster: &quorum_cli::dev::DevCluster) {
+    wait_for(T, "every replica to apply what the leader has, with equal digests", || async {
+        let leader = cluster.controller(cluster.leader()?)?;
+        let (index, digest) = {
+            let l = leader.core.shared.read();
+            (l.applied_index(), quorum_control::state::digest(&l.state))
+        };
+        for i in 0..cluster.addrs.len() {
+            let r = cluster.controller(i)?;
+            let a = r.core.shared.read();
+            if a.applied_index() != index {
+                return None;
+            }
+            assert_eq!(quorum_control::state::digest(&a.state), digest, "replica {} disagrees at {index}", i + 1);
+        }
+        Some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_of_the_older_release_never_receives_a_command_it_cannot_apply() {
+    if std::env::var("TEST_LOG").is_ok() {
+        let _ = tracing_subscriber::fmt().with_env_filter("info,openraft=warn").with_test_writer().try_init();
+    }
+    let old = 2;
+    let opts = DevOptions {
+        node_timeout: NODE_TIMEOUT,
+        agent_lease: Duration::from_secs(2),
+        emulate_levels: vec![(old, 1)],
+        ..DevOptions::for_tests()
+    };
+    let mut cluster = cluster(opts).await;
+    let c = client(&cluster.addrs);
+    wait_ready(&cluster, &c, 2).await;
+    let dir = tempfile::tempdir().unwrap();
+
+    let v = versions(&cluster.controllers_env());
+    assert_eq!(v["cluster_level"], 1, "{v}");
+    let levels: Vec<u64> =
+        v["replicas"].as_array().unwrap().iter().map(|r| r["feature_level"].as_u64().unwrap()).collect();
+    assert_eq!(levels, [FEATURE_LEVEL as u64, FEATURE_LEVEL as u64, 1], "{v}");
+
+    // Level-2 commands are refused before they reach the log, saying why.
+    let mut requeue = spec(&["true"], dir.path());
+    requeue.requeue = true;
+    let refused = submit_with_id(&c, requeue.clone(), "requeue-1").await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::FailedPrecondition, "{refused:?}");
+    assert!(
+        refused.message().contains("--requeue")
+            && refused.message().contains("level 2")
+            && refused.message().contains("quorum admin versions"),
+        "{refused:?}"
+    );
+    let refused = digest(&c).await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::FailedPrecondition, "{refused:?}");
+
+    // Everything of level 1 works: jobs run and complete.
+    let id = submit(&c, spec(&["bash", "-c", "echo mixed > mixed.txt"], dir.path())).await;
+    wait_state(&c, id, &["COMPLETED"], T).await;
+    assert_eq!(std::fs::read_to_string(dir.path().join("mixed.txt")).unwrap(), "mixed\n");
+
+    // A silent node cannot be marked DOWN at level 1: the leader waits rather than propose it.
+    cluster.isolate_agent(0, true);
+    tokio::time::sleep(NODE_TIMEOUT + Duration::from_secs(2)).await;
+    let node = nodes(&c).await.into_iter().find(|n| n.name == "node01").unwrap();
+    assert_ne!(node.state, "down", "{node:?}");
+    cluster.isolate_agent(0, false);
+
+    // The old replica applied every entry: none was above its level.
+    assert_replicas_agree(&cluster).await;
+    let v = versions(&cluster.controllers_env());
+    let role = &v["replicas"][old]["role"];
+    assert!(role == "follower" || role == "leader", "the old replica stopped applying: {v}");
+
+    // Upgrade it: the level rises once the leader has asked it, and the newer commands work.
+    cluster.stop_controller(old).await;
+    cluster.set_emulated_level(old, None);
+    cluster.restart_controller(old).await.unwrap();
+    wait_for(T, "the cluster level to rise", || async {
+        (versions(&cluster.controllers_env())["cluster_level"] == FEATURE_LEVEL).then_some(())
+    })
+    .await;
+    let d = digest(&c).await.expect("digest after the upgrade");
+    assert!(d.index > 0);
+    let id = submit_with_id(&c, requeue, "requeue-2").await.expect("a --requeue job after the upgrade").job_id;
+    wait_state(&c, id, &["COMPLETED"], T).await;
+    assert_replicas_agree(&cluster).await;
+    cluster.shutdown().await;
+}

@@ -1,0 +1,88 @@
+//! The leader records what each voter runs, so that the cluster's feature level (the lowest
+//! among the voters) is replicated state and nothing above it is ever proposed.
+//!
+//! A voter that cannot be asked keeps what was recorded for it; one never recorded counts as the
+//! base level, so an unknown replica can only hold the cluster back, never let a newer command
+//! through.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use quorum_proto::api::quorum_client::QuorumClient;
+use quorum_proto::api::ReplicaStatusRequest;
+use tokio::sync::watch;
+use tonic::transport::{Channel, Endpoint};
+
+use crate::replica::{now_ms, Core, VERSION};
+use crate::state::{lowest_level, Command, ReplicaVersion, BASE_LEVEL};
+
+/// How often the leader asks the voters.
+const POLL: Duration = Duration::from_secs(1);
+/// How long one voter may take to answer.
+const ASK_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// What a replica that answers with `feature_level` runs: 0 is a release from before levels.
+pub fn reported(feature_level: u32, version: String) -> ReplicaVersion {
+    ReplicaVersion { level: feature_level.max(BASE_LEVEL), version }
+}
+
+/// Asks the replica at `addr` what it runs.
+pub async fn ask(channels: &mut HashMap<String, Channel>, addr: &str) -> Option<ReplicaVersion> {
+    let channel = match channels.get(addr) {
+        Some(c) => c.clone(),
+        None => {
+            let c = Endpoint::from_shared(format!("http://{addr}"))
+                .ok()?
+                .connect_timeout(ASK_TIMEOUT)
+                .timeout(ASK_TIMEOUT)
+                .tcp_nodelay(true)
+                .connect_lazy();
+            channels.insert(addr.to_string(), c.clone());
+            c
+        }
+    };
+    let status = QuorumClient::new(channel).get_replica_status(ReplicaStatusRequest {}).await.ok()?.into_inner();
+    Some(reported(status.feature_level, status.version))
+}
+
+pub async fn versions_loop(core: Arc<Core>, mut stop: watch::Receiver<bool>) {
+    let mut channels = HashMap::new();
+    loop {
+        let voters: Vec<(u64, String)> = {
+            let m = core.raft.metrics();
+            let m = m.borrow();
+            let membership = m.membership_config.membership();
+            membership.voter_ids().filter_map(|id| membership.get_node(&id).map(|n| (id, n.addr.clone()))).collect()
+        };
+        let recorded = core.shared.read().state.replica_versions.clone();
+        let mut versions = BTreeMap::new();
+        for (id, addr) in voters {
+            let known = if id == core.id {
+                Some(ReplicaVersion { level: core.feature_level, version: VERSION.to_string() })
+            } else {
+                ask(&mut channels, &addr).await
+            };
+            let version = known
+                .or_else(|| recorded.get(&id).cloned())
+                .unwrap_or(ReplicaVersion { level: BASE_LEVEL, version: "unknown (not reachable yet)".into() });
+            versions.insert(id, version);
+        }
+        if versions != recorded {
+            let before = lowest_level(&recorded);
+            match core.write(Command::SetReplicaVersions { versions: versions.clone(), now: now_ms() }).await {
+                Ok(_) => {
+                    let after = core.shared.read().state.cluster_level();
+                    if after != before {
+                        tracing::info!(from = before, to = after, ?versions, "cluster feature level changed");
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "recording replica versions"),
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(POLL) => {}
+            _ = stop.changed() => return,
+        }
+    }
+}
