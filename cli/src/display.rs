@@ -397,6 +397,8 @@ pub struct ReplicaJson {
     pub feature_level: u32,
     /// The cluster's feature level as it has applied it (0 when unreachable).
     pub cluster_level: u32,
+    /// When its process started, ms since the epoch (0 when unreachable).
+    pub started_at_ms: u64,
 }
 
 pub fn replica_json(id: u64, address: &str, status: Option<&ReplicaStatus>) -> ReplicaJson {
@@ -415,6 +417,7 @@ pub fn replica_json(id: u64, address: &str, status: Option<&ReplicaStatus>) -> R
             version: s.version.clone(),
             feature_level: s.feature_level.max(1),
             cluster_level: s.cluster_level.max(1),
+            started_at_ms: s.started_at_ms,
         },
         None => ReplicaJson {
             id,
@@ -430,6 +433,7 @@ pub fn replica_json(id: u64, address: &str, status: Option<&ReplicaStatus>) -> R
             version: String::new(),
             feature_level: 0,
             cluster_level: 0,
+            started_at_ms: 0,
         },
     }
 }

@@ -166,6 +166,16 @@ enum AdminCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Wait until replica ID answers from a process started after --started-after (epoch ms)
+    /// and has applied everything the leader had committed by then; for upgrade scripts.
+    WaitReplica {
+        id: u64,
+        #[arg(long, default_value_t = 0)]
+        started_after: u64,
+        /// Give up after this many seconds (exit 1).
+        #[arg(long, default_value_t = 600)]
+        timeout: u64,
+    },
     /// Each replica's state digest at one log index (a digest point committed through Raft);
     /// exits 1 if any two differ.
     Digest {
@@ -474,6 +484,9 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     .map_err(status_error)?;
                 println!("replica {id} removed; voters: {}", voters_line(&r.members));
             }
+            AdminCommand::WaitReplica { id, started_after, timeout } => {
+                return wait_replica(&client, id, started_after, std::time::Duration::from_secs(timeout)).await;
+            }
             AdminCommand::Versions { json } => {
                 let replicas = replica_statuses(&client).await?;
                 if json {
@@ -523,6 +536,50 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Dev { .. } | Command::Simulate(_) => unreachable!("handled above"),
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `quorum admin wait-replica`: polls until replica `id` runs a process started after
+/// `started_after`, a leader is known, and the replica has applied what the leader had
+/// committed when it was last asked.
+async fn wait_replica(
+    client: &Client,
+    id: u64,
+    started_after: u64,
+    limit: std::time::Duration,
+) -> anyhow::Result<ExitCode> {
+    let began = std::time::Instant::now();
+    loop {
+        let replicas = replica_statuses(client).await.unwrap_or_default();
+        let me = replicas.iter().find(|r| r.id == id);
+        let leader = replicas.iter().find(|r| r.role == "leader");
+        let last = match (me, leader) {
+            (None, _) if !replicas.is_empty() => anyhow::bail!("replica {id} is not a member of the cluster"),
+            (Some(r), _) if !r.reachable => format!("replica {id} does not answer"),
+            (Some(r), _) if r.started_at_ms <= started_after => {
+                format!("replica {id} still runs the process started at {}", display::utc_time(r.started_at_ms))
+            }
+            (Some(_), None) => "no leader".into(),
+            (Some(r), Some(l)) if r.applied_index < l.committed_index => {
+                format!("replica {id} has applied {} of {} committed entries", r.applied_index, l.committed_index)
+            }
+            (Some(r), Some(_)) => {
+                println!(
+                    "replica {id} is back ({}, feature level {}) and caught up at index {} after {:.1}s",
+                    r.version,
+                    r.feature_level,
+                    r.applied_index,
+                    began.elapsed().as_secs_f64()
+                );
+                return Ok(ExitCode::SUCCESS);
+            }
+            (None, _) => "no replica answers".into(),
+        };
+        if began.elapsed() > limit {
+            eprintln!("replica {id} not back within {}s: {last}", limit.as_secs());
+            return Ok(ExitCode::from(1));
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
 }
 
 /// Each member of the cluster with what it says of itself (unreachable ones included).

@@ -180,9 +180,26 @@ impl ProcCluster {
         cluster
     }
 
+    /// Starts replica `i` and writes its pid to `controller-<id>.pid`.
     fn spawn_controller(&self, i: usize) -> Child {
         let log = self.dir.path().join(format!("controller-{}.log", i + 1));
-        spawn_child(&format!("controller:{}", self.configs[i].display()), &log)
+        let child = spawn_child(&format!("controller:{}", self.configs[i].display()), &log);
+        std::fs::write(self.dir.path().join(format!("controller-{}.pid", i + 1)), child.id().to_string()).unwrap();
+        child
+    }
+
+    /// Starts again every replica whose process has exited, as systemd's `Restart=always`
+    /// would; how many it started.
+    fn restart_exited(&mut self) -> usize {
+        let mut started = 0;
+        for i in 0..self.procs.controllers.len() {
+            let exited = self.procs.controllers[i].as_mut().is_some_and(|c| c.try_wait().unwrap().is_some());
+            if exited {
+                self.restart_controller(i);
+                started += 1;
+            }
+        }
+        started
     }
 
     /// Stops replica `i`: SIGKILL, or SIGTERM and a wait for its graceful exit.
@@ -343,32 +360,74 @@ async fn kill_9_of_the_leader_under_concurrent_submits_loses_no_acknowledged_job
     assert_digests_agree(&c).await;
 }
 
+/// `quorum admin versions --json`.
+fn versions(addrs: &[String]) -> serde_json::Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_quorum"))
+        .args(["admin", "versions", "--json"])
+        .env("QUORUM_CONTROLLERS", addrs.join(","))
+        .output()
+        .expect("run quorum");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("json")
+}
+
+/// `deploy/rolling-upgrade.sh` on three replica processes that start as the older release
+/// (feature level 1), under continuous submits: each "upgrade" drops the emulation from the
+/// replica's config and stops it with SIGTERM, and it is started again as systemd would.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn rolling_restart_of_every_replica_under_load_fails_no_request() {
-    let mut cluster = ProcCluster::start().await;
+async fn rolling_upgrade_of_every_replica_under_load_fails_no_request() {
+    let mut cluster = ProcCluster::start_with("emulate_feature_level = 1\n").await;
     let (addrs, work) = (cluster.addrs.clone(), cluster.work.clone());
     let c = client(&addrs);
+    wait_for(T, "every replica's version recorded", || async {
+        let v = versions(&addrs);
+        (v["replicas"].as_array()?.iter().all(|r| r["feature_level"] == 1) && v["cluster_level"] == 1).then_some(())
+    })
+    .await;
     let long = submit(&c, spec(&["bash", "-c", "sleep 4; echo done > long.txt"], &work)).await;
     wait_state(&c, long, &["RUNNING"], T).await;
 
     let started = Instant::now();
     let load = Load::start(&addrs, &work);
-    load.wait_acked_after(started, 50, "submits acknowledged before the restarts").await;
-    // Followers first, the leader last; each one stopped with SIGTERM, started again, and
-    // caught up (it answers a digest point that agrees) before the next.
-    let leader = leader_index(&c, &addrs).await.expect("a leader");
-    let order: Vec<usize> = (0..3).filter(|i| *i != leader).chain([leader]).collect();
-    for i in order {
-        cluster.stop_controller(i, true);
-        cluster.restart_controller(i);
-        assert_digests_agree(&c).await;
-    }
-    let restarted = Instant::now();
-    load.wait_acked_after(restarted, 50, "submits acknowledged after the restarts").await;
+    load.wait_acked_after(started, 50, "submits acknowledged before the upgrade").await;
+    let dir = cluster.dir.path().display().to_string();
+    let upgrade = format!(
+        "sed -i '/^emulate_feature_level/d' {dir}/controller-{{id}}.toml && kill -TERM $(cat {dir}/controller-{{id}}.pid)"
+    );
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/rolling-upgrade.sh");
+    let out = std::fs::File::create(cluster.dir.path().join("upgrade.log")).unwrap();
+    let mut run = Command::new("bash")
+        .arg(&script)
+        .args(["--controllers", &addrs.join(","), "--replica-cmd", &upgrade, "--timeout", "60"])
+        .env("QUORUM", env!("CARGO_BIN_EXE_quorum"))
+        .stdout(Stdio::from(out.try_clone().unwrap()))
+        .stderr(Stdio::from(out))
+        .spawn()
+        .expect("run rolling-upgrade.sh");
+    let mut restarts = 0;
+    let status = loop {
+        restarts += cluster.restart_exited();
+        if let Some(status) = run.try_wait().unwrap() {
+            break status;
+        }
+        assert!(started.elapsed() < Duration::from_secs(240), "the upgrade script is still running after 240 s");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let log = std::fs::read_to_string(cluster.dir.path().join("upgrade.log")).unwrap();
+    assert!(status.success(), "rolling-upgrade.sh failed:\n{log}");
+    assert_eq!(restarts, 3, "each replica restarted once:\n{log}");
+    assert_eq!(log.matches("is back (").count(), 3, "{log}");
+
+    let upgraded = Instant::now();
+    load.wait_acked_after(upgraded, 50, "submits acknowledged after the upgrade").await;
     let (acked, failed) = load.finish().await;
-    assert!(failed.is_empty(), "client requests failed during the rolling restart: {failed:?}");
+    assert!(failed.is_empty(), "client requests failed during the rolling upgrade: {failed:?}");
     assert!(!acked.is_empty());
     assert_each_acknowledged_job_once(&c, &acked).await;
+    wait_for(T, "the cluster level to rise once every replica runs the new release", || async {
+        (versions(&addrs)["cluster_level"] == quorum_control::state::FEATURE_LEVEL).then_some(())
+    })
+    .await;
     assert_digests_agree(&c).await;
     // The job that ran through it completed.
     let j = wait_state(&c, long, &["COMPLETED", "FAILED", "NODE_FAIL", "CANCELLED"], T).await;

@@ -68,6 +68,8 @@ pub struct Core {
     ///
     /// [`FEATURE_LEVEL`]: crate::state::FEATURE_LEVEL
     pub feature_level: u32,
+    /// When this replica started, in milliseconds since the epoch.
+    pub started_at_ms: u64,
     committed: Arc<AtomicU64>,
 }
 
@@ -220,6 +222,7 @@ impl Controller {
             transferring: Default::default(),
             raft_isolation,
             feature_level: config.feature_level(),
+            started_at_ms: now_ms(),
             committed,
         });
         let (stop, stop_rx) = watch::channel(false);

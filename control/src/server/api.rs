@@ -360,6 +360,7 @@ impl Quorum for Api {
             snapshot_index: m.snapshot.map(|l| l.index).unwrap_or(0),
             feature_level: self.core.feature_level,
             cluster_level: self.core.shared.read().state.cluster_level(),
+            started_at_ms: self.core.started_at_ms,
         }))
     }
 
@@ -448,6 +449,25 @@ impl Quorum for Api {
                 ))
             })?;
             tracing::info!(id = r.id, elapsed_ms = started.elapsed().as_millis() as u64, "learner caught up");
+            // A voter of an older release would lower the cluster's level after commands above
+            // its level may already be in the log: refuse it.
+            let runs = crate::leader::versions::ask(&mut Default::default(), r.addr.trim()).await;
+            let cluster = self.core.shared.read().state.cluster_level();
+            match runs {
+                Some(v) if v.level >= cluster => {}
+                Some(v) => {
+                    return Err(Status::failed_precondition(format!(
+                        "replica {} runs {} (feature level {}) but the cluster is at level {cluster}: it could not apply what the log holds; start it with this release. It stays a learner until then: remove it or add it again",
+                        r.id, v.version, v.level
+                    )))
+                }
+                None => {
+                    return Err(Status::unavailable(format!(
+                        "replica {} caught up but does not answer what it runs; it stays a learner: add it again",
+                        r.id
+                    )))
+                }
+            }
             let mut voters = self.membership().0;
             voters.insert(r.id);
             self.core.raft.change_membership(voters, false).await.map_err(membership_status)?;
