@@ -196,6 +196,9 @@ async fn session(
                         let mut jobs = agent.lock_jobs();
                         if let Some(e) = jobs.get_mut(&a.job_id).filter(|e| e.exit.is_some()) {
                             e.acked = true;
+                            if let Some(record) = e.record.take() {
+                                let _ = std::fs::remove_dir_all(record);
+                            }
                         }
                     }
                     None => {}
@@ -275,6 +278,7 @@ async fn launch(agent: &Arc<Agent>, l: Launch, tx: &mpsc::Sender<AgentMessage>) 
                         acked: false,
                         pgid: None,
                         lease_killed: false,
+                        record: None,
                     },
                 );
                 runner::start(agent.clone(), l, kill_rx);

@@ -9,6 +9,7 @@
 pub mod conn;
 pub mod resources;
 pub mod runner;
+pub mod supervisor;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -55,6 +56,8 @@ pub(crate) struct JobEntry {
     pub pgid: Option<i32>,
     /// Killed by the agent itself because its lease ran out.
     pub lease_killed: bool,
+    /// Its record in the spool, removed once the leader acknowledged its exit.
+    pub record: Option<PathBuf>,
 }
 
 /// The agent's lease on its jobs: the send time of the newest heartbeat the leader answered,
@@ -77,6 +80,8 @@ pub struct Agent {
     lease: Mutex<Lease>,
     /// Fault injection: behave as if every packet to and from the controllers were dropped.
     isolated: AtomicBool,
+    /// Turns true when the agent stops: its job watchers end, the jobs go on.
+    pub(crate) stopped: watch::Sender<bool>,
 }
 
 impl Agent {
@@ -89,6 +94,7 @@ impl Agent {
             exits_rx: Mutex::new(Some(exits_rx)),
             lease: Mutex::new(Lease::default()),
             isolated: AtomicBool::new(false),
+            stopped: watch::Sender::new(false),
         })
     }
 
@@ -166,9 +172,11 @@ impl Agent {
     pub async fn run(self: Arc<Self>, shutdown: watch::Receiver<bool>) {
         let exits_rx =
             self.exits_rx.lock().unwrap_or_else(|p| p.into_inner()).take().expect("Agent::run is called once");
+        runner::reattach_all(&self);
         let lease = tokio::spawn(watch_lease(self.clone(), shutdown.clone()));
-        conn::run(self, exits_rx, shutdown).await;
+        conn::run(self.clone(), exits_rx, shutdown).await;
         lease.abort();
+        self.stopped.send_replace(true);
     }
 }
 

@@ -1,12 +1,10 @@
-//! Runs one rank of a job: its own session and process group, its output files, its
+//! Runs one rank of a job under its supervisor ([`supervisor`]): its output files, its
 //! environment, its time limit (SIGTERM, then SIGKILL after the kill wait) and cancellation.
-//! When the job's main process ends, whatever is left of its process group is killed, so no
-//! process of a finished job survives it.
+//! When the job's main process ends, its supervisor kills whatever is left of its process group,
+//! so no process of a finished job survives it, whether the agent is there or not.
 
 use std::fs::{File, OpenOptions};
-use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,7 +13,8 @@ use quorum_proto::api::JobSpec;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use crate::Agent;
+use crate::supervisor::{self, Prepared, Status};
+use crate::{Agent, JobEntry};
 
 /// Sends a signal to a whole process group; a group that is already gone is fine.
 pub fn signal_group(pgid: i32, signal: i32) {
@@ -123,36 +122,109 @@ fn open_output(path: &Path, truncate: bool) -> std::io::Result<File> {
     o.open(path)
 }
 
-/// How the process ended: (exit code, signal).
-fn status_parts(status: std::process::ExitStatus) -> (i32, i32) {
-    match (status.code(), status.signal()) {
-        (Some(code), _) => (code, 0),
-        (None, Some(sig)) => (0, sig),
-        (None, None) => (0, 0),
-    }
-}
-
-/// Starts the job and returns the pid of its process group leader; its end is reported through
-/// the agent's job table and `exits_tx`.
+/// Starts the job under its supervisor; its end is reported through the agent's job table and
+/// `exits_tx`.
 pub fn start(agent: Arc<Agent>, launch: Launch, kill_rx: mpsc::Receiver<ExitKind>) {
     tokio::spawn(async move {
-        let job_id = launch.job_id;
-        let token = launch.token;
-        let (kind, code, signal) = run(&agent, &launch, kill_rx).await;
-        let exit = JobExit { job_id, token, kind: kind as i32, exit_code: code, signal };
-        tracing::info!(job = job_id, ?kind, code, signal, "job ended");
-        {
-            let mut jobs = agent.lock_jobs();
-            if let Some(e) = jobs.get_mut(&job_id).filter(|e| e.token == token) {
-                e.exit = Some(exit);
-                e.kill = None;
-            }
-        }
-        let _ = agent.exits_tx.send(job_id);
+        let mut stopped = agent.stopped.subscribe();
+        let ended = tokio::select! {
+            ended = run(&agent, &launch, kill_rx) => ended,
+            // The agent stopped: the job goes on under its supervisor, for the next agent.
+            _ = stopped.wait_for(|s| *s) => return,
+        };
+        finish(&agent, &launch, ended);
     });
 }
 
-async fn run(agent: &Agent, launch: &Launch, mut kill_rx: mpsc::Receiver<ExitKind>) -> (ExitKind, i32, i32) {
+/// What a watched job ended with: (kind, exit code, signal).
+type Ended = (ExitKind, i32, i32);
+
+fn finish(agent: &Agent, launch: &Launch, (kind, code, signal): Ended) {
+    let (job_id, token) = (launch.job_id, launch.token);
+    let exit = JobExit { job_id, token, kind: kind as i32, exit_code: code, signal };
+    tracing::info!(job = job_id, ?kind, code, signal, "job ended");
+    {
+        let mut jobs = agent.lock_jobs();
+        if let Some(e) = jobs.get_mut(&job_id).filter(|e| e.token == token) {
+            e.exit = Some(exit);
+            e.kill = None;
+        }
+    }
+    let _ = agent.exits_tx.send(job_id);
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+/// Takes over the jobs a previous agent process left in the spool: running ones are watched
+/// again, ended ones are reported with the status their supervisor recorded. Runs before the
+/// agent connects, so that a launch the leader sends again finds the job already there.
+pub fn reattach_all(agent: &Arc<Agent>) {
+    for found in supervisor::scan(&agent.config.spool_dir) {
+        let (job_id, token) = (found.launch.job_id, found.launch.token);
+        let mut jobs = agent.lock_jobs();
+        if jobs.contains_key(&job_id) {
+            continue;
+        }
+        let mut entry = JobEntry {
+            token,
+            kill: None,
+            exit: None,
+            exit_sent: None,
+            acked: false,
+            pgid: found.pids.map(|p| p.pgid),
+            lease_killed: false,
+            record: Some(found.record.clone()),
+        };
+        match (found.status, found.pids) {
+            (None, Some(pids)) => {
+                tracing::info!(job = job_id, token, pgid = pids.pgid, "re-attached to a running job");
+                let (kill_tx, kill_rx) = mpsc::channel(4);
+                entry.kill = Some(kill_tx);
+                jobs.insert(job_id, entry);
+                let agent = agent.clone();
+                tokio::spawn(async move {
+                    let mut stopped = agent.stopped.subscribe();
+                    let ended = tokio::select! {
+                        ended = watch(&agent, &found.launch, &found.record, pids, found.started_ms, found.reason, kill_rx, None) => ended,
+                        _ = stopped.wait_for(|s| *s) => return,
+                    };
+                    finish(&agent, &found.launch, ended);
+                });
+            }
+            (status, _) => {
+                let (kind, code, signal) = ended_with(found.reason.unwrap_or(ExitKind::Exited), status.unwrap_or(Status::Lost), None, &found.launch);
+                tracing::info!(job = job_id, token, ?kind, code, signal, "found a job that ended while the agent was away");
+                entry.exit = Some(JobExit { job_id, token, kind: kind as i32, exit_code: code, signal });
+                jobs.insert(job_id, entry);
+            }
+        }
+    }
+}
+
+/// The reported end of a job from why the agent signalled it (`Exited` when it did not) and
+/// what its supervisor recorded.
+fn ended_with(kind: ExitKind, status: Status, report: Option<&mut File>, launch: &Launch) -> Ended {
+    match status {
+        Status::Exited(code) => (kind, code, 0),
+        Status::Signaled(signal) => (kind, 0, signal),
+        Status::LaunchFailed(errno) => {
+            if let Some(f) = report {
+                let what = launch.spec.as_ref().map(|s| s.argv.first().map_or("bash", |a| a.as_str())).unwrap_or("");
+                let dir = launch.spec.as_ref().map(|s| s.work_dir.as_str()).unwrap_or("");
+                launch_error(Some(f), &format!("cannot run '{what}' in {dir}: {}", std::io::Error::from_raw_os_error(errno)));
+            }
+            (ExitKind::LaunchFailed, 127, 0)
+        }
+        Status::Lost => {
+            tracing::warn!(job = launch.job_id, "the job's supervisor is gone without a status; reporting it killed");
+            (kind, 0, libc::SIGKILL)
+        }
+    }
+}
+
+async fn run(agent: &Agent, launch: &Launch, kill_rx: mpsc::Receiver<ExitKind>) -> Ended {
     let node = agent.config.name.as_str();
     let Some(spec) = launch.spec.as_ref() else {
         return (ExitKind::LaunchFailed, 127, 0);
@@ -182,62 +254,86 @@ async fn run(agent: &Agent, launch: &Launch, mut kill_rx: mpsc::Receiver<ExitKin
     };
     let mut report = stderr.try_clone().ok();
 
-    let mut cmd = if !spec.script.is_empty() {
-        let path = agent.config.spool_dir.join(format!("job-{}-{}.sh", launch.job_id, launch.token));
-        if let Err(e) =
-            std::fs::create_dir_all(&agent.config.spool_dir).and_then(|_| std::fs::write(&path, &spec.script))
-        {
-            launch_error(&mut report, &format!("cannot write the job script {}: {e}", path.display()));
+    let record = supervisor::record_dir(&agent.config.spool_dir, launch.job_id, launch.token);
+    let started_ms = now_ms();
+    if let Err(e) = supervisor::create_record(&record, launch, started_ms) {
+        launch_error(report.as_mut(), &format!("cannot write the job record {}: {e}", record.display()));
+        return (ExitKind::LaunchFailed, 127, 0);
+    }
+    if let Some(e) = agent.lock_jobs().get_mut(&launch.job_id).filter(|e| e.token == launch.token) {
+        e.record = Some(record.clone());
+    }
+    let argv = if !spec.script.is_empty() {
+        let path = record.join("script.sh");
+        if let Err(e) = std::fs::write(&path, &spec.script) {
+            launch_error(report.as_mut(), &format!("cannot write the job script {}: {e}", path.display()));
             return (ExitKind::LaunchFailed, 127, 0);
         }
-        let mut c = tokio::process::Command::new("bash");
-        c.arg(path);
-        c
+        vec!["bash".to_string(), path.display().to_string()]
     } else {
-        let mut c = tokio::process::Command::new(&spec.argv[0]);
-        c.args(&spec.argv[1..]);
-        c
+        spec.argv.clone()
     };
-    cmd.current_dir(&work_dir)
-        .env_clear()
-        .envs(job_environment(launch, spec, node))
-        .stdin(Stdio::null())
-        .stdout(stdout)
-        .stderr(stderr)
-        .kill_on_drop(false);
-    // SAFETY: setsid() is async-signal-safe and is all that runs between fork and exec.
-    unsafe {
-        cmd.pre_exec(|| {
-            if libc::setsid() == -1 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    let mut child = match cmd.spawn() {
-        Ok(c) => c,
+    let env = job_environment(launch, spec, node);
+    let prepared = match Prepared::new(&argv, &env, &work_dir, stdout, stderr, &record) {
+        Ok(p) => p,
         Err(e) => {
-            let what = if spec.script.is_empty() { spec.argv[0].as_str() } else { "bash" };
-            launch_error(&mut report, &format!("cannot run '{what}' in {}: {e}", work_dir.display()));
+            launch_error(report.as_mut(), &format!("cannot run '{}' in {}: {e}", argv[0], work_dir.display()));
             return (ExitKind::LaunchFailed, 127, 0);
         }
     };
-    let pgid = child.id().map(|p| p as i32).unwrap_or(0);
-    if let Some(e) = agent.lock_jobs().get_mut(&launch.job_id) {
-        e.pgid = Some(pgid);
+    let spawned = tokio::task::spawn_blocking(move || supervisor::spawn(&prepared)).await;
+    let pids = match spawned {
+        Ok(Ok(pids)) => pids,
+        Ok(Err(e)) => {
+            launch_error(report.as_mut(), &format!("cannot start the job's supervisor: {e}"));
+            return (ExitKind::LaunchFailed, 127, 0);
+        }
+        Err(e) => {
+            launch_error(report.as_mut(), &format!("cannot start the job's supervisor: {e}"));
+            return (ExitKind::LaunchFailed, 127, 0);
+        }
+    };
+    if let Err(e) = supervisor::write_pids(&record, pids) {
+        tracing::warn!(job = launch.job_id, error = %e, "cannot record the job's processes; a restarted agent will not find it");
     }
-    tracing::info!(job = launch.job_id, pgid, rank = launch.node_rank, "job started");
+    if let Some(e) = agent.lock_jobs().get_mut(&launch.job_id) {
+        e.pgid = Some(pids.pgid);
+    }
+    tracing::info!(job = launch.job_id, pgid = pids.pgid, supervisor = pids.supervisor, rank = launch.node_rank, "job started");
+    watch(agent, launch, &record, pids, started_ms, None, kill_rx, report.as_mut()).await
+}
 
-    let limit = (launch.time_limit_s > 0).then(|| Instant::now() + Duration::from_secs(launch.time_limit_s));
-    let mut kind = ExitKind::Exited;
-    let mut escalate: Option<Instant> = None;
+/// Watches a started job until its supervisor ends: its time limit (SIGTERM, then SIGKILL after
+/// the kill wait) and the kills asked for. `reason` is why a previous agent already signalled it.
+#[allow(clippy::too_many_arguments)]
+async fn watch(
+    agent: &Agent,
+    launch: &Launch,
+    record: &std::path::Path,
+    pids: supervisor::Pids,
+    started_ms: u64,
+    reason: Option<ExitKind>,
+    mut kill_rx: mpsc::Receiver<ExitKind>,
+    report: Option<&mut File>,
+) -> Ended {
+    let pgid = pids.pgid;
+    let limit = (launch.time_limit_s > 0).then(|| {
+        let ends_ms = started_ms + launch.time_limit_s * 1000;
+        Instant::now() + Duration::from_millis(ends_ms.saturating_sub(now_ms()))
+    });
+    let mut kind = reason.unwrap_or(ExitKind::Exited);
+    // Signalled before a restart: SIGKILL follows after the kill wait, counted again.
+    let mut escalate: Option<Instant> = (kind != ExitKind::Exited).then(|| Instant::now() + agent.config.kill_wait);
     let mut kill_open = true;
     let far = Instant::now() + Duration::from_secs(100 * 365 * 86400);
+    let ended = supervisor::wait(pids, record);
+    tokio::pin!(ended);
     let status = loop {
         tokio::select! {
-            st = child.wait() => break st,
+            st = &mut ended => break st,
             _ = tokio::time::sleep_until(limit.unwrap_or(far)), if limit.is_some() && kind == ExitKind::Exited => {
                 kind = ExitKind::TimedOut;
+                supervisor::write_reason(record, kind);
                 signal_group(pgid, libc::SIGTERM);
                 escalate = Some(Instant::now() + agent.config.kill_wait);
             }
@@ -247,10 +343,12 @@ async fn run(agent: &Agent, launch: &Launch, mut kill_rx: mpsc::Receiver<ExitKin
                     // so there is no grace period.
                     Some(ExitKind::LeaseExpired) => {
                         kind = ExitKind::LeaseExpired;
+                        supervisor::write_reason(record, kind);
                         signal_group(pgid, libc::SIGKILL);
                     }
                     Some(reason) => {
                         kind = reason;
+                        supervisor::write_reason(record, kind);
                         signal_group(pgid, libc::SIGTERM);
                         escalate = Some(Instant::now() + agent.config.kill_wait);
                     }
@@ -263,24 +361,10 @@ async fn run(agent: &Agent, launch: &Launch, mut kill_rx: mpsc::Receiver<ExitKin
             }
         }
     };
-    // Nothing of a finished job outlives it.
-    signal_group(pgid, libc::SIGKILL);
-    if let Some(path) = (!spec.script.is_empty())
-        .then(|| agent.config.spool_dir.join(format!("job-{}-{}.sh", launch.job_id, launch.token)))
-    {
-        let _ = std::fs::remove_file(path);
-    }
-    let (code, signal) = match status {
-        Ok(s) => status_parts(s),
-        Err(e) => {
-            tracing::warn!(job = launch.job_id, error = %e, "waiting for the job");
-            (1, 0)
-        }
-    };
-    (kind, code, signal)
+    ended_with(kind, status, report, launch)
 }
 
-fn launch_error(report: &mut Option<File>, message: &str) {
+fn launch_error(report: Option<&mut File>, message: &str) {
     use std::io::Write;
     tracing::warn!(message, "job launch failed");
     if let Some(f) = report {

@@ -165,11 +165,7 @@ impl ProcCluster {
             let child = cluster.spawn_controller(i);
             cluster.procs.controllers.push(Some(child));
         }
-        let spool = cluster.dir.path().join("spool");
-        cluster.procs.agent = Some(spawn_child(
-            &format!("agent:fnode1:{}:{}", spool.display(), cluster.addrs.join(",")),
-            &cluster.dir.path().join("agent.log"),
-        ));
+        cluster.start_agent();
         let c = client(&cluster.addrs);
         wait_for(T, "a leader with the agent connected", || async {
             let nodes =
@@ -178,6 +174,16 @@ impl ProcCluster {
         })
         .await;
         cluster
+    }
+
+    /// Starts the agent process (again) on its spool directory.
+    fn start_agent(&mut self) {
+        let spool = self.dir.path().join("spool");
+        let n = std::fs::read_dir(self.dir.path()).unwrap().filter(|e| {
+            e.as_ref().is_ok_and(|e| e.file_name().to_string_lossy().starts_with("agent"))
+        });
+        let log = self.dir.path().join(format!("agent-{}.log", n.count() + 1));
+        self.procs.agent = Some(spawn_child(&format!("agent:fnode1:{}:{}", spool.display(), self.addrs.join(",")), &log));
     }
 
     /// Starts replica `i` and writes its pid to `controller-<id>.pid`.
@@ -513,4 +519,67 @@ async fn a_replica_added_under_load_catches_up_by_snapshot_and_a_replica_is_remo
     assert!(failed.is_empty(), "client requests failed during the membership changes: {failed:?}");
     assert_each_acknowledged_job_once(&c_all, &acked).await;
     assert_digests_agree(&c_all).await;
+}
+
+/// The agent process is killed with SIGKILL while jobs run and started again: the jobs go on
+/// under their supervisors, one that ended while the agent was away is reported with its real
+/// exit status, one still running completes with its own, one is cancelled through the new agent,
+/// and none is started twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_outlive_an_agent_killed_and_restarted() {
+    let mut cluster = ProcCluster::start().await;
+    let (addrs, work) = (cluster.addrs.clone(), cluster.work.clone());
+    let c = client(&addrs);
+    let job = |name: &str, script: &str| {
+        let mut s = spec(&["bash", "-c", &format!("echo $$ >> {name}.starts; {script}")], &work);
+        s.name = name.into();
+        s
+    };
+    let away = submit(&c, job("away", "sleep 1; echo done > away.txt; exit 3")).await;
+    let through = submit(&c, job("through", "sleep 4; exit 7")).await;
+    let cancelled = submit(&c, job("cancelled", "sleep 600")).await;
+    for id in [away, through, cancelled] {
+        wait_state(&c, id, &["RUNNING"], T).await;
+    }
+    wait_for(T, "every job to have started", || async {
+        ["away", "through", "cancelled"].iter().all(|n| work.join(format!("{n}.starts")).exists()).then_some(())
+    })
+    .await;
+
+    let mut agent = cluster.procs.agent.take().expect("agent running");
+    agent.kill().unwrap();
+    agent.wait().unwrap();
+    // One job ends while no agent runs; the others go on.
+    wait_for(T, "the job to end while the agent is away", || async { work.join("away.txt").exists().then_some(()) })
+        .await;
+    let pgid = |name: &str| -> i32 {
+        std::fs::read_to_string(work.join(format!("{name}.starts"))).unwrap().trim().parse().unwrap()
+    };
+    assert!(group_alive(pgid("through")) && group_alive(pgid("cancelled")), "the agent's death killed its jobs");
+    assert_eq!(job_state(&c, away).await, "RUNNING", "the leader learns of the end only from the agent");
+
+    cluster.start_agent();
+    let j = wait_state(&c, away, &["COMPLETED", "FAILED"], T).await;
+    assert_eq!((j.state.as_str(), j.exit_code), ("FAILED", 3), "{j:?}");
+    cancel(&c, cancelled).await;
+    let j = wait_state(&c, cancelled, &["CANCELLED", "COMPLETED", "FAILED"], T).await;
+    assert_eq!(j.state, "CANCELLED", "{j:?}");
+    wait_for(T, "the cancelled job's processes to be gone", || async { (!group_alive(pgid("cancelled"))).then_some(()) })
+        .await;
+    let j = wait_state(&c, through, &["COMPLETED", "FAILED"], T).await;
+    assert_eq!((j.state.as_str(), j.exit_code), ("FAILED", 7), "{j:?}");
+    for name in ["away", "through", "cancelled"] {
+        let starts = std::fs::read_to_string(work.join(format!("{name}.starts"))).unwrap();
+        assert_eq!(starts.lines().count(), 1, "job {name} started more than once");
+    }
+    // The records of acknowledged exits are cleaned up.
+    wait_for(T, "the job records to be removed", || async {
+        let left = std::fs::read_dir(cluster.dir.path().join("spool/jobs")).ok()?.count();
+        (left == 0).then_some(())
+    })
+    .await;
+}
+
+async fn job_state(c: &quorum_cli::client::Client, id: u64) -> String {
+    job(c, id).await.state
 }
