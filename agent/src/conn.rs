@@ -93,6 +93,7 @@ fn register(agent: &Agent) -> AgentMessage {
             gpus: c.gpus.iter().map(|g| Gpu { index: g.index, gpu_type: g.gpu_type.clone() }).collect(),
             version: crate::VERSION.to_string(),
             features: c.features.clone(),
+            started_at_ms: agent.started_at_ms,
         })),
     }
 }

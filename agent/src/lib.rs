@@ -82,6 +82,9 @@ pub struct Agent {
     isolated: AtomicBool,
     /// Turns true when the agent stops: its job watchers end, the jobs go on.
     pub(crate) stopped: watch::Sender<bool>,
+    /// When this agent started, ms since the epoch; the leader shows it so that an upgrade
+    /// script can tell the new process from the old.
+    pub started_at_ms: u64,
 }
 
 impl Agent {
@@ -95,6 +98,10 @@ impl Agent {
             lease: Mutex::new(Lease::default()),
             isolated: AtomicBool::new(false),
             stopped: watch::Sender::new(false),
+            started_at_ms: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_millis() as u64)
+                .unwrap_or(0),
         })
     }
 

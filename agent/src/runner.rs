@@ -194,8 +194,20 @@ pub fn reattach_all(agent: &Arc<Agent>) {
                 });
             }
             (status, _) => {
-                let (kind, code, signal) = ended_with(found.reason.unwrap_or(ExitKind::Exited), status.unwrap_or(Status::Lost), None, &found.launch);
-                tracing::info!(job = job_id, token, ?kind, code, signal, "found a job that ended while the agent was away");
+                let (kind, code, signal) = ended_with(
+                    found.reason.unwrap_or(ExitKind::Exited),
+                    status.unwrap_or(Status::Lost),
+                    None,
+                    &found.launch,
+                );
+                tracing::info!(
+                    job = job_id,
+                    token,
+                    ?kind,
+                    code,
+                    signal,
+                    "found a job that ended while the agent was away"
+                );
                 entry.exit = Some(JobExit { job_id, token, kind: kind as i32, exit_code: code, signal });
                 jobs.insert(job_id, entry);
             }
@@ -213,7 +225,10 @@ fn ended_with(kind: ExitKind, status: Status, report: Option<&mut File>, launch:
             if let Some(f) = report {
                 let what = launch.spec.as_ref().map(|s| s.argv.first().map_or("bash", |a| a.as_str())).unwrap_or("");
                 let dir = launch.spec.as_ref().map(|s| s.work_dir.as_str()).unwrap_or("");
-                launch_error(Some(f), &format!("cannot run '{what}' in {dir}: {}", std::io::Error::from_raw_os_error(errno)));
+                launch_error(
+                    Some(f),
+                    &format!("cannot run '{what}' in {dir}: {}", std::io::Error::from_raw_os_error(errno)),
+                );
             }
             (ExitKind::LaunchFailed, 127, 0)
         }
@@ -299,7 +314,13 @@ async fn run(agent: &Agent, launch: &Launch, kill_rx: mpsc::Receiver<ExitKind>) 
     if let Some(e) = agent.lock_jobs().get_mut(&launch.job_id) {
         e.pgid = Some(pids.pgid);
     }
-    tracing::info!(job = launch.job_id, pgid = pids.pgid, supervisor = pids.supervisor, rank = launch.node_rank, "job started");
+    tracing::info!(
+        job = launch.job_id,
+        pgid = pids.pgid,
+        supervisor = pids.supervisor,
+        rank = launch.node_rank,
+        "job started"
+    );
     watch(agent, launch, &record, pids, started_ms, None, kill_rx, report.as_mut()).await
 }
 

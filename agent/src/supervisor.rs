@@ -472,7 +472,10 @@ mod tests {
         // Found again while it runs, as a restarted agent would.
         let found = scan(dir.path());
         assert_eq!(found.len(), 1);
-        assert_eq!((found[0].launch.job_id, found[0].started_ms, found[0].pids, found[0].status), (5, 1234, Some(pids), None));
+        assert_eq!(
+            (found[0].launch.job_id, found[0].started_ms, found[0].pids, found[0].status),
+            (5, 1234, Some(pids), None)
+        );
         assert_eq!(wait(pids, &record).await, Status::Exited(3));
         assert_eq!(std::fs::read_to_string(dir.path().join("out")).unwrap(), "hi\n");
         assert_eq!(scan(dir.path())[0].status, Some(Status::Exited(3)));

@@ -176,6 +176,16 @@ enum AdminCommand {
         #[arg(long, default_value_t = 600)]
         timeout: u64,
     },
+    /// Wait until NODE's agent is connected from a process started after --started-after
+    /// (epoch ms); for upgrade scripts.
+    WaitNode {
+        node: String,
+        #[arg(long, default_value_t = 0)]
+        started_after: u64,
+        /// Give up after this many seconds (exit 1).
+        #[arg(long, default_value_t = 600)]
+        timeout: u64,
+    },
     /// Each replica's state digest at one log index (a digest point committed through Raft);
     /// exits 1 if any two differ.
     Digest {
@@ -487,6 +497,9 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             AdminCommand::WaitReplica { id, started_after, timeout } => {
                 return wait_replica(&client, id, started_after, std::time::Duration::from_secs(timeout)).await;
             }
+            AdminCommand::WaitNode { node, started_after, timeout } => {
+                return wait_node(&client, &node, started_after, std::time::Duration::from_secs(timeout)).await;
+            }
             AdminCommand::Versions { json } => {
                 let replicas = replica_statuses(&client).await?;
                 if json {
@@ -582,6 +595,42 @@ async fn wait_replica(
     }
 }
 
+/// `quorum admin wait-node`: polls until the node's agent is connected from a process started
+/// after `started_after`.
+async fn wait_node(
+    client: &Client,
+    node: &str,
+    started_after: u64,
+    limit: std::time::Duration,
+) -> anyhow::Result<ExitCode> {
+    let began = std::time::Instant::now();
+    loop {
+        let nodes =
+            client.call(|mut c| async move { c.list_nodes(api::ListNodesRequest { stale: false }).await }).await;
+        let last = match nodes.as_ref().map(|r| r.nodes.iter().find(|n| n.name == node)) {
+            Err(e) => format!("cannot list nodes: {}", e.message()),
+            Ok(None) => anyhow::bail!("there is no node {node}"),
+            Ok(Some(n)) if !n.connected => format!("node {node} has no agent connected"),
+            Ok(Some(n)) if n.agent_started_at_ms <= started_after => {
+                format!("node {node} still runs the agent started at {}", display::utc_time(n.agent_started_at_ms))
+            }
+            Ok(Some(n)) => {
+                println!(
+                    "node {node}: agent {} connected again after {:.1}s",
+                    n.agent_version,
+                    began.elapsed().as_secs_f64()
+                );
+                return Ok(ExitCode::SUCCESS);
+            }
+        };
+        if began.elapsed() > limit {
+            eprintln!("node {node} not back within {}s: {last}", limit.as_secs());
+            return Ok(ExitCode::from(1));
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+}
+
 /// Each member of the cluster with what it says of itself (unreachable ones included).
 async fn replica_statuses(client: &Client) -> anyhow::Result<Vec<display::ReplicaJson>> {
     let members = client
@@ -630,6 +679,8 @@ fn node_json(n: &api::NodeInfo) -> serde_json::Value {
         "alloc_gpus": n.alloc_gpus,
         "gpu_types": n.gpu_types,
         "connected": n.connected,
+        "agent_version": n.agent_version,
+        "agent_started_at_ms": n.agent_started_at_ms,
     })
 }
 

@@ -179,11 +179,13 @@ impl ProcCluster {
     /// Starts the agent process (again) on its spool directory.
     fn start_agent(&mut self) {
         let spool = self.dir.path().join("spool");
-        let n = std::fs::read_dir(self.dir.path()).unwrap().filter(|e| {
-            e.as_ref().is_ok_and(|e| e.file_name().to_string_lossy().starts_with("agent"))
-        });
+        let n = std::fs::read_dir(self.dir.path())
+            .unwrap()
+            .filter(|e| e.as_ref().is_ok_and(|e| e.file_name().to_string_lossy().starts_with("agent-")));
         let log = self.dir.path().join(format!("agent-{}.log", n.count() + 1));
-        self.procs.agent = Some(spawn_child(&format!("agent:fnode1:{}:{}", spool.display(), self.addrs.join(",")), &log));
+        let child = spawn_child(&format!("agent:fnode1:{}:{}", spool.display(), self.addrs.join(",")), &log);
+        std::fs::write(self.dir.path().join("agent.pid"), child.id().to_string()).unwrap();
+        self.procs.agent = Some(child);
     }
 
     /// Starts replica `i` and writes its pid to `controller-<id>.pid`.
@@ -194,7 +196,7 @@ impl ProcCluster {
         child
     }
 
-    /// Starts again every replica whose process has exited, as systemd's `Restart=always`
+    /// Starts again every replica and agent whose process has exited, as systemd's `Restart=always`
     /// would; how many it started.
     fn restart_exited(&mut self) -> usize {
         let mut started = 0;
@@ -204,6 +206,10 @@ impl ProcCluster {
                 self.restart_controller(i);
                 started += 1;
             }
+        }
+        if self.procs.agent.as_mut().is_some_and(|c| c.try_wait().unwrap().is_some()) {
+            self.start_agent();
+            started += 1;
         }
         started
     }
@@ -390,7 +396,15 @@ async fn rolling_upgrade_of_every_replica_under_load_fails_no_request() {
         (v["replicas"].as_array()?.iter().all(|r| r["feature_level"] == 1) && v["cluster_level"] == 1).then_some(())
     })
     .await;
-    let long = submit(&c, spec(&["bash", "-c", "sleep 4; echo done > long.txt"], &work)).await;
+    // A job that runs until the whole upgrade, agent included, is over.
+    let long = submit(
+        &c,
+        spec(
+            &["bash", "-c", "echo $$ >> long.starts; until [ -e release ]; do sleep 0.05; done; echo done > long.txt"],
+            &work,
+        ),
+    )
+    .await;
     wait_state(&c, long, &["RUNNING"], T).await;
 
     let started = Instant::now();
@@ -405,6 +419,7 @@ async fn rolling_upgrade_of_every_replica_under_load_fails_no_request() {
     let mut run = Command::new("bash")
         .arg(&script)
         .args(["--controllers", &addrs.join(","), "--replica-cmd", &upgrade, "--timeout", "60"])
+        .args(["--agent-cmd", &format!("kill -TERM $(cat {dir}/agent.pid)")])
         .env("QUORUM", env!("CARGO_BIN_EXE_quorum"))
         .stdout(Stdio::from(out.try_clone().unwrap()))
         .stderr(Stdio::from(out))
@@ -421,8 +436,10 @@ async fn rolling_upgrade_of_every_replica_under_load_fails_no_request() {
     };
     let log = std::fs::read_to_string(cluster.dir.path().join("upgrade.log")).unwrap();
     assert!(status.success(), "rolling-upgrade.sh failed:\n{log}");
-    assert_eq!(restarts, 3, "each replica restarted once:\n{log}");
+    assert_eq!(restarts, 4, "each replica and the agent restarted once:\n{log}");
     assert_eq!(log.matches("is back (").count(), 3, "{log}");
+    assert!(log.contains("node fnode1: agent") && log.contains("every replica and agent upgraded"), "{log}");
+    std::fs::write(work.join("release"), "").unwrap();
 
     let upgraded = Instant::now();
     load.wait_acked_after(upgraded, 50, "submits acknowledged after the upgrade").await;
@@ -435,9 +452,10 @@ async fn rolling_upgrade_of_every_replica_under_load_fails_no_request() {
     })
     .await;
     assert_digests_agree(&c).await;
-    // The job that ran through it completed.
+    // The job that ran through it completed, started once.
     let j = wait_state(&c, long, &["COMPLETED", "FAILED", "NODE_FAIL", "CANCELLED"], T).await;
     assert_eq!(j.state, "COMPLETED", "{j:?}");
+    assert_eq!(std::fs::read_to_string(work.join("long.starts")).unwrap().lines().count(), 1);
 }
 
 fn membership_request(user: &str, id: u64, addr: &str) -> api::MembershipChangeRequest {
@@ -564,8 +582,10 @@ async fn jobs_outlive_an_agent_killed_and_restarted() {
     cancel(&c, cancelled).await;
     let j = wait_state(&c, cancelled, &["CANCELLED", "COMPLETED", "FAILED"], T).await;
     assert_eq!(j.state, "CANCELLED", "{j:?}");
-    wait_for(T, "the cancelled job's processes to be gone", || async { (!group_alive(pgid("cancelled"))).then_some(()) })
-        .await;
+    wait_for(T, "the cancelled job's processes to be gone", || async {
+        (!group_alive(pgid("cancelled"))).then_some(())
+    })
+    .await;
     let j = wait_state(&c, through, &["COMPLETED", "FAILED"], T).await;
     assert_eq!((j.state.as_str(), j.exit_code), ("FAILED", 7), "{j:?}");
     for name in ["away", "through", "cancelled"] {

@@ -21,9 +21,17 @@ use crate::state::ClusterState;
 
 pub type AgentSender = mpsc::Sender<Result<ControllerMessage, Status>>;
 
+/// What a connected agent said of itself.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AgentInfo {
+    pub version: String,
+    pub started_at_ms: u64,
+}
+
 struct Conn {
     id: u64,
     tx: AgentSender,
+    agent: AgentInfo,
     launched: HashSet<(JobId, u64)>,
     killed: HashSet<(JobId, u64)>,
     /// What the agent said it runs in its last heartbeat, as (job, token).
@@ -59,14 +67,14 @@ impl AgentHub {
 
     /// Registers a stream for `node`, replacing any older one. Returns the connection id and a
     /// receiver that changes when the hub closes all streams.
-    pub fn attach(&self, node: &str, tx: AgentSender) -> (u64, watch::Receiver<u64>) {
+    pub fn attach(&self, node: &str, tx: AgentSender, agent: AgentInfo) -> (u64, watch::Receiver<u64>) {
         let mut inner = self.lock();
         inner.next_id += 1;
         let id = inner.next_id;
         inner.heard.insert(node.to_string(), Instant::now());
         inner.conns.insert(
             node.to_string(),
-            Conn { id, tx, launched: HashSet::new(), killed: HashSet::new(), reported: Vec::new() },
+            Conn { id, tx, agent, launched: HashSet::new(), killed: HashSet::new(), reported: Vec::new() },
         );
         let mut rx = self.generation.subscribe();
         rx.mark_unchanged();
@@ -105,6 +113,11 @@ impl AgentHub {
 
     pub fn connected(&self, node: &str) -> bool {
         self.lock().conns.contains_key(node)
+    }
+
+    /// The agent connected for `node`, if one is.
+    pub fn agent(&self, node: &str) -> Option<AgentInfo> {
+        self.lock().conns.get(node).map(|c| c.agent.clone())
     }
 
     pub fn connected_nodes(&self) -> Vec<String> {

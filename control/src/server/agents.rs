@@ -17,6 +17,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use super::api::write_status;
 use super::not_leader;
+use crate::leader::hub::AgentInfo;
 use crate::model::{Gpu, RankOutcome};
 use crate::replica::{now_ms, Core};
 use crate::state::{Command, NodeRegistration};
@@ -59,6 +60,7 @@ impl AgentService for Agents {
             return Err(Status::invalid_argument("register: empty node name"));
         }
         let node = register.node.clone();
+        let agent = AgentInfo { version: register.version.clone(), started_at_ms: register.started_at_ms };
         let registration = NodeRegistration {
             name: register.node,
             cpus: register.cpus,
@@ -87,7 +89,7 @@ impl AgentService for Agents {
         tracing::info!(node, "agent connected");
 
         let (tx, rx) = mpsc::channel(4096);
-        let (conn_id, mut closed) = self.core.hub.attach(&node, tx.clone());
+        let (conn_id, mut closed) = self.core.hub.attach(&node, tx.clone(), agent);
         {
             let applied = self.core.shared.read();
             self.core.hub.reconcile(&applied.state, Some(&node));

@@ -331,7 +331,7 @@ impl Quorum for Api {
             .state
             .nodes
             .values()
-            .map(|n| convert::node_to_proto(n, applied.state.partitions_of(&n.name), self.core.hub.connected(&n.name)))
+            .map(|n| convert::node_to_proto(n, applied.state.partitions_of(&n.name), self.core.hub.agent(&n.name)))
             .collect();
         Ok(Response::new(ListNodesResponse { nodes, applied_index: applied.applied_index() }))
     }

@@ -2,6 +2,7 @@
 
 use quorum_proto::api;
 
+use crate::leader::hub::AgentInfo;
 use crate::model::{parse, Job, JobSpec, Node, Program, Rejection};
 
 /// A submitted spec as the model holds it. Shape errors are left to [`JobSpec::check_shape`].
@@ -162,7 +163,7 @@ pub fn job_to_proto(j: &Job, with_env: bool) -> api::JobInfo {
     }
 }
 
-pub fn node_to_proto(n: &Node, partitions: Vec<String>, connected: bool) -> api::NodeInfo {
+pub fn node_to_proto(n: &Node, partitions: Vec<String>, agent: Option<AgentInfo>) -> api::NodeInfo {
     api::NodeInfo {
         name: n.name.clone(),
         state: n.state().name().to_string(),
@@ -175,7 +176,9 @@ pub fn node_to_proto(n: &Node, partitions: Vec<String>, connected: bool) -> api:
         alloc_gpus: n.alloc_gpus.len() as u32,
         gpu_types: n.gpu_summary(),
         partitions,
-        connected,
+        connected: agent.is_some(),
+        agent_version: agent.as_ref().map(|a| a.version.clone()).unwrap_or_default(),
+        agent_started_at_ms: agent.map_or(0, |a| a.started_at_ms),
     }
 }
 
