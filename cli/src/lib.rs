@@ -8,6 +8,7 @@
 //! - [`simulate`]: `quorum simulate`, trace replay through the production scheduler;
 //! - [`digest`]: `quorum admin digest`, every replica's state digest at one log index.
 
+pub mod bench;
 pub mod client;
 pub mod dev;
 pub mod digest;

@@ -106,6 +106,9 @@ enum Command {
     /// Replay a workload trace (SWF) through the scheduler in virtual time and report waits,
     /// slowdown and utilization.
     Simulate(Box<quorum_cli::simulate::SimulateArgs>),
+    /// Load generators against a real cluster (its own unless told otherwise): submit,
+    /// dispatch, failover.
+    Bench(quorum_cli::bench::BenchArgs),
     /// Run three controller replicas and two agents in this process, on loopback.
     Dev {
         /// Keep data here instead of a temporary directory.
@@ -244,6 +247,10 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Simulate(args) => {
             // Pure computation: off the async runtime's workers.
             tokio::task::spawn_blocking(move || quorum_cli::simulate::run(*args)).await??;
+            return Ok(ExitCode::SUCCESS);
+        }
+        Command::Bench(args) => {
+            quorum_cli::bench::run(args, cli.controllers).await?;
             return Ok(ExitCode::SUCCESS);
         }
         other => other,
@@ -546,7 +553,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 print!("{}", display::cluster_table(&replicas));
             }
         }
-        Command::Dev { .. } | Command::Simulate(_) => unreachable!("handled above"),
+        Command::Dev { .. } | Command::Simulate(_) | Command::Bench(_) => unreachable!("handled above"),
     }
     Ok(ExitCode::SUCCESS)
 }

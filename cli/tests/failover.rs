@@ -357,6 +357,13 @@ async fn kill_9_of_the_leader_under_concurrent_submits_loses_no_acknowledged_job
     );
 
     assert_each_acknowledged_job_once(&c, &acked).await;
+    // A survivor saw the leader's process gone and campaigned at once (the watchdog), rather
+    // than waiting out openraft's lease and election timers.
+    let campaigned = (0..3).filter(|i| *i != leader).any(|i| {
+        let log = std::fs::read_to_string(cluster.dir.path().join(format!("controller-{}.log", i + 1)));
+        log.unwrap_or_default().contains("the leader is gone: campaigning")
+    });
+    assert!(campaigned, "no surviving replica campaigned on finding the leader gone");
 
     // The job running at the kill completed and was recorded by the new leader; a new job
     // starts and completes under it.

@@ -12,16 +12,33 @@ use tonic::{Request, Response, Status};
 use crate::network::{Isolation, MAX_MESSAGE_BYTES};
 use crate::QuorumTypeConfig;
 
+/// When this replica last accepted replication from a leader (an append-entries request that
+/// did not carry a stale vote); a follower's view of its leader's liveness.
+#[derive(Clone, Debug, Default)]
+pub struct LeaderContact(std::sync::Arc<std::sync::Mutex<Option<std::time::Instant>>>);
+
+impl LeaderContact {
+    fn touch(&self) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(std::time::Instant::now());
+    }
+
+    /// How long since the last accepted append-entries, if there was one.
+    pub fn silent_for(&self) -> Option<std::time::Duration> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).map(|t| t.elapsed())
+    }
+}
+
 /// Serves openraft's RPCs for one replica.
 pub struct RaftRpcServer<C: QuorumTypeConfig> {
     raft: Raft<C>,
     isolation: Isolation,
+    contact: LeaderContact,
 }
 
 impl<C: QuorumTypeConfig> RaftRpcServer<C> {
     /// The tonic service, ready to add to a router; refuses everything while `isolation` is set.
-    pub fn into_service(raft: Raft<C>, isolation: Isolation) -> RaftServiceServer<Self> {
-        RaftServiceServer::new(Self { raft, isolation })
+    pub fn into_service(raft: Raft<C>, isolation: Isolation, contact: LeaderContact) -> RaftServiceServer<Self> {
+        RaftServiceServer::new(Self { raft, isolation, contact })
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES)
     }
@@ -49,7 +66,11 @@ impl<C: QuorumTypeConfig> RaftService for RaftRpcServer<C> {
     async fn append_entries(&self, request: Request<RaftPayload>) -> Result<Response<RaftPayload>, Status> {
         self.check()?;
         let rpc = decode("append-entries request", &request.into_inner().payload)?;
-        encode(&self.raft.append_entries(rpc).await)
+        let response = self.raft.append_entries(rpc).await;
+        if matches!(&response, Ok(r) if !matches!(r, openraft::raft::AppendEntriesResponse::HigherVote(_))) {
+            self.contact.touch();
+        }
+        encode(&response)
     }
 
     async fn vote(&self, request: Request<RaftPayload>) -> Result<Response<RaftPayload>, Status> {

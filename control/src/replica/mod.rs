@@ -5,6 +5,7 @@
 pub mod store;
 mod transfer;
 pub mod types;
+mod watchdog;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -63,6 +64,8 @@ pub struct Core {
     transferring: std::sync::atomic::AtomicBool,
     /// Fault injection for tests: drops this replica's Raft traffic both ways.
     pub raft_isolation: quorum_raft::network::Isolation,
+    /// When a leader last replicated to this replica.
+    pub leader_contact: quorum_raft::service::LeaderContact,
     /// The feature level this replica reports and applies (below [`FEATURE_LEVEL`] only when
     /// emulating an older release).
     ///
@@ -221,13 +224,19 @@ impl Controller {
             membership_change: tokio::sync::Mutex::new(()),
             transferring: Default::default(),
             raft_isolation,
+            leader_contact: Default::default(),
             feature_level: config.feature_level(),
             started_at_ms: now_ms(),
             committed,
         });
         let (stop, stop_rx) = watch::channel(false);
         let server = tokio::spawn(crate::server::serve(core.clone(), listener, stop_rx.clone()));
-        let supervisor = tokio::spawn(crate::leader::supervise(core.clone(), settings, stop_rx));
+        let supervisor = tokio::spawn(crate::leader::supervise(core.clone(), settings, stop_rx.clone()));
+        tokio::spawn(watchdog::watch_leader(
+            core.clone(),
+            Duration::from_millis(config.election_timeout_max_ms),
+            stop_rx,
+        ));
         tracing::info!(replica = config.id, addr = %core.addr, "controller started");
         Ok(Controller { core, stop, server, supervisor })
     }

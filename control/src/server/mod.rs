@@ -19,7 +19,11 @@ pub async fn serve(
     listener: TcpListener,
     mut stop: watch::Receiver<bool>,
 ) -> Result<(), tonic::transport::Error> {
-    let raft = quorum_raft::service::RaftRpcServer::into_service(core.raft.clone(), core.raft_isolation.clone());
+    let raft = quorum_raft::service::RaftRpcServer::into_service(
+        core.raft.clone(),
+        core.raft_isolation.clone(),
+        core.leader_contact.clone(),
+    );
     tonic::transport::Server::builder()
         .tcp_nodelay(true)
         .add_service(raft)
