@@ -470,7 +470,7 @@ fn membership_request(user: &str, id: u64, addr: &str) -> api::MembershipChangeR
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_replica_added_under_load_catches_up_by_snapshot_and_a_replica_is_removed() {
+async fn grow_3_to_5_under_load_by_snapshot_and_shrink_back_to_3_leader_included() {
     let extra = "snapshot_every = 300\nsnapshot_keep_logs = 50\n";
     let mut cluster = ProcCluster::start_with(extra).await;
     let (addrs, work) = (cluster.addrs.clone(), cluster.work.clone());
@@ -481,15 +481,19 @@ async fn a_replica_added_under_load_catches_up_by_snapshot_and_a_replica_is_remo
     })
     .await;
 
-    // A fourth replica, started with `join = true`, is added while the clients go on.
-    let addr4 = format!("127.0.0.1:{}", free_ports(1)[0]);
-    let all: Vec<String> = addrs.iter().cloned().chain([addr4.clone()]).collect();
-    let path4 = cluster.dir.path().join("controller-4.toml");
+    // Replicas 4 and 5, started with `join = true`, are added one after the other while the
+    // clients go on.
+    let new_addrs: Vec<String> = free_ports(2).into_iter().map(|p| format!("127.0.0.1:{p}")).collect();
+    let all: Vec<String> = addrs.iter().chain(&new_addrs).cloned().collect();
     let joining = format!("{extra}join = true\n");
-    std::fs::write(&path4, controller_config(3, &all, cluster.dir.path(), &joining)).unwrap();
-    cluster.configs.push(path4);
-    let child = cluster.spawn_controller(3);
-    cluster.procs.controllers.push(Some(child));
+    for i in 3..5 {
+        let path = cluster.dir.path().join(format!("controller-{}.toml", i + 1));
+        std::fs::write(&path, controller_config(i, &all, cluster.dir.path(), &joining)).unwrap();
+        cluster.configs.push(path);
+        let child = cluster.spawn_controller(i);
+        cluster.procs.controllers.push(Some(child));
+    }
+    let addr4 = new_addrs[0].clone();
     let add = |user: &'static str, id: u64, addr: String| {
         let c = &c;
         async move {
@@ -508,6 +512,9 @@ async fn a_replica_added_under_load_catches_up_by_snapshot_and_a_replica_is_remo
     assert_eq!(voters, vec![1, 2, 3, 4]);
     let again = add("root", 4, addr4.clone()).await.unwrap_err();
     assert_eq!(again.code(), tonic::Code::AlreadyExists, "{again:?}");
+    let added = add("root", 5, new_addrs[1].clone()).await.expect("add-replica 5");
+    let voters: Vec<u64> = added.members.iter().map(|m| m.id).collect();
+    assert_eq!(voters, vec![1, 2, 3, 4, 5]);
 
     // The log behind the leader's snapshot was purged, so the new replica can only have caught
     // up by installing a snapshot; its digest agrees with the others'.
@@ -518,9 +525,9 @@ async fn a_replica_added_under_load_catches_up_by_snapshot_and_a_replica_is_remo
     let c_all = client(&all);
     assert_digests_agree(&c_all).await;
 
-    // Shrink back to three: remove a replica that is not the leader.
+    // Shrink back to three: a follower, then the leader itself.
     let leader = leader_index(&c_all, &all).await.expect("a leader");
-    let gone = (0..3).find(|i| *i != leader).unwrap();
+    let gone = (0..5).find(|i| *i != leader).unwrap();
     let remove = |id: u64| {
         let c = &c_all;
         async move {
@@ -536,9 +543,19 @@ async fn a_replica_added_under_load_catches_up_by_snapshot_and_a_replica_is_remo
     assert_eq!(unknown.code(), tonic::Code::NotFound, "{unknown:?}");
     assert!(unknown.message().contains("replica 9 is not a member"), "{unknown:?}");
     let removed = remove(gone as u64 + 1).await.expect("remove-replica");
-    assert_eq!(removed.members.len(), 3);
+    assert_eq!(removed.members.len(), 4);
     assert!(removed.members.iter().all(|m| m.id != gone as u64 + 1));
     cluster.stop_controller(gone, true);
+    let removed = remove(leader as u64 + 1).await.expect("remove-replica of the leader");
+    assert_eq!(removed.members.len(), 3);
+    assert!(removed.members.iter().all(|m| m.id != leader as u64 + 1));
+    cluster.stop_controller(leader, true);
+    let remaining: Vec<String> = (0..5).filter(|i| *i != gone && *i != leader).map(|i| all[i].clone()).collect();
+    let c_all = client(&remaining);
+    let new_leader = wait_for(T, "a leader among the remaining three", || leader_index(&c_all, &remaining)).await;
+    assert!(remaining[new_leader] != all[leader]);
+    let after = Instant::now();
+    load.wait_acked_after(after, 50, "submits acknowledged by the three remaining").await;
 
     let (acked, failed) = load.finish().await;
     assert!(failed.is_empty(), "client requests failed during the membership changes: {failed:?}");
