@@ -95,11 +95,18 @@ pub async fn nodes(c: &Client) -> Vec<api::NodeInfo> {
 
 /// Waits until the job is in one of `states` and returns it.
 pub async fn wait_state(c: &Client, id: u64, states: &[&str], timeout: Duration) -> JobInfo {
-    wait_for(timeout, &format!("job {id} to be one of {states:?}"), || async {
+    let start = Instant::now();
+    loop {
         let j = job(c, id).await;
-        states.contains(&j.state.as_str()).then_some(j)
-    })
-    .await
+        if states.contains(&j.state.as_str()) {
+            return j;
+        }
+        assert!(
+            start.elapsed() < timeout,
+            "timed out after {timeout:?} waiting for job {id} to be one of {states:?}; it is {j:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// Waits until some replica leads, has recorded what every replica runs (so the cluster's
