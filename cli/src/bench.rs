@@ -162,14 +162,21 @@ async fn submit(clients: usize, jobs: usize, external: Option<Vec<String>>, json
     let done = Arc::new(AtomicUsize::new(0));
     let errors = Arc::new(Mutex::new(Vec::<String>::new()));
     let run_id = uuid::Uuid::new_v4();
-    let started = Instant::now();
+    // Each client first connects and learns the leader with one submit not counted, so that
+    // connection set-up is not counted as submit latency; then all start together.
+    let ready = Arc::new(tokio::sync::Barrier::new(clients + 1));
     let mut tasks = Vec::new();
-    for _ in 0..clients {
+    for k in 0..clients {
         let c = Client::new(addrs.clone())?;
-        let (next, done, errors) = (next.clone(), done.clone(), errors.clone());
+        let (next, done, errors, ready) = (next.clone(), done.clone(), errors.clone(), ready.clone());
         let spec = held_job(dir.path());
         tasks.push(tokio::spawn(async move {
             let mut latencies = Vec::new();
+            let warm = submit_one(&c, spec.clone(), format!("bench-{run_id}-warm-{k}")).await;
+            if let Err(e) = warm {
+                errors.lock().unwrap_or_else(|p| p.into_inner()).push(e.message().to_string());
+            }
+            ready.wait().await;
             loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 if i >= jobs {
@@ -184,6 +191,8 @@ async fn submit(clients: usize, jobs: usize, external: Option<Vec<String>>, json
             }
         }));
     }
+    ready.wait().await;
+    let started = Instant::now();
     let mut all = Vec::new();
     let reporter = {
         let done = done.clone();

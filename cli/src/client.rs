@@ -59,6 +59,12 @@ impl Client {
         Ok(QuorumClient::new(channel))
     }
 
+    /// The position in our list of the leader a replica named in `metadata`, if any.
+    fn hinted(&self, metadata: &tonic::metadata::MetadataMap) -> Option<usize> {
+        let hint = metadata.get(quorum_proto::LEADER_HINT_KEY)?.to_str().ok()?;
+        self.addrs.iter().position(|a| a == hint)
+    }
+
     fn retryable(status: &Status) -> bool {
         matches!(status.code(), Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled | Code::Unknown)
     }
@@ -75,7 +81,13 @@ impl Client {
             let i = self.preferred.load(Ordering::Relaxed) % self.addrs.len();
             let client = QuorumClient::new(self.channels[i].clone());
             let status = match tokio::time::timeout(self.call_timeout, f(client)).await {
-                Ok(Ok(r)) => return Ok(r.into_inner()),
+                Ok(Ok(r)) => {
+                    // Answered through a replica that forwarded to the leader: go there next.
+                    if let Some(leader) = self.hinted(r.metadata()).filter(|l| *l != i) {
+                        self.preferred.store(leader, Ordering::Relaxed);
+                    }
+                    return Ok(r.into_inner());
+                }
                 Ok(Err(status)) if !Self::retryable(&status) => return Err(status),
                 Ok(Err(status)) => status,
                 Err(_) => Status::deadline_exceeded(format!(
@@ -87,12 +99,7 @@ impl Client {
             if start.elapsed() > self.deadline {
                 return Err(status);
             }
-            let hinted = status
-                .metadata()
-                .get(quorum_proto::LEADER_HINT_KEY)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|h| self.addrs.iter().position(|a| a == h));
-            let next = hinted.filter(|h| *h != i).unwrap_or((i + 1) % self.addrs.len());
+            let next = self.hinted(status.metadata()).filter(|h| *h != i).unwrap_or((i + 1) % self.addrs.len());
             self.preferred.store(next, Ordering::Relaxed);
             attempt += 1;
             if attempt.is_multiple_of(self.addrs.len()) {

@@ -122,17 +122,30 @@ async fn sync_settings(core: Arc<Core>, settings: ClusterSettings, mut stop: wat
     }
 }
 
+/// The least time between the starts of two scheduling cycles: under a storm of submits the
+/// cycles that would each see one more job are merged, leaving the cores to the commit path.
+const MIN_CYCLE_INTERVAL: Duration = Duration::from_millis(20);
+
 async fn schedule_loop(core: Arc<Core>, mut stop: watch::Receiver<bool>) {
     let mut cache = sched::view::ViewCache::default();
+    let mut last_cycle: Option<Instant> = None;
     loop {
         tokio::select! {
             _ = core.shared.sched_kick.notified() => {}
             _ = tokio::time::sleep(Duration::from_secs(1)) => {}
             _ = stop.changed() => return,
         }
+        if let Some(wait) = last_cycle.map(|t| MIN_CYCLE_INTERVAL.saturating_sub(t.elapsed())).filter(|w| !w.is_zero())
+        {
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => {}
+                _ = stop.changed() => return,
+            }
+        }
         if *stop.borrow() {
             return;
         }
+        last_cycle = Some(Instant::now());
         let (mut view, base_index, policy) = {
             let applied = core.shared.read();
             (

@@ -34,6 +34,17 @@ pub fn write_status(e: WriteError) -> Status {
     }
 }
 
+/// A forwarded call's answer, carrying the leader's address so that the client can go there
+/// directly next time.
+fn with_leader_hint<T>(leader: &str, result: Result<Response<T>, Status>) -> Result<Response<T>, Status> {
+    result.map(|mut r| {
+        if let Ok(v) = tonic::metadata::MetadataValue::try_from(leader) {
+            r.metadata_mut().insert(quorum_proto::LEADER_HINT_KEY, v);
+        }
+        r
+    })
+}
+
 fn forwarded<T>(msg: T) -> Request<T> {
     let mut req = Request::new(msg);
     req.metadata_mut().insert(quorum_proto::FORWARDED_KEY, tonic::metadata::MetadataValue::from_static("1"));
@@ -84,7 +95,7 @@ fn require_root(user: &str) -> Result<(), Status> {
 impl Quorum for Api {
     async fn hold_job(&self, req: Request<HoldJobRequest>) -> Result<Response<HoldJobResponse>, Status> {
         if let Some(addr) = self.forward_target(&req)? {
-            return self.client(&addr)?.hold_job(forwarded(req.into_inner())).await;
+            return with_leader_hint(&addr, self.client(&addr)?.hold_job(forwarded(req.into_inner())).await);
         }
         let r = req.into_inner();
         if r.user.is_empty() {
@@ -110,7 +121,7 @@ impl Quorum for Api {
 
     async fn priorities(&self, req: Request<PriorityRequest>) -> Result<Response<PriorityResponse>, Status> {
         if let Some(addr) = self.forward_target(&req)? {
-            return self.client(&addr)?.priorities(forwarded(req.into_inner())).await;
+            return with_leader_hint(&addr, self.client(&addr)?.priorities(forwarded(req.into_inner())).await);
         }
         self.core.linearizable().await.map_err(write_status)?;
         let (view, policy) = {
@@ -151,7 +162,7 @@ impl Quorum for Api {
 
     async fn shares(&self, req: Request<SharesRequest>) -> Result<Response<SharesResponse>, Status> {
         if let Some(addr) = self.forward_target(&req)? {
-            return self.client(&addr)?.shares(forwarded(req.into_inner())).await;
+            return with_leader_hint(&addr, self.client(&addr)?.shares(forwarded(req.into_inner())).await);
         }
         self.core.linearizable().await.map_err(write_status)?;
         let applied = self.core.shared.read();
@@ -180,7 +191,7 @@ impl Quorum for Api {
 
     async fn upsert_account(&self, req: Request<UpsertAccountRequest>) -> Result<Response<AdminResponse>, Status> {
         if let Some(addr) = self.forward_target(&req)? {
-            return self.client(&addr)?.upsert_account(forwarded(req.into_inner())).await;
+            return with_leader_hint(&addr, self.client(&addr)?.upsert_account(forwarded(req.into_inner())).await);
         }
         let r = req.into_inner();
         require_root(&r.user)?;
@@ -208,7 +219,7 @@ impl Quorum for Api {
 
     async fn upsert_qos(&self, req: Request<UpsertQosRequest>) -> Result<Response<AdminResponse>, Status> {
         if let Some(addr) = self.forward_target(&req)? {
-            return self.client(&addr)?.upsert_qos(forwarded(req.into_inner())).await;
+            return with_leader_hint(&addr, self.client(&addr)?.upsert_qos(forwarded(req.into_inner())).await);
         }
         let r = req.into_inner();
         require_root(&r.user)?;
@@ -229,7 +240,7 @@ impl Quorum for Api {
 
     async fn submit_job(&self, req: Request<SubmitJobRequest>) -> Result<Response<SubmitJobResponse>, Status> {
         if let Some(addr) = self.forward_target(&req)? {
-            return self.client(&addr)?.submit_job(forwarded(req.into_inner())).await;
+            return with_leader_hint(&addr, self.client(&addr)?.submit_job(forwarded(req.into_inner())).await);
         }
         let r = req.into_inner();
         let spec = r.spec.ok_or_else(|| Status::invalid_argument("missing job spec"))?;
@@ -249,7 +260,7 @@ impl Quorum for Api {
 
     async fn cancel_job(&self, req: Request<CancelJobRequest>) -> Result<Response<CancelJobResponse>, Status> {
         if let Some(addr) = self.forward_target(&req)? {
-            return self.client(&addr)?.cancel_job(forwarded(req.into_inner())).await;
+            return with_leader_hint(&addr, self.client(&addr)?.cancel_job(forwarded(req.into_inner())).await);
         }
         let r = req.into_inner();
         if r.user.is_empty() {
@@ -271,7 +282,7 @@ impl Quorum for Api {
     async fn get_job(&self, req: Request<GetJobRequest>) -> Result<Response<GetJobResponse>, Status> {
         if !req.get_ref().stale {
             if let Some(addr) = self.forward_target(&req)? {
-                return self.client(&addr)?.get_job(forwarded(req.into_inner())).await;
+                return with_leader_hint(&addr, self.client(&addr)?.get_job(forwarded(req.into_inner())).await);
             }
         }
         let GetJobRequest { job_id, stale } = req.into_inner();
@@ -288,7 +299,7 @@ impl Quorum for Api {
     async fn list_jobs(&self, req: Request<ListJobsRequest>) -> Result<Response<ListJobsResponse>, Status> {
         if !req.get_ref().stale {
             if let Some(addr) = self.forward_target(&req)? {
-                return self.client(&addr)?.list_jobs(forwarded(req.into_inner())).await;
+                return with_leader_hint(&addr, self.client(&addr)?.list_jobs(forwarded(req.into_inner())).await);
             }
         }
         let r = req.into_inner();
@@ -322,7 +333,7 @@ impl Quorum for Api {
     async fn list_nodes(&self, req: Request<ListNodesRequest>) -> Result<Response<ListNodesResponse>, Status> {
         if !req.get_ref().stale {
             if let Some(addr) = self.forward_target(&req)? {
-                return self.client(&addr)?.list_nodes(forwarded(req.into_inner())).await;
+                return with_leader_hint(&addr, self.client(&addr)?.list_nodes(forwarded(req.into_inner())).await);
             }
         }
         self.read_barrier(req.get_ref().stale).await?;
@@ -381,7 +392,7 @@ impl Quorum for Api {
 
     async fn digest(&self, req: Request<DigestRequest>) -> Result<Response<DigestResponse>, Status> {
         if let Some(addr) = self.forward_target(&req)? {
-            return self.client(&addr)?.digest(forwarded(req.into_inner())).await;
+            return with_leader_hint(&addr, self.client(&addr)?.digest(forwarded(req.into_inner())).await);
         }
         match self.core.write(Command::Digest { now: now_ms() }).await.map_err(write_status)? {
             (index, Applied::Digest { digest }) => Ok(Response::new(DigestResponse { index, digest })),
@@ -394,7 +405,7 @@ impl Quorum for Api {
         req: Request<TransferLeaderRequest>,
     ) -> Result<Response<TransferLeaderResponse>, Status> {
         if let Some(addr) = self.forward_target(&req)? {
-            return self.client(&addr)?.transfer_leader(forwarded(req.into_inner())).await;
+            return with_leader_hint(&addr, self.client(&addr)?.transfer_leader(forwarded(req.into_inner())).await);
         }
         let r = req.into_inner();
         require_root(&r.user)?;
@@ -421,7 +432,7 @@ impl Quorum for Api {
         req: Request<MembershipChangeRequest>,
     ) -> Result<Response<MembershipChangeResponse>, Status> {
         if let Some(addr) = self.forward_target(&req)? {
-            return self.client(&addr)?.add_replica(forwarded(req.into_inner())).await;
+            return with_leader_hint(&addr, self.client(&addr)?.add_replica(forwarded(req.into_inner())).await);
         }
         let r = req.into_inner();
         require_root(&r.user)?;
@@ -482,7 +493,7 @@ impl Quorum for Api {
         req: Request<MembershipChangeRequest>,
     ) -> Result<Response<MembershipChangeResponse>, Status> {
         if let Some(addr) = self.forward_target(&req)? {
-            return self.client(&addr)?.remove_replica(forwarded(req.into_inner())).await;
+            return with_leader_hint(&addr, self.client(&addr)?.remove_replica(forwarded(req.into_inner())).await);
         }
         let r = req.into_inner();
         require_root(&r.user)?;

@@ -138,7 +138,12 @@ pub enum Command {
 impl Command {
     /// Whether applying this may let the scheduler start something.
     pub fn wakes_scheduler(&self) -> bool {
-        !matches!(self, Command::ApplyPlan { .. } | Command::Digest { .. } | Command::SetReplicaVersions { .. })
+        match self {
+            // A held job cannot start until it is released (which wakes it).
+            Command::SubmitJob { spec, .. } => !spec.hold,
+            Command::ApplyPlan { .. } | Command::Digest { .. } | Command::SetReplicaVersions { .. } => false,
+            _ => true,
+        }
     }
 
     /// The feature level a replica needs to apply this, and what needs it.
