@@ -171,12 +171,15 @@ async fn persist_snapshot(db: Arc<DB>, meta: SnapshotMeta<u64, BasicNode>, data:
 
 impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
     async fn build_snapshot(&mut self) -> StorageResult<Snapshot<TypeConfig>> {
-        let (data, last_applied, membership) = {
+        // A copy under the lock, encoded outside it: applies wait for the copy only.
+        let (state, last_applied, membership) = {
             let applied = self.shared.read();
-            let data = serde_json::to_vec(&applied.state)
-                .map_err(|e| io_err(ErrorSubject::StateMachine, ErrorVerb::Read, e))?;
-            (data, applied.last_applied, applied.membership.clone())
+            (applied.state.clone(), applied.last_applied, applied.membership.clone())
         };
+        let data = tokio::task::spawn_blocking(move || serde_json::to_vec(&state))
+            .await
+            .map_err(|e| io_err(ErrorSubject::StateMachine, ErrorVerb::Read, e))?
+            .map_err(|e| io_err(ErrorSubject::StateMachine, ErrorVerb::Read, e))?;
         self.snapshot_seq += 1;
         let snapshot_id = match last_applied {
             Some(l) => format!("{}-{}-{}", l.leader_id.term, l.index, self.snapshot_seq),
