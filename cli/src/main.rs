@@ -159,6 +159,20 @@ enum AdminCommand {
         /// host:port the other replicas and agents reach it at.
         addr: String,
     },
+    /// Drain nodes: no new job lands there, running ones go on (like scontrol update
+    /// state=drain). Comma-separated names.
+    Drain {
+        #[arg(value_delimiter = ',', required = true)]
+        nodes: Vec<String>,
+        /// Why; shown in `quorum nodes`.
+        #[arg(long)]
+        reason: String,
+    },
+    /// Return drained nodes to service.
+    Resume {
+        #[arg(value_delimiter = ',', required = true)]
+        nodes: Vec<String>,
+    },
     /// Hand leadership to replica ID (default: the most caught-up other voter).
     TransferLeader { id: Option<u64> },
     /// Remove a controller replica from the cluster (stop its process afterwards).
@@ -501,6 +515,8 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     .map_err(status_error)?;
                 println!("replica {id} removed; voters: {}", voters_line(&r.members));
             }
+            AdminCommand::Drain { nodes, reason } => set_drained(&client, nodes, Some(reason)).await?,
+            AdminCommand::Resume { nodes } => set_drained(&client, nodes, None).await?,
             AdminCommand::WaitReplica { id, started_after, timeout } => {
                 return wait_replica(&client, id, started_after, std::time::Duration::from_secs(timeout)).await;
             }
@@ -636,6 +652,26 @@ async fn wait_node(
         }
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
+}
+
+/// `quorum admin drain` (with a reason) and `resume` (without).
+async fn set_drained(client: &Client, nodes: Vec<String>, reason: Option<String>) -> anyhow::Result<()> {
+    let req = api::SetNodesDrainedRequest {
+        nodes: nodes.clone(),
+        drain: reason.is_some(),
+        reason: reason.unwrap_or_default(),
+        user: current_user(),
+    };
+    let what = if req.drain { "drained" } else { "resumed" };
+    client
+        .call(|mut c| {
+            let req = req.clone();
+            async move { c.set_nodes_drained(req).await }
+        })
+        .await
+        .map_err(status_error)?;
+    println!("{what} {}", nodes.join(","));
+    Ok(())
 }
 
 /// Each member of the cluster with what it says of itself (unreachable ones included).

@@ -366,3 +366,64 @@ async fn an_isolated_leader_commits_nothing_serves_no_stale_read_and_follows_aft
     assert!(report.agree(), "{}", report.table());
     cluster.shutdown().await;
 }
+
+async fn set_drained(
+    c: &quorum_cli::client::Client,
+    user: &str,
+    nodes: &[&str],
+    reason: Option<&str>,
+) -> Result<quorum_proto::api::AdminResponse, tonic::Status> {
+    let req = quorum_proto::api::SetNodesDrainedRequest {
+        nodes: nodes.iter().map(|n| n.to_string()).collect(),
+        drain: reason.is_some(),
+        reason: reason.unwrap_or_default().into(),
+        user: user.into(),
+    };
+    c.call(|mut cl| {
+        let req = req.clone();
+        async move { cl.set_nodes_drained(req).await }
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drained_node_keeps_its_jobs_and_gets_no_new_one_until_resumed() {
+    let cluster = cluster(DevOptions::for_tests()).await;
+    let c = client(&cluster.addrs);
+    wait_ready(&cluster, &c, 2).await;
+    let dir = tempfile::tempdir().unwrap();
+    let running = submit(&c, spec(&["bash", "-c", "until [ -e release ]; do sleep 0.05; done"], dir.path())).await;
+    let busy = wait_state(&c, running, &["RUNNING"], T).await.nodelist;
+    let other = if busy == "node01" { "node02" } else { "node01" };
+
+    // Refusals change nothing: not root, no reason, and all or nothing with an unknown node.
+    let e = set_drained(&c, "alice", &[&busy], Some("fan")).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::PermissionDenied, "{e:?}");
+    let e = set_drained(&c, "root", &[&busy], Some(" ")).await.unwrap_err();
+    assert!(e.message().contains("needs a reason"), "{e:?}");
+    let e = set_drained(&c, "root", &[other, "nosuch"], Some("fan")).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::NotFound, "{e:?}");
+    assert!(e.message().contains("node 'nosuch' is not registered"), "{e:?}");
+    let state_of = |nodes: &[quorum_proto::api::NodeInfo], name: &str| {
+        nodes.iter().find(|n| n.name == name).map(|n| (n.state.clone(), n.reason.clone())).unwrap()
+    };
+    assert_ne!(state_of(&nodes(&c).await, other).0, "drain");
+
+    set_drained(&c, "root", &[&busy], Some("fan failure on the GPU tray")).await.expect("drain");
+    assert_eq!(state_of(&nodes(&c).await, &busy), ("drain".to_string(), "fan failure on the GPU tray".to_string()));
+    // A new job goes to the other node; the running one goes on.
+    for _ in 0..3 {
+        let id = submit(&c, spec(&["true"], dir.path())).await;
+        assert_eq!(wait_state(&c, id, &["COMPLETED"], T).await.nodelist, other);
+    }
+    assert_eq!(job(&c, running).await.state, "RUNNING");
+    std::fs::write(dir.path().join("release"), "").unwrap();
+    wait_state(&c, running, &["COMPLETED"], T).await;
+
+    // Resumed, and with the other node drained, the next job lands on it.
+    set_drained(&c, "root", &[&busy], None).await.expect("resume");
+    set_drained(&c, "root", &[other], Some("maintenance")).await.expect("drain the other");
+    let id = submit(&c, spec(&["true"], dir.path())).await;
+    assert_eq!(wait_state(&c, id, &["COMPLETED"], T).await.nodelist, busy);
+    cluster.shutdown().await;
+}

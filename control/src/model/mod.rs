@@ -546,4 +546,6 @@ pub enum Rejection {
     InvalidConfig { what: String, reason: String },
     #[error("node '{name}' is not registered")]
     UnknownNode { name: String },
+    #[error("node '{name}' is DOWN ({reason}); it returns to service by itself when its agent is heard again")]
+    NodeIsDown { name: String, reason: String },
 }

@@ -238,6 +238,30 @@ impl Quorum for Api {
         Ok(Response::new(AdminResponse {}))
     }
 
+    async fn set_nodes_drained(&self, req: Request<SetNodesDrainedRequest>) -> Result<Response<AdminResponse>, Status> {
+        if let Some(addr) = self.forward_target(&req)? {
+            return with_leader_hint(&addr, self.client(&addr)?.set_nodes_drained(forwarded(req.into_inner())).await);
+        }
+        let r = req.into_inner();
+        require_root(&r.user)?;
+        let nodes: Vec<String> = r.nodes.iter().map(|n| n.trim().to_string()).filter(|n| !n.is_empty()).collect();
+        if nodes.is_empty() {
+            return Err(Status::invalid_argument("name at least one node"));
+        }
+        let drain = match (r.drain, r.reason.trim()) {
+            (true, "") => {
+                return Err(Status::invalid_argument("a drain needs a reason (--reason), shown in quorum nodes"))
+            }
+            (true, reason) => Some(reason.to_string()),
+            (false, _) => None,
+        };
+        match self.core.write(Command::SetNodesDrained { nodes, drain, now: now_ms() }).await.map_err(write_status)?.1 {
+            Applied::Ok => Ok(Response::new(AdminResponse {})),
+            Applied::Rejected(r) => Err(convert::rejection_status(&r)),
+            other => Err(Status::internal(format!("unexpected answer to a drain: {other:?}"))),
+        }
+    }
+
     async fn submit_job(&self, req: Request<SubmitJobRequest>) -> Result<Response<SubmitJobResponse>, Status> {
         if let Some(addr) = self.forward_target(&req)? {
             return with_leader_hint(&addr, self.client(&addr)?.submit_job(forwarded(req.into_inner())).await);

@@ -187,6 +187,7 @@ pub fn rejection_status(r: &Rejection) -> tonic::Status {
     let msg = r.to_string();
     match r {
         Rejection::UnknownJob { .. } | Rejection::UnknownNode { .. } => tonic::Status::not_found(msg),
+        Rejection::NodeIsDown { .. } => tonic::Status::failed_precondition(msg),
         Rejection::JobFinished { .. } => tonic::Status::failed_precondition(msg),
         Rejection::NotOwner { .. } => tonic::Status::permission_denied(msg),
         _ => tonic::Status::invalid_argument(msg),

@@ -30,8 +30,9 @@ pub struct NodeRegistration {
 /// cluster's level, the lowest among the voters (DESIGN.md, "Upgrades").
 ///
 /// 1. jobs, plans, partitions, accounts and QOS, node registration, replica versions;
-/// 2. node liveness (`NodeDown`), `--requeue` jobs, digest points.
-pub const FEATURE_LEVEL: u32 = 2;
+/// 2. node liveness (`NodeDown`), `--requeue` jobs, digest points;
+/// 3. operator drain and resume (`SetNodesDrained`).
+pub const FEATURE_LEVEL: u32 = 3;
 
 /// The level of a replica that reports none (a release from before levels were reported).
 pub const BASE_LEVEL: u32 = 1;
@@ -128,6 +129,14 @@ pub enum Command {
     Digest {
         now: Millis,
     },
+    /// An operator drains nodes (no new job lands there; running ones go on) or resumes them
+    /// (`quorum admin drain|resume`, like `scontrol update state=drain|resume`). All or nothing.
+    SetNodesDrained {
+        nodes: Vec<String>,
+        /// `Some(reason)`: drain; `None`: resume.
+        drain: Option<String>,
+        now: Millis,
+    },
     /// What each voter runs; the cluster's feature level is the lowest of them.
     SetReplicaVersions {
         versions: std::collections::BTreeMap<u64, ReplicaVersion>,
@@ -151,6 +160,7 @@ impl Command {
         match self {
             Command::NodeDown { .. } => (2, "marking a silent node DOWN"),
             Command::Digest { .. } => (2, "a digest point"),
+            Command::SetNodesDrained { .. } => (3, "draining or resuming a node"),
             Command::SubmitJob { spec, .. } if spec.requeue => (2, "a job with --requeue"),
             _ => (BASE_LEVEL, "every command"),
         }

@@ -165,6 +165,10 @@ pub fn apply(state: &mut ClusterState, index: u64, command: Command) -> Response
         }
         // The state is left exactly as it was, clock included.
         Command::Digest { now: _ } => Response::Digest { digest: digest(state) },
+        Command::SetNodesDrained { nodes, drain, now } => {
+            advance_clock(state, now);
+            set_drained(state, &nodes, drain)
+        }
         Command::SetReplicaVersions { versions, now } => {
             advance_clock(state, now);
             state.replica_versions = versions;
@@ -686,6 +690,28 @@ fn cancel(state: &mut ClusterState, job_id: JobId, user: &str) -> Response {
         }
         st => Response::Rejected(Rejection::JobFinished { id: job_id, state: st }),
     }
+}
+
+/// Drains (`Some(reason)`) or resumes every node of `nodes`, or none of them when one is unknown
+/// or DOWN (its own state until its agent is heard again).
+fn set_drained(state: &mut ClusterState, nodes: &[String], drain: Option<String>) -> Response {
+    for name in nodes {
+        match state.nodes.get(name) {
+            None => return Response::Rejected(Rejection::UnknownNode { name: name.clone() }),
+            Some(Node { admin: NodeAdminState::Down { reason }, .. }) => {
+                return Response::Rejected(Rejection::NodeIsDown { name: name.clone(), reason: reason.clone() })
+            }
+            Some(_) => {}
+        }
+    }
+    for name in nodes {
+        let Some(node) = state.nodes.get_mut(name) else { continue };
+        node.admin = match &drain {
+            Some(reason) => NodeAdminState::Drain { reason: reason.clone() },
+            None => NodeAdminState::Up,
+        };
+    }
+    Response::Ok
 }
 
 fn register_node(state: &mut ClusterState, reg: NodeRegistration) {

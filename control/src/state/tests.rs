@@ -381,3 +381,25 @@ fn the_cluster_level_is_the_lowest_recorded_voter_and_newer_commands_say_so() {
     assert_eq!(Command::NodeDown { node: "n1".into(), reason: String::new(), now: 5 }.level().0, 2);
     assert_eq!(Command::Digest { now: 5 }.level().0, 2);
 }
+
+#[test]
+fn drain_and_resume_are_all_or_nothing_and_leave_down_nodes_alone() {
+    let mut s = cluster();
+    let drain = |nodes: &[&str], reason: Option<&str>| Command::SetNodesDrained {
+        nodes: nodes.iter().map(|n| n.to_string()).collect(),
+        drain: reason.map(str::to_string),
+        now: 5,
+    };
+    let r = apply(&mut s, 10, drain(&["n1", "n9"], Some("fan")));
+    assert_eq!(r, Response::Rejected(Rejection::UnknownNode { name: "n9".into() }));
+    assert!(s.nodes["n1"].schedulable(), "nothing changed");
+    assert_eq!(apply(&mut s, 11, drain(&["n1"], Some("fan"))), Response::Ok);
+    assert_eq!((s.nodes["n1"].state(), s.nodes["n1"].reason()), (crate::model::NodeState::Drain, "fan"));
+    assert!(!s.nodes["n1"].schedulable());
+    apply(&mut s, 12, Command::NodeDown { node: "n2".into(), reason: "silent".into(), now: 6 });
+    let r = apply(&mut s, 13, drain(&["n1", "n2"], None));
+    assert!(matches!(r, Response::Rejected(Rejection::NodeIsDown { .. })), "{r:?}");
+    assert!(!s.nodes["n1"].schedulable(), "nothing changed");
+    assert_eq!(apply(&mut s, 14, drain(&["n1"], None)), Response::Ok);
+    assert!(s.nodes["n1"].schedulable());
+}
