@@ -193,6 +193,7 @@ async fn session(
                     }
                     Some(controller_message::Msg::Launch(l)) => launch(agent, l, &tx).await,
                     Some(controller_message::Msg::Kill(k)) => kill(agent, k),
+                    Some(controller_message::Msg::Signal(s)) => signal(agent, s),
                     Some(controller_message::Msg::ExitAck(a)) => {
                         let mut jobs = agent.lock_jobs();
                         if let Some(e) = jobs.get_mut(&a.job_id).filter(|e| e.exit.is_some()) {
@@ -289,6 +290,21 @@ async fn launch(agent: &Arc<Agent>, l: Launch, tx: &mpsc::Sender<AgentMessage>) 
     };
     if resend {
         send_exit(agent, tx, job_id).await;
+    }
+}
+
+/// Sends a signal to a running job's process group (`quorum cancel --signal`), if the token is
+/// the job's current one.
+fn signal(agent: &Agent, s: quorum_proto::agent::Signal) {
+    let jobs = agent.lock_jobs();
+    match jobs.get(&s.job_id) {
+        Some(e) if e.token == s.token && e.exit.is_none() => {
+            if let Some(pgid) = e.pgid {
+                tracing::info!(job = s.job_id, signal = s.signal, "signalling the job");
+                runner::signal_group(pgid, s.signal);
+            }
+        }
+        _ => tracing::warn!(job = s.job_id, token = s.token, "a signal for a job not running here; ignored"),
     }
 }
 

@@ -67,6 +67,10 @@ enum Command {
     Cancel {
         #[arg(required = true)]
         jobs: Vec<u64>,
+        /// Only send this signal (USR1, SIGUSR1, 10) to the running jobs' processes on every
+        /// node, like scancel --signal; the jobs are not cancelled.
+        #[arg(long, short = 's')]
+        signal: Option<String>,
     },
     /// Hold pending jobs so that they do not start.
     Hold {
@@ -347,8 +351,9 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 print!("{}", display::show_job(&info, now));
             }
         }
-        Command::Cancel { jobs } => {
-            let req = api::CancelJobRequest { job_ids: jobs, user: current_user() };
+        Command::Cancel { jobs, signal } => {
+            let signalling = signal.is_some();
+            let req = api::CancelJobRequest { job_ids: jobs, user: current_user(), signal: signal.unwrap_or_default() };
             let r = client
                 .call(|mut c| {
                     let req = req.clone();
@@ -361,6 +366,8 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 if !res.ok {
                     eprintln!("quorum: error: {}", res.error);
                     failed = true;
+                } else if signalling {
+                    println!("signalled job {}", res.job_id);
                 }
             }
             if failed {

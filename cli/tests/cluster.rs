@@ -427,3 +427,49 @@ async fn a_drained_node_keeps_its_jobs_and_gets_no_new_one_until_resumed() {
     assert_eq!(wait_state(&c, id, &["COMPLETED"], T).await.nodelist, busy);
     cluster.shutdown().await;
 }
+
+async fn signal(
+    c: &quorum_cli::client::Client,
+    user: &str,
+    id: u64,
+    signal: &str,
+) -> Result<quorum_proto::api::CancelJobResponse, tonic::Status> {
+    let req = quorum_proto::api::CancelJobRequest { job_ids: vec![id], user: user.into(), signal: signal.into() };
+    c.call(|mut cl| {
+        let req = req.clone();
+        async move { cl.cancel_job(req).await }
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_with_a_signal_only_signals_the_running_job() {
+    let cluster = cluster(DevOptions::for_tests()).await;
+    let c = client(&cluster.addrs);
+    wait_ready(&cluster, &c, 2).await;
+    let dir = tempfile::tempdir().unwrap();
+    let script =
+        "trap 'echo got > usr1.txt' USR1; echo up > up.txt; while [ ! -e usr1.txt ]; do sleep 0.05; done; exit 0";
+    let id = submit(&c, spec(&["bash", "-c", script], dir.path())).await;
+    wait_state(&c, id, &["RUNNING"], T).await;
+    wait_for(T, "the job to set its trap", || async { dir.path().join("up.txt").exists().then_some(()) }).await;
+
+    let e = signal(&c, "tester", id, "BOGUS").await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+    assert!(e.message().contains("unknown signal 'BOGUS'"), "{e:?}");
+    let r = signal(&c, "mallory", id, "USR1").await.unwrap();
+    assert!(!r.results[0].ok && r.results[0].error.contains("may not signal"), "{r:?}");
+    let r = signal(&c, "tester", 999, "USR1").await.unwrap();
+    assert!(r.results[0].error.contains("job 999 does not exist"), "{r:?}");
+    assert!(!dir.path().join("usr1.txt").exists(), "a refused signal was delivered");
+
+    let r = signal(&c, "tester", id, "SIGUSR1").await.unwrap();
+    assert!(r.results[0].ok, "{r:?}");
+    // The trap ran and the job ended by itself: completed, not cancelled.
+    let j = wait_state(&c, id, &["COMPLETED", "FAILED", "CANCELLED"], T).await;
+    assert_eq!(j.state, "COMPLETED", "{j:?}");
+    assert_eq!(std::fs::read_to_string(dir.path().join("usr1.txt")).unwrap(), "got\n");
+    let r = signal(&c, "tester", id, "USR1").await.unwrap();
+    assert!(r.results[0].error.contains("is not running (COMPLETED)"), "{r:?}");
+    cluster.shutdown().await;
+}

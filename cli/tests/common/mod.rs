@@ -79,9 +79,9 @@ pub async fn all_jobs(c: &Client) -> Vec<JobInfo> {
 }
 
 pub async fn cancel(c: &Client, id: u64) -> api::CancelJobResponse {
-    c.call(
-        |mut cl| async move { cl.cancel_job(api::CancelJobRequest { job_ids: vec![id], user: "tester".into() }).await },
-    )
+    c.call(|mut cl| async move {
+        cl.cancel_job(api::CancelJobRequest { job_ids: vec![id], user: "tester".into(), ..Default::default() }).await
+    })
     .await
     .expect("cancel")
 }

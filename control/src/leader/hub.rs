@@ -115,6 +115,16 @@ impl AgentHub {
         self.lock().conns.contains_key(node)
     }
 
+    /// Sends `signal` to job `job_id` (allocation `token`) on `node`; false when no agent of that
+    /// node is connected.
+    pub fn signal(&self, node: &str, job_id: JobId, token: u64, signal: i32) -> bool {
+        let inner = self.lock();
+        inner
+            .conns
+            .get(node)
+            .is_some_and(|c| send(c, Msg::Signal(quorum_proto::agent::Signal { job_id, token, signal })))
+    }
+
     /// The agent connected for `node`, if one is.
     pub fn agent(&self, node: &str) -> Option<AgentInfo> {
         self.lock().conns.get(node).map(|c| c.agent.clone())

@@ -290,6 +290,9 @@ impl Quorum for Api {
         if r.user.is_empty() {
             return Err(Status::invalid_argument("missing user"));
         }
+        if !r.signal.is_empty() {
+            return self.signal_jobs(r).await;
+        }
         let mut results = Vec::new();
         for job_id in r.job_ids {
             let command = Command::CancelJob { job_id, user: r.user.clone(), now: now_ms() };
@@ -567,7 +570,78 @@ impl Quorum for Api {
     }
 }
 
+/// A signal by name (`USR1`, `SIGUSR1`) or number, among those a job may be sent.
+pub fn parse_signal(text: &str) -> Result<i32, String> {
+    let name = text.trim().to_ascii_uppercase();
+    let name = name.strip_prefix("SIG").unwrap_or(&name);
+    let known = [
+        ("HUP", libc::SIGHUP),
+        ("INT", libc::SIGINT),
+        ("QUIT", libc::SIGQUIT),
+        ("KILL", libc::SIGKILL),
+        ("USR1", libc::SIGUSR1),
+        ("USR2", libc::SIGUSR2),
+        ("ALRM", libc::SIGALRM),
+        ("TERM", libc::SIGTERM),
+        ("CONT", libc::SIGCONT),
+        ("STOP", libc::SIGSTOP),
+        ("TSTP", libc::SIGTSTP),
+        ("URG", libc::SIGURG),
+    ];
+    if let Some((_, n)) = known.iter().find(|(k, _)| *k == name) {
+        return Ok(*n);
+    }
+    match name.parse::<i32>() {
+        Ok(n) if (1..=64).contains(&n) => Ok(n),
+        _ => Err(format!(
+            "unknown signal '{text}' (use a number 1-64 or one of {})",
+            known.iter().map(|(k, _)| *k).collect::<Vec<_>>().join(", ")
+        )),
+    }
+}
+
 impl Api {
+    /// `quorum cancel --signal`: signals each running job on every node of its allocation, after
+    /// a linearizable read; per-job results like a cancel.
+    async fn signal_jobs(&self, r: CancelJobRequest) -> Result<Response<CancelJobResponse>, Status> {
+        let signal = parse_signal(&r.signal).map_err(Status::invalid_argument)?;
+        self.core.linearizable().await.map_err(write_status)?;
+        let mut results = Vec::new();
+        for job_id in r.job_ids {
+            let target = {
+                let applied = self.core.shared.read();
+                match applied.state.jobs.get(&job_id) {
+                    None => Err(format!("job {job_id} does not exist")),
+                    Some(j) if j.user != r.user && r.user != "root" => {
+                        Err(format!("user '{}' may not signal job {job_id} of user '{}'", r.user, j.user))
+                    }
+                    Some(j) if j.state != crate::model::JobState::Running => {
+                        Err(format!("job {job_id} is not running ({})", j.state.name()))
+                    }
+                    Some(j) => Ok((
+                        j.alloc_index,
+                        j.allocation.as_ref().map(|a| a.nodes.iter().map(|n| n.node.clone()).collect::<Vec<_>>()),
+                    )),
+                }
+            };
+            let result = match target {
+                Ok((token, Some(nodes))) => {
+                    let missed: Vec<String> =
+                        nodes.into_iter().filter(|n| !self.core.hub.signal(n, job_id, token, signal)).collect();
+                    if missed.is_empty() {
+                        CancelResult { job_id, ok: true, error: String::new() }
+                    } else {
+                        CancelResult { job_id, ok: false, error: format!("no agent connected on {}", missed.join(",")) }
+                    }
+                }
+                Ok((_, None)) => CancelResult { job_id, ok: false, error: format!("job {job_id} has no allocation") },
+                Err(error) => CancelResult { job_id, ok: false, error },
+            };
+            results.push(result);
+        }
+        Ok(Response::new(CancelJobResponse { results }))
+    }
+
     /// The current voters and learners, and whether a change is half done (joint config).
     fn membership(&self) -> (std::collections::BTreeSet<u64>, Vec<u64>, bool) {
         let metrics = self.core.raft.metrics();
@@ -627,3 +701,17 @@ const CATCH_UP_LIMIT: std::time::Duration = std::time::Duration::from_secs(600);
 
 /// How long a replica waits to reach a digest point before saying how far it got.
 const DIGEST_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+#[cfg(test)]
+mod tests {
+    use super::parse_signal;
+
+    #[test]
+    fn signals_by_name_or_number() {
+        assert_eq!(parse_signal("USR1"), Ok(libc::SIGUSR1));
+        assert_eq!(parse_signal("sigterm"), Ok(libc::SIGTERM));
+        assert_eq!(parse_signal("9"), Ok(9));
+        assert!(parse_signal("0").unwrap_err().contains("unknown signal '0'"));
+        assert!(parse_signal("FOO").unwrap_err().contains("one of HUP, INT"));
+    }
+}
