@@ -157,6 +157,16 @@ fn now_ms() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
 
+/// `[B:]NUMBER@SECONDS` as (signal, seconds before the limit, batch shell only).
+fn parse_warn_signal(text: &str) -> Option<(i32, u64, bool)> {
+    let (batch_only, rest) = match text.strip_prefix("B:") {
+        Some(rest) => (true, rest),
+        None => (false, text),
+    };
+    let (signal, before) = rest.split_once('@')?;
+    Some((signal.parse().ok()?, before.parse().ok()?, batch_only))
+}
+
 /// Takes over the jobs a previous agent process left in the spool: running ones are watched
 /// again, ended ones are reported with the status their supervisor recorded. Runs before the
 /// agent connects, so that a launch the leader sends again finds the job already there.
@@ -342,6 +352,14 @@ async fn watch(
         let ends_ms = started_ms + launch.time_limit_s * 1000;
         Instant::now() + Duration::from_millis(ends_ms.saturating_sub(now_ms()))
     });
+    // `--signal`, in the canonical `[B:]NUMBER@SECONDS` the controller sends.
+    let warn = launch.spec.as_ref().and_then(|s| parse_warn_signal(&s.signal));
+    let mut warn_at = match (limit, warn) {
+        (Some(limit), Some((_, before, _))) => {
+            Some(limit.checked_sub(Duration::from_secs(before)).unwrap_or_else(Instant::now))
+        }
+        _ => None,
+    };
     let mut kind = reason.unwrap_or(ExitKind::Exited);
     // Signalled before a restart: SIGKILL follows after the kill wait, counted again.
     let mut escalate: Option<Instant> = (kind != ExitKind::Exited).then(|| Instant::now() + agent.config.kill_wait);
@@ -352,6 +370,18 @@ async fn watch(
     let status = loop {
         tokio::select! {
             st = &mut ended => break st,
+            _ = tokio::time::sleep_until(warn_at.unwrap_or(far)), if warn_at.is_some() && kind == ExitKind::Exited => {
+                warn_at = None;
+                if let Some((signal, before, batch_only)) = warn {
+                    tracing::info!(job = launch.job_id, signal, before, batch_only, "warning the job before its time limit");
+                    if batch_only {
+                        // SAFETY: kill(2) on the job's main process (the group leader); no memory is touched.
+                        unsafe { libc::kill(pgid, signal) };
+                    } else {
+                        signal_group(pgid, signal);
+                    }
+                }
+            }
             _ = tokio::time::sleep_until(limit.unwrap_or(far)), if limit.is_some() && kind == ExitKind::Exited => {
                 kind = ExitKind::TimedOut;
                 supervisor::write_reason(record, kind);

@@ -77,6 +77,10 @@ pub struct SubmitOpts {
     /// End NODE_FAIL if a node it runs on fails (the default; overrides a script's --requeue).
     #[arg(long)]
     pub no_requeue: bool,
+    /// `[B:]SIG[@SECONDS]`: send SIG that many seconds (60) before the time limit, to the batch
+    /// shell only with `B:`.
+    #[arg(long)]
+    pub signal: Option<String>,
 }
 
 #[derive(Parser, Debug)]
@@ -112,6 +116,7 @@ impl SubmitOpts {
             exclusive: self.exclusive || other.exclusive,
             requeue: self.requeue || (other.requeue && !self.no_requeue),
             no_requeue: self.no_requeue || (other.no_requeue && !self.requeue),
+            signal: self.signal.or(other.signal),
         }
     }
 
@@ -352,6 +357,7 @@ pub fn build_spec(
             .unwrap_or_default(),
         exclusive: opts.exclusive,
         requeue: opts.requeue,
+        signal: opts.signal.clone().unwrap_or_default(),
         name: opts.job_name.unwrap_or(default_name),
         partition: opts.partition.unwrap_or_default(),
         nodes,
@@ -407,6 +413,8 @@ mod tests {
         assert!(!script_spec(text, SubmitOpts::default()).unwrap().requeue);
         let requeued = text.replace("#SBATCH -J train", "#SBATCH -J train --requeue");
         assert!(script_spec(&requeued, SubmitOpts::default()).unwrap().requeue);
+        let warned = text.replace("#SBATCH -J train", "#SBATCH -J train --signal=B:USR1@30");
+        assert_eq!(script_spec(&warned, SubmitOpts::default()).unwrap().signal, "B:USR1@30");
         let cli = SubmitOpts { no_requeue: true, ..Default::default() };
         assert!(!script_spec(&requeued, cli).unwrap().requeue);
     }

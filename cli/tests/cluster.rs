@@ -473,3 +473,29 @@ async fn cancel_with_a_signal_only_signals_the_running_job() {
     assert!(r.results[0].error.contains("is not running (COMPLETED)"), "{r:?}");
     cluster.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_is_warned_by_its_signal_before_its_time_limit() {
+    let cluster = cluster(DevOptions::for_tests()).await;
+    let c = client(&cluster.addrs);
+    wait_ready(&cluster, &c, 2).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = spec(
+        &["bash", "-c", "trap 'echo warned > warn.txt' USR1; while [ ! -e warn.txt ]; do sleep 0.05; done; exit 0"],
+        dir.path(),
+    );
+    s.time_limit_s = 7;
+    s.signal = "USR1@5".into();
+    let id = submit(&c, s.clone()).await;
+    // The warning comes 2 s in, well before the limit: the job saves and ends by itself.
+    let j = wait_state(&c, id, &["COMPLETED", "FAILED", "TIMEOUT"], T).await;
+    assert_eq!(j.state, "COMPLETED", "{j:?}");
+    assert_eq!(std::fs::read_to_string(dir.path().join("warn.txt")).unwrap(), "warned\n");
+    assert!(j.end_time_ms - j.start_time_ms >= 1_500, "warned too early: {j:?}");
+
+    s.signal = "USR1@soon".into();
+    let e = submit_with_id(&c, s, "bad-signal").await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+    assert!(e.message().contains("'soon' is not a number of seconds"), "{e:?}");
+    cluster.shutdown().await;
+}

@@ -81,6 +81,72 @@ pub struct JobSpec {
     /// Back to the queue when a node it runs on fails (`--requeue`), instead of NODE_FAIL.
     #[serde(default)]
     pub requeue: bool,
+    /// `--signal`: warned before the time limit. Left out of the encoding when unset, so a job
+    /// without it encodes as before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warn_signal: Option<WarnSignal>,
+}
+
+/// A signal by name (`USR1`, `SIGUSR1`) or number, among those a job may be sent.
+pub fn parse_signal(text: &str) -> Result<i32, String> {
+    let name = text.trim().to_ascii_uppercase();
+    let name = name.strip_prefix("SIG").unwrap_or(&name);
+    let known = [
+        ("HUP", libc::SIGHUP),
+        ("INT", libc::SIGINT),
+        ("QUIT", libc::SIGQUIT),
+        ("KILL", libc::SIGKILL),
+        ("USR1", libc::SIGUSR1),
+        ("USR2", libc::SIGUSR2),
+        ("ALRM", libc::SIGALRM),
+        ("TERM", libc::SIGTERM),
+        ("CONT", libc::SIGCONT),
+        ("STOP", libc::SIGSTOP),
+        ("TSTP", libc::SIGTSTP),
+        ("URG", libc::SIGURG),
+    ];
+    if let Some((_, n)) = known.iter().find(|(k, _)| *k == name) {
+        return Ok(*n);
+    }
+    match name.parse::<i32>() {
+        Ok(n) if (1..=64).contains(&n) => Ok(n),
+        _ => Err(format!(
+            "unknown signal '{text}' (use a number 1-64 or one of {})",
+            known.iter().map(|(k, _)| *k).collect::<Vec<_>>().join(", ")
+        )),
+    }
+}
+
+/// `--signal=[B:]SIG[@SECONDS]`: the signal sent that many seconds (60 by default) before the
+/// time limit, to the batch shell only with `B:`, else to every process of the job.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WarnSignal {
+    pub signal: i32,
+    pub before_s: u64,
+    pub batch_only: bool,
+}
+
+impl WarnSignal {
+    pub fn parse(text: &str) -> Result<WarnSignal, String> {
+        let (batch_only, rest) = match text.trim().split_once(':') {
+            Some((p, rest)) if p.eq_ignore_ascii_case("B") => (true, rest),
+            Some((p, rest)) if p.eq_ignore_ascii_case("R") => (false, rest),
+            Some((p, _)) => return Err(format!("'{p}:' is not a known prefix (B: for the batch shell only)")),
+            None => (false, text.trim()),
+        };
+        let (sig, before_s) = match rest.split_once('@') {
+            Some((sig, secs)) => {
+                (sig, secs.trim().parse::<u64>().map_err(|_| format!("'{secs}' is not a number of seconds"))?)
+            }
+            None => (rest, 60),
+        };
+        Ok(WarnSignal { signal: parse_signal(sig)?, before_s, batch_only })
+    }
+
+    /// The canonical form, `[B:]NUMBER@SECONDS`.
+    pub fn to_spec(&self) -> String {
+        format!("{}{}@{}", if self.batch_only { "B:" } else { "" }, self.signal, self.before_s)
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]

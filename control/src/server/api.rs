@@ -570,41 +570,11 @@ impl Quorum for Api {
     }
 }
 
-/// A signal by name (`USR1`, `SIGUSR1`) or number, among those a job may be sent.
-pub fn parse_signal(text: &str) -> Result<i32, String> {
-    let name = text.trim().to_ascii_uppercase();
-    let name = name.strip_prefix("SIG").unwrap_or(&name);
-    let known = [
-        ("HUP", libc::SIGHUP),
-        ("INT", libc::SIGINT),
-        ("QUIT", libc::SIGQUIT),
-        ("KILL", libc::SIGKILL),
-        ("USR1", libc::SIGUSR1),
-        ("USR2", libc::SIGUSR2),
-        ("ALRM", libc::SIGALRM),
-        ("TERM", libc::SIGTERM),
-        ("CONT", libc::SIGCONT),
-        ("STOP", libc::SIGSTOP),
-        ("TSTP", libc::SIGTSTP),
-        ("URG", libc::SIGURG),
-    ];
-    if let Some((_, n)) = known.iter().find(|(k, _)| *k == name) {
-        return Ok(*n);
-    }
-    match name.parse::<i32>() {
-        Ok(n) if (1..=64).contains(&n) => Ok(n),
-        _ => Err(format!(
-            "unknown signal '{text}' (use a number 1-64 or one of {})",
-            known.iter().map(|(k, _)| *k).collect::<Vec<_>>().join(", ")
-        )),
-    }
-}
-
 impl Api {
     /// `quorum cancel --signal`: signals each running job on every node of its allocation, after
     /// a linearizable read; per-job results like a cancel.
     async fn signal_jobs(&self, r: CancelJobRequest) -> Result<Response<CancelJobResponse>, Status> {
-        let signal = parse_signal(&r.signal).map_err(Status::invalid_argument)?;
+        let signal = crate::model::parse_signal(&r.signal).map_err(Status::invalid_argument)?;
         self.core.linearizable().await.map_err(write_status)?;
         let mut results = Vec::new();
         for job_id in r.job_ids {
@@ -704,7 +674,7 @@ const DIGEST_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 #[cfg(test)]
 mod tests {
-    use super::parse_signal;
+    use crate::model::parse_signal;
 
     #[test]
     fn signals_by_name_or_number() {

@@ -53,6 +53,13 @@ pub fn spec_from_proto(p: api::JobSpec) -> Result<JobSpec, Rejection> {
         exclusive: p.exclusive,
         hold: p.hold,
         requeue: p.requeue,
+        warn_signal: match p.signal.trim() {
+            "" => None,
+            s => Some(
+                crate::model::WarnSignal::parse(s)
+                    .map_err(|reason| Rejection::InvalidConfig { what: format!("--signal '{s}'"), reason })?,
+            ),
+        },
     })
 }
 
@@ -87,6 +94,7 @@ pub fn spec_to_proto(s: &JobSpec) -> api::JobSpec {
         constraint: s.constraint.clone(),
         exclusive: s.exclusive,
         requeue: s.requeue,
+        signal: s.warn_signal.map(|w| w.to_spec()).unwrap_or_default(),
     }
 }
 

@@ -31,7 +31,7 @@ pub struct NodeRegistration {
 ///
 /// 1. jobs, plans, partitions, accounts and QOS, node registration, replica versions;
 /// 2. node liveness (`NodeDown`), `--requeue` jobs, digest points;
-/// 3. operator drain and resume (`SetNodesDrained`).
+/// 3. operator drain and resume (`SetNodesDrained`), `--signal` jobs.
 pub const FEATURE_LEVEL: u32 = 3;
 
 /// The level of a replica that reports none (a release from before levels were reported).
@@ -161,6 +161,7 @@ impl Command {
             Command::NodeDown { .. } => (2, "marking a silent node DOWN"),
             Command::Digest { .. } => (2, "a digest point"),
             Command::SetNodesDrained { .. } => (3, "draining or resuming a node"),
+            Command::SubmitJob { spec, .. } if spec.warn_signal.is_some() => (3, "a job with --signal"),
             Command::SubmitJob { spec, .. } if spec.requeue => (2, "a job with --requeue"),
             _ => (BASE_LEVEL, "every command"),
         }

@@ -403,3 +403,24 @@ fn drain_and_resume_are_all_or_nothing_and_leave_down_nodes_alone() {
     assert_eq!(apply(&mut s, 14, drain(&["n1"], None)), Response::Ok);
     assert!(s.nodes["n1"].schedulable());
 }
+
+#[test]
+fn warn_signals_parse_like_slurm_and_need_level_3() {
+    use crate::model::WarnSignal;
+    let w = |signal, before_s, batch_only| WarnSignal { signal, before_s, batch_only };
+    assert_eq!(WarnSignal::parse("USR1@5"), Ok(w(libc::SIGUSR1, 5, false)));
+    assert_eq!(WarnSignal::parse("B:SIGTERM"), Ok(w(libc::SIGTERM, 60, true)));
+    assert_eq!(WarnSignal::parse("R:10@90"), Ok(w(10, 90, false)));
+    assert_eq!(WarnSignal::parse("B:USR2@30").unwrap().to_spec(), "B:12@30");
+    assert!(WarnSignal::parse("X:USR1").unwrap_err().contains("'X:' is not a known prefix"));
+    assert!(WarnSignal::parse("USR1@soon").unwrap_err().contains("'soon' is not a number of seconds"));
+    assert!(WarnSignal::parse("NOPE@5").unwrap_err().contains("unknown signal 'NOPE'"));
+
+    let mut warned = spec(&["true"]);
+    warned.warn_signal = Some(w(libc::SIGUSR1, 5, false));
+    let submit = Command::SubmitJob { spec: Box::new(warned), user: "u".into(), now: 4, request_id: "r".into() };
+    assert_eq!(submit.level(), (3, "a job with --signal"));
+    // A job without it encodes as before (the field is left out), so older replicas agree.
+    let plain = serde_json::to_string(&spec(&["true"])).unwrap();
+    assert!(!plain.contains("warn_signal"), "{plain}");
+}
