@@ -270,19 +270,7 @@ async fn launch(agent: &Arc<Agent>, l: Launch, tx: &mpsc::Sender<AgentMessage>) 
                     runner::signal_group(*pgid, libc::SIGKILL);
                 }
                 let (kill_tx, kill_rx) = mpsc::channel(4);
-                jobs.insert(
-                    job_id,
-                    JobEntry {
-                        token: l.token,
-                        kill: Some(kill_tx),
-                        exit: None,
-                        exit_sent: None,
-                        acked: false,
-                        pgid: None,
-                        lease_killed: false,
-                        record: None,
-                    },
-                );
+                jobs.insert(job_id, JobEntry::new(l.token, Some(kill_tx)));
                 runner::start(agent.clone(), l, kill_rx);
                 false
             }

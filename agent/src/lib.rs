@@ -60,6 +60,22 @@ pub(crate) struct JobEntry {
     pub record: Option<PathBuf>,
 }
 
+impl JobEntry {
+    /// A job of allocation `token` not yet known to have ended.
+    pub(crate) fn new(token: u64, kill: Option<mpsc::Sender<ExitKind>>) -> JobEntry {
+        JobEntry {
+            token,
+            kill,
+            exit: None,
+            exit_sent: None,
+            acked: false,
+            pgid: None,
+            lease_killed: false,
+            record: None,
+        }
+    }
+}
+
 /// The agent's lease on its jobs: the send time of the newest heartbeat the leader answered,
 /// and the lease the leader gave with that answer.
 #[derive(Debug, Default)]

@@ -177,16 +177,9 @@ pub fn reattach_all(agent: &Arc<Agent>) {
         if jobs.contains_key(&job_id) {
             continue;
         }
-        let mut entry = JobEntry {
-            token,
-            kill: None,
-            exit: None,
-            exit_sent: None,
-            acked: false,
-            pgid: found.pids.map(|p| p.pgid),
-            lease_killed: false,
-            record: Some(found.record.clone()),
-        };
+        let mut entry = JobEntry::new(token, None);
+        entry.pgid = found.pids.map(|p| p.pgid);
+        entry.record = Some(found.record.clone());
         match (found.status, found.pids) {
             (None, Some(pids)) => {
                 tracing::info!(job = job_id, token, pgid = pids.pgid, "re-attached to a running job");
@@ -307,12 +300,8 @@ async fn run(agent: &Agent, launch: &Launch, kill_rx: mpsc::Receiver<ExitKind>) 
         }
     };
     let spawned = tokio::task::spawn_blocking(move || supervisor::spawn(&prepared)).await;
-    let pids = match spawned {
-        Ok(Ok(pids)) => pids,
-        Ok(Err(e)) => {
-            launch_error(report.as_mut(), &format!("cannot start the job's supervisor: {e}"));
-            return (ExitKind::LaunchFailed, 127, 0);
-        }
+    let pids = match spawned.map_err(std::io::Error::other).and_then(|r| r) {
+        Ok(pids) => pids,
         Err(e) => {
             launch_error(report.as_mut(), &format!("cannot start the job's supervisor: {e}"));
             return (ExitKind::LaunchFailed, 127, 0);

@@ -428,11 +428,12 @@ fn read_record(record: &Path) -> io::Result<Found> {
         .ok()
         .and_then(|t| t.trim().parse::<i32>().ok())
         .and_then(|k| ExitKind::try_from(k).ok());
-    let status = read_status(record).or_else(|| match pids {
-        Some(p) if alive(p.supervisor) => None,
-        // Started but no supervisor and no status: it cannot be found again.
-        _ => read_status(record).or(Some(Status::Lost)),
-    });
+    let status = match read_status(record) {
+        Some(s) => Some(s),
+        None if pids.is_some_and(|p| alive(p.supervisor)) => None,
+        // No supervisor (or it just ended): read again, and without a status it is lost.
+        None => Some(read_status(record).unwrap_or(Status::Lost)),
+    };
     Ok(Found { launch, record: record.to_path_buf(), started_ms, pids, reason, status })
 }
 

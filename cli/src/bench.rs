@@ -151,11 +151,13 @@ async fn own_cluster(agents: usize) -> anyhow::Result<DevCluster> {
 
 async fn submit(clients: usize, jobs: usize, external: Option<Vec<String>>, json: bool) -> anyhow::Result<()> {
     anyhow::ensure!(clients > 0 && jobs > 0, "--clients and --jobs must be above 0");
-    let own = if external.is_none() { Some(own_cluster(1).await?) } else { None };
-    let addrs = match (&own, external) {
-        (Some(c), _) => c.addrs.clone(),
-        (None, Some(addrs)) => addrs,
-        (None, None) => unreachable!("a cluster was started"),
+    let (own, addrs) = match external {
+        Some(addrs) => (None, addrs),
+        None => {
+            let cluster = own_cluster(1).await?;
+            let addrs = cluster.addrs.clone();
+            (Some(cluster), addrs)
+        }
     };
     let dir = tempfile::tempdir()?;
     let next = Arc::new(AtomicUsize::new(0));
@@ -290,7 +292,7 @@ async fn dispatch(jobs: usize, json: bool) -> anyhow::Result<()> {
         progress(&format!(
             "dispatch: {}/{jobs} jobs, last {:.1} ms",
             i + 1,
-            latencies.last().unwrap().as_secs_f64() * 1e3
+            latencies.last().map_or(0.0, |d| d.as_secs_f64() * 1e3)
         ));
     }
     progress_done();
@@ -370,25 +372,6 @@ impl Drop for Replicas {
     }
 }
 
-/// Each replica's status, by index; `None` for one that does not answer.
-async fn statuses(c: &Client, addrs: &[String]) -> Vec<Option<api::ReplicaStatus>> {
-    let mut out = Vec::new();
-    for a in addrs {
-        let s = match c.replica(a) {
-            Ok(mut r) => {
-                tokio::time::timeout(Duration::from_millis(300), r.get_replica_status(api::ReplicaStatusRequest {}))
-                    .await
-                    .ok()
-                    .and_then(Result::ok)
-                    .map(|r| r.into_inner())
-            }
-            Err(_) => None,
-        };
-        out.push(s);
-    }
-    out
-}
-
 #[derive(serde::Serialize)]
 struct FailoverRun {
     killed: u64,
@@ -451,10 +434,12 @@ async fn failover(runs: usize, clients: usize, bin: Option<PathBuf>, json: bool)
         // Steady: every replica answers, one leads, and submits flow.
         let steady = Instant::now();
         let leader = loop {
-            let s = statuses(&c, &addrs).await;
-            let leader = s.iter().flatten().find(|s| s.role == "leader").map(|s| s.id);
-            if s.iter().all(Option::is_some) && leader.is_some() && steady.elapsed() > Duration::from_secs(2) {
-                break leader.unwrap_or(0);
+            let s = crate::display::replica_statuses(&c).await.unwrap_or_default();
+            let leader = s.iter().find(|s| s.role == "leader").map(|s| s.id);
+            if let Some(leader) = leader.filter(|_| s.len() == 3 && s.iter().all(|r| r.reachable)) {
+                if steady.elapsed() > Duration::from_secs(2) {
+                    break leader;
+                }
             }
             anyhow::ensure!(steady.elapsed() < Duration::from_secs(60), "the cluster did not settle within 60 s");
             tokio::time::sleep(Duration::from_millis(100)).await;
@@ -469,8 +454,8 @@ async fn failover(runs: usize, clients: usize, bin: Option<PathBuf>, json: bool)
         let mut new_leader = 0;
         let next_write = loop {
             if leader_known.is_none() {
-                let s = statuses(&c, &addrs).await;
-                if let Some(l) = s.iter().flatten().find(|s| s.role == "leader" && s.id != leader) {
+                let s = crate::display::replica_statuses(&c).await.unwrap_or_default();
+                if let Some(l) = s.iter().find(|s| s.role == "leader" && s.id != leader) {
                     leader_known = Some(killed_at.elapsed());
                     new_leader = l.id;
                 }

@@ -401,6 +401,29 @@ pub struct ReplicaJson {
     pub started_at_ms: u64,
 }
 
+/// Each member of the cluster with what it says of itself; one that does not answer within 2 s
+/// is listed unreachable.
+pub async fn replica_statuses(client: &crate::client::Client) -> Result<Vec<ReplicaJson>, tonic::Status> {
+    let members =
+        client.call(|mut c| async move { c.cluster_members(quorum_proto::api::ClusterStatusRequest {}).await }).await?;
+    let mut replicas = Vec::new();
+    for m in members.members {
+        let status = match client.replica(&m.address) {
+            Ok(mut c) => tokio::time::timeout(
+                std::time::Duration::from_secs(2),
+                c.get_replica_status(quorum_proto::api::ReplicaStatusRequest {}),
+            )
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .map(tonic::Response::into_inner),
+            Err(_) => None,
+        };
+        replicas.push(replica_json(m.id, &m.address, status.as_ref()));
+    }
+    Ok(replicas)
+}
+
 pub fn replica_json(id: u64, address: &str, status: Option<&ReplicaStatus>) -> ReplicaJson {
     match status {
         Some(s) => ReplicaJson {

@@ -683,26 +683,7 @@ async fn set_drained(client: &Client, nodes: Vec<String>, reason: Option<String>
 
 /// Each member of the cluster with what it says of itself (unreachable ones included).
 async fn replica_statuses(client: &Client) -> anyhow::Result<Vec<display::ReplicaJson>> {
-    let members = client
-        .call(|mut c| async move { c.cluster_members(api::ClusterStatusRequest {}).await })
-        .await
-        .map_err(status_error)?;
-    let mut replicas = Vec::new();
-    for m in members.members {
-        let status = match client.replica(&m.address) {
-            Ok(mut c) => tokio::time::timeout(
-                std::time::Duration::from_secs(2),
-                c.get_replica_status(api::ReplicaStatusRequest {}),
-            )
-            .await
-            .ok()
-            .and_then(|r| r.ok())
-            .map(|r| r.into_inner()),
-            Err(_) => None,
-        };
-        replicas.push(display::replica_json(m.id, &m.address, status.as_ref()));
-    }
-    Ok(replicas)
+    display::replica_statuses(client).await.map_err(status_error)
 }
 
 fn note_stale(stale: bool, applied_index: u64) {

@@ -379,17 +379,6 @@ async fn kill_9_of_the_leader_under_concurrent_submits_loses_no_acknowledged_job
     assert_digests_agree(&c).await;
 }
 
-/// `quorum admin versions --json`.
-fn versions(addrs: &[String]) -> serde_json::Value {
-    let out = Command::new(env!("CARGO_BIN_EXE_quorum"))
-        .args(["admin", "versions", "--json"])
-        .env("QUORUM_CONTROLLERS", addrs.join(","))
-        .output()
-        .expect("run quorum");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    serde_json::from_slice(&out.stdout).expect("json")
-}
-
 /// `deploy/rolling-upgrade.sh` on three replica processes that start as the older release
 /// (feature level 1), under continuous submits: each "upgrade" drops the emulation from the
 /// replica's config and stops it with SIGTERM, and it is started again as systemd would.

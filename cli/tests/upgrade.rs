@@ -6,7 +6,6 @@
 
 mod common;
 
-use std::process::Command as Process;
 use std::time::Duration;
 
 use common::*;
@@ -16,17 +15,6 @@ use quorum_proto::api;
 
 const T: Duration = Duration::from_secs(30);
 const NODE_TIMEOUT: Duration = Duration::from_secs(3);
-
-/// `quorum admin versions --json` as an operator runs it.
-fn versions(controllers: &str) -> serde_json::Value {
-    let out = Process::new(env!("CARGO_BIN_EXE_quorum"))
-        .args(["admin", "versions", "--json"])
-        .env("QUORUM_CONTROLLERS", controllers)
-        .output()
-        .expect("run quorum");
-    assert!(out.status.success(), "quorum admin versions: {}", String::from_utf8_lossy(&out.stderr));
-    serde_json::from_slice(&out.stdout).expect("json")
-}
 
 async fn digest(c: &quorum_cli::client::Client) -> Result<api::DigestResponse, tonic::Status> {
     c.call(|mut cl| async move { cl.digest(api::DigestRequest {}).await }).await
@@ -70,7 +58,7 @@ async fn a_replica_of_the_older_release_never_receives_a_command_it_cannot_apply
     wait_ready(&cluster, &c, 2).await;
     let dir = tempfile::tempdir().unwrap();
 
-    let v = versions(&cluster.controllers_env());
+    let v = versions(&cluster.addrs);
     assert_eq!(v["cluster_level"], 1, "{v}");
     let levels: Vec<u64> =
         v["replicas"].as_array().unwrap().iter().map(|r| r["feature_level"].as_u64().unwrap()).collect();
@@ -104,7 +92,7 @@ async fn a_replica_of_the_older_release_never_receives_a_command_it_cannot_apply
 
     // The old replica applied every entry: none was above its level.
     assert_replicas_agree(&cluster).await;
-    let v = versions(&cluster.controllers_env());
+    let v = versions(&cluster.addrs);
     let role = &v["replicas"][old]["role"];
     assert!(role == "follower" || role == "leader", "the old replica stopped applying: {v}");
 
@@ -113,7 +101,7 @@ async fn a_replica_of_the_older_release_never_receives_a_command_it_cannot_apply
     cluster.set_emulated_level(old, None);
     cluster.restart_controller(old).await.unwrap();
     wait_for(T, "the cluster level to rise", || async {
-        (versions(&cluster.controllers_env())["cluster_level"] == FEATURE_LEVEL).then_some(())
+        (versions(&cluster.addrs)["cluster_level"] == FEATURE_LEVEL).then_some(())
     })
     .await;
     let d = digest(&c).await.expect("digest after the upgrade");

@@ -139,3 +139,14 @@ pub fn group_alive(pgid: i32) -> bool {
         state != Some("Z") && pgrp.and_then(|p| p.parse::<i32>().ok()) == Some(pgid)
     })
 }
+
+/// `quorum admin versions --json`, run as an operator would.
+pub fn versions(addrs: &[String]) -> serde_json::Value {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_quorum"))
+        .args(["admin", "versions", "--json"])
+        .env("QUORUM_CONTROLLERS", addrs.join(","))
+        .output()
+        .expect("run quorum");
+    assert!(out.status.success(), "quorum admin versions: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("json")
+}

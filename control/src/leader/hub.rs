@@ -111,10 +111,6 @@ impl AgentHub {
         self.generation.send_modify(|g| *g += 1);
     }
 
-    pub fn connected(&self, node: &str) -> bool {
-        self.lock().conns.contains_key(node)
-    }
-
     /// Sends `signal` to job `job_id` (allocation `token`) on `node`; false when no agent of that
     /// node is connected.
     pub fn signal(&self, node: &str, job_id: JobId, token: u64, signal: i32) -> bool {

@@ -167,6 +167,9 @@ pub fn matched_index(m: &openraft::RaftMetrics<u64, BasicNode>, id: u64) -> u64 
 /// A running replica.
 pub struct Controller {
     pub core: Arc<Core>,
+    /// Kept so that shutdown closes RocksDB itself once every other holder has let go: the data
+    /// directory can be opened again (a restart in the same process) as soon as shutdown returns.
+    db: Arc<rocksdb::DB>,
     stop: watch::Sender<bool>,
     server: JoinHandle<Result<(), tonic::transport::Error>>,
     supervisor: JoinHandle<()>,
@@ -180,10 +183,10 @@ impl Controller {
         let settings = config.settings()?;
         std::fs::create_dir_all(&config.data_dir)
             .map_err(|e| anyhow::anyhow!("creating data directory {}: {e}", config.data_dir.display()))?;
-        let db = open_db(&config.data_dir.join("db")).await?;
+        let db = quorum_raft::open_db(&config.data_dir.join("db"), &[store::CF_SNAPSHOT])?;
         let log_store = LogStore::<TypeConfig>::new(db.clone())?;
         let committed = log_store.committed_index();
-        let sm = store::StateMachineStore::open(db, config.feature_level())?;
+        let sm = store::StateMachineStore::open(db.clone(), config.feature_level())?;
         let shared = sm.shared();
 
         let raft_config = openraft::Config {
@@ -238,7 +241,7 @@ impl Controller {
             stop_rx,
         ));
         tracing::info!(replica = config.id, addr = %core.addr, "controller started");
-        Ok(Controller { core, stop, server, supervisor })
+        Ok(Controller { core, db, stop, server, supervisor })
     }
 
     /// Stops serving, ends leader work and Raft, and releases the data directory. A leader with
@@ -268,22 +271,19 @@ impl Controller {
             Ok(Ok(())) => {}
             Err(_) => tracing::warn!("raft did not shut down within 5s"),
         }
-    }
-}
-
-/// Opens the replica's RocksDB. A replica restarted in the same process (`quorum dev`, tests)
-/// may find the previous instance still closing on another thread; that lock is waited for.
-async fn open_db(path: &std::path::Path) -> anyhow::Result<Arc<rocksdb::DB>> {
-    let started = std::time::Instant::now();
-    loop {
-        match quorum_raft::open_db(path, &[store::CF_SNAPSHOT]) {
-            Err(e)
-                if e.to_string().contains("lock hold by current process")
-                    && started.elapsed() < Duration::from_secs(5) =>
-            {
-                tokio::time::sleep(Duration::from_millis(20)).await;
+        drop(self.core);
+        let mut db = self.db;
+        let released = std::time::Instant::now();
+        loop {
+            match Arc::try_unwrap(db) {
+                // The last holder: dropping it closes the database here and now.
+                Ok(last) => break drop(last),
+                Err(shared) if released.elapsed() < Duration::from_secs(5) => {
+                    db = shared;
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                Err(_) => break tracing::warn!("the database is still held 5s after shutdown"),
             }
-            other => return Ok(other?),
         }
     }
 }

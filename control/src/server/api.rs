@@ -489,7 +489,18 @@ impl Quorum for Api {
             tracing::info!(id = r.id, elapsed_ms = started.elapsed().as_millis() as u64, "learner caught up");
             // A voter of an older release would lower the cluster's level after commands above
             // its level may already be in the log: refuse it.
-            let runs = crate::leader::versions::ask(&mut Default::default(), r.addr.trim()).await;
+            let asked = tokio::time::timeout(
+                std::time::Duration::from_secs(1),
+                self.client(r.addr.trim())?.get_replica_status(ReplicaStatusRequest {}),
+            )
+            .await;
+            let runs = match asked {
+                Ok(Ok(s)) => {
+                    let s = s.into_inner();
+                    Some(crate::leader::versions::reported(s.feature_level, s.version))
+                }
+                _ => None,
+            };
             let cluster = self.core.shared.read().state.cluster_level();
             match runs {
                 Some(v) if v.level >= cluster => {}
