@@ -195,6 +195,7 @@ fn state(pending: usize, nodes: usize) -> ClusterState {
                 account: "root".into(),
                 qos: "normal".into(),
                 requeues: 0,
+                array: None,
             },
         );
     }

@@ -94,6 +94,7 @@ fn register(agent: &Agent) -> AgentMessage {
             version: crate::VERSION.to_string(),
             features: c.features.clone(),
             started_at_ms: agent.started_at_ms,
+            limits: agent.limits().describe(),
         })),
     }
 }
@@ -159,7 +160,12 @@ async fn session(
                 }
                 unanswered.push_back((seq, Instant::now()));
                 let running = agent.running().into_iter().map(|(job_id, token)| RunningJob { job_id, token }).collect();
-                let hb = AgentMessage { msg: Some(agent_message::Msg::Heartbeat(Heartbeat { seq, running })) };
+                let hb = AgentMessage { msg: Some(agent_message::Msg::Heartbeat(Heartbeat {
+                    seq,
+                    running,
+                    gpus: agent.gpu_health(),
+                    health_check: agent.health_check_failure(),
+                })) };
                 if tx.send(hb).await.is_err() {
                     return SessionEnd::Lost;
                 }
@@ -194,6 +200,17 @@ async fn session(
                     Some(controller_message::Msg::Launch(l)) => launch(agent, l, &tx).await,
                     Some(controller_message::Msg::Kill(k)) => kill(agent, k),
                     Some(controller_message::Msg::Signal(s)) => signal(agent, s),
+                    Some(controller_message::Msg::GpuFault(f)) => agent.inject_gpu_fault(f.gpu, &f.kind),
+                    Some(controller_message::Msg::ReadOutput(r)) => {
+                        // Off the stream's task: a slow disk holds up no heartbeat.
+                        let (agent, tx) = (agent.clone(), tx.clone());
+                        tokio::spawn(async move {
+                            let chunk = tokio::task::spawn_blocking(move || runner::read_output(&agent, &r)).await;
+                            if let Ok(chunk) = chunk {
+                                let _ = tx.send(AgentMessage { msg: Some(agent_message::Msg::Output(chunk)) }).await;
+                            }
+                        });
+                    }
                     Some(controller_message::Msg::ExitAck(a)) => {
                         let mut jobs = agent.lock_jobs();
                         if let Some(e) = jobs.get_mut(&a.job_id).filter(|e| e.exit.is_some()) {

@@ -7,6 +7,9 @@
 //! of controller addresses and follows it when it changes.
 
 pub mod conn;
+pub mod gpu;
+pub mod identity;
+pub mod limits;
 pub mod resources;
 pub mod runner;
 pub mod supervisor;
@@ -40,7 +43,24 @@ pub struct AgentConfig {
     pub heartbeat: Duration,
     /// Between SIGTERM and SIGKILL when a job is cancelled or hits its limit.
     pub kill_wait: Duration,
+    /// Run each job as its submitting user (needs root); otherwise as the agent's own user.
+    pub switch_user: bool,
+    /// Give each job a cgroup (v2 or v1) where the node allows it; otherwise (or when off) rlimits.
+    pub cgroups: bool,
+    /// The operator's health check, like Slurm's HealthCheckProgram: a failing run drains the
+    /// node with its output as the reason, until a run passes.
+    pub health_check: Option<HealthCheck>,
 }
+
+#[derive(Clone, Debug)]
+pub struct HealthCheck {
+    /// Run with `sh -c`.
+    pub command: String,
+    pub interval: Duration,
+}
+
+/// How long a health check may run before it counts as failed.
+const HEALTH_CHECK_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// A job this agent knows, by job id.
 #[derive(Debug)]
@@ -101,10 +121,24 @@ pub struct Agent {
     /// When this agent started, ms since the epoch; the leader shows it so that an upgrade
     /// script can tell the new process from the old.
     pub started_at_ms: u64,
+    /// How jobs are limited, found when the agent starts.
+    limits: std::sync::OnceLock<limits::Limits>,
+    gpu_source: Arc<Mutex<Box<dyn gpu::GpuSource>>>,
+    /// The newest GPU check, sent with each heartbeat.
+    gpu_health: Mutex<Vec<quorum_proto::agent::GpuHealth>>,
+    /// The health check's output while it fails.
+    health_check_failure: Mutex<String>,
 }
 
 impl Agent {
+    /// An agent whose GPUs (if any) are simulated.
     pub fn new(config: AgentConfig) -> Arc<Agent> {
+        let sim = gpu::SimSource::new(config.gpus.len());
+        Agent::with_gpu_source(config, Box::new(sim))
+    }
+
+    /// An agent whose GPU health comes from `source` (NVML on a real GPU node).
+    pub fn with_gpu_source(config: AgentConfig, source: Box<dyn gpu::GpuSource>) -> Arc<Agent> {
         let (exits_tx, exits_rx) = mpsc::unbounded_channel();
         Arc::new(Agent {
             config,
@@ -118,6 +152,102 @@ impl Agent {
                 .duration_since(std::time::UNIX_EPOCH)
                 .map(|d| d.as_millis() as u64)
                 .unwrap_or(0),
+            limits: std::sync::OnceLock::new(),
+            gpu_source: Arc::new(Mutex::new(source)),
+            gpu_health: Mutex::new(Vec::new()),
+            health_check_failure: Mutex::new(String::new()),
+        })
+    }
+
+    pub(crate) fn gpu_health(&self) -> Vec<quorum_proto::agent::GpuHealth> {
+        self.gpu_health.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    pub(crate) fn health_check_failure(&self) -> String {
+        self.health_check_failure.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// `quorum admin gpu-fault`, delivered by the leader.
+    pub fn inject_gpu_fault(&self, gpu: u32, kind: &str) {
+        let result = gpu::parse_fault(kind)
+            .and_then(|f| self.gpu_source.lock().unwrap_or_else(|p| p.into_inner()).inject(gpu, f));
+        match result {
+            Ok(()) => tracing::warn!(gpu, kind, "GPU fault injected"),
+            Err(e) => tracing::warn!(gpu, kind, "GPU fault not injected: {e}"),
+        }
+    }
+
+    /// Checks every GPU now and keeps the result for the next heartbeat; state changes are
+    /// logged.
+    async fn check_gpus(&self) {
+        let source = self.gpu_source.clone();
+        let checked = tokio::task::spawn_blocking(move || {
+            let mut source = source.lock().unwrap_or_else(|p| p.into_inner());
+            gpu::check(source.as_mut())
+        })
+        .await;
+        let Ok(health) = checked else { return };
+        let mut current = self.gpu_health.lock().unwrap_or_else(|p| p.into_inner());
+        for g in &health {
+            let before = current.iter().find(|c| c.index == g.index).map(|c| (c.state, c.detail.clone()));
+            if before.as_ref().is_none_or(|(s, d)| *s != g.state || *d != g.detail)
+                && (before.is_some() || g.state != 1)
+            {
+                let state = quorum_proto::agent::GpuState::try_from(g.state).map(|s| s.as_str_name()).unwrap_or("?");
+                tracing::warn!(gpu = g.index, state, detail = %g.detail, "GPU health changed");
+            }
+        }
+        *current = health;
+    }
+
+    /// Runs the operator's health check once and keeps its verdict.
+    async fn run_health_check(&self, check: &HealthCheck) {
+        let run = tokio::process::Command::new("sh")
+            .arg("-c")
+            .arg(&check.command)
+            .stdin(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .output();
+        let failure = match tokio::time::timeout(HEALTH_CHECK_TIMEOUT, run).await {
+            Err(_) => format!("timed out after {}s", HEALTH_CHECK_TIMEOUT.as_secs()),
+            Ok(Err(e)) => format!("cannot run '{}': {e}", check.command),
+            Ok(Ok(out)) if out.status.success() => String::new(),
+            Ok(Ok(out)) => {
+                let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+                let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
+                let text: String = text.chars().take(200).collect();
+                let status = out.status.code().map_or_else(|| "a signal".to_string(), |c| format!("exit {c}"));
+                if text.is_empty() {
+                    status
+                } else {
+                    format!("{text} ({status})")
+                }
+            }
+        };
+        let mut current = self.health_check_failure.lock().unwrap_or_else(|p| p.into_inner());
+        if *current != failure {
+            if failure.is_empty() {
+                tracing::info!("the health check passes again");
+            } else {
+                tracing::warn!(output = %failure, "the health check failed");
+            }
+            *current = failure;
+        }
+    }
+
+    /// How this agent limits its jobs (detected on first use).
+    pub fn limits(&self) -> &limits::Limits {
+        self.limits.get_or_init(|| {
+            let l = limits::Limits::detect(&self.config.name, self.config.cgroups);
+            match &l {
+                limits::Limits::Cgroup(_) => {
+                    tracing::info!(node = %self.config.name, limits = %l.describe(), "job limits")
+                }
+                limits::Limits::Rlimits(_) => {
+                    tracing::warn!(node = %self.config.name, limits = %l.describe(), "no cgroups for jobs")
+                }
+            }
+            l
         })
     }
 
@@ -195,10 +325,24 @@ impl Agent {
     pub async fn run(self: Arc<Self>, shutdown: watch::Receiver<bool>) {
         let exits_rx =
             self.exits_rx.lock().unwrap_or_else(|p| p.into_inner()).take().expect("Agent::run is called once");
+        if !identity::is_root() {
+            // SAFETY: getuid has no failure mode.
+            let uid = unsafe { libc::getuid() };
+            tracing::warn!(
+                uid,
+                "not running as root: every job runs as this agent's user (uid {uid}), not as its submitter"
+            );
+        } else if !self.config.switch_user {
+            tracing::info!("jobs run as this agent's user (root), not as their submitters: switching users is off");
+        }
+        self.limits();
         runner::reattach_all(&self);
         let lease = tokio::spawn(watch_lease(self.clone(), shutdown.clone()));
+        let health = tokio::spawn(watch_health(self.clone(), shutdown.clone()));
+        self.check_gpus().await;
         conn::run(self.clone(), exits_rx, shutdown).await;
         lease.abort();
+        let _ = health.await;
         self.stopped.send_replace(true);
     }
 }
@@ -213,10 +357,35 @@ async fn watch_lease(agent: Arc<Agent>, mut shutdown: watch::Receiver<bool>) {
     }
 }
 
+/// Checks the GPUs every heartbeat, and runs the health check at its interval on a task of its
+/// own (a slow check does not hold up the GPUs').
+async fn watch_health(agent: Arc<Agent>, mut shutdown: watch::Receiver<bool>) {
+    let checker = agent.config.health_check.clone().map(|check| {
+        let agent = agent.clone();
+        tokio::spawn(async move {
+            let mut every = tokio::time::interval(check.interval);
+            loop {
+                every.tick().await;
+                agent.run_health_check(&check).await;
+            }
+        })
+    });
+    let mut gpus = tokio::time::interval(agent.config.heartbeat);
+    loop {
+        tokio::select! {
+            _ = gpus.tick() => agent.check_gpus().await,
+            _ = shutdown.changed() => break,
+        }
+    }
+    if let Some(c) = checker {
+        c.abort();
+    }
+}
+
 /// Runs an agent until `shutdown` completes.
-pub async fn run(config: AgentConfig, shutdown: impl std::future::Future<Output = ()>) {
+pub async fn run(config: AgentConfig, gpus: Box<dyn gpu::GpuSource>, shutdown: impl std::future::Future<Output = ()>) {
     let (stop_tx, stop_rx) = watch::channel(false);
-    let agent = Agent::new(config);
+    let agent = Agent::with_gpu_source(config, gpus);
     let task = tokio::spawn(agent.clone().run(stop_rx));
     shutdown.await;
     let _ = stop_tx.send(true);

@@ -16,7 +16,7 @@ pub fn parse_gpu_source(spec: &str) -> Result<Vec<SimGpu>, String> {
     }
     let rest = spec
         .strip_prefix("sim:")
-        .ok_or_else(|| format!("unknown GPU source '{spec}': expected 'none' or 'sim:TYPExCOUNT'"))?;
+        .ok_or_else(|| format!("unknown GPU source '{spec}': expected 'nvml', 'none' or 'sim:TYPExCOUNT'"))?;
     let mut gpus = Vec::new();
     for part in rest.split(',') {
         let (ty, count) = part

@@ -3,18 +3,17 @@
 //! When the job's main process ends, its supervisor kills whatever is left of its process group,
 //! so no process of a finished job survives it, whether the agent is there or not.
 
-use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use quorum_proto::agent::{ExitKind, JobExit, Launch};
+use quorum_proto::agent::{ExitKind, JobExit, Launch, OutputChunk, ReadOutput};
 use quorum_proto::api::JobSpec;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::supervisor::{self, Prepared, Status};
-use crate::{Agent, JobEntry};
+use crate::{identity, Agent, JobEntry};
 
 /// Sends a signal to a whole process group; a group that is already gone is fine.
 pub fn signal_group(pgid: i32, signal: i32) {
@@ -26,8 +25,12 @@ pub fn signal_group(pgid: i32, signal: i32) {
     }
 }
 
-/// Expands `%j` (job id), `%x` (name), `%u` (user), `%N` (node), `%A`/`%a` (array job and
-/// task: the job id and 0 until arrays exist) and `%%`.
+/// What `%a` stands for in a job that is no task of an array (Slurm's NO_VAL).
+const NO_ARRAY_TASK: &str = "4294967294";
+
+/// Expands `%j` (job id), `%x` (name), `%u` (user), `%N` (node), `%A`/`%a` (the array's id and
+/// the task id, for a task of a job array; for any other job, as Slurm does, its id and
+/// 4294967294) and `%%`.
 pub fn expand_pattern(pattern: &str, launch: &Launch, node: &str) -> String {
     let name = launch.spec.as_ref().map(|s| s.name.as_str()).unwrap_or("");
     let mut out = String::new();
@@ -38,8 +41,12 @@ pub fn expand_pattern(pattern: &str, launch: &Launch, node: &str) -> String {
             continue;
         }
         match chars.next() {
-            Some('j') | Some('A') => out.push_str(&launch.job_id.to_string()),
-            Some('a') => out.push('0'),
+            Some('j') => out.push_str(&launch.job_id.to_string()),
+            Some('A') => out.push_str(&launch.array.as_ref().map_or(launch.job_id, |a| a.array_job_id).to_string()),
+            Some('a') => match &launch.array {
+                Some(a) => out.push_str(&a.task_id.to_string()),
+                None => out.push_str(NO_ARRAY_TASK),
+            },
             Some('x') => out.push_str(name),
             Some('u') => out.push_str(&launch.user),
             Some('N') => out.push_str(node),
@@ -52,6 +59,54 @@ pub fn expand_pattern(pattern: &str, launch: &Launch, node: &str) -> String {
         }
     }
     out
+}
+
+/// Where a rank's output goes, and its error output when it has a file of its own.
+pub fn output_paths(launch: &Launch, spec: &JobSpec, node: &str) -> (PathBuf, Option<PathBuf>) {
+    let work_dir = Path::new(&spec.work_dir);
+    let stdout_pattern = if spec.stdout.is_empty() { "quorum-%j.out" } else { spec.stdout.as_str() };
+    let stdout = resolve(work_dir, &expand_pattern(stdout_pattern, launch, node));
+    let stderr = (!spec.stderr.is_empty()).then(|| resolve(work_dir, &expand_pattern(&spec.stderr, launch, node)));
+    (stdout, stderr)
+}
+
+/// Reads part of a job's output file for `quorum logs` (blocking). An agent that runs jobs as
+/// their users reads only a file that the job's user owns: the path is the user's to choose,
+/// and the agent must not read for them what they could not.
+pub fn read_output(agent: &Agent, r: &ReadOutput) -> OutputChunk {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut chunk = OutputChunk { request_id: r.request_id, ..Default::default() };
+    let Some((launch, spec)) = r.launch.as_ref().and_then(|l| l.spec.as_ref().map(|s| (l, s))) else {
+        chunk.error = "the request names no job".into();
+        return chunk;
+    };
+    let (stdout, stderr) = output_paths(launch, spec, &agent.config.name);
+    let path = if r.stderr { stderr.unwrap_or(stdout) } else { stdout };
+    chunk.path = path.display().to_string();
+    let read = || -> Result<Vec<u8>, String> {
+        let mut file = std::fs::File::open(&path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+        if let Ok(Some(account)) = credentials(agent, launch) {
+            use std::os::unix::fs::MetadataExt;
+            let owner = file.metadata().map_err(|e| e.to_string())?.uid();
+            if owner != account.uid {
+                return Err(format!(
+                    "{} belongs to uid {owner}, not to the job's user {} (uid {})",
+                    path.display(),
+                    account.name,
+                    account.uid
+                ));
+            }
+        }
+        file.seek(SeekFrom::Start(r.offset)).map_err(|e| e.to_string())?;
+        let mut data = Vec::new();
+        file.take(u64::from(r.max_bytes)).read_to_end(&mut data).map_err(|e| e.to_string())?;
+        Ok(data)
+    };
+    match read() {
+        Ok(data) => chunk.data = data,
+        Err(e) => chunk.error = e,
+    }
+    chunk
 }
 
 fn resolve(work_dir: &Path, path: &str) -> PathBuf {
@@ -91,6 +146,20 @@ pub fn job_environment(launch: &Launch, spec: &JobSpec, node: &str) -> Vec<(Stri
         env.push((format!("QUORUM_{suffix}"), value.clone()));
         env.push((format!("SLURM_{suffix}"), value));
     }
+    if let Some(a) = &launch.array {
+        let vars: [(&str, String); 5] = [
+            ("ARRAY_JOB_ID", a.array_job_id.to_string()),
+            ("ARRAY_TASK_ID", a.task_id.to_string()),
+            ("ARRAY_TASK_COUNT", a.count.to_string()),
+            ("ARRAY_TASK_MIN", a.min.to_string()),
+            ("ARRAY_TASK_MAX", a.max.to_string()),
+        ];
+        for (suffix, value) in vars {
+            env.retain(|(k, _)| k != &format!("QUORUM_{suffix}") && k != &format!("SLURM_{suffix}"));
+            env.push((format!("QUORUM_{suffix}"), value.clone()));
+            env.push((format!("SLURM_{suffix}"), value));
+        }
+    }
     env.retain(|(k, _)| k != "QUORUM_MASTER_ADDR" && k != "CUDA_VISIBLE_DEVICES" && k != "SLURMD_NODENAME");
     env.push(("QUORUM_MASTER_ADDR".into(), first_node));
     env.push(("SLURMD_NODENAME".into(), node.to_string()));
@@ -109,17 +178,6 @@ fn quorum_first_host(nodelist: &str) -> Option<String> {
             Some(format!("{}{}", &first[..open], lo))
         }
     }
-}
-
-fn open_output(path: &Path, truncate: bool) -> std::io::Result<File> {
-    let mut o = OpenOptions::new();
-    o.create(true).write(true);
-    if truncate {
-        o.truncate(true);
-    } else {
-        o.append(true);
-    }
-    o.open(path)
 }
 
 /// Starts the job under its supervisor; its end is reported through the agent's job table and
@@ -190,19 +248,27 @@ pub fn reattach_all(agent: &Arc<Agent>) {
                 tokio::spawn(async move {
                     let mut stopped = agent.stopped.subscribe();
                     let ended = tokio::select! {
-                        ended = watch(&agent, &found.launch, &found.record, pids, found.started_ms, found.reason, kill_rx, None) => ended,
+                        ended = watch(&agent, &found.launch, &found.record, pids, found.started_ms, found.reason, kill_rx) => ended,
                         _ = stopped.wait_for(|s| *s) => return,
                     };
                     finish(&agent, &found.launch, ended);
                 });
             }
             (status, _) => {
-                let (kind, code, signal) = ended_with(
-                    found.reason.unwrap_or(ExitKind::Exited),
-                    status.unwrap_or(Status::Lost),
-                    None,
-                    &found.launch,
-                );
+                let ended =
+                    ended_with(found.reason.unwrap_or(ExitKind::Exited), status.unwrap_or(Status::Lost), &found.launch);
+                let (kind, code, signal) = match agent.limits().cgroups() {
+                    Some(cg) => {
+                        let job = cg.job(job_id, token);
+                        let oom = job.oom_killed();
+                        tokio::spawn(async move { job.remove().await });
+                        match ended {
+                            (ExitKind::Exited, code, signal) if oom => (ExitKind::OutOfMemory, code, signal),
+                            other => other,
+                        }
+                    }
+                    None => ended,
+                };
                 tracing::info!(
                     job = job_id,
                     token,
@@ -220,19 +286,20 @@ pub fn reattach_all(agent: &Arc<Agent>) {
 
 /// The reported end of a job from why the agent signalled it (`Exited` when it did not) and
 /// what its supervisor recorded.
-fn ended_with(kind: ExitKind, status: Status, report: Option<&mut File>, launch: &Launch) -> Ended {
+fn ended_with(kind: ExitKind, status: Status, launch: &Launch) -> Ended {
     match status {
         Status::Exited(code) => (kind, code, 0),
         Status::Signaled(signal) => (kind, 0, signal),
-        Status::LaunchFailed(errno) => {
-            if let Some(f) = report {
-                let what = launch.spec.as_ref().map(|s| s.argv.first().map_or("bash", |a| a.as_str())).unwrap_or("");
-                let dir = launch.spec.as_ref().map(|s| s.work_dir.as_str()).unwrap_or("");
-                launch_error(
-                    Some(f),
-                    &format!("cannot run '{what}' in {dir}: {}", std::io::Error::from_raw_os_error(errno)),
-                );
-            }
+        Status::LaunchFailed(step, errno) => {
+            // chdir and exec failures are written to the job's error output by the job's
+            // process itself; the earlier steps have nowhere of the user's to write to.
+            tracing::warn!(
+                job = launch.job_id,
+                user = %launch.user,
+                "job launch failed: cannot {}: {}",
+                step.what(),
+                std::io::Error::from_raw_os_error(errno)
+            );
             (ExitKind::LaunchFailed, 127, 0)
         }
         Status::Lost => {
@@ -242,70 +309,78 @@ fn ended_with(kind: ExitKind, status: Status, report: Option<&mut File>, launch:
     }
 }
 
+/// Who the job runs as: its submitting user when the agent switches users, else nobody in
+/// particular (the agent's own user).
+fn credentials(agent: &Agent, launch: &Launch) -> Result<Option<identity::Account>, String> {
+    if !agent.config.switch_user || !identity::is_root() {
+        return Ok(None);
+    }
+    identity::lookup(&launch.user).map(Some)
+}
+
 async fn run(agent: &Agent, launch: &Launch, kill_rx: mpsc::Receiver<ExitKind>) -> Ended {
     let node = agent.config.name.as_str();
+    let failed = |message: String| {
+        tracing::warn!(job = launch.job_id, user = %launch.user, "job launch failed: {message}");
+        (ExitKind::LaunchFailed, 127, 0)
+    };
     let Some(spec) = launch.spec.as_ref() else {
-        return (ExitKind::LaunchFailed, 127, 0);
+        return failed("the launch carries no job spec".into());
+    };
+    let account = match credentials(agent, launch) {
+        Ok(a) => a,
+        Err(e) => return failed(e),
     };
     let work_dir = PathBuf::from(&spec.work_dir);
-    let stdout_pattern = if spec.stdout.is_empty() { "quorum-%j.out" } else { spec.stdout.as_str() };
-    let stdout_path = resolve(&work_dir, &expand_pattern(stdout_pattern, launch, node));
-    let truncate = launch.node_rank == 0;
-    let stdout = match open_output(&stdout_path, truncate) {
-        Ok(f) => f,
-        Err(e) => {
-            tracing::warn!(job = launch.job_id, path = %stdout_path.display(), error = %e, "cannot open output");
-            return (ExitKind::LaunchFailed, 127, 0);
-        }
-    };
-    let stderr = if spec.stderr.is_empty() {
-        stdout.try_clone()
-    } else {
-        open_output(&resolve(&work_dir, &expand_pattern(&spec.stderr, launch, node)), truncate)
-    };
-    let stderr = match stderr {
-        Ok(f) => f,
-        Err(e) => {
-            tracing::warn!(job = launch.job_id, error = %e, "cannot open error output");
-            return (ExitKind::LaunchFailed, 127, 0);
-        }
-    };
-    let mut report = stderr.try_clone().ok();
+    let (stdout, stderr) = output_paths(launch, spec, node);
+    let output = supervisor::Output { stdout, stderr, truncate: launch.node_rank == 0 };
 
     let record = supervisor::record_dir(&agent.config.spool_dir, launch.job_id, launch.token);
     let started_ms = now_ms();
     if let Err(e) = supervisor::create_record(&record, launch, started_ms) {
-        launch_error(report.as_mut(), &format!("cannot write the job record {}: {e}", record.display()));
-        return (ExitKind::LaunchFailed, 127, 0);
+        return failed(format!("cannot write the job record {}: {e}", record.display()));
     }
     if let Some(e) = agent.lock_jobs().get_mut(&launch.job_id).filter(|e| e.token == launch.token) {
         e.record = Some(record.clone());
     }
     let argv = if !spec.script.is_empty() {
         let path = record.join("script.sh");
-        if let Err(e) = std::fs::write(&path, &spec.script) {
-            launch_error(report.as_mut(), &format!("cannot write the job script {}: {e}", path.display()));
-            return (ExitKind::LaunchFailed, 127, 0);
+        if let Err(e) = write_script(&path, &spec.script, account.as_ref()) {
+            return failed(format!("cannot write the job script {}: {e}", path.display()));
         }
         vec!["bash".to_string(), path.display().to_string()]
     } else {
         spec.argv.clone()
     };
-    let env = job_environment(launch, spec, node);
-    let prepared = match Prepared::new(&argv, &env, &work_dir, stdout, stderr, &record) {
-        Ok(p) => p,
-        Err(e) => {
-            launch_error(report.as_mut(), &format!("cannot run '{}' in {}: {e}", argv[0], work_dir.display()));
-            return (ExitKind::LaunchFailed, 127, 0);
+    let mut env = job_environment(launch, spec, node);
+    if let Some(a) = &account {
+        for (name, value) in [("HOME", &a.home), ("USER", &a.name), ("LOGNAME", &a.name), ("SHELL", &a.shell)] {
+            if !env.iter().any(|(k, _)| k == name) {
+                env.push((name.to_string(), value.clone()));
+            }
         }
+    }
+    let mut prepared = match Prepared::new(&argv, &env, &work_dir, &output, &record) {
+        Ok(p) => p,
+        Err(e) => return failed(format!("cannot run '{}' in {}: {e}", argv[0], work_dir.display())),
+    };
+    if let Some(a) = &account {
+        prepared = prepared.run_as(supervisor::Credentials { uid: a.uid, gid: a.gid, groups: a.groups.clone() });
+    }
+    prepared = match agent.limits().cgroups() {
+        Some(cg) => {
+            match cg.create(launch.job_id, launch.token, launch.mem_mb, launch.cpus).and_then(|d| prepared.cgroup(&d)) {
+                Ok(p) => p,
+                Err(e) => return failed(format!("cannot make the job's cgroup: {e}")),
+            }
+        }
+        None if launch.mem_mb > 0 => prepared.rlimit_data(launch.mem_mb * 1024 * 1024),
+        None => prepared,
     };
     let spawned = tokio::task::spawn_blocking(move || supervisor::spawn(&prepared)).await;
     let pids = match spawned.map_err(std::io::Error::other).and_then(|r| r) {
         Ok(pids) => pids,
-        Err(e) => {
-            launch_error(report.as_mut(), &format!("cannot start the job's supervisor: {e}"));
-            return (ExitKind::LaunchFailed, 127, 0);
-        }
+        Err(e) => return failed(format!("cannot start the job's supervisor: {e}")),
     };
     if let Err(e) = supervisor::write_pids(&record, pids) {
         tracing::warn!(job = launch.job_id, error = %e, "cannot record the job's processes; a restarted agent will not find it");
@@ -318,9 +393,21 @@ async fn run(agent: &Agent, launch: &Launch, kill_rx: mpsc::Receiver<ExitKind>) 
         pgid = pids.pgid,
         supervisor = pids.supervisor,
         rank = launch.node_rank,
+        user = %launch.user,
         "job started"
     );
-    watch(agent, launch, &record, pids, started_ms, None, kill_rx, report.as_mut()).await
+    watch(agent, launch, &record, pids, started_ms, None, kill_rx).await
+}
+
+/// Writes the batch script, readable by the job's user alone.
+fn write_script(path: &Path, script: &str, account: Option<&identity::Account>) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(path, script)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o700))?;
+    if let Some(a) = account {
+        std::os::unix::fs::chown(path, Some(a.uid), Some(a.gid))?;
+    }
+    Ok(())
 }
 
 /// Watches a started job until its supervisor ends: its time limit (SIGTERM, then SIGKILL after
@@ -334,7 +421,6 @@ async fn watch(
     started_ms: u64,
     reason: Option<ExitKind>,
     mut kill_rx: mpsc::Receiver<ExitKind>,
-    report: Option<&mut File>,
 ) -> Ended {
     let pgid = pids.pgid;
     let limit = (launch.time_limit_s > 0).then(|| {
@@ -401,14 +487,22 @@ async fn watch(
             }
         }
     };
-    ended_with(kind, status, report, launch)
+    let ended = ended_with(kind, status, launch);
+    conclude(agent, launch, ended).await
 }
 
-fn launch_error(report: Option<&mut File>, message: &str) {
-    use std::io::Write;
-    tracing::warn!(message, "job launch failed");
-    if let Some(f) = report {
-        let _ = writeln!(f, "quorum-agent: {message}");
+/// With a cgroup: an OOM kill in it makes the job OUT_OF_MEMORY; the cgroup goes.
+async fn conclude(agent: &Agent, launch: &Launch, ended: Ended) -> Ended {
+    let Some(cg) = agent.limits().cgroups() else { return ended };
+    let job = cg.job(launch.job_id, launch.token);
+    let oom = job.oom_killed();
+    job.remove().await;
+    match ended {
+        (ExitKind::Exited, code, signal) if oom => {
+            tracing::info!(job = launch.job_id, "the OOM killer killed the job");
+            (ExitKind::OutOfMemory, code, signal)
+        }
+        other => other,
     }
 }
 
@@ -442,6 +536,26 @@ mod tests {
         let l = launch();
         assert_eq!(expand_pattern("%x-%j.%u.%N.out", &l, "gpu04"), "train-42.alice.gpu04.out");
         assert_eq!(expand_pattern("100%%-%q", &l, "n"), "100%-%q");
+        assert_eq!(expand_pattern("%A_%a", &l, "n"), "42_4294967294");
+        let task = Launch {
+            job_id: 45,
+            array: Some(quorum_proto::api::ArrayTask {
+                array_job_id: 40,
+                task_id: 7,
+                count: 8,
+                min: 0,
+                max: 7,
+                throttle: 0,
+            }),
+            ..l
+        };
+        assert_eq!(expand_pattern("%x-%A_%a.out", &task, "n"), "train-40_7.out");
+        let env = job_environment(&task, task.spec.as_ref().unwrap(), "n");
+        let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+        assert_eq!(get("SLURM_ARRAY_JOB_ID"), Some("40"));
+        assert_eq!(get("QUORUM_ARRAY_TASK_ID"), Some("7"));
+        assert_eq!((get("SLURM_ARRAY_TASK_COUNT"), get("SLURM_ARRAY_TASK_MAX")), (Some("8"), Some("7")));
+        assert_eq!(get("SLURM_JOB_ID"), Some("45"));
     }
 
     #[test]

@@ -24,15 +24,61 @@ use std::time::Duration;
 use prost::Message;
 use quorum_proto::agent::{ExitKind, Launch};
 
+use crate::limits::JobCgroup;
+
 /// What a supervisor recorded about its job's end.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Status {
     Exited(i32),
     Signaled(i32),
-    /// The program could not be started (errno of chdir or exec).
-    LaunchFailed(i32),
+    /// The program could not be started: the step that failed and its errno.
+    LaunchFailed(Step, i32),
     /// The supervisor is gone without a status (killed itself): the job's end is unknown.
     Lost,
+}
+
+/// The steps of starting a job's program, in order, each of which can fail.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Joining the job's cgroup or setting its rlimits.
+    Limits = 1,
+    /// Becoming the job's user.
+    Identity = 2,
+    /// Opening the output files (as the job's user).
+    Output = 3,
+    Chdir = 4,
+    Exec = 5,
+}
+
+impl Step {
+    const ALL: [Step; 5] = [Step::Limits, Step::Identity, Step::Output, Step::Chdir, Step::Exec];
+
+    /// The word in the status file.
+    fn word(self) -> &'static [u8] {
+        match self {
+            Step::Limits => b"limits-failed",
+            Step::Identity => b"identity-failed",
+            Step::Output => b"output-failed",
+            Step::Chdir => b"chdir-failed",
+            // What agents before the steps existed wrote for chdir and exec alike.
+            Step::Exec => b"launch-failed",
+        }
+    }
+
+    fn from_code(code: i32) -> Step {
+        Step::ALL.into_iter().find(|s| *s as i32 == code).unwrap_or(Step::Exec)
+    }
+
+    /// What the step is, for a message: "cannot <what>: <error>".
+    pub fn what(self) -> &'static str {
+        match self {
+            Step::Limits => "apply the job's resource limits",
+            Step::Identity => "switch to the job's user",
+            Step::Output => "open the job's output files as its user",
+            Step::Chdir => "change to the working directory",
+            Step::Exec => "run the program",
+        }
+    }
 }
 
 impl Status {
@@ -42,8 +88,7 @@ impl Status {
         match kind {
             "exited" => Some(Status::Exited(value)),
             "signaled" => Some(Status::Signaled(value)),
-            "launch-failed" => Some(Status::LaunchFailed(value)),
-            _ => None,
+            _ => Step::ALL.into_iter().find(|s| s.word() == kind.as_bytes()).map(|s| Status::LaunchFailed(s, value)),
         }
     }
 }
@@ -61,39 +106,84 @@ pub fn record_dir(spool: &Path, job_id: u64, token: u64) -> PathBuf {
     spool.join("jobs").join(format!("{job_id}.{token}"))
 }
 
+/// Who the job's process becomes before it runs anything.
+#[derive(Clone, Debug)]
+pub struct Credentials {
+    pub uid: u32,
+    pub gid: u32,
+    pub groups: Vec<u32>,
+}
+
+/// The job's output files; opened by the job's process itself, as its user.
+pub struct Output {
+    pub stdout: PathBuf,
+    /// `None`: with the output.
+    pub stderr: Option<PathBuf>,
+    /// Truncate (the first rank) or append.
+    pub truncate: bool,
+}
+
 /// What the job's process needs, prepared before any fork.
 pub struct Prepared {
-    program: CString,
+    /// Where to look for the program, in order (one path when it has a `/`).
+    candidates: Vec<CString>,
     argv: Vec<CString>,
     envp: Vec<CString>,
     cwd: CString,
-    stdout: File,
-    stderr: File,
+    stdout: CString,
+    stderr: Option<CString>,
+    truncate: bool,
     stdin: File,
+    credentials: Option<Credentials>,
+    /// The `cgroup.procs` of each of the job's cgroup directories (one with v2, one per
+    /// controller with v1), joined before anything runs.
+    cgroup_procs: Vec<CString>,
+    /// At the end, v2's `cgroup.kill`; v1 has none, so the pids left in its memory cgroup's
+    /// `cgroup.procs` are killed one by one.
+    cgroup_kill: Option<CString>,
+    cgroup_sweep: Option<CString>,
+    /// Without a cgroup: `RLIMIT_DATA` in bytes.
+    rlimit_data: Option<u64>,
+    /// Written to the job's stderr before the error text when chdir or exec fails.
+    chdir_message: Vec<u8>,
+    exec_message: Vec<u8>,
+    not_found_message: Vec<u8>,
+    /// The program was looked up on `PATH`.
+    searched: bool,
     status_tmp: CString,
     status: CString,
+}
+
+/// The text of every errno, made before any fork (strerror is not async-signal-safe).
+fn error_texts() -> &'static [Vec<u8>] {
+    static TEXTS: std::sync::OnceLock<Vec<Vec<u8>>> = std::sync::OnceLock::new();
+    TEXTS.get_or_init(|| {
+        (0..160)
+            .map(|e| {
+                let text = io::Error::from_raw_os_error(e).to_string();
+                let text = text.split(" (os error").next().unwrap_or(&text).to_string();
+                format!("{text}\n").into_bytes()
+            })
+            .collect()
+    })
 }
 
 fn cstring(what: &str, bytes: &[u8]) -> io::Result<CString> {
     CString::new(bytes).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, format!("{what} contains a NUL byte")))
 }
 
-/// Finds `program` the way a shell would, on the job's `PATH`.
-fn resolve_program(program: &str, env: &[(String, String)]) -> io::Result<PathBuf> {
+/// Where a shell would look for `program`: on the job's `PATH`, tried in order by the job's
+/// process itself (as its user, so its permissions decide).
+fn program_candidates(program: &str, env: &[(String, String)]) -> Vec<PathBuf> {
     if program.contains('/') {
-        return Ok(PathBuf::from(program));
+        return vec![PathBuf::from(program)];
     }
     let path = env.iter().find(|(k, _)| k == "PATH").map(|(_, v)| v.as_str()).unwrap_or("/usr/bin:/bin");
-    for dir in path.split(':').filter(|d| !d.is_empty()) {
-        let candidate = Path::new(dir).join(program);
-        if let Ok(meta) = std::fs::metadata(&candidate) {
-            use std::os::unix::fs::PermissionsExt;
-            if meta.is_file() && meta.permissions().mode() & 0o111 != 0 {
-                return Ok(candidate);
-            }
-        }
-    }
-    Err(io::Error::new(io::ErrorKind::NotFound, format!("'{program}' is not found on the job's PATH")))
+    path.split(':').filter(|d| !d.is_empty()).map(|dir| Path::new(dir).join(program)).collect()
+}
+
+fn path_cstring(what: &str, path: &Path) -> io::Result<CString> {
+    cstring(what, path.as_os_str().as_bytes())
 }
 
 impl Prepared {
@@ -102,26 +192,62 @@ impl Prepared {
         argv: &[String],
         env: &[(String, String)],
         cwd: &Path,
-        stdout: File,
-        stderr: File,
+        output: &Output,
         record: &Path,
     ) -> io::Result<Prepared> {
         let first = argv.first().ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "empty command"))?;
-        let program = resolve_program(first, env)?;
+        let candidates = program_candidates(first, env);
+        let path = env.iter().find(|(k, _)| k == "PATH").map(|(_, v)| v.as_str()).unwrap_or("");
+        error_texts();
         Ok(Prepared {
-            program: cstring("the program path", program.as_os_str().as_bytes())?,
+            candidates: candidates.iter().map(|c| path_cstring("the program path", c)).collect::<io::Result<_>>()?,
             argv: argv.iter().map(|a| cstring("an argument", a.as_bytes())).collect::<io::Result<_>>()?,
             envp: env
                 .iter()
                 .map(|(k, v)| cstring("an environment variable", format!("{k}={v}").as_bytes()))
                 .collect::<io::Result<_>>()?,
-            cwd: cstring("the working directory", cwd.as_os_str().as_bytes())?,
-            stdout,
-            stderr,
+            cwd: path_cstring("the working directory", cwd)?,
+            stdout: path_cstring("the output path", &output.stdout)?,
+            stderr: output.stderr.as_deref().map(|p| path_cstring("the error path", p)).transpose()?,
+            truncate: output.truncate,
             stdin: File::open("/dev/null")?,
-            status_tmp: cstring("the record path", record.join("status.tmp").as_os_str().as_bytes())?,
-            status: cstring("the record path", record.join("status").as_os_str().as_bytes())?,
+            credentials: None,
+            cgroup_procs: Vec::new(),
+            cgroup_kill: None,
+            cgroup_sweep: None,
+            rlimit_data: None,
+            chdir_message: format!("quorum: cannot change to the working directory {}: ", cwd.display()).into_bytes(),
+            exec_message: format!("quorum: cannot run '{first}' in {}: ", cwd.display()).into_bytes(),
+            searched: !first.contains('/'),
+            not_found_message: format!("quorum: '{first}' is not found on the job's PATH ({path})\n").into_bytes(),
+            status_tmp: path_cstring("the record path", &record.join("status.tmp"))?,
+            status: path_cstring("the record path", &record.join("status"))?,
         })
+    }
+
+    /// Runs the job as this user instead of the agent's.
+    pub fn run_as(mut self, credentials: Credentials) -> Prepared {
+        self.credentials = Some(credentials);
+        self
+    }
+
+    /// The job's process joins this cgroup before it runs anything.
+    pub fn cgroup(mut self, job: &JobCgroup) -> io::Result<Prepared> {
+        self.cgroup_procs =
+            job.procs_files().iter().map(|p| path_cstring("the cgroup path", p)).collect::<io::Result<_>>()?;
+        let first = &job.dirs[0];
+        if job.v2 {
+            self.cgroup_kill = Some(path_cstring("the cgroup path", &first.join("cgroup.kill"))?);
+        } else {
+            self.cgroup_sweep = Some(path_cstring("the cgroup path", &first.join("cgroup.procs"))?);
+        }
+        Ok(self)
+    }
+
+    /// Without a cgroup: caps the job's data segment.
+    pub fn rlimit_data(mut self, bytes: u64) -> Prepared {
+        self.rlimit_data = Some(bytes);
+        self
     }
 }
 
@@ -144,14 +270,7 @@ pub fn spawn(p: &Prepared) -> io::Result<Pids> {
         p.argv.iter().map(|a| a.as_ptr()).chain(std::iter::once(std::ptr::null())).collect();
     let envp: Vec<*const libc::c_char> =
         p.envp.iter().map(|a| a.as_ptr()).chain(std::iter::once(std::ptr::null())).collect();
-    let keep = [
-        report_w.as_raw_fd(),
-        exec_r.as_raw_fd(),
-        exec_w.as_raw_fd(),
-        p.stdout.as_raw_fd(),
-        p.stderr.as_raw_fd(),
-        p.stdin.as_raw_fd(),
-    ];
+    let keep = [report_w.as_raw_fd(), exec_r.as_raw_fd(), exec_w.as_raw_fd(), p.stdin.as_raw_fd()];
     // SAFETY: the child runs only async-signal-safe calls on memory prepared above and ends in
     // _exit; the parent only closes descriptors and reads the pipe.
     let supervisor = unsafe { libc::fork() };
@@ -251,7 +370,7 @@ unsafe fn supervise(
     p: &Prepared,
     argv: &[*const libc::c_char],
     envp: &[*const libc::c_char],
-    mut keep: [RawFd; 6],
+    mut keep: [RawFd; 4],
     report_w: RawFd,
     exec_r: RawFd,
     exec_w: RawFd,
@@ -268,34 +387,23 @@ unsafe fn supervise(
     }
     let job = libc::fork();
     if job == 0 {
-        libc::setpgid(0, 0);
-        libc::dup2(p.stdin.as_raw_fd(), 0);
-        libc::dup2(p.stdout.as_raw_fd(), 1);
-        libc::dup2(p.stderr.as_raw_fd(), 2);
-        let failed = if libc::chdir(p.cwd.as_ptr()) == -1 {
-            *libc::__errno_location()
-        } else {
-            libc::execve(p.program.as_ptr(), argv.as_ptr(), envp.as_ptr());
-            *libc::__errno_location()
-        };
-        write_all(exec_w, &failed.to_ne_bytes());
-        libc::_exit(127);
+        start_job(p, argv, envp, exec_w);
     }
     if job == -1 {
         let errno = *libc::__errno_location();
         let mut report = [0u8; 8];
         report[4..].copy_from_slice(&errno.to_ne_bytes());
         write_all(report_w, &report);
-        write_status(p, b"launch-failed", errno);
+        write_status(p, Step::Exec.word(), errno);
         libc::_exit(0);
     }
     libc::setpgid(job, job);
     libc::close(exec_w);
-    // The exec pipe closes on a successful exec; four bytes mean chdir or exec failed.
-    let mut errno_bytes = [0u8; 4];
+    // The exec pipe closes on a successful exec; eight bytes (step, errno) mean a step failed.
+    let mut failure = [0u8; 8];
     let mut got = 0usize;
-    while got < 4 {
-        let n = libc::read(exec_r, errno_bytes[got..].as_mut_ptr().cast(), 4 - got);
+    while got < 8 {
+        let n = libc::read(exec_r, failure[got..].as_mut_ptr().cast(), 8 - got);
         if n == -1 && *libc::__errno_location() == libc::EINTR {
             continue;
         }
@@ -306,21 +414,175 @@ unsafe fn supervise(
     }
     let mut report = [0u8; 8];
     report[..4].copy_from_slice(&job.to_ne_bytes());
-    report[4..].copy_from_slice(&errno_bytes);
+    report[4..].copy_from_slice(&failure[4..]);
     write_all(report_w, &report);
     libc::close(report_w);
     let mut status = 0;
     while libc::waitpid(job, &mut status, 0) == -1 && *libc::__errno_location() == libc::EINTR {}
-    // Nothing of a finished job outlives it.
+    // Nothing of a finished job outlives it: its process group, and with a cgroup, everything
+    // in it (a daemon that left the group too).
     libc::kill(-job, libc::SIGKILL);
-    if got == 4 {
-        write_status(p, b"launch-failed", i32::from_ne_bytes(errno_bytes));
+    if let Some(kill) = &p.cgroup_kill {
+        let fd = libc::open(kill.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+        if fd >= 0 {
+            write_all(fd, b"1");
+            libc::close(fd);
+        }
+    }
+    if let Some(procs) = &p.cgroup_sweep {
+        sweep(procs);
+    }
+    if got == 8 {
+        let step = Step::from_code(i32::from_ne_bytes(failure[..4].try_into().expect("4 bytes")));
+        write_status(p, step.word(), i32::from_ne_bytes(failure[4..].try_into().expect("4 bytes")));
     } else if libc::WIFSIGNALED(status) {
         write_status(p, b"signaled", libc::WTERMSIG(status));
     } else {
         write_status(p, b"exited", libc::WEXITSTATUS(status));
     }
     libc::_exit(0);
+}
+
+/// Kills every process listed in a cgroup v1 `cgroup.procs` (what escaped the job's process
+/// group), a few rounds in case one forked meanwhile. Async-signal-safe: open, read, kill.
+unsafe fn sweep(procs: &CString) {
+    for _ in 0..5 {
+        let fd = libc::open(procs.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
+        if fd < 0 {
+            return;
+        }
+        let mut buf = [0u8; 4096];
+        let mut killed = false;
+        let mut pid: i32 = 0;
+        let mut digits = false;
+        loop {
+            let n = libc::read(fd, buf.as_mut_ptr().cast(), buf.len());
+            if n <= 0 {
+                break;
+            }
+            for &b in &buf[..n as usize] {
+                if b.is_ascii_digit() {
+                    pid = pid.saturating_mul(10).saturating_add(i32::from(b - b'0'));
+                    digits = true;
+                } else if digits {
+                    libc::kill(pid, libc::SIGKILL);
+                    killed = true;
+                    (pid, digits) = (0, false);
+                }
+            }
+        }
+        if digits {
+            libc::kill(pid, libc::SIGKILL);
+            killed = true;
+        }
+        libc::close(fd);
+        if !killed {
+            return;
+        }
+        libc::usleep(20_000);
+    }
+}
+
+/// Reports a failed step to the supervisor and ends the job's process.
+unsafe fn fail(exec_w: RawFd, step: Step, errno: i32) -> ! {
+    let mut bytes = [0u8; 8];
+    bytes[..4].copy_from_slice(&(step as i32).to_ne_bytes());
+    bytes[4..].copy_from_slice(&errno.to_ne_bytes());
+    write_all(exec_w, &bytes);
+    libc::_exit(127);
+}
+
+fn errno() -> i32 {
+    // SAFETY: reads this thread's errno.
+    unsafe { *libc::__errno_location() }
+}
+
+unsafe fn write_error(message: &[u8], errno: i32) {
+    write_all(2, message);
+    let texts = error_texts();
+    match texts.get(errno as usize) {
+        Some(text) => write_all(2, text),
+        None => write_all(2, b"unknown error\n"),
+    }
+}
+
+/// Opens an output file as the job's user and puts it on `fd`.
+unsafe fn open_onto(path: &CString, truncate: bool, fd: RawFd) -> bool {
+    let mode = if truncate { libc::O_TRUNC } else { libc::O_APPEND };
+    let opened = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CREAT | libc::O_CLOEXEC | mode, 0o644);
+    if opened < 0 {
+        return false;
+    }
+    let ok = libc::dup2(opened, fd) == fd;
+    libc::close(opened);
+    ok
+}
+
+/// The job's process, between fork and exec: its group, its cgroup or rlimits, its user, its
+/// output files, its directory, its program. Never returns.
+unsafe fn start_job(p: &Prepared, argv: &[*const libc::c_char], envp: &[*const libc::c_char], exec_w: RawFd) -> ! {
+    libc::setpgid(0, 0);
+    for procs in &p.cgroup_procs {
+        let fd = libc::open(procs.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+        if fd < 0 || libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
+            fail(exec_w, Step::Limits, errno());
+        }
+        libc::close(fd);
+    }
+    if let Some(bytes) = p.rlimit_data {
+        let limit = libc::rlimit { rlim_cur: bytes, rlim_max: bytes };
+        if libc::setrlimit(libc::RLIMIT_DATA, &limit) != 0 {
+            fail(exec_w, Step::Limits, errno());
+        }
+    }
+    if let Some(c) = &p.credentials {
+        if libc::setgroups(c.groups.len(), c.groups.as_ptr()) != 0
+            || libc::setgid(c.gid) != 0
+            || libc::setuid(c.uid) != 0
+        {
+            fail(exec_w, Step::Identity, errno());
+        }
+    }
+    libc::dup2(p.stdin.as_raw_fd(), 0);
+    if !open_onto(&p.stdout, p.truncate, 1) {
+        fail(exec_w, Step::Output, errno());
+    }
+    match &p.stderr {
+        Some(path) => {
+            if !open_onto(path, p.truncate, 2) {
+                fail(exec_w, Step::Output, errno());
+            }
+        }
+        None => {
+            libc::dup2(1, 2);
+        }
+    }
+    if libc::chdir(p.cwd.as_ptr()) == -1 {
+        let e = errno();
+        write_error(&p.chdir_message, e);
+        fail(exec_w, Step::Chdir, e);
+    }
+    // As execvp: on to the next directory while the program is not there; EACCES is kept.
+    let mut failed = libc::ENOENT;
+    let mut denied = false;
+    for candidate in &p.candidates {
+        libc::execve(candidate.as_ptr(), argv.as_ptr(), envp.as_ptr());
+        failed = errno();
+        match failed {
+            libc::EACCES => denied = true,
+            libc::ENOENT | libc::ENOTDIR => {}
+            _ => break,
+        }
+    }
+    if denied && (failed == libc::ENOENT || failed == libc::ENOTDIR) {
+        failed = libc::EACCES;
+    }
+    if failed == libc::ENOENT && p.searched {
+        write_all(2, &p.not_found_message);
+    } else {
+        write_error(&p.exec_message, failed);
+    }
+    fail(exec_w, Step::Exec, failed);
 }
 
 /// The status the supervisor wrote, if it has.
@@ -448,7 +710,9 @@ mod tests {
             (&b"exited"[..], 0, Status::Exited(0)),
             (b"exited", 255, Status::Exited(255)),
             (b"signaled", 9, Status::Signaled(9)),
-            (b"launch-failed", -2, Status::LaunchFailed(-2)),
+            (b"launch-failed", -2, Status::LaunchFailed(Step::Exec, -2)),
+            (b"identity-failed", 1, Status::LaunchFailed(Step::Identity, 1)),
+            (b"chdir-failed", 2, Status::LaunchFailed(Step::Chdir, 2)),
         ] {
             let n = status_line(word, value, &mut buf);
             assert_eq!(Status::parse(std::str::from_utf8(&buf[..n]).unwrap()), Some(want));
@@ -462,11 +726,10 @@ mod tests {
         let record = record_dir(dir.path(), 5, 9);
         let launch = Launch { job_id: 5, token: 9, ..Default::default() };
         create_record(&record, &launch, 1234).unwrap();
-        let out = File::create(dir.path().join("out")).unwrap();
-        let err = out.try_clone().unwrap();
+        let out = Output { stdout: dir.path().join("out"), stderr: None, truncate: true };
         let env = vec![("PATH".to_string(), std::env::var("PATH").unwrap())];
         let argv: Vec<String> = ["bash", "-c", "echo hi; sleep 0.3; exit 3"].iter().map(|s| s.to_string()).collect();
-        let p = Prepared::new(&argv, &env, dir.path(), out, err, &record).unwrap();
+        let p = Prepared::new(&argv, &env, dir.path(), &out, &record).unwrap();
         let pids = spawn(&p).unwrap();
         write_pids(&record, pids).unwrap();
         assert!(pids.pgid > 0 && pids.supervisor > 0 && pids.pgid != pids.supervisor);
@@ -481,12 +744,57 @@ mod tests {
         assert_eq!(std::fs::read_to_string(dir.path().join("out")).unwrap(), "hi\n");
         assert_eq!(scan(dir.path())[0].status, Some(Status::Exited(3)));
 
-        let out = File::create(dir.path().join("out2")).unwrap();
-        let err = out.try_clone().unwrap();
+        let out2 = Output { stdout: dir.path().join("out2"), stderr: None, truncate: true };
         let record2 = record_dir(dir.path(), 6, 1);
         std::fs::create_dir_all(&record2).unwrap();
-        let missing = Prepared::new(&argv, &env, &dir.path().join("no-such-dir"), out, err, &record2).unwrap();
+        let missing = Prepared::new(&argv, &env, &dir.path().join("no-such-dir"), &out2, &record2).unwrap();
         let pids = spawn(&missing).unwrap();
-        assert_eq!(wait(pids, &record2).await, Status::LaunchFailed(libc::ENOENT));
+        assert_eq!(wait(pids, &record2).await, Status::LaunchFailed(Step::Chdir, libc::ENOENT));
+        let text = std::fs::read_to_string(dir.path().join("out2")).unwrap();
+        assert!(
+            text.contains("cannot change to the working directory") && text.contains("No such file or directory"),
+            "{text}"
+        );
+
+        // A program not on PATH, and an output file in a directory that does not exist.
+        let record3 = record_dir(dir.path(), 7, 1);
+        std::fs::create_dir_all(&record3).unwrap();
+        let nowhere = vec!["no-such-program-anywhere".to_string()];
+        let p = Prepared::new(&nowhere, &env, dir.path(), &out2, &record3).unwrap();
+        assert_eq!(wait(spawn(&p).unwrap(), &record3).await, Status::LaunchFailed(Step::Exec, libc::ENOENT));
+        let text = std::fs::read_to_string(dir.path().join("out2")).unwrap();
+        assert!(text.contains("'no-such-program-anywhere' is not found on the job's PATH"), "{text}");
+        let record4 = record_dir(dir.path(), 8, 1);
+        std::fs::create_dir_all(&record4).unwrap();
+        let bad_out = Output { stdout: dir.path().join("no/such/out"), stderr: None, truncate: true };
+        let p = Prepared::new(&argv, &env, dir.path(), &bad_out, &record4).unwrap();
+        assert_eq!(wait(spawn(&p).unwrap(), &record4).await, Status::LaunchFailed(Step::Output, libc::ENOENT));
+    }
+
+    /// As root, the job becomes the user it is given, with that user's groups, and creates its
+    /// output file as that user.
+    #[tokio::test]
+    async fn a_job_runs_as_the_user_it_is_given() {
+        if !crate::identity::is_root() {
+            eprintln!("skipped: switching users needs root");
+            return;
+        }
+        let nobody = crate::identity::lookup("nobody").unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+        let record = record_dir(dir.path(), 9, 1);
+        std::fs::create_dir_all(&record).unwrap();
+        let out = Output { stdout: dir.path().join("who"), stderr: None, truncate: true };
+        let env = vec![("PATH".to_string(), "/usr/bin:/bin".to_string())];
+        let argv: Vec<String> = ["sh", "-c", "id -u; id -g; id -G"].iter().map(|s| s.to_string()).collect();
+        let creds = Credentials { uid: nobody.uid, gid: nobody.gid, groups: nobody.groups.clone() };
+        let p = Prepared::new(&argv, &env, dir.path(), &out, &record).unwrap().run_as(creds);
+        assert_eq!(wait(spawn(&p).unwrap(), &record).await, Status::Exited(0));
+        let text = std::fs::read_to_string(dir.path().join("who")).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[..2], [nobody.uid.to_string(), nobody.gid.to_string()], "{text}");
+        assert!(!lines[2].split(' ').any(|g| g == "0"), "root's group kept: {text}");
+        use std::os::unix::fs::MetadataExt;
+        assert_eq!(std::fs::metadata(dir.path().join("who")).unwrap().uid(), nobody.uid);
     }
 }

@@ -282,7 +282,9 @@ async fn dispatch(jobs: usize, json: bool) -> anyhow::Result<()> {
         // Idle again before the next: the job has ended and its end is committed.
         loop {
             let j = c
-                .call(|mut cl| async move { cl.get_job(api::GetJobRequest { job_id: id, stale: false }).await })
+                .call(|mut cl| async move {
+                    cl.get_job(api::GetJobRequest { job_id: id, stale: false, array_task_id: None }).await
+                })
                 .await?;
             if j.job.is_some_and(|j| j.state != "RUNNING" && j.state != "PENDING") {
                 break;
@@ -402,6 +404,9 @@ async fn failover(runs: usize, clients: usize, bin: Option<PathBuf>, json: bool)
         spool_dir: replicas.dir.path().join("spool"),
         heartbeat: Duration::from_secs(1),
         kill_wait: Duration::from_secs(2),
+        switch_user: false,
+        cgroups: false,
+        health_check: None,
     });
     let (agent_stop, agent_rx) = tokio::sync::watch::channel(false);
     let agent_task = tokio::spawn(agent.clone().run(agent_rx));

@@ -108,3 +108,34 @@ impl Client {
         }
     }
 }
+
+/// A job as users name it: `12`, or `12_3` for task 3 of job array 12.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct JobRef {
+    pub id: u64,
+    pub task: Option<u32>,
+}
+
+impl std::str::FromStr for JobRef {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<JobRef, String> {
+        let bad = || format!("invalid job '{s}': give a job id such as 12, or an array task such as 12_3");
+        match s.trim().split_once('_') {
+            Some((id, task)) => {
+                Ok(JobRef { id: id.parse().map_err(|_| bad())?, task: Some(task.parse().map_err(|_| bad())?) })
+            }
+            None => Ok(JobRef { id: s.trim().parse().map_err(|_| bad())?, task: None }),
+        }
+    }
+}
+
+impl JobRef {
+    /// The job's id: an array task's is looked up.
+    pub async fn resolve(&self, client: &Client) -> Result<u64, Status> {
+        let Some(task) = self.task else { return Ok(self.id) };
+        let req = quorum_proto::api::GetJobRequest { job_id: self.id, stale: false, array_task_id: Some(task) };
+        let r = client.call(|mut c| async move { c.get_job(req).await }).await?;
+        r.job.map(|j| j.id).ok_or_else(|| Status::internal("an answer without its job"))
+    }
+}

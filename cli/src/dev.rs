@@ -33,6 +33,14 @@ pub struct DevOptions {
     pub agent_lease: Duration,
     /// Replicas (by index) that behave as an older release at this feature level.
     pub emulate_levels: Vec<(usize, u32)>,
+    /// The agents run each job as its submitting user (when root). Off by default: a dev
+    /// cluster runs every job as whoever runs it.
+    pub switch_user: bool,
+    /// The agents give jobs cgroups where the node allows (with cgroup v2 they move this process
+    /// into a leaf cgroup of its own to do so). Off by default: rlimits.
+    pub cgroups: bool,
+    /// The agents' health check program (`sh -c`), like Slurm's HealthCheckProgram.
+    pub health_check: Option<quorum_agent::HealthCheck>,
 }
 
 impl Default for DevOptions {
@@ -51,6 +59,9 @@ impl Default for DevOptions {
             node_timeout: Duration::from_secs(30),
             agent_lease: Duration::from_secs(20),
             emulate_levels: Vec::new(),
+            switch_user: false,
+            cgroups: false,
+            health_check: None,
         }
     }
 }
@@ -156,6 +167,9 @@ impl DevCluster {
                 spool_dir: data_dir.join(format!("agent-{}", node_name(i))),
                 heartbeat: Duration::from_secs(1),
                 kill_wait: opts.kill_wait,
+                switch_user: opts.switch_user,
+                cgroups: opts.cgroups,
+                health_check: opts.health_check.clone(),
             })
             .collect();
         let mut cluster =

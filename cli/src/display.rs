@@ -45,6 +45,9 @@ pub struct JobJson {
     pub requeue: bool,
     /// Times it went back to the queue after a node failure.
     pub requeues: u32,
+    /// For a task of a job array: the array's id and the task id.
+    pub array_job_id: Option<u64>,
+    pub array_task_id: Option<u32>,
 }
 
 fn nonzero(v: u64) -> Option<u64> {
@@ -88,6 +91,16 @@ pub fn job_json(j: &JobInfo) -> JobJson {
         expected_nodes: (!j.expected_nodes.is_empty()).then(|| j.expected_nodes.clone()),
         requeue: spec.requeue,
         requeues: j.requeues,
+        array_job_id: j.array.as_ref().map(|a| a.array_job_id),
+        array_task_id: j.array.as_ref().map(|a| a.task_id),
+    }
+}
+
+/// How users name a job: `12`, or `12_3` for task 3 of array 12.
+pub fn job_name_id(j: &JobInfo) -> String {
+    match &j.array {
+        Some(a) => format!("{}_{}", a.array_job_id, a.task_id),
+        None => j.id.to_string(),
     }
 }
 
@@ -159,7 +172,7 @@ pub fn queue_table(jobs: &[JobInfo], now_ms: u64) -> String {
                 j.nodelist.clone()
             };
             vec![
-                j.id.to_string(),
+                job_name_id(j),
                 j.partition.clone(),
                 j.name.chars().take(24).collect(),
                 j.user.clone(),
@@ -179,7 +192,7 @@ pub fn start_table(jobs: &[JobInfo]) -> String {
         .iter()
         .map(|j| {
             vec![
-                j.id.to_string(),
+                job_name_id(j),
                 j.partition.clone(),
                 j.name.chars().take(24).collect(),
                 j.user.clone(),
@@ -309,6 +322,14 @@ fn mem(mb: u64) -> String {
     }
 }
 
+/// `cgroup v1`, `cgroup v2` or `rlimits`, for the LIMITS column.
+fn limits_word(limits: &str) -> String {
+    match limits.split(" (").next() {
+        Some(w) if w.starts_with("cgroup") => w.to_string(),
+        _ => "rlimits".into(),
+    }
+}
+
 pub fn nodes_table(nodes: &[NodeInfo]) -> String {
     let rows: Vec<Vec<String>> = nodes
         .iter()
@@ -316,6 +337,21 @@ pub fn nodes_table(nodes: &[NodeInfo]) -> String {
             let mut state = n.state.clone();
             if !n.connected && n.state != "down" {
                 state.push('*');
+            }
+            // The worst GPU, like dstack's `idle (failure)`; WARNING shows without draining.
+            let worst = n.gpu_health.iter().filter(|g| g.state != "ok").max_by_key(|g| g.state == "failure");
+            if let Some(g) = worst {
+                state.push_str(&format!(" ({})", g.state));
+            }
+            let mut reason = n.reason.clone();
+            if reason.is_empty() {
+                let warnings: Vec<String> = n
+                    .gpu_health
+                    .iter()
+                    .filter(|g| g.state == "warning")
+                    .map(|g| format!("GPU {} warning: {}", g.index, g.detail))
+                    .collect();
+                reason = warnings.join("; ");
             }
             vec![
                 n.name.clone(),
@@ -325,18 +361,45 @@ pub fn nodes_table(nodes: &[NodeInfo]) -> String {
                 format!("{}/{}", mem(n.alloc_mem_mb), mem(n.mem_mb)),
                 format!("{}/{}", n.alloc_gpus, n.gpus),
                 if n.gpu_types.is_empty() { "-".into() } else { n.gpu_types.clone() },
-                n.reason.clone(),
+                if n.limits.is_empty() { "-".into() } else { limits_word(&n.limits) },
+                reason,
             ]
         })
         .collect();
-    table(&["NODE", "PARTITION", "STATE", "CPUS(A/T)", "MEM(A/T)", "GPUS(A/T)", "GPU_TYPES", "REASON"], &rows)
+    let mut out = table(
+        &["NODE", "PARTITION", "STATE", "CPUS(A/T)", "MEM(A/T)", "GPUS(A/T)", "GPU_TYPES", "LIMITS", "REASON"],
+        &rows,
+    );
+    // Why a node has no cgroups is too long for a column: once below the table.
+    let mut why: std::collections::BTreeMap<&str, Vec<&str>> = Default::default();
+    for n in nodes {
+        if let Some(w) = n.limits.strip_prefix("rlimits only: ") {
+            why.entry(w).or_default().push(&n.name);
+        }
+    }
+    for (w, names) in why {
+        let which = if names.len() <= 3 { names.join(",") } else { format!("{} nodes", names.len()) };
+        out.push_str(&format!("{which}: no cgroups for jobs ({w}); memory is capped with rlimits\n"));
+    }
+    out
 }
 
 pub fn show_job(j: &JobInfo, now_ms: u64) -> String {
     let spec = j.spec.clone().unwrap_or_default();
     let ms = |v: u64| if v == 0 { "-".to_string() } else { utc_time(v) };
     let mut lines = vec![
-        format!("JobId={} JobName={}", j.id, j.name),
+        match &j.array {
+            Some(a) => format!(
+                "JobId={} ArrayJobId={} ArrayTaskId={} ArrayTasks={} ArrayThrottle={} JobName={}",
+                j.id,
+                a.array_job_id,
+                a.task_id,
+                a.count,
+                if a.throttle == 0 { "none".to_string() } else { a.throttle.to_string() },
+                j.name
+            ),
+            None => format!("JobId={} JobName={}", j.id, j.name),
+        },
         format!("UserId={} Partition={}", j.user, j.partition),
         format!(
             "JobState={} Reason={} ExitCode={}:{}",

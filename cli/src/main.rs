@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use quorum_cli::client::Client;
+use quorum_cli::client::{Client, JobRef};
 use quorum_cli::dev::{DevCluster, DevOptions};
 use quorum_cli::display;
 use quorum_cli::submit::{build_spec, Payload, SubmitOpts};
@@ -59,18 +59,34 @@ enum Command {
     },
     /// One job in detail, like scontrol show job.
     Show {
-        job: u64,
+        /// A job id, or ARRAY_TASK such as 12_3.
+        job: JobRef,
         #[arg(long)]
         json: bool,
     },
     /// Cancel jobs.
     Cancel {
+        /// Job ids; an array's id cancels the whole array, ARRAY_TASK (12_3) one task.
         #[arg(required = true)]
-        jobs: Vec<u64>,
+        jobs: Vec<JobRef>,
         /// Only send this signal (USR1, SIGUSR1, 10) to the running jobs' processes on every
         /// node, like scancel --signal; the jobs are not cancelled.
         #[arg(long, short = 's')]
         signal: Option<String>,
+    },
+    /// Print a job's output, read on its node (the first by default); -f follows a running
+    /// job until it ends, like kubectl logs -f.
+    Logs {
+        /// A job id, or ARRAY_TASK such as 12_3.
+        job: JobRef,
+        #[arg(long, short = 'f')]
+        follow: bool,
+        /// Read the file on this node of the job's allocation.
+        #[arg(long)]
+        node: Option<String>,
+        /// The error file (--error) instead of the output.
+        #[arg(long)]
+        err: bool,
     },
     /// Hold pending jobs so that they do not start.
     Hold {
@@ -177,6 +193,10 @@ enum AdminCommand {
         #[arg(value_delimiter = ',', required = true)]
         nodes: Vec<String>,
     },
+    /// Inject a fault into a simulated GPU (an agent with --gpus sim:...), to drill what a
+    /// failing GPU does: xid:N, ecc-uncorrectable[:N], ecc-correctable:N, temperature:C,
+    /// retired-pages:N, pcie-replay:N, or clear (the GPU is healthy again).
+    GpuFault { node: String, gpu: u32, kind: String },
     /// Hand leadership to replica ID (default: the most caught-up other voter).
     TransferLeader { id: Option<u64> },
     /// Remove a controller replica from the cluster (stop its process afterwards).
@@ -339,7 +359,9 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Show { job, json } => {
             let r = client
-                .call(|mut c| async move { c.get_job(api::GetJobRequest { job_id: job, stale }).await })
+                .call(|mut c| async move {
+                    c.get_job(api::GetJobRequest { job_id: job.id, stale, array_task_id: job.task }).await
+                })
                 .await
                 .map_err(status_error)?;
             note_stale(stale, r.applied_index);
@@ -353,7 +375,19 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Cancel { jobs, signal } => {
             let signalling = signal.is_some();
-            let req = api::CancelJobRequest { job_ids: jobs, user: current_user(), signal: signal.unwrap_or_default() };
+            let (mut job_ids, mut task_job_ids) = (Vec::new(), Vec::new());
+            for j in jobs {
+                match j.task {
+                    None => job_ids.push(j.id),
+                    Some(_) => task_job_ids.push(j.resolve(&client).await.map_err(status_error)?),
+                }
+            }
+            let req = api::CancelJobRequest {
+                job_ids,
+                user: current_user(),
+                signal: signal.unwrap_or_default(),
+                task_job_ids,
+            };
             let r = client
                 .call(|mut c| {
                     let req = req.clone();
@@ -373,6 +407,13 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             if failed {
                 return Ok(ExitCode::FAILURE);
             }
+        }
+        Command::Logs { job, follow, node, err } => {
+            let job_id = job.resolve(&client).await.map_err(status_error)?;
+            let opts = quorum_cli::logs::LogsOptions { job_id, user: current_user(), follow, node, stderr: err };
+            quorum_cli::logs::logs(&client, &opts, &mut std::io::stdout(), &mut std::io::stderr())
+                .await
+                .map_err(status_error)?;
         }
         command @ (Command::Hold { .. } | Command::Release { .. }) => {
             let (jobs, release) = match command {
@@ -524,6 +565,18 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             }
             AdminCommand::Drain { nodes, reason } => set_drained(&client, nodes, Some(reason)).await?,
             AdminCommand::Resume { nodes } => set_drained(&client, nodes, None).await?,
+            AdminCommand::GpuFault { node, gpu, kind } => {
+                quorum_agent::gpu::parse_fault(&kind).map_err(anyhow::Error::msg)?;
+                let req = api::GpuFaultRequest { user: current_user(), node: node.clone(), gpu, kind: kind.clone() };
+                client
+                    .call(|mut c| {
+                        let req = req.clone();
+                        async move { c.inject_gpu_fault(req).await }
+                    })
+                    .await
+                    .map_err(status_error)?;
+                println!("injected {kind} into GPU {gpu} of {node}; its next heartbeat reports it");
+            }
             AdminCommand::WaitReplica { id, started_after, timeout } => {
                 return wait_replica(&client, id, started_after, std::time::Duration::from_secs(timeout)).await;
             }
@@ -712,6 +765,11 @@ fn node_json(n: &api::NodeInfo) -> serde_json::Value {
         "connected": n.connected,
         "agent_version": n.agent_version,
         "agent_started_at_ms": n.agent_started_at_ms,
+        "limits": n.limits,
+        "gpu_health": n.gpu_health.iter().map(|g| serde_json::json!({
+            "index": g.index, "state": g.state, "detail": g.detail,
+        })).collect::<Vec<_>>(),
+        "health_check": n.health_check,
     })
 }
 

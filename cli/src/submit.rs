@@ -81,6 +81,15 @@ pub struct SubmitOpts {
     /// shell only with `B:`.
     #[arg(long)]
     pub signal: Option<String>,
+    /// Which of your environment variables the job gets: `ALL` (the default), `NONE` (only
+    /// `SLURM_*` and `QUORUM_*` ones), or a list of names and `NAME=value` settings, with `ALL` in
+    /// the list to keep everything else too (`ALL,OMP_NUM_THREADS=4`).
+    #[arg(long)]
+    pub export: Option<String>,
+    /// A job array: one job per task id, such as `0-15`, `1,3,5`, `0-99:10`, with `%N` at the
+    /// end to run at most N at once (`0-15%4`).
+    #[arg(short = 'a', long)]
+    pub array: Option<String>,
 }
 
 #[derive(Parser, Debug)]
@@ -117,6 +126,8 @@ impl SubmitOpts {
             requeue: self.requeue || (other.requeue && !self.no_requeue),
             no_requeue: self.no_requeue || (other.no_requeue && !self.requeue),
             signal: self.signal.or(other.signal),
+            export: self.export.or(other.export),
+            array: self.array.or(other.array),
         }
     }
 
@@ -140,6 +151,12 @@ impl SubmitOpts {
         if let Some(b) = &self.begin {
             parse_begin(b, 0)?;
         }
+        if let Some(e) = &self.export {
+            apply_export(e, Vec::new())?;
+        }
+        if let Some(a) = &self.array {
+            quorum_control::model::ArraySpec::parse(a)?;
+        }
         for (what, v) in [("--nodes", self.nodes), ("--ntasks", self.ntasks), ("--cpus-per-task", self.cpus_per_task)] {
             if v == Some(0) {
                 return Err(format!("invalid {what} '0': must be at least 1"));
@@ -147,6 +164,52 @@ impl SubmitOpts {
         }
         Ok(())
     }
+}
+
+/// The environment the job gets from the submit environment `env`, as `--export` says.
+pub fn apply_export(export: &str, env: Vec<(String, String)>) -> Result<Vec<(String, String)>, String> {
+    let ours = |name: &str| name.starts_with("SLURM_") || name.starts_with("QUORUM_");
+    match export.trim() {
+        "ALL" | "" => return Ok(env),
+        "NONE" => return Ok(env.into_iter().filter(|(k, _)| ours(k)).collect()),
+        _ => {}
+    }
+    let mut items = Vec::new();
+    for item in export.split(',').map(str::trim) {
+        let (name, value) = match item.split_once('=') {
+            Some((n, v)) => (n, Some(v)),
+            None => (item, None),
+        };
+        if item == "ALL" || item == "NONE" {
+            items.push((item, None));
+            continue;
+        }
+        let valid = name.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !valid {
+            return Err(format!(
+                "invalid --export '{export}': '{item}' is not a variable name or NAME=value (give ALL, NONE or a list)"
+            ));
+        }
+        items.push((name, value));
+    }
+    if items.iter().any(|(n, _)| *n == "NONE") {
+        return Err(format!("invalid --export '{export}': NONE cannot be part of a list"));
+    }
+    let all = items.iter().any(|(n, _)| *n == "ALL");
+    let mut out: Vec<(String, String)> =
+        if all { env.clone() } else { env.iter().filter(|(k, _)| ours(k)).cloned().collect() };
+    for (name, value) in items.into_iter().filter(|(n, _)| *n != "ALL") {
+        let value = match value {
+            Some(v) => Some(v.to_string()),
+            None => env.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone()),
+        };
+        out.retain(|(k, _)| k != name);
+        if let Some(v) = value {
+            out.push((name.to_string(), v));
+        }
+    }
+    Ok(out)
 }
 
 /// `[type:]N` → (type, N).
@@ -343,6 +406,7 @@ pub fn build_spec(
         Some(b) => parse_begin(b, now_ms)?,
         None => 0,
     };
+    let env = apply_export(opts.export.as_deref().unwrap_or("ALL"), env)?;
     Ok(api::JobSpec {
         dependency: opts.dependency.clone().unwrap_or_default(),
         begin_time_ms,
@@ -358,6 +422,7 @@ pub fn build_spec(
         exclusive: opts.exclusive,
         requeue: opts.requeue,
         signal: opts.signal.clone().unwrap_or_default(),
+        array: opts.array.clone().unwrap_or_default(),
         name: opts.job_name.unwrap_or(default_name),
         partition: opts.partition.unwrap_or_default(),
         nodes,
@@ -428,6 +493,36 @@ mod tests {
         assert!(e.contains("line 1") && e.contains("--frobnicate"), "{e}");
         let e = script_spec("#SBATCH -t 1:2:3:4\n", SubmitOpts::default()).unwrap_err();
         assert!(e.contains("invalid time '1:2:3:4'"), "{e}");
+    }
+
+    #[test]
+    fn export_takes_all_none_or_a_list() {
+        let env = || {
+            vec![
+                ("HOME".to_string(), "/home/a".to_string()),
+                ("SLURM_CONF".to_string(), "/etc/slurm.conf".to_string()),
+                ("OMP_NUM_THREADS".to_string(), "8".to_string()),
+            ]
+        };
+        let names = |v: Vec<(String, String)>| v.into_iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>();
+        assert_eq!(apply_export("ALL", env()).unwrap(), env());
+        assert_eq!(names(apply_export("NONE", env()).unwrap()), ["SLURM_CONF=/etc/slurm.conf"]);
+        assert_eq!(
+            names(apply_export("HOME,FOO=bar,MISSING", env()).unwrap()),
+            ["SLURM_CONF=/etc/slurm.conf", "HOME=/home/a", "FOO=bar"]
+        );
+        assert_eq!(
+            names(apply_export("ALL,OMP_NUM_THREADS=2", env()).unwrap()),
+            ["HOME=/home/a", "SLURM_CONF=/etc/slurm.conf", "OMP_NUM_THREADS=2"]
+        );
+        assert!(apply_export("HOME,1BAD", env()).unwrap_err().contains("'1BAD' is not a variable name"));
+        assert!(apply_export("NONE,HOME", env()).unwrap_err().contains("NONE cannot be part of a list"));
+        let cli = SubmitOpts { export: Some("A=1,,B".into()), ..Default::default() };
+        let err = build_spec(cli, Payload::Command(vec!["x".into()]), Path::new("/"), env()).unwrap_err();
+        assert!(err.contains("invalid --export 'A=1,,B': '' is not a variable name"), "{err}");
+        let cli = SubmitOpts { export: Some("NONE".into()), ..Default::default() };
+        let spec = build_spec(cli, Payload::Command(vec!["x".into()]), Path::new("/"), env()).unwrap();
+        assert_eq!(spec.env.len(), 1);
     }
 
     #[test]

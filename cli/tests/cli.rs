@@ -2,32 +2,10 @@
 
 mod common;
 
-use std::process::Command;
 use std::time::Duration;
 
 use common::*;
 use quorum_cli::dev::DevOptions;
-
-#[derive(Debug)]
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-fn quorum(controllers: &str, dir: &std::path::Path, args: &[&str]) -> Run {
-    let out = Command::new(env!("CARGO_BIN_EXE_quorum"))
-        .args(args)
-        .env("QUORUM_CONTROLLERS", controllers)
-        .current_dir(dir)
-        .output()
-        .expect("run quorum");
-    Run {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_gets_a_clear_error_and_creates_nothing() {

@@ -252,12 +252,16 @@ async fn without_a_quorum_default_reads_refuse_and_stale_reads_answer_with_their
 
     // A default read cannot confirm that nothing newer was committed elsewhere: refused.
     let refused = alone
-        .call(|mut cl| async move { cl.get_job(quorum_proto::api::GetJobRequest { job_id: id, stale: false }).await })
+        .call(|mut cl| async move {
+            cl.get_job(quorum_proto::api::GetJobRequest { job_id: id, stale: false, array_task_id: None }).await
+        })
         .await;
     assert!(refused.is_err(), "a linearizable read answered without a quorum: {refused:?}");
     // A stale read answers from the survivor, saying how far it had applied.
     let stale = alone
-        .call(|mut cl| async move { cl.get_job(quorum_proto::api::GetJobRequest { job_id: id, stale: true }).await })
+        .call(|mut cl| async move {
+            cl.get_job(quorum_proto::api::GetJobRequest { job_id: id, stale: true, array_task_id: None }).await
+        })
         .await
         .expect("stale read");
     assert_eq!(stale.job.unwrap().state, "COMPLETED");
@@ -337,9 +341,9 @@ async fn an_isolated_leader_commits_nothing_serves_no_stale_read_and_follows_aft
     assert!(stuck.is_err(), "the isolated leader acknowledged a write: {stuck:?}");
     // Nor can it answer a default read with state older than an acknowledged write.
     let read = via_old
-        .call(
-            |mut cl| async move { cl.get_job(quorum_proto::api::GetJobRequest { job_id: during, stale: false }).await },
-        )
+        .call(|mut cl| async move {
+            cl.get_job(quorum_proto::api::GetJobRequest { job_id: during, stale: false, array_task_id: None }).await
+        })
         .await;
     // (It cannot confirm its leadership, so it answers nothing rather than its old state.)
     assert!(read.is_err(), "the isolated replica answered a linearizable read: {read:?}");
@@ -434,7 +438,12 @@ async fn signal(
     id: u64,
     signal: &str,
 ) -> Result<quorum_proto::api::CancelJobResponse, tonic::Status> {
-    let req = quorum_proto::api::CancelJobRequest { job_ids: vec![id], user: user.into(), signal: signal.into() };
+    let req = quorum_proto::api::CancelJobRequest {
+        job_ids: vec![id],
+        user: user.into(),
+        signal: signal.into(),
+        ..Default::default()
+    };
     c.call(|mut cl| {
         let req = req.clone();
         async move { cl.cancel_job(req).await }

@@ -63,8 +63,11 @@ fn child_process() {
                     spool_dir: PathBuf::from(spool),
                     heartbeat: Duration::from_secs(1),
                     kill_wait: Duration::from_secs(2),
+                    switch_user: false,
+                    cgroups: false,
+                    health_check: None,
                 };
-                quorum_agent::run(config, std::future::pending()).await;
+                quorum_agent::run(config, Box::new(quorum_agent::gpu::SimSource::new(0)), std::future::pending()).await;
             }
             _ => panic!("unknown child role {role}"),
         }

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
-use quorum_agent::{parse_gpu_source, resources, AgentConfig};
+use quorum_agent::{parse_gpu_source, resources, AgentConfig, HealthCheck};
 
 #[derive(Parser)]
 #[command(version, about = "The Quorum node agent")]
@@ -21,9 +21,18 @@ struct Args {
     /// Memory to offer, like 64G (default: all of MemTotal).
     #[arg(long)]
     mem: Option<String>,
-    /// GPU source: `none` or `sim:TYPExCOUNT` such as `sim:h100x8`.
+    /// GPU source: `nvml` (the node's GPUs and their health, through the driver's NVML),
+    /// `sim:TYPExCOUNT` such as `sim:h100x8` (simulated; faults injected with
+    /// `quorum admin gpu-fault`), or `none`.
     #[arg(long, default_value = "none")]
     gpus: String,
+    /// A health check program run with `sh -c` every --health-check-interval seconds, like
+    /// Slurm's HealthCheckProgram: a non-zero exit drains the node with its output as the
+    /// reason, until it passes again.
+    #[arg(long)]
+    health_check: Option<String>,
+    #[arg(long, default_value_t = 60)]
+    health_check_interval: u64,
     /// Node features, comma-separated.
     #[arg(long, value_delimiter = ',')]
     features: Vec<String>,
@@ -33,6 +42,13 @@ struct Args {
     /// Seconds between SIGTERM and SIGKILL.
     #[arg(long, default_value_t = 30)]
     kill_wait: u64,
+    /// Run every job as this agent's user instead of its submitter (an agent that is not root
+    /// always does).
+    #[arg(long)]
+    no_switch_user: bool,
+    /// Do not give jobs cgroups even where the node has them (rlimits only).
+    #[arg(long)]
+    no_cgroups: bool,
 }
 
 fn hostname() -> String {
@@ -51,22 +67,32 @@ async fn main() -> anyhow::Result<()> {
         Some(m) => parse_mem(m)?,
         None => resources::detect_mem_mb(),
     };
-    let config = AgentConfig {
+    let mut config = AgentConfig {
         name: args.name.unwrap_or_else(hostname),
         controllers: args.controllers,
         cpus: args.cpus.unwrap_or_else(resources::detect_cpus),
         mem_mb,
-        gpus: parse_gpu_source(&args.gpus).map_err(anyhow::Error::msg)?,
+        gpus: Vec::new(),
         features: args.features,
         spool_dir: args.spool,
         heartbeat: Duration::from_secs(1),
         kill_wait: Duration::from_secs(args.kill_wait),
+        switch_user: !args.no_switch_user,
+        cgroups: !args.no_cgroups,
+        health_check: args
+            .health_check
+            .map(|command| HealthCheck { command, interval: Duration::from_secs(args.health_check_interval.max(1)) }),
     };
-    if unsafe { libc::geteuid() } != 0 {
-        tracing::info!("not running as root: jobs run as this agent's user");
-    }
+    let source: Box<dyn quorum_agent::gpu::GpuSource> = if args.gpus.trim() == "nvml" {
+        let (source, gpus) = quorum_agent::gpu::nvml::NvmlSource::open().map_err(anyhow::Error::msg)?;
+        config.gpus = gpus;
+        Box::new(source)
+    } else {
+        config.gpus = parse_gpu_source(&args.gpus).map_err(anyhow::Error::msg)?;
+        Box::new(quorum_agent::gpu::SimSource::new(config.gpus.len()))
+    };
     tracing::info!(node = %config.name, cpus = config.cpus, mem_mb = config.mem_mb, gpus = config.gpus.len(), "agent starting");
-    quorum_agent::run(config, async {
+    quorum_agent::run(config, source, async {
         let _ = tokio::signal::ctrl_c().await;
     })
     .await;

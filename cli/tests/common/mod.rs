@@ -67,11 +67,13 @@ pub async fn submit(c: &Client, spec: api::JobSpec) -> u64 {
 }
 
 pub async fn job(c: &Client, id: u64) -> JobInfo {
-    c.call(|mut cl| async move { cl.get_job(api::GetJobRequest { job_id: id, stale: false }).await })
-        .await
-        .expect("get job")
-        .job
-        .expect("job in answer")
+    c.call(
+        |mut cl| async move { cl.get_job(api::GetJobRequest { job_id: id, stale: false, array_task_id: None }).await },
+    )
+    .await
+    .expect("get job")
+    .job
+    .expect("job in answer")
 }
 
 pub async fn all_jobs(c: &Client) -> Vec<JobInfo> {
@@ -149,4 +151,40 @@ pub fn versions(addrs: &[String]) -> serde_json::Value {
         .expect("run quorum");
     assert!(out.status.success(), "quorum admin versions: {}", String::from_utf8_lossy(&out.stderr));
     serde_json::from_slice(&out.stdout).expect("json")
+}
+
+/// What a run of the `quorum` binary printed and how it ended.
+#[derive(Debug)]
+pub struct Run {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Run {
+    /// Its output, failing the test when it did not succeed.
+    pub fn success(self) -> String {
+        assert_eq!(self.code, 0, "quorum failed: {}", self.stderr);
+        self.stdout
+    }
+}
+
+/// `quorum ARGS` in `dir`, run as a user would (as whoever runs the tests).
+pub fn quorum(controllers: &str, dir: &Path, args: &[&str]) -> Run {
+    quorum_as(controllers, None, dir, args)
+}
+
+/// `quorum ARGS` in `dir` as `user` (the CLI says who it is from `$USER`).
+pub fn quorum_as(controllers: &str, user: Option<&str>, dir: &Path, args: &[&str]) -> Run {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_quorum"));
+    command.args(args).env("QUORUM_CONTROLLERS", controllers).current_dir(dir);
+    if let Some(u) = user {
+        command.env("USER", u);
+    }
+    let out = command.output().expect("run quorum");
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
 }

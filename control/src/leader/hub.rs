@@ -11,8 +11,10 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::Instant;
 
-use quorum_proto::agent::{controller_message::Msg, ControllerMessage, ExitKind, Kill, Launch};
-use tokio::sync::{mpsc, watch};
+use quorum_proto::agent::{
+    controller_message::Msg, ControllerMessage, ExitKind, GpuHealth, Kill, Launch, OutputChunk, ReadOutput,
+};
+use tokio::sync::{mpsc, oneshot, watch};
 use tonic::Status;
 
 use crate::model::JobId;
@@ -26,6 +28,12 @@ pub type AgentSender = mpsc::Sender<Result<ControllerMessage, Status>>;
 pub struct AgentInfo {
     pub version: String,
     pub started_at_ms: u64,
+    /// How it limits jobs (cgroups, or rlimits and why).
+    pub limits: String,
+    /// Each GPU's health from its newest heartbeat.
+    pub gpus: Vec<GpuHealth>,
+    /// The health check's output while it fails.
+    pub health_check: String,
 }
 
 struct Conn {
@@ -45,6 +53,9 @@ struct Inner {
     /// When each node's agent was last heard from while this replica leads (kept after its
     /// stream ends, so that a node that disconnected is judged from its last heartbeat).
     heard: HashMap<String, Instant>,
+    /// Output reads sent to agents and not yet answered, by request id.
+    reads: HashMap<u64, oneshot::Sender<OutputChunk>>,
+    next_read: u64,
 }
 
 /// The agents connected to this replica while it leads.
@@ -88,10 +99,12 @@ impl AgentHub {
         }
     }
 
-    pub fn heartbeat(&self, node: &str, conn_id: u64, running: Vec<(JobId, u64)>) {
+    pub fn heartbeat(&self, node: &str, conn_id: u64, running: Vec<(JobId, u64)>, gpus: Vec<GpuHealth>, check: String) {
         let mut inner = self.lock();
         if let Some(c) = inner.conns.get_mut(node).filter(|c| c.id == conn_id) {
             c.reported = running;
+            c.agent.gpus = gpus;
+            c.agent.health_check = check;
             inner.heard.insert(node.to_string(), Instant::now());
         }
     }
@@ -109,6 +122,49 @@ impl AgentHub {
         }
         inner.heard.clear();
         self.generation.send_modify(|g| *g += 1);
+    }
+
+    /// Sends a fault to inject into one of `node`'s simulated GPUs.
+    pub fn gpu_fault(&self, node: &str, gpu: u32, kind: &str) -> bool {
+        let inner = self.lock();
+        inner
+            .conns
+            .get(node)
+            .is_some_and(|c| send(c, Msg::GpuFault(quorum_proto::agent::GpuFault { gpu, kind: kind.to_string() })))
+    }
+
+    /// Asks `node`'s agent for part of a job's output file; the answer comes on the receiver.
+    /// `None` when no agent of that node is connected. A caller that stops waiting calls
+    /// [`AgentHub::forget_read`] with the request id.
+    pub fn read_output(
+        &self,
+        node: &str,
+        launch: Launch,
+        stderr: bool,
+        offset: u64,
+        max_bytes: u32,
+    ) -> Option<(u64, oneshot::Receiver<OutputChunk>)> {
+        let mut inner = self.lock();
+        inner.next_read += 1;
+        let request_id = inner.next_read;
+        let read = ReadOutput { request_id, launch: Some(launch), stderr, offset, max_bytes };
+        if !send(inner.conns.get(node)?, Msg::ReadOutput(read)) {
+            return None;
+        }
+        let (tx, rx) = oneshot::channel();
+        inner.reads.insert(request_id, tx);
+        Some((request_id, rx))
+    }
+
+    /// An agent's answer to [`AgentHub::read_output`].
+    pub fn output_read(&self, chunk: OutputChunk) {
+        if let Some(tx) = self.lock().reads.remove(&chunk.request_id) {
+            let _ = tx.send(chunk);
+        }
+    }
+
+    pub fn forget_read(&self, request_id: u64) {
+        self.lock().reads.remove(&request_id);
     }
 
     /// Sends `signal` to job `job_id` (allocation `token`) on `node`; false when no agent of that
@@ -210,5 +266,6 @@ pub fn launch_for(state: &ClusterState, job_id: JobId, node: &str) -> Option<Lau
         mem_mb: mine.mem_mb,
         gpus: mine.gpus.clone(),
         time_limit_s: job.spec.time_limit_s.unwrap_or(0),
+        array: job.array.as_ref().map(convert::array_to_proto),
     })
 }

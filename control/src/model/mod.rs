@@ -3,6 +3,7 @@
 //! ([`Allocation`]). Plain data, serde-encoded into the Raft log and snapshots.
 
 pub mod accounts;
+pub mod array;
 pub mod hostlist;
 pub mod parse;
 pub mod shared;
@@ -10,6 +11,7 @@ pub mod shared;
 pub use shared::Shared;
 
 pub use accounts::{Account, AssocLimits, Qos, Usage};
+pub use array::{ArraySpec, ArrayTask};
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -85,6 +87,10 @@ pub struct JobSpec {
     /// without it encodes as before.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub warn_signal: Option<WarnSignal>,
+    /// `--array`: one job per task id. Only in the submit command: apply makes the tasks and
+    /// leaves it out of each task's spec (each task has its [`Job::array`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub array: Option<ArraySpec>,
 }
 
 /// A signal by name (`USR1`, `SIGUSR1`) or number, among those a job may be sent.
@@ -261,6 +267,8 @@ pub enum JobState {
     Cancelled,
     Timeout,
     NodeFail,
+    /// The OOM killer killed a process of it in its cgroup.
+    OutOfMemory,
 }
 
 impl JobState {
@@ -278,6 +286,7 @@ impl JobState {
             JobState::Cancelled => "CA",
             JobState::Timeout => "TO",
             JobState::NodeFail => "NF",
+            JobState::OutOfMemory => "OOM",
         }
     }
 
@@ -290,6 +299,7 @@ impl JobState {
             JobState::Cancelled => "CANCELLED",
             JobState::Timeout => "TIMEOUT",
             JobState::NodeFail => "NODE_FAIL",
+            JobState::OutOfMemory => "OUT_OF_MEMORY",
         }
     }
 
@@ -302,6 +312,7 @@ impl JobState {
             JobState::Cancelled,
             JobState::Timeout,
             JobState::NodeFail,
+            JobState::OutOfMemory,
         ];
         all.into_iter().find(|st| st.name().eq_ignore_ascii_case(s) || st.short().eq_ignore_ascii_case(s))
     }
@@ -343,6 +354,8 @@ pub enum PendingReason {
     AssocMaxWallDurationPerJobLimit,
     /// No node has the requested features (`--constraint`).
     BadConstraints,
+    /// As many tasks of its array run as its throttle (`--array=...%N`) allows.
+    JobArrayTaskLimit,
 }
 
 impl PendingReason {
@@ -369,6 +382,7 @@ impl PendingReason {
             PendingReason::AssocGrpNodeLimit => "AssocGrpNodeLimit",
             PendingReason::AssocMaxWallDurationPerJobLimit => "AssocMaxWallDurationPerJobLimit",
             PendingReason::BadConstraints => "BadConstraints",
+            PendingReason::JobArrayTaskLimit => "JobArrayTaskLimit",
         }
     }
 }
@@ -411,6 +425,11 @@ pub enum RankOutcome {
         signal: i32,
     },
     LaunchFailed,
+    /// The OOM killer killed a process of it.
+    OutOfMemory {
+        code: i32,
+        signal: i32,
+    },
     /// The agent killed it itself: it lost contact with the controllers for its lease.
     LostContact,
 }
@@ -446,6 +465,9 @@ pub struct Job {
     /// Times it went back to the queue after a node failure.
     #[serde(default)]
     pub requeues: u32,
+    /// The array this job is a task of.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub array: Option<ArrayTask>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -461,6 +483,10 @@ pub enum NodeAdminState {
     Up,
     Drain {
         reason: String,
+        /// Drained by the node's own health (a GPU failure, the health check), not by an
+        /// operator: it resumes by itself when the node is healthy again.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        auto: bool,
     },
     Down {
         reason: String,
@@ -526,7 +552,7 @@ impl Node {
     pub fn reason(&self) -> &str {
         match &self.admin {
             NodeAdminState::Up => "",
-            NodeAdminState::Drain { reason } | NodeAdminState::Down { reason } => reason,
+            NodeAdminState::Drain { reason, .. } | NodeAdminState::Down { reason } => reason,
         }
     }
 

@@ -31,6 +31,7 @@ pub fn static_reason(
     match job.dependency {
         DepStatus::Never => return Some(PendingReason::DependencyNeverSatisfied),
         DepStatus::Waiting => return Some(PendingReason::Dependency),
+        DepStatus::ArrayThrottled => return Some(PendingReason::JobArrayTaskLimit),
         DepStatus::Satisfied => {}
     }
     if job.begin_ms.is_some_and(|b| b > now_ms) {

@@ -94,6 +94,9 @@ pub enum DepStatus {
     Satisfied,
     Waiting,
     Never,
+    /// Its dependencies are met, but as many tasks of its array run (or are let start this
+    /// cycle) as the array's throttle allows.
+    ArrayThrottled,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -345,6 +348,15 @@ impl ClusterView {
                 first_active.entry((j.user.as_str(), j.spec.name.as_str())).or_insert(j.id);
             }
         }
+        // Array throttles: how many more tasks of each throttled array may start, the first
+        // pending ones (in id order) taking them.
+        let mut array_room: BTreeMap<JobId, u32> = BTreeMap::new();
+        for j in active.iter().filter_map(|j| j.array.filter(|a| a.throttle > 0).map(|a| (j, a))) {
+            let room = array_room.entry(j.1.array_job_id).or_insert(j.1.throttle);
+            if j.0.state == JobState::Running {
+                *room = room.saturating_sub(1);
+            }
+        }
         // Running jobs name their nodes; a hash of the names finds each in a few nanoseconds.
         let mut by_name: Option<HashMap<&str, usize, BuildHasherDefault<Fnv>>> = None;
         for j in active {
@@ -373,6 +385,14 @@ impl ClusterView {
                         && first_active.get(&(j.user.as_str(), j.spec.name.as_str())) != Some(&j.id)
                     {
                         dependency = DepStatus::Waiting;
+                    }
+                    if let Some(a) = j.array.filter(|a| a.throttle > 0) {
+                        if dependency == DepStatus::Satisfied && j.held.is_none() {
+                            match array_room.get_mut(&a.array_job_id) {
+                                Some(room) if *room > 0 => *room -= 1,
+                                _ => dependency = DepStatus::ArrayThrottled,
+                            }
+                        }
                     }
                     let (used, entry) =
                         cache.pending.entry(j.id).or_insert_with(|| (generation, Arc::new(pending_job(j, dependency))));
@@ -451,7 +471,7 @@ fn dependency_status(state: &ClusterState, deps: &[crate::model::Dependency]) ->
         };
         match this {
             DepStatus::Never => return DepStatus::Never,
-            DepStatus::Waiting => status = DepStatus::Waiting,
+            DepStatus::Waiting | DepStatus::ArrayThrottled => status = DepStatus::Waiting,
             DepStatus::Satisfied => {}
         }
     }

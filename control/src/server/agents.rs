@@ -9,7 +9,8 @@ use std::sync::Arc;
 use futures::Stream;
 use quorum_proto::agent::agent_service_server::{AgentService, AgentServiceServer};
 use quorum_proto::agent::{
-    agent_message, controller_message, AgentMessage, ControllerMessage, ExitAck, ExitKind, HeartbeatAck, JobExit,
+    agent_message, controller_message, AgentMessage, ControllerMessage, ExitAck, ExitKind, GpuHealth, GpuState,
+    HeartbeatAck, JobExit,
 };
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -18,7 +19,7 @@ use tonic::{Request, Response, Status, Streaming};
 use super::api::write_status;
 use super::not_leader;
 use crate::leader::hub::AgentInfo;
-use crate::model::{Gpu, RankOutcome};
+use crate::model::{Gpu, NodeAdminState, RankOutcome};
 use crate::replica::{now_ms, Core};
 use crate::state::{Command, NodeRegistration};
 
@@ -32,12 +33,27 @@ pub struct Agents {
 
 type OutStream = Pin<Box<dyn Stream<Item = Result<ControllerMessage, Status>> + Send>>;
 
+/// Why a node should not take new jobs, from its heartbeat: GPUs in FAILURE, a failing health
+/// check. WARNING is shown but is no reason.
+fn health_problem(gpus: &[GpuHealth], check: &str) -> Option<String> {
+    let mut parts: Vec<String> = gpus
+        .iter()
+        .filter(|g| g.state == GpuState::GpuFailure as i32)
+        .map(|g| format!("GPU {} failure: {}", g.index, g.detail))
+        .collect();
+    if !check.is_empty() {
+        parts.push(format!("health check failed: {check}"));
+    }
+    (!parts.is_empty()).then(|| parts.join("; "))
+}
+
 fn outcome(exit: &JobExit) -> RankOutcome {
     let (code, signal) = (exit.exit_code, exit.signal);
     match ExitKind::try_from(exit.kind).unwrap_or(ExitKind::Exited) {
         ExitKind::TimedOut => RankOutcome::TimedOut { code, signal },
         ExitKind::Cancelled => RankOutcome::Cancelled { code, signal },
         ExitKind::LaunchFailed => RankOutcome::LaunchFailed,
+        ExitKind::OutOfMemory => RankOutcome::OutOfMemory { code, signal },
         ExitKind::LeaseExpired => RankOutcome::LostContact,
         ExitKind::Exited | ExitKind::Unspecified => RankOutcome::Exited { code, signal },
     }
@@ -60,7 +76,12 @@ impl AgentService for Agents {
             return Err(Status::invalid_argument("register: empty node name"));
         }
         let node = register.node.clone();
-        let agent = AgentInfo { version: register.version.clone(), started_at_ms: register.started_at_ms };
+        let agent = AgentInfo {
+            version: register.version.clone(),
+            started_at_ms: register.started_at_ms,
+            limits: register.limits.clone(),
+            ..Default::default()
+        };
         let registration = NodeRegistration {
             name: register.node,
             cpus: register.cpus,
@@ -108,17 +129,38 @@ impl AgentService for Agents {
                 };
                 match msg {
                     agent_message::Msg::Register(_) => {}
+                    agent_message::Msg::Output(chunk) => core.hub.output_read(chunk),
                     agent_message::Msg::Heartbeat(hb) => {
                         let running = hb.running.iter().map(|r| (r.job_id, r.token)).collect();
-                        core.hub.heartbeat(&node, conn_id, running);
-                        let down = {
+                        let problem = health_problem(&hb.gpus, &hb.health_check);
+                        core.hub.heartbeat(&node, conn_id, running, hb.gpus, hb.health_check);
+                        let (down, health_changed) = {
                             let applied = core.shared.read();
                             core.hub.reconcile(&applied.state, Some(&node));
-                            matches!(
-                                applied.state.nodes.get(&node).map(|n| &n.admin),
-                                Some(crate::model::NodeAdminState::Down { .. })
-                            )
+                            let admin = applied.state.nodes.get(&node).map(|n| &n.admin);
+                            let changed = match (admin, &problem) {
+                                (Some(NodeAdminState::Up), Some(_)) => true,
+                                (Some(NodeAdminState::Drain { auto: true, reason }), Some(p)) => reason != p,
+                                (Some(NodeAdminState::Drain { auto: true, .. }), None) => true,
+                                _ => false,
+                            };
+                            let able = applied.state.cluster_level() >= 4;
+                            (matches!(admin, Some(NodeAdminState::Down { .. })), changed && able)
                         };
+                        if health_changed {
+                            // Off the stream's task: the heartbeat is answered at once.
+                            let (core, node, problem) = (core.clone(), node.clone(), problem.clone());
+                            tokio::spawn(async move {
+                                match &problem {
+                                    Some(p) => tracing::warn!(node, problem = %p, "draining an unhealthy node"),
+                                    None => tracing::info!(node, "the node is healthy again: resuming it"),
+                                }
+                                let command = Command::SetNodeHealth { node: node.clone(), problem, now: now_ms() };
+                                if let Err(e) = core.write(command).await {
+                                    tracing::warn!(node, error = %e, "recording a node's health");
+                                }
+                            });
+                        }
                         // Declared DOWN while its stream survived (a long stall, a partition
                         // that healed): heard again, it returns to service as on a reconnect.
                         if down {
@@ -142,11 +184,18 @@ impl AgentService for Agents {
                         let tx = tx.clone();
                         let node = node.clone();
                         tokio::spawn(async move {
+                            let mut outcome = outcome(&exit);
+                            if let RankOutcome::OutOfMemory { code, signal } = outcome {
+                                // Replicas of an older release know no OUT_OF_MEMORY: FAILED then.
+                                if core.shared.read().state.cluster_level() < 4 {
+                                    outcome = RankOutcome::Exited { code, signal };
+                                }
+                            }
                             let command = Command::JobEnded {
                                 job_id: exit.job_id,
                                 token: exit.token,
                                 node,
-                                outcome: outcome(&exit),
+                                outcome,
                                 now: now_ms(),
                             };
                             match core.write(command).await {

@@ -81,6 +81,22 @@ impl Api {
     }
 }
 
+/// Task `task` of the array whose id is `array_id` (its tasks have the ids from `array_id` on).
+fn array_task(state: &crate::state::ClusterState, array_id: u64, task: u32) -> Result<&crate::model::Job, Status> {
+    let first = state.jobs.get(&array_id).ok_or_else(|| Status::not_found(format!("job {array_id} does not exist")))?;
+    let Some(a) = first.array.filter(|a| a.array_job_id == array_id) else {
+        return Err(Status::invalid_argument(format!("job {array_id} is not a job array, so it has no task {task}")));
+    };
+    state
+        .jobs
+        .range(array_id..array_id + u64::from(a.count))
+        .map(|(_, j)| j)
+        .find(|j| j.array.is_some_and(|t| t.task_id == task))
+        .ok_or_else(|| {
+            Status::not_found(format!("array {array_id} has no task {task} (its tasks are {}-{})", a.min, a.max))
+        })
+}
+
 fn require_root(user: &str) -> Result<(), Status> {
     if user == "root" {
         Ok(())
@@ -282,6 +298,44 @@ impl Quorum for Api {
         }
     }
 
+    async fn job_logs(&self, req: Request<JobLogsRequest>) -> Result<Response<JobLogsResponse>, Status> {
+        if let Some(addr) = self.forward_target(&req)? {
+            return with_leader_hint(&addr, self.client(&addr)?.job_logs(forwarded(req.into_inner())).await);
+        }
+        super::logs::job_logs(&self.core, req.into_inner()).await.map(Response::new)
+    }
+
+    async fn inject_gpu_fault(&self, req: Request<GpuFaultRequest>) -> Result<Response<GpuFaultResponse>, Status> {
+        if let Some(addr) = self.forward_target(&req)? {
+            return with_leader_hint(&addr, self.client(&addr)?.inject_gpu_fault(forwarded(req.into_inner())).await);
+        }
+        let r = req.into_inner();
+        require_root(&r.user)?;
+        if r.kind.trim().is_empty() {
+            return Err(Status::invalid_argument("name the fault: xid:N, ecc-uncorrectable, ..., or clear"));
+        }
+        {
+            let applied = self.core.shared.read();
+            let node = applied
+                .state
+                .nodes
+                .get(&r.node)
+                .ok_or_else(|| Status::not_found(format!("there is no node {}", r.node)))?;
+            if r.gpu as usize >= node.gpus.len() {
+                return Err(Status::invalid_argument(format!(
+                    "node {} has no GPU {} ({} GPUs)",
+                    r.node,
+                    r.gpu,
+                    node.gpus.len()
+                )));
+            }
+        }
+        if !self.core.hub.gpu_fault(&r.node, r.gpu, &r.kind) {
+            return Err(Status::unavailable(format!("node {} has no agent connected", r.node)));
+        }
+        Ok(Response::new(GpuFaultResponse {}))
+    }
+
     async fn cancel_job(&self, req: Request<CancelJobRequest>) -> Result<Response<CancelJobResponse>, Status> {
         if let Some(addr) = self.forward_target(&req)? {
             return with_leader_hint(&addr, self.client(&addr)?.cancel_job(forwarded(req.into_inner())).await);
@@ -294,8 +348,15 @@ impl Quorum for Api {
             return self.signal_jobs(r).await;
         }
         let mut results = Vec::new();
-        for job_id in r.job_ids {
-            let command = Command::CancelJob { job_id, user: r.user.clone(), now: now_ms() };
+        let targets = {
+            let applied = self.core.shared.read();
+            let is_array =
+                |id: u64| applied.state.jobs.get(&id).and_then(|j| j.array).is_some_and(|a| a.array_job_id == id);
+            let whole: Vec<(u64, bool)> = r.job_ids.iter().map(|&id| (id, is_array(id))).collect();
+            whole.into_iter().chain(r.task_job_ids.iter().map(|&id| (id, false))).collect::<Vec<_>>()
+        };
+        for (job_id, whole_array) in targets {
+            let command = Command::CancelJob { job_id, user: r.user.clone(), now: now_ms(), whole_array };
             let result = match self.core.write(command).await.map_err(write_status)?.1 {
                 Applied::Cancelled { .. } => CancelResult { job_id, ok: true, error: String::new() },
                 Applied::Rejected(rej) => CancelResult { job_id, ok: false, error: rej.to_string() },
@@ -312,11 +373,17 @@ impl Quorum for Api {
                 return with_leader_hint(&addr, self.client(&addr)?.get_job(forwarded(req.into_inner())).await);
             }
         }
-        let GetJobRequest { job_id, stale } = req.into_inner();
+        let GetJobRequest { job_id, stale, array_task_id } = req.into_inner();
         self.read_barrier(stale).await?;
         let applied = self.core.shared.read();
-        let job =
-            applied.state.jobs.get(&job_id).ok_or_else(|| Status::not_found(format!("job {job_id} does not exist")))?;
+        let job = match array_task_id {
+            None => applied
+                .state
+                .jobs
+                .get(&job_id)
+                .ok_or_else(|| Status::not_found(format!("job {job_id} does not exist")))?,
+            Some(task) => array_task(&applied.state, job_id, task)?,
+        };
         Ok(Response::new(GetJobResponse {
             job: Some(convert::job_to_proto(job, true)),
             applied_index: applied.applied_index(),
@@ -588,7 +655,7 @@ impl Api {
         let signal = crate::model::parse_signal(&r.signal).map_err(Status::invalid_argument)?;
         self.core.linearizable().await.map_err(write_status)?;
         let mut results = Vec::new();
-        for job_id in r.job_ids {
+        for job_id in r.job_ids.iter().chain(&r.task_job_ids).copied() {
             let target = {
                 let applied = self.core.shared.read();
                 match applied.state.jobs.get(&job_id) {

@@ -1,5 +1,6 @@
 //! Conversions between the wire types of `quorum-proto` and the domain model.
 
+use quorum_proto::agent::GpuState;
 use quorum_proto::api;
 
 use crate::leader::hub::AgentInfo;
@@ -60,6 +61,13 @@ pub fn spec_from_proto(p: api::JobSpec) -> Result<JobSpec, Rejection> {
                     .map_err(|reason| Rejection::InvalidConfig { what: format!("--signal '{s}'"), reason })?,
             ),
         },
+        array: match p.array.trim() {
+            "" => None,
+            s => Some(
+                crate::model::ArraySpec::parse(s)
+                    .map_err(|reason| Rejection::InvalidSpec { field: "array".into(), reason })?,
+            ),
+        },
     })
 }
 
@@ -95,6 +103,18 @@ pub fn spec_to_proto(s: &JobSpec) -> api::JobSpec {
         exclusive: s.exclusive,
         requeue: s.requeue,
         signal: s.warn_signal.map(|w| w.to_spec()).unwrap_or_default(),
+        array: s.array.as_ref().map(|a| a.to_spec()).unwrap_or_default(),
+    }
+}
+
+pub fn array_to_proto(a: &crate::model::ArrayTask) -> api::ArrayTask {
+    api::ArrayTask {
+        array_job_id: a.array_job_id,
+        task_id: a.task_id,
+        count: a.count,
+        min: a.min,
+        max: a.max,
+        throttle: a.throttle,
     }
 }
 
@@ -168,6 +188,7 @@ pub fn job_to_proto(j: &Job, with_env: bool) -> api::JobInfo {
             None => String::new(),
         },
         requeues: j.requeues,
+        array: j.array.as_ref().map(array_to_proto),
     }
 }
 
@@ -186,7 +207,27 @@ pub fn node_to_proto(n: &Node, partitions: Vec<String>, agent: Option<AgentInfo>
         partitions,
         connected: agent.is_some(),
         agent_version: agent.as_ref().map(|a| a.version.clone()).unwrap_or_default(),
-        agent_started_at_ms: agent.map_or(0, |a| a.started_at_ms),
+        agent_started_at_ms: agent.as_ref().map_or(0, |a| a.started_at_ms),
+        limits: agent.as_ref().map(|a| a.limits.clone()).unwrap_or_default(),
+        gpu_health: agent
+            .as_ref()
+            .map(|a| {
+                a.gpus
+                    .iter()
+                    .map(|g| api::GpuHealthInfo {
+                        index: g.index,
+                        state: match GpuState::try_from(g.state) {
+                            Ok(GpuState::GpuWarning) => "warning",
+                            Ok(GpuState::GpuFailure) => "failure",
+                            _ => "ok",
+                        }
+                        .to_string(),
+                        detail: g.detail.clone(),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default(),
+        health_check: agent.map(|a| a.health_check).unwrap_or_default(),
     }
 }
 

@@ -4,6 +4,7 @@
 pub mod agents;
 pub mod api;
 pub mod convert;
+pub mod logs;
 
 use std::sync::Arc;
 

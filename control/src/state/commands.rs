@@ -31,8 +31,10 @@ pub struct NodeRegistration {
 ///
 /// 1. jobs, plans, partitions, accounts and QOS, node registration, replica versions;
 /// 2. node liveness (`NodeDown`), `--requeue` jobs, digest points;
-/// 3. operator drain and resume (`SetNodesDrained`), `--signal` jobs.
-pub const FEATURE_LEVEL: u32 = 3;
+/// 3. operator drain and resume (`SetNodesDrained`), `--signal` jobs;
+/// 4. jobs ending OUT_OF_MEMORY, node health (GPU failures and the health check) drains, job
+///    arrays.
+pub const FEATURE_LEVEL: u32 = 4;
 
 /// The level of a replica that reports none (a release from before levels were reported).
 pub const BASE_LEVEL: u32 = 1;
@@ -73,6 +75,9 @@ pub enum Command {
         job_id: JobId,
         user: String,
         now: Millis,
+        /// `job_id` is an array's id: every task of the array still active is cancelled.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        whole_array: bool,
     },
     RegisterNode {
         node: NodeRegistration,
@@ -137,6 +142,14 @@ pub enum Command {
         drain: Option<String>,
         now: Millis,
     },
+    /// The leader saw a node's health change: `Some(problem)` (a GPU in FAILURE, the health
+    /// check failing) drains a node that is up, `None` resumes a node its health drained.
+    /// An operator's drain is left alone either way.
+    SetNodeHealth {
+        node: String,
+        problem: Option<String>,
+        now: Millis,
+    },
     /// What each voter runs; the cluster's feature level is the lowest of them.
     SetReplicaVersions {
         versions: std::collections::BTreeMap<u64, ReplicaVersion>,
@@ -161,6 +174,10 @@ impl Command {
             Command::NodeDown { .. } => (2, "marking a silent node DOWN"),
             Command::Digest { .. } => (2, "a digest point"),
             Command::SetNodesDrained { .. } => (3, "draining or resuming a node"),
+            Command::JobEnded { outcome: RankOutcome::OutOfMemory { .. }, .. } => (4, "a job ended OUT_OF_MEMORY"),
+            Command::SetNodeHealth { .. } => (4, "draining a node for its health"),
+            Command::SubmitJob { spec, .. } if spec.array.is_some() => (4, "a job array"),
+            Command::CancelJob { whole_array: true, .. } => (4, "cancelling a job array"),
             Command::SubmitJob { spec, .. } if spec.warn_signal.is_some() => (3, "a job with --signal"),
             Command::SubmitJob { spec, .. } if spec.requeue => (2, "a job with --requeue"),
             _ => (BASE_LEVEL, "every command"),

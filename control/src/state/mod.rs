@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 
 use crate::model::{
-    Account, Allocation, HoldKind, Job, JobId, JobSpec, JobState, Millis, Node, NodeAdminState, Partition,
+    Account, Allocation, ArrayTask, HoldKind, Job, JobId, JobSpec, JobState, Millis, Node, NodeAdminState, Partition,
     PendingReason, Qos, RankOutcome, Rejection, Shared, Usage,
 };
 use crate::sched::Policy;
@@ -100,13 +100,21 @@ pub fn apply(state: &mut ClusterState, index: u64, command: Command) -> Response
             advance_clock(state, now);
             apply_plan(state, index, starts, reasons)
         }
+        Command::SetNodeHealth { node, problem, now } => {
+            advance_clock(state, now);
+            set_node_health(state, &node, problem)
+        }
         Command::JobEnded { job_id, token, node, outcome, now } => {
             advance_clock(state, now);
             job_ended(state, job_id, token, &node, outcome)
         }
-        Command::CancelJob { job_id, user, now } => {
+        Command::CancelJob { job_id, user, now, whole_array } => {
             advance_clock(state, now);
-            cancel(state, job_id, &user)
+            if whole_array {
+                cancel_array(state, job_id, &user)
+            } else {
+                cancel(state, job_id, &user)
+            }
         }
         Command::RegisterNode { node, now } => {
             advance_clock(state, now);
@@ -245,47 +253,65 @@ fn submit(state: &mut ClusterState, mut spec: JobSpec, user: String, request_id:
             return Response::Submitted { job_id, duplicate: true };
         }
     }
-    match admit(state, &mut spec).and_then(|p| {
+    let array = spec.array.take();
+    if let Some(a) = &array {
+        if a.tasks.is_empty() || a.tasks.len() > crate::model::array::MAX_ARRAY_TASKS {
+            let reason =
+                format!("an array has 1 to {} tasks, not {}", crate::model::array::MAX_ARRAY_TASKS, a.tasks.len());
+            return Response::Rejected(Rejection::InvalidSpec { field: "array".into(), reason });
+        }
+    }
+    let (partition, account, qos) = match admit(state, &mut spec).and_then(|p| {
         let (account, qos) = admit_association(state, &spec, &user)?;
         Ok((p, account, qos))
     }) {
-        Ok((partition, account, qos)) => {
-            let id = state.next_job_id;
-            state.next_job_id += 1;
-            let spec_hold = spec.hold.then_some(HoldKind::User);
-            if !request_id.is_empty() {
-                state.request_ids.insert(request_id.clone(), id);
-            }
-            state.active.insert(id);
-            state.jobs.insert(
-                id,
-                Job {
-                    id,
-                    spec,
-                    user,
-                    partition,
-                    state: JobState::Pending,
-                    reason: PendingReason::None,
-                    submit_time: state.clock,
-                    start_time: None,
-                    end_time: None,
-                    exit_code: None,
-                    signal: None,
-                    allocation: None,
-                    alloc_index: 0,
-                    cancel_requested: false,
-                    rank_outcomes: Vec::new(),
-                    request_id,
-                    held: spec_hold,
-                    account,
-                    qos,
-                    requeues: 0,
-                },
-            );
-            Response::Submitted { job_id: id, duplicate: false }
-        }
-        Err(rejection) => Response::Rejected(rejection),
+        Ok(admitted) => admitted,
+        Err(rejection) => return Response::Rejected(rejection),
+    };
+    let first = state.next_job_id;
+    if !request_id.is_empty() {
+        state.request_ids.insert(request_id.clone(), first);
     }
+    // One job, or one per task of the array, with consecutive ids.
+    let tasks: Vec<Option<ArrayTask>> = match &array {
+        None => vec![None],
+        Some(a) => {
+            let (min, max) = (a.tasks[0], a.tasks[a.tasks.len() - 1]);
+            let count = a.tasks.len() as u32;
+            let task = |task_id| ArrayTask { array_job_id: first, task_id, count, min, max, throttle: a.throttle };
+            a.tasks.iter().map(|&t| Some(task(t))).collect()
+        }
+    };
+    for array in tasks {
+        let id = state.next_job_id;
+        state.next_job_id += 1;
+        state.active.insert(id);
+        let job = Job {
+            id,
+            spec: spec.clone(),
+            user: user.clone(),
+            partition: partition.clone(),
+            state: JobState::Pending,
+            reason: PendingReason::None,
+            submit_time: state.clock,
+            start_time: None,
+            end_time: None,
+            exit_code: None,
+            signal: None,
+            allocation: None,
+            alloc_index: 0,
+            cancel_requested: false,
+            rank_outcomes: Vec::new(),
+            request_id: request_id.clone(),
+            held: spec.hold.then_some(HoldKind::User),
+            account: account.clone(),
+            qos: qos.clone(),
+            requeues: 0,
+            array,
+        };
+        state.jobs.insert(id, job);
+    }
+    Response::Submitted { job_id: first, duplicate: false }
 }
 
 /// Resolves the account and QOS a job runs under, and checks what only the state can tell:
@@ -649,6 +675,7 @@ fn job_ended(state: &mut ClusterState, job_id: JobId, token: u64, node: &str, ou
         RankOutcome::TimedOut { code, signal } => Some((JobState::Timeout, Some(code), nonzero(signal))),
         RankOutcome::Cancelled { code, signal } => Some((JobState::Cancelled, Some(code), nonzero(signal))),
         RankOutcome::LaunchFailed => Some((JobState::Failed, Some(127), None)),
+        RankOutcome::OutOfMemory { code, signal } => Some((JobState::OutOfMemory, Some(code), nonzero(signal))),
         RankOutcome::LostContact => unreachable!("handled above"),
     };
     let decided = decided.map(|(st, code, sig)| {
@@ -692,6 +719,32 @@ fn cancel(state: &mut ClusterState, job_id: JobId, user: &str) -> Response {
     }
 }
 
+/// Cancels every task of array `array_id` still pending or running (its tasks have the ids from
+/// `array_id` on, one each). Answers as for one job: cancelled (running when any task was), or
+/// the first task's rejection when none could be.
+fn cancel_array(state: &mut ClusterState, array_id: JobId, user: &str) -> Response {
+    let count = match state.jobs.get(&array_id).and_then(|j| j.array) {
+        Some(a) if a.array_job_id == array_id => u64::from(a.count),
+        _ => return cancel(state, array_id, user),
+    };
+    let (mut cancelled, mut running, mut rejected) = (false, false, None);
+    for id in array_id..array_id + count {
+        match cancel(state, id, user) {
+            Response::Cancelled { was_running, .. } => {
+                cancelled = true;
+                running |= was_running;
+            }
+            other => {
+                rejected.get_or_insert(other);
+            }
+        }
+    }
+    match rejected {
+        Some(r) if !cancelled => r,
+        _ => Response::Cancelled { job_id: array_id, was_running: running },
+    }
+}
+
 /// Drains (`Some(reason)`) or resumes every node of `nodes`, or none of them when one is unknown
 /// or DOWN (its own state until its agent is heard again).
 fn set_drained(state: &mut ClusterState, nodes: &[String], drain: Option<String>) -> Response {
@@ -707,10 +760,30 @@ fn set_drained(state: &mut ClusterState, nodes: &[String], drain: Option<String>
     for name in nodes {
         let Some(node) = state.nodes.get_mut(name) else { continue };
         node.admin = match &drain {
-            Some(reason) => NodeAdminState::Drain { reason: reason.clone() },
+            Some(reason) => NodeAdminState::Drain { reason: reason.clone(), auto: false },
             None => NodeAdminState::Up,
         };
     }
+    Response::Ok
+}
+
+/// Drains a node that is up for `problem`, or resumes one its own health drained; an
+/// operator's drain and a DOWN node are left as they are.
+fn set_node_health(state: &mut ClusterState, node: &str, problem: Option<String>) -> Response {
+    let Some(n) = state.nodes.get_mut(node) else {
+        return Response::Rejected(Rejection::UnknownNode { name: node.to_string() });
+    };
+    let next = match (&n.admin, problem) {
+        (NodeAdminState::Up | NodeAdminState::Drain { auto: true, .. }, Some(reason)) => {
+            NodeAdminState::Drain { reason, auto: true }
+        }
+        (NodeAdminState::Drain { auto: true, .. }, None) => NodeAdminState::Up,
+        _ => return Response::Ignored,
+    };
+    if n.admin == next {
+        return Response::Ignored;
+    }
+    n.admin = next;
     Response::Ok
 }
 

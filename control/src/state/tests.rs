@@ -183,7 +183,7 @@ fn cancel_pending_and_running() {
     submit(&mut s, 10, spec(&["sleep", "1000"]), "a");
     submit(&mut s, 11, spec(&["sleep", "1000"]), "b");
     start(&mut s, 12, 1, "n1", 1, vec![]);
-    let cancel = |id, user: &str| Command::CancelJob { job_id: id, user: user.into(), now: 4000 };
+    let cancel = |id, user: &str| Command::CancelJob { job_id: id, user: user.into(), now: 4000, whole_array: false };
     assert!(matches!(apply(&mut s, 13, cancel(2, "mallory")), Response::Rejected(Rejection::NotOwner { .. })));
     assert_eq!(apply(&mut s, 14, cancel(2, "alice")), Response::Cancelled { job_id: 2, was_running: false });
     assert_eq!(s.jobs[&2].state, JobState::Cancelled);
@@ -342,7 +342,7 @@ fn an_agent_that_lost_contact_ends_or_requeues_its_job() {
     start(&mut s, 13, 1, "n1", 1, vec![]);
     start(&mut s, 14, 2, "n1", 1, vec![]);
     start(&mut s, 15, 3, "n2", 1, vec![]);
-    apply(&mut s, 16, Command::CancelJob { job_id: 3, user: "alice".into(), now: 3000 });
+    apply(&mut s, 16, Command::CancelJob { job_id: 3, user: "alice".into(), now: 3000, whole_array: false });
     let lost = |job_id, token, node: &str| Command::JobEnded {
         job_id,
         token,
@@ -423,4 +423,60 @@ fn warn_signals_parse_like_slurm_and_need_level_3() {
     // A job without it encodes as before (the field is left out), so older replicas agree.
     let plain = serde_json::to_string(&spec(&["true"])).unwrap();
     assert!(!plain.contains("warn_signal"), "{plain}");
+}
+
+/// An array makes one job per task with consecutive ids, the first being the array's id; a
+/// retry gets the same array; its throttle lets only that many tasks start, the others wait
+/// with JobArrayTaskLimit; cancelling the array's id cancels every task still active.
+#[test]
+fn an_array_makes_its_tasks_throttles_them_and_cancels_them_together() {
+    use crate::sched::{schedule, view::ClusterView, Policy};
+    let mut s = cluster();
+    let mut a = spec(&["true"]);
+    a.array = Some(crate::model::ArraySpec::parse("0-6:2,9%2").unwrap());
+    let level = Command::SubmitJob { spec: Box::new(a.clone()), user: "alice".into(), now: 1, request_id: "x".into() };
+    assert_eq!(level.level().0, 4, "arrays need level 4");
+    assert_eq!(submit(&mut s, 10, a.clone(), "arr"), Response::Submitted { job_id: 1, duplicate: false });
+    assert_eq!(submit(&mut s, 11, a, "arr"), Response::Submitted { job_id: 1, duplicate: true });
+    let tasks: Vec<(JobId, u32)> = s.jobs.values().map(|j| (j.id, j.array.unwrap().task_id)).collect();
+    assert_eq!(tasks, [(1, 0), (2, 2), (3, 4), (4, 6), (5, 9)]);
+    for j in s.jobs.values() {
+        let t = j.array.unwrap();
+        assert_eq!((t.array_job_id, t.count, t.min, t.max, t.throttle), (1, 5, 0, 9, 2));
+        assert!(j.spec.array.is_none(), "the task list is not copied into each task");
+    }
+    assert_eq!(s.next_job_id, 6);
+
+    // Plenty of room for all five, but the throttle lets two run.
+    let plan = schedule(&ClusterView::from_state(&s), 2000, &Policy::default());
+    let started: Vec<JobId> = plan.starts.iter().map(|st| st.job_id).collect();
+    assert_eq!(started, [1, 2]);
+    for id in 3..=5 {
+        assert_eq!(plan.reason(id), Some(PendingReason::JobArrayTaskLimit), "task {id}");
+    }
+    apply(&mut s, 12, plan.into_command(11, 2000).unwrap());
+    assert_eq!(s.jobs[&1].state, JobState::Running);
+    // Nothing more starts while two run; when one ends, the next one does.
+    assert!(schedule(&ClusterView::from_state(&s), 2100, &Policy::default()).starts.is_empty());
+    let node = s.jobs[&1].allocation.as_ref().unwrap().nodes[0].node.clone();
+    let token = s.jobs[&1].alloc_index;
+    let ended =
+        Command::JobEnded { job_id: 1, token, node, outcome: RankOutcome::Exited { code: 0, signal: 0 }, now: 2200 };
+    apply(&mut s, 13, ended);
+    let plan = schedule(&ClusterView::from_state(&s), 2300, &Policy::default());
+    assert_eq!(plan.starts.iter().map(|st| st.job_id).collect::<Vec<_>>(), [3]);
+
+    // The array's id cancels what is left of it: one running, three pending; the finished
+    // task stays COMPLETED.
+    let cancel = Command::CancelJob { job_id: 1, user: "alice".into(), now: 3000, whole_array: true };
+    assert_eq!(apply(&mut s, 14, cancel), Response::Cancelled { job_id: 1, was_running: true });
+    assert_eq!(s.jobs[&1].state, JobState::Completed);
+    assert!(s.jobs[&2].cancel_requested);
+    for id in 3..=5 {
+        assert_eq!(s.jobs[&id].state, JobState::Cancelled, "task {id}");
+    }
+    let again = Command::CancelJob { job_id: 1, user: "alice".into(), now: 3001, whole_array: true };
+    assert!(matches!(apply(&mut s, 15, again), Response::Cancelled { was_running: true, .. }), "task 2 still runs");
+    let stranger = Command::CancelJob { job_id: 1, user: "bob".into(), now: 3002, whole_array: true };
+    assert!(matches!(apply(&mut s, 16, stranger), Response::Rejected(_)));
 }

@@ -1,0 +1,363 @@
+//! GPU health, checked for every heartbeat: temperature, ECC errors (uncorrectable → FAILURE,
+//! correctable above a threshold → WARNING), XID errors, retired pages and PCIe replays. Two
+//! sources: NVML, loaded at run time (the agent builds and runs where there is no GPU and no
+//! driver), and a simulated one for `--gpus sim:...` whose faults are injected at run time
+//! (`quorum admin gpu-fault`).
+
+use quorum_proto::agent::{GpuHealth, GpuState};
+
+use crate::resources::SimGpu;
+
+/// Correctable ECC errors (volatile count) from which a GPU is in WARNING.
+pub const ECC_CORRECTABLE_WARNING: u64 = 1000;
+/// Retired pages from which a GPU is in FAILURE (64 is where NVIDIA recommends a replacement).
+pub const RETIRED_PAGES_FAILURE: u64 = 64;
+/// Degrees C from which a GPU is in WARNING and in FAILURE.
+pub const TEMPERATURE_WARNING: u32 = 87;
+pub const TEMPERATURE_FAILURE: u32 = 95;
+/// PCIe replays between two checks from which a GPU is in WARNING.
+pub const PCIE_REPLAY_WARNING: u64 = 100;
+
+/// XIDs that mean the GPU or its memory needs a reset or a replacement (NVIDIA's XID catalogue:
+/// double-bit ECC, fallen off the bus, row remapping failures, NVLink, contained and
+/// uncontained ECC, GSP errors). Other XIDs (application faults such as 13, 31, 43) only warn.
+const CRITICAL_XIDS: &[u64] = &[48, 61, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120, 140];
+
+fn xid_meaning(xid: u64) -> &'static str {
+    match xid {
+        13 => "graphics engine exception",
+        31 => "GPU memory page fault",
+        43 => "GPU stopped processing",
+        48 => "double-bit ECC error",
+        61 | 62 => "internal micro-controller error",
+        63 | 64 => "ECC page retirement or row remapping failure",
+        74 => "NVLink error",
+        79 => "GPU has fallen off the bus",
+        92 => "high single-bit ECC error rate",
+        94 => "contained ECC error",
+        95 => "uncontained ECC error",
+        119 | 120 => "GSP error",
+        140 => "unrecovered ECC error",
+        _ => "see NVIDIA's XID catalogue",
+    }
+}
+
+/// What one check read from one GPU.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Reading {
+    pub temperature_c: u32,
+    pub ecc_uncorrectable: u64,
+    pub ecc_correctable: u64,
+    /// XID errors seen since the GPU was last healthy (kept until the fault is cleared: a GPU
+    /// that raised a critical XID needs a reset).
+    pub xids: Vec<u64>,
+    pub retired_pages: u64,
+    /// PCIe replays since the previous check.
+    pub pcie_replays: u64,
+}
+
+/// A reading's state and what is wrong.
+pub fn judge(r: &Reading) -> (GpuState, String) {
+    let mut failures = Vec::new();
+    let mut warnings = Vec::new();
+    if r.ecc_uncorrectable > 0 {
+        failures.push(format!("{} uncorrectable ECC errors", r.ecc_uncorrectable));
+    }
+    if r.ecc_correctable >= ECC_CORRECTABLE_WARNING {
+        warnings.push(format!("{} correctable ECC errors", r.ecc_correctable));
+    }
+    for &xid in &r.xids {
+        let text = format!("XID {xid} ({})", xid_meaning(xid));
+        if CRITICAL_XIDS.contains(&xid) {
+            failures.push(text);
+        } else {
+            warnings.push(text);
+        }
+    }
+    if r.retired_pages >= RETIRED_PAGES_FAILURE {
+        failures.push(format!("{} retired pages", r.retired_pages));
+    } else if r.retired_pages > 0 {
+        warnings.push(format!("{} retired pages", r.retired_pages));
+    }
+    if r.temperature_c >= TEMPERATURE_FAILURE {
+        failures.push(format!("temperature {} C", r.temperature_c));
+    } else if r.temperature_c >= TEMPERATURE_WARNING {
+        warnings.push(format!("temperature {} C", r.temperature_c));
+    }
+    if r.pcie_replays >= PCIE_REPLAY_WARNING {
+        warnings.push(format!("{} PCIe replays", r.pcie_replays));
+    }
+    if !failures.is_empty() {
+        failures.extend(warnings);
+        (GpuState::GpuFailure, failures.join("; "))
+    } else if !warnings.is_empty() {
+        (GpuState::GpuWarning, warnings.join("; "))
+    } else {
+        (GpuState::GpuOk, String::new())
+    }
+}
+
+/// A fault injected into a simulated GPU.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Fault {
+    Xid(u64),
+    EccUncorrectable(u64),
+    EccCorrectable(u64),
+    Temperature(u32),
+    RetiredPages(u64),
+    PcieReplay(u64),
+    /// The GPU is healthy again (reset or replaced).
+    Clear,
+}
+
+/// `xid:N`, `ecc-uncorrectable[:N]`, `ecc-correctable:N`, `temperature:C`, `retired-pages:N`,
+/// `pcie-replay:N` or `clear`.
+pub fn parse_fault(kind: &str) -> Result<Fault, String> {
+    let (name, value) = match kind.trim().split_once(':') {
+        Some((n, v)) => (n, Some(v)),
+        None => (kind.trim(), None),
+    };
+    let number = |what: &str| -> Result<u64, String> {
+        let v = value.ok_or_else(|| format!("GPU fault '{kind}' needs a number: {what}:N"))?;
+        v.parse().map_err(|_| format!("GPU fault '{kind}': '{v}' is not a number"))
+    };
+    Ok(match name {
+        "xid" => Fault::Xid(number("xid")?),
+        "ecc-uncorrectable" if value.is_none() => Fault::EccUncorrectable(1),
+        "ecc-uncorrectable" => Fault::EccUncorrectable(number("ecc-uncorrectable")?),
+        "ecc-correctable" => Fault::EccCorrectable(number("ecc-correctable")?),
+        "temperature" => Fault::Temperature(u32::try_from(number("temperature")?).map_err(|_| "temperature too high")?),
+        "retired-pages" => Fault::RetiredPages(number("retired-pages")?),
+        "pcie-replay" => Fault::PcieReplay(number("pcie-replay")?),
+        "clear" if value.is_none() => Fault::Clear,
+        _ => {
+            return Err(format!(
+                "unknown GPU fault '{kind}': expected xid:N, ecc-uncorrectable, ecc-correctable:N, temperature:C, retired-pages:N, pcie-replay:N or clear"
+            ))
+        }
+    })
+}
+
+/// Where GPU health comes from.
+pub trait GpuSource: Send {
+    /// One reading per GPU, by index; an error names what could not be read.
+    fn read(&mut self) -> Vec<(u32, Result<Reading, String>)>;
+    /// Injects a fault (simulated GPUs only).
+    fn inject(&mut self, gpu: u32, fault: Fault) -> Result<(), String>;
+}
+
+/// Simulated GPUs: healthy at 40 C until a fault is injected.
+pub struct SimSource {
+    gpus: Vec<Reading>,
+}
+
+impl SimSource {
+    pub fn new(count: usize) -> SimSource {
+        SimSource { gpus: vec![Reading { temperature_c: 40, ..Default::default() }; count] }
+    }
+}
+
+impl GpuSource for SimSource {
+    fn read(&mut self) -> Vec<(u32, Result<Reading, String>)> {
+        self.gpus.iter().enumerate().map(|(i, r)| (i as u32, Ok(r.clone()))).collect()
+    }
+
+    fn inject(&mut self, gpu: u32, fault: Fault) -> Result<(), String> {
+        let count = self.gpus.len();
+        let r = self
+            .gpus
+            .get_mut(gpu as usize)
+            .ok_or_else(|| format!("there is no GPU {gpu} on this node ({count} GPUs)"))?;
+        match fault {
+            Fault::Xid(x) => r.xids.push(x),
+            Fault::EccUncorrectable(n) => r.ecc_uncorrectable += n,
+            Fault::EccCorrectable(n) => r.ecc_correctable += n,
+            Fault::Temperature(c) => r.temperature_c = c,
+            Fault::RetiredPages(n) => r.retired_pages += n,
+            Fault::PcieReplay(n) => r.pcie_replays = n,
+            Fault::Clear => *r = Reading { temperature_c: 40, ..Default::default() },
+        }
+        Ok(())
+    }
+}
+
+/// Every GPU's health from a source; a GPU that cannot be read is in FAILURE.
+pub fn check(source: &mut dyn GpuSource) -> Vec<GpuHealth> {
+    source
+        .read()
+        .into_iter()
+        .map(|(index, reading)| {
+            let (state, detail) = match reading {
+                Ok(r) => judge(&r),
+                Err(e) => (GpuState::GpuFailure, format!("cannot be read: {e}")),
+            };
+            GpuHealth { index, state: state as i32, detail }
+        })
+        .collect()
+}
+
+/// NVML, loaded at run time from the driver's libnvidia-ml.so.
+pub mod nvml {
+    use nvml_wrapper::bitmasks::event::EventTypes;
+    use nvml_wrapper::enum_wrappers::device::{EccCounter, MemoryError, RetirementCause, TemperatureSensor};
+    use nvml_wrapper::enums::event::XidError;
+    use nvml_wrapper::error::NvmlError;
+    use nvml_wrapper::{EventSet, Nvml};
+
+    use super::{Fault, GpuSource, Reading, SimGpu};
+
+    pub struct NvmlSource {
+        nvml: &'static Nvml,
+        count: u32,
+        /// Critical XID events, when the driver offers them.
+        events: Option<EventSet<'static>>,
+        /// XIDs seen per GPU (kept until the agent restarts: such a GPU needs a reset).
+        xids: Vec<Vec<u64>>,
+        replays: Vec<u64>,
+    }
+
+    /// A GPU type from an NVML name: "NVIDIA H100 80GB HBM3" → "h100".
+    pub fn gpu_type(name: &str) -> String {
+        let words: Vec<&str> = name.split_whitespace().filter(|w| !w.eq_ignore_ascii_case("nvidia")).collect();
+        let pick = words
+            .iter()
+            .find(|w| {
+                w.chars().any(|c| c.is_ascii_digit()) && w.chars().next().is_some_and(|c| c.is_ascii_alphabetic())
+            })
+            .or(words.first());
+        pick.and_then(|w| w.split('-').next()).map(|w| w.to_ascii_lowercase()).unwrap_or_else(|| "gpu".into())
+    }
+
+    impl NvmlSource {
+        /// Loads NVML and lists the GPUs; fails where there is no driver.
+        pub fn open() -> Result<(NvmlSource, Vec<SimGpu>), String> {
+            let nvml = Nvml::init().map_err(|e| format!("NVML is not available: {e}"))?;
+            // The agent keeps NVML for its whole life; the event set borrows it.
+            let nvml: &'static Nvml = Box::leak(Box::new(nvml));
+            let count = nvml.device_count().map_err(|e| format!("NVML cannot count GPUs: {e}"))?;
+            let mut gpus = Vec::new();
+            let mut events = nvml.create_event_set().ok();
+            for index in 0..count {
+                let device = nvml.device_by_index(index).map_err(|e| format!("NVML GPU {index}: {e}"))?;
+                let name = device.name().unwrap_or_default();
+                gpus.push(SimGpu { index, gpu_type: gpu_type(&name) });
+                if let Some(set) = events.take() {
+                    events = device.register_events(EventTypes::CRITICAL_XID_ERROR, set).ok();
+                }
+            }
+            let n = count as usize;
+            Ok((NvmlSource { nvml, count, events, xids: vec![Vec::new(); n], replays: vec![0; n] }, gpus))
+        }
+
+        fn drain_events(&mut self) {
+            let Some(set) = &self.events else { return };
+            loop {
+                match set.wait(0) {
+                    Ok(data) => {
+                        let index = data.device.index().unwrap_or(u32::MAX) as usize;
+                        if let (Some(XidError::Value(xid)), Some(list)) = (data.event_data, self.xids.get_mut(index)) {
+                            if !list.contains(&xid) {
+                                list.push(xid);
+                            }
+                        }
+                    }
+                    Err(NvmlError::Timeout) => return,
+                    Err(_) => return,
+                }
+            }
+        }
+    }
+
+    impl GpuSource for NvmlSource {
+        fn read(&mut self) -> Vec<(u32, Result<Reading, String>)> {
+            self.drain_events();
+            (0..self.count)
+                .map(|index| {
+                    let i = index as usize;
+                    let reading = self.nvml.device_by_index(index).map_err(|e| e.to_string()).map(|d| {
+                        // A counter the GPU does not have (ECC off, retirement on newer GPUs) reads 0.
+                        let replays = d.pcie_replay_counter().map(u64::from).unwrap_or(0);
+                        let since = replays.saturating_sub(self.replays[i]);
+                        self.replays[i] = replays;
+                        let retired = [RetirementCause::MultipleSingleBitEccErrors, RetirementCause::DoubleBitEccError]
+                            .into_iter()
+                            .map(|c| d.retired_pages(c).map(|p| p.len() as u64).unwrap_or(0))
+                            .sum();
+                        Reading {
+                            temperature_c: d.temperature(TemperatureSensor::Gpu).unwrap_or(0),
+                            ecc_uncorrectable: d
+                                .total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile)
+                                .unwrap_or(0),
+                            ecc_correctable: d
+                                .total_ecc_errors(MemoryError::Corrected, EccCounter::Volatile)
+                                .unwrap_or(0),
+                            xids: self.xids[i].clone(),
+                            retired_pages: retired,
+                            pcie_replays: since,
+                        }
+                    });
+                    (index, reading)
+                })
+                .collect()
+        }
+
+        fn inject(&mut self, _gpu: u32, _fault: Fault) -> Result<(), String> {
+            Err("this node's GPUs are real (NVML): faults can only be injected into simulated ones".into())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn readings_are_judged() {
+        let ok = Reading { temperature_c: 50, ..Default::default() };
+        assert_eq!(judge(&ok), (GpuState::GpuOk, String::new()));
+        let warm = Reading { temperature_c: 90, ecc_correctable: 5000, ..Default::default() };
+        assert_eq!(judge(&warm), (GpuState::GpuWarning, "5000 correctable ECC errors; temperature 90 C".into()));
+        let xid = Reading { xids: vec![79], ..Default::default() };
+        assert_eq!(judge(&xid), (GpuState::GpuFailure, "XID 79 (GPU has fallen off the bus)".into()));
+        let app = Reading { xids: vec![13], ..Default::default() };
+        assert_eq!(judge(&app).0, GpuState::GpuWarning);
+        assert_eq!(judge(&Reading { ecc_uncorrectable: 1, ..Default::default() }).0, GpuState::GpuFailure);
+        assert_eq!(judge(&Reading { retired_pages: 64, ..Default::default() }).0, GpuState::GpuFailure);
+        assert_eq!(judge(&Reading { retired_pages: 3, ..Default::default() }).0, GpuState::GpuWarning);
+        assert_eq!(judge(&Reading { pcie_replays: 500, ..Default::default() }).0, GpuState::GpuWarning);
+    }
+
+    #[test]
+    fn faults_parse_inject_and_clear() {
+        assert_eq!(parse_fault("xid:79"), Ok(Fault::Xid(79)));
+        assert_eq!(parse_fault("ecc-uncorrectable"), Ok(Fault::EccUncorrectable(1)));
+        assert_eq!(parse_fault("temperature:99"), Ok(Fault::Temperature(99)));
+        assert!(parse_fault("xid").unwrap_err().contains("needs a number"));
+        assert!(parse_fault("xid:abc").unwrap_err().contains("'abc' is not a number"));
+        assert!(parse_fault("melted").unwrap_err().contains("unknown GPU fault 'melted'"));
+        let mut sim = SimSource::new(2);
+        sim.inject(1, Fault::Xid(79)).unwrap();
+        let health = check(&mut sim);
+        assert_eq!(health[0].state, GpuState::GpuOk as i32);
+        assert_eq!(health[1].state, GpuState::GpuFailure as i32);
+        sim.inject(1, Fault::Clear).unwrap();
+        assert_eq!(check(&mut sim)[1].state, GpuState::GpuOk as i32);
+        assert!(sim.inject(5, Fault::Clear).unwrap_err().contains("no GPU 5"));
+    }
+
+    #[test]
+    fn nvml_names_give_types() {
+        assert_eq!(nvml::gpu_type("NVIDIA H100 80GB HBM3"), "h100");
+        assert_eq!(nvml::gpu_type("NVIDIA A100-SXM4-80GB"), "a100");
+        assert_eq!(nvml::gpu_type("Tesla V100-PCIE-16GB"), "v100");
+    }
+
+    #[test]
+    fn nvml_is_absent_here_and_says_so() {
+        // No driver on the machines the tests run on: opening NVML fails with a reason, which
+        // the agent reports at start instead of failing to load.
+        if let Err(e) = nvml::NvmlSource::open() {
+            assert!(e.starts_with("NVML is not available"), "{e}");
+        }
+    }
+}

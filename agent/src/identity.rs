@@ -1,0 +1,100 @@
+//! Who a job runs as. An agent running as root runs each job as the user who submitted it (the
+//! user's uid, primary gid, supplementary groups and home, from the node's user database), never
+//! as root unless that user is root; an agent running as anyone else runs every job as itself.
+
+use std::ffi::{CStr, CString};
+
+/// A user account on this node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Account {
+    pub name: String,
+    pub uid: u32,
+    pub gid: u32,
+    /// Every group the user is in, the primary one included.
+    pub groups: Vec<u32>,
+    pub home: String,
+    pub shell: String,
+}
+
+/// Looks a user up by name in the node's user database (files, LDAP, whatever NSS says).
+pub fn lookup(name: &str) -> Result<Account, String> {
+    let cname = CString::new(name).map_err(|_| format!("user name '{name}' contains a NUL byte"))?;
+    let mut buf = vec![0u8; 4096];
+    loop {
+        // SAFETY: passwd is plain data; getpwnam_r fills it with pointers into `buf`, which
+        // outlives every use of them below.
+        let mut pwd: libc::passwd = unsafe { std::mem::zeroed() };
+        let mut result: *mut libc::passwd = std::ptr::null_mut();
+        let rc = unsafe { libc::getpwnam_r(cname.as_ptr(), &mut pwd, buf.as_mut_ptr().cast(), buf.len(), &mut result) };
+        if rc == libc::ERANGE && buf.len() < 1 << 20 {
+            buf.resize(buf.len() * 4, 0);
+            continue;
+        }
+        if rc != 0 {
+            return Err(format!("cannot look up user '{name}': {}", std::io::Error::from_raw_os_error(rc)));
+        }
+        if result.is_null() {
+            return Err(format!("user '{name}' does not exist on this node"));
+        }
+        // SAFETY: on success the string fields point at NUL-terminated strings in `buf`.
+        let text = |p: *const libc::c_char| {
+            if p.is_null() {
+                String::new()
+            } else {
+                unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+            }
+        };
+        let (uid, gid) = (pwd.pw_uid, pwd.pw_gid);
+        return Ok(Account {
+            name: name.to_string(),
+            uid,
+            gid,
+            groups: group_list(&cname, gid),
+            home: text(pwd.pw_dir),
+            shell: text(pwd.pw_shell),
+        });
+    }
+}
+
+/// The user's groups by getgrouplist(3), always including `gid`.
+fn group_list(name: &CStr, gid: u32) -> Vec<u32> {
+    let mut n: libc::c_int = 32;
+    loop {
+        let mut groups = vec![0 as libc::gid_t; n as usize];
+        let mut count = n;
+        // SAFETY: getgrouplist writes at most `count` entries into `groups` and sets `count`.
+        let rc = unsafe { libc::getgrouplist(name.as_ptr(), gid, groups.as_mut_ptr(), &mut count) };
+        if rc >= 0 {
+            groups.truncate(count.max(0) as usize);
+            if !groups.contains(&gid) {
+                groups.push(gid);
+            }
+            return groups;
+        }
+        if count <= n || n > 65536 {
+            return vec![gid];
+        }
+        n = count;
+    }
+}
+
+/// Whether this process may run jobs as other users.
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no failure mode and touches no memory.
+    unsafe { libc::geteuid() == 0 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn root_and_unknown_users() {
+        let root = lookup("root").unwrap();
+        assert_eq!((root.uid, root.gid), (0, 0));
+        assert!(root.groups.contains(&0));
+        assert_eq!(root.home, "/root");
+        let err = lookup("no-such-user-here").unwrap_err();
+        assert_eq!(err, "user 'no-such-user-here' does not exist on this node");
+    }
+}

@@ -1,0 +1,401 @@
+//! What a job may use on its node. Each job gets a cgroup of its own where the node allows it:
+//! its memory (no swap; a job the OOM killer hit ends OUT_OF_MEMORY), its CPUs' worth of CPU time
+//! and, where the cpuset controller is there and enough CPUs are free, its own CPUs. Both
+//! hierarchies are supported: cgroup v2 (most clusters today) and cgroup v1 (older
+//! distributions, and this project's CI machines). Without either the agent says why, in its log
+//! and in `quorum nodes`, and caps each job's data segment with `RLIMIT_DATA` instead.
+//!
+//! Layout under the agent's own cgroup `B` (per controller with v1): jobs live in
+//! `B/quorum-<node>/job<id>.<token>`. With v2, a cgroup with processes cannot hand controllers to
+//! its children, so the agent first moves itself to `B/quorum-agent`; under systemd that needs
+//! `Delegate=yes`. With v1 there is no such rule.
+
+use std::collections::BTreeSet;
+use std::io;
+use std::path::{Path, PathBuf};
+
+const CGROUP_ROOT: &str = "/sys/fs/cgroup";
+const CGROUP2_SUPER_MAGIC: i64 = 0x6367_7270;
+const CGROUP_SUPER_MAGIC: i64 = 0x0027_e0eb;
+
+/// How this agent limits its jobs.
+#[derive(Clone, Debug)]
+pub enum Limits {
+    Cgroup(Cgroups),
+    /// No usable cgroup hierarchy; the reason.
+    Rlimits(String),
+}
+
+/// The agent's job cgroups.
+#[derive(Clone, Debug)]
+pub enum Cgroups {
+    /// One directory per job holding every controller.
+    V2 { root: PathBuf, cpuset: bool },
+    /// One directory per job and controller; `cpu` and `cpuset` where mounted and writable.
+    V1 { memory: PathBuf, cpu: Option<PathBuf>, cpuset: Option<PathBuf> },
+}
+
+/// One job's cgroup: a directory with v2, one per controller with v1 (memory first).
+#[derive(Clone, Debug)]
+pub struct JobCgroup {
+    pub dirs: Vec<PathBuf>,
+    pub v2: bool,
+}
+
+fn read(path: &Path) -> io::Result<String> {
+    std::fs::read_to_string(path)
+}
+
+fn write(path: &Path, value: &str) -> io::Result<()> {
+    std::fs::write(path, value)
+        .map_err(|e| io::Error::new(e.kind(), format!("writing '{value}' to {}: {e}", path.display())))
+}
+
+/// This process's cgroup path in the hierarchy that `matches` names ("" for v2's `0::`), from
+/// /proc/self/cgroup.
+fn own_cgroup(matches: impl Fn(&str, &str) -> bool) -> Option<String> {
+    read(Path::new("/proc/self/cgroup")).ok()?.lines().find_map(|l| {
+        let mut parts = l.splitn(3, ':');
+        let (id, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+        matches(id, controllers).then(|| path.to_string())
+    })
+}
+
+fn fs_magic(path: &Path) -> Option<i64> {
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).ok()?;
+    // SAFETY: statfs fills the struct it is given; the path is NUL-terminated.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    (unsafe { libc::statfs(c.as_ptr(), &mut st) } == 0).then_some(st.f_type as i64)
+}
+
+fn words(path: &Path) -> BTreeSet<String> {
+    read(path).map(|s| s.split_whitespace().map(str::to_string).collect()).unwrap_or_default()
+}
+
+impl Limits {
+    /// Finds out whether jobs can get cgroups on this node, setting up the agent's part of the
+    /// hierarchy if they can. `use_cgroups` false goes straight to rlimits.
+    pub fn detect(node: &str, use_cgroups: bool) -> Limits {
+        if !use_cgroups {
+            return Limits::Rlimits("cgroups are off for this agent".into());
+        }
+        match Cgroups::setup(node) {
+            Ok(c) => Limits::Cgroup(c),
+            Err(why) => Limits::Rlimits(why),
+        }
+    }
+
+    /// One line for the log and for `quorum nodes`.
+    pub fn describe(&self) -> String {
+        match self {
+            Limits::Cgroup(Cgroups::V2 { cpuset, .. }) => {
+                format!("cgroup v2 (memory, cpu{})", if *cpuset { ", cpuset" } else { "" })
+            }
+            Limits::Cgroup(Cgroups::V1 { cpu, cpuset, .. }) => format!(
+                "cgroup v1 (memory{}{})",
+                if cpu.is_some() { ", cpu" } else { "" },
+                if cpuset.is_some() { ", cpuset" } else { "" }
+            ),
+            Limits::Rlimits(why) => format!("rlimits only: {why}"),
+        }
+    }
+
+    pub fn cgroups(&self) -> Option<&Cgroups> {
+        match self {
+            Limits::Cgroup(c) => Some(c),
+            Limits::Rlimits(_) => None,
+        }
+    }
+}
+
+impl Cgroups {
+    fn setup(node: &str) -> Result<Cgroups, String> {
+        let mount = Path::new(CGROUP_ROOT);
+        if fs_magic(mount) == Some(CGROUP2_SUPER_MAGIC) {
+            return Cgroups::setup_v2(mount, node);
+        }
+        let memory = mount.join("memory");
+        if fs_magic(&memory) == Some(CGROUP_SUPER_MAGIC) {
+            return Cgroups::setup_v1(mount, node);
+        }
+        Err(format!(
+            "neither a cgroup v2 hierarchy at {CGROUP_ROOT} nor a cgroup v1 memory controller at {}",
+            memory.display()
+        ))
+    }
+
+    fn setup_v2(mount: &Path, node: &str) -> Result<Cgroups, String> {
+        let own = own_cgroup(|id, _| id == "0").ok_or("this process is in no cgroup v2")?;
+        let base = mount.join(own.trim_start_matches('/'));
+        // Already moved (a second agent in this process, or a restart that found its own leaf).
+        let base = if base.file_name().is_some_and(|n| n == "quorum-agent") {
+            base.parent().map(Path::to_path_buf).unwrap_or(base)
+        } else {
+            base
+        };
+        let available = words(&base.join("cgroup.controllers"));
+        for needed in ["memory", "cpu"] {
+            if !available.contains(needed) {
+                return Err(format!(
+                    "the {needed} controller is not available in {} (not delegated to the agent; under systemd, Delegate=yes)",
+                    base.display()
+                ));
+            }
+        }
+        let cpuset = available.contains("cpuset");
+        let wanted = if cpuset { "+memory +cpu +cpuset" } else { "+memory +cpu" };
+        let enabled = words(&base.join("cgroup.subtree_control"));
+        if !enabled.contains("memory") || !enabled.contains("cpu") || (cpuset && !enabled.contains("cpuset")) {
+            // A cgroup with processes cannot give controllers to its children: the agent moves
+            // to a leaf of its own first.
+            let leaf = base.join("quorum-agent");
+            std::fs::create_dir_all(&leaf).map_err(|e| format!("cannot create {}: {e}", leaf.display()))?;
+            write(&leaf.join("cgroup.procs"), &std::process::id().to_string()).map_err(|e| e.to_string())?;
+            write(&base.join("cgroup.subtree_control"), wanted)
+                .map_err(|e| format!("{e} (other processes share the agent's cgroup; under systemd, Delegate=yes)"))?;
+        }
+        let root = base.join(format!("quorum-{node}"));
+        std::fs::create_dir_all(&root).map_err(|e| format!("cannot create {}: {e}", root.display()))?;
+        write(&root.join("cgroup.subtree_control"), wanted).map_err(|e| e.to_string())?;
+        Ok(Cgroups::V2 { root, cpuset })
+    }
+
+    /// The agent's directory for jobs under its own cgroup of a v1 controller, made if missing.
+    fn v1_root(mount: &Path, controller: &str, node: &str) -> Result<PathBuf, String> {
+        let own = own_cgroup(|id, names| id != "0" && names.split(',').any(|n| n == controller))
+            .ok_or_else(|| format!("this process is in no cgroup v1 {controller} hierarchy"))?;
+        let root = mount.join(controller).join(own.trim_start_matches('/')).join(format!("quorum-{node}"));
+        std::fs::create_dir_all(&root).map_err(|e| format!("cannot create {}: {e}", root.display()))?;
+        Ok(root)
+    }
+
+    fn setup_v1(mount: &Path, node: &str) -> Result<Cgroups, String> {
+        let memory = Cgroups::v1_root(mount, "memory", node)?;
+        // cpu and cpuset are optional: without them a job still gets its memory limit.
+        let optional = |controller: &str| match Cgroups::v1_root(mount, controller, node) {
+            Ok(root) => Some(root),
+            Err(e) => {
+                tracing::warn!(controller, "jobs get no {controller} cgroup: {e}");
+                None
+            }
+        };
+        let cpu = optional("cpu");
+        let cpuset = optional("cpuset").and_then(|root| {
+            // A v1 cpuset starts empty: it takes its parent's CPUs and memory nodes.
+            let parent = root.parent()?;
+            for file in ["cpuset.cpus", "cpuset.mems"] {
+                let value = read(&parent.join(file)).ok()?;
+                if read(&root.join(file)).ok()?.trim().is_empty() {
+                    write(&root.join(file), value.trim()).ok()?;
+                }
+            }
+            Some(root)
+        });
+        Ok(Cgroups::V1 { memory, cpu, cpuset })
+    }
+
+    /// The cgroup of one allocation of a job.
+    pub fn job(&self, job_id: u64, token: u64) -> JobCgroup {
+        let name = job_name(job_id, token);
+        match self {
+            Cgroups::V2 { root, .. } => JobCgroup { dirs: vec![root.join(name)], v2: true },
+            Cgroups::V1 { memory, cpu, cpuset } => JobCgroup {
+                dirs: std::iter::once(memory).chain(cpu).chain(cpuset).map(|r| r.join(&name)).collect(),
+                v2: false,
+            },
+        }
+    }
+
+    /// Makes the job's cgroup with its limits; the job's first process joins it itself.
+    pub fn create(&self, job_id: u64, token: u64, mem_mb: u64, cpus: u32) -> io::Result<JobCgroup> {
+        let job = self.job(job_id, token);
+        for dir in &job.dirs {
+            std::fs::create_dir_all(dir)?;
+        }
+        let bytes = (mem_mb * 1024 * 1024).to_string();
+        let quota = (u64::from(cpus) * 100_000).to_string();
+        match self {
+            Cgroups::V2 { root, cpuset } => {
+                let dir = &job.dirs[0];
+                if mem_mb > 0 {
+                    write(&dir.join("memory.max"), &bytes)?;
+                    // Swap would turn an OOM kill into a crawl; the group is killed together.
+                    let _ = write(&dir.join("memory.swap.max"), "0");
+                    let _ = write(&dir.join("memory.oom.group"), "1");
+                }
+                if cpus > 0 {
+                    write(&dir.join("cpu.max"), &format!("{quota} 100000"))?;
+                }
+                if *cpuset && cpus > 0 {
+                    if let Some(list) = free_cpus(root, "cpuset.cpus.effective", dir, cpus as usize) {
+                        write(&dir.join("cpuset.cpus"), &list)?;
+                    }
+                }
+            }
+            Cgroups::V1 { memory, cpu, cpuset } => {
+                let name = job_name(job_id, token);
+                let dir = memory.join(&name);
+                if mem_mb > 0 {
+                    write(&dir.join("memory.limit_in_bytes"), &bytes)?;
+                    // Present only with swap accounting; memory plus swap no more than memory.
+                    let memsw = dir.join("memory.memsw.limit_in_bytes");
+                    if memsw.exists() {
+                        write(&memsw, &bytes)?;
+                    }
+                    let _ = write(&dir.join("memory.swappiness"), "0");
+                }
+                if let (Some(root), true) = (cpu, cpus > 0) {
+                    let dir = root.join(&name);
+                    write(&dir.join("cpu.cfs_period_us"), "100000")?;
+                    write(&dir.join("cpu.cfs_quota_us"), &quota)?;
+                }
+                if let Some(root) = cpuset {
+                    let dir = root.join(&name);
+                    let all = read(&root.join("cpuset.cpus"))?;
+                    let list = (cpus > 0)
+                        .then(|| free_cpus(root, "cpuset.effective_cpus", &dir, cpus as usize))
+                        .flatten()
+                        .unwrap_or_else(|| all.trim().to_string());
+                    write(&dir.join("cpuset.cpus"), &list)?;
+                    write(&dir.join("cpuset.mems"), read(&root.join("cpuset.mems"))?.trim())?;
+                }
+            }
+        }
+        Ok(job)
+    }
+}
+
+fn job_name(job_id: u64, token: u64) -> String {
+    format!("job{job_id}.{token}")
+}
+
+/// `n` CPUs of `root` that no other job cgroup in it pins, as a cpuset list.
+fn free_cpus(root: &Path, effective: &str, own: &Path, n: usize) -> Option<String> {
+    let mut free = parse_cpu_list(&read(&root.join(effective)).ok()?);
+    for entry in std::fs::read_dir(root).ok()?.flatten() {
+        if entry.path() != own && entry.path().is_dir() {
+            for cpu in parse_cpu_list(&read(&entry.path().join("cpuset.cpus")).unwrap_or_default()) {
+                free.remove(&cpu);
+            }
+        }
+    }
+    (free.len() >= n).then(|| free.iter().take(n).map(u32::to_string).collect::<Vec<_>>().join(","))
+}
+
+impl JobCgroup {
+    /// The `cgroup.procs` of each directory, which the job's first process writes itself to.
+    pub fn procs_files(&self) -> Vec<PathBuf> {
+        self.dirs.iter().map(|d| d.join("cgroup.procs")).collect()
+    }
+
+    /// Whether the OOM killer killed anything in the job's cgroup.
+    pub fn oom_killed(&self) -> bool {
+        let (file, key) = if self.v2 { ("memory.events", "oom_kill") } else { ("memory.oom_control", "oom_kill") };
+        read(&self.dirs[0].join(file)).ok().is_some_and(|events| {
+            events.lines().any(|l| {
+                let mut it = l.split_whitespace();
+                it.next() == Some(key) && it.next().and_then(|v| v.parse::<u64>().ok()).unwrap_or(0) > 0
+            })
+        })
+    }
+
+    /// Kills whatever is left in the job's cgroup and removes it.
+    pub async fn remove(&self) {
+        if self.v2 {
+            let _ = write(&self.dirs[0].join("cgroup.kill"), "1");
+        }
+        for dir in &self.dirs {
+            for _ in 0..50 {
+                if !self.v2 {
+                    for pid in words(&dir.join("cgroup.procs")).iter().filter_map(|p| p.parse::<i32>().ok()) {
+                        // SAFETY: kill(2) touches no memory; the pid is in the job's cgroup.
+                        unsafe { libc::kill(pid, libc::SIGKILL) };
+                    }
+                }
+                match std::fs::remove_dir(dir) {
+                    Ok(()) => break,
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => break,
+                    Err(_) => tokio::time::sleep(std::time::Duration::from_millis(20)).await,
+                }
+            }
+            if dir.exists() {
+                tracing::warn!(cgroup = %dir.display(), "cannot remove a finished job's cgroup");
+            }
+        }
+    }
+}
+
+/// `0-3,8,10-11` → the CPUs it names.
+fn parse_cpu_list(text: &str) -> BTreeSet<u32> {
+    let mut cpus = BTreeSet::new();
+    for part in text.trim().split(',').filter(|p| !p.is_empty()) {
+        match part.split_once('-') {
+            Some((a, b)) => {
+                if let (Ok(a), Ok(b)) = (a.parse::<u32>(), b.parse::<u32>()) {
+                    cpus.extend(a..=b);
+                }
+            }
+            None => {
+                if let Ok(c) = part.parse() {
+                    cpus.insert(c);
+                }
+            }
+        }
+    }
+    cpus
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_lists() {
+        assert_eq!(parse_cpu_list("0-3,8,10-11\n").into_iter().collect::<Vec<_>>(), [0, 1, 2, 3, 8, 10, 11]);
+        assert!(parse_cpu_list("").is_empty());
+    }
+
+    #[test]
+    fn oom_events_v1_and_v2() {
+        let dir = tempfile::tempdir().unwrap();
+        let v2 = JobCgroup { dirs: vec![dir.path().to_path_buf()], v2: true };
+        std::fs::write(dir.path().join("memory.events"), "low 0\nhigh 0\nmax 3\noom 1\noom_kill 0\n").unwrap();
+        assert!(!v2.oom_killed());
+        std::fs::write(dir.path().join("memory.events"), "low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\n").unwrap();
+        assert!(v2.oom_killed());
+        let v1 = JobCgroup { dirs: vec![dir.path().to_path_buf()], v2: false };
+        std::fs::write(dir.path().join("memory.oom_control"), "oom_kill_disable 0\nunder_oom 0\noom_kill 0\n").unwrap();
+        assert!(!v1.oom_killed());
+        std::fs::write(dir.path().join("memory.oom_control"), "oom_kill_disable 0\nunder_oom 0\noom_kill 2\n").unwrap();
+        assert!(v1.oom_killed());
+    }
+
+    #[test]
+    fn without_cgroups_the_reason_is_given() {
+        let l = Limits::detect("n1", false);
+        assert_eq!(l.describe(), "rlimits only: cgroups are off for this agent");
+    }
+
+    /// Where this process may make cgroups (root on a v1 or v2 machine), a job cgroup gets its
+    /// memory limit and goes away again.
+    #[tokio::test]
+    async fn a_job_cgroup_is_made_with_its_limit_and_removed() {
+        let node = format!("unit{}", std::process::id());
+        let Limits::Cgroup(cg) = Limits::detect(&node, true) else {
+            eprintln!("skipped: no cgroups here ({})", Limits::detect(&node, true).describe());
+            return;
+        };
+        let job = cg.create(7, 3, 64, 1).unwrap();
+        let limit = match &cg {
+            Cgroups::V2 { .. } => read(&job.dirs[0].join("memory.max")).unwrap(),
+            Cgroups::V1 { .. } => read(&job.dirs[0].join("memory.limit_in_bytes")).unwrap(),
+        };
+        assert_eq!(limit.trim(), (64u64 << 20).to_string());
+        assert!(!job.oom_killed());
+        job.remove().await;
+        assert!(job.dirs.iter().all(|d| !d.exists()));
+        for d in &job.dirs {
+            let _ = std::fs::remove_dir(d.parent().unwrap());
+        }
+    }
+}

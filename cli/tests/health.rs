@@ -1,0 +1,154 @@
+//! Node health: a GPU in FAILURE (injected into a simulated GPU with `quorum admin gpu-fault`, as
+//! an operator drills it) drains its node while its jobs go on, and the node resumes by itself
+//! when the GPU recovers; an operator's drain is not undone by that; WARNING is shown but does
+//! not drain; a failing health check program drains the node with its output as the reason.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use quorum_cli::dev::DevOptions;
+
+const T: Duration = Duration::from_secs(30);
+/// The agent checks its GPUs every heartbeat (1 s) and reports in the next one: two heartbeats,
+/// plus room for a loaded machine to apply the drain through Raft.
+const TWO_HEARTBEATS_AND_GRACE: Duration = Duration::from_secs(5);
+
+async fn node(c: &quorum_cli::client::Client, name: &str) -> quorum_proto::api::NodeInfo {
+    nodes(c).await.into_iter().find(|n| n.name == name).unwrap_or_else(|| panic!("no node {name}"))
+}
+
+/// Waits until `name`'s state and reason satisfy `pred`.
+async fn wait_node(
+    c: &quorum_cli::client::Client,
+    name: &str,
+    timeout: Duration,
+    what: &str,
+    pred: impl Fn(&quorum_proto::api::NodeInfo) -> bool,
+) -> quorum_proto::api::NodeInfo {
+    let pred = &pred;
+    wait_for(timeout, what, || async move { Some(node(c, name).await).filter(|n| pred(n)) }).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_gpu_drains_its_node_and_a_recovered_one_resumes_it() {
+    let cluster = cluster(DevOptions::for_tests()).await;
+    let c = client(&cluster.addrs);
+    wait_ready(&cluster, &c, 2).await;
+    let env = cluster.controllers_env();
+    let dir = tempfile::tempdir().unwrap();
+    let root = |args: &[&str]| quorum_as(&env, Some("root"), dir.path(), args);
+    let tester = |args: &[&str]| quorum_as(&env, Some("tester"), dir.path(), args);
+
+    // A job on one GPU that runs until told to stop.
+    let release = dir.path().join("release");
+    let script = format!("while [ ! -e {} ]; do sleep 0.1; done; echo done", release.display());
+    let mut s = spec(&["bash", "-c", &script], dir.path());
+    s.gpus_per_node = 1;
+    s.gpu_type = "h100".into();
+    let first = submit(&c, s.clone()).await;
+    let running = wait_state(&c, first, &["RUNNING"], T).await;
+    let sick = running.allocation[0].node.clone();
+    let healthy = if sick == "node01" { "node02" } else { "node01" };
+
+    // WARNING on the other node: shown, no drain.
+    root(&["admin", "gpu-fault", healthy, "2", "temperature:90"]).success();
+    let warned = wait_node(&c, healthy, T, "the GPU warning shown", |n| {
+        n.gpu_health.iter().any(|g| g.index == 2 && g.state == "warning")
+    })
+    .await;
+    assert_ne!(warned.state, "drain", "{warned:?}");
+    assert!(warned.gpu_health.iter().any(|g| g.detail.contains("temperature 90 C")), "{warned:?}");
+
+    // XID 79 on the busy node: drained within two heartbeats, with the reason.
+    let injected = Instant::now();
+    let said = root(&["admin", "gpu-fault", &sick, "0", "xid:79"]).success();
+    assert!(said.contains("injected xid:79 into GPU 0"), "{said}");
+    let drained =
+        wait_node(&c, &sick, TWO_HEARTBEATS_AND_GRACE, "the node drained for its GPU", |n| n.state == "drain").await;
+    eprintln!("drained {:?} after the fault was injected", injected.elapsed());
+    assert_eq!(drained.reason, "GPU 0 failure: XID 79 (GPU has fallen off the bus)");
+    let table = tester(&["nodes"]).success();
+    let line = table.lines().find(|l| l.starts_with(&sick)).expect("the node in quorum nodes");
+    assert!(line.contains("drain (failure)") && line.contains("XID 79"), "{table}");
+    let line = table.lines().find(|l| l.starts_with(healthy)).expect("the other node");
+    assert!(line.contains("(warning)"), "{table}");
+
+    // New work goes elsewhere: four one-GPU jobs, all on the healthy node, while the first job
+    // goes on where it is.
+    let mut others = Vec::new();
+    for _ in 0..4 {
+        others.push(submit(&c, s.clone()).await);
+    }
+    for id in &others {
+        let j = wait_state(&c, *id, &["RUNNING"], T).await;
+        assert_eq!(j.allocation[0].node, healthy, "a job landed on the drained node: {j:?}");
+    }
+    assert_eq!(job(&c, first).await.state, "RUNNING");
+    std::fs::write(&release, "").unwrap();
+    let done = wait_state(&c, first, &["COMPLETED", "FAILED", "CANCELLED"], T).await;
+    assert_eq!(done.state, "COMPLETED", "{done:?}");
+    for id in others {
+        assert_eq!(wait_state(&c, id, &["COMPLETED", "FAILED"], T).await.state, "COMPLETED");
+    }
+
+    // The GPU recovers: the node resumes by itself.
+    root(&["admin", "gpu-fault", &sick, "0", "clear"]).success();
+    wait_node(&c, &sick, T, "the node resumed by itself", |n| n.state != "drain" && n.reason.is_empty()).await;
+
+    // An operator's drain stays through a GPU failure and its recovery.
+    root(&["admin", "drain", &sick, "--reason", "new fans"]).success();
+    root(&["admin", "gpu-fault", &sick, "1", "ecc-uncorrectable"]).success();
+    wait_node(&c, &sick, T, "the failure reported", |n| n.gpu_health.iter().any(|g| g.state == "failure")).await;
+    root(&["admin", "gpu-fault", &sick, "1", "clear"]).success();
+    wait_node(&c, &sick, T, "the GPU healthy again", |n| n.gpu_health.iter().all(|g| g.state == "ok")).await;
+    let n = node(&c, &sick).await;
+    assert_eq!((n.state.as_str(), n.reason.as_str()), ("drain", "new fans"), "{n:?}");
+
+    // Refusals name what is wrong, and change nothing.
+    let out = tester(&["admin", "gpu-fault", healthy, "0", "xid:79"]);
+    assert!(out.code != 0 && out.stderr.contains("only root"), "{out:?}");
+    let out = root(&["admin", "gpu-fault", healthy, "9", "xid:79"]);
+    assert!(out.stderr.contains("has no GPU 9 (4 GPUs)"), "{out:?}");
+    let out = root(&["admin", "gpu-fault", healthy, "0", "melted"]);
+    assert!(out.stderr.contains("unknown GPU fault 'melted'"), "{out:?}");
+    let out = root(&["admin", "gpu-fault", "node99", "0", "xid:79"]);
+    assert!(out.stderr.contains("there is no node node99"), "{out:?}");
+    assert_ne!(node(&c, healthy).await.state, "drain");
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_health_check_drains_with_its_output_until_it_passes() {
+    let dir = tempfile::tempdir().unwrap();
+    let flag = dir.path().join("sick");
+    let check = format!("if [ -e {0} ]; then cat {0}; exit 3; fi", flag.display());
+    let opts = DevOptions {
+        agents: 1,
+        health_check: Some(quorum_agent::HealthCheck { command: check, interval: Duration::from_secs(1) }),
+        ..DevOptions::for_tests()
+    };
+    let cluster = cluster(opts).await;
+    let c = client(&cluster.addrs);
+    wait_ready(&cluster, &c, 1).await;
+    assert_ne!(node(&c, "node01").await.state, "drain");
+
+    std::fs::write(&flag, "/scratch is full\n").unwrap();
+    let n = wait_node(&c, "node01", T, "the node drained by its health check", |n| n.state == "drain").await;
+    assert_eq!(n.reason, "health check failed: /scratch is full (exit 3)");
+    assert_eq!(n.health_check, "/scratch is full (exit 3)");
+    // No job starts there meanwhile.
+    let id = submit(&c, spec(&["true"], dir.path())).await;
+    let pending = wait_for(T, "the job's pending reason", || {
+        let c = &c;
+        async move { Some(job(c, id).await).filter(|j| j.state == "PENDING" && !j.reason.is_empty()) }
+    })
+    .await;
+    assert_eq!(pending.state, "PENDING", "{pending:?}");
+
+    std::fs::remove_file(&flag).unwrap();
+    wait_node(&c, "node01", T, "the node resumed", |n| n.state != "drain").await;
+    assert_eq!(wait_state(&c, id, &["COMPLETED", "FAILED"], T).await.state, "COMPLETED");
+    cluster.shutdown().await;
+}

@@ -1,0 +1,162 @@
+//! Job arrays (`--array=0-15%4`), as Slurm has them: one submit makes a job per task id, with
+//! consecutive job ids; the first is the array's id. Each task is an ordinary job (it has its
+//! own allocation, state and exit) that also knows its array and its task id, which it sees as
+//! `SLURM_ARRAY_JOB_ID`/`SLURM_ARRAY_TASK_ID` and in `%A`/`%a` output patterns. A throttle (`%N`)
+//! lets at most N tasks of the array run at once.
+
+use serde::{Deserialize, Serialize};
+
+use super::JobId;
+
+/// The most tasks one array may have.
+pub const MAX_ARRAY_TASKS: usize = 100_000;
+/// The largest task id.
+pub const MAX_TASK_ID: u32 = 10_000_000;
+
+/// `--array`: which task ids, and how many may run at once.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ArraySpec {
+    /// Sorted, without repeats.
+    pub tasks: Vec<u32>,
+    /// At most this many run at once (`%N`); 0: no limit.
+    pub throttle: u32,
+}
+
+/// Where a job stands in its array.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ArrayTask {
+    /// The array's id: the job id of its first task.
+    pub array_job_id: JobId,
+    pub task_id: u32,
+    /// How many tasks the array has, and the lowest and highest task id.
+    pub count: u32,
+    pub min: u32,
+    pub max: u32,
+    /// At most this many tasks of the array run at once; 0: no limit.
+    pub throttle: u32,
+}
+
+impl ArraySpec {
+    /// `0-15`, `1,3,5`, `0-99:10` (every tenth), any mix of them joined by commas, and `%N` at
+    /// the end for the throttle.
+    pub fn parse(text: &str) -> Result<ArraySpec, String> {
+        let bad = |why: String| format!("invalid --array '{text}': {why}");
+        let (list, throttle) = match text.trim().split_once('%') {
+            Some((list, n)) => {
+                let n: u32 = n.trim().parse().map_err(|_| bad(format!("'%{n}' is not a number of tasks")))?;
+                if n == 0 {
+                    return Err(bad("the throttle %0 would let no task run".into()));
+                }
+                (list, n)
+            }
+            None => (text.trim(), 0),
+        };
+        let number = |s: &str| -> Result<u32, String> {
+            let n: u32 = s.trim().parse().map_err(|_| bad(format!("'{s}' is not a task id")))?;
+            if n > MAX_TASK_ID {
+                return Err(bad(format!("task id {n} is above the largest, {MAX_TASK_ID}")));
+            }
+            Ok(n)
+        };
+        let mut tasks = Vec::new();
+        for part in list.split(',') {
+            if part.trim().is_empty() {
+                return Err(bad("an empty item (give ranges such as 0-15 or ids such as 1,3,5)".into()));
+            }
+            let (range, step) = match part.split_once(':') {
+                Some((r, s)) => {
+                    let step: u32 = s.trim().parse().map_err(|_| bad(format!("':{s}' is not a step")))?;
+                    if step == 0 {
+                        return Err(bad(format!("'{part}' has a step of 0")));
+                    }
+                    (r, step)
+                }
+                None => (part, 1),
+            };
+            let (lo, hi) = match range.split_once('-') {
+                Some((a, b)) => (number(a)?, number(b)?),
+                None if step == 1 => (number(range)?, number(range)?),
+                None => return Err(bad(format!("'{part}': a step needs a range, such as 0-99:10"))),
+            };
+            if lo > hi {
+                return Err(bad(format!("the range '{range}' runs backwards")));
+            }
+            let mut t = lo;
+            while t <= hi {
+                tasks.push(t);
+                if tasks.len() > MAX_ARRAY_TASKS {
+                    return Err(bad(format!("more than {MAX_ARRAY_TASKS} tasks")));
+                }
+                match t.checked_add(step) {
+                    Some(next) => t = next,
+                    None => break,
+                }
+            }
+        }
+        tasks.sort_unstable();
+        tasks.dedup();
+        Ok(ArraySpec { tasks, throttle })
+    }
+
+    /// The canonical text: ranges of consecutive ids, and the throttle.
+    pub fn to_spec(&self) -> String {
+        let mut parts = Vec::new();
+        let mut i = 0;
+        while i < self.tasks.len() {
+            let start = self.tasks[i];
+            let mut end = start;
+            while i + 1 < self.tasks.len() && self.tasks[i + 1] == end + 1 {
+                i += 1;
+                end = self.tasks[i];
+            }
+            parts.push(if start == end { start.to_string() } else { format!("{start}-{end}") });
+            i += 1;
+        }
+        let mut text = parts.join(",");
+        if self.throttle > 0 {
+            text.push_str(&format!("%{}", self.throttle));
+        }
+        text
+    }
+}
+
+impl ArrayTask {
+    /// `12_3`: how users name a task.
+    pub fn name(&self) -> String {
+        format!("{}_{}", self.array_job_id, self.task_id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arrays_parse() {
+        let a = ArraySpec::parse("0-3").unwrap();
+        assert_eq!((a.tasks.as_slice(), a.throttle), (&[0, 1, 2, 3][..], 0));
+        let a = ArraySpec::parse("1,3,5-6%2").unwrap();
+        assert_eq!((a.tasks.as_slice(), a.throttle), (&[1, 3, 5, 6][..], 2));
+        assert_eq!(ArraySpec::parse("0-9:3").unwrap().tasks, [0, 3, 6, 9]);
+        assert_eq!(ArraySpec::parse("5,1-2,2").unwrap().tasks, [1, 2, 5]);
+        assert_eq!(ArraySpec::parse("5,1-3,7%4").unwrap().to_spec(), "1-3,5,7%4");
+    }
+
+    #[test]
+    fn bad_arrays_say_why() {
+        for (text, why) in [
+            ("5-2", "the range '5-2' runs backwards"),
+            ("a-3", "'a' is not a task id"),
+            ("1,,2", "an empty item"),
+            ("0-9%0", "the throttle %0 would let no task run"),
+            ("0-9%x", "'%x' is not a number of tasks"),
+            ("0-9:0", "'0-9:0' has a step of 0"),
+            ("4:2", "a step needs a range"),
+            ("0-200000", "more than 100000 tasks"),
+            ("99999999", "is above the largest"),
+        ] {
+            let e = ArraySpec::parse(text).unwrap_err();
+            assert!(e.starts_with(&format!("invalid --array '{text}': ")) && e.contains(why), "{text}: {e}");
+        }
+    }
+}

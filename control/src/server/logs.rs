@@ -1,0 +1,77 @@
+//! `quorum logs`: a piece of a job's output file, read on its node. The leader finds the job and
+//! the node, asks that node's agent over its stream (the agent expands the job's output pattern
+//! as it did when it started the rank), and answers with the bytes and the offset to read from
+//! next. `quorum logs -f` follows a running job by asking again from that offset.
+
+use std::time::Duration;
+
+use quorum_proto::api::{JobLogsRequest, JobLogsResponse};
+use tonic::Status;
+
+use crate::leader::hub::launch_for;
+use crate::model::JobState;
+use crate::replica::Core;
+
+/// The most one answer carries.
+pub const MAX_CHUNK: u32 = 256 << 10;
+const DEFAULT_CHUNK: u32 = 64 << 10;
+/// How long the agent has to answer.
+const AGENT_TIMEOUT: Duration = Duration::from_secs(5);
+
+pub async fn job_logs(core: &Core, r: JobLogsRequest) -> Result<JobLogsResponse, Status> {
+    if r.user.is_empty() {
+        return Err(Status::invalid_argument("missing user"));
+    }
+    let (launch, node, finished) = {
+        let applied = core.shared.read();
+        let state = &applied.state;
+        let job =
+            state.jobs.get(&r.job_id).ok_or_else(|| Status::not_found(format!("there is no job {}", r.job_id)))?;
+        if r.user != job.user && r.user != "root" {
+            return Err(Status::permission_denied(format!(
+                "job {} belongs to {}: only its owner or root may read its output",
+                r.job_id, job.user
+            )));
+        }
+        let Some(allocation) = job.allocation.as_ref() else {
+            return Err(Status::failed_precondition(format!(
+                "job {} has not started, so it has no output yet (it is {})",
+                r.job_id,
+                job.state.name()
+            )));
+        };
+        let node = if r.node.is_empty() {
+            allocation.nodes[0].node.clone()
+        } else if allocation.nodes.iter().any(|a| a.node == r.node) {
+            r.node.clone()
+        } else {
+            return Err(Status::invalid_argument(format!(
+                "job {} did not run on {}; it ran on {}",
+                r.job_id,
+                r.node,
+                allocation.nodelist()
+            )));
+        };
+        let launch = launch_for(state, r.job_id, &node).expect("the node is in the job's allocation");
+        (launch, node, job.state != JobState::Running)
+    };
+    let max = if r.max_bytes == 0 { DEFAULT_CHUNK } else { r.max_bytes.min(MAX_CHUNK) };
+    let (request_id, answer) = core.hub.read_output(&node, launch, r.stderr, r.offset, max).ok_or_else(|| {
+        Status::failed_precondition(format!("node {node} has no agent connected: the output there cannot be read now"))
+    })?;
+    let chunk = match tokio::time::timeout(AGENT_TIMEOUT, answer).await {
+        Ok(Ok(chunk)) => chunk,
+        _ => {
+            core.hub.forget_read(request_id);
+            return Err(Status::deadline_exceeded(format!(
+                "the agent of {node} did not answer within {}s",
+                AGENT_TIMEOUT.as_secs()
+            )));
+        }
+    };
+    if !chunk.error.is_empty() {
+        return Err(Status::failed_precondition(format!("on {node}: {}", chunk.error)));
+    }
+    let next_offset = r.offset + chunk.data.len() as u64;
+    Ok(JobLogsResponse { data: chunk.data, path: chunk.path, node, finished, next_offset })
+}
