@@ -54,6 +54,11 @@ pub struct Reading {
     pub retired_pages: u64,
     /// PCIe replays since the previous check.
     pub pcie_replays: u64,
+    /// Row remapping (A100, H100 and later, instead of page retirement): rows remapped for
+    /// uncorrectable errors, a remapping waiting for a GPU reset, a remapping that failed.
+    pub remapped_rows: u64,
+    pub remap_pending: bool,
+    pub remap_failed: bool,
 }
 
 /// A reading's state and what is wrong.
@@ -78,6 +83,15 @@ pub fn judge(r: &Reading) -> (GpuState, String) {
         failures.push(format!("{} retired pages", r.retired_pages));
     } else if r.retired_pages > 0 {
         warnings.push(format!("{} retired pages", r.retired_pages));
+    }
+    if r.remap_failed {
+        failures.push("row remapping failed".to_string());
+    }
+    if r.remap_pending {
+        failures.push("row remapping pending: the GPU needs a reset".to_string());
+    }
+    if r.remapped_rows > 0 {
+        warnings.push(format!("{} rows remapped", r.remapped_rows));
     }
     if r.temperature_c >= TEMPERATURE_FAILURE {
         failures.push(format!("temperature {} C", r.temperature_c));
@@ -106,12 +120,15 @@ pub enum Fault {
     Temperature(u32),
     RetiredPages(u64),
     PcieReplay(u64),
+    RemappedRows(u64),
+    RemapPending,
+    RemapFailed,
     /// The GPU is healthy again (reset or replaced).
     Clear,
 }
 
 /// `xid:N`, `ecc-uncorrectable[:N]`, `ecc-correctable:N`, `temperature:C`, `retired-pages:N`,
-/// `pcie-replay:N` or `clear`.
+/// `pcie-replay:N`, `remapped-rows:N`, `remap-pending`, `remap-failed` or `clear`.
 pub fn parse_fault(kind: &str) -> Result<Fault, String> {
     let (name, value) = match kind.trim().split_once(':') {
         Some((n, v)) => (n, Some(v)),
@@ -129,10 +146,13 @@ pub fn parse_fault(kind: &str) -> Result<Fault, String> {
         "temperature" => Fault::Temperature(u32::try_from(number("temperature")?).map_err(|_| "temperature too high")?),
         "retired-pages" => Fault::RetiredPages(number("retired-pages")?),
         "pcie-replay" => Fault::PcieReplay(number("pcie-replay")?),
+        "remapped-rows" => Fault::RemappedRows(number("remapped-rows")?),
+        "remap-pending" if value.is_none() => Fault::RemapPending,
+        "remap-failed" if value.is_none() => Fault::RemapFailed,
         "clear" if value.is_none() => Fault::Clear,
         _ => {
             return Err(format!(
-                "unknown GPU fault '{kind}': expected xid:N, ecc-uncorrectable, ecc-correctable:N, temperature:C, retired-pages:N, pcie-replay:N or clear"
+                "unknown GPU fault '{kind}': expected xid:N, ecc-uncorrectable, ecc-correctable:N, temperature:C, retired-pages:N, pcie-replay:N, remapped-rows:N, remap-pending, remap-failed or clear"
             ))
         }
     })
@@ -175,6 +195,9 @@ impl GpuSource for SimSource {
             Fault::Temperature(c) => r.temperature_c = c,
             Fault::RetiredPages(n) => r.retired_pages += n,
             Fault::PcieReplay(n) => r.pcie_replays = n,
+            Fault::RemappedRows(n) => r.remapped_rows += n,
+            Fault::RemapPending => r.remap_pending = true,
+            Fault::RemapFailed => r.remap_failed = true,
             Fault::Clear => *r = Reading { temperature_c: 40, ..Default::default() },
         }
         Ok(())
@@ -202,7 +225,7 @@ pub mod nvml {
     use nvml_wrapper::enum_wrappers::device::{EccCounter, MemoryError, RetirementCause, TemperatureSensor};
     use nvml_wrapper::enums::event::XidError;
     use nvml_wrapper::error::NvmlError;
-    use nvml_wrapper::{EventSet, Nvml};
+    use nvml_wrapper::{Device, EventSet, Nvml};
 
     use super::{Fault, GpuSource, Reading, SimGpu};
 
@@ -268,6 +291,18 @@ pub mod nvml {
         }
     }
 
+    /// Row remapping: (rows remapped for uncorrectable errors, pending, failed). nvml-wrapper
+    /// has no wrapper for it, so the driver's function is called directly; `None` where the
+    /// driver lacks it or the GPU does not remap rows (before Ampere).
+    fn remapped_rows(nvml: &Nvml, device: &Device) -> Option<(u64, bool, bool)> {
+        let get = nvml.lib().nvmlDeviceGetRemappedRows.as_ref().ok()?;
+        let (mut corrected, mut uncorrected, mut pending, mut failed) = (0, 0, 0, 0);
+        // SAFETY: the four pointers are to locals that outlive the call; the device handle
+        // belongs to this NVML, which lives as long as the agent.
+        let rc = unsafe { get(device.handle(), &mut corrected, &mut uncorrected, &mut pending, &mut failed) };
+        (rc == 0).then_some((u64::from(uncorrected), pending != 0, failed != 0))
+    }
+
     impl GpuSource for NvmlSource {
         fn read(&mut self) -> Vec<(u32, Result<Reading, String>)> {
             self.drain_events();
@@ -283,7 +318,12 @@ pub mod nvml {
                             .into_iter()
                             .map(|c| d.retired_pages(c).map(|p| p.len() as u64).unwrap_or(0))
                             .sum();
+                        let (remapped_rows, remap_pending, remap_failed) =
+                            remapped_rows(self.nvml, &d).unwrap_or_default();
                         Reading {
+                            remapped_rows,
+                            remap_pending,
+                            remap_failed,
                             temperature_c: d.temperature(TemperatureSensor::Gpu).unwrap_or(0),
                             ecc_uncorrectable: d
                                 .total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile)
@@ -325,6 +365,10 @@ mod tests {
         assert_eq!(judge(&Reading { retired_pages: 64, ..Default::default() }).0, GpuState::GpuFailure);
         assert_eq!(judge(&Reading { retired_pages: 3, ..Default::default() }).0, GpuState::GpuWarning);
         assert_eq!(judge(&Reading { pcie_replays: 500, ..Default::default() }).0, GpuState::GpuWarning);
+        assert_eq!(judge(&Reading { remapped_rows: 2, ..Default::default() }).0, GpuState::GpuWarning);
+        let pending = Reading { remap_pending: true, ..Default::default() };
+        assert_eq!(judge(&pending), (GpuState::GpuFailure, "row remapping pending: the GPU needs a reset".into()));
+        assert_eq!(judge(&Reading { remap_failed: true, ..Default::default() }).0, GpuState::GpuFailure);
     }
 
     #[test]

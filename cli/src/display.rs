@@ -366,11 +366,13 @@ pub fn nodes_table(nodes: &[NodeInfo]) -> String {
             ]
         })
         .collect();
-    let mut out = table(
-        &["NODE", "PARTITION", "STATE", "CPUS(A/T)", "MEM(A/T)", "GPUS(A/T)", "GPU_TYPES", "LIMITS", "REASON"],
-        &rows,
-    );
-    // Why a node has no cgroups is too long for a column: once below the table.
+    table(&["NODE", "PARTITION", "STATE", "CPUS(A/T)", "MEM(A/T)", "GPUS(A/T)", "GPU_TYPES", "LIMITS", "REASON"], &rows)
+}
+
+/// Why nodes have no cgroups (too long for a column), a line per reason; for standard error, so
+/// that the table stays a table for scripts.
+pub fn nodes_notes(nodes: &[NodeInfo]) -> String {
+    let mut out = String::new();
     let mut why: std::collections::BTreeMap<&str, Vec<&str>> = Default::default();
     for n in nodes {
         if let Some(w) = n.limits.strip_prefix("rlimits only: ") {

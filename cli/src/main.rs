@@ -195,7 +195,8 @@ enum AdminCommand {
     },
     /// Inject a fault into a simulated GPU (an agent with --gpus sim:...), to drill what a
     /// failing GPU does: xid:N, ecc-uncorrectable[:N], ecc-correctable:N, temperature:C,
-    /// retired-pages:N, pcie-replay:N, or clear (the GPU is healthy again).
+    /// retired-pages:N, pcie-replay:N, remapped-rows:N, remap-pending, remap-failed, or clear
+    /// (the GPU is healthy again).
     GpuFault { node: String, gpu: u32, kind: String },
     /// Hand leadership to replica ID (default: the most caught-up other voter).
     TransferLeader { id: Option<u64> },
@@ -619,6 +620,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 print_json(&r.nodes.iter().map(node_json).collect::<Vec<_>>())?;
             } else {
                 print!("{}", display::nodes_table(&r.nodes));
+                eprint!("{}", display::nodes_notes(&r.nodes));
             }
         }
         Command::Cluster { json } => {

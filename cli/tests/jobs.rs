@@ -188,7 +188,15 @@ async fn a_job_over_its_memory_is_stopped() {
     if unsafe { libc::geteuid() } == 0 && hierarchy {
         assert!(cgroups, "root on a machine with cgroups, yet the agent uses: {limits}");
     }
+    // quorum nodes shows it: the version in the LIMITS column, or rlimits with the reason on
+    // standard error (the table stays a table for scripts).
+    let shown = quorum(&cluster.controllers_env(), dir.path(), &["nodes"]);
+    let word = limits.split(" (").next().unwrap();
+    let line = shown.stdout.lines().find(|l| l.starts_with("node01")).unwrap_or_default();
+    assert!(line.contains(if cgroups { word } else { "rlimits" }), "{shown:?}");
+    assert_eq!(shown.stdout.lines().count(), 2, "only the header and the node: {shown:?}");
     if !cgroups {
+        assert!(shown.stderr.contains("no cgroups for jobs"), "{shown:?}");
         eprintln!("OUT_OF_MEMORY not checked: no cgroups for jobs here ({limits}); checking the rlimit fallback");
         assert!(limits.starts_with("rlimits only: "), "{limits}");
     }
