@@ -18,6 +18,9 @@ const CGROUP_ROOT: &str = "/sys/fs/cgroup";
 const CGROUP2_SUPER_MAGIC: i64 = 0x6367_7270;
 const CGROUP_SUPER_MAGIC: i64 = 0x0027_e0eb;
 
+/// The reason given when cgroups were turned off on purpose (`--no-cgroups`).
+pub const CGROUPS_OFF: &str = "cgroups are off for this agent";
+
 /// How this agent limits its jobs.
 #[derive(Clone, Debug)]
 pub enum Limits {
@@ -77,7 +80,7 @@ impl Limits {
     /// hierarchy if they can. `use_cgroups` false goes straight to rlimits.
     pub fn detect(node: &str, use_cgroups: bool) -> Limits {
         if !use_cgroups {
-            return Limits::Rlimits("cgroups are off for this agent".into());
+            return Limits::Rlimits(CGROUPS_OFF.into());
         }
         match Cgroups::setup(node) {
             Ok(c) => Limits::Cgroup(c),

@@ -37,7 +37,8 @@ pub struct DevOptions {
     /// cluster runs every job as whoever runs it.
     pub switch_user: bool,
     /// The agents give jobs cgroups where the node allows (with cgroup v2 they move this process
-    /// into a leaf cgroup of its own to do so). Off by default: rlimits.
+    /// into a leaf cgroup of its own to do so), as real agents do. Off in tests, which start
+    /// many clusters in one process: rlimits.
     pub cgroups: bool,
     /// The agents' health check program (`sh -c`), like Slurm's HealthCheckProgram.
     pub health_check: Option<quorum_agent::HealthCheck>,
@@ -60,7 +61,7 @@ impl Default for DevOptions {
             agent_lease: Duration::from_secs(20),
             emulate_levels: Vec::new(),
             switch_user: false,
-            cgroups: false,
+            cgroups: true,
             health_check: None,
         }
     }
@@ -69,7 +70,7 @@ impl Default for DevOptions {
 impl DevOptions {
     /// Ephemeral ports and short timeouts, for tests.
     pub fn for_tests() -> Self {
-        Self { ports: vec![0, 0, 0], kill_wait: Duration::from_secs(2), ..Self::default() }
+        Self { ports: vec![0, 0, 0], kill_wait: Duration::from_secs(2), cgroups: false, ..Self::default() }
     }
 }
 

@@ -375,7 +375,8 @@ pub fn nodes_notes(nodes: &[NodeInfo]) -> String {
     let mut out = String::new();
     let mut why: std::collections::BTreeMap<&str, Vec<&str>> = Default::default();
     for n in nodes {
-        if let Some(w) = n.limits.strip_prefix("rlimits only: ") {
+        // Turned off on purpose: nothing to tell the operator.
+        if let Some(w) = n.limits.strip_prefix("rlimits only: ").filter(|w| *w != quorum_agent::limits::CGROUPS_OFF) {
             why.entry(w).or_default().push(&n.name);
         }
     }

@@ -140,6 +140,10 @@ enum Command {
         /// How many agents.
         #[arg(long, default_value_t = 2)]
         agents: usize,
+        /// Give jobs no cgroups, only rlimits (by default the agents use the machine's cgroups
+        /// where they can, and say why not where they cannot).
+        #[arg(long)]
+        no_cgroups: bool,
     },
 }
 
@@ -282,7 +286,7 @@ fn status_error(status: tonic::Status) -> anyhow::Error {
 
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let command = match cli.command {
-        Command::Dev { data, port, agents } => return dev(data, port, agents).await,
+        Command::Dev { data, port, agents, no_cgroups } => return dev(data, port, agents, !no_cgroups).await,
         Command::Simulate(args) => {
             // Pure computation: off the async runtime's workers.
             tokio::task::spawn_blocking(move || quorum_cli::simulate::run(*args)).await??;
@@ -775,8 +779,9 @@ fn node_json(n: &api::NodeInfo) -> serde_json::Value {
     })
 }
 
-async fn dev(data: Option<PathBuf>, port: u16, agents: usize) -> anyhow::Result<ExitCode> {
-    let opts = DevOptions { data_dir: data, ports: vec![port, port + 1, port + 2], agents, ..DevOptions::default() };
+async fn dev(data: Option<PathBuf>, port: u16, agents: usize, cgroups: bool) -> anyhow::Result<ExitCode> {
+    let opts =
+        DevOptions { data_dir: data, ports: vec![port, port + 1, port + 2], agents, cgroups, ..DevOptions::default() };
     let cluster = DevCluster::start(opts).await?;
     println!("Quorum dev cluster: 3 controller replicas, {agents} agents (8 CPUs, 32G, 4 simulated h100 GPUs each)");
     println!("data: {}", cluster.data_dir.display());
