@@ -129,12 +129,11 @@ impl Cgroups {
 
     fn setup_v2(mount: &Path, node: &str) -> Result<Cgroups, String> {
         let own = own_cgroup(|id, _| id == "0").ok_or("this process is in no cgroup v2")?;
-        let base = mount.join(own.trim_start_matches('/'));
-        // Already moved (a second agent in this process, or a restart that found its own leaf).
-        let base = if base.file_name().is_some_and(|n| n == "quorum-agent") {
-            base.parent().map(Path::to_path_buf).unwrap_or(base)
-        } else {
-            base
+        let own = mount.join(own.trim_start_matches('/'));
+        // Already in its leaf (a second agent in this process)?
+        let (base, in_leaf) = match own.parent() {
+            Some(parent) if own.file_name().is_some_and(|n| n == "quorum-agent") => (parent.to_path_buf(), true),
+            _ => (own.clone(), false),
         };
         let available = words(&base.join("cgroup.controllers"));
         for needed in ["memory", "cpu"] {
@@ -147,13 +146,16 @@ impl Cgroups {
         }
         let cpuset = available.contains("cpuset");
         let wanted = if cpuset { "+memory +cpu +cpuset" } else { "+memory +cpu" };
-        let enabled = words(&base.join("cgroup.subtree_control"));
-        if !enabled.contains("memory") || !enabled.contains("cpu") || (cpuset && !enabled.contains("cpuset")) {
-            // A cgroup with processes cannot give controllers to its children: the agent moves
-            // to a leaf of its own first.
+        // A cgroup with processes cannot give controllers to its children: the agent moves to a
+        // leaf of its own first (always: an agent restarted by systemd starts again in the
+        // unit's cgroup, whose controllers the previous one already enabled).
+        if !in_leaf {
             let leaf = base.join("quorum-agent");
             std::fs::create_dir_all(&leaf).map_err(|e| format!("cannot create {}: {e}", leaf.display()))?;
             write(&leaf.join("cgroup.procs"), &std::process::id().to_string()).map_err(|e| e.to_string())?;
+        }
+        let enabled = words(&base.join("cgroup.subtree_control"));
+        if !enabled.contains("memory") || !enabled.contains("cpu") || (cpuset && !enabled.contains("cpuset")) {
             write(&base.join("cgroup.subtree_control"), wanted)
                 .map_err(|e| format!("{e} (other processes share the agent's cgroup; under systemd, Delegate=yes)"))?;
         }
