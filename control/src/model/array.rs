@@ -13,27 +13,32 @@ pub const MAX_ARRAY_TASKS: usize = 100_000;
 /// The largest task id.
 pub const MAX_TASK_ID: u32 = 10_000_000;
 
-/// `--array`: which task ids, and how many may run at once.
+/// `--array`: which task ids, and how many may run at once. Kept as the ranges given, so that
+/// the command that submits an array stays small however many tasks it has.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ArraySpec {
-    /// Sorted, without repeats.
-    pub tasks: Vec<u32>,
+    /// The task ids are the union of these.
+    pub ranges: Vec<TaskRange>,
     /// At most this many run at once (`%N`); 0: no limit.
     pub throttle: u32,
 }
 
-/// Where a job stands in its array.
+/// `first-last:step`; a single id is `first == last`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ArrayTask {
-    /// The array's id: the job id of its first task.
-    pub array_job_id: JobId,
-    pub task_id: u32,
-    /// How many tasks the array has, and the lowest and highest task id.
-    pub count: u32,
-    pub min: u32,
-    pub max: u32,
-    /// At most this many tasks of the array run at once; 0: no limit.
-    pub throttle: u32,
+pub struct TaskRange {
+    pub first: u32,
+    pub last: u32,
+    pub step: u32,
+}
+
+impl TaskRange {
+    /// How many ids it names (0 when malformed).
+    fn count(&self) -> u64 {
+        if self.step == 0 || self.first > self.last {
+            return 0;
+        }
+        u64::from((self.last - self.first) / self.step) + 1
+    }
 }
 
 impl ArraySpec {
@@ -58,7 +63,7 @@ impl ArraySpec {
             }
             Ok(n)
         };
-        let mut tasks = Vec::new();
+        let mut ranges = Vec::new();
         for part in list.split(',') {
             if part.trim().is_empty() {
                 return Err(bad("an empty item (give ranges such as 0-15 or ids such as 1,3,5)".into()));
@@ -73,41 +78,55 @@ impl ArraySpec {
                 }
                 None => (part, 1),
             };
-            let (lo, hi) = match range.split_once('-') {
+            let (first, last) = match range.split_once('-') {
                 Some((a, b)) => (number(a)?, number(b)?),
                 None if step == 1 => (number(range)?, number(range)?),
                 None => return Err(bad(format!("'{part}': a step needs a range, such as 0-99:10"))),
             };
-            if lo > hi {
+            if first > last {
                 return Err(bad(format!("the range '{range}' runs backwards")));
             }
-            let mut t = lo;
-            while t <= hi {
-                tasks.push(t);
-                if tasks.len() > MAX_ARRAY_TASKS {
-                    return Err(bad(format!("more than {MAX_ARRAY_TASKS} tasks")));
-                }
-                match t.checked_add(step) {
-                    Some(next) => t = next,
-                    None => break,
-                }
-            }
+            ranges.push(TaskRange { first, last, step });
         }
-        tasks.sort_unstable();
-        tasks.dedup();
-        Ok(ArraySpec { tasks, throttle })
+        let spec = ArraySpec { ranges, throttle };
+        spec.check().map_err(bad)?;
+        Ok(spec)
     }
 
-    /// The canonical text: ranges of consecutive ids, and the throttle.
+    /// The tasks as given, counted before any is made: `Err` when there are none or too many.
+    pub fn check(&self) -> Result<(), String> {
+        let count: u64 = self.ranges.iter().map(TaskRange::count).sum();
+        match count {
+            0 => Err("an array has at least one task".into()),
+            n if n > MAX_ARRAY_TASKS as u64 => Err(format!("more than {MAX_ARRAY_TASKS} tasks ({n})")),
+            _ => Ok(()),
+        }
+    }
+
+    /// The task ids, in order, each once. Call [`ArraySpec::check`] first.
+    pub fn tasks(&self) -> Vec<u32> {
+        let mut tasks: Vec<u32> = self
+            .ranges
+            .iter()
+            .filter(|r| r.count() > 0)
+            .flat_map(|r| (r.first..=r.last).step_by(r.step as usize))
+            .collect();
+        tasks.sort_unstable();
+        tasks.dedup();
+        tasks
+    }
+
+    /// The canonical text: runs of consecutive ids, and the throttle.
     pub fn to_spec(&self) -> String {
+        let tasks = self.tasks();
         let mut parts = Vec::new();
         let mut i = 0;
-        while i < self.tasks.len() {
-            let start = self.tasks[i];
+        while i < tasks.len() {
+            let start = tasks[i];
             let mut end = start;
-            while i + 1 < self.tasks.len() && self.tasks[i + 1] == end + 1 {
+            while i + 1 < tasks.len() && tasks[i + 1] == end + 1 {
                 i += 1;
-                end = self.tasks[i];
+                end = tasks[i];
             }
             parts.push(if start == end { start.to_string() } else { format!("{start}-{end}") });
             i += 1;
@@ -118,6 +137,20 @@ impl ArraySpec {
         }
         text
     }
+}
+
+/// Where a job stands in its array.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ArrayTask {
+    /// The array's id: the job id of its first task.
+    pub array_job_id: JobId,
+    pub task_id: u32,
+    /// How many tasks the array has, and the lowest and highest task id.
+    pub count: u32,
+    pub min: u32,
+    pub max: u32,
+    /// At most this many tasks of the array run at once; 0: no limit.
+    pub throttle: u32,
 }
 
 impl ArrayTask {
@@ -134,11 +167,20 @@ mod tests {
     #[test]
     fn arrays_parse() {
         let a = ArraySpec::parse("0-3").unwrap();
-        assert_eq!((a.tasks.as_slice(), a.throttle), (&[0, 1, 2, 3][..], 0));
+        assert_eq!((a.tasks().as_slice(), a.throttle), (&[0, 1, 2, 3][..], 0));
         let a = ArraySpec::parse("1,3,5-6%2").unwrap();
-        assert_eq!((a.tasks.as_slice(), a.throttle), (&[1, 3, 5, 6][..], 2));
-        assert_eq!(ArraySpec::parse("0-9:3").unwrap().tasks, [0, 3, 6, 9]);
-        assert_eq!(ArraySpec::parse("5,1-2,2").unwrap().tasks, [1, 2, 5]);
+        assert_eq!((a.tasks().as_slice(), a.throttle), (&[1, 3, 5, 6][..], 2));
+        assert_eq!(ArraySpec::parse("0-9:3").unwrap().tasks(), [0, 3, 6, 9]);
+        assert_eq!(ArraySpec::parse("5,1-2,2").unwrap().tasks(), [1, 2, 5]);
+        // However many tasks, the spec is its ranges.
+        let big = ArraySpec::parse("0-99999").unwrap();
+        assert_eq!(big.ranges, [TaskRange { first: 0, last: 99_999, step: 1 }]);
+        assert_eq!(big.tasks().len(), 100_000);
+        // A malformed spec (from a command, not the parser) is counted, never expanded.
+        let huge = ArraySpec { ranges: vec![TaskRange { first: 0, last: u32::MAX, step: 1 }], throttle: 0 };
+        assert!(huge.check().unwrap_err().contains("more than 100000 tasks"));
+        let none = ArraySpec { ranges: vec![TaskRange { first: 5, last: 1, step: 1 }], throttle: 0 };
+        assert!(none.check().is_err());
         assert_eq!(ArraySpec::parse("5,1-3,7%4").unwrap().to_spec(), "1-3,5,7%4");
     }
 
@@ -152,7 +194,7 @@ mod tests {
             ("0-9%x", "'%x' is not a number of tasks"),
             ("0-9:0", "'0-9:0' has a step of 0"),
             ("4:2", "a step needs a range"),
-            ("0-200000", "more than 100000 tasks"),
+            ("0-200000", "more than 100000 tasks (200001)"),
             ("99999999", "is above the largest"),
         ] {
             let e = ArraySpec::parse(text).unwrap_err();

@@ -11,7 +11,7 @@ pub mod shared;
 pub use shared::Shared;
 
 pub use accounts::{Account, AssocLimits, Qos, Usage};
-pub use array::{ArraySpec, ArrayTask};
+pub use array::{ArraySpec, ArrayTask, TaskRange};
 
 use std::collections::BTreeSet;
 use std::fmt;

@@ -8,7 +8,7 @@
 //! by id, one step apart, from just after the lease: the first one with the longest log wins, and
 //! a follower that would lose to a longer log has made way by the time the next one campaigns.
 //!
-//! Only a leader that does not answer on its client port at all counts as gone. One that answers
+//! Only a leader whose client port does not accept a connection counts as gone. One that answers
 //! but does not replicate (partitioned from this replica, or handing leadership over) is left to
 //! openraft's own timers, so a transfer picks its target and a partition its usual majority.
 
@@ -16,10 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use openraft::ServerState;
-use quorum_proto::api::quorum_client::QuorumClient;
-use quorum_proto::api::ReplicaStatusRequest;
 use tokio::sync::watch;
-use tonic::transport::Endpoint;
 
 use super::Core;
 
@@ -29,17 +26,16 @@ const TICK: Duration = Duration::from_millis(20);
 const MARGIN: Duration = Duration::from_millis(30);
 /// Between the turns of successive followers.
 const STEP: Duration = Duration::from_millis(80);
-/// How long the leader's client port may take to answer the probe.
+/// How long a connection to the leader's client port may take.
 const PROBE: Duration = Duration::from_millis(150);
 
-/// Whether the replica at `addr` answers at all.
+/// Whether the process at `addr` is there at all: its port accepts a connection. A killed
+/// process's port refuses at once, a dead host's does not answer; a live process accepts even
+/// while it is too busy to answer a request (applying a large entry on a loaded machine), and
+/// such a leader must not be deposed by this shortcut: it is left to openraft's timers. (A probe
+/// that waited for an answer once deposed busy leaders again and again under 100,000-task arrays.)
 async fn answers(addr: &str) -> bool {
-    let Ok(endpoint) = Endpoint::from_shared(format!("http://{addr}")) else { return false };
-    let call = async {
-        let channel = endpoint.connect_timeout(PROBE).connect().await.ok()?;
-        QuorumClient::new(channel).get_replica_status(ReplicaStatusRequest {}).await.ok()
-    };
-    matches!(tokio::time::timeout(PROBE, call).await, Ok(Some(_)))
+    matches!(tokio::time::timeout(PROBE, tokio::net::TcpStream::connect(addr)).await, Ok(Ok(_)))
 }
 
 pub async fn watch_leader(core: Arc<Core>, lease: Duration, mut stop: watch::Receiver<bool>) {

@@ -37,6 +37,9 @@ pub struct Estimate {
     pub nodes: Vec<String>,
 }
 
+/// The most pending reasons one plan writes; see [`Plan::into_command`].
+pub const MAX_REASONS_PER_PLAN: usize = 5_000;
+
 /// What the scheduler decided in one cycle.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Plan {
@@ -66,8 +69,13 @@ impl Plan {
     /// The command that applies this plan to the state `view` was taken from (at
     /// `base_index`): every start, and only the reasons that changed. `None` when it would
     /// change nothing.
+    /// At most [`MAX_REASONS_PER_PLAN`] reasons go in one command, the first considered first:
+    /// the rest still differ from the state next cycle and go then. A Raft entry must stay small
+    /// enough to replicate within a heartbeat (100,000 new jobs once made a 2.5 MB plan that
+    /// timed out at every try on a loaded machine).
     pub fn into_command(self, base_index: u64, now: Millis) -> Option<Command> {
-        let mut reasons: Vec<(JobId, PendingReason)> = self.changed.iter().map(|&i| self.reasons[i]).collect();
+        let mut reasons: Vec<(JobId, PendingReason)> =
+            self.changed.iter().take(MAX_REASONS_PER_PLAN).map(|&i| self.reasons[i]).collect();
         reasons.sort_unstable_by_key(|(id, _)| *id);
         if self.starts.is_empty() && reasons.is_empty() {
             return None;

@@ -255,9 +255,7 @@ fn submit(state: &mut ClusterState, mut spec: JobSpec, user: String, request_id:
     }
     let array = spec.array.take();
     if let Some(a) = &array {
-        if a.tasks.is_empty() || a.tasks.len() > crate::model::array::MAX_ARRAY_TASKS {
-            let reason =
-                format!("an array has 1 to {} tasks, not {}", crate::model::array::MAX_ARRAY_TASKS, a.tasks.len());
+        if let Err(reason) = a.check() {
             return Response::Rejected(Rejection::InvalidSpec { field: "array".into(), reason });
         }
     }
@@ -276,10 +274,11 @@ fn submit(state: &mut ClusterState, mut spec: JobSpec, user: String, request_id:
     let tasks: Vec<Option<ArrayTask>> = match &array {
         None => vec![None],
         Some(a) => {
-            let (min, max) = (a.tasks[0], a.tasks[a.tasks.len() - 1]);
-            let count = a.tasks.len() as u32;
+            let ids = a.tasks();
+            let (min, max) = (ids[0], ids[ids.len() - 1]);
+            let count = ids.len() as u32;
             let task = |task_id| ArrayTask { array_job_id: first, task_id, count, min, max, throttle: a.throttle };
-            a.tasks.iter().map(|&t| Some(task(t))).collect()
+            ids.into_iter().map(|t| Some(task(t))).collect()
         }
     };
     for array in tasks {

@@ -480,3 +480,31 @@ fn an_array_makes_its_tasks_throttles_them_and_cancels_them_together() {
     let stranger = Command::CancelJob { job_id: 1, user: "bob".into(), now: 3002, whole_array: true };
     assert!(matches!(apply(&mut s, 16, stranger), Response::Rejected(_)));
 }
+
+/// A plan writes at most MAX_REASONS_PER_PLAN reasons; the others follow in the next cycles,
+/// so that no Raft entry grows with the queue.
+#[test]
+fn a_plan_writes_a_bounded_number_of_reasons_and_the_rest_next_time() {
+    use crate::sched::{schedule, view::ClusterView, Policy, MAX_REASONS_PER_PLAN};
+    let mut s = cluster();
+    let mut held = spec(&["true"]);
+    held.hold = true;
+    held.array = Some(crate::model::ArraySpec::parse("1-6000").unwrap());
+    assert!(matches!(submit(&mut s, 10, held, "many"), Response::Submitted { job_id: 1, .. }));
+    let reasons = |s: &ClusterState, now| match schedule(&ClusterView::from_state(s), now, &Policy::default())
+        .into_command(10, now)
+    {
+        Some(Command::ApplyPlan { reasons, .. }) => reasons,
+        _ => Vec::new(),
+    };
+    let first = reasons(&s, 2000);
+    assert_eq!(first.len(), MAX_REASONS_PER_PLAN);
+    assert!(first.iter().all(|(_, r)| *r == PendingReason::JobHeldUser));
+    let plan = Command::ApplyPlan { base_index: 10, now: 2000, starts: vec![], reasons: first };
+    apply(&mut s, 11, plan);
+    let second = reasons(&s, 2100);
+    assert_eq!(second.len(), 6000 - MAX_REASONS_PER_PLAN);
+    apply(&mut s, 12, Command::ApplyPlan { base_index: 11, now: 2100, starts: vec![], reasons: second });
+    assert!(reasons(&s, 2200).is_empty(), "nothing left to write");
+    assert!(s.jobs.values().all(|j| j.reason == PendingReason::JobHeldUser));
+}

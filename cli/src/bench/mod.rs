@@ -1,7 +1,8 @@
 //! `quorum bench`: load generators against a real cluster. By default each starts its own:
 //! `submit` and `dispatch` an embedded 3-replica cluster with an agent (real RocksDB, real gRPC
 //! on loopback), `failover` three `quorum-controller` processes, so that the leader can be
-//! killed with SIGKILL. Each prints a progress line while it runs, then a table or `--json`.
+//! killed with SIGKILL, and `memory` measures such processes. Each prints a progress line while
+//! it runs, then a table or `--json`.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -12,6 +13,8 @@ use std::time::{Duration, Instant};
 
 use clap::{Args, Subcommand};
 use quorum_proto::api;
+
+mod memory;
 
 use crate::client::Client;
 use crate::dev::{DevCluster, DevOptions};
@@ -46,6 +49,17 @@ pub enum BenchCommand {
         #[arg(long)]
         json: bool,
     },
+    /// The resident memory of each replica (three quorum-controller processes) holding this
+    /// many pending (held) jobs, submitted as job arrays.
+    Memory {
+        #[arg(long, default_value_t = 1_000_000)]
+        jobs: usize,
+        /// The controller binary (default: quorum-controller next to this program).
+        #[arg(long)]
+        controller_bin: Option<PathBuf>,
+        #[arg(long)]
+        json: bool,
+    },
     /// Kills the leader's process with SIGKILL under submit load, run after run: the time from
     /// the kill to the first acknowledged submit sent after it.
     Failover {
@@ -68,6 +82,7 @@ pub async fn run(args: BenchArgs, controllers: Vec<String>) -> anyhow::Result<()
             submit(clients, jobs, external.then_some(controllers), json).await
         }
         BenchCommand::Dispatch { jobs, json } => dispatch(jobs, json).await,
+        BenchCommand::Memory { jobs, controller_bin, json } => memory::run(jobs, controller_bin, json).await,
         BenchCommand::Failover { runs, clients, controller_bin, json } => {
             failover(runs, clients, controller_bin, json).await
         }
@@ -311,7 +326,50 @@ async fn dispatch(jobs: usize, json: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Three `quorum-controller` processes on loopback, for the failover bench.
+/// The controller binary: the one given, or quorum-controller next to this program.
+fn controller_bin(given: Option<PathBuf>) -> anyhow::Result<PathBuf> {
+    Ok(match given {
+        Some(b) => b,
+        None => std::env::current_exe()?.with_file_name("quorum-controller"),
+    })
+}
+
+/// An agent in this process for node `bench1`, so that submits to [`Replicas`] find their node.
+struct BenchAgent {
+    agent: Arc<quorum_agent::Agent>,
+    stop: tokio::sync::watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl BenchAgent {
+    fn start(replicas: &Replicas) -> BenchAgent {
+        let agent = quorum_agent::Agent::new(quorum_agent::AgentConfig {
+            name: "bench1".into(),
+            controllers: replicas.addrs.clone(),
+            cpus: 8,
+            mem_mb: 16 * 1024,
+            gpus: vec![],
+            features: vec![],
+            spool_dir: replicas.dir.path().join("spool"),
+            heartbeat: Duration::from_secs(1),
+            kill_wait: Duration::from_secs(2),
+            switch_user: false,
+            cgroups: false,
+            health_check: None,
+        });
+        let (stop, rx) = tokio::sync::watch::channel(false);
+        let task = tokio::spawn(agent.clone().run(rx));
+        BenchAgent { agent, stop, task }
+    }
+
+    async fn stop(self) {
+        let _ = self.stop.send(true);
+        self.agent.kill_all();
+        let _ = self.task.await;
+    }
+}
+
+/// Three `quorum-controller` processes on loopback, for the failover and memory benches.
 struct Replicas {
     bin: PathBuf,
     dir: tempfile::TempDir,
@@ -322,7 +380,12 @@ struct Replicas {
 impl Replicas {
     fn start(bin: PathBuf) -> anyhow::Result<Replicas> {
         anyhow::ensure!(bin.exists(), "no controller binary at {} (build it, or give --controller-bin)", bin.display());
-        let dir = tempfile::Builder::new().prefix("quorum-bench-").tempdir()?;
+        let mut dir = tempfile::Builder::new().prefix("quorum-bench-").tempdir()?;
+        // QUORUM_BENCH_KEEP=1 keeps the replicas' data and logs for a look afterwards.
+        if std::env::var_os("QUORUM_BENCH_KEEP").is_some() {
+            dir.disable_cleanup(true);
+            eprintln!("bench: replicas' data and logs kept in {}", dir.path().display());
+        }
         let ports: Vec<u16> = (0..3)
             .map(|_| std::net::TcpListener::bind("127.0.0.1:0").map(|l| l.local_addr().map(|a| a.port())))
             .collect::<Result<Result<_, _>, _>>()??;
@@ -358,7 +421,7 @@ impl Replicas {
         Ok(Command::new(&self.bin)
             .arg("--config")
             .arg(self.dir.path().join(format!("controller-{}.toml", i + 1)))
-            .env("RUST_LOG", "warn")
+            .env("RUST_LOG", std::env::var("QUORUM_BENCH_RUST_LOG").unwrap_or_else(|_| "warn".into()))
             .stdout(Stdio::from(log.try_clone()?))
             .stderr(Stdio::from(log))
             .spawn()?)
@@ -386,30 +449,10 @@ struct FailoverRun {
 
 async fn failover(runs: usize, clients: usize, bin: Option<PathBuf>, json: bool) -> anyhow::Result<()> {
     anyhow::ensure!(runs > 0 && clients > 0, "--runs and --clients must be above 0");
-    let bin = match bin {
-        Some(b) => b,
-        None => std::env::current_exe()?.with_file_name("quorum-controller"),
-    };
-    let mut replicas = Replicas::start(bin)?;
+    let mut replicas = Replicas::start(controller_bin(bin)?)?;
     let addrs = replicas.addrs.clone();
     let c = Client::new(addrs.clone())?;
-    // An agent in this process, so that submits find their node.
-    let agent = quorum_agent::Agent::new(quorum_agent::AgentConfig {
-        name: "bench1".into(),
-        controllers: addrs.clone(),
-        cpus: 8,
-        mem_mb: 16 * 1024,
-        gpus: vec![],
-        features: vec![],
-        spool_dir: replicas.dir.path().join("spool"),
-        heartbeat: Duration::from_secs(1),
-        kill_wait: Duration::from_secs(2),
-        switch_user: false,
-        cgroups: false,
-        health_check: None,
-    });
-    let (agent_stop, agent_rx) = tokio::sync::watch::channel(false);
-    let agent_task = tokio::spawn(agent.clone().run(agent_rx));
+    let agent = BenchAgent::start(&replicas);
 
     let stop = Arc::new(AtomicBool::new(false));
     let acked: Arc<Mutex<Vec<(Instant, Instant)>>> = Arc::default();
@@ -501,9 +544,7 @@ async fn failover(runs: usize, clients: usize, bin: Option<PathBuf>, json: bool)
     for t in tasks {
         let _ = t.await;
     }
-    let _ = agent_stop.send(true);
-    agent.kill_all();
-    let _ = agent_task.await;
+    agent.stop().await;
 
     let mut times: Vec<Duration> = results.iter().map(|r| Duration::from_secs_f64(r.next_write_ms / 1000.0)).collect();
     let s = spread(&mut times);
