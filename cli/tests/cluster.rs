@@ -347,6 +347,17 @@ async fn an_isolated_leader_commits_nothing_serves_no_stale_read_and_follows_aft
         .await;
     // (It cannot confirm its leadership, so it answers nothing rather than its old state.)
     assert!(read.is_err(), "the isolated replica answered a linearizable read: {read:?}");
+    // The agents leave it: it answers no heartbeat (which would extend their leases while the
+    // majority's leader counts their nodes silent), and they find the new leader.
+    wait_for(T, "both agents connected to the new leader", || async {
+        let nodes = via_majority
+            .call(|mut cl| async move { cl.list_nodes(quorum_proto::api::ListNodesRequest::default()).await })
+            .await
+            .ok()?
+            .nodes;
+        (nodes.len() == 2 && nodes.iter().all(|n| n.connected)).then_some(())
+    })
+    .await;
 
     // Healed, the old leader follows the new one and has every acknowledged job.
     cluster.isolate_controller(old, false);

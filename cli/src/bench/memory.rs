@@ -36,7 +36,7 @@ struct ReplicaMemory {
 
 pub async fn run(jobs: usize, bin: Option<PathBuf>, json: bool) -> anyhow::Result<()> {
     anyhow::ensure!(jobs > 0, "--jobs must be above 0");
-    let replicas = Replicas::start(controller_bin(bin)?)?;
+    let replicas = Replicas::start(controller_bin(bin)?, "bench1")?;
     let c = Client::new(replicas.addrs.clone())?;
     let agent = BenchAgent::start(&replicas);
     let pids: Vec<u32> = replicas.children.iter().flatten().map(|c| c.id()).collect();

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use clap::{Args, Subcommand};
 use quorum_proto::api;
 
+mod agents;
 mod memory;
 
 use crate::client::Client;
@@ -46,6 +47,21 @@ pub enum BenchCommand {
     Dispatch {
         #[arg(long, default_value_t = 200)]
         jobs: usize,
+        #[arg(long)]
+        json: bool,
+    },
+    /// N simulated agents (real gRPC streams, one per node) registering and heartbeating every
+    /// second to three quorum-controller processes: heartbeat round trips, the leader's CPU,
+    /// and whether any node was falsely declared DOWN.
+    Agents {
+        #[arg(long, default_value_t = 10_000)]
+        agents: usize,
+        /// Seconds of steady heartbeats measured once every agent is registered.
+        #[arg(long, default_value_t = 30)]
+        seconds: u64,
+        /// The controller binary (default: quorum-controller next to this program).
+        #[arg(long)]
+        controller_bin: Option<PathBuf>,
         #[arg(long)]
         json: bool,
     },
@@ -83,6 +99,9 @@ pub async fn run(args: BenchArgs, controllers: Vec<String>) -> anyhow::Result<()
         }
         BenchCommand::Dispatch { jobs, json } => dispatch(jobs, json).await,
         BenchCommand::Memory { jobs, controller_bin, json } => memory::run(jobs, controller_bin, json).await,
+        BenchCommand::Agents { agents, seconds, controller_bin, json } => {
+            agents::run(agents, seconds, controller_bin, json).await
+        }
         BenchCommand::Failover { runs, clients, controller_bin, json } => {
             failover(runs, clients, controller_bin, json).await
         }
@@ -378,7 +397,8 @@ struct Replicas {
 }
 
 impl Replicas {
-    fn start(bin: PathBuf) -> anyhow::Result<Replicas> {
+    /// `nodes`: the hostlist of the one partition, `batch`.
+    fn start(bin: PathBuf, nodes: &str) -> anyhow::Result<Replicas> {
         anyhow::ensure!(bin.exists(), "no controller binary at {} (build it, or give --controller-bin)", bin.display());
         let mut dir = tempfile::Builder::new().prefix("quorum-bench-").tempdir()?;
         // QUORUM_BENCH_KEEP=1 keeps the replicas' data and logs for a look afterwards.
@@ -400,9 +420,9 @@ impl Replicas {
             for (j, a) in addrs.iter().enumerate() {
                 text.push_str(&format!("[[replicas]]\nid = {}\naddr = \"{a}\"\n", j + 1));
             }
-            text.push_str(
-                "[[partitions]]\nname = \"batch\"\nnodes = \"bench1\"\ndefault = true\nmax_time = \"1:00:00\"\n",
-            );
+            text.push_str(&format!(
+                "[[partitions]]\nname = \"batch\"\nnodes = \"{nodes}\"\ndefault = true\nmax_time = \"1:00:00\"\n"
+            ));
             std::fs::write(dir.path().join(format!("controller-{}.toml", i + 1)), text)?;
         }
         let mut r = Replicas { bin, dir, addrs, children: Vec::new() };
@@ -449,7 +469,7 @@ struct FailoverRun {
 
 async fn failover(runs: usize, clients: usize, bin: Option<PathBuf>, json: bool) -> anyhow::Result<()> {
     anyhow::ensure!(runs > 0 && clients > 0, "--runs and --clients must be above 0");
-    let mut replicas = Replicas::start(controller_bin(bin)?)?;
+    let mut replicas = Replicas::start(controller_bin(bin)?, "bench1")?;
     let addrs = replicas.addrs.clone();
     let c = Client::new(addrs.clone())?;
     let agent = BenchAgent::start(&replicas);

@@ -187,13 +187,29 @@ impl AgentHub {
     }
 
     /// Sends what each connected node (or only `only`) lacks to match the state.
+    ///
+    /// Only nodes that hold jobs in the state, or whose agent reports jobs, can have anything to
+    /// launch or kill: with every node, this ran after every applied entry over all 10,000
+    /// connections of a large cluster (a string lookup each, under the hub's lock and the
+    /// state's read lock), and pinned a core while agents registered.
     pub fn reconcile(&self, state: &ClusterState, only: Option<&str>) {
         let mut inner = self.lock();
-        for (name, conn) in inner.conns.iter_mut() {
-            if only.is_some_and(|o| o != name) {
-                continue;
+        if let Some(name) = only {
+            if let Some(conn) = inner.conns.get_mut(name) {
+                reconcile_node(state, name, conn);
             }
-            reconcile_node(state, name, conn);
+            return;
+        }
+        let conns = &mut inner.conns;
+        for (name, _) in state.nodes.iter().filter(|(_, n)| !n.jobs.is_empty()) {
+            if let Some(conn) = conns.get_mut(name) {
+                reconcile_node(state, name, conn);
+            }
+        }
+        for (name, conn) in conns.iter_mut().filter(|(_, c)| !c.reported.is_empty()) {
+            if state.nodes.get(name).is_none_or(|n| n.jobs.is_empty()) {
+                reconcile_node(state, name, conn);
+            }
         }
     }
 }

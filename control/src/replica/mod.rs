@@ -47,6 +47,10 @@ pub enum WriteError {
     TooNew { what: &'static str, needs: u32, cluster: u32 },
 }
 
+/// How recently a quorum must have acknowledged the leader for it to answer agents' heartbeats
+/// (see [`Core::leads_with_quorum`]); well below the agents' lease.
+pub const QUORUM_FRESHNESS: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// What the services and leader loops of one replica share.
 pub struct Core {
     /// The latest plan's reservations, kept by the leader for `quorum queue --start`.
@@ -135,6 +139,17 @@ impl Core {
 
     pub fn is_leader(&self) -> bool {
         self.raft.metrics().borrow().current_leader == Some(self.id)
+    }
+
+    /// This replica leads and a quorum acknowledged it within [`QUORUM_FRESHNESS`]. A leader cut
+    /// off from the others (openraft 0.9 keeps it leader until it hears of a newer term) must
+    /// not extend its agents' leases: their jobs would run on while the majority's leader
+    /// declares the nodes DOWN and requeues the jobs elsewhere.
+    pub fn leads_with_quorum(&self) -> bool {
+        let m = self.raft.metrics();
+        let m = m.borrow();
+        m.current_leader == Some(self.id)
+            && m.millis_since_quorum_ack.is_some_and(|ms| ms <= QUORUM_FRESHNESS.as_millis() as u64)
     }
 
     /// The current leader's address as this replica knows it.

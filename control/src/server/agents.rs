@@ -67,6 +67,10 @@ impl AgentService for Agents {
         if !self.core.is_leader() {
             return Err(not_leader(self.core.leader_addr().as_deref()));
         }
+        if !self.core.leads_with_quorum() {
+            // Perhaps cut off from the others: the agent tries the next replica.
+            return Err(not_leader(None));
+        }
         let mut inbound = req.into_inner();
         let register = match inbound.message().await? {
             Some(AgentMessage { msg: Some(agent_message::Msg::Register(r)) }) => r,
@@ -111,6 +115,12 @@ impl AgentService for Agents {
 
         let (tx, rx) = mpsc::channel(4096);
         let (conn_id, mut closed) = self.core.hub.attach(&node, tx.clone(), agent);
+        // Leadership may have moved while the agent registered; the hub closed its streams
+        // then, before this one was attached.
+        if !self.core.is_leader() {
+            self.core.hub.detach(&node, conn_id);
+            return Err(not_leader(self.core.leader_addr().as_deref()));
+        }
         {
             let applied = self.core.shared.read();
             self.core.hub.reconcile(&applied.state, Some(&node));
@@ -131,6 +141,19 @@ impl AgentService for Agents {
                     agent_message::Msg::Register(_) => {}
                     agent_message::Msg::Output(chunk) => core.hub.output_read(chunk),
                     agent_message::Msg::Heartbeat(hb) => {
+                        // Only the leader answers heartbeats: an answer extends the agent's lease,
+                        // and a deposed leader's would keep jobs running on a node the real leader
+                        // declares DOWN (and requeues elsewhere). The agent follows the hint.
+                        if !core.is_leader() {
+                            let _ = tx.send(Err(not_leader(core.leader_addr().as_deref()))).await;
+                            break;
+                        }
+                        // A leader no quorum has heard from lately answers nothing: the agent's
+                        // lease runs out (and it looks for another leader) before the majority's
+                        // leader may declare the node DOWN.
+                        if !core.leads_with_quorum() {
+                            continue;
+                        }
                         let running = hb.running.iter().map(|r| (r.job_id, r.token)).collect();
                         let problem = health_problem(&hb.gpus, &hb.health_check);
                         core.hub.heartbeat(&node, conn_id, running, hb.gpus, hb.health_check);
