@@ -170,7 +170,13 @@ async fn submit_one(c: &Client, spec: api::JobSpec, request_id: String) -> Resul
 }
 
 async fn own_cluster(agents: usize) -> anyhow::Result<DevCluster> {
-    let cluster = DevCluster::start(DevOptions { ports: vec![0, 0, 0], agents, ..DevOptions::default() }).await?;
+    let cluster = DevCluster::start(DevOptions {
+        ports: vec![0, 0, 0],
+        agents,
+        cgroups: std::env::var_os("QUORUM_BENCH_NO_CGROUPS").is_none(),
+        ..DevOptions::default()
+    })
+    .await?;
     let c = Client::new(cluster.addrs.clone())?;
     let started = Instant::now();
     loop {
