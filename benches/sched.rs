@@ -176,7 +176,7 @@ fn state(pending: usize, nodes: usize) -> ClusterState {
             id,
             Job {
                 id,
-                spec,
+                spec: spec.into(),
                 user: format!("u{}", id % 200),
                 partition: "gpu".into(),
                 state: JobState::Pending,

@@ -437,7 +437,8 @@ pub enum RankOutcome {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Job {
     pub id: JobId,
-    pub spec: JobSpec,
+    /// Shared by the tasks of an array (one copy however many tasks); serialized as the value.
+    pub spec: Shared<JobSpec>,
     pub user: String,
     pub partition: String,
     pub state: JobState,

@@ -16,6 +16,11 @@ impl<T> Shared<T> {
     pub fn new(value: T) -> Self {
         Shared(Arc::new(value))
     }
+
+    /// Whether both are the same value in memory (not merely equal).
+    pub fn same(a: &Shared<T>, b: &Shared<T>) -> bool {
+        Arc::ptr_eq(&a.0, &b.0)
+    }
 }
 
 impl<T> From<T> for Shared<T> {

@@ -142,8 +142,9 @@ fn read_snapshot(db: &DB) -> StorageResult<Option<StoredPair>> {
 }
 
 fn decode_snapshot(meta: &SnapshotMeta<u64, BasicNode>, data: &[u8]) -> StorageResult<Applied> {
-    let state: ClusterState = serde_json::from_slice(data)
+    let mut state: ClusterState = serde_json::from_slice(data)
         .map_err(|e| io_err(ErrorSubject::Snapshot(Some(meta.signature())), ErrorVerb::Read, e))?;
+    state.share_array_specs();
     Ok(Applied { state, last_applied: meta.last_log_id, membership: meta.last_membership.clone() })
 }
 

@@ -308,7 +308,7 @@ fn qos_and_association_limits() {
     assert_eq!(p.reason(a2).unwrap(), PendingReason::AssocMaxJobsLimit, "physics runs two jobs at most");
     // An unknown account or QOS is refused at submit.
     let r = b.cmd(Command::SubmitJob {
-        spec: Box::new(JobSpec { qos: Some("gold".into()), ..b.state.jobs[&a1].spec.clone() }),
+        spec: Box::new(JobSpec { qos: Some("gold".into()), ..(*b.state.jobs[&a1].spec).clone() }),
         user: "alice".into(),
         now: 0,
         request_id: "x".into(),

@@ -64,6 +64,25 @@ pub struct ClusterState {
 }
 
 impl ClusterState {
+    /// The tasks of an array share one spec in memory, as they did when submitted; a decoded
+    /// snapshot gives each its own copy, which this undoes (only where it is the same).
+    pub fn share_array_specs(&mut self) {
+        let mut shared: Vec<(JobId, Shared<JobSpec>)> = Vec::new();
+        for j in self.jobs.values() {
+            let Some(a) = j.array.filter(|a| a.array_job_id != j.id) else { continue };
+            if let Some(first) = self.jobs.get(&a.array_job_id) {
+                if !Shared::same(&first.spec, &j.spec) && *first.spec == *j.spec {
+                    shared.push((j.id, first.spec.clone()));
+                }
+            }
+        }
+        for (id, spec) in shared {
+            if let Some(j) = self.jobs.get_mut(&id) {
+                j.spec = spec;
+            }
+        }
+    }
+
     pub fn new() -> Self {
         Self { next_job_id: 1, ..Self::default() }
     }
@@ -270,7 +289,9 @@ fn submit(state: &mut ClusterState, mut spec: JobSpec, user: String, request_id:
     if !request_id.is_empty() {
         state.request_ids.insert(request_id.clone(), first);
     }
-    // One job, or one per task of the array, with consecutive ids.
+    // One job, or one per task of the array, with consecutive ids, sharing one spec.
+    let held = spec.hold;
+    let spec = Shared::new(spec);
     let tasks: Vec<Option<ArrayTask>> = match &array {
         None => vec![None],
         Some(a) => {
@@ -302,7 +323,7 @@ fn submit(state: &mut ClusterState, mut spec: JobSpec, user: String, request_id:
             cancel_requested: false,
             rank_outcomes: Vec::new(),
             request_id: request_id.clone(),
-            held: spec.hold.then_some(HoldKind::User),
+            held: held.then_some(HoldKind::User),
             account: account.clone(),
             qos: qos.clone(),
             requeues: 0,

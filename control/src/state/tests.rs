@@ -508,3 +508,24 @@ fn a_plan_writes_a_bounded_number_of_reasons_and_the_rest_next_time() {
     assert!(reasons(&s, 2200).is_empty(), "nothing left to write");
     assert!(s.jobs.values().all(|j| j.reason == PendingReason::JobHeldUser));
 }
+
+/// The tasks of an array share one spec in memory, also after a snapshot round trip, and the
+/// encoding is the same as with a copy each.
+#[test]
+fn array_tasks_share_one_spec_also_after_a_snapshot() {
+    let mut s = cluster();
+    let mut a = spec(&["true"]);
+    a.array = Some(crate::model::ArraySpec::parse("0-2").unwrap());
+    submit(&mut s, 10, a, "arr");
+    assert!(Shared::same(&s.jobs[&1].spec, &s.jobs[&3].spec));
+    let bytes = serde_json::to_vec(&s).unwrap();
+    let mut back: ClusterState = serde_json::from_slice(&bytes).unwrap();
+    assert!(!Shared::same(&back.jobs[&1].spec, &back.jobs[&3].spec), "decoding copies");
+    back.share_array_specs();
+    assert!(
+        Shared::same(&back.jobs[&1].spec, &back.jobs[&2].spec)
+            && Shared::same(&back.jobs[&1].spec, &back.jobs[&3].spec)
+    );
+    assert_eq!(serde_json::to_vec(&back).unwrap(), bytes);
+    assert_eq!(crate::state::digest::digest(&back), crate::state::digest::digest(&s));
+}
