@@ -191,7 +191,7 @@ impl Agent {
         for g in &health {
             let before = current.iter().find(|c| c.index == g.index).map(|c| (c.state, c.detail.clone()));
             if before.as_ref().is_none_or(|(s, d)| *s != g.state || *d != g.detail)
-                && (before.is_some() || g.state != 1)
+                && (before.is_some() || g.state != quorum_proto::agent::GpuState::GpuOk as i32)
             {
                 let state = quorum_proto::agent::GpuState::try_from(g.state).map(|s| s.as_str_name()).unwrap_or("?");
                 tracing::warn!(gpu = g.index, state, detail = %g.detail, "GPU health changed");
@@ -370,7 +370,9 @@ async fn watch_health(agent: Arc<Agent>, mut shutdown: watch::Receiver<bool>) {
             }
         })
     });
-    let mut gpus = tokio::time::interval(agent.config.heartbeat);
+    // The first check ran as the agent started (for its first heartbeat).
+    let period = agent.config.heartbeat;
+    let mut gpus = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
     loop {
         tokio::select! {
             _ = gpus.tick() => agent.check_gpus().await,

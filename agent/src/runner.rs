@@ -257,18 +257,10 @@ pub fn reattach_all(agent: &Arc<Agent>) {
             (status, _) => {
                 let ended =
                     ended_with(found.reason.unwrap_or(ExitKind::Exited), status.unwrap_or(Status::Lost), &found.launch);
-                let (kind, code, signal) = match agent.limits().cgroups() {
-                    Some(cg) => {
-                        let job = cg.job(job_id, token);
-                        let oom = job.oom_killed();
-                        tokio::spawn(async move { job.remove().await });
-                        match ended {
-                            (ExitKind::Exited, code, signal) if oom => (ExitKind::OutOfMemory, code, signal),
-                            other => other,
-                        }
-                    }
-                    None => ended,
-                };
+                let ((kind, code, signal), cgroup) = oom_verdict(agent, &found.launch, ended);
+                if let Some(job) = cgroup {
+                    tokio::spawn(async move { job.remove().await });
+                }
                 tracing::info!(
                     job = job_id,
                     token,
@@ -493,17 +485,26 @@ async fn watch(
 
 /// With a cgroup: an OOM kill in it makes the job OUT_OF_MEMORY; the cgroup goes.
 async fn conclude(agent: &Agent, launch: &Launch, ended: Ended) -> Ended {
-    let Some(cg) = agent.limits().cgroups() else { return ended };
+    let (ended, cgroup) = oom_verdict(agent, launch, ended);
+    if let Some(job) = cgroup {
+        job.remove().await;
+    }
+    ended
+}
+
+/// A job that exited after an OOM kill in its cgroup ended OUT_OF_MEMORY; also the cgroup, for
+/// the caller to remove.
+fn oom_verdict(agent: &Agent, launch: &Launch, ended: Ended) -> (Ended, Option<crate::limits::JobCgroup>) {
+    let Some(cg) = agent.limits().cgroups() else { return (ended, None) };
     let job = cg.job(launch.job_id, launch.token);
-    let oom = job.oom_killed();
-    job.remove().await;
-    match ended {
-        (ExitKind::Exited, code, signal) if oom => {
+    let ended = match ended {
+        (ExitKind::Exited, code, signal) if job.oom_killed() => {
             tracing::info!(job = launch.job_id, "the OOM killer killed the job");
             (ExitKind::OutOfMemory, code, signal)
         }
         other => other,
-    }
+    };
+    (ended, Some(job))
 }
 
 #[cfg(test)]

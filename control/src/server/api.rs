@@ -352,8 +352,8 @@ impl Quorum for Api {
             let applied = self.core.shared.read();
             let is_array =
                 |id: u64| applied.state.jobs.get(&id).and_then(|j| j.array).is_some_and(|a| a.array_job_id == id);
-            let whole: Vec<(u64, bool)> = r.job_ids.iter().map(|&id| (id, is_array(id))).collect();
-            whole.into_iter().chain(r.task_job_ids.iter().map(|&id| (id, false))).collect::<Vec<_>>()
+            let whole = r.job_ids.iter().map(|&id| (id, is_array(id)));
+            whole.chain(r.task_job_ids.iter().map(|&id| (id, false))).collect::<Vec<_>>()
         };
         for (job_id, whole_array) in targets {
             let command = Command::CancelJob { job_id, user: r.user.clone(), now: now_ms(), whole_array };
