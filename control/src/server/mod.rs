@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use tokio_stream::wrappers::TcpListenerStream;
+use tonic::transport::server::TcpIncoming;
 
 use crate::replica::Core;
 
@@ -25,12 +25,15 @@ pub async fn serve(
         core.raft_isolation.clone(),
         core.leader_contact.clone(),
     );
+    // Server::tcp_nodelay only applies to the sockets `serve` accepts itself: ours come from a
+    // listener bound by the caller, so the incoming stream sets it. Without it Nagle's algorithm
+    // and the peer's delayed ACK hold a small answer on a new connection for 40 ms.
+    let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
     tonic::transport::Server::builder()
-        .tcp_nodelay(true)
         .add_service(raft)
         .add_service(api::service(core.clone()))
         .add_service(agents::service(core))
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async move {
+        .serve_with_incoming_shutdown(incoming, async move {
             let _ = stop.wait_for(|s| *s).await;
         })
         .await
