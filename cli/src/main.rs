@@ -140,6 +140,9 @@ enum Command {
         /// How many agents.
         #[arg(long, default_value_t = 2)]
         agents: usize,
+        /// CPUs each agent offers.
+        #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..))]
+        cpus: u32,
         /// Give jobs no cgroups, only rlimits (by default the agents use the machine's cgroups
         /// where they can, and say why not where they cannot).
         #[arg(long)]
@@ -286,7 +289,9 @@ fn status_error(status: tonic::Status) -> anyhow::Error {
 
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let command = match cli.command {
-        Command::Dev { data, port, agents, no_cgroups } => return dev(data, port, agents, !no_cgroups).await,
+        Command::Dev { data, port, agents, cpus, no_cgroups } => {
+            return dev(data, port, agents, cpus, !no_cgroups).await
+        }
         Command::Simulate(args) => {
             // Pure computation: off the async runtime's workers.
             tokio::task::spawn_blocking(move || quorum_cli::simulate::run(*args)).await??;
@@ -779,11 +784,19 @@ fn node_json(n: &api::NodeInfo) -> serde_json::Value {
     })
 }
 
-async fn dev(data: Option<PathBuf>, port: u16, agents: usize, cgroups: bool) -> anyhow::Result<ExitCode> {
-    let opts =
-        DevOptions { data_dir: data, ports: vec![port, port + 1, port + 2], agents, cgroups, ..DevOptions::default() };
+async fn dev(data: Option<PathBuf>, port: u16, agents: usize, cpus: u32, cgroups: bool) -> anyhow::Result<ExitCode> {
+    let opts = DevOptions {
+        data_dir: data,
+        ports: vec![port, port + 1, port + 2],
+        agents,
+        cpus_per_agent: cpus,
+        cgroups,
+        ..DevOptions::default()
+    };
     let cluster = DevCluster::start(opts).await?;
-    println!("Quorum dev cluster: 3 controller replicas, {agents} agents (8 CPUs, 32G, 4 simulated h100 GPUs each)");
+    println!(
+        "Quorum dev cluster: 3 controller replicas, {agents} agents ({cpus} CPUs, 32G, 4 simulated h100 GPUs each)"
+    );
     println!("data: {}", cluster.data_dir.display());
     println!();
     println!("In another terminal:");
@@ -801,8 +814,7 @@ async fn dev(data: Option<PathBuf>, port: u16, agents: usize, cgroups: bool) -> 
     Ok(ExitCode::SUCCESS)
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
     let cli = Cli::parse();
     let is_dev = matches!(cli.command, Command::Dev { .. });
     let default_filter = if is_dev { "info,openraft=error" } else { "warn,openraft=off" };
@@ -812,7 +824,27 @@ async fn main() -> ExitCode {
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| default_filter.into()),
         )
         .init();
-    match run(cli).await {
+    // A client command is one request or a few: one thread runs it, with no worker threads to
+    // start and wake (a third of a short command's CPU). The cluster, the benches and the
+    // simulator get the multi-threaded runtime.
+    let runtime = match cli.command {
+        Command::Dev { .. } | Command::Bench(_) | Command::Simulate(_) => tokio::runtime::Builder::new_multi_thread(),
+        _ => {
+            // `quorum queue | head` ends quietly when head has read enough, as other Unix tools
+            // do, instead of panicking on the closed pipe. (gRPC sockets are written with
+            // MSG_NOSIGNAL, so a dropped connection still comes back as an error.)
+            // SAFETY: no other thread exists yet; SIG_DFL is a valid disposition for SIGPIPE.
+            unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+            tokio::runtime::Builder::new_current_thread()
+        }
+    }
+    .enable_all()
+    .build();
+    let result = match runtime {
+        Ok(rt) => rt.block_on(run(cli)),
+        Err(e) => Err(anyhow::anyhow!("starting the async runtime: {e}")),
+    };
+    match result {
         Ok(code) => code,
         Err(e) => {
             eprintln!("quorum: error: {e:#}");

@@ -106,6 +106,11 @@ async fn backfill_estimates_holds_dependencies_priorities_and_shares() {
     let q = |args: &[&str]| quorum(&ctl, dir.path(), args);
     let t = Duration::from_secs(30);
 
+    // A held job says so at once: holding it wakes no scheduling cycle to record the reason.
+    let early = submitted(&q(&["submit", "--hold", "--", "true"]));
+    assert_eq!(json(&q(&["show", &early.to_string(), "--json"]))["reason"], "JobHeldUser");
+    assert_eq!(q(&["cancel", &early.to_string()]).code, 0);
+
     // A fills both nodes for at most a minute; B needs them too and gets a reservation.
     let a = submitted(&q(&["submit", "-N", "2", "-c", "8", "-t", "1", "--", "sleep", "300"]));
     let a_job = wait_state(&c, a, &["RUNNING"], t).await;

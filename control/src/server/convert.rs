@@ -140,6 +140,20 @@ pub fn dependency_string(s: &JobSpec) -> String {
     parts.join(",")
 }
 
+/// Why a pending job waits. A hold is known at once: a held job does not wake the scheduler, so
+/// until a cycle runs its recorded reason is still None.
+fn pending_reason(j: &crate::model::Job) -> String {
+    use crate::model::{HoldKind, JobState, PendingReason};
+    match (j.state, j.held, j.reason) {
+        (JobState::Pending, Some(HoldKind::User), PendingReason::None) => PendingReason::JobHeldUser.name().to_string(),
+        (JobState::Pending, Some(HoldKind::Admin), PendingReason::None) => {
+            PendingReason::JobHeldAdmin.name().to_string()
+        }
+        (JobState::Pending, _, r) => r.name().to_string(),
+        _ => String::new(),
+    }
+}
+
 /// A job for display; `with_env` false leaves the submit environment out (it is large).
 pub fn job_to_proto(j: &Job, with_env: bool) -> api::JobInfo {
     let mut spec = spec_to_proto(&j.spec);
@@ -153,7 +167,7 @@ pub fn job_to_proto(j: &Job, with_env: bool) -> api::JobInfo {
         user: j.user.clone(),
         partition: j.partition.clone(),
         state: j.state.name().to_string(),
-        reason: if j.state == crate::model::JobState::Pending { j.reason.name().to_string() } else { String::new() },
+        reason: pending_reason(j),
         spec: Some(spec),
         submit_time_ms: j.submit_time,
         start_time_ms: j.start_time.unwrap_or(0),
