@@ -83,6 +83,27 @@ async fn bad_input_gets_a_clear_error_and_creates_nothing() {
     let roles: Vec<&str> = v.as_array().unwrap().iter().map(|r| r["role"].as_str().unwrap()).collect();
     assert_eq!(roles.iter().filter(|r| **r == "leader").count(), 1, "{roles:?}");
     assert_eq!(roles.len(), 3);
+
+    // `quorum queue ... | head -c 10`: the reader goes away after a few bytes and quorum ends
+    // quietly on SIGPIPE, like other Unix tools, instead of panicking. 100 held tasks make a
+    // JSON answer far larger than a pipe's buffer, so the write after the close does fail.
+    assert_eq!(quorum(&ctl, dir.path(), &["submit", "--hold", "--array", "0-99", "--", "true"]).code, 0);
+    use std::io::Read;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_quorum"))
+        .args(["queue", "--json"])
+        .env("QUORUM_CONTROLLERS", &ctl)
+        .env("RUST_BACKTRACE", "0")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut head = [0u8; 10];
+    child.stdout.take().unwrap().read_exact(&mut head).unwrap(); // and the pipe closes here
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(out.status.signal(), Some(libc::SIGPIPE), "{:?}: {stderr}", out.status);
     cluster.shutdown().await;
 }
 
