@@ -12,18 +12,21 @@ use quorum_proto::api::*;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Request, Response, Status};
 
+use super::batch::SubmitBatcher;
 use super::{convert, not_leader};
 use crate::model::JobState;
 use crate::replica::{now_ms, Core, UpTo, WriteError, VERSION};
-use crate::state::{Command, Response as Applied};
+use crate::state::{Command, Response as Applied, Submit};
 
 pub fn service(core: Arc<Core>) -> QuorumServer<Api> {
-    QuorumServer::new(Api { core, channels: Mutex::new(HashMap::new()) })
+    let submits = SubmitBatcher::start(core.clone());
+    QuorumServer::new(Api { core, channels: Mutex::new(HashMap::new()), submits })
 }
 
 pub struct Api {
     core: Arc<Core>,
     channels: Mutex<HashMap<String, Channel>>,
+    submits: SubmitBatcher,
 }
 
 pub fn write_status(e: WriteError) -> Status {
@@ -289,9 +292,8 @@ impl Quorum for Api {
         if r.user.is_empty() {
             return Err(Status::invalid_argument("missing user"));
         }
-        let command =
-            Command::SubmitJob { spec: Box::new(spec), user: r.user, now: now_ms(), request_id: r.request_id };
-        match self.core.write(command).await.map_err(write_status)?.1 {
+        let submit = Submit { spec: Box::new(spec), user: r.user, request_id: r.request_id };
+        match self.submits.submit(submit).await? {
             Applied::Submitted { job_id, duplicate } => Ok(Response::new(SubmitJobResponse { job_id, duplicate })),
             Applied::Rejected(r) => Err(convert::rejection_status(&r)),
             other => Err(Status::internal(format!("unexpected answer to a submit: {other:?}"))),

@@ -3,6 +3,7 @@
 
 pub mod agents;
 pub mod api;
+mod batch;
 pub mod convert;
 pub mod logs;
 

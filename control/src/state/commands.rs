@@ -33,8 +33,9 @@ pub struct NodeRegistration {
 /// 2. node liveness (`NodeDown`), `--requeue` jobs, digest points;
 /// 3. operator drain and resume (`SetNodesDrained`), `--signal` jobs;
 /// 4. jobs ending OUT_OF_MEMORY, node health (GPU failures and the health check) drains, job
-///    arrays.
-pub const FEATURE_LEVEL: u32 = 4;
+///    arrays;
+/// 5. several submits in one entry (`SubmitJobs`).
+pub const FEATURE_LEVEL: u32 = 5;
 
 /// The level of a replica that reports none (a release from before levels were reported).
 pub const BASE_LEVEL: u32 = 1;
@@ -48,6 +49,27 @@ pub struct ReplicaVersion {
     pub version: String,
 }
 
+/// One submit of a [`Command::SubmitJobs`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Submit {
+    pub spec: Box<JobSpec>,
+    pub user: String,
+    pub request_id: String,
+}
+
+/// The level a replica needs to apply a submit of this job.
+fn spec_level(spec: &JobSpec) -> (u32, &'static str) {
+    if spec.array.is_some() {
+        (4, "a job array")
+    } else if spec.warn_signal.is_some() {
+        (3, "a job with --signal")
+    } else if spec.requeue {
+        (2, "a job with --requeue")
+    } else {
+        (BASE_LEVEL, "every command")
+    }
+}
+
 /// Every change to the cluster state. Each carries the leader's wall clock as `now`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Command {
@@ -56,6 +78,12 @@ pub enum Command {
         user: String,
         now: Millis,
         request_id: String,
+    },
+    /// Submits that arrived together, applied in order as if each were a `SubmitJob` at `now`:
+    /// the leader puts concurrent submits in one entry, so they share one round of fsyncs.
+    SubmitJobs {
+        submits: Vec<Submit>,
+        now: Millis,
     },
     ApplyPlan {
         /// The applied index of the view the plan was made from.
@@ -163,6 +191,7 @@ impl Command {
         match self {
             // A held job cannot start until it is released (which wakes it).
             Command::SubmitJob { spec, .. } => !spec.hold,
+            Command::SubmitJobs { submits, .. } => submits.iter().any(|s| !s.spec.hold),
             Command::ApplyPlan { .. } | Command::Digest { .. } | Command::SetReplicaVersions { .. } => false,
             _ => true,
         }
@@ -176,10 +205,10 @@ impl Command {
             Command::SetNodesDrained { .. } => (3, "draining or resuming a node"),
             Command::JobEnded { outcome: RankOutcome::OutOfMemory { .. }, .. } => (4, "a job ended OUT_OF_MEMORY"),
             Command::SetNodeHealth { .. } => (4, "draining a node for its health"),
-            Command::SubmitJob { spec, .. } if spec.array.is_some() => (4, "a job array"),
             Command::CancelJob { whole_array: true, .. } => (4, "cancelling a job array"),
-            Command::SubmitJob { spec, .. } if spec.warn_signal.is_some() => (3, "a job with --signal"),
-            Command::SubmitJob { spec, .. } if spec.requeue => (2, "a job with --requeue"),
+            Command::SubmitJob { spec, .. } => spec_level(spec),
+            // above every single submit's level
+            Command::SubmitJobs { .. } => (5, "several submits in one entry"),
             _ => (BASE_LEVEL, "every command"),
         }
     }
@@ -226,4 +255,6 @@ pub enum Response {
         ended: Vec<JobId>,
         requeued: Vec<JobId>,
     },
+    /// The answers to a `SubmitJobs`, in its order: each `Submitted` or `Rejected`.
+    SubmittedMany(Vec<Response>),
 }

@@ -8,7 +8,9 @@
 mod commands;
 mod digest;
 
-pub use commands::{Command, NodeRegistration, PlannedStart, ReplicaVersion, Response, BASE_LEVEL, FEATURE_LEVEL};
+pub use commands::{
+    Command, NodeRegistration, PlannedStart, ReplicaVersion, Response, Submit, BASE_LEVEL, FEATURE_LEVEL,
+};
 pub use digest::digest;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -114,6 +116,10 @@ pub fn apply(state: &mut ClusterState, index: u64, command: Command) -> Response
         Command::SubmitJob { spec, user, now, request_id } => {
             advance_clock(state, now);
             submit(state, *spec, user, request_id)
+        }
+        Command::SubmitJobs { submits, now } => {
+            advance_clock(state, now);
+            Response::SubmittedMany(submits.into_iter().map(|s| submit(state, *s.spec, s.user, s.request_id)).collect())
         }
         Command::ApplyPlan { starts, reasons, now, .. } => {
             advance_clock(state, now);

@@ -529,3 +529,60 @@ fn array_tasks_share_one_spec_also_after_a_snapshot() {
     assert_eq!(serde_json::to_vec(&back).unwrap(), bytes);
     assert_eq!(crate::state::digest::digest(&back), crate::state::digest::digest(&s));
 }
+
+#[test]
+fn submits_in_one_entry_apply_as_the_same_submits_one_by_one() {
+    let mut unknown = spec(&["true"]);
+    unknown.partition = Some("cpu".into());
+    let mut held = spec(&["sleep", "1"]);
+    held.hold = true;
+    // a retry of r1 within the same entry, and a rejected submit between good ones
+    let submits: Vec<(JobSpec, &str)> =
+        vec![(spec(&["true"]), "r1"), (unknown, "r2"), (spec(&["true"]), "r1"), (held, "r3")];
+
+    let mut one_by_one = cluster();
+    let singles: Vec<Response> = submits
+        .iter()
+        .map(|(sp, rid)| {
+            apply(
+                &mut one_by_one,
+                10,
+                Command::SubmitJob {
+                    spec: Box::new(sp.clone()),
+                    user: "alice".into(),
+                    now: 1010,
+                    request_id: (*rid).into(),
+                },
+            )
+        })
+        .collect();
+
+    let mut batched = cluster();
+    let command = Command::SubmitJobs {
+        submits: submits
+            .iter()
+            .map(|(sp, rid)| Submit { spec: Box::new(sp.clone()), user: "alice".into(), request_id: (*rid).into() })
+            .collect(),
+        now: 1010,
+    };
+    assert_eq!(command.level().0, 5);
+    assert!(command.wakes_scheduler(), "two of the jobs are not held");
+    let answer = apply(&mut batched, 10, command);
+    assert_eq!(answer, Response::SubmittedMany(singles.clone()));
+    assert_eq!(singles[0], Response::Submitted { job_id: 1, duplicate: false });
+    assert!(matches!(singles[1], Response::Rejected(_)));
+    assert_eq!(singles[2], Response::Submitted { job_id: 1, duplicate: true });
+    assert_eq!(singles[3], Response::Submitted { job_id: 2, duplicate: false });
+    assert_eq!(crate::state::digest(&batched), crate::state::digest(&one_by_one));
+    assert_eq!(batched.jobs.len(), 2);
+
+    let all_held = Command::SubmitJobs {
+        submits: vec![Submit {
+            spec: Box::new((*batched.jobs[&2].spec).clone()),
+            user: "a".into(),
+            request_id: "h".into(),
+        }],
+        now: 1011,
+    };
+    assert!(!all_held.wakes_scheduler());
+}
