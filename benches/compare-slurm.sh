@@ -3,7 +3,7 @@
 # one run, alternating, and each figure for both with the ratio.
 #
 #   sudo ../shared/peers/slurm/setup.sh     # once: installs and starts Slurm 22.05 (see its README)
-#   cargo build --release --bin quorum
+#   cargo build --release --bin quorum --bin quorum-dev
 #   sudo benches/compare-slurm.sh           # ~25 min with the defaults
 #
 # Every workload is driven by the same shell code for both systems, through each system's own
@@ -54,7 +54,7 @@ if [[ -z ${QUORUM:-} ]]; then
         [[ -x $QUORUM ]] && break
     done
 fi
-[[ -x $QUORUM ]] || die "no quorum binary at $QUORUM: run cargo build --release --bin quorum, or set QUORUM"
+[[ -x $QUORUM ]] || die "no quorum binary at $QUORUM: run cargo build --release --bin quorum --bin quorum-dev, or set QUORUM"
 [[ -s $RUN/nnodes ]] || die "the Slurm peer is not set up: run $PEER/setup.sh first"
 [[ $(nnodes) -eq 4 ]] || log "note: the Slurm peer has $(nnodes) node(s), not 4; Quorum still gets 4 agents"
 export QUORUM_CONTROLLERS="127.0.0.1:$QUORUM_PORT,127.0.0.1:$((QUORUM_PORT + 1)),127.0.0.1:$((QUORUM_PORT + 2))"

@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 traces=${1:-../shared/traces}
 shift || true
 policies=("${@:-easy}")
-cargo build --release --bin quorum >&2
+cargo build --release --bin quorum --bin quorum-dev >&2
 bin=${CARGO_TARGET_DIR:-target}/release/quorum
 printf '%-32s %-13s %8s %9s %9s %9s\n' trace policy jobs cycles wall_s peak_MB
 for trace in KTH-SP2-1996-2.1-cln.swf.gz RICC-2010-2.swf.gz; do

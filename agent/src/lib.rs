@@ -169,7 +169,7 @@ impl Agent {
 
     /// `quorum admin gpu-fault`, delivered by the leader.
     pub fn inject_gpu_fault(&self, gpu: u32, kind: &str) {
-        let result = gpu::parse_fault(kind)
+        let result = quorum_model::gpu_fault::parse_fault(kind)
             .and_then(|f| self.gpu_source.lock().unwrap_or_else(|p| p.into_inner()).inject(gpu, f));
         match result {
             Ok(()) => tracing::warn!(gpu, kind, "GPU fault injected"),

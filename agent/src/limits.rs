@@ -18,8 +18,7 @@ const CGROUP_ROOT: &str = "/sys/fs/cgroup";
 const CGROUP2_SUPER_MAGIC: i64 = 0x6367_7270;
 const CGROUP_SUPER_MAGIC: i64 = 0x0027_e0eb;
 
-/// The reason given when cgroups were turned off on purpose (`--no-cgroups`).
-pub const CGROUPS_OFF: &str = "cgroups are off for this agent";
+use quorum_proto::CGROUPS_OFF;
 
 /// How this agent limits its jobs.
 #[derive(Clone, Debug)]

@@ -1,13 +1,17 @@
-//! `quorum`: the command-line client of a Quorum cluster, and `quorum dev`.
+//! `quorum`: the command-line client of a Quorum cluster.
+//!
+//! It links the API client only (`quorum-client`), not the controller, the agent or RocksDB,
+//! because people and scripts run it thousands of times (`for i in ...; do quorum submit ...`)
+//! and each run pays for what the binary loads. `quorum dev`, `quorum simulate` and `quorum
+//! bench`, which embed the controller, are served by `quorum-dev`, which this process becomes.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use quorum_cli::client::{Client, JobRef};
-use quorum_cli::dev::{DevCluster, DevOptions};
-use quorum_cli::display;
-use quorum_cli::submit::{build_spec, Payload, SubmitOpts};
+use quorum_client::client::{Client, JobRef};
+use quorum_client::display;
+use quorum_client::submit::{build_spec, Payload, SubmitOpts};
 use quorum_proto::api;
 
 #[derive(Parser)]
@@ -124,29 +128,25 @@ enum Command {
         json: bool,
     },
     /// Replay a workload trace (SWF) through the scheduler in virtual time and report waits,
-    /// slowdown and utilization.
-    Simulate(Box<quorum_cli::simulate::SimulateArgs>),
+    /// slowdown and utilization (run by quorum-dev; `quorum simulate --help`).
+    #[command(disable_help_flag = true)]
+    Simulate {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
     /// Load generators against a real cluster (its own unless told otherwise): submit,
-    /// dispatch, failover.
-    Bench(quorum_cli::bench::BenchArgs),
-    /// Run three controller replicas and two agents in this process, on loopback.
+    /// dispatch, agents, memory, failover (run by quorum-dev; `quorum bench --help`).
+    #[command(disable_help_flag = true)]
+    Bench {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Run three controller replicas and two agents in one process, on loopback (run by
+    /// quorum-dev; `quorum dev --help`).
+    #[command(disable_help_flag = true)]
     Dev {
-        /// Keep data here instead of a temporary directory.
-        #[arg(long)]
-        data: Option<PathBuf>,
-        /// First controller port; the replicas use it and the next two.
-        #[arg(long, default_value_t = 7101)]
-        port: u16,
-        /// How many agents.
-        #[arg(long, default_value_t = 2)]
-        agents: usize,
-        /// CPUs each agent offers.
-        #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..))]
-        cpus: u32,
-        /// Give jobs no cgroups, only rlimits (by default the agents use the machine's cgroups
-        /// where they can, and say why not where they cannot).
-        #[arg(long)]
-        no_cgroups: bool,
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
     },
 }
 
@@ -257,7 +257,7 @@ enum AdminCommand {
 
 fn parse_wall(v: &Option<String>) -> anyhow::Result<Option<u64>> {
     Ok(match v {
-        Some(t) => quorum_control::model::parse::parse_time_limit(t).map_err(anyhow::Error::msg)?,
+        Some(t) => quorum_model::parse::parse_time_limit(t).map_err(anyhow::Error::msg)?,
         None => None,
     })
 }
@@ -288,21 +288,7 @@ fn status_error(status: tonic::Status) -> anyhow::Error {
 }
 
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
-    let command = match cli.command {
-        Command::Dev { data, port, agents, cpus, no_cgroups } => {
-            return dev(data, port, agents, cpus, !no_cgroups).await
-        }
-        Command::Simulate(args) => {
-            // Pure computation: off the async runtime's workers.
-            tokio::task::spawn_blocking(move || quorum_cli::simulate::run(*args)).await??;
-            return Ok(ExitCode::SUCCESS);
-        }
-        Command::Bench(args) => {
-            quorum_cli::bench::run(args, cli.controllers).await?;
-            return Ok(ExitCode::SUCCESS);
-        }
-        other => other,
-    };
+    let command = cli.command;
     let stale = cli.stale;
     let mut client = Client::new(cli.controllers)?;
     if matches!(command, Command::Admin { command: AdminCommand::AddReplica { .. } }) {
@@ -420,8 +406,8 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Logs { job, follow, node, err } => {
             let job_id = job.resolve(&client).await.map_err(status_error)?;
-            let opts = quorum_cli::logs::LogsOptions { job_id, user: current_user(), follow, node, stderr: err };
-            quorum_cli::logs::logs(&client, &opts, &mut std::io::stdout(), &mut std::io::stderr())
+            let opts = quorum_client::logs::LogsOptions { job_id, user: current_user(), follow, node, stderr: err };
+            quorum_client::logs::logs(&client, &opts, &mut std::io::stdout(), &mut std::io::stderr())
                 .await
                 .map_err(status_error)?;
         }
@@ -494,7 +480,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     by_type.insert(ty, n);
                 }
                 let grp_mem_mb = match &grp_mem {
-                    Some(m) => Some(quorum_control::model::parse::parse_mem_mb(m).map_err(anyhow::Error::msg)?),
+                    Some(m) => Some(quorum_model::parse::parse_mem_mb(m).map_err(anyhow::Error::msg)?),
                     None => None,
                 };
                 let req = api::UpsertAccountRequest {
@@ -576,7 +562,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             AdminCommand::Drain { nodes, reason } => set_drained(&client, nodes, Some(reason)).await?,
             AdminCommand::Resume { nodes } => set_drained(&client, nodes, None).await?,
             AdminCommand::GpuFault { node, gpu, kind } => {
-                quorum_agent::gpu::parse_fault(&kind).map_err(anyhow::Error::msg)?;
+                quorum_model::gpu_fault::parse_fault(&kind).map_err(anyhow::Error::msg)?;
                 let req = api::GpuFaultRequest { user: current_user(), node: node.clone(), gpu, kind: kind.clone() };
                 client
                     .call(|mut c| {
@@ -605,7 +591,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 }
             }
             AdminCommand::Digest { json } => {
-                let report = quorum_cli::digest::collect(&client).await.map_err(status_error)?;
+                let report = quorum_client::digest::collect(&client).await.map_err(status_error)?;
                 if json {
                     let agree = report.agree();
                     print_json(
@@ -640,7 +626,9 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 print!("{}", display::cluster_table(&replicas));
             }
         }
-        Command::Dev { .. } | Command::Simulate(_) | Command::Bench(_) => unreachable!("handled above"),
+        Command::Dev { .. } | Command::Simulate { .. } | Command::Bench { .. } => {
+            unreachable!("main hands these to quorum-dev")
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -784,63 +772,49 @@ fn node_json(n: &api::NodeInfo) -> serde_json::Value {
     })
 }
 
-async fn dev(data: Option<PathBuf>, port: u16, agents: usize, cpus: u32, cgroups: bool) -> anyhow::Result<ExitCode> {
-    let opts = DevOptions {
-        data_dir: data,
-        ports: vec![port, port + 1, port + 2],
-        agents,
-        cpus_per_agent: cpus,
-        cgroups,
-        ..DevOptions::default()
-    };
-    let cluster = DevCluster::start(opts).await?;
-    println!(
-        "Quorum dev cluster: 3 controller replicas, {agents} agents ({cpus} CPUs, 32G, 4 simulated h100 GPUs each)"
-    );
-    println!("data: {}", cluster.data_dir.display());
-    println!();
-    println!("In another terminal:");
-    println!("  export QUORUM_CONTROLLERS={}", cluster.controllers_env());
-    println!("  quorum submit -- hostname");
-    println!("  quorum submit --gpus h100:2 -t 10 -- bash -c 'echo $CUDA_VISIBLE_DEVICES; sleep 30'");
-    println!("  quorum queue");
-    println!("  quorum nodes");
-    println!("  quorum cluster");
-    println!();
-    println!("Ctrl-C stops the cluster.");
-    tokio::signal::ctrl_c().await?;
-    println!("stopping...");
-    cluster.shutdown().await;
-    Ok(ExitCode::SUCCESS)
+/// Becomes `quorum-dev SUBCOMMAND ARGS...` (beside this program, else on PATH); returns only
+/// if that cannot be run.
+fn exec_quorum_dev(subcommand: &str, args: Vec<String>, controllers: &[String]) -> anyhow::Error {
+    use std::os::unix::process::CommandExt;
+    let here = std::env::current_exe().ok();
+    let beside = here.as_ref().map(|p| p.with_file_name("quorum-dev")).filter(|p| p.is_file());
+    let program = beside.unwrap_or_else(|| PathBuf::from("quorum-dev"));
+    let err = std::process::Command::new(&program)
+        .arg0("quorum")
+        .arg(subcommand)
+        .args(args)
+        .env("QUORUM_CONTROLLERS", controllers.join(","))
+        .exec();
+    if err.kind() == std::io::ErrorKind::NotFound {
+        let dir = here.as_ref().and_then(|p| p.parent()).map_or("?".into(), |d| d.display().to_string());
+        return anyhow::anyhow!(
+            "quorum {subcommand} is run by quorum-dev, which is neither beside this program (in {dir}) nor on PATH: \
+             build it with `cargo build --release --bin quorum-dev`, or install both with `cargo install --path cli`"
+        );
+    }
+    anyhow::anyhow!("running {}: {err}", program.display())
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let is_dev = matches!(cli.command, Command::Dev { .. });
-    let default_filter = if is_dev { "info,openraft=error" } else { "warn,openraft=off" };
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| default_filter.into()),
-        )
-        .init();
-    // A client command is one request or a few: one thread runs it, with no worker threads to
-    // start and wake (a third of a short command's CPU). The cluster, the benches and the
-    // simulator get the multi-threaded runtime.
-    let runtime = match cli.command {
-        Command::Dev { .. } | Command::Bench(_) | Command::Simulate(_) => tokio::runtime::Builder::new_multi_thread(),
-        _ => {
-            // `quorum queue | head` ends quietly when head has read enough, as other Unix tools
-            // do, instead of panicking on the closed pipe. (gRPC sockets are written with
-            // MSG_NOSIGNAL, so a dropped connection still comes back as an error.)
-            // SAFETY: no other thread exists yet; SIG_DFL is a valid disposition for SIGPIPE.
-            unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
-            tokio::runtime::Builder::new_current_thread()
-        }
+    let tool = match &cli.command {
+        Command::Dev { args } => Some(("dev", args)),
+        Command::Simulate { args } => Some(("simulate", args)),
+        Command::Bench { args } => Some(("bench", args)),
+        _ => None,
+    };
+    if let Some((subcommand, args)) = tool {
+        eprintln!("quorum: error: {:#}", exec_quorum_dev(subcommand, args.clone(), &cli.controllers));
+        return ExitCode::FAILURE;
     }
-    .enable_all()
-    .build();
-    let result = match runtime {
+    // `quorum queue | head` ends quietly when head has read enough, as other Unix tools do,
+    // instead of panicking on the closed pipe. (gRPC sockets are written with MSG_NOSIGNAL, so a
+    // dropped connection still comes back as an error.)
+    // SAFETY: no other thread exists yet; SIG_DFL is a valid disposition for SIGPIPE.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    // A client command is one request or a few: one thread runs it, with no worker threads to
+    // start and wake (a third of a short command's CPU).
+    let result = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt.block_on(run(cli)),
         Err(e) => Err(anyhow::anyhow!("starting the async runtime: {e}")),
     };

@@ -198,3 +198,36 @@ async fn backfill_estimates_holds_dependencies_priorities_and_shares() {
     assert!(r.code != 0 && r.stderr.contains("invalid account 'chemistry'"), "{r:?}");
     cluster.shutdown().await;
 }
+
+/// `quorum` runs thousands of times from users' scripts, and each run pays for what the binary
+/// loads; the controller, the agent and RocksDB are in `quorum-dev` only (a 95 MB binary whose
+/// start-up cost twice sbatch's), which `quorum dev|simulate|bench` become.
+#[test]
+fn the_quorum_client_links_neither_the_controller_nor_rocksdb() {
+    let client = std::fs::read(env!("CARGO_BIN_EXE_quorum")).unwrap();
+    let tools = std::fs::read(env!("CARGO_BIN_EXE_quorum-dev")).unwrap();
+    let has = |bin: &[u8], what: &str| bin.windows(what.len()).any(|w| w == what.as_bytes());
+    for what in ["rocksdb", "RocksDB", "openraft::", "quorum_control::", "quorum_agent::"] {
+        assert!(has(&tools, what), "quorum-dev should contain {what}: the check below would prove nothing");
+        assert!(!has(&client, what), "the quorum client binary links {what}");
+    }
+
+    // `quorum dev --help` is quorum-dev's, reached through quorum.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_quorum")).args(["dev", "--help"]).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && stdout.contains("Usage: quorum dev") && stdout.contains("--agents"), "{out:?}");
+
+    // Without quorum-dev beside it or on PATH, quorum says where it looked and how to build it.
+    let dir = tempfile::tempdir().unwrap();
+    let alone = dir.path().join("quorum");
+    std::fs::copy(env!("CARGO_BIN_EXE_quorum"), &alone).unwrap();
+    let out = std::process::Command::new(&alone).args(["simulate", "trace.swf"]).env("PATH", "").output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{out:?}");
+    assert!(
+        stderr.contains("quorum simulate is run by quorum-dev")
+            && stderr.contains(&dir.path().display().to_string())
+            && stderr.contains("cargo build --release --bin quorum-dev"),
+        "{stderr}"
+    );
+}

@@ -192,7 +192,7 @@ async fn a_restarted_follower_catches_up_by_log_and_by_snapshot() {
     let answered_by = |n: usize| {
         let c = &c;
         move || async move {
-            let report = quorum_cli::digest::collect(c).await.expect("digest");
+            let report = quorum_client::digest::collect(c).await.expect("digest");
             assert!(report.agree(), "{}", report.table());
             assert_eq!(report.replicas.len(), 3, "{}", report.table());
             (report.replicas.len() - report.missing() == n).then_some(report)
@@ -374,7 +374,7 @@ async fn an_isolated_leader_commits_nothing_serves_no_stale_read_and_follows_aft
         assert_eq!(jobs.iter().filter(|j| j.id == id).count(), 1, "job {id} lost or doubled");
     }
     let report = wait_for(T, "every replica to answer the digest", || async {
-        let r = quorum_cli::digest::collect(&c).await.ok()?;
+        let r = quorum_client::digest::collect(&c).await.ok()?;
         (r.missing() == 0).then_some(r)
     })
     .await;
@@ -383,7 +383,7 @@ async fn an_isolated_leader_commits_nothing_serves_no_stale_read_and_follows_aft
 }
 
 async fn set_drained(
-    c: &quorum_cli::client::Client,
+    c: &quorum_client::client::Client,
     user: &str,
     nodes: &[&str],
     reason: Option<&str>,
@@ -444,7 +444,7 @@ async fn a_drained_node_keeps_its_jobs_and_gets_no_new_one_until_resumed() {
 }
 
 async fn signal(
-    c: &quorum_cli::client::Client,
+    c: &quorum_client::client::Client,
     user: &str,
     id: u64,
     signal: &str,
@@ -517,5 +517,41 @@ async fn a_job_is_warned_by_its_signal_before_its_time_limit() {
     let e = submit_with_id(&c, s, "bad-signal").await.unwrap_err();
     assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
     assert!(e.message().contains("'soon' is not a number of seconds"), "{e:?}");
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_submits_share_raft_entries_and_each_makes_its_own_job() {
+    let cluster = cluster(DevOptions::for_tests()).await;
+    let c = std::sync::Arc::new(client(&cluster.addrs));
+    wait_ready(&cluster, &c, 2).await;
+    let dir = tempfile::tempdir().unwrap();
+    let applied_index = |c: std::sync::Arc<quorum_client::client::Client>| async move {
+        c.call(|mut cl| async move { cl.list_jobs(quorum_proto::api::ListJobsRequest::default()).await })
+            .await
+            .unwrap()
+            .applied_index
+    };
+    let before = applied_index(c.clone()).await;
+    const N: u64 = 48;
+    let tasks: Vec<_> = (0..N)
+        .map(|i| {
+            let (c, mut held) = (c.clone(), spec(&["true"], dir.path()));
+            held.hold = true;
+            tokio::spawn(async move { submit_with_id(&c, held, &format!("together-{i}")).await.unwrap() })
+        })
+        .collect();
+    let mut ids = std::collections::BTreeSet::new();
+    for t in tasks {
+        let answer = t.await.unwrap();
+        assert!(!answer.duplicate);
+        ids.insert(answer.job_id);
+    }
+    assert_eq!(ids.len() as u64, N, "each submit made its own job");
+    assert_eq!(all_jobs(&c).await.len() as u64, N);
+    // One entry per submit would take N entries (plus any plan); submits that arrive while
+    // others are being committed go in together.
+    let entries = applied_index(c.clone()).await - before;
+    assert!(entries < N, "{N} concurrent submits took {entries} log entries");
     cluster.shutdown().await;
 }

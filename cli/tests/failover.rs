@@ -122,7 +122,7 @@ fn controller_config(id: usize, addrs: &[String], data: &Path, extra: &str) -> S
     text
 }
 
-async fn leader_index(c: &quorum_cli::client::Client, addrs: &[String]) -> Option<usize> {
+async fn leader_index(c: &quorum_client::client::Client, addrs: &[String]) -> Option<usize> {
     for (i, a) in addrs.iter().enumerate() {
         let Ok(mut r) = c.replica(a) else { continue };
         let status =
@@ -312,7 +312,7 @@ impl Load {
 
 /// Every acknowledged submit is there, once: as many held jobs as acknowledged requests, and no
 /// two requests answered with the same job.
-async fn assert_each_acknowledged_job_once(c: &quorum_cli::client::Client, acked: &[Acked]) {
+async fn assert_each_acknowledged_job_once(c: &quorum_client::client::Client, acked: &[Acked]) {
     let jobs = all_jobs(c).await;
     let held: std::collections::BTreeSet<u64> = jobs.iter().filter(|j| !j.held.is_empty()).map(|j| j.id).collect();
     let answered: std::collections::BTreeSet<u64> = acked.iter().map(|a| a.1).collect();
@@ -321,9 +321,9 @@ async fn assert_each_acknowledged_job_once(c: &quorum_cli::client::Client, acked
 }
 
 /// Waits until every replica answers a digest point, and asserts they agree there.
-async fn assert_digests_agree(c: &quorum_cli::client::Client) {
+async fn assert_digests_agree(c: &quorum_client::client::Client) {
     let report = wait_for(T, "every replica to answer the digest", || async {
-        let r = quorum_cli::digest::collect(c).await.ok()?;
+        let r = quorum_client::digest::collect(c).await.ok()?;
         (r.missing() == 0).then_some(r)
     })
     .await;
@@ -616,6 +616,6 @@ async fn jobs_outlive_an_agent_killed_and_restarted() {
     .await;
 }
 
-async fn job_state(c: &quorum_cli::client::Client, id: u64) -> String {
+async fn job_state(c: &quorum_client::client::Client, id: u64) -> String {
     job(c, id).await.state
 }

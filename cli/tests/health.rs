@@ -15,13 +15,13 @@ const T: Duration = Duration::from_secs(30);
 /// plus room for a loaded machine to apply the drain through Raft.
 const TWO_HEARTBEATS_AND_GRACE: Duration = Duration::from_secs(5);
 
-async fn node(c: &quorum_cli::client::Client, name: &str) -> quorum_proto::api::NodeInfo {
+async fn node(c: &quorum_client::client::Client, name: &str) -> quorum_proto::api::NodeInfo {
     nodes(c).await.into_iter().find(|n| n.name == name).unwrap_or_else(|| panic!("no node {name}"))
 }
 
 /// Waits until `name`'s state and reason satisfy `pred`.
 async fn wait_node(
-    c: &quorum_cli::client::Client,
+    c: &quorum_client::client::Client,
     name: &str,
     timeout: Duration,
     what: &str,
@@ -113,6 +113,16 @@ async fn a_failing_gpu_drains_its_node_and_a_recovered_one_resumes_it() {
     assert!(out.stderr.contains("has no GPU 9 (4 GPUs)"), "{out:?}");
     let out = root(&["admin", "gpu-fault", healthy, "0", "melted"]);
     assert!(out.stderr.contains("unknown GPU fault 'melted'"), "{out:?}");
+    // The leader refuses it too, for clients other than `quorum` (the agent would only log it).
+    let req =
+        quorum_proto::api::GpuFaultRequest { user: "root".into(), node: healthy.into(), gpu: 0, kind: "xid".into() };
+    let refused = c.call(|mut cl| {
+        let req = req.clone();
+        async move { cl.inject_gpu_fault(req).await }
+    });
+    let status = refused.await.expect_err("a fault kind without its number is refused");
+    assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
+    assert!(status.message().contains("GPU fault 'xid' needs a number"), "{status:?}");
     let out = root(&["admin", "gpu-fault", "node99", "0", "xid:79"]);
     assert!(out.stderr.contains("there is no node node99"), "{out:?}");
     assert_ne!(node(&c, healthy).await.state, "drain");

@@ -88,7 +88,7 @@ async fn every_rank_of_a_two_node_job_sees_its_allocation_and_exported_environme
     cluster.shutdown().await;
 }
 
-async fn submit_as(c: &quorum_cli::client::Client, user: &str, spec: api::JobSpec) -> u64 {
+async fn submit_as(c: &quorum_client::client::Client, user: &str, spec: api::JobSpec) -> u64 {
     let req =
         api::SubmitJobRequest { spec: Some(spec), user: user.into(), request_id: uuid::Uuid::new_v4().to_string() };
     c.call(|mut cl| {

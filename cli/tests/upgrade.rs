@@ -16,7 +16,7 @@ use quorum_proto::api;
 const T: Duration = Duration::from_secs(30);
 const NODE_TIMEOUT: Duration = Duration::from_secs(3);
 
-async fn digest(c: &quorum_cli::client::Client) -> Result<api::DigestResponse, tonic::Status> {
+async fn digest(c: &quorum_client::client::Client) -> Result<api::DigestResponse, tonic::Status> {
     c.call(|mut cl| async move { cl.digest(api::DigestRequest {}).await }).await
 }
 

@@ -7,8 +7,9 @@
 //! the agents.
 
 pub mod config;
+/// The domain types, from `quorum-model`.
+pub use quorum_model as model;
 pub mod leader;
-pub mod model;
 pub mod replica;
 pub mod sched;
 pub mod server;

@@ -21,3 +21,7 @@ pub const LEADER_HINT_KEY: &str = "x-quorum-leader";
 /// Metadata key set on a request that a follower forwarded to the leader, so that it is never
 /// forwarded twice.
 pub const FORWARDED_KEY: &str = "x-quorum-forwarded";
+
+/// What an agent puts after `rlimits only: ` in `Register.limits` when cgroups were turned off on
+/// purpose (`--no-cgroups`), as opposed to a reason the machine gave; clients say nothing of it.
+pub const CGROUPS_OFF: &str = "cgroups are off for this agent";

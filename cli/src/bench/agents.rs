@@ -19,7 +19,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::{Channel, Endpoint};
 
 use super::{controller_bin, progress, progress_done, spread, Replicas};
-use crate::client::Client;
+use quorum_client::client::Client;
 
 /// Agents sharing one HTTP/2 connection (each has a stream of its own on it).
 const AGENTS_PER_CONNECTION: usize = 100;
@@ -182,7 +182,7 @@ pub async fn run(n: usize, seconds: u64, bin: Option<PathBuf>, json: bool) -> an
     // elections, which a replica starting late may still overturn).
     let mut since: Option<(u64, Instant)> = None;
     let (leader_id, leader_addr) = loop {
-        let s = crate::display::replica_statuses(&c).await.unwrap_or_default();
+        let s = quorum_client::display::replica_statuses(&c).await.unwrap_or_default();
         let leader = s.iter().find(|r| r.role == "leader").filter(|_| s.len() == 3 && s.iter().all(|r| r.reachable));
         match (leader, since) {
             (Some(l), Some((id, t))) if l.id == id && t.elapsed() >= Duration::from_secs(2) => {
@@ -238,7 +238,7 @@ pub async fn run(n: usize, seconds: u64, bin: Option<PathBuf>, json: bool) -> an
 
     let broken_before = stats.broken.load(Ordering::Relaxed);
     // The leader now: the registration storm may have moved it.
-    let statuses = crate::display::replica_statuses(&c).await.unwrap_or_default();
+    let statuses = quorum_client::display::replica_statuses(&c).await.unwrap_or_default();
     let measured_leader = statuses.iter().find(|r| r.role == "leader").map_or(leader_id, |r| r.id);
     let leader_pid = pid_of(measured_leader)?;
     let (cpu0, own0, t0) = (cpu_time(&leader_pid)?, cpu_time("self")?, Instant::now());

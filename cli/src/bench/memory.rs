@@ -1,15 +1,26 @@
 //! `quorum bench memory`: the resident memory of each replica — three `quorum-controller`
 //! processes, as in production — before and after it holds N pending jobs. The jobs are held
-//! (so nothing schedules them) and submitted as job arrays of up to 100,000 tasks, each task a
-//! job of its own in the replicated state, so that a million jobs take seconds to submit.
+//! (so nothing schedules them) and submitted one by one from concurrent clients, each job with
+//! the environment its client's shell would send; or, with `--arrays`, as job arrays of up to
+//! 100,000 tasks (each task a job of its own in the replicated state, all sharing one spec).
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use quorum_control::model::array::MAX_ARRAY_TASKS;
 
-use super::{controller_bin, held_job, progress, progress_done, submit_one, BenchAgent, Replicas};
-use crate::client::Client;
+use super::{controller_bin, held_job, progress, progress_done, submit_one, BenchAgent, JobShape, Replicas};
+use quorum_client::client::Client;
+
+/// The jobs to hold and how they arrive.
+pub struct Load {
+    pub jobs: usize,
+    pub shape: JobShape,
+    pub arrays: bool,
+    pub clients: usize,
+}
 
 /// `VmRSS` and `VmHWM` (peak) of a process, in KiB.
 fn memory_kib(pid: u32) -> anyhow::Result<(u64, u64)> {
@@ -34,8 +45,9 @@ struct ReplicaMemory {
     bytes_per_job: f64,
 }
 
-pub async fn run(jobs: usize, bin: Option<PathBuf>, json: bool) -> anyhow::Result<()> {
-    anyhow::ensure!(jobs > 0, "--jobs must be above 0");
+pub async fn run(load: Load, bin: Option<PathBuf>, json: bool) -> anyhow::Result<()> {
+    let jobs = load.jobs;
+    anyhow::ensure!(jobs > 0 && load.clients > 0, "--jobs and --clients must be above 0");
     let replicas = Replicas::start(controller_bin(bin)?, "bench1")?;
     let c = Client::new(replicas.addrs.clone())?;
     let agent = BenchAgent::start(&replicas);
@@ -58,21 +70,27 @@ pub async fn run(jobs: usize, bin: Option<PathBuf>, json: bool) -> anyhow::Resul
     let before: Vec<u64> = pids.iter().map(|&p| memory_kib(p).map(|m| m.0)).collect::<anyhow::Result<_>>()?;
 
     let start = Instant::now();
-    let mut submitted = 0usize;
-    let mut n = 0;
-    while submitted < jobs {
-        let tasks = (jobs - submitted).min(MAX_ARRAY_TASKS);
-        let mut spec = held_job(&work);
-        spec.array = format!("0-{}", tasks - 1);
-        n += 1;
-        submit_one(&c, spec, format!("memory-{n}")).await.map_err(|e| anyhow::anyhow!("submit: {}", e.message()))?;
-        submitted += tasks;
-        progress(&format!("memory: {submitted}/{jobs} jobs submitted in {:.1} s", start.elapsed().as_secs_f64()));
+    let mut arrays = 0;
+    if load.arrays {
+        let mut submitted = 0usize;
+        while submitted < jobs {
+            let tasks = (jobs - submitted).min(MAX_ARRAY_TASKS);
+            let mut spec = load.shape.job(&work, 0, 0);
+            spec.array = format!("0-{}", tasks - 1);
+            arrays += 1;
+            submit_one(&c, spec, format!("memory-{arrays}"))
+                .await
+                .map_err(|e| anyhow::anyhow!("submit: {}", e.message()))?;
+            submitted += tasks;
+            progress(&format!("memory: {submitted}/{jobs} jobs submitted in {:.1} s", start.elapsed().as_secs_f64()));
+        }
+    } else {
+        submit_one_by_one(&load, &replicas.addrs, &work, start).await?;
     }
     let submit_time = start.elapsed();
     // Every replica has applied everything the leader committed.
     loop {
-        let s = crate::display::replica_statuses(&c).await.unwrap_or_default();
+        let s = quorum_client::display::replica_statuses(&c).await.unwrap_or_default();
         let top = s.iter().map(|r| r.applied_index).max().unwrap_or(0);
         if s.len() == 3 && s.iter().all(|r| r.reachable && r.applied_index == top) {
             break;
@@ -99,15 +117,21 @@ pub async fn run(jobs: usize, bin: Option<PathBuf>, json: bool) -> anyhow::Resul
         println!(
             "{}",
             serde_json::json!({
-                "bench": "memory", "jobs": jobs, "arrays": n,
+                "bench": "memory", "jobs": jobs, "arrays": arrays, "clients": load.clients,
+                "env_vars": load.shape.env_vars, "unique_env": load.shape.unique_env,
                 "submit_s": submit_time.as_secs_f64(), "replicas": rows,
             })
         );
     } else {
+        let how = match load.arrays {
+            true => format!("in {arrays} arrays"),
+            false => format!("one by one from {} clients", load.clients),
+        };
         println!(
-            "memory: {jobs} held jobs in {n} arrays, submitted in {:.1} s; each replica a process",
+            "memory: {jobs} held jobs submitted {how} in {:.1} s; each replica a process",
             submit_time.as_secs_f64()
         );
+        println!("  each job: {}", load.shape.describe());
         println!("  REPLICA  RSS_BEFORE  RSS_AFTER  PEAK      PER_JOB");
         for r in &rows {
             println!(
@@ -115,6 +139,39 @@ pub async fn run(jobs: usize, bin: Option<PathBuf>, json: bool) -> anyhow::Resul
                 r.id, r.rss_before_mib, r.rss_after_mib, r.peak_mib, r.bytes_per_job
             );
         }
+    }
+    Ok(())
+}
+
+/// Submits `load.jobs` held jobs from `load.clients` concurrent clients, each job on its own.
+async fn submit_one_by_one(
+    load: &Load,
+    addrs: &[String],
+    work: &std::path::Path,
+    start: Instant,
+) -> anyhow::Result<()> {
+    let next = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for k in 0..load.clients {
+        let c = Client::new(addrs.to_vec())?;
+        let (next, shape, jobs, work) = (next.clone(), load.shape, load.jobs, work.to_path_buf());
+        tasks.push(tokio::spawn(async move {
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= jobs {
+                    return Ok::<(), anyhow::Error>(());
+                }
+                submit_one(&c, shape.job(&work, k, i), format!("memory-{i}"))
+                    .await
+                    .map_err(|e| anyhow::anyhow!("submit {i}: {}", e.message()))?;
+                if i % 10_000 == 0 {
+                    progress(&format!("memory: {i}/{jobs} jobs submitted in {:.1} s", start.elapsed().as_secs_f64()));
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        t.await??;
     }
     Ok(())
 }

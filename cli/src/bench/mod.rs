@@ -17,8 +17,8 @@ use quorum_proto::api;
 mod agents;
 mod memory;
 
-use crate::client::Client;
 use crate::dev::{DevCluster, DevOptions};
+use quorum_client::client::Client;
 
 #[derive(Args, Debug)]
 pub struct BenchArgs {
@@ -36,6 +36,8 @@ pub enum BenchCommand {
         /// Submits in all.
         #[arg(long, default_value_t = 20_000)]
         jobs: usize,
+        #[command(flatten)]
+        shape: JobShape,
         /// Load the running cluster at --controllers (QUORUM_CONTROLLERS) instead of starting one.
         #[arg(long)]
         external: bool,
@@ -66,10 +68,19 @@ pub enum BenchCommand {
         json: bool,
     },
     /// The resident memory of each replica (three quorum-controller processes) holding this
-    /// many pending (held) jobs, submitted as job arrays.
+    /// many pending (held) jobs, submitted one by one (or as job arrays, --arrays).
     Memory {
         #[arg(long, default_value_t = 1_000_000)]
         jobs: usize,
+        #[command(flatten)]
+        shape: JobShape,
+        /// Submit the jobs as job arrays of up to 100,000 tasks (which share one spec) instead
+        /// of one by one.
+        #[arg(long)]
+        arrays: bool,
+        /// Concurrent clients submitting one by one.
+        #[arg(long, default_value_t = 64)]
+        clients: usize,
         /// The controller binary (default: quorum-controller next to this program).
         #[arg(long)]
         controller_bin: Option<PathBuf>,
@@ -94,11 +105,13 @@ pub enum BenchCommand {
 /// `controllers`: the global --controllers, used with `submit --external`.
 pub async fn run(args: BenchArgs, controllers: Vec<String>) -> anyhow::Result<()> {
     match args.what {
-        BenchCommand::Submit { clients, jobs, external, json } => {
-            submit(clients, jobs, external.then_some(controllers), json).await
+        BenchCommand::Submit { clients, jobs, shape, external, json } => {
+            submit(clients, jobs, shape, external.then_some(controllers), json).await
         }
         BenchCommand::Dispatch { jobs, json } => dispatch(jobs, json).await,
-        BenchCommand::Memory { jobs, controller_bin, json } => memory::run(jobs, controller_bin, json).await,
+        BenchCommand::Memory { jobs, shape, arrays, clients, controller_bin, json } => {
+            memory::run(memory::Load { jobs, shape, arrays, clients }, controller_bin, json).await
+        }
         BenchCommand::Agents { agents, seconds, controller_bin, json } => {
             agents::run(agents, seconds, controller_bin, json).await
         }
@@ -142,6 +155,49 @@ fn progress(line: &str) {
 
 fn progress_done() {
     eprintln!();
+}
+
+/// What each submitted job carries besides a command.
+#[derive(Args, Debug, Clone, Copy)]
+pub struct JobShape {
+    /// Environment variables in each job, as `quorum submit` sends its shell's under
+    /// --export=ALL (a login shell's 40 of ~65 bytes make 2.6 KB); 0 for none.
+    #[arg(long, default_value_t = 40)]
+    pub env_vars: usize,
+    /// Give every job a different environment; by default the jobs of one client share one, as
+    /// the jobs submitted from one shell do.
+    #[arg(long)]
+    pub unique_env: bool,
+}
+
+impl JobShape {
+    /// The `i`th job of client `client`: held, with its environment.
+    fn job(&self, dir: &Path, client: usize, i: usize) -> api::JobSpec {
+        let shell = if self.unique_env { format!("job{i}") } else { format!("client{client}") };
+        api::JobSpec { env: shell_env(self.env_vars, &shell), ..held_job(dir) }
+    }
+
+    fn describe(&self) -> String {
+        match (self.env_vars, self.unique_env) {
+            (0, _) => "no environment".into(),
+            (n, false) => format!("{n} environment variables ({} B), one environment per client", env_bytes(n)),
+            (n, true) => format!("{n} environment variables ({} B), a different one per job", env_bytes(n)),
+        }
+    }
+}
+
+/// A login shell's environment as `shell` would send it: `vars` variables of ~65 bytes.
+fn shell_env(vars: usize, shell: &str) -> Vec<api::EnvVar> {
+    (0..vars)
+        .map(|i| api::EnvVar {
+            name: format!("BENCH_VARIABLE_{i:02}"),
+            value: format!("/home/bench/{shell:<10}/software/module-{i:02}/lib64:/usr/local/lib"),
+        })
+        .collect()
+}
+
+fn env_bytes(vars: usize) -> usize {
+    shell_env(vars, "client0").iter().map(|v| v.name.len() + v.value.len()).sum()
 }
 
 /// A held job: accepted and stored, never run.
@@ -189,7 +245,13 @@ async fn own_cluster(agents: usize) -> anyhow::Result<DevCluster> {
     }
 }
 
-async fn submit(clients: usize, jobs: usize, external: Option<Vec<String>>, json: bool) -> anyhow::Result<()> {
+async fn submit(
+    clients: usize,
+    jobs: usize,
+    shape: JobShape,
+    external: Option<Vec<String>>,
+    json: bool,
+) -> anyhow::Result<()> {
     anyhow::ensure!(clients > 0 && jobs > 0, "--clients and --jobs must be above 0");
     let (own, addrs) = match external {
         Some(addrs) => (None, addrs),
@@ -211,10 +273,10 @@ async fn submit(clients: usize, jobs: usize, external: Option<Vec<String>>, json
     for k in 0..clients {
         let c = Client::new(addrs.clone())?;
         let (next, done, errors, ready) = (next.clone(), done.clone(), errors.clone(), ready.clone());
-        let spec = held_job(dir.path());
+        let dir = dir.path().to_path_buf();
         tasks.push(tokio::spawn(async move {
             let mut latencies = Vec::new();
-            let warm = submit_one(&c, spec.clone(), format!("bench-{run_id}-warm-{k}")).await;
+            let warm = submit_one(&c, shape.job(&dir, k, jobs + k), format!("bench-{run_id}-warm-{k}")).await;
             if let Err(e) = warm {
                 errors.lock().unwrap_or_else(|p| p.into_inner()).push(e.message().to_string());
             }
@@ -224,8 +286,9 @@ async fn submit(clients: usize, jobs: usize, external: Option<Vec<String>>, json
                 if i >= jobs {
                     return latencies;
                 }
+                let spec = shape.job(&dir, k, i);
                 let sent = Instant::now();
-                match submit_one(&c, spec.clone(), format!("bench-{run_id}-{i}")).await {
+                match submit_one(&c, spec, format!("bench-{run_id}-{i}")).await {
                     Ok(_) => latencies.push(sent.elapsed()),
                     Err(e) => errors.lock().unwrap_or_else(|p| p.into_inner()).push(e.message().to_string()),
                 }
@@ -262,12 +325,14 @@ async fn submit(clients: usize, jobs: usize, external: Option<Vec<String>>, json
             "{}",
             serde_json::json!({
                 "bench": "submit", "clients": clients, "jobs": jobs, "acknowledged": acked,
+                "env_vars": shape.env_vars, "unique_env": shape.unique_env,
                 "errors": errors.len(), "seconds": elapsed.as_secs_f64(), "per_second": per_second,
                 "latency": s,
             })
         );
     } else {
         println!("submit: {clients} clients, {acked} of {jobs} submits acknowledged in {:.2} s", elapsed.as_secs_f64());
+        println!("  each job     {}", shape.describe());
         println!("  throughput   {per_second:.0} jobs/s");
         println!("  latency p50  {:.1} ms", s.p50_ms);
         println!("          p99  {:.1} ms", s.p99_ms);
@@ -508,7 +573,7 @@ async fn failover(runs: usize, clients: usize, bin: Option<PathBuf>, json: bool)
         // Steady: every replica answers, one leads, and submits flow.
         let steady = Instant::now();
         let leader = loop {
-            let s = crate::display::replica_statuses(&c).await.unwrap_or_default();
+            let s = quorum_client::display::replica_statuses(&c).await.unwrap_or_default();
             let leader = s.iter().find(|s| s.role == "leader").map(|s| s.id);
             if let Some(leader) = leader.filter(|_| s.len() == 3 && s.iter().all(|r| r.reachable)) {
                 if steady.elapsed() > Duration::from_secs(2) {
@@ -528,7 +593,7 @@ async fn failover(runs: usize, clients: usize, bin: Option<PathBuf>, json: bool)
         let mut new_leader = 0;
         let next_write = loop {
             if leader_known.is_none() {
-                let s = crate::display::replica_statuses(&c).await.unwrap_or_default();
+                let s = quorum_client::display::replica_statuses(&c).await.unwrap_or_default();
                 if let Some(l) = s.iter().find(|s| s.role == "leader" && s.id != leader) {
                     leader_known = Some(killed_at.elapsed());
                     new_leader = l.id;

@@ -7,8 +7,8 @@ use std::future::Future;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use quorum_cli::client::Client;
 use quorum_cli::dev::{DevCluster, DevOptions};
+use quorum_client::client::Client;
 use quorum_proto::api::{self, JobInfo};
 
 pub async fn cluster(opts: DevOptions) -> DevCluster {

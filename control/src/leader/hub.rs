@@ -273,7 +273,7 @@ pub fn launch_for(state: &ClusterState, job_id: JobId, node: &str) -> Option<Lau
     Some(Launch {
         job_id,
         token: job.alloc_index,
-        spec: Some(convert::spec_to_proto(&job.spec)),
+        spec: Some(convert::spec_to_proto(&job.spec, true)),
         user: job.user.clone(),
         nodelist: allocation.nodelist(),
         node_rank: rank as u32,

@@ -2,6 +2,7 @@
 //! started by [`Controller::start`] on a listener and stopped by [`Controller::shutdown`].
 //! [`run`] is the same behind a shutdown future, as the binary uses it.
 
+mod snapshot_file;
 pub mod store;
 mod transfer;
 pub mod types;

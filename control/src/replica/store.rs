@@ -19,10 +19,8 @@ use tokio::sync::{watch, Notify};
 use super::types::TypeConfig;
 use crate::state::{self, ClusterState, Response};
 
-/// Column family holding the latest snapshot.
-pub const CF_SNAPSHOT: &str = "sm_snapshot";
-const KEY_META: &[u8] = b"meta";
-const KEY_DATA: &[u8] = b"data";
+pub use super::snapshot_file::CF_SNAPSHOT;
+use super::snapshot_file::{self, Layout};
 
 type StorageResult<T> = Result<T, StorageError<u64>>;
 
@@ -90,11 +88,6 @@ impl Shared {
     }
 }
 
-#[derive(Serialize, Deserialize)]
-struct StoredSnapshot {
-    meta: SnapshotMeta<u64, BasicNode>,
-}
-
 fn io_err(subject: ErrorSubject<u64>, verb: ErrorVerb, e: impl std::fmt::Display) -> StorageError<u64> {
     StorageIOError::new(subject, verb, AnyError::error(e.to_string())).into()
 }
@@ -123,48 +116,24 @@ impl StateMachineStore {
     }
 }
 
-/// A persisted snapshot: its meta and its data.
-type StoredPair = (SnapshotMeta<u64, BasicNode>, Vec<u8>);
-
-fn read_snapshot(db: &DB) -> StorageResult<Option<StoredPair>> {
-    let cf = db
-        .cf_handle(CF_SNAPSHOT)
-        .ok_or_else(|| io_err(ErrorSubject::Snapshot(None), ErrorVerb::Read, "missing column family"))?;
-    let read = |key| db.get_cf(cf, key).map_err(|e| io_err(ErrorSubject::Snapshot(None), ErrorVerb::Read, e));
-    match (read(KEY_META)?, read(KEY_DATA)?) {
-        (Some(meta), Some(data)) => {
-            let stored: StoredSnapshot =
-                serde_json::from_slice(&meta).map_err(|e| io_err(ErrorSubject::Snapshot(None), ErrorVerb::Read, e))?;
-            Ok(Some((stored.meta, data)))
-        }
-        _ => Ok(None),
-    }
+fn read_snapshot(db: &DB) -> StorageResult<Option<snapshot_file::Stored>> {
+    snapshot_file::read(db).map_err(|e| io_err(ErrorSubject::Snapshot(None), ErrorVerb::Read, e))
 }
 
 fn decode_snapshot(meta: &SnapshotMeta<u64, BasicNode>, data: &[u8]) -> StorageResult<Applied> {
-    let mut state: ClusterState = serde_json::from_slice(data)
+    let state = state::snapshot::decode(data)
         .map_err(|e| io_err(ErrorSubject::Snapshot(Some(meta.signature())), ErrorVerb::Read, e))?;
-    state.share_array_specs();
     Ok(Applied { state, last_applied: meta.last_log_id, membership: meta.last_membership.clone() })
 }
 
-async fn persist_snapshot(db: Arc<DB>, meta: SnapshotMeta<u64, BasicNode>, data: Vec<u8>) -> StorageResult<()> {
+/// Stores the snapshot durably off the async workers; hands the data back for openraft.
+async fn persist_snapshot(db: Arc<DB>, meta: SnapshotMeta<u64, BasicNode>, data: Vec<u8>) -> StorageResult<Vec<u8>> {
     let signature = meta.signature();
-    let meta_bytes = serde_json::to_vec(&StoredSnapshot { meta })
-        .map_err(|e| io_err(ErrorSubject::Snapshot(Some(signature.clone())), ErrorVerb::Write, e))?;
-    let result = tokio::task::spawn_blocking(move || {
-        let cf = db.cf_handle(CF_SNAPSHOT).ok_or("missing column family")?;
-        let mut batch = rocksdb::WriteBatch::default();
-        batch.put_cf(cf, KEY_META, meta_bytes);
-        batch.put_cf(cf, KEY_DATA, data);
-        let mut opts = rocksdb::WriteOptions::default();
-        opts.set_sync(true);
-        db.write_opt(batch, &opts).map_err(|e| e.to_string())?;
-        Ok::<(), String>(())
-    })
-    .await;
+    let result =
+        tokio::task::spawn_blocking(move || snapshot_file::write(&db, meta, &data, Layout::default()).map(|()| data))
+            .await;
     match result {
-        Ok(Ok(())) => Ok(()),
+        Ok(Ok(data)) => Ok(data),
         Ok(Err(e)) => Err(io_err(ErrorSubject::Snapshot(Some(signature)), ErrorVerb::Write, e)),
         Err(e) => Err(io_err(ErrorSubject::Snapshot(Some(signature)), ErrorVerb::Write, e)),
     }
@@ -177,7 +146,7 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
             let applied = self.shared.read();
             (applied.state.clone(), applied.last_applied, applied.membership.clone())
         };
-        let data = tokio::task::spawn_blocking(move || serde_json::to_vec(&state))
+        let data = tokio::task::spawn_blocking(move || state::snapshot::encode(&state))
             .await
             .map_err(|e| io_err(ErrorSubject::StateMachine, ErrorVerb::Read, e))?
             .map_err(|e| io_err(ErrorSubject::StateMachine, ErrorVerb::Read, e))?;
@@ -187,7 +156,7 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
             None => format!("none-{}", self.snapshot_seq),
         };
         let meta = SnapshotMeta { last_log_id: last_applied, last_membership: membership, snapshot_id };
-        persist_snapshot(self.db.clone(), meta.clone(), data.clone()).await?;
+        let data = persist_snapshot(self.db.clone(), meta.clone(), data).await?;
         Ok(Snapshot { meta, snapshot: Box::new(Cursor::new(data)) })
     }
 }

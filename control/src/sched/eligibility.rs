@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use super::view::{ClusterView, DepStatus, PartitionView, PendingJob};
-use crate::model::{HoldKind, Millis, PendingReason, Qos};
+use crate::model::{Millis, PendingReason, Qos};
 
 /// Whether any account limits the wall time of its jobs (known once per cycle, so that the
 /// common tree without such limits costs no walk up the tree per job).
@@ -23,10 +23,8 @@ pub fn static_reason(
     now_ms: Millis,
     accounts_limit_wall: bool,
 ) -> Option<PendingReason> {
-    match job.held {
-        Some(HoldKind::Admin) => return Some(PendingReason::JobHeldAdmin),
-        Some(HoldKind::User) => return Some(PendingReason::JobHeldUser),
-        None => {}
+    if let Some(hold) = job.held {
+        return Some(hold.reason());
     }
     match job.dependency {
         DepStatus::Never => return Some(PendingReason::DependencyNeverSatisfied),

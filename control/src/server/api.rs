@@ -313,9 +313,7 @@ impl Quorum for Api {
         }
         let r = req.into_inner();
         require_root(&r.user)?;
-        if r.kind.trim().is_empty() {
-            return Err(Status::invalid_argument("name the fault: xid:N, ecc-uncorrectable, ..., or clear"));
-        }
+        crate::model::gpu_fault::parse_fault(&r.kind).map_err(Status::invalid_argument)?;
         {
             let applied = self.core.shared.read();
             let node = applied

@@ -15,15 +15,13 @@ use tonic::Status;
 
 use super::api::write_status;
 use crate::replica::{now_ms, Core};
-use crate::state::{Command, Response as Applied, Submit};
+use crate::state::{Command, Response as Applied, Submit, SUBMIT_JOBS_LEVEL};
 
 /// Entries of submits being committed at once.
 const IN_FLIGHT: usize = 4;
 /// Submits in one entry at most; a spec carries its environment, a few KiB, and a large entry
 /// would miss openraft's replication timeout.
 const MAX_BATCH: usize = 64;
-/// The feature level that applies [`Command::SubmitJobs`].
-const BATCH_LEVEL: u32 = 5;
 
 type Answer = oneshot::Sender<Result<Applied, Status>>;
 
@@ -72,7 +70,7 @@ async fn run(core: Arc<Core>, mut rx: mpsc::UnboundedReceiver<(Submit, Answer)>)
 
 async fn propose(core: &Core, batch: Vec<(Submit, Answer)>) {
     let level = core.shared.read().state.cluster_level();
-    if batch.len() == 1 || level < BATCH_LEVEL {
+    if batch.len() == 1 || level < SUBMIT_JOBS_LEVEL {
         // one entry per submit, written concurrently
         futures::future::join_all(batch.into_iter().map(|(s, answer)| async move {
             let command = Command::SubmitJob { spec: s.spec, user: s.user, now: now_ms(), request_id: s.request_id };
@@ -83,25 +81,19 @@ async fn propose(core: &Core, batch: Vec<(Submit, Answer)>) {
     }
     let (submits, answers): (Vec<Submit>, Vec<Answer>) = batch.into_iter().unzip();
     let n = submits.len();
-    match core.write(Command::SubmitJobs { submits, now: now_ms() }).await {
-        Ok((_, Applied::SubmittedMany(each))) if each.len() == n => {
-            for (answer, applied) in answers.into_iter().zip(each) {
-                let _ = answer.send(Ok(applied));
-            }
-        }
-        Ok((_, other)) => {
-            let status = Status::internal(format!("unexpected answer to {n} submits: {other:?}"));
-            for answer in answers {
-                let _ = answer.send(Err(status.clone()));
-            }
-        }
-        Err(e) => {
-            // NotLeader and friends: every client retries with its own request id, so a
-            // submit that did commit after all is found again, not made twice
-            let status = write_status(e);
-            for answer in answers {
-                let _ = answer.send(Err(status.clone()));
-            }
-        }
+    // On an error (NotLeader and the like) every client retries with its own request id, so a
+    // submit that did commit after all is found again, not made twice.
+    let each = match core.write(Command::SubmitJobs { submits, now: now_ms() }).await {
+        Ok((_, Applied::SubmittedMany(each))) if each.len() == n => Ok(each),
+        Ok((_, other)) => Err(Status::internal(format!("unexpected answer to {n} submits: {other:?}"))),
+        Err(e) => Err(write_status(e)),
+    };
+    match each {
+        Ok(each) => answers.into_iter().zip(each).for_each(|(answer, applied)| {
+            let _ = answer.send(Ok(applied));
+        }),
+        Err(status) => answers.into_iter().for_each(|answer| {
+            let _ = answer.send(Err(status.clone()));
+        }),
     }
 }

@@ -71,7 +71,8 @@ pub fn spec_from_proto(p: api::JobSpec) -> Result<JobSpec, Rejection> {
     })
 }
 
-pub fn spec_to_proto(s: &JobSpec) -> api::JobSpec {
+/// `with_env` false leaves the submit environment out (it is large, and a listing shows none).
+pub fn spec_to_proto(s: &JobSpec, with_env: bool) -> api::JobSpec {
     let (argv, script) = match &s.program {
         Program::Argv(a) => (a.clone(), String::new()),
         Program::Script(sc) => (Vec::new(), sc.clone()),
@@ -91,7 +92,10 @@ pub fn spec_to_proto(s: &JobSpec) -> api::JobSpec {
         work_dir: s.work_dir.clone(),
         stdout: s.stdout.clone().unwrap_or_default(),
         stderr: s.stderr.clone().unwrap_or_default(),
-        env: s.env.iter().map(|(name, value)| api::EnvVar { name: name.clone(), value: value.clone() }).collect(),
+        env: match with_env {
+            true => s.env.iter().map(|(name, value)| api::EnvVar { name: name.into(), value: value.into() }).collect(),
+            false => Vec::new(),
+        },
         submit_dir: s.submit_dir.clone(),
         dependency: dependency_string(s),
         begin_time_ms: s.begin_time.unwrap_or(0),
@@ -143,12 +147,9 @@ pub fn dependency_string(s: &JobSpec) -> String {
 /// Why a pending job waits. A hold is known at once: a held job does not wake the scheduler, so
 /// until a cycle runs its recorded reason is still None.
 fn pending_reason(j: &crate::model::Job) -> String {
-    use crate::model::{HoldKind, JobState, PendingReason};
+    use crate::model::{JobState, PendingReason};
     match (j.state, j.held, j.reason) {
-        (JobState::Pending, Some(HoldKind::User), PendingReason::None) => PendingReason::JobHeldUser.name().to_string(),
-        (JobState::Pending, Some(HoldKind::Admin), PendingReason::None) => {
-            PendingReason::JobHeldAdmin.name().to_string()
-        }
+        (JobState::Pending, Some(hold), PendingReason::None) => hold.reason().name().to_string(),
         (JobState::Pending, _, r) => r.name().to_string(),
         _ => String::new(),
     }
@@ -156,10 +157,7 @@ fn pending_reason(j: &crate::model::Job) -> String {
 
 /// A job for display; `with_env` false leaves the submit environment out (it is large).
 pub fn job_to_proto(j: &Job, with_env: bool) -> api::JobInfo {
-    let mut spec = spec_to_proto(&j.spec);
-    if !with_env {
-        spec.env.clear();
-    }
+    let spec = spec_to_proto(&j.spec, with_env);
     let allocation = j.allocation.as_ref();
     api::JobInfo {
         id: j.id,

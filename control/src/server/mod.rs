@@ -15,6 +15,14 @@ use tonic::transport::server::TcpIncoming;
 
 use crate::replica::Core;
 
+/// The connections `listener` accepts, with TCP_NODELAY. Server::tcp_nodelay only applies to
+/// the sockets `serve` accepts itself, and ours come from a listener bound by the caller. Without
+/// it Nagle's algorithm and the peer's delayed ACK hold a small answer on a new connection for
+/// 40 ms.
+fn incoming(listener: TcpListener) -> TcpIncoming {
+    TcpIncoming::from(listener).with_nodelay(Some(true))
+}
+
 /// Serves until `stop` turns true.
 pub async fn serve(
     core: Arc<Core>,
@@ -26,15 +34,11 @@ pub async fn serve(
         core.raft_isolation.clone(),
         core.leader_contact.clone(),
     );
-    // Server::tcp_nodelay only applies to the sockets `serve` accepts itself: ours come from a
-    // listener bound by the caller, so the incoming stream sets it. Without it Nagle's algorithm
-    // and the peer's delayed ACK hold a small answer on a new connection for 40 ms.
-    let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
     tonic::transport::Server::builder()
         .add_service(raft)
         .add_service(api::service(core.clone()))
         .add_service(agents::service(core))
-        .serve_with_incoming_shutdown(incoming, async move {
+        .serve_with_incoming_shutdown(incoming(listener), async move {
             let _ = stop.wait_for(|s| *s).await;
         })
         .await
@@ -51,4 +55,19 @@ pub fn not_leader(leader: Option<&str>) -> tonic::Status {
         status.metadata_mut().insert(quorum_proto::LEADER_HINT_KEY, v);
     }
     status
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio_stream::StreamExt;
+
+    #[tokio::test]
+    async fn accepted_connections_send_small_answers_at_once() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut incoming = super::incoming(listener);
+        let _client = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let accepted = incoming.next().await.unwrap().unwrap();
+        assert!(accepted.nodelay().unwrap(), "an accepted connection must have TCP_NODELAY");
+    }
 }

@@ -37,6 +37,10 @@ pub struct NodeRegistration {
 /// 5. several submits in one entry (`SubmitJobs`).
 pub const FEATURE_LEVEL: u32 = 5;
 
+/// The level that applies [`Command::SubmitJobs`]; below it the leader proposes one
+/// `SubmitJob` per submit.
+pub const SUBMIT_JOBS_LEVEL: u32 = 5;
+
 /// The level of a replica that reports none (a release from before levels were reported).
 pub const BASE_LEVEL: u32 = 1;
 
@@ -208,7 +212,7 @@ impl Command {
             Command::CancelJob { whole_array: true, .. } => (4, "cancelling a job array"),
             Command::SubmitJob { spec, .. } => spec_level(spec),
             // above every single submit's level
-            Command::SubmitJobs { .. } => (5, "several submits in one entry"),
+            Command::SubmitJobs { .. } => (SUBMIT_JOBS_LEVEL, "several submits in one entry"),
             _ => (BASE_LEVEL, "every command"),
         }
     }

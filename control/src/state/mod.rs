@@ -7,9 +7,11 @@
 
 mod commands;
 mod digest;
+pub mod snapshot;
 
 pub use commands::{
     Command, NodeRegistration, PlannedStart, ReplicaVersion, Response, Submit, BASE_LEVEL, FEATURE_LEVEL,
+    SUBMIT_JOBS_LEVEL,
 };
 pub use digest::digest;
 

@@ -30,7 +30,7 @@ pub(crate) fn spec(argv: &[&str]) -> JobSpec {
         work_dir: "/tmp".into(),
         stdout: None,
         stderr: None,
-        env: vec![],
+        env: Default::default(),
         submit_dir: "/tmp".into(),
         ..Default::default()
     }

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use clap::Parser;
-use quorum_control::model::parse;
+use quorum_model::parse;
 use quorum_proto::api;
 
 /// The options a job takes, on the command line or in `#SBATCH` lines.
@@ -146,7 +146,7 @@ impl SubmitOpts {
             parse_gres(g)?;
         }
         if let Some(d) = &self.dependency {
-            quorum_control::model::parse_dependencies(d)?;
+            quorum_model::parse_dependencies(d)?;
         }
         if let Some(b) = &self.begin {
             parse_begin(b, 0)?;
@@ -155,7 +155,7 @@ impl SubmitOpts {
             apply_export(e, Vec::new())?;
         }
         if let Some(a) = &self.array {
-            quorum_control::model::ArraySpec::parse(a)?;
+            quorum_model::ArraySpec::parse(a)?;
         }
         for (what, v) in [("--nodes", self.nodes), ("--ntasks", self.ntasks), ("--cpus-per-task", self.cpus_per_task)] {
             if v == Some(0) {

@@ -1,6 +1,6 @@
 //! Output of the read commands: tables like squeue, sinfo and scontrol, and `--json`.
 
-use quorum_control::model::parse::{format_duration, format_mem_mb};
+use quorum_model::parse::{format_duration, format_mem_mb};
 use quorum_proto::api::{JobInfo, NodeInfo, PriorityResponse, ReplicaStatus, SharesResponse};
 use serde::Serialize;
 
@@ -132,7 +132,7 @@ fn elapsed(j: &JobInfo, now_ms: u64) -> String {
 }
 
 fn short_state(state: &str) -> &'static str {
-    quorum_control::model::JobState::from_name(state).map(|s| s.short()).unwrap_or("?")
+    quorum_model::JobState::from_name(state).map(|s| s.short()).unwrap_or("?")
 }
 
 /// A plain left-aligned table.
@@ -376,7 +376,7 @@ pub fn nodes_notes(nodes: &[NodeInfo]) -> String {
     let mut why: std::collections::BTreeMap<&str, Vec<&str>> = Default::default();
     for n in nodes {
         // Turned off on purpose: nothing to tell the operator.
-        if let Some(w) = n.limits.strip_prefix("rlimits only: ").filter(|w| *w != quorum_agent::limits::CGROUPS_OFF) {
+        if let Some(w) = n.limits.strip_prefix("rlimits only: ").filter(|w| *w != quorum_proto::CGROUPS_OFF) {
             why.entry(w).or_default().push(&n.name);
         }
     }

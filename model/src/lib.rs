@@ -1,9 +1,14 @@
 //! Domain types shared by the state machine, the scheduler and the services: what a job asks
 //! for ([`JobSpec`]), what it is ([`Job`]), what a node has ([`Node`]) and what a job holds
 //! ([`Allocation`]). Plain data, serde-encoded into the Raft log and snapshots.
+//!
+//! A crate of its own, without I/O, so that the command-line client can parse and print what
+//! the controller does without linking the controller (nor RocksDB) into every `quorum` call.
 
 pub mod accounts;
 pub mod array;
+pub mod env;
+pub mod gpu_fault;
 pub mod hostlist;
 pub mod parse;
 pub mod shared;
@@ -12,6 +17,7 @@ pub use shared::Shared;
 
 pub use accounts::{Account, AssocLimits, Qos, Usage};
 pub use array::{ArraySpec, ArrayTask, TaskRange};
+pub use env::Env;
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -53,7 +59,7 @@ pub struct JobSpec {
     pub stdout: Option<String>,
     pub stderr: Option<String>,
     #[serde(default)]
-    pub env: Vec<(String, String)>,
+    pub env: Env,
     pub submit_dir: String,
     /// Jobs this one waits for (all must be satisfied).
     #[serde(default)]
@@ -213,6 +219,16 @@ pub fn parse_dependencies(value: &str) -> Result<(Vec<Dependency>, bool), String
 pub enum HoldKind {
     User,
     Admin,
+}
+
+impl HoldKind {
+    /// What a job held this way is pending for.
+    pub fn reason(self) -> PendingReason {
+        match self {
+            HoldKind::User => PendingReason::JobHeldUser,
+            HoldKind::Admin => PendingReason::JobHeldAdmin,
+        }
+    }
 }
 
 impl JobSpec {

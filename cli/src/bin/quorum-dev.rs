@@ -1,0 +1,124 @@
+//! `quorum-dev`: the commands that embed the controller and the agent — `quorum dev`, `quorum
+//! simulate` and `quorum bench`. `quorum` runs this program for them (it looks beside itself,
+//! then on PATH), so that every other `quorum` command starts without loading RocksDB.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use quorum_cli::dev::{DevCluster, DevOptions};
+
+#[derive(Parser)]
+#[command(name = "quorum", version, about = "Quorum's embedded cluster, trace replay and load generators")]
+struct Cli {
+    /// Controller addresses, comma-separated (for `bench submit --external`).
+    #[arg(
+        long,
+        env = "QUORUM_CONTROLLERS",
+        value_delimiter = ',',
+        global = true,
+        default_value = "127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103"
+    )]
+    controllers: Vec<String>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Replay a workload trace (SWF) through the scheduler in virtual time and report waits,
+    /// slowdown and utilization.
+    Simulate(Box<quorum_cli::simulate::SimulateArgs>),
+    /// Load generators against a real cluster (its own unless told otherwise): submit,
+    /// dispatch, agents, memory, failover.
+    Bench(quorum_cli::bench::BenchArgs),
+    /// Run three controller replicas and agents in this process, on loopback.
+    Dev {
+        /// Keep data here instead of a temporary directory.
+        #[arg(long)]
+        data: Option<PathBuf>,
+        /// First controller port; the replicas use it and the next two.
+        #[arg(long, default_value_t = 7101)]
+        port: u16,
+        /// How many agents.
+        #[arg(long, default_value_t = 2)]
+        agents: usize,
+        /// CPUs each agent offers.
+        #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..))]
+        cpus: u32,
+        /// Give jobs no cgroups, only rlimits (by default the agents use the machine's cgroups
+        /// where they can, and say why not where they cannot).
+        #[arg(long)]
+        no_cgroups: bool,
+    },
+}
+
+async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Dev { data, port, agents, cpus, no_cgroups } => dev(data, port, agents, cpus, !no_cgroups).await,
+        Command::Simulate(args) => {
+            // Pure computation: off the async runtime's workers.
+            tokio::task::spawn_blocking(move || quorum_cli::simulate::run(*args)).await??;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Bench(args) => {
+            quorum_cli::bench::run(args, cli.controllers).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+async fn dev(data: Option<PathBuf>, port: u16, agents: usize, cpus: u32, cgroups: bool) -> anyhow::Result<ExitCode> {
+    let opts = DevOptions {
+        data_dir: data,
+        ports: vec![port, port + 1, port + 2],
+        agents,
+        cpus_per_agent: cpus,
+        cgroups,
+        ..DevOptions::default()
+    };
+    let cluster = DevCluster::start(opts).await?;
+    println!(
+        "Quorum dev cluster: 3 controller replicas, {agents} agents ({cpus} CPUs, 32G, 4 simulated h100 GPUs each)"
+    );
+    println!("data: {}", cluster.data_dir.display());
+    println!();
+    println!("In another terminal:");
+    println!("  export QUORUM_CONTROLLERS={}", cluster.controllers_env());
+    println!("  quorum submit -- hostname");
+    println!("  quorum submit --gpus h100:2 -t 10 -- bash -c 'echo $CUDA_VISIBLE_DEVICES; sleep 30'");
+    println!("  quorum queue");
+    println!("  quorum nodes");
+    println!("  quorum cluster");
+    println!();
+    println!("Ctrl-C stops the cluster.");
+    tokio::signal::ctrl_c().await?;
+    println!("stopping...");
+    cluster.shutdown().await;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let default_filter = match cli.command {
+        Command::Dev { .. } => "info,openraft=error",
+        _ => "warn,openraft=off",
+    };
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| default_filter.into()),
+        )
+        .init();
+    let result = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt.block_on(run(cli)),
+        Err(e) => Err(anyhow::anyhow!("starting the async runtime: {e}")),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("quorum: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
