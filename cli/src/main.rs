@@ -17,15 +17,8 @@ use quorum_proto::api;
 #[derive(Parser)]
 #[command(name = "quorum", version, about = "Quorum: a batch scheduler with a replicated control plane")]
 struct Cli {
-    /// Controller addresses, comma-separated; any replica will do.
-    #[arg(
-        long,
-        env = "QUORUM_CONTROLLERS",
-        value_delimiter = ',',
-        global = true,
-        default_value = "127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103"
-    )]
-    controllers: Vec<String>,
+    #[command(flatten)]
+    controllers: quorum_client::client::ControllersArg,
     /// Answer reads (queue, show, nodes) from the first replica that answers, at once, without
     /// confirming with the leader that nothing newer was committed; the index answered at is
     /// printed on standard error. For when there is no leader, or to spare it.
@@ -290,7 +283,7 @@ fn status_error(status: tonic::Status) -> anyhow::Error {
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let command = cli.command;
     let stale = cli.stale;
-    let mut client = Client::new(cli.controllers)?;
+    let mut client = Client::new(cli.controllers.controllers)?;
     if matches!(command, Command::Admin { command: AdminCommand::AddReplica { .. } }) {
         // The leader answers once the new replica has caught up, which may take minutes.
         client.call_timeout = std::time::Duration::from_secs(660);
@@ -804,7 +797,7 @@ fn main() -> ExitCode {
         _ => None,
     };
     if let Some((subcommand, args)) = tool {
-        eprintln!("quorum: error: {:#}", exec_quorum_dev(subcommand, args.clone(), &cli.controllers));
+        eprintln!("quorum: error: {:#}", exec_quorum_dev(subcommand, args.clone(), &cli.controllers.controllers));
         return ExitCode::FAILURE;
     }
     // `quorum queue | head` ends quietly when head has read enough, as other Unix tools do,

@@ -11,6 +11,20 @@ use quorum_proto::api::quorum_client::QuorumClient;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status};
 
+/// `--controllers` (or `QUORUM_CONTROLLERS`), for every command that talks to a cluster.
+#[derive(clap::Args, Clone, Debug)]
+pub struct ControllersArg {
+    /// Controller addresses, comma-separated; any replica will do.
+    #[arg(
+        long,
+        env = "QUORUM_CONTROLLERS",
+        value_delimiter = ',',
+        global = true,
+        default_value = "127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103"
+    )]
+    pub controllers: Vec<String>,
+}
+
 pub struct Client {
     addrs: Vec<String>,
     channels: Vec<Channel>,

@@ -11,15 +11,8 @@ use quorum_cli::dev::{DevCluster, DevOptions};
 #[derive(Parser)]
 #[command(name = "quorum", version, about = "Quorum's embedded cluster, trace replay and load generators")]
 struct Cli {
-    /// Controller addresses, comma-separated (for `bench submit --external`).
-    #[arg(
-        long,
-        env = "QUORUM_CONTROLLERS",
-        value_delimiter = ',',
-        global = true,
-        default_value = "127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103"
-    )]
-    controllers: Vec<String>,
+    #[command(flatten)]
+    controllers: quorum_client::client::ControllersArg,
     #[command(subcommand)]
     command: Command,
 }
@@ -62,7 +55,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Bench(args) => {
-            quorum_cli::bench::run(args, cli.controllers).await?;
+            quorum_cli::bench::run(args, cli.controllers.controllers).await?;
             Ok(ExitCode::SUCCESS)
         }
     }
