@@ -555,3 +555,63 @@ async fn concurrent_submits_share_raft_entries_and_each_makes_its_own_job() {
     assert!(entries < N, "{N} concurrent submits took {entries} log entries");
     cluster.shutdown().await;
 }
+
+/// After a cold start or a leader change every agent registers at once; their registrations go
+/// into shared Raft entries (`Command::Batch`) instead of one entry and one round of fsyncs each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agents_registering_at_once_share_raft_entries() {
+    use quorum_proto::agent::agent_service_client::AgentServiceClient;
+    use quorum_proto::agent::{agent_message, AgentMessage, Register};
+
+    let cluster = cluster(DevOptions::for_tests()).await;
+    let c = std::sync::Arc::new(client(&cluster.addrs));
+    wait_ready(&cluster, &c, 2).await;
+    let leader = wait_for(Duration::from_secs(10), "a leader", || async {
+        let replicas = quorum_client::display::replica_statuses(&c).await.ok()?;
+        replicas.into_iter().find(|r| r.role == "leader").map(|r| r.address)
+    })
+    .await;
+    let applied_index = || async {
+        c.call(|mut cl| async move { cl.list_jobs(quorum_proto::api::ListJobsRequest::default()).await })
+            .await
+            .unwrap()
+            .applied_index
+    };
+    let before = applied_index().await;
+    const N: usize = 48;
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{leader}")).unwrap().connect_lazy();
+    let sessions: Vec<_> = (0..N)
+        .map(|i| {
+            let mut agent = AgentServiceClient::new(channel.clone());
+            tokio::spawn(async move {
+                let (tx, rx) = tokio::sync::mpsc::channel(4);
+                let register = Register {
+                    node: format!("storm{i:02}"),
+                    cpus: 4,
+                    mem_mb: 8192,
+                    version: quorum_agent::VERSION.into(),
+                    ..Default::default()
+                };
+                tx.send(AgentMessage { msg: Some(agent_message::Msg::Register(register)) }).await.unwrap();
+                // The leader answers the stream once the registration is committed.
+                let stream = agent.session(tokio_stream::wrappers::ReceiverStream::new(rx)).await.unwrap();
+                (tx, stream)
+            })
+        })
+        .collect();
+    let mut open = Vec::new();
+    for s in sessions {
+        open.push(s.await.unwrap());
+    }
+    let nodes = c
+        .call(|mut cl| async move { cl.list_nodes(quorum_proto::api::ListNodesRequest::default()).await })
+        .await
+        .unwrap()
+        .nodes;
+    let registered = nodes.iter().filter(|n| n.name.starts_with("storm")).count();
+    assert_eq!(registered, N, "every agent's node is registered");
+    let entries = applied_index().await - before;
+    assert!(entries < N as u64, "{N} registrations at once took {entries} log entries");
+    drop(open);
+    cluster.shutdown().await;
+}

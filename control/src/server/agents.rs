@@ -16,7 +16,7 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
-use super::api::write_status;
+use super::batch::ReportBatcher;
 use super::not_leader;
 use crate::leader::hub::AgentInfo;
 use crate::model::{Gpu, NodeAdminState, RankOutcome};
@@ -24,11 +24,14 @@ use crate::replica::{now_ms, Core};
 use crate::state::{Command, NodeRegistration};
 
 pub fn service(core: Arc<Core>) -> AgentServiceServer<Agents> {
-    AgentServiceServer::new(Agents { core })
+    let reports = ReportBatcher::reports(core.clone());
+    AgentServiceServer::new(Agents { core, reports })
 }
 
 pub struct Agents {
     core: Arc<Core>,
+    /// Registrations, job ends and health changes, committed in groups.
+    reports: ReportBatcher,
 }
 
 type OutStream = Pin<Box<dyn Stream<Item = Result<ControllerMessage, Status>> + Send>>;
@@ -106,10 +109,7 @@ impl AgentService for Agents {
             })
         };
         if !unchanged {
-            self.core
-                .write(Command::RegisterNode { node: registration.clone(), now: now_ms() })
-                .await
-                .map_err(write_status)?;
+            self.reports.write(Command::RegisterNode { node: registration.clone(), now: now_ms() }).await?;
         }
         tracing::info!(node, "agent connected");
 
@@ -125,7 +125,7 @@ impl AgentService for Agents {
             let applied = self.core.shared.read();
             self.core.hub.reconcile(&applied.state, Some(&node));
         }
-        let core = self.core.clone();
+        let (core, reports) = (self.core.clone(), self.reports.clone());
         tokio::spawn(async move {
             loop {
                 let msg = tokio::select! {
@@ -172,15 +172,15 @@ impl AgentService for Agents {
                         };
                         if health_changed {
                             // Off the stream's task: the heartbeat is answered at once.
-                            let (core, node, problem) = (core.clone(), node.clone(), problem.clone());
+                            let (reports, node, problem) = (reports.clone(), node.clone(), problem.clone());
                             tokio::spawn(async move {
                                 match &problem {
                                     Some(p) => tracing::warn!(node, problem = %p, "draining an unhealthy node"),
                                     None => tracing::info!(node, "the node is healthy again: resuming it"),
                                 }
                                 let command = Command::SetNodeHealth { node: node.clone(), problem, now: now_ms() };
-                                if let Err(e) = core.write(command).await {
-                                    tracing::warn!(node, error = %e, "recording a node's health");
+                                if let Err(e) = reports.write(command).await {
+                                    tracing::warn!(node, error = %e.message(), "recording a node's health");
                                 }
                             });
                         }
@@ -188,8 +188,8 @@ impl AgentService for Agents {
                         // that healed): heard again, it returns to service as on a reconnect.
                         if down {
                             let command = Command::RegisterNode { node: registration.clone(), now: now_ms() };
-                            if let Err(e) = core.write(command).await {
-                                tracing::warn!(node, error = %e, "returning a node to service");
+                            if let Err(e) = reports.write(command).await {
+                                tracing::warn!(node, error = %e.message(), "returning a node to service");
                             }
                         }
                         let ack = ControllerMessage {
@@ -203,7 +203,7 @@ impl AgentService for Agents {
                         }
                     }
                     agent_message::Msg::Exit(exit) => {
-                        let core = core.clone();
+                        let (core, reports) = (core.clone(), reports.clone());
                         let tx = tx.clone();
                         let node = node.clone();
                         tokio::spawn(async move {
@@ -221,14 +221,16 @@ impl AgentService for Agents {
                                 outcome,
                                 now: now_ms(),
                             };
-                            match core.write(command).await {
+                            match reports.write(command).await {
                                 Ok(_) => {
                                     let ack = ControllerMessage {
                                         msg: Some(controller_message::Msg::ExitAck(ExitAck { job_id: exit.job_id })),
                                     };
                                     let _ = tx.send(Ok(ack)).await;
                                 }
-                                Err(e) => tracing::warn!(job = exit.job_id, error = %e, "recording a job exit"),
+                                Err(e) => {
+                                    tracing::warn!(job = exit.job_id, error = %e.message(), "recording a job exit")
+                                }
                             }
                         });
                     }

@@ -19,7 +19,7 @@ use crate::replica::{now_ms, Core, UpTo, WriteError, VERSION};
 use crate::state::{Command, Response as Applied, Submit};
 
 pub fn service(core: Arc<Core>) -> QuorumServer<Api> {
-    let submits = SubmitBatcher::start(core.clone());
+    let submits = SubmitBatcher::submits(core.clone());
     QuorumServer::new(Api { core, channels: Mutex::new(HashMap::new()), submits })
 }
 
@@ -293,7 +293,7 @@ impl Quorum for Api {
             return Err(Status::invalid_argument("missing user"));
         }
         let submit = Submit { spec: Box::new(spec), user: r.user, request_id: r.request_id };
-        match self.submits.submit(submit).await? {
+        match self.submits.write(submit).await? {
             Applied::Submitted { job_id, duplicate } => Ok(Response::new(SubmitJobResponse { job_id, duplicate })),
             Applied::Rejected(r) => Err(convert::rejection_status(&r)),
             other => Err(Status::internal(format!("unexpected answer to a submit: {other:?}"))),

@@ -1,13 +1,18 @@
-//! Group commit of submits. Concurrent submits reaching the leader go into one Raft entry
-//! ([`Command::SubmitJobs`]), so they share one round of log fsyncs on the replicas instead of
-//! queueing for one round each: openraft's core appends (and our log store syncs) one client
-//! write at a time.
+//! Group commit. Writes that reach the leader together go into one Raft entry, so they share one
+//! round of log fsyncs on the replicas instead of queueing for one round each: openraft's core
+//! appends (and our log store syncs) one client write at a time.
 //!
-//! There is no timer: a submit that finds nothing in flight is proposed at once. While
-//! [`IN_FLIGHT`] entries are being committed, new submits wait, and the next entry takes all that
-//! have arrived, up to [`MAX_BATCH`]. A cluster below feature level 5 (a voter runs an older
-//! release mid-upgrade) gets one `SubmitJob` entry per submit, as before.
+//! - Submits become one [`Command::SubmitJobs`] (feature level 5);
+//! - agent reports — registrations, job ends, node health — one [`Command::Batch`] (level 6):
+//!   after a cold start or a leader change ten thousand agents register at once, and a cluster
+//!   running short jobs reports many ends a second.
+//!
+//! There is no timer: a write that finds nothing in flight is proposed at once. While
+//! [`IN_FLIGHT`] entries of a kind are being committed, new writes wait, and the next entry
+//! takes all that have arrived, up to [`MAX_BATCH`]. Below the kind's level (a voter runs an
+//! older release mid-upgrade) each write is an entry of its own, as before.
 
+use std::future::Future;
 use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot, Semaphore};
@@ -15,40 +20,71 @@ use tonic::Status;
 
 use super::api::write_status;
 use crate::replica::{now_ms, Core};
-use crate::state::{Command, Response as Applied, Submit, SUBMIT_JOBS_LEVEL};
+use crate::state::{Command, Response as Applied, Submit, BATCH_LEVEL, SUBMIT_JOBS_LEVEL};
 
-/// Entries of submits being committed at once.
+/// Entries of one kind being committed at once.
 const IN_FLIGHT: usize = 4;
-/// Submits in one entry at most; a spec carries its environment, a few KiB, and a large entry
+/// Writes in one entry at most; a spec carries its environment, a few KiB, and a large entry
 /// would miss openraft's replication timeout.
 const MAX_BATCH: usize = 64;
 
 type Answer = oneshot::Sender<Result<Applied, Status>>;
 
-/// The leader's queue of submits; cloning shares it.
-#[derive(Clone)]
-pub struct SubmitBatcher {
-    tx: mpsc::UnboundedSender<(Submit, Answer)>,
+/// A queue of writes of one kind, proposed in groups; cloning shares it.
+pub struct Batcher<I> {
+    tx: mpsc::UnboundedSender<(I, Answer)>,
+}
+
+impl<I> Clone for Batcher<I> {
+    fn clone(&self) -> Self {
+        Batcher { tx: self.tx.clone() }
+    }
+}
+
+/// Submits, proposed as `SubmitJobs`.
+pub type SubmitBatcher = Batcher<Submit>;
+/// Agent reports, proposed as `Batch`.
+pub type ReportBatcher = Batcher<Command>;
+
+impl<I: Send + 'static> Batcher<I> {
+    /// Starts the task that proposes the queued writes with `propose`, which answers each; it
+    /// ends when the last batcher is dropped.
+    fn start<F, Fut>(core: Arc<Core>, propose: F) -> Batcher<I>
+    where
+        F: Fn(Arc<Core>, Vec<(I, Answer)>) -> Fut + Send + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let (tx, rx) = mpsc::unbounded_channel();
+        tokio::spawn(run(core, rx, propose));
+        Batcher { tx }
+    }
+
+    /// Proposes `item` (with others that arrive meanwhile) and answers what applying it gave.
+    pub async fn write(&self, item: I) -> Result<Applied, Status> {
+        let (answer, answered) = oneshot::channel();
+        self.tx.send((item, answer)).map_err(|_| Status::unavailable("this replica is shutting down"))?;
+        answered.await.map_err(|_| Status::unavailable("this replica stopped before the write was committed"))?
+    }
 }
 
 impl SubmitBatcher {
-    /// Starts the task that proposes the queued submits; it ends when the last batcher is dropped.
-    pub fn start(core: Arc<Core>) -> SubmitBatcher {
-        let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(run(core, rx));
-        SubmitBatcher { tx }
-    }
-
-    /// Proposes `submit` (with others that arrive meanwhile) and answers what applying it gave:
-    /// `Submitted` or `Rejected`.
-    pub async fn submit(&self, submit: Submit) -> Result<Applied, Status> {
-        let (answer, answered) = oneshot::channel();
-        self.tx.send((submit, answer)).map_err(|_| Status::unavailable("this replica is shutting down"))?;
-        answered.await.map_err(|_| Status::unavailable("this replica stopped before the submit was committed"))?
+    pub fn submits(core: Arc<Core>) -> SubmitBatcher {
+        Batcher::start(core, propose_submits)
     }
 }
 
-async fn run(core: Arc<Core>, mut rx: mpsc::UnboundedReceiver<(Submit, Answer)>) {
+impl ReportBatcher {
+    pub fn reports(core: Arc<Core>) -> ReportBatcher {
+        Batcher::start(core, propose_reports)
+    }
+}
+
+async fn run<I, F, Fut>(core: Arc<Core>, mut rx: mpsc::UnboundedReceiver<(I, Answer)>, propose: F)
+where
+    I: Send + 'static,
+    F: Fn(Arc<Core>, Vec<(I, Answer)>) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
     let in_flight = Arc::new(Semaphore::new(IN_FLIGHT));
     while let Some(first) = rx.recv().await {
         let Ok(permit) = in_flight.clone().acquire_owned().await else { return };
@@ -60,32 +96,38 @@ async fn run(core: Arc<Core>, mut rx: mpsc::UnboundedReceiver<(Submit, Answer)>)
                 Err(_) => break,
             }
         }
-        let core = core.clone();
+        let proposed = propose(core.clone(), batch);
         tokio::spawn(async move {
-            propose(&core, batch).await;
+            proposed.await;
             drop(permit);
         });
     }
 }
 
-async fn propose(core: &Core, batch: Vec<(Submit, Answer)>) {
-    let level = core.shared.read().state.cluster_level();
-    if batch.len() == 1 || level < SUBMIT_JOBS_LEVEL {
-        // one entry per submit, written concurrently
-        futures::future::join_all(batch.into_iter().map(|(s, answer)| async move {
-            let command = Command::SubmitJob { spec: s.spec, user: s.user, now: now_ms(), request_id: s.request_id };
-            let _ = answer.send(core.write(command).await.map(|(_, applied)| applied).map_err(write_status));
-        }))
-        .await;
-        return;
-    }
-    let (submits, answers): (Vec<Submit>, Vec<Answer>) = batch.into_iter().unzip();
-    let n = submits.len();
-    // On an error (NotLeader and the like) every client retries with its own request id, so a
-    // submit that did commit after all is found again, not made twice.
-    let each = match core.write(Command::SubmitJobs { submits, now: now_ms() }).await {
-        Ok((_, Applied::SubmittedMany(each))) if each.len() == n => Ok(each),
-        Ok((_, other)) => Err(Status::internal(format!("unexpected answer to {n} submits: {other:?}"))),
+/// Proposes each command as an entry of its own, concurrently.
+async fn propose_each(core: &Core, batch: Vec<(Command, Answer)>) {
+    futures::future::join_all(batch.into_iter().map(|(command, answer)| async move {
+        let _ = answer.send(core.write(command).await.map(|(_, applied)| applied).map_err(write_status));
+    }))
+    .await;
+}
+
+/// Proposes `command` (holding `n` writes) and gives each answer its share of what applying it
+/// answered, which `split` takes out of the response. On an error (NotLeader and the like)
+/// every write fails: clients retry with their request ids and agents re-send their reports,
+/// so one that did commit after all is not applied twice.
+async fn propose_together(
+    core: &Core,
+    command: Command,
+    answers: Vec<Answer>,
+    split: fn(Applied) -> Option<Vec<Applied>>,
+) {
+    let n = answers.len();
+    let each = match core.write(command).await {
+        Ok((_, applied)) => match split(applied) {
+            Some(each) if each.len() == n => Ok(each),
+            other => Err(Status::internal(format!("unexpected answer to {n} writes in one entry: {other:?}"))),
+        },
         Err(e) => Err(write_status(e)),
     };
     match each {
@@ -96,4 +138,33 @@ async fn propose(core: &Core, batch: Vec<(Submit, Answer)>) {
             let _ = answer.send(Err(status.clone()));
         }),
     }
+}
+
+async fn propose_submits(core: Arc<Core>, batch: Vec<(Submit, Answer)>) {
+    let level = core.shared.read().state.cluster_level();
+    if batch.len() == 1 || level < SUBMIT_JOBS_LEVEL {
+        let each = batch.into_iter().map(|(s, answer)| {
+            (Command::SubmitJob { spec: s.spec, user: s.user, now: now_ms(), request_id: s.request_id }, answer)
+        });
+        return propose_each(&core, each.collect()).await;
+    }
+    let (submits, answers): (Vec<Submit>, Vec<Answer>) = batch.into_iter().unzip();
+    let split = |applied| match applied {
+        Applied::SubmittedMany(each) => Some(each),
+        _ => None,
+    };
+    propose_together(&core, Command::SubmitJobs { submits, now: now_ms() }, answers, split).await;
+}
+
+async fn propose_reports(core: Arc<Core>, batch: Vec<(Command, Answer)>) {
+    let level = core.shared.read().state.cluster_level();
+    if batch.len() == 1 || level < BATCH_LEVEL {
+        return propose_each(&core, batch).await;
+    }
+    let (commands, answers): (Vec<Command>, Vec<Answer>) = batch.into_iter().unzip();
+    let split = |applied| match applied {
+        Applied::Batch(each) => Some(each),
+        _ => None,
+    };
+    propose_together(&core, Command::Batch { commands }, answers, split).await;
 }

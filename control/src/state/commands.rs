@@ -34,12 +34,16 @@ pub struct NodeRegistration {
 /// 3. operator drain and resume (`SetNodesDrained`), `--signal` jobs;
 /// 4. jobs ending OUT_OF_MEMORY, node health (GPU failures and the health check) drains, job
 ///    arrays;
-/// 5. several submits in one entry (`SubmitJobs`).
-pub const FEATURE_LEVEL: u32 = 5;
+/// 5. several submits in one entry (`SubmitJobs`);
+/// 6. several agent reports (registrations, job ends, node health) in one entry (`Batch`).
+pub const FEATURE_LEVEL: u32 = 6;
 
 /// The level that applies [`Command::SubmitJobs`]; below it the leader proposes one
 /// `SubmitJob` per submit.
 pub const SUBMIT_JOBS_LEVEL: u32 = 5;
+
+/// The level that applies [`Command::Batch`]; below it the leader proposes each command alone.
+pub const BATCH_LEVEL: u32 = 6;
 
 /// The level of a replica that reports none (a release from before levels were reported).
 pub const BASE_LEVEL: u32 = 1;
@@ -187,6 +191,12 @@ pub enum Command {
         versions: std::collections::BTreeMap<u64, ReplicaVersion>,
         now: Millis,
     },
+    /// Commands that arrived together, applied in order as if each were an entry of its own at
+    /// this index: the leader puts concurrent agent reports (a registration storm after a cold
+    /// start, the ends of many short jobs) in one entry, so they share one round of fsyncs.
+    Batch {
+        commands: Vec<Command>,
+    },
 }
 
 impl Command {
@@ -196,6 +206,7 @@ impl Command {
             // A held job cannot start until it is released (which wakes it).
             Command::SubmitJob { spec, .. } => !spec.hold,
             Command::SubmitJobs { submits, .. } => submits.iter().any(|s| !s.spec.hold),
+            Command::Batch { commands } => commands.iter().any(Command::wakes_scheduler),
             Command::ApplyPlan { .. } | Command::Digest { .. } | Command::SetReplicaVersions { .. } => false,
             _ => true,
         }
@@ -213,6 +224,12 @@ impl Command {
             Command::SubmitJob { spec, .. } => spec_level(spec),
             // above every single submit's level
             Command::SubmitJobs { .. } => (SUBMIT_JOBS_LEVEL, "several submits in one entry"),
+            Command::Batch { commands } => commands
+                .iter()
+                .map(Command::level)
+                .filter(|(level, _)| *level > BATCH_LEVEL)
+                .max_by_key(|(level, _)| *level)
+                .unwrap_or((BATCH_LEVEL, "several agent reports in one entry")),
             _ => (BASE_LEVEL, "every command"),
         }
     }
@@ -261,4 +278,6 @@ pub enum Response {
     },
     /// The answers to a `SubmitJobs`, in its order: each `Submitted` or `Rejected`.
     SubmittedMany(Vec<Response>),
+    /// The answers to a `Batch`, in its order.
+    Batch(Vec<Response>),
 }

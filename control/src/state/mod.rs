@@ -10,7 +10,7 @@ mod digest;
 pub mod snapshot;
 
 pub use commands::{
-    Command, NodeRegistration, PlannedStart, ReplicaVersion, Response, Submit, BASE_LEVEL, FEATURE_LEVEL,
+    Command, NodeRegistration, PlannedStart, ReplicaVersion, Response, Submit, BASE_LEVEL, BATCH_LEVEL, FEATURE_LEVEL,
     SUBMIT_JOBS_LEVEL,
 };
 pub use digest::digest;
@@ -122,6 +122,9 @@ pub fn apply(state: &mut ClusterState, index: u64, command: Command) -> Response
         Command::SubmitJobs { submits, now } => {
             advance_clock(state, now);
             Response::SubmittedMany(submits.into_iter().map(|s| submit(state, *s.spec, s.user, s.request_id)).collect())
+        }
+        Command::Batch { commands } => {
+            Response::Batch(commands.into_iter().map(|command| apply(state, index, command)).collect())
         }
         Command::ApplyPlan { starts, reasons, now, .. } => {
             advance_clock(state, now);

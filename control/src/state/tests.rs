@@ -586,3 +586,58 @@ fn submits_in_one_entry_apply_as_the_same_submits_one_by_one() {
     };
     assert!(!all_held.wakes_scheduler());
 }
+
+#[test]
+fn a_batch_of_agent_reports_applies_like_the_same_commands_one_by_one() {
+    // Two running jobs; then a node registers, both jobs end (one report a duplicate, one from
+    // an old allocation) and a node is drained for its health, in one entry or in five.
+    let mut base = cluster();
+    for (i, id) in [(10, 1), (11, 2)] {
+        assert!(matches!(submit(&mut base, i, spec(&["true"]), &format!("r{id}")), Response::Submitted { .. }));
+    }
+    start(&mut base, 12, 1, "n1", 1, vec![]);
+    start(&mut base, 13, 2, "n2", 1, vec![0]);
+    let ended = |job_id, token, node: &str, code| Command::JobEnded {
+        job_id,
+        token,
+        node: node.into(),
+        outcome: RankOutcome::Exited { code, signal: 0 },
+        now: 3000,
+    };
+    let reports = vec![
+        register("n3", 4, 0),
+        ended(1, 12, "n1", 0),
+        ended(1, 12, "n1", 0),
+        ended(2, 99, "n2", 1),
+        ended(2, 13, "n2", 1),
+        Command::SetNodeHealth { node: "n2".into(), problem: Some("GPU 0 failure: XID 79".into()), now: 3001 },
+    ];
+
+    let mut one_by_one = base.clone();
+    let singles: Vec<Response> = reports.iter().map(|c| apply(&mut one_by_one, 20, c.clone())).collect();
+    let mut batched = base.clone();
+    let batch = Command::Batch { commands: reports };
+    assert_eq!(batch.level().0, BATCH_LEVEL);
+    assert!(batch.wakes_scheduler());
+    assert_eq!(apply(&mut batched, 20, batch), Response::Batch(singles.clone()));
+    assert_eq!(singles[1], Response::JobFinished { job_id: 1, state: JobState::Completed });
+    assert_eq!(singles[2], Response::Ignored, "a re-sent report is applied once");
+    assert_eq!(singles[3], Response::Ignored, "a report from an older allocation changes nothing");
+    assert_eq!(singles[4], Response::JobFinished { job_id: 2, state: JobState::Failed });
+    assert_eq!(batched, one_by_one);
+    assert_eq!(crate::state::digest(&batched), crate::state::digest(&one_by_one));
+    assert!(batched.nodes.contains_key("n3"));
+
+    // A batch needs the highest level among its commands, and never less than its own.
+    let oom = Command::JobEnded {
+        job_id: 1,
+        token: 12,
+        node: "n1".into(),
+        outcome: RankOutcome::OutOfMemory { code: 137, signal: 9 },
+        now: 3000,
+    };
+    assert_eq!(oom.level().0, 4);
+    assert_eq!(Command::Batch { commands: vec![oom] }.level().0, BATCH_LEVEL);
+    let held = Command::Batch { commands: vec![Command::Digest { now: 1 }] };
+    assert!(!held.wakes_scheduler());
+}
