@@ -807,15 +807,5 @@ fn main() -> ExitCode {
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     // A client command is one request or a few: one thread runs it, with no worker threads to
     // start and wake (a third of a short command's CPU).
-    let result = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
-        Ok(rt) => rt.block_on(run(cli)),
-        Err(e) => Err(anyhow::anyhow!("starting the async runtime: {e}")),
-    };
-    match result {
-        Ok(code) => code,
-        Err(e) => {
-            eprintln!("quorum: error: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
+    quorum_client::exit_code(tokio::runtime::Builder::new_current_thread().enable_all().build(), run(cli))
 }

@@ -12,3 +12,19 @@ pub mod digest;
 pub mod display;
 pub mod logs;
 pub mod submit;
+
+/// Runs a command's future on `runtime` and turns its outcome into the process's exit code,
+/// printing an error as `quorum: error: ...` (both `quorum` and `quorum-dev` end this way).
+pub fn exit_code(
+    runtime: std::io::Result<tokio::runtime::Runtime>,
+    command: impl std::future::Future<Output = anyhow::Result<std::process::ExitCode>>,
+) -> std::process::ExitCode {
+    let result = match runtime {
+        Ok(rt) => rt.block_on(command),
+        Err(e) => Err(anyhow::anyhow!("starting the async runtime: {e}")),
+    };
+    result.unwrap_or_else(|e| {
+        eprintln!("quorum: error: {e:#}");
+        std::process::ExitCode::FAILURE
+    })
+}

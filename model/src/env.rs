@@ -100,12 +100,6 @@ impl<N: AsRef<str>, V: AsRef<str>> FromIterator<(N, V)> for Env {
     }
 }
 
-impl From<Vec<(String, String)>> for Env {
-    fn from(vars: Vec<(String, String)>) -> Self {
-        Env::new(vars)
-    }
-}
-
 impl PartialEq for Env {
     fn eq(&self, other: &Env) -> bool {
         self.same(other) || self.0.as_deref().unwrap_or(&[]) == other.0.as_deref().unwrap_or(&[])

@@ -103,15 +103,5 @@ fn main() -> ExitCode {
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| default_filter.into()),
         )
         .init();
-    let result = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
-        Ok(rt) => rt.block_on(run(cli)),
-        Err(e) => Err(anyhow::anyhow!("starting the async runtime: {e}")),
-    };
-    match result {
-        Ok(code) => code,
-        Err(e) => {
-            eprintln!("quorum: error: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
+    quorum_client::exit_code(tokio::runtime::Builder::new_multi_thread().enable_all().build(), run(cli))
 }
