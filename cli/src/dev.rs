@@ -141,6 +141,7 @@ impl DevCluster {
                 raft_heartbeat_ms: 50,
                 election_timeout_min_ms: 150,
                 election_timeout_max_ms: 300,
+                raft_max_payload_entries: 32,
                 snapshot_every: opts.snapshot_every,
                 snapshot_keep_logs: opts.snapshot_keep_logs,
                 node_timeout_ms: opts.node_timeout.as_millis() as u64,

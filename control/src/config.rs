@@ -112,6 +112,9 @@ fn default_election_max_ms() -> u64 {
 fn default_snapshot_every() -> u64 {
     10_000
 }
+fn default_max_payload_entries() -> u64 {
+    32
+}
 fn default_snapshot_keep_logs() -> u64 {
     1_000
 }
@@ -144,6 +147,12 @@ pub struct ControllerConfig {
     /// Build a snapshot after this many log entries since the last one.
     #[serde(default = "default_snapshot_every")]
     pub snapshot_every: u64,
+    /// At most this many log entries in one AppendEntries to a follower. openraft gives every
+    /// AppendEntries one heartbeat interval to be answered; a follower that fell behind by
+    /// hundreds of group-commit entries (tens of MB) would otherwise be sent more than it can
+    /// store in that time, again and again, and never catch up.
+    #[serde(default = "default_max_payload_entries")]
+    pub raft_max_payload_entries: u64,
     /// Log entries kept behind a snapshot for followers that lag a little; one that lags more
     /// receives the snapshot.
     #[serde(default = "default_snapshot_keep_logs")]
@@ -446,6 +455,9 @@ impl ControllerConfig {
                 "need raft_heartbeat_ms < election_timeout_min_ms < election_timeout_max_ms".into(),
             ));
         }
+        if self.raft_max_payload_entries == 0 {
+            return Err(ConfigError::Invalid("raft_max_payload_entries must be at least 1".into()));
+        }
         if self.agent_lease_ms >= self.node_timeout_ms {
             return Err(ConfigError::Invalid(format!(
                 "agent_lease_ms ({}) must be below node_timeout_ms ({}): an agent must kill its jobs before they may be requeued elsewhere",
@@ -543,6 +555,9 @@ mod tests {
         let e = with("agent_lease_ms = 500").validate().unwrap_err().to_string();
         assert!(e.contains("agent_lease_ms (500) must be at least 2000 ms"), "{e}");
         with("node_timeout_ms = 5000\nagent_lease_ms = 3000").validate().unwrap();
+        assert_eq!(c.raft_max_payload_entries, 32);
+        let e = with("raft_max_payload_entries = 0").validate().unwrap_err().to_string();
+        assert!(e.contains("raft_max_payload_entries must be at least 1"), "{e}");
         let e = with("emulate_feature_level = 9").validate().unwrap_err().to_string();
         assert!(e.contains("emulate_feature_level (9) must be between 1 and"), "{e}");
         assert_eq!(with("emulate_feature_level = 1").feature_level(), 1);

@@ -1,8 +1,12 @@
 //! The client side of replica-to-replica traffic: openraft's RPCs sent over tonic.
 //!
 //! Requests are serde-encoded into [`RaftPayload`]; a remote `RaftError` comes back inside the
-//! payload and becomes `RPCError::RemoteError`, while transport failures become `Unreachable` so
-//! that openraft backs off before retrying.
+//! payload and becomes `RPCError::RemoteError`. A replica that cannot be reached becomes
+//! `Unreachable`, so that openraft backs off (half a second) before retrying; one that was
+//! reached but did not answer within the RPC's deadline is only a `Network` error, retried at
+//! once, as openraft treats its own timeouts. Backing off from a replica that is merely slow
+//! (a follower's fsync behind a busy disk) silenced the leader's heartbeats to it for longer
+//! than an election timeout, and every slow fsync became an election.
 
 use std::marker::PhantomData;
 use std::time::Duration;
@@ -100,11 +104,10 @@ impl<C: QuorumTypeConfig> Connection<C> {
 
     fn status_error<E: std::error::Error>(&self, status: tonic::Status) -> RPCError<u64, BasicNode, E> {
         let err = self.transport_error(format!("{}: {}", status.code(), status.message()));
-        match status.code() {
-            tonic::Code::Unavailable | tonic::Code::DeadlineExceeded | tonic::Code::Cancelled => {
-                RPCError::Unreachable(Unreachable::new(&err))
-            }
-            _ => RPCError::Network(NetworkError::new(&err)),
+        if unreachable(status.code()) {
+            RPCError::Unreachable(Unreachable::new(&err))
+        } else {
+            RPCError::Network(NetworkError::new(&err))
         }
     }
 
@@ -116,6 +119,12 @@ impl<C: QuorumTypeConfig> Connection<C> {
             serde_json::from_slice(&payload.payload).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
         result.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
     }
+}
+
+/// Whether a failed RPC means the replica cannot be reached (no connection), as opposed to a
+/// deadline passed (tonic reports its own as `Cancelled`) or an error answered.
+fn unreachable(code: tonic::Code) -> bool {
+    code == tonic::Code::Unavailable
 }
 
 fn request<T: Serialize>(value: &T, option: &RPCOption) -> Result<tonic::Request<RaftPayload>, serde_json::Error> {
@@ -161,5 +170,41 @@ impl<C: QuorumTypeConfig> RaftNetwork<C> for Connection<C> {
         let req = request(&rpc, &option).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
         let reply = self.client()?.vote(req).await.map_err(|s| self.status_error(s))?;
         self.decode(reply.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use std::io::Cursor;
+
+    openraft::declare_raft_types!(Types: D = String, R = String);
+
+    /// openraft backs off for 500 ms after `Unreachable`, longer than an election timeout: a
+    /// deadline missed by a slow follower must not count as unreachable.
+    #[tokio::test]
+    async fn only_a_replica_without_a_connection_is_unreachable_and_a_missed_deadline_is_not() {
+        // Nothing listens on a port just released.
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let node = BasicNode::new(format!("127.0.0.1:{port}"));
+        let mut conn = Network::<Types>::default().new_client(2, &node).await;
+        let vote = VoteRequest { vote: openraft::Vote::new(1, 1), last_log_id: None };
+        let err = conn.vote(vote.clone(), RPCOption::new(Duration::from_millis(500))).await.unwrap_err();
+        assert!(matches!(err, RPCError::Unreachable(_)), "{err}");
+
+        // A server that accepts the connection and never answers: the deadline passes.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let silent = tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((sock, _)) = listener.accept().await {
+                held.push(sock);
+            }
+        });
+        let mut conn = Network::<Types>::default().new_client(2, &BasicNode::new(addr.to_string())).await;
+        let err = conn.vote(vote, RPCOption::new(Duration::from_millis(100))).await.unwrap_err();
+        assert!(matches!(err, RPCError::Network(_)), "{err}");
+        silent.abort();
     }
 }

@@ -213,6 +213,7 @@ impl Controller {
             install_snapshot_timeout: 10_000,
             snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(config.snapshot_every),
             max_in_snapshot_log_to_keep: config.snapshot_keep_logs,
+            max_payload_entries: config.raft_max_payload_entries,
             ..Default::default()
         }
         .validate()?;

@@ -4,11 +4,17 @@
 //! wrote it (so a replica rolled back to one still reads it). A larger one is split into
 //! chunks under a generation of its own, because RocksDB takes no value of 4 GiB or more and a
 //! million pending jobs with their environments encode to about 3 GB. The chunks are written
-//! first; one synced batch then points the meta at them and drops every other generation, so a
-//! crash at any point leaves the previous snapshot whole.
+//! first; one batch then points the meta at them and drops every other generation, so a crash
+//! at any point leaves the previous snapshot whole.
+//!
+//! None of it goes through the write-ahead log, which the Raft log shares: a synced log append
+//! waits for every byte written to the WAL before it, and a snapshot of a few hundred MB there
+//! stalled the leader's appends (and with them its heartbeats) for seconds, long enough for
+//! elections. The snapshot is written to its memtable instead and flushed to its own table
+//! files, and `write` returns once the flush is durable; the log is purged only after that.
 
 use openraft::{BasicNode, SnapshotMeta};
-use rocksdb::{WriteBatch, WriteOptions, DB};
+use rocksdb::{FlushOptions, WriteBatch, WriteOptions, DB};
 use serde::{Deserialize, Serialize};
 
 /// Column family holding the latest snapshot.
@@ -97,8 +103,11 @@ pub fn read(db: &DB) -> Result<Option<Stored>, String> {
 /// Stores `data` as the latest snapshot, durably, replacing the previous one.
 pub fn write(db: &DB, meta: SnapshotMeta<u64, BasicNode>, data: &[u8], layout: Layout) -> Result<(), String> {
     let cf = cf(db)?;
+    let mut unlogged = WriteOptions::default();
+    unlogged.disable_wal(true);
     let mut batch = WriteBatch::default();
     let chunks = if data.len() <= layout.single_max {
+        // Data and meta in one batch: one memtable, so one flush makes both durable or neither.
         batch.put_cf(cf, KEY_DATA, data);
         batch.delete_range_cf(cf, CHUNK_PREFIX.as_bytes(), CHUNK_END);
         None
@@ -109,8 +118,9 @@ pub fn write(db: &DB, meta: SnapshotMeta<u64, BasicNode>, data: &[u8], layout: L
         let generation = now.max(stored + 1);
         let pieces: Vec<&[u8]> = data.chunks(layout.chunk.max(1)).collect();
         for (i, piece) in pieces.iter().enumerate() {
-            // Unsynced: the synced batch below makes them durable with the meta (one WAL).
-            db.put_cf(cf, chunk_key(generation, i as u32), piece).map_err(|e| e.to_string())?;
+            // A crash before the meta below is durable leaves an unreferenced generation, which
+            // the next write drops.
+            db.put_cf_opt(cf, chunk_key(generation, i as u32), piece, &unlogged).map_err(|e| e.to_string())?;
         }
         batch.delete_cf(cf, KEY_DATA);
         batch.delete_range_cf(cf, CHUNK_PREFIX.as_bytes(), chunk_key(generation, 0).as_slice());
@@ -119,9 +129,10 @@ pub fn write(db: &DB, meta: SnapshotMeta<u64, BasicNode>, data: &[u8], layout: L
     };
     let meta = serde_json::to_vec(&StoredMeta { meta, chunks }).map_err(|e| e.to_string())?;
     batch.put_cf(cf, KEY_META, meta);
-    let mut opts = WriteOptions::default();
-    opts.set_sync(true);
-    db.write_opt(batch, &opts).map_err(|e| e.to_string())
+    db.write_opt(batch, &unlogged).map_err(|e| e.to_string())?;
+    let mut flush = FlushOptions::default();
+    flush.set_wait(true);
+    db.flush_cf_opt(cf, &flush).map_err(|e| format!("flushing the snapshot: {e}"))
 }
 
 fn read_meta(db: &DB) -> Result<Option<StoredMeta>, String> {
@@ -178,6 +189,44 @@ mod tests {
         write(&db, meta("small again"), &small, layout).unwrap();
         assert_eq!(read(&db).unwrap().unwrap().1, small);
         assert!(chunk_keys(&db).is_empty());
+    }
+
+    /// Bytes in the database's write-ahead log files.
+    fn wal_bytes(dir: &std::path::Path) -> u64 {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap())
+            .filter(|e| e.file_name().to_string_lossy().ends_with(".log"))
+            .map(|e| e.metadata().unwrap().len())
+            .sum()
+    }
+
+    #[test]
+    fn a_snapshot_bypasses_the_write_ahead_log_and_is_flushed_before_write_returns() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db");
+        let db = quorum_raft::open_db(&path, &[CF_SNAPSHOT]).unwrap();
+        let layout = Layout { single_max: 4 << 20, chunk: 1 << 20 };
+        // An unflushed write to another column family keeps every WAL file from here on alive.
+        db.put_cf(db.cf_handle(quorum_raft::CF_LOG).unwrap(), b"entry", b"x").unwrap();
+        // Incompressible, so that table files cannot hide it either way.
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let data: Vec<u8> = (0..(6 << 20))
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect();
+        for (name, len) in [("single", 3 << 20), ("chunked", 6 << 20)] {
+            write(&db, meta(name), &data[..len], layout).unwrap();
+            let wal = wal_bytes(&path);
+            assert!(wal < 1 << 20, "{name}: {wal} bytes in the WAL for a {len}-byte snapshot");
+            let unflushed = db.property_int_value_cf(cf(&db).unwrap(), "rocksdb.num-entries-active-mem-table").unwrap();
+            assert_eq!(unflushed, Some(0), "{name}: the snapshot is still only in the memtable");
+            assert_eq!(read(&db).unwrap().unwrap().1, &data[..len]);
+        }
     }
 
     #[test]
