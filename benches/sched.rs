@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use quorum_control::model::{Account, AssocLimits, Gpu, Job, JobSpec, JobState, Node, NodeAdminState, Program};
+use quorum_control::model::{Account, AssocLimits, Gpu, Job, JobSpec, JobState, Node, NodeAdminState, Program, Shared};
 use quorum_control::sched::view::{DepStatus, PartitionView, RunningJob};
 use quorum_control::sched::{schedule, BackfillMode, ClusterView, NodeView, PendingJob, Policy, Res};
 use quorum_control::state::ClusterState;
@@ -174,7 +174,7 @@ fn state(pending: usize, nodes: usize) -> ClusterState {
         };
         s.jobs.insert(
             id,
-            Job {
+            Shared::new(Job {
                 id,
                 spec: spec.into(),
                 user: format!("u{}", id % 200),
@@ -196,7 +196,7 @@ fn state(pending: usize, nodes: usize) -> ClusterState {
                 qos: "normal".into(),
                 requeues: 0,
                 array: None,
-            },
+            }),
         );
     }
     s

@@ -14,7 +14,10 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use quorum_control::model::{Allocation, Gpu, JobSpec, NodeAllocation, PendingReason, Program, RankOutcome};
-use quorum_control::state::{apply, snapshot, ClusterState, Command, NodeRegistration, PlannedStart, Response, Submit};
+use quorum_control::state::{
+    apply, snapshot, ClusterState, Command, NodeRegistration, PlannedStart, ReplicaVersion, Response, Submit,
+    FEATURE_LEVEL,
+};
 
 const NODES: usize = 10_000;
 const NOW_MS: u64 = 1_800_000_000_000;
@@ -222,28 +225,35 @@ fn bench_snapshot(c: &mut Criterion) {
     let mut group = c.benchmark_group("snapshot");
     group.sample_size(10).warm_up_time(Duration::from_secs(1));
     for jobs in [100_000u64, 1_000_000] {
-        let log = cluster(jobs);
-        let bytes = snapshot::encode(&log.state).expect("encodes");
-        println!("snapshot of {jobs} jobs on {NODES} nodes: {} MB", bytes.len() / 1_000_000);
+        let plain = cluster(jobs).state;
+        // The same state in a cluster whose replicas all run this release: compressed snapshots.
+        let mut compressed = plain.clone();
+        for id in 1..=3 {
+            compressed.replica_versions.insert(id, ReplicaVersion { level: FEATURE_LEVEL, version: "bench".into() });
+        }
         group.measurement_time(Duration::from_secs(if jobs > 100_000 { 60 } else { 15 }));
         // What a replica's snapshot build holds the state lock for: the copy.
-        group.bench_function(format!("copy_{jobs}_jobs"), |b| b.iter(|| black_box(log.state.clone())));
-        // The build: the copy, then its encoding (RocksDB's synced write of the bytes not counted).
-        group.bench_function(format!("build_{jobs}_jobs"), |b| {
-            b.iter(|| {
-                let copy = log.state.clone();
-                black_box(snapshot::encode(&copy).expect("encodes"))
-            })
-        });
-        // Installing one on a lagging replica, or restoring at restart.
-        group.bench_function(format!("restore_{jobs}_jobs"), |b| {
-            b.iter(|| black_box(snapshot::decode(black_box(&bytes)).expect("decodes")))
-        });
-        assert_eq!(
-            snapshot::decode(&bytes).expect("decodes"),
-            log.state,
-            "a snapshot restores the state it was made of"
-        );
+        group.bench_function(format!("copy_{jobs}_jobs"), |b| b.iter(|| black_box(plain.clone())));
+        for (format, state) in [("json", &plain), ("lz4", &compressed)] {
+            let bytes = snapshot::encode(state).expect("encodes");
+            println!("{format} snapshot of {jobs} jobs on {NODES} nodes: {} MB", bytes.len() / 1_000_000);
+            // The build: the copy, then its encoding (RocksDB's write of the bytes not counted).
+            group.bench_function(format!("build_{jobs}_jobs_{format}"), |b| {
+                b.iter(|| {
+                    let copy = state.clone();
+                    black_box(snapshot::encode(&copy).expect("encodes"))
+                })
+            });
+            // Installing one on a lagging replica, or restoring at restart.
+            group.bench_function(format!("restore_{jobs}_jobs_{format}"), |b| {
+                b.iter(|| black_box(snapshot::decode(black_box(&bytes)).expect("decodes")))
+            });
+            assert_eq!(
+                &snapshot::decode(&bytes).expect("decodes"),
+                state,
+                "a snapshot restores the state it was made of"
+            );
+        }
     }
     group.finish();
 }

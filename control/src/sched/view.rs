@@ -447,7 +447,7 @@ fn active_jobs(state: &ClusterState) -> Vec<&Job> {
             cursor = state.jobs.range(id..);
             found = cursor.next().filter(|(k, _)| *k == id).map(|(_, j)| j);
         }
-        out.extend(found);
+        out.extend(found.map(|j| &**j));
     }
     out
 }

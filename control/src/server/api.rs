@@ -93,7 +93,7 @@ fn array_task(state: &crate::state::ClusterState, array_id: u64, task: u32) -> R
     state
         .jobs
         .range(array_id..array_id + u64::from(a.count))
-        .map(|(_, j)| j)
+        .map(|(_, j)| &**j)
         .find(|j| j.array.is_some_and(|t| t.task_id == task))
         .ok_or_else(|| {
             Status::not_found(format!("array {array_id} has no task {task} (its tasks are {}-{})", a.min, a.max))

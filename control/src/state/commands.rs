@@ -35,8 +35,9 @@ pub struct NodeRegistration {
 /// 4. jobs ending OUT_OF_MEMORY, node health (GPU failures and the health check) drains, job
 ///    arrays;
 /// 5. several submits in one entry (`SubmitJobs`);
-/// 6. several agent reports (registrations, job ends, node health) in one entry (`Batch`).
-pub const FEATURE_LEVEL: u32 = 6;
+/// 6. several agent reports (registrations, job ends, node health) in one entry (`Batch`);
+/// 7. LZ4-compressed snapshots ([`super::snapshot`]).
+pub const FEATURE_LEVEL: u32 = 7;
 
 /// The level that applies [`Command::SubmitJobs`]; below it the leader proposes one
 /// `SubmitJob` per submit.
@@ -44,6 +45,10 @@ pub const SUBMIT_JOBS_LEVEL: u32 = 5;
 
 /// The level that applies [`Command::Batch`]; below it the leader proposes each command alone.
 pub const BATCH_LEVEL: u32 = 6;
+
+/// The level from which replicas write compressed snapshots; below it a replica of an older
+/// release could be sent one it cannot decode.
+pub const COMPRESSED_SNAPSHOT_LEVEL: u32 = 7;
 
 /// The level of a replica that reports none (a release from before levels were reported).
 pub const BASE_LEVEL: u32 = 1;

@@ -10,8 +10,8 @@ mod digest;
 pub mod snapshot;
 
 pub use commands::{
-    Command, NodeRegistration, PlannedStart, ReplicaVersion, Response, Submit, BASE_LEVEL, BATCH_LEVEL, FEATURE_LEVEL,
-    SUBMIT_JOBS_LEVEL,
+    Command, NodeRegistration, PlannedStart, ReplicaVersion, Response, Submit, BASE_LEVEL, BATCH_LEVEL,
+    COMPRESSED_SNAPSHOT_LEVEL, FEATURE_LEVEL, SUBMIT_JOBS_LEVEL,
 };
 pub use digest::digest;
 
@@ -41,7 +41,7 @@ pub struct ClusterState {
     /// The latest leader timestamp applied; never moves backwards.
     pub clock: Millis,
     pub next_job_id: JobId,
-    pub jobs: BTreeMap<JobId, Job>,
+    pub jobs: BTreeMap<JobId, Shared<Job>>,
     /// The jobs not yet finished (pending or running), so that a scheduling cycle costs what
     /// the queue holds, not what the cluster has ever run.
     #[serde(default)]
@@ -340,7 +340,7 @@ fn submit(state: &mut ClusterState, mut spec: JobSpec, user: String, request_id:
             requeues: 0,
             array,
         };
-        state.jobs.insert(id, job);
+        state.jobs.insert(id, Shared::new(job));
     }
     Response::Submitted { job_id: first, duplicate: false }
 }

@@ -1,18 +1,85 @@
 //! The snapshot encoding of the state: what a replica persists and streams to a lagging or new
 //! replica, and decodes on install or restart. Canonical (ordered maps only), so equal states
 //! encode to equal bytes.
+//!
+//! The state is JSON. From [`COMPRESSED_SNAPSHOT_LEVEL`] on it is written through an LZ4 frame
+//! behind [`LZ4_MAGIC`], streamed both ways, so that neither side ever holds the uncompressed
+//! text: a million pending jobs with their environments are about 4 GB of JSON, and every job
+//! of one shell repeats the same few KB of environment. Below that level (a replica of an older
+//! release may have to decode it) it stays plain JSON, which every release reads.
 
-use super::ClusterState;
+use std::io::{BufReader, Write};
 
-/// Encodes `state` for a snapshot.
+use super::{ClusterState, COMPRESSED_SNAPSHOT_LEVEL};
+
+/// What a compressed snapshot starts with; a plain one starts with `{`.
+pub const LZ4_MAGIC: &[u8] = b"quorum-snapshot-lz4\n";
+
+/// Encodes `state` for a snapshot, compressed when the cluster's level allows.
 pub fn encode(state: &ClusterState) -> Result<Vec<u8>, serde_json::Error> {
-    serde_json::to_vec(state)
+    if state.cluster_level() < COMPRESSED_SNAPSHOT_LEVEL {
+        return serde_json::to_vec(state);
+    }
+    let mut out = LZ4_MAGIC.to_vec();
+    // The checksum makes a damaged snapshot an error, never a different state.
+    let info = lz4_flex::frame::FrameInfo::new().content_checksum(true);
+    let mut frame = lz4_flex::frame::FrameEncoder::with_frame_info(info, &mut out);
+    serde_json::to_writer(&mut frame, state)?;
+    frame.flush().map_err(serde_json::Error::io)?;
+    frame.finish().map_err(|e| serde_json::Error::io(std::io::Error::other(e)))?;
+    Ok(out)
 }
 
-/// Decodes a snapshot made by [`encode`]. The tasks of each array share one spec again, as they
-/// did in the replica that encoded it.
+/// Decodes a snapshot made by [`encode`], compressed or not. The tasks of each array share one
+/// spec again, as they did in the replica that encoded it.
 pub fn decode(bytes: &[u8]) -> Result<ClusterState, serde_json::Error> {
-    let mut state: ClusterState = serde_json::from_slice(bytes)?;
+    let mut state: ClusterState = match bytes.strip_prefix(LZ4_MAGIC) {
+        Some(compressed) => {
+            let frame = lz4_flex::frame::FrameDecoder::new(compressed);
+            serde_json::from_reader(BufReader::with_capacity(1 << 20, frame))?
+        }
+        None => serde_json::from_slice(bytes)?,
+    };
     state.share_array_specs();
     Ok(state)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::{ReplicaVersion, FEATURE_LEVEL};
+
+    fn at_level(level: u32) -> ClusterState {
+        let mut s = ClusterState::new();
+        for id in 1..=3 {
+            s.replica_versions.insert(id, ReplicaVersion { level, version: "test".into() });
+        }
+        s
+    }
+
+    #[test]
+    fn compressed_from_its_level_on_plain_below_and_both_decode_to_the_same_state() {
+        let old = at_level(COMPRESSED_SNAPSHOT_LEVEL - 1);
+        let plain = encode(&old).unwrap();
+        assert_eq!(plain.first(), Some(&b'{'), "an older release reads plain JSON only");
+        assert_eq!(decode(&plain).unwrap(), old);
+
+        let new = at_level(FEATURE_LEVEL);
+        let compressed = encode(&new).unwrap();
+        assert!(compressed.starts_with(LZ4_MAGIC));
+        assert_eq!(decode(&compressed).unwrap(), new);
+        // The same state, whichever way it was written.
+        assert_eq!(decode(&serde_json::to_vec(&new).unwrap()).unwrap(), new);
+    }
+
+    #[test]
+    fn a_damaged_compressed_snapshot_is_an_error() {
+        let bytes = encode(&at_level(FEATURE_LEVEL)).unwrap();
+        let cut = &bytes[..bytes.len() / 2];
+        assert!(decode(cut).is_err());
+        let mut flipped = bytes.clone();
+        let i = LZ4_MAGIC.len() + 12;
+        flipped[i] ^= 0xff;
+        assert!(decode(&flipped).is_err());
+    }
 }
