@@ -6,8 +6,13 @@
 //! copy (from a log entry, a snapshot or a request) is looked up in a pool of the blocks alive
 //! and shares the one found. Sharing is invisible: an `Env` encodes as the list of pairs it
 //! always was, so log entries, snapshots and digests are unchanged.
+//!
+//! A snapshot writes each distinct environment once ([`EnvTable`], [`encode_by_reference`]) and
+//! every job's as its index in that table ([`decode_by_reference`] reads it back), so that the
+//! same few KB are not written a million times.
 
 use std::borrow::Cow;
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::fmt;
 use std::hash::{DefaultHasher, Hash, Hasher};
@@ -114,8 +119,69 @@ impl fmt::Debug for Env {
     }
 }
 
+/// The distinct environments of a snapshot, each once, in the order first added.
+#[derive(Default)]
+pub struct EnvTable {
+    /// Block address → index in `envs`.
+    index: HashMap<usize, u32>,
+    envs: Vec<Env>,
+}
+
+impl EnvTable {
+    /// Adds `env` unless a shared or empty one is in already.
+    pub fn add(&mut self, env: &Env) {
+        let Some(block) = &env.0 else { return };
+        let next = self.envs.len() as u32;
+        self.index.entry(Arc::as_ptr(block) as *const u8 as usize).or_insert_with(|| {
+            self.envs.push(env.clone());
+            next
+        });
+    }
+
+    pub fn envs(&self) -> &[Env] {
+        &self.envs
+    }
+
+    fn position(&self, env: &Env) -> Option<u32> {
+        env.0.as_ref().and_then(|b| self.index.get(&(Arc::as_ptr(b) as *const u8 as usize)).copied())
+    }
+}
+
+thread_local! {
+    static ENCODING: RefCell<Option<EnvTable>> = const { RefCell::new(None) };
+    static DECODING: RefCell<Option<Vec<Env>>> = const { RefCell::new(None) };
+}
+
+/// Puts back what a thread-local held before, also when the closure panics.
+struct Restore<T: 'static>(&'static std::thread::LocalKey<RefCell<Option<T>>>, Option<T>);
+
+impl<T> Drop for Restore<T> {
+    fn drop(&mut self) {
+        let before = self.1.take();
+        self.0.with(|cell| *cell.borrow_mut() = before);
+    }
+}
+
+/// Runs `f` (which serializes) with every environment in `table` written as its index there;
+/// one outside it is written in full.
+pub fn encode_by_reference<R>(table: EnvTable, f: impl FnOnce() -> R) -> R {
+    let before = ENCODING.with(|cell| cell.borrow_mut().replace(table));
+    let _restore = Restore(&ENCODING, before);
+    f()
+}
+
+/// Runs `f` (which deserializes) with an environment written as an index read from `envs`.
+pub fn decode_by_reference<R>(envs: Vec<Env>, f: impl FnOnce() -> R) -> R {
+    let before = DECODING.with(|cell| cell.borrow_mut().replace(envs));
+    let _restore = Restore(&DECODING, before);
+    f()
+}
+
 impl Serialize for Env {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        if let Some(i) = ENCODING.with(|cell| cell.borrow().as_ref().and_then(|t| t.position(self))) {
+            return serializer.serialize_u32(i);
+        }
         let mut seq = serializer.serialize_seq(None)?;
         for var in self.iter() {
             seq.serialize_element(&var)?;
@@ -134,7 +200,15 @@ impl<'de> Deserialize<'de> for Env {
         impl<'de> Visitor<'de> for Vars {
             type Value = Env;
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a list of [name, value] pairs")
+                f.write_str("a list of [name, value] pairs, or in a snapshot an index in its environments")
+            }
+            fn visit_u64<E: serde::de::Error>(self, i: u64) -> Result<Env, E> {
+                DECODING.with(|cell| match cell.borrow().as_ref() {
+                    Some(envs) => envs.get(i as usize).cloned().ok_or_else(|| {
+                        E::custom(format!("environment {i} is not in the snapshot's {} environments", envs.len()))
+                    }),
+                    None => Err(E::custom(format!("environment {i} given by index outside a snapshot"))),
+                })
             }
             fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Env, A::Error> {
                 // Packed as they come: no string is made per variable.
@@ -145,7 +219,8 @@ impl<'de> Deserialize<'de> for Env {
                 Ok(Env::new(vars))
             }
         }
-        deserializer.deserialize_seq(Vars)
+        // `any`, not `seq`: in a snapshot an environment may be an index.
+        deserializer.deserialize_any(Vars)
     }
 }
 
@@ -183,6 +258,36 @@ fn intern(packed: Vec<u8>) -> Arc<[u8]> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn by_reference_each_distinct_environment_is_written_once_and_read_back_shared() {
+        let a = Env::new([("HOME", "/home/a"), ("PATH", "/bin")]);
+        let b = Env::new([("HOME", "/home/b")]);
+        let jobs = vec![a.clone(), b.clone(), Env::default(), Env::new([("HOME", "/home/a"), ("PATH", "/bin")])];
+        let mut table = EnvTable::default();
+        for env in &jobs {
+            table.add(env);
+        }
+        assert_eq!(table.envs().len(), 2, "equal environments share a block, the empty one is not listed");
+        let envs = serde_json::to_string(table.envs()).unwrap();
+        let body = encode_by_reference(table, || serde_json::to_string(&jobs).unwrap());
+        assert_eq!(body, "[0,1,[],0]");
+        assert_eq!(
+            serde_json::to_string(&a).unwrap(),
+            r#"[["HOME","/home/a"],["PATH","/bin"]]"#,
+            "in full again after"
+        );
+
+        let envs: Vec<Env> = serde_json::from_str(&envs).unwrap();
+        let back: Vec<Env> = decode_by_reference(envs, || serde_json::from_str(&body).unwrap());
+        assert_eq!(back, jobs);
+        assert!(back[0].same(&back[3]) && back[0].same(&a));
+
+        let e = serde_json::from_str::<Vec<Env>>("[0]").unwrap_err().to_string();
+        assert!(e.contains("environment 0 given by index outside a snapshot"), "{e}");
+        let e = decode_by_reference(vec![a], || serde_json::from_str::<Vec<Env>>("[0,1]").unwrap_err().to_string());
+        assert!(e.contains("environment 1 is not in the snapshot's 1 environments"), "{e}");
+    }
 
     fn vars(n: usize, tag: &str) -> Vec<(String, String)> {
         (0..n).map(|i| (format!("VAR_{i}"), format!("/opt/{tag}/{i}"))).collect()

@@ -210,7 +210,10 @@ impl Controller {
             heartbeat_interval: config.raft_heartbeat_ms,
             election_timeout_min: config.election_timeout_min_ms,
             election_timeout_max: config.election_timeout_max_ms,
-            install_snapshot_timeout: 10_000,
+            // The last chunk's RPC waits for the follower to decode and store the snapshot: tens
+            // of seconds at a million jobs on a busy machine. A shorter deadline made the leader
+            // resend the whole snapshot again and again, and the follower never caught up.
+            install_snapshot_timeout: 300_000,
             snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(config.snapshot_every),
             max_in_snapshot_log_to_keep: config.snapshot_keep_logs,
             max_payload_entries: config.raft_max_payload_entries,

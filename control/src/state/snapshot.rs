@@ -4,11 +4,16 @@
 //!
 //! The state is JSON. From [`COMPRESSED_SNAPSHOT_LEVEL`] on it is written through an LZ4 frame
 //! behind [`LZ4_MAGIC`], streamed both ways, so that neither side ever holds the uncompressed
-//! text: a million pending jobs with their environments are about 4 GB of JSON, and every job
-//! of one shell repeats the same few KB of environment. Below that level (a replica of an older
-//! release may have to decode it) it stays plain JSON, which every release reads.
+//! text (a million pending jobs with their environments are about 4 GB of JSON). Inside the
+//! frame come first the distinct environments of the jobs, then the state with each job's
+//! environment as its index among them: the jobs of one shell carry the same few KB, and LZ4
+//! only finds a repeat within 64 KB. Below that level (a replica of an older release may have to
+//! decode it) the snapshot stays plain JSON, which every release reads.
 
 use std::io::{BufReader, Write};
+
+use quorum_model::env::{decode_by_reference, encode_by_reference, Env, EnvTable};
+use serde::Deserialize;
 
 use super::{ClusterState, COMPRESSED_SNAPSHOT_LEVEL};
 
@@ -24,7 +29,13 @@ pub fn encode(state: &ClusterState) -> Result<Vec<u8>, serde_json::Error> {
     // The checksum makes a damaged snapshot an error, never a different state.
     let info = lz4_flex::frame::FrameInfo::new().content_checksum(true);
     let mut frame = lz4_flex::frame::FrameEncoder::with_frame_info(info, &mut out);
-    serde_json::to_writer(&mut frame, state)?;
+    let mut table = EnvTable::default();
+    for job in state.jobs.values() {
+        table.add(&job.spec.env);
+    }
+    serde_json::to_writer(&mut frame, table.envs())?;
+    frame.write_all(b"\n").map_err(serde_json::Error::io)?;
+    encode_by_reference(table, || serde_json::to_writer(&mut frame, state))?;
     frame.flush().map_err(serde_json::Error::io)?;
     frame.finish().map_err(|e| serde_json::Error::io(std::io::Error::other(e)))?;
     Ok(out)
@@ -36,7 +47,11 @@ pub fn decode(bytes: &[u8]) -> Result<ClusterState, serde_json::Error> {
     let mut state: ClusterState = match bytes.strip_prefix(LZ4_MAGIC) {
         Some(compressed) => {
             let frame = lz4_flex::frame::FrameDecoder::new(compressed);
-            serde_json::from_reader(BufReader::with_capacity(1 << 20, frame))?
+            let mut de = serde_json::Deserializer::from_reader(BufReader::with_capacity(1 << 20, frame));
+            let envs = Vec::<Env>::deserialize(&mut de)?;
+            let state = decode_by_reference(envs, || ClusterState::deserialize(&mut de))?;
+            de.end()?;
+            state
         }
         None => serde_json::from_slice(bytes)?,
     };

@@ -641,3 +641,34 @@ fn a_batch_of_agent_reports_applies_like_the_same_commands_one_by_one() {
     let held = Command::Batch { commands: vec![Command::Digest { now: 1 }] };
     assert!(!held.wakes_scheduler());
 }
+
+#[test]
+fn a_compressed_snapshot_writes_each_environment_once_and_restores_the_state_and_its_sharing() {
+    let mut s = cluster();
+    s.replica_versions = (1..=3).map(|id| (id, ReplicaVersion { level: FEATURE_LEVEL, version: "t".into() })).collect();
+    let shell = |who: &str| crate::model::Env::new((0..40).map(|i| (format!("VAR_{i}"), format!("/home/{who}/{i}"))));
+    // Two shells' jobs interleaved, as concurrent submitters' are, and one without environment.
+    for i in 0..200u64 {
+        let mut spec = spec(&["true"]);
+        spec.env = if i == 7 { Default::default() } else { shell(if i % 2 == 0 { "alice" } else { "bob" }) };
+        spec.hold = true;
+        assert!(matches!(submit(&mut s, 10 + i, spec, &format!("r{i}")), Response::Submitted { .. }));
+    }
+    let bytes = snapshot::encode(&s).unwrap();
+    assert!(bytes.starts_with(snapshot::LZ4_MAGIC));
+    let mut text = String::new();
+    std::io::Read::read_to_string(
+        &mut lz4_flex::frame::FrameDecoder::new(&bytes[snapshot::LZ4_MAGIC.len()..]),
+        &mut text,
+    )
+    .unwrap();
+    assert_eq!(text.matches("/home/alice/39").count(), 1, "each environment once");
+    assert_eq!(text.matches("/home/bob/39").count(), 1);
+
+    let back = snapshot::decode(&bytes).unwrap();
+    assert_eq!(back, s);
+    assert_eq!(digest(&back), digest(&s));
+    let env_of = |id: u64| back.jobs[&id].spec.env.clone();
+    assert!(env_of(1).same(&env_of(3)) && !env_of(1).same(&env_of(2)), "jobs of one shell share it again");
+    assert!(env_of(8).is_empty());
+}
