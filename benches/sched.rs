@@ -89,8 +89,8 @@ pub fn cluster(pending: usize, nodes: usize) -> ClusterView {
         let multi = rng.below(10) == 0;
         view.pending.push(Arc::new(PendingJob {
             id: j as u64 + 1,
-            user: format!("u{}", rng.below(200)),
-            account: format!("acct{}", rng.below(10)),
+            user: format!("u{}", rng.below(200)).into(),
+            account: format!("acct{}", rng.below(10)).into(),
             qos: "normal".into(),
             partition: "gpu".into(),
             submit_ms: NOW_MS - rng.below(3 * 86_400_000),

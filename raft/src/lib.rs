@@ -67,6 +67,9 @@ pub fn open_db(path: &std::path::Path, extra: &[&str]) -> Result<std::sync::Arc<
     let descriptors = cfs.iter().map(|name| {
         let mut cf = rocksdb::Options::default();
         cf.set_compression_type(rocksdb::DBCompressionType::Lz4);
+        // Memtables of 16 MB, not RocksDB's 64: up to two per column family stay resident, and
+        // the log's entries are purged soon after they reach a table anyway.
+        cf.set_write_buffer_size(16 << 20);
         rocksdb::ColumnFamilyDescriptor::new(*name, cf)
     });
     let db = rocksdb::DB::open_cf_descriptors(&opts, path, descriptors)

@@ -167,8 +167,8 @@ impl<'a> Limits<'a> {
             return None;
         }
         let none = Held::default();
-        if let Some(q) = view.qos.get(&job.qos) {
-            let h = self.by_user_qos.get(&(job.user.as_str(), job.qos.as_str())).unwrap_or(&none);
+        if let Some(q) = view.qos.get(&*job.qos) {
+            let h = self.by_user_qos.get(&(&*job.user, &*job.qos)).unwrap_or(&none);
             if q.max_jobs_per_user.is_some_and(|m| h.jobs + 1 > m) {
                 return Some(PendingReason::QOSMaxJobsPerUserLimit);
             }

@@ -123,12 +123,12 @@ impl PriorityContext {
         let eligible_since = job.begin_ms.unwrap_or(0).max(job.submit_ms);
         let age_s = now_ms.saturating_sub(eligible_since) as f64 / 1000.0;
         let age = if policy.max_age_s == 0 { 1.0 } else { (age_s / policy.max_age_s as f64).min(1.0) };
-        let fairshare = self.shares.get(&job.account).map(|s| s.fairshare).unwrap_or(1.0);
+        let fairshare = self.shares.get(&*job.account).map(|s| s.fairshare).unwrap_or(1.0);
         let size = (job.total_cpus() as f64 / self.cluster_cpus).min(1.0);
         let job_size = if policy.favor_small { 1.0 - size } else { size };
-        let tier = view.partitions.get(&job.partition).map(|p| p.tier).unwrap_or(0);
+        let tier = view.partitions.get(&*job.partition).map(|p| p.tier).unwrap_or(0);
         let partition = if self.max_tier == 0 { 0.0 } else { f64::from(tier) / f64::from(self.max_tier) };
-        let qos_prio = view.qos.get(&job.qos).map(|q| q.priority).unwrap_or(0);
+        let qos_prio = view.qos.get(&*job.qos).map(|q| q.priority).unwrap_or(0);
         let qos = if self.max_qos == 0 { 0.0 } else { f64::from(qos_prio) / f64::from(self.max_qos) };
         let w = &policy.weights;
         let total = f64::from(w.age) * age

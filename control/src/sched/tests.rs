@@ -456,3 +456,19 @@ fn fairshare_ranks_the_light_account_first_and_converges() {
     let shares = priority::fairshare(&ClusterView::from_state(&b.state), later, &b.state.policy);
     assert!((shares["heavy"].fairshare - shares["light"].fairshare).abs() < 0.01, "{shares:?}");
 }
+
+#[test]
+fn pending_jobs_in_the_cached_view_share_one_copy_of_each_name() {
+    let mut b = Bench::new(ten_nodes(), fifo(BackfillMode::Easy, 1));
+    b.submit(10, 600);
+    b.cycle();
+    // The whole cluster each, behind the one running: all three stay pending.
+    let ids: Vec<u64> = (0..3).map(|_| b.submit(10, 60)).collect();
+    b.cycle();
+    let view = ClusterView::from_state_cached(&b.state, &mut b.cache);
+    let pending: Vec<_> = view.pending.iter().filter(|p| ids.contains(&p.id)).collect();
+    assert_eq!(pending.len(), 3);
+    assert!(pending.iter().all(|p| &*p.user == "alice"));
+    let same = std::sync::Arc::ptr_eq;
+    assert!(same(&pending[0].user, &pending[2].user) && same(&pending[0].partition, &pending[1].partition));
+}

@@ -99,19 +99,23 @@ pub enum DepStatus {
     ArrayThrottled,
 }
 
+/// A name many pending jobs carry (user, account, QOS, partition, GPU type): one shared copy
+/// per distinct name instead of a string per job, as the leader keeps a million of them.
+pub type Name = Arc<str>;
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct PendingJob {
     pub id: JobId,
-    pub user: String,
-    pub account: String,
-    pub qos: String,
-    pub partition: String,
+    pub user: Name,
+    pub account: Name,
+    pub qos: Name,
+    pub partition: Name,
     pub submit_ms: Millis,
     pub begin_ms: Option<Millis>,
     pub nodes: u32,
     /// One node's share.
     pub per_node: Res,
-    pub gpu_type: Option<String>,
+    pub gpu_type: Option<Name>,
     pub time_limit_s: Option<u64>,
     pub nice: i32,
     pub exclusive: bool,
@@ -196,6 +200,7 @@ pub struct ViewCache {
     /// Job → (allocation index, generation last used, entry).
     running: BTreeMap<JobId, (u64, u64, Arc<RunningJob>)>,
     pending: BTreeMap<JobId, (u64, Arc<PendingJob>)>,
+    names: Names,
     generation: u64,
 }
 
@@ -266,18 +271,33 @@ fn running_job(
     }
 }
 
-fn pending_job(j: &Job, dependency: DepStatus) -> PendingJob {
+/// One shared [`Name`] per distinct string.
+#[derive(Debug, Default)]
+pub struct Names(std::collections::HashSet<Name>);
+
+impl Names {
+    pub fn get(&mut self, s: &str) -> Name {
+        if let Some(n) = self.0.get(s) {
+            return n.clone();
+        }
+        let n: Name = s.into();
+        self.0.insert(n.clone());
+        n
+    }
+}
+
+fn pending_job(j: &Job, dependency: DepStatus, names: &mut Names) -> PendingJob {
     PendingJob {
         id: j.id,
-        user: j.user.clone(),
-        account: j.account.clone(),
-        qos: j.qos.clone(),
-        partition: j.partition.clone(),
+        user: names.get(&j.user),
+        account: names.get(&j.account),
+        qos: names.get(&j.qos),
+        partition: names.get(&j.partition),
         submit_ms: j.submit_time,
         begin_ms: j.spec.begin_time,
         nodes: j.spec.nodes,
         per_node: res_of(j.spec.cpus_per_node(), j.spec.mem_per_node_mb.unwrap_or(0), j.spec.gpus_per_node as usize),
-        gpu_type: j.spec.gpu_type.clone(),
+        gpu_type: j.spec.gpu_type.as_deref().map(|g| names.get(g)),
         time_limit_s: j.spec.time_limit_s,
         nice: j.spec.nice,
         exclusive: j.spec.exclusive,
@@ -394,8 +414,10 @@ impl ClusterView {
                             }
                         }
                     }
-                    let (used, entry) =
-                        cache.pending.entry(j.id).or_insert_with(|| (generation, Arc::new(pending_job(j, dependency))));
+                    let (used, entry) = cache
+                        .pending
+                        .entry(j.id)
+                        .or_insert_with(|| (generation, Arc::new(pending_job(j, dependency, &mut cache.names))));
                     *used = generation;
                     // What may change while a job waits.
                     if entry.held != j.held || entry.dependency != dependency || entry.reason != j.reason {

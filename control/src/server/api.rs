@@ -155,9 +155,9 @@ impl Quorum for Api {
                 let f = &factors[&j.id];
                 JobPriority {
                     job_id: j.id,
-                    user: j.user.clone(),
-                    account: j.account.clone(),
-                    partition: j.partition.clone(),
+                    user: j.user.to_string(),
+                    account: j.account.to_string(),
+                    partition: j.partition.to_string(),
                     total: f.total,
                     age: f.age,
                     fairshare: f.fairshare,
