@@ -48,8 +48,9 @@ pub struct ClusterState {
     pub active: BTreeSet<JobId>,
     pub nodes: BTreeMap<String, Node>,
     pub partitions: BTreeMap<String, Partition>,
-    /// Request ids of accepted submits, so that a retried submit returns the same job.
-    pub request_ids: BTreeMap<String, JobId>,
+    /// Request ids of accepted submits, so that a retried submit returns the same job. Shared
+    /// strings: a snapshot's copy of a million of them copies pointers, not strings.
+    pub request_ids: BTreeMap<std::sync::Arc<str>, JobId>,
     #[serde(default)]
     pub policy: Policy,
     #[serde(default)]
@@ -279,7 +280,7 @@ fn advance_clock(state: &mut ClusterState, now: Millis) {
 
 fn submit(state: &mut ClusterState, mut spec: JobSpec, user: String, request_id: String) -> Response {
     if !request_id.is_empty() {
-        if let Some(&job_id) = state.request_ids.get(&request_id) {
+        if let Some(&job_id) = state.request_ids.get(request_id.as_str()) {
             return Response::Submitted { job_id, duplicate: true };
         }
     }
@@ -298,7 +299,7 @@ fn submit(state: &mut ClusterState, mut spec: JobSpec, user: String, request_id:
     };
     let first = state.next_job_id;
     if !request_id.is_empty() {
-        state.request_ids.insert(request_id.clone(), first);
+        state.request_ids.insert(request_id.as_str().into(), first);
     }
     // One job, or one per task of the array, with consecutive ids, sharing one spec.
     let held = spec.hold;
