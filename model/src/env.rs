@@ -127,12 +127,17 @@ pub struct EnvTable {
     envs: Vec<Env>,
 }
 
+/// Where a shared block lives: equal for every `Env` sharing it.
+fn address(block: &Arc<[u8]>) -> usize {
+    Arc::as_ptr(block) as *const u8 as usize
+}
+
 impl EnvTable {
     /// Adds `env` unless a shared or empty one is in already.
     pub fn add(&mut self, env: &Env) {
         let Some(block) = &env.0 else { return };
         let next = self.envs.len() as u32;
-        self.index.entry(Arc::as_ptr(block) as *const u8 as usize).or_insert_with(|| {
+        self.index.entry(address(block)).or_insert_with(|| {
             self.envs.push(env.clone());
             next
         });
@@ -143,7 +148,7 @@ impl EnvTable {
     }
 
     fn position(&self, env: &Env) -> Option<u32> {
-        env.0.as_ref().and_then(|b| self.index.get(&(Arc::as_ptr(b) as *const u8 as usize)).copied())
+        env.0.as_ref().and_then(|b| self.index.get(&address(b)).copied())
     }
 }
 

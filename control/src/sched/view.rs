@@ -273,10 +273,10 @@ fn running_job(
 
 /// One shared [`Name`] per distinct string.
 #[derive(Debug, Default)]
-pub struct Names(std::collections::HashSet<Name>);
+struct Names(std::collections::HashSet<Name>);
 
 impl Names {
-    pub fn get(&mut self, s: &str) -> Name {
+    fn get(&mut self, s: &str) -> Name {
         if let Some(n) = self.0.get(s) {
             return n.clone();
         }

@@ -36,7 +36,6 @@ pub fn encode(state: &ClusterState) -> Result<Vec<u8>, serde_json::Error> {
     serde_json::to_writer(&mut frame, table.envs())?;
     frame.write_all(b"\n").map_err(serde_json::Error::io)?;
     encode_by_reference(table, || serde_json::to_writer(&mut frame, state))?;
-    frame.flush().map_err(serde_json::Error::io)?;
     frame.finish().map_err(|e| serde_json::Error::io(std::io::Error::other(e)))?;
     Ok(out)
 }
