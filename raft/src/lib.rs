@@ -19,9 +19,16 @@ pub use openraft;
 pub use openraft::BasicNode;
 
 /// The shape of type config every Quorum replica uses: `u64` node ids, nodes known by their
-/// address, the standard log entry and snapshots held in memory as bytes.
+/// address, the standard log entry (of commands that can be cloned, so that the log store hands
+/// out entries it holds in memory) and snapshots held in memory as bytes.
 pub trait QuorumTypeConfig:
-    openraft::RaftTypeConfig<NodeId = u64, Node = BasicNode, Entry = openraft::Entry<Self>, SnapshotData = Cursor<Vec<u8>>>
+    openraft::RaftTypeConfig<
+    NodeId = u64,
+    Node = BasicNode,
+    D: Clone,
+    Entry = openraft::Entry<Self>,
+    SnapshotData = Cursor<Vec<u8>>,
+>
 {
 }
 
@@ -29,6 +36,7 @@ impl<T> QuorumTypeConfig for T where
     T: openraft::RaftTypeConfig<
         NodeId = u64,
         Node = BasicNode,
+        D: Clone,
         Entry = openraft::Entry<T>,
         SnapshotData = Cursor<Vec<u8>>,
     >
@@ -44,6 +52,8 @@ pub enum Error {
     Rocks(#[from] rocksdb::Error),
     #[error("missing column family {0}")]
     MissingColumnFamily(&'static str),
+    #[error("starting the raft log's writer thread: {0}")]
+    Thread(String),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

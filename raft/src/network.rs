@@ -1,14 +1,16 @@
 //! The client side of replica-to-replica traffic: openraft's RPCs sent over tonic.
 //!
 //! Requests are serde-encoded into [`RaftPayload`]; a remote `RaftError` comes back inside the
-//! payload and becomes `RPCError::RemoteError`. A replica that cannot be reached becomes
+//! payload and becomes `RPCError::RemoteError`. An append-entries request carries each entry as
+//! this replica wrote it to its log, from the [`EntryCache`], instead of encoding it once more
+//! per follower ([`encode_append`]); the bytes are the ones serde would write. A replica that cannot be reached becomes
 //! `Unreachable`, so that openraft backs off (half a second) before retrying; one that was
 //! reached but did not answer within the RPC's deadline is only a `Network` error, retried at
 //! once, as openraft treats its own timeouts. Backing off from a replica that is merely slow
 //! (a follower's fsync behind a busy disk) silenced the leader's heartbeats to it for longer
 //! than an election timeout, and every slow fsync became an election.
 
-use std::marker::PhantomData;
+use std::sync::Arc;
 use std::time::Duration;
 
 use openraft::error::{InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable};
@@ -18,12 +20,15 @@ use openraft::raft::{
     VoteResponse,
 };
 use openraft::BasicNode;
+use openraft::{Entry, LogId, Vote};
 use quorum_proto::raft::raft_service_client::RaftServiceClient;
 use quorum_proto::raft::{RaftPayload, SnapshotChunk};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
+use serde_json::value::RawValue;
 use tonic::transport::{Channel, Endpoint};
 
+use crate::log_store::EntryCache;
 use crate::QuorumTypeConfig;
 
 /// Largest gRPC message a replica sends or accepts (log batches, snapshot chunks).
@@ -34,20 +39,26 @@ pub const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
 pub type Isolation = std::sync::Arc<std::sync::atomic::AtomicBool>;
 
 /// Builds one [`Connection`] per target replica.
-pub struct Network<C> {
+pub struct Network<C: QuorumTypeConfig> {
     isolation: Isolation,
-    _types: PhantomData<C>,
+    cache: Option<EntryCache<C>>,
 }
 
-impl<C> Default for Network<C> {
+impl<C: QuorumTypeConfig> Default for Network<C> {
     fn default() -> Self {
         Self::new(Isolation::default())
     }
 }
 
-impl<C> Network<C> {
+impl<C: QuorumTypeConfig> Network<C> {
     pub fn new(isolation: Isolation) -> Self {
-        Self { isolation, _types: PhantomData }
+        Self { isolation, cache: None }
+    }
+
+    /// Sends entries as the log store wrote them (see [`crate::log_store::LogStore::entry_cache`]).
+    pub fn with_entry_cache(mut self, cache: EntryCache<C>) -> Self {
+        self.cache = Some(cache);
+        self
     }
 }
 
@@ -59,6 +70,7 @@ impl<C: QuorumTypeConfig> RaftNetworkFactory<C> for Network<C> {
             .map(|e| e.connect_timeout(Duration::from_millis(500)).tcp_nodelay(true).connect_lazy());
         Connection {
             isolation: self.isolation.clone(),
+            cache: self.cache.clone(),
             target,
             addr: node.addr.clone(),
             client: channel.ok().map(|c| {
@@ -66,18 +78,17 @@ impl<C: QuorumTypeConfig> RaftNetworkFactory<C> for Network<C> {
                     .max_decoding_message_size(MAX_MESSAGE_BYTES)
                     .max_encoding_message_size(MAX_MESSAGE_BYTES)
             }),
-            _types: PhantomData,
         }
     }
 }
 
 /// A lazily connected channel to one replica.
-pub struct Connection<C> {
+pub struct Connection<C: QuorumTypeConfig> {
     isolation: Isolation,
+    cache: Option<EntryCache<C>>,
     target: u64,
     addr: String,
     client: Option<RaftServiceClient<Channel>>,
-    _types: PhantomData<C>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -128,9 +139,77 @@ fn unreachable(code: tonic::Code) -> bool {
 }
 
 fn request<T: Serialize>(value: &T, option: &RPCOption) -> Result<tonic::Request<RaftPayload>, serde_json::Error> {
-    let mut req = tonic::Request::new(RaftPayload { payload: serde_json::to_vec(value)? });
+    Ok(payload_request(serde_json::to_vec(value)?, option))
+}
+
+fn payload_request(payload: Vec<u8>, option: &RPCOption) -> tonic::Request<RaftPayload> {
+    let mut req = tonic::Request::new(RaftPayload { payload });
     req.set_timeout(option.hard_ttl());
-    Ok(req)
+    req
+}
+
+/// An append-entries request as JSON: the bytes `serde_json::to_vec(rpc)` gives, with each entry
+/// the cache holds copied as written to the log instead of encoded again.
+pub fn encode_append<C: QuorumTypeConfig>(
+    rpc: &AppendEntriesRequest<C>,
+    cache: Option<&EntryCache<C>>,
+) -> Result<Vec<u8>, serde_json::Error> {
+    let encoded: Vec<Option<Arc<[u8]>>> =
+        rpc.entries.iter().map(|e| cache.and_then(|c| c.encoded(&e.log_id))).collect();
+    let mut out = Vec::with_capacity(256 + encoded.iter().flatten().map(|j| j.len() + 1).sum::<usize>());
+    out.extend_from_slice(br#"{"vote":"#);
+    serde_json::to_writer(&mut out, &rpc.vote)?;
+    out.extend_from_slice(br#","prev_log_id":"#);
+    serde_json::to_writer(&mut out, &rpc.prev_log_id)?;
+    out.extend_from_slice(br#","entries":["#);
+    for (i, (entry, json)) in rpc.entries.iter().zip(&encoded).enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        match json {
+            Some(json) => out.extend_from_slice(json),
+            None => serde_json::to_writer(&mut out, entry)?,
+        }
+    }
+    out.extend_from_slice(br#"],"leader_commit":"#);
+    serde_json::to_writer(&mut out, &rpc.leader_commit)?;
+    out.push(b'}');
+    Ok(out)
+}
+
+/// The fields of an append-entries request, each entry still as its JSON text.
+#[derive(serde::Deserialize)]
+struct AppendWire<'a> {
+    vote: Vote<u64>,
+    prev_log_id: Option<LogId<u64>>,
+    #[serde(borrow)]
+    entries: Vec<&'a RawValue>,
+    leader_commit: Option<LogId<u64>>,
+}
+
+/// An entry's log id and the JSON it came as.
+pub type ReceivedEntry = (LogId<u64>, Arc<[u8]>);
+
+/// Decodes an append-entries request, keeping each entry's JSON as well, so that the follower
+/// writes those bytes to its log instead of encoding the entry again.
+pub fn decode_append<C: QuorumTypeConfig>(
+    bytes: &[u8],
+) -> Result<(AppendEntriesRequest<C>, Vec<ReceivedEntry>), serde_json::Error> {
+    let wire: AppendWire<'_> = serde_json::from_slice(bytes)?;
+    let mut entries = Vec::with_capacity(wire.entries.len());
+    let mut received = Vec::with_capacity(wire.entries.len());
+    for raw in wire.entries {
+        let entry: Entry<C> = serde_json::from_str(raw.get())?;
+        received.push((entry.log_id, Arc::from(raw.get().as_bytes())));
+        entries.push(entry);
+    }
+    let rpc = AppendEntriesRequest {
+        vote: wire.vote,
+        prev_log_id: wire.prev_log_id,
+        entries,
+        leader_commit: wire.leader_commit,
+    };
+    Ok((rpc, received))
 }
 
 impl<C: QuorumTypeConfig> RaftNetwork<C> for Connection<C> {
@@ -139,8 +218,9 @@ impl<C: QuorumTypeConfig> RaftNetwork<C> for Connection<C> {
         rpc: AppendEntriesRequest<C>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<u64>, RPCError<u64, BasicNode, RaftError<u64>>> {
-        let req = request(&rpc, &option).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
-        let reply = self.client()?.append_entries(req).await.map_err(|s| self.status_error(s))?;
+        let payload = encode_append(&rpc, self.cache.as_ref()).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        let reply =
+            self.client()?.append_entries(payload_request(payload, &option)).await.map_err(|s| self.status_error(s))?;
         self.decode(reply.into_inner())
     }
 
@@ -206,5 +286,41 @@ mod tests {
         let err = conn.vote(vote, RPCOption::new(Duration::from_millis(100))).await.unwrap_err();
         assert!(matches!(err, RPCError::Network(_)), "{err}");
         silent.abort();
+    }
+
+    /// The request built from the log's bytes is the one serde writes, entry for entry, whether
+    /// the cache holds every entry, some or none; and the follower reads back the same request
+    /// with each entry's bytes.
+    #[tokio::test]
+    async fn append_entries_carry_the_logs_bytes_and_decode_as_serde_would() {
+        use openraft::storage::RaftLogStorageExt;
+        use openraft::{CommittedLeaderId, EntryPayload, LogId};
+        let entry = |index: u64| Entry::<Types> {
+            log_id: LogId::new(CommittedLeaderId::new(2, 1), index),
+            payload: EntryPayload::Normal(format!("command \"{index}\"\n")),
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let mut log =
+            crate::log_store::LogStore::<Types>::new(crate::open_db(&dir.path().join("db"), &[]).unwrap()).unwrap();
+        log.blocking_append((1..=3).map(entry)).await.unwrap();
+        let cache = log.entry_cache();
+        for entries in [vec![], vec![entry(2), entry(3)], vec![entry(3), entry(4)], vec![entry(9)]] {
+            let rpc = AppendEntriesRequest::<Types> {
+                vote: openraft::Vote::new_committed(2, 1),
+                prev_log_id: Some(LogId::new(CommittedLeaderId::new(2, 1), 1)),
+                entries,
+                leader_commit: None,
+            };
+            let bytes = encode_append(&rpc, Some(&cache)).unwrap();
+            assert_eq!(bytes, serde_json::to_vec(&rpc).unwrap());
+            assert_eq!(encode_append(&rpc, None).unwrap(), bytes);
+            let (back, received) = decode_append::<Types>(&bytes).unwrap();
+            assert_eq!(serde_json::to_vec(&back).unwrap(), bytes);
+            assert_eq!(received.len(), rpc.entries.len());
+            for ((id, json), e) in received.iter().zip(&rpc.entries) {
+                assert_eq!((id, &**json), (&e.log_id, serde_json::to_vec(e).unwrap().as_slice()));
+            }
+        }
+        assert!(decode_append::<Types>(br#"{"vote":1}"#).is_err());
     }
 }

@@ -1,5 +1,7 @@
 //! The server side of replica-to-replica traffic: hands each RPC to the local openraft
-//! instance and returns its result, error included, serde-encoded.
+//! instance and returns its result, error included, serde-encoded. The entries of an
+//! append-entries request are also handed to the log store as they came, to be written without
+//! encoding them again.
 
 use openraft::raft::InstallSnapshotRequest;
 use openraft::Raft;
@@ -9,7 +11,8 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tonic::{Request, Response, Status};
 
-use crate::network::{Isolation, MAX_MESSAGE_BYTES};
+use crate::log_store::EntryCache;
+use crate::network::{decode_append, Isolation, MAX_MESSAGE_BYTES};
 use crate::QuorumTypeConfig;
 
 /// When this replica last accepted replication from a leader (an append-entries request that
@@ -33,12 +36,19 @@ pub struct RaftRpcServer<C: QuorumTypeConfig> {
     raft: Raft<C>,
     isolation: Isolation,
     contact: LeaderContact,
+    cache: EntryCache<C>,
 }
 
 impl<C: QuorumTypeConfig> RaftRpcServer<C> {
     /// The tonic service, ready to add to a router; refuses everything while `isolation` is set.
-    pub fn into_service(raft: Raft<C>, isolation: Isolation, contact: LeaderContact) -> RaftServiceServer<Self> {
-        RaftServiceServer::new(Self { raft, isolation, contact })
+    /// `cache` is the log store's ([`crate::log_store::LogStore::entry_cache`]).
+    pub fn into_service(
+        raft: Raft<C>,
+        isolation: Isolation,
+        contact: LeaderContact,
+        cache: EntryCache<C>,
+    ) -> RaftServiceServer<Self> {
+        RaftServiceServer::new(Self { raft, isolation, contact, cache })
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES)
     }
@@ -65,8 +75,13 @@ fn encode<T: Serialize>(value: &T) -> Result<Response<RaftPayload>, Status> {
 impl<C: QuorumTypeConfig> RaftService for RaftRpcServer<C> {
     async fn append_entries(&self, request: Request<RaftPayload>) -> Result<Response<RaftPayload>, Status> {
         self.check()?;
-        let rpc = decode("append-entries request", &request.into_inner().payload)?;
+        let (rpc, received) = decode_append::<C>(&request.into_inner().payload)
+            .map_err(|e| Status::invalid_argument(format!("malformed append-entries request: {e}")))?;
+        // The log store takes these bytes when openraft appends the entries, before the answer.
+        let ids: Vec<_> = received.iter().map(|(id, _)| *id).collect();
+        self.cache.receive(received);
         let response = self.raft.append_entries(rpc).await;
+        self.cache.forget_received(&ids);
         if matches!(&response, Ok(r) if !matches!(r, openraft::raft::AppendEntriesResponse::HigherVote(_))) {
             self.contact.touch();
         }

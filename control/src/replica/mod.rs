@@ -69,6 +69,8 @@ pub struct Core {
     transferring: std::sync::atomic::AtomicBool,
     /// Fault injection for tests: drops this replica's Raft traffic both ways.
     pub raft_isolation: quorum_raft::network::Isolation,
+    /// The log's newest entries, shared by the log store, the network and the RPC service.
+    pub entry_cache: quorum_raft::log_store::EntryCache<TypeConfig>,
     /// When a leader last replicated to this replica.
     pub leader_contact: quorum_raft::service::LeaderContact,
     /// The feature level this replica reports and applies (below [`FEATURE_LEVEL`] only when
@@ -202,6 +204,7 @@ impl Controller {
         let db = quorum_raft::open_db(&config.data_dir.join("db"), &[store::CF_SNAPSHOT])?;
         let log_store = LogStore::<TypeConfig>::new(db.clone())?;
         let committed = log_store.committed_index();
+        let entry_cache = log_store.entry_cache();
         let sm = store::StateMachineStore::open(db.clone(), config.feature_level())?;
         let shared = sm.shared();
 
@@ -221,7 +224,7 @@ impl Controller {
         }
         .validate()?;
         let raft_isolation = quorum_raft::network::Isolation::default();
-        let network = Network::new(raft_isolation.clone());
+        let network = Network::new(raft_isolation.clone()).with_entry_cache(entry_cache.clone());
         let raft = Raft::new(config.id, Arc::new(raft_config), network, log_store, sm).await?;
 
         if config.join {
@@ -247,6 +250,7 @@ impl Controller {
             membership_change: tokio::sync::Mutex::new(()),
             transferring: Default::default(),
             raft_isolation,
+            entry_cache,
             leader_contact: Default::default(),
             feature_level: config.feature_level(),
             started_at_ms: now_ms(),

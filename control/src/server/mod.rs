@@ -33,6 +33,7 @@ pub async fn serve(
         core.raft.clone(),
         core.raft_isolation.clone(),
         core.leader_contact.clone(),
+        core.entry_cache.clone(),
     );
     tonic::transport::Server::builder()
         .add_service(raft)
