@@ -126,8 +126,9 @@ async fn sync_settings(core: Arc<Core>, settings: ClusterSettings, mut stop: wat
 /// cycles that would each see one more job are merged, leaving the cores to the commit path.
 const MIN_CYCLE_INTERVAL: Duration = Duration::from_millis(20);
 
-/// Hands freed heap back to the system when dropped (glibc keeps it otherwise): a deposed
-/// leader's scheduling cache is an entry per pending job, about 300 MB at a million.
+/// Hands freed heap back to the system when dropped: a deposed leader's scheduling cache is an
+/// entry per pending job, about 300 MB at a million. Our own heap is mimalloc's, which returns
+/// freed pages by itself; RocksDB's is glibc's, which keeps them until trimmed.
 struct TrimHeapOnDrop;
 
 impl Drop for TrimHeapOnDrop {
