@@ -59,7 +59,7 @@ pub async fn run(load: Load, bin: Option<PathBuf>, json: bool) -> anyhow::Result
     let mut first = held_job(&work);
     first.name = "warmup".into();
     loop {
-        match submit_one(&c, first.clone(), "memory-warmup".into()).await {
+        match submit_one(&c, &first, "memory-warmup".into()).await {
             Ok(_) => break,
             Err(e) if started.elapsed() > Duration::from_secs(60) => {
                 anyhow::bail!("the cluster did not accept a job: {e}")
@@ -78,7 +78,7 @@ pub async fn run(load: Load, bin: Option<PathBuf>, json: bool) -> anyhow::Result
             let mut spec = load.shape.job(&work, 0, 0);
             spec.array = format!("0-{}", tasks - 1);
             arrays += 1;
-            submit_one(&c, spec, format!("memory-{arrays}"))
+            submit_one(&c, &spec, format!("memory-{arrays}"))
                 .await
                 .map_err(|e| anyhow::anyhow!("submit: {}", e.message()))?;
             submitted += tasks;
@@ -154,14 +154,14 @@ async fn submit_one_by_one(
     let mut tasks = Vec::new();
     for k in 0..load.clients {
         let c = Client::new(addrs.to_vec())?;
-        let (next, shape, jobs, work) = (next.clone(), load.shape, load.jobs, work.to_path_buf());
+        let (next, jobs, jobs_of_client) = (next.clone(), load.jobs, load.shape.for_client(work, k));
         tasks.push(tokio::spawn(async move {
             loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 if i >= jobs {
                     return Ok::<(), anyhow::Error>(());
                 }
-                submit_one(&c, shape.job(&work, k, i), format!("memory-{i}"))
+                submit_one(&c, &jobs_of_client.job(i), format!("memory-{i}"))
                     .await
                     .map_err(|e| anyhow::anyhow!("submit {i}: {}", e.message()))?;
                 if i % 10_000 == 0 {

@@ -4,6 +4,7 @@
 //! killed with SIGKILL, and `memory` measures such processes. Each prints a progress line while
 //! it runs, then a table or `--json`.
 
+use std::borrow::Cow;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -177,11 +178,36 @@ impl JobShape {
         api::JobSpec { env: shell_env(self.env_vars, &shell), ..held_job(dir) }
     }
 
+    /// The jobs of client `client`.
+    fn for_client(self, dir: &Path, client: usize) -> ClientJobs {
+        let shared = (!self.unique_env).then(|| self.job(dir, client, 0));
+        ClientJobs { shape: self, dir: dir.to_path_buf(), client, shared }
+    }
+
     fn describe(&self) -> String {
         match (self.env_vars, self.unique_env) {
             (0, _) => "no environment".into(),
             (n, false) => format!("{n} environment variables ({} B), one environment per client", env_bytes(n)),
             (n, true) => format!("{n} environment variables ({} B), a different one per job", env_bytes(n)),
+        }
+    }
+}
+
+/// The jobs one client submits. Jobs sharing the client's environment are one job built once,
+/// as a program submitting from one shell holds its environment once: the load generator's own
+/// work per job stays small beside the cluster's on the same cores.
+struct ClientJobs {
+    shape: JobShape,
+    dir: PathBuf,
+    client: usize,
+    shared: Option<api::JobSpec>,
+}
+
+impl ClientJobs {
+    fn job(&self, i: usize) -> Cow<'_, api::JobSpec> {
+        match &self.shared {
+            Some(job) => Cow::Borrowed(job),
+            None => Cow::Owned(self.shape.job(&self.dir, self.client, i)),
         }
     }
 }
@@ -215,10 +241,10 @@ fn held_job(dir: &Path) -> api::JobSpec {
     }
 }
 
-async fn submit_one(c: &Client, spec: api::JobSpec, request_id: String) -> Result<u64, tonic::Status> {
-    let req = api::SubmitJobRequest { spec: Some(spec), user: "bench".into(), request_id };
+async fn submit_one(c: &Client, spec: &api::JobSpec, request_id: String) -> Result<u64, tonic::Status> {
     c.call(|mut cl| {
-        let req = req.clone();
+        let req =
+            api::SubmitJobRequest { spec: Some(spec.clone()), user: "bench".into(), request_id: request_id.clone() };
         async move { cl.submit_job(req).await }
     })
     .await
@@ -273,10 +299,10 @@ async fn submit(
     for k in 0..clients {
         let c = Client::new(addrs.clone())?;
         let (next, done, errors, ready) = (next.clone(), done.clone(), errors.clone(), ready.clone());
-        let dir = dir.path().to_path_buf();
+        let jobs_of_client = shape.for_client(dir.path(), k);
         tasks.push(tokio::spawn(async move {
             let mut latencies = Vec::new();
-            let warm = submit_one(&c, shape.job(&dir, k, jobs + k), format!("bench-{run_id}-warm-{k}")).await;
+            let warm = submit_one(&c, &jobs_of_client.job(jobs + k), format!("bench-{run_id}-warm-{k}")).await;
             if let Err(e) = warm {
                 errors.lock().unwrap_or_else(|p| p.into_inner()).push(e.message().to_string());
             }
@@ -286,9 +312,9 @@ async fn submit(
                 if i >= jobs {
                     return latencies;
                 }
-                let spec = shape.job(&dir, k, i);
+                let spec = jobs_of_client.job(i);
                 let sent = Instant::now();
-                match submit_one(&c, spec, format!("bench-{run_id}-{i}")).await {
+                match submit_one(&c, &spec, format!("bench-{run_id}-{i}")).await {
                     Ok(_) => latencies.push(sent.elapsed()),
                     Err(e) => errors.lock().unwrap_or_else(|p| p.into_inner()).push(e.message().to_string()),
                 }
@@ -374,7 +400,7 @@ async fn dispatch(jobs: usize, json: bool) -> anyhow::Result<()> {
             ..Default::default()
         };
         let sent = epoch_ns();
-        let id = submit_one(&c, spec, uuid::Uuid::new_v4().to_string()).await?;
+        let id = submit_one(&c, &spec, uuid::Uuid::new_v4().to_string()).await?;
         let waited = Instant::now();
         let started_ns = loop {
             if let Some(ns) = std::fs::read_to_string(&out).ok().and_then(|t| t.trim().parse::<u128>().ok()) {
@@ -559,7 +585,7 @@ async fn failover(runs: usize, clients: usize, bin: Option<PathBuf>, json: bool)
             while !stop.load(Ordering::SeqCst) {
                 n += 1;
                 let sent = Instant::now();
-                if submit_one(&c, spec.clone(), format!("failover-{run_id}-{k}-{n}")).await.is_ok() {
+                if submit_one(&c, &spec, format!("failover-{run_id}-{k}-{n}")).await.is_ok() {
                     acked.lock().unwrap_or_else(|p| p.into_inner()).push((sent, Instant::now()));
                 } else {
                     tokio::time::sleep(Duration::from_millis(10)).await;
