@@ -54,7 +54,7 @@ fn io_err(subject: ErrorSubject<u64>, verb: ErrorVerb, e: impl std::error::Error
 struct Cached<C: QuorumTypeConfig> {
     entry: Arc<Entry<C>>,
     /// The entry's JSON, as written to the log, while it is among the newest.
-    json: Option<Arc<[u8]>>,
+    json: Option<Json>,
     written: bool,
 }
 
@@ -62,7 +62,7 @@ struct Cache<C: QuorumTypeConfig> {
     /// The newest entries, contiguous, including every one appended and not yet written.
     tail: BTreeMap<u64, Cached<C>>,
     /// Encodings a follower received for entries it is about to append.
-    received: BTreeMap<LogId<u64>, Arc<[u8]>>,
+    received: BTreeMap<LogId<u64>, Json>,
 }
 
 /// The newest log entries in memory, shared by the log store, its readers, the network (which
@@ -115,22 +115,24 @@ impl<C: QuorumTypeConfig> EntryCache<C> {
     }
 }
 
+/// An entry's JSON, as written to the log.
+type Json = Arc<[u8]>;
+/// Entries to write, each with its JSON when it came encoded.
+type ToWrite<C> = Vec<(Arc<Entry<C>>, Option<Json>)>;
+/// Entries written, with their JSON.
+type Written<C> = Vec<(Arc<Entry<C>>, Json)>;
+/// Puts and deletes for the writer to add to its batch.
+type Fill = Box<dyn FnOnce(&DB, &mut WriteBatch) + Send>;
+
 /// What the writer thread is asked to do, in order.
 enum Op<C: QuorumTypeConfig> {
-    Append {
-        entries: Vec<(Arc<Entry<C>>, Option<Arc<[u8]>>)>,
-        callback: LogFlushed<C>,
-    },
-    Write {
-        fill: Box<dyn FnOnce(&DB, &mut WriteBatch) + Send>,
-        sync: bool,
-        done: Option<tokio::sync::oneshot::Sender<Result<(), String>>>,
-    },
+    Append { entries: ToWrite<C>, callback: LogFlushed<C> },
+    Write { fill: Fill, sync: bool, done: Option<tokio::sync::oneshot::Sender<Result<(), String>>> },
 }
 
 /// What to do once a batch is written.
 enum Done<C: QuorumTypeConfig> {
-    Flushed(LogFlushed<C>, Vec<(Arc<Entry<C>>, Arc<[u8]>)>),
+    Flushed(LogFlushed<C>, Written<C>),
     Written(tokio::sync::oneshot::Sender<Result<(), String>>),
 }
 
@@ -206,7 +208,7 @@ fn run_writer<C: QuorumTypeConfig>(db: Arc<DB>, cache: EntryCache<C>, ops: mpsc:
 }
 
 /// Records that `entry` is on disk, and lets the oldest entries (and older encodings) go.
-fn mark_written<C: QuorumTypeConfig>(cache: &mut Cache<C>, entry: &Arc<Entry<C>>, json: &Arc<[u8]>) {
+fn mark_written<C: QuorumTypeConfig>(cache: &mut Cache<C>, entry: &Arc<Entry<C>>, json: &Json) {
     let index = entry.log_id.index;
     // Truncated and appended again since: the cache holds a newer entry at this index.
     let Some(cached) = cache.tail.get_mut(&index).filter(|c| Arc::ptr_eq(&c.entry, entry)) else {
@@ -461,7 +463,7 @@ impl<C: QuorumTypeConfig> RaftLogStorage<C> for LogStore<C> {
         I: IntoIterator<Item = C::Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        let batch: Vec<(Arc<Entry<C>>, Option<Arc<[u8]>>)> = {
+        let batch: ToWrite<C> = {
             let mut cache = self.cache.lock();
             entries
                 .into_iter()
