@@ -12,6 +12,8 @@ use crate::client::Client;
 
 /// How long `-f` waits before asking again when there was nothing new.
 const POLL: Duration = Duration::from_millis(250);
+/// How long `-f` waits for a running job's output file to appear.
+const FILE_WAIT: Duration = Duration::from_secs(10);
 
 pub struct LogsOptions {
     pub job_id: u64,
@@ -47,6 +49,7 @@ pub async fn logs(
         }
     }
     let mut offset = 0u64;
+    let mut waited_for_file = Duration::ZERO;
     loop {
         let req = api::JobLogsRequest {
             user: opts.user.clone(),
@@ -61,7 +64,22 @@ pub async fn logs(
                 let req = req.clone();
                 async move { c.job_logs(req).await }
             })
-            .await?;
+            .await;
+        let r = match r {
+            Ok(r) => r,
+            // A job is RUNNING once its start is committed, a moment before its agent has made
+            // its output file (or before the replica answering has applied the start): while
+            // the job runs, -f waits for the file instead of giving up.
+            Err(e) if opts.follow && e.code() == tonic::Code::FailedPrecondition && offset == 0 => {
+                if job_state(client, opts.job_id).await? != "RUNNING" || waited_for_file >= FILE_WAIT {
+                    return Err(e);
+                }
+                tokio::time::sleep(POLL).await;
+                waited_for_file += POLL;
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
         if !r.data.is_empty() {
             out.write_all(&r.data).map_err(|e| tonic::Status::internal(format!("writing the output: {e}")))?;
             let _ = out.flush();
