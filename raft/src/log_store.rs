@@ -95,17 +95,12 @@ impl<C: QuorumTypeConfig> EntryCache<C> {
     }
 
     /// Keeps the encodings of entries received from the leader, so that appending them writes
-    /// these bytes instead of encoding the entries again. The caller forgets them
-    /// ([`Self::forget_received`]) once the request is answered.
-    pub fn receive(&self, entries: impl IntoIterator<Item = (LogId<u64>, Arc<[u8]>)>) {
+    /// these bytes instead of encoding the entries again, until the returned guard is dropped
+    /// (the request answered, failed, or abandoned by a client that gave up waiting).
+    pub fn receive(&self, entries: Vec<(LogId<u64>, Arc<[u8]>)>) -> Received<C> {
+        let ids = entries.iter().map(|(id, _)| *id).collect();
         self.lock().received.extend(entries);
-    }
-
-    pub fn forget_received<'a>(&self, log_ids: impl IntoIterator<Item = &'a LogId<u64>>) {
-        let mut cache = self.lock();
-        for id in log_ids {
-            cache.received.remove(id);
-        }
+        Received { cache: self.clone(), ids }
     }
 
     /// How many entries the tail holds, and how many of them keep their encoding.
@@ -123,6 +118,22 @@ type ToWrite<C> = Vec<(Arc<Entry<C>>, Option<Json>)>;
 type Written<C> = Vec<(Arc<Entry<C>>, Json)>;
 /// Puts and deletes for the writer to add to its batch.
 type Fill = Box<dyn FnOnce(&DB, &mut WriteBatch) + Send>;
+
+/// Encodings held by [`EntryCache::receive`]; dropping this lets them go.
+#[must_use = "the encodings are forgotten when this is dropped"]
+pub struct Received<C: QuorumTypeConfig> {
+    cache: EntryCache<C>,
+    ids: Vec<LogId<u64>>,
+}
+
+impl<C: QuorumTypeConfig> Drop for Received<C> {
+    fn drop(&mut self) {
+        let mut cache = self.cache.lock();
+        for id in &self.ids {
+            cache.received.remove(id);
+        }
+    }
+}
 
 /// What the writer thread is asked to do, in order.
 enum Op<C: QuorumTypeConfig> {
@@ -576,8 +587,10 @@ mod tests {
         let sent = entry(1, 1);
         // Valid JSON for the same entry, spelled differently from what serde writes.
         let spelled = format!(" {} ", serde_json::to_string(&sent).unwrap());
-        log.entry_cache().receive([(sent.log_id, Arc::from(spelled.as_bytes()))]);
+        let held = log.entry_cache().receive(vec![(sent.log_id, Arc::from(spelled.as_bytes()))]);
         append(&mut log, vec![sent.clone(), entry(1, 2)]).await;
+        drop(held);
+        assert!(log.entry_cache().0.lock().unwrap().received.is_empty(), "forgotten with the guard");
         let db = log.db.clone();
         let cf = db.cf_handle(CF_LOG).unwrap();
         assert_eq!(db.get_cf(cf, index_key(1)).unwrap().unwrap(), spelled.as_bytes());

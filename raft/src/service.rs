@@ -77,11 +77,10 @@ impl<C: QuorumTypeConfig> RaftService for RaftRpcServer<C> {
         self.check()?;
         let (rpc, received) = decode_append::<C>(&request.into_inner().payload)
             .map_err(|e| Status::invalid_argument(format!("malformed append-entries request: {e}")))?;
-        // The log store takes these bytes when openraft appends the entries, before the answer.
-        let ids: Vec<_> = received.iter().map(|(id, _)| *id).collect();
-        self.cache.receive(received);
+        // The log store takes these bytes when openraft appends the entries, before the answer;
+        // they are let go when this request ends, answered or abandoned.
+        let _held = self.cache.receive(received);
         let response = self.raft.append_entries(rpc).await;
-        self.cache.forget_received(&ids);
         if matches!(&response, Ok(r) if !matches!(r, openraft::raft::AppendEntriesResponse::HigherVote(_))) {
             self.contact.touch();
         }
