@@ -16,7 +16,6 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
-use std::marker::PhantomData;
 use std::ops::{Bound, RangeBounds};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex, MutexGuard};
@@ -97,14 +96,15 @@ impl<C: QuorumTypeConfig> EntryCache<C> {
     /// Keeps the encodings of entries received from the leader, so that appending them writes
     /// these bytes instead of encoding the entries again, until the returned guard is dropped
     /// (the request answered, failed, or abandoned by a client that gave up waiting).
-    pub fn receive(&self, entries: Vec<(LogId<u64>, Arc<[u8]>)>) -> Received<C> {
+    pub fn receive(&self, entries: Vec<ReceivedEntry>) -> Received<C> {
         let ids = entries.iter().map(|(id, _)| *id).collect();
         self.lock().received.extend(entries);
         Received { cache: self.clone(), ids }
     }
 
     /// How many entries the tail holds, and how many of them keep their encoding.
-    pub fn held(&self) -> (usize, usize) {
+    #[cfg(test)]
+    fn held(&self) -> (usize, usize) {
         let cache = self.lock();
         (cache.tail.len(), cache.tail.values().filter(|c| c.json.is_some()).count())
     }
@@ -112,6 +112,8 @@ impl<C: QuorumTypeConfig> EntryCache<C> {
 
 /// An entry's JSON, as written to the log.
 type Json = Arc<[u8]>;
+/// An entry's log id and the JSON it came as from the leader.
+pub type ReceivedEntry = (LogId<u64>, Arc<[u8]>);
 /// Entries to write, each with its JSON when it came encoded.
 type ToWrite<C> = Vec<(Arc<Entry<C>>, Option<Json>)>;
 /// Entries written, with their JSON.
@@ -150,12 +152,12 @@ enum Done<C: QuorumTypeConfig> {
 /// The writer thread: takes every operation waiting, writes them as one batch (synced if any of
 /// them needs it), and then reports each.
 fn run_writer<C: QuorumTypeConfig>(db: Arc<DB>, cache: EntryCache<C>, ops: mpsc::Receiver<Op<C>>) {
+    let cf = db.cf_handle(CF_LOG).expect("opened with CF_LOG");
     while let Ok(first) = ops.recv() {
         let mut batch = WriteBatch::default();
         let mut sync = false;
         let mut done = Vec::new();
         let mut failed = None;
-        let cf = db.cf_handle(CF_LOG).expect("opened with CF_LOG");
         for op in std::iter::once(first).chain(std::iter::from_fn(|| ops.try_recv().ok())) {
             match op {
                 Op::Append { entries, callback } => {
@@ -258,7 +260,6 @@ pub struct LogStore<C: QuorumTypeConfig> {
     committed: Arc<AtomicU64>,
     cache: EntryCache<C>,
     writer: Arc<Writer<C>>,
-    _types: PhantomData<C>,
 }
 
 impl<C: QuorumTypeConfig> Clone for LogStore<C> {
@@ -268,7 +269,6 @@ impl<C: QuorumTypeConfig> Clone for LogStore<C> {
             committed: self.committed.clone(),
             cache: self.cache.clone(),
             writer: self.writer.clone(),
-            _types: PhantomData,
         }
     }
 }
@@ -293,7 +293,6 @@ impl<C: QuorumTypeConfig> LogStore<C> {
             committed: Arc::new(AtomicU64::new(0)),
             cache,
             writer: Arc::new(Writer { queue: Some(tx), thread: Some(thread) }),
-            _types: PhantomData,
         })
     }
 
@@ -508,11 +507,7 @@ impl<C: QuorumTypeConfig> RaftLogStorage<C> for LogStore<C> {
 
     async fn purge(&mut self, log_id: LogId<u64>) -> StorageResult<()> {
         let value = serde_json::to_vec(&log_id).map_err(|e| io_err(ErrorSubject::Logs, ErrorVerb::Delete, e))?;
-        {
-            let mut cache = self.cache.lock();
-            let kept = cache.tail.split_off(&(log_id.index + 1));
-            cache.tail = kept;
-        }
+        self.cache.lock().tail.retain(|&index, _| index > log_id.index);
         self.write(ErrorSubject::Logs, true, move |db, batch| {
             batch.put_cf(db.cf_handle(CF_META).expect("opened with CF_META"), KEY_LAST_PURGED, value);
             let cf = db.cf_handle(CF_LOG).expect("opened with CF_LOG");

@@ -3,10 +3,11 @@
 //! Requests are serde-encoded into [`RaftPayload`]; a remote `RaftError` comes back inside the
 //! payload and becomes `RPCError::RemoteError`. An append-entries request carries each entry as
 //! this replica wrote it to its log, from the [`EntryCache`], instead of encoding it once more
-//! per follower ([`encode_append`]); the bytes are the ones serde would write. A replica that cannot be reached becomes
-//! `Unreachable`, so that openraft backs off (half a second) before retrying; one that was
-//! reached but did not answer within the RPC's deadline is only a `Network` error, retried at
-//! once, as openraft treats its own timeouts. Backing off from a replica that is merely slow
+//! per follower ([`encode_append`]); the bytes are the ones serde would write.
+//!
+//! A replica that cannot be reached becomes `Unreachable`, so that openraft backs off (half a
+//! second) before retrying; one that was reached but did not answer within the RPC's deadline
+//! is only a `Network` error, retried at once, as openraft treats its own timeouts. Backing off from a replica that is merely slow
 //! (a follower's fsync behind a busy disk) silenced the leader's heartbeats to it for longer
 //! than an election timeout, and every slow fsync became an election.
 
@@ -28,7 +29,7 @@ use serde::Serialize;
 use serde_json::value::RawValue;
 use tonic::transport::{Channel, Endpoint};
 
-use crate::log_store::EntryCache;
+use crate::log_store::{EntryCache, ReceivedEntry};
 use crate::QuorumTypeConfig;
 
 /// Largest gRPC message a replica sends or accepts (log batches, snapshot chunks).
@@ -186,9 +187,6 @@ struct AppendWire<'a> {
     entries: Vec<&'a RawValue>,
     leader_commit: Option<LogId<u64>>,
 }
-
-/// An entry's log id and the JSON it came as.
-pub type ReceivedEntry = (LogId<u64>, Arc<[u8]>);
 
 /// Decodes an append-entries request, keeping each entry's JSON as well, so that the follower
 /// writes those bytes to its log instead of encoding the entry again.
