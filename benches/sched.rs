@@ -10,9 +10,10 @@ use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use quorum_control::model::{Account, AssocLimits, Gpu, Job, JobSpec, JobState, Node, NodeAdminState, Program, Shared};
-use quorum_control::sched::view::{DepStatus, PartitionView, RunningJob};
-use quorum_control::sched::{schedule, BackfillMode, ClusterView, NodeView, PendingJob, Policy, Res};
-use quorum_control::state::ClusterState;
+use quorum_control::model::{BackfillMode, Policy};
+use quorum_sched::view::{DepStatus, PartitionView, RunningJob};
+use quorum_sched::{schedule, ClusterView, NodeView, PendingJob, Res};
+use quorum_state::ClusterState;
 
 /// A small deterministic generator, so every run schedules the same cluster.
 struct Rng(u64);

@@ -13,10 +13,11 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
-use quorum_control::model::{Allocation, Gpu, JobSpec, NodeAllocation, PendingReason, Program, RankOutcome};
-use quorum_control::state::{
-    apply, snapshot, ClusterState, Command, NodeRegistration, PlannedStart, ReplicaVersion, Response, Submit,
-    FEATURE_LEVEL,
+use quorum_control::model::{
+    Allocation, Gpu, JobSpec, NodeAllocation, PendingReason, PlannedStart, Program, RankOutcome,
+};
+use quorum_state::{
+    apply, snapshot, ClusterState, Command, NodeRegistration, ReplicaVersion, Response, Submit, FEATURE_LEVEL,
 };
 
 const NODES: usize = 10_000;

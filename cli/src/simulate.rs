@@ -191,7 +191,7 @@ fn table(name: &str, trace: &Trace, r: &SimResult, report: &Report) -> String {
         r.policy_name,
         p.ordering,
         p.backfill,
-        if p.backfill == quorum_control::sched::BackfillMode::Conservative {
+        if p.backfill == quorum_control::model::BackfillMode::Conservative {
             format!(
                 " with {} reservations",
                 if p.reservations == u32::MAX { "all".into() } else { p.reservations.to_string() }

@@ -134,9 +134,8 @@ async fn assert_caught_up(cluster: &quorum_cli::dev::DevCluster, i: usize) {
         let follower = cluster.controller(i)?;
         let l = leader.core.shared.read();
         let f = follower.core.shared.read();
-        (l.applied_index() == f.applied_index()).then(|| {
-            (l.applied_index(), (quorum_control::state::digest(&l.state), quorum_control::state::digest(&f.state)))
-        })
+        (l.applied_index() == f.applied_index())
+            .then(|| (l.applied_index(), (quorum_state::digest(&l.state), quorum_state::digest(&f.state))))
     })
     .await;
     assert_eq!(digest.0, digest.1, "replicas at applied index {idx} disagree");

@@ -447,7 +447,7 @@ async fn rolling_upgrade_of_every_replica_under_load_fails_no_request() {
     assert!(!acked.is_empty());
     assert_each_acknowledged_job_once(&c, &acked).await;
     wait_for(T, "the cluster level to rise once every replica runs the new release", || async {
-        (versions(&addrs)["cluster_level"] == quorum_control::state::FEATURE_LEVEL).then_some(())
+        (versions(&addrs)["cluster_level"] == quorum_state::FEATURE_LEVEL).then_some(())
     })
     .await;
     assert_digests_agree(&c).await;

@@ -7,7 +7,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::*;
-use quorum_cli::dev::DevOptions;
+use quorum_cli::dev::{node_name, DevOptions};
 use quorum_proto::api;
 
 const T: Duration = Duration::from_secs(30);
@@ -380,5 +380,61 @@ async fn an_array_runs_each_task_once_within_its_throttle() {
     let (ok, _, err) = quorum(&["show", "1_x"]);
     assert!(!ok && err.contains("invalid job '1_x'"), "{err}");
     assert_eq!(all_jobs(&c).await.len(), before);
+    cluster.shutdown().await;
+}
+
+/// `quorum logs -f` of a running job whose output cannot be read yet (here: its agent is cut
+/// off) says so and waits, then follows the output once it can be read, instead of failing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logs_follow_waits_while_a_running_jobs_output_cannot_be_read() {
+    use std::io::BufRead;
+    let cluster = cluster(DevOptions { agents: 1, ..DevOptions::for_tests() }).await;
+    let c = client(&cluster.addrs);
+    wait_ready(&cluster, &c, 1).await;
+    let dir = tempfile::tempdir().unwrap();
+    let go = dir.path().join("go");
+    let script = format!("echo line1; while [ ! -e {} ]; do sleep 0.1; done; echo line2", go.display());
+    let id = submit(&c, spec(&["bash", "-c", &script], dir.path())).await;
+    wait_state(&c, id, &["RUNNING"], T).await;
+    let out = dir.path().join(format!("quorum-{id}.out"));
+    wait_for(T, "the job's first line", || async {
+        std::fs::read_to_string(&out).ok().filter(|t| t.starts_with("line1")).map(|_| ())
+    })
+    .await;
+
+    // Cut the agent off until the leader no longer holds its stream: its output cannot be read.
+    cluster.isolate_agent(0, true);
+    wait_for(T, "the agent's stream to end", || async {
+        nodes(&c).await.into_iter().find(|n| n.name == node_name(0) && !n.connected)
+    })
+    .await;
+    let mut follow = std::process::Command::new(env!("CARGO_BIN_EXE_quorum"))
+        .args(["logs", "-f", &id.to_string()])
+        .env("QUORUM_CONTROLLERS", cluster.controllers_env())
+        .env("USER", "tester")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = follow.stderr.take().unwrap();
+    let (note_tx, note_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr).lines() {
+            if note_tx.send(line.unwrap()).is_err() {
+                break;
+            }
+        }
+    });
+    let note = tokio::task::spawn_blocking(move || note_rx.recv_timeout(T)).await.unwrap();
+    let note = note.expect("quorum logs -f says it waits (it exited instead)");
+    assert!(note.contains(&format!("job {id} runs, but its output cannot be read yet")), "{note}");
+    assert!(note.contains("no agent connected"), "{note}");
+
+    cluster.isolate_agent(0, false);
+    std::fs::write(&go, "").unwrap();
+    let done = tokio::task::spawn_blocking(move || follow.wait_with_output()).await.unwrap().unwrap();
+    assert!(done.status.success(), "{done:?}");
+    assert_eq!(String::from_utf8_lossy(&done.stdout), "line1\nline2\n");
+    assert_eq!(job(&c, id).await.state, "COMPLETED");
     cluster.shutdown().await;
 }

@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use common::*;
 use quorum_cli::dev::DevOptions;
-use quorum_control::state::FEATURE_LEVEL;
 use quorum_proto::api;
+use quorum_state::FEATURE_LEVEL;
 
 const T: Duration = Duration::from_secs(30);
 const NODE_TIMEOUT: Duration = Duration::from_secs(3);
@@ -26,7 +26,7 @@ async fn assert_replicas_agree(cluster: &quorum_cli::dev::DevCluster) {
         let leader = cluster.controller(cluster.leader()?)?;
         let (index, digest) = {
             let l = leader.core.shared.read();
-            (l.applied_index(), quorum_control::state::digest(&l.state))
+            (l.applied_index(), quorum_state::digest(&l.state))
         };
         for i in 0..cluster.addrs.len() {
             let r = cluster.controller(i)?;
@@ -34,7 +34,7 @@ async fn assert_replicas_agree(cluster: &quorum_cli::dev::DevCluster) {
             if a.applied_index() != index {
                 return None;
             }
-            assert_eq!(quorum_control::state::digest(&a.state), digest, "replica {} disagrees at {index}", i + 1);
+            assert_eq!(quorum_state::digest(&a.state), digest, "replica {} disagrees at {index}", i + 1);
         }
         Some(())
     })

@@ -12,7 +12,8 @@ use crate::client::Client;
 
 /// How long `-f` waits before asking again when there was nothing new.
 const POLL: Duration = Duration::from_millis(250);
-/// How long `-f` waits for a running job's output file to appear.
+/// How long `-f` waits for a running job's output to become readable (its file made, its
+/// agent connected).
 const FILE_WAIT: Duration = Duration::from_secs(10);
 
 pub struct LogsOptions {
@@ -68,11 +69,19 @@ pub async fn logs(
         let r = match r {
             Ok(r) => r,
             // A job is RUNNING once its start is committed, a moment before its agent has made
-            // its output file (or before the replica answering has applied the start): while
-            // the job runs, -f waits for the file instead of giving up.
+            // its output file (or before the replica answering has applied the start), and its
+            // agent may be reconnecting: while the job runs, -f waits instead of giving up.
             Err(e) if opts.follow && e.code() == tonic::Code::FailedPrecondition && offset == 0 => {
                 if job_state(client, opts.job_id).await? != "RUNNING" || waited_for_file >= FILE_WAIT {
                     return Err(e);
+                }
+                if waited_for_file.is_zero() {
+                    let _ = writeln!(
+                        note,
+                        "job {} runs, but its output cannot be read yet ({}); waiting",
+                        opts.job_id,
+                        e.message()
+                    );
                 }
                 tokio::time::sleep(POLL).await;
                 waited_for_file += POLL;

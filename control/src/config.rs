@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::model::{hostlist, parse, Account, AssocLimits, Partition, Qos};
-use crate::sched::{BackfillMode, Ordering, Policy, Weights};
+use crate::model::{BackfillMode, Policy, QueueOrder, Weights};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -223,9 +223,9 @@ impl SchedulerConfig {
             ConfigError::Invalid(format!("scheduler.{what} = '{v}': expected one of {choices}"))
         };
         let ordering = match self.ordering.as_deref() {
-            None | Some("multifactor") => Ordering::Multifactor,
-            Some("fifo") => Ordering::Fifo,
-            Some("sjf") => Ordering::ShortestFirst,
+            None | Some("multifactor") => QueueOrder::Multifactor,
+            Some("fifo") => QueueOrder::Fifo,
+            Some("sjf") => QueueOrder::ShortestFirst,
             Some(o) => return Err(bad("ordering", o, "multifactor, fifo, sjf")),
         };
         let backfill = match self.backfill.as_deref() {
@@ -473,11 +473,11 @@ impl ControllerConfig {
             )));
         }
         if let Some(level) = self.emulate_feature_level {
-            if !(crate::state::BASE_LEVEL..=crate::state::FEATURE_LEVEL).contains(&level) {
+            if !(quorum_state::BASE_LEVEL..=quorum_state::FEATURE_LEVEL).contains(&level) {
                 return Err(ConfigError::Invalid(format!(
                     "emulate_feature_level ({level}) must be between {} and {}, the levels this release knows",
-                    crate::state::BASE_LEVEL,
-                    crate::state::FEATURE_LEVEL
+                    quorum_state::BASE_LEVEL,
+                    quorum_state::FEATURE_LEVEL
                 )));
             }
         }
@@ -487,7 +487,7 @@ impl ControllerConfig {
 
     /// The feature level this replica reports and applies.
     pub fn feature_level(&self) -> u32 {
-        self.emulate_feature_level.unwrap_or(crate::state::FEATURE_LEVEL)
+        self.emulate_feature_level.unwrap_or(quorum_state::FEATURE_LEVEL)
     }
 
     /// The leader's timeouts for nodes and agents.
@@ -561,6 +561,6 @@ mod tests {
         let e = with("emulate_feature_level = 9").validate().unwrap_err().to_string();
         assert!(e.contains("emulate_feature_level (9) must be between 1 and"), "{e}");
         assert_eq!(with("emulate_feature_level = 1").feature_level(), 1);
-        assert_eq!(with("").feature_level(), crate::state::FEATURE_LEVEL);
+        assert_eq!(with("").feature_level(), quorum_state::FEATURE_LEVEL);
     }
 }

@@ -1,20 +1,18 @@
 //! The Quorum controller.
 //!
-//! Data flows one way: clients and agents reach [`server`]; writes become [`state::Command`]s
-//! proposed through Raft ([`replica`]); once committed, [`state::apply`] changes the
-//! [`state::ClusterState`] on every replica. On the leader, [`leader`] loops read that state,
-//! call the pure scheduler [`sched::schedule`], propose its plan, and push launches and kills to
-//! the agents.
+//! Data flows one way: clients and agents reach [`server`]; writes become
+//! [`quorum_state::Command`]s proposed through Raft ([`replica`]); once committed,
+//! [`quorum_state::apply`] changes the [`quorum_state::ClusterState`] on every replica. On the
+//! leader, [`leader`] loops read that state, call the pure scheduler [`quorum_sched::schedule`],
+//! propose its plan, and push launches and kills to the agents.
 
 pub mod config;
 /// The domain types, from `quorum-model`.
 pub use quorum_model as model;
 pub mod leader;
 pub mod replica;
-pub mod sched;
 pub mod server;
 pub mod sim;
-pub mod state;
 
 pub use config::ControllerConfig;
 pub use replica::{run, Controller};

@@ -14,7 +14,7 @@ impl StoreBuilder<TypeConfig, LogStore<TypeConfig>, StateMachineStore, tempfile:
         let dir = tempfile::tempdir().expect("temp dir");
         let db = quorum_raft::open_db(&dir.path().join("db"), &[CF_SNAPSHOT]).expect("open rocksdb");
         let log = LogStore::new(db.clone()).expect("log store");
-        let sm = StateMachineStore::open(db, quorum_control::state::FEATURE_LEVEL)?;
+        let sm = StateMachineStore::open(db, quorum_state::FEATURE_LEVEL)?;
         Ok((dir, log, sm))
     }
 }

@@ -11,6 +11,7 @@ pub mod env;
 pub mod gpu_fault;
 pub mod hostlist;
 pub mod parse;
+pub mod policy;
 pub mod shared;
 
 pub use shared::Shared;
@@ -18,6 +19,7 @@ pub use shared::Shared;
 pub use accounts::{Account, AssocLimits, Qos, Usage};
 pub use array::{ArraySpec, ArrayTask, TaskRange};
 pub use env::Env;
+pub use policy::{BackfillMode, Policy, QueueOrder, Weights};
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -622,6 +624,13 @@ pub struct Partition {
     /// Every job gets whole nodes (Slurm's `OverSubscribe=EXCLUSIVE`).
     #[serde(default)]
     pub exclusive: bool,
+}
+
+/// A start the scheduler planned; apply re-checks it against the state it meets.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlannedStart {
+    pub job_id: JobId,
+    pub allocation: Allocation,
 }
 
 /// A business rejection: returned as data from `apply`, shown to the user as an error.

@@ -19,7 +19,7 @@ use tonic::Status;
 
 use crate::model::JobId;
 use crate::server::convert;
-use crate::state::ClusterState;
+use quorum_state::ClusterState;
 
 pub type AgentSender = mpsc::Sender<Result<ControllerMessage, Status>>;
 

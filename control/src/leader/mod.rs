@@ -4,7 +4,7 @@
 //! - versions: records what each voter runs, which sets the cluster's feature level;
 //! - partition sync: makes the replicated partitions match this replica's config file;
 //! - scheduling: after events (debounced by the kick) and at least every second, builds a view
-//!   at an applied index, calls `sched::schedule`, and proposes the plan;
+//!   at an applied index, calls `quorum_sched::schedule`, and proposes the plan;
 //! - dispatch: after every applied change, reconciles each connected agent with the state;
 //! - liveness: a node not heard from for `node_timeout` (counted from the later of its last
 //!   heartbeat and the start of this leadership, so a failover never marks nodes down) is
@@ -23,8 +23,8 @@ use tokio::task::JoinHandle;
 use crate::config::ClusterSettings;
 use crate::model::NodeAdminState;
 use crate::replica::{now_ms, Core, WriteError};
-use crate::sched::{self, ClusterView};
-use crate::state::{Command, Response};
+use quorum_sched::ClusterView;
+use quorum_state::{Command, Response};
 
 /// Runs until `stop` turns true, starting and stopping leader sessions as leadership comes and
 /// goes.
@@ -144,7 +144,7 @@ impl Drop for TrimHeapOnDrop {
 async fn schedule_loop(core: Arc<Core>, mut stop: watch::Receiver<bool>) {
     // Declared first, so dropped last: after the cache.
     let _trim = TrimHeapOnDrop;
-    let mut cache = sched::view::ViewCache::default();
+    let mut cache = quorum_sched::view::ViewCache::default();
     let mut last_cycle: Option<Instant> = None;
     loop {
         tokio::select! {
@@ -179,7 +179,7 @@ async fn schedule_loop(core: Arc<Core>, mut stop: watch::Receiver<bool>) {
             .map(|(j, e)| (*j, e.nodes.clone()))
             .collect();
         let started = std::time::Instant::now();
-        let plan = sched::schedule(&view, now_ms(), &policy);
+        let plan = quorum_sched::schedule(&view, now_ms(), &policy);
         tracing::debug!(
             pending = view.pending.len(),
             elapsed_ms = started.elapsed().as_millis() as u64,
@@ -187,7 +187,8 @@ async fn schedule_loop(core: Arc<Core>, mut stop: watch::Receiver<bool>) {
         );
         *core.estimates.lock().unwrap_or_else(|p| p.into_inner()) = plan.estimates.clone();
         let planned = plan.starts.len();
-        let Some(command) = plan.into_command(base_index, now_ms()) else { continue };
+        let reasons = plan.reasons_to_write();
+        let Some(command) = Command::apply_plan(base_index, now_ms(), plan.starts, reasons) else { continue };
         match core.write(command).await {
             Ok((index, Response::PlanApplied { started, dropped })) => {
                 tracing::debug!(index, planned, started = started.len(), dropped = dropped.len(), "plan applied");

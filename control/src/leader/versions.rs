@@ -15,7 +15,7 @@ use tokio::sync::watch;
 use tonic::transport::{Channel, Endpoint};
 
 use crate::replica::{now_ms, Core, VERSION};
-use crate::state::{lowest_level, Command, ReplicaVersion, BASE_LEVEL};
+use quorum_state::{lowest_level, Command, ReplicaVersion, BASE_LEVEL};
 
 /// How often the leader asks the voters.
 const POLL: Duration = Duration::from_secs(1);

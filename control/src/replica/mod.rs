@@ -26,7 +26,7 @@ pub use types::{Raft, TypeConfig};
 
 use crate::config::ControllerConfig;
 use crate::leader::hub::AgentHub;
-use crate::state::{Command, Response};
+use quorum_state::{Command, Response};
 
 /// The software version each replica reports.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -55,7 +55,7 @@ pub const QUORUM_FRESHNESS: std::time::Duration = std::time::Duration::from_secs
 /// What the services and leader loops of one replica share.
 pub struct Core {
     /// The latest plan's reservations, kept by the leader for `quorum queue --start`.
-    pub estimates: std::sync::Mutex<BTreeMap<crate::model::JobId, crate::sched::Estimate>>,
+    pub estimates: std::sync::Mutex<BTreeMap<crate::model::JobId, quorum_sched::Estimate>>,
     pub id: u64,
     pub addr: String,
     pub raft: Raft,
@@ -76,7 +76,7 @@ pub struct Core {
     /// The feature level this replica reports and applies (below [`FEATURE_LEVEL`] only when
     /// emulating an older release).
     ///
-    /// [`FEATURE_LEVEL`]: crate::state::FEATURE_LEVEL
+    /// [`FEATURE_LEVEL`]: quorum_state::FEATURE_LEVEL
     pub feature_level: u32,
     /// When this replica started, in milliseconds since the epoch.
     pub started_at_ms: u64,

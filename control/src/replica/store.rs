@@ -1,8 +1,8 @@
-//! The state machine as openraft sees it: applies committed entries through [`state::apply`],
+//! The state machine as openraft sees it: applies committed entries through [`quorum_state::apply`],
 //! builds and installs snapshots, and persists the latest snapshot in RocksDB so that a
 //! restarted replica resumes from it and replays only the log after it.
 //!
-//! [`state::apply`]: crate::state::apply
+//! [`quorum_state::apply`]: quorum_state::apply
 
 use std::io::Cursor;
 use std::sync::{Arc, RwLock, RwLockReadGuard};
@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{watch, Notify};
 
 use super::types::TypeConfig;
-use crate::state::{self, ClusterState, Response};
+use quorum_state::{ClusterState, Response};
 
 pub use super::snapshot_file::CF_SNAPSHOT;
 use super::snapshot_file::{self, Layout};
@@ -121,7 +121,7 @@ fn read_snapshot(db: &DB) -> StorageResult<Option<snapshot_file::Stored>> {
 }
 
 fn decode_snapshot(meta: &SnapshotMeta<u64, BasicNode>, data: &[u8]) -> StorageResult<Applied> {
-    let state = state::snapshot::decode(data)
+    let state = quorum_state::snapshot::decode(data)
         .map_err(|e| io_err(ErrorSubject::Snapshot(Some(meta.signature())), ErrorVerb::Read, e))?;
     Ok(Applied { state, last_applied: meta.last_log_id, membership: meta.last_membership.clone() })
 }
@@ -160,7 +160,7 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
             let applied = self.shared.read();
             (applied.state.clone(), applied.last_applied, applied.membership.clone())
         };
-        let data = in_background(move || state::snapshot::encode(&state))
+        let data = in_background(move || quorum_state::snapshot::encode(&state))
             .await
             .map_err(|e| io_err(ErrorSubject::StateMachine, ErrorVerb::Read, e))?
             .map_err(|e| io_err(ErrorSubject::StateMachine, ErrorVerb::Read, e))?;
@@ -216,7 +216,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                     EntryPayload::Blank => Response::Ok,
                     EntryPayload::Normal(command) => {
                         wake |= command.wakes_scheduler();
-                        let response = state::apply(&mut applied.state, entry.log_id.index, command);
+                        let response = quorum_state::apply(&mut applied.state, entry.log_id.index, command);
                         if let Response::Digest { digest } = response {
                             self.shared.record_digest(entry.log_id.index, digest);
                         }

@@ -3,7 +3,7 @@
 
 use std::io::Cursor;
 
-use crate::state::{Command, Response};
+use quorum_state::{Command, Response};
 
 openraft::declare_raft_types!(
     pub TypeConfig:

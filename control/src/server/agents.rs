@@ -21,7 +21,7 @@ use super::not_leader;
 use crate::leader::hub::AgentInfo;
 use crate::model::{Gpu, NodeAdminState, RankOutcome};
 use crate::replica::{now_ms, Core};
-use crate::state::{Command, NodeRegistration};
+use quorum_state::{Command, NodeRegistration};
 
 pub fn service(core: Arc<Core>) -> AgentServiceServer<Agents> {
     let reports = ReportBatcher::reports(core.clone());

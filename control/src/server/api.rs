@@ -16,7 +16,7 @@ use super::batch::SubmitBatcher;
 use super::{convert, not_leader};
 use crate::model::JobState;
 use crate::replica::{now_ms, Core, UpTo, WriteError, VERSION};
-use crate::state::{Command, Response as Applied, Submit};
+use quorum_state::{Command, Response as Applied, Submit};
 
 pub fn service(core: Arc<Core>) -> QuorumServer<Api> {
     let submits = SubmitBatcher::submits(core.clone());
@@ -85,7 +85,7 @@ impl Api {
 }
 
 /// Task `task` of the array whose id is `array_id` (its tasks have the ids from `array_id` on).
-fn array_task(state: &crate::state::ClusterState, array_id: u64, task: u32) -> Result<&crate::model::Job, Status> {
+fn array_task(state: &quorum_state::ClusterState, array_id: u64, task: u32) -> Result<&crate::model::Job, Status> {
     let first = state.jobs.get(&array_id).ok_or_else(|| Status::not_found(format!("job {array_id} does not exist")))?;
     let Some(a) = first.array.filter(|a| a.array_job_id == array_id) else {
         return Err(Status::invalid_argument(format!("job {array_id} is not a job array, so it has no task {task}")));
@@ -145,9 +145,9 @@ impl Quorum for Api {
         self.core.linearizable().await.map_err(write_status)?;
         let (view, policy) = {
             let applied = self.core.shared.read();
-            (crate::sched::ClusterView::from_state(&applied.state), applied.state.policy.clone())
+            (quorum_sched::ClusterView::from_state(&applied.state), applied.state.policy.clone())
         };
-        let factors = crate::sched::priority::breakdown(&view, now_ms(), &policy);
+        let factors = quorum_sched::priority::breakdown(&view, now_ms(), &policy);
         let jobs = view
             .pending
             .iter()
@@ -185,8 +185,8 @@ impl Quorum for Api {
         }
         self.core.linearizable().await.map_err(write_status)?;
         let applied = self.core.shared.read();
-        let view = crate::sched::ClusterView::from_state(&applied.state);
-        let shares = crate::sched::priority::fairshare(&view, now_ms(), &applied.state.policy);
+        let view = quorum_sched::ClusterView::from_state(&applied.state);
+        let shares = quorum_sched::priority::fairshare(&view, now_ms(), &applied.state.policy);
         let accounts = shares
             .values()
             .map(|s| AccountShare {

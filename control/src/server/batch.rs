@@ -20,7 +20,7 @@ use tonic::Status;
 
 use super::api::write_status;
 use crate::replica::{now_ms, Core};
-use crate::state::{Command, Response as Applied, Submit, BATCH_LEVEL, SUBMIT_JOBS_LEVEL};
+use quorum_state::{Command, Response as Applied, Submit, BATCH_LEVEL, SUBMIT_JOBS_LEVEL};
 
 /// Entries of one kind being committed at once.
 const IN_FLIGHT: usize = 4;

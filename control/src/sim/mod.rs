@@ -2,8 +2,8 @@
 //! state machine in virtual time.
 //!
 //! Nothing here re-implements scheduling. Every arrival is a [`Command::SubmitJob`] applied with
-//! [`state::apply`]; after the arrivals and ends of each instant, one cycle runs exactly as the
-//! leader's: [`ClusterView::from_state`], [`sched::schedule`] with the previous cycle's
+//! [`quorum_state::apply`]; after the arrivals and ends of each instant, one cycle runs exactly as the
+//! leader's: [`ClusterView::from_state`], [`quorum_sched::schedule`] with the previous cycle's
 //! reservations, and the plan applied as a [`Command::ApplyPlan`] (which re-checks every start);
 //! each started job ends after its recorded run time (at its limit when it runs over) with a
 //! [`Command::JobEnded`] per node, as agents would report. The clock is virtual, so the replay
@@ -20,9 +20,10 @@ use std::str::FromStr;
 
 use crate::config::ClusterSettings;
 use crate::model::{Account, JobId, JobSpec, Partition, Program, RankOutcome};
-use crate::sched::view::ViewCache;
-use crate::sched::{self, BackfillMode, ClusterView, Ordering, Policy};
-use crate::state::{self, ClusterState, Command, NodeRegistration, Response};
+use crate::model::{BackfillMode, Policy, QueueOrder};
+use quorum_sched::view::ViewCache;
+use quorum_sched::ClusterView;
+use quorum_state::{ClusterState, Command, NodeRegistration, Response};
 use swf::{SwfJob, Trace};
 
 /// The scheduling policies the command line offers by name.
@@ -70,11 +71,11 @@ impl PolicyName {
     /// Sets the ordering and backfill of `policy`, keeping its weights and windows.
     pub fn apply(self, policy: &mut Policy) {
         let (ordering, backfill) = match self {
-            PolicyName::Fcfs => (Ordering::Fifo, BackfillMode::None),
-            PolicyName::Easy => (Ordering::Fifo, BackfillMode::Easy),
-            PolicyName::Conservative => (Ordering::Fifo, BackfillMode::Conservative),
-            PolicyName::Multifactor => (Ordering::Multifactor, BackfillMode::Easy),
-            PolicyName::Sjf => (Ordering::ShortestFirst, BackfillMode::Easy),
+            PolicyName::Fcfs => (QueueOrder::Fifo, BackfillMode::None),
+            PolicyName::Easy => (QueueOrder::Fifo, BackfillMode::Easy),
+            PolicyName::Conservative => (QueueOrder::Fifo, BackfillMode::Conservative),
+            PolicyName::Multifactor => (QueueOrder::Multifactor, BackfillMode::Easy),
+            PolicyName::Sjf => (QueueOrder::ShortestFirst, BackfillMode::Easy),
         };
         policy.ordering = ordering;
         policy.backfill = backfill;
@@ -400,7 +401,7 @@ impl Simulation {
 
     fn cmd(&mut self, c: Command) -> Response {
         self.index += 1;
-        state::apply(&mut self.state, self.index, c)
+        quorum_state::apply(&mut self.state, self.index, c)
     }
 
     fn spec(&self, a: &Arrival) -> JobSpec {
@@ -517,10 +518,11 @@ impl Simulation {
                 let mut view = ClusterView::from_state_cached(&self.state, &mut cache);
                 view.previous = std::mem::take(&mut previous);
                 let policy = self.state.policy.clone();
-                let plan = sched::schedule(&view, now, &policy);
+                let plan = quorum_sched::schedule(&view, now, &policy);
                 cycles += 1;
                 previous = plan.estimates.iter().map(|(j, e)| (*j, e.nodes.clone())).collect();
-                if let Some(command) = plan.into_command(self.index, now) {
+                let reasons = plan.reasons_to_write();
+                if let Some(command) = Command::apply_plan(self.index, now, plan.starts, reasons) {
                     match self.cmd(command) {
                         Response::PlanApplied { started, dropped: d } => {
                             dropped.extend(d);

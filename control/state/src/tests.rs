@@ -1,75 +1,5 @@
 use super::*;
-use crate::model::{Gpu, Program};
-
-pub(crate) fn partition(name: &str, nodes: &str, default: bool) -> Partition {
-    crate::config::PartitionConfig {
-        name: name.into(),
-        nodes: nodes.into(),
-        default,
-        max_time: Some("1-00:00:00".into()),
-        default_time: None,
-        default_mem_per_cpu: Some("1G".into()),
-        ..Default::default()
-    }
-    .to_partition()
-    .unwrap()
-}
-
-pub(crate) fn spec(argv: &[&str]) -> JobSpec {
-    JobSpec {
-        name: "t".into(),
-        partition: None,
-        nodes: 1,
-        ntasks: 1,
-        cpus_per_task: 1,
-        mem_per_node_mb: None,
-        gpus_per_node: 0,
-        gpu_type: None,
-        time_limit_s: None,
-        program: Program::Argv(argv.iter().map(|s| s.to_string()).collect()),
-        work_dir: "/tmp".into(),
-        stdout: None,
-        stderr: None,
-        env: Default::default(),
-        submit_dir: "/tmp".into(),
-        ..Default::default()
-    }
-}
-
-pub(crate) fn register(name: &str, cpus: u32, gpus: u32) -> Command {
-    Command::RegisterNode {
-        node: NodeRegistration {
-            name: name.into(),
-            cpus,
-            mem_mb: 64 * 1024,
-            gpus: (0..gpus).map(|i| Gpu { index: i, gpu_type: "h100".into() }).collect(),
-            features: vec![],
-            version: "test".into(),
-        },
-        now: 1,
-    }
-}
-
-pub(crate) fn cluster() -> ClusterState {
-    let mut s = ClusterState::new();
-    apply(&mut s, 1, Command::SetPartitions { partitions: vec![partition("gpu", "n[1-2]", true)], now: 1 });
-    apply(&mut s, 2, register("n1", 8, 4));
-    apply(&mut s, 3, register("n2", 8, 4));
-    s
-}
-
-fn submit(s: &mut ClusterState, index: u64, spec: JobSpec, request_id: &str) -> Response {
-    apply(
-        s,
-        index,
-        Command::SubmitJob {
-            spec: Box::new(spec),
-            user: "alice".into(),
-            now: 1000 + index,
-            request_id: request_id.into(),
-        },
-    )
-}
+use crate::testing::{cluster, register, spec, submit};
 
 #[test]
 fn submit_assigns_ids_and_dedups_retries() {
@@ -130,7 +60,7 @@ fn start(s: &mut ClusterState, index: u64, job_id: JobId, node: &str, cpus: u32,
             starts: vec![PlannedStart {
                 job_id,
                 allocation: Allocation {
-                    nodes: vec![crate::model::NodeAllocation { node: node.into(), cpus, mem_mb, gpus }],
+                    nodes: vec![quorum_model::NodeAllocation { node: node.into(), cpus, mem_mb, gpus }],
                 },
             }],
             reasons: vec![],
@@ -158,7 +88,7 @@ fn plan_is_rechecked_at_apply_and_job_end_frees_resources() {
         }
         other => panic!("{other:?}"),
     }
-    assert_eq!(s.nodes["n1"].state(), crate::model::NodeState::Allocated);
+    assert_eq!(s.nodes["n1"].state(), quorum_model::NodeState::Allocated);
     assert_eq!(s.jobs[&1].alloc_index, 12);
     // A report with an older token changes nothing.
     let ended = |token, code| Command::JobEnded {
@@ -173,7 +103,7 @@ fn plan_is_rechecked_at_apply_and_job_end_frees_resources() {
     assert_eq!(s.jobs[&1].exit_code, Some(3));
     assert_eq!(s.nodes["n1"].alloc_cpus, 0);
     assert!(s.nodes["n1"].alloc_gpus.is_empty());
-    assert_eq!(s.nodes["n1"].state(), crate::model::NodeState::Idle);
+    assert_eq!(s.nodes["n1"].state(), quorum_model::NodeState::Idle);
     assert_eq!(apply(&mut s, 16, ended(12, 0)), Response::Ignored, "a job ends once");
 }
 
@@ -230,7 +160,7 @@ fn snapshots_reproduce_the_state_bit_for_bit() {
     let mut s = cluster();
     for i in 1..2000u32 {
         let value = f64::from(i) * 0.001 / 7.0 + 0.1 + 0.2;
-        s.usage.insert(format!("a{i}"), crate::model::Usage { value, at: u64::from(i) });
+        s.usage.insert(format!("a{i}"), quorum_model::Usage { value, at: u64::from(i) });
     }
     let bytes = serde_json::to_vec(&s).unwrap();
     let back: ClusterState = serde_json::from_slice(&bytes).unwrap();
@@ -241,7 +171,7 @@ fn snapshots_reproduce_the_state_bit_for_bit() {
 /// Starts `job_id` on both nodes, `cpus` each.
 fn start_on_both(s: &mut ClusterState, index: u64, job_id: JobId, cpus: u32) -> Response {
     let mem_mb = s.jobs[&job_id].spec.mem_per_node_mb.unwrap();
-    let on = |node: &str| crate::model::NodeAllocation { node: node.into(), cpus, mem_mb, gpus: vec![0] };
+    let on = |node: &str| quorum_model::NodeAllocation { node: node.into(), cpus, mem_mb, gpus: vec![0] };
     apply(
         s,
         index,
@@ -271,7 +201,7 @@ fn node_down_fails_or_requeues_its_jobs_and_frees_every_node_they_held() {
     start_on_both(&mut s, 13, 1, 2);
     // The plan gives job 2 other GPUs than job 1.
     let mem_mb = s.jobs[&2].spec.mem_per_node_mb.unwrap();
-    let on = |node: &str| crate::model::NodeAllocation { node: node.into(), cpus: 2, mem_mb, gpus: vec![1] };
+    let on = |node: &str| quorum_model::NodeAllocation { node: node.into(), cpus: 2, mem_mb, gpus: vec![1] };
     apply(
         &mut s,
         14,
@@ -287,7 +217,7 @@ fn node_down_fails_or_requeues_its_jobs_and_frees_every_node_they_held() {
 
     let down = |node: &str, now| Command::NodeDown { node: node.into(), reason: "not responding".into(), now };
     assert_eq!(apply(&mut s, 16, down("n1", 9000)), Response::NodeDowned { ended: vec![1], requeued: vec![2] });
-    assert_eq!(s.nodes["n1"].state(), crate::model::NodeState::Down);
+    assert_eq!(s.nodes["n1"].state(), quorum_model::NodeState::Down);
     assert_eq!(s.nodes["n1"].reason(), "not responding");
     assert_eq!((s.nodes["n1"].alloc_cpus, s.nodes["n1"].alloc_gpus.len()), (0, 0));
     // What both jobs held on n2 is free too; job 3 still runs there.
@@ -322,7 +252,7 @@ fn node_down_fails_or_requeues_its_jobs_and_frees_every_node_they_held() {
     assert_eq!(apply(&mut s, 20, down("n9", 9300)), Response::Rejected(Rejection::UnknownNode { name: "n9".into() }));
     // The agent registering again brings the node back.
     apply(&mut s, 21, register("n1", 8, 4));
-    assert_eq!(s.nodes["n1"].state(), crate::model::NodeState::Idle);
+    assert_eq!(s.nodes["n1"].state(), quorum_model::NodeState::Idle);
     assert!(
         matches!(start_on_both(&mut s, 22, 2, 1), Response::PlanApplied { ref started, .. } if started == &vec![2])
     );
@@ -357,7 +287,7 @@ fn an_agent_that_lost_contact_ends_or_requeues_its_job() {
     assert_eq!(apply(&mut s, 19, lost(3, 15, "n2")), Response::JobFinished { job_id: 3, state: JobState::Cancelled });
     assert_eq!(s.nodes["n1"].alloc_cpus + s.nodes["n2"].alloc_cpus, 0);
     // The node itself stays up: only the leader's silence rule takes nodes down.
-    assert_eq!(s.nodes["n1"].state(), crate::model::NodeState::Idle);
+    assert_eq!(s.nodes["n1"].state(), quorum_model::NodeState::Idle);
 }
 
 #[test]
@@ -394,7 +324,7 @@ fn drain_and_resume_are_all_or_nothing_and_leave_down_nodes_alone() {
     assert_eq!(r, Response::Rejected(Rejection::UnknownNode { name: "n9".into() }));
     assert!(s.nodes["n1"].schedulable(), "nothing changed");
     assert_eq!(apply(&mut s, 11, drain(&["n1"], Some("fan"))), Response::Ok);
-    assert_eq!((s.nodes["n1"].state(), s.nodes["n1"].reason()), (crate::model::NodeState::Drain, "fan"));
+    assert_eq!((s.nodes["n1"].state(), s.nodes["n1"].reason()), (quorum_model::NodeState::Drain, "fan"));
     assert!(!s.nodes["n1"].schedulable());
     apply(&mut s, 12, Command::NodeDown { node: "n2".into(), reason: "silent".into(), now: 6 });
     let r = apply(&mut s, 13, drain(&["n1", "n2"], None));
@@ -406,7 +336,7 @@ fn drain_and_resume_are_all_or_nothing_and_leave_down_nodes_alone() {
 
 #[test]
 fn warn_signals_parse_like_slurm_and_need_level_3() {
-    use crate::model::WarnSignal;
+    use quorum_model::WarnSignal;
     let w = |signal, before_s, batch_only| WarnSignal { signal, before_s, batch_only };
     assert_eq!(WarnSignal::parse("USR1@5"), Ok(w(libc::SIGUSR1, 5, false)));
     assert_eq!(WarnSignal::parse("B:SIGTERM"), Ok(w(libc::SIGTERM, 60, true)));
@@ -425,97 +355,13 @@ fn warn_signals_parse_like_slurm_and_need_level_3() {
     assert!(!plain.contains("warn_signal"), "{plain}");
 }
 
-/// An array makes one job per task with consecutive ids, the first being the array's id; a
-/// retry gets the same array; its throttle lets only that many tasks start, the others wait
-/// with JobArrayTaskLimit; cancelling the array's id cancels every task still active.
-#[test]
-fn an_array_makes_its_tasks_throttles_them_and_cancels_them_together() {
-    use crate::sched::{schedule, view::ClusterView, Policy};
-    let mut s = cluster();
-    let mut a = spec(&["true"]);
-    a.array = Some(crate::model::ArraySpec::parse("0-6:2,9%2").unwrap());
-    let level = Command::SubmitJob { spec: Box::new(a.clone()), user: "alice".into(), now: 1, request_id: "x".into() };
-    assert_eq!(level.level().0, 4, "arrays need level 4");
-    assert_eq!(submit(&mut s, 10, a.clone(), "arr"), Response::Submitted { job_id: 1, duplicate: false });
-    assert_eq!(submit(&mut s, 11, a, "arr"), Response::Submitted { job_id: 1, duplicate: true });
-    let tasks: Vec<(JobId, u32)> = s.jobs.values().map(|j| (j.id, j.array.unwrap().task_id)).collect();
-    assert_eq!(tasks, [(1, 0), (2, 2), (3, 4), (4, 6), (5, 9)]);
-    for j in s.jobs.values() {
-        let t = j.array.unwrap();
-        assert_eq!((t.array_job_id, t.count, t.min, t.max, t.throttle), (1, 5, 0, 9, 2));
-        assert!(j.spec.array.is_none(), "the task list is not copied into each task");
-    }
-    assert_eq!(s.next_job_id, 6);
-
-    // Plenty of room for all five, but the throttle lets two run.
-    let plan = schedule(&ClusterView::from_state(&s), 2000, &Policy::default());
-    let started: Vec<JobId> = plan.starts.iter().map(|st| st.job_id).collect();
-    assert_eq!(started, [1, 2]);
-    for id in 3..=5 {
-        assert_eq!(plan.reason(id), Some(PendingReason::JobArrayTaskLimit), "task {id}");
-    }
-    apply(&mut s, 12, plan.into_command(11, 2000).unwrap());
-    assert_eq!(s.jobs[&1].state, JobState::Running);
-    // Nothing more starts while two run; when one ends, the next one does.
-    assert!(schedule(&ClusterView::from_state(&s), 2100, &Policy::default()).starts.is_empty());
-    let node = s.jobs[&1].allocation.as_ref().unwrap().nodes[0].node.clone();
-    let token = s.jobs[&1].alloc_index;
-    let ended =
-        Command::JobEnded { job_id: 1, token, node, outcome: RankOutcome::Exited { code: 0, signal: 0 }, now: 2200 };
-    apply(&mut s, 13, ended);
-    let plan = schedule(&ClusterView::from_state(&s), 2300, &Policy::default());
-    assert_eq!(plan.starts.iter().map(|st| st.job_id).collect::<Vec<_>>(), [3]);
-
-    // The array's id cancels what is left of it: one running, three pending; the finished
-    // task stays COMPLETED.
-    let cancel = Command::CancelJob { job_id: 1, user: "alice".into(), now: 3000, whole_array: true };
-    assert_eq!(apply(&mut s, 14, cancel), Response::Cancelled { job_id: 1, was_running: true });
-    assert_eq!(s.jobs[&1].state, JobState::Completed);
-    assert!(s.jobs[&2].cancel_requested);
-    for id in 3..=5 {
-        assert_eq!(s.jobs[&id].state, JobState::Cancelled, "task {id}");
-    }
-    let again = Command::CancelJob { job_id: 1, user: "alice".into(), now: 3001, whole_array: true };
-    assert!(matches!(apply(&mut s, 15, again), Response::Cancelled { was_running: true, .. }), "task 2 still runs");
-    let stranger = Command::CancelJob { job_id: 1, user: "bob".into(), now: 3002, whole_array: true };
-    assert!(matches!(apply(&mut s, 16, stranger), Response::Rejected(_)));
-}
-
-/// A plan writes at most MAX_REASONS_PER_PLAN reasons; the others follow in the next cycles,
-/// so that no Raft entry grows with the queue.
-#[test]
-fn a_plan_writes_a_bounded_number_of_reasons_and_the_rest_next_time() {
-    use crate::sched::{schedule, view::ClusterView, Policy, MAX_REASONS_PER_PLAN};
-    let mut s = cluster();
-    let mut held = spec(&["true"]);
-    held.hold = true;
-    held.array = Some(crate::model::ArraySpec::parse("1-6000").unwrap());
-    assert!(matches!(submit(&mut s, 10, held, "many"), Response::Submitted { job_id: 1, .. }));
-    let reasons = |s: &ClusterState, now| match schedule(&ClusterView::from_state(s), now, &Policy::default())
-        .into_command(10, now)
-    {
-        Some(Command::ApplyPlan { reasons, .. }) => reasons,
-        _ => Vec::new(),
-    };
-    let first = reasons(&s, 2000);
-    assert_eq!(first.len(), MAX_REASONS_PER_PLAN);
-    assert!(first.iter().all(|(_, r)| *r == PendingReason::JobHeldUser));
-    let plan = Command::ApplyPlan { base_index: 10, now: 2000, starts: vec![], reasons: first };
-    apply(&mut s, 11, plan);
-    let second = reasons(&s, 2100);
-    assert_eq!(second.len(), 6000 - MAX_REASONS_PER_PLAN);
-    apply(&mut s, 12, Command::ApplyPlan { base_index: 11, now: 2100, starts: vec![], reasons: second });
-    assert!(reasons(&s, 2200).is_empty(), "nothing left to write");
-    assert!(s.jobs.values().all(|j| j.reason == PendingReason::JobHeldUser));
-}
-
 /// The tasks of an array share one spec in memory, also after a snapshot round trip, and the
 /// encoding is the same as with a copy each.
 #[test]
 fn array_tasks_share_one_spec_also_after_a_snapshot() {
     let mut s = cluster();
     let mut a = spec(&["true"]);
-    a.array = Some(crate::model::ArraySpec::parse("0-2").unwrap());
+    a.array = Some(quorum_model::ArraySpec::parse("0-2").unwrap());
     submit(&mut s, 10, a, "arr");
     assert!(Shared::same(&s.jobs[&1].spec, &s.jobs[&3].spec));
     let bytes = serde_json::to_vec(&s).unwrap();
@@ -527,7 +373,7 @@ fn array_tasks_share_one_spec_also_after_a_snapshot() {
             && Shared::same(&back.jobs[&1].spec, &back.jobs[&3].spec)
     );
     assert_eq!(serde_json::to_vec(&back).unwrap(), bytes);
-    assert_eq!(crate::state::digest::digest(&back), crate::state::digest::digest(&s));
+    assert_eq!(crate::digest::digest(&back), crate::digest::digest(&s));
 }
 
 #[test]
@@ -573,7 +419,7 @@ fn submits_in_one_entry_apply_as_the_same_submits_one_by_one() {
     assert!(matches!(singles[1], Response::Rejected(_)));
     assert_eq!(singles[2], Response::Submitted { job_id: 1, duplicate: true });
     assert_eq!(singles[3], Response::Submitted { job_id: 2, duplicate: false });
-    assert_eq!(crate::state::digest(&batched), crate::state::digest(&one_by_one));
+    assert_eq!(crate::digest(&batched), crate::digest(&one_by_one));
     assert_eq!(batched.jobs.len(), 2);
 
     let all_held = Command::SubmitJobs {
@@ -625,7 +471,7 @@ fn a_batch_of_agent_reports_applies_like_the_same_commands_one_by_one() {
     assert_eq!(singles[3], Response::Ignored, "a report from an older allocation changes nothing");
     assert_eq!(singles[4], Response::JobFinished { job_id: 2, state: JobState::Failed });
     assert_eq!(batched, one_by_one);
-    assert_eq!(crate::state::digest(&batched), crate::state::digest(&one_by_one));
+    assert_eq!(crate::digest(&batched), crate::digest(&one_by_one));
     assert!(batched.nodes.contains_key("n3"));
 
     // A batch needs the highest level among its commands, and never less than its own.
@@ -646,7 +492,7 @@ fn a_batch_of_agent_reports_applies_like_the_same_commands_one_by_one() {
 fn a_compressed_snapshot_writes_each_environment_once_and_restores_the_state_and_its_sharing() {
     let mut s = cluster();
     s.replica_versions = (1..=3).map(|id| (id, ReplicaVersion { level: FEATURE_LEVEL, version: "t".into() })).collect();
-    let shell = |who: &str| crate::model::Env::new((0..40).map(|i| (format!("VAR_{i}"), format!("/home/{who}/{i}"))));
+    let shell = |who: &str| quorum_model::Env::new((0..40).map(|i| (format!("VAR_{i}"), format!("/home/{who}/{i}"))));
     // Two shells' jobs interleaved, as concurrent submitters' are, and one without environment.
     for i in 0..200u64 {
         let mut spec = spec(&["true"]);

@@ -16,19 +16,18 @@
 
 pub mod eligibility;
 pub mod placement;
-pub mod policy;
 pub mod priority;
 pub mod profile;
 pub mod view;
 
-pub use policy::{BackfillMode, Ordering, Policy, Weights};
 pub use view::{ClusterView, NodeView, PendingJob, Res};
 
 use std::collections::BTreeMap;
 
-use crate::model::{Allocation, JobId, Millis, NodeAllocation, PendingReason};
-use crate::state::{Command, PlannedStart};
 use profile::Timeline;
+use quorum_model::{
+    Allocation, BackfillMode, JobId, Millis, NodeAllocation, PendingReason, PlannedStart, Policy, QueueOrder,
+};
 
 /// Where and when backfill expects a pending job to start.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -37,7 +36,7 @@ pub struct Estimate {
     pub nodes: Vec<String>,
 }
 
-/// The most pending reasons one plan writes; see [`Plan::into_command`].
+/// The most pending reasons one plan writes; see [`Plan::reasons_to_write`].
 pub const MAX_REASONS_PER_PLAN: usize = 5_000;
 
 /// What the scheduler decided in one cycle.
@@ -66,21 +65,16 @@ impl Plan {
         self.reasons.push((job.id, reason));
     }
 
-    /// The command that applies this plan to the state `view` was taken from (at
-    /// `base_index`): every start, and only the reasons that changed. `None` when it would
-    /// change nothing.
-    /// At most [`MAX_REASONS_PER_PLAN`] reasons go in one command, the first considered first:
-    /// the rest still differ from the state next cycle and go then. A Raft entry must stay small
-    /// enough to replicate within a heartbeat (100,000 new jobs once made a 2.5 MB plan that
-    /// timed out at every try on a loaded machine).
-    pub fn into_command(self, base_index: u64, now: Millis) -> Option<Command> {
+    /// The reasons that applying this plan has to write: only those that changed from the
+    /// view, in job order, and at most [`MAX_REASONS_PER_PLAN`] of them, the first considered
+    /// first; the rest still differ from the state next cycle and go then. A Raft entry must
+    /// stay small enough to replicate within a heartbeat (100,000 new jobs once made a 2.5 MB
+    /// plan that timed out at every try on a loaded machine).
+    pub fn reasons_to_write(&self) -> Vec<(JobId, PendingReason)> {
         let mut reasons: Vec<(JobId, PendingReason)> =
             self.changed.iter().take(MAX_REASONS_PER_PLAN).map(|&i| self.reasons[i]).collect();
         reasons.sort_unstable_by_key(|(id, _)| *id);
-        if self.starts.is_empty() && reasons.is_empty() {
-            return None;
-        }
-        Some(Command::ApplyPlan { base_index, now, starts: self.starts, reasons })
+        reasons
     }
 }
 
@@ -188,9 +182,9 @@ impl<'a, V> Lookup<'a, V> {
 fn order<'a>(view: &'a ClusterView, now_ms: Millis, policy: &Policy) -> Vec<&'a PendingJob> {
     let mut jobs: Vec<&PendingJob> = view.pending.iter().map(|j| &**j).collect();
     match policy.ordering {
-        Ordering::Fifo => jobs.sort_by_key(|j| (j.submit_ms, j.id)),
-        Ordering::ShortestFirst => jobs.sort_by_key(|j| (j.duration_s(), j.submit_ms, j.id)),
-        Ordering::Multifactor => {
+        QueueOrder::Fifo => jobs.sort_by_key(|j| (j.submit_ms, j.id)),
+        QueueOrder::ShortestFirst => jobs.sort_by_key(|j| (j.duration_s(), j.submit_ms, j.id)),
+        QueueOrder::Multifactor => {
             let ctx = priority::PriorityContext::new(view, now_ms, policy);
             let mut keyed: Vec<(f64, &PendingJob)> =
                 jobs.into_iter().map(|j| (ctx.factors(view, j, now_ms, policy).total, j)).collect();

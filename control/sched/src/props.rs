@@ -6,7 +6,7 @@ use proptest::prelude::*;
 
 use super::tests::{node, Bench};
 use super::*;
-use crate::model::JobState;
+use quorum_model::JobState;
 
 #[derive(Clone, Debug)]
 struct JobShape {
@@ -56,7 +56,7 @@ fn assert_no_overcommit(b: &Bench) {
 
 fn bench(caps: &[(u32, u32)], backfill: BackfillMode) -> Bench {
     let nodes = caps.iter().enumerate().map(|(i, (c, g))| node(&format!("n{i}"), *c, *g, "h100", &[])).collect();
-    Bench::new(nodes, Policy { ordering: Ordering::Fifo, backfill, reservations: 5, ..Policy::default() })
+    Bench::new(nodes, Policy { ordering: QueueOrder::Fifo, backfill, reservations: 5, ..Policy::default() })
 }
 
 proptest! {

@@ -8,10 +8,12 @@
 mod commands;
 mod digest;
 pub mod snapshot;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 
 pub use commands::{
-    Command, NodeRegistration, PlannedStart, ReplicaVersion, Response, Submit, BASE_LEVEL, BATCH_LEVEL,
-    COMPRESSED_SNAPSHOT_LEVEL, FEATURE_LEVEL, SUBMIT_JOBS_LEVEL,
+    Command, NodeRegistration, ReplicaVersion, Response, Submit, BASE_LEVEL, BATCH_LEVEL, COMPRESSED_SNAPSHOT_LEVEL,
+    FEATURE_LEVEL, SUBMIT_JOBS_LEVEL,
 };
 pub use digest::digest;
 
@@ -19,11 +21,10 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::{
+use quorum_model::{
     Account, Allocation, ArrayTask, HoldKind, Job, JobId, JobSpec, JobState, Millis, Node, NodeAdminState, Partition,
-    PendingReason, Qos, RankOutcome, Rejection, Shared, Usage,
+    PendingReason, PlannedStart, Policy, Qos, RankOutcome, Rejection, Shared, Usage,
 };
-use crate::sched::Policy;
 
 /// The account jobs are charged to when no account tree is configured.
 pub const DEFAULT_ACCOUNT: &str = "root";
@@ -427,8 +428,8 @@ fn admit(state: &ClusterState, spec: &mut JobSpec) -> Result<String, Rejection> 
         if requested > limit {
             return Err(Rejection::TimeLimitExceedsPartition {
                 partition: partition.name.clone(),
-                requested: crate::model::parse::format_duration(requested),
-                limit: crate::model::parse::format_duration(limit),
+                requested: quorum_model::parse::format_duration(requested),
+                limit: quorum_model::parse::format_duration(limit),
             });
         }
     }
@@ -467,8 +468,8 @@ fn never_fits_detail(partition: &str, nodes: &[&Node], spec: &JobSpec, cpus: u32
     } else if mem > max_mem {
         format!(
             "partition '{partition}' has no node with {} of memory; the largest has {}",
-            crate::model::parse::format_mem_mb(mem),
-            crate::model::parse::format_mem_mb(max_mem)
+            quorum_model::parse::format_mem_mb(mem),
+            quorum_model::parse::format_mem_mb(max_mem)
         )
     } else if spec.gpus_per_node > max_gpus {
         format!(
@@ -480,7 +481,7 @@ fn never_fits_detail(partition: &str, nodes: &[&Node], spec: &JobSpec, cpus: u32
             "partition '{partition}' has {} nodes, fewer than the {} requested that can each hold {cpus} CPUs, {} and {} {gpu_words}",
             nodes.len(),
             spec.nodes,
-            crate::model::parse::format_mem_mb(mem),
+            quorum_model::parse::format_mem_mb(mem),
             spec.gpus_per_node
         )
     }

@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 
 /// The order in which pending jobs are considered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Ordering {
+pub enum QueueOrder {
     /// Slurm's multifactor priority.
     Multifactor,
     /// First come, first served.
@@ -35,7 +35,7 @@ pub struct Weights {
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Policy {
-    pub ordering: Ordering,
+    pub ordering: QueueOrder,
     pub backfill: BackfillMode,
     /// Conservative backfill: how many blocked jobs get a reservation.
     pub reservations: u32,
@@ -57,7 +57,7 @@ pub struct Policy {
 impl Default for Policy {
     fn default() -> Self {
         Self {
-            ordering: Ordering::Multifactor,
+            ordering: QueueOrder::Multifactor,
             backfill: BackfillMode::Easy,
             reservations: 1,
             bf_window_s: 86_400,

@@ -8,9 +8,9 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::policy::Policy;
 use super::view::{ClusterView, PendingJob};
-use crate::model::{JobId, Millis};
+use quorum_model::Policy;
+use quorum_model::{JobId, Millis};
 
 /// One job's factors, each in [0, 1], and its total.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -97,7 +97,7 @@ pub fn fairshare(view: &ClusterView, now_ms: Millis, policy: &Policy) -> BTreeMa
 
 fn share(name: String, parent: Option<String>, raw: u32, norm: f64, raw_usage: f64, denominator: f64) -> AccountShare {
     let norm_usage = raw_usage / denominator;
-    let fairshare = if norm <= 0.0 { 0.0 } else { crate::model::accounts::exp2_neg(norm_usage / norm) };
+    let fairshare = if norm <= 0.0 { 0.0 } else { quorum_model::accounts::exp2_neg(norm_usage / norm) };
     AccountShare { name, parent, raw_shares: raw, norm_shares: norm, raw_usage, norm_usage, fairshare }
 }
 

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use super::view::{ClusterView, DepStatus, PartitionView, PendingJob};
-use crate::model::{Millis, PendingReason, Qos};
+use quorum_model::{Millis, PendingReason, Qos};
 
 /// Whether any account limits the wall time of its jobs (known once per cycle, so that the
 /// common tree without such limits costs no walk up the tree per job).

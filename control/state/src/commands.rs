@@ -2,17 +2,10 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::{
-    Account, Allocation, Gpu, JobId, JobSpec, JobState, Millis, Partition, PendingReason, Qos, RankOutcome, Rejection,
+use quorum_model::{
+    Account, Gpu, JobId, JobSpec, JobState, Millis, Partition, PendingReason, PlannedStart, Policy, Qos, RankOutcome,
+    Rejection,
 };
-use crate::sched::Policy;
-
-/// A start the scheduler planned; apply re-checks it against the state it meets.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PlannedStart {
-    pub job_id: JobId,
-    pub allocation: Allocation,
-}
 
 /// What an agent declares about its node when it connects.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -205,6 +198,20 @@ pub enum Command {
 }
 
 impl Command {
+    /// The entry that applies a scheduling plan made from the state at `base_index`, or `None`
+    /// when it would change nothing (no start, no reason): such a plan is not worth a log entry.
+    pub fn apply_plan(
+        base_index: u64,
+        now: Millis,
+        starts: Vec<PlannedStart>,
+        reasons: Vec<(JobId, PendingReason)>,
+    ) -> Option<Command> {
+        if starts.is_empty() && reasons.is_empty() {
+            return None;
+        }
+        Some(Command::ApplyPlan { base_index, now, starts, reasons })
+    }
+
     /// Whether applying this may let the scheduler start something.
     pub fn wakes_scheduler(&self) -> bool {
         match self {

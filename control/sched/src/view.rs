@@ -6,8 +6,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
-use crate::model::{Account, HoldKind, Job, JobId, JobState, Millis, Node, PendingReason, Qos, Shared, Usage};
-use crate::state::ClusterState;
+use quorum_model::{Account, HoldKind, Job, JobId, JobState, Millis, Node, PendingReason, Qos, Shared, Usage};
+use quorum_state::ClusterState;
 
 /// An amount of CPUs, memory (MiB) and GPUs. Signed so that reservations can be subtracted.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -237,7 +237,7 @@ fn node_view(node: &Node, switch: Option<&String>) -> NodeView {
 fn running_job(
     state: &ClusterState,
     j: &Job,
-    a: &crate::model::Allocation,
+    a: &quorum_model::Allocation,
     by_name: &HashMap<&str, usize, BuildHasherDefault<Fnv>>,
 ) -> RunningJob {
     let end_s = match j.spec.time_limit_s {
@@ -474,8 +474,8 @@ fn active_jobs(state: &ClusterState) -> Vec<&Job> {
     out
 }
 
-fn dependency_status(state: &ClusterState, deps: &[crate::model::Dependency]) -> DepStatus {
-    use crate::model::DependencyKind::*;
+fn dependency_status(state: &ClusterState, deps: &[quorum_model::Dependency]) -> DepStatus {
+    use quorum_model::DependencyKind::*;
     let mut status = DepStatus::Satisfied;
     for d in deps {
         // A job no longer known was purged long after it ended: treat it as satisfied.

@@ -4,9 +4,9 @@
 use std::collections::BTreeMap;
 
 use super::*;
-use crate::model::{Account, AssocLimits, Gpu, JobSpec, JobState, Program, Qos, RankOutcome};
-use crate::state::tests::partition;
-use crate::state::{apply, ClusterState, Command, NodeRegistration, Response};
+use quorum_model::{Account, AssocLimits, Gpu, JobSpec, JobState, Program, Qos, RankOutcome};
+use quorum_state::testing::{cluster, partition, spec, submit};
+use quorum_state::{apply, ClusterState, Command, NodeRegistration, Response};
 
 /// A cluster driven through the real state machine and scheduler, in virtual time.
 pub(crate) struct Bench {
@@ -15,7 +15,7 @@ pub(crate) struct Bench {
     index: u64,
     /// The last plan's reservations, fed to the next cycle as the leader does.
     previous: BTreeMap<u64, Vec<String>>,
-    cache: crate::sched::view::ViewCache,
+    cache: crate::view::ViewCache,
 }
 
 pub(crate) fn node(name: &str, cpus: u32, gpus: u32, gpu_type: &str, features: &[&str]) -> NodeRegistration {
@@ -41,7 +41,7 @@ impl Bench {
         let names: Vec<String> = nodes.iter().map(|n| n.name.clone()).collect();
         let mut p = partition("batch", "x", true);
         p.node_names = names.iter().cloned().collect();
-        p.nodes = crate::model::hostlist::compress(&names);
+        p.nodes = quorum_model::hostlist::compress(&names);
         p.max_time_s = None;
         b.cmd(Command::SetPartitions { partitions: vec![p], now: 0 });
         b.cmd(Command::SetPolicy { policy, now: 0 });
@@ -153,7 +153,7 @@ fn ten_nodes() -> Vec<NodeRegistration> {
 }
 
 fn fifo(backfill: BackfillMode, reservations: u32) -> Policy {
-    Policy { ordering: Ordering::Fifo, backfill, reservations, ..Policy::default() }
+    Policy { ordering: QueueOrder::Fifo, backfill, reservations, ..Policy::default() }
 }
 
 /// The picture in every batch system's user guide, ten one-CPU nodes, conservative backfill.
@@ -242,10 +242,10 @@ fn eligibility_reasons_are_named() {
     let first = b.submit(1, 100);
     let held = b.submit_with("alice", |s| s.hold = true);
     let after = b.submit_with("alice", |s| {
-        s.dependencies = vec![crate::model::Dependency { kind: crate::model::DependencyKind::AfterOk, job: first }]
+        s.dependencies = vec![quorum_model::Dependency { kind: quorum_model::DependencyKind::AfterOk, job: first }]
     });
     let notok = b.submit_with("alice", |s| {
-        s.dependencies = vec![crate::model::Dependency { kind: crate::model::DependencyKind::AfterNotOk, job: first }]
+        s.dependencies = vec![quorum_model::Dependency { kind: quorum_model::DependencyKind::AfterNotOk, job: first }]
     });
     let begin = b.now_ms + 3_600_000;
     let later = b.submit_with("alice", |s| s.begin_time = Some(begin));
@@ -313,7 +313,7 @@ fn qos_and_association_limits() {
         now: 0,
         request_id: "x".into(),
     });
-    assert!(matches!(r, Response::Rejected(crate::model::Rejection::InvalidQos { .. })), "{r:?}");
+    assert!(matches!(r, Response::Rejected(quorum_model::Rejection::InvalidQos { .. })), "{r:?}");
 }
 
 #[test]
@@ -471,4 +471,89 @@ fn pending_jobs_in_the_cached_view_share_one_copy_of_each_name() {
     assert!(pending.iter().all(|p| &*p.user == "alice"));
     let same = std::sync::Arc::ptr_eq;
     assert!(same(&pending[0].user, &pending[2].user) && same(&pending[0].partition, &pending[1].partition));
+}
+
+/// An array makes one job per task with consecutive ids, the first being the array's id; a
+/// retry gets the same array; its throttle lets only that many tasks start, the others wait
+/// with JobArrayTaskLimit; cancelling the array's id cancels every task still active.
+#[test]
+fn an_array_makes_its_tasks_throttles_them_and_cancels_them_together() {
+    let mut s = cluster();
+    let mut a = spec(&["true"]);
+    a.array = Some(quorum_model::ArraySpec::parse("0-6:2,9%2").unwrap());
+    let level = Command::SubmitJob { spec: Box::new(a.clone()), user: "alice".into(), now: 1, request_id: "x".into() };
+    assert_eq!(level.level().0, 4, "arrays need level 4");
+    assert_eq!(submit(&mut s, 10, a.clone(), "arr"), Response::Submitted { job_id: 1, duplicate: false });
+    assert_eq!(submit(&mut s, 11, a, "arr"), Response::Submitted { job_id: 1, duplicate: true });
+    let tasks: Vec<(JobId, u32)> = s.jobs.values().map(|j| (j.id, j.array.unwrap().task_id)).collect();
+    assert_eq!(tasks, [(1, 0), (2, 2), (3, 4), (4, 6), (5, 9)]);
+    for j in s.jobs.values() {
+        let t = j.array.unwrap();
+        assert_eq!((t.array_job_id, t.count, t.min, t.max, t.throttle), (1, 5, 0, 9, 2));
+        assert!(j.spec.array.is_none(), "the task list is not copied into each task");
+    }
+    assert_eq!(s.next_job_id, 6);
+
+    // Plenty of room for all five, but the throttle lets two run.
+    let plan = schedule(&ClusterView::from_state(&s), 2000, &Policy::default());
+    let started: Vec<JobId> = plan.starts.iter().map(|st| st.job_id).collect();
+    assert_eq!(started, [1, 2]);
+    for id in 3..=5 {
+        assert_eq!(plan.reason(id), Some(PendingReason::JobArrayTaskLimit), "task {id}");
+    }
+    let reasons = plan.reasons_to_write();
+    apply(&mut s, 12, Command::apply_plan(11, 2000, plan.starts, reasons).unwrap());
+    assert_eq!(s.jobs[&1].state, JobState::Running);
+    // Nothing more starts while two run; when one ends, the next one does.
+    assert!(schedule(&ClusterView::from_state(&s), 2100, &Policy::default()).starts.is_empty());
+    let node = s.jobs[&1].allocation.as_ref().unwrap().nodes[0].node.clone();
+    let token = s.jobs[&1].alloc_index;
+    let ended =
+        Command::JobEnded { job_id: 1, token, node, outcome: RankOutcome::Exited { code: 0, signal: 0 }, now: 2200 };
+    apply(&mut s, 13, ended);
+    let plan = schedule(&ClusterView::from_state(&s), 2300, &Policy::default());
+    assert_eq!(plan.starts.iter().map(|st| st.job_id).collect::<Vec<_>>(), [3]);
+
+    // The array's id cancels what is left of it: one running, three pending; the finished
+    // task stays COMPLETED.
+    let cancel = Command::CancelJob { job_id: 1, user: "alice".into(), now: 3000, whole_array: true };
+    assert_eq!(apply(&mut s, 14, cancel), Response::Cancelled { job_id: 1, was_running: true });
+    assert_eq!(s.jobs[&1].state, JobState::Completed);
+    assert!(s.jobs[&2].cancel_requested);
+    for id in 3..=5 {
+        assert_eq!(s.jobs[&id].state, JobState::Cancelled, "task {id}");
+    }
+    let again = Command::CancelJob { job_id: 1, user: "alice".into(), now: 3001, whole_array: true };
+    assert!(matches!(apply(&mut s, 15, again), Response::Cancelled { was_running: true, .. }), "task 2 still runs");
+    let stranger = Command::CancelJob { job_id: 1, user: "bob".into(), now: 3002, whole_array: true };
+    assert!(matches!(apply(&mut s, 16, stranger), Response::Rejected(_)));
+}
+
+/// A plan writes at most MAX_REASONS_PER_PLAN reasons; the others follow in the next cycles,
+/// so that no Raft entry grows with the queue.
+#[test]
+fn a_plan_writes_a_bounded_number_of_reasons_and_the_rest_next_time() {
+    let mut s = cluster();
+    let mut held = spec(&["true"]);
+    held.hold = true;
+    held.array = Some(quorum_model::ArraySpec::parse("1-6000").unwrap());
+    assert!(matches!(submit(&mut s, 10, held, "many"), Response::Submitted { job_id: 1, .. }));
+    let reasons = |s: &ClusterState, now| {
+        let plan = schedule(&ClusterView::from_state(s), now, &Policy::default());
+        let reasons = plan.reasons_to_write();
+        match Command::apply_plan(10, now, plan.starts, reasons) {
+            Some(Command::ApplyPlan { reasons, .. }) => reasons,
+            _ => Vec::new(),
+        }
+    };
+    let first = reasons(&s, 2000);
+    assert_eq!(first.len(), MAX_REASONS_PER_PLAN);
+    assert!(first.iter().all(|(_, r)| *r == PendingReason::JobHeldUser));
+    let plan = Command::ApplyPlan { base_index: 10, now: 2000, starts: vec![], reasons: first };
+    apply(&mut s, 11, plan);
+    let second = reasons(&s, 2100);
+    assert_eq!(second.len(), 6000 - MAX_REASONS_PER_PLAN);
+    apply(&mut s, 12, Command::ApplyPlan { base_index: 11, now: 2100, starts: vec![], reasons: second });
+    assert!(reasons(&s, 2200).is_empty(), "nothing left to write");
+    assert!(s.jobs.values().all(|j| j.reason == PendingReason::JobHeldUser));
 }

@@ -61,7 +61,7 @@ pub fn decode(bytes: &[u8]) -> Result<ClusterState, serde_json::Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::state::{ReplicaVersion, FEATURE_LEVEL};
+    use crate::{ReplicaVersion, FEATURE_LEVEL};
 
     fn at_level(level: u32) -> ClusterState {
         let mut s = ClusterState::new();
