@@ -782,7 +782,7 @@ fn exec_quorum_dev(subcommand: &str, args: Vec<String>, controllers: &[String]) 
         let dir = here.as_ref().and_then(|p| p.parent()).map_or("?".into(), |d| d.display().to_string());
         return anyhow::anyhow!(
             "quorum {subcommand} is run by quorum-dev, which is neither beside this program (in {dir}) nor on PATH: \
-             build it with `cargo build --release --bin quorum-dev`, or install both with `cargo install --path cli`"
+             build it with `cargo build --release --bin quorum-dev`, or install it with `cargo install --path dev`"
         );
     }
     anyhow::anyhow!("running {}: {err}", program.display())

@@ -5,7 +5,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use quorum_cli::dev::DevOptions;
+use quorum_dev::cluster::DevOptions;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_gets_a_clear_error_and_creates_nothing() {
@@ -205,7 +205,10 @@ async fn backfill_estimates_holds_dependencies_priorities_and_shares() {
 #[test]
 fn the_quorum_client_links_neither_the_controller_nor_rocksdb() {
     let client = std::fs::read(env!("CARGO_BIN_EXE_quorum")).unwrap();
-    let tools = std::fs::read(env!("CARGO_BIN_EXE_quorum-dev")).unwrap();
+    // quorum-dev is another package's binary, built beside quorum (where quorum looks for it).
+    let tools_path = std::path::Path::new(env!("CARGO_BIN_EXE_quorum")).with_file_name("quorum-dev");
+    let tools = std::fs::read(&tools_path)
+        .unwrap_or_else(|e| panic!("{}: {e} (cargo test --workspace builds it)", tools_path.display()));
     let has = |bin: &[u8], what: &str| bin.windows(what.len()).any(|w| w == what.as_bytes());
     for what in ["rocksdb", "RocksDB", "openraft::", "quorum_control::", "quorum_agent::"] {
         assert!(has(&tools, what), "quorum-dev should contain {what}: the check below would prove nothing");

@@ -6,7 +6,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use quorum_cli::dev::DevOptions;
+use quorum_dev::cluster::DevOptions;
 
 const T: Duration = Duration::from_secs(30);
 
@@ -128,12 +128,12 @@ async fn leader_stop_loses_nothing_and_a_new_leader_runs_jobs() {
 }
 
 /// Waits until replica `i` has applied what the leader has, then compares state digests.
-async fn assert_caught_up(cluster: &quorum_cli::dev::DevCluster, i: usize) {
+async fn assert_caught_up(cluster: &quorum_dev::cluster::DevCluster, i: usize) {
     let (idx, digest) = wait_for(T, "the replica to catch up", || async {
         let leader = cluster.controller(cluster.leader()?)?;
         let follower = cluster.controller(i)?;
-        let l = leader.core.shared.read();
-        let f = follower.core.shared.read();
+        let l = leader.replica.shared.read();
+        let f = follower.replica.shared.read();
         (l.applied_index() == f.applied_index())
             .then(|| (l.applied_index(), (quorum_state::digest(&l.state), quorum_state::digest(&f.state))))
     })
@@ -164,15 +164,15 @@ async fn a_restarted_follower_catches_up_by_log_and_by_snapshot() {
         last = submit(&c, spec(&["true"], dir.path())).await;
     }
     wait_state(&c, last, &["COMPLETED"], T).await;
-    let leader_snap = cluster.controller(cluster.leader().unwrap()).unwrap().core.raft.metrics().borrow().snapshot;
+    let leader_snap = cluster.controller(cluster.leader().unwrap()).unwrap().replica.raft.metrics().borrow().snapshot;
     let leader_snap = leader_snap.expect("the leader has built a snapshot");
     cluster.restart_controller(follower).await.unwrap();
     assert_caught_up(&cluster, follower).await;
     let f = cluster.controller(follower).unwrap();
-    assert!(f.core.shared.read().state.jobs.contains_key(&last));
+    assert!(f.replica.shared.read().state.jobs.contains_key(&last));
     // The leader kept no log behind its snapshot, so the follower can only have caught up by
     // installing it (its own snapshots stopped where it was stopped).
-    let installed = f.core.raft.metrics().borrow().snapshot.expect("a snapshot on the follower");
+    let installed = f.replica.raft.metrics().borrow().snapshot.expect("a snapshot on the follower");
     assert!(installed.index >= leader_snap.index, "follower snapshot {installed:?} < leader's {leader_snap:?}");
 
     // `quorum admin digest` while submits go on: every replica, the one that installed the
@@ -264,7 +264,7 @@ async fn without_a_quorum_default_reads_refuse_and_stale_reads_answer_with_their
         .await
         .expect("stale read");
     assert_eq!(stale.job.unwrap().state, "COMPLETED");
-    let applied = cluster.controller(survivor).unwrap().core.shared.read().applied_index();
+    let applied = cluster.controller(survivor).unwrap().replica.shared.read().applied_index();
     assert_eq!(stale.applied_index, applied);
     let nodes = alone
         .call(|mut cl| async move { cl.list_nodes(quorum_proto::api::ListNodesRequest { stale: true }).await })
@@ -331,7 +331,7 @@ async fn an_isolated_leader_commits_nothing_serves_no_stale_read_and_follows_aft
     cluster.isolate_controller(old, true);
     // The majority elects a new leader and goes on accepting writes.
     let new = wait_for(T, "a new leader among the majority", || async {
-        (0..3).filter(|i| *i != old).find(|i| cluster.controller(*i).is_some_and(|c| c.core.is_leader()))
+        (0..3).filter(|i| *i != old).find(|i| cluster.controller(*i).is_some_and(|c| c.replica.is_leader()))
     })
     .await;
     let during = submit(&via_majority, spec(&["true"], dir.path())).await;
@@ -363,8 +363,8 @@ async fn an_isolated_leader_commits_nothing_serves_no_stale_read_and_follows_aft
     wait_for(T, "the old leader to follow and catch up", || async {
         let o = cluster.controller(old)?;
         let n = cluster.controller(new)?;
-        let following = o.core.raft.metrics().borrow().current_leader == Some(new as u64 + 1);
-        let applied = o.core.shared.read().applied_index() >= n.core.shared.read().applied_index();
+        let following = o.replica.raft.metrics().borrow().current_leader == Some(new as u64 + 1);
+        let applied = o.replica.shared.read().applied_index() >= n.replica.shared.read().applied_index();
         (following && applied).then_some(())
     })
     .await;

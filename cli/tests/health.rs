@@ -8,7 +8,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use quorum_cli::dev::DevOptions;
+use quorum_dev::cluster::DevOptions;
 
 const T: Duration = Duration::from_secs(30);
 /// The agent checks its GPUs every heartbeat (1 s) and reports in the next one: two heartbeats,

@@ -7,7 +7,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::*;
-use quorum_cli::dev::{node_name, DevOptions};
+use quorum_dev::cluster::{node_name, DevOptions};
 use quorum_proto::api;
 
 const T: Duration = Duration::from_secs(30);

@@ -10,7 +10,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::*;
-use quorum_cli::dev::{node_name, DevOptions};
+use quorum_dev::cluster::{node_name, DevOptions};
 
 const T: Duration = Duration::from_secs(30);
 const NODE_TIMEOUT: Duration = Duration::from_secs(3);

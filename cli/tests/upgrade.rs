@@ -9,7 +9,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use quorum_cli::dev::DevOptions;
+use quorum_dev::cluster::DevOptions;
 use quorum_proto::api;
 use quorum_state::FEATURE_LEVEL;
 
@@ -21,16 +21,16 @@ async fn digest(c: &quorum_client::client::Client) -> Result<api::DigestResponse
 }
 
 /// Every running replica has applied what the leader has, and their states agree.
-async fn assert_replicas_agree(cluster: &quorum_cli::dev::DevCluster) {
+async fn assert_replicas_agree(cluster: &quorum_dev::cluster::DevCluster) {
     wait_for(T, "every replica to apply what the leader has, with equal digests", || async {
         let leader = cluster.controller(cluster.leader()?)?;
         let (index, digest) = {
-            let l = leader.core.shared.read();
+            let l = leader.replica.shared.read();
             (l.applied_index(), quorum_state::digest(&l.state))
         };
         for i in 0..cluster.addrs.len() {
             let r = cluster.controller(i)?;
-            let a = r.core.shared.read();
+            let a = r.replica.shared.read();
             if a.applied_index() != index {
                 return None;
             }

@@ -7,15 +7,18 @@
 //! propose its plan, and push launches and kills to the agents.
 
 pub mod config;
+pub mod faults;
 /// The domain types, from `quorum-model`.
 pub use quorum_model as model;
 pub mod leader;
+mod node;
 pub mod replica;
 pub mod server;
 pub mod sim;
+pub mod wire;
 
 pub use config::ControllerConfig;
-pub use replica::{run, Controller};
+pub use node::{run, Controller};
 
 /// mimalloc for every replica: the submit path allocates and frees a few hundred small blocks
 /// per job, and glibc's malloc and free were a sixth of its CPU.

@@ -7,8 +7,8 @@ use std::future::Future;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use quorum_cli::dev::{DevCluster, DevOptions};
 use quorum_client::client::Client;
+use quorum_dev::cluster::{DevCluster, DevOptions};
 use quorum_proto::api::{self, JobInfo};
 
 pub async fn cluster(opts: DevOptions) -> DevCluster {
@@ -114,10 +114,10 @@ pub async fn wait_state(c: &Client, id: u64, states: &[&str], timeout: Duration)
 /// Waits until some replica leads, has recorded what every replica runs (so the cluster's
 /// feature level is the lowest of theirs) and every agent is connected to it.
 pub async fn wait_ready(cluster: &DevCluster, c: &Client, agents: usize) {
-    let level = (0..cluster.addrs.len()).filter_map(|i| cluster.controller(i)).map(|r| r.core.feature_level).min();
+    let level = (0..cluster.addrs.len()).filter_map(|i| cluster.controller(i)).map(|r| r.replica.feature_level).min();
     wait_for(Duration::from_secs(20), "a leader with all agents connected", || async {
         let leader = cluster.controller(cluster.leader()?)?;
-        (Some(leader.core.shared.read().state.cluster_level()) == level).then_some(())?;
+        (Some(leader.replica.shared.read().state.cluster_level()) == level).then_some(())?;
         let nodes =
             c.call(|mut cl| async move { cl.list_nodes(api::ListNodesRequest::default()).await }).await.ok()?.nodes;
         (nodes.iter().filter(|n| n.connected).count() == agents).then_some(())

@@ -1,18 +1,22 @@
 //! The scheduler core: `schedule(&ClusterView, now, &Policy) -> Plan`, a pure function.
 //!
 //! The leader builds a [`ClusterView`] from the state at one applied index, calls [`schedule`],
-//! and proposes the [`Plan`] through Raft, where apply re-checks every start. The pipeline, for
-//! every pending job every cycle (no depth cap):
+//! and proposes the [`Plan`] through Raft, where apply re-checks every start. [`schedule`] reads
+//! as its stages, each a function from typed input to typed output, over every pending job
+//! every cycle (no depth cap):
 //!
-//! 1. **order** — by multifactor priority ([`priority`]), submit order, or shortest first;
-//! 2. **eligibility** — holds, dependencies, begin time, partition/QOS/association limits
-//!    ([`eligibility`]); an ineligible job gets its reason and goes no further;
-//! 3. **placement now** — nodes whose availability profile ([`profile`]) keeps the job's share
-//!    free for its whole time limit ([`placement`]); a start takes its interval from the
-//!    profiles, so no later job can overlap it;
-//! 4. **backfill** — a job that cannot start now gets a reservation at its earliest possible
-//!    start (the first blocked job under EASY, the first N under conservative), taken from the
-//!    profiles; a lower-priority job therefore starts now only where it delays no reservation.
+//! 1. [`order`] — by multifactor priority ([`priority`]), submit order, or shortest first;
+//! 2. [`screen`] — holds, dependencies, begin time, partition/QOS/association limits on the
+//!    job's size and time, a request no node could hold ([`eligibility`]): an ineligible job
+//!    gets its reason and goes no further;
+//! 3. [`place`] — in order, a candidate within its running limits starts now on nodes whose
+//!    availability profile ([`profile`]) keeps its share free for its whole time limit
+//!    ([`placement`]), taking that interval from the profiles so no later job can overlap it;
+//!    a candidate that cannot start gets a reservation at its earliest possible start
+//!    (backfill: the first blocked job under EASY, the first N under conservative), so a
+//!    lower-priority job starts now only where it delays no reservation;
+//! 4. [`Plan::assemble`] — the starts, the reservations, and every other job's reason in the
+//!    order considered.
 
 pub mod eligibility;
 pub mod placement;
@@ -20,7 +24,7 @@ pub mod priority;
 pub mod profile;
 pub mod view;
 
-pub use view::{ClusterView, NodeView, PendingJob, Res};
+pub use view::{ClusterView, NodeView, PartitionView, PendingJob, Res};
 
 use std::collections::BTreeMap;
 
@@ -178,8 +182,9 @@ impl<'a, V> Lookup<'a, V> {
     }
 }
 
-/// The order in which pending jobs are considered.
-fn order<'a>(view: &'a ClusterView, now_ms: Millis, policy: &Policy) -> Vec<&'a PendingJob> {
+/// Stage 1, **order**: the pending jobs in the order they are considered (a permutation of the
+/// view's pending jobs).
+pub fn order<'a>(view: &'a ClusterView, now_ms: Millis, policy: &Policy) -> Vec<&'a PendingJob> {
     let mut jobs: Vec<&PendingJob> = view.pending.iter().map(|j| &**j).collect();
     match policy.ordering {
         QueueOrder::Fifo => jobs.sort_by_key(|j| (j.submit_ms, j.id)),
@@ -193,38 +198,220 @@ fn order<'a>(view: &'a ClusterView, now_ms: Millis, policy: &Policy) -> Vec<&'a 
             jobs = keyed.into_iter().map(|(_, j)| j).collect();
         }
     }
+    debug_assert_eq!(jobs.len(), view.pending.len(), "order must consider every pending job once");
     jobs
 }
 
-/// One scheduling cycle over a view of the cluster.
-pub fn schedule(view: &ClusterView, now_ms: Millis, policy: &Policy) -> Plan {
-    let now = now_ms / 1000;
-    debug_assert!(view.nodes.windows(2).all(|w| w[0].name < w[1].name), "view nodes must be in name order");
-    let horizon = now.saturating_add(policy.bf_window_s);
-    let mut profiles = profiles(view, now);
-    let mut free_gpus: Vec<Vec<u32>> = view.nodes.iter().map(|n| n.free_gpus.clone()).collect();
-    let mut limits = eligibility::Limits::from_running(view);
+/// A job that passed screening: it starts if its limits and the nodes allow.
+#[derive(Clone, Copy, Debug)]
+pub struct Candidate<'a> {
+    /// Its place in the order.
+    pub position: usize,
+    pub job: &'a PendingJob,
+    /// Its partition's position in the view's partitions.
+    pub partition: usize,
+}
+
+/// A job that does not start now, its place in the order, and why.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Waiting<'a> {
+    pub position: usize,
+    pub job: &'a PendingJob,
+    pub reason: PendingReason,
+}
+
+/// What screening leaves: the candidates and the jobs that cannot start whatever else runs,
+/// each list in order.
+#[derive(Debug, Default)]
+pub struct Screened<'a> {
+    pub candidates: Vec<Candidate<'a>>,
+    pub ineligible: Vec<Waiting<'a>>,
+}
+
+/// Stage 2, **screen**: the reasons that depend on the job and the view alone — holds,
+/// dependencies, begin time, partition, QOS and account limits on its size and time
+/// ([`eligibility::static_reason`]), a partition without nodes, or a request no node of the
+/// partition could ever hold (`BadConstraints`).
+pub fn screen<'a>(view: &'a ClusterView, ordered: &[&'a PendingJob], now_ms: Millis) -> Screened<'a> {
     let accounts_limit_wall = eligibility::accounts_limit_wall(view);
     let mut partitions = Lookup::new(&view.partitions);
     let mut qos = Lookup::new(&view.qos);
-    // Partitions in which a job has been blocked this cycle, by position in `partitions`.
-    let mut blocked = vec![false; view.partitions.len()];
+    let mut out = Screened::default();
+    for (position, &job) in ordered.iter().enumerate() {
+        let found = partitions.find(&job.partition);
+        let qos = qos.find(&job.qos).map(|(_, q)| q);
+        let reason = eligibility::static_reason(job, view, found.map(|(_, p)| p), qos, now_ms, accounts_limit_wall).or(
+            match found {
+                None => Some(PendingReason::PartitionNoNodes),
+                Some((_, p)) if p.nodes.is_empty() => Some(PendingReason::PartitionNoNodes),
+                Some((_, p)) if !p.nodes.iter().any(|&i| placement::could_hold(job, &view.nodes[i])) => {
+                    Some(PendingReason::BadConstraints)
+                }
+                Some(_) => None,
+            },
+        );
+        match (reason, found) {
+            (Some(reason), _) => out.ineligible.push(Waiting { position, job, reason }),
+            (None, Some((partition, _))) => out.candidates.push(Candidate { position, job, partition }),
+            (None, None) => unreachable!("a job without a partition has the reason PartitionNoNodes"),
+        }
+    }
+    debug_assert_eq!(out.candidates.len() + out.ineligible.len(), ordered.len(), "screen must keep every job");
+    out
+}
+
+/// What placing the candidates decided.
+#[derive(Debug, Default)]
+pub struct Placed<'a> {
+    /// The jobs that start now, with their allocations, in order.
+    pub starts: Vec<PlannedStart>,
+    /// The candidates that wait, in order, with why (limits, resources, priority).
+    pub waiting: Vec<Waiting<'a>>,
+    /// Reservations: when and where backfill expects blocked candidates to start.
+    pub estimates: BTreeMap<JobId, Estimate>,
+}
+
+/// The shape of a request as far as fitting it now goes: a shape that did not fit for some
+/// duration does not fit for a longer one within the same cycle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Shape<'a> {
+    partition: usize,
+    /// Per node: CPUs, memory, GPUs.
+    per_node: (i64, i64, i64),
+    nodes: u32,
+    gpu_type: Option<&'a str>,
+    features: &'a [String],
+    exclusive: bool,
+}
+
+/// What the nodes have free over time while one cycle places jobs, and the two indexes that
+/// spare scans over them (the largest free amounts, and single-node fits); [`Capacity::take`]
+/// keeps all of them in step.
+struct Capacity<'v> {
+    view: &'v ClusterView,
+    now: u64,
+    profiles: Vec<Timeline>,
+    free_gpus: Vec<Vec<u32>>,
+    /// An upper bound of what any single node has free now: a job needing more cannot start
+    /// now, which spares the node scan for most of a long queue once the cluster is full.
+    max_free: MaxFree,
+    /// Built on the first single-node job that may fit: many cycles place none.
+    index: Option<placement::FreeIndex>,
+}
+
+impl<'v> Capacity<'v> {
+    fn new(view: &'v ClusterView, now: u64) -> Capacity<'v> {
+        let profiles = profiles(view, now);
+        let max_free = MaxFree::new(&profiles, now);
+        let free_gpus = view.nodes.iter().map(|n| n.free_gpus.clone()).collect();
+        Capacity { view, now, profiles, free_gpus, max_free, index: None }
+    }
+
+    /// Takes `req` on node `i` from `from` to `to`.
+    fn take(&mut self, i: usize, from: u64, to: u64, req: &Res) {
+        let before = self.profiles[i].free_at(self.now);
+        self.profiles[i].take(from, to, req);
+        self.max_free.change(before, self.profiles[i].free_at(self.now));
+        if let Some(index) = self.index.as_mut() {
+            index.update(i, &self.profiles, self.now);
+        }
+    }
+
+    /// The nodes where `job` can start now and hold its share for its whole time limit.
+    fn fit_now(
+        &mut self,
+        job: &PendingJob,
+        members: &[bool],
+        nodes: &[usize],
+        topology: &placement::Topology,
+        exclusive: bool,
+    ) -> Option<Vec<usize>> {
+        let (view, now) = (self.view, self.now);
+        if job.nodes == 1 && !job.exclusive && !exclusive {
+            let profiles = &self.profiles;
+            self.index
+                .get_or_insert_with(|| placement::FreeIndex::new(view, profiles, now))
+                .fit_single(job, view, members, &self.profiles, &self.free_gpus, now)
+                .map(|i| vec![i])
+        } else {
+            placement::fit_now(topology, job, view, nodes, &self.profiles, &self.free_gpus, now, exclusive)
+        }
+    }
+
+    /// Starts `job` now on `nodes`: takes its share of each for its time limit, and its GPUs.
+    fn start<'j>(
+        &mut self,
+        job: &'j PendingJob,
+        nodes: Vec<usize>,
+        exclusive: bool,
+    ) -> (Allocation, eligibility::Usage<'j>)
+    where
+        'v: 'j,
+    {
+        let view = self.view;
+        let mut allocation = Allocation::default();
+        let (mut cpus, mut gpus, mut mem) = (0, 0, 0);
+        for i in nodes {
+            let node = &view.nodes[i];
+            let req = placement::need(job, node, exclusive);
+            self.take(i, self.now, self.now.saturating_add(job.duration_s()), &req);
+            let indices = if job.exclusive || exclusive {
+                std::mem::take(&mut self.free_gpus[i])
+            } else {
+                placement::take_gpus(job, node, &mut self.free_gpus[i], req.gpus)
+            };
+            cpus += req.cpus;
+            mem += req.mem;
+            gpus += indices.len() as i64;
+            allocation.nodes.push(NodeAllocation {
+                node: node.name.clone(),
+                cpus: req.cpus as u32,
+                mem_mb: req.mem as u64,
+                gpus: indices,
+            });
+        }
+        let typed: Vec<(&str, i64)> = match job.gpu_type.as_deref() {
+            Some(t) => vec![(t, gpus)],
+            None => allocation
+                .nodes
+                .iter()
+                .filter_map(|a| view.node_index(&a.node).map(|i| (&view.nodes[i], a.gpus.len() as i64)))
+                .filter_map(|(n, c)| n.uniform_gpu_type.as_deref().map(|t| (t, c)))
+                .collect(),
+        };
+        (allocation, eligibility::Usage { cpus, gpus, mem, nodes: i64::from(job.nodes), gpus_by_type: typed })
+    }
+
+    /// Reserves `nodes` for `job` from `start` for its time limit.
+    fn reserve(&mut self, job: &PendingJob, nodes: &[usize], start: u64, exclusive: bool) {
+        for &i in nodes {
+            let req = placement::need(job, &self.view.nodes[i], exclusive);
+            self.take(i, start, start.saturating_add(job.duration_s()), &req);
+        }
+    }
+}
+
+/// Stage 3, **place**: in order, each candidate that its limits allow starts now where the
+/// availability profiles keep its share free for its whole time limit; one that cannot gets
+/// `Resources` (the first blocked of its partition) or `Priority`, and — while reservations are
+/// left (the first blocked job under EASY, the first N under conservative) — a reservation at
+/// its earliest possible start, which later candidates must not delay.
+pub fn place<'a>(view: &'a ClusterView, candidates: &[Candidate<'a>], now_ms: Millis, policy: &Policy) -> Placed<'a> {
+    let now = now_ms / 1000;
+    let horizon = now.saturating_add(policy.bf_window_s);
+    let mut capacity = Capacity::new(view, now);
+    let mut limits = eligibility::Limits::from_running(view);
+    let partitions: Vec<&PartitionView> = view.partitions.values().collect();
+    // Partitions in which a job has been blocked this cycle.
+    let mut blocked = vec![false; partitions.len()];
     let mut reservations_left = policy.reservation_count();
-    let mut plan = Plan::default();
-    // An upper bound of what any single node has free now: a job needing more cannot start now,
-    // which spares the node scan for most of a long queue once the cluster is full.
-    let mut max_free = MaxFree::new(&profiles, now);
     // Within a cycle free capacity only shrinks (starts and reservations take, nothing gives),
     // so a shape that could not start for some duration cannot start for a longer one either:
-    // remember the shortest failed duration per shape and skip the node scan.
-    type Shape<'a> = (usize, (i64, i64, i64), u32, Option<&'a str>, &'a [String], bool);
+    // the shortest failed duration per shape spares the node scan.
     let mut failed: BTreeMap<Shape, u64> = BTreeMap::new();
-    // Built on the first single-node job that may fit: many cycles place none.
-    let mut index: Option<placement::FreeIndex> = None;
     let topology = placement::Topology::new(view);
-    let members: Vec<Vec<bool>> = view
-        .partitions
-        .values()
+    let members: Vec<Vec<bool>> = partitions
+        .iter()
         .map(|p| {
             let mut m = vec![false; view.nodes.len()];
             for &i in &p.nodes {
@@ -233,110 +420,44 @@ pub fn schedule(view: &ClusterView, now_ms: Millis, policy: &Policy) -> Plan {
             m
         })
         .collect();
-
-    for job in order(view, now_ms, policy) {
-        let found = partitions.find(&job.partition);
-        let reason = eligibility::static_reason(
-            job,
-            view,
-            found.map(|(_, p)| p),
-            qos.find(&job.qos).map(|(_, q)| q),
-            now_ms,
-            accounts_limit_wall,
-        );
-        if let Some(reason) = reason {
-            plan.set_reason(job, reason);
-            continue;
-        }
-        let Some((part, partition)) = found else {
-            plan.set_reason(job, PendingReason::PartitionNoNodes);
-            continue;
-        };
-        if partition.nodes.is_empty() {
-            plan.set_reason(job, PendingReason::PartitionNoNodes);
-            continue;
-        }
-        if !partition.nodes.iter().any(|&i| placement::could_hold(job, &view.nodes[i])) {
-            plan.set_reason(job, PendingReason::BadConstraints);
-            continue;
-        }
+    let mut placed = Placed::default();
+    for &Candidate { position, job, partition: part } in candidates {
+        let wait = |reason| Waiting { position, job, reason };
+        let partition = partitions[part];
         if policy.backfill == BackfillMode::None && blocked[part] {
-            plan.set_reason(job, PendingReason::Priority);
+            placed.waiting.push(wait(PendingReason::Priority));
             continue;
         }
         if let Some(reason) = limits.check(view, job) {
-            plan.set_reason(job, reason);
+            placed.waiting.push(wait(reason));
             continue;
         }
         let dur = job.duration_s();
         let exclusive = partition.exclusive;
-        let shape: Shape = (
-            part,
-            (job.per_node.cpus, job.per_node.mem, job.per_node.gpus),
-            job.nodes,
-            job.gpu_type.as_deref(),
-            job.features.as_slice(),
-            job.exclusive,
-        );
-        let may_fit = max_free.bound().fits(&job.per_node)
-            && (job.nodes == 1 || max_free.nodes_with_cpus(job.per_node.cpus) >= job.nodes as usize)
-            && failed.get(&shape).is_none_or(|&d| dur < d);
-        let fits_now = if !may_fit {
-            None
-        } else if job.nodes == 1 && !job.exclusive && !exclusive {
-            index
-                .get_or_insert_with(|| placement::FreeIndex::new(view, &profiles, now))
-                .fit_single(job, view, &members[part], &profiles, &free_gpus, now)
-                .map(|i| vec![i])
-        } else {
-            placement::fit_now(&topology, job, view, &partition.nodes, &profiles, &free_gpus, now, exclusive)
+        let shape = Shape {
+            partition: part,
+            per_node: (job.per_node.cpus, job.per_node.mem, job.per_node.gpus),
+            nodes: job.nodes,
+            gpu_type: job.gpu_type.as_deref(),
+            features: job.features.as_slice(),
+            exclusive: job.exclusive,
         };
+        let may_fit = capacity.max_free.bound().fits(&job.per_node)
+            && (job.nodes == 1 || capacity.max_free.nodes_with_cpus(job.per_node.cpus) >= job.nodes as usize)
+            && failed.get(&shape).is_none_or(|&d| dur < d);
+        let fits_now =
+            if may_fit { capacity.fit_now(job, &members[part], &partition.nodes, &topology, exclusive) } else { None };
         if let Some(nodes) = fits_now {
-            let mut allocation = Allocation::default();
-            let (mut cpus, mut gpus, mut mem) = (0, 0, 0);
-            for i in nodes {
-                let node = &view.nodes[i];
-                let req = placement::need(job, node, exclusive);
-                let before = profiles[i].free_at(now);
-                profiles[i].take(now, now.saturating_add(dur), &req);
-                max_free.change(before, profiles[i].free_at(now));
-                if let Some(index) = index.as_mut() {
-                    index.update(i, &profiles, now);
-                }
-                let indices = if job.exclusive || exclusive {
-                    std::mem::take(&mut free_gpus[i])
-                } else {
-                    placement::take_gpus(job, node, &mut free_gpus[i], req.gpus)
-                };
-                cpus += req.cpus;
-                mem += req.mem;
-                gpus += indices.len() as i64;
-                allocation.nodes.push(NodeAllocation {
-                    node: node.name.clone(),
-                    cpus: req.cpus as u32,
-                    mem_mb: req.mem as u64,
-                    gpus: indices,
-                });
-            }
-            let typed: Vec<(&str, i64)> = match job.gpu_type.as_deref() {
-                Some(t) => vec![(t, gpus)],
-                None => allocation
-                    .nodes
-                    .iter()
-                    .filter_map(|a| view.node_index(&a.node).map(|i| (&view.nodes[i], a.gpus.len() as i64)))
-                    .filter_map(|(n, c)| n.uniform_gpu_type.as_deref().map(|t| (t, c)))
-                    .collect(),
-            };
-            let usage = eligibility::Usage { cpus, gpus, mem, nodes: i64::from(job.nodes), gpus_by_type: typed };
+            let (allocation, usage) = capacity.start(job, nodes, exclusive);
             limits.add_job(view, job, &usage);
-            plan.starts.push(PlannedStart { job_id: job.id, allocation });
+            placed.starts.push(PlannedStart { job_id: job.id, allocation });
             continue;
         }
         if may_fit {
             failed.insert(shape, dur);
         }
         let first_blocked = !std::mem::replace(&mut blocked[part], true);
-        plan.set_reason(job, if first_blocked { PendingReason::Resources } else { PendingReason::Priority });
+        placed.waiting.push(wait(if first_blocked { PendingReason::Resources } else { PendingReason::Priority }));
         if reservations_left == 0 {
             continue;
         }
@@ -347,7 +468,7 @@ pub fn schedule(view: &ClusterView, now_ms: Millis, policy: &Policy) -> Plan {
             job,
             view,
             &partition.nodes,
-            &profiles,
+            &capacity.profiles,
             now,
             horizon,
             policy.bf_resolution_s,
@@ -355,27 +476,53 @@ pub fn schedule(view: &ClusterView, now_ms: Millis, policy: &Policy) -> Plan {
             previous.as_deref(),
         );
         if let Some((t, nodes)) = found {
-            for &i in &nodes {
-                let req = placement::need(job, &view.nodes[i], exclusive);
-                let before = profiles[i].free_at(now);
-                profiles[i].take(t, t.saturating_add(dur), &req);
-                max_free.change(before, profiles[i].free_at(now));
-                if let Some(index) = index.as_mut() {
-                    index.update(i, &profiles, now);
-                }
-            }
-            plan.estimates.insert(
+            capacity.reserve(job, &nodes, t, exclusive);
+            placed.estimates.insert(
                 job.id,
                 Estimate { start_ms: t * 1000, nodes: nodes.iter().map(|&i| view.nodes[i].name.clone()).collect() },
             );
             reservations_left -= 1;
         }
     }
+    debug_assert_eq!(placed.starts.len() + placed.waiting.len(), candidates.len(), "place must decide every candidate");
     debug_assert!(
-        profiles.iter().all(Timeline::never_overcommitted),
+        capacity.profiles.iter().all(Timeline::never_overcommitted),
         "scheduler bug: a plan or reservation overcommits a node"
     );
-    plan
+    placed
+}
+
+impl Plan {
+    /// The plan from the stages' results: the starts and reservations of `placed`, and the
+    /// reasons of `ineligible` and of `placed`'s waiting jobs merged back into the order.
+    pub fn assemble(considered: usize, ineligible: Vec<Waiting>, placed: Placed) -> Plan {
+        let Placed { starts, waiting, estimates } = placed;
+        let mut plan = Plan { starts, estimates, ..Plan::default() };
+        plan.reasons.reserve(ineligible.len() + waiting.len());
+        let (mut a, mut b) = (ineligible.into_iter().peekable(), waiting.into_iter().peekable());
+        loop {
+            let next = match (a.peek(), b.peek()) {
+                (Some(x), Some(y)) if x.position < y.position => a.next(),
+                (Some(_), Some(_)) => b.next(),
+                (Some(_), None) => a.next(),
+                (None, _) => b.next(),
+            };
+            let Some(Waiting { job, reason, .. }) = next else { break };
+            plan.set_reason(job, reason);
+        }
+        debug_assert_eq!(plan.starts.len() + plan.reasons.len(), considered, "every job starts or has a reason");
+        plan
+    }
+}
+
+/// One scheduling cycle over a view of the cluster: [`order`], [`screen`], [`place`], and the
+/// [`Plan`] assembled from them.
+pub fn schedule(view: &ClusterView, now_ms: Millis, policy: &Policy) -> Plan {
+    debug_assert!(view.nodes.windows(2).all(|w| w[0].name < w[1].name), "view nodes must be in name order");
+    let ordered = order(view, now_ms, policy);
+    let screened = screen(view, &ordered, now_ms);
+    let placed = place(view, &screened.candidates, now_ms, policy);
+    Plan::assemble(ordered.len(), screened.ineligible, placed)
 }
 
 #[cfg(test)]

@@ -557,3 +557,94 @@ fn a_plan_writes_a_bounded_number_of_reasons_and_the_rest_next_time() {
     assert!(reasons(&s, 2200).is_empty(), "nothing left to write");
     assert!(s.jobs.values().all(|j| j.reason == PendingReason::JobHeldUser));
 }
+
+/// The stages of [`schedule`], each called on its own.
+mod stages {
+    use super::*;
+
+    /// A job of `nodes` whole 4-CPU nodes for `limit_s`.
+    fn whole(b: &mut Bench, nodes: u32, limit_s: u64) -> u64 {
+        b.submit_with("alice", |s| {
+            s.nodes = nodes;
+            s.ntasks = nodes;
+            s.cpus_per_task = 4;
+            s.time_limit_s = Some(limit_s);
+        })
+    }
+
+    fn bench_with_jobs() -> (Bench, [u64; 4]) {
+        let mut b =
+            Bench::new(vec![node("n1", 4, 0, "h100", &[]), node("n2", 4, 0, "h100", &[])], fifo(BackfillMode::Easy, 1));
+        let wide = whole(&mut b, 2, 300);
+        let held = b.submit_with("alice", |s| s.hold = true);
+        let short = whole(&mut b, 1, 50);
+        let odd = b.submit_with("bob", |s| s.constraint = vec!["infiniband".into()]);
+        (b, [wide, held, short, odd])
+    }
+
+    #[test]
+    fn order_is_a_permutation_in_the_policys_order() {
+        let (b, [wide, held, short, odd]) = bench_with_jobs();
+        let view = ClusterView::from_state(&b.state);
+        let ids = |p: &Policy| order(&view, b.now_ms, p).iter().map(|j| j.id).collect::<Vec<_>>();
+        assert_eq!(ids(&fifo(BackfillMode::Easy, 1)), [wide, held, short, odd]);
+        let sjf = Policy { ordering: QueueOrder::ShortestFirst, ..fifo(BackfillMode::Easy, 1) };
+        assert_eq!(ids(&sjf), [short, held, odd, wide], "shortest limit first, then submit order");
+    }
+
+    #[test]
+    fn screen_sets_aside_the_jobs_that_cannot_start_whatever_runs() {
+        let (b, [wide, held, short, odd]) = bench_with_jobs();
+        let view = ClusterView::from_state(&b.state);
+        let ordered = order(&view, b.now_ms, &fifo(BackfillMode::Easy, 1));
+        let screened = screen(&view, &ordered, b.now_ms);
+        let candidates: Vec<(usize, u64)> = screened.candidates.iter().map(|c| (c.position, c.job.id)).collect();
+        assert_eq!(candidates, [(0, wide), (2, short)]);
+        let ineligible: Vec<(usize, u64, PendingReason)> =
+            screened.ineligible.iter().map(|w| (w.position, w.job.id, w.reason)).collect();
+        assert_eq!(ineligible, [(1, held, PendingReason::JobHeldUser), (3, odd, PendingReason::BadConstraints)]);
+    }
+
+    #[test]
+    fn place_starts_what_fits_and_reserves_for_the_first_blocked() {
+        let mut b =
+            Bench::new(vec![node("n1", 4, 0, "h100", &[]), node("n2", 4, 0, "h100", &[])], fifo(BackfillMode::Easy, 1));
+        let both = whole(&mut b, 2, 300);
+        let after = whole(&mut b, 2, 100);
+        let third = whole(&mut b, 1, 100);
+        let view = ClusterView::from_state(&b.state);
+        let ordered = order(&view, b.now_ms, &view_policy(&b));
+        let screened = screen(&view, &ordered, b.now_ms);
+        assert_eq!(screened.candidates.len(), 3);
+        let placed = place(&view, &screened.candidates, b.now_ms, &view_policy(&b));
+        assert_eq!(placed.starts.iter().map(|s| s.job_id).collect::<Vec<_>>(), [both]);
+        assert_eq!(placed.starts[0].allocation.nodes.len(), 2);
+        let waiting: Vec<(u64, PendingReason)> = placed.waiting.iter().map(|w| (w.job.id, w.reason)).collect();
+        assert_eq!(waiting, [(after, PendingReason::Resources), (third, PendingReason::Priority)]);
+        let reserved = &placed.estimates[&after];
+        assert_eq!(reserved.start_ms, b.now_ms + 300_000, "when the first job's time limit ends");
+        assert!(!placed.estimates.contains_key(&third), "EASY reserves for the first blocked job only");
+    }
+
+    #[test]
+    fn assemble_gives_reasons_in_the_order_considered_and_only_changes_to_write() {
+        let (b, [wide, held, short, odd]) = bench_with_jobs();
+        let view = ClusterView::from_state(&b.state);
+        let policy = view_policy(&b);
+        let ordered = order(&view, b.now_ms, &policy);
+        let screened = screen(&view, &ordered, b.now_ms);
+        let placed = place(&view, &screened.candidates, b.now_ms, &policy);
+        let plan = Plan::assemble(ordered.len(), screened.ineligible, placed);
+        assert_eq!(started(&plan), [wide]);
+        let reasons: Vec<u64> = plan.reasons.iter().map(|(id, _)| *id).collect();
+        assert_eq!(reasons, [held, short, odd], "ineligible and waiting jobs merged back into the order");
+        assert_eq!(plan.reason(short), Some(PendingReason::Resources));
+        assert_eq!(plan, schedule(&view, b.now_ms, &policy), "the stages are what schedule runs");
+        let written: Vec<u64> = plan.reasons_to_write().iter().map(|(id, _)| *id).collect();
+        assert_eq!(written, [held, short, odd], "every reason differs from the view's (none yet)");
+    }
+
+    fn view_policy(b: &Bench) -> Policy {
+        b.state.policy.clone()
+    }
+}

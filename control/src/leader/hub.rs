@@ -18,7 +18,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tonic::Status;
 
 use crate::model::JobId;
-use crate::server::convert;
+use crate::wire;
 use quorum_state::ClusterState;
 
 pub type AgentSender = mpsc::Sender<Result<ControllerMessage, Status>>;
@@ -273,7 +273,7 @@ pub fn launch_for(state: &ClusterState, job_id: JobId, node: &str) -> Option<Lau
     Some(Launch {
         job_id,
         token: job.alloc_index,
-        spec: Some(convert::spec_to_proto(&job.spec, true)),
+        spec: Some(wire::spec_to_proto(&job.spec, true)),
         user: job.user.clone(),
         nodelist: allocation.nodelist(),
         node_rank: rank as u32,
@@ -282,6 +282,6 @@ pub fn launch_for(state: &ClusterState, job_id: JobId, node: &str) -> Option<Lau
         mem_mb: mine.mem_mb,
         gpus: mine.gpus.clone(),
         time_limit_s: job.spec.time_limit_s.unwrap_or(0),
-        array: job.array.as_ref().map(convert::array_to_proto),
+        array: job.array.as_ref().map(wire::array_to_proto),
     })
 }

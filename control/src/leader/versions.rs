@@ -5,16 +5,15 @@
 //! base level, so an unknown replica can only hold the cluster back, never let a newer command
 //! through.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use quorum_proto::api::quorum_client::QuorumClient;
 use quorum_proto::api::ReplicaStatusRequest;
 use tokio::sync::watch;
-use tonic::transport::{Channel, Endpoint};
 
-use crate::replica::{now_ms, Core, VERSION};
+use crate::replica::peers::Peers;
+use crate::replica::{now_ms, Replica, VERSION};
 use quorum_state::{lowest_level, Command, ReplicaVersion, BASE_LEVEL};
 
 /// How often the leader asks the voters.
@@ -27,41 +26,29 @@ pub fn reported(feature_level: u32, version: String) -> ReplicaVersion {
     ReplicaVersion { level: feature_level.max(BASE_LEVEL), version }
 }
 
-/// Asks the replica at `addr` what it runs.
-pub async fn ask(channels: &mut HashMap<String, Channel>, addr: &str) -> Option<ReplicaVersion> {
-    let channel = match channels.get(addr) {
-        Some(c) => c.clone(),
-        None => {
-            let c = Endpoint::from_shared(format!("http://{addr}"))
-                .ok()?
-                .connect_timeout(ASK_TIMEOUT)
-                .timeout(ASK_TIMEOUT)
-                .tcp_nodelay(true)
-                .connect_lazy();
-            channels.insert(addr.to_string(), c.clone());
-            c
-        }
-    };
-    let status = QuorumClient::new(channel).get_replica_status(ReplicaStatusRequest {}).await.ok()?.into_inner();
+/// Asks the replica at `addr` what it runs; `None` when it does not answer.
+pub async fn ask(peers: &Peers, addr: &str) -> Option<ReplicaVersion> {
+    let status = peers.client(addr).ok()?.get_replica_status(ReplicaStatusRequest {}).await.ok()?.into_inner();
     Some(reported(status.feature_level, status.version))
 }
 
-pub async fn versions_loop(core: Arc<Core>, mut stop: watch::Receiver<bool>) {
-    let mut channels = HashMap::new();
+/// Records, every [`POLL`], what each voter runs.
+pub async fn versions_loop(replica: Arc<Replica>, mut stop: watch::Receiver<bool>) {
+    let peers = Peers::new(Some(ASK_TIMEOUT));
     loop {
         let voters: Vec<(u64, String)> = {
-            let m = core.raft.metrics();
+            let m = replica.raft.metrics();
             let m = m.borrow();
             let membership = m.membership_config.membership();
             membership.voter_ids().filter_map(|id| membership.get_node(&id).map(|n| (id, n.addr.clone()))).collect()
         };
-        let recorded = core.shared.read().state.replica_versions.clone();
+        let recorded = replica.shared.read().state.replica_versions.clone();
         let mut versions = BTreeMap::new();
         for (id, addr) in voters {
-            let known = if id == core.id {
-                Some(ReplicaVersion { level: core.feature_level, version: VERSION.to_string() })
+            let known = if id == replica.id {
+                Some(ReplicaVersion { level: replica.feature_level, version: VERSION.to_string() })
             } else {
-                ask(&mut channels, &addr).await
+                ask(&peers, &addr).await
             };
             let version = known
                 .or_else(|| recorded.get(&id).cloned())
@@ -70,9 +57,9 @@ pub async fn versions_loop(core: Arc<Core>, mut stop: watch::Receiver<bool>) {
         }
         if versions != recorded {
             let before = lowest_level(&recorded);
-            match core.write(Command::SetReplicaVersions { versions: versions.clone(), now: now_ms() }).await {
+            match replica.write(Command::SetReplicaVersions { versions: versions.clone(), now: now_ms() }).await {
                 Ok(_) => {
-                    let after = core.shared.read().state.cluster_level();
+                    let after = replica.shared.read().state.cluster_level();
                     if after != before {
                         tracing::info!(from = before, to = after, ?versions, "cluster feature level changed");
                     }

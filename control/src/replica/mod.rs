@@ -1,12 +1,17 @@
-//! One controller replica: RocksDB, openraft, the gRPC services and the leader supervisor,
-//! started by [`Controller::start`] on a listener and stopped by [`Controller::shutdown`].
-//! [`run`] is the same behind a shutdown future, as the binary uses it.
+//! One replica's part in Raft: its RocksDB, the openraft handle, the applied state, and
+//! proposing. [`Replica::write`] gates a command on the cluster's feature level and commits it;
+//! [`batch`] groups concurrent writes into one entry; [`Replica::linearizable`] fences reads;
+//! who leads, leadership transfer and the leader watchdog live here too. It knows nothing of
+//! agents, the scheduler's estimates, gRPC statuses or the services: the composition root
+//! (`node.rs`) wires those.
 
+pub mod batch;
+pub mod peers;
 mod snapshot_file;
 pub mod store;
 mod transfer;
 pub mod types;
-mod watchdog;
+pub mod watchdog;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -17,15 +22,12 @@ use openraft::error::{CheckIsLeaderError, ClientWriteError, RaftError};
 use openraft::BasicNode;
 use quorum_raft::log_store::LogStore;
 use quorum_raft::network::Network;
-use tokio::net::TcpListener;
-use tokio::sync::watch;
-use tokio::task::JoinHandle;
 
-pub use store::{Applied, Shared};
+pub use store::{AppliedState, SharedState};
 pub use types::{Raft, TypeConfig};
 
 use crate::config::ControllerConfig;
-use crate::leader::hub::AgentHub;
+use crate::faults::Faults;
 use quorum_state::{Command, Response};
 
 /// The software version each replica reports.
@@ -36,7 +38,8 @@ pub fn now_ms() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
 
-#[derive(Debug, thiserror::Error)]
+/// Why a write was not committed. Cloned to every write of a group that failed together.
+#[derive(Clone, Debug, thiserror::Error)]
 pub enum WriteError {
     #[error("this replica is not the leader (leader: {})", leader.as_deref().unwrap_or("unknown"))]
     NotLeader { leader: Option<String> },
@@ -46,29 +49,27 @@ pub enum WriteError {
         "{what} needs cluster feature level {needs}, but the cluster is at level {cluster}: a voter runs an older release (see `quorum admin versions`); upgrade every replica first"
     )]
     TooNew { what: &'static str, needs: u32, cluster: u32 },
+    #[error("this replica stopped before the write was committed")]
+    Stopping,
+    #[error("unexpected answer: {0}")]
+    Unexpected(String),
 }
 
 /// How recently a quorum must have acknowledged the leader for it to answer agents' heartbeats
-/// (see [`Core::leads_with_quorum`]); well below the agents' lease.
+/// (see [`Replica::leads_with_quorum`]); well below the agents' lease.
 pub const QUORUM_FRESHNESS: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// What the services and leader loops of one replica share.
-pub struct Core {
-    /// The latest plan's reservations, kept by the leader for `quorum queue --start`.
-    pub estimates: std::sync::Mutex<BTreeMap<crate::model::JobId, quorum_sched::Estimate>>,
+/// One replica: what the services and leader loops of it share about Raft.
+pub struct Replica {
     pub id: u64,
     pub addr: String,
     pub raft: Raft,
-    pub shared: Arc<Shared>,
-    pub hub: AgentHub,
-    pub liveness: crate::config::Liveness,
+    pub shared: Arc<SharedState>,
     /// Held while a membership change runs, so that only one runs at a time.
     pub membership_change: tokio::sync::Mutex<()>,
     /// Set while this leader hands leadership over: it proposes nothing more, so that the
     /// followers' leases can run out and the target can win.
     transferring: std::sync::atomic::AtomicBool,
-    /// Fault injection for tests: drops this replica's Raft traffic both ways.
-    pub raft_isolation: quorum_raft::network::Isolation,
     /// The log's newest entries, shared by the log store, the network and the RPC service.
     pub entry_cache: quorum_raft::log_store::EntryCache<TypeConfig>,
     /// When a leader last replicated to this replica.
@@ -83,7 +84,7 @@ pub struct Core {
     committed: Arc<AtomicU64>,
 }
 
-impl Core {
+impl Replica {
     /// Proposes a command and waits until it is committed and applied here.
     pub async fn write(&self, command: Command) -> Result<(u64, Response), WriteError> {
         if self.transferring.load(Ordering::SeqCst) {
@@ -168,7 +169,7 @@ impl Core {
     }
 }
 
-/// How far [`Core::wait_replicated`] waits.
+/// How far [`Replica::wait_replicated`] waits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum UpTo {
     /// The leader's last entry when the wait began (a learner catching up under load).
@@ -182,23 +183,11 @@ pub fn matched_index(m: &openraft::RaftMetrics<u64, BasicNode>, id: u64) -> u64 
     m.replication.as_ref().and_then(|r| r.get(&id).copied().flatten()).map_or(0, |l| l.index)
 }
 
-/// A running replica.
-pub struct Controller {
-    pub core: Arc<Core>,
-    /// Kept so that shutdown closes RocksDB itself once every other holder has let go: the data
-    /// directory can be opened again (a restart in the same process) as soon as shutdown returns.
-    db: Arc<rocksdb::DB>,
-    stop: watch::Sender<bool>,
-    server: JoinHandle<Result<(), tonic::transport::Error>>,
-    supervisor: JoinHandle<()>,
-}
-
-impl Controller {
-    /// Opens the data directory, starts Raft (initializing the cluster from `replicas` if this
-    /// replica's log is empty) and serves on `listener`.
-    pub async fn start(config: ControllerConfig, listener: TcpListener) -> anyhow::Result<Controller> {
-        config.validate()?;
-        let settings = config.settings()?;
+impl Replica {
+    /// Opens the data directory and starts Raft, initializing the cluster from the configured
+    /// replicas if this replica's log is empty (or waiting to be added, with `join`). Returns
+    /// the database too, which the caller closes after shutting Raft down.
+    pub async fn start(config: &ControllerConfig, faults: &Faults) -> anyhow::Result<(Arc<Replica>, Arc<rocksdb::DB>)> {
         std::fs::create_dir_all(&config.data_dir)
             .map_err(|e| anyhow::anyhow!("creating data directory {}: {e}", config.data_dir.display()))?;
         let db = quorum_raft::open_db(&config.data_dir.join("db"), &[store::CF_SNAPSHOT])?;
@@ -223,8 +212,7 @@ impl Controller {
             ..Default::default()
         }
         .validate()?;
-        let raft_isolation = quorum_raft::network::Isolation::default();
-        let network = Network::new(raft_isolation.clone()).with_entry_cache(entry_cache.clone());
+        let network = Network::new(faults.raft.clone()).with_entry_cache(entry_cache.clone());
         let raft = Raft::new(config.id, Arc::new(raft_config), network, log_store, sm).await?;
 
         if config.join {
@@ -239,87 +227,19 @@ impl Controller {
             }
         }
 
-        let core = Arc::new(Core {
-            estimates: Default::default(),
+        let replica = Arc::new(Replica {
             id: config.id,
             addr: config.advertise_addr().to_string(),
             raft,
             shared,
-            hub: AgentHub::default(),
-            liveness: config.liveness(),
             membership_change: tokio::sync::Mutex::new(()),
             transferring: Default::default(),
-            raft_isolation,
             entry_cache,
             leader_contact: Default::default(),
             feature_level: config.feature_level(),
             started_at_ms: now_ms(),
             committed,
         });
-        let (stop, stop_rx) = watch::channel(false);
-        let server = tokio::spawn(crate::server::serve(core.clone(), listener, stop_rx.clone()));
-        let supervisor = tokio::spawn(crate::leader::supervise(core.clone(), settings, stop_rx.clone()));
-        tokio::spawn(watchdog::watch_leader(
-            core.clone(),
-            Duration::from_millis(config.election_timeout_max_ms),
-            stop_rx,
-        ));
-        tracing::info!(replica = config.id, addr = %core.addr, "controller started");
-        Ok(Controller { core, db, stop, server, supervisor })
+        Ok((replica, db))
     }
-
-    /// Stops serving, ends leader work and Raft, and releases the data directory. A leader with
-    /// another voter first hands leadership over, so that a planned stop costs the cluster one
-    /// leader lease rather than an election timeout.
-    pub async fn shutdown(self) {
-        if self.core.is_leader() {
-            match tokio::time::timeout(Duration::from_secs(5), self.core.transfer_leadership(None)).await {
-                Ok(Ok(to)) => tracing::info!(replica = self.core.id, to, "handed leadership over before stopping"),
-                Ok(Err(e)) => tracing::warn!(replica = self.core.id, error = %e, "stopping without handing over"),
-                Err(_) => tracing::warn!(replica = self.core.id, "handing over took too long; stopping"),
-            }
-        }
-        let _ = self.stop.send(true);
-        // Every step is bounded: a stop asked for must happen.
-        if tokio::time::timeout(Duration::from_secs(5), self.supervisor).await.is_err() {
-            tracing::warn!("leader work did not stop within 5s");
-        }
-        self.core.hub.close_all();
-        match tokio::time::timeout(Duration::from_secs(5), self.server).await {
-            Ok(Ok(Err(e))) => tracing::warn!(error = %e, "server"),
-            Ok(_) => {}
-            Err(_) => tracing::warn!("server did not stop within 5s"),
-        }
-        match tokio::time::timeout(Duration::from_secs(5), self.core.raft.shutdown()).await {
-            Ok(Err(e)) => tracing::warn!(error = %e, "raft shutdown"),
-            Ok(Ok(())) => {}
-            Err(_) => tracing::warn!("raft did not shut down within 5s"),
-        }
-        drop(self.core);
-        let mut db = self.db;
-        let released = std::time::Instant::now();
-        loop {
-            match Arc::try_unwrap(db) {
-                // The last holder: dropping it closes the database here and now.
-                Ok(last) => break drop(last),
-                Err(shared) if released.elapsed() < Duration::from_secs(5) => {
-                    db = shared;
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                }
-                Err(_) => break tracing::warn!("the database is still held 5s after shutdown"),
-            }
-        }
-    }
-}
-
-/// Runs a replica until `shutdown` completes.
-pub async fn run(
-    config: ControllerConfig,
-    listener: TcpListener,
-    shutdown: impl std::future::Future<Output = ()>,
-) -> anyhow::Result<()> {
-    let controller = Controller::start(config, listener).await?;
-    shutdown.await;
-    controller.shutdown().await;
-    Ok(())
 }

@@ -26,21 +26,21 @@ type StorageResult<T> = Result<T, StorageError<u64>>;
 
 /// The applied state and where in the log it stands.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct Applied {
+pub struct AppliedState {
     pub state: ClusterState,
     pub last_applied: Option<LogId<u64>>,
     pub membership: StoredMembership<u64, BasicNode>,
 }
 
-impl Applied {
+impl AppliedState {
     pub fn applied_index(&self) -> u64 {
         self.last_applied.map(|l| l.index).unwrap_or(0)
     }
 }
 
 /// What the state machine shares with the services and leader loops of its replica.
-pub struct Shared {
-    applied: RwLock<Applied>,
+pub struct SharedState {
+    applied: RwLock<AppliedState>,
     /// The last applied index; changes wake the leader's dispatcher.
     pub applied_index: watch::Sender<u64>,
     /// Signalled when an applied command may let the scheduler start something.
@@ -52,8 +52,8 @@ pub struct Shared {
 /// Digest points remembered per replica.
 const DIGESTS_KEPT: usize = 16;
 
-impl Shared {
-    fn new(applied: Applied) -> Arc<Self> {
+impl SharedState {
+    fn new(applied: AppliedState) -> Arc<Self> {
         let index = applied.applied_index();
         Arc::new(Self {
             applied: RwLock::new(applied),
@@ -79,11 +79,11 @@ impl Shared {
     }
 
     /// A read view of the applied state. Never hold it across an await.
-    pub fn read(&self) -> RwLockReadGuard<'_, Applied> {
+    pub fn read(&self) -> RwLockReadGuard<'_, AppliedState> {
         self.applied.read().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Applied> {
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, AppliedState> {
         self.applied.write().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
@@ -94,7 +94,7 @@ fn io_err(subject: ErrorSubject<u64>, verb: ErrorVerb, e: impl std::fmt::Display
 
 /// The openraft state machine of one replica.
 pub struct StateMachineStore {
-    shared: Arc<Shared>,
+    shared: Arc<SharedState>,
     db: Arc<DB>,
     snapshot_seq: u64,
     /// The highest feature level this replica applies.
@@ -104,14 +104,14 @@ pub struct StateMachineStore {
 impl StateMachineStore {
     /// Opens the state machine, restoring the latest persisted snapshot if there is one.
     pub fn open(db: Arc<DB>, level: u32) -> Result<Self, StorageError<u64>> {
-        let mut applied = Applied { state: ClusterState::new(), ..Applied::default() };
+        let mut applied = AppliedState { state: ClusterState::new(), ..AppliedState::default() };
         if let Some((meta, data)) = read_snapshot(&db)? {
             applied = decode_snapshot(&meta, &data)?;
         }
-        Ok(Self { shared: Shared::new(applied), db, snapshot_seq: 0, level })
+        Ok(Self { shared: SharedState::new(applied), db, snapshot_seq: 0, level })
     }
 
-    pub fn shared(&self) -> Arc<Shared> {
+    pub fn shared(&self) -> Arc<SharedState> {
         self.shared.clone()
     }
 }
@@ -120,10 +120,10 @@ fn read_snapshot(db: &DB) -> StorageResult<Option<snapshot_file::Stored>> {
     snapshot_file::read(db).map_err(|e| io_err(ErrorSubject::Snapshot(None), ErrorVerb::Read, e))
 }
 
-fn decode_snapshot(meta: &SnapshotMeta<u64, BasicNode>, data: &[u8]) -> StorageResult<Applied> {
+fn decode_snapshot(meta: &SnapshotMeta<u64, BasicNode>, data: &[u8]) -> StorageResult<AppliedState> {
     let state = quorum_state::snapshot::decode(data)
         .map_err(|e| io_err(ErrorSubject::Snapshot(Some(meta.signature())), ErrorVerb::Read, e))?;
-    Ok(Applied { state, last_applied: meta.last_log_id, membership: meta.last_membership.clone() })
+    Ok(AppliedState { state, last_applied: meta.last_log_id, membership: meta.last_membership.clone() })
 }
 
 /// Runs snapshot work (encoding, decoding, writing: seconds of CPU at a million jobs) on a

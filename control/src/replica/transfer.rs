@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use quorum_proto::api::quorum_client::QuorumClient;
 use quorum_proto::api::CampaignRequest;
 
-use super::{matched_index, Core, UpTo};
+use super::{matched_index, Replica, UpTo};
 
 /// How long the target may take to catch up before the transfer is refused.
 const CATCH_UP: Duration = Duration::from_secs(2);
@@ -21,12 +21,12 @@ const TAKEOVER: Duration = Duration::from_secs(3);
 const CAMPAIGN_EVERY: Duration = Duration::from_millis(60);
 
 /// While alive, this replica proposes nothing; on drop, it heartbeats and campaigns again.
-struct Handing<'a>(&'a Core);
+struct Handing<'a>(&'a Replica);
 
 impl<'a> Handing<'a> {
-    fn start(core: &'a Core) -> Self {
-        core.transferring.store(true, Ordering::SeqCst);
-        Handing(core)
+    fn start(replica: &'a Replica) -> Self {
+        replica.transferring.store(true, Ordering::SeqCst);
+        Handing(replica)
     }
 }
 
@@ -39,7 +39,7 @@ impl Drop for Handing<'_> {
     }
 }
 
-impl Core {
+impl Replica {
     /// Hands leadership to `to`, or to the most caught-up other voter; returns the new leader.
     pub async fn transfer_leadership(&self, to: Option<u64>) -> Result<u64, String> {
         let (target, addr) = self.pick_successor(to)?;
@@ -117,16 +117,16 @@ impl Core {
     /// On the transfer's target: campaign until this replica leads, another does, or time runs
     /// out. Returns at once; the campaigning goes on in the background.
     pub fn campaign(self: &std::sync::Arc<Self>) {
-        let core = self.clone();
+        let replica = self.clone();
         tokio::spawn(async move {
             let started = Instant::now();
-            let old_leader = core.raft.metrics().borrow().current_leader;
+            let old_leader = replica.raft.metrics().borrow().current_leader;
             while started.elapsed() < TAKEOVER {
-                let leader = core.raft.metrics().borrow().current_leader;
+                let leader = replica.raft.metrics().borrow().current_leader;
                 if leader.is_some() && leader != old_leader {
                     return;
                 }
-                if let Err(e) = core.raft.trigger().elect().await {
+                if let Err(e) = replica.raft.trigger().elect().await {
                     tracing::warn!(error = %e, "campaigning");
                     return;
                 }

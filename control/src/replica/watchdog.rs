@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use openraft::ServerState;
 use tokio::sync::watch;
 
-use super::Core;
+use super::Replica;
 
 /// How often the follower looks.
 const TICK: Duration = Duration::from_millis(20);
@@ -38,7 +38,7 @@ async fn answers(addr: &str) -> bool {
     matches!(tokio::time::timeout(PROBE, tokio::net::TcpStream::connect(addr)).await, Ok(Ok(_)))
 }
 
-pub async fn watch_leader(core: Arc<Core>, lease: Duration, mut stop: watch::Receiver<bool>) {
+pub async fn watch_leader(replica: Arc<Replica>, lease: Duration, mut stop: watch::Receiver<bool>) {
     let mut last_leader: Option<u64> = None;
     let mut last_campaign: Option<Instant> = None;
     loop {
@@ -47,22 +47,22 @@ pub async fn watch_leader(core: Arc<Core>, lease: Duration, mut stop: watch::Rec
             _ = stop.changed() => return,
         }
         let (state, leader, turn, leader_addr) = {
-            let m = core.raft.metrics();
+            let m = replica.raft.metrics();
             let m = m.borrow();
             if let Some(l) = m.current_leader {
                 last_leader = Some(l);
             }
             let membership = m.membership_config.membership();
             let voters: Vec<u64> = membership.voter_ids().filter(|v| Some(*v) != last_leader).collect();
-            let turn = voters.iter().position(|v| *v == core.id);
+            let turn = voters.iter().position(|v| *v == replica.id);
             let addr = last_leader.and_then(|l| membership.get_node(&l)).map(|n| n.addr.clone());
             (m.state, m.current_leader, turn, addr)
         };
-        let (Some(turn), Some(silent), Some(leader_addr)) = (turn, core.leader_contact.silent_for(), leader_addr)
+        let (Some(turn), Some(silent), Some(leader_addr)) = (turn, replica.leader_contact.silent_for(), leader_addr)
         else {
             continue;
         };
-        if state != ServerState::Follower || last_leader == Some(core.id) {
+        if state != ServerState::Follower || last_leader == Some(replica.id) {
             continue;
         }
         let due = lease + MARGIN + STEP * turn as u32;
@@ -74,12 +74,12 @@ pub async fn watch_leader(core: Arc<Core>, lease: Duration, mut stop: watch::Rec
         }
         last_campaign = Some(Instant::now());
         tracing::info!(
-            replica = core.id,
+            replica = replica.id,
             leader = ?leader.or(last_leader),
             silent_ms = silent.as_millis() as u64,
             "the leader is gone: campaigning"
         );
-        if let Err(e) = core.raft.trigger().elect().await {
+        if let Err(e) = replica.raft.trigger().elect().await {
             tracing::warn!(error = %e, "campaigning");
         }
     }

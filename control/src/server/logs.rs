@@ -8,9 +8,9 @@ use std::time::Duration;
 use quorum_proto::api::{JobLogsRequest, JobLogsResponse};
 use tonic::Status;
 
+use super::api::Api;
 use crate::leader::hub::launch_for;
 use crate::model::JobState;
-use crate::replica::Core;
 
 /// The most one answer carries.
 pub const MAX_CHUNK: u32 = 256 << 10;
@@ -18,12 +18,12 @@ const DEFAULT_CHUNK: u32 = 64 << 10;
 /// How long the agent has to answer.
 const AGENT_TIMEOUT: Duration = Duration::from_secs(5);
 
-pub async fn job_logs(core: &Core, r: JobLogsRequest) -> Result<JobLogsResponse, Status> {
+pub(super) async fn job_logs(api: &Api, r: JobLogsRequest) -> Result<JobLogsResponse, Status> {
     if r.user.is_empty() {
         return Err(Status::invalid_argument("missing user"));
     }
     let (launch, node, finished) = {
-        let applied = core.shared.read();
+        let applied = api.replica.shared.read();
         let state = &applied.state;
         let job =
             state.jobs.get(&r.job_id).ok_or_else(|| Status::not_found(format!("there is no job {}", r.job_id)))?;
@@ -56,13 +56,13 @@ pub async fn job_logs(core: &Core, r: JobLogsRequest) -> Result<JobLogsResponse,
         (launch, node, job.state != JobState::Running)
     };
     let max = if r.max_bytes == 0 { DEFAULT_CHUNK } else { r.max_bytes.min(MAX_CHUNK) };
-    let (request_id, answer) = core.hub.read_output(&node, launch, r.stderr, r.offset, max).ok_or_else(|| {
+    let (request_id, answer) = api.leader.hub.read_output(&node, launch, r.stderr, r.offset, max).ok_or_else(|| {
         Status::failed_precondition(format!("node {node} has no agent connected: the output there cannot be read now"))
     })?;
     let chunk = match tokio::time::timeout(AGENT_TIMEOUT, answer).await {
         Ok(Ok(chunk)) => chunk,
         _ => {
-            core.hub.forget_read(request_id);
+            api.leader.hub.forget_read(request_id);
             return Err(Status::deadline_exceeded(format!(
                 "the agent of {node} did not answer within {}s",
                 AGENT_TIMEOUT.as_secs()

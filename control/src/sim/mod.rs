@@ -23,7 +23,7 @@ use crate::model::{Account, JobId, JobSpec, Partition, Program, RankOutcome};
 use crate::model::{BackfillMode, Policy, QueueOrder};
 use quorum_sched::view::ViewCache;
 use quorum_sched::ClusterView;
-use quorum_state::{ClusterState, Command, NodeRegistration, Response};
+use quorum_state::{ClusterState, Command, DropReason, NodeRegistration, Response};
 use swf::{SwfJob, Trace};
 
 /// The scheduling policies the command line offers by name.
@@ -191,7 +191,7 @@ pub struct SimResult {
     /// Jobs the controller refused at submit: (job number, why).
     pub rejected: Vec<(u64, String)>,
     /// Planned starts that apply refused; always empty unless the scheduler and state disagree.
-    pub dropped: Vec<(JobId, String)>,
+    pub dropped: Vec<(JobId, DropReason)>,
     pub samples: Vec<Sample>,
     pub cycles: u64,
 }

@@ -247,6 +247,63 @@ impl Command {
     }
 }
 
+/// Why apply dropped a start the scheduler planned: the state it met is no longer the one the
+/// plan was made from (a job cancelled, a node drained, resources taken meanwhile). Each kind is
+/// counted and logged by the leader.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+pub enum DropReason {
+    #[error("job {job} does not exist")]
+    JobGone { job: JobId },
+    #[error("job {job} is {state}")]
+    JobNotPending { job: JobId, state: JobState },
+    #[error("job {job} needs {wanted} nodes, plan gave {planned}")]
+    NodeCount { job: JobId, wanted: u32, planned: usize },
+    #[error("partition {partition} no longer exists")]
+    PartitionGone { partition: String },
+    #[error("node {node} appears twice")]
+    NodeTwice { node: String },
+    #[error("node {node} is not in partition {partition}")]
+    NodeNotInPartition { node: String, partition: String },
+    #[error("node {node} is unknown")]
+    NodeUnknown { node: String },
+    #[error("node {node} is {state}")]
+    NodeNotSchedulable { node: String, state: String },
+    #[error("node {node} lacks the CPUs or memory now")]
+    NodeFull { node: String },
+    #[error("allocation on {node} is smaller than the request")]
+    TooSmall { node: String },
+    #[error("allocation on {node} has too few GPUs")]
+    TooFewGpus { node: String },
+    #[error("node {node} has no GPU {gpu}")]
+    NoSuchGpu { node: String, gpu: u32 },
+    #[error("GPU {gpu} on {node} is not of type {gpu_type}")]
+    GpuType { node: String, gpu: u32, gpu_type: String },
+    #[error("GPU {gpu} on {node} is taken")]
+    GpuTaken { node: String, gpu: u32 },
+}
+
+impl DropReason {
+    /// The kind of reason, for counting.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            DropReason::JobGone { .. } => "job_gone",
+            DropReason::JobNotPending { .. } => "job_not_pending",
+            DropReason::NodeCount { .. } => "node_count",
+            DropReason::PartitionGone { .. } => "partition_gone",
+            DropReason::NodeTwice { .. } => "node_twice",
+            DropReason::NodeNotInPartition { .. } => "node_not_in_partition",
+            DropReason::NodeUnknown { .. } => "node_unknown",
+            DropReason::NodeNotSchedulable { .. } => "node_not_schedulable",
+            DropReason::NodeFull { .. } => "node_full",
+            DropReason::TooSmall { .. } => "too_small",
+            DropReason::TooFewGpus { .. } => "too_few_gpus",
+            DropReason::NoSuchGpu { .. } => "no_such_gpu",
+            DropReason::GpuType { .. } => "gpu_type",
+            DropReason::GpuTaken { .. } => "gpu_taken",
+        }
+    }
+}
+
 /// What applying a command answered.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Response {
@@ -270,7 +327,7 @@ pub enum Response {
     },
     PlanApplied {
         started: Vec<JobId>,
-        dropped: Vec<(JobId, String)>,
+        dropped: Vec<(JobId, DropReason)>,
     },
     JobFinished {
         job_id: JobId,

@@ -12,8 +12,8 @@ pub mod snapshot;
 pub mod testing;
 
 pub use commands::{
-    Command, NodeRegistration, ReplicaVersion, Response, Submit, BASE_LEVEL, BATCH_LEVEL, COMPRESSED_SNAPSHOT_LEVEL,
-    FEATURE_LEVEL, SUBMIT_JOBS_LEVEL,
+    Command, DropReason, NodeRegistration, ReplicaVersion, Response, Submit, BASE_LEVEL, BATCH_LEVEL,
+    COMPRESSED_SNAPSHOT_LEVEL, FEATURE_LEVEL, SUBMIT_JOBS_LEVEL,
 };
 pub use digest::digest;
 
@@ -515,48 +515,51 @@ fn apply_plan(
 }
 
 /// Re-checks a planned start against the current state (the plan was made from an older view).
-fn check_start(state: &ClusterState, start: &PlannedStart) -> Result<(), String> {
-    let job = state.jobs.get(&start.job_id).ok_or_else(|| format!("job {} does not exist", start.job_id))?;
+fn check_start(state: &ClusterState, start: &PlannedStart) -> Result<(), DropReason> {
+    let job = state.jobs.get(&start.job_id).ok_or(DropReason::JobGone { job: start.job_id })?;
     if job.state != JobState::Pending || job.cancel_requested {
-        return Err(format!("job {} is {}", job.id, job.state));
+        return Err(DropReason::JobNotPending { job: job.id, state: job.state });
     }
     let allocs = &start.allocation.nodes;
     if allocs.len() != job.spec.nodes as usize {
-        return Err(format!("job {} needs {} nodes, plan gave {}", job.id, job.spec.nodes, allocs.len()));
+        return Err(DropReason::NodeCount { job: job.id, wanted: job.spec.nodes, planned: allocs.len() });
     }
-    let partition =
-        state.partitions.get(&job.partition).ok_or_else(|| format!("partition {} no longer exists", job.partition))?;
+    let partition = state
+        .partitions
+        .get(&job.partition)
+        .ok_or_else(|| DropReason::PartitionGone { partition: job.partition.clone() })?;
     for (i, a) in allocs.iter().enumerate() {
+        let node = || a.node.clone();
         if allocs[..i].iter().any(|b| b.node == a.node) {
-            return Err(format!("node {} appears twice", a.node));
+            return Err(DropReason::NodeTwice { node: node() });
         }
         if !partition.node_names.contains(&a.node) {
-            return Err(format!("node {} is not in partition {}", a.node, partition.name));
+            return Err(DropReason::NodeNotInPartition { node: node(), partition: partition.name.clone() });
         }
-        let node = state.nodes.get(&a.node).ok_or_else(|| format!("node {} is unknown", a.node))?;
-        if !node.schedulable() {
-            return Err(format!("node {} is {}", a.node, node.state().name()));
+        let n = state.nodes.get(&a.node).ok_or_else(|| DropReason::NodeUnknown { node: node() })?;
+        if !n.schedulable() {
+            return Err(DropReason::NodeNotSchedulable { node: node(), state: n.state().name().to_string() });
         }
-        if node.alloc_cpus + a.cpus > node.cpus || node.alloc_mem_mb + a.mem_mb > node.mem_mb {
-            return Err(format!("node {} lacks the CPUs or memory now", a.node));
+        if n.alloc_cpus + a.cpus > n.cpus || n.alloc_mem_mb + a.mem_mb > n.mem_mb {
+            return Err(DropReason::NodeFull { node: node() });
         }
         if a.cpus < job.spec.cpus_per_node() || a.mem_mb < job.spec.mem_per_node_mb.unwrap_or(0) {
-            return Err(format!("allocation on {} is smaller than the request", a.node));
+            return Err(DropReason::TooSmall { node: node() });
         }
         if a.gpus.len() < job.spec.gpus_per_node as usize {
-            return Err(format!("allocation on {} has too few GPUs", a.node));
+            return Err(DropReason::TooFewGpus { node: node() });
         }
         for (k, idx) in a.gpus.iter().enumerate() {
-            let gpu = node
+            let gpu = n
                 .gpus
                 .iter()
                 .find(|g| g.index == *idx)
-                .ok_or_else(|| format!("node {} has no GPU {idx}", a.node))?;
+                .ok_or_else(|| DropReason::NoSuchGpu { node: node(), gpu: *idx })?;
             if job.spec.gpu_type.as_ref().is_some_and(|t| *t != gpu.gpu_type) {
-                return Err(format!("GPU {idx} on {} is not of type {}", a.node, gpu.gpu_type));
+                return Err(DropReason::GpuType { node: node(), gpu: *idx, gpu_type: gpu.gpu_type.clone() });
             }
-            if node.alloc_gpus.contains(idx) || a.gpus[..k].contains(idx) {
-                return Err(format!("GPU {idx} on {} is taken", a.node));
+            if n.alloc_gpus.contains(idx) || a.gpus[..k].contains(idx) {
+                return Err(DropReason::GpuTaken { node: node(), gpu: *idx });
             }
         }
     }

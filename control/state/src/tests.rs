@@ -245,7 +245,7 @@ fn node_down_fails_or_requeues_its_jobs_and_frees_every_node_they_held() {
     };
     assert_eq!(apply(&mut s, 17, old_exit), Response::Ignored);
     assert!(
-        matches!(start_on_both(&mut s, 18, 2, 1), Response::PlanApplied { ref dropped, .. } if dropped[0].1.contains("down"))
+        matches!(start_on_both(&mut s, 18, 2, 1), Response::PlanApplied { ref dropped, .. } if dropped[0].1.to_string().contains("down"))
     );
     // Down again changes nothing; an unknown node is refused by name.
     assert_eq!(apply(&mut s, 19, down("n1", 9200)), Response::Ignored);

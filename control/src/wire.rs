@@ -1,10 +1,10 @@
-//! Conversions between the wire types of `quorum-proto` and the domain model.
+//! Conversions between the wire types of `quorum-proto` and the domain model, for the services
+//! (`server`) and the agent hub (`leader::hub`) alike.
 
-use quorum_proto::agent::GpuState;
+use quorum_proto::agent::{ExitKind, JobExit};
 use quorum_proto::api;
 
-use crate::leader::hub::AgentInfo;
-use crate::model::{parse, Job, JobSpec, Node, Program, Rejection};
+use crate::model::{parse, Job, JobSpec, Program, RankOutcome, Rejection};
 
 /// A submitted spec as the model holds it. Shape errors are left to [`JobSpec::check_shape`].
 pub fn spec_from_proto(p: api::JobSpec) -> Result<JobSpec, Rejection> {
@@ -204,58 +204,20 @@ pub fn job_to_proto(j: &Job, with_env: bool) -> api::JobInfo {
     }
 }
 
-pub fn node_to_proto(n: &Node, partitions: Vec<String>, agent: Option<AgentInfo>) -> api::NodeInfo {
-    api::NodeInfo {
-        name: n.name.clone(),
-        state: n.state().name().to_string(),
-        reason: n.reason().to_string(),
-        cpus: n.cpus,
-        alloc_cpus: n.alloc_cpus,
-        mem_mb: n.mem_mb,
-        alloc_mem_mb: n.alloc_mem_mb,
-        gpus: n.gpus.len() as u32,
-        alloc_gpus: n.alloc_gpus.len() as u32,
-        gpu_types: n.gpu_summary(),
-        partitions,
-        connected: agent.is_some(),
-        agent_version: agent.as_ref().map(|a| a.version.clone()).unwrap_or_default(),
-        agent_started_at_ms: agent.as_ref().map_or(0, |a| a.started_at_ms),
-        limits: agent.as_ref().map(|a| a.limits.clone()).unwrap_or_default(),
-        gpu_health: agent
-            .as_ref()
-            .map(|a| {
-                a.gpus
-                    .iter()
-                    .map(|g| api::GpuHealthInfo {
-                        index: g.index,
-                        state: match GpuState::try_from(g.state) {
-                            Ok(GpuState::GpuWarning) => "warning",
-                            Ok(GpuState::GpuFailure) => "failure",
-                            _ => "ok",
-                        }
-                        .to_string(),
-                        detail: g.detail.clone(),
-                    })
-                    .collect()
-            })
-            .unwrap_or_default(),
-        health_check: agent.map(|a| a.health_check).unwrap_or_default(),
-    }
-}
-
-/// The gRPC status for a business rejection.
-pub fn rejection_status(r: &Rejection) -> tonic::Status {
-    let msg = r.to_string();
-    match r {
-        Rejection::UnknownJob { .. } | Rejection::UnknownNode { .. } => tonic::Status::not_found(msg),
-        Rejection::NodeIsDown { .. } => tonic::Status::failed_precondition(msg),
-        Rejection::JobFinished { .. } => tonic::Status::failed_precondition(msg),
-        Rejection::NotOwner { .. } => tonic::Status::permission_denied(msg),
-        _ => tonic::Status::invalid_argument(msg),
-    }
-}
-
 /// Formats a duration in seconds for messages.
 pub fn duration(secs: u64) -> String {
     parse::format_duration(secs)
+}
+
+/// How an agent's exit report says a job's process on its node ended.
+pub fn outcome(exit: &JobExit) -> RankOutcome {
+    let (code, signal) = (exit.exit_code, exit.signal);
+    match ExitKind::try_from(exit.kind).unwrap_or(ExitKind::Exited) {
+        ExitKind::TimedOut => RankOutcome::TimedOut { code, signal },
+        ExitKind::Cancelled => RankOutcome::Cancelled { code, signal },
+        ExitKind::LaunchFailed => RankOutcome::LaunchFailed,
+        ExitKind::OutOfMemory => RankOutcome::OutOfMemory { code, signal },
+        ExitKind::LeaseExpired => RankOutcome::LostContact,
+        ExitKind::Exited | ExitKind::Unspecified => RankOutcome::Exited { code, signal },
+    }
 }

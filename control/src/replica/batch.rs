@@ -16,11 +16,9 @@ use std::future::Future;
 use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot, Semaphore};
-use tonic::Status;
 
-use super::api::write_status;
-use crate::replica::{now_ms, Core};
-use quorum_state::{Command, Response as Applied, Submit, BATCH_LEVEL, SUBMIT_JOBS_LEVEL};
+use super::{now_ms, Replica, WriteError};
+use quorum_state::{Command, Response, Submit, BATCH_LEVEL, SUBMIT_JOBS_LEVEL};
 
 /// Entries of one kind being committed at once.
 const IN_FLIGHT: usize = 4;
@@ -28,7 +26,7 @@ const IN_FLIGHT: usize = 4;
 /// would miss openraft's replication timeout.
 const MAX_BATCH: usize = 64;
 
-type Answer = oneshot::Sender<Result<Applied, Status>>;
+type Answer = oneshot::Sender<Result<Response, WriteError>>;
 
 /// A queue of writes of one kind, proposed in groups; cloning shares it.
 pub struct Batcher<I> {
@@ -49,40 +47,40 @@ pub type ReportBatcher = Batcher<Command>;
 impl<I: Send + 'static> Batcher<I> {
     /// Starts the task that proposes the queued writes with `propose`, which answers each; it
     /// ends when the last batcher is dropped.
-    fn start<F, Fut>(core: Arc<Core>, propose: F) -> Batcher<I>
+    fn start<F, Fut>(replica: Arc<Replica>, propose: F) -> Batcher<I>
     where
-        F: Fn(Arc<Core>, Vec<(I, Answer)>) -> Fut + Send + 'static,
+        F: Fn(Arc<Replica>, Vec<(I, Answer)>) -> Fut + Send + 'static,
         Fut: Future<Output = ()> + Send + 'static,
     {
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(run(core, rx, propose));
+        tokio::spawn(run(replica, rx, propose));
         Batcher { tx }
     }
 
     /// Proposes `item` (with others that arrive meanwhile) and answers what applying it gave.
-    pub async fn write(&self, item: I) -> Result<Applied, Status> {
+    pub async fn write(&self, item: I) -> Result<Response, WriteError> {
         let (answer, answered) = oneshot::channel();
-        self.tx.send((item, answer)).map_err(|_| Status::unavailable("this replica is shutting down"))?;
-        answered.await.map_err(|_| Status::unavailable("this replica stopped before the write was committed"))?
+        self.tx.send((item, answer)).map_err(|_| WriteError::Stopping)?;
+        answered.await.map_err(|_| WriteError::Stopping)?
     }
 }
 
 impl SubmitBatcher {
-    pub fn submits(core: Arc<Core>) -> SubmitBatcher {
-        Batcher::start(core, propose_submits)
+    pub fn submits(replica: Arc<Replica>) -> SubmitBatcher {
+        Batcher::start(replica, propose_submits)
     }
 }
 
 impl ReportBatcher {
-    pub fn reports(core: Arc<Core>) -> ReportBatcher {
-        Batcher::start(core, propose_reports)
+    pub fn reports(replica: Arc<Replica>) -> ReportBatcher {
+        Batcher::start(replica, propose_reports)
     }
 }
 
-async fn run<I, F, Fut>(core: Arc<Core>, mut rx: mpsc::UnboundedReceiver<(I, Answer)>, propose: F)
+async fn run<I, F, Fut>(replica: Arc<Replica>, mut rx: mpsc::UnboundedReceiver<(I, Answer)>, propose: F)
 where
     I: Send + 'static,
-    F: Fn(Arc<Core>, Vec<(I, Answer)>) -> Fut,
+    F: Fn(Arc<Replica>, Vec<(I, Answer)>) -> Fut,
     Fut: Future<Output = ()> + Send + 'static,
 {
     let in_flight = Arc::new(Semaphore::new(IN_FLIGHT));
@@ -96,7 +94,7 @@ where
                 Err(_) => break,
             }
         }
-        let proposed = propose(core.clone(), batch);
+        let proposed = propose(replica.clone(), batch);
         tokio::spawn(async move {
             proposed.await;
             drop(permit);
@@ -105,9 +103,9 @@ where
 }
 
 /// Proposes each command as an entry of its own, concurrently.
-async fn propose_each(core: &Core, batch: Vec<(Command, Answer)>) {
+async fn propose_each(replica: &Replica, batch: Vec<(Command, Answer)>) {
     futures::future::join_all(batch.into_iter().map(|(command, answer)| async move {
-        let _ = answer.send(core.write(command).await.map(|(_, applied)| applied).map_err(write_status));
+        let _ = answer.send(replica.write(command).await.map(|(_, applied)| applied));
     }))
     .await;
 }
@@ -117,54 +115,54 @@ async fn propose_each(core: &Core, batch: Vec<(Command, Answer)>) {
 /// every write fails: clients retry with their request ids and agents re-send their reports,
 /// so one that did commit after all is not applied twice.
 async fn propose_together(
-    core: &Core,
+    replica: &Replica,
     command: Command,
     answers: Vec<Answer>,
-    split: fn(Applied) -> Option<Vec<Applied>>,
+    split: fn(Response) -> Option<Vec<Response>>,
 ) {
     let n = answers.len();
-    let each = match core.write(command).await {
+    let each = match replica.write(command).await {
         Ok((_, applied)) => match split(applied) {
             Some(each) if each.len() == n => Ok(each),
-            other => Err(Status::internal(format!("unexpected answer to {n} writes in one entry: {other:?}"))),
+            other => Err(WriteError::Unexpected(format!("{other:?} answered {n} writes in one entry"))),
         },
-        Err(e) => Err(write_status(e)),
+        Err(e) => Err(e),
     };
     match each {
         Ok(each) => answers.into_iter().zip(each).for_each(|(answer, applied)| {
             let _ = answer.send(Ok(applied));
         }),
-        Err(status) => answers.into_iter().for_each(|answer| {
-            let _ = answer.send(Err(status.clone()));
+        Err(e) => answers.into_iter().for_each(|answer| {
+            let _ = answer.send(Err(e.clone()));
         }),
     }
 }
 
-async fn propose_submits(core: Arc<Core>, batch: Vec<(Submit, Answer)>) {
-    let level = core.shared.read().state.cluster_level();
+async fn propose_submits(replica: Arc<Replica>, batch: Vec<(Submit, Answer)>) {
+    let level = replica.shared.read().state.cluster_level();
     if batch.len() == 1 || level < SUBMIT_JOBS_LEVEL {
         let each = batch.into_iter().map(|(s, answer)| {
             (Command::SubmitJob { spec: s.spec, user: s.user, now: now_ms(), request_id: s.request_id }, answer)
         });
-        return propose_each(&core, each.collect()).await;
+        return propose_each(&replica, each.collect()).await;
     }
     let (submits, answers): (Vec<Submit>, Vec<Answer>) = batch.into_iter().unzip();
     let split = |applied| match applied {
-        Applied::SubmittedMany(each) => Some(each),
+        Response::SubmittedMany(each) => Some(each),
         _ => None,
     };
-    propose_together(&core, Command::SubmitJobs { submits, now: now_ms() }, answers, split).await;
+    propose_together(&replica, Command::SubmitJobs { submits, now: now_ms() }, answers, split).await;
 }
 
-async fn propose_reports(core: Arc<Core>, batch: Vec<(Command, Answer)>) {
-    let level = core.shared.read().state.cluster_level();
+async fn propose_reports(replica: Arc<Replica>, batch: Vec<(Command, Answer)>) {
+    let level = replica.shared.read().state.cluster_level();
     if batch.len() == 1 || level < BATCH_LEVEL {
-        return propose_each(&core, batch).await;
+        return propose_each(&replica, batch).await;
     }
     let (commands, answers): (Vec<Command>, Vec<Answer>) = batch.into_iter().unzip();
     let split = |applied| match applied {
-        Applied::Batch(each) => Some(each),
+        Response::Batch(each) => Some(each),
         _ => None,
     };
-    propose_together(&core, Command::Batch { commands }, answers, split).await;
+    propose_together(&replica, Command::Batch { commands }, answers, split).await;
 }

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use quorum_cli::dev::{DevCluster, DevOptions};
+use quorum_dev::cluster::{DevCluster, DevOptions};
 
 #[derive(Parser)]
 #[command(name = "quorum", version, about = "Quorum's embedded cluster, trace replay and load generators")]
@@ -21,10 +21,10 @@ struct Cli {
 enum Command {
     /// Replay a workload trace (SWF) through the scheduler in virtual time and report waits,
     /// slowdown and utilization.
-    Simulate(Box<quorum_cli::simulate::SimulateArgs>),
+    Simulate(Box<quorum_dev::simulate::SimulateArgs>),
     /// Load generators against a real cluster (its own unless told otherwise): submit,
     /// dispatch, agents, memory, failover.
-    Bench(quorum_cli::bench::BenchArgs),
+    Bench(quorum_dev::bench::BenchArgs),
     /// Run three controller replicas and agents in this process, on loopback.
     Dev {
         /// Keep data here instead of a temporary directory.
@@ -51,11 +51,11 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Dev { data, port, agents, cpus, no_cgroups } => dev(data, port, agents, cpus, !no_cgroups).await,
         Command::Simulate(args) => {
             // Pure computation: off the async runtime's workers.
-            tokio::task::spawn_blocking(move || quorum_cli::simulate::run(*args)).await??;
+            tokio::task::spawn_blocking(move || quorum_dev::simulate::run(*args)).await??;
             Ok(ExitCode::SUCCESS)
         }
         Command::Bench(args) => {
-            quorum_cli::bench::run(args, cli.controllers.controllers).await?;
+            quorum_dev::bench::run(args, cli.controllers.controllers).await?;
             Ok(ExitCode::SUCCESS)
         }
     }

@@ -18,7 +18,7 @@ use quorum_proto::api;
 mod agents;
 mod memory;
 
-use crate::dev::{DevCluster, DevOptions};
+use crate::cluster::{DevCluster, DevOptions};
 use quorum_client::client::Client;
 
 #[derive(Args, Debug)]

@@ -201,7 +201,7 @@ impl DevCluster {
 
     /// Index of the replica that currently leads, if one does and is running here.
     pub fn leader(&self) -> Option<usize> {
-        self.controllers.iter().position(|c| c.as_ref().is_some_and(|c| c.core.is_leader()))
+        self.controllers.iter().position(|c| c.as_ref().is_some_and(|c| c.replica.is_leader()))
     }
 
     /// Stops replica `i` (its data directory stays).
@@ -229,7 +229,7 @@ impl DevCluster {
     /// it still serves clients and agents.
     pub fn isolate_controller(&self, i: usize, on: bool) {
         if let Some(c) = &self.controllers[i] {
-            c.core.raft_isolation.store(on, std::sync::atomic::Ordering::SeqCst);
+            c.faults().isolate_raft(on);
         }
     }
 

@@ -1,0 +1,62 @@
+//! Node liveness: the leader keeps when it last heard each agent in memory only; a node silent
+//! for `node_timeout` goes DOWN through Raft.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
+
+use super::state::LeaderState;
+use crate::model::NodeAdminState;
+use crate::replica::{now_ms, Replica, WriteError};
+use quorum_state::{Command, Response};
+
+/// The nodes, not already DOWN, that have been silent for `node_timeout`, with how long.
+fn silent_nodes(replica: &Replica, leader: &LeaderState, leading_since: Instant) -> Vec<(String, Duration)> {
+    let timeout = leader.liveness.node_timeout;
+    let applied = replica.shared.read();
+    applied
+        .state
+        .nodes
+        .values()
+        .filter(|n| !matches!(n.admin, NodeAdminState::Down { .. }))
+        .filter_map(|n| {
+            let heard = leader.hub.last_heard(&n.name).map_or(leading_since, |t| t.max(leading_since));
+            let silent = heard.elapsed();
+            (silent >= timeout).then(|| (n.name.clone(), silent))
+        })
+        .collect()
+}
+
+/// Proposes DOWN each node silent for `node_timeout`, checking every tenth of it.
+pub(super) async fn liveness_loop(replica: Arc<Replica>, leader: Arc<LeaderState>, mut stop: watch::Receiver<bool>) {
+    let leading_since = Instant::now();
+    let mut told_too_new = false;
+    let tick = (leader.liveness.node_timeout / 10).clamp(Duration::from_millis(50), Duration::from_secs(1));
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(tick) => {}
+            _ = stop.changed() => return,
+        }
+        for (node, silent) in silent_nodes(&replica, &leader, leading_since) {
+            let reason = format!("not responding: no heartbeat for {:.1}s", silent.as_secs_f64());
+            match replica.write(Command::NodeDown { node: node.clone(), reason: reason.clone(), now: now_ms() }).await {
+                Ok((_, Response::NodeDowned { ended, requeued })) => {
+                    tracing::warn!(node, reason, ?ended, ?requeued, "node DOWN");
+                }
+                Ok(_) => {}
+                Err(e @ WriteError::TooNew { .. }) => {
+                    if !told_too_new {
+                        tracing::warn!(node, error = %e, "a silent node cannot be marked DOWN yet");
+                        told_too_new = true;
+                    }
+                    break;
+                }
+                Err(e) => {
+                    tracing::warn!(node, error = %e, "proposing a node DOWN");
+                    break;
+                }
+            }
+        }
+    }
+}

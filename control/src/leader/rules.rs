@@ -1,0 +1,185 @@
+//! What the leader makes of what an agent says, as plain functions of the applied state: a
+//! registration (propose it or not), a heartbeat (drain or resume the node for its health,
+//! return it to service after DOWN) and an exit report (the `JobEnded` to propose). The agent
+//! stream (`server::agents`) carries the messages and proposes what these return.
+
+use quorum_proto::agent::{GpuHealth, GpuState};
+
+use crate::model::{Millis, NodeAdminState, RankOutcome};
+use quorum_state::{ClusterState, Command, NodeRegistration};
+
+/// Whether a connecting agent's registration must be proposed: its node is new, changed, or
+/// not in service (DOWN, or drained by its health).
+pub fn needs_registration(state: &ClusterState, registration: &NodeRegistration) -> bool {
+    !state.nodes.get(&registration.name).is_some_and(|n| {
+        n.cpus == registration.cpus
+            && n.mem_mb == registration.mem_mb
+            && n.gpus == registration.gpus
+            && n.features == registration.features
+            && n.agent_version == registration.version
+            && n.schedulable()
+    })
+}
+
+/// Why a node should not take new jobs, from its heartbeat: GPUs in FAILURE, a failing health
+/// check. WARNING is shown but is no reason.
+pub fn health_problem(gpus: &[GpuHealth], check: &str) -> Option<String> {
+    let mut parts: Vec<String> = gpus
+        .iter()
+        .filter(|g| g.state == GpuState::GpuFailure as i32)
+        .map(|g| format!("GPU {} failure: {}", g.index, g.detail))
+        .collect();
+    if !check.is_empty() {
+        parts.push(format!("health check failed: {check}"));
+    }
+    (!parts.is_empty()).then(|| parts.join("; "))
+}
+
+/// What a heartbeat asks to propose for its node.
+#[derive(Debug, Default, PartialEq)]
+pub struct HeartbeatActions {
+    /// Drain the node for `problem`, or resume it from its health drain (`SetNodeHealth`).
+    pub health: Option<Command>,
+    /// Declared DOWN while its stream survived (a long stall, a partition that healed): heard
+    /// again, it returns to service as on a reconnect (`RegisterNode`).
+    pub return_to_service: Option<Command>,
+}
+
+/// The commands a heartbeat of `registration`'s node with health `problem` calls for. A health
+/// change waits until the cluster's feature level applies it; an operator's drain is left alone.
+pub fn on_heartbeat(
+    state: &ClusterState,
+    registration: &NodeRegistration,
+    problem: Option<String>,
+    now: Millis,
+) -> HeartbeatActions {
+    let node = &registration.name;
+    let admin = state.nodes.get(node).map(|n| &n.admin);
+    let health_changed = match (admin, &problem) {
+        (Some(NodeAdminState::Up), Some(_)) => true,
+        (Some(NodeAdminState::Drain { auto: true, reason }), Some(p)) => reason != p,
+        (Some(NodeAdminState::Drain { auto: true, .. }), None) => true,
+        _ => false,
+    };
+    let health = Command::SetNodeHealth { node: node.clone(), problem, now };
+    let health = (health_changed && health.level().0 <= state.cluster_level()).then_some(health);
+    let return_to_service = matches!(admin, Some(NodeAdminState::Down { .. }))
+        .then(|| Command::RegisterNode { node: registration.clone(), now });
+    HeartbeatActions { health, return_to_service }
+}
+
+/// The `JobEnded` for an agent's exit report. An OUT_OF_MEMORY end becomes a plain exit while
+/// the cluster's level does not apply it (a replica of an older release knows no
+/// OUT_OF_MEMORY: the job is FAILED there).
+pub fn job_ended(
+    state: &ClusterState,
+    job_id: u64,
+    token: u64,
+    node: String,
+    outcome: RankOutcome,
+    now: Millis,
+) -> Command {
+    let ended = Command::JobEnded { job_id, token, node, outcome, now };
+    if ended.level().0 <= state.cluster_level() {
+        return ended;
+    }
+    match ended {
+        Command::JobEnded { outcome: RankOutcome::OutOfMemory { code, signal }, job_id, token, node, now } => {
+            Command::JobEnded { job_id, token, node, outcome: RankOutcome::Exited { code, signal }, now }
+        }
+        ended => ended,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use quorum_state::testing::cluster;
+    use quorum_state::{apply, ReplicaVersion, FEATURE_LEVEL};
+
+    use super::*;
+
+    fn at_level(level: u32) -> ClusterState {
+        let mut s = cluster();
+        let versions = BTreeMap::from([(1, ReplicaVersion { level, version: "test".into() })]);
+        apply(&mut s, 10, Command::SetReplicaVersions { versions, now: 5 });
+        s
+    }
+
+    fn registration(s: &ClusterState, name: &str) -> NodeRegistration {
+        let n = &s.nodes[name];
+        NodeRegistration {
+            name: name.into(),
+            cpus: n.cpus,
+            mem_mb: n.mem_mb,
+            gpus: n.gpus.clone(),
+            features: n.features.clone(),
+            version: n.agent_version.clone(),
+        }
+    }
+
+    #[test]
+    fn a_registration_is_proposed_only_when_the_node_is_new_changed_or_out_of_service() {
+        let mut s = at_level(FEATURE_LEVEL);
+        let n1 = registration(&s, "n1");
+        assert!(!needs_registration(&s, &n1), "unchanged and in service");
+        assert!(needs_registration(&s, &NodeRegistration { cpus: n1.cpus + 1, ..n1.clone() }));
+        assert!(needs_registration(&s, &NodeRegistration { name: "n9".into(), ..n1.clone() }));
+        apply(&mut s, 11, Command::NodeDown { node: "n1".into(), reason: "silent".into(), now: 6 });
+        assert!(needs_registration(&s, &n1), "DOWN");
+    }
+
+    #[test]
+    fn a_failed_gpu_or_health_check_drains_and_its_end_resumes() {
+        let mut s = at_level(FEATURE_LEVEL);
+        let n1 = registration(&s, "n1");
+        let failed = GpuHealth { index: 2, state: GpuState::GpuFailure as i32, detail: "xid 79".into() };
+        let problem = health_problem(&[failed], "disk full");
+        assert_eq!(problem.as_deref(), Some("GPU 2 failure: xid 79; health check failed: disk full"));
+        assert_eq!(health_problem(&[], ""), None);
+
+        let drain = on_heartbeat(&s, &n1, problem.clone(), 7).health.expect("an Up node with a problem drains");
+        assert_eq!(drain, Command::SetNodeHealth { node: "n1".into(), problem: problem.clone(), now: 7 });
+        apply(&mut s, 11, drain);
+        assert_eq!(on_heartbeat(&s, &n1, problem, 8), HeartbeatActions::default(), "the same problem again");
+        let other = on_heartbeat(&s, &n1, Some("health check failed: fan".into()), 8);
+        assert!(other.health.is_some(), "a new reason replaces the old");
+        let resume = on_heartbeat(&s, &n1, None, 9).health.expect("healthy again resumes");
+        assert_eq!(resume, Command::SetNodeHealth { node: "n1".into(), problem: None, now: 9 });
+
+        // An operator's drain is the operator's to lift.
+        apply(&mut s, 12, Command::SetNodesDrained { nodes: vec!["n2".into()], drain: Some("fan".into()), now: 10 });
+        let n2 = registration(&s, "n2");
+        assert_eq!(on_heartbeat(&s, &n2, None, 11), HeartbeatActions::default());
+        assert_eq!(on_heartbeat(&s, &n2, Some("x".into()), 11).health, None);
+    }
+
+    #[test]
+    fn no_health_drain_below_the_level_that_applies_it() {
+        let s = at_level(3);
+        let n1 = registration(&s, "n1");
+        assert_eq!(on_heartbeat(&s, &n1, Some("health check failed: x".into()), 7).health, None);
+    }
+
+    #[test]
+    fn a_node_heard_after_down_returns_to_service() {
+        let mut s = at_level(FEATURE_LEVEL);
+        let n1 = registration(&s, "n1");
+        assert_eq!(on_heartbeat(&s, &n1, None, 7).return_to_service, None);
+        apply(&mut s, 11, Command::NodeDown { node: "n1".into(), reason: "silent".into(), now: 6 });
+        let back = on_heartbeat(&s, &n1, None, 8).return_to_service;
+        assert_eq!(back, Some(Command::RegisterNode { node: n1, now: 8 }));
+    }
+
+    #[test]
+    fn out_of_memory_is_a_plain_exit_below_its_level() {
+        let oom = RankOutcome::OutOfMemory { code: 137, signal: 9 };
+        let end = |s: &ClusterState| match job_ended(s, 4, 9, "n1".into(), oom, 7) {
+            Command::JobEnded { outcome, .. } => outcome,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(end(&at_level(FEATURE_LEVEL)), oom);
+        assert_eq!(end(&at_level(3)), RankOutcome::Exited { code: 137, signal: 9 });
+    }
+}

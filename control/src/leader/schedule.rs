@@ -1,0 +1,92 @@
+//! The schedule loop: a view of the applied state at index N, `quorum_sched::schedule` over it,
+//! and the plan proposed as one `ApplyPlan` entry based on N (apply re-checks every start).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
+
+use super::state::LeaderState;
+use crate::replica::{now_ms, Replica};
+use quorum_sched::ClusterView;
+use quorum_state::{Command, Response};
+
+/// The least time between the starts of two scheduling cycles: under a storm of submits the
+/// cycles that would each see one more job are merged, leaving the cores to the commit path.
+const MIN_CYCLE_INTERVAL: Duration = Duration::from_millis(20);
+
+/// Hands freed heap back to the system when dropped: a deposed leader's scheduling cache is an
+/// entry per pending job, about 300 MB at a million. Our own heap is mimalloc's, which returns
+/// freed pages by itself; RocksDB's is glibc's, which keeps them until trimmed.
+struct TrimHeapOnDrop;
+
+impl Drop for TrimHeapOnDrop {
+    fn drop(&mut self) {
+        #[cfg(all(target_os = "linux", target_env = "gnu"))]
+        // SAFETY: malloc_trim only returns free memory to the system; it touches no live data.
+        unsafe {
+            libc::malloc_trim(0);
+        }
+    }
+}
+
+/// Runs a cycle after each kick (at most one per [`MIN_CYCLE_INTERVAL`]) and at least every
+/// second, until `stop`.
+pub(super) async fn schedule_loop(replica: Arc<Replica>, leader: Arc<LeaderState>, mut stop: watch::Receiver<bool>) {
+    // Declared first, so dropped last: after the cache.
+    let _trim = TrimHeapOnDrop;
+    let mut cache = quorum_sched::view::ViewCache::default();
+    let mut last_cycle: Option<Instant> = None;
+    loop {
+        tokio::select! {
+            _ = replica.shared.sched_kick.notified() => {}
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            _ = stop.changed() => return,
+        }
+        if let Some(wait) = last_cycle.map(|t| MIN_CYCLE_INTERVAL.saturating_sub(t.elapsed())).filter(|w| !w.is_zero())
+        {
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => {}
+                _ = stop.changed() => return,
+            }
+        }
+        if *stop.borrow() {
+            return;
+        }
+        last_cycle = Some(Instant::now());
+        let (mut view, base_index, policy) = {
+            let applied = replica.shared.read();
+            (
+                ClusterView::from_state_cached(&applied.state, &mut cache),
+                applied.applied_index(),
+                applied.state.policy.clone(),
+            )
+        };
+        view.previous = leader.estimates().into_iter().map(|(j, e)| (j, e.nodes)).collect();
+        let started = std::time::Instant::now();
+        let plan = quorum_sched::schedule(&view, now_ms(), &policy);
+        tracing::debug!(
+            pending = view.pending.len(),
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "scheduling cycle"
+        );
+        leader.set_estimates(plan.estimates.clone());
+        let planned = plan.starts.len();
+        let reasons = plan.reasons_to_write();
+        let Some(command) = Command::apply_plan(base_index, now_ms(), plan.starts, reasons) else { continue };
+        match replica.write(command).await {
+            Ok((index, Response::PlanApplied { started, dropped })) => {
+                tracing::debug!(index, planned, started = started.len(), dropped = dropped.len(), "plan applied");
+                for (job, why) in dropped {
+                    let total = leader.count_dropped(&why);
+                    tracing::info!(job, kind = why.kind(), total, reason = %why, "planned start dropped at apply");
+                }
+            }
+            Ok((_, other)) => tracing::warn!(?other, "unexpected answer to a plan"),
+            Err(e) => {
+                tracing::warn!(error = %e, "proposing a plan");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}

@@ -1,0 +1,61 @@
+//! The replicated settings follow the leader's configuration file: partitions, policy and
+//! topology on every new leadership, accounts and QOS once (after that they change through the
+//! API).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use crate::config::ClusterSettings;
+use crate::replica::{now_ms, Replica};
+use quorum_state::Command;
+
+/// The commands that make the replicated settings match this replica's configuration.
+fn settings_commands(replica: &Replica, settings: &ClusterSettings) -> Vec<Command> {
+    let applied = replica.shared.read();
+    let state = &applied.state;
+    let now = now_ms();
+    let mut commands = Vec::new();
+    let current: Vec<_> = state.partitions.values().cloned().collect();
+    let mut wanted = settings.partitions.clone();
+    wanted.sort_by(|a, b| a.name.cmp(&b.name));
+    if current != wanted {
+        commands.push(Command::SetPartitions { partitions: wanted, now });
+    }
+    if state.policy != settings.policy {
+        commands.push(Command::SetPolicy { policy: settings.policy.clone(), now });
+    }
+    if state.switches != settings.switches {
+        commands.push(Command::SetTopology { switches: settings.switches.clone(), now });
+    }
+    // Accounts and QOS are seeded once; after that they change through the API.
+    if state.accounts.is_empty() && state.qos.is_empty() && !(settings.accounts.is_empty() && settings.qos.is_empty()) {
+        commands.push(Command::SeedAccounts { accounts: settings.accounts.clone(), qos: settings.qos.clone(), now });
+    }
+    commands
+}
+
+pub(super) async fn sync_settings(replica: Arc<Replica>, settings: ClusterSettings, mut stop: watch::Receiver<bool>) {
+    loop {
+        let commands = settings_commands(&replica, &settings);
+        if commands.is_empty() {
+            return;
+        }
+        let mut failed = false;
+        for command in commands {
+            if let Err(e) = replica.write(command).await {
+                tracing::warn!(error = %e, "syncing cluster settings");
+                failed = true;
+                break;
+            }
+        }
+        if !failed {
+            continue;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(200)) => {}
+            _ = stop.changed() => return,
+        }
+    }
+}

@@ -1,0 +1,50 @@
+//! What only a leader keeps, in memory, beside its replica.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use super::hub::AgentHub;
+use crate::config::Liveness;
+use crate::model::JobId;
+use quorum_sched::Estimate;
+use quorum_state::DropReason;
+
+/// What the leader keeps in memory only: its agents' streams, the latest plan's reservations,
+/// and the timeouts it judges agents by. Kept (empty) on followers, so that the services can
+/// answer "no agent connected" without asking who leads.
+pub struct LeaderState {
+    pub hub: AgentHub,
+    /// The latest plan's reservations, for `quorum queue --start`.
+    pub estimates: Mutex<BTreeMap<JobId, Estimate>>,
+    pub liveness: Liveness,
+    /// Planned starts that apply dropped, by kind of reason, since this replica started.
+    dropped: Mutex<BTreeMap<&'static str, u64>>,
+}
+
+impl LeaderState {
+    pub fn new(liveness: Liveness) -> LeaderState {
+        LeaderState { hub: AgentHub::default(), estimates: Mutex::default(), liveness, dropped: Mutex::default() }
+    }
+
+    /// A copy of the latest plan's reservations.
+    pub fn estimates(&self) -> BTreeMap<JobId, Estimate> {
+        self.estimates.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    pub(super) fn set_estimates(&self, estimates: BTreeMap<JobId, Estimate>) {
+        *self.estimates.lock().unwrap_or_else(|p| p.into_inner()) = estimates;
+    }
+
+    /// Counts a planned start that apply dropped; returns how many of its kind so far.
+    pub fn count_dropped(&self, why: &DropReason) -> u64 {
+        let mut dropped = self.dropped.lock().unwrap_or_else(|p| p.into_inner());
+        let n = dropped.entry(why.kind()).or_default();
+        *n += 1;
+        *n
+    }
+
+    /// Planned starts dropped at apply, by kind of reason.
+    pub fn dropped_starts(&self) -> BTreeMap<&'static str, u64> {
+        self.dropped.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}

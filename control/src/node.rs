@@ -1,0 +1,115 @@
+//! The composition root: the one place that wires a replica ([`crate::replica`]), its leader
+//! work ([`crate::leader`]) and its services ([`crate::server`]) together, started by
+//! [`Controller::start`] on a listener and stopped by [`Controller::shutdown`]. [`run`] is the
+//! same behind a shutdown future, as the binary uses it. Nothing else in the crate imports it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::config::ControllerConfig;
+use crate::faults::Faults;
+use crate::leader::{self, LeaderState};
+use crate::replica::{watchdog, Replica};
+use crate::server;
+
+/// A running replica.
+pub struct Controller {
+    pub replica: Arc<Replica>,
+    pub leader: Arc<LeaderState>,
+    faults: Faults,
+    /// Kept so that shutdown closes RocksDB itself once every other holder has let go: the data
+    /// directory can be opened again (a restart in the same process) as soon as shutdown returns.
+    db: Arc<rocksdb::DB>,
+    stop: watch::Sender<bool>,
+    server: JoinHandle<Result<(), tonic::transport::Error>>,
+    supervisor: JoinHandle<()>,
+}
+
+impl Controller {
+    /// Opens the data directory, starts Raft (initializing the cluster from `replicas` if this
+    /// replica's log is empty) and serves on `listener`.
+    pub async fn start(config: ControllerConfig, listener: TcpListener) -> anyhow::Result<Controller> {
+        config.validate()?;
+        let settings = config.settings()?;
+        let faults = Faults::default();
+        let (replica, db) = Replica::start(&config, &faults).await?;
+        let leader = Arc::new(LeaderState::new(config.liveness()));
+        let (stop, stop_rx) = watch::channel(false);
+        let server =
+            tokio::spawn(server::serve(replica.clone(), leader.clone(), faults.clone(), listener, stop_rx.clone()));
+        let supervisor = tokio::spawn(leader::supervise(replica.clone(), leader.clone(), settings, stop_rx.clone()));
+        tokio::spawn(watchdog::watch_leader(
+            replica.clone(),
+            Duration::from_millis(config.election_timeout_max_ms),
+            stop_rx,
+        ));
+        tracing::info!(replica = config.id, addr = %replica.addr, "controller started");
+        Ok(Controller { replica, leader, faults, db, stop, server, supervisor })
+    }
+
+    /// The fault switches of this replica, for tests.
+    pub fn faults(&self) -> &Faults {
+        &self.faults
+    }
+
+    /// Stops serving, ends leader work and Raft, and releases the data directory. A leader with
+    /// another voter first hands leadership over, so that a planned stop costs the cluster one
+    /// leader lease rather than an election timeout.
+    pub async fn shutdown(self) {
+        let id = self.replica.id;
+        if self.replica.is_leader() {
+            match tokio::time::timeout(Duration::from_secs(5), self.replica.transfer_leadership(None)).await {
+                Ok(Ok(to)) => tracing::info!(replica = id, to, "handed leadership over before stopping"),
+                Ok(Err(e)) => tracing::warn!(replica = id, error = %e, "stopping without handing over"),
+                Err(_) => tracing::warn!(replica = id, "handing over took too long; stopping"),
+            }
+        }
+        let _ = self.stop.send(true);
+        // Every step is bounded: a stop asked for must happen.
+        if tokio::time::timeout(Duration::from_secs(5), self.supervisor).await.is_err() {
+            tracing::warn!("leader work did not stop within 5s");
+        }
+        self.leader.hub.close_all();
+        match tokio::time::timeout(Duration::from_secs(5), self.server).await {
+            Ok(Ok(Err(e))) => tracing::warn!(error = %e, "server"),
+            Ok(_) => {}
+            Err(_) => tracing::warn!("server did not stop within 5s"),
+        }
+        match tokio::time::timeout(Duration::from_secs(5), self.replica.raft.shutdown()).await {
+            Ok(Err(e)) => tracing::warn!(error = %e, "raft shutdown"),
+            Ok(Ok(())) => {}
+            Err(_) => tracing::warn!("raft did not shut down within 5s"),
+        }
+        drop(self.replica);
+        drop(self.leader);
+        let mut db = self.db;
+        let released = std::time::Instant::now();
+        loop {
+            match Arc::try_unwrap(db) {
+                // The last holder: dropping it closes the database here and now.
+                Ok(last) => break drop(last),
+                Err(shared) if released.elapsed() < Duration::from_secs(5) => {
+                    db = shared;
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                Err(_) => break tracing::warn!("the database is still held 5s after shutdown"),
+            }
+        }
+    }
+}
+
+/// Runs a replica until `shutdown` completes.
+pub async fn run(
+    config: ControllerConfig,
+    listener: TcpListener,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> anyhow::Result<()> {
+    let controller = Controller::start(config, listener).await?;
+    shutdown.await;
+    controller.shutdown().await;
+    Ok(())
+}

@@ -1,0 +1,71 @@
+//! Accounts and QOS: the operators' changes (`quorum admin account`, `qos`) and the fairshare
+//! tree (`quorum shares`).
+
+use quorum_proto::api::*;
+use tonic::Status;
+
+use super::api::{rejection_status, require_root, write_status, Api};
+use crate::replica::now_ms;
+use quorum_state::{Command, Response};
+
+pub(super) async fn upsert_account(api: &Api, r: UpsertAccountRequest) -> Result<AdminResponse, Status> {
+    require_root(&r.user)?;
+    let a = r.account.ok_or_else(|| Status::invalid_argument("missing account"))?;
+    let account = crate::model::Account {
+        name: a.name,
+        parent: (!a.parent.is_empty()).then_some(a.parent),
+        shares: a.shares.max(1),
+        users: a.users.into_iter().collect(),
+        limits: crate::model::AssocLimits {
+            max_jobs: a.max_jobs,
+            grp_gpus: a.grp_gpus,
+            grp_cpus: a.grp_cpus,
+            max_wall_s: a.max_wall_s,
+            grp_mem_mb: a.grp_mem_mb,
+            grp_nodes: a.grp_nodes,
+            grp_gpus_by_type: a.grp_gpus_by_type.into_iter().collect(),
+        },
+    };
+    match api.replica.write(Command::UpsertAccount { account, now: now_ms() }).await.map_err(write_status)?.1 {
+        Response::Rejected(rej) => Err(rejection_status(&rej)),
+        _ => Ok(AdminResponse {}),
+    }
+}
+
+pub(super) async fn upsert_qos(api: &Api, r: UpsertQosRequest) -> Result<AdminResponse, Status> {
+    require_root(&r.user)?;
+    let q = r.qos.ok_or_else(|| Status::invalid_argument("missing qos"))?;
+    if q.name.is_empty() {
+        return Err(Status::invalid_argument("invalid qos: empty name"));
+    }
+    let qos = crate::model::Qos {
+        name: q.name,
+        priority: q.priority,
+        max_wall_s: q.max_wall_s,
+        max_gpus_per_user: q.max_gpus_per_user,
+        max_jobs_per_user: q.max_jobs_per_user,
+    };
+    api.replica.write(Command::UpsertQos { qos, now: now_ms() }).await.map_err(write_status)?;
+    Ok(AdminResponse {})
+}
+
+pub(super) async fn shares(api: &Api, _r: SharesRequest) -> Result<SharesResponse, Status> {
+    api.replica.linearizable().await.map_err(write_status)?;
+    let applied = api.replica.shared.read();
+    let view = quorum_sched::ClusterView::from_state(&applied.state);
+    let shares = quorum_sched::priority::fairshare(&view, now_ms(), &applied.state.policy);
+    let accounts = shares
+        .values()
+        .map(|s| AccountShare {
+            name: s.name.clone(),
+            parent: s.parent.clone().unwrap_or_default(),
+            raw_shares: s.raw_shares,
+            norm_shares: s.norm_shares,
+            raw_usage: s.raw_usage,
+            norm_usage: s.norm_usage,
+            fairshare: s.fairshare,
+            users: applied.state.accounts.get(&s.name).map(|a| a.users.iter().cloned().collect()).unwrap_or_default(),
+        })
+        .collect();
+    Ok(SharesResponse { accounts })
+}

@@ -1,0 +1,207 @@
+//! Jobs: submit, hold and release, cancel and signal, and the job reads (`quorum show`,
+//! `quorum queue`, `quorum prio`).
+
+use quorum_proto::api::*;
+use tonic::Status;
+
+use super::api::{read_barrier, rejection_status, write_status, Api};
+use crate::model::JobState;
+use crate::replica::now_ms;
+use crate::wire;
+use quorum_state::{Command, Response, Submit};
+
+pub(super) async fn submit_job(api: &Api, r: SubmitJobRequest) -> Result<SubmitJobResponse, Status> {
+    let spec = r.spec.ok_or_else(|| Status::invalid_argument("missing job spec"))?;
+    let spec = wire::spec_from_proto(spec).map_err(|e| rejection_status(&e))?;
+    spec.check_shape().map_err(|e| rejection_status(&e))?;
+    if r.user.is_empty() {
+        return Err(Status::invalid_argument("missing user"));
+    }
+    let submit = Submit { spec: Box::new(spec), user: r.user, request_id: r.request_id };
+    match api.submits.write(submit).await.map_err(write_status)? {
+        Response::Submitted { job_id, duplicate } => Ok(SubmitJobResponse { job_id, duplicate }),
+        Response::Rejected(r) => Err(rejection_status(&r)),
+        other => Err(Status::internal(format!("unexpected answer to a submit: {other:?}"))),
+    }
+}
+
+pub(super) async fn hold_job(api: &Api, r: HoldJobRequest) -> Result<HoldJobResponse, Status> {
+    if r.user.is_empty() {
+        return Err(Status::invalid_argument("missing user"));
+    }
+    let mut results = Vec::new();
+    for job_id in r.job_ids {
+        let (user, now) = (r.user.clone(), now_ms());
+        let command =
+            if r.release { Command::ReleaseJob { job_id, user, now } } else { Command::HoldJob { job_id, user, now } };
+        let error = match api.replica.write(command).await.map_err(write_status)?.1 {
+            Response::Held { .. } | Response::Released { .. } => String::new(),
+            Response::Rejected(rej) => rej.to_string(),
+            other => return Err(Status::internal(format!("unexpected answer to a hold: {other:?}"))),
+        };
+        results.push(CancelResult { job_id, ok: error.is_empty(), error });
+    }
+    Ok(HoldJobResponse { results })
+}
+
+pub(super) async fn cancel_job(api: &Api, r: CancelJobRequest) -> Result<CancelJobResponse, Status> {
+    if r.user.is_empty() {
+        return Err(Status::invalid_argument("missing user"));
+    }
+    if !r.signal.is_empty() {
+        return signal_jobs(api, r).await;
+    }
+    let mut results = Vec::new();
+    let targets = {
+        let applied = api.replica.shared.read();
+        let is_array =
+            |id: u64| applied.state.jobs.get(&id).and_then(|j| j.array).is_some_and(|a| a.array_job_id == id);
+        let whole = r.job_ids.iter().map(|&id| (id, is_array(id)));
+        whole.chain(r.task_job_ids.iter().map(|&id| (id, false))).collect::<Vec<_>>()
+    };
+    for (job_id, whole_array) in targets {
+        let command = Command::CancelJob { job_id, user: r.user.clone(), now: now_ms(), whole_array };
+        let result = match api.replica.write(command).await.map_err(write_status)?.1 {
+            Response::Cancelled { .. } => CancelResult { job_id, ok: true, error: String::new() },
+            Response::Rejected(rej) => CancelResult { job_id, ok: false, error: rej.to_string() },
+            other => return Err(Status::internal(format!("unexpected answer to a cancel: {other:?}"))),
+        };
+        results.push(result);
+    }
+    Ok(CancelJobResponse { results })
+}
+
+pub(super) async fn get_job(api: &Api, r: GetJobRequest) -> Result<GetJobResponse, Status> {
+    let GetJobRequest { job_id, stale, array_task_id } = r;
+    read_barrier(api, stale).await?;
+    let applied = api.replica.shared.read();
+    let job = match array_task_id {
+        None => {
+            applied.state.jobs.get(&job_id).ok_or_else(|| Status::not_found(format!("job {job_id} does not exist")))?
+        }
+        Some(task) => array_task(&applied.state, job_id, task)?,
+    };
+    Ok(GetJobResponse { job: Some(wire::job_to_proto(job, true)), applied_index: applied.applied_index() })
+}
+
+pub(super) async fn list_jobs(api: &Api, r: ListJobsRequest) -> Result<ListJobsResponse, Status> {
+    let mut states = Vec::new();
+    for s in &r.states {
+        states
+            .push(JobState::from_name(s).ok_or_else(|| Status::invalid_argument(format!("unknown job state '{s}'")))?);
+    }
+    read_barrier(api, r.stale).await?;
+    let estimates = api.leader.estimates();
+    let applied = api.replica.shared.read();
+    let jobs = applied
+        .state
+        .jobs
+        .values()
+        .filter(|j| states.is_empty() || states.contains(&j.state))
+        .filter(|j| r.user.is_empty() || j.user == r.user)
+        .map(|j| {
+            let mut info = wire::job_to_proto(j, false);
+            if let Some(e) = estimates.get(&j.id).filter(|_| j.state == JobState::Pending) {
+                info.expected_start_ms = e.start_ms;
+                info.expected_nodes = crate::model::hostlist::compress(&e.nodes);
+            }
+            info
+        })
+        .collect();
+    Ok(ListJobsResponse { jobs, applied_index: applied.applied_index(), now_ms: now_ms() })
+}
+
+pub(super) async fn priorities(api: &Api, _r: PriorityRequest) -> Result<PriorityResponse, Status> {
+    api.replica.linearizable().await.map_err(write_status)?;
+    let (view, policy) = {
+        let applied = api.replica.shared.read();
+        (quorum_sched::ClusterView::from_state(&applied.state), applied.state.policy.clone())
+    };
+    let factors = quorum_sched::priority::breakdown(&view, now_ms(), &policy);
+    let jobs = view
+        .pending
+        .iter()
+        .map(|j| {
+            let f = &factors[&j.id];
+            JobPriority {
+                job_id: j.id,
+                user: j.user.to_string(),
+                account: j.account.to_string(),
+                partition: j.partition.to_string(),
+                total: f.total,
+                age: f.age,
+                fairshare: f.fairshare,
+                job_size: f.job_size,
+                partition_factor: f.partition,
+                qos: f.qos,
+                nice: f.nice,
+            }
+        })
+        .collect();
+    let w = policy.weights;
+    Ok(PriorityResponse {
+        jobs,
+        weight_age: w.age,
+        weight_fairshare: w.fairshare,
+        weight_job_size: w.job_size,
+        weight_partition: w.partition,
+        weight_qos: w.qos,
+    })
+}
+
+/// `quorum cancel --signal`: signals each running job on every node of its allocation, after
+/// a linearizable read; per-job results like a cancel.
+async fn signal_jobs(api: &Api, r: CancelJobRequest) -> Result<CancelJobResponse, Status> {
+    let signal = crate::model::parse_signal(&r.signal).map_err(Status::invalid_argument)?;
+    api.replica.linearizable().await.map_err(write_status)?;
+    let mut results = Vec::new();
+    for job_id in r.job_ids.iter().chain(&r.task_job_ids).copied() {
+        let target = {
+            let applied = api.replica.shared.read();
+            match applied.state.jobs.get(&job_id) {
+                None => Err(format!("job {job_id} does not exist")),
+                Some(j) if j.user != r.user && r.user != "root" => {
+                    Err(format!("user '{}' may not signal job {job_id} of user '{}'", r.user, j.user))
+                }
+                Some(j) if j.state != crate::model::JobState::Running => {
+                    Err(format!("job {job_id} is not running ({})", j.state.name()))
+                }
+                Some(j) => Ok((
+                    j.alloc_index,
+                    j.allocation.as_ref().map(|a| a.nodes.iter().map(|n| n.node.clone()).collect::<Vec<_>>()),
+                )),
+            }
+        };
+        let result = match target {
+            Ok((token, Some(nodes))) => {
+                let missed: Vec<String> =
+                    nodes.into_iter().filter(|n| !api.leader.hub.signal(n, job_id, token, signal)).collect();
+                if missed.is_empty() {
+                    CancelResult { job_id, ok: true, error: String::new() }
+                } else {
+                    CancelResult { job_id, ok: false, error: format!("no agent connected on {}", missed.join(",")) }
+                }
+            }
+            Ok((_, None)) => CancelResult { job_id, ok: false, error: format!("job {job_id} has no allocation") },
+            Err(error) => CancelResult { job_id, ok: false, error },
+        };
+        results.push(result);
+    }
+    Ok(CancelJobResponse { results })
+}
+
+/// Task `task` of the array whose id is `array_id` (its tasks have the ids from `array_id` on).
+fn array_task(state: &quorum_state::ClusterState, array_id: u64, task: u32) -> Result<&crate::model::Job, Status> {
+    let first = state.jobs.get(&array_id).ok_or_else(|| Status::not_found(format!("job {array_id} does not exist")))?;
+    let Some(a) = first.array.filter(|a| a.array_job_id == array_id) else {
+        return Err(Status::invalid_argument(format!("job {array_id} is not a job array, so it has no task {task}")));
+    };
+    state
+        .jobs
+        .range(array_id..array_id + u64::from(a.count))
+        .map(|(_, j)| &**j)
+        .find(|j| j.array.is_some_and(|t| t.task_id == task))
+        .ok_or_else(|| {
+            Status::not_found(format!("array {array_id} has no task {task} (its tasks are {}-{})", a.min, a.max))
+        })
+}

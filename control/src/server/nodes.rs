@@ -1,0 +1,105 @@
+//! Nodes: the node list (`quorum nodes`), operators' drain and resume, and GPU fault drills.
+
+use quorum_proto::agent::GpuState;
+use quorum_proto::api::*;
+use tonic::Status;
+
+use super::api::{read_barrier, rejection_status, require_root, write_status, Api};
+use crate::leader::hub::AgentInfo;
+use crate::model::Node;
+use crate::replica::now_ms;
+use quorum_state::{Command, Response};
+
+pub(super) async fn list_nodes(api: &Api, r: ListNodesRequest) -> Result<ListNodesResponse, Status> {
+    read_barrier(api, r.stale).await?;
+    let applied = api.replica.shared.read();
+    let nodes = applied
+        .state
+        .nodes
+        .values()
+        .map(|n| node_to_proto(n, applied.state.partitions_of(&n.name), api.leader.hub.agent(&n.name)))
+        .collect();
+    Ok(ListNodesResponse { nodes, applied_index: applied.applied_index() })
+}
+
+pub(super) async fn set_nodes_drained(api: &Api, r: SetNodesDrainedRequest) -> Result<AdminResponse, Status> {
+    require_root(&r.user)?;
+    let nodes: Vec<String> = r.nodes.iter().map(|n| n.trim().to_string()).filter(|n| !n.is_empty()).collect();
+    if nodes.is_empty() {
+        return Err(Status::invalid_argument("name at least one node"));
+    }
+    let drain = match (r.drain, r.reason.trim()) {
+        (true, "") => return Err(Status::invalid_argument("a drain needs a reason (--reason), shown in quorum nodes")),
+        (true, reason) => Some(reason.to_string()),
+        (false, _) => None,
+    };
+    match api.replica.write(Command::SetNodesDrained { nodes, drain, now: now_ms() }).await.map_err(write_status)?.1 {
+        Response::Ok => Ok(AdminResponse {}),
+        Response::Rejected(r) => Err(rejection_status(&r)),
+        other => Err(Status::internal(format!("unexpected answer to a drain: {other:?}"))),
+    }
+}
+
+pub(super) async fn inject_gpu_fault(api: &Api, r: GpuFaultRequest) -> Result<GpuFaultResponse, Status> {
+    require_root(&r.user)?;
+    crate::model::gpu_fault::parse_fault(&r.kind).map_err(Status::invalid_argument)?;
+    {
+        let applied = api.replica.shared.read();
+        let node = applied
+            .state
+            .nodes
+            .get(&r.node)
+            .ok_or_else(|| Status::not_found(format!("there is no node {}", r.node)))?;
+        if r.gpu as usize >= node.gpus.len() {
+            return Err(Status::invalid_argument(format!(
+                "node {} has no GPU {} ({} GPUs)",
+                r.node,
+                r.gpu,
+                node.gpus.len()
+            )));
+        }
+    }
+    if !api.leader.hub.gpu_fault(&r.node, r.gpu, &r.kind) {
+        return Err(Status::unavailable(format!("node {} has no agent connected", r.node)));
+    }
+    Ok(GpuFaultResponse {})
+}
+
+fn node_to_proto(n: &Node, partitions: Vec<String>, agent: Option<AgentInfo>) -> NodeInfo {
+    NodeInfo {
+        name: n.name.clone(),
+        state: n.state().name().to_string(),
+        reason: n.reason().to_string(),
+        cpus: n.cpus,
+        alloc_cpus: n.alloc_cpus,
+        mem_mb: n.mem_mb,
+        alloc_mem_mb: n.alloc_mem_mb,
+        gpus: n.gpus.len() as u32,
+        alloc_gpus: n.alloc_gpus.len() as u32,
+        gpu_types: n.gpu_summary(),
+        partitions,
+        connected: agent.is_some(),
+        agent_version: agent.as_ref().map(|a| a.version.clone()).unwrap_or_default(),
+        agent_started_at_ms: agent.as_ref().map_or(0, |a| a.started_at_ms),
+        limits: agent.as_ref().map(|a| a.limits.clone()).unwrap_or_default(),
+        gpu_health: agent
+            .as_ref()
+            .map(|a| {
+                a.gpus
+                    .iter()
+                    .map(|g| GpuHealthInfo {
+                        index: g.index,
+                        state: match GpuState::try_from(g.state) {
+                            Ok(GpuState::GpuWarning) => "warning",
+                            Ok(GpuState::GpuFailure) => "failure",
+                            _ => "ok",
+                        }
+                        .to_string(),
+                        detail: g.detail.clone(),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default(),
+        health_check: agent.map(|a| a.health_check).unwrap_or_default(),
+    }
+}
