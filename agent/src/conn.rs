@@ -17,7 +17,7 @@ use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Endpoint;
 
-use crate::{runner, Agent, JobEntry};
+use crate::{output, runner, supervisor, Agent, JobEntry};
 
 /// How many heartbeat periods without an answer before the stream is given up.
 const MISSED_HEARTBEATS: u32 = 3;
@@ -205,7 +205,7 @@ async fn session(
                         // Off the stream's task: a slow disk holds up no heartbeat.
                         let (agent, tx) = (agent.clone(), tx.clone());
                         tokio::spawn(async move {
-                            let chunk = tokio::task::spawn_blocking(move || runner::read_output(&agent, &r)).await;
+                            let chunk = tokio::task::spawn_blocking(move || output::read_output(&agent, &r)).await;
                             if let Ok(chunk) = chunk {
                                 let _ = tx.send(AgentMessage { msg: Some(agent_message::Msg::Output(chunk)) }).await;
                             }
@@ -284,7 +284,7 @@ async fn launch(agent: &Arc<Agent>, l: Launch, tx: &mpsc::Sender<AgentMessage>) 
             existing => {
                 // A newer allocation of the same job (requeued): stop what runs of the old one.
                 if let Some(JobEntry { pgid: Some(pgid), exit: None, .. }) = existing {
-                    runner::signal_group(*pgid, libc::SIGKILL);
+                    supervisor::signal_group(*pgid, libc::SIGKILL);
                 }
                 let (kill_tx, kill_rx) = mpsc::channel(4);
                 jobs.insert(job_id, JobEntry::new(l.token, Some(kill_tx)));
@@ -306,7 +306,7 @@ fn signal(agent: &Agent, s: quorum_proto::agent::Signal) {
         Some(e) if e.token == s.token && e.exit.is_none() => {
             if let Some(pgid) = e.pgid {
                 tracing::info!(job = s.job_id, signal = s.signal, "signalling the job");
-                runner::signal_group(pgid, s.signal);
+                supervisor::signal_group(pgid, s.signal);
             }
         }
         _ => tracing::warn!(job = s.job_id, token = s.token, "a signal for a job not running here; ignored"),

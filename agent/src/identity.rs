@@ -78,6 +78,15 @@ fn group_list(name: &CStr, gid: u32) -> Vec<u32> {
     }
 }
 
+/// Who a job of `user` runs as: that user when the agent switches users (and can, as root),
+/// else nobody in particular (the agent's own user).
+pub fn job_account(switch_user: bool, user: &str) -> Result<Option<Account>, String> {
+    if !switch_user || !is_root() {
+        return Ok(None);
+    }
+    lookup(user).map(Some)
+}
+
 /// Whether this process may run jobs as other users.
 pub fn is_root() -> bool {
     // SAFETY: geteuid has no failure mode and touches no memory.

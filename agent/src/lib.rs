@@ -6,345 +6,53 @@
 //! its output files, environment and time limit. The agent finds the leader itself from a list
 //! of controller addresses and follows it when it changes.
 
+mod agent;
 pub mod conn;
+pub mod environment;
 pub mod gpu;
 pub mod identity;
 pub mod limits;
+pub mod output;
+pub mod record;
 pub mod resources;
 pub mod runner;
 pub mod supervisor;
 
-use std::collections::HashMap;
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
 
-use quorum_proto::agent::{ExitKind, JobExit};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 
+pub(crate) use agent::JobEntry;
+pub use agent::{Agent, AgentConfig, HealthCheck, VERSION};
 pub use resources::{parse_gpu_source, SimGpu};
 
-/// The software version the agent reports.
-pub const VERSION: &str = env!("CARGO_PKG_VERSION");
-
-#[derive(Clone, Debug)]
-pub struct AgentConfig {
-    /// The node's name, as partitions name it.
-    pub name: String,
-    /// Controller addresses (`host:port`); any replica will do.
-    pub controllers: Vec<String>,
-    pub cpus: u32,
-    pub mem_mb: u64,
-    pub gpus: Vec<SimGpu>,
-    pub features: Vec<String>,
-    /// Where the agent keeps job scripts.
-    pub spool_dir: PathBuf,
-    pub heartbeat: Duration,
-    /// Between SIGTERM and SIGKILL when a job is cancelled or hits its limit.
-    pub kill_wait: Duration,
-    /// Run each job as its submitting user (needs root); otherwise as the agent's own user.
-    pub switch_user: bool,
-    /// Give each job a cgroup (v2 or v1) where the node allows it; otherwise (or when off) rlimits.
-    pub cgroups: bool,
-    /// The operator's health check, like Slurm's HealthCheckProgram: a failing run drains the
-    /// node with its output as the reason, until a run passes.
-    pub health_check: Option<HealthCheck>,
-}
-
-#[derive(Clone, Debug)]
-pub struct HealthCheck {
-    /// Run with `sh -c`.
-    pub command: String,
-    pub interval: Duration,
-}
-
-/// How long a health check may run before it counts as failed.
-const HEALTH_CHECK_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// A job this agent knows, by job id.
-#[derive(Debug)]
-pub(crate) struct JobEntry {
-    pub token: u64,
-    /// Set while the job runs: asks its runner to kill it.
-    pub kill: Option<mpsc::Sender<ExitKind>>,
-    /// Set once it ended, until the leader acknowledges the report.
-    pub exit: Option<JobExit>,
-    pub exit_sent: Option<Instant>,
-    /// The leader acknowledged the exit as committed; the entry stays for its fencing token.
-    pub acked: bool,
-    pub pgid: Option<i32>,
-    /// Killed by the agent itself because its lease ran out.
-    pub lease_killed: bool,
-    /// Its record in the spool, removed once the leader acknowledged its exit.
-    pub record: Option<PathBuf>,
-}
-
-impl JobEntry {
-    /// A job of allocation `token` not yet known to have ended.
-    pub(crate) fn new(token: u64, kill: Option<mpsc::Sender<ExitKind>>) -> JobEntry {
-        JobEntry {
-            token,
-            kill,
-            exit: None,
-            exit_sent: None,
-            acked: false,
-            pgid: None,
-            lease_killed: false,
-            record: None,
-        }
-    }
-}
-
-/// The agent's lease on its jobs: the send time of the newest heartbeat the leader answered,
-/// and the lease the leader gave with that answer.
-#[derive(Debug, Default)]
-struct Lease {
-    answered_sent_at: Option<Instant>,
-    length: Option<Duration>,
-}
-
 /// How often the lease is checked.
-const LEASE_CHECK: Duration = Duration::from_millis(100);
+const LEASE_CHECK: std::time::Duration = std::time::Duration::from_millis(100);
 
-/// The agent's job table, shared between the stream and the runners.
-pub struct Agent {
-    pub config: AgentConfig,
-    pub(crate) jobs: Mutex<HashMap<u64, JobEntry>>,
-    pub(crate) exits_tx: mpsc::UnboundedSender<u64>,
-    exits_rx: Mutex<Option<mpsc::UnboundedReceiver<u64>>>,
-    lease: Mutex<Lease>,
-    /// Fault injection: behave as if every packet to and from the controllers were dropped.
-    isolated: AtomicBool,
-    /// Turns true when the agent stops: its job watchers end, the jobs go on.
-    pub(crate) stopped: watch::Sender<bool>,
-    /// When this agent started, ms since the epoch; the leader shows it so that an upgrade
-    /// script can tell the new process from the old.
-    pub started_at_ms: u64,
-    /// How jobs are limited, found when the agent starts.
-    limits: std::sync::OnceLock<limits::Limits>,
-    gpu_source: Arc<Mutex<Box<dyn gpu::GpuSource>>>,
-    /// The newest GPU check, sent with each heartbeat.
-    gpu_health: Mutex<Vec<quorum_proto::agent::GpuHealth>>,
-    /// The health check's output while it fails.
-    health_check_failure: Mutex<String>,
-}
-
-impl Agent {
-    /// An agent whose GPUs (if any) are simulated.
-    pub fn new(config: AgentConfig) -> Arc<Agent> {
-        let sim = gpu::SimSource::new(config.gpus.len());
-        Agent::with_gpu_source(config, Box::new(sim))
+/// Runs `agent` until `shutdown` turns true: takes up the jobs its spool holds, watches its lease
+/// and health, and holds a stream to the leader, following it.
+pub async fn serve(agent: Arc<Agent>, shutdown: watch::Receiver<bool>) {
+    let exits_rx =
+        agent.exits_rx.lock().unwrap_or_else(|p| p.into_inner()).take().expect("serve is called once per agent");
+    if !identity::is_root() {
+        // SAFETY: getuid has no failure mode.
+        let uid = unsafe { libc::getuid() };
+        tracing::warn!(
+            uid,
+            "not running as root: every job runs as this agent's user (uid {uid}), not as its submitter"
+        );
+    } else if !agent.config.switch_user {
+        tracing::info!("jobs run as this agent's user (root), not as their submitters: switching users is off");
     }
-
-    /// An agent whose GPU health comes from `source` (NVML on a real GPU node).
-    pub fn with_gpu_source(config: AgentConfig, source: Box<dyn gpu::GpuSource>) -> Arc<Agent> {
-        let (exits_tx, exits_rx) = mpsc::unbounded_channel();
-        Arc::new(Agent {
-            config,
-            jobs: Mutex::new(HashMap::new()),
-            exits_tx,
-            exits_rx: Mutex::new(Some(exits_rx)),
-            lease: Mutex::new(Lease::default()),
-            isolated: AtomicBool::new(false),
-            stopped: watch::Sender::new(false),
-            started_at_ms: std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_millis() as u64)
-                .unwrap_or(0),
-            limits: std::sync::OnceLock::new(),
-            gpu_source: Arc::new(Mutex::new(source)),
-            gpu_health: Mutex::new(Vec::new()),
-            health_check_failure: Mutex::new(String::new()),
-        })
-    }
-
-    pub(crate) fn gpu_health(&self) -> Vec<quorum_proto::agent::GpuHealth> {
-        self.gpu_health.lock().unwrap_or_else(|p| p.into_inner()).clone()
-    }
-
-    pub(crate) fn health_check_failure(&self) -> String {
-        self.health_check_failure.lock().unwrap_or_else(|p| p.into_inner()).clone()
-    }
-
-    /// `quorum admin gpu-fault`, delivered by the leader.
-    pub fn inject_gpu_fault(&self, gpu: u32, kind: &str) {
-        let result = quorum_model::gpu_fault::parse_fault(kind)
-            .and_then(|f| self.gpu_source.lock().unwrap_or_else(|p| p.into_inner()).inject(gpu, f));
-        match result {
-            Ok(()) => tracing::warn!(gpu, kind, "GPU fault injected"),
-            Err(e) => tracing::warn!(gpu, kind, "GPU fault not injected: {e}"),
-        }
-    }
-
-    /// Checks every GPU now and keeps the result for the next heartbeat; state changes are
-    /// logged.
-    async fn check_gpus(&self) {
-        let source = self.gpu_source.clone();
-        let checked = tokio::task::spawn_blocking(move || {
-            let mut source = source.lock().unwrap_or_else(|p| p.into_inner());
-            gpu::check(source.as_mut())
-        })
-        .await;
-        let Ok(health) = checked else { return };
-        let mut current = self.gpu_health.lock().unwrap_or_else(|p| p.into_inner());
-        for g in &health {
-            let before = current.iter().find(|c| c.index == g.index).map(|c| (c.state, c.detail.clone()));
-            if before.as_ref().is_none_or(|(s, d)| *s != g.state || *d != g.detail)
-                && (before.is_some() || g.state != quorum_proto::agent::GpuState::GpuOk as i32)
-            {
-                let state = quorum_proto::agent::GpuState::try_from(g.state).map(|s| s.as_str_name()).unwrap_or("?");
-                tracing::warn!(gpu = g.index, state, detail = %g.detail, "GPU health changed");
-            }
-        }
-        *current = health;
-    }
-
-    /// Runs the operator's health check once and keeps its verdict.
-    async fn run_health_check(&self, check: &HealthCheck) {
-        let run = tokio::process::Command::new("sh")
-            .arg("-c")
-            .arg(&check.command)
-            .stdin(std::process::Stdio::null())
-            .kill_on_drop(true)
-            .output();
-        let failure = match tokio::time::timeout(HEALTH_CHECK_TIMEOUT, run).await {
-            Err(_) => format!("timed out after {}s", HEALTH_CHECK_TIMEOUT.as_secs()),
-            Ok(Err(e)) => format!("cannot run '{}': {e}", check.command),
-            Ok(Ok(out)) if out.status.success() => String::new(),
-            Ok(Ok(out)) => {
-                let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-                let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
-                let text: String = text.chars().take(200).collect();
-                let status = out.status.code().map_or_else(|| "a signal".to_string(), |c| format!("exit {c}"));
-                if text.is_empty() {
-                    status
-                } else {
-                    format!("{text} ({status})")
-                }
-            }
-        };
-        let mut current = self.health_check_failure.lock().unwrap_or_else(|p| p.into_inner());
-        if *current != failure {
-            if failure.is_empty() {
-                tracing::info!("the health check passes again");
-            } else {
-                tracing::warn!(output = %failure, "the health check failed");
-            }
-            *current = failure;
-        }
-    }
-
-    /// How this agent limits its jobs (detected on first use).
-    pub fn limits(&self) -> &limits::Limits {
-        self.limits.get_or_init(|| {
-            let l = limits::Limits::detect(&self.config.name, self.config.cgroups);
-            match &l {
-                limits::Limits::Cgroup(_) => {
-                    tracing::info!(node = %self.config.name, limits = %l.describe(), "job limits")
-                }
-                limits::Limits::Rlimits(_) => {
-                    tracing::warn!(node = %self.config.name, limits = %l.describe(), "no cgroups for jobs")
-                }
-            }
-            l
-        })
-    }
-
-    /// The leader answered a heartbeat sent at `sent_at`, granting `length` (none when zero).
-    pub(crate) fn heartbeat_answered(&self, sent_at: Instant, length: Duration) {
-        let mut lease = self.lease.lock().unwrap_or_else(|p| p.into_inner());
-        if lease.answered_sent_at.is_none_or(|t| t < sent_at) {
-            lease.answered_sent_at = Some(sent_at);
-        }
-        lease.length = (!length.is_zero()).then_some(length);
-    }
-
-    /// How long since the newest answered heartbeat was sent, when that exceeds the lease.
-    fn lease_overrun(&self) -> Option<Duration> {
-        let lease = self.lease.lock().unwrap_or_else(|p| p.into_inner());
-        let since = lease.answered_sent_at?.elapsed();
-        (since > lease.length?).then_some(since)
-    }
-
-    /// Fault injection for tests and drills: while on, the agent behaves as if the network to
-    /// every controller were cut (nothing sent, nothing received, no new connection).
-    pub fn set_isolated(&self, on: bool) {
-        self.isolated.store(on, Ordering::SeqCst);
-    }
-
-    pub fn isolated(&self) -> bool {
-        self.isolated.load(Ordering::SeqCst)
-    }
-
-    /// Kills every running job whose kill has not been asked for yet, once the lease ran out:
-    /// the leader may already have declared this node DOWN and started the jobs elsewhere.
-    fn enforce_lease(&self) {
-        let Some(silent) = self.lease_overrun() else { return };
-        let mut killed = Vec::new();
-        for (id, entry) in self.lock_jobs().iter_mut() {
-            if entry.exit.is_none() && !entry.lease_killed {
-                if let Some(kill) = &entry.kill {
-                    entry.lease_killed = true;
-                    let _ = kill.try_send(ExitKind::LeaseExpired);
-                    killed.push(*id);
-                }
-            }
-        }
-        if !killed.is_empty() {
-            tracing::warn!(
-                silent_ms = silent.as_millis() as u64,
-                jobs = ?killed,
-                "no heartbeat answered within the lease: killing this node's jobs"
-            );
-        }
-    }
-
-    pub(crate) fn lock_jobs(&self) -> std::sync::MutexGuard<'_, HashMap<u64, JobEntry>> {
-        self.jobs.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Jobs running now, as (job id, token).
-    pub fn running(&self) -> Vec<(u64, u64)> {
-        let mut v: Vec<_> =
-            self.lock_jobs().iter().filter(|(_, e)| e.exit.is_none()).map(|(id, e)| (*id, e.token)).collect();
-        v.sort_unstable();
-        v
-    }
-
-    /// Kills every job's process group at once (used when a dev cluster shuts down).
-    pub fn kill_all(&self) {
-        for entry in self.lock_jobs().values() {
-            if let (Some(pgid), None) = (entry.pgid, &entry.exit) {
-                runner::signal_group(pgid, libc::SIGKILL);
-            }
-        }
-    }
-
-    /// Runs until `shutdown` turns true, connecting to the leader and following it.
-    pub async fn run(self: Arc<Self>, shutdown: watch::Receiver<bool>) {
-        let exits_rx =
-            self.exits_rx.lock().unwrap_or_else(|p| p.into_inner()).take().expect("Agent::run is called once");
-        if !identity::is_root() {
-            // SAFETY: getuid has no failure mode.
-            let uid = unsafe { libc::getuid() };
-            tracing::warn!(
-                uid,
-                "not running as root: every job runs as this agent's user (uid {uid}), not as its submitter"
-            );
-        } else if !self.config.switch_user {
-            tracing::info!("jobs run as this agent's user (root), not as their submitters: switching users is off");
-        }
-        self.limits();
-        runner::reattach_all(&self);
-        let lease = tokio::spawn(watch_lease(self.clone(), shutdown.clone()));
-        let health = tokio::spawn(watch_health(self.clone(), shutdown.clone()));
-        self.check_gpus().await;
-        conn::run(self.clone(), exits_rx, shutdown).await;
-        lease.abort();
-        let _ = health.await;
-        self.stopped.send_replace(true);
-    }
+    agent.limits();
+    runner::reattach_all(&agent);
+    let lease = tokio::spawn(watch_lease(agent.clone(), shutdown.clone()));
+    let health = tokio::spawn(watch_health(agent.clone(), shutdown.clone()));
+    agent.check_gpus().await;
+    conn::run(agent.clone(), exits_rx, shutdown).await;
+    lease.abort();
+    let _ = health.await;
+    agent.stopped.send_replace(true);
 }
 
 async fn watch_lease(agent: Arc<Agent>, mut shutdown: watch::Receiver<bool>) {
@@ -388,7 +96,7 @@ async fn watch_health(agent: Arc<Agent>, mut shutdown: watch::Receiver<bool>) {
 pub async fn run(config: AgentConfig, gpus: Box<dyn gpu::GpuSource>, shutdown: impl std::future::Future<Output = ()>) {
     let (stop_tx, stop_rx) = watch::channel(false);
     let agent = Agent::with_gpu_source(config, gpus);
-    let task = tokio::spawn(agent.clone().run(stop_rx));
+    let task = tokio::spawn(serve(agent.clone(), stop_rx));
     shutdown.await;
     let _ = stop_tx.send(true);
     let _ = task.await;

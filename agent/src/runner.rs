@@ -1,5 +1,5 @@
-//! Runs one rank of a job under its supervisor ([`supervisor`]): its output files, its
-//! environment, its time limit (SIGTERM, then SIGKILL after the kill wait) and cancellation.
+//! Runs one rank of a job under its supervisor ([`supervisor`]): its output files
+//! ([`crate::output`]), its environment ([`crate::environment`]), its time limit (SIGTERM, then SIGKILL after the kill wait) and cancellation.
 //! When the job's main process ends, its supervisor kills whatever is left of its process group,
 //! so no process of a finished job survives it, whether the agent is there or not.
 
@@ -7,178 +7,15 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use quorum_proto::agent::{ExitKind, JobExit, Launch, OutputChunk, ReadOutput};
-use quorum_proto::api::JobSpec;
+use quorum_proto::agent::{ExitKind, JobExit, Launch};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use crate::supervisor::{self, Prepared, Status};
+use crate::environment::job_environment;
+use crate::output::output_paths;
+use crate::record::{self, Status};
+use crate::supervisor::{self, signal_group, Prepared};
 use crate::{identity, Agent, JobEntry};
-
-/// Sends a signal to a whole process group; a group that is already gone is fine.
-pub fn signal_group(pgid: i32, signal: i32) {
-    if pgid > 1 {
-        // SAFETY: kill(2) with a negative pid signals a process group; it touches no memory.
-        unsafe {
-            libc::kill(-pgid, signal);
-        }
-    }
-}
-
-/// What `%a` stands for in a job that is no task of an array (Slurm's NO_VAL).
-const NO_ARRAY_TASK: &str = "4294967294";
-
-/// Expands `%j` (job id), `%x` (name), `%u` (user), `%N` (node), `%A`/`%a` (the array's id and
-/// the task id, for a task of a job array; for any other job, as Slurm does, its id and
-/// 4294967294) and `%%`.
-pub fn expand_pattern(pattern: &str, launch: &Launch, node: &str) -> String {
-    let name = launch.spec.as_ref().map(|s| s.name.as_str()).unwrap_or("");
-    let mut out = String::new();
-    let mut chars = pattern.chars();
-    while let Some(c) = chars.next() {
-        if c != '%' {
-            out.push(c);
-            continue;
-        }
-        match chars.next() {
-            Some('j') => out.push_str(&launch.job_id.to_string()),
-            Some('A') => out.push_str(&launch.array.as_ref().map_or(launch.job_id, |a| a.array_job_id).to_string()),
-            Some('a') => match &launch.array {
-                Some(a) => out.push_str(&a.task_id.to_string()),
-                None => out.push_str(NO_ARRAY_TASK),
-            },
-            Some('x') => out.push_str(name),
-            Some('u') => out.push_str(&launch.user),
-            Some('N') => out.push_str(node),
-            Some('%') => out.push('%'),
-            Some(other) => {
-                out.push('%');
-                out.push(other);
-            }
-            None => out.push('%'),
-        }
-    }
-    out
-}
-
-/// Where a rank's output goes, and its error output when it has a file of its own.
-pub fn output_paths(launch: &Launch, spec: &JobSpec, node: &str) -> (PathBuf, Option<PathBuf>) {
-    let work_dir = Path::new(&spec.work_dir);
-    let stdout_pattern = if spec.stdout.is_empty() { "quorum-%j.out" } else { spec.stdout.as_str() };
-    let stdout = resolve(work_dir, &expand_pattern(stdout_pattern, launch, node));
-    let stderr = (!spec.stderr.is_empty()).then(|| resolve(work_dir, &expand_pattern(&spec.stderr, launch, node)));
-    (stdout, stderr)
-}
-
-/// Reads part of a job's output file for `quorum logs` (blocking). An agent that runs jobs as
-/// their users reads only a file that the job's user owns: the path is the user's to choose,
-/// and the agent must not read for them what they could not.
-pub fn read_output(agent: &Agent, r: &ReadOutput) -> OutputChunk {
-    use std::io::{Read, Seek, SeekFrom};
-    let mut chunk = OutputChunk { request_id: r.request_id, ..Default::default() };
-    let Some((launch, spec)) = r.launch.as_ref().and_then(|l| l.spec.as_ref().map(|s| (l, s))) else {
-        chunk.error = "the request names no job".into();
-        return chunk;
-    };
-    let (stdout, stderr) = output_paths(launch, spec, &agent.config.name);
-    let path = if r.stderr { stderr.unwrap_or(stdout) } else { stdout };
-    chunk.path = path.display().to_string();
-    let read = || -> Result<Vec<u8>, String> {
-        let mut file = std::fs::File::open(&path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
-        if let Ok(Some(account)) = credentials(agent, launch) {
-            use std::os::unix::fs::MetadataExt;
-            let owner = file.metadata().map_err(|e| e.to_string())?.uid();
-            if owner != account.uid {
-                return Err(format!(
-                    "{} belongs to uid {owner}, not to the job's user {} (uid {})",
-                    path.display(),
-                    account.name,
-                    account.uid
-                ));
-            }
-        }
-        file.seek(SeekFrom::Start(r.offset)).map_err(|e| e.to_string())?;
-        let mut data = Vec::new();
-        file.take(u64::from(r.max_bytes)).read_to_end(&mut data).map_err(|e| e.to_string())?;
-        Ok(data)
-    };
-    match read() {
-        Ok(data) => chunk.data = data,
-        Err(e) => chunk.error = e,
-    }
-    chunk
-}
-
-fn resolve(work_dir: &Path, path: &str) -> PathBuf {
-    let p = Path::new(path);
-    if p.is_absolute() {
-        p.to_path_buf()
-    } else {
-        work_dir.join(p)
-    }
-}
-
-/// The job's environment: the submit environment, then Quorum's variables under their
-/// `QUORUM_*` and `SLURM_*` names.
-pub fn job_environment(launch: &Launch, spec: &JobSpec, node: &str) -> Vec<(String, String)> {
-    let mut env: Vec<(String, String)> = spec.env.iter().map(|e| (e.name.clone(), e.value.clone())).collect();
-    if !env.iter().any(|(k, _)| k == "PATH") {
-        env.push(("PATH".into(), "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into()));
-    }
-    let first_node = quorum_first_host(&launch.nodelist).unwrap_or_else(|| node.to_string());
-    let gpus = launch.gpus.iter().map(|g| g.to_string()).collect::<Vec<_>>().join(",");
-    let vars: [(&str, String); 12] = [
-        ("JOB_ID", launch.job_id.to_string()),
-        ("JOB_NAME", spec.name.clone()),
-        ("JOB_NODELIST", launch.nodelist.clone()),
-        ("JOB_NUM_NODES", launch.num_nodes.to_string()),
-        ("NNODES", launch.num_nodes.to_string()),
-        ("NODEID", launch.node_rank.to_string()),
-        ("NTASKS", spec.ntasks.to_string()),
-        ("CPUS_PER_TASK", spec.cpus_per_task.to_string()),
-        ("GPUS_PER_NODE", launch.gpus.len().to_string()),
-        ("SUBMIT_DIR", spec.submit_dir.clone()),
-        ("JOB_PARTITION", spec.partition.clone()),
-        ("JOB_USER", launch.user.clone()),
-    ];
-    for (suffix, value) in vars {
-        env.retain(|(k, _)| k != &format!("QUORUM_{suffix}") && k != &format!("SLURM_{suffix}"));
-        env.push((format!("QUORUM_{suffix}"), value.clone()));
-        env.push((format!("SLURM_{suffix}"), value));
-    }
-    if let Some(a) = &launch.array {
-        let vars: [(&str, String); 5] = [
-            ("ARRAY_JOB_ID", a.array_job_id.to_string()),
-            ("ARRAY_TASK_ID", a.task_id.to_string()),
-            ("ARRAY_TASK_COUNT", a.count.to_string()),
-            ("ARRAY_TASK_MIN", a.min.to_string()),
-            ("ARRAY_TASK_MAX", a.max.to_string()),
-        ];
-        for (suffix, value) in vars {
-            env.retain(|(k, _)| k != &format!("QUORUM_{suffix}") && k != &format!("SLURM_{suffix}"));
-            env.push((format!("QUORUM_{suffix}"), value.clone()));
-            env.push((format!("SLURM_{suffix}"), value));
-        }
-    }
-    env.retain(|(k, _)| k != "QUORUM_MASTER_ADDR" && k != "CUDA_VISIBLE_DEVICES" && k != "SLURMD_NODENAME");
-    env.push(("QUORUM_MASTER_ADDR".into(), first_node));
-    env.push(("SLURMD_NODENAME".into(), node.to_string()));
-    env.push(("CUDA_VISIBLE_DEVICES".into(), gpus));
-    env
-}
-
-/// The first name of a compressed hostlist, without pulling in the controller's parser.
-fn quorum_first_host(nodelist: &str) -> Option<String> {
-    let first = nodelist.split(',').next()?;
-    match first.find('[') {
-        None => Some(first.to_string()),
-        Some(open) => {
-            let inner = &nodelist[open + 1..];
-            let lo = inner.split(['-', ',', ']']).next()?;
-            Some(format!("{}{}", &first[..open], lo))
-        }
-    }
-}
 
 /// Starts the job under its supervisor; its end is reported through the agent's job table and
 /// `exits_tx`.
@@ -229,7 +66,7 @@ fn parse_warn_signal(text: &str) -> Option<(i32, u64, bool)> {
 /// again, ended ones are reported with the status their supervisor recorded. Runs before the
 /// agent connects, so that a launch the leader sends again finds the job already there.
 pub fn reattach_all(agent: &Arc<Agent>) {
-    for found in supervisor::scan(&agent.config.spool_dir) {
+    for found in record::scan(&agent.config.spool_dir) {
         let (job_id, token) = (found.launch.job_id, found.launch.token);
         let mut jobs = agent.lock_jobs();
         if jobs.contains_key(&job_id) {
@@ -301,15 +138,6 @@ fn ended_with(kind: ExitKind, status: Status, launch: &Launch) -> Ended {
     }
 }
 
-/// Who the job runs as: its submitting user when the agent switches users, else nobody in
-/// particular (the agent's own user).
-fn credentials(agent: &Agent, launch: &Launch) -> Result<Option<identity::Account>, String> {
-    if !agent.config.switch_user || !identity::is_root() {
-        return Ok(None);
-    }
-    identity::lookup(&launch.user).map(Some)
-}
-
 async fn run(agent: &Agent, launch: &Launch, kill_rx: mpsc::Receiver<ExitKind>) -> Ended {
     let node = agent.config.name.as_str();
     let failed = |message: String| {
@@ -319,7 +147,7 @@ async fn run(agent: &Agent, launch: &Launch, kill_rx: mpsc::Receiver<ExitKind>) 
     let Some(spec) = launch.spec.as_ref() else {
         return failed("the launch carries no job spec".into());
     };
-    let account = match credentials(agent, launch) {
+    let account = match identity::job_account(agent.config.switch_user, &launch.user) {
         Ok(a) => a,
         Err(e) => return failed(e),
     };
@@ -327,9 +155,9 @@ async fn run(agent: &Agent, launch: &Launch, kill_rx: mpsc::Receiver<ExitKind>) 
     let (stdout, stderr) = output_paths(launch, spec, node);
     let output = supervisor::Output { stdout, stderr, truncate: launch.node_rank == 0 };
 
-    let record = supervisor::record_dir(&agent.config.spool_dir, launch.job_id, launch.token);
+    let record = record::record_dir(&agent.config.spool_dir, launch.job_id, launch.token);
     let started_ms = now_ms();
-    if let Err(e) = supervisor::create_record(&record, launch, started_ms) {
+    if let Err(e) = record::create_record(&record, launch, started_ms) {
         return failed(format!("cannot write the job record {}: {e}", record.display()));
     }
     if let Some(e) = agent.lock_jobs().get_mut(&launch.job_id).filter(|e| e.token == launch.token) {
@@ -374,7 +202,7 @@ async fn run(agent: &Agent, launch: &Launch, kill_rx: mpsc::Receiver<ExitKind>) 
         Ok(pids) => pids,
         Err(e) => return failed(format!("cannot start the job's supervisor: {e}")),
     };
-    if let Err(e) = supervisor::write_pids(&record, pids) {
+    if let Err(e) = record::write_pids(&record, pids) {
         tracing::warn!(job = launch.job_id, error = %e, "cannot record the job's processes; a restarted agent will not find it");
     }
     if let Some(e) = agent.lock_jobs().get_mut(&launch.job_id) {
@@ -409,7 +237,7 @@ async fn watch(
     agent: &Agent,
     launch: &Launch,
     record: &std::path::Path,
-    pids: supervisor::Pids,
+    pids: record::Pids,
     started_ms: u64,
     reason: Option<ExitKind>,
     mut kill_rx: mpsc::Receiver<ExitKind>,
@@ -451,7 +279,7 @@ async fn watch(
             }
             _ = tokio::time::sleep_until(limit.unwrap_or(far)), if limit.is_some() && kind == ExitKind::Exited => {
                 kind = ExitKind::TimedOut;
-                supervisor::write_reason(record, kind);
+                record::write_reason(record, kind);
                 signal_group(pgid, libc::SIGTERM);
                 escalate = Some(Instant::now() + agent.config.kill_wait);
             }
@@ -461,12 +289,12 @@ async fn watch(
                     // so there is no grace period.
                     Some(ExitKind::LeaseExpired) => {
                         kind = ExitKind::LeaseExpired;
-                        supervisor::write_reason(record, kind);
+                        record::write_reason(record, kind);
                         signal_group(pgid, libc::SIGKILL);
                     }
                     Some(reason) => {
                         kind = reason;
-                        supervisor::write_reason(record, kind);
+                        record::write_reason(record, kind);
                         signal_group(pgid, libc::SIGTERM);
                         escalate = Some(Instant::now() + agent.config.kill_wait);
                     }
@@ -505,71 +333,4 @@ fn oom_verdict(agent: &Agent, launch: &Launch, ended: Ended) -> (Ended, Option<c
         other => other,
     };
     (ended, Some(job))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn launch() -> Launch {
-        Launch {
-            job_id: 42,
-            token: 7,
-            spec: Some(JobSpec {
-                name: "train".into(),
-                partition: "gpu".into(),
-                ntasks: 2,
-                cpus_per_task: 3,
-                submit_dir: "/home/a".into(),
-                ..Default::default()
-            }),
-            user: "alice".into(),
-            nodelist: "gpu[03-04]".into(),
-            node_rank: 1,
-            num_nodes: 2,
-            gpus: vec![2, 5],
-            ..Default::default()
-        }
-    }
-
-    #[test]
-    fn output_patterns() {
-        let l = launch();
-        assert_eq!(expand_pattern("%x-%j.%u.%N.out", &l, "gpu04"), "train-42.alice.gpu04.out");
-        assert_eq!(expand_pattern("100%%-%q", &l, "n"), "100%-%q");
-        assert_eq!(expand_pattern("%A_%a", &l, "n"), "42_4294967294");
-        let task = Launch {
-            job_id: 45,
-            array: Some(quorum_proto::api::ArrayTask {
-                array_job_id: 40,
-                task_id: 7,
-                count: 8,
-                min: 0,
-                max: 7,
-                throttle: 0,
-            }),
-            ..l
-        };
-        assert_eq!(expand_pattern("%x-%A_%a.out", &task, "n"), "train-40_7.out");
-        let env = job_environment(&task, task.spec.as_ref().unwrap(), "n");
-        let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
-        assert_eq!(get("SLURM_ARRAY_JOB_ID"), Some("40"));
-        assert_eq!(get("QUORUM_ARRAY_TASK_ID"), Some("7"));
-        assert_eq!((get("SLURM_ARRAY_TASK_COUNT"), get("SLURM_ARRAY_TASK_MAX")), (Some("8"), Some("7")));
-        assert_eq!(get("SLURM_JOB_ID"), Some("45"));
-    }
-
-    #[test]
-    fn environment_names_the_allocation() {
-        let l = launch();
-        let env = job_environment(&l, l.spec.as_ref().unwrap(), "gpu04");
-        let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
-        assert_eq!(get("QUORUM_JOB_ID"), Some("42"));
-        assert_eq!(get("SLURM_JOB_ID"), Some("42"));
-        assert_eq!(get("SLURM_JOB_NODELIST"), Some("gpu[03-04]"));
-        assert_eq!(get("QUORUM_NODEID"), Some("1"));
-        assert_eq!(get("QUORUM_MASTER_ADDR"), Some("gpu03"));
-        assert_eq!(get("CUDA_VISIBLE_DEVICES"), Some("2,5"));
-        assert_eq!(get("SLURM_CPUS_PER_TASK"), Some("3"));
-    }
 }

@@ -186,7 +186,7 @@ impl DevCluster {
     fn spawn_agent(&self, i: usize) -> DevAgent {
         let agent = Agent::new(self.agent_configs[i].clone());
         let (stop, rx) = watch::channel(false);
-        let task = tokio::spawn(agent.clone().run(rx));
+        let task = tokio::spawn(quorum_agent::serve(agent.clone(), rx));
         DevAgent { agent, stop, task }
     }
 

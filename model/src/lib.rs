@@ -13,8 +13,10 @@ pub mod hostlist;
 pub mod parse;
 pub mod policy;
 pub mod shared;
+pub mod units;
 
 pub use shared::Shared;
+pub use units::{JobId, Millis};
 
 pub use accounts::{Account, AssocLimits, Qos, Usage};
 pub use array::{ArraySpec, ArrayTask, TaskRange};
@@ -25,11 +27,6 @@ use std::collections::BTreeSet;
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
-
-pub type JobId = u64;
-
-/// Milliseconds since the Unix epoch, as stamped by the leader on each command.
-pub type Millis = u64;
 
 /// What runs: a command line, or a batch script run by bash.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -1,6 +1,6 @@
 //! A digest of the whole state, equal on every replica at the same applied index.
 
-use super::ClusterState;
+use crate::cluster::ClusterState;
 
 /// FNV-1a over the state's canonical encoding (ordered maps only, so the encoding is canonical).
 pub fn digest(state: &ClusterState) -> u64 {

@@ -1,5 +1,8 @@
+use std::collections::BTreeMap;
+
 use super::*;
 use crate::testing::{cluster, register, spec, submit};
+use quorum_model::*;
 
 #[test]
 fn submit_assigns_ids_and_dedups_retries() {

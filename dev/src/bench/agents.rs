@@ -18,7 +18,7 @@ use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::{Channel, Endpoint};
 
-use super::{controller_bin, progress, progress_done, spread, Replicas};
+use super::harness::{controller_bin, progress, progress_done, spread, Replicas};
 use quorum_client::client::Client;
 
 /// Agents sharing one HTTP/2 connection (each has a stream of its own on it).

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use quorum_control::model::array::MAX_ARRAY_TASKS;
 
-use super::{controller_bin, held_job, progress, progress_done, submit_one, BenchAgent, JobShape, Replicas};
+use super::harness::{controller_bin, held_job, progress, progress_done, submit_one, BenchAgent, JobShape, Replicas};
 use quorum_client::client::Client;
 
 /// The jobs to hold and how they arrive.

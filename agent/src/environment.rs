@@ -1,0 +1,103 @@
+//! The environment a job runs in: what it was submitted with, then Quorum's variables under
+//! their `QUORUM_*` and `SLURM_*` names (the job, its allocation, its array task), so that Slurm
+//! scripts read what they expect.
+
+use quorum_proto::agent::Launch;
+use quorum_proto::api::JobSpec;
+
+/// The job's environment: the submit environment, then Quorum's variables under their
+/// `QUORUM_*` and `SLURM_*` names.
+pub fn job_environment(launch: &Launch, spec: &JobSpec, node: &str) -> Vec<(String, String)> {
+    let mut env: Vec<(String, String)> = spec.env.iter().map(|e| (e.name.clone(), e.value.clone())).collect();
+    if !env.iter().any(|(k, _)| k == "PATH") {
+        env.push(("PATH".into(), "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into()));
+    }
+    let first_node = quorum_first_host(&launch.nodelist).unwrap_or_else(|| node.to_string());
+    let gpus = launch.gpus.iter().map(|g| g.to_string()).collect::<Vec<_>>().join(",");
+    let vars: [(&str, String); 12] = [
+        ("JOB_ID", launch.job_id.to_string()),
+        ("JOB_NAME", spec.name.clone()),
+        ("JOB_NODELIST", launch.nodelist.clone()),
+        ("JOB_NUM_NODES", launch.num_nodes.to_string()),
+        ("NNODES", launch.num_nodes.to_string()),
+        ("NODEID", launch.node_rank.to_string()),
+        ("NTASKS", spec.ntasks.to_string()),
+        ("CPUS_PER_TASK", spec.cpus_per_task.to_string()),
+        ("GPUS_PER_NODE", launch.gpus.len().to_string()),
+        ("SUBMIT_DIR", spec.submit_dir.clone()),
+        ("JOB_PARTITION", spec.partition.clone()),
+        ("JOB_USER", launch.user.clone()),
+    ];
+    for (suffix, value) in vars {
+        set_both(&mut env, suffix, value);
+    }
+    if let Some(a) = &launch.array {
+        let vars: [(&str, String); 5] = [
+            ("ARRAY_JOB_ID", a.array_job_id.to_string()),
+            ("ARRAY_TASK_ID", a.task_id.to_string()),
+            ("ARRAY_TASK_COUNT", a.count.to_string()),
+            ("ARRAY_TASK_MIN", a.min.to_string()),
+            ("ARRAY_TASK_MAX", a.max.to_string()),
+        ];
+        for (suffix, value) in vars {
+            set_both(&mut env, suffix, value);
+        }
+    }
+    env.retain(|(k, _)| k != "QUORUM_MASTER_ADDR" && k != "CUDA_VISIBLE_DEVICES" && k != "SLURMD_NODENAME");
+    env.push(("QUORUM_MASTER_ADDR".into(), first_node));
+    env.push(("SLURMD_NODENAME".into(), node.to_string()));
+    env.push(("CUDA_VISIBLE_DEVICES".into(), gpus));
+    env
+}
+
+/// Sets `QUORUM_<suffix>` and `SLURM_<suffix>` to `value`, replacing what the submit
+/// environment had under either name.
+fn set_both(env: &mut Vec<(String, String)>, suffix: &str, value: String) {
+    env.retain(|(k, _)| k != &format!("QUORUM_{suffix}") && k != &format!("SLURM_{suffix}"));
+    env.push((format!("QUORUM_{suffix}"), value.clone()));
+    env.push((format!("SLURM_{suffix}"), value));
+}
+
+/// The first name of a compressed hostlist, without pulling in the controller's parser.
+fn quorum_first_host(nodelist: &str) -> Option<String> {
+    let first = nodelist.split(',').next()?;
+    match first.find('[') {
+        None => Some(first.to_string()),
+        Some(open) => {
+            let inner = &nodelist[open + 1..];
+            let lo = inner.split(['-', ',', ']']).next()?;
+            Some(format!("{}{}", &first[..open], lo))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::output::testing::{array_task, launch};
+
+    #[test]
+    fn an_array_task_is_told_its_array() {
+        let task = array_task();
+        let env = job_environment(&task, task.spec.as_ref().unwrap(), "n");
+        let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+        assert_eq!(get("SLURM_ARRAY_JOB_ID"), Some("40"));
+        assert_eq!(get("QUORUM_ARRAY_TASK_ID"), Some("7"));
+        assert_eq!((get("SLURM_ARRAY_TASK_COUNT"), get("SLURM_ARRAY_TASK_MAX")), (Some("8"), Some("7")));
+        assert_eq!(get("SLURM_JOB_ID"), Some("45"));
+    }
+
+    #[test]
+    fn environment_names_the_allocation() {
+        let l = launch();
+        let env = job_environment(&l, l.spec.as_ref().unwrap(), "gpu04");
+        let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+        assert_eq!(get("QUORUM_JOB_ID"), Some("42"));
+        assert_eq!(get("SLURM_JOB_ID"), Some("42"));
+        assert_eq!(get("SLURM_JOB_NODELIST"), Some("gpu[03-04]"));
+        assert_eq!(get("QUORUM_NODEID"), Some("1"));
+        assert_eq!(get("QUORUM_MASTER_ADDR"), Some("gpu03"));
+        assert_eq!(get("CUDA_VISIBLE_DEVICES"), Some("2,5"));
+        assert_eq!(get("SLURM_CPUS_PER_TASK"), Some("3"));
+    }
+}

@@ -1,0 +1,104 @@
+//! `quorum admin`: the operators' commands (as root), one module per area.
+
+mod accounts;
+mod nodes;
+mod replicas;
+
+use std::process::ExitCode;
+
+use clap::Subcommand;
+
+use super::Context;
+
+#[derive(Subcommand)]
+pub enum Command {
+    /// Add or change an account, like sacctmgr add/modify account.
+    Account(accounts::AccountArgs),
+    /// Add a controller replica: it joins as a learner, catches up (by snapshot if it lags far),
+    /// then becomes a voter. Start it first with `join = true` in its config.
+    AddReplica {
+        id: u64,
+        /// host:port the other replicas and agents reach it at.
+        addr: String,
+    },
+    /// Drain nodes: no new job lands there, running ones go on (like scontrol update
+    /// state=drain). Comma-separated names.
+    Drain {
+        #[arg(value_delimiter = ',', required = true)]
+        nodes: Vec<String>,
+        /// Why; shown in `quorum nodes`.
+        #[arg(long)]
+        reason: String,
+    },
+    /// Return drained nodes to service.
+    Resume {
+        #[arg(value_delimiter = ',', required = true)]
+        nodes: Vec<String>,
+    },
+    /// Inject a fault into a simulated GPU (an agent with --gpus sim:...), to drill what a
+    /// failing GPU does: xid:N, ecc-uncorrectable[:N], ecc-correctable:N, temperature:C,
+    /// retired-pages:N, pcie-replay:N, remapped-rows:N, remap-pending, remap-failed, or clear
+    /// (the GPU is healthy again).
+    GpuFault { node: String, gpu: u32, kind: String },
+    /// Hand leadership to replica ID (default: the most caught-up other voter).
+    TransferLeader { id: Option<u64> },
+    /// Remove a controller replica from the cluster (stop its process afterwards).
+    RemoveReplica { id: u64 },
+    /// What each replica runs and the cluster's feature level (the lowest among the voters):
+    /// commands newer than it are refused until every replica is upgraded.
+    Versions {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Wait until replica ID answers from a process started after --started-after (epoch ms)
+    /// and has applied everything the leader had committed by then; for upgrade scripts.
+    WaitReplica {
+        id: u64,
+        #[arg(long, default_value_t = 0)]
+        started_after: u64,
+        /// Give up after this many seconds (exit 1).
+        #[arg(long, default_value_t = 600)]
+        timeout: u64,
+    },
+    /// Wait until NODE's agent is connected from a process started after --started-after
+    /// (epoch ms); for upgrade scripts.
+    WaitNode {
+        node: String,
+        #[arg(long, default_value_t = 0)]
+        started_after: u64,
+        /// Give up after this many seconds (exit 1).
+        #[arg(long, default_value_t = 600)]
+        timeout: u64,
+    },
+    /// Each replica's state digest at one log index (a digest point committed through Raft);
+    /// exits 1 if any two differ.
+    Digest {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Add or change a QOS.
+    Qos(accounts::QosArgs),
+}
+
+pub async fn run(ctx: &Context, command: Command) -> anyhow::Result<ExitCode> {
+    match command {
+        Command::Account(args) => accounts::account(ctx, args).await,
+        Command::Qos(args) => accounts::qos(ctx, args).await,
+        Command::AddReplica { id, addr } => replicas::add(ctx, id, addr).await,
+        Command::TransferLeader { id } => replicas::transfer_leader(ctx, id).await,
+        Command::RemoveReplica { id } => replicas::remove(ctx, id).await,
+        Command::Versions { json } => replicas::versions(ctx, json).await,
+        Command::Digest { json } => replicas::digest(ctx, json).await,
+        Command::WaitReplica { id, started_after, timeout } => {
+            replicas::wait_replica(&ctx.client, id, started_after, std::time::Duration::from_secs(timeout)).await
+        }
+        Command::Drain { nodes, reason } => {
+            nodes::set_drained(ctx, nodes, Some(reason)).await.map(|()| ExitCode::SUCCESS)
+        }
+        Command::Resume { nodes } => nodes::set_drained(ctx, nodes, None).await.map(|()| ExitCode::SUCCESS),
+        Command::GpuFault { node, gpu, kind } => nodes::gpu_fault(ctx, node, gpu, kind).await,
+        Command::WaitNode { node, started_after, timeout } => {
+            nodes::wait_node(&ctx.client, &node, started_after, std::time::Duration::from_secs(timeout)).await
+        }
+    }
+}

@@ -1,0 +1,79 @@
+//! One module per `quorum` command, as mini-redis has one per command: its arguments and what
+//! it does. What every command shares (the client, who the user is, printing) is here.
+
+pub mod admin;
+pub mod cancel;
+pub mod cluster;
+pub mod hold;
+pub mod logs;
+pub mod nodes;
+pub mod prio;
+pub mod queue;
+pub mod share;
+pub mod show;
+pub mod submit;
+
+use std::future::Future;
+
+use quorum_client::client::Client;
+use quorum_client::display;
+use quorum_proto::api::quorum_client::QuorumClient;
+use tonic::transport::Channel;
+
+/// What every command runs with.
+pub struct Context {
+    pub client: Client,
+    /// Answer reads from the first replica that answers (`--stale`).
+    pub stale: bool,
+}
+
+impl Context {
+    /// Sends `req` through `rpc`, retried on each replica the client tries (each try sends a
+    /// copy), and turns a refusal into an error.
+    pub async fn send<Req, T, F, Fut>(&self, req: Req, rpc: F) -> anyhow::Result<T>
+    where
+        Req: Clone,
+        F: Fn(QuorumClient<Channel>, Req) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
+        self.client.call(|c| rpc(c, req.clone())).await.map_err(status_error)
+    }
+}
+
+/// The user this process runs as: `$USER`, else the name of the real uid.
+pub fn current_user() -> String {
+    if let Ok(u) = std::env::var("USER") {
+        if !u.is_empty() {
+            return u;
+        }
+    }
+    // SAFETY: getpwuid returns a pointer into static storage or null; read at once.
+    unsafe {
+        let pw = libc::getpwuid(libc::getuid());
+        if !pw.is_null() && !(*pw).pw_name.is_null() {
+            return std::ffi::CStr::from_ptr((*pw).pw_name).to_string_lossy().into_owned();
+        }
+        format!("uid{}", libc::getuid())
+    }
+}
+
+pub fn print_json<T: serde::Serialize>(v: &T) -> anyhow::Result<()> {
+    println!("{}", serde_json::to_string_pretty(v)?);
+    Ok(())
+}
+
+pub fn status_error(status: tonic::Status) -> anyhow::Error {
+    anyhow::anyhow!("{}", status.message())
+}
+
+/// Says on standard error at which log index a stale read was answered.
+pub fn note_stale(stale: bool, applied_index: u64) {
+    if stale {
+        eprintln!("(stale read: as of log index {applied_index} on the replica that answered)");
+    }
+}
+
+/// Each member of the cluster with what it says of itself (unreachable ones included).
+pub async fn replica_statuses(client: &Client) -> anyhow::Result<Vec<display::ReplicaJson>> {
+    display::replica_statuses(client).await.map_err(status_error)
+}

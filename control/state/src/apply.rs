@@ -1,0 +1,751 @@
+//! [`apply`]: the only writer of [`ClusterState`], one command at a time, and what each
+//! command does.
+
+use std::collections::BTreeMap;
+
+use quorum_model::{
+    Account, Allocation, ArrayTask, HoldKind, Job, JobId, JobSpec, JobState, Millis, Node, NodeAdminState,
+    PendingReason, PlannedStart, RankOutcome, Rejection, Shared,
+};
+
+use crate::cluster::{ClusterState, DEFAULT_ACCOUNT, DEFAULT_QOS};
+use crate::commands::{Command, DropReason, NodeRegistration, Response};
+use crate::digest::digest;
+
+/// Applies one committed command at log index `index`. Deterministic; see the module comment.
+pub fn apply(state: &mut ClusterState, index: u64, command: Command) -> Response {
+    match command {
+        Command::SubmitJob { spec, user, now, request_id } => {
+            advance_clock(state, now);
+            submit(state, *spec, user, request_id)
+        }
+        Command::SubmitJobs { submits, now } => {
+            advance_clock(state, now);
+            Response::SubmittedMany(submits.into_iter().map(|s| submit(state, *s.spec, s.user, s.request_id)).collect())
+        }
+        Command::Batch { commands } => {
+            Response::Batch(commands.into_iter().map(|command| apply(state, index, command)).collect())
+        }
+        Command::ApplyPlan { starts, reasons, now, .. } => {
+            advance_clock(state, now);
+            apply_plan(state, index, starts, reasons)
+        }
+        Command::SetNodeHealth { node, problem, now } => {
+            advance_clock(state, now);
+            set_node_health(state, &node, problem)
+        }
+        Command::JobEnded { job_id, token, node, outcome, now } => {
+            advance_clock(state, now);
+            job_ended(state, job_id, token, &node, outcome)
+        }
+        Command::CancelJob { job_id, user, now, whole_array } => {
+            advance_clock(state, now);
+            if whole_array {
+                cancel_array(state, job_id, &user)
+            } else {
+                cancel(state, job_id, &user)
+            }
+        }
+        Command::RegisterNode { node, now } => {
+            advance_clock(state, now);
+            register_node(state, node);
+            Response::Ok
+        }
+        Command::SetPartitions { partitions, now } => {
+            advance_clock(state, now);
+            state.partitions = partitions.into_iter().map(|p| (p.name.clone(), p)).collect();
+            Response::Ok
+        }
+        Command::SetPolicy { policy, now } => {
+            advance_clock(state, now);
+            state.policy = policy;
+            Response::Ok
+        }
+        Command::SetTopology { switches, now } => {
+            advance_clock(state, now);
+            state.switches = switches;
+            Response::Ok
+        }
+        Command::SeedAccounts { accounts, qos, now } => {
+            advance_clock(state, now);
+            if state.accounts.is_empty() && state.qos.is_empty() {
+                state.accounts = accounts.into_iter().map(|a| (a.name.clone(), a)).collect::<BTreeMap<_, _>>().into();
+                state.qos = qos.into_iter().map(|q| (q.name.clone(), q)).collect::<BTreeMap<_, _>>().into();
+            }
+            Response::Ok
+        }
+        Command::UpsertAccount { account, now } => {
+            advance_clock(state, now);
+            match check_account(state, &account) {
+                Ok(()) => {
+                    state.accounts.insert(account.name.clone(), account);
+                    Response::Ok
+                }
+                Err(r) => Response::Rejected(r),
+            }
+        }
+        Command::UpsertQos { qos, now } => {
+            advance_clock(state, now);
+            state.qos.insert(qos.name.clone(), qos);
+            Response::Ok
+        }
+        Command::HoldJob { job_id, user, now } => {
+            advance_clock(state, now);
+            hold(state, job_id, &user)
+        }
+        Command::ReleaseJob { job_id, user, now } => {
+            advance_clock(state, now);
+            release(state, job_id, &user)
+        }
+        Command::NodeDown { node, reason, now } => {
+            advance_clock(state, now);
+            node_down(state, &node, reason)
+        }
+        // The state is left exactly as it was, clock included.
+        Command::Digest { now: _ } => Response::Digest { digest: digest(state) },
+        Command::SetNodesDrained { nodes, drain, now } => {
+            advance_clock(state, now);
+            set_drained(state, &nodes, drain)
+        }
+        Command::SetReplicaVersions { versions, now } => {
+            advance_clock(state, now);
+            state.replica_versions = versions;
+            Response::Ok
+        }
+    }
+}
+
+/// An account's parent must exist and must not be the account itself or below it.
+fn check_account(state: &ClusterState, account: &Account) -> Result<(), Rejection> {
+    let bad = |reason: String| Rejection::InvalidConfig { what: format!("account '{}'", account.name), reason };
+    if account.name.is_empty() {
+        return Err(bad("empty name".into()));
+    }
+    let mut parent = account.parent.clone();
+    let mut hops = 0;
+    while let Some(p) = parent {
+        if p == account.name {
+            return Err(bad("it would be its own ancestor".into()));
+        }
+        let a = state.accounts.get(&p).ok_or_else(|| bad(format!("parent '{p}' does not exist")))?;
+        parent = a.parent.clone();
+        hops += 1;
+        if hops > 64 {
+            return Err(bad("the account tree is deeper than 64 levels".into()));
+        }
+    }
+    Ok(())
+}
+
+fn owned_pending_job<'a>(state: &'a mut ClusterState, job_id: JobId, user: &str) -> Result<&'a mut Job, Rejection> {
+    let job = state.jobs.get_mut(&job_id).ok_or(Rejection::UnknownJob { id: job_id })?;
+    if user != job.user && user != "root" {
+        return Err(Rejection::NotOwner { id: job_id, user: user.to_string(), owner: job.user.clone() });
+    }
+    if job.state != JobState::Pending {
+        return Err(Rejection::NotPending { id: job_id, state: job.state });
+    }
+    Ok(job)
+}
+
+fn hold(state: &mut ClusterState, job_id: JobId, user: &str) -> Response {
+    match owned_pending_job(state, job_id, user) {
+        Ok(job) => {
+            // root's hold is an administrator's hold, which only root can release
+            let kind = if user == "root" && job.user != "root" { HoldKind::Admin } else { HoldKind::User };
+            job.held = Some(job.held.map_or(kind, |k| k.max(kind)));
+            Response::Held { job_id }
+        }
+        Err(r) => Response::Rejected(r),
+    }
+}
+
+fn release(state: &mut ClusterState, job_id: JobId, user: &str) -> Response {
+    match owned_pending_job(state, job_id, user) {
+        Ok(job) if job.held == Some(HoldKind::Admin) && user != "root" => {
+            Response::Rejected(Rejection::AdminHold { id: job_id })
+        }
+        Ok(job) => {
+            job.held = None;
+            Response::Released { job_id }
+        }
+        Err(r) => Response::Rejected(r),
+    }
+}
+
+fn advance_clock(state: &mut ClusterState, now: Millis) {
+    state.clock = state.clock.max(now);
+}
+
+fn submit(state: &mut ClusterState, mut spec: JobSpec, user: String, request_id: String) -> Response {
+    if !request_id.is_empty() {
+        if let Some(&job_id) = state.request_ids.get(request_id.as_str()) {
+            return Response::Submitted { job_id, duplicate: true };
+        }
+    }
+    let array = spec.array.take();
+    if let Some(a) = &array {
+        if let Err(reason) = a.check() {
+            return Response::Rejected(Rejection::InvalidSpec { field: "array".into(), reason });
+        }
+    }
+    let (partition, account, qos) = match admit(state, &mut spec).and_then(|p| {
+        let (account, qos) = admit_association(state, &spec, &user)?;
+        Ok((p, account, qos))
+    }) {
+        Ok(admitted) => admitted,
+        Err(rejection) => return Response::Rejected(rejection),
+    };
+    let first = state.next_job_id;
+    if !request_id.is_empty() {
+        state.request_ids.insert(request_id.as_str().into(), first);
+    }
+    // One job, or one per task of the array, with consecutive ids, sharing one spec.
+    let held = spec.hold;
+    let spec = Shared::new(spec);
+    let tasks: Vec<Option<ArrayTask>> = match &array {
+        None => vec![None],
+        Some(a) => {
+            let ids = a.tasks();
+            let (min, max) = (ids[0], ids[ids.len() - 1]);
+            let count = ids.len() as u32;
+            let task = |task_id| ArrayTask { array_job_id: first, task_id, count, min, max, throttle: a.throttle };
+            ids.into_iter().map(|t| Some(task(t))).collect()
+        }
+    };
+    for array in tasks {
+        let id = state.next_job_id;
+        state.next_job_id += 1;
+        state.active.insert(id);
+        let job = Job {
+            id,
+            spec: spec.clone(),
+            user: user.clone(),
+            partition: partition.clone(),
+            state: JobState::Pending,
+            reason: PendingReason::None,
+            submit_time: state.clock,
+            start_time: None,
+            end_time: None,
+            exit_code: None,
+            signal: None,
+            allocation: None,
+            alloc_index: 0,
+            cancel_requested: false,
+            rank_outcomes: Vec::new(),
+            request_id: request_id.clone(),
+            held: held.then_some(HoldKind::User),
+            account: account.clone(),
+            qos: qos.clone(),
+            requeues: 0,
+            array,
+        };
+        state.jobs.insert(id, Shared::new(job));
+    }
+    Response::Submitted { job_id: first, duplicate: false }
+}
+
+/// Resolves the account and QOS a job runs under, and checks what only the state can tell:
+/// that its dependencies name known jobs, and that only root raises priority with `nice`.
+fn admit_association(state: &ClusterState, spec: &JobSpec, user: &str) -> Result<(String, String), Rejection> {
+    for dep in &spec.dependencies {
+        if !state.jobs.contains_key(&dep.job) {
+            return Err(Rejection::InvalidSpec {
+                field: "dependency".into(),
+                reason: format!("job {} does not exist", dep.job),
+            });
+        }
+    }
+    if spec.nice < 0 && user != "root" {
+        return Err(Rejection::InvalidSpec {
+            field: "nice".into(),
+            reason: format!("only root may set a negative nice ({})", spec.nice),
+        });
+    }
+    let account =
+        if state.accounts.is_empty() {
+            match &spec.account {
+                Some(a) if a != DEFAULT_ACCOUNT => {
+                    return Err(Rejection::InvalidAccount {
+                        account: a.clone(),
+                        user: user.to_string(),
+                        why: "no accounts are configured".into(),
+                    })
+                }
+                _ => DEFAULT_ACCOUNT.to_string(),
+            }
+        } else {
+            match &spec.account {
+                Some(a) => {
+                    let acc = state.accounts.get(a).ok_or_else(|| Rejection::InvalidAccount {
+                        account: a.clone(),
+                        user: user.to_string(),
+                        why: "no such account".into(),
+                    })?;
+                    if !acc.users.contains(user) && user != "root" {
+                        return Err(Rejection::InvalidAccount {
+                            account: a.clone(),
+                            user: user.to_string(),
+                            why: "the user is not a member".into(),
+                        });
+                    }
+                    a.clone()
+                }
+                None => state.accounts.values().find(|a| a.users.contains(user)).map(|a| a.name.clone()).ok_or_else(
+                    || Rejection::InvalidAccount {
+                        account: String::new(),
+                        user: user.to_string(),
+                        why: "the user belongs to no account; ask an operator to add them".into(),
+                    },
+                )?,
+            }
+        };
+    let qos = spec.qos.clone().unwrap_or_else(|| DEFAULT_QOS.to_string());
+    if !state.qos.is_empty() && !state.qos.contains_key(&qos) {
+        return Err(Rejection::InvalidQos { qos, known: state.qos.keys().cloned().collect::<Vec<_>>().join(", ") });
+    }
+    Ok((account, qos))
+}
+
+/// Resolves the partition and its defaults into `spec` and checks that the job could ever run
+/// there; returns the partition's name.
+fn admit(state: &ClusterState, spec: &mut JobSpec) -> Result<String, Rejection> {
+    spec.check_shape()?;
+    let partition = match &spec.partition {
+        Some(name) => state.partitions.get(name).ok_or_else(|| Rejection::UnknownPartition {
+            name: name.clone(),
+            known: state.partitions.keys().cloned().collect::<Vec<_>>().join(", "),
+        })?,
+        None => state.default_partition().ok_or(Rejection::NoDefaultPartition)?,
+    };
+    spec.partition = Some(partition.name.clone());
+    if spec.time_limit_s.is_none() {
+        spec.time_limit_s = partition.default_time_s.or(partition.max_time_s);
+    }
+    if let (Some(limit), Some(requested)) = (partition.max_time_s, spec.time_limit_s) {
+        if requested > limit {
+            return Err(Rejection::TimeLimitExceedsPartition {
+                partition: partition.name.clone(),
+                requested: quorum_model::parse::format_duration(requested),
+                limit: quorum_model::parse::format_duration(limit),
+            });
+        }
+    }
+    let cpus = spec.cpus_per_node();
+    let mem = *spec.mem_per_node_mb.get_or_insert(partition.default_mem_per_cpu_mb * u64::from(cpus));
+    let gpu_type = spec.gpu_type.as_deref();
+    // Stops at the first `nodes` capable nodes: admission costs the job's size, not the cluster's.
+    let capable = state
+        .partition_nodes(partition)
+        .filter(|n| n.could_hold(cpus, mem, spec.gpus_per_node, gpu_type))
+        .take(spec.nodes as usize)
+        .count();
+    if capable >= spec.nodes as usize {
+        return Ok(partition.name.clone());
+    }
+    let registered: Vec<&Node> = state.partition_nodes(partition).collect();
+    if registered.is_empty() {
+        // No node has registered yet, so nothing can be said about fit; the job waits.
+        return Ok(partition.name.clone());
+    }
+    Err(Rejection::NeverFits { detail: never_fits_detail(&partition.name, &registered, spec, cpus, mem) })
+}
+
+/// Names the first resource no node (or not enough nodes) of the partition has.
+fn never_fits_detail(partition: &str, nodes: &[&Node], spec: &JobSpec, cpus: u32, mem: u64) -> String {
+    let gpu_type = spec.gpu_type.as_deref();
+    let max_cpus = nodes.iter().map(|n| n.cpus).max().unwrap_or(0);
+    let max_mem = nodes.iter().map(|n| n.mem_mb).max().unwrap_or(0);
+    let max_gpus = nodes.iter().map(|n| n.gpu_count(gpu_type)).max().unwrap_or(0);
+    let gpu_words = match gpu_type {
+        Some(t) => format!("GPUs of type {t}"),
+        None => "GPUs".to_string(),
+    };
+    if cpus > max_cpus {
+        format!("partition '{partition}' has no node with {cpus} CPUs; the largest has {max_cpus}")
+    } else if mem > max_mem {
+        format!(
+            "partition '{partition}' has no node with {} of memory; the largest has {}",
+            quorum_model::parse::format_mem_mb(mem),
+            quorum_model::parse::format_mem_mb(max_mem)
+        )
+    } else if spec.gpus_per_node > max_gpus {
+        format!(
+            "partition '{partition}' has no node with {} {gpu_words}; the largest has {max_gpus}",
+            spec.gpus_per_node
+        )
+    } else {
+        format!(
+            "partition '{partition}' has {} nodes, fewer than the {} requested that can each hold {cpus} CPUs, {} and {} {gpu_words}",
+            nodes.len(),
+            spec.nodes,
+            quorum_model::parse::format_mem_mb(mem),
+            spec.gpus_per_node
+        )
+    }
+}
+
+fn apply_plan(
+    state: &mut ClusterState,
+    index: u64,
+    starts: Vec<PlannedStart>,
+    reasons: Vec<(JobId, PendingReason)>,
+) -> Response {
+    let mut started = Vec::new();
+    let mut dropped = Vec::new();
+    for start in starts {
+        match check_start(state, &start) {
+            Ok(()) => {
+                start_job(state, index, start.job_id, start.allocation);
+                started.push(start.job_id);
+            }
+            Err(why) => dropped.push((start.job_id, why)),
+        }
+    }
+    for (job_id, reason) in reasons {
+        if let Some(job) = state.jobs.get_mut(&job_id) {
+            if job.state == JobState::Pending {
+                job.reason = reason;
+            }
+        }
+    }
+    Response::PlanApplied { started, dropped }
+}
+
+/// Re-checks a planned start against the current state (the plan was made from an older view).
+fn check_start(state: &ClusterState, start: &PlannedStart) -> Result<(), DropReason> {
+    let job = state.jobs.get(&start.job_id).ok_or(DropReason::JobGone { job: start.job_id })?;
+    if job.state != JobState::Pending || job.cancel_requested {
+        return Err(DropReason::JobNotPending { job: job.id, state: job.state });
+    }
+    let allocs = &start.allocation.nodes;
+    if allocs.len() != job.spec.nodes as usize {
+        return Err(DropReason::NodeCount { job: job.id, wanted: job.spec.nodes, planned: allocs.len() });
+    }
+    let partition = state
+        .partitions
+        .get(&job.partition)
+        .ok_or_else(|| DropReason::PartitionGone { partition: job.partition.clone() })?;
+    for (i, a) in allocs.iter().enumerate() {
+        let node = || a.node.clone();
+        if allocs[..i].iter().any(|b| b.node == a.node) {
+            return Err(DropReason::NodeTwice { node: node() });
+        }
+        if !partition.node_names.contains(&a.node) {
+            return Err(DropReason::NodeNotInPartition { node: node(), partition: partition.name.clone() });
+        }
+        let n = state.nodes.get(&a.node).ok_or_else(|| DropReason::NodeUnknown { node: node() })?;
+        if !n.schedulable() {
+            return Err(DropReason::NodeNotSchedulable { node: node(), state: n.state().name().to_string() });
+        }
+        if n.alloc_cpus + a.cpus > n.cpus || n.alloc_mem_mb + a.mem_mb > n.mem_mb {
+            return Err(DropReason::NodeFull { node: node() });
+        }
+        if a.cpus < job.spec.cpus_per_node() || a.mem_mb < job.spec.mem_per_node_mb.unwrap_or(0) {
+            return Err(DropReason::TooSmall { node: node() });
+        }
+        if a.gpus.len() < job.spec.gpus_per_node as usize {
+            return Err(DropReason::TooFewGpus { node: node() });
+        }
+        for (k, idx) in a.gpus.iter().enumerate() {
+            let gpu = n
+                .gpus
+                .iter()
+                .find(|g| g.index == *idx)
+                .ok_or_else(|| DropReason::NoSuchGpu { node: node(), gpu: *idx })?;
+            if job.spec.gpu_type.as_ref().is_some_and(|t| *t != gpu.gpu_type) {
+                return Err(DropReason::GpuType { node: node(), gpu: *idx, gpu_type: gpu.gpu_type.clone() });
+            }
+            if n.alloc_gpus.contains(idx) || a.gpus[..k].contains(idx) {
+                return Err(DropReason::GpuTaken { node: node(), gpu: *idx });
+            }
+        }
+    }
+    Ok(())
+}
+
+fn start_job(state: &mut ClusterState, index: u64, job_id: JobId, allocation: Allocation) {
+    for a in &allocation.nodes {
+        let node = state.nodes.get_mut(&a.node).expect("checked by check_start");
+        node.alloc_cpus += a.cpus;
+        node.alloc_mem_mb += a.mem_mb;
+        node.alloc_gpus.extend(a.gpus.iter().copied());
+        node.jobs.insert(job_id);
+    }
+    let job = state.jobs.get_mut(&job_id).expect("checked by check_start");
+    job.state = JobState::Running;
+    job.reason = PendingReason::None;
+    job.start_time = Some(state.clock);
+    job.allocation = Some(allocation);
+    job.alloc_index = index;
+}
+
+/// Frees what a job holds and records how it ended.
+fn finish_job(
+    state: &mut ClusterState,
+    job_id: JobId,
+    final_state: JobState,
+    exit_code: Option<i32>,
+    signal: Option<i32>,
+) {
+    charge_usage(state, job_id);
+    state.active.remove(&job_id);
+    let Some(job) = state.jobs.get_mut(&job_id) else { return };
+    job.state = final_state;
+    job.end_time = Some(state.clock);
+    job.exit_code = exit_code;
+    job.signal = signal;
+    job.reason = PendingReason::None;
+    if let Some(allocation) = &job.allocation {
+        free_nodes(&mut state.nodes, job_id, allocation);
+    }
+}
+
+/// Gives back what an allocation holds on its nodes.
+fn free_nodes(nodes: &mut BTreeMap<String, Node>, job_id: JobId, allocation: &Allocation) {
+    for a in &allocation.nodes {
+        if let Some(node) = nodes.get_mut(&a.node) {
+            node.alloc_cpus = node.alloc_cpus.saturating_sub(a.cpus);
+            node.alloc_mem_mb = node.alloc_mem_mb.saturating_sub(a.mem_mb);
+            for g in &a.gpus {
+                node.alloc_gpus.remove(g);
+            }
+            node.jobs.remove(&job_id);
+        }
+    }
+}
+
+/// A running job that lost a node goes back to the queue: its time so far is charged, every
+/// node of its allocation is freed, and its next allocation gets a newer fencing token, so
+/// nothing sent for the old one is obeyed again.
+fn requeue_job(state: &mut ClusterState, job_id: JobId) {
+    charge_usage(state, job_id);
+    let Some(job) = state.jobs.get_mut(&job_id) else { return };
+    if let Some(allocation) = job.allocation.take() {
+        free_nodes(&mut state.nodes, job_id, &allocation);
+    }
+    job.state = JobState::Pending;
+    job.reason = PendingReason::None;
+    job.start_time = None;
+    job.rank_outcomes.clear();
+    job.requeues += 1;
+}
+
+/// What a running job becomes when one of its nodes is lost: back in the queue when it asked
+/// for that and nobody asked to cancel it; otherwise ended (NODE_FAIL, or CANCELLED).
+fn lose_node(state: &mut ClusterState, job_id: JobId) -> bool {
+    let Some(job) = state.jobs.get(&job_id) else { return false };
+    if job.spec.requeue && !job.cancel_requested {
+        requeue_job(state, job_id);
+        true
+    } else {
+        let final_state = if job.cancel_requested { JobState::Cancelled } else { JobState::NodeFail };
+        finish_job(state, job_id, final_state, None, None);
+        false
+    }
+}
+
+fn node_down(state: &mut ClusterState, name: &str, reason: String) -> Response {
+    let Some(node) = state.nodes.get_mut(name) else {
+        return Response::Rejected(Rejection::UnknownNode { name: name.to_string() });
+    };
+    if matches!(node.admin, NodeAdminState::Down { .. }) {
+        return Response::Ignored;
+    }
+    node.admin = NodeAdminState::Down { reason };
+    let jobs: Vec<JobId> = node.jobs.iter().copied().collect();
+    let (mut ended, mut requeued) = (Vec::new(), Vec::new());
+    for job_id in jobs {
+        if lose_node(state, job_id) {
+            requeued.push(job_id);
+        } else {
+            ended.push(job_id);
+        }
+    }
+    Response::NodeDowned { ended, requeued }
+}
+
+/// Adds what a job used, in billed TRES-seconds, to its account's decayed usage.
+fn charge_usage(state: &mut ClusterState, job_id: JobId) {
+    let Some(job) = state.jobs.get(&job_id) else { return };
+    let (Some(start), Some(allocation)) = (job.start_time, &job.allocation) else { return };
+    let seconds = state.clock.saturating_sub(start) as f64 / 1000.0;
+    let cpus: u64 = allocation.nodes.iter().map(|n| u64::from(n.cpus)).sum();
+    let gpus: u64 = allocation.nodes.iter().map(|n| n.gpus.len() as u64).sum();
+    let billed = (cpus + gpus * u64::from(state.policy.gpu_billing_weight)) as f64 * seconds;
+    let half_life_ms = state.policy.half_life_s * 1000;
+    let clock = state.clock;
+    let usage = state.usage.entry(job.account.clone()).or_default();
+    usage.value = usage.at(clock, half_life_ms) + billed;
+    usage.at = clock;
+}
+
+fn job_ended(state: &mut ClusterState, job_id: JobId, token: u64, node: &str, outcome: RankOutcome) -> Response {
+    let Some(job) = state.jobs.get_mut(&job_id) else {
+        return Response::Rejected(Rejection::UnknownJob { id: job_id });
+    };
+    // A report from an older allocation, or for a job that already ended, changes nothing.
+    let on_node = job.allocation.as_ref().is_some_and(|a| a.nodes.iter().any(|n| n.node == node));
+    if job.state != JobState::Running || token != job.alloc_index || !on_node {
+        return Response::Ignored;
+    }
+    if job.rank_outcomes.iter().any(|(n, _)| n == node) {
+        return Response::Ignored;
+    }
+    if outcome == RankOutcome::LostContact {
+        return if lose_node(state, job_id) {
+            Response::Requeued { job_id }
+        } else {
+            Response::JobFinished { job_id, state: state.jobs[&job_id].state }
+        };
+    }
+    job.rank_outcomes.push((node.to_string(), outcome));
+    let total = job.spec.nodes as usize;
+    // The first rank to end badly decides the job; otherwise it ends when every rank has.
+    let decided = match outcome {
+        RankOutcome::Exited { code: 0, signal: 0 } if job.rank_outcomes.len() < total => None,
+        RankOutcome::Exited { code: 0, signal: 0 } => Some((JobState::Completed, Some(0), None)),
+        RankOutcome::Exited { code, signal } => Some((JobState::Failed, Some(code), nonzero(signal))),
+        RankOutcome::TimedOut { code, signal } => Some((JobState::Timeout, Some(code), nonzero(signal))),
+        RankOutcome::Cancelled { code, signal } => Some((JobState::Cancelled, Some(code), nonzero(signal))),
+        RankOutcome::LaunchFailed => Some((JobState::Failed, Some(127), None)),
+        RankOutcome::OutOfMemory { code, signal } => Some((JobState::OutOfMemory, Some(code), nonzero(signal))),
+        RankOutcome::LostContact => unreachable!("handled above"),
+    };
+    let decided = decided.map(|(st, code, sig)| {
+        if job.cancel_requested && st != JobState::Completed {
+            (JobState::Cancelled, code, sig)
+        } else {
+            (st, code, sig)
+        }
+    });
+    match decided {
+        Some((final_state, code, signal)) => {
+            finish_job(state, job_id, final_state, code, signal);
+            Response::JobFinished { job_id, state: final_state }
+        }
+        None => Response::Ok,
+    }
+}
+
+fn nonzero(signal: i32) -> Option<i32> {
+    (signal != 0).then_some(signal)
+}
+
+fn cancel(state: &mut ClusterState, job_id: JobId, user: &str) -> Response {
+    let Some(job) = state.jobs.get_mut(&job_id) else {
+        return Response::Rejected(Rejection::UnknownJob { id: job_id });
+    };
+    if user != job.user && user != "root" {
+        return Response::Rejected(Rejection::NotOwner { id: job_id, user: user.to_string(), owner: job.user.clone() });
+    }
+    match job.state {
+        JobState::Pending => {
+            finish_job(state, job_id, JobState::Cancelled, None, None);
+            Response::Cancelled { job_id, was_running: false }
+        }
+        JobState::Running => {
+            // The agents kill it and report; the job ends CANCELLED then.
+            job.cancel_requested = true;
+            Response::Cancelled { job_id, was_running: true }
+        }
+        st => Response::Rejected(Rejection::JobFinished { id: job_id, state: st }),
+    }
+}
+
+/// Cancels every task of array `array_id` still pending or running (its tasks have the ids from
+/// `array_id` on, one each). Answers as for one job: cancelled (running when any task was), or
+/// the first task's rejection when none could be.
+fn cancel_array(state: &mut ClusterState, array_id: JobId, user: &str) -> Response {
+    let count = match state.jobs.get(&array_id).and_then(|j| j.array) {
+        Some(a) if a.array_job_id == array_id => u64::from(a.count),
+        _ => return cancel(state, array_id, user),
+    };
+    let (mut cancelled, mut running, mut rejected) = (false, false, None);
+    for id in array_id..array_id + count {
+        match cancel(state, id, user) {
+            Response::Cancelled { was_running, .. } => {
+                cancelled = true;
+                running |= was_running;
+            }
+            other => {
+                rejected.get_or_insert(other);
+            }
+        }
+    }
+    match rejected {
+        Some(r) if !cancelled => r,
+        _ => Response::Cancelled { job_id: array_id, was_running: running },
+    }
+}
+
+/// Drains (`Some(reason)`) or resumes every node of `nodes`, or none of them when one is unknown
+/// or DOWN (its own state until its agent is heard again).
+fn set_drained(state: &mut ClusterState, nodes: &[String], drain: Option<String>) -> Response {
+    for name in nodes {
+        match state.nodes.get(name) {
+            None => return Response::Rejected(Rejection::UnknownNode { name: name.clone() }),
+            Some(Node { admin: NodeAdminState::Down { reason }, .. }) => {
+                return Response::Rejected(Rejection::NodeIsDown { name: name.clone(), reason: reason.clone() })
+            }
+            Some(_) => {}
+        }
+    }
+    for name in nodes {
+        let Some(node) = state.nodes.get_mut(name) else { continue };
+        node.admin = match &drain {
+            Some(reason) => NodeAdminState::Drain { reason: reason.clone(), auto: false },
+            None => NodeAdminState::Up,
+        };
+    }
+    Response::Ok
+}
+
+/// Drains a node that is up for `problem`, or resumes one its own health drained; an
+/// operator's drain and a DOWN node are left as they are.
+fn set_node_health(state: &mut ClusterState, node: &str, problem: Option<String>) -> Response {
+    let Some(n) = state.nodes.get_mut(node) else {
+        return Response::Rejected(Rejection::UnknownNode { name: node.to_string() });
+    };
+    let next = match (&n.admin, problem) {
+        (NodeAdminState::Up | NodeAdminState::Drain { auto: true, .. }, Some(reason)) => {
+            NodeAdminState::Drain { reason, auto: true }
+        }
+        (NodeAdminState::Drain { auto: true, .. }, None) => NodeAdminState::Up,
+        _ => return Response::Ignored,
+    };
+    if n.admin == next {
+        return Response::Ignored;
+    }
+    n.admin = next;
+    Response::Ok
+}
+
+fn register_node(state: &mut ClusterState, reg: NodeRegistration) {
+    let clock = state.clock;
+    let node = state.nodes.entry(reg.name.clone()).or_insert_with(|| Node {
+        name: reg.name.clone(),
+        cpus: 0,
+        mem_mb: 0,
+        gpus: Vec::new(),
+        features: Vec::new(),
+        admin: NodeAdminState::Up,
+        alloc_cpus: 0,
+        alloc_mem_mb: 0,
+        alloc_gpus: Default::default(),
+        jobs: Default::default(),
+        agent_version: String::new(),
+        registered_at: clock,
+    });
+    node.cpus = reg.cpus;
+    node.mem_mb = reg.mem_mb;
+    let mut gpus = reg.gpus;
+    gpus.sort();
+    node.gpus = gpus;
+    node.features = reg.features;
+    node.agent_version = reg.version;
+    node.registered_at = clock;
+    if matches!(node.admin, NodeAdminState::Down { .. }) {
+        node.admin = NodeAdminState::Up;
+    }
+}

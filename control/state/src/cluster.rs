@@ -1,0 +1,98 @@
+//! Everything the cluster agrees on ([`ClusterState`]), and what can be read from it without
+//! changing it. Only [`crate::apply`] changes it.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+use quorum_model::{Account, Job, JobId, JobSpec, Millis, Node, Partition, Policy, Qos, Shared, Usage};
+
+use crate::commands::{ReplicaVersion, BASE_LEVEL};
+
+/// The account jobs are charged to when no account tree is configured.
+pub const DEFAULT_ACCOUNT: &str = "root";
+/// The QOS jobs get when none is asked for.
+pub const DEFAULT_QOS: &str = "normal";
+
+/// The lowest feature level among `versions`, or the base level when none is recorded.
+pub fn lowest_level(versions: &BTreeMap<u64, ReplicaVersion>) -> u32 {
+    versions.values().map(|v| v.level).min().unwrap_or(BASE_LEVEL)
+}
+
+/// Everything the cluster agrees on.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ClusterState {
+    /// The latest leader timestamp applied; never moves backwards.
+    pub clock: Millis,
+    pub next_job_id: JobId,
+    pub jobs: BTreeMap<JobId, Shared<Job>>,
+    /// The jobs not yet finished (pending or running), so that a scheduling cycle costs what
+    /// the queue holds, not what the cluster has ever run.
+    #[serde(default)]
+    pub active: BTreeSet<JobId>,
+    pub nodes: BTreeMap<String, Node>,
+    pub partitions: BTreeMap<String, Partition>,
+    /// Request ids of accepted submits, so that a retried submit returns the same job. Shared
+    /// strings: a snapshot's copy of a million of them copies pointers, not strings.
+    pub request_ids: BTreeMap<std::sync::Arc<str>, JobId>,
+    #[serde(default)]
+    pub policy: Policy,
+    #[serde(default)]
+    pub accounts: Shared<BTreeMap<String, Account>>,
+    #[serde(default)]
+    pub qos: Shared<BTreeMap<String, Qos>>,
+    /// Fairshare usage by account.
+    #[serde(default)]
+    pub usage: Shared<BTreeMap<String, Usage>>,
+    /// The switch of each node, when a topology is configured.
+    #[serde(default)]
+    pub switches: BTreeMap<String, String>,
+    /// What each voter runs, as the leader last recorded it.
+    #[serde(default)]
+    pub replica_versions: BTreeMap<u64, ReplicaVersion>,
+}
+
+impl ClusterState {
+    /// The tasks of an array share one spec in memory, as they did when submitted; a decoded
+    /// snapshot gives each its own copy, which this undoes (only where it is the same).
+    pub fn share_array_specs(&mut self) {
+        let mut shared: Vec<(JobId, Shared<JobSpec>)> = Vec::new();
+        for j in self.jobs.values() {
+            let Some(a) = j.array.filter(|a| a.array_job_id != j.id) else { continue };
+            if let Some(first) = self.jobs.get(&a.array_job_id) {
+                if !Shared::same(&first.spec, &j.spec) && *first.spec == *j.spec {
+                    shared.push((j.id, first.spec.clone()));
+                }
+            }
+        }
+        for (id, spec) in shared {
+            if let Some(j) = self.jobs.get_mut(&id) {
+                j.spec = spec;
+            }
+        }
+    }
+
+    pub fn new() -> Self {
+        Self { next_job_id: 1, ..Self::default() }
+    }
+
+    /// The cluster's feature level: the lowest among the recorded voters, and the base level
+    /// until the leader has recorded them.
+    pub fn cluster_level(&self) -> u32 {
+        lowest_level(&self.replica_versions)
+    }
+
+    pub fn default_partition(&self) -> Option<&Partition> {
+        self.partitions.values().find(|p| p.default)
+    }
+
+    /// Registered nodes of a partition, in name order.
+    pub fn partition_nodes<'a>(&'a self, partition: &'a Partition) -> impl Iterator<Item = &'a Node> + 'a {
+        partition.node_names.iter().filter_map(|n| self.nodes.get(n))
+    }
+
+    /// The partitions a node belongs to.
+    pub fn partitions_of(&self, node: &str) -> Vec<String> {
+        self.partitions.values().filter(|p| p.node_names.contains(node)).map(|p| p.name.clone()).collect()
+    }
+}
