@@ -42,9 +42,21 @@ impl LeaderState {
         *n += 1;
         *n
     }
+}
 
-    /// Planned starts dropped at apply, by kind of reason.
-    pub fn dropped_starts(&self) -> BTreeMap<&'static str, u64> {
-        self.dropped.lock().unwrap_or_else(|p| p.into_inner()).clone()
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn dropped_starts_are_counted_by_kind() {
+        let leader =
+            LeaderState::new(Liveness { node_timeout: Duration::from_secs(30), agent_lease: Duration::from_secs(20) });
+        let full = |node: &str| DropReason::NodeFull { node: node.into() };
+        assert_eq!(leader.count_dropped(&full("n1")), 1);
+        assert_eq!(leader.count_dropped(&DropReason::JobGone { job: 4 }), 1);
+        assert_eq!(leader.count_dropped(&full("n2")), 2, "the same kind on another node adds up");
     }
 }
