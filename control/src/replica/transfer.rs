@@ -15,6 +15,8 @@ use super::{matched_index, Replica, UpTo};
 
 /// How long the target may take to catch up before the transfer is refused.
 const CATCH_UP: Duration = Duration::from_secs(2);
+/// How long the other voters may take to drain before heartbeats stop.
+const DRAIN: Duration = Duration::from_secs(1);
 /// How long the transfer may take once heartbeats stopped.
 const TAKEOVER: Duration = Duration::from_secs(3);
 /// Between two campaigns of the target.
@@ -50,10 +52,26 @@ impl Replica {
         self.wait_replicated(target, UpTo::Latest, CATCH_UP).await.map_err(|(matched, last)| {
             format!("replica {target} is behind ({matched} of {last} entries); try again or pick another")
         })?;
+        // Heartbeats stop below, but replication to a voter still catching up (after a restart,
+        // or by snapshot) would go on, and each append renews that voter's leader lease: it
+        // would refuse the target its vote for as long. So the other voters drain too, briefly;
+        // one that is down or stays behind is no reason to refuse the transfer.
+        for voter in self.other_voters(target) {
+            if let Err((matched, last)) = self.wait_replicated(voter, UpTo::Latest, DRAIN).await {
+                tracing::info!(voter, matched, last, "transfer: a voter is still behind; handing over anyway");
+            }
+        }
         let config = self.raft.runtime_config();
         config.heartbeat(false);
         config.elect(false);
         self.hand_over(target, &addr).await
+    }
+
+    /// The voters other than this replica and `target`.
+    fn other_voters(&self, target: u64) -> Vec<u64> {
+        let metrics = self.raft.metrics();
+        let m = metrics.borrow();
+        m.membership_config.membership().voter_ids().filter(|v| *v != self.id && *v != target).collect()
     }
 
     fn pick_successor(&self, to: Option<u64>) -> Result<(u64, String), String> {
