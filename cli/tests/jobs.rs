@@ -224,7 +224,6 @@ async fn a_job_over_its_memory_is_stopped() {
 /// `quorum logs` of a finished job prints its file; `--err` its error file; refusals named.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn logs_follow_a_running_job_and_print_a_finished_one() {
-    use std::io::BufRead;
     let cluster = cluster(DevOptions { agents: 1, ..DevOptions::for_tests() }).await;
     let c = client(&cluster.addrs);
     wait_ready(&cluster, &c, 1).await;
@@ -239,23 +238,7 @@ async fn logs_follow_a_running_job_and_print_a_finished_one() {
     s.stderr = "err-%j.txt".into();
     let id = submit(&c, s).await;
 
-    let mut follow = std::process::Command::new(env!("CARGO_BIN_EXE_quorum"))
-        .args(["logs", "-f", &id.to_string()])
-        .env("QUORUM_CONTROLLERS", cluster.controllers_env())
-        .env("USER", "tester")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stdout = follow.stdout.take().unwrap();
-    let (line_tx, line_rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stdout).lines() {
-            if line_tx.send(line.unwrap()).is_err() {
-                break;
-            }
-        }
-    });
+    let (mut follow, line_rx) = follow_logs(&cluster, id, Pipe::Stdout);
     let first = tokio::task::spawn_blocking(move || (line_rx.recv_timeout(T), line_rx)).await.unwrap();
     let (first, line_rx) = (first.0.expect("the first line while the job runs"), first.1);
     assert_eq!(first, "line1");
@@ -387,7 +370,6 @@ async fn an_array_runs_each_task_once_within_its_throttle() {
 /// off) says so and waits, then follows the output once it can be read, instead of failing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn logs_follow_waits_while_a_running_jobs_output_cannot_be_read() {
-    use std::io::BufRead;
     let cluster = cluster(DevOptions { agents: 1, ..DevOptions::for_tests() }).await;
     let c = client(&cluster.addrs);
     wait_ready(&cluster, &c, 1).await;
@@ -408,23 +390,7 @@ async fn logs_follow_waits_while_a_running_jobs_output_cannot_be_read() {
         nodes(&c).await.into_iter().find(|n| n.name == node_name(0) && !n.connected)
     })
     .await;
-    let mut follow = std::process::Command::new(env!("CARGO_BIN_EXE_quorum"))
-        .args(["logs", "-f", &id.to_string()])
-        .env("QUORUM_CONTROLLERS", cluster.controllers_env())
-        .env("USER", "tester")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = follow.stderr.take().unwrap();
-    let (note_tx, note_rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stderr).lines() {
-            if note_tx.send(line.unwrap()).is_err() {
-                break;
-            }
-        }
-    });
+    let (follow, note_rx) = follow_logs(&cluster, id, Pipe::Stderr);
     let note = tokio::task::spawn_blocking(move || note_rx.recv_timeout(T)).await.unwrap();
     let note = note.expect("quorum logs -f says it waits (it exited instead)");
     assert!(note.contains(&format!("job {id} runs, but its output cannot be read yet")), "{note}");
@@ -437,4 +403,40 @@ async fn logs_follow_waits_while_a_running_jobs_output_cannot_be_read() {
     assert_eq!(String::from_utf8_lossy(&done.stdout), "line1\nline2\n");
     assert_eq!(job(&c, id).await.state, "COMPLETED");
     cluster.shutdown().await;
+}
+
+/// Which output of `quorum logs -f` a test reads line by line.
+enum Pipe {
+    Stdout,
+    Stderr,
+}
+
+/// `quorum logs -f JOB` as user `tester`, each line of `pipe` sent to the receiver as it comes.
+fn follow_logs(
+    cluster: &quorum_dev::cluster::DevCluster,
+    id: u64,
+    pipe: Pipe,
+) -> (std::process::Child, std::sync::mpsc::Receiver<String>) {
+    use std::io::BufRead;
+    let mut follow = std::process::Command::new(env!("CARGO_BIN_EXE_quorum"))
+        .args(["logs", "-f", &id.to_string()])
+        .env("QUORUM_CONTROLLERS", cluster.controllers_env())
+        .env("USER", "tester")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let read: Box<dyn std::io::Read + Send> = match pipe {
+        Pipe::Stdout => Box::new(follow.stdout.take().unwrap()),
+        Pipe::Stderr => Box::new(follow.stderr.take().unwrap()),
+    };
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(read).lines() {
+            if tx.send(line.unwrap()).is_err() {
+                break;
+            }
+        }
+    });
+    (follow, rx)
 }

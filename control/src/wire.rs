@@ -4,7 +4,7 @@
 use quorum_proto::agent::{ExitKind, JobExit};
 use quorum_proto::api;
 
-use crate::model::{parse, Job, JobSpec, Program, RankOutcome, Rejection};
+use crate::model::{Job, JobSpec, Program, RankOutcome, Rejection};
 
 /// A submitted spec as the model holds it. Shape errors are left to [`JobSpec::check_shape`].
 pub fn spec_from_proto(p: api::JobSpec) -> Result<JobSpec, Rejection> {
@@ -202,11 +202,6 @@ pub fn job_to_proto(j: &Job, with_env: bool) -> api::JobInfo {
         requeues: j.requeues,
         array: j.array.as_ref().map(array_to_proto),
     }
-}
-
-/// Formats a duration in seconds for messages.
-pub fn duration(secs: u64) -> String {
-    parse::format_duration(secs)
 }
 
 /// How an agent's exit report says a job's process on its node ended.

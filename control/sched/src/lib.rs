@@ -240,16 +240,15 @@ pub fn screen<'a>(view: &'a ClusterView, ordered: &[&'a PendingJob], now_ms: Mil
     for (position, &job) in ordered.iter().enumerate() {
         let found = partitions.find(&job.partition);
         let qos = qos.find(&job.qos).map(|(_, q)| q);
-        let reason = eligibility::static_reason(job, view, found.map(|(_, p)| p), qos, now_ms, accounts_limit_wall).or(
-            match found {
+        let reason = eligibility::static_reason(job, view, found.map(|(_, p)| p), qos, now_ms, accounts_limit_wall)
+            .or_else(|| match found {
                 None => Some(PendingReason::PartitionNoNodes),
                 Some((_, p)) if p.nodes.is_empty() => Some(PendingReason::PartitionNoNodes),
                 Some((_, p)) if !p.nodes.iter().any(|&i| placement::could_hold(job, &view.nodes[i])) => {
                     Some(PendingReason::BadConstraints)
                 }
                 Some(_) => None,
-            },
-        );
+            });
         match (reason, found) {
             (Some(reason), _) => out.ineligible.push(Waiting { position, job, reason }),
             (None, Some((partition, _))) => out.candidates.push(Candidate { position, job, partition }),

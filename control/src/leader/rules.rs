@@ -50,19 +50,21 @@ pub struct HeartbeatActions {
 pub fn on_heartbeat(
     state: &ClusterState,
     registration: &NodeRegistration,
-    problem: Option<String>,
+    problem: &Option<String>,
     now: Millis,
 ) -> HeartbeatActions {
     let node = &registration.name;
     let admin = state.nodes.get(node).map(|n| &n.admin);
-    let health_changed = match (admin, &problem) {
+    let health_changed = match (admin, problem) {
         (Some(NodeAdminState::Up), Some(_)) => true,
         (Some(NodeAdminState::Drain { auto: true, reason }), Some(p)) => reason != p,
         (Some(NodeAdminState::Drain { auto: true, .. }), None) => true,
         _ => false,
     };
-    let health = Command::SetNodeHealth { node: node.clone(), problem, now };
-    let health = (health_changed && health.level().0 <= state.cluster_level()).then_some(health);
+    // Built only on a change: a heartbeat comes every second from every node.
+    let health = health_changed
+        .then(|| Command::SetNodeHealth { node: node.clone(), problem: problem.clone(), now })
+        .filter(|c| c.level().0 <= state.cluster_level());
     let return_to_service = matches!(admin, Some(NodeAdminState::Down { .. }))
         .then(|| Command::RegisterNode { node: registration.clone(), now });
     HeartbeatActions { health, return_to_service }
@@ -139,36 +141,36 @@ mod tests {
         assert_eq!(problem.as_deref(), Some("GPU 2 failure: xid 79; health check failed: disk full"));
         assert_eq!(health_problem(&[], ""), None);
 
-        let drain = on_heartbeat(&s, &n1, problem.clone(), 7).health.expect("an Up node with a problem drains");
+        let drain = on_heartbeat(&s, &n1, &problem, 7).health.expect("an Up node with a problem drains");
         assert_eq!(drain, Command::SetNodeHealth { node: "n1".into(), problem: problem.clone(), now: 7 });
         apply(&mut s, 11, drain);
-        assert_eq!(on_heartbeat(&s, &n1, problem, 8), HeartbeatActions::default(), "the same problem again");
-        let other = on_heartbeat(&s, &n1, Some("health check failed: fan".into()), 8);
+        assert_eq!(on_heartbeat(&s, &n1, &problem, 8), HeartbeatActions::default(), "the same problem again");
+        let other = on_heartbeat(&s, &n1, &Some("health check failed: fan".into()), 8);
         assert!(other.health.is_some(), "a new reason replaces the old");
-        let resume = on_heartbeat(&s, &n1, None, 9).health.expect("healthy again resumes");
+        let resume = on_heartbeat(&s, &n1, &None, 9).health.expect("healthy again resumes");
         assert_eq!(resume, Command::SetNodeHealth { node: "n1".into(), problem: None, now: 9 });
 
         // An operator's drain is the operator's to lift.
         apply(&mut s, 12, Command::SetNodesDrained { nodes: vec!["n2".into()], drain: Some("fan".into()), now: 10 });
         let n2 = registration(&s, "n2");
-        assert_eq!(on_heartbeat(&s, &n2, None, 11), HeartbeatActions::default());
-        assert_eq!(on_heartbeat(&s, &n2, Some("x".into()), 11).health, None);
+        assert_eq!(on_heartbeat(&s, &n2, &None, 11), HeartbeatActions::default());
+        assert_eq!(on_heartbeat(&s, &n2, &Some("x".into()), 11).health, None);
     }
 
     #[test]
     fn no_health_drain_below_the_level_that_applies_it() {
         let s = at_level(3);
         let n1 = registration(&s, "n1");
-        assert_eq!(on_heartbeat(&s, &n1, Some("health check failed: x".into()), 7).health, None);
+        assert_eq!(on_heartbeat(&s, &n1, &Some("health check failed: x".into()), 7).health, None);
     }
 
     #[test]
     fn a_node_heard_after_down_returns_to_service() {
         let mut s = at_level(FEATURE_LEVEL);
         let n1 = registration(&s, "n1");
-        assert_eq!(on_heartbeat(&s, &n1, None, 7).return_to_service, None);
+        assert_eq!(on_heartbeat(&s, &n1, &None, 7).return_to_service, None);
         apply(&mut s, 11, Command::NodeDown { node: "n1".into(), reason: "silent".into(), now: 6 });
-        let back = on_heartbeat(&s, &n1, None, 8).return_to_service;
+        let back = on_heartbeat(&s, &n1, &None, 8).return_to_service;
         assert_eq!(back, Some(Command::RegisterNode { node: n1, now: 8 }));
     }
 

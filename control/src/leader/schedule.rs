@@ -70,9 +70,9 @@ pub(super) async fn schedule_loop(replica: Arc<Replica>, leader: Arc<LeaderState
             elapsed_ms = started.elapsed().as_millis() as u64,
             "scheduling cycle"
         );
-        leader.set_estimates(plan.estimates.clone());
         let planned = plan.starts.len();
         let reasons = plan.reasons_to_write();
+        leader.set_estimates(plan.estimates);
         let Some(command) = Command::apply_plan(base_index, now_ms(), plan.starts, reasons) else { continue };
         match replica.write(command).await {
             Ok((index, Response::PlanApplied { started, dropped })) => {

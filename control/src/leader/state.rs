@@ -15,7 +15,7 @@ use quorum_state::DropReason;
 pub struct LeaderState {
     pub hub: AgentHub,
     /// The latest plan's reservations, for `quorum queue --start`.
-    pub estimates: Mutex<BTreeMap<JobId, Estimate>>,
+    estimates: Mutex<BTreeMap<JobId, Estimate>>,
     pub liveness: Liveness,
     /// Planned starts that apply dropped, by kind of reason, since this replica started.
     dropped: Mutex<BTreeMap<&'static str, u64>>,

@@ -126,7 +126,7 @@ impl AgentService for Agents {
                         let actions = {
                             let applied = replica.shared.read();
                             leader.hub.reconcile(&applied.state, Some(&node));
-                            rules::on_heartbeat(&applied.state, &registration, problem.clone(), now_ms())
+                            rules::on_heartbeat(&applied.state, &registration, &problem, now_ms())
                         };
                         if let Some(command) = actions.health {
                             // Off the stream's task: the heartbeat is answered at once.

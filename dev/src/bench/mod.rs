@@ -15,7 +15,7 @@ mod harness;
 mod memory;
 mod submit;
 
-pub use harness::{spread, JobShape, Spread};
+pub use harness::JobShape;
 
 #[derive(Args, Debug)]
 pub struct BenchArgs {
