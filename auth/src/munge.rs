@@ -1,0 +1,262 @@
+//! MUNGE credentials through libmunge (Debian's `libmunge2`), as every Slurm site runs them: the
+//! client asks its host's `munged` for a credential that carries its uid and gid, and the
+//! controller asks its own `munged` (same key) to decode it. `munged` refuses a credential that
+//! expired, was decoded before (replay), or was encoded with another key.
+
+use std::ffi::{CStr, CString};
+use std::os::raw::{c_char, c_int, c_void};
+use std::path::{Path, PathBuf};
+
+#[allow(non_camel_case_types)]
+type munge_ctx_t = *mut c_void;
+
+/// `munge_opt_t`: the socket to reach `munged` on.
+const MUNGE_OPT_SOCKET: c_int = 8;
+
+#[link(name = "munge")]
+extern "C" {
+    fn munge_encode(cred: *mut *mut c_char, ctx: munge_ctx_t, buf: *const c_void, len: c_int) -> c_int;
+    fn munge_decode(
+        cred: *const c_char,
+        ctx: munge_ctx_t,
+        buf: *mut *mut c_void,
+        len: *mut c_int,
+        uid: *mut libc::uid_t,
+        gid: *mut libc::gid_t,
+    ) -> c_int;
+    fn munge_ctx_create() -> munge_ctx_t;
+    fn munge_ctx_destroy(ctx: munge_ctx_t);
+    fn munge_ctx_set(ctx: munge_ctx_t, opt: c_int, ...) -> c_int;
+    fn munge_strerror(e: c_int) -> *const c_char;
+}
+
+/// Why a credential could not be made or was refused, with `munged`'s own words.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum MungeError {
+    #[error("expired MUNGE credential")]
+    Expired,
+    #[error("replayed MUNGE credential (it was used before)")]
+    Replayed,
+    #[error("MUNGE credential from the future (rewound clock)")]
+    Rewound,
+    #[error("invalid MUNGE credential (forged, damaged, or made with another key)")]
+    Invalid,
+    #[error("cannot reach munged at {socket}: {message}")]
+    Daemon { socket: String, message: String },
+    #[error("MUNGE: {0}")]
+    Other(String),
+}
+
+/// libmunge's error numbers (munge.h) that name a bad credential rather than a bad daemon.
+fn error(code: c_int, socket: &str) -> MungeError {
+    match code {
+        15 => MungeError::Expired,
+        16 => MungeError::Rewound,
+        17 => MungeError::Replayed,
+        14 | 18 | 8 | 9 | 10 | 11 | 12 | 13 => MungeError::Invalid,
+        // EMUNGE_SOCKET, EMUNGE_TIMEOUT
+        6 | 7 => MungeError::Daemon { socket: socket.to_string(), message: strerror(code) },
+        _ => MungeError::Other(strerror(code)),
+    }
+}
+
+fn strerror(code: c_int) -> String {
+    // SAFETY: munge_strerror returns a static string for any code.
+    let p = unsafe { munge_strerror(code) };
+    if p.is_null() {
+        format!("error {code}")
+    } else {
+        unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+    }
+}
+
+/// The socket of the host's `munged`, when not the default.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Munge {
+    socket: Option<PathBuf>,
+}
+
+/// What a valid credential says of its maker.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Decoded {
+    pub uid: u32,
+    pub gid: u32,
+}
+
+/// A libmunge context, destroyed on drop.
+struct Ctx(munge_ctx_t);
+
+impl Drop for Ctx {
+    fn drop(&mut self) {
+        // SAFETY: created by munge_ctx_create, destroyed once.
+        unsafe { munge_ctx_destroy(self.0) }
+    }
+}
+
+impl Munge {
+    /// `munged` at `socket`, or at libmunge's default (`/run/munge/munge.socket.2`).
+    pub fn new(socket: Option<&Path>) -> Munge {
+        Munge { socket: socket.map(Path::to_path_buf) }
+    }
+
+    fn socket_name(&self) -> String {
+        self.socket.as_ref().map_or_else(|| "the default socket".into(), |s| s.display().to_string())
+    }
+
+    fn ctx(&self) -> Result<Ctx, MungeError> {
+        // SAFETY: plain constructor; a null context means out of memory.
+        let ctx = unsafe { munge_ctx_create() };
+        if ctx.is_null() {
+            return Err(MungeError::Other("cannot create a MUNGE context".into()));
+        }
+        let ctx = Ctx(ctx);
+        if let Some(socket) = &self.socket {
+            let path = CString::new(socket.as_os_str().as_encoded_bytes())
+                .map_err(|_| MungeError::Other("the MUNGE socket path contains a NUL byte".into()))?;
+            // SAFETY: MUNGE_OPT_SOCKET takes a NUL-terminated string, which libmunge copies.
+            let rc = unsafe { munge_ctx_set(ctx.0, MUNGE_OPT_SOCKET, path.as_ptr()) };
+            if rc != 0 {
+                return Err(error(rc, &self.socket_name()));
+            }
+        }
+        Ok(ctx)
+    }
+
+    /// A fresh credential for the calling process's uid and gid, with `payload` sealed in it.
+    pub fn encode(&self, payload: &[u8]) -> Result<String, MungeError> {
+        let ctx = self.ctx()?;
+        let len = c_int::try_from(payload.len()).map_err(|_| MungeError::Other("payload too large".into()))?;
+        let mut cred: *mut c_char = std::ptr::null_mut();
+        // SAFETY: libmunge reads `len` bytes of `payload` and mallocs the credential string.
+        let rc = unsafe { munge_encode(&mut cred, ctx.0, payload.as_ptr().cast(), len) };
+        if rc != 0 {
+            return Err(error(rc, &self.socket_name()));
+        }
+        // SAFETY: on success `cred` is a NUL-terminated malloc'ed string we own.
+        let text = unsafe { CStr::from_ptr(cred) }.to_string_lossy().into_owned();
+        unsafe { libc::free(cred.cast()) };
+        Ok(text)
+    }
+
+    /// Checks `cred` with `munged`: who made it, and its payload. Each credential decodes once.
+    pub fn decode(&self, cred: &str) -> Result<(Decoded, Vec<u8>), MungeError> {
+        let ctx = self.ctx()?;
+        let cred = CString::new(cred).map_err(|_| MungeError::Invalid)?;
+        let mut buf: *mut c_void = std::ptr::null_mut();
+        let mut len: c_int = 0;
+        let (mut uid, mut gid): (libc::uid_t, libc::gid_t) = (0, 0);
+        // SAFETY: libmunge mallocs the payload into `buf` (also on some errors), which we free.
+        let rc = unsafe { munge_decode(cred.as_ptr(), ctx.0, &mut buf, &mut len, &mut uid, &mut gid) };
+        let payload = if buf.is_null() {
+            Vec::new()
+        } else {
+            // SAFETY: `buf` holds `len` bytes.
+            let v = unsafe { std::slice::from_raw_parts(buf as *const u8, len.max(0) as usize) }.to_vec();
+            unsafe { libc::free(buf) };
+            v
+        };
+        if rc != 0 {
+            return Err(error(rc, &self.socket_name()));
+        }
+        Ok((Decoded { uid, gid }, payload))
+    }
+}
+
+/// A `munged` of our own (for `quorum dev` and tests): a fresh key and its socket in `dir`.
+/// The directory is made traversable by other users, so that they can reach the socket.
+pub struct Daemon {
+    pub socket: PathBuf,
+    pid_file: PathBuf,
+}
+
+impl Daemon {
+    /// Starts `munged` with a new random key in `dir`; it forks and runs until [`Daemon`] drops.
+    pub fn start(dir: &Path) -> anyhow::Result<Daemon> {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::create_dir_all(dir)?;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o711))?;
+        let key = dir.join("munge.key");
+        if !key.exists() {
+            let mut bytes = [0u8; 1024];
+            ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut bytes)
+                .map_err(|_| anyhow::anyhow!("no randomness for a MUNGE key"))?;
+            std::fs::write(&key, bytes)?;
+        }
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600))?;
+        let socket = dir.join("munge.socket");
+        let pid_file = dir.join("munged.pid");
+        // A munged left by an earlier run in the same directory.
+        stop_pid_file(&pid_file);
+        let out = std::process::Command::new(munged_binary())
+            .arg(format!("--socket={}", socket.display()))
+            .arg(format!("--key-file={}", key.display()))
+            .arg(format!("--pid-file={}", pid_file.display()))
+            .arg(format!("--log-file={}", dir.join("munged.log").display()))
+            .arg(format!("--seed-file={}", dir.join("munged.seed").display()))
+            .arg("--force")
+            .output()
+            .map_err(|e| {
+                anyhow::anyhow!("starting munged: {e} (install Debian's `munge` package: apt-get install munge)")
+            })?;
+        if !out.status.success() {
+            anyhow::bail!(
+                "munged did not start: {}{}",
+                String::from_utf8_lossy(&out.stderr),
+                std::fs::read_to_string(dir.join("munged.log")).unwrap_or_default()
+            );
+        }
+        Ok(Daemon { socket, pid_file })
+    }
+}
+
+fn munged_binary() -> PathBuf {
+    ["/usr/sbin/munged", "/sbin/munged"].iter().map(PathBuf::from).find(|p| p.exists()).unwrap_or("munged".into())
+}
+
+fn stop_pid_file(pid_file: &Path) {
+    if let Some(pid) = std::fs::read_to_string(pid_file).ok().and_then(|s| s.trim().parse::<i32>().ok()) {
+        // SAFETY: kill(2) with a pid munged wrote.
+        unsafe { libc::kill(pid, libc::SIGTERM) };
+        for _ in 0..100 {
+            if unsafe { libc::kill(pid, 0) } != 0 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let _ = std::fs::remove_file(pid_file);
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        stop_pid_file(&self.pid_file);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_credential_decodes_once_to_its_makers_uid_and_not_with_another_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let daemon = Daemon::start(dir.path()).unwrap();
+        let munge = Munge::new(Some(&daemon.socket));
+        let cred = munge.encode(b"hello").unwrap();
+        let (who, payload) = munge.decode(&cred).unwrap();
+        assert_eq!(who.uid, unsafe { libc::getuid() });
+        assert_eq!(payload, b"hello");
+        assert_eq!(munge.decode(&cred).unwrap_err(), MungeError::Replayed);
+
+        let other_dir = tempfile::tempdir().unwrap();
+        let other = Daemon::start(other_dir.path()).unwrap();
+        let foreign = Munge::new(Some(&other.socket)).encode(b"").unwrap();
+        assert_eq!(munge.decode(&foreign).unwrap_err(), MungeError::Invalid);
+        let mut forged = munge.encode(b"").unwrap();
+        forged.replace_range(20..24, "AAAA");
+        assert!(munge.decode(&forged).is_err());
+
+        let gone = Munge::new(Some(&dir.path().join("nothing")));
+        assert!(matches!(gone.encode(b"").unwrap_err(), MungeError::Daemon { .. }));
+    }
+}

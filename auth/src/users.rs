@@ -1,0 +1,73 @@
+//! The system's user database (files, LDAP, whatever NSS says), as the controller maps an
+//! authenticated uid to a user name and the leader a job's user back to the uid it signs.
+
+use std::ffi::{CStr, CString};
+
+/// A user as the user database has it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct User {
+    pub name: String,
+    pub uid: u32,
+    pub gid: u32,
+}
+
+/// Calls `f` (getpwuid_r or getpwnam_r) with a growing buffer.
+fn getpw(
+    what: &str,
+    f: impl Fn(&mut libc::passwd, &mut [u8], &mut *mut libc::passwd) -> libc::c_int,
+) -> Result<User, String> {
+    let mut buf = vec![0u8; 4096];
+    loop {
+        // SAFETY: passwd is plain data; `f` fills it with pointers into `buf`, which outlives
+        // every use of them below.
+        let mut pwd: libc::passwd = unsafe { std::mem::zeroed() };
+        let mut result: *mut libc::passwd = std::ptr::null_mut();
+        let rc = f(&mut pwd, &mut buf, &mut result);
+        if rc == libc::ERANGE && buf.len() < 1 << 20 {
+            buf.resize(buf.len() * 4, 0);
+            continue;
+        }
+        if rc != 0 {
+            return Err(format!("cannot look up {what}: {}", std::io::Error::from_raw_os_error(rc)));
+        }
+        if result.is_null() || pwd.pw_name.is_null() {
+            return Err(format!("{what} is not in the user database"));
+        }
+        // SAFETY: on success pw_name points at a NUL-terminated string in `buf`.
+        let name = unsafe { CStr::from_ptr(pwd.pw_name) }.to_string_lossy().into_owned();
+        return Ok(User { name, uid: pwd.pw_uid, gid: pwd.pw_gid });
+    }
+}
+
+/// The user with this uid.
+pub fn by_uid(uid: u32) -> Result<User, String> {
+    getpw(&format!("uid {uid}"), |pwd, buf, result| {
+        // SAFETY: see getpw.
+        unsafe { libc::getpwuid_r(uid, pwd, buf.as_mut_ptr().cast(), buf.len(), result) }
+    })
+}
+
+/// The user with this name.
+pub fn by_name(name: &str) -> Result<User, String> {
+    let cname = CString::new(name).map_err(|_| format!("user name '{name}' contains a NUL byte"))?;
+    getpw(&format!("user '{name}'"), |pwd, buf, result| {
+        // SAFETY: see getpw.
+        unsafe { libc::getpwnam_r(cname.as_ptr(), pwd, buf.as_mut_ptr().cast(), buf.len(), result) }
+    })
+}
+
+/// The user running this process.
+pub fn current() -> Result<User, String> {
+    // SAFETY: getuid cannot fail.
+    by_uid(unsafe { libc::getuid() })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn root_is_uid_0_both_ways() {
+        assert_eq!(super::by_uid(0).unwrap().name, "root");
+        assert_eq!(super::by_name("root").unwrap().uid, 0);
+        assert!(super::by_name("no-such-user-here").unwrap_err().contains("not in the user database"));
+    }
+}
