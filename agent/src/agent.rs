@@ -37,6 +37,28 @@ pub struct AgentConfig {
     /// The operator's health check, like Slurm's HealthCheckProgram: a failing run drains the
     /// node with its output as the reason, until a run passes.
     pub health_check: Option<HealthCheck>,
+    /// TLS to the controllers with this node's certificate; plaintext when `None` (a cluster
+    /// with `insecure = true`).
+    pub tls: Option<quorum_auth::tls::ClientTls>,
+    /// The cluster's launch key: every launch, signal and output read must carry a grant it
+    /// verifies. `None` runs unsigned launches (insecure clusters only).
+    pub launch_key: Option<quorum_auth::launch::Verifier>,
+    /// How far the controllers' clocks may be from this node's.
+    pub clock_skew: Duration,
+}
+
+impl AgentConfig {
+    /// TLS and the launch key from a certificates directory (`quorum admin certs`): `ca.pem`,
+    /// `agent-<node>.pem` and `.key`, and `launch.pub`.
+    pub fn secure_with(&mut self, certs_dir: &std::path::Path) -> anyhow::Result<()> {
+        use quorum_auth::pki::{Layout, PeerRole};
+        let layout = Layout::new(certs_dir);
+        let (cert, key) = layout.pair(&PeerRole::Agent(self.name.clone()));
+        let files = quorum_auth::tls::TlsFiles { ca: layout.ca(), cert, key };
+        self.tls = Some(files.client()?);
+        self.launch_key = Some(quorum_auth::launch::Verifier::load(&layout.launch_pub())?);
+        Ok(())
+    }
 }
 
 #[derive(Clone, Debug)]

@@ -15,7 +15,6 @@ use quorum_proto::agent::{
 };
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::transport::Endpoint;
 
 use crate::{output, runner, supervisor, Agent, JobEntry};
 
@@ -108,7 +107,7 @@ async fn session(
     if agent.isolated() {
         return SessionEnd::Retry;
     }
-    let endpoint = match Endpoint::from_shared(format!("http://{addr}")) {
+    let endpoint = match quorum_auth::tls::endpoint(addr, agent.config.tls.as_ref()) {
         Ok(e) => e.connect_timeout(Duration::from_millis(500)).tcp_nodelay(true),
         Err(e) => {
             tracing::warn!(addr, error = %e, "bad controller address");
@@ -127,10 +126,13 @@ async fn session(
     let mut inbound = match client.session(ReceiverStream::new(rx)).await {
         Ok(r) => r.into_inner(),
         Err(status) => {
+            if matches!(status.code(), tonic::Code::PermissionDenied | tonic::Code::Unauthenticated) {
+                tracing::warn!(addr, reason = status.message(), "the controller refused this agent");
+            }
             return match leader_hint(&status) {
                 Some(leader) if leader != addr => SessionEnd::Redirect(leader),
                 _ => SessionEnd::Retry,
-            }
+            };
         }
     };
     tracing::info!(addr, "connected to the leader");
@@ -301,6 +303,10 @@ async fn launch(agent: &Arc<Agent>, l: Launch, tx: &mpsc::Sender<AgentMessage>) 
 /// Sends a signal to a running job's process group (`quorum cancel --signal`), if the token is
 /// the job's current one.
 fn signal(agent: &Agent, s: quorum_proto::agent::Signal) {
+    if let Err(e) = crate::grants::verify_signal(agent, &s) {
+        tracing::warn!(job = s.job_id, error = %e, "refused a signal");
+        return;
+    }
     let jobs = agent.lock_jobs();
     match jobs.get(&s.job_id) {
         Some(e) if e.token == s.token && e.exit.is_none() => {

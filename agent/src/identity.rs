@@ -79,10 +79,19 @@ fn group_list(name: &CStr, gid: u32) -> Vec<u32> {
 }
 
 /// Who a job of `user` runs as: that user when the agent switches users (and can, as root),
-/// else nobody in particular (the agent's own user).
+/// else the agent's own user. An agent that runs as root without switching users runs only
+/// root's jobs: it never runs another user's job as root.
 pub fn job_account(switch_user: bool, user: &str) -> Result<Option<Account>, String> {
-    if !switch_user || !is_root() {
+    if !is_root() {
         return Ok(None);
+    }
+    if !switch_user {
+        if user == "root" {
+            return Ok(None);
+        }
+        return Err(format!(
+            "this agent runs as root without switching users: it does not run user '{user}''s job as root"
+        ));
     }
     lookup(user).map(Some)
 }

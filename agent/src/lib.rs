@@ -10,6 +10,7 @@ mod agent;
 pub mod conn;
 pub mod environment;
 pub mod gpu;
+pub mod grants;
 pub mod identity;
 pub mod limits;
 pub mod output;

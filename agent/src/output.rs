@@ -63,6 +63,10 @@ pub fn read_output(agent: &Agent, r: &ReadOutput) -> OutputChunk {
         chunk.error = "the request names no job".into();
         return chunk;
     };
+    if let Err(e) = crate::grants::verify_launch(agent, launch) {
+        chunk.error = format!("read refused: {e}");
+        return chunk;
+    }
     let (stdout, stderr) = output_paths(launch, spec, &agent.config.name);
     let path = if r.stderr { stderr.unwrap_or(stdout) } else { stdout };
     chunk.path = path.display().to_string();

@@ -147,10 +147,23 @@ async fn run(agent: &Agent, launch: &Launch, kill_rx: mpsc::Receiver<ExitKind>) 
     let Some(spec) = launch.spec.as_ref() else {
         return failed("the launch carries no job spec".into());
     };
+    // Nothing is created and no user switched before the leader's grant verifies.
+    let grant = match crate::grants::verify_launch(agent, launch) {
+        Ok(g) => g,
+        Err(e) => return failed(format!("launch refused: {e}")),
+    };
     let account = match identity::job_account(agent.config.switch_user, &launch.user) {
         Ok(a) => a,
         Err(e) => return failed(e),
     };
+    if let (Some(g), Some(a)) = (&grant, &account) {
+        if g.uid != a.uid {
+            return failed(format!(
+                "launch refused: user '{}' is uid {} on this node, but the controller authenticated uid {}",
+                a.name, a.uid, g.uid
+            ));
+        }
+    }
     let work_dir = PathBuf::from(&spec.work_dir);
     let (stdout, stderr) = output_paths(launch, spec, node);
     let output = supervisor::Output { stdout, stderr, truncate: launch.node_rank == 0 };

@@ -51,6 +51,18 @@ pub fn spec_digest<'a>(parts: impl IntoIterator<Item = &'a [u8]>) -> String {
     crate::pki::hex(ctx.finish().as_ref())
 }
 
+/// What a launch's grant covers of the job's spec: what runs, where, with what environment.
+pub fn launch_digest(spec: Option<&quorum_proto::api::JobSpec>) -> String {
+    let Some(s) = spec else { return spec_digest([]) };
+    let mut parts: Vec<&[u8]> = vec![s.script.as_bytes(), s.work_dir.as_bytes()];
+    parts.extend(s.argv.iter().map(|a| a.as_bytes()));
+    for e in &s.env {
+        parts.push(e.name.as_bytes());
+        parts.push(e.value.as_bytes());
+    }
+    spec_digest(parts)
+}
+
 /// The controllers' side.
 pub struct Signer {
     key: Ed25519KeyPair,
@@ -82,6 +94,12 @@ impl Signer {
 #[derive(Clone)]
 pub struct Verifier {
     key: Vec<u8>,
+}
+
+impl std::fmt::Debug for Verifier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Verifier(Ed25519)")
+    }
 }
 
 impl Verifier {

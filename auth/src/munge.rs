@@ -162,17 +162,20 @@ impl Munge {
     }
 }
 
-/// A `munged` of our own (for `quorum dev` and tests): a fresh key and its socket in `dir`.
-/// The directory is made traversable by other users, so that they can reach the socket.
+/// A `munged` of our own (for `quorum dev` and tests): a fresh key and its socket in `dir`,
+/// run in the foreground as our child. It is stopped when the [`Daemon`] drops, and by the
+/// kernel when this process dies (it is started from a thread that never exits, with
+/// PR_SET_PDEATHSIG), so none is left behind. The directory is made traversable by other users,
+/// so that they can reach the socket.
 pub struct Daemon {
     pub socket: PathBuf,
-    pid_file: PathBuf,
+    child: std::sync::Mutex<std::process::Child>,
 }
 
 impl Daemon {
-    /// Starts `munged` with a new random key in `dir`; it forks and runs until [`Daemon`] drops.
     pub fn start(dir: &Path) -> anyhow::Result<Daemon> {
         use std::os::unix::fs::PermissionsExt;
+        use std::os::unix::process::CommandExt;
         std::fs::create_dir_all(dir)?;
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o711))?;
         let key = dir.join("munge.key");
@@ -184,28 +187,57 @@ impl Daemon {
         }
         std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600))?;
         let socket = dir.join("munge.socket");
-        let pid_file = dir.join("munged.pid");
-        // A munged left by an earlier run in the same directory.
-        stop_pid_file(&pid_file);
-        let out = std::process::Command::new(munged_binary())
+        let _ = std::fs::remove_file(&socket);
+        let mut command = std::process::Command::new(munged_binary());
+        command
+            .arg("--foreground")
+            .arg("--force")
             .arg(format!("--socket={}", socket.display()))
             .arg(format!("--key-file={}", key.display()))
-            .arg(format!("--pid-file={}", pid_file.display()))
+            .arg(format!("--pid-file={}", dir.join("munged.pid").display()))
             .arg(format!("--log-file={}", dir.join("munged.log").display()))
             .arg(format!("--seed-file={}", dir.join("munged.seed").display()))
-            .arg("--force")
-            .output()
-            .map_err(|e| {
-                anyhow::anyhow!("starting munged: {e} (install Debian's `munge` package: apt-get install munge)")
-            })?;
-        if !out.status.success() {
-            anyhow::bail!(
-                "munged did not start: {}{}",
-                String::from_utf8_lossy(&out.stderr),
-                std::fs::read_to_string(dir.join("munged.log")).unwrap_or_default()
-            );
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped());
+        // SAFETY: prctl is async-signal-safe; it runs in the child between fork and exec.
+        unsafe {
+            command.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+                Ok(())
+            });
         }
-        Ok(Daemon { socket, pid_file })
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::Builder::new().name("munged-parent".into()).spawn(move || {
+            let _ = tx.send(command.spawn());
+            // The death signal follows the thread that forked: this one lives as long as the
+            // process does.
+            loop {
+                std::thread::park();
+            }
+        })?;
+        let mut child = rx.recv()?.map_err(|e| {
+            anyhow::anyhow!("starting munged: {e} (install Debian's `munge` package: apt-get install munge)")
+        })?;
+        let started = std::time::Instant::now();
+        while !socket.exists() {
+            if let Some(status) = child.try_wait()? {
+                let mut err = String::new();
+                if let Some(mut e) = child.stderr.take() {
+                    let _ = std::io::Read::read_to_string(&mut e, &mut err);
+                }
+                anyhow::bail!(
+                    "munged exited ({status}): {err}{}",
+                    std::fs::read_to_string(dir.join("munged.log")).unwrap_or_default()
+                );
+            }
+            if started.elapsed() > std::time::Duration::from_secs(10) {
+                let _ = child.kill();
+                anyhow::bail!("munged did not create its socket {} within 10s", socket.display());
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        Ok(Daemon { socket, child: std::sync::Mutex::new(child) })
     }
 }
 
@@ -213,23 +245,12 @@ fn munged_binary() -> PathBuf {
     ["/usr/sbin/munged", "/sbin/munged"].iter().map(PathBuf::from).find(|p| p.exists()).unwrap_or("munged".into())
 }
 
-fn stop_pid_file(pid_file: &Path) {
-    if let Some(pid) = std::fs::read_to_string(pid_file).ok().and_then(|s| s.trim().parse::<i32>().ok()) {
-        // SAFETY: kill(2) with a pid munged wrote.
-        unsafe { libc::kill(pid, libc::SIGTERM) };
-        for _ in 0..100 {
-            if unsafe { libc::kill(pid, 0) } != 0 {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
-        let _ = std::fs::remove_file(pid_file);
-    }
-}
-
 impl Drop for Daemon {
     fn drop(&mut self) {
-        stop_pid_file(&self.pid_file);
+        let mut child = self.child.lock().unwrap_or_else(|p| p.into_inner());
+        // SAFETY: kill(2) of our own child.
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        let _ = child.wait();
     }
 }
 

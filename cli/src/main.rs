@@ -12,7 +12,6 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use commands::Context;
-use quorum_client::client::Client;
 
 #[derive(Parser)]
 #[command(name = "quorum", version, about = "Quorum: a batch scheduler with a replicated control plane")]
@@ -49,7 +48,11 @@ enum Command {
     Prio(commands::prio::Args),
     /// The account tree with shares, usage and fairshare factors, like sshare.
     Share(commands::share::Args),
-    /// Operator commands (as root).
+    /// A token that proves who you are where MUNGE cannot (off the cluster), like scontrol token.
+    Token(commands::token::Args),
+    /// Who the cluster takes you for, and your role.
+    Whoami(commands::whoami::Args),
+    /// Operator and admin commands.
     Admin {
         #[command(subcommand)]
         command: commands::admin::Command,
@@ -82,7 +85,10 @@ enum Command {
 }
 
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
-    let mut client = Client::new(cli.controllers.controllers)?;
+    if let Command::Admin { command: commands::admin::Command::Certs(args) } = cli.command {
+        return commands::admin::identity::certs(args);
+    }
+    let mut client = cli.controllers.client()?;
     if matches!(cli.command, Command::Admin { command: commands::admin::Command::AddReplica { .. } }) {
         // The leader answers once the new replica has caught up, which may take minutes.
         client.call_timeout = std::time::Duration::from_secs(660);
@@ -102,6 +108,8 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Admin { command } => commands::admin::run(&ctx, command).await,
         Command::Nodes(args) => commands::nodes::run(&ctx, args).await,
         Command::Cluster(args) => commands::cluster::run(&ctx, args).await,
+        Command::Token(args) => commands::token::run(&ctx, args).await,
+        Command::Whoami(args) => commands::whoami::run(&ctx, args).await,
         Command::Dev { .. } | Command::Simulate { .. } | Command::Bench { .. } => {
             unreachable!("main hands these to quorum-dev")
         }

@@ -91,7 +91,7 @@ async fn bad_input_gets_a_clear_error_and_creates_nothing() {
     use std::io::Read;
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_quorum"))
         .args(["queue", "--json"])
-        .env("QUORUM_CONTROLLERS", &ctl)
+        .envs(cluster.env())
         .env("RUST_BACKTRACE", "0")
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())

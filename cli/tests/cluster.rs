@@ -454,6 +454,8 @@ async fn signal(
         signal: signal.into(),
         ..Default::default()
     };
+    // The caller is who the token names: the request's user field is not believed.
+    let c = client_as(c.addrs(), user);
     c.call(|mut cl| {
         let req = req.clone();
         async move { cl.cancel_job(req).await }
@@ -473,22 +475,23 @@ async fn cancel_with_a_signal_only_signals_the_running_job() {
     wait_state(&c, id, &["RUNNING"], T).await;
     wait_for(T, "the job to set its trap", || async { dir.path().join("up.txt").exists().then_some(()) }).await;
 
-    let e = signal(&c, "tester", id, "BOGUS").await.unwrap_err();
+    let e = signal(&c, "root", id, "BOGUS").await.unwrap_err();
     assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
     assert!(e.message().contains("unknown signal 'BOGUS'"), "{e:?}");
+    ensure_user("mallory");
     let r = signal(&c, "mallory", id, "USR1").await.unwrap();
     assert!(!r.results[0].ok && r.results[0].error.contains("may not signal"), "{r:?}");
-    let r = signal(&c, "tester", 999, "USR1").await.unwrap();
+    let r = signal(&c, "root", 999, "USR1").await.unwrap();
     assert!(r.results[0].error.contains("job 999 does not exist"), "{r:?}");
     assert!(!dir.path().join("usr1.txt").exists(), "a refused signal was delivered");
 
-    let r = signal(&c, "tester", id, "SIGUSR1").await.unwrap();
+    let r = signal(&c, "root", id, "SIGUSR1").await.unwrap();
     assert!(r.results[0].ok, "{r:?}");
     // The trap ran and the job ended by itself: completed, not cancelled.
     let j = wait_state(&c, id, &["COMPLETED", "FAILED", "CANCELLED"], T).await;
     assert_eq!(j.state, "COMPLETED", "{j:?}");
     assert_eq!(std::fs::read_to_string(dir.path().join("usr1.txt")).unwrap(), "got\n");
-    let r = signal(&c, "tester", id, "USR1").await.unwrap();
+    let r = signal(&c, "root", id, "USR1").await.unwrap();
     assert!(r.results[0].error.contains("is not running (COMPLETED)"), "{r:?}");
     cluster.shutdown().await;
 }

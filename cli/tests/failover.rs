@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::*;
+use quorum_dev::security::DevSecurity;
 use quorum_proto::api;
 
 const T: Duration = Duration::from_secs(30);
@@ -53,7 +54,7 @@ fn child_process() {
             Some(("agent", rest)) => {
                 let (name, rest) = rest.split_once(':').expect("agent:NAME:SPOOL:ADDRS");
                 let (spool, addrs) = rest.split_once(':').expect("agent:NAME:SPOOL:ADDRS");
-                let config = quorum_agent::AgentConfig {
+                let mut config = quorum_agent::AgentConfig {
                     name: name.into(),
                     controllers: addrs.split(',').map(str::to_string).collect(),
                     cpus: 4,
@@ -66,7 +67,13 @@ fn child_process() {
                     switch_user: false,
                     cgroups: false,
                     health_check: None,
+                    tls: None,
+                    launch_key: None,
+                    clock_skew: Duration::from_secs(30),
                 };
+                // The parent's certificates (their directory in QUORUM_CERTS).
+                let certs = std::env::var("QUORUM_CERTS").expect("QUORUM_CERTS");
+                config.secure_with(Path::new(&certs)).expect("the agent's certificate");
                 quorum_agent::run(config, Box::new(quorum_agent::gpu::SimSource::new(0)), std::future::pending()).await;
             }
             _ => panic!("unknown child role {role}"),
@@ -95,6 +102,7 @@ fn spawn_child(role: &str, log: &Path) -> Child {
     Command::new(std::env::current_exe().expect("test binary"))
         .args(["child_process", "--exact", "--ignored", "--nocapture", "--test-threads=1"])
         .env(CHILD_ENV, role)
+        .env("QUORUM_CERTS", DevSecurity::shared().certs_dir())
         .env("RUST_LOG", "info,openraft=error")
         .stdout(Stdio::from(out.try_clone().expect("log file")))
         .stderr(Stdio::from(out))
@@ -119,6 +127,7 @@ fn controller_config(id: usize, addrs: &[String], data: &Path, extra: &str) -> S
         text.push_str(&format!("[[replicas]]\nid = {}\naddr = \"{a}\"\n", i + 1));
     }
     text.push_str("[[partitions]]\nname = \"batch\"\nnodes = \"fnode1\"\ndefault = true\nmax_time = \"1:00:00\"\n");
+    text.push_str(&DevSecurity::shared().controller_toml(id as u64 + 1).expect("the replica's certificate"));
     text
 }
 
@@ -186,6 +195,7 @@ impl ProcCluster {
             .unwrap()
             .filter(|e| e.as_ref().is_ok_and(|e| e.file_name().to_string_lossy().starts_with("agent-")));
         let log = self.dir.path().join(format!("agent-{}.log", n.count() + 1));
+        DevSecurity::shared().ensure(&quorum_auth::pki::PeerRole::Agent("fnode1".into())).expect("agent certificate");
         let child = spawn_child(&format!("agent:fnode1:{}:{}", spool.display(), self.addrs.join(",")), &log);
         std::fs::write(self.dir.path().join("agent.pid"), child.id().to_string()).unwrap();
         self.procs.agent = Some(child);
@@ -420,6 +430,7 @@ async fn rolling_upgrade_of_every_replica_under_load_fails_no_request() {
         .args(["--controllers", &addrs.join(","), "--replica-cmd", &upgrade, "--timeout", "60"])
         .args(["--agent-cmd", &format!("kill -TERM $(cat {dir}/agent.pid)")])
         .env("QUORUM", env!("CARGO_BIN_EXE_quorum"))
+        .envs(DevSecurity::shared().env())
         .stdout(Stdio::from(out.try_clone().unwrap()))
         .stderr(Stdio::from(out))
         .spawn()
@@ -486,8 +497,9 @@ async fn grow_3_to_5_under_load_by_snapshot_and_shrink_back_to_3_leader_included
         cluster.procs.controllers.push(Some(child));
     }
     let addr4 = new_addrs[0].clone();
+    ensure_user("mallory");
     let add = |user: &'static str, id: u64, addr: String| {
-        let c = &c;
+        let c = client_as(c.addrs(), user);
         async move {
             let req = membership_request(user, id, &addr);
             c.call(|mut cl| {

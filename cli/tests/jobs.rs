@@ -47,7 +47,7 @@ async fn every_rank_of_a_two_node_job_sees_its_allocation_and_exported_environme
             "-c",
             "env > env-$SLURMD_NODENAME.txt",
         ])
-        .env("QUORUM_CONTROLLERS", cluster.controllers_env())
+        .envs(cluster.env())
         .env("SECRET_OF_THE_SUBMITTER", "not for the job")
         .current_dir(dir.path())
         .output()
@@ -88,7 +88,13 @@ async fn every_rank_of_a_two_node_job_sees_its_allocation_and_exported_environme
     cluster.shutdown().await;
 }
 
+/// Submits as `user`, who proves it with a token (the request's user field is not believed).
 async fn submit_as(c: &quorum_client::client::Client, user: &str, spec: api::JobSpec) -> u64 {
+    try_submit_as(c, user, spec).await.expect("submit")
+}
+
+async fn try_submit_as(c: &quorum_client::client::Client, user: &str, spec: api::JobSpec) -> Result<u64, tonic::Status> {
+    let c = client_as(c.addrs(), user);
     let req =
         api::SubmitJobRequest { spec: Some(spec), user: user.into(), request_id: uuid::Uuid::new_v4().to_string() };
     c.call(|mut cl| {
@@ -96,8 +102,7 @@ async fn submit_as(c: &quorum_client::client::Client, user: &str, spec: api::Job
         async move { cl.submit_job(req).await }
     })
     .await
-    .expect("submit")
-    .job_id
+    .map(|r| r.job_id)
 }
 
 /// An agent running as root runs a job as its submitter: uid, gid, groups, home; the output
@@ -157,11 +162,10 @@ async fn a_root_agent_runs_each_job_as_its_submitter() {
     assert!(out.code != 0 && out.stderr.contains("belongs to uid 0, not to the job's user nobody"), "{out:?}");
     assert_eq!(std::fs::read_to_string(&secret).unwrap(), "root's secret\n");
 
-    let unknown = submit_as(&c, "no-such-user-here", s).await;
-    let j = wait_state(&c, unknown, &["COMPLETED", "FAILED"], T).await;
-    assert_eq!(j.state, "FAILED", "{j:?}");
-    assert_eq!(j.exit_code, 127);
-    assert!(!dir.path().join(format!("quorum-{unknown}.out")).exists(), "an unknown user's job ran");
+    // A user the controller's user database does not know is refused at the door.
+    let unknown = try_submit_as(&c, "no-such-user-here", s).await.unwrap_err();
+    assert_eq!(unknown.code(), tonic::Code::Unauthenticated, "{unknown:?}");
+    assert!(unknown.message().contains("not in the user database"), "{unknown:?}");
     cluster.shutdown().await;
 }
 
@@ -252,18 +256,19 @@ async fn logs_follow_a_running_job_and_print_a_finished_one() {
 
     let env = cluster.controllers_env();
     let run = |args: &[&str], user: &str| quorum_as(&env, Some(user), dir.path(), args);
-    assert_eq!(run(&["logs", &id.to_string()], "tester").success(), "line1\nline2\nline3\n");
-    assert_eq!(run(&["logs", "--err", &id.to_string()], "tester").success(), "oops\n");
+    ensure_user("mallory");
+    assert_eq!(run(&["logs", &id.to_string()], "root").success(), "line1\nline2\nline3\n");
+    assert_eq!(run(&["logs", "--err", &id.to_string()], "root").success(), "oops\n");
     let other = run(&["logs", &id.to_string()], "mallory");
-    assert!(other.code != 0 && other.stderr.contains("belongs to tester"), "{other:?}");
-    let wrong = run(&["logs", "--node", "node99", &id.to_string()], "tester");
+    assert!(other.code != 0 && other.stderr.contains("belongs to root"), "{other:?}");
+    let wrong = run(&["logs", "--node", "node99", &id.to_string()], "root");
     assert!(wrong.stderr.contains("did not run on node99; it ran on node01"), "{wrong:?}");
-    let missing = run(&["logs", "424242"], "tester");
+    let missing = run(&["logs", "424242"], "root");
     assert!(missing.stderr.contains("there is no job 424242"), "{missing:?}");
     let mut held = spec(&["true"], dir.path());
     held.hold = true;
     let pending = submit(&c, held).await;
-    let early = run(&["logs", &pending.to_string()], "tester");
+    let early = run(&["logs", &pending.to_string()], "root");
     assert!(early.stderr.contains("has not started"), "{early:?}");
     cluster.shutdown().await;
 }
@@ -420,8 +425,7 @@ fn follow_logs(
     use std::io::BufRead;
     let mut follow = std::process::Command::new(env!("CARGO_BIN_EXE_quorum"))
         .args(["logs", "-f", &id.to_string()])
-        .env("QUORUM_CONTROLLERS", cluster.controllers_env())
-        .env("USER", "tester")
+        .envs(cluster.env())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()

@@ -7,11 +7,18 @@ use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use quorum_auth::munge::Munge;
+use quorum_auth::tls::ClientTls;
 use quorum_proto::api::quorum_client::QuorumClient;
-use tonic::transport::{Channel, Endpoint};
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::Channel;
 use tonic::{Code, Status};
 
-/// `--controllers` (or `QUORUM_CONTROLLERS`), for every command that talks to a cluster.
+/// `--controllers` (or `QUORUM_CONTROLLERS`) and how to reach them safely, for every command
+/// that talks to a cluster.
 #[derive(clap::Args, Clone, Debug)]
 pub struct ControllersArg {
     /// Controller addresses, comma-separated; any replica will do.
@@ -23,11 +30,93 @@ pub struct ControllersArg {
         default_value = "127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103"
     )]
     pub controllers: Vec<String>,
+    /// The cluster's CA certificate, which the controllers' certificates are checked against.
+    #[arg(long, env = "QUORUM_CA", global = true, default_value = "/etc/quorum/certs/ca.pem")]
+    pub ca: PathBuf,
+    /// This host's munged socket (libmunge's default when unset).
+    #[arg(long, env = "QUORUM_MUNGE_SOCKET", global = true)]
+    pub munge_socket: Option<PathBuf>,
+    /// A token (`quorum token`) to prove who you are instead of MUNGE, off the cluster.
+    #[arg(long, env = "QUORUM_TOKEN", global = true, hide_env_values = true)]
+    pub token: Option<String>,
+    /// Plaintext to controllers that run with `insecure = true` (a private test network).
+    #[arg(long, env = "QUORUM_INSECURE", global = true)]
+    pub insecure: bool,
 }
+
+impl ControllersArg {
+    pub fn security(&self) -> anyhow::Result<Security> {
+        let tls = if self.insecure {
+            None
+        } else {
+            Some(ClientTls::anonymous(&self.ca).map_err(|e| {
+                anyhow::anyhow!(
+                    "{e}: the cluster's CA certificate is needed to check the controllers (--ca or QUORUM_CA)"
+                )
+            })?)
+        };
+        let proof = match &self.token {
+            Some(t) if !t.trim().is_empty() => Proof::Token(t.trim().to_string()),
+            _ => Proof::Munge(Munge::new(self.munge_socket.as_deref())),
+        };
+        Ok(Security { tls, proof })
+    }
+
+    pub fn client(&self) -> anyhow::Result<Client> {
+        Client::new(self.controllers.clone(), self.security()?)
+    }
+}
+
+/// How a client proves who it is to the controllers.
+#[derive(Clone, Debug)]
+pub enum Proof {
+    /// A fresh credential from the host's munged with every request.
+    Munge(Munge),
+    /// A token (`quorum token`).
+    Token(String),
+    /// A name taken at its word (`user:uid:gid`): only controllers with `insecure = true`
+    /// accept it, as the measure of what authentication costs.
+    Claim(String),
+}
+
+/// How a client checks the controllers (TLS with the cluster's CA; plaintext when `None`) and
+/// proves itself.
+#[derive(Clone, Debug)]
+pub struct Security {
+    pub tls: Option<ClientTls>,
+    pub proof: Proof,
+}
+
+/// Puts the caller's proof on every request, each try of a retried one included: a MUNGE
+/// credential decodes once, so each request gets a fresh one.
+#[derive(Clone, Debug)]
+pub struct Authenticate(Arc<Proof>);
+
+impl tonic::service::Interceptor for Authenticate {
+    fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, Status> {
+        let value = match &*self.0 {
+            Proof::Munge(m) => {
+                let cred = m.encode(b"").map_err(|e| Status::unauthenticated(format!("no MUNGE credential: {e}")))?;
+                format!("{}{cred}", quorum_proto::MUNGE_PREFIX)
+            }
+            Proof::Token(t) => format!("{}{t}", quorum_proto::BEARER_PREFIX),
+            Proof::Claim(c) => format!("{}{c}", quorum_proto::CLAIM_PREFIX),
+        };
+        let value = tonic::metadata::MetadataValue::try_from(value)
+            .map_err(|_| Status::unauthenticated("the credential cannot travel in metadata"))?;
+        req.metadata_mut().insert(quorum_proto::AUTHORIZATION_KEY, value);
+        Ok(req)
+    }
+}
+
+/// The API of one controller, with the caller's proof on each request.
+pub type Api = QuorumClient<InterceptedService<Channel, Authenticate>>;
 
 pub struct Client {
     addrs: Vec<String>,
     channels: Vec<Channel>,
+    security: Security,
+    auth: Authenticate,
     preferred: AtomicUsize,
     /// How long retries go on.
     pub deadline: Duration,
@@ -36,15 +125,14 @@ pub struct Client {
 }
 
 impl Client {
-    pub fn new(addrs: Vec<String>) -> anyhow::Result<Client> {
+    pub fn new(addrs: Vec<String>, security: Security) -> anyhow::Result<Client> {
         let addrs: Vec<String> = addrs.into_iter().map(|a| a.trim().to_string()).filter(|a| !a.is_empty()).collect();
         if addrs.is_empty() {
             anyhow::bail!("no controller address given (use --controllers or QUORUM_CONTROLLERS)");
         }
         let mut channels = Vec::new();
         for a in &addrs {
-            let endpoint = Endpoint::from_shared(format!("http://{a}"))
-                .map_err(|e| anyhow::anyhow!("bad controller address '{a}': {e}"))?
+            let endpoint = quorum_auth::tls::endpoint(a, security.tls.as_ref())?
                 .connect_timeout(Duration::from_millis(500))
                 .tcp_nodelay(true);
             channels.push(endpoint.connect_lazy());
@@ -52,6 +140,8 @@ impl Client {
         Ok(Client {
             addrs,
             channels,
+            auth: Authenticate(Arc::new(security.proof.clone())),
+            security,
             preferred: AtomicUsize::new(0),
             deadline: Duration::from_secs(20),
             call_timeout: Duration::from_secs(5),
@@ -62,15 +152,24 @@ impl Client {
         &self.addrs
     }
 
+    /// How this client checks controllers and proves itself.
+    pub fn security(&self) -> &Security {
+        &self.security
+    }
+
+    fn api(&self, channel: Channel) -> Api {
+        QuorumClient::with_interceptor(channel, self.auth.clone())
+    }
+
     /// A client for one address of the list, for per-replica calls.
-    pub fn replica(&self, addr: &str) -> anyhow::Result<QuorumClient<Channel>> {
+    pub fn replica(&self, addr: &str) -> anyhow::Result<Api> {
         let channel = match self.addrs.iter().position(|a| a == addr) {
             Some(i) => self.channels[i].clone(),
-            None => Endpoint::from_shared(format!("http://{addr}"))?
+            None => quorum_auth::tls::endpoint(addr, self.security.tls.as_ref())?
                 .connect_timeout(Duration::from_millis(500))
                 .connect_lazy(),
         };
-        Ok(QuorumClient::new(channel))
+        Ok(self.api(channel))
     }
 
     /// The position in our list of the leader a replica named in `metadata`, if any.
@@ -86,14 +185,14 @@ impl Client {
     /// Calls `f` with a client until it answers something other than "unavailable".
     pub async fn call<T, F, Fut>(&self, mut f: F) -> Result<T, Status>
     where
-        F: FnMut(QuorumClient<Channel>) -> Fut,
+        F: FnMut(Api) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, Status>>,
     {
         let start = Instant::now();
         let mut attempt = 0usize;
         loop {
             let i = self.preferred.load(Ordering::Relaxed) % self.addrs.len();
-            let client = QuorumClient::new(self.channels[i].clone());
+            let client = self.api(self.channels[i].clone());
             let status = match tokio::time::timeout(self.call_timeout, f(client)).await {
                 Ok(Ok(r)) => {
                     // Answered through a replica that forwarded to the leader: go there next.

@@ -184,6 +184,90 @@ pub struct ControllerConfig {
     /// refuses to apply any entry above it, as a replica of the older release would.
     #[serde(default)]
     pub emulate_feature_level: Option<u32>,
+    /// Who may ask what, and how they prove it.
+    #[serde(default)]
+    pub security: SecurityConfig,
+}
+
+fn default_clock_skew_s() -> u64 {
+    30
+}
+
+/// `[security]`: TLS, credentials and roles (DESIGN.md, "Trust").
+///
+/// ```toml
+/// [security]
+/// certs_dir = "/etc/quorum/certs"   # from `quorum admin certs`: ca.pem, replica-<id>.pem/.key,
+///                                   # launch.key, token.key
+/// munge_socket = "/run/munge/munge.socket.2"
+/// admins = ["alice"]
+/// operators = ["oncall"]
+/// private_data = ["jobs", "usage"]
+/// ```
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SecurityConfig {
+    /// The directory `quorum admin certs` wrote. Required unless `insecure`.
+    #[serde(default)]
+    pub certs_dir: Option<PathBuf>,
+    /// This host's munged; libmunge's default socket when unset.
+    #[serde(default)]
+    pub munge_socket: Option<PathBuf>,
+    /// Plaintext gRPC, with nothing to prove a replica or an agent: for a private test network
+    /// only. Users still authenticate with MUNGE. Logged as a warning at every start.
+    #[serde(default)]
+    pub insecure: bool,
+    /// Users with the admin role (uid 0 always has it).
+    #[serde(default)]
+    pub admins: Vec<String>,
+    /// Users with the operator role.
+    #[serde(default)]
+    pub operators: Vec<String>,
+    /// What users see only of themselves, like Slurm's PrivateData: `jobs`, `usage`.
+    #[serde(default)]
+    pub private_data: Vec<String>,
+    /// How far apart hosts' clocks may be: launch grants, tokens and credentials are judged
+    /// with this much tolerance.
+    #[serde(default = "default_clock_skew_s")]
+    pub clock_skew_s: u64,
+    /// Further token keys that verify (the one in `certs_dir` signs): rotation without downtime.
+    #[serde(default)]
+    pub token_keys: Vec<PathBuf>,
+}
+
+impl Default for SecurityConfig {
+    fn default() -> SecurityConfig {
+        SecurityConfig {
+            certs_dir: None,
+            munge_socket: None,
+            insecure: false,
+            admins: Vec::new(),
+            operators: Vec::new(),
+            private_data: Vec::new(),
+            clock_skew_s: default_clock_skew_s(),
+            token_keys: Vec::new(),
+        }
+    }
+}
+
+impl SecurityConfig {
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if !self.insecure && self.certs_dir.is_none() {
+            return Err(ConfigError::Invalid(
+                "[security] certs_dir is required (make one with `quorum admin certs`), or set insecure = true".into(),
+            ));
+        }
+        for p in &self.private_data {
+            if !matches!(p.as_str(), "jobs" | "usage") {
+                return Err(ConfigError::Invalid(format!("[security] private_data: unknown '{p}' (jobs, usage)")));
+            }
+        }
+        Ok(())
+    }
+
+    pub fn private(&self, what: &str) -> bool {
+        self.private_data.iter().any(|p| p == what)
+    }
 }
 
 fn opt_time(what: &str, v: &Option<String>) -> Result<Option<u64>, ConfigError> {
@@ -437,6 +521,7 @@ impl ControllerConfig {
     }
 
     pub fn validate(&self) -> Result<(), ConfigError> {
+        self.security.validate()?;
         if !self.replicas.iter().any(|r| r.id == self.id) {
             return Err(ConfigError::Invalid(format!(
                 "id {} is not among the replicas ({})",

@@ -13,6 +13,7 @@ pub use quorum_model as model;
 pub mod leader;
 mod node;
 pub mod replica;
+pub mod security;
 pub mod server;
 pub mod sim;
 pub mod wire;

@@ -12,8 +12,9 @@ use tokio::task::JoinHandle;
 
 use crate::config::ControllerConfig;
 use crate::faults::Faults;
-use crate::leader::{self, LeaderState};
+use crate::leader::{self, Grants, LeaderState};
 use crate::replica::{watchdog, Replica};
+use crate::security::Security;
 use crate::server;
 
 /// A running replica.
@@ -36,11 +37,23 @@ impl Controller {
         config.validate()?;
         let settings = config.settings()?;
         let faults = Faults::default();
-        let (replica, db) = Replica::start(&config, &faults).await?;
-        let leader = Arc::new(LeaderState::new(config.liveness()));
+        let mut security = Security::load(&config.security, config.id)?;
+        let grants = Grants::new(security.signer.take());
+        let security = Arc::new(security);
+        let peer_tls = security.peer_tls.clone();
+        let dialer: quorum_raft::network::Dialer =
+            Arc::new(move |addr: &str| quorum_auth::tls::endpoint(addr, peer_tls.as_ref()).map_err(|e| e.to_string()));
+        let (replica, db) = Replica::start(&config, &faults, dialer).await?;
+        let leader = Arc::new(LeaderState::new(config.liveness(), grants));
         let (stop, stop_rx) = watch::channel(false);
-        let server =
-            tokio::spawn(server::serve(replica.clone(), leader.clone(), faults.clone(), listener, stop_rx.clone()));
+        let server = tokio::spawn(server::serve(
+            replica.clone(),
+            leader.clone(),
+            security,
+            faults.clone(),
+            listener,
+            stop_rx.clone(),
+        ));
         let supervisor = tokio::spawn(leader::supervise(replica.clone(), leader.clone(), settings, stop_rx.clone()));
         tokio::spawn(watchdog::watch_leader(
             replica.clone(),

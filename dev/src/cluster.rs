@@ -7,11 +7,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use quorum_agent::{Agent, AgentConfig, SimGpu};
-use quorum_control::config::{ControllerConfig, PartitionConfig, ReplicaConfig};
+use quorum_client::client::Client;
+use quorum_control::config::{ControllerConfig, PartitionConfig, ReplicaConfig, SecurityConfig};
 use quorum_control::Controller;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+
+use crate::security::DevSecurity;
 
 #[derive(Clone, Debug)]
 pub struct DevOptions {
@@ -42,6 +45,15 @@ pub struct DevOptions {
     pub cgroups: bool,
     /// The agents' health check program (`sh -c`), like Slurm's HealthCheckProgram.
     pub health_check: Option<quorum_agent::HealthCheck>,
+    /// Certificates and munged: made in the data directory when `None` (`quorum dev`); the
+    /// tests share one per process.
+    pub security: Option<Arc<DevSecurity>>,
+    /// Plaintext gRPC and unsigned launches (`insecure = true`), to measure what security costs.
+    pub insecure: bool,
+    /// `[security]` roles and private data of the replicas.
+    pub admins: Vec<String>,
+    pub operators: Vec<String>,
+    pub private_data: Vec<String>,
 }
 
 impl Default for DevOptions {
@@ -60,9 +72,16 @@ impl Default for DevOptions {
             node_timeout: Duration::from_secs(30),
             agent_lease: Duration::from_secs(20),
             emulate_levels: Vec::new(),
-            switch_user: false,
+            // A dev cluster run by root runs each job as its user, as a real agent does, never
+            // someone else's job as root.
+            switch_user: quorum_agent::identity::is_root(),
             cgroups: true,
             health_check: None,
+            security: None,
+            insecure: false,
+            admins: Vec::new(),
+            operators: Vec::new(),
+            private_data: Vec::new(),
         }
     }
 }
@@ -70,7 +89,13 @@ impl Default for DevOptions {
 impl DevOptions {
     /// Ephemeral ports and short timeouts, for tests.
     pub fn for_tests() -> Self {
-        Self { ports: vec![0, 0, 0], kill_wait: Duration::from_secs(2), cgroups: false, ..Self::default() }
+        Self {
+            ports: vec![0, 0, 0],
+            kill_wait: Duration::from_secs(2),
+            cgroups: false,
+            security: Some(DevSecurity::shared()),
+            ..Self::default()
+        }
     }
 }
 
@@ -88,6 +113,8 @@ pub struct DevCluster {
     agents: Vec<Option<DevAgent>>,
     agent_configs: Vec<AgentConfig>,
     pub data_dir: PathBuf,
+    /// `None` when insecure.
+    pub security: Option<Arc<DevSecurity>>,
     _tmp: Option<tempfile::TempDir>,
 }
 
@@ -106,6 +133,21 @@ impl DevCluster {
                 (Some(t), p)
             }
         };
+        let security = match (&opts.security, opts.insecure) {
+            (_, true) => None,
+            (Some(s), false) => Some(s.clone()),
+            (None, false) => Some(Arc::new(DevSecurity::create(&data_dir.join("security"))?)),
+        };
+        let security_config = |id: u64| -> anyhow::Result<SecurityConfig> {
+            let mut c = match &security {
+                Some(s) => s.controller(id)?,
+                None => SecurityConfig { insecure: true, ..SecurityConfig::default() },
+            };
+            c.admins = opts.admins.clone();
+            c.operators = opts.operators.clone();
+            c.private_data = opts.private_data.clone();
+            Ok(c)
+        };
         let mut listeners = Vec::new();
         let mut addrs = Vec::new();
         for port in &opts.ports {
@@ -121,7 +163,7 @@ impl DevCluster {
         let configs: Vec<ControllerConfig> = replicas
             .iter()
             .enumerate()
-            .map(|(i, r)| ControllerConfig {
+            .map(|(i, r)| -> anyhow::Result<ControllerConfig> { Ok(ControllerConfig {
                 id: r.id,
                 listen: r.addr.clone(),
                 advertise: None,
@@ -152,13 +194,14 @@ impl DevCluster {
                 accounts: vec![],
                 switches: vec![],
                 emulate_feature_level: opts.emulate_levels.iter().find(|(at, _)| *at == i).map(|(_, l)| *l),
-            })
-            .collect();
+                security: security_config(r.id)?,
+            })})
+            .collect::<anyhow::Result<_>>()?;
         let mut controllers = Vec::new();
         for (config, listener) in configs.iter().zip(listeners) {
             controllers.push(Some(Controller::start(config.clone(), listener).await?));
         }
-        let agent_configs: Vec<AgentConfig> = (0..opts.agents)
+        let mut agent_configs: Vec<AgentConfig> = (0..opts.agents)
             .map(|i| AgentConfig {
                 name: node_name(i),
                 controllers: addrs.clone(),
@@ -172,10 +215,26 @@ impl DevCluster {
                 switch_user: opts.switch_user,
                 cgroups: opts.cgroups,
                 health_check: opts.health_check.clone(),
+                tls: None,
+                launch_key: None,
+                clock_skew: Duration::from_secs(30),
             })
             .collect();
-        let mut cluster =
-            DevCluster { addrs, configs, controllers, agents: Vec::new(), agent_configs, data_dir, _tmp: tmp };
+        if let Some(s) = &security {
+            for config in &mut agent_configs {
+                s.secure_agent(config)?;
+            }
+        }
+        let mut cluster = DevCluster {
+            addrs,
+            configs,
+            controllers,
+            agents: Vec::new(),
+            agent_configs,
+            data_dir,
+            security,
+            _tmp: tmp,
+        };
         for i in 0..opts.agents {
             let a = cluster.spawn_agent(i);
             cluster.agents.push(Some(a));
@@ -193,6 +252,30 @@ impl DevCluster {
     /// `host:port,host:port,...` for QUORUM_CONTROLLERS.
     pub fn controllers_env(&self) -> String {
         self.addrs.join(",")
+    }
+
+    /// How a client of this process's user reaches this cluster.
+    pub fn client_security(&self) -> quorum_client::client::Security {
+        match &self.security {
+            Some(s) => s.client(),
+            // Insecure: no munged of its own; the caller's name is taken at its word.
+            None => crate::security::claimed().expect("this process's user"),
+        }
+    }
+
+    /// A client of every replica.
+    pub fn client(&self) -> anyhow::Result<Client> {
+        Client::new(self.addrs.clone(), self.client_security())
+    }
+
+    /// What a `quorum` command needs in its environment to use this cluster.
+    pub fn env(&self) -> Vec<(&'static str, String)> {
+        let mut env = vec![("QUORUM_CONTROLLERS", self.controllers_env())];
+        match &self.security {
+            Some(s) => env.extend(s.env()),
+            None => env.push(("QUORUM_INSECURE", "true".into())),
+        }
+        env
     }
 
     pub fn controller(&self, i: usize) -> Option<&Controller> {

@@ -11,4 +11,5 @@
 
 pub mod bench;
 pub mod cluster;
+pub mod security;
 pub mod simulate;

@@ -55,7 +55,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Bench(args) => {
-            quorum_dev::bench::run(args, cli.controllers.controllers).await?;
+            quorum_dev::bench::run(args, &cli.controllers).await?;
             Ok(ExitCode::SUCCESS)
         }
     }
@@ -76,8 +76,9 @@ async fn dev(data: Option<PathBuf>, port: u16, agents: usize, cpus: u32, cgroups
     );
     println!("data: {}", cluster.data_dir.display());
     println!();
-    println!("In another terminal:");
-    println!("  export QUORUM_CONTROLLERS={}", cluster.controllers_env());
+    println!("In another terminal (any user of this machine; each is who the kernel says):");
+    let env: Vec<String> = cluster.env().into_iter().map(|(k, v)| format!("{k}={v}")).collect();
+    println!("  export {}", env.join(" "));
     println!("  quorum submit -- hostname");
     println!("  quorum submit --gpus h100:2 -t 10 -- bash -c 'echo $CUDA_VISIBLE_DEVICES; sleep 30'");
     println!("  quorum queue");

@@ -12,6 +12,7 @@ pub mod gpu_fault;
 pub mod hostlist;
 pub mod parse;
 pub mod policy;
+pub mod role;
 pub mod shared;
 pub mod units;
 
@@ -22,6 +23,7 @@ pub use accounts::{Account, AssocLimits, Qos, Usage};
 pub use array::{ArraySpec, ArrayTask, TaskRange};
 pub use env::Env;
 pub use policy::{BackfillMode, Policy, QueueOrder, Weights};
+pub use role::Role;
 
 use std::collections::BTreeSet;
 use std::fmt;

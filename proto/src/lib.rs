@@ -18,6 +18,13 @@ pub mod raft {
 /// answer from a replica that is not the leader.
 pub const LEADER_HINT_KEY: &str = "x-quorum-leader";
 
+/// Metadata key of a request's proof of its caller: `MUNGE <credential>` or `Bearer <token>`.
+pub const AUTHORIZATION_KEY: &str = "authorization";
+pub const MUNGE_PREFIX: &str = "MUNGE ";
+pub const BEARER_PREFIX: &str = "Bearer ";
+/// `Claim user:uid:gid`: a name taken at its word, by controllers with `insecure = true` only.
+pub const CLAIM_PREFIX: &str = "Claim ";
+
 /// Metadata key set on a request that a follower forwarded to the leader, so that it is never
 /// forwarded twice.
 pub const FORWARDED_KEY: &str = "x-quorum-forwarded";

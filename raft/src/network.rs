@@ -39,21 +39,31 @@ pub const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
 /// fails as unreachable, what it receives is refused), as a network partition would.
 pub type Isolation = std::sync::Arc<std::sync::atomic::AtomicBool>;
 
+/// Makes the endpoint of a replica at an address (host:port): plaintext, or TLS with this
+/// replica's certificate.
+pub type Dialer = std::sync::Arc<dyn Fn(&str) -> Result<Endpoint, String> + Send + Sync>;
+
+/// Plaintext endpoints.
+pub fn plaintext() -> Dialer {
+    std::sync::Arc::new(|addr: &str| Endpoint::from_shared(format!("http://{addr}")).map_err(|e| e.to_string()))
+}
+
 /// Builds one [`Connection`] per target replica.
 pub struct Network<C: QuorumTypeConfig> {
     isolation: Isolation,
     cache: Option<EntryCache<C>>,
+    dialer: Dialer,
 }
 
 impl<C: QuorumTypeConfig> Default for Network<C> {
     fn default() -> Self {
-        Self::new(Isolation::default())
+        Self::new(Isolation::default(), plaintext())
     }
 }
 
 impl<C: QuorumTypeConfig> Network<C> {
-    pub fn new(isolation: Isolation) -> Self {
-        Self { isolation, cache: None }
+    pub fn new(isolation: Isolation, dialer: Dialer) -> Self {
+        Self { isolation, cache: None, dialer }
     }
 
     /// Sends entries as the log store wrote them (see [`crate::log_store::LogStore::entry_cache`]).
@@ -67,7 +77,7 @@ impl<C: QuorumTypeConfig> RaftNetworkFactory<C> for Network<C> {
     type Network = Connection<C>;
 
     async fn new_client(&mut self, target: u64, node: &BasicNode) -> Self::Network {
-        let channel = Endpoint::from_shared(format!("http://{}", node.addr))
+        let channel = (self.dialer)(&node.addr)
             .map(|e| e.connect_timeout(Duration::from_millis(500)).tcp_nodelay(true).connect_lazy());
         Connection {
             isolation: self.isolation.clone(),

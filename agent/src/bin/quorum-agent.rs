@@ -49,6 +49,17 @@ struct Args {
     /// Do not give jobs cgroups even where the node has them (rlimits only).
     #[arg(long)]
     no_cgroups: bool,
+    /// The cluster's certificates (`quorum admin certs`): `ca.pem`, this node's
+    /// `agent-<name>.pem` and `.key`, and `launch.pub`.
+    #[arg(long, env = "QUORUM_CERTS", default_value = "/etc/quorum/certs")]
+    certs: PathBuf,
+    /// Plaintext to the controllers, and launches run unsigned: only against controllers with
+    /// `insecure = true`, on a private test network.
+    #[arg(long)]
+    insecure: bool,
+    /// How far the controllers' clocks may be from this node's, in seconds.
+    #[arg(long, default_value_t = 30)]
+    clock_skew: u64,
 }
 
 fn hostname() -> String {
@@ -82,7 +93,17 @@ async fn main() -> anyhow::Result<()> {
         health_check: args
             .health_check
             .map(|command| HealthCheck { command, interval: Duration::from_secs(args.health_check_interval.max(1)) }),
+        tls: None,
+        launch_key: None,
+        clock_skew: Duration::from_secs(args.clock_skew),
     };
+    if args.insecure {
+        tracing::warn!("--insecure: plaintext to the controllers, and launches are not verified");
+    } else {
+        config.secure_with(&args.certs).map_err(|e| {
+            anyhow::anyhow!("{e} (make them with `quorum admin certs`, or run with --insecure on a test network)")
+        })?;
+    }
     let source: Box<dyn quorum_agent::gpu::GpuSource> = if args.gpus.trim() == "nvml" {
         let (source, gpus) = quorum_agent::gpu::nvml::NvmlSource::open().map_err(anyhow::Error::msg)?;
         config.gpus = gpus;

@@ -12,13 +12,13 @@ pub mod queue;
 pub mod share;
 pub mod show;
 pub mod submit;
+pub mod token;
+pub mod whoami;
 
 use std::future::Future;
 
-use quorum_client::client::Client;
+use quorum_client::client::{Api, Client};
 use quorum_client::display;
-use quorum_proto::api::quorum_client::QuorumClient;
-use tonic::transport::Channel;
 
 /// What every command runs with.
 pub struct Context {
@@ -33,20 +33,16 @@ impl Context {
     pub async fn send<Req, T, F, Fut>(&self, req: Req, rpc: F) -> anyhow::Result<T>
     where
         Req: Clone,
-        F: Fn(QuorumClient<Channel>, Req) -> Fut,
+        F: Fn(Api, Req) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
         self.client.call(|c| rpc(c, req.clone())).await.map_err(status_error)
     }
 }
 
-/// The user this process runs as: `$USER`, else the name of the real uid.
+/// The user this process runs as (the real uid's name). Controllers take the caller from its
+/// credential and ignore this; controllers of releases before authentication read it.
 pub fn current_user() -> String {
-    if let Ok(u) = std::env::var("USER") {
-        if !u.is_empty() {
-            return u;
-        }
-    }
     // SAFETY: getpwuid returns a pointer into static storage or null; read at once.
     unsafe {
         let pw = libc::getpwuid(libc::getuid());

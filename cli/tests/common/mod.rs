@@ -15,8 +15,34 @@ pub async fn cluster(opts: DevOptions) -> DevCluster {
     DevCluster::start(opts).await.expect("start dev cluster")
 }
 
+/// A client of `addrs` as this process's user, with the certificates and munged that every
+/// dev cluster of this test process shares.
 pub fn client(addrs: &[String]) -> Client {
-    Client::new(addrs.to_vec()).expect("client")
+    Client::new(addrs.to_vec(), quorum_dev::security::DevSecurity::shared().client()).expect("client")
+}
+
+/// A client of `addrs` acting as `user`, by a token minted with the cluster's key.
+pub fn client_as(addrs: &[String], user: &str) -> Client {
+    let shared = quorum_dev::security::DevSecurity::shared();
+    let security = quorum_client::client::Security {
+        tls: shared.client().tls,
+        proof: quorum_client::client::Proof::Token(shared.token_for(user)),
+    };
+    Client::new(addrs.to_vec(), security).expect("client")
+}
+
+/// Makes Unix user `name` unless it exists (the tests run as root, as CI does).
+pub fn ensure_user(name: &str) {
+    static MAKING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = MAKING.lock().unwrap_or_else(|p| p.into_inner());
+    if quorum_auth::users::by_name(name).is_ok() {
+        return;
+    }
+    let status = std::process::Command::new("useradd")
+        .args(["--no-create-home", "--shell", "/bin/sh", name])
+        .status()
+        .expect("useradd (the tests make Unix users, as root)");
+    assert!(status.success() || quorum_auth::users::by_name(name).is_ok(), "useradd {name} failed");
 }
 
 /// Polls `f` until it returns `Some`, failing the test with `what` after `timeout`.
@@ -174,12 +200,13 @@ pub fn quorum(controllers: &str, dir: &Path, args: &[&str]) -> Run {
     quorum_as(controllers, None, dir, args)
 }
 
-/// `quorum ARGS` in `dir` as `user` (the CLI says who it is from `$USER`).
+/// `quorum ARGS` in `dir` as `user` (by a token; this process's user, by MUNGE, without one).
 pub fn quorum_as(controllers: &str, user: Option<&str>, dir: &Path, args: &[&str]) -> Run {
+    let shared = quorum_dev::security::DevSecurity::shared();
     let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_quorum"));
-    command.args(args).env("QUORUM_CONTROLLERS", controllers).current_dir(dir);
+    command.args(args).env("QUORUM_CONTROLLERS", controllers).envs(shared.env()).current_dir(dir);
     if let Some(u) = user {
-        command.env("USER", u);
+        command.env("QUORUM_TOKEN", shared.token_for(u));
     }
     let out = command.output().expect("run quorum");
     Run {

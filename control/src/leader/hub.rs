@@ -9,7 +9,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use quorum_proto::agent::{
     controller_message::Msg, ControllerMessage, ExitKind, GpuHealth, Kill, Launch, OutputChunk, ReadOutput,
@@ -17,6 +17,7 @@ use quorum_proto::agent::{
 use tokio::sync::{mpsc, oneshot, watch};
 use tonic::Status;
 
+use super::grants::Grants;
 use crate::model::JobId;
 use crate::wire;
 use quorum_state::ClusterState;
@@ -44,6 +45,16 @@ struct Conn {
     killed: HashSet<(JobId, u64)>,
     /// What the agent said it runs in its last heartbeat, as (job, token).
     reported: Vec<(JobId, u64)>,
+    /// Set when a newer session for the node replaced this one.
+    superseded: watch::Sender<bool>,
+}
+
+/// The jobs a replaced session of a node had been sent or said it ran: not launched on a newer
+/// session of the node (another agent process, perhaps still running them) unless it reports
+/// them too, or until the replaced one's lease ran out, by when it killed them itself.
+struct Held {
+    since: Instant,
+    jobs: HashSet<(JobId, u64)>,
 }
 
 #[derive(Default)]
@@ -56,6 +67,7 @@ struct Inner {
     /// Output reads sent to agents and not yet answered, by request id.
     reads: HashMap<u64, oneshot::Sender<OutputChunk>>,
     next_read: u64,
+    held: HashMap<String, Held>,
 }
 
 /// The agents connected to this replica while it leads.
@@ -63,33 +75,60 @@ pub struct AgentHub {
     inner: Mutex<Inner>,
     /// Bumped by [`AgentHub::close_all`]; streams end when it changes.
     generation: watch::Sender<u64>,
+    grants: Grants,
+    /// The agents' lease: how long jobs of a replaced session are held back.
+    lease: Duration,
 }
 
-impl Default for AgentHub {
-    fn default() -> Self {
-        Self { inner: Mutex::new(Inner::default()), generation: watch::Sender::new(0) }
-    }
+/// What ends a session's stream: every stream's generation (the replica stopped leading), and
+/// this session's replacement by a newer one for the same node.
+pub struct SessionEnds {
+    pub generation: watch::Receiver<u64>,
+    pub superseded: watch::Receiver<bool>,
 }
 
 impl AgentHub {
+    pub fn new(grants: Grants, lease: Duration) -> AgentHub {
+        AgentHub { inner: Mutex::new(Inner::default()), generation: watch::Sender::new(0), grants, lease }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Registers a stream for `node`, replacing any older one. Returns the connection id and a
-    /// receiver that changes when the hub closes all streams.
-    pub fn attach(&self, node: &str, tx: AgentSender, agent: AgentInfo) -> (u64, watch::Receiver<u64>) {
+    /// Registers a stream for `node`. A node has one session: an older one is cut off at once
+    /// (its stream ends, its heartbeats go unanswered), and what it ran is held back from this
+    /// one (see [`Held`]). Returns the connection id and what ends the session.
+    pub fn attach(&self, node: &str, tx: AgentSender, agent: AgentInfo) -> (u64, SessionEnds) {
         let mut inner = self.lock();
         inner.next_id += 1;
         let id = inner.next_id;
         inner.heard.insert(node.to_string(), Instant::now());
-        inner.conns.insert(
+        let (superseded, superseded_rx) = watch::channel(false);
+        let old = inner.conns.insert(
             node.to_string(),
-            Conn { id, tx, agent, launched: HashSet::new(), killed: HashSet::new(), reported: Vec::new() },
+            Conn { id, tx, agent, launched: HashSet::new(), killed: HashSet::new(), reported: Vec::new(), superseded },
         );
-        let mut rx = self.generation.subscribe();
-        rx.mark_unchanged();
-        (id, rx)
+        if let Some(old) = old {
+            tracing::warn!(node, old = old.id, new = id, "a new session for the node replaces the one it had");
+            let _ = old.superseded.send(true);
+            let _ = old.tx.try_send(Err(Status::aborted(format!("a newer session for node {node} replaced this one"))));
+            let mut jobs: HashSet<(JobId, u64)> = old.launched.union(&old.reported.iter().copied().collect()).copied().collect();
+            if let Some(prev) = inner.held.remove(node).filter(|h| h.since.elapsed() < self.lease) {
+                jobs.extend(prev.jobs);
+            }
+            if !jobs.is_empty() {
+                inner.held.insert(node.to_string(), Held { since: Instant::now(), jobs });
+            }
+        }
+        let mut generation = self.generation.subscribe();
+        generation.mark_unchanged();
+        (id, SessionEnds { generation, superseded: superseded_rx })
+    }
+
+    /// Whether `conn_id` is still `node`'s session.
+    pub fn is_current(&self, node: &str, conn_id: u64) -> bool {
+        self.lock().conns.get(node).is_some_and(|c| c.id == conn_id)
     }
 
     pub fn detach(&self, node: &str, conn_id: u64) {
@@ -121,6 +160,7 @@ impl AgentHub {
             let _ = conn.tx.try_send(Err(Status::unavailable("this replica is no longer the leader")));
         }
         inner.heard.clear();
+        inner.held.clear();
         self.generation.send_modify(|g| *g += 1);
     }
 
@@ -169,12 +209,25 @@ impl AgentHub {
 
     /// Sends `signal` to job `job_id` (allocation `token`) on `node`; false when no agent of that
     /// node is connected.
-    pub fn signal(&self, node: &str, job_id: JobId, token: u64, signal: i32) -> bool {
+    /// The signal carries the job's launch grant for the node, as proof.
+    pub fn signal(&self, state: &ClusterState, node: &str, job_id: JobId, token: u64, signal: i32) -> bool {
         let inner = self.lock();
-        inner
-            .conns
-            .get(node)
-            .is_some_and(|c| send(c, Msg::Signal(quorum_proto::agent::Signal { job_id, token, signal })))
+        let Some(launch) = self.launch_for(state, job_id, node) else { return false };
+        let signal = quorum_proto::agent::Signal {
+            job_id,
+            token,
+            signal,
+            grant: launch.grant,
+            signature: launch.signature,
+        };
+        inner.conns.get(node).is_some_and(|c| send(c, Msg::Signal(signal)))
+    }
+
+    /// The signed launch message for `job_id`'s rank on `node`.
+    pub fn launch_for(&self, state: &ClusterState, job_id: JobId, node: &str) -> Option<Launch> {
+        let mut launch = launch_for(state, job_id, node)?;
+        self.grants.sign(&mut launch, node, crate::replica::now_ms());
+        Some(launch)
     }
 
     /// The agent connected for `node`, if one is.
@@ -193,24 +246,30 @@ impl AgentHub {
     /// connections of a large cluster (a string lookup each, under the hub's lock and the
     /// state's read lock), and pinned a core while agents registered.
     pub fn reconcile(&self, state: &ClusterState, only: Option<&str>) {
-        let mut inner = self.lock();
+        let mut guard = self.lock();
+        let inner = &mut *guard;
+        inner.held.retain(|_, h| h.since.elapsed() < self.lease);
+        let (conns, held) = (&mut inner.conns, &inner.held);
         if let Some(name) = only {
-            if let Some(conn) = inner.conns.get_mut(name) {
-                reconcile_node(state, name, conn);
+            if let Some(conn) = conns.get_mut(name) {
+                self.reconcile_node(state, name, conn, held.get(name));
             }
             return;
         }
-        let conns = &mut inner.conns;
         for (name, _) in state.nodes.iter().filter(|(_, n)| !n.jobs.is_empty()) {
             if let Some(conn) = conns.get_mut(name) {
-                reconcile_node(state, name, conn);
+                self.reconcile_node(state, name, conn, held.get(name));
             }
         }
         for (name, conn) in conns.iter_mut().filter(|(_, c)| !c.reported.is_empty()) {
             if state.nodes.get(name).is_none_or(|n| n.jobs.is_empty()) {
-                reconcile_node(state, name, conn);
+                self.reconcile_node(state, name, conn, held.get(name));
             }
         }
+    }
+
+    fn reconcile_node(&self, state: &ClusterState, name: &str, conn: &mut Conn, held: Option<&Held>) {
+        reconcile_node(state, name, conn, held, |job_id| self.launch_for(state, job_id, name));
     }
 }
 
@@ -218,7 +277,13 @@ fn send(conn: &Conn, msg: Msg) -> bool {
     conn.tx.try_send(Ok(ControllerMessage { msg: Some(msg) })).is_ok()
 }
 
-fn reconcile_node(state: &ClusterState, name: &str, conn: &mut Conn) {
+fn reconcile_node(
+    state: &ClusterState,
+    name: &str,
+    conn: &mut Conn,
+    held: Option<&Held>,
+    launch_for: impl Fn(JobId) -> Option<Launch>,
+) {
     if let Some(node) = state.nodes.get(name) {
         for job_id in &node.jobs {
             let Some(job) = state.jobs.get(job_id) else { continue };
@@ -233,7 +298,12 @@ fn reconcile_node(state: &ClusterState, name: &str, conn: &mut Conn) {
                     conn.killed.insert(key);
                 }
             } else if !conn.launched.contains(&key) {
-                if let Some(launch) = launch_for(state, job.id, name) {
+                // Another session of this node may still run it: not launched here unless this
+                // session runs it too (then the launch is a no-op for it).
+                if held.is_some_and(|h| h.jobs.contains(&key)) && !conn.reported.contains(&key) {
+                    continue;
+                }
+                if let Some(launch) = launch_for(job.id) {
                     if send(conn, Msg::Launch(launch)) {
                         conn.launched.insert(key);
                     }
@@ -283,5 +353,8 @@ pub fn launch_for(state: &ClusterState, job_id: JobId, node: &str) -> Option<Lau
         gpus: mine.gpus.clone(),
         time_limit_s: job.spec.time_limit_s.unwrap_or(0),
         array: job.array.as_ref().map(wire::array_to_proto),
+        // Signed by the hub (see `AgentHub::launch_for`).
+        grant: Vec::new(),
+        signature: Vec::new(),
     })
 }

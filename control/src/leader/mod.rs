@@ -14,6 +14,7 @@
 //! What an agent's heartbeat or exit report turns into is decided by the plain functions of
 //! [`rules`]. [`LeaderState`] is what only a leader keeps in memory, beside the replica.
 
+pub mod grants;
 pub mod hub;
 mod liveness;
 pub mod rules;
@@ -22,6 +23,7 @@ mod settings;
 mod state;
 pub mod versions;
 
+pub use grants::Grants;
 pub use state::LeaderState;
 
 use std::sync::Arc;

@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
+use super::grants::Grants;
 use super::hub::AgentHub;
 use crate::config::Liveness;
 use crate::model::JobId;
@@ -22,8 +23,13 @@ pub struct LeaderState {
 }
 
 impl LeaderState {
-    pub fn new(liveness: Liveness) -> LeaderState {
-        LeaderState { hub: AgentHub::default(), estimates: Mutex::default(), liveness, dropped: Mutex::default() }
+    pub fn new(liveness: Liveness, grants: Grants) -> LeaderState {
+        LeaderState {
+            hub: AgentHub::new(grants, liveness.agent_lease),
+            estimates: Mutex::default(),
+            liveness,
+            dropped: Mutex::default(),
+        }
     }
 
     /// A copy of the latest plan's reservations.
@@ -53,7 +59,10 @@ mod tests {
     #[test]
     fn dropped_starts_are_counted_by_kind() {
         let leader =
-            LeaderState::new(Liveness { node_timeout: Duration::from_secs(30), agent_lease: Duration::from_secs(20) });
+            LeaderState::new(
+                Liveness { node_timeout: Duration::from_secs(30), agent_lease: Duration::from_secs(20) },
+                super::Grants::new(None),
+            );
         let full = |node: &str| DropReason::NodeFull { node: node.into() };
         assert_eq!(leader.count_dropped(&full("n1")), 1);
         assert_eq!(leader.count_dropped(&DropReason::JobGone { job: 4 }), 1);

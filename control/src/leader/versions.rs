@@ -34,7 +34,7 @@ pub async fn ask(peers: &Peers, addr: &str) -> Option<ReplicaVersion> {
 
 /// Records, every [`POLL`], what each voter runs.
 pub async fn versions_loop(replica: Arc<Replica>, mut stop: watch::Receiver<bool>) {
-    let peers = Peers::new(Some(ASK_TIMEOUT));
+    let peers = Peers::new(replica.dialer.clone(), Some(ASK_TIMEOUT));
     loop {
         let voters: Vec<(u64, String)> = {
             let m = replica.raft.metrics();

@@ -81,6 +81,8 @@ pub struct Replica {
     pub feature_level: u32,
     /// When this replica started, in milliseconds since the epoch.
     pub started_at_ms: u64,
+    /// How this replica reaches the others (TLS with its replica certificate, or plaintext).
+    pub dialer: quorum_raft::network::Dialer,
     committed: Arc<AtomicU64>,
 }
 
@@ -187,7 +189,11 @@ impl Replica {
     /// Opens the data directory and starts Raft, initializing the cluster from the configured
     /// replicas if this replica's log is empty (or waiting to be added, with `join`). Returns
     /// the database too, which the caller closes after shutting Raft down.
-    pub async fn start(config: &ControllerConfig, faults: &Faults) -> anyhow::Result<(Arc<Replica>, Arc<rocksdb::DB>)> {
+    pub async fn start(
+        config: &ControllerConfig,
+        faults: &Faults,
+        dialer: quorum_raft::network::Dialer,
+    ) -> anyhow::Result<(Arc<Replica>, Arc<rocksdb::DB>)> {
         std::fs::create_dir_all(&config.data_dir)
             .map_err(|e| anyhow::anyhow!("creating data directory {}: {e}", config.data_dir.display()))?;
         let db = quorum_raft::open_db(&config.data_dir.join("db"), &[store::CF_SNAPSHOT])?;
@@ -212,7 +218,7 @@ impl Replica {
             ..Default::default()
         }
         .validate()?;
-        let network = Network::new(faults.raft.clone()).with_entry_cache(entry_cache.clone());
+        let network = Network::new(faults.raft.clone(), dialer.clone()).with_entry_cache(entry_cache.clone());
         let raft = Raft::new(config.id, Arc::new(raft_config), network, log_store, sm).await?;
 
         if config.join {
@@ -238,6 +244,7 @@ impl Replica {
             leader_contact: Default::default(),
             feature_level: config.feature_level(),
             started_at_ms: now_ms(),
+            dialer,
             committed,
         });
         Ok((replica, db))

@@ -6,17 +6,19 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use quorum_proto::api::quorum_client::QuorumClient;
-use tonic::transport::{Channel, Endpoint};
+use quorum_raft::network::Dialer;
+use tonic::transport::Channel;
 
 pub struct Peers {
+    dialer: Dialer,
     /// Bounds connecting and each call, when set.
     timeout: Option<Duration>,
     channels: Mutex<HashMap<String, Channel>>,
 }
 
 impl Peers {
-    pub fn new(timeout: Option<Duration>) -> Peers {
-        Peers { timeout, channels: Mutex::new(HashMap::new()) }
+    pub fn new(dialer: Dialer, timeout: Option<Duration>) -> Peers {
+        Peers { dialer, timeout, channels: Mutex::new(HashMap::new()) }
     }
 
     /// A client of the replica at `addr` (host:port); it connects on its first call.
@@ -25,9 +27,8 @@ impl Peers {
         let channel = match channels.get(addr) {
             Some(c) => c.clone(),
             None => {
-                let mut endpoint = Endpoint::from_shared(format!("http://{addr}"))
-                    .map_err(|e| format!("replica address {addr}: {e}"))?
-                    .tcp_nodelay(true);
+                let mut endpoint =
+                    (self.dialer)(addr).map_err(|e| format!("replica address {addr}: {e}"))?.tcp_nodelay(true);
                 if let Some(t) = self.timeout {
                     endpoint = endpoint.connect_timeout(t).timeout(t);
                 }

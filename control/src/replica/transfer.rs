@@ -101,7 +101,7 @@ impl Replica {
     }
 
     async fn hand_over(&self, target: u64, addr: &str) -> Result<u64, String> {
-        let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        let channel = (self.dialer)(addr)
             .map_err(|e| format!("replica {target} has a bad address {addr}: {e}"))?
             .connect_timeout(Duration::from_millis(500))
             .connect()

@@ -2,14 +2,14 @@
 //! tree (`quorum shares`).
 
 use quorum_proto::api::*;
+use quorum_auth::Caller;
 use tonic::Status;
 
-use super::api::{rejection_status, require_root, write_status, Api};
+use super::api::{rejection_status, write_status, Api};
 use crate::replica::now_ms;
 use quorum_state::{Command, Response};
 
-pub(super) async fn upsert_account(api: &Api, r: UpsertAccountRequest) -> Result<AdminResponse, Status> {
-    require_root(&r.user)?;
+pub(super) async fn upsert_account(api: &Api, _caller: &Caller, r: UpsertAccountRequest) -> Result<AdminResponse, Status> {
     let a = r.account.ok_or_else(|| Status::invalid_argument("missing account"))?;
     let account = crate::model::Account {
         name: a.name,
@@ -32,8 +32,7 @@ pub(super) async fn upsert_account(api: &Api, r: UpsertAccountRequest) -> Result
     }
 }
 
-pub(super) async fn upsert_qos(api: &Api, r: UpsertQosRequest) -> Result<AdminResponse, Status> {
-    require_root(&r.user)?;
+pub(super) async fn upsert_qos(api: &Api, _caller: &Caller, r: UpsertQosRequest) -> Result<AdminResponse, Status> {
     let q = r.qos.ok_or_else(|| Status::invalid_argument("missing qos"))?;
     if q.name.is_empty() {
         return Err(Status::invalid_argument("invalid qos: empty name"));
@@ -49,13 +48,17 @@ pub(super) async fn upsert_qos(api: &Api, r: UpsertQosRequest) -> Result<AdminRe
     Ok(AdminResponse {})
 }
 
-pub(super) async fn shares(api: &Api, _r: SharesRequest) -> Result<SharesResponse, Status> {
+pub(super) async fn shares(api: &Api, caller: &Caller, _r: SharesRequest) -> Result<SharesResponse, Status> {
     api.replica.linearizable().await.map_err(write_status)?;
     let applied = api.replica.shared.read();
     let view = quorum_sched::ClusterView::from_state(&applied.state);
     let shares = quorum_sched::priority::fairshare(&view, now_ms(), &applied.state.policy);
+    // PrivateData=usage: a user sees the usage of the accounts they belong to only.
+    let private = api.security.config.private("usage") && !caller.at_least(quorum_auth::Role::Operator);
+    let member = |name: &str| applied.state.accounts.get(name).is_some_and(|a| a.users.contains(&caller.user));
     let accounts = shares
         .values()
+        .filter(|s| !private || member(&s.name))
         .map(|s| AccountShare {
             name: s.name.clone(),
             parent: s.parent.clone().unwrap_or_default(),

@@ -20,17 +20,21 @@ use crate::leader::{rules, LeaderState};
 use crate::model::Gpu;
 use crate::replica::batch::ReportBatcher;
 use crate::replica::{now_ms, Replica};
+use crate::security::Security;
 use crate::wire;
+use quorum_auth::listener::Peer;
+use quorum_auth::pki::PeerRole;
 use quorum_state::{Command, NodeRegistration};
 
-pub fn service(replica: Arc<Replica>, leader: Arc<LeaderState>) -> AgentServiceServer<Agents> {
+pub fn service(replica: Arc<Replica>, leader: Arc<LeaderState>, security: Arc<Security>) -> AgentServiceServer<Agents> {
     let reports = ReportBatcher::reports(replica.clone());
-    AgentServiceServer::new(Agents { replica, leader, reports })
+    AgentServiceServer::new(Agents { replica, leader, security, reports })
 }
 
 pub struct Agents {
     replica: Arc<Replica>,
     leader: Arc<LeaderState>,
+    security: Arc<Security>,
     /// Registrations, job ends and health changes, committed in groups.
     reports: ReportBatcher,
 }
@@ -49,6 +53,7 @@ impl AgentService for Agents {
             // Perhaps cut off from the others: the agent tries the next replica.
             return Err(not_leader(None));
         }
+        let peer = req.extensions().get::<Peer>().cloned().unwrap_or_default();
         let mut inbound = req.into_inner();
         let register = match inbound.message().await? {
             Some(AgentMessage { msg: Some(agent_message::Msg::Register(r)) }) => r,
@@ -56,6 +61,24 @@ impl AgentService for Agents {
         };
         if register.node.is_empty() {
             return Err(Status::invalid_argument("register: empty node name"));
+        }
+        // An agent registers only as the node its certificate names.
+        match &peer.role {
+            Some(PeerRole::Agent(name)) if *name == register.node => {}
+            None if !peer.tls && self.security.config.insecure => {}
+            other => {
+                let status = Status::permission_denied(format!(
+                    "register as node '{}' refused: the certificate is for {}",
+                    register.node,
+                    match other {
+                        Some(PeerRole::Agent(n)) => format!("node '{n}'"),
+                        Some(r) => format!("{r:?}, not an agent"),
+                        None => "no one (none presented)".into(),
+                    }
+                ));
+                tracing::warn!(peer = %peer.describe(), node = register.node, reason = status.message(), "refused an agent");
+                return Err(status);
+            }
         }
         let node = register.node.clone();
         let agent = AgentInfo {
@@ -80,7 +103,7 @@ impl AgentService for Agents {
         tracing::info!(node, "agent connected");
 
         let (tx, rx) = mpsc::channel(4096);
-        let (conn_id, mut closed) = self.leader.hub.attach(&node, tx.clone(), agent);
+        let (conn_id, mut ends) = self.leader.hub.attach(&node, tx.clone(), agent);
         // Leadership may have moved while the agent registered; the hub closed its streams
         // then, before this one was attached.
         if !self.replica.is_leader() {
@@ -96,7 +119,8 @@ impl AgentService for Agents {
             loop {
                 let msg = tokio::select! {
                     m = inbound.message() => m,
-                    _ = closed.changed() => break,
+                    _ = ends.generation.changed() => break,
+                    _ = ends.superseded.changed() => break,
                 };
                 let msg = match msg {
                     Ok(Some(AgentMessage { msg: Some(m) })) => m,
@@ -119,6 +143,10 @@ impl AgentService for Agents {
                         // leader may declare the node DOWN.
                         if !replica.leads_with_quorum() {
                             continue;
+                        }
+                        // A replaced session's heartbeats are not answered: its lease runs out.
+                        if !leader.hub.is_current(&node, conn_id) {
+                            break;
                         }
                         let running = hb.running.iter().map(|r| (r.job_id, r.token)).collect();
                         let problem = rules::health_problem(&hb.gpus, &hb.health_check);

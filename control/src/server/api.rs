@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use quorum_auth::{Caller, Role};
 use tonic::Status;
 
 use crate::leader::LeaderState;
@@ -10,6 +11,7 @@ use crate::model::Rejection;
 use crate::replica::batch::SubmitBatcher;
 use crate::replica::peers::Peers;
 use crate::replica::{Replica, WriteError};
+use crate::security::Security;
 
 /// The public API of one replica.
 pub struct Api {
@@ -19,12 +21,13 @@ pub struct Api {
     pub(super) peers: Peers,
     /// Submits, committed in groups.
     pub(super) submits: SubmitBatcher,
+    pub(super) security: Arc<Security>,
 }
 
 impl Api {
-    pub(super) fn new(replica: Arc<Replica>, leader: Arc<LeaderState>) -> Api {
+    pub(super) fn new(replica: Arc<Replica>, leader: Arc<LeaderState>, security: Arc<Security>) -> Api {
         let submits = SubmitBatcher::submits(replica.clone());
-        Api { replica, leader, peers: Peers::new(None), submits }
+        Api { peers: Peers::new(replica.dialer.clone(), None), replica, leader, submits, security }
     }
 }
 
@@ -64,13 +67,13 @@ pub fn rejection_status(r: &Rejection) -> Status {
     }
 }
 
-pub(super) fn require_root(user: &str) -> Result<(), Status> {
-    if user == "root" {
-        Ok(())
+/// The user a command acts as: an operator's or admin's commands act as root does (on any job;
+/// an admin hold), which apply knows; a user's as themselves, whose ownership apply checks.
+pub(super) fn acting_as(caller: &Caller) -> String {
+    if caller.at_least(Role::Operator) {
+        "root".to_string()
     } else {
-        Err(Status::permission_denied(format!(
-            "user '{user}' may not change accounts, QOS or the replicas; only root may"
-        )))
+        caller.user.clone()
     }
 }
 

@@ -5,9 +5,10 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use quorum_proto::api::*;
+use quorum_auth::Caller;
 use tonic::Status;
 
-use super::api::{require_root, write_status, Api};
+use super::api::{write_status, Api};
 use crate::leader::versions;
 use crate::replica::{now_ms, UpTo, VERSION};
 use quorum_state::{Command, Response};
@@ -21,7 +22,7 @@ const ASK_LIMIT: Duration = Duration::from_secs(1);
 /// How long a replica waits to reach a digest point before saying how far it got.
 const DIGEST_WAIT: Duration = Duration::from_secs(10);
 
-pub(super) async fn get_replica_status(api: &Api, _r: ReplicaStatusRequest) -> Result<ReplicaStatus, Status> {
+pub(super) async fn get_replica_status(api: &Api, _caller: &Caller, _r: ReplicaStatusRequest) -> Result<ReplicaStatus, Status> {
     let metrics = api.replica.raft.metrics();
     let m = metrics.borrow();
     let role = match m.state {
@@ -49,7 +50,7 @@ pub(super) async fn get_replica_status(api: &Api, _r: ReplicaStatusRequest) -> R
     })
 }
 
-pub(super) async fn cluster_members(api: &Api, _r: ClusterStatusRequest) -> Result<ClusterStatusResponse, Status> {
+pub(super) async fn cluster_members(api: &Api, _caller: &Caller, _r: ClusterStatusRequest) -> Result<ClusterStatusResponse, Status> {
     let metrics = api.replica.raft.metrics();
     let m = metrics.borrow();
     let members = m
@@ -61,14 +62,14 @@ pub(super) async fn cluster_members(api: &Api, _r: ClusterStatusRequest) -> Resu
     Ok(ClusterStatusResponse { members })
 }
 
-pub(super) async fn digest(api: &Api, _r: DigestRequest) -> Result<DigestResponse, Status> {
+pub(super) async fn digest(api: &Api, _caller: &Caller, _r: DigestRequest) -> Result<DigestResponse, Status> {
     match api.replica.write(Command::Digest { now: now_ms() }).await.map_err(write_status)? {
         (index, Response::Digest { digest }) => Ok(DigestResponse { index, digest }),
         (_, other) => Err(Status::internal(format!("unexpected answer to a digest point: {other:?}"))),
     }
 }
 
-pub(super) async fn replica_digest(api: &Api, r: ReplicaDigestRequest) -> Result<ReplicaDigestResponse, Status> {
+pub(super) async fn replica_digest(api: &Api, _caller: &Caller, r: ReplicaDigestRequest) -> Result<ReplicaDigestResponse, Status> {
     let index = r.index;
     let mut applied = api.replica.shared.applied_index.subscribe();
     let reached = tokio::time::timeout(DIGEST_WAIT, applied.wait_for(|a| *a >= index)).await.is_ok_and(|r| r.is_ok());
@@ -88,8 +89,7 @@ pub(super) async fn replica_digest(api: &Api, r: ReplicaDigestRequest) -> Result
     Ok(ReplicaDigestResponse { id: api.replica.id, index, digest })
 }
 
-pub(super) async fn transfer_leader(api: &Api, r: TransferLeaderRequest) -> Result<TransferLeaderResponse, Status> {
-    require_root(&r.user)?;
+pub(super) async fn transfer_leader(api: &Api, _caller: &Caller, r: TransferLeaderRequest) -> Result<TransferLeaderResponse, Status> {
     let Ok(_guard) = api.replica.membership_change.try_lock() else {
         return Err(Status::failed_precondition(
             "cannot transfer leadership: a membership change is in progress; wait for it to finish",
@@ -103,13 +103,12 @@ pub(super) async fn transfer_leader(api: &Api, r: TransferLeaderRequest) -> Resu
     Ok(TransferLeaderResponse { leader })
 }
 
-pub(super) async fn campaign(api: &Api, _r: CampaignRequest) -> Result<CampaignResponse, Status> {
+pub(super) async fn campaign(api: &Api, _caller: &Caller, _r: CampaignRequest) -> Result<CampaignResponse, Status> {
     api.replica.campaign();
     Ok(CampaignResponse {})
 }
 
-pub(super) async fn add_replica(api: &Api, r: MembershipChangeRequest) -> Result<MembershipChangeResponse, Status> {
-    require_root(&r.user)?;
+pub(super) async fn add_replica(api: &Api, _caller: &Caller, r: MembershipChangeRequest) -> Result<MembershipChangeResponse, Status> {
     if r.id == 0 || r.addr.trim().is_empty() {
         return Err(Status::invalid_argument("add-replica needs an id above 0 and an address host:port"));
     }
@@ -162,8 +161,7 @@ pub(super) async fn add_replica(api: &Api, r: MembershipChangeRequest) -> Result
     .await
 }
 
-pub(super) async fn remove_replica(api: &Api, r: MembershipChangeRequest) -> Result<MembershipChangeResponse, Status> {
-    require_root(&r.user)?;
+pub(super) async fn remove_replica(api: &Api, _caller: &Caller, r: MembershipChangeRequest) -> Result<MembershipChangeResponse, Status> {
     let (mut voters, learners, _) = membership(api);
     if !voters.contains(&r.id) && !learners.contains(&r.id) {
         return Err(Status::not_found(format!(

@@ -4,20 +4,20 @@
 use quorum_proto::api::*;
 use tonic::Status;
 
-use super::api::{read_barrier, rejection_status, write_status, Api};
+use quorum_auth::{Caller, Role};
+
+use super::api::{acting_as, read_barrier, rejection_status, write_status, Api};
 use crate::model::JobState;
 use crate::replica::now_ms;
 use crate::wire;
 use quorum_state::{Command, Response, Submit};
 
-pub(super) async fn submit_job(api: &Api, r: SubmitJobRequest) -> Result<SubmitJobResponse, Status> {
+/// A job is submitted as its caller: the request's `user` field is not read.
+pub(super) async fn submit_job(api: &Api, caller: &Caller, r: SubmitJobRequest) -> Result<SubmitJobResponse, Status> {
     let spec = r.spec.ok_or_else(|| Status::invalid_argument("missing job spec"))?;
     let spec = wire::spec_from_proto(spec).map_err(|e| rejection_status(&e))?;
     spec.check_shape().map_err(|e| rejection_status(&e))?;
-    if r.user.is_empty() {
-        return Err(Status::invalid_argument("missing user"));
-    }
-    let submit = Submit { spec: Box::new(spec), user: r.user, request_id: r.request_id };
+    let submit = Submit { spec: Box::new(spec), user: caller.user.clone(), request_id: r.request_id };
     match api.submits.write(submit).await.map_err(write_status)? {
         Response::Submitted { job_id, duplicate } => Ok(SubmitJobResponse { job_id, duplicate }),
         Response::Rejected(r) => Err(rejection_status(&r)),
@@ -25,13 +25,10 @@ pub(super) async fn submit_job(api: &Api, r: SubmitJobRequest) -> Result<SubmitJ
     }
 }
 
-pub(super) async fn hold_job(api: &Api, r: HoldJobRequest) -> Result<HoldJobResponse, Status> {
-    if r.user.is_empty() {
-        return Err(Status::invalid_argument("missing user"));
-    }
+pub(super) async fn hold_job(api: &Api, caller: &Caller, r: HoldJobRequest) -> Result<HoldJobResponse, Status> {
     let mut results = Vec::new();
     for job_id in r.job_ids {
-        let (user, now) = (r.user.clone(), now_ms());
+        let (user, now) = (acting_as(caller), now_ms());
         let command =
             if r.release { Command::ReleaseJob { job_id, user, now } } else { Command::HoldJob { job_id, user, now } };
         let error = match api.replica.write(command).await.map_err(write_status)?.1 {
@@ -44,12 +41,9 @@ pub(super) async fn hold_job(api: &Api, r: HoldJobRequest) -> Result<HoldJobResp
     Ok(HoldJobResponse { results })
 }
 
-pub(super) async fn cancel_job(api: &Api, r: CancelJobRequest) -> Result<CancelJobResponse, Status> {
-    if r.user.is_empty() {
-        return Err(Status::invalid_argument("missing user"));
-    }
+pub(super) async fn cancel_job(api: &Api, caller: &Caller, r: CancelJobRequest) -> Result<CancelJobResponse, Status> {
     if !r.signal.is_empty() {
-        return signal_jobs(api, r).await;
+        return signal_jobs(api, caller, r).await;
     }
     let mut results = Vec::new();
     let targets = {
@@ -60,7 +54,7 @@ pub(super) async fn cancel_job(api: &Api, r: CancelJobRequest) -> Result<CancelJ
         whole.chain(r.task_job_ids.iter().map(|&id| (id, false))).collect::<Vec<_>>()
     };
     for (job_id, whole_array) in targets {
-        let command = Command::CancelJob { job_id, user: r.user.clone(), now: now_ms(), whole_array };
+        let command = Command::CancelJob { job_id, user: acting_as(caller), now: now_ms(), whole_array };
         let result = match api.replica.write(command).await.map_err(write_status)?.1 {
             Response::Cancelled { .. } => CancelResult { job_id, ok: true, error: String::new() },
             Response::Rejected(rej) => CancelResult { job_id, ok: false, error: rej.to_string() },
@@ -71,7 +65,27 @@ pub(super) async fn cancel_job(api: &Api, r: CancelJobRequest) -> Result<CancelJ
     Ok(CancelJobResponse { results })
 }
 
-pub(super) async fn get_job(api: &Api, r: GetJobRequest) -> Result<GetJobResponse, Status> {
+/// Whether `caller` sees all of `job`: its own, or any as an operator. Others' scripts and
+/// environments are never shown; with `private_data = ["jobs"]` nor are their jobs.
+fn sees_all_of(caller: &Caller, job: &crate::model::Job) -> bool {
+    caller.may_act_on(&job.user)
+}
+
+/// A job as `caller` may see it: without its script, arguments and environment when it is
+/// someone else's.
+fn job_for(caller: &Caller, job: &crate::model::Job, with_spec: bool) -> JobInfo {
+    let mut info = wire::job_to_proto(job, with_spec);
+    if !sees_all_of(caller, job) {
+        if let Some(spec) = info.spec.as_mut() {
+            spec.script.clear();
+            spec.argv.clear();
+            spec.env.clear();
+        }
+    }
+    info
+}
+
+pub(super) async fn get_job(api: &Api, caller: &Caller, r: GetJobRequest) -> Result<GetJobResponse, Status> {
     let GetJobRequest { job_id, stale, array_task_id } = r;
     read_barrier(api, stale).await?;
     let applied = api.replica.shared.read();
@@ -81,10 +95,14 @@ pub(super) async fn get_job(api: &Api, r: GetJobRequest) -> Result<GetJobRespons
         }
         Some(task) => array_task(&applied.state, job_id, task)?,
     };
-    Ok(GetJobResponse { job: Some(wire::job_to_proto(job, true)), applied_index: applied.applied_index() })
+    if api.security.config.private("jobs") && !sees_all_of(caller, job) {
+        return Err(Status::not_found(format!("job {job_id} does not exist")));
+    }
+    Ok(GetJobResponse { job: Some(job_for(caller, job, true)), applied_index: applied.applied_index() })
 }
 
-pub(super) async fn list_jobs(api: &Api, r: ListJobsRequest) -> Result<ListJobsResponse, Status> {
+pub(super) async fn list_jobs(api: &Api, caller: &Caller, r: ListJobsRequest) -> Result<ListJobsResponse, Status> {
+    let private = api.security.config.private("jobs") && !caller.at_least(Role::Operator);
     let mut states = Vec::new();
     for s in &r.states {
         states
@@ -99,8 +117,9 @@ pub(super) async fn list_jobs(api: &Api, r: ListJobsRequest) -> Result<ListJobsR
         .values()
         .filter(|j| states.is_empty() || states.contains(&j.state))
         .filter(|j| r.user.is_empty() || j.user == r.user)
+        .filter(|j| !private || j.user == caller.user)
         .map(|j| {
-            let mut info = wire::job_to_proto(j, false);
+            let mut info = job_for(caller, j, false);
             if let Some(e) = estimates.get(&j.id).filter(|_| j.state == JobState::Pending) {
                 info.expected_start_ms = e.start_ms;
                 info.expected_nodes = crate::model::hostlist::compress(&e.nodes);
@@ -111,7 +130,8 @@ pub(super) async fn list_jobs(api: &Api, r: ListJobsRequest) -> Result<ListJobsR
     Ok(ListJobsResponse { jobs, applied_index: applied.applied_index(), now_ms: now_ms() })
 }
 
-pub(super) async fn priorities(api: &Api, _r: PriorityRequest) -> Result<PriorityResponse, Status> {
+pub(super) async fn priorities(api: &Api, caller: &Caller, _r: PriorityRequest) -> Result<PriorityResponse, Status> {
+    let private = api.security.config.private("jobs") && !caller.at_least(Role::Operator);
     api.replica.linearizable().await.map_err(write_status)?;
     let (view, policy) = {
         let applied = api.replica.shared.read();
@@ -121,6 +141,7 @@ pub(super) async fn priorities(api: &Api, _r: PriorityRequest) -> Result<Priorit
     let jobs = view
         .pending
         .iter()
+        .filter(|j| !private || *j.user == *caller.user)
         .map(|j| {
             let f = &factors[&j.id];
             JobPriority {
@@ -151,7 +172,7 @@ pub(super) async fn priorities(api: &Api, _r: PriorityRequest) -> Result<Priorit
 
 /// `quorum cancel --signal`: signals each running job on every node of its allocation, after
 /// a linearizable read; per-job results like a cancel.
-async fn signal_jobs(api: &Api, r: CancelJobRequest) -> Result<CancelJobResponse, Status> {
+async fn signal_jobs(api: &Api, caller: &Caller, r: CancelJobRequest) -> Result<CancelJobResponse, Status> {
     let signal = crate::model::parse_signal(&r.signal).map_err(Status::invalid_argument)?;
     api.replica.linearizable().await.map_err(write_status)?;
     let mut results = Vec::new();
@@ -160,8 +181,8 @@ async fn signal_jobs(api: &Api, r: CancelJobRequest) -> Result<CancelJobResponse
             let applied = api.replica.shared.read();
             match applied.state.jobs.get(&job_id) {
                 None => Err(format!("job {job_id} does not exist")),
-                Some(j) if j.user != r.user && r.user != "root" => {
-                    Err(format!("user '{}' may not signal job {job_id} of user '{}'", r.user, j.user))
+                Some(j) if !caller.may_act_on(&j.user) => {
+                    Err(format!("user '{}' may not signal job {job_id} of user '{}'", caller.user, j.user))
                 }
                 Some(j) if j.state != crate::model::JobState::Running => {
                     Err(format!("job {job_id} is not running ({})", j.state.name()))
@@ -174,8 +195,10 @@ async fn signal_jobs(api: &Api, r: CancelJobRequest) -> Result<CancelJobResponse
         };
         let result = match target {
             Ok((token, Some(nodes))) => {
-                let missed: Vec<String> =
-                    nodes.into_iter().filter(|n| !api.leader.hub.signal(n, job_id, token, signal)).collect();
+                let missed: Vec<String> = {
+                    let applied = api.replica.shared.read();
+                    nodes.into_iter().filter(|n| !api.leader.hub.signal(&applied.state, n, job_id, token, signal)).collect()
+                };
                 if missed.is_empty() {
                     CancelResult { job_id, ok: true, error: String::new() }
                 } else {

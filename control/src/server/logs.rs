@@ -8,8 +8,9 @@ use std::time::Duration;
 use quorum_proto::api::{JobLogsRequest, JobLogsResponse};
 use tonic::Status;
 
+use quorum_auth::Caller;
+
 use super::api::Api;
-use crate::leader::hub::launch_for;
 use crate::model::JobState;
 
 /// The most one answer carries.
@@ -18,18 +19,15 @@ const DEFAULT_CHUNK: u32 = 64 << 10;
 /// How long the agent has to answer.
 const AGENT_TIMEOUT: Duration = Duration::from_secs(5);
 
-pub(super) async fn job_logs(api: &Api, r: JobLogsRequest) -> Result<JobLogsResponse, Status> {
-    if r.user.is_empty() {
-        return Err(Status::invalid_argument("missing user"));
-    }
+pub(super) async fn job_logs(api: &Api, caller: &Caller, r: JobLogsRequest) -> Result<JobLogsResponse, Status> {
     let (launch, node, finished) = {
         let applied = api.replica.shared.read();
         let state = &applied.state;
         let job =
             state.jobs.get(&r.job_id).ok_or_else(|| Status::not_found(format!("there is no job {}", r.job_id)))?;
-        if r.user != job.user && r.user != "root" {
+        if !caller.may_act_on(&job.user) {
             return Err(Status::permission_denied(format!(
-                "job {} belongs to {}: only its owner or root may read its output",
+                "job {} belongs to {}: only its owner or an operator may read its output",
                 r.job_id, job.user
             )));
         }
@@ -52,7 +50,7 @@ pub(super) async fn job_logs(api: &Api, r: JobLogsRequest) -> Result<JobLogsResp
                 allocation.nodelist()
             )));
         };
-        let launch = launch_for(state, r.job_id, &node).expect("the node is in the job's allocation");
+        let launch = api.leader.hub.launch_for(state, r.job_id, &node).expect("the node is in the job's allocation");
         (launch, node, job.state != JobState::Running)
     };
     let max = if r.max_bytes == 0 { DEFAULT_CHUNK } else { r.max_bytes.min(MAX_CHUNK) };

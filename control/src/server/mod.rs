@@ -11,9 +11,11 @@
 mod accounts;
 pub mod agents;
 mod api;
+pub mod auth;
 mod cluster;
 #[macro_use]
 mod forward;
+mod identity;
 mod jobs;
 pub mod logs;
 mod nodes;
@@ -24,7 +26,6 @@ use quorum_proto::api::quorum_server::{Quorum, QuorumServer};
 use quorum_proto::api::*;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use tonic::transport::server::TcpIncoming;
 use tonic::{Request, Response, Status};
 
 pub use api::{not_leader, rejection_status, write_status};
@@ -32,24 +33,20 @@ pub use api::{not_leader, rejection_status, write_status};
 use crate::faults::Faults;
 use crate::leader::LeaderState;
 use crate::replica::Replica;
+use crate::security::Security;
 use api::Api;
-
-/// The connections `listener` accepts, with TCP_NODELAY. Server::tcp_nodelay only applies to
-/// the sockets `serve` accepts itself, and ours come from a listener bound by the caller. Without
-/// it Nagle's algorithm and the peer's delayed ACK hold a small answer on a new connection for
-/// 40 ms.
-fn incoming(listener: TcpListener) -> TcpIncoming {
-    TcpIncoming::from(listener).with_nodelay(Some(true))
-}
 
 /// Serves until `stop` turns true.
 pub async fn serve(
     replica: Arc<Replica>,
     leader: Arc<LeaderState>,
+    security: Arc<Security>,
     faults: Faults,
     listener: TcpListener,
     mut stop: watch::Receiver<bool>,
 ) -> Result<(), tonic::transport::Error> {
+    let authenticator = Arc::new(auth::Authenticator::new(security.clone(), replica.clone()));
+    let incoming = quorum_auth::listener::incoming(listener, security.mode, security.server_tls.clone());
     let raft = quorum_raft::service::RaftRpcServer::into_service(
         replica.raft.clone(),
         faults.raft.clone(),
@@ -57,10 +54,11 @@ pub async fn serve(
         replica.entry_cache.clone(),
     );
     tonic::transport::Server::builder()
+        .layer(auth::AuthLayer(authenticator))
         .add_service(raft)
-        .add_service(QuorumServer::new(Api::new(replica.clone(), leader.clone())))
-        .add_service(agents::service(replica, leader))
-        .serve_with_incoming_shutdown(incoming(listener), async move {
+        .add_service(QuorumServer::new(Api::new(replica.clone(), leader.clone(), security.clone())))
+        .add_service(agents::service(replica, leader, security))
+        .serve_with_incoming_shutdown(incoming, async move {
             let _ = stop.wait_for(|s| *s).await;
         })
         .await
@@ -69,141 +67,149 @@ pub async fn serve(
 #[tonic::async_trait]
 impl Quorum for Api {
     async fn hold_job(&self, req: Request<HoldJobRequest>) -> Result<Response<HoldJobResponse>, Status> {
-        let r = at_leader!(self, req, hold_job);
-        jobs::hold_job(self, r).await.map(Response::new)
+        let (caller, r) = at_leader!(self, req, hold_job);
+        jobs::hold_job(self, &caller, r).await.map(Response::new)
     }
 
     async fn priorities(&self, req: Request<PriorityRequest>) -> Result<Response<PriorityResponse>, Status> {
-        let r = at_leader!(self, req, priorities);
-        jobs::priorities(self, r).await.map(Response::new)
+        let (caller, r) = at_leader!(self, req, priorities);
+        jobs::priorities(self, &caller, r).await.map(Response::new)
     }
 
     async fn shares(&self, req: Request<SharesRequest>) -> Result<Response<SharesResponse>, Status> {
-        let r = at_leader!(self, req, shares);
-        accounts::shares(self, r).await.map(Response::new)
+        let (caller, r) = at_leader!(self, req, shares);
+        accounts::shares(self, &caller, r).await.map(Response::new)
     }
 
     async fn upsert_account(&self, req: Request<UpsertAccountRequest>) -> Result<Response<AdminResponse>, Status> {
-        let r = at_leader!(self, req, upsert_account);
-        accounts::upsert_account(self, r).await.map(Response::new)
+        let (caller, r) = at_leader!(self, req, upsert_account);
+        accounts::upsert_account(self, &caller, r).await.map(Response::new)
     }
 
     async fn upsert_qos(&self, req: Request<UpsertQosRequest>) -> Result<Response<AdminResponse>, Status> {
-        let r = at_leader!(self, req, upsert_qos);
-        accounts::upsert_qos(self, r).await.map(Response::new)
+        let (caller, r) = at_leader!(self, req, upsert_qos);
+        accounts::upsert_qos(self, &caller, r).await.map(Response::new)
     }
 
     async fn set_nodes_drained(&self, req: Request<SetNodesDrainedRequest>) -> Result<Response<AdminResponse>, Status> {
-        let r = at_leader!(self, req, set_nodes_drained);
-        nodes::set_nodes_drained(self, r).await.map(Response::new)
+        let (caller, r) = at_leader!(self, req, set_nodes_drained);
+        nodes::set_nodes_drained(self, &caller, r).await.map(Response::new)
     }
 
     async fn submit_job(&self, req: Request<SubmitJobRequest>) -> Result<Response<SubmitJobResponse>, Status> {
-        let r = at_leader!(self, req, submit_job);
-        jobs::submit_job(self, r).await.map(Response::new)
+        let (caller, r) = at_leader!(self, req, submit_job);
+        jobs::submit_job(self, &caller, r).await.map(Response::new)
     }
 
     async fn job_logs(&self, req: Request<JobLogsRequest>) -> Result<Response<JobLogsResponse>, Status> {
-        let r = at_leader!(self, req, job_logs);
-        logs::job_logs(self, r).await.map(Response::new)
+        let (caller, r) = at_leader!(self, req, job_logs);
+        logs::job_logs(self, &caller, r).await.map(Response::new)
     }
 
     async fn inject_gpu_fault(&self, req: Request<GpuFaultRequest>) -> Result<Response<GpuFaultResponse>, Status> {
-        let r = at_leader!(self, req, inject_gpu_fault);
-        nodes::inject_gpu_fault(self, r).await.map(Response::new)
+        let (caller, r) = at_leader!(self, req, inject_gpu_fault);
+        nodes::inject_gpu_fault(self, &caller, r).await.map(Response::new)
     }
 
     async fn cancel_job(&self, req: Request<CancelJobRequest>) -> Result<Response<CancelJobResponse>, Status> {
-        let r = at_leader!(self, req, cancel_job);
-        jobs::cancel_job(self, r).await.map(Response::new)
+        let (caller, r) = at_leader!(self, req, cancel_job);
+        jobs::cancel_job(self, &caller, r).await.map(Response::new)
     }
 
     async fn get_job(&self, req: Request<GetJobRequest>) -> Result<Response<GetJobResponse>, Status> {
-        let r = at_leader!(self, req, get_job, unless_stale);
-        jobs::get_job(self, r).await.map(Response::new)
+        let (caller, r) = at_leader!(self, req, get_job, unless_stale);
+        jobs::get_job(self, &caller, r).await.map(Response::new)
     }
 
     async fn list_jobs(&self, req: Request<ListJobsRequest>) -> Result<Response<ListJobsResponse>, Status> {
-        let r = at_leader!(self, req, list_jobs, unless_stale);
-        jobs::list_jobs(self, r).await.map(Response::new)
+        let (caller, r) = at_leader!(self, req, list_jobs, unless_stale);
+        jobs::list_jobs(self, &caller, r).await.map(Response::new)
     }
 
     async fn list_nodes(&self, req: Request<ListNodesRequest>) -> Result<Response<ListNodesResponse>, Status> {
-        let r = at_leader!(self, req, list_nodes, unless_stale);
-        nodes::list_nodes(self, r).await.map(Response::new)
+        let (caller, r) = at_leader!(self, req, list_nodes, unless_stale);
+        nodes::list_nodes(self, &caller, r).await.map(Response::new)
     }
 
     async fn get_replica_status(&self, req: Request<ReplicaStatusRequest>) -> Result<Response<ReplicaStatus>, Status> {
+        let caller = auth::caller(&req)?;
         let r = req.into_inner();
-        cluster::get_replica_status(self, r).await.map(Response::new)
+        cluster::get_replica_status(self, &caller, r).await.map(Response::new)
     }
 
     async fn cluster_members(
         &self,
         req: Request<ClusterStatusRequest>,
     ) -> Result<Response<ClusterStatusResponse>, Status> {
+        let caller = auth::caller(&req)?;
         let r = req.into_inner();
-        cluster::cluster_members(self, r).await.map(Response::new)
+        cluster::cluster_members(self, &caller, r).await.map(Response::new)
     }
 
     async fn digest(&self, req: Request<DigestRequest>) -> Result<Response<DigestResponse>, Status> {
-        let r = at_leader!(self, req, digest);
-        cluster::digest(self, r).await.map(Response::new)
+        let (caller, r) = at_leader!(self, req, digest);
+        cluster::digest(self, &caller, r).await.map(Response::new)
     }
 
     async fn transfer_leader(
         &self,
         req: Request<TransferLeaderRequest>,
     ) -> Result<Response<TransferLeaderResponse>, Status> {
-        let r = at_leader!(self, req, transfer_leader);
-        cluster::transfer_leader(self, r).await.map(Response::new)
+        let (caller, r) = at_leader!(self, req, transfer_leader);
+        cluster::transfer_leader(self, &caller, r).await.map(Response::new)
     }
 
     async fn campaign(&self, req: Request<CampaignRequest>) -> Result<Response<CampaignResponse>, Status> {
+        let caller = auth::caller(&req)?;
         let r = req.into_inner();
-        cluster::campaign(self, r).await.map(Response::new)
+        cluster::campaign(self, &caller, r).await.map(Response::new)
     }
 
     async fn add_replica(
         &self,
         req: Request<MembershipChangeRequest>,
     ) -> Result<Response<MembershipChangeResponse>, Status> {
-        let r = at_leader!(self, req, add_replica);
-        cluster::add_replica(self, r).await.map(Response::new)
+        let (caller, r) = at_leader!(self, req, add_replica);
+        cluster::add_replica(self, &caller, r).await.map(Response::new)
     }
 
     async fn remove_replica(
         &self,
         req: Request<MembershipChangeRequest>,
     ) -> Result<Response<MembershipChangeResponse>, Status> {
-        let r = at_leader!(self, req, remove_replica);
-        cluster::remove_replica(self, r).await.map(Response::new)
+        let (caller, r) = at_leader!(self, req, remove_replica);
+        cluster::remove_replica(self, &caller, r).await.map(Response::new)
     }
 
     async fn replica_digest(
         &self,
         req: Request<ReplicaDigestRequest>,
     ) -> Result<Response<ReplicaDigestResponse>, Status> {
+        let caller = auth::caller(&req)?;
         let r = req.into_inner();
-        cluster::replica_digest(self, r).await.map(Response::new)
+        cluster::replica_digest(self, &caller, r).await.map(Response::new)
+    }
+
+    async fn issue_token(&self, req: Request<IssueTokenRequest>) -> Result<Response<IssueTokenResponse>, Status> {
+        let caller = auth::caller(&req)?;
+        let r = req.into_inner();
+        identity::issue_token(self, &caller, r).map(Response::new)
+    }
+
+    async fn set_role(&self, req: Request<SetRoleRequest>) -> Result<Response<SetRoleResponse>, Status> {
+        let (caller, r) = at_leader!(self, req, set_role);
+        identity::set_role(self, &caller, r).await.map(Response::new)
+    }
+
+    async fn who_am_i(&self, req: Request<WhoAmIRequest>) -> Result<Response<WhoAmIResponse>, Status> {
+        let caller = auth::caller(&req)?;
+        Ok(Response::new(identity::who_am_i(&caller)))
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use tokio_stream::StreamExt;
-
     use crate::model::parse_signal;
-
-    #[tokio::test]
-    async fn accepted_connections_send_small_answers_at_once() {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let mut incoming = super::incoming(listener);
-        let _client = tokio::net::TcpStream::connect(addr).await.unwrap();
-        let accepted = incoming.next().await.unwrap().unwrap();
-        assert!(accepted.nodelay().unwrap(), "an accepted connection must have TCP_NODELAY");
-    }
 
     #[test]
     fn signals_by_name_or_number() {

@@ -2,15 +2,16 @@
 
 use quorum_proto::agent::GpuState;
 use quorum_proto::api::*;
+use quorum_auth::Caller;
 use tonic::Status;
 
-use super::api::{read_barrier, rejection_status, require_root, write_status, Api};
+use super::api::{read_barrier, rejection_status, write_status, Api};
 use crate::leader::hub::AgentInfo;
 use crate::model::Node;
 use crate::replica::now_ms;
 use quorum_state::{Command, Response};
 
-pub(super) async fn list_nodes(api: &Api, r: ListNodesRequest) -> Result<ListNodesResponse, Status> {
+pub(super) async fn list_nodes(api: &Api, _caller: &Caller, r: ListNodesRequest) -> Result<ListNodesResponse, Status> {
     read_barrier(api, r.stale).await?;
     let applied = api.replica.shared.read();
     let nodes = applied
@@ -22,8 +23,7 @@ pub(super) async fn list_nodes(api: &Api, r: ListNodesRequest) -> Result<ListNod
     Ok(ListNodesResponse { nodes, applied_index: applied.applied_index() })
 }
 
-pub(super) async fn set_nodes_drained(api: &Api, r: SetNodesDrainedRequest) -> Result<AdminResponse, Status> {
-    require_root(&r.user)?;
+pub(super) async fn set_nodes_drained(api: &Api, _caller: &Caller, r: SetNodesDrainedRequest) -> Result<AdminResponse, Status> {
     let nodes: Vec<String> = r.nodes.iter().map(|n| n.trim().to_string()).filter(|n| !n.is_empty()).collect();
     if nodes.is_empty() {
         return Err(Status::invalid_argument("name at least one node"));
@@ -40,8 +40,7 @@ pub(super) async fn set_nodes_drained(api: &Api, r: SetNodesDrainedRequest) -> R
     }
 }
 
-pub(super) async fn inject_gpu_fault(api: &Api, r: GpuFaultRequest) -> Result<GpuFaultResponse, Status> {
-    require_root(&r.user)?;
+pub(super) async fn inject_gpu_fault(api: &Api, _caller: &Caller, r: GpuFaultRequest) -> Result<GpuFaultResponse, Status> {
     crate::model::gpu_fault::parse_fault(&r.kind).map_err(Status::invalid_argument)?;
     {
         let applied = api.replica.shared.read();

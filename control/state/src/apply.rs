@@ -112,6 +112,18 @@ pub fn apply(state: &mut ClusterState, index: u64, command: Command) -> Response
             state.replica_versions = versions;
             Response::Ok
         }
+        Command::SetRole { user, role, now } => {
+            advance_clock(state, now);
+            if user.is_empty() {
+                return Response::Rejected(Rejection::InvalidConfig { what: "role".into(), reason: "empty user name".into() });
+            }
+            if role == quorum_model::Role::User {
+                state.roles.remove(&user);
+            } else {
+                state.roles.insert(user, role);
+            }
+            Response::Ok
+        }
     }
 }
 

@@ -50,6 +50,9 @@ pub struct ClusterState {
     /// What each voter runs, as the leader last recorded it.
     #[serde(default)]
     pub replica_versions: BTreeMap<u64, ReplicaVersion>,
+    /// Roles given at run time (`quorum admin role`), over those of the configuration.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub roles: BTreeMap<String, quorum_model::Role>,
 }
 
 impl ClusterState {

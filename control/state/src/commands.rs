@@ -29,8 +29,9 @@ pub struct NodeRegistration {
 ///    arrays;
 /// 5. several submits in one entry (`SubmitJobs`);
 /// 6. several agent reports (registrations, job ends, node health) in one entry (`Batch`);
-/// 7. LZ4-compressed snapshots ([`super::snapshot`]).
-pub const FEATURE_LEVEL: u32 = 7;
+/// 7. LZ4-compressed snapshots ([`super::snapshot`]);
+/// 8. roles given at run time (`SetRole`).
+pub const FEATURE_LEVEL: u32 = 8;
 
 /// The level that applies [`Command::SubmitJobs`]; below it the leader proposes one
 /// `SubmitJob` per submit.
@@ -195,6 +196,12 @@ pub enum Command {
     Batch {
         commands: Vec<Command>,
     },
+    /// An admin gives `user` a role (`quorum admin role`); `User` takes back what was given.
+    SetRole {
+        user: String,
+        role: quorum_model::Role,
+        now: Millis,
+    },
 }
 
 impl Command {
@@ -234,6 +241,7 @@ impl Command {
             Command::SetNodeHealth { .. } => (4, "draining a node for its health"),
             Command::CancelJob { whole_array: true, .. } => (4, "cancelling a job array"),
             Command::SubmitJob { spec, .. } => spec_level(spec),
+            Command::SetRole { .. } => (8, "giving a role"),
             // above every single submit's level
             Command::SubmitJobs { .. } => (SUBMIT_JOBS_LEVEL, "several submits in one entry"),
             Command::Batch { commands } => commands

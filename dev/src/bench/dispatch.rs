@@ -2,7 +2,6 @@
 
 use std::time::{Duration, Instant};
 
-use quorum_client::client::Client;
 use quorum_proto::api;
 
 use super::harness::{own_cluster, progress, progress_done, spread, submit_one};
@@ -11,10 +10,10 @@ pub(super) fn epoch_ns() -> u128 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0)
 }
 
-pub(super) async fn dispatch(jobs: usize, json: bool) -> anyhow::Result<()> {
+pub(super) async fn dispatch(jobs: usize, insecure: bool, json: bool) -> anyhow::Result<()> {
     anyhow::ensure!(jobs > 0, "--jobs must be above 0");
-    let cluster = own_cluster(1).await?;
-    let c = Client::new(cluster.addrs.clone())?;
+    let cluster = own_cluster(1, insecure).await?;
+    let c = cluster.client()?;
     let dir = tempfile::tempdir()?;
     let path = std::env::var("PATH").unwrap_or_default();
     let mut latencies = Vec::new();

@@ -6,7 +6,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use quorum_client::client::Client;
 
 use super::harness::{controller_bin, held_job, progress, progress_done, spread, submit_one, BenchAgent, Replicas};
 
@@ -22,10 +21,9 @@ pub(super) struct FailoverRun {
 
 pub(super) async fn failover(runs: usize, clients: usize, bin: Option<PathBuf>, json: bool) -> anyhow::Result<()> {
     anyhow::ensure!(runs > 0 && clients > 0, "--runs and --clients must be above 0");
-    let mut replicas = Replicas::start(controller_bin(bin)?, "bench1")?;
-    let addrs = replicas.addrs.clone();
-    let c = Client::new(addrs.clone())?;
-    let agent = BenchAgent::start(&replicas);
+    let mut replicas = Replicas::start(controller_bin(bin)?, "bench1", true)?;
+    let c = replicas.client()?;
+    let agent = BenchAgent::start(&replicas)?;
 
     let stop = Arc::new(AtomicBool::new(false));
     let acked: Arc<Mutex<Vec<(Instant, Instant)>>> = Arc::default();
@@ -34,7 +32,7 @@ pub(super) async fn failover(runs: usize, clients: usize, bin: Option<PathBuf>, 
     let mut tasks = Vec::new();
     for k in 0..clients {
         let (stop, acked) = (stop.clone(), acked.clone());
-        let c = Client::new(addrs.clone())?;
+        let c = replicas.client()?;
         let spec = held_job(&work);
         tasks.push(tokio::spawn(async move {
             let mut n = 0;

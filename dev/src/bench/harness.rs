@@ -13,6 +13,7 @@ use quorum_client::client::Client;
 use quorum_proto::api;
 
 use crate::cluster::{DevCluster, DevOptions};
+use crate::security::DevSecurity;
 
 /// Percentiles of a set of durations, in milliseconds.
 #[derive(Clone, Copy, Debug, serde::Serialize)]
@@ -143,15 +144,16 @@ pub(super) async fn submit_one(c: &Client, spec: &api::JobSpec, request_id: Stri
     .map(|r| r.job_id)
 }
 
-pub(super) async fn own_cluster(agents: usize) -> anyhow::Result<DevCluster> {
+pub(super) async fn own_cluster(agents: usize, insecure: bool) -> anyhow::Result<DevCluster> {
     let cluster = DevCluster::start(DevOptions {
         ports: vec![0, 0, 0],
         agents,
         cgroups: std::env::var_os("QUORUM_BENCH_NO_CGROUPS").is_none(),
+        insecure,
         ..DevOptions::default()
     })
     .await?;
-    let c = Client::new(cluster.addrs.clone())?;
+    let c = cluster.client()?;
     let started = Instant::now();
     loop {
         let nodes = c.call(|mut cl| async move { cl.list_nodes(api::ListNodesRequest::default()).await }).await;
@@ -179,8 +181,8 @@ pub(super) struct BenchAgent {
 }
 
 impl BenchAgent {
-    pub(super) fn start(replicas: &Replicas) -> BenchAgent {
-        let agent = quorum_agent::Agent::new(quorum_agent::AgentConfig {
+    pub(super) fn start(replicas: &Replicas) -> anyhow::Result<BenchAgent> {
+        let mut config = quorum_agent::AgentConfig {
             name: "bench1".into(),
             controllers: replicas.addrs.clone(),
             cpus: 8,
@@ -193,10 +195,17 @@ impl BenchAgent {
             switch_user: false,
             cgroups: false,
             health_check: None,
-        });
+            tls: None,
+            launch_key: None,
+            clock_skew: Duration::from_secs(30),
+        };
+        if let Some(s) = &replicas.security {
+            s.secure_agent(&mut config)?;
+        }
+        let agent = quorum_agent::Agent::new(config);
         let (stop, rx) = tokio::sync::watch::channel(false);
         let task = tokio::spawn(quorum_agent::serve(agent.clone(), rx));
-        BenchAgent { agent, stop, task }
+        Ok(BenchAgent { agent, stop, task })
     }
 
     pub(super) async fn stop(self) {
@@ -212,11 +221,15 @@ pub(super) struct Replicas {
     pub(super) dir: tempfile::TempDir,
     pub(super) addrs: Vec<String>,
     pub(super) children: Vec<Option<Child>>,
+    /// `None`: the replicas run with `insecure = true`.
+    pub(super) security: Option<Arc<DevSecurity>>,
 }
 
 impl Replicas {
     /// `nodes`: the hostlist of the one partition, `batch`.
-    pub(super) fn start(bin: PathBuf, nodes: &str) -> anyhow::Result<Replicas> {
+    /// `secure`: TLS and authentication, as a real cluster runs (certificates and a munged
+    /// made for it); else `insecure = true`.
+    pub(super) fn start(bin: PathBuf, nodes: &str, secure: bool) -> anyhow::Result<Replicas> {
         anyhow::ensure!(bin.exists(), "no controller binary at {} (build it, or give --controller-bin)", bin.display());
         let mut dir = tempfile::Builder::new().prefix("quorum-bench-").tempdir()?;
         // QUORUM_BENCH_KEEP=1 keeps the replicas' data and logs for a look afterwards.
@@ -228,6 +241,10 @@ impl Replicas {
             .map(|_| std::net::TcpListener::bind("127.0.0.1:0").map(|l| l.local_addr().map(|a| a.port())))
             .collect::<Result<Result<_, _>, _>>()??;
         let addrs: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+        let security = match secure {
+            true => Some(Arc::new(DevSecurity::create(&dir.path().join("security"))?)),
+            false => None,
+        };
         for i in 0..3 {
             let mut text = format!(
                 "id = {}\nlisten = \"{}\"\ndata_dir = \"{}\"\n",
@@ -241,14 +258,27 @@ impl Replicas {
             text.push_str(&format!(
                 "[[partitions]]\nname = \"batch\"\nnodes = \"{nodes}\"\ndefault = true\nmax_time = \"1:00:00\"\n"
             ));
+            match &security {
+                Some(s) => text.push_str(&s.controller_toml(i as u64 + 1)?),
+                None => text.push_str("[security]\ninsecure = true\n"),
+            }
             std::fs::write(dir.path().join(format!("controller-{}.toml", i + 1)), text)?;
         }
-        let mut r = Replicas { bin, dir, addrs, children: Vec::new() };
+        let mut r = Replicas { bin, dir, addrs, children: Vec::new(), security };
         for i in 0..3 {
             let child = r.spawn(i)?;
             r.children.push(Some(child));
         }
         Ok(r)
+    }
+
+    /// A client of the replicas, as this process's user.
+    pub(super) fn client(&self) -> anyhow::Result<Client> {
+        let security = match &self.security {
+            Some(s) => s.client(),
+            None => crate::security::claimed()?,
+        };
+        Client::new(self.addrs.clone(), security)
     }
 
     pub(super) fn spawn(&self, i: usize) -> anyhow::Result<Child> {

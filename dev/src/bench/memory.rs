@@ -12,7 +12,6 @@ use std::time::{Duration, Instant};
 use quorum_control::model::array::MAX_ARRAY_TASKS;
 
 use super::harness::{controller_bin, held_job, progress, progress_done, submit_one, BenchAgent, JobShape, Replicas};
-use quorum_client::client::Client;
 
 /// The jobs to hold and how they arrive.
 pub struct Load {
@@ -48,9 +47,9 @@ struct ReplicaMemory {
 pub async fn run(load: Load, bin: Option<PathBuf>, json: bool) -> anyhow::Result<()> {
     let jobs = load.jobs;
     anyhow::ensure!(jobs > 0 && load.clients > 0, "--jobs and --clients must be above 0");
-    let replicas = Replicas::start(controller_bin(bin)?, "bench1")?;
-    let c = Client::new(replicas.addrs.clone())?;
-    let agent = BenchAgent::start(&replicas);
+    let replicas = Replicas::start(controller_bin(bin)?, "bench1", true)?;
+    let c = replicas.client()?;
+    let agent = BenchAgent::start(&replicas)?;
     let pids: Vec<u32> = replicas.children.iter().flatten().map(|c| c.id()).collect();
     let work = replicas.dir.path().to_path_buf();
 
@@ -85,7 +84,7 @@ pub async fn run(load: Load, bin: Option<PathBuf>, json: bool) -> anyhow::Result
             progress(&format!("memory: {submitted}/{jobs} jobs submitted in {:.1} s", start.elapsed().as_secs_f64()));
         }
     } else {
-        submit_one_by_one(&load, &replicas.addrs, &work, start).await?;
+        submit_one_by_one(&load, &replicas, &work, start).await?;
     }
     let submit_time = start.elapsed();
     // Every replica has applied everything the leader committed.
@@ -146,14 +145,14 @@ pub async fn run(load: Load, bin: Option<PathBuf>, json: bool) -> anyhow::Result
 /// Submits `load.jobs` held jobs from `load.clients` concurrent clients, each job on its own.
 async fn submit_one_by_one(
     load: &Load,
-    addrs: &[String],
+    replicas: &Replicas,
     work: &std::path::Path,
     start: Instant,
 ) -> anyhow::Result<()> {
     let next = Arc::new(AtomicUsize::new(0));
     let mut tasks = Vec::new();
     for k in 0..load.clients {
-        let c = Client::new(addrs.to_vec())?;
+        let c = replicas.client()?;
         let (next, jobs, jobs_of_client) = (next.clone(), load.jobs, load.shape.for_client(work, k));
         tasks.push(tokio::spawn(async move {
             loop {

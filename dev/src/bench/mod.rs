@@ -38,6 +38,10 @@ pub enum BenchCommand {
         /// Load the running cluster at --controllers (QUORUM_CONTROLLERS) instead of starting one.
         #[arg(long)]
         external: bool,
+        /// Start the cluster without TLS and authentication (`insecure = true`, names taken at
+        /// their word), to measure what security costs.
+        #[arg(long)]
+        insecure: bool,
         #[arg(long)]
         json: bool,
     },
@@ -46,6 +50,9 @@ pub enum BenchCommand {
     Dispatch {
         #[arg(long, default_value_t = 200)]
         jobs: usize,
+        /// Start the cluster without TLS, authentication and signed launches.
+        #[arg(long)]
+        insecure: bool,
         #[arg(long)]
         json: bool,
     },
@@ -99,13 +106,17 @@ pub enum BenchCommand {
     },
 }
 
-/// `controllers`: the global --controllers, used with `submit --external`.
-pub async fn run(args: BenchArgs, controllers: Vec<String>) -> anyhow::Result<()> {
+/// `controllers`: the global --controllers (and how to reach them), used with `submit --external`.
+pub async fn run(args: BenchArgs, controllers: &quorum_client::client::ControllersArg) -> anyhow::Result<()> {
     match args.what {
-        BenchCommand::Submit { clients, jobs, shape, external, json } => {
-            submit::submit(clients, jobs, shape, external.then_some(controllers), json).await
+        BenchCommand::Submit { clients, jobs, shape, external, insecure, json } => {
+            let external = match external {
+                true => Some((controllers.controllers.clone(), controllers.security()?)),
+                false => None,
+            };
+            submit::submit(clients, jobs, shape, external, insecure, json).await
         }
-        BenchCommand::Dispatch { jobs, json } => dispatch::dispatch(jobs, json).await,
+        BenchCommand::Dispatch { jobs, insecure, json } => dispatch::dispatch(jobs, insecure, json).await,
         BenchCommand::Memory { jobs, shape, arrays, clients, controller_bin, json } => {
             memory::run(memory::Load { jobs, shape, arrays, clients }, controller_bin, json).await
         }

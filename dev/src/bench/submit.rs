@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use quorum_client::client::Client;
+use quorum_client::client::{Client, Security};
 
 use super::harness::{own_cluster, progress, progress_done, spread, submit_one, JobShape};
 
@@ -12,16 +12,17 @@ pub(super) async fn submit(
     clients: usize,
     jobs: usize,
     shape: JobShape,
-    external: Option<Vec<String>>,
+    external: Option<(Vec<String>, Security)>,
+    insecure: bool,
     json: bool,
 ) -> anyhow::Result<()> {
     anyhow::ensure!(clients > 0 && jobs > 0, "--clients and --jobs must be above 0");
-    let (own, addrs) = match external {
-        Some(addrs) => (None, addrs),
+    let (own, addrs, security) = match external {
+        Some((addrs, security)) => (None, addrs, security),
         None => {
-            let cluster = own_cluster(1).await?;
-            let addrs = cluster.addrs.clone();
-            (Some(cluster), addrs)
+            let cluster = own_cluster(1, insecure).await?;
+            let (addrs, security) = (cluster.addrs.clone(), cluster.client_security());
+            (Some(cluster), addrs, security)
         }
     };
     let dir = tempfile::tempdir()?;
@@ -34,7 +35,7 @@ pub(super) async fn submit(
     let ready = Arc::new(tokio::sync::Barrier::new(clients + 1));
     let mut tasks = Vec::new();
     for k in 0..clients {
-        let c = Client::new(addrs.clone())?;
+        let c = Client::new(addrs.clone(), security.clone())?;
         let (next, done, errors, ready) = (next.clone(), done.clone(), errors.clone(), ready.clone());
         let jobs_of_client = shape.for_client(dir.path(), k);
         tasks.push(tokio::spawn(async move {

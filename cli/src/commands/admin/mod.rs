@@ -1,6 +1,7 @@
 //! `quorum admin`: the operators' commands (as root), one module per area.
 
 mod accounts;
+pub mod identity;
 mod nodes;
 mod replicas;
 
@@ -78,6 +79,12 @@ pub enum Command {
     },
     /// Add or change a QOS.
     Qos(accounts::QosArgs),
+    /// Give a user a role at run time: user, operator (any job; drain and resume nodes) or
+    /// admin (accounts, QOS, roles, tokens for others, membership). `user` takes back what was
+    /// given; roles in the controllers' configuration stay.
+    Role { user: String, role: String },
+    /// Make the cluster's CA, keys and certificates in a directory (no cluster needed).
+    Certs(identity::CertsArgs),
 }
 
 pub async fn run(ctx: &Context, command: Command) -> anyhow::Result<ExitCode> {
@@ -97,6 +104,8 @@ pub async fn run(ctx: &Context, command: Command) -> anyhow::Result<ExitCode> {
         }
         Command::Resume { nodes } => nodes::set_drained(ctx, nodes, None).await.map(|()| ExitCode::SUCCESS),
         Command::GpuFault { node, gpu, kind } => nodes::gpu_fault(ctx, node, gpu, kind).await,
+        Command::Role { user, role } => identity::role(ctx, user, role).await,
+        Command::Certs(args) => identity::certs(args),
         Command::WaitNode { node, started_after, timeout } => {
             nodes::wait_node(&ctx.client, &node, started_after, std::time::Duration::from_secs(timeout)).await
         }

@@ -1,0 +1,72 @@
+//! Launch grants: the leader signs what each launch may do (DESIGN.md, "Trust"). The uid and
+//! gid come from the user database by the job's user name, which the controller got from an
+//! authenticated uid at submit; they are looked up once a minute per user, not per launch.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use quorum_auth::launch::{launch_digest, Grant, Signer};
+use quorum_auth::users;
+use quorum_proto::agent::Launch;
+
+/// How long a grant starts anything: a launch re-sent later (a new stream, a new leader) is
+/// signed again.
+const LIFETIME: Duration = Duration::from_secs(600);
+const USER_CACHE: Duration = Duration::from_secs(60);
+
+/// A uid and gid no user has: the grant of a user this host does not know, which every agent
+/// that switches users refuses.
+const UNKNOWN_ID: u32 = u32::MAX;
+
+pub struct Grants {
+    signer: Option<Signer>,
+    users: Mutex<HashMap<String, (u32, u32, Instant)>>,
+}
+
+impl Grants {
+    pub fn new(signer: Option<Signer>) -> Grants {
+        Grants { signer, users: Mutex::new(HashMap::new()) }
+    }
+
+    fn ids(&self, user: &str) -> (u32, u32) {
+        let mut cache = self.users.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((uid, gid, at)) = cache.get(user) {
+            if at.elapsed() < USER_CACHE {
+                return (*uid, *gid);
+            }
+        }
+        let (uid, gid) = match users::by_name(user) {
+            Ok(u) => (u.uid, u.gid),
+            Err(e) => {
+                tracing::warn!(user, error = %e, "a job's user is unknown here: its launches name no real uid");
+                (UNKNOWN_ID, UNKNOWN_ID)
+            }
+        };
+        if cache.len() > 100_000 {
+            cache.clear();
+        }
+        cache.insert(user.to_string(), (uid, gid, Instant::now()));
+        (uid, gid)
+    }
+
+    /// Signs `launch` for `node`, when this cluster has a launch key.
+    pub fn sign(&self, launch: &mut Launch, node: &str, now_ms: u64) {
+        let Some(signer) = &self.signer else { return };
+        let (uid, gid) = self.ids(&launch.user);
+        let grant = Grant {
+            job_id: launch.job_id,
+            token: launch.token,
+            user: launch.user.clone(),
+            uid,
+            gid,
+            node: node.to_string(),
+            nodelist: launch.nodelist.clone(),
+            expires_at_ms: now_ms + LIFETIME.as_millis() as u64,
+            spec: launch_digest(launch.spec.as_ref()),
+        };
+        let (bytes, signature) = signer.sign(&grant);
+        launch.grant = bytes;
+        launch.signature = signature;
+    }
+}

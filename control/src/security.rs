@@ -1,0 +1,59 @@
+//! What a replica proves and verifies, loaded once from `[security]`: its TLS (server side, and
+//! the client side it dials the other replicas with), the host's munged, the token keys and the
+//! launch key.
+
+use std::sync::Arc;
+
+use quorum_auth::launch::Signer;
+use quorum_auth::listener::Mode;
+use quorum_auth::munge::Munge;
+use quorum_auth::pki::{Layout, PeerRole};
+use quorum_auth::tls::{ClientTls, ServerTls, TlsFiles};
+use quorum_auth::token::Tokens;
+
+use crate::config::SecurityConfig;
+
+pub struct Security {
+    pub config: SecurityConfig,
+    pub mode: Mode,
+    pub server_tls: Option<Arc<ServerTls>>,
+    /// How this replica dials the others: with its replica certificate.
+    pub peer_tls: Option<ClientTls>,
+    pub munge: Munge,
+    pub tokens: Option<Tokens>,
+    /// Signs launches; without it (an insecure cluster with no keys) launches go unsigned and
+    /// only agents that do not verify run them.
+    pub signer: Option<Signer>,
+}
+
+impl Security {
+    pub fn load(config: &SecurityConfig, replica: u64) -> anyhow::Result<Security> {
+        let munge = Munge::new(config.munge_socket.as_deref());
+        let layout = config.certs_dir.as_ref().map(Layout::new);
+        let (mode, server_tls, peer_tls) = match (&layout, config.insecure) {
+            (_, true) => {
+                tracing::warn!(
+                    "[security] insecure = true: plaintext gRPC; anyone who reaches this port can pose as a replica or an agent"
+                );
+                (Mode::Plaintext, None, None)
+            }
+            (Some(layout), false) => {
+                let (cert, key) = layout.pair(&PeerRole::Replica(replica));
+                let files = TlsFiles { ca: layout.ca(), cert, key };
+                (Mode::Tls, Some(Arc::new(ServerTls::load(files.clone())?)), Some(files.client()?))
+            }
+            (None, false) => anyhow::bail!("[security] certs_dir is required unless insecure = true"),
+        };
+        let mut token_keys: Vec<std::path::PathBuf> = Vec::new();
+        if let Some(l) = layout.as_ref().filter(|l| l.token_key().exists()) {
+            token_keys.push(l.token_key());
+        }
+        token_keys.extend(config.token_keys.iter().cloned());
+        let tokens = if token_keys.is_empty() { None } else { Some(Tokens::load(&token_keys)?) };
+        let signer = match layout.as_ref().filter(|l| l.launch_key().exists()) {
+            Some(l) => Some(Signer::load(&l.launch_key())?),
+            None => None,
+        };
+        Ok(Security { config: config.clone(), mode, server_tls, peer_tls, munge, tokens, signer })
+    }
+}

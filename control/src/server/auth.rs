@@ -1,0 +1,301 @@
+//! Who is asking, checked in one place for every RPC the replica serves: a tower layer in front
+//! of all its services looks the method up in [`rule`], authenticates the caller it needs (a
+//! replica or agent certificate, or a user's MUNGE credential or token) and refuses what the
+//! rule does not allow before the request reaches a handler. Handlers read the [`Caller`] it
+//! leaves in the request's extensions and check ownership (a user's own jobs) themselves.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use quorum_auth::listener::Peer;
+use quorum_auth::pki::PeerRole;
+use quorum_auth::{users, Caller, Proof, Role};
+use tonic::Status;
+
+use crate::replica::Replica;
+use crate::security::Security;
+
+/// Metadata key of the identity a follower verified and passes on with a forwarded request.
+pub const FORWARDED_USER_KEY: &str = "x-quorum-user";
+
+/// Who may call an RPC.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rule {
+    /// Any authenticated user; handlers check that a user acts only on their own jobs.
+    User,
+    Operator,
+    Admin,
+    /// Another replica, by its certificate: Raft, and what one replica asks of another.
+    Replica,
+    /// A node agent, by its certificate (which names its node).
+    Agent,
+}
+
+/// The rule of every RPC, by its gRPC path. A method missing here is refused to everyone, and a
+/// test fails for every RPC in the protocol files without a rule.
+pub fn rule(path: &str) -> Option<Rule> {
+    let (service, method) = path.strip_prefix('/')?.split_once('/')?;
+    Some(match (service, method) {
+        ("quorum.raft.RaftService", "AppendEntries" | "Vote" | "InstallSnapshot") => Rule::Replica,
+        ("quorum.agent.AgentService", "Session") => Rule::Agent,
+        ("quorum.api.Quorum", m) => match m {
+            "SubmitJob" | "CancelJob" | "HoldJob" | "GetJob" | "ListJobs" | "JobLogs" | "ListNodes" | "Priorities"
+            | "Shares" | "GetReplicaStatus" | "ClusterMembers" | "IssueToken" | "WhoAmI" => Rule::User,
+            "SetNodesDrained" => Rule::Operator,
+            "UpsertAccount" | "UpsertQos" | "InjectGpuFault" | "Digest" | "ReplicaDigest" | "AddReplica"
+            | "RemoveReplica" | "TransferLeader" | "SetRole" => Rule::Admin,
+            "Campaign" => Rule::Replica,
+            _ => return None,
+        },
+        _ => return None,
+    })
+}
+
+/// Authenticates requests for one replica.
+pub struct Authenticator {
+    security: Arc<Security>,
+    replica: Arc<Replica>,
+}
+
+fn now_s() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
+impl Authenticator {
+    pub fn new(security: Arc<Security>, replica: Arc<Replica>) -> Authenticator {
+        Authenticator { security, replica }
+    }
+
+    /// The role of `user` (uid `uid`): uid 0 is admin; then the configuration's lists and the
+    /// roles given at run time, whichever is higher.
+    pub fn role_of(&self, user: &str, uid: u32) -> Role {
+        if uid == 0 {
+            return Role::Admin;
+        }
+        let c = &self.security.config;
+        let configured = if c.admins.iter().any(|a| a == user) {
+            Role::Admin
+        } else if c.operators.iter().any(|o| o == user) {
+            Role::Operator
+        } else {
+            Role::User
+        };
+        let given = self.replica.shared.read().state.roles.get(user).copied().unwrap_or_default();
+        configured.max(given)
+    }
+
+    /// Whether a peer without a certificate is taken for a replica or an agent: only on a
+    /// cluster that runs without TLS (`insecure`).
+    fn plaintext_trusted(&self, peer: &Peer) -> bool {
+        !peer.tls && self.security.config.insecure
+    }
+
+    /// Checks a request to `path`: the caller it names when the rule asks for a user.
+    pub fn check(&self, path: &str, headers: &http::HeaderMap, peer: &Peer) -> Result<Option<Caller>, Status> {
+        let rule = rule(path).ok_or_else(|| Status::permission_denied(format!("{path}: no such RPC")))?;
+        match rule {
+            Rule::Replica => match &peer.role {
+                Some(PeerRole::Replica(_)) => Ok(None),
+                _ if self.plaintext_trusted(peer) => Ok(None),
+                _ => Err(Status::permission_denied(format!("{path} is for replicas only: present a replica certificate"))),
+            },
+            Rule::Agent => match &peer.role {
+                Some(PeerRole::Agent(_)) => Ok(None),
+                _ if self.plaintext_trusted(peer) => Ok(None),
+                _ => Err(Status::permission_denied(format!("{path} is for agents only: present an agent certificate"))),
+            },
+            Rule::User | Rule::Operator | Rule::Admin => {
+                let caller = self.caller(headers, peer)?;
+                let needed = match rule {
+                    Rule::Admin => Role::Admin,
+                    Rule::Operator => Role::Operator,
+                    _ => Role::User,
+                };
+                if !caller.at_least(needed) {
+                    return Err(Status::permission_denied(format!(
+                        "user '{}' ({}) may not call {}: it needs the {needed} role",
+                        caller.user,
+                        caller.role,
+                        path.rsplit('/').next().unwrap_or(path)
+                    )));
+                }
+                Ok(Some(caller))
+            }
+        }
+    }
+
+    fn caller(&self, headers: &http::HeaderMap, peer: &Peer) -> Result<Caller, Status> {
+        let skew = self.security.config.clock_skew_s;
+        if let Some(forwarded) = headers.get(FORWARDED_USER_KEY) {
+            let Some(PeerRole::Replica(replica)) = &peer.role else {
+                return Err(Status::permission_denied(
+                    "a forwarded identity is accepted only from a replica's certificate",
+                ));
+            };
+            let (user, uid, gid) = forwarded
+                .to_str()
+                .ok()
+                .and_then(Caller::parse_forwarded)
+                .ok_or_else(|| Status::invalid_argument("malformed forwarded identity"))?;
+            let role = self.role_of(&user, uid);
+            return Ok(Caller { user, uid, gid, role, proof: Proof::Forwarded { replica: *replica } });
+        }
+        let auth = headers.get(quorum_proto::AUTHORIZATION_KEY);
+        if let (None, Some(PeerRole::Replica(replica))) = (auth, &peer.role) {
+            // A replica asking for itself (what another runs, a leadership hand-over): replicas
+            // are trusted with everything already, as they commit the log.
+            return Ok(Caller {
+                user: format!("replica-{replica}"),
+                uid: u32::MAX,
+                gid: u32::MAX,
+                role: Role::Admin,
+                proof: Proof::Replica(*replica),
+            });
+        }
+        let auth = auth
+            .and_then(|v| v.to_str().ok())
+            .ok_or_else(|| Status::unauthenticated("no credential: the request carries neither a MUNGE credential nor a token"))?;
+        if let Some(cred) = auth.strip_prefix(quorum_proto::MUNGE_PREFIX) {
+            let (who, _) =
+                self.security.munge.decode(cred.trim()).map_err(|e| Status::unauthenticated(e.to_string()))?;
+            let user = users::by_uid(who.uid).map_err(Status::unauthenticated)?;
+            let role = self.role_of(&user.name, who.uid);
+            return Ok(Caller { user: user.name, uid: who.uid, gid: who.gid, role, proof: Proof::Munge });
+        }
+        if let Some(token) = auth.strip_prefix(quorum_proto::BEARER_PREFIX) {
+            let tokens = self
+                .security
+                .tokens
+                .as_ref()
+                .ok_or_else(|| Status::unauthenticated("this replica has no token key: tokens are not accepted"))?;
+            let claims = tokens.verify(token.trim(), now_s(), skew).map_err(|e| Status::unauthenticated(e.to_string()))?;
+            let user = users::by_name(&claims.sub).map_err(Status::unauthenticated)?;
+            let role = self.role_of(&user.name, user.uid);
+            return Ok(Caller { user: user.name, uid: user.uid, gid: user.gid, role, proof: Proof::Token });
+        }
+        if let Some(claim) = auth.strip_prefix(quorum_proto::CLAIM_PREFIX) {
+            if !self.security.config.insecure {
+                return Err(Status::unauthenticated(
+                    "a claimed identity is accepted only by controllers with insecure = true",
+                ));
+            }
+            let (user, uid, gid) = Caller::parse_forwarded(claim.trim())
+                .ok_or_else(|| Status::invalid_argument("malformed claim: expected user:uid:gid"))?;
+            let role = self.role_of(&user, uid);
+            return Ok(Caller { user, uid, gid, role, proof: Proof::Claimed });
+        }
+        Err(Status::unauthenticated("unknown credential kind: expected 'MUNGE <credential>' or 'Bearer <token>'"))
+    }
+}
+
+/// The layer that puts an [`Authenticator`] in front of every service.
+#[derive(Clone)]
+pub struct AuthLayer(pub Arc<Authenticator>);
+
+impl<S> tower::Layer<S> for AuthLayer {
+    type Service = AuthService<S>;
+
+    fn layer(&self, inner: S) -> AuthService<S> {
+        AuthService { inner, auth: self.0.clone() }
+    }
+}
+
+#[derive(Clone)]
+pub struct AuthService<S> {
+    inner: S,
+    auth: Arc<Authenticator>,
+}
+
+type BoxFuture<T, E> = Pin<Box<dyn std::future::Future<Output = Result<T, E>> + Send>>;
+
+impl<S, B> tower::Service<http::Request<B>> for AuthService<S>
+where
+    S: tower::Service<http::Request<B>, Response = http::Response<tonic::body::Body>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    B: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = BoxFuture<S::Response, S::Error>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut req: http::Request<B>) -> Self::Future {
+        let peer = req.extensions().get::<Peer>().cloned().unwrap_or_default();
+        match self.auth.check(req.uri().path(), req.headers(), &peer) {
+            Ok(caller) => {
+                if let Some(caller) = caller {
+                    req.extensions_mut().insert(caller);
+                }
+                // The service that was made ready is the one that is called.
+                let clone = self.inner.clone();
+                let mut inner = std::mem::replace(&mut self.inner, clone);
+                Box::pin(inner.call(req))
+            }
+            Err(status) => {
+                tracing::warn!(
+                    peer = %peer.describe(),
+                    rpc = req.uri().path(),
+                    code = ?status.code(),
+                    reason = status.message(),
+                    "refused a request"
+                );
+                Box::pin(async move { Ok(status.into_http()) })
+            }
+        }
+    }
+}
+
+/// The caller the layer authenticated for this request.
+pub fn caller<T>(req: &tonic::Request<T>) -> Result<Caller, Status> {
+    req.extensions()
+        .get::<Caller>()
+        .cloned()
+        .ok_or_else(|| Status::internal("no authenticated caller on a request that needs one"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every RPC of every service in the protocol files, as `/package.Service/Method`.
+    fn every_rpc() -> Vec<String> {
+        let mut paths = Vec::new();
+        for text in [
+            include_str!("../../../proto/proto/api.proto"),
+            include_str!("../../../proto/proto/agent.proto"),
+            include_str!("../../../proto/proto/raft.proto"),
+        ] {
+            let package = text
+                .lines()
+                .find_map(|l| l.trim().strip_prefix("package ").map(|p| p.trim_end_matches(';').trim().to_string()))
+                .expect("a package line");
+            let mut service = None;
+            for line in text.lines().map(str::trim) {
+                if let Some(s) = line.strip_prefix("service ") {
+                    service = Some(s.trim_end_matches('{').trim().to_string());
+                }
+                if let (Some(rpc), Some(s)) = (line.strip_prefix("rpc "), &service) {
+                    let method = rpc.split('(').next().unwrap().trim();
+                    paths.push(format!("/{package}.{s}/{method}"));
+                }
+            }
+        }
+        paths
+    }
+
+    #[test]
+    fn every_rpc_has_a_rule() {
+        let rpcs = every_rpc();
+        assert!(rpcs.len() > 25, "found only {rpcs:?}");
+        let missing: Vec<&String> = rpcs.iter().filter(|p| rule(p).is_none()).collect();
+        assert!(missing.is_empty(), "RPCs without a rule: {missing:?}");
+        assert_eq!(rule("/quorum.raft.RaftService/AppendEntries"), Some(Rule::Replica));
+        assert_eq!(rule("/quorum.api.Quorum/Campaign"), Some(Rule::Replica));
+        assert_eq!(rule("/quorum.api.Quorum/RemoveReplica"), Some(Rule::Admin));
+        assert_eq!(rule("/quorum.api.Quorum/NoSuchThing"), None);
+    }
+}
