@@ -180,6 +180,15 @@ async fn session(
                     Ok(None) => return SessionEnd::Lost,
                     Err(status) => {
                         tracing::info!(addr, status = %status.message(), "stream to the leader ended");
+                        if status.code() == tonic::Code::Aborted {
+                            // Another agent under this node's name took the session: two agents
+                            // of one node fight for it; each waits before taking it back.
+                            tracing::warn!(addr, "another session for this node replaced ours; is a second agent running under this name?");
+                            tokio::select! {
+                                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                                _ = shutdown.changed() => return SessionEnd::Shutdown,
+                            }
+                        }
                         return match leader_hint(&status) {
                             Some(leader) if leader != addr => SessionEnd::Redirect(leader),
                             _ => SessionEnd::Lost,

@@ -281,7 +281,7 @@ async fn leadership_is_handed_over_on_request_and_when_the_leader_stops() {
     wait_ready(&cluster, &c, 2).await;
     let dir = tempfile::tempdir().unwrap();
     let transfer = |user: &'static str, to: u64| {
-        let c = &c;
+        let c = client_as(c.addrs(), user);
         async move {
             let req = quorum_proto::api::TransferLeaderRequest { user: user.into(), to };
             c.call(|mut cl| {
@@ -393,6 +393,7 @@ async fn set_drained(
         reason: reason.unwrap_or_default().into(),
         user: user.into(),
     };
+    let c = client_as(c.addrs(), user);
     c.call(|mut cl| {
         let req = req.clone();
         async move { cl.set_nodes_drained(req).await }
@@ -581,10 +582,17 @@ async fn agents_registering_at_once_share_raft_entries() {
     };
     let before = applied_index().await;
     const N: usize = 48;
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{leader}")).unwrap().connect_lazy();
+    // Each agent proves its node with its own certificate, on its own connection.
+    let shared = quorum_dev::security::DevSecurity::shared();
+    let layout = quorum_auth::pki::Layout::new(shared.certs_dir());
     let sessions: Vec<_> = (0..N)
         .map(|i| {
-            let mut agent = AgentServiceClient::new(channel.clone());
+            let role = quorum_auth::pki::PeerRole::Agent(format!("storm{i:02}"));
+            shared.ensure(&role).unwrap();
+            let (cert, key) = layout.pair(&role);
+            let tls = quorum_auth::tls::TlsFiles { ca: layout.ca(), cert, key }.client().unwrap();
+            let channel = quorum_auth::tls::endpoint(&leader, Some(&tls)).unwrap().connect_lazy();
+            let mut agent = AgentServiceClient::new(channel);
             tokio::spawn(async move {
                 let (tx, rx) = tokio::sync::mpsc::channel(4);
                 let register = Register {

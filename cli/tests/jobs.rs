@@ -94,7 +94,7 @@ async fn submit_as(c: &quorum_client::client::Client, user: &str, spec: api::Job
 }
 
 async fn try_submit_as(c: &quorum_client::client::Client, user: &str, spec: api::JobSpec) -> Result<u64, tonic::Status> {
-    let c = client_as(c.addrs(), user);
+    let c = token_client(c.addrs(), user);
     let req =
         api::SubmitJobRequest { spec: Some(spec), user: user.into(), request_id: uuid::Uuid::new_v4().to_string() };
     c.call(|mut cl| {

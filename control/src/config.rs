@@ -609,6 +609,8 @@ mod tests {
             nodes = "gpu[01-04]"
             default = true
             max_time = "1-00:00:00"
+            [security]
+            certs_dir = "/etc/quorum/certs"
         "#;
         let c: ControllerConfig = toml::from_str(text).unwrap();
         c.validate().unwrap();

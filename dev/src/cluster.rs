@@ -242,6 +242,11 @@ impl DevCluster {
         Ok(cluster)
     }
 
+    /// Agent `i`'s configuration (its node's name and certificate included).
+    pub fn agent_config(&self, i: usize) -> AgentConfig {
+        self.agent_configs[i].clone()
+    }
+
     fn spawn_agent(&self, i: usize) -> DevAgent {
         let agent = Agent::new(self.agent_configs[i].clone());
         let (stop, rx) = watch::channel(false);

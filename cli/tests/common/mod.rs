@@ -21,8 +21,15 @@ pub fn client(addrs: &[String]) -> Client {
     Client::new(addrs.to_vec(), quorum_dev::security::DevSecurity::shared().client()).expect("client")
 }
 
-/// A client of `addrs` acting as `user`, by a token minted with the cluster's key.
+/// A client of `addrs` acting as Unix user `user` (made if missing), by a token minted with the
+/// cluster's key.
 pub fn client_as(addrs: &[String], user: &str) -> Client {
+    ensure_user(user);
+    token_client(addrs, user)
+}
+
+/// A client of `addrs` with a token for `user`, who may not exist.
+pub fn token_client(addrs: &[String], user: &str) -> Client {
     let shared = quorum_dev::security::DevSecurity::shared();
     let security = quorum_client::client::Security {
         tls: shared.client().tls,
@@ -173,6 +180,7 @@ pub fn versions(addrs: &[String]) -> serde_json::Value {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_quorum"))
         .args(["admin", "versions", "--json"])
         .env("QUORUM_CONTROLLERS", addrs.join(","))
+        .envs(quorum_dev::security::DevSecurity::shared().env())
         .output()
         .expect("run quorum");
     assert!(out.status.success(), "quorum admin versions: {}", String::from_utf8_lossy(&out.stderr));
@@ -206,6 +214,7 @@ pub fn quorum_as(controllers: &str, user: Option<&str>, dir: &Path, args: &[&str
     let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_quorum"));
     command.args(args).env("QUORUM_CONTROLLERS", controllers).envs(shared.env()).current_dir(dir);
     if let Some(u) = user {
+        ensure_user(u);
         command.env("QUORUM_TOKEN", shared.token_for(u));
     }
     let out = command.output().expect("run quorum");
