@@ -108,7 +108,7 @@ async fn a_failing_gpu_drains_its_node_and_a_recovered_one_resumes_it() {
 
     // Refusals name what is wrong, and change nothing.
     let out = tester(&["admin", "gpu-fault", healthy, "0", "xid:79"]);
-    assert!(out.code != 0 && out.stderr.contains("only root"), "{out:?}");
+    assert!(out.code != 0 && out.stderr.contains("may not call InjectGpuFault: it needs the admin role"), "{out:?}");
     let out = root(&["admin", "gpu-fault", healthy, "9", "xid:79"]);
     assert!(out.stderr.contains("has no GPU 9 (4 GPUs)"), "{out:?}");
     let out = root(&["admin", "gpu-fault", healthy, "0", "melted"]);

@@ -111,3 +111,127 @@ async fn a_replica_of_the_older_release_never_receives_a_command_it_cannot_apply
     assert_replicas_agree(&cluster).await;
     cluster.shutdown().await;
 }
+
+/// Waits until restarted replica `i` has applied what the leader had applied when asked.
+async fn caught_up(cluster: &quorum_dev::cluster::DevCluster, i: usize) {
+    let target = wait_for(T, "a leader", || async {
+        cluster.controller(cluster.leader()?).map(|l| l.replica.shared.read().applied_index())
+    })
+    .await;
+    wait_for(T, "the restarted replica to catch up", || async {
+        (cluster.controller(i)?.replica.shared.read().applied_index() >= target).then_some(())
+    })
+    .await;
+}
+
+/// Submits held jobs through `c` one after another until stopped; returns the ids acknowledged
+/// and every error.
+fn submit_load(
+    c: quorum_client::client::Client,
+    dir: std::path::PathBuf,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> tokio::task::JoinHandle<(Vec<u64>, Vec<String>)> {
+    tokio::spawn(async move {
+        let (mut ids, mut errors) = (Vec::new(), Vec::new());
+        while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+            let mut s = spec(&["true"], &dir);
+            s.hold = true;
+            match submit_with_id(&c, s, &uuid::Uuid::new_v4().to_string()).await {
+                Ok(r) => ids.push(r.job_id),
+                Err(e) => errors.push(e.message().to_string()),
+            }
+        }
+        (ids, errors)
+    })
+}
+
+/// A cluster without TLS moves to TLS one replica at a time while clients submit, as README's
+/// "Upgrading" says: each replica restarted with `transitional = "accept"`, then each with
+/// `"dial-tls"`, the agents and clients switched to TLS, then each replica with TLS only. No
+/// request fails, and the replicas agree at the end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plaintext_cluster_moves_to_tls_one_replica_at_a_time_under_load() {
+    use quorum_control::config::Transitional;
+    if std::env::var("TEST_LOG").is_ok() {
+        let _ = tracing_subscriber::fmt().with_env_filter("info,openraft=warn").with_test_writer().try_init();
+    }
+    let shared = quorum_dev::security::DevSecurity::shared();
+    let mut cluster =
+        cluster(DevOptions { insecure: true, security: Some(shared.clone()), ..DevOptions::for_tests() }).await;
+    let munge = quorum_client::client::Proof::Munge(quorum_auth::munge::Munge::new(Some(shared.munge_socket())));
+    let plaintext = quorum_client::client::Security { tls: None, proof: munge.clone() };
+    let c = quorum_client::client::Client::new(cluster.addrs.clone(), plaintext.clone()).unwrap();
+    wait_ready(&cluster, &c, 2).await;
+    let dir = tempfile::tempdir().unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let load = submit_load(
+        quorum_client::client::Client::new(cluster.addrs.clone(), plaintext).unwrap(),
+        dir.path().to_path_buf(),
+        stop.clone(),
+    );
+
+    let restart = |cluster: &mut quorum_dev::cluster::DevCluster, i: usize, step: Option<Transitional>| {
+        let mut secure = shared.controller(i as u64 + 1).unwrap();
+        secure.transitional = step;
+        *cluster.security_config(i) = secure;
+    };
+    for step in [Some(Transitional::Accept), Some(Transitional::DialTls)] {
+        for i in 0..3 {
+            cluster.stop_controller(i).await;
+            restart(&mut cluster, i, step);
+            cluster.restart_controller(i).await.unwrap();
+            caught_up(&cluster, i).await;
+        }
+        if step == Some(Transitional::DialTls) {
+            // Every replica takes TLS now: the agents move to it, proving their nodes.
+            for i in 0..2 {
+                let mut config = cluster.agent_config(i);
+                shared.secure_agent(&mut config).unwrap();
+                cluster.restart_agent(i, config).await;
+            }
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let (before, errors) = load.await.unwrap();
+    assert!(errors.is_empty(), "requests failed while replicas accepted both: {errors:?}");
+
+    // The clients move to TLS, then the replicas refuse plaintext, one at a time.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let tls = shared.client();
+    let load = submit_load(
+        quorum_client::client::Client::new(cluster.addrs.clone(), tls.clone()).unwrap(),
+        dir.path().to_path_buf(),
+        stop.clone(),
+    );
+    for i in 0..3 {
+        cluster.stop_controller(i).await;
+        restart(&mut cluster, i, None);
+        cluster.restart_controller(i).await.unwrap();
+        caught_up(&cluster, i).await;
+    }
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let (after, errors) = load.await.unwrap();
+    assert!(errors.is_empty(), "requests failed while replicas moved to TLS only: {errors:?}");
+    assert_replicas_agree(&cluster).await;
+    assert!(!before.is_empty() && !after.is_empty());
+
+    // Plaintext is refused now; over TLS every acknowledged job is there, and a job runs on an
+    // agent that verifies its signed launch.
+    let old = quorum_client::client::Client::new(
+        cluster.addrs.clone(),
+        quorum_client::client::Security { tls: None, proof: munge },
+    )
+    .unwrap();
+    let mut quick = old;
+    quick.deadline = Duration::from_secs(1);
+    assert!(quick.call(|mut cl| async move { cl.who_am_i(api::WhoAmIRequest {}).await }).await.is_err());
+    let c = quorum_client::client::Client::new(cluster.addrs.clone(), tls).unwrap();
+    let listed: std::collections::BTreeSet<u64> = all_jobs(&c).await.into_iter().map(|j| j.id).collect();
+    for id in before.iter().chain(&after) {
+        assert!(listed.contains(id), "acknowledged job {id} is missing");
+    }
+    let id = submit(&c, spec(&["bash", "-c", "echo tls > tls.txt"], dir.path())).await;
+    wait_state(&c, id, &["COMPLETED"], T).await;
+    assert_eq!(std::fs::read_to_string(dir.path().join("tls.txt")).unwrap(), "tls\n");
+    cluster.shutdown().await;
+}

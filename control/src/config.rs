@@ -233,6 +233,20 @@ pub struct SecurityConfig {
     /// Further token keys that verify (the one in `certs_dir` signs): rotation without downtime.
     #[serde(default)]
     pub token_keys: Vec<PathBuf>,
+    /// Moving a plaintext cluster to TLS one replica at a time (README, "Upgrading"):
+    /// `accept`: TLS and plaintext are both accepted, the other replicas are dialled in
+    /// plaintext (some still run the plaintext release); `dial-tls`: both accepted, the others
+    /// dialled with TLS (every replica accepts it by then). Unset: TLS only.
+    #[serde(default)]
+    pub transitional: Option<Transitional>,
+}
+
+/// A step of the move from plaintext to TLS.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Transitional {
+    Accept,
+    DialTls,
 }
 
 impl Default for SecurityConfig {
@@ -246,12 +260,18 @@ impl Default for SecurityConfig {
             private_data: Vec::new(),
             clock_skew_s: default_clock_skew_s(),
             token_keys: Vec::new(),
+            transitional: None,
         }
     }
 }
 
 impl SecurityConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.insecure && self.transitional.is_some() {
+            return Err(ConfigError::Invalid(
+                "[security] transitional moves a cluster to TLS: it needs certs_dir, not insecure = true".into(),
+            ));
+        }
         if !self.insecure && self.certs_dir.is_none() {
             return Err(ConfigError::Invalid(
                 "[security] certs_dir is required (make one with `quorum admin certs`), or set insecure = true".into(),

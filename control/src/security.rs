@@ -11,7 +11,7 @@ use quorum_auth::pki::{Layout, PeerRole};
 use quorum_auth::tls::{ClientTls, ServerTls, TlsFiles};
 use quorum_auth::token::Tokens;
 
-use crate::config::SecurityConfig;
+use crate::config::{SecurityConfig, Transitional};
 
 pub struct Security {
     pub config: SecurityConfig,
@@ -27,6 +27,13 @@ pub struct Security {
 }
 
 impl Security {
+    /// Whether a peer without a certificate is taken for a replica or an agent: only over
+    /// plaintext, on a cluster that runs without TLS (`insecure`) or is moving to it
+    /// (`transitional`).
+    pub fn plaintext_trusted(&self, peer: &quorum_auth::listener::Peer) -> bool {
+        !peer.tls && (self.config.insecure || self.config.transitional.is_some())
+    }
+
     pub fn load(config: &SecurityConfig, replica: u64) -> anyhow::Result<Security> {
         let munge = Munge::new(config.munge_socket.as_deref());
         let layout = config.certs_dir.as_ref().map(Layout::new);
@@ -40,7 +47,18 @@ impl Security {
             (Some(layout), false) => {
                 let (cert, key) = layout.pair(&PeerRole::Replica(replica));
                 let files = TlsFiles { ca: layout.ca(), cert, key };
-                (Mode::Tls, Some(Arc::new(ServerTls::load(files.clone())?)), Some(files.client()?))
+                let server = Some(Arc::new(ServerTls::load(files.clone())?));
+                match config.transitional {
+                    None => (Mode::Tls, server, Some(files.client()?)),
+                    Some(step) => {
+                        tracing::warn!(
+                            ?step,
+                            "[security] transitional: plaintext is accepted too, and trusted as replicas and agents; finish the move to TLS"
+                        );
+                        let dial = (step == Transitional::DialTls).then(|| files.client()).transpose()?;
+                        (Mode::Either, server, dial)
+                    }
+                }
             }
             (None, false) => anyhow::bail!("[security] certs_dir is required unless insecure = true"),
         };

@@ -139,9 +139,14 @@ impl DevCluster {
             (None, false) => Some(Arc::new(DevSecurity::create(&data_dir.join("security"))?)),
         };
         let security_config = |id: u64| -> anyhow::Result<SecurityConfig> {
-            let mut c = match &security {
-                Some(s) => s.controller(id)?,
-                None => SecurityConfig { insecure: true, ..SecurityConfig::default() },
+            let mut c = match (&security, &opts.security) {
+                (Some(s), _) => s.controller(id)?,
+                // Insecure: plaintext; users still prove who they are to a munged, when given one.
+                (None, given) => SecurityConfig {
+                    insecure: true,
+                    munge_socket: given.as_ref().map(|s| s.munge_socket().to_path_buf()),
+                    ..SecurityConfig::default()
+                },
             };
             c.admins = opts.admins.clone();
             c.operators = opts.operators.clone();
@@ -297,6 +302,21 @@ impl DevCluster {
         if let Some(c) = self.controllers[i].take() {
             c.shutdown().await;
         }
+    }
+
+    /// Replica `i`'s `[security]`, which its next start uses.
+    pub fn security_config(&mut self, i: usize) -> &mut SecurityConfig {
+        &mut self.configs[i].security
+    }
+
+    /// Stops agent `i` (its jobs go on; its spool stays) and starts it again with `config`.
+    pub async fn restart_agent(&mut self, i: usize, config: AgentConfig) {
+        if let Some(a) = self.agents[i].take() {
+            let _ = a.stop.send(true);
+            let _ = a.task.await;
+        }
+        self.agent_configs[i] = config;
+        self.agents[i] = Some(self.spawn_agent(i));
     }
 
     /// Makes replica `i`, from its next start, behave as the release of feature `level`

@@ -65,7 +65,7 @@ impl AgentService for Agents {
         // An agent registers only as the node its certificate names.
         match &peer.role {
             Some(PeerRole::Agent(name)) if *name == register.node => {}
-            None if !peer.tls && self.security.config.insecure => {}
+            None if self.security.plaintext_trusted(&peer) => {}
             other => {
                 let status = Status::permission_denied(format!(
                     "register as node '{}' refused: the certificate is for {}",

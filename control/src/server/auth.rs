@@ -52,6 +52,19 @@ pub fn rule(path: &str) -> Option<Rule> {
     })
 }
 
+/// A replica asking for itself (what another runs, a leadership hand-over): replicas are
+/// trusted with everything already, as they commit the log. Id 0: a replica of a cluster
+/// without TLS, which cannot tell which.
+fn replica_caller(replica: u64) -> Caller {
+    Caller {
+        user: format!("replica-{replica}"),
+        uid: u32::MAX,
+        gid: u32::MAX,
+        role: Role::Admin,
+        proof: Proof::Replica(replica),
+    }
+}
+
 /// Authenticates requests for one replica.
 pub struct Authenticator {
     security: Arc<Security>,
@@ -85,10 +98,8 @@ impl Authenticator {
         configured.max(given)
     }
 
-    /// Whether a peer without a certificate is taken for a replica or an agent: only on a
-    /// cluster that runs without TLS (`insecure`).
     fn plaintext_trusted(&self, peer: &Peer) -> bool {
-        !peer.tls && self.security.config.insecure
+        self.security.plaintext_trusted(peer)
     }
 
     /// Checks a request to `path`: the caller it names when the rule asks for a user.
@@ -96,8 +107,8 @@ impl Authenticator {
         let rule = rule(path).ok_or_else(|| Status::permission_denied(format!("{path}: no such RPC")))?;
         match rule {
             Rule::Replica => match &peer.role {
-                Some(PeerRole::Replica(_)) => Ok(None),
-                _ if self.plaintext_trusted(peer) => Ok(None),
+                Some(PeerRole::Replica(id)) => Ok(Some(replica_caller(*id))),
+                _ if self.plaintext_trusted(peer) => Ok(Some(replica_caller(0))),
                 _ => Err(Status::permission_denied(format!("{path} is for replicas only: present a replica certificate"))),
             },
             Rule::Agent => match &peer.role {
@@ -128,10 +139,14 @@ impl Authenticator {
     fn caller(&self, headers: &http::HeaderMap, peer: &Peer) -> Result<Caller, Status> {
         let skew = self.security.config.clock_skew_s;
         if let Some(forwarded) = headers.get(FORWARDED_USER_KEY) {
-            let Some(PeerRole::Replica(replica)) = &peer.role else {
-                return Err(Status::permission_denied(
-                    "a forwarded identity is accepted only from a replica's certificate",
-                ));
+            let replica = match &peer.role {
+                Some(PeerRole::Replica(replica)) => *replica,
+                None if self.plaintext_trusted(peer) => 0,
+                _ => {
+                    return Err(Status::permission_denied(
+                        "a forwarded identity is accepted only from a replica's certificate",
+                    ))
+                }
             };
             let (user, uid, gid) = forwarded
                 .to_str()
@@ -139,19 +154,28 @@ impl Authenticator {
                 .and_then(Caller::parse_forwarded)
                 .ok_or_else(|| Status::invalid_argument("malformed forwarded identity"))?;
             let role = self.role_of(&user, uid);
-            return Ok(Caller { user, uid, gid, role, proof: Proof::Forwarded { replica: *replica } });
+            return Ok(Caller { user, uid, gid, role, proof: Proof::Forwarded { replica } });
         }
         let auth = headers.get(quorum_proto::AUTHORIZATION_KEY);
         if let (None, Some(PeerRole::Replica(replica))) = (auth, &peer.role) {
-            // A replica asking for itself (what another runs, a leadership hand-over): replicas
-            // are trusted with everything already, as they commit the log.
-            return Ok(Caller {
-                user: format!("replica-{replica}"),
-                uid: u32::MAX,
-                gid: u32::MAX,
-                role: Role::Admin,
-                proof: Proof::Replica(*replica),
-            });
+            return Ok(replica_caller(*replica));
+        }
+        // A replica of the plaintext release forwarded a client's request without its proof:
+        // the client is sent here, to ask again with a fresh credential.
+        if auth.is_none() && headers.contains_key(quorum_proto::FORWARDED_KEY) && self.plaintext_trusted(peer) {
+            let mut status = Status::unavailable(
+                "a request forwarded without its caller's proof (by a replica of the plaintext release): ask this replica directly",
+            );
+            if let Ok(v) = tonic::metadata::MetadataValue::try_from(self.replica.addr.as_str()) {
+                status.metadata_mut().insert(quorum_proto::LEADER_HINT_KEY, v);
+            }
+            return Err(status);
+        }
+        // Without TLS nothing tells a replica from anyone else: a request without a credential
+        // over plaintext is taken for a replica asking for itself, as its Raft messages are
+        // (the warning `insecure` and `transitional` log at every start says so).
+        if auth.is_none() && self.plaintext_trusted(peer) {
+            return Ok(replica_caller(0));
         }
         let auth = auth
             .and_then(|v| v.to_str().ok())
