@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what a fresh Debian/Ubuntu machine lacks to build Quorum: protoc (tonic's code
-# generation) and libclang (bindgen for the rocksdb crate). RocksDB itself is compiled from
+# generation), libclang (bindgen for the rocksdb crate), and MUNGE (libmunge to link against,
+# munged for `quorum dev` and the tests), which every Slurm site already runs. RocksDB itself is compiled from
 # source by the rocksdb crate; see README.md, "Building".
 set -euo pipefail
 need=()
@@ -13,6 +14,8 @@ for pattern in '/usr/lib/llvm-*/lib/libclang.so*' '/usr/lib/llvm-*/lib/libclang-
 done
 [ $have_libclang = yes ] || need+=(libclang-dev)
 command -v c++ >/dev/null 2>&1 || need+=(g++)
+[ -x /usr/sbin/munged ] || need+=(munge)
+[ -e /usr/include/munge.h ] || need+=(libmunge-dev)
 command -v make >/dev/null 2>&1 || need+=(make)
 if [ ${#need[@]} -eq 0 ]; then
   exit 0

@@ -35,3 +35,110 @@ pub fn verify_launch(agent: &Agent, launch: &Launch) -> Result<Option<Grant>, St
 pub fn verify_signal(agent: &Agent, s: &Signal) -> Result<(), String> {
     verify(agent, s.job_id, s.token, &s.grant, &s.signature).map(|_| ())
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use quorum_auth::launch::{launch_digest, Grant, Signer, Verifier};
+    use quorum_auth::pki::Layout;
+    use quorum_proto::agent::Launch;
+    use quorum_proto::api::JobSpec;
+
+    use super::{now_ms, verify_launch, verify_signal};
+    use crate::{Agent, AgentConfig};
+
+    fn agent(key: Option<Verifier>) -> std::sync::Arc<Agent> {
+        Agent::new(AgentConfig {
+            name: "node01".into(),
+            controllers: vec!["127.0.0.1:1".into()],
+            cpus: 1,
+            mem_mb: 1024,
+            gpus: vec![],
+            features: vec![],
+            spool_dir: std::env::temp_dir(),
+            heartbeat: Duration::from_secs(1),
+            kill_wait: Duration::from_secs(1),
+            switch_user: false,
+            cgroups: false,
+            health_check: None,
+            tls: None,
+            launch_key: key,
+            clock_skew: Duration::from_secs(5),
+        })
+    }
+
+    fn launch() -> Launch {
+        Launch {
+            job_id: 7,
+            token: 3,
+            user: "alice".into(),
+            nodelist: "node01".into(),
+            spec: Some(JobSpec { argv: vec!["id".into()], ..Default::default() }),
+            ..Default::default()
+        }
+    }
+
+    fn grant_for(l: &Launch, node: &str, expires_at_ms: u64) -> Grant {
+        Grant {
+            job_id: l.job_id,
+            token: l.token,
+            user: l.user.clone(),
+            uid: 1001,
+            gid: 1001,
+            node: node.into(),
+            nodelist: l.nodelist.clone(),
+            expires_at_ms,
+            spec: launch_digest(l.spec.as_ref()),
+        }
+    }
+
+    #[tokio::test]
+    async fn an_agent_runs_only_what_the_leader_signed_for_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = Layout::new(dir.path());
+        layout.init().unwrap();
+        let signer = Signer::load(&layout.launch_key()).unwrap();
+        let agent = agent(Some(Verifier::load(&layout.launch_pub()).unwrap()));
+        let later = now_ms() + 60_000;
+        let signed = |l: &Launch, g: &Grant| {
+            let (grant, signature) = signer.sign(g);
+            Launch { grant, signature, ..l.clone() }
+        };
+        let good = signed(&launch(), &grant_for(&launch(), "node01", later));
+        assert_eq!(verify_launch(&agent, &good).unwrap().unwrap().uid, 1001);
+
+        let unsigned = launch();
+        assert!(verify_launch(&agent, &unsigned).unwrap_err().contains("no signature"));
+        let mut as_root = good.clone();
+        as_root.user = "root".into();
+        assert!(verify_launch(&agent, &as_root).unwrap_err().contains("for user 'alice', not 'root'"));
+        let mut other_command = good.clone();
+        other_command.spec = Some(JobSpec { argv: vec!["cat".into(), "/etc/shadow".into()], ..Default::default() });
+        assert!(verify_launch(&agent, &other_command).unwrap_err().contains("job spec"));
+        let elsewhere = signed(&launch(), &grant_for(&launch(), "node02", later));
+        assert!(verify_launch(&agent, &elsewhere).unwrap_err().contains("for node 'node02'"));
+        let stale = signed(&launch(), &grant_for(&launch(), "node01", now_ms() - 60_000));
+        assert!(verify_launch(&agent, &stale).unwrap_err().contains("expired"));
+        let mut forged = good.clone();
+        forged.grant = String::from_utf8(forged.grant).unwrap().replace("1001", "0").into_bytes();
+        assert!(verify_launch(&agent, &forged).unwrap_err().contains("does not verify"));
+
+        // Signals carry the job's grant too.
+        let signal = |g: &Launch| quorum_proto::agent::Signal {
+            job_id: 7,
+            token: 3,
+            signal: 10,
+            grant: g.grant.clone(),
+            signature: g.signature.clone(),
+        };
+        assert!(verify_signal(&agent, &signal(&good)).is_ok());
+        assert!(verify_signal(&agent, &signal(&unsigned)).is_err());
+        let mut other_job = signal(&good);
+        other_job.job_id = 8;
+        assert!(verify_signal(&agent, &other_job).is_err());
+
+        // An agent without the launch key (an insecure cluster) checks nothing.
+        assert_eq!(verify_launch(&self::agent(None), &unsigned), Ok(None));
+    }
+}

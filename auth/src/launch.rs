@@ -70,7 +70,8 @@ pub struct Signer {
 
 impl Signer {
     pub fn load(path: &Path) -> anyhow::Result<Signer> {
-        let bytes = std::fs::read(path).map_err(|e| anyhow::anyhow!("reading the launch key {}: {e}", path.display()))?;
+        let bytes =
+            std::fs::read(path).map_err(|e| anyhow::anyhow!("reading the launch key {}: {e}", path.display()))?;
         let key = Ed25519KeyPair::from_pkcs8(&bytes)
             .map_err(|e| anyhow::anyhow!("{} is not an Ed25519 launch key: {e}", path.display()))?;
         Ok(Signer { key })
@@ -123,7 +124,9 @@ impl Verifier {
         }
         let mut message = CONTEXT.to_vec();
         message.extend_from_slice(bytes);
-        UnparsedPublicKey::new(&ED25519, &self.key).verify(&message, signature).map_err(|_| LaunchError::BadSignature)?;
+        UnparsedPublicKey::new(&ED25519, &self.key)
+            .verify(&message, signature)
+            .map_err(|_| LaunchError::BadSignature)?;
         let grant: Grant = serde_json::from_slice(bytes).map_err(|e| LaunchError::Malformed(e.to_string()))?;
         if grant.expires_at_ms.saturating_add(skew_ms) < now_ms {
             return Err(LaunchError::Expired(now_ms - grant.expires_at_ms));

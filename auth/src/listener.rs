@@ -168,7 +168,11 @@ async fn accept(socket: TcpStream, addr: SocketAddr, mode: Mode, tls: Option<Arc
     }
     let tls = tls.ok_or_else(|| io::Error::other("TLS is not configured"))?;
     let stream = tokio_rustls::TlsAcceptor::from(tls.config()).accept(socket).await?;
-    let role =
-        stream.get_ref().1.peer_certificates().and_then(|certs| certs.first()).and_then(|c| PeerRole::of_certificate(c));
+    let role = stream
+        .get_ref()
+        .1
+        .peer_certificates()
+        .and_then(|certs| certs.first())
+        .and_then(|c| PeerRole::of_certificate(c));
     Ok(Conn::Tls(Box::new(stream), Peer { addr: Some(addr), role, tls: true }))
 }

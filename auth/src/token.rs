@@ -58,8 +58,8 @@ impl Tokens {
         let mut keys = Vec::new();
         for p in paths {
             let p = p.as_ref();
-            let text =
-                std::fs::read_to_string(p).map_err(|e| anyhow::anyhow!("reading the token key {}: {e}", p.display()))?;
+            let text = std::fs::read_to_string(p)
+                .map_err(|e| anyhow::anyhow!("reading the token key {}: {e}", p.display()))?;
             let secret = text.trim().as_bytes().to_vec();
             if secret.len() < 32 {
                 anyhow::bail!("the token key {} is too short (at least 32 characters)", p.display());
@@ -92,22 +92,16 @@ impl Tokens {
     pub fn verify(&self, token: &str, now_s: u64, skew_s: u64) -> Result<Claims, TokenError> {
         let (signed, tag) = token.rsplit_once('.').ok_or(TokenError::Malformed)?;
         let (header, claims) = signed.split_once('.').ok_or(TokenError::Malformed)?;
-        let header: Header = B64
-            .decode(header)
-            .ok()
-            .and_then(|h| serde_json::from_slice(&h).ok())
-            .ok_or(TokenError::Malformed)?;
+        let header: Header =
+            B64.decode(header).ok().and_then(|h| serde_json::from_slice(&h).ok()).ok_or(TokenError::Malformed)?;
         if header.alg != "HS256" {
             return Err(TokenError::Malformed);
         }
         let key = self.keys.iter().find(|k| k.id == header.kid).ok_or(TokenError::UnknownKey(header.kid))?;
         let tag = B64.decode(tag).map_err(|_| TokenError::Malformed)?;
         hmac::verify(&key.key, signed.as_bytes(), &tag).map_err(|_| TokenError::BadSignature)?;
-        let claims: Claims = B64
-            .decode(claims)
-            .ok()
-            .and_then(|c| serde_json::from_slice(&c).ok())
-            .ok_or(TokenError::Malformed)?;
+        let claims: Claims =
+            B64.decode(claims).ok().and_then(|c| serde_json::from_slice(&c).ok()).ok_or(TokenError::Malformed)?;
         if claims.exp.saturating_add(skew_s) < now_s {
             return Err(TokenError::Expired(now_s - claims.exp));
         }

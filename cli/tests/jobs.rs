@@ -93,7 +93,11 @@ async fn submit_as(c: &quorum_client::client::Client, user: &str, spec: api::Job
     try_submit_as(c, user, spec).await.expect("submit")
 }
 
-async fn try_submit_as(c: &quorum_client::client::Client, user: &str, spec: api::JobSpec) -> Result<u64, tonic::Status> {
+async fn try_submit_as(
+    c: &quorum_client::client::Client,
+    user: &str,
+    spec: api::JobSpec,
+) -> Result<u64, tonic::Status> {
     let c = token_client(c.addrs(), user);
     let req =
         api::SubmitJobRequest { spec: Some(spec), user: user.into(), request_id: uuid::Uuid::new_v4().to_string() };

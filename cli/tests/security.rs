@@ -124,6 +124,37 @@ async fn users_act_on_their_own_jobs_only_and_roles_say_who_may_do_more() {
     let text = std::fs::read_to_string(dir.path().join(format!("claim-{claimed_id}.out"))).unwrap();
     assert_eq!(text.trim(), alice_uid.to_string(), "the job ran as alice, not root");
 
+    // Bob's environment and command are his: alice sees his job, not what is in it.
+    let secret = std::process::Command::new("runuser")
+        .args(["-u", "bob", "--"])
+        .arg(quorum_bin())
+        .args(["submit", "--hold", "--", "echo", "bobs-argument"])
+        .envs(cluster.env())
+        .env("AWS_SECRET_ACCESS_KEY", "bobs-secret-key")
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let secret_job: u64 = String::from_utf8_lossy(&secret.stdout).trim().rsplit(' ').next().unwrap().parse().unwrap();
+    let spec_as = |user: &'static str| {
+        let c = client_as(&cluster.addrs, user);
+        async move {
+            let req = api::GetJobRequest { job_id: secret_job, stale: false, array_task_id: None };
+            let job = c.call(|mut cl| async move { cl.get_job(req).await }).await.unwrap().job.unwrap();
+            let spec = job.spec.unwrap();
+            format!("{:?} {:?}", spec.env, spec.argv)
+        }
+    };
+    let bobs_view = spec_as("bob").await;
+    assert!(bobs_view.contains("bobs-secret-key") && bobs_view.contains("bobs-argument"), "{bobs_view}");
+    let alices_view = spec_as("alice").await;
+    assert!(!alices_view.contains("bobs-secret-key") && !alices_view.contains("bobs-argument"), "{alices_view}");
+    let shown = alice(&["show", "--json", &secret_job.to_string()]);
+    assert_eq!(shown.code, 0, "{shown:?}");
+    assert!(!shown.stdout.contains("bobs-argument"), "{shown:?}");
+    let queue = alice(&["queue", "--all", "--json"]);
+    assert!(queue.stdout.contains(&format!("\"id\": {secret_job}")), "{queue:?}");
+    assert!(!queue.stdout.contains("bobs-secret-key"), "{queue:?}");
+
     let running = submitted(&bob(&["submit", "--", "sleep", "300"]));
     wait_state(&c, running, &["RUNNING"], T).await;
     let held = submitted(&bob(&["submit", "--hold", "--", "true"]));
@@ -206,7 +237,8 @@ async fn impostors_are_refused_at_every_port_and_change_nothing() {
     let tool = with_cert(&PeerRole::Client("tool".into()));
 
     // The Raft service: nobody but a replica's certificate, whatever the payload says.
-    let forged = quorum_proto::raft::RaftPayload { payload: br#"{"vote":{"leader_id":{"term":999,"node_id":9}}}"#.to_vec() };
+    let forged =
+        quorum_proto::raft::RaftPayload { payload: br#"{"vote":{"leader_id":{"term":999,"node_id":9}}}"#.to_vec() };
     for tls in [&anonymous, &tool] {
         let mut raft = RaftServiceClient::new(channel(&addr, tls).await);
         for e in [raft.append_entries(forged.clone()).await.unwrap_err(), raft.vote(forged.clone()).await.unwrap_err()]
@@ -338,5 +370,41 @@ async fn a_second_agent_under_one_name_never_runs_the_nodes_job_again() {
     let _ = stop.send(true);
     twin.kill_all();
     let _ = task.await;
+    cluster.shutdown().await;
+}
+
+/// `private_data = ["jobs"]`: users see their own jobs only, as with Slurm's PrivateData=jobs;
+/// operators see all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn private_jobs_are_seen_by_their_owners_and_operators_only() {
+    if !is_root() {
+        eprintln!("skipped: the test makes Unix users and runs commands as them, as root");
+        return;
+    }
+    for u in ["alice", "bob", "qop"] {
+        ensure_user(u);
+    }
+    let opts =
+        DevOptions { operators: vec!["qop".into()], private_data: vec!["jobs".into()], ..DevOptions::for_tests() };
+    let cluster = cluster(opts).await;
+    let c = client(&cluster.addrs);
+    wait_ready(&cluster, &c, 2).await;
+    let dir = open_dir();
+    let bobs = submitted(&as_user(&cluster, "bob", dir.path(), &["submit", "--hold", "--", "true"]));
+    let alices = submitted(&as_user(&cluster, "alice", dir.path(), &["submit", "--hold", "--", "true"]));
+    let listed = |user: &str| -> Vec<u64> {
+        let q = as_user(&cluster, user, dir.path(), &["queue", "--all", "--json"]);
+        assert_eq!(q.code, 0, "{q:?}");
+        let v: serde_json::Value = serde_json::from_str(&q.stdout).unwrap();
+        v.as_array().unwrap().iter().map(|j| j["id"].as_u64().unwrap()).collect()
+    };
+    assert_eq!(listed("alice"), [alices]);
+    assert_eq!(listed("bob"), [bobs]);
+    assert_eq!(listed("qop"), [bobs, alices]);
+    refused(
+        &as_user(&cluster, "alice", dir.path(), &["show", &bobs.to_string()]),
+        "alice reading bob's private job",
+        &format!("job {bobs} does not exist"),
+    );
     cluster.shutdown().await;
 }

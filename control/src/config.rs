@@ -643,6 +643,19 @@ mod tests {
         let e = c.validate().unwrap_err().to_string();
         assert!(e.contains("partition 'gpu'") && e.contains("runs backwards"), "{e}");
 
+        // [security]: certificates unless insecure; known private data only.
+        let without = text.replace("certs_dir = \"/etc/quorum/certs\"", "");
+        let e = toml::from_str::<ControllerConfig>(&without).unwrap().validate().unwrap_err().to_string();
+        assert!(e.contains("certs_dir is required"), "{e}");
+        let insecure = text.replace("certs_dir = \"/etc/quorum/certs\"", "insecure = true");
+        toml::from_str::<ControllerConfig>(&insecure).unwrap().validate().unwrap();
+        let private = text.replace("certs_dir = \"/etc/quorum/certs\"", "certs_dir = \"/c\"\nprivate_data = [\"secrets\"]");
+        let e = toml::from_str::<ControllerConfig>(&private).unwrap().validate().unwrap_err().to_string();
+        assert!(e.contains("unknown 'secrets'"), "{e}");
+        let both = text.replace("certs_dir = \"/etc/quorum/certs\"", "insecure = true\ntransitional = \"accept\"");
+        assert!(toml::from_str::<ControllerConfig>(&both).unwrap().validate().is_err());
+        assert_eq!(toml::from_str::<ControllerConfig>(text).unwrap().security.clock_skew_s, 30);
+
         let bad = text.replace("id = 1\n            listen", "id = 9\n            listen");
         let c: ControllerConfig = toml::from_str(&bad).unwrap();
         assert!(c.validate().unwrap_err().to_string().contains("id 9 is not among"));

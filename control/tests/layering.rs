@@ -15,6 +15,7 @@ use std::process::Command;
 const CRATE_ROOTS: &[&str] = &[
     "model/src",
     "proto/src",
+    "auth/src",
     "raft/src",
     "control/state/src",
     "control/sched/src",

@@ -168,39 +168,41 @@ impl DevCluster {
         let configs: Vec<ControllerConfig> = replicas
             .iter()
             .enumerate()
-            .map(|(i, r)| -> anyhow::Result<ControllerConfig> { Ok(ControllerConfig {
-                id: r.id,
-                listen: r.addr.clone(),
-                advertise: None,
-                data_dir: data_dir.join(format!("controller-{}", r.id)),
-                replicas: replicas.clone(),
-                partitions: vec![PartitionConfig {
-                    name: "gpu".into(),
-                    nodes: nodes.clone(),
-                    default: true,
-                    max_time: Some("7-00:00:00".into()),
-                    default_time: Some("1:00:00".into()),
-                    default_mem_per_cpu: Some("1G".into()),
-                    priority_tier: 0,
-                    max_nodes: None,
-                    exclusive: false,
-                }],
-                raft_heartbeat_ms: 50,
-                election_timeout_min_ms: 150,
-                election_timeout_max_ms: 300,
-                raft_max_payload_entries: 32,
-                snapshot_every: opts.snapshot_every,
-                snapshot_keep_logs: opts.snapshot_keep_logs,
-                node_timeout_ms: opts.node_timeout.as_millis() as u64,
-                agent_lease_ms: opts.agent_lease.as_millis() as u64,
-                join: false,
-                scheduler: Default::default(),
-                qos: vec![],
-                accounts: vec![],
-                switches: vec![],
-                emulate_feature_level: opts.emulate_levels.iter().find(|(at, _)| *at == i).map(|(_, l)| *l),
-                security: security_config(r.id)?,
-            })})
+            .map(|(i, r)| -> anyhow::Result<ControllerConfig> {
+                Ok(ControllerConfig {
+                    id: r.id,
+                    listen: r.addr.clone(),
+                    advertise: None,
+                    data_dir: data_dir.join(format!("controller-{}", r.id)),
+                    replicas: replicas.clone(),
+                    partitions: vec![PartitionConfig {
+                        name: "gpu".into(),
+                        nodes: nodes.clone(),
+                        default: true,
+                        max_time: Some("7-00:00:00".into()),
+                        default_time: Some("1:00:00".into()),
+                        default_mem_per_cpu: Some("1G".into()),
+                        priority_tier: 0,
+                        max_nodes: None,
+                        exclusive: false,
+                    }],
+                    raft_heartbeat_ms: 50,
+                    election_timeout_min_ms: 150,
+                    election_timeout_max_ms: 300,
+                    raft_max_payload_entries: 32,
+                    snapshot_every: opts.snapshot_every,
+                    snapshot_keep_logs: opts.snapshot_keep_logs,
+                    node_timeout_ms: opts.node_timeout.as_millis() as u64,
+                    agent_lease_ms: opts.agent_lease.as_millis() as u64,
+                    join: false,
+                    scheduler: Default::default(),
+                    qos: vec![],
+                    accounts: vec![],
+                    switches: vec![],
+                    emulate_feature_level: opts.emulate_levels.iter().find(|(at, _)| *at == i).map(|(_, l)| *l),
+                    security: security_config(r.id)?,
+                })
+            })
             .collect::<anyhow::Result<_>>()?;
         let mut controllers = Vec::new();
         for (config, listener) in configs.iter().zip(listeners) {

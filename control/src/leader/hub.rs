@@ -113,7 +113,8 @@ impl AgentHub {
             tracing::warn!(node, old = old.id, new = id, "a new session for the node replaces the one it had");
             let _ = old.superseded.send(true);
             let _ = old.tx.try_send(Err(Status::aborted(format!("a newer session for node {node} replaced this one"))));
-            let mut jobs: HashSet<(JobId, u64)> = old.launched.union(&old.reported.iter().copied().collect()).copied().collect();
+            let mut jobs: HashSet<(JobId, u64)> =
+                old.launched.union(&old.reported.iter().copied().collect()).copied().collect();
             if let Some(prev) = inner.held.remove(node).filter(|h| h.since.elapsed() < self.lease) {
                 jobs.extend(prev.jobs);
             }
@@ -213,13 +214,8 @@ impl AgentHub {
     pub fn signal(&self, state: &ClusterState, node: &str, job_id: JobId, token: u64, signal: i32) -> bool {
         let inner = self.lock();
         let Some(launch) = self.launch_for(state, job_id, node) else { return false };
-        let signal = quorum_proto::agent::Signal {
-            job_id,
-            token,
-            signal,
-            grant: launch.grant,
-            signature: launch.signature,
-        };
+        let signal =
+            quorum_proto::agent::Signal { job_id, token, signal, grant: launch.grant, signature: launch.signature };
         inner.conns.get(node).is_some_and(|c| send(c, Msg::Signal(signal)))
     }
 

@@ -58,11 +58,10 @@ mod tests {
 
     #[test]
     fn dropped_starts_are_counted_by_kind() {
-        let leader =
-            LeaderState::new(
-                Liveness { node_timeout: Duration::from_secs(30), agent_lease: Duration::from_secs(20) },
-                super::Grants::new(None),
-            );
+        let leader = LeaderState::new(
+            Liveness { node_timeout: Duration::from_secs(30), agent_lease: Duration::from_secs(20) },
+            super::Grants::new(None),
+        );
         let full = |node: &str| DropReason::NodeFull { node: node.into() };
         assert_eq!(leader.count_dropped(&full("n1")), 1);
         assert_eq!(leader.count_dropped(&DropReason::JobGone { job: 4 }), 1);

@@ -1,15 +1,19 @@
 //! Accounts and QOS: the operators' changes (`quorum admin account`, `qos`) and the fairshare
 //! tree (`quorum shares`).
 
-use quorum_proto::api::*;
 use quorum_auth::Caller;
+use quorum_proto::api::*;
 use tonic::Status;
 
 use super::api::{rejection_status, write_status, Api};
 use crate::replica::now_ms;
 use quorum_state::{Command, Response};
 
-pub(super) async fn upsert_account(api: &Api, _caller: &Caller, r: UpsertAccountRequest) -> Result<AdminResponse, Status> {
+pub(super) async fn upsert_account(
+    api: &Api,
+    _caller: &Caller,
+    r: UpsertAccountRequest,
+) -> Result<AdminResponse, Status> {
     let a = r.account.ok_or_else(|| Status::invalid_argument("missing account"))?;
     let account = crate::model::Account {
         name: a.name,

@@ -109,7 +109,9 @@ impl Authenticator {
             Rule::Replica => match &peer.role {
                 Some(PeerRole::Replica(id)) => Ok(Some(replica_caller(*id))),
                 _ if self.plaintext_trusted(peer) => Ok(Some(replica_caller(0))),
-                _ => Err(Status::permission_denied(format!("{path} is for replicas only: present a replica certificate"))),
+                _ => Err(Status::permission_denied(format!(
+                    "{path} is for replicas only: present a replica certificate"
+                ))),
             },
             Rule::Agent => match &peer.role {
                 Some(PeerRole::Agent(_)) => Ok(None),
@@ -177,9 +179,9 @@ impl Authenticator {
         if auth.is_none() && self.plaintext_trusted(peer) {
             return Ok(replica_caller(0));
         }
-        let auth = auth
-            .and_then(|v| v.to_str().ok())
-            .ok_or_else(|| Status::unauthenticated("no credential: the request carries neither a MUNGE credential nor a token"))?;
+        let auth = auth.and_then(|v| v.to_str().ok()).ok_or_else(|| {
+            Status::unauthenticated("no credential: the request carries neither a MUNGE credential nor a token")
+        })?;
         if let Some(cred) = auth.strip_prefix(quorum_proto::MUNGE_PREFIX) {
             let (who, _) =
                 self.security.munge.decode(cred.trim()).map_err(|e| Status::unauthenticated(e.to_string()))?;
@@ -193,7 +195,8 @@ impl Authenticator {
                 .tokens
                 .as_ref()
                 .ok_or_else(|| Status::unauthenticated("this replica has no token key: tokens are not accepted"))?;
-            let claims = tokens.verify(token.trim(), now_s(), skew).map_err(|e| Status::unauthenticated(e.to_string()))?;
+            let claims =
+                tokens.verify(token.trim(), now_s(), skew).map_err(|e| Status::unauthenticated(e.to_string()))?;
             let user = users::by_name(&claims.sub).map_err(Status::unauthenticated)?;
             let role = self.role_of(&user.name, user.uid);
             return Ok(Caller { user: user.name, uid: user.uid, gid: user.gid, role, proof: Proof::Token });

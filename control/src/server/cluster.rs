@@ -4,8 +4,8 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use quorum_proto::api::*;
 use quorum_auth::Caller;
+use quorum_proto::api::*;
 use tonic::Status;
 
 use super::api::{write_status, Api};
@@ -22,7 +22,11 @@ const ASK_LIMIT: Duration = Duration::from_secs(1);
 /// How long a replica waits to reach a digest point before saying how far it got.
 const DIGEST_WAIT: Duration = Duration::from_secs(10);
 
-pub(super) async fn get_replica_status(api: &Api, _caller: &Caller, _r: ReplicaStatusRequest) -> Result<ReplicaStatus, Status> {
+pub(super) async fn get_replica_status(
+    api: &Api,
+    _caller: &Caller,
+    _r: ReplicaStatusRequest,
+) -> Result<ReplicaStatus, Status> {
     let metrics = api.replica.raft.metrics();
     let m = metrics.borrow();
     let role = match m.state {
@@ -50,7 +54,11 @@ pub(super) async fn get_replica_status(api: &Api, _caller: &Caller, _r: ReplicaS
     })
 }
 
-pub(super) async fn cluster_members(api: &Api, _caller: &Caller, _r: ClusterStatusRequest) -> Result<ClusterStatusResponse, Status> {
+pub(super) async fn cluster_members(
+    api: &Api,
+    _caller: &Caller,
+    _r: ClusterStatusRequest,
+) -> Result<ClusterStatusResponse, Status> {
     let metrics = api.replica.raft.metrics();
     let m = metrics.borrow();
     let members = m
@@ -69,7 +77,11 @@ pub(super) async fn digest(api: &Api, _caller: &Caller, _r: DigestRequest) -> Re
     }
 }
 
-pub(super) async fn replica_digest(api: &Api, _caller: &Caller, r: ReplicaDigestRequest) -> Result<ReplicaDigestResponse, Status> {
+pub(super) async fn replica_digest(
+    api: &Api,
+    _caller: &Caller,
+    r: ReplicaDigestRequest,
+) -> Result<ReplicaDigestResponse, Status> {
     let index = r.index;
     let mut applied = api.replica.shared.applied_index.subscribe();
     let reached = tokio::time::timeout(DIGEST_WAIT, applied.wait_for(|a| *a >= index)).await.is_ok_and(|r| r.is_ok());
@@ -89,7 +101,11 @@ pub(super) async fn replica_digest(api: &Api, _caller: &Caller, r: ReplicaDigest
     Ok(ReplicaDigestResponse { id: api.replica.id, index, digest })
 }
 
-pub(super) async fn transfer_leader(api: &Api, _caller: &Caller, r: TransferLeaderRequest) -> Result<TransferLeaderResponse, Status> {
+pub(super) async fn transfer_leader(
+    api: &Api,
+    _caller: &Caller,
+    r: TransferLeaderRequest,
+) -> Result<TransferLeaderResponse, Status> {
     let Ok(_guard) = api.replica.membership_change.try_lock() else {
         return Err(Status::failed_precondition(
             "cannot transfer leadership: a membership change is in progress; wait for it to finish",
@@ -108,7 +124,11 @@ pub(super) async fn campaign(api: &Api, _caller: &Caller, _r: CampaignRequest) -
     Ok(CampaignResponse {})
 }
 
-pub(super) async fn add_replica(api: &Api, _caller: &Caller, r: MembershipChangeRequest) -> Result<MembershipChangeResponse, Status> {
+pub(super) async fn add_replica(
+    api: &Api,
+    _caller: &Caller,
+    r: MembershipChangeRequest,
+) -> Result<MembershipChangeResponse, Status> {
     if r.id == 0 || r.addr.trim().is_empty() {
         return Err(Status::invalid_argument("add-replica needs an id above 0 and an address host:port"));
     }
@@ -161,7 +181,11 @@ pub(super) async fn add_replica(api: &Api, _caller: &Caller, r: MembershipChange
     .await
 }
 
-pub(super) async fn remove_replica(api: &Api, _caller: &Caller, r: MembershipChangeRequest) -> Result<MembershipChangeResponse, Status> {
+pub(super) async fn remove_replica(
+    api: &Api,
+    _caller: &Caller,
+    r: MembershipChangeRequest,
+) -> Result<MembershipChangeResponse, Status> {
     let (mut voters, learners, _) = membership(api);
     if !voters.contains(&r.id) && !learners.contains(&r.id) {
         return Err(Status::not_found(format!(

@@ -197,7 +197,10 @@ async fn signal_jobs(api: &Api, caller: &Caller, r: CancelJobRequest) -> Result<
             Ok((token, Some(nodes))) => {
                 let missed: Vec<String> = {
                     let applied = api.replica.shared.read();
-                    nodes.into_iter().filter(|n| !api.leader.hub.signal(&applied.state, n, job_id, token, signal)).collect()
+                    nodes
+                        .into_iter()
+                        .filter(|n| !api.leader.hub.signal(&applied.state, n, job_id, token, signal))
+                        .collect()
                 };
                 if missed.is_empty() {
                     CancelResult { job_id, ok: true, error: String::new() }

@@ -1,8 +1,8 @@
 //! Nodes: the node list (`quorum nodes`), operators' drain and resume, and GPU fault drills.
 
+use quorum_auth::Caller;
 use quorum_proto::agent::GpuState;
 use quorum_proto::api::*;
-use quorum_auth::Caller;
 use tonic::Status;
 
 use super::api::{read_barrier, rejection_status, write_status, Api};
@@ -23,7 +23,11 @@ pub(super) async fn list_nodes(api: &Api, _caller: &Caller, r: ListNodesRequest)
     Ok(ListNodesResponse { nodes, applied_index: applied.applied_index() })
 }
 
-pub(super) async fn set_nodes_drained(api: &Api, _caller: &Caller, r: SetNodesDrainedRequest) -> Result<AdminResponse, Status> {
+pub(super) async fn set_nodes_drained(
+    api: &Api,
+    _caller: &Caller,
+    r: SetNodesDrainedRequest,
+) -> Result<AdminResponse, Status> {
     let nodes: Vec<String> = r.nodes.iter().map(|n| n.trim().to_string()).filter(|n| !n.is_empty()).collect();
     if nodes.is_empty() {
         return Err(Status::invalid_argument("name at least one node"));
@@ -40,7 +44,11 @@ pub(super) async fn set_nodes_drained(api: &Api, _caller: &Caller, r: SetNodesDr
     }
 }
 
-pub(super) async fn inject_gpu_fault(api: &Api, _caller: &Caller, r: GpuFaultRequest) -> Result<GpuFaultResponse, Status> {
+pub(super) async fn inject_gpu_fault(
+    api: &Api,
+    _caller: &Caller,
+    r: GpuFaultRequest,
+) -> Result<GpuFaultResponse, Status> {
     crate::model::gpu_fault::parse_fault(&r.kind).map_err(Status::invalid_argument)?;
     {
         let applied = api.replica.shared.read();

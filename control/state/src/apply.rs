@@ -115,7 +115,10 @@ pub fn apply(state: &mut ClusterState, index: u64, command: Command) -> Response
         Command::SetRole { user, role, now } => {
             advance_clock(state, now);
             if user.is_empty() {
-                return Response::Rejected(Rejection::InvalidConfig { what: "role".into(), reason: "empty user name".into() });
+                return Response::Rejected(Rejection::InvalidConfig {
+                    what: "role".into(),
+                    reason: "empty user name".into(),
+                });
             }
             if role == quorum_model::Role::User {
                 state.roles.remove(&user);

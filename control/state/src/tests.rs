@@ -521,3 +521,21 @@ fn a_compressed_snapshot_writes_each_environment_once_and_restores_the_state_and
     assert!(env_of(1).same(&env_of(3)) && !env_of(1).same(&env_of(2)), "jobs of one shell share it again");
     assert!(env_of(8).is_empty());
 }
+
+#[test]
+fn roles_given_at_run_time_are_replicated_state_and_user_takes_them_back() {
+    let mut s = cluster();
+    let empty = crate::digest(&s);
+    let set = |s: &mut ClusterState, user: &str, role: Role| {
+        apply(s, 10, Command::SetRole { user: user.into(), role, now: 1 })
+    };
+    assert_eq!(set(&mut s, "alice", Role::Operator), Response::Ok);
+    assert_eq!(s.roles.get("alice"), Some(&Role::Operator));
+    assert_ne!(crate::digest(&s), empty);
+    assert!(matches!(set(&mut s, "", Role::Admin), Response::Rejected(Rejection::InvalidConfig { .. })));
+    assert_eq!(set(&mut s, "alice", Role::User), Response::Ok);
+    assert!(s.roles.is_empty());
+    // No roles given: the state serializes as before roles existed (older replicas' digests).
+    assert!(!serde_json::to_string(&s).unwrap().contains("roles"));
+    assert_eq!(Command::SetRole { user: "a".into(), role: Role::Admin, now: 1 }.level().0, 8);
+}

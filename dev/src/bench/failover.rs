@@ -6,7 +6,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-
 use super::harness::{controller_bin, held_job, progress, progress_done, spread, submit_one, BenchAgent, Replicas};
 
 #[derive(serde::Serialize)]
