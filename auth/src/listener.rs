@@ -31,12 +31,58 @@ pub enum Mode {
 }
 
 /// Who is at the other end of a connection.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default)]
 pub struct Peer {
     pub addr: Option<SocketAddr>,
     /// The role its certificate names, verified against the cluster CA; `None` without one.
     pub role: Option<PeerRole>,
     pub tls: bool,
+    /// What was proved on this connection (one per connection, shared by its requests).
+    pub session: Arc<Session>,
+}
+
+/// The credential a connection's client proved itself with, and who it named: a client sends
+/// the same MUNGE credential with each request on one connection for a while, and only the first
+/// is decoded by munged. The credential is accepted again on this connection only (its TLS
+/// session); on any other, munged refuses it as replayed.
+#[derive(Debug, Default)]
+pub struct Session {
+    verified: std::sync::Mutex<Option<Verified>>,
+}
+
+#[derive(Clone, Debug)]
+struct Verified {
+    credential: String,
+    uid: u32,
+    gid: u32,
+    user: String,
+    at: std::time::Instant,
+}
+
+impl Session {
+    /// Who `credential` names: as this connection proved it less than `fresh` ago, else as
+    /// `decode` says (then remembered). Requests of one connection that bring a new credential
+    /// at once wait for one another, so that it is decoded once, not refused as replayed.
+    pub fn prove<E>(
+        &self,
+        credential: &str,
+        fresh: Duration,
+        decode: impl FnOnce() -> Result<(String, u32, u32), E>,
+    ) -> Result<(String, u32, u32), E> {
+        let mut v = self.verified.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(hit) = v.as_ref().filter(|v| v.credential == credential && v.at.elapsed() < fresh) {
+            return Ok((hit.user.clone(), hit.uid, hit.gid));
+        }
+        let (user, uid, gid) = decode()?;
+        *v = Some(Verified {
+            credential: credential.to_string(),
+            uid,
+            gid,
+            user: user.clone(),
+            at: std::time::Instant::now(),
+        });
+        Ok((user, uid, gid))
+    }
 }
 
 impl Peer {
@@ -153,7 +199,7 @@ pub fn incoming(
 }
 
 async fn accept(socket: TcpStream, addr: SocketAddr, mode: Mode, tls: Option<Arc<ServerTls>>) -> io::Result<Conn> {
-    let plain = Peer { addr: Some(addr), role: None, tls: false };
+    let plain = Peer { addr: Some(addr), role: None, tls: false, session: Arc::default() };
     let use_tls = match mode {
         Mode::Plaintext => false,
         Mode::Tls => true,
@@ -174,5 +220,5 @@ async fn accept(socket: TcpStream, addr: SocketAddr, mode: Mode, tls: Option<Arc
         .peer_certificates()
         .and_then(|certs| certs.first())
         .and_then(|c| PeerRole::of_certificate(c));
-    Ok(Conn::Tls(Box::new(stream), Peer { addr: Some(addr), role, tls: true }))
+    Ok(Conn::Tls(Box::new(stream), Peer { addr: Some(addr), role, tls: true, session: Arc::default() }))
 }

@@ -281,9 +281,15 @@ async fn impostors_are_refused_at_every_port_and_change_nothing() {
     let mut once = tonic::Request::new(api::WhoAmIRequest {});
     munge_metadata(&mut once, &cred);
     assert_eq!(api.who_am_i(once).await.unwrap().into_inner().user, "root");
+    // Sent again on the connection that proved it, it is the same client; on any other
+    // connection it is a replay, and munged refuses it.
+    let mut again = tonic::Request::new(api::WhoAmIRequest {});
+    munge_metadata(&mut again, &cred);
+    assert_eq!(api.who_am_i(again).await.unwrap().into_inner().user, "root");
+    let mut elsewhere = QuorumClient::new(channel(&addr, &anonymous).await);
     let mut twice = tonic::Request::new(api::WhoAmIRequest {});
     munge_metadata(&mut twice, &cred);
-    let e = api.who_am_i(twice).await.unwrap_err();
+    let e = elsewhere.who_am_i(twice).await.unwrap_err();
     assert!(e.code() == Code::Unauthenticated && e.message().contains("replayed"), "{e:?}");
     let other_key = foreign_dir.path().join("other.key");
     std::fs::write(&other_key, "f".repeat(64)).unwrap();

@@ -87,18 +87,43 @@ pub struct Security {
     pub proof: Proof,
 }
 
-/// Puts the caller's proof on every request, each try of a retried one included: a MUNGE
-/// credential decodes once, so each request gets a fresh one.
+/// Puts the caller's proof on every request of one channel. A MUNGE credential is sent with
+/// every request on the channel's connection for [`quorum_proto::CREDENTIAL_REUSE_S`] seconds:
+/// the controller decodes it once and accepts it again on that connection only. A new
+/// connection that meets it again is told "replayed", and [`Client::call`] asks for a fresh one.
 #[derive(Clone, Debug)]
-pub struct Authenticate(Arc<Proof>);
+pub struct Authenticate {
+    proof: Arc<Proof>,
+    credential: Arc<std::sync::Mutex<Option<(String, Instant)>>>,
+}
+
+impl Authenticate {
+    fn new(proof: Arc<Proof>) -> Authenticate {
+        Authenticate { proof, credential: Arc::default() }
+    }
+
+    /// The next request gets a fresh credential.
+    fn forget(&self) {
+        *self.credential.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+
+    fn munge(&self, m: &Munge) -> Result<String, Status> {
+        let mut cached = self.credential.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((cred, at)) = cached.as_ref() {
+            if at.elapsed() < Duration::from_secs(quorum_proto::CREDENTIAL_REUSE_S) {
+                return Ok(cred.clone());
+            }
+        }
+        let cred = m.encode(b"").map_err(|e| Status::unauthenticated(format!("no MUNGE credential: {e}")))?;
+        *cached = Some((cred.clone(), Instant::now()));
+        Ok(cred)
+    }
+}
 
 impl tonic::service::Interceptor for Authenticate {
     fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, Status> {
-        let value = match &*self.0 {
-            Proof::Munge(m) => {
-                let cred = m.encode(b"").map_err(|e| Status::unauthenticated(format!("no MUNGE credential: {e}")))?;
-                format!("{}{cred}", quorum_proto::MUNGE_PREFIX)
-            }
+        let value = match &*self.proof {
+            Proof::Munge(m) => format!("{}{}", quorum_proto::MUNGE_PREFIX, self.munge(m)?),
             Proof::Token(t) => format!("{}{t}", quorum_proto::BEARER_PREFIX),
             Proof::Claim(c) => format!("{}{c}", quorum_proto::CLAIM_PREFIX),
         };
@@ -116,7 +141,8 @@ pub struct Client {
     addrs: Vec<String>,
     channels: Vec<Channel>,
     security: Security,
-    auth: Authenticate,
+    /// One per channel: each connection proves itself with its own credential.
+    auth: Vec<Authenticate>,
     preferred: AtomicUsize,
     /// How long retries go on.
     pub deadline: Duration,
@@ -137,10 +163,12 @@ impl Client {
                 .tcp_nodelay(true);
             channels.push(endpoint.connect_lazy());
         }
+        let proof = Arc::new(security.proof.clone());
+        let auth = channels.iter().map(|_| Authenticate::new(proof.clone())).collect();
         Ok(Client {
             addrs,
             channels,
-            auth: Authenticate(Arc::new(security.proof.clone())),
+            auth,
             security,
             preferred: AtomicUsize::new(0),
             deadline: Duration::from_secs(20),
@@ -157,19 +185,21 @@ impl Client {
         &self.security
     }
 
-    fn api(&self, channel: Channel) -> Api {
-        QuorumClient::with_interceptor(channel, self.auth.clone())
+    fn api(&self, i: usize) -> Api {
+        QuorumClient::with_interceptor(self.channels[i].clone(), self.auth[i].clone())
     }
 
     /// A client for one address of the list, for per-replica calls.
     pub fn replica(&self, addr: &str) -> anyhow::Result<Api> {
-        let channel = match self.addrs.iter().position(|a| a == addr) {
-            Some(i) => self.channels[i].clone(),
-            None => quorum_auth::tls::endpoint(addr, self.security.tls.as_ref())?
-                .connect_timeout(Duration::from_millis(500))
-                .connect_lazy(),
-        };
-        Ok(self.api(channel))
+        Ok(match self.addrs.iter().position(|a| a == addr) {
+            Some(i) => self.api(i),
+            None => {
+                let channel = quorum_auth::tls::endpoint(addr, self.security.tls.as_ref())?
+                    .connect_timeout(Duration::from_millis(500))
+                    .connect_lazy();
+                QuorumClient::with_interceptor(channel, Authenticate::new(Arc::new(self.security.proof.clone())))
+            }
+        })
     }
 
     /// The position in our list of the leader a replica named in `metadata`, if any.
@@ -192,7 +222,7 @@ impl Client {
         let mut attempt = 0usize;
         loop {
             let i = self.preferred.load(Ordering::Relaxed) % self.addrs.len();
-            let client = self.api(self.channels[i].clone());
+            let client = self.api(i);
             let status = match tokio::time::timeout(self.call_timeout, f(client)).await {
                 Ok(Ok(r)) => {
                     // Answered through a replica that forwarded to the leader: go there next.
@@ -200,6 +230,11 @@ impl Client {
                         self.preferred.store(leader, Ordering::Relaxed);
                     }
                     return Ok(r.into_inner());
+                }
+                // A new connection met the credential an older one proved: a fresh one, again.
+                Ok(Err(status)) if status.code() == Code::Unauthenticated && status.message().contains("replayed") => {
+                    self.auth[i].forget();
+                    status
                 }
                 Ok(Err(status)) if !Self::retryable(&status) => return Err(status),
                 Ok(Err(status)) => status,

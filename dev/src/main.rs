@@ -43,12 +43,18 @@ enum Command {
         /// where they can, and say why not where they cannot).
         #[arg(long)]
         no_cgroups: bool,
+        /// Plaintext, and names taken from the host's munged at its default socket without TLS
+        /// (`insecure = true`): to measure what TLS costs. Not for use.
+        #[arg(long, hide = true)]
+        insecure: bool,
     },
 }
 
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
-        Command::Dev { data, port, agents, cpus, no_cgroups } => dev(data, port, agents, cpus, !no_cgroups).await,
+        Command::Dev { data, port, agents, cpus, no_cgroups, insecure } => {
+            dev(data, port, agents, cpus, !no_cgroups, insecure).await
+        }
         Command::Simulate(args) => {
             // Pure computation: off the async runtime's workers.
             tokio::task::spawn_blocking(move || quorum_dev::simulate::run(*args)).await??;
@@ -61,8 +67,16 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     }
 }
 
-async fn dev(data: Option<PathBuf>, port: u16, agents: usize, cpus: u32, cgroups: bool) -> anyhow::Result<ExitCode> {
+async fn dev(
+    data: Option<PathBuf>,
+    port: u16,
+    agents: usize,
+    cpus: u32,
+    cgroups: bool,
+    insecure: bool,
+) -> anyhow::Result<ExitCode> {
     let opts = DevOptions {
+        insecure,
         data_dir: data,
         ports: vec![port, port + 1, port + 2],
         agents,

@@ -22,6 +22,8 @@ pub const LEADER_HINT_KEY: &str = "x-quorum-leader";
 pub const AUTHORIZATION_KEY: &str = "authorization";
 pub const MUNGE_PREFIX: &str = "MUNGE ";
 pub const BEARER_PREFIX: &str = "Bearer ";
+/// How long a client sends one MUNGE credential on one connection before it gets a fresh one.
+pub const CREDENTIAL_REUSE_S: u64 = 30;
 /// `Claim user:uid:gid`: a name taken at its word, by controllers with `insecure = true` only.
 pub const CLAIM_PREFIX: &str = "Claim ";
 

@@ -16,6 +16,10 @@ use tonic::Status;
 use crate::replica::Replica;
 use crate::security::Security;
 
+/// How long a MUNGE credential proved on a connection is accepted again on it (clients send a
+/// fresh one every [`quorum_proto::CREDENTIAL_REUSE_S`] seconds).
+const SESSION_REUSE: std::time::Duration = std::time::Duration::from_secs(2 * quorum_proto::CREDENTIAL_REUSE_S);
+
 /// Metadata key of the identity a follower verified and passes on with a forwarded request.
 pub const FORWARDED_USER_KEY: &str = "x-quorum-user";
 
@@ -183,11 +187,14 @@ impl Authenticator {
             Status::unauthenticated("no credential: the request carries neither a MUNGE credential nor a token")
         })?;
         if let Some(cred) = auth.strip_prefix(quorum_proto::MUNGE_PREFIX) {
-            let (who, _) =
-                self.security.munge.decode(cred.trim()).map_err(|e| Status::unauthenticated(e.to_string()))?;
-            let user = users::by_uid(who.uid).map_err(Status::unauthenticated)?;
-            let role = self.role_of(&user.name, who.uid);
-            return Ok(Caller { user: user.name, uid: who.uid, gid: who.gid, role, proof: Proof::Munge });
+            let cred = cred.trim();
+            let (user, uid, gid) = peer.session.prove(cred, SESSION_REUSE, || {
+                let (who, _) = self.security.munge.decode(cred).map_err(|e| Status::unauthenticated(e.to_string()))?;
+                let user = users::by_uid(who.uid).map_err(Status::unauthenticated)?;
+                Ok::<_, Status>((user.name, who.uid, who.gid))
+            })?;
+            let role = self.role_of(&user, uid);
+            return Ok(Caller { user, uid, gid, role, proof: Proof::Munge });
         }
         if let Some(token) = auth.strip_prefix(quorum_proto::BEARER_PREFIX) {
             let tokens = self
