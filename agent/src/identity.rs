@@ -1,6 +1,6 @@
 //! Who a job runs as. An agent running as root runs each job as the user who submitted it (the
 //! user's uid, primary gid, supplementary groups and home, from the node's user database), never
-//! as root unless that user is root; an agent running as anyone else runs every job as itself.
+//! as root unless that user is root; an agent running as anyone else runs only that user's jobs.
 
 use std::ffi::{CStr, CString};
 
@@ -78,12 +78,21 @@ fn group_list(name: &CStr, gid: u32) -> Vec<u32> {
     }
 }
 
-/// Who a job of `user` runs as: that user when the agent switches users (and can, as root),
-/// else the agent's own user. An agent that runs as root without switching users runs only
-/// root's jobs: it never runs another user's job as root.
+/// Who a job of `user` runs as: that user when the agent switches users (and can, as root).
+/// An agent that cannot or does not switch users runs only its own user's jobs: it never runs
+/// one user's job as another, root included.
 pub fn job_account(switch_user: bool, user: &str) -> Result<Option<Account>, String> {
     if !is_root() {
-        return Ok(None);
+        // It cannot switch users: it runs its own user's jobs only, never another's as itself.
+        static ME: std::sync::OnceLock<Result<String, String>> = std::sync::OnceLock::new();
+        let me = ME.get_or_init(|| quorum_auth::users::current().map(|u| u.name));
+        return match me {
+            Ok(me) if me == user => Ok(None),
+            Ok(me) => {
+                Err(format!("this agent runs as '{me}' and cannot switch users: it runs no job of user '{user}'"))
+            }
+            Err(e) => Err(e.clone()),
+        };
     }
     if !switch_user {
         if user == "root" {

@@ -40,10 +40,10 @@ pub async fn serve(agent: Arc<Agent>, shutdown: watch::Receiver<bool>) {
         let uid = unsafe { libc::getuid() };
         tracing::warn!(
             uid,
-            "not running as root: every job runs as this agent's user (uid {uid}), not as its submitter"
+            "not running as root: this agent cannot switch users, and runs the jobs of its own user (uid {uid}) only"
         );
     } else if !agent.config.switch_user {
-        tracing::info!("jobs run as this agent's user (root), not as their submitters: switching users is off");
+        tracing::warn!("switching users is off: this agent runs root's jobs only, never another user's as root");
     }
     agent.limits();
     runner::reattach_all(&agent);

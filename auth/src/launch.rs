@@ -79,7 +79,7 @@ impl Signer {
 
     /// The public key as `launch.pub` holds it.
     pub fn public_key_text(&self) -> String {
-        format!("{}\n", base64::engine::general_purpose::STANDARD.encode(self.key.public_key().as_ref()))
+        crate::pki::public_key_text(self.key.public_key().as_ref())
     }
 
     /// The grant's bytes and their signature.

@@ -156,8 +156,13 @@ impl Layout {
                 .map_err(|_| anyhow::anyhow!("cannot make a launch key"))?;
             write_private(&self.launch_key(), pkcs8.as_ref())?;
         }
-        let signer = crate::launch::Signer::load(&self.launch_key())?;
-        write_public(&self.launch_pub(), signer.public_key_text().as_bytes())?;
+        let pkcs8 = std::fs::read(self.launch_key())?;
+        let pair = ring::signature::Ed25519KeyPair::from_pkcs8(&pkcs8)
+            .map_err(|e| anyhow::anyhow!("{} is not an Ed25519 key: {e}", self.launch_key().display()))?;
+        write_public(
+            &self.launch_pub(),
+            public_key_text(ring::signature::KeyPair::public_key(&pair).as_ref()).as_bytes(),
+        )?;
         if !self.token_key().exists() {
             let mut secret = [0u8; 32];
             ring::rand::SystemRandom::new().fill(&mut secret).map_err(|_| anyhow::anyhow!("no randomness"))?;
@@ -204,6 +209,12 @@ impl Layout {
     }
 }
 
+/// An Ed25519 public key as `launch.pub` holds it.
+pub fn public_key_text(key: &[u8]) -> String {
+    use base64::Engine;
+    format!("{}\n", base64::engine::general_purpose::STANDARD.encode(key))
+}
+
 pub(crate) fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
@@ -219,8 +230,9 @@ mod tests {
         layout.init().unwrap();
         for role in [PeerRole::Replica(2), PeerRole::Agent("node01".into()), PeerRole::Client("ci".into())] {
             let (cert, _) = layout.issue(&role, &[]).unwrap();
-            let der = crate::tls::read_certs(&cert).unwrap();
-            assert_eq!(PeerRole::of_certificate(&der[0]), Some(role));
+            use rustls_pki_types::pem::PemObject;
+            let der = rustls_pki_types::CertificateDer::from_pem_file(&cert).unwrap();
+            assert_eq!(PeerRole::of_certificate(&der), Some(role));
         }
         assert!(layout.issue(&PeerRole::Agent("../etc".into()), &[]).is_err());
         assert_eq!(PeerRole::from_uri("quorum:replica:x"), None);

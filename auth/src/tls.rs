@@ -135,3 +135,28 @@ pub fn endpoint(addr: &str, tls: Option<&ClientTls>) -> anyhow::Result<Endpoint>
         None => endpoint,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pki::{Layout, PeerRole};
+
+    #[test]
+    fn the_server_reads_its_certificate_again_when_the_files_change() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = Layout::new(dir.path());
+        layout.init().unwrap();
+        let (cert, key) = layout.issue(&PeerRole::Replica(1), &[]).unwrap();
+        let tls = ServerTls::load(TlsFiles { ca: layout.ca(), cert, key }).unwrap();
+        let first = tls.config();
+        assert!(Arc::ptr_eq(&first, &tls.config()), "unchanged files: the same configuration");
+        std::thread::sleep(Duration::from_millis(1100));
+        layout.issue(&PeerRole::Replica(1), &["ctl1.example.org".into()]).unwrap();
+        let renewed = tls.config();
+        assert!(!Arc::ptr_eq(&first, &renewed), "a renewed certificate is served without a restart");
+        // Half-written files keep the old configuration.
+        std::thread::sleep(Duration::from_millis(1100));
+        std::fs::write(layout.pair(&PeerRole::Replica(1)).0, "not a certificate").unwrap();
+        assert!(Arc::ptr_eq(&renewed, &tls.config()));
+    }
+}

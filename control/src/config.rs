@@ -649,7 +649,8 @@ mod tests {
         assert!(e.contains("certs_dir is required"), "{e}");
         let insecure = text.replace("certs_dir = \"/etc/quorum/certs\"", "insecure = true");
         toml::from_str::<ControllerConfig>(&insecure).unwrap().validate().unwrap();
-        let private = text.replace("certs_dir = \"/etc/quorum/certs\"", "certs_dir = \"/c\"\nprivate_data = [\"secrets\"]");
+        let private =
+            text.replace("certs_dir = \"/etc/quorum/certs\"", "certs_dir = \"/c\"\nprivate_data = [\"secrets\"]");
         let e = toml::from_str::<ControllerConfig>(&private).unwrap().validate().unwrap_err().to_string();
         assert!(e.contains("unknown 'secrets'"), "{e}");
         let both = text.replace("certs_dir = \"/etc/quorum/certs\"", "insecure = true\ntransitional = \"accept\"");
