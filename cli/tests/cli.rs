@@ -33,6 +33,9 @@ async fn bad_input_gets_a_clear_error_and_creates_nothing() {
         (&["submit", "bad.sh"], "bad.sh line 3: '#SBATCH --mem=4X': invalid memory size '4X'"),
         (&["submit", "empty.sh"], "empty script"),
         (&["submit", "missing.sh"], "cannot read script 'missing.sh'"),
+        (&["submit", "-N", "1", "-n", "65536", "-c", "65536", "--", "true"], "need more than 1048576 CPUs on a node"),
+        (&["submit", "-t", "307445734561825861", "--", "true"], "longer than the longest time limit"),
+        (&["submit", "-J", "\u{1b}[2J\u{1b}[H", "--", "true"], "contains the control character '\\u{1b}'"),
         (&["show", "999"], "job 999 does not exist"),
         (&["cancel", "999"], "job 999 does not exist"),
     ];

@@ -136,7 +136,20 @@ fn short_state(state: &str) -> &'static str {
 }
 
 /// A plain left-aligned table.
+/// User text as a terminal may print it: control characters (escape sequences that would move
+/// the cursor or clear other users' screens) are shown escaped, `\u{1b}`, never sent.
+pub fn escape(s: &str) -> std::borrow::Cow<'_, str> {
+    if !s.chars().any(char::is_control) {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    std::borrow::Cow::Owned(
+        s.chars().map(|c| if c.is_control() { c.escape_unicode().to_string() } else { c.to_string() }).collect(),
+    )
+}
+
 pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let rows: Vec<Vec<String>> = rows.iter().map(|r| r.iter().map(|c| escape(c).into_owned()).collect()).collect();
+    let rows = &rows;
     let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
     for r in rows {
         for (i, c) in r.iter().enumerate() {
@@ -443,7 +456,7 @@ pub fn show_job(j: &JobInfo, now_ms: u64) -> String {
     lines.push(format!("WorkDir={}", spec.work_dir));
     lines.push(format!("StdOut={}", if spec.stdout.is_empty() { "quorum-%j.out" } else { &spec.stdout }));
     lines.push(format!("StdErr={}", if spec.stderr.is_empty() { "(with StdOut)" } else { &spec.stderr }));
-    lines.join("\n") + "\n"
+    lines.iter().map(|l| escape(l)).collect::<Vec<_>>().join("\n") + "\n"
 }
 
 #[derive(Serialize)]
@@ -580,6 +593,24 @@ pub fn cluster_level(replicas: &[ReplicaJson]) -> Option<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn control_characters_reach_no_terminal() {
+        let t = super::table(&["NAME"], &[vec!["\u{1b}[2Jgone".into()], vec!["plain".into()]]);
+        assert!(!t.contains('\u{1b}'), "{t:?}");
+        assert!(t.contains("\\u{1b}[2Jgone"), "{t:?}");
+        assert_eq!(super::escape("plain"), "plain");
+        let job = quorum_proto::api::JobInfo {
+            name: "x\u{7}".into(),
+            spec: Some(quorum_proto::api::JobSpec {
+                argv: vec!["echo".into(), "\u{1b}]0;pwned\u{7}".into()],
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let shown = super::show_job(&job, 0);
+        assert!(!shown.chars().any(|c| c.is_control() && c != '\n'), "{shown:?}");
+    }
 
     #[test]
     fn utc_times() {

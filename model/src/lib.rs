@@ -16,6 +16,24 @@ pub mod role;
 pub mod shared;
 pub mod units;
 
+/// The bounds of what a job may ask for and carry, checked at admission
+/// ([`JobSpec::check_shape`]). Slurm's `max_script_size` is 4 MB too.
+pub mod limits {
+    pub const MAX_NODES: u32 = 100_000;
+    pub const MAX_TASKS: u32 = 10_000_000;
+    pub const MAX_CPUS_PER_NODE: u32 = 1 << 20;
+    pub const MAX_GPUS_PER_NODE: u32 = 1024;
+    /// 1 PiB.
+    pub const MAX_MEM_MB: u64 = 1 << 30;
+    pub const MAX_SCRIPT_BYTES: usize = 4 << 20;
+    pub const MAX_ARGS: usize = 100_000;
+    pub const MAX_ENV_VARS: usize = 16_384;
+    pub const MAX_ENV_BYTES: usize = 4 << 20;
+    pub const MAX_DEPENDENCIES: usize = 1_000;
+    pub const MAX_PATH_BYTES: usize = 4096;
+    pub const MAX_REQUEST_ID_BYTES: usize = 256;
+}
+
 pub use shared::Shared;
 pub use units::{JobId, Millis};
 
@@ -233,9 +251,10 @@ impl HoldKind {
 }
 
 impl JobSpec {
-    /// CPUs the job needs on each of its nodes: its tasks spread evenly, rounded up.
+    /// CPUs the job needs on each of its nodes: its tasks spread evenly, rounded up. Bounded by
+    /// [`JobSpec::check_shape`] at admission (saturating, should an unchecked spec reach it).
     pub fn cpus_per_node(&self) -> u32 {
-        self.ntasks.div_ceil(self.nodes.max(1)) * self.cpus_per_task
+        self.ntasks.div_ceil(self.nodes.max(1)).saturating_mul(self.cpus_per_task)
     }
 
     /// Checks the shape of the request; the error names the field and the reason.
@@ -270,6 +289,101 @@ impl JobSpec {
         }
         if self.name.len() > 1024 {
             return invalid("name", "longer than 1024 bytes".into());
+        }
+        self.check_bounds()
+    }
+
+    /// What a user sends, bounded: counts and sizes that fit what any cluster has and that no
+    /// arithmetic on them overflows, and text without control characters (which would rewrite
+    /// other users' terminals in `quorum queue`) or NUL bytes (which fail only at launch).
+    fn check_bounds(&self) -> Result<(), Rejection> {
+        let invalid = |field: &str, reason: String| Err(Rejection::InvalidSpec { field: field.to_string(), reason });
+        if self.nodes > limits::MAX_NODES {
+            return invalid("nodes", format!("{} nodes: at most {}", self.nodes, limits::MAX_NODES));
+        }
+        if self.ntasks > limits::MAX_TASKS {
+            return invalid("ntasks", format!("{} tasks: at most {}", self.ntasks, limits::MAX_TASKS));
+        }
+        let per_node = self.ntasks.div_ceil(self.nodes.max(1)).checked_mul(self.cpus_per_task);
+        if per_node.is_none_or(|c| c > limits::MAX_CPUS_PER_NODE) {
+            return invalid(
+                "cpus_per_task",
+                format!(
+                    "{} tasks of {} CPUs on {} nodes need more than {} CPUs on a node",
+                    self.ntasks,
+                    self.cpus_per_task,
+                    self.nodes,
+                    limits::MAX_CPUS_PER_NODE
+                ),
+            );
+        }
+        if self.gpus_per_node > limits::MAX_GPUS_PER_NODE {
+            return invalid(
+                "gpus",
+                format!("{} GPUs per node: at most {}", self.gpus_per_node, limits::MAX_GPUS_PER_NODE),
+            );
+        }
+        if self.mem_per_node_mb.is_some_and(|m| m > limits::MAX_MEM_MB) {
+            return invalid("mem", format!("more than {} MB on a node", limits::MAX_MEM_MB));
+        }
+        if self.time_limit_s.is_some_and(|t| t > parse::MAX_TIME_LIMIT_S) {
+            return invalid("time_limit", "longer than 100 years (use UNLIMITED for none)".into());
+        }
+        if let Some(c) = self.name.chars().find(|c| c.is_control()) {
+            return invalid("name", format!("contains the control character {:?}", c));
+        }
+        match &self.program {
+            Program::Script(s) if s.len() > limits::MAX_SCRIPT_BYTES => {
+                return invalid("script", format!("{} bytes: at most {}", s.len(), limits::MAX_SCRIPT_BYTES))
+            }
+            Program::Script(s) if s.contains('\0') => return invalid("script", "contains a NUL byte".into()),
+            Program::Argv(argv) => {
+                let bytes: usize = argv.iter().map(String::len).sum();
+                if argv.len() > limits::MAX_ARGS || bytes > limits::MAX_SCRIPT_BYTES {
+                    return invalid(
+                        "command",
+                        format!("at most {} arguments and {} bytes", limits::MAX_ARGS, limits::MAX_SCRIPT_BYTES),
+                    );
+                }
+                if argv.iter().any(|a| a.contains('\0')) {
+                    return invalid("command", "an argument contains a NUL byte".into());
+                }
+            }
+            _ => {}
+        }
+        let (mut vars, mut bytes) = (0usize, 0usize);
+        for (name, value) in self.env.iter() {
+            vars += 1;
+            bytes += name.len() + value.len();
+            if name.is_empty() || name.contains(['=', '\0']) || value.contains('\0') {
+                return invalid("env", format!("variable {name:?}: a name without '=' and NUL, a value without NUL"));
+            }
+        }
+        if vars > limits::MAX_ENV_VARS || bytes > limits::MAX_ENV_BYTES {
+            return invalid(
+                "env",
+                format!(
+                    "{vars} variables of {bytes} bytes: at most {} and {}",
+                    limits::MAX_ENV_VARS,
+                    limits::MAX_ENV_BYTES
+                ),
+            );
+        }
+        if self.dependencies.len() > limits::MAX_DEPENDENCIES {
+            return invalid(
+                "dependency",
+                format!("{} jobs: at most {}", self.dependencies.len(), limits::MAX_DEPENDENCIES),
+            );
+        }
+        for (field, text) in [("work_dir", &self.work_dir), ("submit_dir", &self.submit_dir)] {
+            if text.len() > limits::MAX_PATH_BYTES || text.contains('\0') {
+                return invalid(field, format!("a path of at most {} bytes without NUL", limits::MAX_PATH_BYTES));
+            }
+        }
+        for (field, text) in [("stdout", &self.stdout), ("stderr", &self.stderr)] {
+            if text.as_ref().is_some_and(|t| t.len() > limits::MAX_PATH_BYTES || t.contains('\0')) {
+                return invalid(field, format!("a path of at most {} bytes without NUL", limits::MAX_PATH_BYTES));
+            }
         }
         Ok(())
     }
@@ -665,4 +779,46 @@ pub enum Rejection {
     UnknownNode { name: String },
     #[error("node '{name}' is DOWN ({reason}); it returns to service by itself when its agent is heard again")]
     NodeIsDown { name: String, reason: String },
+}
+
+#[cfg(test)]
+mod bounds_tests {
+    use super::*;
+
+    fn spec() -> JobSpec {
+        JobSpec {
+            name: "t".into(),
+            nodes: 1,
+            ntasks: 1,
+            cpus_per_task: 1,
+            program: Program::Argv(vec!["true".into()]),
+            ..Default::default()
+        }
+    }
+
+    fn refused(s: JobSpec, field: &str) {
+        match s.check_shape() {
+            Err(Rejection::InvalidSpec { field: f, .. }) => assert_eq!(f, field),
+            other => panic!("expected {field} refused, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn counts_sizes_and_text_a_user_sends_are_bounded() {
+        assert!(spec().check_shape().is_ok());
+        refused(JobSpec { ntasks: 65536, cpus_per_task: 65536, ..spec() }, "cpus_per_task");
+        assert_eq!(JobSpec { ntasks: 65536, cpus_per_task: 65536, ..spec() }.cpus_per_node(), u32::MAX, "saturates");
+        refused(JobSpec { nodes: 200_000, ntasks: 200_000, ..spec() }, "nodes");
+        refused(JobSpec { time_limit_s: Some(307_445_734_561_825_861), ..spec() }, "time_limit");
+        refused(JobSpec { name: "\u{1b}[2J".into(), ..spec() }, "name");
+        refused(JobSpec { program: Program::Script("#!/bin/sh\n".repeat(500_000)), ..spec() }, "script");
+        refused(JobSpec { program: Program::Argv(vec!["a\0b".into()]), ..spec() }, "command");
+        refused(JobSpec { env: Env::new([("A", "x\0y")]), ..spec() }, "env");
+        let many = (0..20_000).map(|i| (format!("V{i}"), "1".to_string()));
+        refused(JobSpec { env: Env::new(many), ..spec() }, "env");
+        refused(JobSpec { work_dir: "/".repeat(5000), ..spec() }, "work_dir");
+        assert!(parse::parse_time_limit("307445734561825861").unwrap_err().to_string().contains("longest"));
+        assert!(parse::parse_time_limit("99999999999999-0").is_err());
+        assert_eq!(parse::parse_time_limit("36500-00:00:00").unwrap(), Some(36500 * 86400));
+    }
 }

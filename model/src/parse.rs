@@ -16,6 +16,9 @@ fn time_err(value: &str, reason: &'static str) -> ParseError {
 /// Parses a Slurm time limit into seconds: `minutes`, `minutes:seconds`,
 /// `hours:minutes:seconds`, `days-hours`, `days-hours:minutes`, `days-hours:minutes:seconds`.
 /// `UNLIMITED` and `infinite` give `None`.
+/// The longest finite time limit: 100 years, far from overflowing in milliseconds.
+pub const MAX_TIME_LIMIT_S: u64 = 100 * 365 * 86400;
+
 pub fn parse_time_limit(value: &str) -> Result<Option<u64>, ParseError> {
     let v = value.trim();
     if v.eq_ignore_ascii_case("unlimited") || v.eq_ignore_ascii_case("infinite") {
@@ -39,15 +42,22 @@ pub fn parse_time_limit(value: &str) -> Result<Option<u64>, ParseError> {
         return Err(time_err(value, "too many ':' fields"));
     }
     let nums = parts.iter().map(|p| num(p)).collect::<Result<Vec<u64>, _>>()?;
+    // Checked: a limit that overflows is refused, not wrapped to something short.
+    let sum = |terms: &[(u64, u64)]| -> Option<u64> {
+        terms.iter().try_fold(0u64, |acc, &(n, unit)| acc.checked_add(n.checked_mul(unit)?))
+    };
     let secs = match (days, nums.as_slice()) {
-        (None, [m]) => m * 60,
-        (None, [m, s]) => m * 60 + s,
-        (None, [h, m, s]) => h * 3600 + m * 60 + s,
-        (Some(d), [h]) => d * 86400 + h * 3600,
-        (Some(d), [h, m]) => d * 86400 + h * 3600 + m * 60,
-        (Some(d), [h, m, s]) => d * 86400 + h * 3600 + m * 60 + s,
+        (None, [m]) => sum(&[(*m, 60)]),
+        (None, [m, s]) => sum(&[(*m, 60), (*s, 1)]),
+        (None, [h, m, s]) => sum(&[(*h, 3600), (*m, 60), (*s, 1)]),
+        (Some(d), [h]) => sum(&[(d, 86400), (*h, 3600)]),
+        (Some(d), [h, m]) => sum(&[(d, 86400), (*h, 3600), (*m, 60)]),
+        (Some(d), [h, m, s]) => sum(&[(d, 86400), (*h, 3600), (*m, 60), (*s, 1)]),
         _ => return Err(time_err(value, "expected [days-]hours:minutes:seconds or minutes")),
     };
+    let secs = secs
+        .filter(|s| *s <= MAX_TIME_LIMIT_S)
+        .ok_or_else(|| time_err(value, "longer than the longest time limit, 100 years (use UNLIMITED for none)"))?;
     if secs == 0 {
         return Err(time_err(value, "a time limit must be at least one second"));
     }

@@ -17,6 +17,13 @@ pub(super) async fn submit_job(api: &Api, caller: &Caller, r: SubmitJobRequest) 
     let spec = r.spec.ok_or_else(|| Status::invalid_argument("missing job spec"))?;
     let spec = wire::spec_from_proto(spec).map_err(|e| rejection_status(&e))?;
     spec.check_shape().map_err(|e| rejection_status(&e))?;
+    if r.request_id.len() > crate::model::limits::MAX_REQUEST_ID_BYTES {
+        return Err(Status::invalid_argument(format!(
+            "request id of {} bytes: at most {}",
+            r.request_id.len(),
+            crate::model::limits::MAX_REQUEST_ID_BYTES
+        )));
+    }
     let submit = Submit { spec: Box::new(spec), user: caller.user.clone(), request_id: r.request_id };
     match api.submits.write(submit).await.map_err(write_status)? {
         Response::Submitted { job_id, duplicate } => Ok(SubmitJobResponse { job_id, duplicate }),
