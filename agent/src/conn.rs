@@ -340,3 +340,57 @@ fn kill(agent: &Agent, k: Kill) {
         let _ = kill.try_send(reason);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use quorum_proto::agent::{ExitKind, Kill, Launch};
+    use tokio::sync::mpsc;
+
+    use super::{kill, launch};
+    use crate::{Agent, AgentConfig, JobEntry};
+
+    fn agent() -> std::sync::Arc<Agent> {
+        Agent::new(AgentConfig {
+            name: "node01".into(),
+            controllers: vec!["127.0.0.1:1".into()],
+            cpus: 1,
+            mem_mb: 1024,
+            gpus: vec![],
+            features: vec![],
+            spool_dir: std::env::temp_dir(),
+            heartbeat: Duration::from_secs(1),
+            kill_wait: Duration::from_secs(1),
+            switch_user: false,
+            cgroups: false,
+            health_check: None,
+            tls: None,
+            launch_key: None,
+            clock_skew: Duration::from_secs(5),
+        })
+    }
+
+    /// The fencing token: a launch or kill of an older allocation than the one this agent has
+    /// seen for the job does nothing (a re-sent or delayed message never runs a job again, nor
+    /// kills its newer allocation).
+    #[tokio::test]
+    async fn launches_and_kills_older_than_the_allocation_seen_are_refused() {
+        let agent = agent();
+        let (kill_tx, mut kill_rx) = mpsc::channel(4);
+        agent.lock_jobs().insert(7, JobEntry::new(5, Some(kill_tx)));
+        let (tx, _rx) = mpsc::channel(4);
+
+        launch(&agent, Launch { job_id: 7, token: 4, ..Default::default() }, &tx).await;
+        let jobs = agent.lock_jobs();
+        let entry = &jobs[&7];
+        assert_eq!(entry.token, 5, "an older launch replaced the allocation");
+        assert!(entry.kill.is_some() && entry.exit.is_none(), "an older launch touched the running job");
+        drop(jobs);
+
+        kill(&agent, Kill { job_id: 7, token: 4, reason: ExitKind::Cancelled as i32 });
+        assert!(kill_rx.try_recv().is_err(), "an older kill reached the job");
+        kill(&agent, Kill { job_id: 7, token: 5, reason: ExitKind::Cancelled as i32 });
+        assert_eq!(kill_rx.try_recv().ok(), Some(ExitKind::Cancelled), "the current allocation's kill is delivered");
+    }
+}
