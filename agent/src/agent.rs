@@ -48,6 +48,29 @@ pub struct AgentConfig {
 }
 
 impl AgentConfig {
+    /// An agent of node `name` with one CPU, 1 GiB, no GPUs, a heartbeat a second, 30 s to stop
+    /// a job, users switched (where it runs as root), cgroups where the node has them, no health
+    /// check, plaintext and no launch key: each caller changes what it needs.
+    pub fn new(name: impl Into<String>, controllers: Vec<String>, spool_dir: PathBuf) -> AgentConfig {
+        AgentConfig {
+            name: name.into(),
+            controllers,
+            cpus: 1,
+            mem_mb: 1024,
+            gpus: Vec::new(),
+            features: Vec::new(),
+            spool_dir,
+            heartbeat: Duration::from_secs(1),
+            kill_wait: Duration::from_secs(30),
+            switch_user: true,
+            cgroups: true,
+            health_check: None,
+            tls: None,
+            launch_key: None,
+            clock_skew: Duration::from_secs(30),
+        }
+    }
+
     /// TLS and the launch key from a certificates directory (`quorum admin certs`): `ca.pem`,
     /// `agent-<node>.pem` and `.key`, and `launch.pub`.
     pub fn secure_with(&mut self, certs_dir: &std::path::Path) -> anyhow::Result<()> {

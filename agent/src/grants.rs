@@ -50,21 +50,11 @@ mod tests {
 
     fn agent(key: Option<Verifier>) -> std::sync::Arc<Agent> {
         Agent::new(AgentConfig {
-            name: "node01".into(),
-            controllers: vec!["127.0.0.1:1".into()],
-            cpus: 1,
-            mem_mb: 1024,
-            gpus: vec![],
-            features: vec![],
-            spool_dir: std::env::temp_dir(),
-            heartbeat: Duration::from_secs(1),
-            kill_wait: Duration::from_secs(1),
             switch_user: false,
             cgroups: false,
-            health_check: None,
-            tls: None,
             launch_key: key,
             clock_skew: Duration::from_secs(5),
+            ..AgentConfig::new("node01", vec!["127.0.0.1:1".into()], std::env::temp_dir())
         })
     }
 

@@ -56,6 +56,35 @@ pub fn by_name(name: &str) -> Result<User, String> {
     })
 }
 
+/// Users by name, each looked up again after a minute: the leader signs a launch and a replica
+/// checks a token's user without reading the user database each time.
+#[derive(Default)]
+pub struct Cache {
+    by_name: std::sync::Mutex<std::collections::HashMap<String, (User, std::time::Instant)>>,
+}
+
+impl Cache {
+    const FRESH: std::time::Duration = std::time::Duration::from_secs(60);
+    /// Past this many names the cache starts again (a bound on what users can make it hold).
+    const MOST: usize = 100_000;
+
+    /// The user named `name`, as [`by_name`] says; a name not found is looked up every time.
+    pub fn by_name(&self, name: &str) -> Result<User, String> {
+        let mut cache = self.by_name.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((found, at)) = cache.get(name) {
+            if at.elapsed() < Self::FRESH {
+                return Ok(found.clone());
+            }
+        }
+        let found = by_name(name)?;
+        if cache.len() >= Self::MOST {
+            cache.clear();
+        }
+        cache.insert(name.to_string(), (found.clone(), std::time::Instant::now()));
+        Ok(found)
+    }
+}
+
 /// The user running this process.
 pub fn current() -> Result<User, String> {
     // SAFETY: getuid cannot fail.

@@ -54,22 +54,14 @@ fn child_process() {
             Some(("agent", rest)) => {
                 let (name, rest) = rest.split_once(':').expect("agent:NAME:SPOOL:ADDRS");
                 let (spool, addrs) = rest.split_once(':').expect("agent:NAME:SPOOL:ADDRS");
+                let controllers = addrs.split(',').map(str::to_string).collect();
                 let mut config = quorum_agent::AgentConfig {
-                    name: name.into(),
-                    controllers: addrs.split(',').map(str::to_string).collect(),
                     cpus: 4,
                     mem_mb: 8192,
-                    gpus: vec![],
-                    features: vec![],
-                    spool_dir: PathBuf::from(spool),
-                    heartbeat: Duration::from_secs(1),
                     kill_wait: Duration::from_secs(2),
                     switch_user: false,
                     cgroups: false,
-                    health_check: None,
-                    tls: None,
-                    launch_key: None,
-                    clock_skew: Duration::from_secs(30),
+                    ..quorum_agent::AgentConfig::new(name, controllers, PathBuf::from(spool))
                 };
                 // The parent's certificates (their directory in QUORUM_CERTS).
                 let certs = std::env::var("QUORUM_CERTS").expect("QUORUM_CERTS");

@@ -210,21 +210,14 @@ impl DevCluster {
         }
         let mut agent_configs: Vec<AgentConfig> = (0..opts.agents)
             .map(|i| AgentConfig {
-                name: node_name(i),
-                controllers: addrs.clone(),
                 cpus: opts.cpus_per_agent,
                 mem_mb: opts.mem_mb_per_agent,
                 gpus: (0..opts.gpus_per_agent).map(|g| SimGpu { index: g, gpu_type: opts.gpu_type.clone() }).collect(),
-                features: vec![],
-                spool_dir: data_dir.join(format!("agent-{}", node_name(i))),
-                heartbeat: Duration::from_secs(1),
                 kill_wait: opts.kill_wait,
                 switch_user: opts.switch_user,
                 cgroups: opts.cgroups,
                 health_check: opts.health_check.clone(),
-                tls: None,
-                launch_key: None,
-                clock_skew: Duration::from_secs(30),
+                ..AgentConfig::new(node_name(i), addrs.clone(), data_dir.join(format!("agent-{}", node_name(i))))
             })
             .collect();
         if let Some(s) = &security {

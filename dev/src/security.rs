@@ -94,14 +94,9 @@ impl DevSecurity {
         })
     }
 
-    /// The same as TOML lines, for configuration files.
+    /// The same as a TOML table, for configuration files.
     pub fn controller_toml(&self, id: u64) -> anyhow::Result<String> {
-        self.ensure(&PeerRole::Replica(id))?;
-        Ok(format!(
-            "[security]\ncerts_dir = {:?}\nmunge_socket = {:?}\n",
-            self.layout.dir.display().to_string(),
-            self.munged.socket.display().to_string()
-        ))
+        Ok(format!("[security]\n{}", toml::to_string(&self.controller(id)?)?))
     }
 
     /// Gives agent `config` its node's certificate and the launch key.

@@ -79,23 +79,17 @@ async fn main() -> anyhow::Result<()> {
         None => resources::detect_mem_mb(),
     };
     let mut config = AgentConfig {
-        name: args.name.unwrap_or_else(hostname),
-        controllers: args.controllers,
         cpus: args.cpus.unwrap_or_else(resources::detect_cpus),
         mem_mb,
-        gpus: Vec::new(),
         features: args.features,
-        spool_dir: args.spool,
-        heartbeat: Duration::from_secs(1),
         kill_wait: Duration::from_secs(args.kill_wait),
         switch_user: !args.no_switch_user,
         cgroups: !args.no_cgroups,
         health_check: args
             .health_check
             .map(|command| HealthCheck { command, interval: Duration::from_secs(args.health_check_interval.max(1)) }),
-        tls: None,
-        launch_key: None,
         clock_skew: Duration::from_secs(args.clock_skew),
+        ..AgentConfig::new(args.name.unwrap_or_else(hostname), args.controllers, args.spool)
     };
     if args.insecure {
         tracing::warn!("--insecure: plaintext to the controllers, and launches are not verified");

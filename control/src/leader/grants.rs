@@ -2,9 +2,7 @@
 //! gid come from the user database by the job's user name, which the controller got from an
 //! authenticated uid at submit; they are looked up once a minute per user, not per launch.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use quorum_auth::launch::{launch_digest, Grant, Signer};
 use quorum_auth::users;
@@ -13,7 +11,6 @@ use quorum_proto::agent::Launch;
 /// How long a grant starts anything: a launch re-sent later (a new stream, a new leader) is
 /// signed again.
 const LIFETIME: Duration = Duration::from_secs(600);
-const USER_CACHE: Duration = Duration::from_secs(60);
 
 /// A uid and gid no user has: the grant of a user this host does not know, which every agent
 /// that switches users refuses.
@@ -21,33 +18,22 @@ const UNKNOWN_ID: u32 = u32::MAX;
 
 pub struct Grants {
     signer: Option<Signer>,
-    users: Mutex<HashMap<String, (u32, u32, Instant)>>,
+    users: users::Cache,
 }
 
 impl Grants {
     pub fn new(signer: Option<Signer>) -> Grants {
-        Grants { signer, users: Mutex::new(HashMap::new()) }
+        Grants { signer, users: users::Cache::default() }
     }
 
     fn ids(&self, user: &str) -> (u32, u32) {
-        let mut cache = self.users.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((uid, gid, at)) = cache.get(user) {
-            if at.elapsed() < USER_CACHE {
-                return (*uid, *gid);
-            }
-        }
-        let (uid, gid) = match users::by_name(user) {
+        match self.users.by_name(user) {
             Ok(u) => (u.uid, u.gid),
             Err(e) => {
                 tracing::warn!(user, error = %e, "a job's user is unknown here: its launches name no real uid");
                 (UNKNOWN_ID, UNKNOWN_ID)
             }
-        };
-        if cache.len() > 100_000 {
-            cache.clear();
         }
-        cache.insert(user.to_string(), (uid, gid, Instant::now()));
-        (uid, gid)
     }
 
     /// Signs `launch` for `node`, when this cluster has a launch key.

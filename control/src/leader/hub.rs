@@ -113,8 +113,7 @@ impl AgentHub {
             tracing::warn!(node, old = old.id, new = id, "a new session for the node replaces the one it had");
             let _ = old.superseded.send(true);
             let _ = old.tx.try_send(Err(Status::aborted(format!("a newer session for node {node} replaced this one"))));
-            let mut jobs: HashSet<(JobId, u64)> =
-                old.launched.union(&old.reported.iter().copied().collect()).copied().collect();
+            let mut jobs: HashSet<(JobId, u64)> = old.launched.iter().chain(&old.reported).copied().collect();
             if let Some(prev) = inner.held.remove(node).filter(|h| h.since.elapsed() < self.lease) {
                 jobs.extend(prev.jobs);
             }
@@ -221,7 +220,7 @@ impl AgentHub {
 
     /// The signed launch message for `job_id`'s rank on `node`.
     pub fn launch_for(&self, state: &ClusterState, job_id: JobId, node: &str) -> Option<Launch> {
-        let mut launch = launch_for(state, job_id, node)?;
+        let mut launch = unsigned_launch(state, job_id, node)?;
         self.grants.sign(&mut launch, node, crate::replica::now_ms());
         Some(launch)
     }
@@ -330,8 +329,8 @@ fn reconcile_node(
     }
 }
 
-/// The launch message for `job_id`'s rank on `node`.
-pub fn launch_for(state: &ClusterState, job_id: JobId, node: &str) -> Option<Launch> {
+/// The launch message for `job_id`'s rank on `node`, before [`AgentHub::launch_for`] signs it.
+fn unsigned_launch(state: &ClusterState, job_id: JobId, node: &str) -> Option<Launch> {
     let job = state.jobs.get(&job_id)?;
     let allocation = job.allocation.as_ref()?;
     let rank = allocation.nodes.iter().position(|a| a.node == node)?;

@@ -73,6 +73,8 @@ fn replica_caller(replica: u64) -> Caller {
 pub struct Authenticator {
     security: Arc<Security>,
     replica: Arc<Replica>,
+    /// Tokens name users: looked up once a minute, not per request.
+    users: users::Cache,
 }
 
 fn now_s() -> u64 {
@@ -81,7 +83,7 @@ fn now_s() -> u64 {
 
 impl Authenticator {
     pub fn new(security: Arc<Security>, replica: Arc<Replica>) -> Authenticator {
-        Authenticator { security, replica }
+        Authenticator { security, replica, users: users::Cache::default() }
     }
 
     /// The role of `user` (uid `uid`): uid 0 is admin; then the configuration's lists and the
@@ -102,24 +104,20 @@ impl Authenticator {
         configured.max(given)
     }
 
-    fn plaintext_trusted(&self, peer: &Peer) -> bool {
-        self.security.plaintext_trusted(peer)
-    }
-
     /// Checks a request to `path`: the caller it names when the rule asks for a user.
     pub fn check(&self, path: &str, headers: &http::HeaderMap, peer: &Peer) -> Result<Option<Caller>, Status> {
         let rule = rule(path).ok_or_else(|| Status::permission_denied(format!("{path}: no such RPC")))?;
         match rule {
             Rule::Replica => match &peer.role {
                 Some(PeerRole::Replica(id)) => Ok(Some(replica_caller(*id))),
-                _ if self.plaintext_trusted(peer) => Ok(Some(replica_caller(0))),
+                _ if self.security.plaintext_trusted(peer) => Ok(Some(replica_caller(0))),
                 _ => Err(Status::permission_denied(format!(
                     "{path} is for replicas only: present a replica certificate"
                 ))),
             },
             Rule::Agent => match &peer.role {
                 Some(PeerRole::Agent(_)) => Ok(None),
-                _ if self.plaintext_trusted(peer) => Ok(None),
+                _ if self.security.plaintext_trusted(peer) => Ok(None),
                 _ => Err(Status::permission_denied(format!("{path} is for agents only: present an agent certificate"))),
             },
             Rule::User | Rule::Operator | Rule::Admin => {
@@ -147,7 +145,7 @@ impl Authenticator {
         if let Some(forwarded) = headers.get(FORWARDED_USER_KEY) {
             let replica = match &peer.role {
                 Some(PeerRole::Replica(replica)) => *replica,
-                None if self.plaintext_trusted(peer) => 0,
+                None if self.security.plaintext_trusted(peer) => 0,
                 _ => {
                     return Err(Status::permission_denied(
                         "a forwarded identity is accepted only from a replica's certificate",
@@ -168,7 +166,8 @@ impl Authenticator {
         }
         // A replica of the plaintext release forwarded a client's request without its proof:
         // the client is sent here, to ask again with a fresh credential.
-        if auth.is_none() && headers.contains_key(quorum_proto::FORWARDED_KEY) && self.plaintext_trusted(peer) {
+        if auth.is_none() && headers.contains_key(quorum_proto::FORWARDED_KEY) && self.security.plaintext_trusted(peer)
+        {
             let mut status = Status::unavailable(
                 "a request forwarded without its caller's proof (by a replica of the plaintext release): ask this replica directly",
             );
@@ -180,7 +179,7 @@ impl Authenticator {
         // Without TLS nothing tells a replica from anyone else: a request without a credential
         // over plaintext is taken for a replica asking for itself, as its Raft messages are
         // (the warning `insecure` and `transitional` log at every start says so).
-        if auth.is_none() && self.plaintext_trusted(peer) {
+        if auth.is_none() && self.security.plaintext_trusted(peer) {
             return Ok(replica_caller(0));
         }
         let auth = auth.and_then(|v| v.to_str().ok()).ok_or_else(|| {
@@ -204,7 +203,7 @@ impl Authenticator {
                 .ok_or_else(|| Status::unauthenticated("this replica has no token key: tokens are not accepted"))?;
             let claims =
                 tokens.verify(token.trim(), now_s(), skew).map_err(|e| Status::unauthenticated(e.to_string()))?;
-            let user = users::by_name(&claims.sub).map_err(Status::unauthenticated)?;
+            let user = self.users.by_name(&claims.sub).map_err(Status::unauthenticated)?;
             let role = self.role_of(&user.name, user.uid);
             return Ok(Caller { user: user.name, uid: user.uid, gid: user.gid, role, proof: Proof::Token });
         }

@@ -183,21 +183,12 @@ pub(super) struct BenchAgent {
 impl BenchAgent {
     pub(super) fn start(replicas: &Replicas) -> anyhow::Result<BenchAgent> {
         let mut config = quorum_agent::AgentConfig {
-            name: "bench1".into(),
-            controllers: replicas.addrs.clone(),
             cpus: 8,
             mem_mb: 16 * 1024,
-            gpus: vec![],
-            features: vec![],
-            spool_dir: replicas.dir.path().join("spool"),
-            heartbeat: Duration::from_secs(1),
             kill_wait: Duration::from_secs(2),
             switch_user: false,
             cgroups: false,
-            health_check: None,
-            tls: None,
-            launch_key: None,
-            clock_skew: Duration::from_secs(30),
+            ..quorum_agent::AgentConfig::new("bench1", replicas.addrs.clone(), replicas.dir.path().join("spool"))
         };
         if let Some(s) = &replicas.security {
             s.secure_agent(&mut config)?;
