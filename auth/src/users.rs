@@ -39,6 +39,22 @@ fn getpw(
     }
 }
 
+/// The longest user name a request may name (Linux allows 32; LDAP directories more).
+pub const MAX_NAME_BYTES: usize = 256;
+
+/// Checks a user name a request sends before it is looked up or stored: not empty, not longer
+/// than [`MAX_NAME_BYTES`], no control characters, no NUL, no ':' (identities travel as
+/// `user:uid:gid`).
+pub fn check_name(name: &str) -> Result<(), String> {
+    if name.is_empty() || name.len() > MAX_NAME_BYTES {
+        return Err(format!("a user name has 1 to {MAX_NAME_BYTES} bytes"));
+    }
+    if name.chars().any(|c| c.is_control() || c == ':') {
+        return Err(format!("user name {name:?} contains a control character or ':'"));
+    }
+    Ok(())
+}
+
 /// The user with this uid.
 pub fn by_uid(uid: u32) -> Result<User, String> {
     getpw(&format!("uid {uid}"), |pwd, buf, result| {
@@ -93,6 +109,15 @@ pub fn current() -> Result<User, String> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn user_names_a_request_sends_are_bounded() {
+        assert!(super::check_name("alice").is_ok());
+        assert!(super::check_name("").is_err());
+        assert!(super::check_name(&"a".repeat(300)).is_err());
+        assert!(super::check_name("a\u{1b}[2J").is_err());
+        assert!(super::check_name("root:0:0").is_err());
+    }
+
     #[test]
     fn root_is_uid_0_both_ways() {
         assert_eq!(super::by_uid(0).unwrap().name, "root");

@@ -182,6 +182,9 @@ async fn users_act_on_their_own_jobs_only_and_roles_say_who_may_do_more() {
 
     // An operator acts on any job and drains nodes, but gives no roles.
     refused(&qop(&["admin", "role", "qop", "admin"]), "an operator giving roles", "needs the admin role");
+    let root = |args: &[&str]| quorum(&cluster.controllers_env(), dir.path(), args);
+    refused(&root(&["admin", "role", &"x".repeat(300), "operator"]), "a 300-byte user name", "1 to 256 bytes");
+    refused(&root(&["admin", "role", "a\u{1b}[2J", "operator"]), "a name with escapes", "control character");
     assert_eq!(qop(&["admin", "drain", "node02", "--reason", "maintenance"]).code, 0);
     assert_eq!(qop(&["admin", "resume", "node02"]).code, 0);
     assert_eq!(qop(&["cancel", &r]).code, 0);

@@ -21,6 +21,9 @@ pub(super) fn issue_token(api: &Api, caller: &Caller, r: IssueTokenRequest) -> R
         .tokens
         .as_ref()
         .ok_or_else(|| Status::failed_precondition("this replica has no token key ([security] certs_dir)"))?;
+    if !r.user.is_empty() {
+        users::check_name(&r.user).map_err(Status::invalid_argument)?;
+    }
     let user = if r.user.is_empty() || r.user == caller.user {
         caller.user.clone()
     } else if caller.at_least(Role::Admin) && caller.proof != Proof::Token {
@@ -50,6 +53,7 @@ pub(super) async fn set_role(api: &Api, caller: &Caller, r: SetRoleRequest) -> R
     if user.is_empty() {
         return Err(Status::invalid_argument("name the user to give a role"));
     }
+    users::check_name(&user).map_err(Status::invalid_argument)?;
     match api.replica.write(Command::SetRole { user: user.clone(), role, now: now_ms() }).await.map_err(write_status)?.1
     {
         Response::Ok => {
