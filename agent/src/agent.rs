@@ -108,6 +108,8 @@ pub(crate) struct JobEntry {
     pub pgid: Option<i32>,
     /// Killed by the agent itself because its lease ran out.
     pub lease_killed: bool,
+    /// May be started elsewhere when this node is lost (`--requeue`): runs under the lease.
+    pub leased: bool,
     /// Its record in the spool, removed once the leader acknowledged its exit.
     pub record: Option<PathBuf>,
 }
@@ -123,6 +125,7 @@ impl JobEntry {
             acked: false,
             pgid: None,
             lease_killed: false,
+            leased: false,
             record: None,
         }
     }
@@ -134,7 +137,13 @@ impl JobEntry {
 struct Lease {
     answered_sent_at: Option<Instant>,
     length: Option<Duration>,
+    /// What the lease file holds, once written by this process.
+    written: Option<Option<u64>>,
 }
+
+/// The lease a job launched before the first answered heartbeat starts with: the shortest lease
+/// a controller gives.
+const FIRST_LEASE_MS: u64 = 2_000;
 
 /// The agent's job table, shared between the stream and the runners.
 pub struct Agent {
@@ -281,12 +290,38 @@ impl Agent {
     }
 
     /// The leader answered a heartbeat sent at `sent_at`, granting `length` (none when zero).
+    /// The supervisors of `--requeue` jobs see the new deadline in the lease file.
     pub(crate) fn heartbeat_answered(&self, sent_at: Instant, length: Duration) {
         let mut lease = self.lease.lock().unwrap_or_else(|p| p.into_inner());
         if lease.answered_sent_at.is_none_or(|t| t < sent_at) {
             lease.answered_sent_at = Some(sent_at);
         }
         lease.length = (!length.is_zero()).then_some(length);
+        let deadline = Self::deadline_of(&lease);
+        if lease.written != Some(deadline) {
+            match crate::record::write_lease(&self.config.spool_dir, deadline) {
+                Ok(()) => lease.written = Some(deadline),
+                Err(e) => tracing::warn!(error = %e, "cannot renew the lease file; leased jobs stop when it runs out"),
+            }
+        }
+    }
+
+    /// When the lease ends on the monotonic clock (ms); `None` when the leader gives none.
+    fn deadline_of(lease: &Lease) -> Option<u64> {
+        let (sent, length) = (lease.answered_sent_at?, lease.length?);
+        let sent_ms = crate::supervisor::monotonic_ms().saturating_sub(sent.elapsed().as_millis() as u64);
+        Some(sent_ms.saturating_add(length.as_millis() as u64))
+    }
+
+    /// The deadline a `--requeue` job launched now starts with (its supervisor then follows the
+    /// lease file): the current lease, or a first short one before any heartbeat was answered;
+    /// `None` when the leader gives no lease.
+    pub(crate) fn launch_deadline_ms(&self) -> Option<u64> {
+        let lease = self.lease.lock().unwrap_or_else(|p| p.into_inner());
+        match lease.answered_sent_at {
+            None => Some(crate::supervisor::monotonic_ms() + FIRST_LEASE_MS),
+            Some(_) => Self::deadline_of(&lease),
+        }
     }
 
     /// How long since the newest answered heartbeat was sent, when that exceeds the lease.
@@ -306,13 +341,15 @@ impl Agent {
         self.isolated.load(Ordering::SeqCst)
     }
 
-    /// Kills every running job whose kill has not been asked for yet, once the lease ran out:
-    /// the leader may already have declared this node DOWN and started the jobs elsewhere.
+    /// Kills every running `--requeue` job whose kill has not been asked for yet, once the lease
+    /// ran out: the leader may already have declared this node DOWN and started the jobs
+    /// elsewhere. (Their supervisors kill them too, should this agent be paused or gone.) Every
+    /// other job runs on through any outage, to be reconciled when a leader is reached again.
     pub(crate) fn enforce_lease(&self) {
         let Some(silent) = self.lease_overrun() else { return };
         let mut killed = Vec::new();
         for (id, entry) in self.lock_jobs().iter_mut() {
-            if entry.exit.is_none() && !entry.lease_killed {
+            if entry.leased && entry.exit.is_none() && !entry.lease_killed {
                 if let Some(kill) = &entry.kill {
                     entry.lease_killed = true;
                     let _ = kill.try_send(ExitKind::LeaseExpired);
@@ -324,7 +361,7 @@ impl Agent {
             tracing::warn!(
                 silent_ms = silent.as_millis() as u64,
                 jobs = ?killed,
-                "no heartbeat answered within the lease: killing this node's jobs"
+                "no heartbeat answered within the lease: killing this node's --requeue jobs"
             );
         }
     }

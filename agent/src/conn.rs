@@ -298,7 +298,9 @@ async fn launch(agent: &Arc<Agent>, l: Launch, tx: &mpsc::Sender<AgentMessage>) 
                     supervisor::signal_group(*pgid, libc::SIGKILL);
                 }
                 let (kill_tx, kill_rx) = mpsc::channel(4);
-                jobs.insert(job_id, JobEntry::new(l.token, Some(kill_tx)));
+                let mut entry = JobEntry::new(l.token, Some(kill_tx));
+                entry.leased = l.spec.as_ref().is_some_and(|s| s.requeue);
+                jobs.insert(job_id, entry);
                 runner::start(agent.clone(), l, kill_rx);
                 false
             }

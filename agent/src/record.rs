@@ -15,6 +15,8 @@ use quorum_proto::agent::{ExitKind, Launch};
 pub enum Status {
     Exited(i32),
     Signaled(i32),
+    /// Killed by its supervisor (with this signal) because the node's lease ran out.
+    LeaseExpired(i32),
     /// The program could not be started: the step that failed and its errno.
     LaunchFailed(Step, i32),
     /// The supervisor is gone without a status (killed itself): the job's end is unknown.
@@ -72,6 +74,7 @@ impl Status {
         match kind {
             "exited" => Some(Status::Exited(value)),
             "signaled" => Some(Status::Signaled(value)),
+            "lease-expired" => Some(Status::LeaseExpired(value)),
             _ => Step::ALL.into_iter().find(|s| s.word() == kind.as_bytes()).map(|s| Status::LaunchFailed(s, value)),
         }
     }
@@ -88,6 +91,26 @@ pub struct Pids {
 /// Where a job's record lives.
 pub fn record_dir(spool: &Path, job_id: u64, token: u64) -> PathBuf {
     spool.join("jobs").join(format!("{job_id}.{token}"))
+}
+
+/// The node's lease file: the monotonic-clock deadline (ms) until which the agent last heard
+/// the leader, which the supervisors of `--requeue` jobs enforce ([`crate::supervisor`]).
+pub fn lease_file(spool: &Path) -> PathBuf {
+    spool.join("lease")
+}
+
+/// Replaces the lease file atomically with `deadline_ms` (`None`: the leader gives no lease).
+pub fn write_lease(spool: &Path, deadline_ms: Option<u64>) -> io::Result<()> {
+    let text = deadline_ms.map_or_else(|| "never\n".to_string(), |d| format!("{d}\n"));
+    let tmp = spool.join("lease.tmp");
+    if let Err(e) = std::fs::write(&tmp, &text) {
+        if e.kind() != io::ErrorKind::NotFound {
+            return Err(e);
+        }
+        std::fs::create_dir_all(spool)?;
+        std::fs::write(&tmp, &text)?;
+    }
+    std::fs::rename(&tmp, lease_file(spool))
 }
 
 /// The status the supervisor wrote, if it has.

@@ -73,6 +73,7 @@ pub fn reattach_all(agent: &Arc<Agent>) {
             continue;
         }
         let mut entry = JobEntry::new(token, None);
+        entry.leased = found.launch.spec.as_ref().is_some_and(|s| s.requeue);
         entry.pgid = found.pids.map(|p| p.pgid);
         entry.record = Some(found.record.clone());
         match (found.status, found.pids) {
@@ -119,6 +120,10 @@ fn ended_with(kind: ExitKind, status: Status, launch: &Launch) -> Ended {
     match status {
         Status::Exited(code) => (kind, code, 0),
         Status::Signaled(signal) => (kind, 0, signal),
+        Status::LeaseExpired(signal) => {
+            tracing::warn!(job = launch.job_id, "the job's supervisor killed it: the node's lease ran out");
+            (ExitKind::LeaseExpired, 0, signal)
+        }
         Status::LaunchFailed(step, errno) => {
             // chdir and exec failures are written to the job's error output by the job's
             // process itself; the earlier steps have nowhere of the user's to write to.
@@ -210,6 +215,16 @@ async fn run(agent: &Agent, launch: &Launch, kill_rx: mpsc::Receiver<ExitKind>) 
         None if launch.mem_mb > 0 => prepared.rlimit_data(launch.mem_mb * 1024 * 1024),
         None => prepared,
     };
+    // A job that may be started elsewhere when this node is lost stops when the lease does,
+    // by its supervisor's own clock, whatever this agent does meanwhile.
+    if spec.requeue {
+        if let Some(deadline) = agent.launch_deadline_ms() {
+            prepared = match prepared.lease(&record::lease_file(&agent.config.spool_dir), deadline) {
+                Ok(p) => p,
+                Err(e) => return failed(format!("cannot watch the node's lease: {e}")),
+            };
+        }
+    }
     let spawned = tokio::task::spawn_blocking(move || supervisor::spawn(&prepared)).await;
     let pids = match spawned.map_err(std::io::Error::other).and_then(|r| r) {
         Ok(pids) => pids,

@@ -68,6 +68,9 @@ pub struct Prepared {
     searched: bool,
     status_tmp: CString,
     status: CString,
+    /// The dead-man switch of a job that may be started elsewhere (`--requeue`): the node's
+    /// lease file, which the agent keeps renewing, and the deadline the job starts with.
+    lease: Option<(CString, u64)>,
 }
 
 /// The text of every errno, made before any fork (strerror is not async-signal-safe).
@@ -138,6 +141,7 @@ impl Prepared {
             not_found_message: format!("quorum: '{first}' is not found on the job's PATH ({path})\n").into_bytes(),
             status_tmp: path_cstring("the record path", &record.join("status.tmp"))?,
             status: path_cstring("the record path", &record.join("status"))?,
+            lease: None,
         })
     }
 
@@ -157,6 +161,13 @@ impl Prepared {
         } else {
             self.cgroup_sweep = Some(path_cstring("the cgroup path", &first.join("cgroup.procs"))?);
         }
+        Ok(self)
+    }
+
+    /// Kills the job once the monotonic clock passes both `deadline_ms` and the deadline the agent
+    /// last wrote to `lease_file` ([`crate::record::write_lease`]), whatever the agent does.
+    pub fn lease(mut self, lease_file: &Path, deadline_ms: u64) -> io::Result<Prepared> {
+        self.lease = Some((path_cstring("the lease path", lease_file)?, deadline_ms));
         Ok(self)
     }
 
@@ -333,10 +344,33 @@ unsafe fn supervise(
     report[4..].copy_from_slice(&failure[4..]);
     write_all(report_w, &report);
     libc::close(report_w);
+    let expired = match &p.lease {
+        Some((file, deadline)) if got < 8 => watch_lease(job, file, *deadline),
+        _ => false,
+    };
+    if expired {
+        kill_everything(p, job);
+    }
     let mut status = 0;
     while libc::waitpid(job, &mut status, 0) == -1 && *libc::__errno_location() == libc::EINTR {}
     // Nothing of a finished job outlives it: its process group, and with a cgroup, everything
     // in it (a daemon that left the group too).
+    kill_everything(p, job);
+    if expired {
+        write_status(p, b"lease-expired", libc::SIGKILL);
+    } else if got == 8 {
+        let step = Step::from_code(i32::from_ne_bytes(failure[..4].try_into().expect("4 bytes")));
+        write_status(p, step.word(), i32::from_ne_bytes(failure[4..].try_into().expect("4 bytes")));
+    } else if libc::WIFSIGNALED(status) {
+        write_status(p, b"signaled", libc::WTERMSIG(status));
+    } else {
+        write_status(p, b"exited", libc::WEXITSTATUS(status));
+    }
+    libc::_exit(0);
+}
+
+/// Kills the job's process group and, with a cgroup, everything in it.
+unsafe fn kill_everything(p: &Prepared, job: libc::pid_t) {
     libc::kill(-job, libc::SIGKILL);
     if let Some(kill) = &p.cgroup_kill {
         let fd = libc::open(kill.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
@@ -348,15 +382,84 @@ unsafe fn supervise(
     if let Some(procs) = &p.cgroup_sweep {
         sweep(procs);
     }
-    if got == 8 {
-        let step = Step::from_code(i32::from_ne_bytes(failure[..4].try_into().expect("4 bytes")));
-        write_status(p, step.word(), i32::from_ne_bytes(failure[4..].try_into().expect("4 bytes")));
-    } else if libc::WIFSIGNALED(status) {
-        write_status(p, b"signaled", libc::WTERMSIG(status));
-    } else {
-        write_status(p, b"exited", libc::WEXITSTATUS(status));
+}
+
+/// The monotonic clock in milliseconds (the clock [`std::time::Instant`] reads on Linux, shared
+/// by every process of the host). Async-signal-safe.
+pub fn monotonic_ms() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes the timespec it is given.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    (ts.tv_sec as u64).saturating_mul(1000).saturating_add(ts.tv_nsec as u64 / 1_000_000)
+}
+
+/// The deadline in a lease file: milliseconds of the monotonic clock, or `never`. Async-signal-safe.
+unsafe fn read_deadline(file: &CString) -> Option<u64> {
+    let fd = libc::open(file.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
+    if fd < 0 {
+        return None;
     }
-    libc::_exit(0);
+    let mut buf = [0u8; 32];
+    let n = libc::read(fd, buf.as_mut_ptr().cast(), buf.len());
+    libc::close(fd);
+    if n <= 0 {
+        return None;
+    }
+    parse_deadline(&buf[..n as usize])
+}
+
+/// `<ms>\n` or `never\n`.
+fn parse_deadline(text: &[u8]) -> Option<u64> {
+    let text = text.strip_suffix(b"\n").unwrap_or(text);
+    if text == b"never" {
+        return Some(u64::MAX);
+    }
+    if text.is_empty() || text.len() > 20 || !text.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let mut v: u64 = 0;
+    for &b in text {
+        v = v.checked_mul(10)?.checked_add(u64::from(b - b'0'))?;
+    }
+    Some(v)
+}
+
+/// Waits for the job to end while its lease holds; returns true when the lease ran out first
+/// (the job still runs then). The agent renews the lease by rewriting `file`; a paused, hung or
+/// dead agent does not, and the job is killed before the leader may start it elsewhere. An
+/// unreadable file keeps the last deadline read. Async-signal-safe: waitpid, open, read, poll.
+unsafe fn watch_lease(job: libc::pid_t, file: &CString, mut deadline: u64) -> bool {
+    let pidfd = libc::syscall(libc::SYS_pidfd_open, job, 0) as i32;
+    let ended = loop {
+        // WNOWAIT: the status stays for the blocking wait that follows.
+        let mut info: libc::siginfo_t = std::mem::zeroed();
+        let r = libc::waitid(libc::P_PID, job as libc::id_t, &mut info, libc::WEXITED | libc::WNOHANG | libc::WNOWAIT);
+        if r == -1 && *libc::__errno_location() != libc::EINTR {
+            break true;
+        }
+        if r == 0 && info.si_pid() == job {
+            break true;
+        }
+        if let Some(d) = read_deadline(file) {
+            deadline = deadline.max(d);
+        }
+        let now = monotonic_ms();
+        if now >= deadline {
+            break false;
+        }
+        // The deadline only moves later: sleep until it (at most a second), or the job's end.
+        let wait = (deadline - now).min(1000) as i32;
+        if pidfd >= 0 {
+            let mut fds = libc::pollfd { fd: pidfd, events: libc::POLLIN, revents: 0 };
+            libc::poll(&mut fds, 1, wait);
+        } else {
+            libc::usleep((wait.min(50) as u32) * 1000);
+        }
+    };
+    if pidfd >= 0 {
+        libc::close(pidfd);
+    }
+    !ended
 }
 
 /// Kills every process listed in a cgroup v1 `cgroup.procs` (what escaped the job's process
@@ -618,6 +721,65 @@ mod tests {
         let bad_out = Output { stdout: dir.path().join("no/such/out"), stderr: None, truncate: true };
         let p = Prepared::new(&argv, &env, dir.path(), &bad_out, &record4).unwrap();
         assert_eq!(wait(spawn(&p).unwrap(), &record4).await, Status::LaunchFailed(Step::Output, libc::ENOENT));
+    }
+
+    #[test]
+    fn lease_deadlines_parse() {
+        assert_eq!(parse_deadline(b"12345\n"), Some(12345));
+        assert_eq!(parse_deadline(b"never\n"), Some(u64::MAX));
+        for bad in [&b""[..], b"\n", b"12a", b"-1", b"99999999999999999999999"] {
+            assert_eq!(parse_deadline(bad), None, "{bad:?}");
+        }
+    }
+
+    /// The dead-man switch: a job whose lease the agent stops renewing is killed by its
+    /// supervisor when the deadline passes; one whose lease is renewed runs to its end.
+    #[tokio::test]
+    async fn a_supervisor_kills_its_job_when_the_lease_is_not_renewed() {
+        let dir = tempfile::tempdir().unwrap();
+        let lease = crate::record::lease_file(dir.path());
+        let env = vec![("PATH".to_string(), std::env::var("PATH").unwrap())];
+        let run = |id: u64, seconds: &str, deadline: u64| {
+            let record = record_dir(dir.path(), id, 1);
+            std::fs::create_dir_all(&record).unwrap();
+            let out = Output { stdout: dir.path().join(format!("out{id}")), stderr: None, truncate: true };
+            let argv = vec!["sleep".to_string(), seconds.to_string()];
+            let p = Prepared::new(&argv, &env, dir.path(), &out, &record).unwrap().lease(&lease, deadline).unwrap();
+            (spawn(&p).unwrap(), record)
+        };
+
+        // Never renewed: killed at the deadline it started with.
+        let start = std::time::Instant::now();
+        let (pids, record) = run(1, "30", monotonic_ms() + 300);
+        assert_eq!(wait(pids, &record).await, Status::LeaseExpired(libc::SIGKILL));
+        let took = start.elapsed();
+        assert!(took >= Duration::from_millis(290) && took < Duration::from_secs(5), "{took:?}");
+
+        // Renewed through the file past its first deadline: it ends as it ends.
+        crate::record::write_lease(dir.path(), Some(monotonic_ms() + 300)).unwrap();
+        let (pids, record) = run(2, "1.2", monotonic_ms() + 300);
+        let renew = {
+            let spool = dir.path().to_path_buf();
+            tokio::spawn(async move {
+                loop {
+                    crate::record::write_lease(&spool, Some(monotonic_ms() + 300)).unwrap();
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            })
+        };
+        assert_eq!(wait(pids, &record).await, Status::Exited(0));
+        renew.abort();
+
+        // The renewals stop (the agent is paused): the file's last deadline ends it.
+        let (pids, record) = run(3, "30", monotonic_ms() + 100);
+        crate::record::write_lease(dir.path(), Some(monotonic_ms() + 600)).unwrap();
+        let start = std::time::Instant::now();
+        assert_eq!(wait(pids, &record).await, Status::LeaseExpired(libc::SIGKILL));
+        assert!(
+            start.elapsed() >= Duration::from_millis(500),
+            "the renewed deadline was not kept: {:?}",
+            start.elapsed()
+        );
     }
 
     /// As root, the job becomes the user it is given, with that user's groups, and creates its

@@ -17,10 +17,11 @@ const NODE_TIMEOUT: Duration = Duration::from_secs(3);
 const LEASE: Duration = Duration::from_secs(2);
 
 /// A job that, on every node it runs on, records its process group and then appends
-/// "<node> <nanoseconds>" to `ticks` every 20 ms until killed.
+/// "<node> <nanoseconds>" to `ticks` every 20 ms until killed (or for ten minutes, should a
+/// failed test leave it behind).
 fn ticking(dir: &Path, name: &str, nodes: u32, requeue: bool) -> quorum_proto::api::JobSpec {
     let script = format!(
-        "n=$SLURMD_NODENAME; echo $$ > {name}-pgid-$n; while :; do echo \"$n $(date +%s%N)\" >> {name}-ticks; sleep 0.02; done"
+        "n=$SLURMD_NODENAME; echo $$ > {name}-pgid-$n; while [ $SECONDS -lt 600 ]; do echo \"$n $(date +%s%N)\" >> {name}-ticks; sleep 0.02; done"
     );
     let mut s = spec(&["bash", "-c", &script], dir);
     s.name = name.into();
@@ -147,4 +148,176 @@ async fn a_silent_node_goes_down_its_requeued_job_restarts_elsewhere_after_the_l
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     cluster.shutdown().await;
+}
+
+/// `quorum-agent`, built beside `quorum` by `cargo test --workspace` (the README's command).
+fn agent_binary() -> std::path::PathBuf {
+    let path = Path::new(env!("CARGO_BIN_EXE_quorum")).with_file_name("quorum-agent");
+    assert!(path.exists(), "{} is missing: run the tests with `cargo test --workspace`", path.display());
+    path
+}
+
+/// The last tick anywhere in `path`, in nanoseconds since the epoch.
+fn last_tick(path: &Path) -> Option<u128> {
+    tick_spans(path).values().map(|s| s.1).max()
+}
+
+/// The first case, with real agent processes: the agent running a `--requeue` job is
+/// stopped (SIGSTOP) past node_timeout. The job's supervisor kills it when the lease runs out,
+/// though the agent never runs again meanwhile, so the copy the leader then starts elsewhere
+/// never overlaps it. A job that may not run elsewhere keeps running on the paused node until
+/// the agent reconnects and learns its node went DOWN, when it is killed, as Slurm does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_agents_requeue_job_is_stopped_by_its_supervisor_and_never_runs_twice() {
+    let opts = DevOptions {
+        node_timeout: NODE_TIMEOUT,
+        agent_lease: LEASE,
+        agent_binary: Some(agent_binary()),
+        ..DevOptions::for_tests()
+    };
+    let cluster = cluster(opts).await;
+    let c = client(&cluster.addrs);
+    wait_ready(&cluster, &c, 2).await;
+    let dir = tempfile::tempdir().unwrap();
+
+    let wide = submit(&c, ticking(dir.path(), "wide", 2, false)).await;
+    wait_state(&c, wide, &["RUNNING"], T).await;
+    let one = submit(&c, ticking(dir.path(), "one", 1, true)).await;
+    let first = wait_state(&c, one, &["RUNNING"], T).await;
+    let victim = first.nodelist.clone();
+    let (vi, other) = if victim == node_name(0) { (0, node_name(1)) } else { (1, node_name(0)) };
+    let old_group =
+        wait_for(T, "the first copy to record its process group", || async { pgid(dir.path(), "one", &victim) }).await;
+    let wide_here =
+        wait_for(T, "the wide job's rank on the paused node", || async { pgid(dir.path(), "wide", &victim) }).await;
+
+    let cut_ns = now_ns();
+    let cut = Instant::now();
+    cluster.pause_agent(vi, true);
+
+    // With the agent stopped, the supervisor alone kills the --requeue job when the lease ends.
+    wait_for(T, "the supervisor to kill the --requeue job", || async { (!group_alive(old_group)).then_some(()) }).await;
+    let killed_after = cut.elapsed();
+    assert!(killed_after < LEASE + Duration::from_millis(1500), "killed {killed_after:?} after the pause");
+
+    // The node goes DOWN; the job runs again on the other node, after the first copy ended.
+    wait_for(T, "the paused node to go DOWN", || async {
+        nodes(&c).await.into_iter().find(|n| n.name == victim && n.state == "down")
+    })
+    .await;
+    let again = wait_for(T, "the requeued job to run on the other node", || async {
+        let j = job(&c, one).await;
+        (j.state == "RUNNING" && j.nodelist == other).then_some(j)
+    })
+    .await;
+    assert_eq!(again.requeues, 1, "{again:?}");
+    wait_for(T, "the second copy to tick", || async { tick_spans(&dir.path().join("one-ticks")).get(&other).copied() })
+        .await;
+    let spans = tick_spans(&dir.path().join("one-ticks"));
+    let (old, new) = (spans[&victim], spans[&other]);
+    assert!(old.1 < new.0, "the copies overlapped: first {old:?}, second {new:?}");
+    assert!(old.1 > cut_ns, "the first copy ran on after the pause until its lease ran out");
+    eprintln!(
+        "paused agent: the first copy's last tick {:.2}s after the pause, the second's first {:.2}s after; overlap 0 s",
+        (old.1 - cut_ns) as f64 / 1e9,
+        (new.0 - cut_ns) as f64 / 1e9
+    );
+
+    // The wide job (no --requeue) ended NODE_FAIL with its node, but its rank on the paused
+    // node is not leased: it runs until the agent is back and is told to kill it.
+    wait_state(&c, wide, &["NODE_FAIL"], T).await;
+    assert!(group_alive(wide_here), "a job without --requeue was killed by the lease");
+    cluster.pause_agent(vi, false);
+    wait_for(T, "the DOWN node's stray rank to be killed on reconnection", || async {
+        (!group_alive(wide_here)).then_some(())
+    })
+    .await;
+    assert_eq!(job(&c, one).await.nodelist, other, "the requeued job was not moved again");
+    cluster.shutdown().await;
+}
+
+/// The second case: every controller is down for two minutes, far past the lease and
+/// node_timeout. Jobs that may not run elsewhere go on, and are recorded as they really ended
+/// (still running; exited with their code meanwhile); the `--requeue` job stopped by its lease
+/// runs again. No node is marked DOWN when the controllers come back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_that_may_not_run_elsewhere_survive_every_controller_down_for_two_minutes() {
+    let outage =
+        Duration::from_secs(std::env::var("QUORUM_TEST_OUTAGE_S").ok().and_then(|s| s.parse().ok()).unwrap_or(120));
+    let opts = DevOptions {
+        node_timeout: NODE_TIMEOUT,
+        agent_lease: LEASE,
+        agent_binary: Some(agent_binary()),
+        ..DevOptions::for_tests()
+    };
+    let mut cluster = cluster(opts).await;
+    let c = client(&cluster.addrs);
+    wait_ready(&cluster, &c, 2).await;
+    let dir = tempfile::tempdir().unwrap();
+
+    let stay = submit(&c, ticking(dir.path(), "stay", 2, false)).await;
+    let mut ends = spec(&["bash", "-c", "sleep 5; exit 3"], dir.path());
+    ends.name = "ends".into();
+    let leased = submit(&c, ticking(dir.path(), "leased", 1, true)).await;
+    let before = wait_state(&c, stay, &["RUNNING"], T).await;
+    let leased_first = wait_state(&c, leased, &["RUNNING"], T).await;
+    let ends = submit(&c, ends).await;
+    wait_state(&c, ends, &["RUNNING"], T).await;
+    let stay_groups: Vec<i32> = rank_groups(dir.path(), "stay", &[node_name(0), node_name(1)]).await;
+    let leased_group = wait_for(T, "the --requeue job's process group", || async {
+        pgid(dir.path(), "leased", &leased_first.nodelist)
+    })
+    .await;
+
+    let cut = Instant::now();
+    for i in 0..3 {
+        cluster.stop_controller(i).await;
+    }
+    // The --requeue job stops with its lease; the others run on, and one ends meanwhile.
+    wait_for(T, "the --requeue job to stop with its lease", || async { (!group_alive(leased_group)).then_some(()) })
+        .await;
+    while cut.elapsed() < outage {
+        for g in &stay_groups {
+            assert!(group_alive(*g), "a job without --requeue died {:?} into the outage", cut.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let ticking_at_end = last_tick(&dir.path().join("stay-ticks")).unwrap();
+    assert!(now_ns() - ticking_at_end < 1_000_000_000, "the job stopped ticking during the outage");
+
+    for i in 0..3 {
+        cluster.restart_controller(i).await.unwrap();
+    }
+    let c = client(&cluster.addrs);
+    wait_ready(&cluster, &c, 2).await;
+    // Reconciled as they really ended: still running, with the same allocation; exited 3.
+    let after = wait_state(&c, stay, &["RUNNING"], T).await;
+    assert_eq!((after.alloc_index, after.requeues), (before.alloc_index, 0), "{after:?}");
+    let ended = wait_state(&c, ends, &["FAILED"], T).await;
+    assert_eq!(ended.exit_code, 3, "{ended:?}");
+    let again = wait_for(T, "the --requeue job to run again", || async {
+        let j = job(&c, leased).await;
+        (j.state == "RUNNING" && j.requeues == 1).then_some(j)
+    })
+    .await;
+    assert!(again.alloc_index > leased_first.alloc_index);
+    for g in &stay_groups {
+        assert!(group_alive(*g), "a job without --requeue was killed when the controllers came back");
+    }
+    assert!(nodes(&c).await.iter().all(|n| n.state != "down"), "a node was marked DOWN after the outage");
+    eprintln!(
+        "controllers down {:.0}s: {} job ranks without --requeue alive throughout, 1 exited meanwhile and recorded FAILED (exit 3), the --requeue job stopped by its lease and ran again",
+        outage.as_secs_f64(),
+        stay_groups.len()
+    );
+    cluster.shutdown().await;
+}
+
+/// The process groups of job `name`'s ranks on `nodes`, once each has recorded its own.
+async fn rank_groups(dir: &Path, name: &str, nodes: &[String]) -> Vec<i32> {
+    let mut groups = Vec::new();
+    for node in nodes {
+        groups.push(wait_for(T, "a rank's process group", || async { pgid(dir, name, node) }).await);
+    }
+    groups
 }

@@ -161,8 +161,9 @@ pub struct ControllerConfig {
     /// end NODE_FAIL or are requeued. A new leader waits this long before judging any node.
     #[serde(default = "default_node_timeout_ms")]
     pub node_timeout_ms: u64,
-    /// An agent none of whose heartbeats sent in this window was answered kills its jobs itself,
-    /// so that a job requeued elsewhere never runs twice at once; must be below `node_timeout_ms`.
+    /// An agent none of whose heartbeats sent in this window was answered has its `--requeue`
+    /// jobs killed (by their supervisors, whatever the agent does), so that a job requeued
+    /// elsewhere never runs twice at once; other jobs run on. Must be below `node_timeout_ms`.
     #[serde(default = "default_agent_lease_ms")]
     pub agent_lease_ms: u64,
     /// This replica joins a running cluster (`quorum admin add-replica`) instead of forming one

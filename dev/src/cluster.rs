@@ -54,6 +54,9 @@ pub struct DevOptions {
     pub admins: Vec<String>,
     pub operators: Vec<String>,
     pub private_data: Vec<String>,
+    /// Run the agents as `quorum-agent` processes of this binary instead of in this process, so
+    /// that one can be paused (SIGSTOP) or killed as a real one can.
+    pub agent_binary: Option<PathBuf>,
 }
 
 impl Default for DevOptions {
@@ -82,6 +85,7 @@ impl Default for DevOptions {
             admins: Vec::new(),
             operators: Vec::new(),
             private_data: Vec::new(),
+            agent_binary: None,
         }
     }
 }
@@ -99,10 +103,47 @@ impl DevOptions {
     }
 }
 
-struct DevAgent {
-    agent: Arc<Agent>,
-    stop: watch::Sender<bool>,
-    task: JoinHandle<()>,
+enum DevAgent {
+    InProcess {
+        agent: Arc<Agent>,
+        stop: watch::Sender<bool>,
+        task: JoinHandle<()>,
+    },
+    /// A `quorum-agent` process; `spool` is where its jobs' records are.
+    Process {
+        child: tokio::process::Child,
+        spool: PathBuf,
+    },
+}
+
+impl DevAgent {
+    /// Stops the agent; its jobs go on under their supervisors unless `kill_jobs`.
+    async fn stop(self, kill_jobs: bool) {
+        match self {
+            DevAgent::InProcess { agent, stop, task } => {
+                if kill_jobs {
+                    agent.kill_all();
+                }
+                let _ = stop.send(true);
+                let _ = task.await;
+            }
+            DevAgent::Process { mut child, spool } => {
+                if let Some(pid) = child.id() {
+                    // A paused agent would not see its SIGTERM; SIGKILL ends it either way.
+                    // SAFETY: kill(2) on this process's own child; no memory is touched.
+                    unsafe { libc::kill(pid as i32, libc::SIGCONT) };
+                }
+                let _ = child.kill().await;
+                if kill_jobs {
+                    for found in quorum_agent::record::scan(&spool) {
+                        if let Some(pids) = found.pids {
+                            quorum_agent::supervisor::signal_group(pids.pgid, libc::SIGKILL);
+                        }
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// A running embedded cluster.
@@ -112,6 +153,7 @@ pub struct DevCluster {
     controllers: Vec<Option<Controller>>,
     agents: Vec<Option<DevAgent>>,
     agent_configs: Vec<AgentConfig>,
+    agent_binary: Option<PathBuf>,
     pub data_dir: PathBuf,
     /// `None` when insecure.
     pub security: Option<Arc<DevSecurity>>,
@@ -231,6 +273,7 @@ impl DevCluster {
             controllers,
             agents: Vec::new(),
             agent_configs,
+            agent_binary: opts.agent_binary.clone(),
             data_dir,
             security,
             _tmp: tmp,
@@ -248,10 +291,58 @@ impl DevCluster {
     }
 
     fn spawn_agent(&self, i: usize) -> DevAgent {
-        let agent = Agent::new(self.agent_configs[i].clone());
-        let (stop, rx) = watch::channel(false);
-        let task = tokio::spawn(quorum_agent::serve(agent.clone(), rx));
-        DevAgent { agent, stop, task }
+        let config = &self.agent_configs[i];
+        match &self.agent_binary {
+            None => {
+                let agent = Agent::new(config.clone());
+                let (stop, rx) = watch::channel(false);
+                let task = tokio::spawn(quorum_agent::serve(agent.clone(), rx));
+                DevAgent::InProcess { agent, stop, task }
+            }
+            Some(binary) => {
+                let mut command = tokio::process::Command::new(binary);
+                command
+                    .arg("--name")
+                    .arg(&config.name)
+                    .arg("--controllers")
+                    .arg(config.controllers.join(","))
+                    .arg("--cpus")
+                    .arg(config.cpus.to_string())
+                    .arg("--mem")
+                    .arg(format!("{}M", config.mem_mb))
+                    .arg("--spool")
+                    .arg(&config.spool_dir)
+                    .arg("--kill-wait")
+                    .arg(config.kill_wait.as_secs().to_string())
+                    .env("RUST_LOG", std::env::var("QUORUM_AGENT_LOG").unwrap_or_else(|_| "warn".into()))
+                    .kill_on_drop(true);
+                if let Some(g) = config.gpus.first() {
+                    command.arg("--gpus").arg(format!("sim:{}x{}", g.gpu_type, config.gpus.len()));
+                }
+                if !config.switch_user {
+                    command.arg("--no-switch-user");
+                }
+                if !config.cgroups {
+                    command.arg("--no-cgroups");
+                }
+                match &self.security {
+                    Some(s) => command.arg("--certs").arg(s.certs_dir()),
+                    None => command.arg("--insecure"),
+                };
+                // SAFETY: prctl is async-signal-safe; the agent dies with the thread that started it
+                // (a test that panicked), not later by itself. Its jobs' supervisors, forked after
+                // the exec, do not inherit this.
+                unsafe {
+                    command.pre_exec(|| {
+                        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                        Ok(())
+                    });
+                }
+                command.stdin(std::process::Stdio::null()).stdout(std::process::Stdio::null());
+                let child = command.spawn().unwrap_or_else(|e| panic!("cannot run {}: {e}", binary.display()));
+                DevAgent::Process { child, spool: config.spool_dir.clone() }
+            }
+        }
     }
 
     /// `host:port,host:port,...` for QUORUM_CONTROLLERS.
@@ -307,11 +398,22 @@ impl DevCluster {
     /// Stops agent `i` (its jobs go on; its spool stays) and starts it again with `config`.
     pub async fn restart_agent(&mut self, i: usize, config: AgentConfig) {
         if let Some(a) = self.agents[i].take() {
-            let _ = a.stop.send(true);
-            let _ = a.task.await;
+            a.stop(false).await;
         }
         self.agent_configs[i] = config;
         self.agents[i] = Some(self.spawn_agent(i));
+    }
+
+    /// Pauses agent `i`'s process (SIGSTOP) or lets it go on (SIGCONT), as memory pressure, a
+    /// hung file system or a debugger would; only agents run as processes (`agent_binary`).
+    pub fn pause_agent(&self, i: usize, on: bool) {
+        let Some(DevAgent::Process { child, .. }) = &self.agents[i] else {
+            panic!("agent {i} is not a process: set DevOptions::agent_binary to pause it")
+        };
+        if let Some(pid) = child.id() {
+            // SAFETY: kill(2) on this process's own child; no memory is touched.
+            unsafe { libc::kill(pid as i32, if on { libc::SIGSTOP } else { libc::SIGCONT }) };
+        }
     }
 
     /// Makes replica `i`, from its next start, behave as the release of feature `level`
@@ -339,17 +441,17 @@ impl DevCluster {
     /// Cuts agent `i` off from every controller (or reconnects it), as a network partition
     /// would: its jobs go on until its lease runs out.
     pub fn isolate_agent(&self, i: usize, on: bool) {
-        if let Some(a) = &self.agents[i] {
-            a.agent.set_isolated(on);
+        match &self.agents[i] {
+            Some(DevAgent::InProcess { agent, .. }) => agent.set_isolated(on),
+            Some(DevAgent::Process { .. }) => panic!("agent {i} is a process: pause it instead"),
+            None => {}
         }
     }
 
     /// Stops every agent and replica; running jobs are killed.
     pub async fn shutdown(mut self) {
         for a in self.agents.iter_mut().filter_map(Option::take) {
-            a.agent.kill_all();
-            let _ = a.stop.send(true);
-            let _ = a.task.await;
+            a.stop(true).await;
         }
         for i in 0..self.controllers.len() {
             self.stop_controller(i).await;
