@@ -188,6 +188,109 @@ pub struct ControllerConfig {
     /// Who may ask what, and how they prove it.
     #[serde(default)]
     pub security: SecurityConfig,
+    /// What one submit may carry.
+    #[serde(default)]
+    pub limits: AdmissionLimits,
+}
+
+/// `[limits]`: what a replica accepts in one submit, like Slurm's `max_script_size`; each at
+/// most the built-in ceiling (`quorum_model::limits`), which is also the default.
+///
+/// ```toml
+/// [limits]
+/// max_script_bytes = 4194304    # the batch script, or the command's arguments together
+/// max_env_bytes = 4194304       # names and values together
+/// max_env_vars = 16384
+/// max_dependencies = 1000
+/// max_submit_bytes = 8388608    # the whole spec as the replicas store it (escapes counted)
+/// ```
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct AdmissionLimits {
+    pub max_script_bytes: usize,
+    pub max_env_bytes: usize,
+    pub max_env_vars: usize,
+    pub max_dependencies: usize,
+    pub max_submit_bytes: usize,
+}
+
+impl Default for AdmissionLimits {
+    fn default() -> Self {
+        use quorum_model::limits::*;
+        AdmissionLimits {
+            max_script_bytes: MAX_SCRIPT_BYTES,
+            max_env_bytes: MAX_ENV_BYTES,
+            max_env_vars: MAX_ENV_VARS,
+            max_dependencies: MAX_DEPENDENCIES,
+            max_submit_bytes: MAX_SPEC_BYTES,
+        }
+    }
+}
+
+impl AdmissionLimits {
+    fn validate(&self) -> Result<(), ConfigError> {
+        let ceiling = AdmissionLimits::default();
+        for (key, value, max) in [
+            ("max_script_bytes", self.max_script_bytes, ceiling.max_script_bytes),
+            ("max_env_bytes", self.max_env_bytes, ceiling.max_env_bytes),
+            ("max_env_vars", self.max_env_vars, ceiling.max_env_vars),
+            ("max_dependencies", self.max_dependencies, ceiling.max_dependencies),
+            ("max_submit_bytes", self.max_submit_bytes, ceiling.max_submit_bytes),
+        ] {
+            if value > max {
+                return Err(ConfigError::Invalid(format!(
+                    "[limits] {key} = {value}: at most {max}, this release's ceiling"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Refuses a spec over a limit, naming it: `(field, reason)`.
+    pub fn check(&self, spec: &quorum_model::JobSpec) -> Result<(), (&'static str, String)> {
+        use quorum_model::Program;
+        let script = match &spec.program {
+            Program::Script(s) => s.len(),
+            Program::Argv(argv) => argv.iter().map(String::len).sum(),
+        };
+        if script > self.max_script_bytes {
+            return Err((
+                "script",
+                format!("{script} bytes: this cluster accepts at most {} (max_script_bytes)", self.max_script_bytes),
+            ));
+        }
+        let (vars, bytes) = spec.env.iter().fold((0, 0), |(n, b), (k, v)| (n + 1, b + k.len() + v.len()));
+        if vars > self.max_env_vars || bytes > self.max_env_bytes {
+            return Err((
+                "env",
+                format!(
+                    "{vars} variables of {bytes} bytes: this cluster accepts at most {} (max_env_vars) and {} (max_env_bytes)",
+                    self.max_env_vars, self.max_env_bytes
+                ),
+            ));
+        }
+        if spec.dependencies.len() > self.max_dependencies {
+            return Err((
+                "dependency",
+                format!(
+                    "{} jobs: this cluster accepts at most {} (max_dependencies)",
+                    spec.dependencies.len(),
+                    self.max_dependencies
+                ),
+            ));
+        }
+        let encoded = spec.encoded_bytes();
+        if encoded > self.max_submit_bytes {
+            return Err((
+                "spec",
+                format!(
+                    "{encoded} bytes as stored: this cluster accepts at most {} (max_submit_bytes)",
+                    self.max_submit_bytes
+                ),
+            ));
+        }
+        Ok(())
+    }
 }
 
 fn default_clock_skew_s() -> u64 {
@@ -543,6 +646,7 @@ impl ControllerConfig {
 
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.security.validate()?;
+        self.limits.validate()?;
         if !self.replicas.iter().any(|r| r.id == self.id) {
             return Err(ConfigError::Invalid(format!(
                 "id {} is not among the replicas ({})",
@@ -680,6 +784,21 @@ mod tests {
         assert_eq!(c.raft_max_payload_entries, 32);
         let e = with("raft_max_payload_entries = 0").validate().unwrap_err().to_string();
         assert!(e.contains("raft_max_payload_entries must be at least 1"), "{e}");
+        // [limits]: below the ceilings only, and enforced with the key named.
+        let limits =
+            |extra: &str| -> ControllerConfig { toml::from_str(&format!("{text}\n[limits]\n{extra}")).unwrap() };
+        let c = limits("max_script_bytes = 1000\nmax_env_vars = 2");
+        c.validate().unwrap();
+        let e = limits("max_submit_bytes = 99999999999").validate().unwrap_err().to_string();
+        assert!(e.contains("max_submit_bytes = 99999999999: at most 8388608"), "{e}");
+        let mut spec =
+            quorum_model::JobSpec { program: quorum_model::Program::Script("x".repeat(1001)), ..Default::default() };
+        let (field, reason) = c.limits.check(&spec).unwrap_err();
+        assert_eq!(field, "script");
+        assert!(reason.contains("1001 bytes: this cluster accepts at most 1000 (max_script_bytes)"), "{reason}");
+        spec.program = quorum_model::Program::Script("x".into());
+        spec.env = quorum_model::Env::new([("A", "1"), ("B", "2"), ("C", "3")]);
+        assert!(c.limits.check(&spec).unwrap_err().1.contains("(max_env_vars)"));
         let e = with("emulate_feature_level = 9").validate().unwrap_err().to_string();
         assert!(e.contains("emulate_feature_level (9) must be between 1 and"), "{e}");
         assert_eq!(with("emulate_feature_level = 1").feature_level(), 1);

@@ -50,6 +50,7 @@ impl Controller {
             replica.clone(),
             leader.clone(),
             security,
+            Arc::new(config.limits.clone()),
             faults.clone(),
             listener,
             stop_rx.clone(),

@@ -243,6 +243,7 @@ impl DevCluster {
                     switches: vec![],
                     emulate_feature_level: opts.emulate_levels.iter().find(|(at, _)| *at == i).map(|(_, l)| *l),
                     security: security_config(r.id)?,
+                    limits: Default::default(),
                 })
             })
             .collect::<anyhow::Result<_>>()?;

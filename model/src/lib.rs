@@ -32,6 +32,22 @@ pub mod limits {
     pub const MAX_DEPENDENCIES: usize = 1_000;
     pub const MAX_PATH_BYTES: usize = 4096;
     pub const MAX_REQUEST_ID_BYTES: usize = 256;
+    /// What one submitted spec may take in a Raft entry ([`super::JobSpec::encoded_bytes`]):
+    /// bounded, so that one entry ships and is stored within a replication round.
+    pub const MAX_SPEC_BYTES: usize = 8 << 20;
+}
+
+/// The bytes `text` takes as a JSON string: quotes, and escapes for `"`, `\\` and control
+/// characters.
+pub fn json_len(text: &str) -> usize {
+    2 + text
+        .bytes()
+        .map(|b| match b {
+            b'"' | b'\\' | b'\n' | b'\r' | b'\t' | 0x08 | 0x0c => 2,
+            0..=0x1f => 6,
+            _ => 1,
+        })
+        .sum::<usize>()
 }
 
 pub use shared::Shared;
@@ -296,6 +312,18 @@ impl JobSpec {
     /// What a user sends, bounded: counts and sizes that fit what any cluster has and that no
     /// arithmetic on them overflows, and text without control characters (which would rewrite
     /// other users' terminals in `quorum queue`) or NUL bytes (which fail only at launch).
+    /// About how many bytes the spec takes in a Raft entry: its script, command and environment
+    /// as JSON strings, and a little for the rest.
+    pub fn encoded_bytes(&self) -> usize {
+        let program = match &self.program {
+            Program::Script(s) => json_len(s),
+            Program::Argv(argv) => argv.iter().map(|a| json_len(a) + 1).sum(),
+        };
+        let env: usize = self.env.iter().map(|(k, v)| json_len(k) + json_len(v) + 4).sum();
+        let paths = [&self.work_dir, &self.submit_dir].iter().map(|p| json_len(p)).sum::<usize>();
+        program + env + paths + self.name.len() + 1024
+    }
+
     fn check_bounds(&self) -> Result<(), Rejection> {
         let invalid = |field: &str, reason: String| Err(Rejection::InvalidSpec { field: field.to_string(), reason });
         if self.nodes > limits::MAX_NODES {

@@ -159,33 +159,57 @@ fn payload_request(payload: Vec<u8>, option: &RPCOption) -> tonic::Request<RaftP
     req
 }
 
+/// The most bytes of entries one append-entries request carries (one larger entry goes alone).
+/// openraft gives each request one heartbeat interval to be answered, whatever it carries; a
+/// request of many large entries that cannot be shipped, decoded and stored in that time was
+/// sent again and again, heartbeats to that follower stopped, and elections followed.
+pub const MAX_APPEND_BYTES: usize = 2 << 20;
+
 /// An append-entries request as JSON: the bytes `serde_json::to_vec(rpc)` gives, with each entry
 /// the cache holds copied as written to the log instead of encoded again.
 pub fn encode_append<C: QuorumTypeConfig>(
     rpc: &AppendEntriesRequest<C>,
     cache: Option<&EntryCache<C>>,
 ) -> Result<Vec<u8>, serde_json::Error> {
-    let encoded: Vec<Option<Arc<[u8]>>> =
-        rpc.entries.iter().map(|e| cache.and_then(|c| c.encoded(&e.log_id))).collect();
-    let mut out = Vec::with_capacity(256 + encoded.iter().flatten().map(|j| j.len() + 1).sum::<usize>());
+    Ok(encode_append_within(rpc, cache, usize::MAX)?.0)
+}
+
+/// As [`encode_append`], with only the first entries whose JSON fits in `budget` bytes (at
+/// least one); also how many entries it holds.
+pub fn encode_append_within<C: QuorumTypeConfig>(
+    rpc: &AppendEntriesRequest<C>,
+    cache: Option<&EntryCache<C>>,
+    budget: usize,
+) -> Result<(Vec<u8>, usize), serde_json::Error> {
+    let mut encoded: Vec<Arc<[u8]>> = Vec::with_capacity(rpc.entries.len());
+    let mut bytes = 0usize;
+    for entry in &rpc.entries {
+        let json = match cache.and_then(|c| c.encoded(&entry.log_id)) {
+            Some(json) => json,
+            None => Arc::from(serde_json::to_vec(entry)?),
+        };
+        if !encoded.is_empty() && bytes + json.len() > budget {
+            break;
+        }
+        bytes += json.len() + 1;
+        encoded.push(json);
+    }
+    let mut out = Vec::with_capacity(256 + bytes);
     out.extend_from_slice(br#"{"vote":"#);
     serde_json::to_writer(&mut out, &rpc.vote)?;
     out.extend_from_slice(br#","prev_log_id":"#);
     serde_json::to_writer(&mut out, &rpc.prev_log_id)?;
     out.extend_from_slice(br#","entries":["#);
-    for (i, (entry, json)) in rpc.entries.iter().zip(&encoded).enumerate() {
+    for (i, json) in encoded.iter().enumerate() {
         if i > 0 {
             out.push(b',');
         }
-        match json {
-            Some(json) => out.extend_from_slice(json),
-            None => serde_json::to_writer(&mut out, entry)?,
-        }
+        out.extend_from_slice(json);
     }
     out.extend_from_slice(br#"],"leader_commit":"#);
     serde_json::to_writer(&mut out, &rpc.leader_commit)?;
     out.push(b'}');
-    Ok(out)
+    Ok((out, encoded.len()))
 }
 
 /// The fields of an append-entries request, each entry still as its JSON text.
@@ -226,10 +250,19 @@ impl<C: QuorumTypeConfig> RaftNetwork<C> for Connection<C> {
         rpc: AppendEntriesRequest<C>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<u64>, RPCError<u64, BasicNode, RaftError<u64>>> {
-        let payload = encode_append(&rpc, self.cache.as_ref()).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        let (payload, sent) = encode_append_within(&rpc, self.cache.as_ref(), MAX_APPEND_BYTES)
+            .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
         let reply =
             self.client()?.append_entries(payload_request(payload, &option)).await.map_err(|s| self.status_error(s))?;
-        self.decode(reply.into_inner())
+        let answer = self.decode(reply.into_inner())?;
+        // Fewer entries than asked went: the follower matched up to the last one sent, and
+        // openraft sends the rest next.
+        Ok(match answer {
+            AppendEntriesResponse::Success if sent < rpc.entries.len() => {
+                AppendEntriesResponse::PartialSuccess(rpc.entries[..sent].last().map(|e| e.log_id))
+            }
+            other => other,
+        })
     }
 
     async fn install_snapshot(
@@ -330,5 +363,33 @@ mod tests {
             }
         }
         assert!(decode_append::<Types>(br#"{"vote":1}"#).is_err());
+    }
+
+    /// A request is cut to the entries that fit the byte budget, never to none: a large entry
+    /// goes alone, and what is cut off is the prefix a follower can store.
+    #[test]
+    fn append_entries_are_cut_to_the_byte_budget() {
+        use openraft::{CommittedLeaderId, EntryPayload, LogId};
+        let entry = |index: u64, size: usize| Entry::<Types> {
+            log_id: LogId::new(CommittedLeaderId::new(2, 1), index),
+            payload: EntryPayload::Normal("x".repeat(size)),
+        };
+        let rpc = |entries| AppendEntriesRequest::<Types> {
+            vote: openraft::Vote::new_committed(2, 1),
+            prev_log_id: None,
+            entries,
+            leader_commit: None,
+        };
+        let big = rpc(vec![entry(1, 5000), entry(2, 10), entry(3, 10)]);
+        let (bytes, sent) = encode_append_within(&big, None, 1000).unwrap();
+        assert_eq!(sent, 1, "a large entry goes alone");
+        let (back, _) = decode_append::<Types>(&bytes).unwrap();
+        assert_eq!(back.entries.len(), 1);
+        let small = rpc(vec![entry(1, 100), entry(2, 100), entry(3, 100), entry(4, 5000)]);
+        let (bytes, sent) = encode_append_within(&small, None, 1000).unwrap();
+        assert_eq!(sent, 3);
+        assert!(bytes.len() < 1000 + 200, "{}", bytes.len());
+        let (bytes, sent) = encode_append_within(&small, None, usize::MAX).unwrap();
+        assert_eq!((sent, bytes), (4, serde_json::to_vec(&small).unwrap()));
     }
 }

@@ -24,7 +24,7 @@ pub struct Args {
 
 pub async fn run(ctx: &Context, Args { all, start, user, json }: Args) -> anyhow::Result<ExitCode> {
     let stale = ctx.stale;
-    let req = api::ListJobsRequest {
+    let mut req = api::ListJobsRequest {
         states: if start {
             vec!["PENDING".into()]
         } else if all {
@@ -34,8 +34,16 @@ pub async fn run(ctx: &Context, Args { all, start, user, json }: Args) -> anyhow
         },
         user: user.unwrap_or_default(),
         stale,
+        ..Default::default()
     };
-    let r = ctx.send(req, |mut c, r| async move { c.list_jobs(r).await }).await?;
+    // Page by page: each answer stays under a gRPC message's limit however large the queue.
+    let mut r = ctx.send(req.clone(), |mut c, r| async move { c.list_jobs(r).await }).await?;
+    while r.next_after != 0 {
+        req.after = r.next_after;
+        let page = ctx.send(req.clone(), |mut c, r| async move { c.list_jobs(r).await }).await?;
+        r.jobs.extend(page.jobs);
+        (r.next_after, r.applied_index, r.now_ms) = (page.next_after, page.applied_index, page.now_ms);
+    }
     note_stale(ctx.stale, r.applied_index);
     if json {
         print_json(&r.jobs.iter().map(display::job_json).collect::<Vec<_>>())?;

@@ -109,8 +109,25 @@ pub async fn job(c: &Client, id: u64) -> JobInfo {
     .expect("job in answer")
 }
 
+/// Every job, page by page.
 pub async fn all_jobs(c: &Client) -> Vec<JobInfo> {
-    c.call(|mut cl| async move { cl.list_jobs(api::ListJobsRequest::default()).await }).await.expect("list jobs").jobs
+    let mut jobs = Vec::new();
+    let mut after = 0;
+    loop {
+        let req = api::ListJobsRequest { after, ..Default::default() };
+        let page = c
+            .call(|mut cl| {
+                let req = req.clone();
+                async move { cl.list_jobs(req).await }
+            })
+            .await
+            .expect("list jobs");
+        jobs.extend(page.jobs);
+        if page.next_after == 0 {
+            return jobs;
+        }
+        after = page.next_after;
+    }
 }
 
 pub async fn cancel(c: &Client, id: u64) -> api::CancelJobResponse {

@@ -25,6 +25,9 @@ const IN_FLIGHT: usize = 4;
 /// Writes in one entry at most; a spec carries its environment, a few KiB, and a large entry
 /// would miss openraft's replication timeout.
 const MAX_BATCH: usize = 64;
+/// Bytes of writes in one entry at most (one larger write goes alone): thirty 4 MB scripts
+/// submitted together made one entry over the 64 MB message limit, and the cluster stood still.
+const MAX_BATCH_BYTES: usize = 1 << 20;
 
 type Answer = oneshot::Sender<Result<Response, WriteError>>;
 
@@ -47,13 +50,14 @@ pub type ReportBatcher = Batcher<Command>;
 impl<I: Send + 'static> Batcher<I> {
     /// Starts the task that proposes the queued writes with `propose`, which answers each; it
     /// ends when the last batcher is dropped.
-    fn start<F, Fut>(replica: Arc<Replica>, propose: F) -> Batcher<I>
+    /// `weight` is about how many bytes an item takes in an entry.
+    fn start<F, Fut>(replica: Arc<Replica>, weight: fn(&I) -> usize, propose: F) -> Batcher<I>
     where
         F: Fn(Arc<Replica>, Vec<(I, Answer)>) -> Fut + Send + 'static,
         Fut: Future<Output = ()> + Send + 'static,
     {
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(run(replica, rx, propose));
+        tokio::spawn(run(replica, rx, weight, propose));
         Batcher { tx }
     }
 
@@ -67,30 +71,53 @@ impl<I: Send + 'static> Batcher<I> {
 
 impl SubmitBatcher {
     pub fn submits(replica: Arc<Replica>) -> SubmitBatcher {
-        Batcher::start(replica, propose_submits)
+        Batcher::start(replica, |s: &Submit| s.spec.encoded_bytes() + s.request_id.len(), propose_submits)
     }
 }
 
 impl ReportBatcher {
     pub fn reports(replica: Arc<Replica>) -> ReportBatcher {
-        Batcher::start(replica, propose_reports)
+        // A report is a few hundred bytes at most (a node's registration, a job's end).
+        Batcher::start(replica, |_| 512, propose_reports)
     }
 }
 
-async fn run<I, F, Fut>(replica: Arc<Replica>, mut rx: mpsc::UnboundedReceiver<(I, Answer)>, propose: F)
-where
+async fn run<I, F, Fut>(
+    replica: Arc<Replica>,
+    mut rx: mpsc::UnboundedReceiver<(I, Answer)>,
+    weight: fn(&I) -> usize,
+    propose: F,
+) where
     I: Send + 'static,
     F: Fn(Arc<Replica>, Vec<(I, Answer)>) -> Fut,
     Fut: Future<Output = ()> + Send + 'static,
 {
     let in_flight = Arc::new(Semaphore::new(IN_FLIGHT));
-    while let Some(first) = rx.recv().await {
+    // A write that did not fit the last entry starts the next.
+    let mut carried = None;
+    loop {
+        let first = match carried.take() {
+            Some(first) => first,
+            None => match rx.recv().await {
+                Some(first) => first,
+                None => return,
+            },
+        };
         let Ok(permit) = in_flight.clone().acquire_owned().await else { return };
-        // everything that queued while waiting for a free slot goes into this entry
+        // everything that queued while waiting for a free slot goes into this entry, up to
+        // MAX_BATCH writes and MAX_BATCH_BYTES
+        let mut bytes = weight(&first.0);
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
             match rx.try_recv() {
-                Ok(next) => batch.push(next),
+                Ok(next) if bytes + weight(&next.0) > MAX_BATCH_BYTES => {
+                    carried = Some(next);
+                    break;
+                }
+                Ok(next) => {
+                    bytes += weight(&next.0);
+                    batch.push(next);
+                }
                 Err(_) => break,
             }
         }

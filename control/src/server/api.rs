@@ -22,12 +22,19 @@ pub struct Api {
     /// Submits, committed in groups.
     pub(super) submits: SubmitBatcher,
     pub(super) security: Arc<Security>,
+    /// What one submit may carry (`[limits]`).
+    pub(super) limits: Arc<crate::config::AdmissionLimits>,
 }
 
 impl Api {
-    pub(super) fn new(replica: Arc<Replica>, leader: Arc<LeaderState>, security: Arc<Security>) -> Api {
+    pub(super) fn new(
+        replica: Arc<Replica>,
+        leader: Arc<LeaderState>,
+        security: Arc<Security>,
+        limits: Arc<crate::config::AdmissionLimits>,
+    ) -> Api {
         let submits = SubmitBatcher::submits(replica.clone());
-        Api { peers: Peers::new(replica.dialer.clone(), None), replica, leader, submits, security }
+        Api { peers: Peers::new(replica.dialer.clone(), None), replica, leader, submits, security, limits }
     }
 }
 

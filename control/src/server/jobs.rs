@@ -17,19 +17,35 @@ pub(super) async fn submit_job(api: &Api, caller: &Caller, r: SubmitJobRequest) 
     let spec = r.spec.ok_or_else(|| Status::invalid_argument("missing job spec"))?;
     let spec = wire::spec_from_proto(spec).map_err(|e| rejection_status(&e))?;
     spec.check_shape().map_err(|e| rejection_status(&e))?;
-    if r.request_id.len() > crate::model::limits::MAX_REQUEST_ID_BYTES {
-        return Err(Status::invalid_argument(format!(
-            "request id of {} bytes: at most {}",
-            r.request_id.len(),
-            crate::model::limits::MAX_REQUEST_ID_BYTES
-        )));
-    }
-    let submit = Submit { spec: Box::new(spec), user: caller.user.clone(), request_id: r.request_id };
+    api.limits.check(&spec).map_err(|(field, reason)| {
+        rejection_status(&crate::model::Rejection::InvalidSpec { field: field.to_string(), reason })
+    })?;
+    let submit = Submit {
+        spec: Box::new(spec),
+        user: caller.user.clone(),
+        request_id: scoped_request_id(caller, &r.request_id)?,
+    };
     match api.submits.write(submit).await.map_err(write_status)? {
         Response::Submitted { job_id, duplicate } => Ok(SubmitJobResponse { job_id, duplicate }),
         Response::Rejected(r) => Err(rejection_status(&r)),
         other => Err(Status::internal(format!("unexpected answer to a submit: {other:?}"))),
     }
+}
+
+/// A request id as the replicas record it: scoped to its user, so that one user's id never
+/// names another's job (`user:id`; a user name has no ':'). Empty stays empty (no retry).
+fn scoped_request_id(caller: &Caller, id: &str) -> Result<String, Status> {
+    use crate::model::limits::MAX_REQUEST_ID_BYTES;
+    if id.len() > MAX_REQUEST_ID_BYTES {
+        return Err(Status::invalid_argument(format!(
+            "request id of {} bytes: at most {MAX_REQUEST_ID_BYTES}",
+            id.len()
+        )));
+    }
+    if id.is_empty() {
+        return Ok(String::new());
+    }
+    Ok(format!("{}:{id}", caller.user))
 }
 
 pub(super) async fn hold_job(api: &Api, caller: &Caller, r: HoldJobRequest) -> Result<HoldJobResponse, Status> {
@@ -118,23 +134,61 @@ pub(super) async fn list_jobs(api: &Api, caller: &Caller, r: ListJobsRequest) ->
     read_barrier(api, r.stale).await?;
     let estimates = api.leader.estimates();
     let applied = api.replica.shared.read();
-    let jobs = applied
+    let limit = if r.limit == 0 { usize::MAX } else { r.limit as usize };
+    let (mut jobs, mut bytes, mut next_after) = (Vec::new(), 0usize, 0);
+    let after = r.after.checked_add(1).map_or(std::ops::Bound::Excluded(u64::MAX), std::ops::Bound::Included);
+    let matching = applied
         .state
         .jobs
-        .values()
+        .range((after, std::ops::Bound::Unbounded))
+        .map(|(_, j)| j)
         .filter(|j| states.is_empty() || states.contains(&j.state))
         .filter(|j| r.user.is_empty() || j.user == r.user)
-        .filter(|j| !private || j.user == caller.user)
-        .map(|j| {
-            let mut info = job_for(caller, j, false);
-            if let Some(e) = estimates.get(&j.id).filter(|_| j.state == JobState::Pending) {
-                info.expected_start_ms = e.start_ms;
-                info.expected_nodes = crate::model::hostlist::compress(&e.nodes);
+        .filter(|j| !private || j.user == caller.user);
+    for j in matching {
+        let mut info = listed(job_for(caller, j, false));
+        if let Some(e) = estimates.get(&j.id).filter(|_| j.state == JobState::Pending) {
+            info.expected_start_ms = e.start_ms;
+            info.expected_nodes = crate::model::hostlist::compress(&e.nodes);
+        }
+        let size = prost::Message::encoded_len(&info) + 8;
+        if jobs.len() == limit || (!jobs.is_empty() && bytes + size > MAX_PAGE_BYTES) {
+            next_after = jobs.last().map_or(0, |i: &JobInfo| i.id);
+            break;
+        }
+        bytes += size;
+        jobs.push(info);
+    }
+    Ok(ListJobsResponse { jobs, applied_index: applied.applied_index(), now_ms: now_ms(), next_after })
+}
+
+/// The most a page of a listing carries, under the 4 MiB a gRPC client accepts by default.
+const MAX_PAGE_BYTES: usize = 2 << 20;
+
+/// A job as listings show it: of its script only the first line (`quorum show` has it all),
+/// no environment, and its command only when short, so that no one job can fill a page.
+fn listed(mut info: JobInfo) -> JobInfo {
+    fn cut(text: &mut String, max: usize) {
+        let mut end = text.len().min(max);
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+    }
+    if let Some(spec) = info.spec.as_mut() {
+        if let Some(newline) = spec.script.find('\n') {
+            spec.script.truncate(newline);
+        }
+        cut(&mut spec.script, 256);
+        spec.env.clear();
+        if spec.argv.iter().map(String::len).sum::<usize>() > 4096 {
+            spec.argv.truncate(1);
+            if let Some(first) = spec.argv.first_mut() {
+                cut(first, 4096);
             }
-            info
-        })
-        .collect();
-    Ok(ListJobsResponse { jobs, applied_index: applied.applied_index(), now_ms: now_ms() })
+        }
+    }
+    info
 }
 
 pub(super) async fn priorities(api: &Api, caller: &Caller, _r: PriorityRequest) -> Result<PriorityResponse, Status> {

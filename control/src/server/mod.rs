@@ -41,6 +41,7 @@ pub async fn serve(
     replica: Arc<Replica>,
     leader: Arc<LeaderState>,
     security: Arc<Security>,
+    limits: Arc<crate::config::AdmissionLimits>,
     faults: Faults,
     listener: TcpListener,
     mut stop: watch::Receiver<bool>,
@@ -56,7 +57,7 @@ pub async fn serve(
     tonic::transport::Server::builder()
         .layer(auth::AuthLayer(authenticator))
         .add_service(raft)
-        .add_service(QuorumServer::new(Api::new(replica.clone(), leader.clone(), security.clone())))
+        .add_service(QuorumServer::new(Api::new(replica.clone(), leader.clone(), security.clone(), limits)))
         .add_service(agents::service(replica, leader, security))
         .serve_with_incoming_shutdown(incoming, async move {
             let _ = stop.wait_for(|s| *s).await;
