@@ -131,6 +131,23 @@ async fn hostile_input_is_refused_with_its_error_while_the_cluster_keeps_serving
     assert!(e.contains("max_submit_bytes"), "{e}");
     table.push(("a 1.5 MB script and a 1 MB variable of control bytes (15 MB as JSON escapes)".into(), e));
 
+    // The largest submit accepted (8 MiB as stored) is one entry of its own, shipped to each
+    // follower in one request within a heartbeat interval: no election follows.
+    let term_before = term(&cluster);
+    let mut s = small();
+    s.script = "\u{1}".repeat(1_390_000);
+    s.argv.clear();
+    s.hold = true;
+    let largest = submit_with_id(&c, s, "largest").await.expect("a submit just under max_submit_bytes");
+    let next = submit(&c, small()).await;
+    wait_state(&c, next, &["COMPLETED"], T).await;
+    let terms = term(&cluster) - term_before;
+    assert!(terms == 0, "{terms} elections after the largest entry");
+    table.push((
+        "a 1.39 MB script of control bytes (8.3 MB as stored, just under the ceiling)".into(),
+        format!("accepted as job {}; {terms} elections", largest.job_id),
+    ));
+
     // A request id names the caller's own job only.
     let alice = client_as(&cluster.addrs, "alice");
     let bob = client_as(&cluster.addrs, "bob");
