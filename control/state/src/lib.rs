@@ -22,4 +22,6 @@ pub use commands::{
 pub use digest::digest;
 
 #[cfg(test)]
+mod props;
+#[cfg(test)]
 mod tests;
