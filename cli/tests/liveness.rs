@@ -157,6 +157,17 @@ fn agent_binary() -> std::path::PathBuf {
     path
 }
 
+/// The node timeout and lease of the tests with real agent processes, short unless
+/// `QUORUM_TEST_NODE_TIMEOUT_MS` and `QUORUM_TEST_LEASE_MS` say (`benches/RESULTS.md` has a run
+/// with the defaults, 30 s and 20 s), and how long to wait for each step.
+fn timeouts() -> (Duration, Duration, Duration) {
+    let ms = |var: &str, default: Duration| {
+        std::env::var(var).ok().and_then(|v| v.parse().ok()).map_or(default, Duration::from_millis)
+    };
+    let node_timeout = ms("QUORUM_TEST_NODE_TIMEOUT_MS", NODE_TIMEOUT);
+    (node_timeout, ms("QUORUM_TEST_LEASE_MS", LEASE), T.max(node_timeout * 3))
+}
+
 /// The last tick anywhere in `path`, in nanoseconds since the epoch.
 fn last_tick(path: &Path) -> Option<u128> {
     tick_spans(path).values().map(|s| s.1).max()
@@ -169,49 +180,46 @@ fn last_tick(path: &Path) -> Option<u128> {
 /// the agent reconnects and learns its node went DOWN, when it is killed, as Slurm does.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_agents_requeue_job_is_stopped_by_its_supervisor_and_never_runs_twice() {
-    let opts = DevOptions {
-        node_timeout: NODE_TIMEOUT,
-        agent_lease: LEASE,
-        agent_binary: Some(agent_binary()),
-        ..DevOptions::for_tests()
-    };
+    let (node_timeout, lease, t) = timeouts();
+    let opts =
+        DevOptions { node_timeout, agent_lease: lease, agent_binary: Some(agent_binary()), ..DevOptions::for_tests() };
     let cluster = cluster(opts).await;
     let c = client(&cluster.addrs);
     wait_ready(&cluster, &c, 2).await;
     let dir = tempfile::tempdir().unwrap();
 
     let wide = submit(&c, ticking(dir.path(), "wide", 2, false)).await;
-    wait_state(&c, wide, &["RUNNING"], T).await;
+    wait_state(&c, wide, &["RUNNING"], t).await;
     let one = submit(&c, ticking(dir.path(), "one", 1, true)).await;
-    let first = wait_state(&c, one, &["RUNNING"], T).await;
+    let first = wait_state(&c, one, &["RUNNING"], t).await;
     let victim = first.nodelist.clone();
     let (vi, other) = if victim == node_name(0) { (0, node_name(1)) } else { (1, node_name(0)) };
     let old_group =
-        wait_for(T, "the first copy to record its process group", || async { pgid(dir.path(), "one", &victim) }).await;
+        wait_for(t, "the first copy to record its process group", || async { pgid(dir.path(), "one", &victim) }).await;
     let wide_here =
-        wait_for(T, "the wide job's rank on the paused node", || async { pgid(dir.path(), "wide", &victim) }).await;
+        wait_for(t, "the wide job's rank on the paused node", || async { pgid(dir.path(), "wide", &victim) }).await;
 
     let cut_ns = now_ns();
     let cut = Instant::now();
     cluster.pause_agent(vi, true);
 
     // With the agent stopped, the supervisor alone kills the --requeue job when the lease ends.
-    wait_for(T, "the supervisor to kill the --requeue job", || async { (!group_alive(old_group)).then_some(()) }).await;
+    wait_for(t, "the supervisor to kill the --requeue job", || async { (!group_alive(old_group)).then_some(()) }).await;
     let killed_after = cut.elapsed();
-    assert!(killed_after < LEASE + Duration::from_millis(1500), "killed {killed_after:?} after the pause");
+    assert!(killed_after < lease + Duration::from_millis(1500), "killed {killed_after:?} after the pause");
 
     // The node goes DOWN; the job runs again on the other node, after the first copy ended.
-    wait_for(T, "the paused node to go DOWN", || async {
+    wait_for(t, "the paused node to go DOWN", || async {
         nodes(&c).await.into_iter().find(|n| n.name == victim && n.state == "down")
     })
     .await;
-    let again = wait_for(T, "the requeued job to run on the other node", || async {
+    let again = wait_for(t, "the requeued job to run on the other node", || async {
         let j = job(&c, one).await;
         (j.state == "RUNNING" && j.nodelist == other).then_some(j)
     })
     .await;
     assert_eq!(again.requeues, 1, "{again:?}");
-    wait_for(T, "the second copy to tick", || async { tick_spans(&dir.path().join("one-ticks")).get(&other).copied() })
+    wait_for(t, "the second copy to tick", || async { tick_spans(&dir.path().join("one-ticks")).get(&other).copied() })
         .await;
     let spans = tick_spans(&dir.path().join("one-ticks"));
     let (old, new) = (spans[&victim], spans[&other]);
@@ -225,10 +233,10 @@ async fn a_paused_agents_requeue_job_is_stopped_by_its_supervisor_and_never_runs
 
     // The wide job (no --requeue) ended NODE_FAIL with its node, but its rank on the paused
     // node is not leased: it runs until the agent is back and is told to kill it.
-    wait_state(&c, wide, &["NODE_FAIL"], T).await;
+    wait_state(&c, wide, &["NODE_FAIL"], t).await;
     assert!(group_alive(wide_here), "a job without --requeue was killed by the lease");
     cluster.pause_agent(vi, false);
-    wait_for(T, "the DOWN node's stray rank to be killed on reconnection", || async {
+    wait_for(t, "the DOWN node's stray rank to be killed on reconnection", || async {
         (!group_alive(wide_here)).then_some(())
     })
     .await;
@@ -242,14 +250,11 @@ async fn a_paused_agents_requeue_job_is_stopped_by_its_supervisor_and_never_runs
 /// runs again. No node is marked DOWN when the controllers come back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jobs_that_may_not_run_elsewhere_survive_every_controller_down_for_two_minutes() {
+    let (node_timeout, lease, t) = timeouts();
     let outage =
         Duration::from_secs(std::env::var("QUORUM_TEST_OUTAGE_S").ok().and_then(|s| s.parse().ok()).unwrap_or(120));
-    let opts = DevOptions {
-        node_timeout: NODE_TIMEOUT,
-        agent_lease: LEASE,
-        agent_binary: Some(agent_binary()),
-        ..DevOptions::for_tests()
-    };
+    let opts =
+        DevOptions { node_timeout, agent_lease: lease, agent_binary: Some(agent_binary()), ..DevOptions::for_tests() };
     let mut cluster = cluster(opts).await;
     let c = client(&cluster.addrs);
     wait_ready(&cluster, &c, 2).await;
@@ -259,12 +264,12 @@ async fn jobs_that_may_not_run_elsewhere_survive_every_controller_down_for_two_m
     let mut ends = spec(&["bash", "-c", "sleep 5; exit 3"], dir.path());
     ends.name = "ends".into();
     let leased = submit(&c, ticking(dir.path(), "leased", 1, true)).await;
-    let before = wait_state(&c, stay, &["RUNNING"], T).await;
-    let leased_first = wait_state(&c, leased, &["RUNNING"], T).await;
+    let before = wait_state(&c, stay, &["RUNNING"], t).await;
+    let leased_first = wait_state(&c, leased, &["RUNNING"], t).await;
     let ends = submit(&c, ends).await;
-    wait_state(&c, ends, &["RUNNING"], T).await;
+    wait_state(&c, ends, &["RUNNING"], t).await;
     let stay_groups: Vec<i32> = rank_groups(dir.path(), "stay", &[node_name(0), node_name(1)]).await;
-    let leased_group = wait_for(T, "the --requeue job's process group", || async {
+    let leased_group = wait_for(t, "the --requeue job's process group", || async {
         pgid(dir.path(), "leased", &leased_first.nodelist)
     })
     .await;
@@ -274,7 +279,7 @@ async fn jobs_that_may_not_run_elsewhere_survive_every_controller_down_for_two_m
         cluster.stop_controller(i).await;
     }
     // The --requeue job stops with its lease; the others run on, and one ends meanwhile.
-    wait_for(T, "the --requeue job to stop with its lease", || async { (!group_alive(leased_group)).then_some(()) })
+    wait_for(t, "the --requeue job to stop with its lease", || async { (!group_alive(leased_group)).then_some(()) })
         .await;
     while cut.elapsed() < outage {
         for g in &stay_groups {
@@ -291,11 +296,11 @@ async fn jobs_that_may_not_run_elsewhere_survive_every_controller_down_for_two_m
     let c = client(&cluster.addrs);
     wait_ready(&cluster, &c, 2).await;
     // Reconciled as they really ended: still running, with the same allocation; exited 3.
-    let after = wait_state(&c, stay, &["RUNNING"], T).await;
+    let after = wait_state(&c, stay, &["RUNNING"], t).await;
     assert_eq!((after.alloc_index, after.requeues), (before.alloc_index, 0), "{after:?}");
-    let ended = wait_state(&c, ends, &["FAILED"], T).await;
+    let ended = wait_state(&c, ends, &["FAILED"], t).await;
     assert_eq!(ended.exit_code, 3, "{ended:?}");
-    let again = wait_for(T, "the --requeue job to run again", || async {
+    let again = wait_for(t, "the --requeue job to run again", || async {
         let j = job(&c, leased).await;
         (j.state == "RUNNING" && j.requeues == 1).then_some(j)
     })
