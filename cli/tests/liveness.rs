@@ -326,3 +326,31 @@ async fn rank_groups(dir: &Path, name: &str, nodes: &[String]) -> Vec<i32> {
     }
     groups
 }
+
+/// A restarted agent takes the lease over for the `--requeue` jobs it finds again: their
+/// supervisors read the deadline it renews, so the job runs on far past the lease the old
+/// agent last gave it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_agent_renews_the_lease_of_the_requeue_jobs_it_finds_again() {
+    let opts = DevOptions { node_timeout: NODE_TIMEOUT, agent_lease: LEASE, ..DevOptions::for_tests() };
+    let mut cluster = cluster(opts).await;
+    let c = client(&cluster.addrs);
+    wait_ready(&cluster, &c, 2).await;
+    let dir = tempfile::tempdir().unwrap();
+    let one = submit(&c, ticking(dir.path(), "one", 1, true)).await;
+    let first = wait_state(&c, one, &["RUNNING"], T).await;
+    let node = first.nodelist.clone();
+    let i = if node == node_name(0) { 0 } else { 1 };
+    let group = wait_for(T, "the job's process group", || async { pgid(dir.path(), "one", &node) }).await;
+    for _ in 0..2 {
+        let config = cluster.agent_config(i);
+        cluster.restart_agent(i, config).await;
+    }
+    tokio::time::sleep(LEASE * 3).await;
+    assert!(group_alive(group), "the job died after its agent restarted: its lease was not renewed");
+    let j = job(&c, one).await;
+    assert_eq!((j.state.as_str(), j.requeues, j.alloc_index), ("RUNNING", 0, first.alloc_index), "{j:?}");
+    let last = last_tick(&dir.path().join("one-ticks")).unwrap();
+    assert!(now_ns() - last < 1_000_000_000, "the job stopped ticking");
+    cluster.shutdown().await;
+}
