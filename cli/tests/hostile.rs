@@ -111,6 +111,18 @@ async fn hostile_input_is_refused_with_its_error_while_the_cluster_keeps_serving
     assert!(e.contains("NUL"), "{e}");
     table.push(("a NUL byte in an environment value".into(), e));
 
+    // Names no listing could hold.
+    let mut s = small();
+    s.name = "n".repeat(3 << 20);
+    let e = refused(&c, s, "long-name").await;
+    assert!(e.contains("invalid name: longer than 1024 bytes"), "{e}");
+    table.push(("a 3 MB job name".into(), e));
+    let mut s = small();
+    s.constraint = (0..100_000).map(|i| format!("f{i}")).collect();
+    let e = refused(&c, s, "features").await;
+    assert!(e.contains("100000 features: at most 64"), "{e}");
+    table.push(("100,000 node features (`-C`)".into(), e));
+
     // Sizes beyond the limits.
     let e = refused(&c, small(), &"r".repeat(3 << 20)).await;
     assert!(e.contains("request id of 3145728 bytes"), "{e}");

@@ -193,6 +193,11 @@ pub struct ControllerConfig {
     pub limits: AdmissionLimits,
 }
 
+/// The longest partition, GPU type, QOS, account or feature name accepted.
+const MAX_WORD_BYTES: usize = 256;
+/// The most node features one job may ask for.
+const MAX_CONSTRAINTS: usize = 64;
+
 /// `[limits]`: what a replica accepts in one submit, like Slurm's `max_script_size`; each at
 /// most the built-in ceiling (`quorum_model::limits`), which is also the default.
 ///
@@ -246,9 +251,27 @@ impl AdmissionLimits {
         Ok(())
     }
 
-    /// Refuses a spec over a limit, naming it: `(field, reason)`.
+    /// Refuses a spec over a limit, naming it: `(field, reason)`. Besides the configured limits,
+    /// the names a job carries are bounded (they are shown in every listing; the job's own
+    /// name is bounded by `JobSpec::check_shape`).
     pub fn check(&self, spec: &quorum_model::JobSpec) -> Result<(), (&'static str, String)> {
         use quorum_model::Program;
+        let words = [
+            ("partition", spec.partition.as_deref()),
+            ("gpu_type", spec.gpu_type.as_deref()),
+            ("qos", spec.qos.as_deref()),
+            ("account", spec.account.as_deref()),
+        ];
+        let constraints = spec.constraint.iter().map(|c| ("constraint", Some(c.as_str())));
+        for (field, word) in words.into_iter().chain(constraints) {
+            let word = word.unwrap_or_default();
+            if word.len() > MAX_WORD_BYTES || word.chars().any(char::is_control) {
+                return Err((field, format!("at most {MAX_WORD_BYTES} bytes without control characters")));
+            }
+        }
+        if spec.constraint.len() > MAX_CONSTRAINTS {
+            return Err(("constraint", format!("{} features: at most {MAX_CONSTRAINTS}", spec.constraint.len())));
+        }
         let script = match &spec.program {
             Program::Script(s) => s.len(),
             Program::Argv(argv) => argv.iter().map(String::len).sum(),
