@@ -1,5 +1,5 @@
 //! Node failure end to end: an agent cut off from the controllers (as by a network partition)
-//! kills its jobs when its lease runs out, the leader declares its node DOWN after
+//! has its `--requeue` jobs killed when its lease runs out, the leader declares its node DOWN after
 //! `node_timeout`, a `--requeue` job starts again elsewhere only after its first copy is dead,
 //! and the node comes back when its agent reconnects. A new leader does not mark nodes down.
 

@@ -693,7 +693,7 @@ impl ControllerConfig {
         }
         if self.agent_lease_ms >= self.node_timeout_ms {
             return Err(ConfigError::Invalid(format!(
-                "agent_lease_ms ({}) must be below node_timeout_ms ({}): an agent must kill its jobs before they may be requeued elsewhere",
+                "agent_lease_ms ({}) must be below node_timeout_ms ({}): a --requeue job must be killed by its lease before it may be requeued elsewhere",
                 self.agent_lease_ms, self.node_timeout_ms
             )));
         }

@@ -32,7 +32,7 @@ pub struct DevOptions {
     pub snapshot_keep_logs: u64,
     /// A silent node is DOWN after this long.
     pub node_timeout: Duration,
-    /// An agent cut off from the leader for this long kills its jobs.
+    /// An agent cut off from the leader for this long has its `--requeue` jobs killed.
     pub agent_lease: Duration,
     /// Replicas (by index) that behave as an older release at this feature level.
     pub emulate_levels: Vec<(usize, u32)>,
@@ -440,7 +440,7 @@ impl DevCluster {
     }
 
     /// Cuts agent `i` off from every controller (or reconnects it), as a network partition
-    /// would: its jobs go on until its lease runs out.
+    /// would: its `--requeue` jobs go on until its lease runs out, the others go on.
     pub fn isolate_agent(&self, i: usize, on: bool) {
         match &self.agents[i] {
             Some(DevAgent::InProcess { agent, .. }) => agent.set_isolated(on),
