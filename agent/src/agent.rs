@@ -45,6 +45,9 @@ pub struct AgentConfig {
     pub launch_key: Option<quorum_auth::launch::Verifier>,
     /// How far the controllers' clocks may be from this node's.
     pub clock_skew: Duration,
+    /// Where this node has the Slurm command names linked (`quorum install-slurm-commands`):
+    /// first on every job's `PATH`.
+    pub slurm_commands: Option<PathBuf>,
 }
 
 impl AgentConfig {
@@ -68,6 +71,7 @@ impl AgentConfig {
             tls: None,
             launch_key: None,
             clock_skew: Duration::from_secs(30),
+            slurm_commands: None,
         }
     }
 

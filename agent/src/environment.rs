@@ -6,11 +6,20 @@ use quorum_proto::agent::Launch;
 use quorum_proto::api::JobSpec;
 
 /// The job's environment: the submit environment, then Quorum's variables under their
-/// `QUORUM_*` and `SLURM_*` names.
-pub fn job_environment(launch: &Launch, spec: &JobSpec, node: &str) -> Vec<(String, String)> {
+/// `QUORUM_*` and `SLURM_*` names; `slurm_commands` (where the node has `scontrol` and the other
+/// Slurm names linked) first on its `PATH`.
+pub fn job_environment(
+    launch: &Launch,
+    spec: &JobSpec,
+    node: &str,
+    slurm_commands: Option<&std::path::Path>,
+) -> Vec<(String, String)> {
     let mut env: Vec<(String, String)> = spec.env.iter().map(|e| (e.name.clone(), e.value.clone())).collect();
     if !env.iter().any(|(k, _)| k == "PATH") {
         env.push(("PATH".into(), "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into()));
+    }
+    if let (Some(dir), Some((_, path))) = (slurm_commands, env.iter_mut().find(|(k, _)| k == "PATH")) {
+        *path = format!("{}:{path}", dir.display());
     }
     let first_node = quorum_first_host(&launch.nodelist).unwrap_or_else(|| node.to_string());
     let gpus = launch.gpus.iter().map(|g| g.to_string()).collect::<Vec<_>>().join(",");
@@ -31,6 +40,32 @@ pub fn job_environment(launch: &Launch, spec: &JobSpec, node: &str) -> Vec<(Stri
     for (suffix, value) in vars {
         set_both(&mut env, suffix, value);
     }
+    let nodes = launch.num_nodes.max(1);
+    let mut more: Vec<(&str, String)> = vec![
+        ("JOBID", launch.job_id.to_string()),
+        ("NODELIST", launch.nodelist.clone()),
+        // Each node's copy of the job is the task of its rank.
+        ("PROCID", launch.node_rank.to_string()),
+        ("LOCALID", "0".into()),
+        ("CPUS_ON_NODE", launch.cpus.to_string()),
+        ("JOB_CPUS_PER_NODE", launch.cpus.to_string()),
+        ("GPUS_ON_NODE", launch.gpus.len().to_string()),
+        ("MEM_PER_NODE", launch.mem_mb.to_string()),
+        ("TASKS_PER_NODE", tasks_per_node(spec.ntasks, nodes)),
+        ("CLUSTER_NAME", "quorum".into()),
+    ];
+    if spec.ntasks.is_multiple_of(nodes) {
+        more.push(("NTASKS_PER_NODE", (spec.ntasks / nodes).to_string()));
+    }
+    more.extend(
+        [("JOB_ACCOUNT", &spec.account), ("JOB_QOS", &spec.qos)]
+            .into_iter()
+            .filter(|(_, v)| !v.is_empty())
+            .map(|(k, v)| (k, v.clone())),
+    );
+    for (suffix, value) in more {
+        set_both(&mut env, suffix, value);
+    }
     if let Some(a) = &launch.array {
         let vars: [(&str, String); 5] = [
             ("ARRAY_JOB_ID", a.array_job_id.to_string()),
@@ -48,6 +83,22 @@ pub fn job_environment(launch: &Launch, spec: &JobSpec, node: &str) -> Vec<(Stri
     env.push(("SLURMD_NODENAME".into(), node.to_string()));
     env.push(("CUDA_VISIBLE_DEVICES".into(), gpus));
     env
+}
+
+/// `SLURM_TASKS_PER_NODE` as Slurm writes it: `ntasks` spread over `nodes` as evenly as they
+/// go, the first nodes taking one more, runs of equal counts as `N(xK)`: `2(x3)`, `3,2(x2)`.
+pub fn tasks_per_node(ntasks: u32, nodes: u32) -> String {
+    let nodes = nodes.max(1);
+    let (base, extra) = (ntasks / nodes, ntasks % nodes);
+    let run = |count: u32, times: u32| if times == 1 { count.to_string() } else { format!("{count}(x{times})") };
+    let mut parts = Vec::new();
+    if extra > 0 {
+        parts.push(run(base + 1, extra));
+    }
+    if nodes > extra {
+        parts.push(run(base, nodes - extra));
+    }
+    parts.join(",")
 }
 
 /// Sets `QUORUM_<suffix>` and `SLURM_<suffix>` to `value`, replacing what the submit
@@ -79,7 +130,7 @@ mod tests {
     #[test]
     fn an_array_task_is_told_its_array() {
         let task = array_task();
-        let env = job_environment(&task, task.spec.as_ref().unwrap(), "n");
+        let env = job_environment(&task, task.spec.as_ref().unwrap(), "n", None);
         let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
         assert_eq!(get("SLURM_ARRAY_JOB_ID"), Some("40"));
         assert_eq!(get("QUORUM_ARRAY_TASK_ID"), Some("7"));
@@ -90,7 +141,7 @@ mod tests {
     #[test]
     fn environment_names_the_allocation() {
         let l = launch();
-        let env = job_environment(&l, l.spec.as_ref().unwrap(), "gpu04");
+        let env = job_environment(&l, l.spec.as_ref().unwrap(), "gpu04", Some(std::path::Path::new("/opt/q/slurm")));
         let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
         assert_eq!(get("QUORUM_JOB_ID"), Some("42"));
         assert_eq!(get("SLURM_JOB_ID"), Some("42"));
@@ -99,5 +150,21 @@ mod tests {
         assert_eq!(get("QUORUM_MASTER_ADDR"), Some("gpu03"));
         assert_eq!(get("CUDA_VISIBLE_DEVICES"), Some("2,5"));
         assert_eq!(get("SLURM_CPUS_PER_TASK"), Some("3"));
+        assert_eq!(get("SLURM_JOBID"), Some("42"));
+        assert_eq!(get("SLURM_NODELIST"), Some("gpu[03-04]"));
+        assert_eq!((get("SLURM_PROCID"), get("SLURM_LOCALID")), (Some("1"), Some("0")));
+        assert_eq!(get("SLURM_CPUS_ON_NODE"), Some(l.cpus.to_string().as_str()));
+        assert_eq!(get("SLURM_GPUS_ON_NODE"), Some("2"));
+        assert_eq!(get("SLURM_CLUSTER_NAME"), Some("quorum"));
+        assert!(get("PATH").unwrap().starts_with("/opt/q/slurm:"), "{:?}", get("PATH"));
+    }
+
+    #[test]
+    fn tasks_per_node_is_written_as_slurm_writes_it() {
+        assert_eq!(tasks_per_node(6, 3), "2(x3)");
+        assert_eq!(tasks_per_node(7, 3), "3,2(x2)");
+        assert_eq!(tasks_per_node(5, 3), "2(x2),1");
+        assert_eq!(tasks_per_node(1, 1), "1");
+        assert_eq!(tasks_per_node(2, 4), "1(x2),0(x2)");
     }
 }

@@ -186,11 +186,11 @@ async fn run(agent: &Agent, launch: &Launch, kill_rx: mpsc::Receiver<ExitKind>) 
         if let Err(e) = write_script(&path, &spec.script, account.as_ref()) {
             return failed(format!("cannot write the job script {}: {e}", path.display()));
         }
-        vec!["bash".to_string(), path.display().to_string()]
+        script_argv(&spec.script, &path.display().to_string())
     } else {
         spec.argv.clone()
     };
-    let mut env = job_environment(launch, spec, node);
+    let mut env = job_environment(launch, spec, node, agent.config.slurm_commands.as_deref());
     if let Some(a) = &account {
         for (name, value) in [("HOME", &a.home), ("USER", &a.name), ("LOGNAME", &a.name), ("SHELL", &a.shell)] {
             if !env.iter().any(|(k, _)| k == name) {
@@ -245,6 +245,29 @@ async fn run(agent: &Agent, launch: &Launch, kill_rx: mpsc::Receiver<ExitKind>) 
         "job started"
     );
     watch(agent, launch, &record, pids, started_ms, None, kill_rx).await
+}
+
+/// How a batch script is started: by the interpreter its `#!` line names, with that line's one
+/// optional argument, as the kernel would start it (`#!/bin/bash -l` is a login shell,
+/// `#!/usr/bin/env python3` finds python3 on the job's PATH); by bash when it has none, as
+/// Slurm does. The agent reads the line itself, so a spool on a `noexec` file system works.
+pub fn script_argv(script: &str, path: &str) -> Vec<String> {
+    let line = script.lines().next().unwrap_or("");
+    let Some(rest) = line.strip_prefix("#!") else {
+        return vec!["bash".into(), path.into()];
+    };
+    let rest = rest.trim_matches([' ', '\t']);
+    let (interpreter, argument) = match rest.split_once([' ', '\t']) {
+        Some((i, a)) => (i, Some(a.trim_matches([' ', '\t']))),
+        None => (rest, None),
+    };
+    if interpreter.is_empty() {
+        return vec!["bash".into(), path.into()];
+    }
+    let mut argv = vec![interpreter.to_string()];
+    argv.extend(argument.filter(|a| !a.is_empty()).map(str::to_string));
+    argv.push(path.into());
+    argv
 }
 
 /// Writes the batch script, readable by the job's user alone.
@@ -361,4 +384,20 @@ fn oom_verdict(agent: &Agent, launch: &Launch, ended: Ended) -> (Ended, Option<c
         other => other,
     };
     (ended, Some(job))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::script_argv;
+
+    #[test]
+    fn a_script_runs_under_the_interpreter_its_first_line_names() {
+        let argv = |script: &str| script_argv(script, "/spool/s");
+        assert_eq!(argv("echo hi\n"), ["bash", "/spool/s"]);
+        assert_eq!(argv("#!/bin/sh\necho hi\n"), ["/bin/sh", "/spool/s"]);
+        assert_eq!(argv("#!/bin/bash -l\n"), ["/bin/bash", "-l", "/spool/s"]);
+        assert_eq!(argv("#! /usr/bin/env  python3 -u \n"), ["/usr/bin/env", "python3 -u", "/spool/s"]);
+        assert_eq!(argv("#!\n"), ["bash", "/spool/s"]);
+        assert_eq!(argv(""), ["bash", "/spool/s"]);
+    }
 }

@@ -6,6 +6,7 @@
 //! bench`, which embed the controller, are served by `quorum-dev`, which this process becomes.
 
 mod commands;
+mod slurm;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -61,6 +62,12 @@ enum Command {
     Nodes(commands::nodes::Args),
     /// Each controller replica's Raft status.
     Cluster(commands::cluster::Args),
+    /// Link the Slurm command names this program answers to (`scontrol show hostnames`, ...)
+    /// into DIR; an agent started with `--slurm-commands DIR` puts DIR on its jobs' PATH.
+    InstallSlurmCommands {
+        /// Where the links go, such as /usr/local/lib/quorum/slurm.
+        dir: PathBuf,
+    },
     /// Replay a workload trace (SWF) through the scheduler in virtual time and report waits,
     /// slowdown and utilization (run by quorum-dev; `quorum simulate --help`).
     #[command(disable_help_flag = true)]
@@ -88,6 +95,9 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     if let Command::Admin { command: commands::admin::Command::Certs(args) } = cli.command {
         return commands::admin::identity::certs(args);
     }
+    if let Command::InstallSlurmCommands { dir } = &cli.command {
+        return slurm::install(dir);
+    }
     let mut client = cli.controllers.client()?;
     if matches!(cli.command, Command::Admin { command: commands::admin::Command::AddReplica { .. } }) {
         // The leader answers once the new replica has caught up, which may take minutes.
@@ -113,6 +123,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Dev { .. } | Command::Simulate { .. } | Command::Bench { .. } => {
             unreachable!("main hands these to quorum-dev")
         }
+        Command::InstallSlurmCommands { .. } => unreachable!("answered above"),
     }
 }
 
@@ -140,6 +151,13 @@ fn exec_quorum_dev(subcommand: &str, args: Vec<String>, controllers: &[String]) 
 }
 
 fn main() -> ExitCode {
+    // Called by a Slurm command's name (a link made by `quorum install-slurm-commands`).
+    let mut argv = std::env::args();
+    let name = argv.next().and_then(|a| std::path::Path::new(&a).file_name().map(|n| n.to_string_lossy().into_owned()));
+    if let Some(name) = name.filter(|n| slurm::NAMES.contains(&n.as_str())) {
+        let args: Vec<String> = argv.collect();
+        return slurm::run(&name, &args).unwrap_or(ExitCode::FAILURE);
+    }
     let cli = Cli::parse();
     let tool = match &cli.command {
         Command::Dev { args } => Some(("dev", args)),

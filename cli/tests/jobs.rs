@@ -448,3 +448,51 @@ fn follow_logs(
     });
     (follow, rx)
 }
+
+/// A batch script runs under the interpreter its `#!` line names (bash without one), and finds
+/// `scontrol` (linked by `quorum install-slurm-commands`) and Slurm's variables, as on Slurm.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scripts_run_under_their_interpreter_and_find_scontrol_and_slurm_variables() {
+    let opts = DevOptions { quorum_program: Some(env!("CARGO_BIN_EXE_quorum").into()), ..DevOptions::for_tests() };
+    let cluster = cluster(opts).await;
+    let c = client(&cluster.addrs);
+    wait_ready(&cluster, &c, 2).await;
+    let dir = tempfile::tempdir().unwrap();
+    let script = |text: &str, nodes: u32| {
+        let mut s = spec(&[], dir.path());
+        s.argv.clear();
+        s.script = text.into();
+        (s.nodes, s.ntasks) = (nodes, nodes);
+        s
+    };
+    let sh = submit(
+        &c,
+        script(
+            "#!/bin/sh\nn=$SLURMD_NODENAME\nscontrol show hostnames > hosts-$n\nscontrol show hostlist \"$(scontrol show hostnames | tr '\\n' ,)\" > list-$n\necho $SLURM_PROCID $SLURM_NNODES $SLURM_TASKS_PER_NODE $SLURM_JOBID > env-$n\nreadlink /proc/$$/exe > shell-$n\n",
+            2,
+        ),
+    )
+    .await;
+    let login = submit(&c, script("#!/bin/bash -l\nshopt -q login_shell && echo login > login\n", 1)).await;
+    let perl = submit(
+        &c,
+        script("#!/usr/bin/env perl\nopen(my $f, '>', 'perl'); print $f \"perl $ENV{SLURM_JOB_ID}\\n\";\n", 1),
+    )
+    .await;
+    let plain = submit(&c, script("echo ${BASH_VERSION:+bash} > plain\n", 1)).await;
+    for id in [sh, login, perl, plain] {
+        wait_state(&c, id, &["COMPLETED"], T).await;
+    }
+    let read = |name: &str| std::fs::read_to_string(dir.path().join(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
+    for (rank, node) in ["node01", "node02"].iter().enumerate() {
+        assert_eq!(read(&format!("hosts-{node}")), "node01\nnode02\n");
+        assert_eq!(read(&format!("list-{node}")), "node[01-02]\n");
+        assert_eq!(read(&format!("env-{node}")), format!("{rank} 2 1(x2) {sh}\n"));
+        let shell = read(&format!("shell-{node}"));
+        assert!(!shell.contains("bash"), "#!/bin/sh ran under {shell}");
+    }
+    assert_eq!(read("login"), "login\n");
+    assert_eq!(read("perl"), format!("perl {perl}\n"));
+    assert_eq!(read("plain"), "bash\n", "a script without #! runs under bash");
+    cluster.shutdown().await;
+}

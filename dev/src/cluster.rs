@@ -57,6 +57,10 @@ pub struct DevOptions {
     /// Run the agents as `quorum-agent` processes of this binary instead of in this process, so
     /// that one can be paused (SIGSTOP) or killed as a real one can.
     pub agent_binary: Option<PathBuf>,
+    /// The `quorum` program: when set, `quorum install-slurm-commands` links the Slurm command
+    /// names in `<data>/slurm`, which the agents put first on their jobs' PATH, as a node with
+    /// them installed does.
+    pub quorum_program: Option<PathBuf>,
 }
 
 impl Default for DevOptions {
@@ -86,6 +90,7 @@ impl Default for DevOptions {
             operators: Vec::new(),
             private_data: Vec::new(),
             agent_binary: None,
+            quorum_program: None,
         }
     }
 }
@@ -158,6 +163,22 @@ pub struct DevCluster {
     /// `None` when insecure.
     pub security: Option<Arc<DevSecurity>>,
     _tmp: Option<tempfile::TempDir>,
+}
+
+/// Links the Slurm command names in `dir` to `quorum`, with `quorum install-slurm-commands`.
+fn link_slurm_commands(quorum: &std::path::Path, dir: &std::path::Path) -> anyhow::Result<PathBuf> {
+    let out = std::process::Command::new(quorum)
+        .arg("install-slurm-commands")
+        .arg(dir)
+        .output()
+        .map_err(|e| anyhow::anyhow!("running {} install-slurm-commands: {e}", quorum.display()))?;
+    anyhow::ensure!(
+        out.status.success(),
+        "{} install-slurm-commands: {}",
+        quorum.display(),
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
+    Ok(dir.to_path_buf())
 }
 
 /// Node names of the dev agents: node01, node02, ...
@@ -251,6 +272,10 @@ impl DevCluster {
         for (config, listener) in configs.iter().zip(listeners) {
             controllers.push(Some(Controller::start(config.clone(), listener).await?));
         }
+        let slurm_commands = match &opts.quorum_program {
+            Some(quorum) => Some(link_slurm_commands(quorum, &data_dir.join("slurm"))?),
+            None => None,
+        };
         let mut agent_configs: Vec<AgentConfig> = (0..opts.agents)
             .map(|i| AgentConfig {
                 cpus: opts.cpus_per_agent,
@@ -260,6 +285,7 @@ impl DevCluster {
                 switch_user: opts.switch_user,
                 cgroups: opts.cgroups,
                 health_check: opts.health_check.clone(),
+                slurm_commands: slurm_commands.clone(),
                 ..AgentConfig::new(node_name(i), addrs.clone(), data_dir.join(format!("agent-{}", node_name(i))))
             })
             .collect();
@@ -322,6 +348,9 @@ impl DevCluster {
                 }
                 if !config.switch_user {
                     command.arg("--no-switch-user");
+                }
+                if let Some(dir) = &config.slurm_commands {
+                    command.arg("--slurm-commands").arg(dir);
                 }
                 if !config.cgroups {
                     command.arg("--no-cgroups");

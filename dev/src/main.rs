@@ -82,6 +82,8 @@ async fn dev(
         agents,
         cpus_per_agent: cpus,
         cgroups,
+        // Jobs find `scontrol` and the other Slurm names, as on a node that has them installed.
+        quorum_program: std::env::current_exe().ok().map(|p| p.with_file_name("quorum")).filter(|p| p.is_file()),
         ..DevOptions::default()
     };
     let cluster = DevCluster::start(opts).await?;

@@ -60,6 +60,10 @@ struct Args {
     /// How far the controllers' clocks may be from this node's, in seconds.
     #[arg(long, default_value_t = 30)]
     clock_skew: u64,
+    /// Where `quorum install-slurm-commands` linked scontrol and the other Slurm names on this
+    /// node: put first on every job's PATH when the directory exists.
+    #[arg(long, default_value = "/usr/local/lib/quorum/slurm")]
+    slurm_commands: PathBuf,
 }
 
 fn hostname() -> String {
@@ -89,6 +93,7 @@ async fn main() -> anyhow::Result<()> {
             .health_check
             .map(|command| HealthCheck { command, interval: Duration::from_secs(args.health_check_interval.max(1)) }),
         clock_skew: Duration::from_secs(args.clock_skew),
+        slurm_commands: args.slurm_commands.is_dir().then_some(args.slurm_commands),
         ..AgentConfig::new(args.name.unwrap_or_else(hostname), args.controllers, args.spool)
     };
     if args.insecure {
