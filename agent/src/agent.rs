@@ -48,6 +48,8 @@ pub struct AgentConfig {
     /// Where this node has the Slurm command names linked (`quorum install-slurm-commands`):
     /// first on every job's `PATH`.
     pub slurm_commands: Option<PathBuf>,
+    /// Where each job gets its private temporary directory (`TMPDIR`), removed when it ends.
+    pub tmp_base: PathBuf,
 }
 
 impl AgentConfig {
@@ -72,6 +74,7 @@ impl AgentConfig {
             launch_key: None,
             clock_skew: Duration::from_secs(30),
             slurm_commands: None,
+            tmp_base: std::env::temp_dir(),
         }
     }
 

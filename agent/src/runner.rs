@@ -99,6 +99,7 @@ pub fn reattach_all(agent: &Arc<Agent>) {
                 if let Some(job) = cgroup {
                     tokio::spawn(async move { job.remove().await });
                 }
+                remove_tmpdir(agent, &found.launch);
                 tracing::info!(
                     job = job_id,
                     token,
@@ -190,7 +191,13 @@ async fn run(agent: &Agent, launch: &Launch, kill_rx: mpsc::Receiver<ExitKind>) 
     } else {
         spec.argv.clone()
     };
+    let tmp = tmpdir(agent, launch);
+    if let Err(e) = make_tmpdir(&tmp, account.as_ref()) {
+        return failed(format!("cannot make the job's TMPDIR {}: {e}", tmp.display()));
+    }
     let mut env = job_environment(launch, spec, node, agent.config.slurm_commands.as_deref());
+    env.retain(|(k, _)| k != "TMPDIR");
+    env.push(("TMPDIR".into(), tmp.display().to_string()));
     if let Some(a) = &account {
         for (name, value) in [("HOME", &a.home), ("USER", &a.name), ("LOGNAME", &a.name), ("SHELL", &a.shell)] {
             if !env.iter().any(|(k, _)| k == name) {
@@ -368,7 +375,42 @@ async fn conclude(agent: &Agent, launch: &Launch, ended: Ended) -> Ended {
     if let Some(job) = cgroup {
         job.remove().await;
     }
+    remove_tmpdir(agent, launch);
     ended
+}
+
+/// The job's private temporary directory on this node (its `TMPDIR`):
+/// `<tmp_base>/quorum-<job>.<token>.<node>` (the node's name too, for agents sharing a host).
+fn tmpdir(agent: &Agent, launch: &Launch) -> PathBuf {
+    agent.config.tmp_base.join(format!("quorum-{}.{}.{}", launch.job_id, launch.token, agent.config.name))
+}
+
+/// Makes the job's temporary directory, empty and its user's alone (mode 0700).
+fn make_tmpdir(path: &Path, account: Option<&identity::Account>) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    // Whatever an earlier run of this allocation left is not the job's to find.
+    if std::fs::symlink_metadata(path).is_ok() {
+        std::fs::remove_dir_all(path)?;
+    }
+    std::fs::DirBuilder::new().mode(0o700).create(path)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o700))?;
+    if let Some(a) = account {
+        std::os::unix::fs::chown(path, Some(a.uid), Some(a.gid))?;
+    }
+    Ok(())
+}
+
+/// Removes the job's temporary directory with all the job left in it (`remove_dir_all` does not
+/// follow links the job made).
+fn remove_tmpdir(agent: &Agent, launch: &Launch) {
+    let path = tmpdir(agent, launch);
+    match std::fs::remove_dir_all(&path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => {
+            tracing::warn!(job = launch.job_id, path = %path.display(), error = %e, "cannot remove the job's TMPDIR")
+        }
+    }
 }
 
 /// A job that exited after an OOM kill in its cgroup ended OUT_OF_MEMORY; also the cgroup, for

@@ -480,7 +480,12 @@ async fn scripts_run_under_their_interpreter_and_find_scontrol_and_slurm_variabl
     )
     .await;
     let plain = submit(&c, script("echo ${BASH_VERSION:+bash} > plain\n", 1)).await;
-    for id in [sh, login, perl, plain] {
+    let tmp = submit(
+        &c,
+        script("#!/bin/sh\necho $TMPDIR > tmp-$SLURMD_NODENAME\nls -A $TMPDIR | wc -l >> tmp-$SLURMD_NODENAME\ntouch $TMPDIR/left\nstat -c %a $TMPDIR >> tmp-$SLURMD_NODENAME\n", 2),
+    )
+    .await;
+    for id in [sh, login, perl, plain, tmp] {
         wait_state(&c, id, &["COMPLETED"], T).await;
     }
     let read = |name: &str| std::fs::read_to_string(dir.path().join(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -494,5 +499,17 @@ async fn scripts_run_under_their_interpreter_and_find_scontrol_and_slurm_variabl
     assert_eq!(read("login"), "login\n");
     assert_eq!(read("perl"), format!("perl {perl}\n"));
     assert_eq!(read("plain"), "bash\n", "a script without #! runs under bash");
+    // Each rank had a private, empty TMPDIR of its own, gone with the job.
+    let dirs: Vec<String> = ["node01", "node02"]
+        .iter()
+        .map(|node| {
+            let text = read(&format!("tmp-{node}"));
+            let lines: Vec<&str> = text.lines().collect();
+            assert_eq!(lines[1..], ["0", "700"], "{node}: {text}");
+            assert!(!std::path::Path::new(lines[0]).exists(), "{node}'s TMPDIR {} outlived the job", lines[0]);
+            lines[0].to_string()
+        })
+        .collect();
+    assert_ne!(dirs[0], dirs[1]);
     cluster.shutdown().await;
 }

@@ -64,6 +64,10 @@ struct Args {
     /// node: put first on every job's PATH when the directory exists.
     #[arg(long, default_value = "/usr/local/lib/quorum/slurm")]
     slurm_commands: PathBuf,
+    /// Where each job gets its private temporary directory (its TMPDIR, its user's alone),
+    /// removed when the job ends.
+    #[arg(long, default_value = "/tmp")]
+    tmp_base: PathBuf,
 }
 
 fn hostname() -> String {
@@ -94,6 +98,7 @@ async fn main() -> anyhow::Result<()> {
             .map(|command| HealthCheck { command, interval: Duration::from_secs(args.health_check_interval.max(1)) }),
         clock_skew: Duration::from_secs(args.clock_skew),
         slurm_commands: args.slurm_commands.is_dir().then_some(args.slurm_commands),
+        tmp_base: args.tmp_base,
         ..AgentConfig::new(args.name.unwrap_or_else(hostname), args.controllers, args.spool)
     };
     if args.insecure {
