@@ -354,3 +354,55 @@ async fn a_restarted_agent_renews_the_lease_of_the_requeue_jobs_it_finds_again()
     assert!(now_ns() - last < 1_000_000_000, "the job stopped ticking");
     cluster.shutdown().await;
 }
+
+/// A second agent under the node's name (a copy started by mistake elsewhere) takes the session
+/// while the first is cut off: the jobs the first runs are never launched on the second. A lease
+/// later, the one without `--requeue` ends NODE_FAIL (its first copy runs on, cut off, and is
+/// killed when its agent comes back); the `--requeue` one, which its supervisor stopped with the
+/// lease, runs again, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_of_a_replaced_session_are_ended_not_launched_twice() {
+    let opts = DevOptions { agents: 1, node_timeout: NODE_TIMEOUT, agent_lease: LEASE, ..DevOptions::for_tests() };
+    let cluster = cluster(opts).await;
+    let c = client(&cluster.addrs);
+    wait_ready(&cluster, &c, 1).await;
+    let dir = tempfile::tempdir().unwrap();
+    let stay = submit(&c, ticking(dir.path(), "stay", 1, false)).await;
+    let again = submit(&c, ticking(dir.path(), "again", 1, true)).await;
+    let first = wait_state(&c, again, &["RUNNING"], T).await;
+    wait_state(&c, stay, &["RUNNING"], T).await;
+    let node = node_name(0);
+    let stay_group = wait_for(T, "the job's process group", || async { pgid(dir.path(), "stay", &node) }).await;
+    let again_group = wait_for(T, "the job's process group", || async { pgid(dir.path(), "again", &node) }).await;
+
+    cluster.isolate_agent(0, true);
+    let spool = tempfile::tempdir().unwrap();
+    let mut twin = cluster.agent_config(0);
+    twin.spool_dir = spool.path().to_path_buf();
+    let twin = quorum_agent::Agent::new(twin);
+    let (stop, rx) = tokio::sync::watch::channel(false);
+    let task = tokio::spawn(quorum_agent::serve(twin.clone(), rx));
+
+    let ended = wait_state(&c, stay, &["NODE_FAIL"], T).await;
+    assert!(group_alive(stay_group), "the job without --requeue was killed on its cut-off agent");
+    let rerun = wait_for(T, "the --requeue job to run again", || async {
+        let j = job(&c, again).await;
+        (j.state == "RUNNING" && j.requeues == 1).then_some(j)
+    })
+    .await;
+    assert!(rerun.alloc_index > first.alloc_index);
+    assert!(!group_alive(again_group), "the first copy of the --requeue job still runs");
+    assert!(
+        twin.running().iter().all(|(id, token)| *id == again && *token == rerun.alloc_index),
+        "the twin was sent a job of the replaced session: {:?} ({ended:?})",
+        twin.running()
+    );
+
+    // The first agent comes back: what it still runs of the ended job is killed.
+    let _ = stop.send(true);
+    twin.kill_all();
+    let _ = task.await;
+    cluster.isolate_agent(0, false);
+    wait_for(T, "the ended job's process to be killed", || async { (!group_alive(stay_group)).then_some(()) }).await;
+    cluster.shutdown().await;
+}

@@ -49,12 +49,16 @@ struct Conn {
     superseded: watch::Sender<bool>,
 }
 
-/// The jobs a replaced session of a node had been sent or said it ran: not launched on a newer
+/// The jobs a replaced session of a node had been sent or said it ran: never launched on a newer
 /// session of the node (another agent process, perhaps still running them) unless it reports
-/// them too, or until the replaced one's lease ran out, by when it killed them itself.
+/// them too. One the newer session does not report a lease after the replacement is ended as
+/// lost contact ([`AgentHub::overdue_held`]): requeued if `--requeue` (its supervisor killed the
+/// old copy with the lease), else `NODE_FAIL`, and the old copy is killed if its agent returns.
 struct Held {
     since: Instant,
     jobs: HashSet<(JobId, u64)>,
+    /// Those already proposed ended.
+    ended: HashSet<(JobId, u64)>,
 }
 
 #[derive(Default)]
@@ -114,11 +118,11 @@ impl AgentHub {
             let _ = old.superseded.send(true);
             let _ = old.tx.try_send(Err(Status::aborted(format!("a newer session for node {node} replaced this one"))));
             let mut jobs: HashSet<(JobId, u64)> = old.launched.iter().chain(&old.reported).copied().collect();
-            if let Some(prev) = inner.held.remove(node).filter(|h| h.since.elapsed() < self.lease) {
+            if let Some(prev) = inner.held.remove(node) {
                 jobs.extend(prev.jobs);
             }
             if !jobs.is_empty() {
-                inner.held.insert(node.to_string(), Held { since: Instant::now(), jobs });
+                inner.held.insert(node.to_string(), Held { since: Instant::now(), jobs, ended: HashSet::new() });
             }
         }
         let mut generation = self.generation.subscribe();
@@ -243,7 +247,11 @@ impl AgentHub {
     pub fn reconcile(&self, state: &ClusterState, only: Option<&str>) {
         let mut guard = self.lock();
         let inner = &mut *guard;
-        inner.held.retain(|_, h| h.since.elapsed() < self.lease);
+        // A held job leaves the set once the state no longer runs that allocation on the node.
+        inner.held.retain(|node, h| {
+            h.jobs.retain(|key| runs_here(state, node, *key));
+            !h.jobs.is_empty()
+        });
         let (conns, held) = (&mut inner.conns, &inner.held);
         if let Some(name) = only {
             if let Some(conn) = conns.get_mut(name) {
@@ -263,9 +271,36 @@ impl AgentHub {
         }
     }
 
+    /// The held jobs that the node's current session has not reported a lease after the session
+    /// they were held from was replaced, as (node, job, token), each once: the leader ends them
+    /// as lost contact rather than launching them a second time.
+    pub fn overdue_held(&self, state: &ClusterState) -> Vec<(String, JobId, u64)> {
+        let mut inner = self.lock();
+        let inner = &mut *inner;
+        let mut overdue = Vec::new();
+        for (node, held) in inner.held.iter_mut().filter(|(_, h)| h.since.elapsed() >= self.lease) {
+            let reported = inner.conns.get(node).map(|c| c.reported.as_slice()).unwrap_or_default();
+            for key in held.jobs.iter().copied() {
+                if !reported.contains(&key) && runs_here(state, node, key) && held.ended.insert(key) {
+                    overdue.push((node.clone(), key.0, key.1));
+                }
+            }
+        }
+        overdue
+    }
+
     fn reconcile_node(&self, state: &ClusterState, name: &str, conn: &mut Conn, held: Option<&Held>) {
         reconcile_node(state, name, conn, held, |job_id| self.launch_for(state, job_id, name));
     }
+}
+
+/// Whether the state runs allocation `key` (job, token) on `node`.
+fn runs_here(state: &ClusterState, node: &str, (job_id, token): (JobId, u64)) -> bool {
+    state.jobs.get(&job_id).is_some_and(|j| {
+        j.alloc_index == token
+            && j.state == crate::model::JobState::Running
+            && state.nodes.get(node).is_some_and(|n| n.jobs.contains(&job_id))
+    })
 }
 
 fn send(conn: &Conn, msg: Msg) -> bool {
@@ -308,18 +343,7 @@ fn reconcile_node(
     }
     // Anything the agent runs that the state does not place here (ended, cancelled, or from an
     // older allocation) is killed.
-    let stray: Vec<(JobId, u64)> = conn
-        .reported
-        .iter()
-        .copied()
-        .filter(|(id, token)| {
-            !state.jobs.get(id).is_some_and(|j| {
-                j.alloc_index == *token
-                    && j.state == crate::model::JobState::Running
-                    && state.nodes.get(name).is_some_and(|n| n.jobs.contains(id))
-            })
-        })
-        .collect();
+    let stray: Vec<(JobId, u64)> = conn.reported.iter().copied().filter(|key| !runs_here(state, name, *key)).collect();
     for key in stray {
         if !conn.killed.contains(&key)
             && send(conn, Msg::Kill(Kill { job_id: key.0, token: key.1, reason: ExitKind::Cancelled as i32 }))

@@ -28,6 +28,24 @@ fn silent_nodes(replica: &Replica, leader: &LeaderState, leading_since: Instant)
         .collect()
 }
 
+/// Ends, as lost contact, the jobs held back from a node's replaced session that its new
+/// session has not reported within a lease ([`super::hub::AgentHub::overdue_held`]).
+async fn end_overdue_held(replica: &Replica, leader: &LeaderState) {
+    let overdue = leader.hub.overdue_held(&replica.shared.read().state);
+    for (node, job_id, token) in overdue {
+        let outcome = crate::model::RankOutcome::LostContact;
+        match replica.write(Command::JobEnded { job_id, token, node: node.clone(), outcome, now: now_ms() }).await {
+            Ok((_, response)) => tracing::warn!(
+                node,
+                job = job_id,
+                ?response,
+                "a job held from a replaced session of its node was not reported by the new one: ended as lost contact"
+            ),
+            Err(e) => tracing::warn!(node, job = job_id, error = %e, "ending a job held from a replaced session"),
+        }
+    }
+}
+
 /// Proposes DOWN each node silent for `node_timeout`, checking every tenth of it.
 pub(super) async fn liveness_loop(replica: Arc<Replica>, leader: Arc<LeaderState>, mut stop: watch::Receiver<bool>) {
     let leading_since = Instant::now();
@@ -38,6 +56,7 @@ pub(super) async fn liveness_loop(replica: Arc<Replica>, leader: Arc<LeaderState
             _ = tokio::time::sleep(tick) => {}
             _ = stop.changed() => return,
         }
+        end_overdue_held(&replica, &leader).await;
         for (node, silent) in silent_nodes(&replica, &leader, leading_since) {
             let reason = format!("not responding: no heartbeat for {:.1}s", silent.as_secs_f64());
             match replica.write(Command::NodeDown { node: node.clone(), reason: reason.clone(), now: now_ms() }).await {
