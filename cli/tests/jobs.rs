@@ -485,7 +485,19 @@ async fn scripts_run_under_their_interpreter_and_find_scontrol_and_slurm_variabl
         script("#!/bin/sh\necho $TMPDIR > tmp-$SLURMD_NODENAME\nls -A $TMPDIR | wc -l >> tmp-$SLURMD_NODENAME\ntouch $TMPDIR/left\nstat -c %a $TMPDIR >> tmp-$SLURMD_NODENAME\n", 2),
     )
     .await;
-    for id in [sh, login, perl, plain, tmp] {
+    // SLURM_SUBMIT_HOST is where `quorum submit` ran, even with --export=NONE and a stale value
+    // in the submitting shell.
+    let out = Command::new(env!("CARGO_BIN_EXE_quorum"))
+        .args(["submit", "--export=NONE", "--", "sh", "-c", "echo $SLURM_SUBMIT_HOST > submit-host"])
+        .env("QUORUM_CONTROLLERS", cluster.controllers_env())
+        .envs(quorum_dev::security::DevSecurity::shared().env())
+        .env("SLURM_SUBMIT_HOST", "elsewhere")
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let from: u64 = stdout.trim().trim_start_matches("Submitted job ").parse().unwrap_or_else(|_| panic!("{out:?}"));
+    for id in [sh, login, perl, plain, tmp, from] {
         wait_state(&c, id, &["COMPLETED"], T).await;
     }
     let read = |name: &str| std::fs::read_to_string(dir.path().join(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -499,6 +511,8 @@ async fn scripts_run_under_their_interpreter_and_find_scontrol_and_slurm_variabl
     assert_eq!(read("login"), "login\n");
     assert_eq!(read("perl"), format!("perl {perl}\n"));
     assert_eq!(read("plain"), "bash\n", "a script without #! runs under bash");
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    assert_eq!(read("submit-host").trim(), host.trim());
     // Each rank had a private, empty TMPDIR of its own, gone with the job.
     let dirs: Vec<String> = ["node01", "node02"]
         .iter()

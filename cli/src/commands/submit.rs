@@ -18,6 +18,13 @@ pub struct Args {
     command: Vec<String>,
 }
 
+/// This host's name, as the kernel has it.
+fn submit_host() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "localhost".into())
+}
+
 pub async fn run(ctx: &Context, Args { opts, script, command }: Args) -> anyhow::Result<ExitCode> {
     let payload = match (script, command.is_empty()) {
         (Some(_), false) => anyhow::bail!("give a script or -- COMMAND, not both"),
@@ -30,7 +37,10 @@ pub async fn run(ctx: &Context, Args { opts, script, command }: Args) -> anyhow:
         (None, true) => anyhow::bail!("nothing to run: give a script or -- COMMAND [ARGS...]"),
     };
     let cwd = std::env::current_dir()?;
-    let env: Vec<(String, String)> = std::env::vars().collect();
+    // Slurm tells a job where it was submitted from, whatever --export says (SLURM_* always
+    // goes), and not where an enclosing job was.
+    let mut env: Vec<(String, String)> = std::env::vars().filter(|(k, _)| k != "SLURM_SUBMIT_HOST").collect();
+    env.push(("SLURM_SUBMIT_HOST".into(), submit_host()));
     let spec = build_spec(*opts, payload, &cwd, env).map_err(anyhow::Error::msg)?;
     let req =
         api::SubmitJobRequest { spec: Some(spec), user: current_user(), request_id: uuid::Uuid::new_v4().to_string() };
