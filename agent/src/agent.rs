@@ -144,8 +144,6 @@ impl JobEntry {
 struct Lease {
     answered_sent_at: Option<Instant>,
     length: Option<Duration>,
-    /// What the lease file holds, once written by this process.
-    written: Option<Option<u64>>,
 }
 
 /// The lease a job launched before the first answered heartbeat starts with: the shortest lease
@@ -304,12 +302,8 @@ impl Agent {
             lease.answered_sent_at = Some(sent_at);
         }
         lease.length = (!length.is_zero()).then_some(length);
-        let deadline = Self::deadline_of(&lease);
-        if lease.written != Some(deadline) {
-            match crate::record::write_lease(&self.config.spool_dir, deadline) {
-                Ok(()) => lease.written = Some(deadline),
-                Err(e) => tracing::warn!(error = %e, "cannot renew the lease file; leased jobs stop when it runs out"),
-            }
+        if let Err(e) = crate::record::write_lease(&self.config.spool_dir, Self::deadline_of(&lease)) {
+            tracing::warn!(error = %e, "cannot renew the lease file; leased jobs stop when it runs out");
         }
     }
 

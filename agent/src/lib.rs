@@ -46,6 +46,10 @@ pub async fn serve(agent: Arc<Agent>, shutdown: watch::Receiver<bool>) {
         tracing::warn!("switching users is off: this agent runs root's jobs only, never another user's as root");
     }
     agent.limits();
+    // The lease file lives there from the first answered heartbeat on, before any job.
+    if let Err(e) = std::fs::create_dir_all(&agent.config.spool_dir) {
+        tracing::warn!(spool = %agent.config.spool_dir.display(), error = %e, "cannot create the spool directory");
+    }
     runner::reattach_all(&agent);
     let lease = tokio::spawn(watch_lease(agent.clone(), shutdown.clone()));
     let health = tokio::spawn(watch_health(agent.clone(), shutdown.clone()));

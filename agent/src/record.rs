@@ -103,13 +103,7 @@ pub fn lease_file(spool: &Path) -> PathBuf {
 pub fn write_lease(spool: &Path, deadline_ms: Option<u64>) -> io::Result<()> {
     let text = deadline_ms.map_or_else(|| "never\n".to_string(), |d| format!("{d}\n"));
     let tmp = spool.join("lease.tmp");
-    if let Err(e) = std::fs::write(&tmp, &text) {
-        if e.kind() != io::ErrorKind::NotFound {
-            return Err(e);
-        }
-        std::fs::create_dir_all(spool)?;
-        std::fs::write(&tmp, &text)?;
-    }
+    std::fs::write(&tmp, text)?;
     std::fs::rename(&tmp, lease_file(spool))
 }
 

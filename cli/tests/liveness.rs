@@ -376,12 +376,7 @@ async fn jobs_of_a_replaced_session_are_ended_not_launched_twice() {
     let again_group = wait_for(T, "the job's process group", || async { pgid(dir.path(), "again", &node) }).await;
 
     cluster.isolate_agent(0, true);
-    let spool = tempfile::tempdir().unwrap();
-    let mut twin = cluster.agent_config(0);
-    twin.spool_dir = spool.path().to_path_buf();
-    let twin = quorum_agent::Agent::new(twin);
-    let (stop, rx) = tokio::sync::watch::channel(false);
-    let task = tokio::spawn(quorum_agent::serve(twin.clone(), rx));
+    let twin = Twin::start(&cluster, 0);
 
     let ended = wait_state(&c, stay, &["NODE_FAIL"], T).await;
     assert!(group_alive(stay_group), "the job without --requeue was killed on its cut-off agent");
@@ -399,9 +394,7 @@ async fn jobs_of_a_replaced_session_are_ended_not_launched_twice() {
     );
 
     // The first agent comes back: what it still runs of the ended job is killed.
-    let _ = stop.send(true);
-    twin.kill_all();
-    let _ = task.await;
+    twin.stop().await;
     cluster.isolate_agent(0, false);
     wait_for(T, "the ended job's process to be killed", || async { (!group_alive(stay_group)).then_some(()) }).await;
     cluster.shutdown().await;

@@ -362,12 +362,7 @@ async fn a_second_agent_under_one_name_never_runs_the_nodes_job_again() {
     let pid_file = dir.path().join("pid");
     wait_for(T, "the job's pid", || async { pid_file.exists().then_some(()) }).await;
 
-    let spool = tempfile::tempdir().unwrap();
-    let mut twin = cluster.agent_config(0);
-    twin.spool_dir = spool.path().to_path_buf();
-    let twin = quorum_agent::Agent::new(twin);
-    let (stop, rx) = tokio::sync::watch::channel(false);
-    let task = tokio::spawn(quorum_agent::serve(twin.clone(), rx));
+    let twin = Twin::start(&cluster, 0);
     // The twin takes the session (and is taken over in turn): for five seconds, it never runs
     // the job, which goes on running once.
     let until = std::time::Instant::now() + Duration::from_secs(5);
@@ -383,9 +378,7 @@ async fn a_second_agent_under_one_name_never_runs_the_nodes_job_again() {
     let pid: i32 = std::fs::read_to_string(&pid_file).unwrap().trim().parse().unwrap();
     wait_for(Duration::from_secs(30), "the job's process gone", || async move { (!group_alive(pid)).then_some(()) })
         .await;
-    let _ = stop.send(true);
-    twin.kill_all();
-    let _ = task.await;
+    twin.stop().await;
     cluster.shutdown().await;
 }
 

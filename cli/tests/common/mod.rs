@@ -52,6 +52,41 @@ pub fn ensure_user(name: &str) {
     assert!(status.success() || quorum_auth::users::by_name(name).is_ok(), "useradd {name} failed");
 }
 
+/// A second agent under node `i`'s name and certificate with a spool of its own, as a copy
+/// started by mistake on another host would be.
+pub struct Twin {
+    pub agent: std::sync::Arc<quorum_agent::Agent>,
+    stop: tokio::sync::watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+    _spool: tempfile::TempDir,
+}
+
+impl std::ops::Deref for Twin {
+    type Target = quorum_agent::Agent;
+    fn deref(&self) -> &quorum_agent::Agent {
+        &self.agent
+    }
+}
+
+impl Twin {
+    pub fn start(cluster: &DevCluster, i: usize) -> Twin {
+        let spool = tempfile::tempdir().expect("a spool for the twin");
+        let mut config = cluster.agent_config(i);
+        config.spool_dir = spool.path().to_path_buf();
+        let agent = quorum_agent::Agent::new(config);
+        let (stop, rx) = tokio::sync::watch::channel(false);
+        let task = tokio::spawn(quorum_agent::serve(agent.clone(), rx));
+        Twin { agent, stop, task, _spool: spool }
+    }
+
+    /// Stops it and kills whatever it runs.
+    pub async fn stop(self) {
+        let _ = self.stop.send(true);
+        self.agent.kill_all();
+        let _ = self.task.await;
+    }
+}
+
 /// Polls `f` until it returns `Some`, failing the test with `what` after `timeout`.
 pub async fn wait_for<T, F, Fut>(timeout: Duration, what: &str, mut f: F) -> T
 where

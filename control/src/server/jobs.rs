@@ -175,9 +175,7 @@ fn listed(mut info: JobInfo) -> JobInfo {
         }
         text.truncate(end);
     }
-    cut(&mut info.name, 1024);
     if let Some(spec) = info.spec.as_mut() {
-        cut(&mut spec.name, 1024);
         if let Some(newline) = spec.script.find('\n') {
             spec.script.truncate(newline);
         }
