@@ -156,6 +156,12 @@ pub struct Agent {
     pub(crate) jobs: Mutex<HashMap<u64, JobEntry>>,
     pub(crate) exits_tx: mpsc::UnboundedSender<u64>,
     pub(crate) exits_rx: Mutex<Option<mpsc::UnboundedReceiver<u64>>>,
+    /// The steps' tasks running here, by (job, step).
+    pub(crate) steps: Mutex<HashMap<(u64, u32), crate::step::StepEntry>>,
+    /// Messages for the leader from the steps' tasks (output, exits), sent on whichever stream
+    /// is up; a full queue holds the tasks' output back.
+    pub(crate) outbox: mpsc::Sender<quorum_proto::agent::AgentMessage>,
+    pub(crate) outbox_rx: Mutex<Option<mpsc::Receiver<quorum_proto::agent::AgentMessage>>>,
     lease: Mutex<Lease>,
     /// Fault injection: behave as if every packet to and from the controllers were dropped.
     isolated: AtomicBool,
@@ -183,11 +189,15 @@ impl Agent {
     /// An agent whose GPU health comes from `source` (NVML on a real GPU node).
     pub fn with_gpu_source(config: AgentConfig, source: Box<dyn gpu::GpuSource>) -> Arc<Agent> {
         let (exits_tx, exits_rx) = mpsc::unbounded_channel();
+        let (outbox, outbox_rx) = mpsc::channel(1024);
         Arc::new(Agent {
             config,
             jobs: Mutex::new(HashMap::new()),
             exits_tx,
             exits_rx: Mutex::new(Some(exits_rx)),
+            steps: Mutex::new(HashMap::new()),
+            outbox,
+            outbox_rx: Mutex::new(Some(outbox_rx)),
             lease: Mutex::new(Lease::default()),
             isolated: AtomicBool::new(false),
             stopped: watch::Sender::new(false),

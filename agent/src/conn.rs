@@ -38,6 +38,7 @@ enum SessionEnd {
 pub(crate) async fn run(
     agent: Arc<Agent>,
     mut exits: mpsc::UnboundedReceiver<u64>,
+    mut outbox: mpsc::Receiver<AgentMessage>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let addrs = agent.config.controllers.clone();
@@ -53,7 +54,7 @@ pub(crate) async fn run(
             next += 1;
             a
         });
-        match session(&agent, &addr, &mut exits, &mut shutdown).await {
+        match session(&agent, &addr, &mut exits, &mut outbox, &mut shutdown).await {
             SessionEnd::Shutdown => return,
             SessionEnd::Redirect(leader) => {
                 hint = Some(leader);
@@ -102,6 +103,7 @@ async fn session(
     agent: &Arc<Agent>,
     addr: &str,
     exits: &mut mpsc::UnboundedReceiver<u64>,
+    outbox: &mut mpsc::Receiver<AgentMessage>,
     shutdown: &mut watch::Receiver<bool>,
 ) -> SessionEnd {
     if agent.isolated() {
@@ -210,6 +212,10 @@ async fn session(
                     }
                     Some(controller_message::Msg::Launch(l)) => launch(agent, l, &tx).await,
                     Some(controller_message::Msg::Kill(k)) => kill(agent, k),
+                    Some(controller_message::Msg::StepLaunch(l)) => {
+                        tokio::spawn(crate::step::launch(agent.clone(), l));
+                    }
+                    Some(controller_message::Msg::StepIo(io)) => crate::step::io(agent, io),
                     Some(controller_message::Msg::Signal(s)) => signal(agent, s),
                     Some(controller_message::Msg::GpuFault(f)) => agent.inject_gpu_fault(f.gpu, &f.kind),
                     Some(controller_message::Msg::ReadOutput(r)) => {
@@ -236,6 +242,11 @@ async fn session(
             }
             Some(job_id) = exits.recv() => {
                 send_exit(agent, &tx, job_id).await;
+            }
+            Some(msg) = outbox.recv() => {
+                if tx.send(msg).await.is_err() {
+                    return SessionEnd::Lost;
+                }
             }
             _ = shutdown.changed() => return SessionEnd::Shutdown,
         }

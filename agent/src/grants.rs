@@ -1,8 +1,8 @@
 //! The agent's side of signed launches: a launch, a signal or an output read acts only with a
 //! grant the leader signed for this job, this allocation, this node and what runs.
 
-use quorum_auth::launch::{expect, launch_digest, Grant};
-use quorum_proto::agent::{Launch, Signal};
+use quorum_auth::launch::{expect, launch_digest, step_digest, Grant};
+use quorum_proto::agent::{Launch, Signal, StepLaunch};
 
 use crate::Agent;
 
@@ -29,6 +29,16 @@ pub fn verify_launch(agent: &Agent, launch: &Launch) -> Result<Option<Grant>, St
     };
     expect("user", &grant.user, &launch.user).map_err(|e| e.to_string())?;
     expect("job spec", &grant.spec, launch_digest(launch.spec.as_ref())).map_err(|e| e.to_string())?;
+    Ok(Some(grant))
+}
+
+/// The grant of a step's launch, when this agent verifies launches.
+pub fn verify_step(agent: &Agent, launch: &StepLaunch) -> Result<Option<Grant>, String> {
+    let Some(grant) = verify(agent, launch.job_id, launch.token, &launch.grant, &launch.signature)? else {
+        return Ok(None);
+    };
+    expect("user", &grant.user, &launch.user).map_err(|e| e.to_string())?;
+    expect("step", &grant.spec, step_digest(launch)).map_err(|e| e.to_string())?;
     Ok(Some(grant))
 }
 

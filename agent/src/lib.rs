@@ -17,6 +17,7 @@ pub mod output;
 pub mod record;
 pub mod resources;
 pub mod runner;
+mod step;
 pub mod supervisor;
 
 use std::sync::Arc;
@@ -54,7 +55,9 @@ pub async fn serve(agent: Arc<Agent>, shutdown: watch::Receiver<bool>) {
     let lease = tokio::spawn(watch_lease(agent.clone(), shutdown.clone()));
     let health = tokio::spawn(watch_health(agent.clone(), shutdown.clone()));
     agent.check_gpus().await;
-    conn::run(agent.clone(), exits_rx, shutdown).await;
+    let outbox =
+        agent.outbox_rx.lock().unwrap_or_else(|p| p.into_inner()).take().expect("serve is called once per agent");
+    conn::run(agent.clone(), exits_rx, outbox, shutdown).await;
     lease.abort();
     let _ = health.await;
     agent.stopped.send_replace(true);

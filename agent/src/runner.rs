@@ -371,6 +371,7 @@ async fn watch(
 
 /// With a cgroup: an OOM kill in it makes the job OUT_OF_MEMORY; the cgroup goes.
 async fn conclude(agent: &Agent, launch: &Launch, ended: Ended) -> Ended {
+    agent.kill_steps(launch.job_id);
     let (ended, cgroup) = oom_verdict(agent, launch, ended);
     if let Some(job) = cgroup {
         job.remove().await;
@@ -382,7 +383,12 @@ async fn conclude(agent: &Agent, launch: &Launch, ended: Ended) -> Ended {
 /// The job's private temporary directory on this node (its `TMPDIR`):
 /// `<tmp_base>/quorum-<job>.<token>.<node>` (the node's name too, for agents sharing a host).
 fn tmpdir(agent: &Agent, launch: &Launch) -> PathBuf {
-    agent.config.tmp_base.join(format!("quorum-{}.{}.{}", launch.job_id, launch.token, agent.config.name))
+    tmpdir_of(agent, launch.job_id, launch.token)
+}
+
+/// The temporary directory of job `job_id`'s allocation `token` here.
+pub(crate) fn tmpdir_of(agent: &Agent, job_id: u64, token: u64) -> PathBuf {
+    agent.config.tmp_base.join(format!("quorum-{job_id}.{token}.{}", agent.config.name))
 }
 
 /// Makes the job's temporary directory, empty and its user's alone (mode 0700).

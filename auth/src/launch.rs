@@ -63,6 +63,24 @@ pub fn launch_digest(spec: Option<&quorum_proto::api::JobSpec>) -> String {
     spec_digest(parts)
 }
 
+/// What a step launch's grant covers: the step, what its tasks run, where and with what
+/// environment, which tasks and GPUs (never equal to a job's digest: it starts with "step").
+pub fn step_digest(s: &quorum_proto::agent::StepLaunch) -> String {
+    let numbers: Vec<[u8; 4]> = [s.step_id, s.node_id, s.first_task, s.tasks, s.gpus_per_task]
+        .into_iter()
+        .chain(s.gpus.iter().copied())
+        .map(u32::to_le_bytes)
+        .collect();
+    let mut parts: Vec<&[u8]> = vec![b"step", s.work_dir.as_bytes()];
+    parts.extend(numbers.iter().map(|n| n.as_slice()));
+    parts.extend(s.argv.iter().map(|a| a.as_bytes()));
+    for e in &s.env {
+        parts.push(e.name.as_bytes());
+        parts.push(e.value.as_bytes());
+    }
+    spec_digest(parts)
+}
+
 /// The controllers' side.
 pub struct Signer {
     key: Ed25519KeyPair,

@@ -32,6 +32,7 @@ async fn every_rank_of_a_two_node_job_sees_its_allocation_and_exported_environme
             "envcheck",
             "-N",
             "2",
+            "--every-node",
             "-n",
             "4",
             "-c",
@@ -291,6 +292,7 @@ async fn a_failed_rank_ends_the_job_and_kills_the_other_ranks() {
     let mut s = spec(&["bash", "-c", script], dir.path());
     s.nodes = 2;
     s.ntasks = 2;
+    s.every_node = true;
     let id = submit(&c, s).await;
     let j = wait_state(&c, id, &["COMPLETED", "FAILED", "CANCELLED"], T).await;
     assert_eq!((j.state.as_str(), j.exit_code), ("FAILED", 3), "{j:?}");
@@ -462,7 +464,7 @@ async fn scripts_run_under_their_interpreter_and_find_scontrol_and_slurm_variabl
         let mut s = spec(&[], dir.path());
         s.argv.clear();
         s.script = text.into();
-        (s.nodes, s.ntasks) = (nodes, nodes);
+        (s.nodes, s.ntasks, s.every_node) = (nodes, nodes, true);
         s
     };
     let sh = submit(

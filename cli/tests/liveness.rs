@@ -16,7 +16,7 @@ const T: Duration = Duration::from_secs(30);
 const NODE_TIMEOUT: Duration = Duration::from_secs(3);
 const LEASE: Duration = Duration::from_secs(2);
 
-/// A job that, on every node it runs on, records its process group and then appends
+/// A job that, on every node it runs on (`--every-node`), records its process group and then appends
 /// "<node> <nanoseconds>" to `ticks` every 20 ms until killed (or for ten minutes, should a
 /// failed test leave it behind).
 fn ticking(dir: &Path, name: &str, nodes: u32, requeue: bool) -> quorum_proto::api::JobSpec {
@@ -27,6 +27,7 @@ fn ticking(dir: &Path, name: &str, nodes: u32, requeue: bool) -> quorum_proto::a
     s.name = name.into();
     s.nodes = nodes;
     s.ntasks = nodes;
+    s.every_node = true;
     s.requeue = requeue;
     s
 }

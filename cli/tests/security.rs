@@ -109,7 +109,7 @@ async fn users_act_on_their_own_jobs_only_and_roles_say_who_may_do_more() {
     use std::os::unix::fs::MetadataExt;
     assert_eq!(std::fs::metadata(&out).unwrap().uid(), bob_user.uid, "written as bob");
     // On every node of a multi-node job.
-    let two = submitted(&bob(&["submit", "-N", "2", "-o", "two-%j-%N.out", "--", "id", "-u"]));
+    let two = submitted(&bob(&["submit", "-N", "2", "--every-node", "-o", "two-%j-%N.out", "--", "id", "-u"]));
     assert_eq!(wait_state(&c, two, &["COMPLETED", "FAILED"], T).await.state, "COMPLETED");
     for node in ["node01", "node02"] {
         let text = std::fs::read_to_string(dir.path().join(format!("two-{two}-{node}.out"))).unwrap();

@@ -90,6 +90,11 @@ pub struct SubmitOpts {
     /// end to run at most N at once (`0-15%4`).
     #[arg(short = 'a', long)]
     pub array: Option<String>,
+    /// Run the script (or command) on every node of the allocation, each copy its node's rank
+    /// in `SLURM_PROCID`, instead of once on the first node with `srun` starting what runs on
+    /// the others (the default, as Slurm does).
+    #[arg(long)]
+    pub every_node: bool,
 }
 
 #[derive(Parser, Debug)]
@@ -128,6 +133,7 @@ impl SubmitOpts {
             signal: self.signal.or(other.signal),
             export: self.export.or(other.export),
             array: self.array.or(other.array),
+            every_node: self.every_node || other.every_node,
         }
     }
 
@@ -448,6 +454,7 @@ pub fn build_spec(
         stderr: opts.error.unwrap_or_default(),
         env: env.into_iter().map(|(name, value)| api::EnvVar { name, value }).collect(),
         submit_dir: cwd.display().to_string(),
+        every_node: opts.every_node,
     })
 }
 

@@ -29,6 +29,7 @@ pub fn spec_from_proto(p: api::JobSpec) -> Result<JobSpec, Rejection> {
         });
     }
     Ok(JobSpec {
+        batch_step: p.nodes > 1 && !p.every_node,
         name: p.name,
         partition: opt(p.partition),
         nodes: p.nodes,
@@ -108,6 +109,7 @@ pub fn spec_to_proto(s: &JobSpec, with_env: bool) -> api::JobSpec {
         requeue: s.requeue,
         signal: s.warn_signal.map(|w| w.to_spec()).unwrap_or_default(),
         array: s.array.as_ref().map(|a| a.to_spec()).unwrap_or_default(),
+        every_node: s.nodes > 1 && !s.batch_step,
     }
 }
 

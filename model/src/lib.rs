@@ -14,6 +14,7 @@ pub mod parse;
 pub mod policy;
 pub mod role;
 pub mod shared;
+pub mod step;
 pub mod units;
 
 /// The bounds of what a job may ask for and carry, checked at admission
@@ -132,6 +133,11 @@ pub struct JobSpec {
     /// leaves it out of each task's spec (each task has its [`Job::array`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub array: Option<ArraySpec>,
+    /// The program runs once, on the first node of the allocation (Slurm's batch step); the
+    /// other nodes are held for the job's steps (`srun`). `false`: it runs on every node
+    /// (`--every-node`, one-node jobs, and every job submitted before feature level 9).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub batch_step: bool,
 }
 
 /// A signal by name (`USR1`, `SIGUSR1`) or number, among those a job may be sent.
@@ -628,6 +634,17 @@ pub struct Job {
     /// The array this job is a task of.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub array: Option<ArrayTask>,
+    /// Its steps (`srun`): every running one and the newest ended ones
+    /// ([`step::KEPT_ENDED_STEPS`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub steps: Vec<step::Step>,
+    /// The id its next step gets.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub next_step: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -805,6 +822,12 @@ pub enum Rejection {
     InvalidConfig { what: String, reason: String },
     #[error("node '{name}' is not registered")]
     UnknownNode { name: String },
+    #[error("job {id} cannot run this step: {reason}")]
+    StepNeverFits { id: JobId, reason: String },
+    #[error("job {id}'s step must wait: {reason}")]
+    StepBusy { id: JobId, reason: String },
+    #[error("job {id} is not running ({state}): steps run only inside a running job")]
+    NotRunning { id: JobId, state: JobState },
     #[error("node '{name}' is DOWN ({reason}); it returns to service by itself when its agent is heard again")]
     NodeIsDown { name: String, reason: String },
 }

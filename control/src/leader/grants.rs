@@ -4,9 +4,9 @@
 
 use std::time::Duration;
 
-use quorum_auth::launch::{launch_digest, Grant, Signer};
+use quorum_auth::launch::{launch_digest, step_digest, Grant, Signer};
 use quorum_auth::users;
-use quorum_proto::agent::Launch;
+use quorum_proto::agent::{Launch, StepLaunch};
 
 /// How long a grant starts anything: a launch re-sent later (a new stream, a new leader) is
 /// signed again.
@@ -34,6 +34,26 @@ impl Grants {
                 (UNKNOWN_ID, UNKNOWN_ID)
             }
         }
+    }
+
+    /// Signs a step's launch for `node`, when this cluster has a launch key.
+    pub fn sign_step(&self, launch: &mut StepLaunch, node: &str, now_ms: u64) {
+        let Some(signer) = &self.signer else { return };
+        let (uid, gid) = self.ids(&launch.user);
+        let grant = Grant {
+            job_id: launch.job_id,
+            token: launch.token,
+            user: launch.user.clone(),
+            uid,
+            gid,
+            node: node.to_string(),
+            nodelist: String::new(),
+            expires_at_ms: now_ms + LIFETIME.as_millis() as u64,
+            spec: step_digest(launch),
+        };
+        let (bytes, signature) = signer.sign(&grant);
+        launch.grant = bytes;
+        launch.signature = signature;
     }
 
     /// Signs `launch` for `node`, when this cluster has a launch key.

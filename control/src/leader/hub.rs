@@ -222,6 +222,19 @@ impl AgentHub {
         inner.conns.get(node).is_some_and(|c| send(c, Msg::Signal(signal)))
     }
 
+    /// Signs and sends a step's launch to `node`; false when no agent of that node is connected.
+    pub fn launch_step(&self, node: &str, mut launch: quorum_proto::agent::StepLaunch) -> bool {
+        self.grants.sign_step(&mut launch, node, crate::replica::now_ms());
+        let inner = self.lock();
+        inner.conns.get(node).is_some_and(|c| send(c, Msg::StepLaunch(launch)))
+    }
+
+    /// Sends a step's input or a signal for its tasks to `node`.
+    pub fn step_io(&self, node: &str, io: quorum_proto::agent::StepIo) -> bool {
+        let inner = self.lock();
+        inner.conns.get(node).is_some_and(|c| send(c, Msg::StepIo(io)))
+    }
+
     /// The signed launch message for `job_id`'s rank on `node`.
     pub fn launch_for(&self, state: &ClusterState, job_id: JobId, node: &str) -> Option<Launch> {
         let mut launch = unsigned_launch(state, job_id, node)?;
@@ -353,16 +366,33 @@ fn reconcile_node(
     }
 }
 
+/// What a batch step job runs on the nodes after its first: nothing of the user's, only a
+/// process that holds the node's share of the allocation (its cgroup, its TMPDIR, its time
+/// limit) for the job's steps until the job ends, as Slurm's extern step does with a sleep. Its
+/// output goes nowhere; it ends when the job does (killed as a stray once the first node's
+/// script ended, or with the job's cancel or time limit).
+fn hold_allocation(spec: &mut quorum_proto::api::JobSpec) {
+    spec.script.clear();
+    spec.argv = vec!["/bin/sleep".into(), "100000000".into()];
+    spec.stdout = "/dev/null".into();
+    spec.stderr = "/dev/null".into();
+    spec.signal.clear();
+}
+
 /// The launch message for `job_id`'s rank on `node`, before [`AgentHub::launch_for`] signs it.
 fn unsigned_launch(state: &ClusterState, job_id: JobId, node: &str) -> Option<Launch> {
     let job = state.jobs.get(&job_id)?;
     let allocation = job.allocation.as_ref()?;
     let rank = allocation.nodes.iter().position(|a| a.node == node)?;
     let mine = &allocation.nodes[rank];
+    let mut spec = wire::spec_to_proto(&job.spec, true);
+    if job.spec.batch_step && rank > 0 {
+        hold_allocation(&mut spec);
+    }
     Some(Launch {
         job_id,
         token: job.alloc_index,
-        spec: Some(wire::spec_to_proto(&job.spec, true)),
+        spec: Some(spec),
         user: job.user.clone(),
         nodelist: allocation.nodelist(),
         node_rank: rank as u32,

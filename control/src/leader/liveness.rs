@@ -46,6 +46,43 @@ async fn end_overdue_held(replica: &Replica, leader: &LeaderState) {
     }
 }
 
+/// Ends the running steps no `srun` is served for here (theirs went with a previous leader),
+/// and has their agents kill their tasks.
+async fn end_orphan_steps(replica: &Replica, leader: &LeaderState) {
+    let orphans: Vec<(crate::model::JobId, u32, Vec<String>)> = {
+        let applied = replica.shared.read();
+        let state = &applied.state;
+        let running = state.active.iter().filter_map(|id| state.jobs.get(id)).filter(|j| !j.steps.is_empty());
+        leader
+            .steps
+            .orphans(running.map(|j| &**j))
+            .into_iter()
+            .map(|(job, step)| {
+                let nodes = state.jobs.get(&job).and_then(|j| j.steps.iter().find(|s| s.id == step)).map(|s| {
+                    s.nodes.iter().map(|n| n.node.clone()).collect()
+                });
+                (job, step, nodes.unwrap_or_default())
+            })
+            .collect()
+    };
+    for (job_id, step_id, nodes) in orphans {
+        tracing::warn!(job = job_id, step = step_id, "a step's srun is not served here (it went with the last leader): ending it");
+        for node in &nodes {
+            let io = quorum_proto::agent::StepIo {
+                job_id,
+                step_id,
+                msg: Some(quorum_proto::agent::step_io::Msg::Signal(libc::SIGKILL)),
+            };
+            leader.hub.step_io(node, io);
+        }
+        let command =
+            Command::EndStep { job_id, step_id, exit_code: 0, signal: Some(libc::SIGKILL), cancelled: true, now: now_ms() };
+        if let Err(e) = replica.write(command).await {
+            tracing::warn!(job = job_id, step = step_id, error = %e, "ending a step without srun");
+        }
+    }
+}
+
 /// Proposes DOWN each node silent for `node_timeout`, checking every tenth of it.
 pub(super) async fn liveness_loop(replica: Arc<Replica>, leader: Arc<LeaderState>, mut stop: watch::Receiver<bool>) {
     let leading_since = Instant::now();
@@ -57,6 +94,7 @@ pub(super) async fn liveness_loop(replica: Arc<Replica>, leader: Arc<LeaderState
             _ = stop.changed() => return,
         }
         end_overdue_held(&replica, &leader).await;
+        end_orphan_steps(&replica, &leader).await;
         for (node, silent) in silent_nodes(&replica, &leader, leading_since) {
             let reason = format!("not responding: no heartbeat for {:.1}s", silent.as_secs_f64());
             match replica.write(Command::NodeDown { node: node.clone(), reason: reason.clone(), now: now_ms() }).await {

@@ -21,6 +21,7 @@ pub mod rules;
 mod schedule;
 mod settings;
 mod state;
+pub mod steps;
 pub mod versions;
 
 pub use grants::Grants;

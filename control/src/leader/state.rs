@@ -15,6 +15,8 @@ use quorum_state::DropReason;
 /// answer "no agent connected" without asking who leads.
 pub struct LeaderState {
     pub hub: AgentHub,
+    /// The steps whose `srun` this leader serves.
+    pub steps: super::steps::StepRoutes,
     /// The latest plan's reservations, for `quorum queue --start`.
     estimates: Mutex<BTreeMap<JobId, Estimate>>,
     pub liveness: Liveness,
@@ -26,6 +28,7 @@ impl LeaderState {
     pub fn new(liveness: Liveness, grants: Grants) -> LeaderState {
         LeaderState {
             hub: AgentHub::new(grants, liveness.agent_lease),
+            steps: Default::default(),
             estimates: Mutex::default(),
             liveness,
             dropped: Mutex::default(),

@@ -16,6 +16,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use super::api::{not_leader, write_status};
 use crate::leader::hub::AgentInfo;
+use crate::leader::steps::FromAgent;
 use crate::leader::{rules, LeaderState};
 use crate::model::Gpu;
 use crate::replica::batch::ReportBatcher;
@@ -130,6 +131,14 @@ impl AgentService for Agents {
                 match msg {
                     agent_message::Msg::Register(_) => {}
                     agent_message::Msg::Output(chunk) => leader.hub.output_read(chunk),
+                    agent_message::Msg::StepOutput(o) => {
+                        let (job, step) = (o.job_id, o.step_id);
+                        leader.steps.deliver(job, step, FromAgent::Output(o)).await;
+                    }
+                    agent_message::Msg::StepExit(e) => {
+                        let (job, step) = (e.job_id, e.step_id);
+                        leader.steps.deliver(job, step, FromAgent::Exit(e)).await;
+                    }
                     agent_message::Msg::Heartbeat(hb) => {
                         // Only the leader answers heartbeats: an answer extends the agent's lease,
                         // and a deposed leader's would keep jobs running on a node the real leader

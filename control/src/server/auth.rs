@@ -45,7 +45,7 @@ pub fn rule(path: &str) -> Option<Rule> {
         ("quorum.agent.AgentService", "Session") => Rule::Agent,
         ("quorum.api.Quorum", m) => match m {
             "SubmitJob" | "CancelJob" | "HoldJob" | "GetJob" | "ListJobs" | "JobLogs" | "ListNodes" | "Priorities"
-            | "Shares" | "GetReplicaStatus" | "ClusterMembers" | "IssueToken" | "WhoAmI" => Rule::User,
+            | "Shares" | "GetReplicaStatus" | "ClusterMembers" | "IssueToken" | "WhoAmI" | "RunStep" => Rule::User,
             "SetNodesDrained" => Rule::Operator,
             "UpsertAccount" | "UpsertQos" | "InjectGpuFault" | "Digest" | "ReplicaDigest" | "AddReplica"
             | "RemoveReplica" | "TransferLeader" | "SetRole" => Rule::Admin,

@@ -19,6 +19,7 @@ mod identity;
 mod jobs;
 pub mod logs;
 mod nodes;
+mod steps;
 
 use std::sync::Arc;
 
@@ -67,6 +68,16 @@ pub async fn serve(
 
 #[tonic::async_trait]
 impl Quorum for Api {
+    type RunStepStream = steps::StepStream;
+
+    async fn run_step(
+        &self,
+        req: Request<tonic::Streaming<StepInput>>,
+    ) -> Result<Response<Self::RunStepStream>, Status> {
+        let caller = auth::caller(&req)?;
+        steps::run_step(self, caller, req.into_inner()).await.map(Response::new)
+    }
+
     async fn hold_job(&self, req: Request<HoldJobRequest>) -> Result<Response<HoldJobResponse>, Status> {
         let (caller, r) = at_leader!(self, req, hold_job);
         jobs::hold_job(self, &caller, r).await.map(Response::new)

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use quorum_model::{
-    Account, Allocation, ArrayTask, HoldKind, Job, JobId, JobSpec, JobState, Millis, Node, NodeAdminState,
+    step, Account, Allocation, ArrayTask, HoldKind, Job, JobId, JobSpec, JobState, Millis, Node, NodeAdminState,
     PendingReason, PlannedStart, RankOutcome, Rejection, Shared,
 };
 
@@ -111,6 +111,14 @@ pub fn apply(state: &mut ClusterState, index: u64, command: Command) -> Response
             advance_clock(state, now);
             state.replica_versions = versions;
             Response::Ok
+        }
+        Command::StartStep { job_id, user, request, now } => {
+            advance_clock(state, now);
+            start_step(state, job_id, &user, &request)
+        }
+        Command::EndStep { job_id, step_id, exit_code, signal, cancelled, now } => {
+            advance_clock(state, now);
+            end_step(state, job_id, step_id, exit_code, signal, cancelled)
         }
         Command::SetRole { user, role, now } => {
             advance_clock(state, now);
@@ -254,6 +262,8 @@ fn submit(state: &mut ClusterState, mut spec: JobSpec, user: String, request_id:
             qos: qos.clone(),
             requeues: 0,
             array,
+            steps: Vec::new(),
+            next_step: 0,
         };
         state.jobs.insert(id, Shared::new(job));
     }
@@ -495,6 +505,99 @@ fn start_job(state: &mut ClusterState, index: u64, job_id: JobId, allocation: Al
     job.alloc_index = index;
 }
 
+/// Starts a step of a running job where [`step::layout`] puts it: the step gets the job's next
+/// step id and holds its CPUs (and GPUs) until [`end_step`].
+fn start_step(state: &mut ClusterState, job_id: JobId, user: &str, request: &step::StepRequest) -> Response {
+    let Some(job) = state.jobs.get_mut(&job_id) else {
+        return Response::Rejected(Rejection::UnknownJob { id: job_id });
+    };
+    if user != job.user && user != "root" {
+        return Response::Rejected(Rejection::NotOwner { id: job_id, user: user.to_string(), owner: job.user.clone() });
+    }
+    let (JobState::Running, false, Some(allocation)) = (job.state, job.cancel_requested, job.allocation.as_ref()) else {
+        return Response::Rejected(Rejection::NotRunning { id: job_id, state: job.state });
+    };
+    if job.steps.iter().filter(|s| s.state == step::StepState::Running).count() >= step::MAX_RUNNING_STEPS {
+        return Response::Rejected(Rejection::StepBusy {
+            id: job_id,
+            reason: format!("it runs {} steps already, the most at once", step::MAX_RUNNING_STEPS),
+        });
+    }
+    let nodes = match step::layout(allocation, &job.steps, request) {
+        Ok(nodes) => nodes,
+        Err(step::StepRefusal::Never(reason)) => return Response::Rejected(Rejection::StepNeverFits { id: job_id, reason }),
+        Err(step::StepRefusal::Busy(reason)) => return Response::Rejected(Rejection::StepBusy { id: job_id, reason }),
+    };
+    let started = step::Step {
+        id: job.next_step,
+        name: request.name.clone(),
+        ntasks: nodes.iter().map(|n| n.tasks).sum(),
+        nodes,
+        cpus_per_task: request.cpus_per_task.max(1),
+        gpus_per_task: request.gpus_per_task,
+        overlap: request.overlap,
+        state: step::StepState::Running,
+        start: state.clock,
+        end: None,
+        exit_code: None,
+        signal: None,
+    };
+    job.next_step += 1;
+    job.steps.push(started.clone());
+    Response::StepStarted { job_id, step: Box::new(started) }
+}
+
+/// Records a step's end (the highest exit code of its tasks); only the newest ended steps stay.
+fn end_step(
+    state: &mut ClusterState,
+    job_id: JobId,
+    step_id: u32,
+    exit_code: i32,
+    signal: Option<i32>,
+    cancelled: bool,
+) -> Response {
+    let clock = state.clock;
+    let Some(job) = state.jobs.get_mut(&job_id) else {
+        return Response::Rejected(Rejection::UnknownJob { id: job_id });
+    };
+    let Some(s) = job.steps.iter_mut().find(|s| s.id == step_id && s.state == step::StepState::Running) else {
+        return Response::Ignored;
+    };
+    s.state = match (cancelled, exit_code, signal) {
+        (true, _, _) => step::StepState::Cancelled,
+        (false, 0, None) => step::StepState::Completed,
+        _ => step::StepState::Failed,
+    };
+    s.end = Some(clock);
+    s.exit_code = Some(exit_code);
+    s.signal = signal;
+    trim_steps(job);
+    Response::Ok
+}
+
+/// Drops the oldest ended steps beyond [`step::KEPT_ENDED_STEPS`].
+fn trim_steps(job: &mut Job) {
+    let ended = job.steps.iter().filter(|s| s.state != step::StepState::Running).count();
+    let mut drop = ended.saturating_sub(step::KEPT_ENDED_STEPS);
+    job.steps.retain(|s| {
+        if drop > 0 && s.state != step::StepState::Running {
+            drop -= 1;
+            false
+        } else {
+            true
+        }
+    });
+}
+
+/// The steps still running when their job ends (or goes back to the queue) end with it.
+fn end_running_steps(job: &mut Job, clock: Millis, state: step::StepState) {
+    for s in job.steps.iter_mut().filter(|s| s.state == step::StepState::Running) {
+        s.state = state;
+        s.end = Some(clock);
+    }
+    trim_steps(job);
+}
+
 /// Frees what a job holds and records how it ended.
 fn finish_job(
     state: &mut ClusterState,
@@ -511,6 +614,13 @@ fn finish_job(
     job.exit_code = exit_code;
     job.signal = signal;
     job.reason = PendingReason::None;
+    // A step still running when the script ended is cut off, as Slurm cancels it.
+    let steps_end = match final_state {
+        JobState::Completed | JobState::Cancelled => step::StepState::Cancelled,
+        _ if job.cancel_requested => step::StepState::Cancelled,
+        _ => step::StepState::Failed,
+    };
+    end_running_steps(job, state.clock, steps_end);
     if let Some(allocation) = &job.allocation {
         free_nodes(&mut state.nodes, job_id, allocation);
     }
@@ -543,6 +653,7 @@ fn requeue_job(state: &mut ClusterState, job_id: JobId) {
     job.reason = PendingReason::None;
     job.start_time = None;
     job.rank_outcomes.clear();
+    end_running_steps(job, state.clock, step::StepState::Failed);
     job.requeues += 1;
 }
 
@@ -615,7 +726,13 @@ fn job_ended(state: &mut ClusterState, job_id: JobId, token: u64, node: &str, ou
         };
     }
     job.rank_outcomes.push((node.to_string(), outcome));
-    let total = job.spec.nodes as usize;
+    // A batch step job is decided by its first node, where the script runs; the other nodes
+    // only hold the allocation for its steps, and decide only when that failed to start.
+    let first = job.allocation.as_ref().and_then(|a| a.nodes.first()).is_some_and(|n| n.node == node);
+    if job.spec.batch_step && !first && outcome != RankOutcome::LaunchFailed {
+        return Response::Ok;
+    }
+    let total = if job.spec.batch_step { 1 } else { job.spec.nodes as usize };
     // The first rank to end badly decides the job; otherwise it ends when every rank has.
     let decided = match outcome {
         RankOutcome::Exited { code: 0, signal: 0 } if job.rank_outcomes.len() < total => None,

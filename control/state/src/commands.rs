@@ -31,7 +31,12 @@ pub struct NodeRegistration {
 /// 6. several agent reports (registrations, job ends, node health) in one entry (`Batch`);
 /// 7. LZ4-compressed snapshots ([`super::snapshot`]);
 /// 8. roles given at run time (`SetRole`).
-pub const FEATURE_LEVEL: u32 = 8;
+/// 9. batch steps (a multi-node job's script runs on its first node only) and job steps
+///    (`StepStarted`, `StepEnded`).
+pub const FEATURE_LEVEL: u32 = 9;
+
+/// The level that runs a multi-node job's script once, on its first node, and applies steps.
+pub const STEPS_LEVEL: u32 = 9;
 
 /// The level that applies [`Command::SubmitJobs`]; below it the leader proposes one
 /// `SubmitJob` per submit.
@@ -66,7 +71,9 @@ pub struct Submit {
 
 /// The level a replica needs to apply a submit of this job.
 fn spec_level(spec: &JobSpec) -> (u32, &'static str) {
-    if spec.array.is_some() {
+    if spec.batch_step {
+        (STEPS_LEVEL, "a multi-node job whose script runs once, on its first node (submit with --every-node meanwhile)")
+    } else if spec.array.is_some() {
         (4, "a job array")
     } else if spec.warn_signal.is_some() {
         (3, "a job with --signal")
@@ -196,6 +203,25 @@ pub enum Command {
     Batch {
         commands: Vec<Command>,
     },
+    /// `srun` inside a running job: a step where [`quorum_model::step::layout`] puts it, or a
+    /// refusal (never fits, or wait for the job's other steps).
+    StartStep {
+        job_id: JobId,
+        user: String,
+        request: quorum_model::step::StepRequest,
+        now: Millis,
+    },
+    /// Every task of a step ended (or its `srun` went away): its resources are free again.
+    EndStep {
+        job_id: JobId,
+        step_id: u32,
+        /// The highest exit code of its tasks, and a signal that killed one.
+        exit_code: i32,
+        signal: Option<i32>,
+        /// Ended by a cancel (Ctrl-C twice, the job's end), not by its tasks.
+        cancelled: bool,
+        now: Millis,
+    },
     /// An admin gives `user` a role (`quorum admin role`); `User` takes back what was given.
     SetRole {
         user: String,
@@ -242,6 +268,7 @@ impl Command {
             Command::CancelJob { whole_array: true, .. } => (4, "cancelling a job array"),
             Command::SubmitJob { spec, .. } => spec_level(spec),
             Command::SetRole { .. } => (8, "giving a role"),
+            Command::StartStep { .. } | Command::EndStep { .. } => (STEPS_LEVEL, "a job step (srun)"),
             // above every single submit's level
             Command::SubmitJobs { .. } => (SUBMIT_JOBS_LEVEL, "several submits in one entry"),
             Command::Batch { commands } => commands
@@ -357,4 +384,8 @@ pub enum Response {
     SubmittedMany(Vec<Response>),
     /// The answers to a `Batch`, in its order.
     Batch(Vec<Response>),
+    StepStarted {
+        job_id: JobId,
+        step: Box<quorum_model::step::Step>,
+    },
 }

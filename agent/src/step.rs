@@ -1,0 +1,308 @@
+//! A job step's tasks on this node (`srun` inside an allocation): each task a process of the
+//! job's user in the job's cgroup here, in a process group of its own, with its `SLURM_PROCID`,
+//! `SLURM_LOCALID`, `SLURM_NODEID` and GPUs. Its stdout and stderr are read through pipes and
+//! sent to the leader, which hands them to the step's `srun`; task 0's stdin comes the other way.
+//!
+//! Steps run only inside a job this agent runs under the same allocation, and end with it: the
+//! job's cgroup is killed when the job ends, and without cgroups the job's end kills each step's
+//! process groups ([`Agent::kill_steps`]). The tasks are the agent's children: an agent that
+//! stops takes their pipes with it (their `srun` sees the node lost).
+
+use std::os::unix::process::CommandExt;
+use std::sync::Arc;
+
+use quorum_proto::agent::{agent_message, step_io, AgentMessage, StepIo, StepLaunch, StepOutput, StepTaskExit};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::mpsc;
+
+use crate::{identity, supervisor, Agent};
+
+/// The largest piece of output sent in one message.
+const CHUNK: usize = 64 * 1024;
+
+/// What the agent keeps of a running step on this node.
+#[derive(Debug, Default)]
+pub(crate) struct StepEntry {
+    /// Each running task's process group.
+    pub pgids: Vec<i32>,
+    /// Task 0's stdin, when task 0 runs here.
+    pub stdin: Option<mpsc::UnboundedSender<Option<Vec<u8>>>>,
+}
+
+fn send(agent: &Agent, msg: agent_message::Msg) -> impl std::future::Future<Output = ()> + '_ {
+    let tx = agent.outbox.clone();
+    async move {
+        let _ = tx.send(AgentMessage { msg: Some(msg) }).await;
+    }
+}
+
+async fn task_failed(agent: &Agent, l: &StepLaunch, task: u32, error: String) {
+    tracing::warn!(job = l.job_id, step = l.step_id, task, "step task not started: {error}");
+    let exit = StepTaskExit { job_id: l.job_id, step_id: l.step_id, task, exit_code: 1, signal: 0, error };
+    send(agent, agent_message::Msg::StepExit(exit)).await;
+}
+
+/// Starts this node's tasks of a step.
+pub(crate) async fn launch(agent: Arc<Agent>, l: StepLaunch) {
+    let tasks = l.first_task..l.first_task.saturating_add(l.tasks);
+    let refuse = |error: String| {
+        let (agent, l) = (agent.clone(), l.clone());
+        async move {
+            for task in l.first_task..l.first_task.saturating_add(l.tasks) {
+                task_failed(&agent, &l, task, error.clone()).await;
+            }
+        }
+    };
+    let grant = match crate::grants::verify_step(&agent, &l) {
+        Ok(g) => g,
+        Err(e) => return refuse(format!("step launch refused: {e}")).await,
+    };
+    // Only inside the job's allocation here, while it runs.
+    let running = agent.lock_jobs().get(&l.job_id).is_some_and(|e| e.token == l.token && e.exit.is_none());
+    if !running {
+        return refuse(format!("job {} does not run on {} under this allocation", l.job_id, agent.config.name)).await;
+    }
+    let account = match identity::job_account(agent.config.switch_user, &l.user) {
+        Ok(a) => a,
+        Err(e) => return refuse(e).await,
+    };
+    if let (Some(g), Some(a)) = (&grant, &account) {
+        if g.uid != a.uid {
+            return refuse(format!(
+                "user '{}' is uid {} on this node, but the controller authenticated uid {}",
+                a.name, a.uid, g.uid
+            ))
+            .await;
+        }
+    }
+    let cgroup_procs = match agent.limits().cgroups() {
+        Some(cg) => cg.job(l.job_id, l.token).procs_files(),
+        None => Vec::new(),
+    };
+    let tmpdir = crate::runner::tmpdir_of(&agent, l.job_id, l.token);
+    agent.lock_steps().entry((l.job_id, l.step_id)).or_default();
+    for task in tasks {
+        let local = task - l.first_task;
+        let gpus: Vec<String> = if l.gpus_per_task == 0 {
+            l.gpus.iter().map(u32::to_string).collect()
+        } else {
+            let from = (local * l.gpus_per_task) as usize;
+            l.gpus.iter().skip(from).take(l.gpus_per_task as usize).map(u32::to_string).collect()
+        };
+        let mut env: Vec<(String, String)> = l.env.iter().map(|e| (e.name.clone(), e.value.clone())).collect();
+        let node = agent.config.name.clone();
+        let own = [
+            ("SLURM_PROCID", task.to_string()),
+            ("SLURM_LOCALID", local.to_string()),
+            ("SLURM_NODEID", l.node_id.to_string()),
+            ("SLURM_STEP_NODEID", l.node_id.to_string()),
+            ("SLURMD_NODENAME", node),
+            ("SLURM_GPUS_ON_NODE", l.gpus.len().to_string()),
+            ("CUDA_VISIBLE_DEVICES", gpus.join(",")),
+            ("TMPDIR", tmpdir.display().to_string()),
+        ];
+        env.retain(|(k, _)| !own.iter().any(|(o, _)| o == k));
+        env.extend(own.into_iter().map(|(k, v)| (k.to_string(), v)));
+        if let Some(a) = &account {
+            for (name, value) in [("HOME", &a.home), ("USER", &a.name), ("LOGNAME", &a.name)] {
+                if !env.iter().any(|(k, _)| k == name) {
+                    env.push((name.to_string(), value.clone()));
+                }
+            }
+        }
+        let spawned = spawn(&l, &env, account.as_ref(), &cgroup_procs, local == 0 && task == 0);
+        match spawned {
+            Ok(child) => watch(agent.clone(), l.clone(), task, child),
+            Err(e) => {
+                task_failed(&agent, &l, task, format!("cannot run '{}' in {}: {e}", l.argv[0], l.work_dir)).await;
+            }
+        }
+    }
+}
+
+/// Starts one task: its own process group, the job's cgroup, the job's user, the step's
+/// directory, then exec (looked up on the task's `PATH`).
+fn spawn(
+    l: &StepLaunch,
+    env: &[(String, String)],
+    account: Option<&identity::Account>,
+    cgroup_procs: &[std::path::PathBuf],
+    takes_stdin: bool,
+) -> std::io::Result<tokio::process::Child> {
+    use std::ffi::CString;
+    let program = l.argv.first().ok_or_else(|| std::io::Error::other("no command"))?;
+    let path = env.iter().find(|(k, _)| k == "PATH").map(|(_, v)| v.as_str()).unwrap_or("/usr/bin:/bin");
+    let resolved = if program.contains('/') {
+        std::path::PathBuf::from(program)
+    } else {
+        path.split(':')
+            .filter(|d| !d.is_empty())
+            .map(|d| std::path::Path::new(d).join(program))
+            .find(|p| p.is_file())
+            .ok_or_else(|| std::io::Error::other(format!("'{program}' is not found on the task's PATH ({path})")))?
+    };
+    let procs: Vec<CString> = cgroup_procs
+        .iter()
+        .map(|p| CString::new(p.as_os_str().as_encoded_bytes()).map_err(std::io::Error::other))
+        .collect::<Result<_, _>>()?;
+    let cwd = CString::new(l.work_dir.as_bytes()).map_err(std::io::Error::other)?;
+    let ids = account.map(|a| (a.uid, a.gid, a.groups.clone()));
+    let mut cmd = std::process::Command::new(&resolved);
+    cmd.arg0(program)
+        .args(&l.argv[1..])
+        .env_clear()
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .stdin(if takes_stdin { std::process::Stdio::piped() } else { std::process::Stdio::null() })
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    // SAFETY: between fork and exec only async-signal-safe calls run (setpgid, open, write,
+    // close, setgroups, setgid, setuid, chdir) on memory prepared before the fork.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::setpgid(0, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            for p in &procs {
+                let fd = libc::open(p.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+                if fd < 0 || libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                libc::close(fd);
+            }
+            if let Some((uid, gid, groups)) = &ids {
+                if libc::setgroups(groups.len(), groups.as_ptr()) != 0
+                    || libc::setgid(*gid) != 0
+                    || libc::setuid(*uid) != 0
+                {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            if libc::chdir(cwd.as_ptr()) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    tokio::process::Command::from(cmd).kill_on_drop(false).spawn()
+}
+
+/// Forwards a task's output and input, then reports its exit once all its output is sent.
+fn watch(agent: Arc<Agent>, l: StepLaunch, task: u32, mut child: tokio::process::Child) {
+    let key = (l.job_id, l.step_id);
+    if let Some(pid) = child.id() {
+        let mut steps = agent.lock_steps();
+        let entry = steps.entry(key).or_default();
+        entry.pgids.push(pid as i32);
+        if let Some(mut stdin) = child.stdin.take() {
+            let (tx, mut rx) = mpsc::unbounded_channel::<Option<Vec<u8>>>();
+            entry.stdin = Some(tx);
+            tokio::spawn(async move {
+                while let Some(Some(data)) = rx.recv().await {
+                    if stdin.write_all(&data).await.is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+    }
+    let readers: Vec<_> = [(child.stdout.take().map(Pipe::Out)), (child.stderr.take().map(Pipe::Err))]
+        .into_iter()
+        .flatten()
+        .map(|pipe| {
+            let (agent, l) = (agent.clone(), l.clone());
+            tokio::spawn(async move { forward(&agent, &l, task, pipe).await })
+        })
+        .collect();
+    tokio::spawn(async move {
+        let status = child.wait().await;
+        for r in readers {
+            let _ = r.await;
+        }
+        use std::os::unix::process::ExitStatusExt;
+        let (exit_code, signal) = match status {
+            Ok(s) => (s.code().unwrap_or(0), s.signal().unwrap_or(0)),
+            Err(_) => (0, libc::SIGKILL),
+        };
+        if let Some(pid) = child.id() {
+            // Whatever the task left in its group goes with it.
+            supervisor::signal_group(pid as i32, libc::SIGKILL);
+        }
+        {
+            let mut steps = agent.lock_steps();
+            if let Some(e) = steps.get_mut(&key) {
+                e.pgids.retain(|&p| Some(p as u32) != child.id());
+                if task == 0 {
+                    e.stdin = None;
+                }
+            }
+        }
+        tracing::debug!(job = l.job_id, step = l.step_id, task, exit_code, signal, "step task ended");
+        let exit = StepTaskExit { job_id: l.job_id, step_id: l.step_id, task, exit_code, signal, error: String::new() };
+        send(&agent, agent_message::Msg::StepExit(exit)).await;
+        let mut steps = agent.lock_steps();
+        if steps.get(&key).is_some_and(|e| e.pgids.is_empty() && e.stdin.is_none()) {
+            steps.remove(&key);
+        }
+    });
+}
+
+enum Pipe {
+    Out(tokio::process::ChildStdout),
+    Err(tokio::process::ChildStderr),
+}
+
+async fn forward(agent: &Agent, l: &StepLaunch, task: u32, pipe: Pipe) {
+    let mut buf = vec![0u8; CHUNK];
+    let (mut reader, stderr): (Box<dyn tokio::io::AsyncRead + Unpin + Send>, bool) = match pipe {
+        Pipe::Out(o) => (Box::new(o), false),
+        Pipe::Err(e) => (Box::new(e), true),
+    };
+    loop {
+        let n = match reader.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        let out = StepOutput { job_id: l.job_id, step_id: l.step_id, task, stderr, data: buf[..n].to_vec() };
+        send(agent, agent_message::Msg::StepOutput(out)).await;
+    }
+}
+
+/// `srun`'s input and signals for a step's tasks here.
+pub(crate) fn io(agent: &Agent, io: StepIo) {
+    let steps = agent.lock_steps();
+    let Some(entry) = steps.get(&(io.job_id, io.step_id)) else { return };
+    match io.msg {
+        Some(step_io::Msg::Stdin(data)) => {
+            if let Some(tx) = &entry.stdin {
+                let _ = tx.send(Some(data));
+            }
+        }
+        Some(step_io::Msg::StdinEof(_)) => {
+            if let Some(tx) = &entry.stdin {
+                let _ = tx.send(None);
+            }
+        }
+        Some(step_io::Msg::Signal(signal)) if (1..=64).contains(&signal) => {
+            for &pgid in &entry.pgids {
+                supervisor::signal_group(pgid, signal);
+            }
+        }
+        _ => {}
+    }
+}
+
+impl Agent {
+    pub(crate) fn lock_steps(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<(u64, u32), StepEntry>> {
+        self.steps.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Kills every task of `job_id`'s steps here (its end; with a cgroup, the cgroup's end
+    /// already did).
+    pub(crate) fn kill_steps(&self, job_id: u64) {
+        for (_, e) in self.lock_steps().iter().filter(|((j, _), _)| *j == job_id) {
+            for &pgid in &e.pgids {
+                supervisor::signal_group(pgid, libc::SIGKILL);
+            }
+        }
+    }
+}

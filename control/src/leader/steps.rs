@@ -1,0 +1,146 @@
+//! The steps this leader serves: each running step's `srun` stream, which its agents' output and
+//! task exits are routed to (agents send them on their own streams, [`StepRoutes::deliver`]),
+//! and the launch each node of a step gets.
+//!
+//! A step's I/O goes through the leader that started it. When leadership moves, the new
+//! leader has no route for steps still marked running: the liveness loop ends them
+//! ([`StepRoutes::orphans`]) and their agents kill their tasks.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use quorum_model::step::{Step, StepState};
+use quorum_proto::agent::{StepLaunch, StepOutput, StepTaskExit};
+use quorum_proto::api::EnvVar;
+use tokio::sync::mpsc;
+
+use crate::model::{Job, JobId};
+
+/// What an agent reports of a step's tasks.
+#[derive(Debug)]
+pub enum FromAgent {
+    Output(StepOutput),
+    Exit(StepTaskExit),
+}
+
+/// How much of a step's output may wait for a slow `srun` before its agents' streams are held up.
+const ROUTE_CAPACITY: usize = 1024;
+/// How long a step marked running may go without a route on this leader before it is ended.
+const ORPHAN_GRACE: Duration = Duration::from_secs(5);
+
+#[derive(Default)]
+pub struct StepRoutes {
+    routes: Mutex<HashMap<(JobId, u32), mpsc::Sender<FromAgent>>>,
+    /// Running steps seen without a route, and since when.
+    unrouted: Mutex<HashMap<(JobId, u32), Instant>>,
+}
+
+impl StepRoutes {
+    /// Opens the route of a step this leader just started.
+    pub fn open(&self, job: JobId, step: u32) -> mpsc::Receiver<FromAgent> {
+        let (tx, rx) = mpsc::channel(ROUTE_CAPACITY);
+        self.routes.lock().unwrap_or_else(|p| p.into_inner()).insert((job, step), tx);
+        rx
+    }
+
+    pub fn close(&self, job: JobId, step: u32) {
+        self.routes.lock().unwrap_or_else(|p| p.into_inner()).remove(&(job, step));
+    }
+
+    /// Hands an agent's report to its step's `srun`. A step nobody serves here drops it. An
+    /// `srun` that reads too slowly holds its agents' streams up for at most a second per
+    /// message; then the output is dropped (and logged) rather than stall their heartbeats.
+    pub async fn deliver(&self, job: JobId, step: u32, report: FromAgent) {
+        let Some(tx) = self.routes.lock().unwrap_or_else(|p| p.into_inner()).get(&(job, step)).cloned() else {
+            return;
+        };
+        match tx.try_send(report) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Closed(_)) => {}
+            Err(mpsc::error::TrySendError::Full(report)) => {
+                if tx.send_timeout(report, Duration::from_secs(1)).await.is_err() {
+                    tracing::warn!(job, step, "srun reads too slowly: a piece of its step's output was dropped");
+                }
+            }
+        }
+    }
+
+    /// The running steps of `jobs` that no `srun` is served for here, after a grace: they are
+    /// ended as cancelled (their `srun` went with a previous leader).
+    pub fn orphans<'a>(&self, jobs: impl Iterator<Item = &'a Job>) -> Vec<(JobId, u32)> {
+        let routes = self.routes.lock().unwrap_or_else(|p| p.into_inner());
+        let mut unrouted = self.unrouted.lock().unwrap_or_else(|p| p.into_inner());
+        let mut seen = HashSet::new();
+        let mut due = Vec::new();
+        for job in jobs {
+            for s in job.steps.iter().filter(|s| s.state == StepState::Running) {
+                let key = (job.id, s.id);
+                if routes.contains_key(&key) {
+                    continue;
+                }
+                seen.insert(key);
+                let since = *unrouted.entry(key).or_insert_with(Instant::now);
+                if since.elapsed() >= ORPHAN_GRACE {
+                    due.push(key);
+                }
+            }
+        }
+        unrouted.retain(|k, _| seen.contains(k));
+        due
+    }
+}
+
+/// The launch of `step`'s tasks on its `node_id`-th node, unsigned: `env` is `srun`'s, with the
+/// job's and the step's `SLURM_*` variables set over it (the agent adds each task's own).
+pub fn step_launch(job: &Job, step: &Step, node_id: usize, argv: &[String], env: &[EnvVar], work_dir: &str) -> StepLaunch {
+    let node = &step.nodes[node_id];
+    let nodelist = crate::model::hostlist::compress(&step.node_names());
+    let allocation = job.allocation.as_ref();
+    let job_nodes = allocation.map(|a| a.nodelist()).unwrap_or_default();
+    let num_job_nodes = allocation.map(|a| a.nodes.len()).unwrap_or(0);
+    let ours = |k: &str| k.starts_with("SLURM_STEP_") || k == "SLURM_TASKS_PER_NODE";
+    let mut vars: Vec<EnvVar> = env.iter().filter(|e| !ours(&e.name)).cloned().collect();
+    let set = [
+        ("SLURM_JOB_ID", job.id.to_string()),
+        ("SLURM_JOBID", job.id.to_string()),
+        ("SLURM_JOB_NODELIST", job_nodes.clone()),
+        ("SLURM_NODELIST", job_nodes),
+        ("SLURM_JOB_NUM_NODES", num_job_nodes.to_string()),
+        ("SLURM_JOB_USER", job.user.clone()),
+        ("SLURM_JOB_PARTITION", job.partition.clone()),
+        ("SLURM_STEP_ID", step.id.to_string()),
+        ("SLURM_STEPID", step.id.to_string()),
+        ("SLURM_STEP_NODELIST", nodelist),
+        ("SLURM_STEP_NUM_NODES", step.nodes.len().to_string()),
+        ("SLURM_STEP_NUM_TASKS", step.ntasks.to_string()),
+        ("SLURM_STEP_TASKS_PER_NODE", step.tasks_per_node()),
+        ("SLURM_TASKS_PER_NODE", step.tasks_per_node()),
+        ("SLURM_NTASKS", step.ntasks.to_string()),
+        ("SLURM_NPROCS", step.ntasks.to_string()),
+        ("SLURM_NNODES", step.nodes.len().to_string()),
+        ("SLURM_CPUS_PER_TASK", step.cpus_per_task.to_string()),
+        ("SLURM_GPUS_PER_TASK", step.gpus_per_task.to_string()),
+    ];
+    vars.retain(|e| !set.iter().any(|(k, _)| *k == e.name));
+    vars.extend(set.into_iter().filter(|(k, v)| *k != "SLURM_GPUS_PER_TASK" || v != "0").map(|(k, v)| EnvVar {
+        name: k.to_string(),
+        value: v,
+    }));
+    StepLaunch {
+        job_id: job.id,
+        token: job.alloc_index,
+        step_id: step.id,
+        user: job.user.clone(),
+        argv: argv.to_vec(),
+        env: vars,
+        work_dir: work_dir.to_string(),
+        node_id: node_id as u32,
+        first_task: node.first_task,
+        tasks: node.tasks,
+        gpus: node.gpus.clone(),
+        gpus_per_task: step.gpus_per_task,
+        grant: Vec::new(),
+        signature: Vec::new(),
+    }
+}

@@ -1,0 +1,242 @@
+//! `RunStep`: a job step for `srun`. The leader records the step through Raft (where its tasks
+//! go, [`quorum_model::step::layout`]), sends each node its launch, and then carries the step's
+//! I/O: `srun`'s input and signals to the agents, the tasks' output and exits back to `srun`.
+//! When every task has ended the step's end is recorded with the highest exit code.
+
+use std::collections::BTreeMap;
+use std::pin::Pin;
+use std::time::Duration;
+
+use futures::Stream;
+use quorum_auth::Caller;
+use quorum_model::step::{Step, StepRequest as Request};
+use quorum_proto::agent::{step_io, StepIo};
+use quorum_proto::api::{step_event, step_input, StepEnd, StepEvent, StepInput, StepStarted, TaskExit, TaskOutput};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Status, Streaming};
+
+use super::api::{acting_as, not_leader, write_status, Api};
+use crate::leader::steps::{step_launch, FromAgent};
+use crate::model::{JobId, JobState, Rejection};
+use crate::replica::now_ms;
+use quorum_state::{Command, Response};
+
+pub type StepStream = Pin<Box<dyn Stream<Item = Result<StepEvent, Status>> + Send>>;
+
+/// At most this many nodes named in a step's `--nodelist`.
+const MAX_NODELIST: usize = 65_536;
+
+fn event(msg: step_event::Msg) -> Result<StepEvent, Status> {
+    Ok(StepEvent { msg: Some(msg) })
+}
+
+/// How a refused step is answered: RESOURCE_EXHAUSTED while other steps hold what it needs
+/// (`srun` waits and asks again), FAILED_PRECONDITION when it can never run in the job.
+fn refused(r: &Rejection) -> Status {
+    match r {
+        Rejection::StepBusy { .. } => Status::resource_exhausted(r.to_string()),
+        Rejection::StepNeverFits { .. } | Rejection::NotRunning { .. } | Rejection::JobFinished { .. } => {
+            Status::failed_precondition(r.to_string())
+        }
+        other => super::api::rejection_status(other),
+    }
+}
+
+pub(super) async fn run_step(api: &Api, caller: Caller, mut input: Streaming<StepInput>) -> Result<StepStream, Status> {
+    if !api.replica.is_leader() {
+        return Err(not_leader(api.replica.leader_addr().as_deref()));
+    }
+    let start = match input.message().await? {
+        Some(StepInput { msg: Some(step_input::Msg::Start(s)) }) => s,
+        _ => return Err(Status::invalid_argument("the first message of a step must be its start")),
+    };
+    let argv = start.argv.clone();
+    let Some(program) = argv.first().filter(|p| !p.is_empty()) else {
+        return Err(Status::invalid_argument("invalid step: no command given"));
+    };
+    let bytes: usize = argv.iter().map(String::len).sum::<usize>()
+        + start.env.iter().map(|e| e.name.len() + e.value.len()).sum::<usize>()
+        + start.work_dir.len();
+    if bytes > api.limits.max_submit_bytes || start.env.len() > api.limits.max_env_vars {
+        return Err(Status::invalid_argument(format!(
+            "invalid step: {bytes} bytes of command and environment ({} variables); at most {} bytes and {} variables",
+            start.env.len(),
+            api.limits.max_submit_bytes,
+            api.limits.max_env_vars
+        )));
+    }
+    if start.nodelist.len() > MAX_NODELIST || !start.work_dir.starts_with('/') {
+        return Err(Status::invalid_argument(format!(
+            "invalid step: {}",
+            if start.work_dir.starts_with('/') {
+                format!("{} nodes named; at most {MAX_NODELIST}", start.nodelist.len())
+            } else {
+                format!("working directory '{}' is not an absolute path", start.work_dir)
+            }
+        )));
+    }
+    let request = Request {
+        name: program.rsplit('/').next().unwrap_or(program).chars().take(256).collect(),
+        nodes: start.nodes,
+        ntasks: start.ntasks,
+        ntasks_per_node: start.ntasks_per_node,
+        cpus_per_task: start.cpus_per_task,
+        gpus_per_task: start.gpus_per_task,
+        nodelist: start.nodelist.clone(),
+        overlap: start.overlap,
+    };
+    let job_id = start.job_id;
+    let command = Command::StartStep { job_id, user: acting_as(&caller), request, now: now_ms() };
+    let step = match api.replica.write(command).await.map_err(write_status)?.1 {
+        Response::StepStarted { step, .. } => *step,
+        Response::Rejected(r) => return Err(refused(&r)),
+        other => return Err(Status::internal(format!("unexpected answer to a step: {other:?}"))),
+    };
+    let routes = &api.leader.steps;
+    let from_agents = routes.open(job_id, step.id);
+    let job = api.replica.shared.read().state.jobs.get(&job_id).map(|j| (**j).clone());
+    let Some(job) = job else {
+        routes.close(job_id, step.id);
+        return Err(Status::failed_precondition(format!("job {job_id} ended as its step started")));
+    };
+    let mut unreachable = Vec::new();
+    for (i, n) in step.nodes.iter().enumerate() {
+        let launch = step_launch(&job, &step, i, &argv, &start.env, &start.work_dir);
+        if !api.leader.hub.launch_step(&n.node, launch) {
+            unreachable.push(i);
+        }
+    }
+    tracing::info!(job = job_id, step = step.id, nodes = %step.node_names().join(","), tasks = step.ntasks, "step started");
+    let (tx, rx) = mpsc::channel(256);
+    let started = StepStarted {
+        job_id,
+        step_id: step.id,
+        nodelist: crate::model::hostlist::compress(&step.node_names()),
+        ntasks: step.ntasks,
+        nodes: step.nodes.iter().map(|n| n.node.clone()).collect(),
+        first_task: step.nodes.iter().map(|n| n.first_task).collect(),
+    };
+    let _ = tx.send(event(step_event::Msg::Started(started))).await;
+    let handles = Handles { replica: api.replica.clone(), leader: api.leader.clone() };
+    let pump = Pump { api: handles, step, job_id, tx, exits: BTreeMap::new() };
+    tokio::spawn(pump.run(input, from_agents, unreachable));
+    Ok(Box::pin(ReceiverStream::new(rx)))
+}
+
+/// What a step's pump needs of the API, owned.
+struct Handles {
+    replica: std::sync::Arc<crate::replica::Replica>,
+    leader: std::sync::Arc<crate::leader::LeaderState>,
+}
+
+/// Carries one step's I/O until it ends.
+struct Pump {
+    api: Handles,
+    step: Step,
+    job_id: JobId,
+    tx: mpsc::Sender<Result<StepEvent, Status>>,
+    /// Each ended task's (exit code, signal).
+    exits: BTreeMap<u32, (i32, i32)>,
+}
+
+impl Pump {
+    fn to_nodes(&self, nodes: impl Iterator<Item = usize>, msg: step_io::Msg) {
+        for i in nodes {
+            let io = StepIo { job_id: self.job_id, step_id: self.step.id, msg: Some(msg.clone()) };
+            self.api.leader.hub.step_io(&self.step.nodes[i].node, io);
+        }
+    }
+
+    fn signal_all(&self, signal: i32) {
+        self.to_nodes(0..self.step.nodes.len(), step_io::Msg::Signal(signal));
+    }
+
+    /// Whether the job still runs this step.
+    fn step_running(&self) -> Result<(), String> {
+        let applied = self.api.replica.shared.read();
+        match applied.state.jobs.get(&self.job_id) {
+            Some(j) if j.state == JobState::Running => Ok(()),
+            Some(j) => Err(format!("job {} ended ({})", self.job_id, j.state.name())),
+            None => Err(format!("job {} is gone", self.job_id)),
+        }
+    }
+
+    async fn task_exit(&mut self, exit: TaskExit) -> bool {
+        self.exits.insert(exit.task, (exit.exit_code, exit.signal));
+        self.tx.send(event(step_event::Msg::Exit(exit))).await.is_ok()
+    }
+
+    async fn run(mut self, mut input: Streaming<StepInput>, mut from_agents: mpsc::Receiver<FromAgent>, unreachable: Vec<usize>) {
+        for i in unreachable {
+            let n = self.step.nodes[i].clone();
+            for task in n.first_task..n.first_task + n.tasks {
+                let error = format!("node {} has no agent connected", n.node);
+                self.task_exit(TaskExit { task, exit_code: 1, signal: 0, error }).await;
+            }
+        }
+        let mut check = tokio::time::interval(Duration::from_secs(1));
+        let reason = loop {
+            if self.exits.len() as u32 >= self.step.ntasks {
+                break None;
+            }
+            tokio::select! {
+                msg = input.message() => match msg {
+                    Ok(Some(StepInput { msg: Some(m) })) => match m {
+                        step_input::Msg::Stdin(data) => self.to_nodes(std::iter::once(0), step_io::Msg::Stdin(data)),
+                        step_input::Msg::StdinEof(_) => self.to_nodes(std::iter::once(0), step_io::Msg::StdinEof(true)),
+                        step_input::Msg::Signal(s) if (1..=64).contains(&s) => self.signal_all(s),
+                        _ => {}
+                    },
+                    Ok(Some(_)) => {}
+                    // srun went away: its tasks go too, as with Slurm.
+                    Ok(None) | Err(_) => {
+                        self.signal_all(libc::SIGKILL);
+                        break Some("srun went away".to_string());
+                    }
+                },
+                report = from_agents.recv() => match report {
+                    Some(FromAgent::Output(o)) => {
+                        let out = TaskOutput { task: o.task, stderr: o.stderr, data: o.data };
+                        if self.tx.send(event(step_event::Msg::Output(out))).await.is_err() {
+                            self.signal_all(libc::SIGKILL);
+                            break Some("srun went away".to_string());
+                        }
+                    }
+                    Some(FromAgent::Exit(e)) => {
+                        let exit = TaskExit { task: e.task, exit_code: e.exit_code, signal: e.signal, error: e.error };
+                        if !self.task_exit(exit).await {
+                            self.signal_all(libc::SIGKILL);
+                            break Some("srun went away".to_string());
+                        }
+                    }
+                    None => break Some("the leader stopped serving the step".to_string()),
+                },
+                _ = check.tick() => {
+                    if let Err(why) = self.step_running() {
+                        break Some(why);
+                    }
+                }
+            }
+        };
+        // Slurm's step exit code: the highest of its tasks' (128 + signal for a killed one).
+        let code = self.exits.values().map(|&(c, s)| if s != 0 { 128 + s } else { c }).max().unwrap_or(0);
+        let signal = self.exits.values().map(|&(_, s)| s).find(|&s| s != 0);
+        let cancelled = reason.is_some();
+        let command = Command::EndStep {
+            job_id: self.job_id,
+            step_id: self.step.id,
+            exit_code: self.exits.values().map(|&(c, _)| c).max().unwrap_or(0),
+            signal,
+            cancelled,
+            now: now_ms(),
+        };
+        if let Err(e) = self.api.replica.write(command).await {
+            tracing::warn!(job = self.job_id, step = self.step.id, error = %e, "recording a step's end");
+        }
+        self.api.leader.steps.close(self.job_id, self.step.id);
+        tracing::info!(job = self.job_id, step = self.step.id, code, reason = reason.as_deref().unwrap_or(""), "step ended");
+        let end = StepEnd { exit_code: code, reason: reason.unwrap_or_default() };
+        let _ = self.tx.send(event(step_event::Msg::End(end))).await;
+    }
+}

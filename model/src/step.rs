@@ -1,0 +1,436 @@
+//! Job steps: what `srun` asks for inside a job's allocation, where its tasks go
+//! ([`layout`], pure, applied the same on every replica), and what is recorded of it.
+//!
+//! Steps get dedicated CPUs (and the GPUs they ask for with `--gpus-per-task`), as Slurm's
+//! steps do by default: a step that would need CPUs other running steps hold waits for them
+//! ([`StepRefusal::Busy`]) unless it shares them (`--overlap`). A step the allocation can never
+//! hold is refused at once ([`StepRefusal::Never`]), naming what it lacks.
+
+use serde::{Deserialize, Serialize};
+
+use crate::{Allocation, Millis};
+
+/// At most this many tasks in one step.
+pub const MAX_STEP_TASKS: u32 = 65_536;
+/// At most this many steps of one job run at once.
+pub const MAX_RUNNING_STEPS: usize = 256;
+/// Ended steps kept with a running job (the newest); the job history keeps them all.
+pub const KEPT_ENDED_STEPS: usize = 64;
+
+/// What `srun` asks of a step. A count of 0 is "not given".
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StepRequest {
+    /// What it runs, for listings: the program's name.
+    pub name: String,
+    /// `-N`: nodes.
+    pub nodes: u32,
+    /// `-n`: tasks.
+    pub ntasks: u32,
+    pub ntasks_per_node: u32,
+    /// `-c` (1 when 0).
+    pub cpus_per_task: u32,
+    pub gpus_per_task: u32,
+    /// `-w`: nodes the step must use, each in the job's allocation.
+    pub nodelist: Vec<String>,
+    /// `--overlap`: shares CPUs and GPUs with the job's other steps instead of waiting for them.
+    pub overlap: bool,
+}
+
+/// The step's share of one node.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StepNode {
+    pub node: String,
+    /// Its tasks here: `first_task`, `first_task + 1`, ... (block distribution).
+    pub first_task: u32,
+    pub tasks: u32,
+    /// CPUs it holds here (`tasks × cpus_per_task`).
+    pub cpus: u32,
+    /// GPUs its tasks see here, `gpus_per_task` each in task order; without `--gpus-per-task`,
+    /// every GPU the job has on the node, shared by all its tasks (as Slurm gives a step all of
+    /// the job's GRES by default).
+    pub gpus: Vec<u32>,
+}
+
+impl StepNode {
+    /// The GPUs task `task` (a global task id of this node) sees.
+    pub fn task_gpus(&self, task: u32, gpus_per_task: u32) -> &[u32] {
+        if gpus_per_task == 0 {
+            return &self.gpus;
+        }
+        let local = (task.saturating_sub(self.first_task) * gpus_per_task) as usize;
+        self.gpus.get(local..local + gpus_per_task as usize).unwrap_or(&[])
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum StepState {
+    Running,
+    Completed,
+    Failed,
+    Cancelled,
+}
+
+impl StepState {
+    pub fn name(self) -> &'static str {
+        match self {
+            StepState::Running => "RUNNING",
+            StepState::Completed => "COMPLETED",
+            StepState::Failed => "FAILED",
+            StepState::Cancelled => "CANCELLED",
+        }
+    }
+}
+
+/// A step of a job, as recorded.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Step {
+    /// 0, 1, 2, ... within the job (`<job>.<id>`).
+    pub id: u32,
+    pub name: String,
+    pub nodes: Vec<StepNode>,
+    pub ntasks: u32,
+    pub cpus_per_task: u32,
+    pub gpus_per_task: u32,
+    pub overlap: bool,
+    pub state: StepState,
+    pub start: Millis,
+    pub end: Option<Millis>,
+    /// The highest exit code of its tasks, and the signal that killed one, if any.
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+}
+
+impl Step {
+    /// The step's nodes in order.
+    pub fn node_names(&self) -> Vec<&str> {
+        self.nodes.iter().map(|n| n.node.as_str()).collect()
+    }
+
+    /// `SLURM_STEP_TASKS_PER_NODE` / `SLURM_TASKS_PER_NODE` as Slurm writes it: `2(x3)`, `3,2`.
+    pub fn tasks_per_node(&self) -> String {
+        let mut parts: Vec<(u32, u32)> = Vec::new();
+        for n in &self.nodes {
+            match parts.last_mut() {
+                Some((count, times)) if *count == n.tasks => *times += 1,
+                _ => parts.push((n.tasks, 1)),
+            }
+        }
+        let text: Vec<String> = parts
+            .into_iter()
+            .map(|(count, times)| if times == 1 { count.to_string() } else { format!("{count}(x{times})") })
+            .collect();
+        text.join(",")
+    }
+}
+
+/// Why a step cannot start.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+pub enum StepRefusal {
+    /// The job's allocation can never hold it: `srun` fails at once.
+    #[error("{0}")]
+    Never(String),
+    /// It fits once running steps end: `srun` waits, as Slurm's does.
+    #[error("{0}")]
+    Busy(String),
+}
+
+/// Where a step's tasks go in `allocation`, given the job's `running` steps; the tasks are
+/// numbered in node order (block distribution), the first nodes taking one more when they do
+/// not divide evenly.
+pub fn layout(allocation: &Allocation, running: &[Step], req: &StepRequest) -> Result<Vec<StepNode>, StepRefusal> {
+    let never = |s: String| Err(StepRefusal::Never(s));
+    let names: Vec<&str> = allocation.nodes.iter().map(|n| n.node.as_str()).collect();
+    for w in &req.nodelist {
+        if !names.contains(&w.as_str()) {
+            return never(format!("node {w} is not in the job's allocation ({})", allocation.nodelist()));
+        }
+    }
+    // The nodes it may use, those it must use first.
+    let mut candidates: Vec<usize> = (0..allocation.nodes.len()).filter(|&i| req.nodelist.contains(&names[i].to_string())).collect();
+    let required = candidates.len();
+    candidates.extend((0..allocation.nodes.len()).filter(|&i| !req.nodelist.contains(&names[i].to_string())));
+    let have = allocation.nodes.len() as u32;
+    if req.nodes > have {
+        return never(format!("it asks for {} nodes; the job has {have} ({})", req.nodes, allocation.nodelist()));
+    }
+    let wanted_nodes = match (req.nodes, required) {
+        (0, 0) => None,
+        (0, r) => Some(r as u32),
+        (n, r) if (n as usize) < r => {
+            return never(format!("it asks for {n} nodes but names {r} with --nodelist"));
+        }
+        (n, _) => Some(n),
+    };
+    let span = wanted_nodes.unwrap_or(have);
+    let ntasks = match (req.ntasks, req.ntasks_per_node) {
+        (0, 0) => span,
+        (0, per) => span.saturating_mul(per),
+        (n, _) => n,
+    };
+    if ntasks == 0 || ntasks > MAX_STEP_TASKS {
+        return never(format!("{ntasks} tasks: a step runs 1 to {MAX_STEP_TASKS}"));
+    }
+    let nodes = match wanted_nodes {
+        Some(n) => n,
+        None if req.ntasks_per_node > 0 => ntasks.div_ceil(req.ntasks_per_node).min(have),
+        None => ntasks.min(have),
+    };
+    if ntasks < nodes {
+        return never(format!("{ntasks} tasks cannot spread over {nodes} nodes"));
+    }
+    // Tasks per node, in order.
+    let counts: Vec<u32> = if req.ntasks_per_node > 0 {
+        if ntasks > nodes.saturating_mul(req.ntasks_per_node) {
+            return never(format!(
+                "{ntasks} tasks do not fit {nodes} nodes at {} tasks per node",
+                req.ntasks_per_node
+            ));
+        }
+        let mut left = ntasks;
+        (0..nodes)
+            .map(|i| {
+                // Each node at least one, the first ones full.
+                let rest = nodes - i - 1;
+                let here = req.ntasks_per_node.min(left - rest);
+                left -= here;
+                here
+            })
+            .collect()
+    } else {
+        let (base, extra) = (ntasks / nodes, ntasks % nodes);
+        (0..nodes).map(|i| base + u32::from(i < extra)).collect()
+    };
+    let cpt = req.cpus_per_task.max(1);
+    let gpt = req.gpus_per_task;
+    let need = |tasks: u32| (u64::from(tasks) * u64::from(cpt), u64::from(tasks) * u64::from(gpt));
+
+    // Never: on the allocation as a whole, ignoring other steps.
+    let total = |i: usize| {
+        let a = &allocation.nodes[i];
+        (u64::from(a.cpus), a.gpus.len() as u64)
+    };
+    if let Err(count) = place(&counts, &candidates, required, |i, tasks| {
+        let (c, g) = need(tasks);
+        let (tc, tg) = total(i);
+        c <= tc && g <= tg
+    }) {
+        let (c, g) = need(count);
+        let most = allocation.nodes.iter().map(|a| a.cpus).max().unwrap_or(0);
+        let most_gpus = allocation.nodes.iter().map(|a| a.gpus.len()).max().unwrap_or(0);
+        let what = if g > most_gpus as u64 {
+            format!("{g} GPUs on a node ({count} tasks × {gpt}); the job has at most {most_gpus} on one")
+        } else {
+            format!("{c} CPUs on a node ({count} tasks × {cpt}); the job has at most {most} on one")
+        };
+        return never(format!("it needs {what} ({})", allocation.nodelist()));
+    }
+
+    // Busy: what other running steps hold (unless this one overlaps them).
+    let held = |i: usize| -> (u64, Vec<u32>) {
+        let name = names[i];
+        let mut cpus = 0u64;
+        let mut gpus = Vec::new();
+        for s in running.iter().filter(|s| s.state == StepState::Running && !s.overlap) {
+            for n in s.nodes.iter().filter(|n| n.node == name) {
+                cpus += u64::from(n.cpus);
+                if s.gpus_per_task > 0 {
+                    gpus.extend(&n.gpus);
+                }
+            }
+        }
+        (cpus, gpus)
+    };
+    let free = |i: usize| -> (u64, Vec<u32>) {
+        let a = &allocation.nodes[i];
+        if req.overlap {
+            return (u64::from(a.cpus), a.gpus.clone());
+        }
+        let (cpus, gpus) = held(i);
+        (u64::from(a.cpus).saturating_sub(cpus), a.gpus.iter().copied().filter(|g| !gpus.contains(g)).collect())
+    };
+    let placed = place(&counts, &candidates, required, |i, tasks| {
+        let (c, g) = need(tasks);
+        let (fc, fg) = free(i);
+        c <= fc && g <= fg.len() as u64
+    })
+    .map_err(|count| {
+        let (c, g) = need(count);
+        StepRefusal::Busy(format!(
+            "{c} CPUs{} on a node are held by the job's other steps",
+            if g > 0 { format!(" and {g} GPUs") } else { String::new() }
+        ))
+    })?;
+    let mut first_task = 0;
+    Ok(placed
+        .into_iter()
+        .zip(&counts)
+        .map(|(i, &tasks)| {
+            let (c, _) = need(tasks);
+            let gpus = if gpt == 0 {
+                allocation.nodes[i].gpus.clone()
+            } else {
+                free(i).1.into_iter().take((tasks * gpt) as usize).collect()
+            };
+            let node = StepNode { node: names[i].to_string(), first_task, tasks, cpus: c as u32, gpus };
+            first_task += tasks;
+            node
+        })
+        .collect())
+}
+
+/// Puts each count on its own candidate node, in order, the `required` first candidates all
+/// used: the node indexes chosen, or the first count that found no node.
+fn place(
+    counts: &[u32],
+    candidates: &[usize],
+    required: usize,
+    fits: impl Fn(usize, u32) -> bool,
+) -> Result<Vec<usize>, u32> {
+    let mut chosen = Vec::with_capacity(counts.len());
+    let mut next = 0;
+    for (k, &count) in counts.iter().enumerate() {
+        // A required node takes the count in turn; the rest may skip nodes that cannot hold it.
+        if k < required {
+            if !fits(candidates[k], count) {
+                return Err(count);
+            }
+            chosen.push(candidates[k]);
+            next = k + 1;
+            continue;
+        }
+        next = next.max(required);
+        loop {
+            let Some(&i) = candidates.get(next) else { return Err(count) };
+            next += 1;
+            if fits(i, count) {
+                chosen.push(i);
+                break;
+            }
+        }
+    }
+    Ok(chosen)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::NodeAllocation;
+
+    fn allocation(nodes: &[(&str, u32, &[u32])]) -> Allocation {
+        Allocation {
+            nodes: nodes
+                .iter()
+                .map(|(n, cpus, gpus)| NodeAllocation { node: n.to_string(), cpus: *cpus, mem_mb: 0, gpus: gpus.to_vec() })
+                .collect(),
+        }
+    }
+
+    fn shape(nodes: &[StepNode]) -> Vec<(&str, u32, u32, Vec<u32>)> {
+        nodes.iter().map(|n| (n.node.as_str(), n.first_task, n.tasks, n.gpus.clone())).collect()
+    }
+
+    fn step(id: u32, nodes: Vec<StepNode>, gpus_per_task: u32, overlap: bool) -> Step {
+        Step {
+            id,
+            name: "x".into(),
+            ntasks: nodes.iter().map(|n| n.tasks).sum(),
+            nodes,
+            cpus_per_task: 1,
+            gpus_per_task,
+            overlap,
+            state: StepState::Running,
+            start: 0,
+            end: None,
+            exit_code: None,
+            signal: None,
+        }
+    }
+
+    #[test]
+    fn tasks_spread_over_the_allocation_as_slurm_spreads_them() {
+        let a = allocation(&[("n1", 4, &[0, 1]), ("n2", 4, &[2, 3])]);
+        let req = |f: fn(&mut StepRequest)| {
+            let mut r = StepRequest::default();
+            f(&mut r);
+            layout(&a, &[], &r).map(|n| shape(&n).into_iter().map(|(n, f, t, g)| (n.to_string(), f, t, g)).collect::<Vec<_>>())
+        };
+        let s = |v: &[(&str, u32, u32, &[u32])]| {
+            Ok(v.iter().map(|(n, f, t, g)| (n.to_string(), *f, *t, g.to_vec())).collect::<Vec<_>>())
+        };
+        // One task per node by default, every GPU of the node shared.
+        assert_eq!(req(|_| {}), s(&[("n1", 0, 1, &[0, 1]), ("n2", 1, 1, &[2, 3])]));
+        assert_eq!(req(|r| r.ntasks = 1), s(&[("n1", 0, 1, &[0, 1])]));
+        assert_eq!(req(|r| r.ntasks = 3), s(&[("n1", 0, 2, &[0, 1]), ("n2", 2, 1, &[2, 3])]));
+        assert_eq!(
+            req(|r| {
+                r.ntasks_per_node = 2;
+                r.gpus_per_task = 1
+            }),
+            s(&[("n1", 0, 2, &[0, 1]), ("n2", 2, 2, &[2, 3])])
+        );
+        assert_eq!(
+            req(|r| {
+                r.ntasks = 3;
+                r.ntasks_per_node = 2
+            }),
+            s(&[("n1", 0, 2, &[0, 1]), ("n2", 2, 1, &[2, 3])])
+        );
+        assert_eq!(req(|r| r.nodelist = vec!["n2".into()]), s(&[("n2", 0, 1, &[2, 3])]));
+        assert_eq!(
+            req(|r| {
+                r.nodes = 1;
+                r.ntasks = 4
+            }),
+            s(&[("n1", 0, 4, &[0, 1])])
+        );
+        // What the allocation can never hold, named.
+        let never = |r: Result<Vec<(String, u32, u32, Vec<u32>)>, StepRefusal>, what: &str| match r {
+            Err(StepRefusal::Never(m)) => assert!(m.contains(what), "{m}"),
+            other => panic!("expected a refusal naming {what}, got {other:?}"),
+        };
+        never(req(|r| r.nodes = 3), "asks for 3 nodes; the job has 2");
+        never(req(|r| r.ntasks = 9), "5 CPUs on a node");
+        never(
+            req(|r| {
+                r.ntasks_per_node = 2;
+                r.gpus_per_task = 2
+            }),
+            "4 GPUs on a node",
+        );
+        never(req(|r| r.nodelist = vec!["n9".into()]), "n9 is not in the job's allocation");
+        never(
+            req(|r| {
+                r.nodes = 2;
+                r.ntasks = 1
+            }),
+            "cannot spread",
+        );
+        never(req(|r| r.ntasks = MAX_STEP_TASKS + 1), "a step runs 1 to");
+    }
+
+    #[test]
+    fn steps_hold_their_cpus_and_gpus_until_they_end_unless_they_overlap() {
+        let a = allocation(&[("n1", 2, &[0, 1]), ("n2", 2, &[2, 3])]);
+        let two = StepRequest { ntasks_per_node: 2, gpus_per_task: 1, ..Default::default() };
+        let first = layout(&a, &[], &two).unwrap();
+        let running = vec![step(0, first.clone(), 1, false)];
+        assert!(matches!(layout(&a, &running, &two), Err(StepRefusal::Busy(_))));
+        assert!(matches!(layout(&a, &running, &StepRequest { ntasks: 1, ..Default::default() }), Err(StepRefusal::Busy(_))));
+        let shared = layout(&a, &running, &StepRequest { overlap: true, ..two.clone() }).unwrap();
+        assert_eq!(shape(&shared), shape(&first));
+        // A half-size step fits beside a half-size one, on other CPUs and GPUs.
+        let half = StepRequest { ntasks: 2, gpus_per_task: 1, ..Default::default() };
+        let one = layout(&a, &[], &half).unwrap();
+        let other = layout(&a, &[step(0, one.clone(), 1, false)], &half).unwrap();
+        assert_eq!(shape(&one), [("n1", 0, 1, vec![0]), ("n2", 1, 1, vec![2])]);
+        assert_eq!(shape(&other), [("n1", 0, 1, vec![1]), ("n2", 1, 1, vec![3])]);
+        let mut ended = step(0, first, 1, false);
+        ended.state = StepState::Completed;
+        assert!(layout(&a, &[ended], &two).is_ok(), "an ended step holds nothing");
+        assert_eq!(first_gpus(&other), vec![1]);
+    }
+
+    fn first_gpus(nodes: &[StepNode]) -> Vec<u32> {
+        nodes[0].task_gpus(0, 1).to_vec()
+    }
+}
