@@ -7,6 +7,7 @@
 
 mod commands;
 mod slurm;
+mod srun;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

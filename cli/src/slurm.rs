@@ -8,12 +8,13 @@ use std::process::ExitCode;
 use quorum_model::hostlist;
 
 /// The names linked by `quorum install-slurm-commands`.
-pub const NAMES: &[&str] = &["scontrol"];
+pub const NAMES: &[&str] = &["scontrol", "srun"];
 
 /// Runs the Slurm command `name` with `args` (without the program name), if `quorum` knows it.
 pub fn run(name: &str, args: &[String]) -> Option<ExitCode> {
     let result = match name {
         "scontrol" => scontrol(args),
+        "srun" => return Some(crate::srun::main(args)),
         _ => return None,
     };
     Some(match result {

@@ -1,0 +1,458 @@
+//! `srun` inside a job (a batch script, or `salloc`'s shell): a job step of the job in
+//! `SLURM_JOB_ID` (or `--jobid`), its tasks spread over the allocation as the options say. The
+//! tasks' output comes back to srun's own stdout and stderr (`--label` prefixes each line with
+//! its task id; `-o`/`-e` write files, `%t %n %N %j %s %J %%` expanded), srun's stdin goes to
+//! task 0, Ctrl-C is forwarded (a second within a second kills the step), and srun exits with
+//! the highest exit code of its tasks, as Slurm's does.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use quorum_client::client::ControllersArg;
+use quorum_proto::api::{step_event, step_input, EnvVar, StepInput, StepRequest, StepStarted};
+use tokio::io::AsyncReadExt;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+
+#[derive(Parser, Debug)]
+#[command(name = "srun", no_binary_name = true, about = "Run a job step (Quorum's srun)")]
+pub struct SrunArgs {
+    /// Nodes: N, or MIN-MAX (the step takes MAX when the allocation has them).
+    #[arg(short = 'N', long)]
+    nodes: Option<String>,
+    /// Tasks (default: the job's SLURM_NTASKS, or one per node).
+    #[arg(short = 'n', long)]
+    ntasks: Option<u32>,
+    #[arg(long = "ntasks-per-node", alias = "tasks-per-node")]
+    ntasks_per_node: Option<u32>,
+    /// CPUs per task (default: the job's SLURM_CPUS_PER_TASK).
+    #[arg(short = 'c', long = "cpus-per-task")]
+    cpus_per_task: Option<u32>,
+    /// GPUs per task: [type:]N.
+    #[arg(long = "gpus-per-task")]
+    gpus_per_task: Option<String>,
+    /// Nodes of the allocation the step must use (a host list).
+    #[arg(short = 'w', long)]
+    nodelist: Option<String>,
+    /// Dedicated CPUs for the step (the default for steps).
+    #[arg(long)]
+    exclusive: bool,
+    /// Share CPUs and GPUs with the job's other steps instead of waiting for them.
+    #[arg(long)]
+    overlap: bool,
+    /// Prefix each line of output with its task id.
+    #[arg(short = 'l', long)]
+    label: bool,
+    /// Write the tasks' output here (%t task, %n node index, %N node, %j job, %s step).
+    #[arg(short = 'o', long)]
+    output: Option<String>,
+    /// Write the tasks' errors here (default: with the output).
+    #[arg(short = 'e', long)]
+    error: Option<String>,
+    /// End the step when a task exits with a non-zero code (`-K0` turns it off).
+    #[arg(short = 'K', long = "kill-on-bad-exit", num_args = 0..=1, default_missing_value = "1", require_equals = false)]
+    kill_on_bad_exit: Option<u8>,
+    /// Seconds to let the other tasks run once one has exited, then kill them (0: no limit).
+    #[arg(short = 'W', long)]
+    wait: Option<u64>,
+    /// The job to run the step in (default: SLURM_JOB_ID).
+    #[arg(long, alias = "jobid")]
+    jobid: Option<u64>,
+    /// Working directory of the tasks (default: here).
+    #[arg(short = 'D', long)]
+    chdir: Option<String>,
+    /// Output is sent as it comes (always so here).
+    #[arg(short = 'u', long)]
+    unbuffered: bool,
+    #[command(flatten)]
+    controllers: ControllersArg,
+    /// The program and its arguments.
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
+    command: Vec<String>,
+}
+
+/// `srun ARGS...`.
+pub fn main(args: &[String]) -> ExitCode {
+    let parsed = match SrunArgs::try_parse_from(args) {
+        Ok(a) => a,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() { ExitCode::from(1) } else { ExitCode::SUCCESS };
+        }
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build();
+    let result = match runtime {
+        Ok(rt) => rt.block_on(run(parsed)),
+        Err(e) => Err(anyhow::anyhow!("starting the async runtime: {e}")),
+    };
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            eprintln!("srun: error: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn env_u32(name: &str) -> Option<u32> {
+    std::env::var(name).ok().and_then(|v| v.trim().parse().ok()).filter(|&n| n > 0)
+}
+
+/// `[type:]N` as N.
+fn gpu_count(text: &str) -> anyhow::Result<u32> {
+    let n = text.rsplit(':').next().unwrap_or(text);
+    n.trim().parse().map_err(|_| anyhow::anyhow!("invalid --gpus-per-task '{text}': give [type:]N"))
+}
+
+fn request(a: &SrunArgs, job_id: u64) -> anyhow::Result<StepRequest> {
+    let nodes = match &a.nodes {
+        None => 0,
+        Some(n) => {
+            let max = n.rsplit('-').next().unwrap_or(n);
+            max.trim().parse().map_err(|_| anyhow::anyhow!("invalid --nodes '{n}': give N or MIN-MAX"))?
+        }
+    };
+    let nodelist = match &a.nodelist {
+        None => Vec::new(),
+        Some(w) => quorum_model::hostlist::expand(w.trim()).map_err(|e| anyhow::anyhow!("invalid --nodelist '{w}': {e}"))?,
+    };
+    // The job's task count applies when the step says nothing of its shape, as with Slurm.
+    let shaped = a.nodes.is_some() || a.ntasks.is_some() || a.ntasks_per_node.is_some() || !nodelist.is_empty();
+    let ntasks = a.ntasks.or_else(|| (!shaped).then(|| env_u32("SLURM_NTASKS")).flatten()).unwrap_or(0);
+    let cpus_per_task = a
+        .cpus_per_task
+        .or_else(|| env_u32("SRUN_CPUS_PER_TASK"))
+        .or_else(|| env_u32("SLURM_CPUS_PER_TASK"))
+        .unwrap_or(1);
+    let cwd = match &a.chdir {
+        Some(d) if d.starts_with('/') => d.clone(),
+        Some(d) => std::env::current_dir()?.join(d).display().to_string(),
+        None => std::env::current_dir()?.display().to_string(),
+    };
+    Ok(StepRequest {
+        job_id,
+        argv: a.command.clone(),
+        nodes,
+        ntasks,
+        ntasks_per_node: a.ntasks_per_node.unwrap_or(0),
+        cpus_per_task,
+        gpus_per_task: a.gpus_per_task.as_deref().map(gpu_count).transpose()?.unwrap_or(0),
+        nodelist,
+        overlap: a.overlap,
+        env: std::env::vars().map(|(name, value)| EnvVar { name, value }).collect(),
+        work_dir: cwd,
+    })
+}
+
+/// Where the tasks' output goes.
+struct Sink {
+    label_width: Option<usize>,
+    output: Option<String>,
+    error: Option<String>,
+    started: StepStarted,
+    files: HashMap<String, std::fs::File>,
+    /// Partial lines per (task, stderr), when labelling.
+    partial: HashMap<(u32, bool), Vec<u8>>,
+}
+
+impl Sink {
+    fn node_of(&self, task: u32) -> (usize, &str) {
+        let i = self.started.first_task.iter().rposition(|&f| f <= task).unwrap_or(0);
+        (i, self.started.nodes.get(i).map(String::as_str).unwrap_or(""))
+    }
+
+    fn expand(&self, pattern: &str, task: u32) -> String {
+        let (node_index, node) = self.node_of(task);
+        let mut out = String::new();
+        let mut chars = pattern.chars().peekable();
+        while let Some(c) = chars.next() {
+            if c != '%' {
+                out.push(c);
+                continue;
+            }
+            match chars.next() {
+                Some('t') => out.push_str(&task.to_string()),
+                Some('n') => out.push_str(&node_index.to_string()),
+                Some('N') => out.push_str(node),
+                Some('j') => out.push_str(&self.started.job_id.to_string()),
+                Some('s') => out.push_str(&self.started.step_id.to_string()),
+                Some('J') => out.push_str(&format!("{}.{}", self.started.job_id, self.started.step_id)),
+                Some('%') => out.push('%'),
+                Some(other) => {
+                    out.push('%');
+                    out.push(other);
+                }
+                None => out.push('%'),
+            }
+        }
+        out
+    }
+
+    fn write(&mut self, task: u32, stderr: bool, data: &[u8]) -> std::io::Result<()> {
+        let data = match self.label_width {
+            None => data.to_vec(),
+            Some(width) => {
+                let buf = self.partial.entry((task, stderr)).or_default();
+                buf.extend_from_slice(data);
+                let Some(end) = buf.iter().rposition(|&b| b == b'\n') else { return Ok(()) };
+                let lines: Vec<u8> = buf.drain(..=end).collect();
+                label(&lines, task, width)
+            }
+        };
+        self.emit(task, stderr, &data)
+    }
+
+    fn emit(&mut self, task: u32, stderr: bool, data: &[u8]) -> std::io::Result<()> {
+        let pattern = if stderr { self.error.clone().or_else(|| self.output.clone()) } else { self.output.clone() };
+        match pattern {
+            None if stderr => std::io::stderr().write_all(data),
+            None => {
+                let mut out = std::io::stdout().lock();
+                out.write_all(data)?;
+                out.flush()
+            }
+            Some(p) => {
+                let path = self.expand(&p, task);
+                if !self.files.contains_key(&path) {
+                    let f = std::fs::File::create(&path)
+                        .map_err(|e| std::io::Error::new(e.kind(), format!("cannot write {path}: {e}")))?;
+                    self.files.insert(path.clone(), f);
+                }
+                self.files.get_mut(&path).expect("just opened").write_all(data)
+            }
+        }
+    }
+
+    /// What is left of a task's last line, once it ended.
+    fn flush(&mut self, task: u32) -> std::io::Result<()> {
+        for stderr in [false, true] {
+            if let (Some(width), Some(rest)) = (self.label_width, self.partial.remove(&(task, stderr))) {
+                if !rest.is_empty() {
+                    let mut rest = rest;
+                    rest.push(b'\n');
+                    let data = label(&rest, task, width);
+                    self.emit(task, stderr, &data)?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Each line of `lines` (ending in a newline) prefixed with the task id, as `srun -l` does.
+fn label(lines: &[u8], task: u32, width: usize) -> Vec<u8> {
+    let prefix = format!("{task:>width$}: ");
+    let mut out = Vec::with_capacity(lines.len() + prefix.len() * 2);
+    for line in lines.split_inclusive(|&b| b == b'\n') {
+        out.extend_from_slice(prefix.as_bytes());
+        out.extend_from_slice(line);
+    }
+    out
+}
+
+async fn run(a: SrunArgs) -> anyhow::Result<u8> {
+    let job_id = match a.jobid.or_else(|| std::env::var("SLURM_JOB_ID").ok().and_then(|v| v.trim().parse().ok())) {
+        Some(id) => id,
+        None => anyhow::bail!(
+            "srun runs a step inside a job: run it in a batch script or an salloc shell (SLURM_JOB_ID is not set), or give --jobid"
+        ),
+    };
+    let start = request(&a, job_id)?;
+    let client = a.controllers.client()?;
+    let slot: Arc<Mutex<Option<mpsc::Sender<StepInput>>>> = Arc::default();
+    let mut told_busy = false;
+    let mut events = loop {
+        let answer = client
+            .call(|mut api| {
+                let (tx, rx) = mpsc::channel(64);
+                let _ = tx.try_send(StepInput { msg: Some(step_input::Msg::Start(start.clone())) });
+                *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(tx);
+                async move { api.run_step(ReceiverStream::new(rx)).await }
+            })
+            .await;
+        match answer {
+            Ok(stream) => break stream,
+            Err(s) if s.code() == tonic::Code::ResourceExhausted => {
+                if !told_busy {
+                    eprintln!("srun: Job {job_id} step creation temporarily disabled, retrying ({})", s.message());
+                    told_busy = true;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(s) => anyhow::bail!("{}", s.message()),
+        }
+    };
+    let input = slot.lock().unwrap_or_else(|p| p.into_inner()).take().expect("the stream's sender");
+    let started = match events.message().await? {
+        Some(e) => match e.msg {
+            Some(step_event::Msg::Started(s)) => s,
+            other => anyhow::bail!("the step's first answer was not its start: {other:?}"),
+        },
+        None => anyhow::bail!("the step ended before it started"),
+    };
+    if told_busy {
+        eprintln!("srun: Step created for StepId={}.{}", started.job_id, started.step_id);
+    }
+    let width = started.ntasks.saturating_sub(1).to_string().len();
+    let mut sink = Sink {
+        label_width: a.label.then_some(width),
+        output: a.output.clone(),
+        error: a.error.clone(),
+        started,
+        files: HashMap::new(),
+        partial: HashMap::new(),
+    };
+    forward_stdin(input.clone());
+    let mut signals = Signals::new()?;
+    let kill_on_bad_exit = a.kill_on_bad_exit.is_some_and(|k| k != 0);
+    let mut first_exit: Option<Instant> = None;
+    let mut killed = false;
+    let far = Duration::from_secs(100 * 365 * 86400);
+    loop {
+        let wait_left = match (a.wait, first_exit) {
+            (Some(w), Some(at)) if w > 0 && !killed => Duration::from_secs(w).saturating_sub(at.elapsed()),
+            _ => far,
+        };
+        tokio::select! {
+            event = events.message() => {
+                let Some(event) = event? else { anyhow::bail!("lost the step's stream before its end") };
+                match event.msg {
+                    Some(step_event::Msg::Output(o)) => sink.write(o.task, o.stderr, &o.data)?,
+                    Some(step_event::Msg::Exit(x)) => {
+                        sink.flush(x.task)?;
+                        first_exit.get_or_insert_with(Instant::now);
+                        let (node_index, node) = sink.node_of(x.task);
+                        let _ = node_index;
+                        if !x.error.is_empty() {
+                            eprintln!("srun: error: {node}: task {}: {}", x.task, x.error);
+                        } else if x.signal != 0 {
+                            eprintln!("srun: error: {node}: task {}: {}", x.task, signal_name(x.signal));
+                        } else if x.exit_code != 0 {
+                            eprintln!("srun: error: {node}: task {}: Exited with exit code {}", x.task, x.exit_code);
+                        }
+                        let bad = x.exit_code != 0 || x.signal != 0 || !x.error.is_empty();
+                        if bad && kill_on_bad_exit && !killed {
+                            eprintln!("srun: Terminating StepId={}.{}", sink.started.job_id, sink.started.step_id);
+                            send_signal(&input, libc::SIGKILL).await;
+                            killed = true;
+                        }
+                    }
+                    Some(step_event::Msg::End(end)) => {
+                        if !end.reason.is_empty() {
+                            eprintln!("srun: error: StepId={}.{} ended: {}", sink.started.job_id, sink.started.step_id, end.reason);
+                            return Ok(if end.exit_code == 0 { 1 } else { end.exit_code.clamp(1, 255) as u8 });
+                        }
+                        return Ok(end.exit_code.clamp(0, 255) as u8);
+                    }
+                    _ => {}
+                }
+            }
+            _ = tokio::time::sleep(wait_left) => {
+                eprintln!("srun: error: Timed out waiting for the step's other tasks (--wait={}): killing them", a.wait.unwrap_or(0));
+                send_signal(&input, libc::SIGKILL).await;
+                killed = true;
+            }
+            signal = signals.next() => {
+                match signal {
+                    Some(libc::SIGINT) => {
+                        if signals.second_interrupt() {
+                            eprintln!("srun: forcing job termination");
+                            send_signal(&input, libc::SIGKILL).await;
+                        } else {
+                            eprintln!("srun: interrupt (one more within 1 sec to abort)");
+                            send_signal(&input, libc::SIGINT).await;
+                        }
+                    }
+                    Some(s) => send_signal(&input, s).await,
+                    None => {}
+                }
+            }
+        }
+    }
+}
+
+async fn send_signal(input: &mpsc::Sender<StepInput>, signal: i32) {
+    let _ = input.send(StepInput { msg: Some(step_input::Msg::Signal(signal)) }).await;
+}
+
+fn signal_name(signal: i32) -> String {
+    match signal {
+        libc::SIGKILL => "Killed".into(),
+        libc::SIGTERM => "Terminated".into(),
+        libc::SIGINT => "Interrupt".into(),
+        libc::SIGSEGV => "Segmentation fault".into(),
+        libc::SIGABRT => "Aborted".into(),
+        s => format!("killed by signal {s}"),
+    }
+}
+
+/// srun's stdin, to task 0, then its end. The sender stays alive (in the caller) after it: the
+/// stream's end is how the leader learns that srun went away.
+fn forward_stdin(input: mpsc::Sender<StepInput>) {
+    tokio::spawn(async move {
+        let mut stdin = tokio::io::stdin();
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            match stdin.read(&mut buf).await {
+                Ok(0) | Err(_) => {
+                    let _ = input.send(StepInput { msg: Some(step_input::Msg::StdinEof(true)) }).await;
+                    return;
+                }
+                Ok(n) => {
+                    let msg = StepInput { msg: Some(step_input::Msg::Stdin(buf[..n].to_vec())) };
+                    if input.send(msg).await.is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    });
+}
+
+/// The signals srun forwards to its tasks.
+struct Signals {
+    streams: Vec<(i32, tokio::signal::unix::Signal)>,
+    last_interrupt: Option<Instant>,
+}
+
+impl Signals {
+    fn new() -> anyhow::Result<Signals> {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut streams = Vec::new();
+        for s in [libc::SIGINT, libc::SIGTERM, libc::SIGUSR1, libc::SIGUSR2, libc::SIGHUP, libc::SIGQUIT] {
+            streams.push((s, signal(SignalKind::from_raw(s))?));
+        }
+        Ok(Signals { streams, last_interrupt: None })
+    }
+
+    async fn next(&mut self) -> Option<i32> {
+        let futures = self.streams.iter_mut().map(|(n, s)| {
+            let n = *n;
+            Box::pin(async move { s.recv().await.map(|_| n) })
+        });
+        futures::future::select_all(futures).await.0
+    }
+
+    /// Whether this interrupt comes within a second of the last.
+    fn second_interrupt(&mut self) -> bool {
+        let now = Instant::now();
+        let second = self.last_interrupt.is_some_and(|t| now.duration_since(t) < Duration::from_secs(1));
+        self.last_interrupt = Some(now);
+        second
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::label;
+
+    #[test]
+    fn labels_prefix_every_line_with_the_task_id_padded_to_the_widest() {
+        assert_eq!(label(b"a\nb\n", 3, 2), b" 3: a\n 3: b\n");
+        assert_eq!(label(b"x\n", 0, 1), b"0: x\n");
+    }
+}
