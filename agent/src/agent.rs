@@ -50,6 +50,10 @@ pub struct AgentConfig {
     pub slurm_commands: Option<PathBuf>,
     /// Where each job gets its private temporary directory (`TMPDIR`), removed when it ends.
     pub tmp_base: PathBuf,
+    /// Jobs and step tasks see the node's name as their host name (each in a UTS namespace of
+    /// its own; needs root): for several agents on one host, as `quorum dev` runs them, so that
+    /// `hostname` and launchers that use it tell the nodes apart.
+    pub node_hostname: bool,
 }
 
 impl AgentConfig {
@@ -75,6 +79,7 @@ impl AgentConfig {
             clock_skew: Duration::from_secs(30),
             slurm_commands: None,
             tmp_base: std::env::temp_dir(),
+            node_hostname: false,
         }
     }
 

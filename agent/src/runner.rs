@@ -209,6 +209,12 @@ async fn run(agent: &Agent, launch: &Launch, kill_rx: mpsc::Receiver<ExitKind>) 
         Ok(p) => p,
         Err(e) => return failed(format!("cannot run '{}' in {}: {e}", argv[0], work_dir.display())),
     };
+    if agent.config.node_hostname {
+        prepared = match prepared.hostname(node) {
+            Ok(p) => p,
+            Err(e) => return failed(format!("cannot name the job's host: {e}")),
+        };
+    }
     if let Some(a) = &account {
         prepared = prepared.run_as(supervisor::Credentials { uid: a.uid, gid: a.gid, groups: a.groups.clone() });
     }

@@ -110,7 +110,8 @@ pub(crate) async fn launch(agent: Arc<Agent>, l: StepLaunch) {
                 }
             }
         }
-        let spawned = spawn(&l, &env, account.as_ref(), &cgroup_procs, local == 0 && task == 0);
+        let hostname = agent.config.node_hostname.then_some(agent.config.name.as_str());
+        let spawned = spawn(&l, &env, account.as_ref(), &cgroup_procs, task == 0, hostname);
         match spawned {
             Ok(child) => watch(agent.clone(), l.clone(), task, child),
             Err(e) => {
@@ -128,6 +129,7 @@ fn spawn(
     account: Option<&identity::Account>,
     cgroup_procs: &[std::path::PathBuf],
     takes_stdin: bool,
+    node_hostname: Option<&str>,
 ) -> std::io::Result<tokio::process::Child> {
     use std::ffi::CString;
     let program = l.argv.first().ok_or_else(|| std::io::Error::other("no command"))?;
@@ -147,6 +149,10 @@ fn spawn(
         .collect::<Result<_, _>>()?;
     let cwd = CString::new(l.work_dir.as_bytes()).map_err(std::io::Error::other)?;
     let ids = account.map(|a| (a.uid, a.gid, a.groups.clone()));
+    let hostname = match node_hostname {
+        Some(n) => Some(CString::new(n).map_err(std::io::Error::other)?),
+        None => None,
+    };
     let mut cmd = std::process::Command::new(&resolved);
     cmd.arg0(program)
         .args(&l.argv[1..])
@@ -161,6 +167,11 @@ fn spawn(
         cmd.pre_exec(move || {
             if libc::setpgid(0, 0) != 0 {
                 return Err(std::io::Error::last_os_error());
+            }
+            if let Some(name) = &hostname {
+                if !supervisor::set_hostname(name) {
+                    return Err(std::io::Error::last_os_error());
+                }
             }
             for p in &procs {
                 let fd = libc::open(p.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);

@@ -71,6 +71,8 @@ pub struct Prepared {
     /// The dead-man switch of a job that may be started elsewhere (`--requeue`): the node's
     /// lease file, which the agent keeps renewing, and the deadline the job starts with.
     lease: Option<(CString, u64)>,
+    /// The host name the job sees, in a UTS namespace of its own.
+    hostname: Option<CString>,
 }
 
 /// The text of every errno, made before any fork (strerror is not async-signal-safe).
@@ -142,6 +144,7 @@ impl Prepared {
             status_tmp: path_cstring("the record path", &record.join("status.tmp"))?,
             status: path_cstring("the record path", &record.join("status"))?,
             lease: None,
+            hostname: None,
         })
     }
 
@@ -168,6 +171,12 @@ impl Prepared {
     /// last wrote to `lease_file` ([`crate::record::write_lease`]), whatever the agent does.
     pub fn lease(mut self, lease_file: &Path, deadline_ms: u64) -> io::Result<Prepared> {
         self.lease = Some((path_cstring("the lease path", lease_file)?, deadline_ms));
+        Ok(self)
+    }
+
+    /// The job sees `name` as its host name (a UTS namespace of its own).
+    pub fn hostname(mut self, name: &str) -> io::Result<Prepared> {
+        self.hostname = Some(cstring("the host name", name.as_bytes())?);
         Ok(self)
     }
 
@@ -554,6 +563,11 @@ unsafe fn start_job(p: &Prepared, argv: &[*const libc::c_char], envp: &[*const l
             fail(exec_w, Step::Limits, errno());
         }
     }
+    if let Some(name) = &p.hostname {
+        if !set_hostname(name) {
+            fail(exec_w, Step::Limits, errno());
+        }
+    }
     if let Some(c) = &p.credentials {
         if libc::setgroups(c.groups.len(), c.groups.as_ptr()) != 0
             || libc::setgid(c.gid) != 0
@@ -602,6 +616,14 @@ unsafe fn start_job(p: &Prepared, argv: &[*const libc::c_char], envp: &[*const l
         write_error(&p.exec_message, failed);
     }
     fail(exec_w, Step::Exec, failed);
+}
+
+/// Enters a UTS namespace of its own named `name`. Async-signal-safe: unshare, sethostname.
+///
+/// # Safety
+/// Between fork and exec only; `name` was made before the fork.
+pub unsafe fn set_hostname(name: &CString) -> bool {
+    libc::unshare(libc::CLONE_NEWUTS) == 0 && libc::sethostname(name.as_ptr(), name.as_bytes().len()) == 0
 }
 
 /// Sends a signal to a whole process group; a group that is already gone is fine.

@@ -7,6 +7,7 @@
 
 mod commands;
 mod slurm;
+mod salloc;
 mod srun;
 
 use std::path::PathBuf;

@@ -1,5 +1,6 @@
 //! The Slurm commands `quorum` answers to when it is called by their names (one multi-call
-//! program; `quorum install-slurm-commands DIR` makes the links). So far: `scontrol show
+//! program; `quorum install-slurm-commands DIR` makes the links). So far: `srun` (job steps,
+//! [`crate::srun`]), `salloc` ([`crate::salloc`]), and `scontrol show
 //! hostnames|hostlist|hostlistsorted`, which batch scripts use to find their nodes.
 
 use std::path::Path;
@@ -8,13 +9,14 @@ use std::process::ExitCode;
 use quorum_model::hostlist;
 
 /// The names linked by `quorum install-slurm-commands`.
-pub const NAMES: &[&str] = &["scontrol", "srun"];
+pub const NAMES: &[&str] = &["scontrol", "srun", "salloc"];
 
 /// Runs the Slurm command `name` with `args` (without the program name), if `quorum` knows it.
 pub fn run(name: &str, args: &[String]) -> Option<ExitCode> {
     let result = match name {
         "scontrol" => scontrol(args),
         "srun" => return Some(crate::srun::main(args)),
+        "salloc" => return Some(crate::salloc::main(args)),
         _ => return None,
     };
     Some(match result {

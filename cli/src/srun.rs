@@ -68,10 +68,26 @@ pub struct SrunArgs {
     /// Output is sent as it comes (always so here).
     #[arg(short = 'u', long)]
     unbuffered: bool,
+    /// From outside a job: the partition of the allocation srun takes.
+    #[arg(short = 'p', long)]
+    partition: Option<String>,
+    /// From outside a job: the allocation's time limit.
+    #[arg(short = 't', long)]
+    time: Option<String>,
+    /// From outside a job: memory per node.
+    #[arg(long)]
+    mem: Option<String>,
+    /// From outside a job: the job's name (default: the program's).
+    #[arg(short = 'J', long = "job-name")]
+    job_name: Option<String>,
+    #[arg(short = 'A', long)]
+    account: Option<String>,
+    #[arg(short = 'q', long)]
+    qos: Option<String>,
     #[command(flatten)]
     controllers: ControllersArg,
     /// The program and its arguments.
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
+    #[arg(trailing_var_arg = true, required = true)]
     command: Vec<String>,
 }
 
@@ -254,15 +270,53 @@ fn label(lines: &[u8], task: u32, width: usize) -> Vec<u8> {
     out
 }
 
-async fn run(a: SrunArgs) -> anyhow::Result<u8> {
-    let job_id = match a.jobid.or_else(|| std::env::var("SLURM_JOB_ID").ok().and_then(|v| v.trim().parse().ok())) {
-        Some(id) => id,
-        None => anyhow::bail!(
-            "srun runs a step inside a job: run it in a batch script or an salloc shell (SLURM_JOB_ID is not set), or give --jobid"
-        ),
+/// From outside a job: the allocation srun takes for its step, shaped as the step asks.
+fn outside_spec(a: &SrunArgs) -> anyhow::Result<quorum_proto::api::JobSpec> {
+    let nodes = match &a.nodes {
+        Some(n) => Some(n.rsplit('-').next().unwrap_or(n).trim().parse::<u32>().map_err(|_| anyhow::anyhow!("invalid --nodes '{n}'"))?),
+        None => None,
     };
-    let start = request(&a, job_id)?;
+    let ntasks = a.ntasks.unwrap_or_else(|| nodes.unwrap_or(1) * a.ntasks_per_node.unwrap_or(1));
+    let nodes = nodes.unwrap_or_else(|| a.ntasks_per_node.map_or(1, |per| ntasks.div_ceil(per.max(1))));
+    let gpus = a.gpus_per_task.as_deref().map(gpu_count).transpose()?.unwrap_or(0);
+    let opts = quorum_client::submit::SubmitOpts {
+        job_name: a.job_name.clone().or_else(|| a.command.first().map(|c| c.rsplit('/').next().unwrap_or(c).to_string())),
+        partition: a.partition.clone(),
+        nodes: Some(nodes),
+        ntasks: Some(ntasks),
+        cpus_per_task: a.cpus_per_task,
+        mem: a.mem.clone(),
+        gres: (gpus > 0).then(|| format!("gpu:{}", gpus * ntasks.div_ceil(nodes.max(1)))),
+        time: a.time.clone(),
+        account: a.account.clone(),
+        qos: a.qos.clone(),
+        ..Default::default()
+    };
+    crate::salloc::allocation_spec(opts, a.command.clone())
+}
+
+async fn run(a: SrunArgs) -> anyhow::Result<u8> {
     let client = a.controllers.client()?;
+    match a.jobid.or_else(|| std::env::var("SLURM_JOB_ID").ok().and_then(|v| v.trim().parse().ok())) {
+        Some(id) => step(&a, &client, id).await,
+        None => {
+            // From a login node: an allocation of its own for this one step, ended with it.
+            let job = crate::salloc::allocate(&client, outside_spec(&a)?, "srun", false).await?;
+            let code = match step(&a, &client, job.id).await {
+                Ok(code) => i32::from(code),
+                Err(e) => {
+                    eprintln!("srun: error: {e:#}");
+                    1
+                }
+            };
+            crate::salloc::relinquish(&client, job.id, code).await?;
+            Ok(code as u8)
+        }
+    }
+}
+
+async fn step(a: &SrunArgs, client: &quorum_client::client::Client, job_id: u64) -> anyhow::Result<u8> {
+    let start = request(a, job_id)?;
     let slot: Arc<Mutex<Option<mpsc::Sender<StepInput>>>> = Arc::default();
     let mut told_busy = false;
     let mut events = loop {
@@ -311,6 +365,8 @@ async fn run(a: SrunArgs) -> anyhow::Result<u8> {
     let kill_on_bad_exit = a.kill_on_bad_exit.is_some_and(|k| k != 0);
     let mut first_exit: Option<Instant> = None;
     let mut killed = false;
+    // Each ended task's (exit code, signal, whether srun had killed the step by then).
+    let mut ended: HashMap<u32, (i32, i32, bool)> = HashMap::new();
     let far = Duration::from_secs(100 * 365 * 86400);
     loop {
         let wait_left = match (a.wait, first_exit) {
@@ -325,6 +381,7 @@ async fn run(a: SrunArgs) -> anyhow::Result<u8> {
                     Some(step_event::Msg::Exit(x)) => {
                         sink.flush(x.task)?;
                         first_exit.get_or_insert_with(Instant::now);
+                        ended.insert(x.task, (x.exit_code, x.signal, killed));
                         let (node_index, node) = sink.node_of(x.task);
                         let _ = node_index;
                         if !x.error.is_empty() {
@@ -346,7 +403,7 @@ async fn run(a: SrunArgs) -> anyhow::Result<u8> {
                             eprintln!("srun: error: StepId={}.{} ended: {}", sink.started.job_id, sink.started.step_id, end.reason);
                             return Ok(if end.exit_code == 0 { 1 } else { end.exit_code.clamp(1, 255) as u8 });
                         }
-                        return Ok(end.exit_code.clamp(0, 255) as u8);
+                        return Ok(exit_code(&ended).unwrap_or(end.exit_code).clamp(0, 255) as u8);
                     }
                     _ => {}
                 }
@@ -373,6 +430,17 @@ async fn run(a: SrunArgs) -> anyhow::Result<u8> {
             }
         }
     }
+}
+
+/// srun's exit code: the highest of its tasks' (128 + the signal for one a signal killed),
+/// leaving out the tasks srun itself killed (`--kill-on-bad-exit`, `--wait`), so that the code is
+/// the failing task's, as with Slurm. `None` when every task was killed so.
+fn exit_code(ended: &HashMap<u32, (i32, i32, bool)>) -> Option<i32> {
+    ended
+        .values()
+        .filter(|(_, signal, killed)| !(*killed && *signal == libc::SIGKILL))
+        .map(|&(code, signal, _)| if signal != 0 { 128 + signal } else { code })
+        .max()
 }
 
 async fn send_signal(input: &mpsc::Sender<StepInput>, signal: i32) {
@@ -449,6 +517,16 @@ impl Signals {
 #[cfg(test)]
 mod tests {
     use super::label;
+
+    #[test]
+    fn the_exit_code_is_the_highest_leaving_out_tasks_srun_killed() {
+        use std::collections::HashMap;
+        let ended = |v: &[(u32, (i32, i32, bool))]| v.iter().copied().collect::<HashMap<_, _>>();
+        assert_eq!(super::exit_code(&ended(&[(0, (0, 0, false)), (1, (3, 0, false))])), Some(3));
+        assert_eq!(super::exit_code(&ended(&[(0, (0, 9, true)), (1, (3, 0, false))])), Some(3));
+        assert_eq!(super::exit_code(&ended(&[(0, (0, 9, false)), (1, (3, 0, false))])), Some(137));
+        assert_eq!(super::exit_code(&ended(&[(0, (0, 9, true))])), None);
+    }
 
     #[test]
     fn labels_prefix_every_line_with_the_task_id_padded_to_the_widest() {

@@ -151,12 +151,6 @@ async fn a_silent_node_goes_down_its_requeued_job_restarts_elsewhere_after_the_l
     cluster.shutdown().await;
 }
 
-/// `quorum-agent`, built beside `quorum` by `cargo test --workspace` (the README's command).
-fn agent_binary() -> std::path::PathBuf {
-    let path = Path::new(env!("CARGO_BIN_EXE_quorum")).with_file_name("quorum-agent");
-    assert!(path.exists(), "{} is missing: run the tests with `cargo test --workspace`", path.display());
-    path
-}
 
 /// The node timeout and lease of the tests with real agent processes, short unless
 /// `QUORUM_TEST_NODE_TIMEOUT_MS` and `QUORUM_TEST_LEASE_MS` say (`benches/RESULTS.md` has a run

@@ -456,6 +456,23 @@ pub fn show_job(j: &JobInfo, now_ms: u64) -> String {
     lines.push(format!("WorkDir={}", spec.work_dir));
     lines.push(format!("StdOut={}", if spec.stdout.is_empty() { "quorum-%j.out" } else { &spec.stdout }));
     lines.push(format!("StdErr={}", if spec.stderr.is_empty() { "(with StdOut)" } else { &spec.stderr }));
+    for s in &j.steps {
+        lines.push(format!(
+            "StepId={}.{} Name={} State={} NodeList={} NTasks={} CPUs/Task={}{} StartTime={} EndTime={} ExitCode={}:{}",
+            j.id,
+            s.id,
+            s.name,
+            s.state,
+            s.nodelist,
+            s.ntasks,
+            s.cpus_per_task,
+            if s.gpus_per_task > 0 { format!(" Gpus/Task={}", s.gpus_per_task) } else { String::new() },
+            ms(s.start_time_ms),
+            ms(s.end_time_ms),
+            if s.has_exit_code { s.exit_code.to_string() } else { "-".into() },
+            s.signal
+        ));
+    }
     lines.iter().map(|l| escape(l)).collect::<Vec<_>>().join("\n") + "\n"
 }
 

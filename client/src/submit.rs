@@ -455,6 +455,7 @@ pub fn build_spec(
         env: env.into_iter().map(|(name, value)| api::EnvVar { name, value }).collect(),
         submit_dir: cwd.display().to_string(),
         every_node: opts.every_node,
+        interactive: false,
     })
 }
 

@@ -30,6 +30,7 @@ pub fn spec_from_proto(p: api::JobSpec) -> Result<JobSpec, Rejection> {
     }
     Ok(JobSpec {
         batch_step: p.nodes > 1 && !p.every_node,
+        interactive: p.interactive,
         name: p.name,
         partition: opt(p.partition),
         nodes: p.nodes,
@@ -110,6 +111,7 @@ pub fn spec_to_proto(s: &JobSpec, with_env: bool) -> api::JobSpec {
         signal: s.warn_signal.map(|w| w.to_spec()).unwrap_or_default(),
         array: s.array.as_ref().map(|a| a.to_spec()).unwrap_or_default(),
         every_node: s.nodes > 1 && !s.batch_step,
+        interactive: s.interactive,
     }
 }
 
@@ -203,6 +205,24 @@ pub fn job_to_proto(j: &Job, with_env: bool) -> api::JobInfo {
         },
         requeues: j.requeues,
         array: j.array.as_ref().map(array_to_proto),
+        steps: j
+            .steps
+            .iter()
+            .map(|s| api::StepInfo {
+                id: s.id,
+                name: s.name.clone(),
+                state: s.state.name().to_string(),
+                nodelist: crate::model::hostlist::compress(&s.node_names()),
+                ntasks: s.ntasks,
+                cpus_per_task: s.cpus_per_task,
+                gpus_per_task: s.gpus_per_task,
+                start_time_ms: s.start,
+                end_time_ms: s.end.unwrap_or(0),
+                has_exit_code: s.exit_code.is_some(),
+                exit_code: s.exit_code.unwrap_or(0),
+                signal: s.signal.unwrap_or(0),
+            })
+            .collect(),
     }
 }
 

@@ -286,6 +286,8 @@ impl DevCluster {
                 cgroups: opts.cgroups,
                 health_check: opts.health_check.clone(),
                 slurm_commands: slurm_commands.clone(),
+                // Several nodes on one host: each job sees its own node's name (as root).
+                node_hostname: opts.switch_user && is_root(),
                 ..AgentConfig::new(node_name(i), addrs.clone(), data_dir.join(format!("agent-{}", node_name(i))))
             })
             .collect();
@@ -354,6 +356,9 @@ impl DevCluster {
                 }
                 if !config.cgroups {
                     command.arg("--no-cgroups");
+                }
+                if config.node_hostname {
+                    command.arg("--node-hostname");
                 }
                 match &self.security {
                     Some(s) => command.arg("--certs").arg(s.certs_dir()),
@@ -446,6 +451,14 @@ impl DevCluster {
         }
     }
 
+    /// The process id of agent `i`, when it runs as a process (`agent_binary`).
+    pub fn agent_pid(&self, i: usize) -> Option<u32> {
+        match &self.agents[i] {
+            Some(DevAgent::Process { child, .. }) => child.id(),
+            _ => None,
+        }
+    }
+
     /// Makes replica `i`, from its next start, behave as the release of feature `level`
     /// (`None`: this release), as swapping its binary would.
     pub fn set_emulated_level(&mut self, i: usize, level: Option<u32>) {
@@ -487,4 +500,10 @@ impl DevCluster {
             self.stop_controller(i).await;
         }
     }
+}
+
+/// Whether this process runs as root (which naming each job's host needs).
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions and touches no memory.
+    unsafe { libc::geteuid() == 0 }
 }

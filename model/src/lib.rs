@@ -138,6 +138,11 @@ pub struct JobSpec {
     /// (`--every-node`, one-node jobs, and every job submitted before feature level 9).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub batch_step: bool,
+    /// An allocation for `salloc` or `srun` from outside a job: nothing of the user's runs on
+    /// its nodes but its steps; its owner ends it when the command it ran ends
+    /// ([`Rejection`]-checked `EndAllocation`), or its time limit or a cancel does.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub interactive: bool,
 }
 
 /// A signal by name (`USR1`, `SIGUSR1`) or number, among those a job may be sent.

@@ -68,6 +68,10 @@ struct Args {
     /// removed when the job ends.
     #[arg(long, default_value = "/tmp")]
     tmp_base: PathBuf,
+    /// Jobs see the node's name (--name) as their host name, each in a UTS namespace of its
+    /// own: for several agents on one host (needs root).
+    #[arg(long)]
+    node_hostname: bool,
 }
 
 fn hostname() -> String {
@@ -99,6 +103,7 @@ async fn main() -> anyhow::Result<()> {
         clock_skew: Duration::from_secs(args.clock_skew),
         slurm_commands: args.slurm_commands.is_dir().then_some(args.slurm_commands),
         tmp_base: args.tmp_base,
+        node_hostname: args.node_hostname,
         ..AgentConfig::new(args.name.unwrap_or_else(hostname), args.controllers, args.spool)
     };
     if args.insecure {

@@ -27,7 +27,13 @@ pub async fn run(ctx: &Context, Args { jobs, signal }: Args) -> anyhow::Result<E
             Some(_) => task_job_ids.push(j.resolve(&ctx.client).await.map_err(status_error)?),
         }
     }
-    let req = api::CancelJobRequest { job_ids, user: current_user(), signal: signal.unwrap_or_default(), task_job_ids };
+    let req = api::CancelJobRequest {
+        job_ids,
+        user: current_user(),
+        signal: signal.unwrap_or_default(),
+        task_job_ids,
+        ..Default::default()
+    };
     let r = ctx.send(req, |mut c, r| async move { c.cancel_job(r).await }).await?;
     let mut failed = false;
     for res in r.results {

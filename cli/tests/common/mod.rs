@@ -239,6 +239,28 @@ pub fn versions(addrs: &[String]) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).expect("json")
 }
 
+/// `quorum-agent`, built beside `quorum` by `cargo test --workspace` (the README's command).
+pub fn agent_binary() -> std::path::PathBuf {
+    let path = Path::new(env!("CARGO_BIN_EXE_quorum")).with_file_name("quorum-agent");
+    assert!(path.exists(), "{} is missing: run the tests with `cargo test --workspace`", path.display());
+    path
+}
+
+/// Gives each of `nodes` an address of its own on the loopback network (127.0.1.N) in
+/// `/etc/hosts`, so that a job using its first node's name as a head address reaches it, as on
+/// a cluster. Lines already there are kept; each missing one is appended in one write.
+pub fn resolvable_nodes(nodes: &[&str]) {
+    use std::io::Write;
+    let hosts = std::fs::read_to_string("/etc/hosts").unwrap_or_default();
+    let known: Vec<&str> = hosts.lines().flat_map(|l| l.split_whitespace().skip(1)).collect();
+    for (i, node) in nodes.iter().enumerate() {
+        if !known.contains(node) {
+            let mut f = std::fs::OpenOptions::new().append(true).open("/etc/hosts").expect("/etc/hosts is writable (root)");
+            f.write_all(format!("127.0.1.{} {node}\n", i + 1).as_bytes()).unwrap();
+        }
+    }
+}
+
 /// What a run of the `quorum` binary printed and how it ended.
 #[derive(Debug)]
 pub struct Run {

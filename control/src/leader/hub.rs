@@ -386,7 +386,7 @@ fn unsigned_launch(state: &ClusterState, job_id: JobId, node: &str) -> Option<La
     let rank = allocation.nodes.iter().position(|a| a.node == node)?;
     let mine = &allocation.nodes[rank];
     let mut spec = wire::spec_to_proto(&job.spec, true);
-    if job.spec.batch_step && rank > 0 {
+    if job.spec.interactive || (job.spec.batch_step && rank > 0) {
         hold_allocation(&mut spec);
     }
     Some(Launch {

@@ -68,6 +68,19 @@ pub(super) async fn cancel_job(api: &Api, caller: &Caller, r: CancelJobRequest) 
     if !r.signal.is_empty() {
         return signal_jobs(api, caller, r).await;
     }
+    if r.complete {
+        let mut results = Vec::new();
+        for job_id in r.job_ids {
+            let command = Command::EndAllocation { job_id, user: acting_as(caller), exit_code: r.exit_code, now: now_ms() };
+            let result = match api.replica.write(command).await.map_err(write_status)?.1 {
+                Response::JobFinished { .. } => CancelResult { job_id, ok: true, error: String::new() },
+                Response::Rejected(rej) => CancelResult { job_id, ok: false, error: rej.to_string() },
+                other => return Err(Status::internal(format!("unexpected answer to ending an allocation: {other:?}"))),
+            };
+            results.push(result);
+        }
+        return Ok(CancelJobResponse { results });
+    }
     let mut results = Vec::new();
     let targets = {
         let applied = api.replica.shared.read();
@@ -168,6 +181,7 @@ const MAX_PAGE_BYTES: usize = 2 << 20;
 /// A job as listings show it: of its script only the first line (`quorum show` has it all),
 /// no environment, and its command only when short, so that no one job can fill a page.
 fn listed(mut info: JobInfo) -> JobInfo {
+    info.steps.clear();
     fn cut(text: &mut String, max: usize) {
         let mut end = text.len().min(max);
         while !text.is_char_boundary(end) {

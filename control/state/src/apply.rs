@@ -120,6 +120,10 @@ pub fn apply(state: &mut ClusterState, index: u64, command: Command) -> Response
             advance_clock(state, now);
             end_step(state, job_id, step_id, exit_code, signal, cancelled)
         }
+        Command::EndAllocation { job_id, user, exit_code, now } => {
+            advance_clock(state, now);
+            end_allocation(state, job_id, &user, exit_code)
+        }
         Command::SetRole { user, role, now } => {
             advance_clock(state, now);
             if user.is_empty() {
@@ -575,6 +579,28 @@ fn end_step(
     Response::Ok
 }
 
+/// Ends an interactive allocation as its command ended: COMPLETED with 0, else FAILED.
+fn end_allocation(state: &mut ClusterState, job_id: JobId, user: &str, exit_code: i32) -> Response {
+    let Some(job) = state.jobs.get(&job_id) else {
+        return Response::Rejected(Rejection::UnknownJob { id: job_id });
+    };
+    if user != job.user && user != "root" {
+        return Response::Rejected(Rejection::NotOwner { id: job_id, user: user.to_string(), owner: job.user.clone() });
+    }
+    if !job.spec.interactive {
+        return Response::Rejected(Rejection::InvalidSpec {
+            field: "job".into(),
+            reason: format!("job {job_id} is not an allocation of salloc or srun: cancel it instead"),
+        });
+    }
+    if job.state != JobState::Running {
+        return Response::Rejected(Rejection::NotRunning { id: job_id, state: job.state });
+    }
+    let final_state = if exit_code == 0 { JobState::Completed } else { JobState::Failed };
+    finish_job(state, job_id, final_state, Some(exit_code), None);
+    Response::JobFinished { job_id, state: final_state }
+}
+
 /// Drops the oldest ended steps beyond [`step::KEPT_ENDED_STEPS`].
 fn trim_steps(job: &mut Job) {
     let ended = job.steps.iter().filter(|s| s.state != step::StepState::Running).count();
@@ -729,10 +755,12 @@ fn job_ended(state: &mut ClusterState, job_id: JobId, token: u64, node: &str, ou
     // A batch step job is decided by its first node, where the script runs; the other nodes
     // only hold the allocation for its steps, and decide only when that failed to start.
     let first = job.allocation.as_ref().and_then(|a| a.nodes.first()).is_some_and(|n| n.node == node);
-    if job.spec.batch_step && !first && outcome != RankOutcome::LaunchFailed {
+    if job.spec.batch_step && !job.spec.interactive && !first && outcome != RankOutcome::LaunchFailed {
         return Response::Ok;
     }
-    let total = if job.spec.batch_step { 1 } else { job.spec.nodes as usize };
+    // An interactive allocation's nodes only hold it: the first of them to end (its time
+    // limit, a cancel, a failure) ends it.
+    let total = if job.spec.batch_step || job.spec.interactive { 1 } else { job.spec.nodes as usize };
     // The first rank to end badly decides the job; otherwise it ends when every rank has.
     let decided = match outcome {
         RankOutcome::Exited { code: 0, signal: 0 } if job.rank_outcomes.len() < total => None,

@@ -71,7 +71,9 @@ pub struct Submit {
 
 /// The level a replica needs to apply a submit of this job.
 fn spec_level(spec: &JobSpec) -> (u32, &'static str) {
-    if spec.batch_step {
+    if spec.interactive {
+        (STEPS_LEVEL, "an allocation for salloc or srun")
+    } else if spec.batch_step {
         (STEPS_LEVEL, "a multi-node job whose script runs once, on its first node (submit with --every-node meanwhile)")
     } else if spec.array.is_some() {
         (4, "a job array")
@@ -222,6 +224,14 @@ pub enum Command {
         cancelled: bool,
         now: Millis,
     },
+    /// The command of an interactive allocation (salloc, srun from outside a job) ended with
+    /// `exit_code`: the job ends COMPLETED (0) or FAILED.
+    EndAllocation {
+        job_id: JobId,
+        user: String,
+        exit_code: i32,
+        now: Millis,
+    },
     /// An admin gives `user` a role (`quorum admin role`); `User` takes back what was given.
     SetRole {
         user: String,
@@ -269,6 +279,7 @@ impl Command {
             Command::SubmitJob { spec, .. } => spec_level(spec),
             Command::SetRole { .. } => (8, "giving a role"),
             Command::StartStep { .. } | Command::EndStep { .. } => (STEPS_LEVEL, "a job step (srun)"),
+            Command::EndAllocation { .. } => (STEPS_LEVEL, "ending an allocation (salloc, srun)"),
             // above every single submit's level
             Command::SubmitJobs { .. } => (SUBMIT_JOBS_LEVEL, "several submits in one entry"),
             Command::Batch { commands } => commands

@@ -1,0 +1,246 @@
+//! `salloc`: an allocation held for a command (a shell by default) that runs here, on the
+//! submitting host, with the job's variables set, so that `srun` inside it starts steps on the
+//! allocation's nodes; the allocation ends when the command does. `srun` from outside a job
+//! takes an allocation the same way for its one step ([`allocate`], [`relinquish`]).
+
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use quorum_client::client::{Client, ControllersArg};
+use quorum_client::submit::{build_spec, Payload, SubmitOpts};
+use quorum_proto::api::{self, JobInfo};
+
+#[derive(Parser, Debug)]
+#[command(name = "salloc", no_binary_name = true, about = "Hold an allocation for a command (Quorum's salloc)")]
+pub struct SallocArgs {
+    #[command(flatten)]
+    opts: Box<SubmitOpts>,
+    #[command(flatten)]
+    controllers: ControllersArg,
+    /// The command to run here while the allocation is held (default: your $SHELL).
+    #[arg(trailing_var_arg = true)]
+    command: Vec<String>,
+}
+
+pub fn main(args: &[String]) -> ExitCode {
+    let parsed = match SallocArgs::try_parse_from(args) {
+        Ok(a) => a,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() { ExitCode::from(1) } else { ExitCode::SUCCESS };
+        }
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build();
+    match runtime.map_err(anyhow::Error::from).and_then(|rt| rt.block_on(run(parsed))) {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            eprintln!("salloc: error: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// This host's name, as the kernel has it.
+pub fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string()).unwrap_or_else(|_| "localhost".into())
+}
+
+/// An interactive allocation's spec: `opts`, with `command` as what runs where salloc or srun
+/// runs (nothing of the user's runs on the nodes but steps).
+pub fn allocation_spec(opts: SubmitOpts, command: Vec<String>) -> anyhow::Result<api::JobSpec> {
+    let cwd = std::env::current_dir()?;
+    let mut env: Vec<(String, String)> = std::env::vars().filter(|(k, _)| k != "SLURM_SUBMIT_HOST").collect();
+    env.push(("SLURM_SUBMIT_HOST".into(), host_name()));
+    let mut spec = build_spec(opts, Payload::Command(command), &cwd, env).map_err(anyhow::Error::msg)?;
+    spec.interactive = true;
+    Ok(spec)
+}
+
+/// Submits `spec` and waits until it runs (saying so on stderr as `who`, as Slurm's commands
+/// do). Interrupted while it waits, it cancels the job.
+pub async fn allocate(client: &Client, spec: api::JobSpec, who: &str, verbose: bool) -> anyhow::Result<JobInfo> {
+    let req = api::SubmitJobRequest {
+        spec: Some(spec),
+        user: String::new(),
+        request_id: uuid::Uuid::new_v4().to_string(),
+    };
+    let id = client.call(|mut c| {
+        let req = req.clone();
+        async move { c.submit_job(req).await }
+    })
+    .await
+    .map_err(|s| anyhow::anyhow!("{}", s.message()))?
+    .job_id;
+    if verbose {
+        eprintln!("{who}: Pending job allocation {id}");
+    }
+    let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let started = Instant::now();
+    let mut told_waiting = false;
+    loop {
+        let req = api::GetJobRequest { job_id: id, stale: false, array_task_id: None };
+        let job = client.call(|mut c| async move { c.get_job(req).await }).await;
+        if let Ok(Some(job)) = job.map(|r| r.job) {
+            match job.state.as_str() {
+                "RUNNING" => {
+                    if verbose {
+                        eprintln!("{who}: Granted job allocation {id}");
+                    } else if told_waiting {
+                        eprintln!("{who}: job {id} has been allocated resources");
+                    }
+                    return Ok(job);
+                }
+                "PENDING" => {}
+                other => anyhow::bail!(
+                    "job allocation {id} ended {other} before it started{}",
+                    if job.reason.is_empty() { String::new() } else { format!(" ({})", job.reason) }
+                ),
+            }
+            if !told_waiting && started.elapsed() > Duration::from_millis(500) {
+                let why = if job.reason.is_empty() { "Resources".to_string() } else { job.reason.clone() };
+                eprintln!("{who}: job {id} queued and waiting for resources ({why})");
+                told_waiting = true;
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+            _ = interrupt.recv() => return Err(revoke(client, id, who).await),
+            _ = terminate.recv() => return Err(revoke(client, id, who).await),
+        }
+    }
+}
+
+async fn revoke(client: &Client, id: u64, who: &str) -> anyhow::Error {
+    let req = api::CancelJobRequest { job_ids: vec![id], ..Default::default() };
+    let _ = client.call(|mut c| {
+        let req = req.clone();
+        async move { c.cancel_job(req).await }
+    })
+    .await;
+    anyhow::anyhow!("{who}: Job allocation {id} has been revoked: interrupted while it waited")
+}
+
+/// Ends the allocation as its command ended (COMPLETED with 0, else FAILED with the code).
+pub async fn relinquish(client: &Client, id: u64, exit_code: i32) -> anyhow::Result<()> {
+    let req = api::CancelJobRequest { job_ids: vec![id], complete: true, exit_code, ..Default::default() };
+    let r = client
+        .call(|mut c| {
+            let req = req.clone();
+            async move { c.cancel_job(req).await }
+        })
+        .await
+        .map_err(|s| anyhow::anyhow!("ending job allocation {id}: {}", s.message()))?;
+    match r.results.first() {
+        Some(res) if !res.ok && !res.error.contains("is not running") => {
+            anyhow::bail!("ending job allocation {id}: {}", res.error)
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The variables a command in an allocation gets, as salloc sets them.
+pub fn allocation_env(job: &JobInfo) -> Vec<(String, String)> {
+    let spec = job.spec.clone().unwrap_or_default();
+    let nodes = job.allocation.len().max(1) as u32;
+    let cpus: Vec<String> = job.allocation.iter().map(|a| a.cpus.to_string()).collect();
+    let mut vars = vec![
+        ("SLURM_JOB_ID", job.id.to_string()),
+        ("SLURM_JOBID", job.id.to_string()),
+        ("SLURM_JOB_NAME", job.name.clone()),
+        ("SLURM_JOB_NODELIST", job.nodelist.clone()),
+        ("SLURM_NODELIST", job.nodelist.clone()),
+        ("SLURM_JOB_NUM_NODES", nodes.to_string()),
+        ("SLURM_NNODES", nodes.to_string()),
+        ("SLURM_NTASKS", spec.ntasks.to_string()),
+        ("SLURM_NPROCS", spec.ntasks.to_string()),
+        ("SLURM_CPUS_PER_TASK", spec.cpus_per_task.to_string()),
+        ("SLURM_TASKS_PER_NODE", tasks_per_node(spec.ntasks, nodes)),
+        ("SLURM_JOB_CPUS_PER_NODE", cpus.join(",")),
+        ("SLURM_JOB_PARTITION", job.partition.clone()),
+        ("SLURM_JOB_USER", job.user.clone()),
+        ("SLURM_SUBMIT_DIR", spec.submit_dir.clone()),
+        ("SLURM_SUBMIT_HOST", host_name()),
+        ("SLURM_CLUSTER_NAME", "quorum".into()),
+    ];
+    for (k, v) in [("SLURM_JOB_ACCOUNT", &job.account), ("SLURM_JOB_QOS", &job.qos)] {
+        if !v.is_empty() {
+            vars.push((k, v.clone()));
+        }
+    }
+    vars.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
+}
+
+/// `ntasks` over `nodes` as Slurm writes it: `2(x3)`, `3,2`.
+fn tasks_per_node(ntasks: u32, nodes: u32) -> String {
+    let (base, extra) = (ntasks / nodes, ntasks % nodes);
+    let run = |count: u32, times: u32| if times == 1 { count.to_string() } else { format!("{count}(x{times})") };
+    let mut parts = Vec::new();
+    if extra > 0 {
+        parts.push(run(base + 1, extra));
+    }
+    if nodes > extra {
+        parts.push(run(base, nodes - extra));
+    }
+    parts.join(",")
+}
+
+async fn run(a: SallocArgs) -> anyhow::Result<u8> {
+    let client = a.controllers.client()?;
+    let command = if a.command.is_empty() {
+        vec![std::env::var("SHELL").ok().filter(|s| !s.is_empty()).unwrap_or_else(|| "/bin/sh".into())]
+    } else {
+        a.command.clone()
+    };
+    let spec = allocation_spec(*a.opts, command.clone())?;
+    let job = allocate(&client, spec, "salloc", true).await?;
+    let id = job.id;
+    // Ctrl-C is the command's (a shell ignores it); salloc stays.
+    let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
+    let mut child = match tokio::process::Command::new(&command[0]).args(&command[1..]).envs(allocation_env(&job)).spawn()
+    {
+        Ok(c) => c,
+        Err(e) => {
+            relinquish(&client, id, 127).await?;
+            anyhow::bail!("cannot run '{}': {e}", command[0]);
+        }
+    };
+    let mut check = tokio::time::interval(Duration::from_secs(1));
+    let mut revoked = false;
+    let code = loop {
+        tokio::select! {
+            status = child.wait() => {
+                use std::os::unix::process::ExitStatusExt;
+                let status = status?;
+                break status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
+            }
+            _ = interrupt.recv() => {}
+            _ = terminate.recv() => signal_child(&child, libc::SIGTERM),
+            _ = hangup.recv() => signal_child(&child, libc::SIGHUP),
+            _ = check.tick() => {
+                let req = api::GetJobRequest { job_id: id, stale: false, array_task_id: None };
+                let state = client.call(|mut c| async move { c.get_job(req).await }).await.ok().and_then(|r| r.job).map(|j| j.state);
+                if !revoked && state.as_deref().is_some_and(|s| s != "RUNNING") {
+                    eprintln!("salloc: Job allocation {id} has been revoked.");
+                    signal_child(&child, libc::SIGHUP);
+                    revoked = true;
+                }
+            }
+        }
+    };
+    eprintln!("salloc: Relinquishing job allocation {id}");
+    if !revoked {
+        relinquish(&client, id, code).await?;
+    }
+    Ok(code.clamp(0, 255) as u8)
+}
+
+fn signal_child(child: &tokio::process::Child, signal: i32) {
+    if let Some(pid) = child.id() {
+        // SAFETY: kill(2) on our own child; no memory is touched.
+        unsafe { libc::kill(pid as i32, signal) };
+    }
+}
