@@ -143,6 +143,15 @@ impl JobEntry {
     }
 }
 
+/// What the agent keeps of a running step on this node.
+#[derive(Debug, Default)]
+pub(crate) struct StepEntry {
+    /// Each running task's process group.
+    pub pgids: Vec<i32>,
+    /// Task 0's stdin, when task 0 runs here.
+    pub stdin: Option<mpsc::UnboundedSender<Option<Vec<u8>>>>,
+}
+
 /// The agent's lease on its jobs: the send time of the newest heartbeat the leader answered,
 /// and the lease the leader gave with that answer.
 #[derive(Debug, Default)]
@@ -162,7 +171,7 @@ pub struct Agent {
     pub(crate) exits_tx: mpsc::UnboundedSender<u64>,
     pub(crate) exits_rx: Mutex<Option<mpsc::UnboundedReceiver<u64>>>,
     /// The steps' tasks running here, by (job, step).
-    pub(crate) steps: Mutex<HashMap<(u64, u32), crate::step::StepEntry>>,
+    pub(crate) steps: Mutex<HashMap<(u64, u32), StepEntry>>,
     /// Messages for the leader from the steps' tasks (output, exits), sent on whichever stream
     /// is up; a full queue holds the tasks' output back.
     pub(crate) outbox: mpsc::Sender<quorum_proto::agent::AgentMessage>,
@@ -398,6 +407,27 @@ impl Agent {
     pub fn kill_all(&self) {
         for entry in self.lock_jobs().values() {
             if let (Some(pgid), None) = (entry.pgid, &entry.exit) {
+                supervisor::signal_group(pgid, libc::SIGKILL);
+            }
+        }
+        for e in self.lock_steps().values() {
+            for &pgid in &e.pgids {
+                supervisor::signal_group(pgid, libc::SIGKILL);
+            }
+        }
+    }
+}
+
+impl Agent {
+    pub(crate) fn lock_steps(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<(u64, u32), StepEntry>> {
+        self.steps.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Kills every task of `job_id`'s steps here (its end; with a cgroup, the cgroup's end
+    /// already did).
+    pub(crate) fn kill_steps(&self, job_id: u64) {
+        for (_, e) in self.lock_steps().iter().filter(|((j, _), _)| *j == job_id) {
+            for &pgid in &e.pgids {
                 supervisor::signal_group(pgid, libc::SIGKILL);
             }
         }

@@ -20,15 +20,6 @@ use crate::{identity, supervisor, Agent};
 /// The largest piece of output sent in one message.
 const CHUNK: usize = 64 * 1024;
 
-/// What the agent keeps of a running step on this node.
-#[derive(Debug, Default)]
-pub(crate) struct StepEntry {
-    /// Each running task's process group.
-    pub pgids: Vec<i32>,
-    /// Task 0's stdin, when task 0 runs here.
-    pub stdin: Option<mpsc::UnboundedSender<Option<Vec<u8>>>>,
-}
-
 fn send(agent: &Agent, msg: agent_message::Msg) -> impl std::future::Future<Output = ()> + '_ {
     let tx = agent.outbox.clone();
     async move {
@@ -299,21 +290,5 @@ pub(crate) fn io(agent: &Agent, io: StepIo) {
             }
         }
         _ => {}
-    }
-}
-
-impl Agent {
-    pub(crate) fn lock_steps(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<(u64, u32), StepEntry>> {
-        self.steps.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Kills every task of `job_id`'s steps here (its end; with a cgroup, the cgroup's end
-    /// already did).
-    pub(crate) fn kill_steps(&self, job_id: u64) {
-        for (_, e) in self.lock_steps().iter().filter(|((j, _), _)| *j == job_id) {
-            for &pgid in &e.pgids {
-                supervisor::signal_group(pgid, libc::SIGKILL);
-            }
-        }
     }
 }

@@ -6,8 +6,8 @@
 //! bench`, which embed the controller, are served by `quorum-dev`, which this process becomes.
 
 mod commands;
-mod slurm;
 mod salloc;
+mod slurm;
 mod srun;
 
 use std::path::PathBuf;

@@ -43,7 +43,9 @@ pub fn main(args: &[String]) -> ExitCode {
 
 /// This host's name, as the kernel has it.
 pub fn host_name() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string()).unwrap_or_else(|_| "localhost".into())
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "localhost".into())
 }
 
 /// An interactive allocation's spec: `opts`, with `command` as what runs where salloc or srun
@@ -60,18 +62,16 @@ pub fn allocation_spec(opts: SubmitOpts, command: Vec<String>) -> anyhow::Result
 /// Submits `spec` and waits until it runs (saying so on stderr as `who`, as Slurm's commands
 /// do). Interrupted while it waits, it cancels the job.
 pub async fn allocate(client: &Client, spec: api::JobSpec, who: &str, verbose: bool) -> anyhow::Result<JobInfo> {
-    let req = api::SubmitJobRequest {
-        spec: Some(spec),
-        user: String::new(),
-        request_id: uuid::Uuid::new_v4().to_string(),
-    };
-    let id = client.call(|mut c| {
-        let req = req.clone();
-        async move { c.submit_job(req).await }
-    })
-    .await
-    .map_err(|s| anyhow::anyhow!("{}", s.message()))?
-    .job_id;
+    let req =
+        api::SubmitJobRequest { spec: Some(spec), user: String::new(), request_id: uuid::Uuid::new_v4().to_string() };
+    let id = client
+        .call(|mut c| {
+            let req = req.clone();
+            async move { c.submit_job(req).await }
+        })
+        .await
+        .map_err(|s| anyhow::anyhow!("{}", s.message()))?
+        .job_id;
     if verbose {
         eprintln!("{who}: Pending job allocation {id}");
     }
@@ -114,11 +114,12 @@ pub async fn allocate(client: &Client, spec: api::JobSpec, who: &str, verbose: b
 
 async fn revoke(client: &Client, id: u64, who: &str) -> anyhow::Error {
     let req = api::CancelJobRequest { job_ids: vec![id], ..Default::default() };
-    let _ = client.call(|mut c| {
-        let req = req.clone();
-        async move { c.cancel_job(req).await }
-    })
-    .await;
+    let _ = client
+        .call(|mut c| {
+            let req = req.clone();
+            async move { c.cancel_job(req).await }
+        })
+        .await;
     anyhow::anyhow!("{who}: Job allocation {id} has been revoked: interrupted while it waited")
 }
 
@@ -200,14 +201,14 @@ async fn run(a: SallocArgs) -> anyhow::Result<u8> {
     let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
-    let mut child = match tokio::process::Command::new(&command[0]).args(&command[1..]).envs(allocation_env(&job)).spawn()
-    {
-        Ok(c) => c,
-        Err(e) => {
-            relinquish(&client, id, 127).await?;
-            anyhow::bail!("cannot run '{}': {e}", command[0]);
-        }
-    };
+    let mut child =
+        match tokio::process::Command::new(&command[0]).args(&command[1..]).envs(allocation_env(&job)).spawn() {
+            Ok(c) => c,
+            Err(e) => {
+                relinquish(&client, id, 127).await?;
+                anyhow::bail!("cannot run '{}': {e}", command[0]);
+            }
+        };
     let mut check = tokio::time::interval(Duration::from_secs(1));
     let mut revoked = false;
     let code = loop {

@@ -134,7 +134,9 @@ fn request(a: &SrunArgs, job_id: u64) -> anyhow::Result<StepRequest> {
     };
     let nodelist = match &a.nodelist {
         None => Vec::new(),
-        Some(w) => quorum_model::hostlist::expand(w.trim()).map_err(|e| anyhow::anyhow!("invalid --nodelist '{w}': {e}"))?,
+        Some(w) => {
+            quorum_model::hostlist::expand(w.trim()).map_err(|e| anyhow::anyhow!("invalid --nodelist '{w}': {e}"))?
+        }
     };
     // The job's task count applies when the step says nothing of its shape, as with Slurm.
     let shaped = a.nodes.is_some() || a.ntasks.is_some() || a.ntasks_per_node.is_some() || !nodelist.is_empty();
@@ -273,14 +275,24 @@ fn label(lines: &[u8], task: u32, width: usize) -> Vec<u8> {
 /// From outside a job: the allocation srun takes for its step, shaped as the step asks.
 fn outside_spec(a: &SrunArgs) -> anyhow::Result<quorum_proto::api::JobSpec> {
     let nodes = match &a.nodes {
-        Some(n) => Some(n.rsplit('-').next().unwrap_or(n).trim().parse::<u32>().map_err(|_| anyhow::anyhow!("invalid --nodes '{n}'"))?),
+        Some(n) => Some(
+            n.rsplit('-')
+                .next()
+                .unwrap_or(n)
+                .trim()
+                .parse::<u32>()
+                .map_err(|_| anyhow::anyhow!("invalid --nodes '{n}'"))?,
+        ),
         None => None,
     };
     let ntasks = a.ntasks.unwrap_or_else(|| nodes.unwrap_or(1) * a.ntasks_per_node.unwrap_or(1));
     let nodes = nodes.unwrap_or_else(|| a.ntasks_per_node.map_or(1, |per| ntasks.div_ceil(per.max(1))));
     let gpus = a.gpus_per_task.as_deref().map(gpu_count).transpose()?.unwrap_or(0);
     let opts = quorum_client::submit::SubmitOpts {
-        job_name: a.job_name.clone().or_else(|| a.command.first().map(|c| c.rsplit('/').next().unwrap_or(c).to_string())),
+        job_name: a
+            .job_name
+            .clone()
+            .or_else(|| a.command.first().map(|c| c.rsplit('/').next().unwrap_or(c).to_string())),
         partition: a.partition.clone(),
         nodes: Some(nodes),
         ntasks: Some(ntasks),

@@ -151,7 +151,6 @@ async fn a_silent_node_goes_down_its_requeued_job_restarts_elsewhere_after_the_l
     cluster.shutdown().await;
 }
 
-
 /// The node timeout and lease of the tests with real agent processes, short unless
 /// `QUORUM_TEST_NODE_TIMEOUT_MS` and `QUORUM_TEST_LEASE_MS` say (`benches/RESULTS.md` has a run
 /// with the defaults, 30 s and 20 s), and how long to wait for each step.

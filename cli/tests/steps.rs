@@ -66,10 +66,10 @@ async fn a_batch_script_runs_once_on_the_first_node_and_srun_spreads_tasks_over_
         "#!/bin/bash\n\
          hostname >> batch-hosts\n\
          echo $SLURM_PROCID $SLURM_NODEID >> batch-ids\n\
-         srun -N2 hostname > srun-hosts\n\
+         srun -N2 hostname | sort > srun-hosts\n\
          srun --ntasks-per-node=2 --gpus-per-task=1 bash -c '{task_line}' > ranks\n\
          srun hostname | sort | uniq -c | awk '{{print $1, $2}}' > default-tasks\n\
-         srun -l -n2 -w node02 echo hi > labelled\n\
+         srun -l -n2 -w node02 echo hi | sort > labelled\n\
          echo done >> batch-hosts\n"
     );
     let id = submit_script(&cluster, dir.path(), &["-N", "2", "-n", "4", "--gres=gpu:2", "-o", "out-%j"], &script);
@@ -80,7 +80,7 @@ async fn a_batch_script_runs_once_on_the_first_node_and_srun_spreads_tasks_over_
     // The script ran once, on the first node, as the batch step (rank 0).
     assert_eq!(read(dir.path(), "batch-hosts"), "node01\ndone\n", "output:\n{out}");
     assert_eq!(read(dir.path(), "batch-ids").trim(), "0 0");
-    // `srun -N2 hostname`: each node once, in node order.
+    // `srun -N2 hostname`: each node once (in any order: the tasks write at once).
     assert_eq!(read(dir.path(), "srun-hosts"), "node01\nnode02\n", "output:\n{out}");
     // Without a shape, a step runs the job's tasks (-n 4): two per node.
     assert_eq!(read(dir.path(), "default-tasks"), "2 node01\n2 node02\n");
@@ -99,7 +99,11 @@ async fn a_batch_script_runs_once_on_the_first_node_and_srun_spreads_tasks_over_
         assert_eq!(row[0], rank.to_string(), "{row:?}");
         assert_eq!(row[1], (rank % 2).to_string(), "SLURM_LOCALID: {row:?}");
         assert_eq!(row[2], node.to_string(), "SLURM_NODEID: {row:?}");
-        assert_eq!((row[3].as_str(), row[4].as_str()), (nodes[node], nodes[node]), "hostname, SLURMD_NODENAME: {row:?}");
+        assert_eq!(
+            (row[3].as_str(), row[4].as_str()),
+            (nodes[node], nodes[node]),
+            "hostname, SLURMD_NODENAME: {row:?}"
+        );
         let gpu = row[5].trim_matches(['[', ']']);
         assert!(!gpu.is_empty() && !gpu.contains(','), "one GPU per task: {row:?}");
         let alloc = &j.allocation.iter().find(|a| a.node == nodes[node]).unwrap().gpus;
@@ -258,13 +262,26 @@ async fn salloc_holds_an_allocation_for_its_command_and_srun_from_outside_takes_
     let (salloc, srun) = (slurm_command(bin.path(), "salloc"), slurm_command(bin.path(), "srun"));
     let path = format!("{}:{}", bin.path().display(), std::env::var("PATH").unwrap_or_default());
     let run = |program: &Path, args: &[&str]| {
-        let out = Command::new(program).args(args).envs(cluster.env()).env("PATH", &path).current_dir(dir.path()).output().unwrap();
-        (out.status.code(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+        let out = Command::new(program)
+            .args(args)
+            .envs(cluster.env())
+            .env("PATH", &path)
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
     };
 
     // salloc runs its command here with the allocation's variables; srun inside it starts steps
     // on the allocation's nodes.
-    let (code, out, err) = run(&salloc, &["-N2", "bash", "-c", "echo $SLURM_JOB_ID $SLURM_JOB_NUM_NODES $SLURM_JOB_NODELIST; srun hostname; exit 4"]);
+    let (code, out, err) = run(
+        &salloc,
+        &["-N2", "bash", "-c", "echo $SLURM_JOB_ID $SLURM_JOB_NUM_NODES $SLURM_JOB_NODELIST; srun hostname; exit 4"],
+    );
     assert_eq!(code, Some(4), "{out}\n{err}");
     let mut lines = out.lines();
     let first: Vec<&str> = lines.next().unwrap().split_whitespace().collect();

@@ -822,8 +822,9 @@ mod tests {
         spec.program = quorum_model::Program::Script("x".into());
         spec.env = quorum_model::Env::new([("A", "1"), ("B", "2"), ("C", "3")]);
         assert!(c.limits.check(&spec).unwrap_err().1.contains("(max_env_vars)"));
-        let e = with("emulate_feature_level = 9").validate().unwrap_err().to_string();
-        assert!(e.contains("emulate_feature_level (9) must be between 1 and"), "{e}");
+        let above = quorum_state::FEATURE_LEVEL + 1;
+        let e = with(&format!("emulate_feature_level = {above}")).validate().unwrap_err().to_string();
+        assert!(e.contains(&format!("emulate_feature_level ({above}) must be between 1 and")), "{e}");
         assert_eq!(with("emulate_feature_level = 1").feature_level(), 1);
         assert_eq!(with("").feature_level(), quorum_state::FEATURE_LEVEL);
     }

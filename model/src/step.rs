@@ -8,7 +8,16 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::{Allocation, Millis};
+/// Milliseconds since the epoch (as `crate::Millis`).
+type Millis = u64;
+
+/// What a job holds on one node, as [`layout`] reads it.
+#[derive(Clone, Copy, Debug)]
+pub struct NodeShare<'a> {
+    pub node: &'a str,
+    pub cpus: u32,
+    pub gpus: &'a [u32],
+}
 
 /// At most this many tasks in one step.
 pub const MAX_STEP_TASKS: u32 = 65_536;
@@ -137,21 +146,23 @@ pub enum StepRefusal {
 /// Where a step's tasks go in `allocation`, given the job's `running` steps; the tasks are
 /// numbered in node order (block distribution), the first nodes taking one more when they do
 /// not divide evenly.
-pub fn layout(allocation: &Allocation, running: &[Step], req: &StepRequest) -> Result<Vec<StepNode>, StepRefusal> {
+pub fn layout(shares: &[NodeShare], running: &[Step], req: &StepRequest) -> Result<Vec<StepNode>, StepRefusal> {
     let never = |s: String| Err(StepRefusal::Never(s));
-    let names: Vec<&str> = allocation.nodes.iter().map(|n| n.node.as_str()).collect();
+    let names: Vec<&str> = shares.iter().map(|n| n.node).collect();
+    let nodelist = crate::hostlist::compress(&names);
     for w in &req.nodelist {
         if !names.contains(&w.as_str()) {
-            return never(format!("node {w} is not in the job's allocation ({})", allocation.nodelist()));
+            return never(format!("node {w} is not in the job's allocation ({})", nodelist));
         }
     }
     // The nodes it may use, those it must use first.
-    let mut candidates: Vec<usize> = (0..allocation.nodes.len()).filter(|&i| req.nodelist.contains(&names[i].to_string())).collect();
+    let mut candidates: Vec<usize> =
+        (0..shares.len()).filter(|&i| req.nodelist.contains(&names[i].to_string())).collect();
     let required = candidates.len();
-    candidates.extend((0..allocation.nodes.len()).filter(|&i| !req.nodelist.contains(&names[i].to_string())));
-    let have = allocation.nodes.len() as u32;
+    candidates.extend((0..shares.len()).filter(|&i| !req.nodelist.contains(&names[i].to_string())));
+    let have = shares.len() as u32;
     if req.nodes > have {
-        return never(format!("it asks for {} nodes; the job has {have} ({})", req.nodes, allocation.nodelist()));
+        return never(format!("it asks for {} nodes; the job has {have} ({})", req.nodes, nodelist));
     }
     let wanted_nodes = match (req.nodes, required) {
         (0, 0) => None,
@@ -181,10 +192,7 @@ pub fn layout(allocation: &Allocation, running: &[Step], req: &StepRequest) -> R
     // Tasks per node, in order.
     let counts: Vec<u32> = if req.ntasks_per_node > 0 {
         if ntasks > nodes.saturating_mul(req.ntasks_per_node) {
-            return never(format!(
-                "{ntasks} tasks do not fit {nodes} nodes at {} tasks per node",
-                req.ntasks_per_node
-            ));
+            return never(format!("{ntasks} tasks do not fit {nodes} nodes at {} tasks per node", req.ntasks_per_node));
         }
         let mut left = ntasks;
         (0..nodes)
@@ -206,7 +214,7 @@ pub fn layout(allocation: &Allocation, running: &[Step], req: &StepRequest) -> R
 
     // Never: on the allocation as a whole, ignoring other steps.
     let total = |i: usize| {
-        let a = &allocation.nodes[i];
+        let a = &shares[i];
         (u64::from(a.cpus), a.gpus.len() as u64)
     };
     if let Err(count) = place(&counts, &candidates, required, |i, tasks| {
@@ -215,14 +223,14 @@ pub fn layout(allocation: &Allocation, running: &[Step], req: &StepRequest) -> R
         c <= tc && g <= tg
     }) {
         let (c, g) = need(count);
-        let most = allocation.nodes.iter().map(|a| a.cpus).max().unwrap_or(0);
-        let most_gpus = allocation.nodes.iter().map(|a| a.gpus.len()).max().unwrap_or(0);
+        let most = shares.iter().map(|a| a.cpus).max().unwrap_or(0);
+        let most_gpus = shares.iter().map(|a| a.gpus.len()).max().unwrap_or(0);
         let what = if g > most_gpus as u64 {
             format!("{g} GPUs on a node ({count} tasks × {gpt}); the job has at most {most_gpus} on one")
         } else {
             format!("{c} CPUs on a node ({count} tasks × {cpt}); the job has at most {most} on one")
         };
-        return never(format!("it needs {what} ({})", allocation.nodelist()));
+        return never(format!("it needs {what} ({})", nodelist));
     }
 
     // Busy: what other running steps hold (unless this one overlaps them).
@@ -241,9 +249,9 @@ pub fn layout(allocation: &Allocation, running: &[Step], req: &StepRequest) -> R
         (cpus, gpus)
     };
     let free = |i: usize| -> (u64, Vec<u32>) {
-        let a = &allocation.nodes[i];
+        let a = &shares[i];
         if req.overlap {
-            return (u64::from(a.cpus), a.gpus.clone());
+            return (u64::from(a.cpus), a.gpus.to_vec());
         }
         let (cpus, gpus) = held(i);
         (u64::from(a.cpus).saturating_sub(cpus), a.gpus.iter().copied().filter(|g| !gpus.contains(g)).collect())
@@ -267,7 +275,7 @@ pub fn layout(allocation: &Allocation, running: &[Step], req: &StepRequest) -> R
         .map(|(i, &tasks)| {
             let (c, _) = need(tasks);
             let gpus = if gpt == 0 {
-                allocation.nodes[i].gpus.clone()
+                shares[i].gpus.to_vec()
             } else {
                 free(i).1.into_iter().take((tasks * gpt) as usize).collect()
             };
@@ -314,15 +322,18 @@ fn place(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::NodeAllocation;
 
-    fn allocation(nodes: &[(&str, u32, &[u32])]) -> Allocation {
-        Allocation {
-            nodes: nodes
-                .iter()
-                .map(|(n, cpus, gpus)| NodeAllocation { node: n.to_string(), cpus: *cpus, mem_mb: 0, gpus: gpus.to_vec() })
-                .collect(),
+    /// A job's allocation: (node, CPUs, GPUs) each.
+    struct Alloc(Vec<(String, u32, Vec<u32>)>);
+
+    impl Alloc {
+        fn shares(&self) -> Vec<NodeShare<'_>> {
+            self.0.iter().map(|(node, cpus, gpus)| NodeShare { node, cpus: *cpus, gpus }).collect()
         }
+    }
+
+    fn allocation(nodes: &[(&str, u32, &[u32])]) -> Alloc {
+        Alloc(nodes.iter().map(|(n, cpus, gpus)| (n.to_string(), *cpus, gpus.to_vec())).collect())
     }
 
     fn shape(nodes: &[StepNode]) -> Vec<(&str, u32, u32, Vec<u32>)> {
@@ -352,7 +363,8 @@ mod tests {
         let req = |f: fn(&mut StepRequest)| {
             let mut r = StepRequest::default();
             f(&mut r);
-            layout(&a, &[], &r).map(|n| shape(&n).into_iter().map(|(n, f, t, g)| (n.to_string(), f, t, g)).collect::<Vec<_>>())
+            layout(&a.shares(), &[], &r)
+                .map(|n| shape(&n).into_iter().map(|(n, f, t, g)| (n.to_string(), f, t, g)).collect::<Vec<_>>())
         };
         let s = |v: &[(&str, u32, u32, &[u32])]| {
             Ok(v.iter().map(|(n, f, t, g)| (n.to_string(), *f, *t, g.to_vec())).collect::<Vec<_>>())
@@ -412,21 +424,24 @@ mod tests {
     fn steps_hold_their_cpus_and_gpus_until_they_end_unless_they_overlap() {
         let a = allocation(&[("n1", 2, &[0, 1]), ("n2", 2, &[2, 3])]);
         let two = StepRequest { ntasks_per_node: 2, gpus_per_task: 1, ..Default::default() };
-        let first = layout(&a, &[], &two).unwrap();
+        let first = layout(&a.shares(), &[], &two).unwrap();
         let running = vec![step(0, first.clone(), 1, false)];
-        assert!(matches!(layout(&a, &running, &two), Err(StepRefusal::Busy(_))));
-        assert!(matches!(layout(&a, &running, &StepRequest { ntasks: 1, ..Default::default() }), Err(StepRefusal::Busy(_))));
-        let shared = layout(&a, &running, &StepRequest { overlap: true, ..two.clone() }).unwrap();
+        assert!(matches!(layout(&a.shares(), &running, &two), Err(StepRefusal::Busy(_))));
+        assert!(matches!(
+            layout(&a.shares(), &running, &StepRequest { ntasks: 1, ..Default::default() }),
+            Err(StepRefusal::Busy(_))
+        ));
+        let shared = layout(&a.shares(), &running, &StepRequest { overlap: true, ..two.clone() }).unwrap();
         assert_eq!(shape(&shared), shape(&first));
         // A half-size step fits beside a half-size one, on other CPUs and GPUs.
         let half = StepRequest { ntasks: 2, gpus_per_task: 1, ..Default::default() };
-        let one = layout(&a, &[], &half).unwrap();
-        let other = layout(&a, &[step(0, one.clone(), 1, false)], &half).unwrap();
+        let one = layout(&a.shares(), &[], &half).unwrap();
+        let other = layout(&a.shares(), &[step(0, one.clone(), 1, false)], &half).unwrap();
         assert_eq!(shape(&one), [("n1", 0, 1, vec![0]), ("n2", 1, 1, vec![2])]);
         assert_eq!(shape(&other), [("n1", 0, 1, vec![1]), ("n2", 1, 1, vec![3])]);
         let mut ended = step(0, first, 1, false);
         ended.state = StepState::Completed;
-        assert!(layout(&a, &[ended], &two).is_ok(), "an ended step holds nothing");
+        assert!(layout(&a.shares(), &[ended], &two).is_ok(), "an ended step holds nothing");
         assert_eq!(first_gpus(&other), vec![1]);
     }
 

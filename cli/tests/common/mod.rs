@@ -255,7 +255,8 @@ pub fn resolvable_nodes(nodes: &[&str]) {
     let known: Vec<&str> = hosts.lines().flat_map(|l| l.split_whitespace().skip(1)).collect();
     for (i, node) in nodes.iter().enumerate() {
         if !known.contains(node) {
-            let mut f = std::fs::OpenOptions::new().append(true).open("/etc/hosts").expect("/etc/hosts is writable (root)");
+            let mut f =
+                std::fs::OpenOptions::new().append(true).open("/etc/hosts").expect("/etc/hosts is writable (root)");
             f.write_all(format!("127.0.1.{} {node}\n", i + 1).as_bytes()).unwrap();
         }
     }

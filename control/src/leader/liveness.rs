@@ -58,15 +58,21 @@ async fn end_orphan_steps(replica: &Replica, leader: &LeaderState) {
             .orphans(running.map(|j| &**j))
             .into_iter()
             .map(|(job, step)| {
-                let nodes = state.jobs.get(&job).and_then(|j| j.steps.iter().find(|s| s.id == step)).map(|s| {
-                    s.nodes.iter().map(|n| n.node.clone()).collect()
-                });
+                let nodes = state
+                    .jobs
+                    .get(&job)
+                    .and_then(|j| j.steps.iter().find(|s| s.id == step))
+                    .map(|s| s.nodes.iter().map(|n| n.node.clone()).collect());
                 (job, step, nodes.unwrap_or_default())
             })
             .collect()
     };
     for (job_id, step_id, nodes) in orphans {
-        tracing::warn!(job = job_id, step = step_id, "a step's srun is not served here (it went with the last leader): ending it");
+        tracing::warn!(
+            job = job_id,
+            step = step_id,
+            "a step's srun is not served here (it went with the last leader): ending it"
+        );
         for node in &nodes {
             let io = quorum_proto::agent::StepIo {
                 job_id,
@@ -75,8 +81,14 @@ async fn end_orphan_steps(replica: &Replica, leader: &LeaderState) {
             };
             leader.hub.step_io(node, io);
         }
-        let command =
-            Command::EndStep { job_id, step_id, exit_code: 0, signal: Some(libc::SIGKILL), cancelled: true, now: now_ms() };
+        let command = Command::EndStep {
+            job_id,
+            step_id,
+            exit_code: 0,
+            signal: Some(libc::SIGKILL),
+            cancelled: true,
+            now: now_ms(),
+        };
         if let Err(e) = replica.write(command).await {
             tracing::warn!(job = job_id, step = step_id, error = %e, "ending a step without srun");
         }

@@ -93,7 +93,14 @@ impl StepRoutes {
 
 /// The launch of `step`'s tasks on its `node_id`-th node, unsigned: `env` is `srun`'s, with the
 /// job's and the step's `SLURM_*` variables set over it (the agent adds each task's own).
-pub fn step_launch(job: &Job, step: &Step, node_id: usize, argv: &[String], env: &[EnvVar], work_dir: &str) -> StepLaunch {
+pub fn step_launch(
+    job: &Job,
+    step: &Step,
+    node_id: usize,
+    argv: &[String],
+    env: &[EnvVar],
+    work_dir: &str,
+) -> StepLaunch {
     let node = &step.nodes[node_id];
     let nodelist = crate::model::hostlist::compress(&step.node_names());
     let allocation = job.allocation.as_ref();
@@ -123,10 +130,11 @@ pub fn step_launch(job: &Job, step: &Step, node_id: usize, argv: &[String], env:
         ("SLURM_GPUS_PER_TASK", step.gpus_per_task.to_string()),
     ];
     vars.retain(|e| !set.iter().any(|(k, _)| *k == e.name));
-    vars.extend(set.into_iter().filter(|(k, v)| *k != "SLURM_GPUS_PER_TASK" || v != "0").map(|(k, v)| EnvVar {
-        name: k.to_string(),
-        value: v,
-    }));
+    vars.extend(
+        set.into_iter()
+            .filter(|(k, v)| *k != "SLURM_GPUS_PER_TASK" || v != "0")
+            .map(|(k, v)| EnvVar { name: k.to_string(), value: v }),
+    );
     StepLaunch {
         job_id: job.id,
         token: job.alloc_index,

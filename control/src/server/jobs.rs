@@ -71,7 +71,8 @@ pub(super) async fn cancel_job(api: &Api, caller: &Caller, r: CancelJobRequest) 
     if r.complete {
         let mut results = Vec::new();
         for job_id in r.job_ids {
-            let command = Command::EndAllocation { job_id, user: acting_as(caller), exit_code: r.exit_code, now: now_ms() };
+            let command =
+                Command::EndAllocation { job_id, user: acting_as(caller), exit_code: r.exit_code, now: now_ms() };
             let result = match api.replica.write(command).await.map_err(write_status)?.1 {
                 Response::JobFinished { .. } => CancelResult { job_id, ok: true, error: String::new() },
                 Response::Rejected(rej) => CancelResult { job_id, ok: false, error: rej.to_string() },

@@ -152,11 +152,20 @@ impl Pump {
         self.to_nodes(0..self.step.nodes.len(), step_io::Msg::Signal(signal));
     }
 
-    /// Whether the job still runs this step.
+    /// Whether the job still runs this step, served here: a replica that stopped leading no
+    /// longer hears from the step's agents (the new leader ends the step).
     fn step_running(&self) -> Result<(), String> {
+        if !self.api.replica.is_leader() {
+            return Err("the controller serving the step stopped leading; the new leader ends it".into());
+        }
         let applied = self.api.replica.shared.read();
         match applied.state.jobs.get(&self.job_id) {
-            Some(j) if j.state == JobState::Running => Ok(()),
+            Some(j) if j.state == JobState::Running => match j.steps.iter().find(|s| s.id == self.step.id) {
+                Some(s) if s.state != quorum_model::step::StepState::Running => {
+                    Err(format!("step {}.{} was ended ({})", self.job_id, self.step.id, s.state.name()))
+                }
+                _ => Ok(()),
+            },
             Some(j) => Err(format!("job {} ended ({})", self.job_id, j.state.name())),
             None => Err(format!("job {} is gone", self.job_id)),
         }
@@ -167,7 +176,12 @@ impl Pump {
         self.tx.send(event(step_event::Msg::Exit(exit))).await.is_ok()
     }
 
-    async fn run(mut self, mut input: Streaming<StepInput>, mut from_agents: mpsc::Receiver<FromAgent>, unreachable: Vec<usize>) {
+    async fn run(
+        mut self,
+        mut input: Streaming<StepInput>,
+        mut from_agents: mpsc::Receiver<FromAgent>,
+        unreachable: Vec<usize>,
+    ) {
         for i in unreachable {
             let n = self.step.nodes[i].clone();
             for task in n.first_task..n.first_task + n.tasks {
@@ -235,7 +249,13 @@ impl Pump {
             tracing::warn!(job = self.job_id, step = self.step.id, error = %e, "recording a step's end");
         }
         self.api.leader.steps.close(self.job_id, self.step.id);
-        tracing::info!(job = self.job_id, step = self.step.id, code, reason = reason.as_deref().unwrap_or(""), "step ended");
+        tracing::info!(
+            job = self.job_id,
+            step = self.step.id,
+            code,
+            reason = reason.as_deref().unwrap_or(""),
+            "step ended"
+        );
         let end = StepEnd { exit_code: code, reason: reason.unwrap_or_default() };
         let _ = self.tx.send(event(step_event::Msg::End(end))).await;
     }

@@ -518,7 +518,8 @@ fn start_step(state: &mut ClusterState, job_id: JobId, user: &str, request: &ste
     if user != job.user && user != "root" {
         return Response::Rejected(Rejection::NotOwner { id: job_id, user: user.to_string(), owner: job.user.clone() });
     }
-    let (JobState::Running, false, Some(allocation)) = (job.state, job.cancel_requested, job.allocation.as_ref()) else {
+    let (JobState::Running, false, Some(allocation)) = (job.state, job.cancel_requested, job.allocation.as_ref())
+    else {
         return Response::Rejected(Rejection::NotRunning { id: job_id, state: job.state });
     };
     if job.steps.iter().filter(|s| s.state == step::StepState::Running).count() >= step::MAX_RUNNING_STEPS {
@@ -527,9 +528,13 @@ fn start_step(state: &mut ClusterState, job_id: JobId, user: &str, request: &ste
             reason: format!("it runs {} steps already, the most at once", step::MAX_RUNNING_STEPS),
         });
     }
-    let nodes = match step::layout(allocation, &job.steps, request) {
+    let shares: Vec<step::NodeShare> =
+        allocation.nodes.iter().map(|n| step::NodeShare { node: &n.node, cpus: n.cpus, gpus: &n.gpus }).collect();
+    let nodes = match step::layout(&shares, &job.steps, request) {
         Ok(nodes) => nodes,
-        Err(step::StepRefusal::Never(reason)) => return Response::Rejected(Rejection::StepNeverFits { id: job_id, reason }),
+        Err(step::StepRefusal::Never(reason)) => {
+            return Response::Rejected(Rejection::StepNeverFits { id: job_id, reason })
+        }
         Err(step::StepRefusal::Busy(reason)) => return Response::Rejected(Rejection::StepBusy { id: job_id, reason }),
     };
     let started = step::Step {

@@ -539,3 +539,73 @@ fn roles_given_at_run_time_are_replicated_state_and_user_takes_them_back() {
     assert!(!serde_json::to_string(&s).unwrap().contains("roles"));
     assert_eq!(Command::SetRole { user: "a".into(), role: Role::Admin, now: 1 }.level().0, 8);
 }
+
+/// A batch step job ends with its first node; a step is recorded where `layout` puts it, holds
+/// its CPUs until it ends, and ends with its job; an interactive allocation ends as its
+/// command did.
+#[test]
+fn steps_are_recorded_hold_their_cpus_and_end_with_their_job() {
+    use quorum_model::step::{StepRequest, StepState};
+    let mut s = cluster();
+    let mut sp = spec(&["true"]);
+    (sp.nodes, sp.ntasks, sp.batch_step) = (2, 2, true);
+    submit(&mut s, 10, sp.clone(), "a");
+    assert_eq!(
+        Command::SubmitJob { spec: Box::new(sp.clone()), user: "alice".into(), now: 0, request_id: String::new() }
+            .level()
+            .0,
+        9
+    );
+    assert!(matches!(start_on_both(&mut s, 11, 1, 1), Response::PlanApplied { .. }));
+    let token = s.jobs[&1].alloc_index;
+    let step = |s: &mut ClusterState, index: u64, user: &str, ntasks: u32| {
+        let request = StepRequest { name: "hostname".into(), ntasks, ..Default::default() };
+        apply(s, index, Command::StartStep { job_id: 1, user: user.into(), request, now: 3000 })
+    };
+    match step(&mut s, 12, "alice", 0) {
+        Response::StepStarted { step, .. } => {
+            assert_eq!((step.id, step.ntasks, step.node_names()), (0, 2, vec!["n1", "n2"]));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(
+        matches!(step(&mut s, 13, "alice", 0), Response::Rejected(Rejection::StepBusy { .. })),
+        "its CPUs are held"
+    );
+    assert!(matches!(step(&mut s, 14, "alice", 9), Response::Rejected(Rejection::StepNeverFits { .. })));
+    assert!(matches!(step(&mut s, 15, "mallory", 1), Response::Rejected(Rejection::NotOwner { .. })));
+    let end = Command::EndStep { job_id: 1, step_id: 0, exit_code: 3, signal: None, cancelled: false, now: 4000 };
+    assert_eq!(apply(&mut s, 16, end), Response::Ok);
+    assert_eq!((s.jobs[&1].steps[0].state, s.jobs[&1].steps[0].exit_code), (StepState::Failed, Some(3)));
+    assert!(matches!(step(&mut s, 17, "alice", 0), Response::StepStarted { .. }), "ended steps hold nothing");
+    // The second node's end (its holder killed) decides nothing; the first node's does.
+    let ended = |node: &str, code: i32| Command::JobEnded {
+        job_id: 1,
+        token,
+        node: node.into(),
+        outcome: RankOutcome::Exited { code, signal: 0 },
+        now: 5000,
+    };
+    assert_eq!(apply(&mut s, 18, ended("n2", 0)), Response::Ok);
+    assert_eq!(s.jobs[&1].state, JobState::Running);
+    assert!(matches!(apply(&mut s, 19, ended("n1", 0)), Response::JobFinished { state: JobState::Completed, .. }));
+    assert_eq!(s.jobs[&1].steps[1].state, StepState::Cancelled, "a step still running ends with its job");
+    assert!(matches!(step(&mut s, 20, "alice", 1), Response::Rejected(Rejection::NotRunning { .. })));
+
+    // salloc: ended by its owner as its command ended.
+    let mut alloc = spec(&["bash"]);
+    alloc.interactive = true;
+    submit(&mut s, 21, alloc, "b");
+    assert!(matches!(start(&mut s, 22, 2, "n1", 1, vec![]), Response::PlanApplied { .. }));
+    let end = |user: &str| Command::EndAllocation { job_id: 2, user: user.into(), exit_code: 4, now: 6000 };
+    assert!(matches!(apply(&mut s, 23, end("mallory")), Response::Rejected(Rejection::NotOwner { .. })));
+    assert!(matches!(apply(&mut s, 24, end("alice")), Response::JobFinished { state: JobState::Failed, .. }));
+    assert_eq!(s.jobs[&2].exit_code, Some(4));
+    assert!(
+        matches!(
+            apply(&mut s, 25, Command::EndAllocation { job_id: 1, user: "alice".into(), exit_code: 0, now: 7000 }),
+            Response::Rejected(_)
+        ),
+        "a batch job is cancelled, not ended so"
+    );
+}
