@@ -197,6 +197,8 @@ fn state(pending: usize, nodes: usize) -> ClusterState {
                 qos: "normal".into(),
                 requeues: 0,
                 array: None,
+                steps: vec![],
+                next_step: 0,
             }),
         );
     }

@@ -323,6 +323,9 @@ fn place(
 mod tests {
     use super::*;
 
+    /// Where a step's tasks went on a node: (node, first task, tasks, GPUs).
+    type Placed = (String, u32, u32, Vec<u32>);
+
     /// A job's allocation: (node, CPUs, GPUs) each.
     struct Alloc(Vec<(String, u32, Vec<u32>)>);
 
@@ -396,7 +399,7 @@ mod tests {
             s(&[("n1", 0, 4, &[0, 1])])
         );
         // What the allocation can never hold, named.
-        let never = |r: Result<Vec<(String, u32, u32, Vec<u32>)>, StepRefusal>, what: &str| match r {
+        let never = |r: Result<Vec<Placed>, StepRefusal>, what: &str| match r {
             Err(StepRefusal::Never(m)) => assert!(m.contains(what), "{m}"),
             other => panic!("expected a refusal naming {what}, got {other:?}"),
         };
