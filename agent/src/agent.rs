@@ -150,6 +150,8 @@ pub(crate) struct StepEntry {
     pub pgids: Vec<i32>,
     /// Task 0's stdin, when task 0 runs here.
     pub stdin: Option<mpsc::UnboundedSender<Option<Vec<u8>>>>,
+    /// Task 0's terminal (`srun --pty`), for its size.
+    pub pty: Option<Arc<std::os::fd::OwnedFd>>,
 }
 
 /// The agent's lease on its jobs: the send time of the newest heartbeat the leader answered,

@@ -2,6 +2,7 @@
 //! their `QUORUM_*` and `SLURM_*` names (the job, its allocation, its array task), so that Slurm
 //! scripts read what they expect.
 
+use quorum_model::step::tasks_per_node;
 use quorum_proto::agent::Launch;
 use quorum_proto::api::JobSpec;
 
@@ -83,22 +84,6 @@ pub fn job_environment(
     env.push(("SLURMD_NODENAME".into(), node.to_string()));
     env.push(("CUDA_VISIBLE_DEVICES".into(), gpus));
     env
-}
-
-/// `SLURM_TASKS_PER_NODE` as Slurm writes it: `ntasks` spread over `nodes` as evenly as they
-/// go, the first nodes taking one more, runs of equal counts as `N(xK)`: `2(x3)`, `3,2(x2)`.
-pub fn tasks_per_node(ntasks: u32, nodes: u32) -> String {
-    let nodes = nodes.max(1);
-    let (base, extra) = (ntasks / nodes, ntasks % nodes);
-    let run = |count: u32, times: u32| if times == 1 { count.to_string() } else { format!("{count}(x{times})") };
-    let mut parts = Vec::new();
-    if extra > 0 {
-        parts.push(run(base + 1, extra));
-    }
-    if nodes > extra {
-        parts.push(run(base, nodes - extra));
-    }
-    parts.join(",")
 }
 
 /// Sets `QUORUM_<suffix>` and `SLURM_<suffix>` to `value`, replacing what the submit

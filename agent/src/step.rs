@@ -8,6 +8,7 @@
 //! process groups ([`Agent::kill_steps`]). The tasks are the agent's children: an agent that
 //! stops takes their pipes with it (their `srun` sees the node lost).
 
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::sync::Arc;
 
@@ -102,9 +103,18 @@ pub(crate) async fn launch(agent: Arc<Agent>, l: StepLaunch) {
             }
         }
         let hostname = agent.config.node_hostname.then_some(agent.config.name.as_str());
-        let spawned = spawn(&l, &env, account.as_ref(), &cgroup_procs, task == 0, hostname);
+        // `srun --pty`: task 0 on a terminal of its own.
+        let pty = match (l.pty && task == 0).then(|| open_pty(l.window.as_ref())).transpose() {
+            Ok(p) => p,
+            Err(e) => {
+                task_failed(&agent, &l, task, format!("cannot open a pseudo-terminal: {e}")).await;
+                continue;
+            }
+        };
+        let slave = pty.as_ref().map(|(_, s)| s);
+        let spawned = spawn(&l, &env, account.as_ref(), &cgroup_procs, task == 0, hostname, slave);
         match spawned {
-            Ok(child) => watch(agent.clone(), l.clone(), task, child),
+            Ok(child) => watch(agent.clone(), l.clone(), task, child, pty.map(|(m, _)| m)),
             Err(e) => {
                 task_failed(&agent, &l, task, format!("cannot run '{}' in {}: {e}", l.argv[0], l.work_dir)).await;
             }
@@ -121,6 +131,7 @@ fn spawn(
     cgroup_procs: &[std::path::PathBuf],
     takes_stdin: bool,
     node_hostname: Option<&str>,
+    pty: Option<&std::os::fd::OwnedFd>,
 ) -> std::io::Result<tokio::process::Child> {
     use std::ffi::CString;
     let program = l.argv.first().ok_or_else(|| std::io::Error::other("no command"))?;
@@ -152,11 +163,21 @@ fn spawn(
         .stdin(if takes_stdin { std::process::Stdio::piped() } else { std::process::Stdio::null() })
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped());
+    let terminal = pty.is_some();
+    if let Some(slave) = pty {
+        cmd.stdin(slave.try_clone()?).stdout(slave.try_clone()?).stderr(slave.try_clone()?);
+    }
     // SAFETY: between fork and exec only async-signal-safe calls run (setpgid, open, write,
     // close, setgroups, setgid, setuid, chdir) on memory prepared before the fork.
     unsafe {
         cmd.pre_exec(move || {
-            if libc::setpgid(0, 0) != 0 {
+            // On a terminal: a session of its own with the terminal as its controlling one (job
+            // control, ^C); otherwise a process group of its own.
+            if terminal {
+                if libc::setsid() < 0 || libc::ioctl(0, libc::TIOCSCTTY, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            } else if libc::setpgid(0, 0) != 0 {
                 return Err(std::io::Error::last_os_error());
             }
             if let Some(name) = &hostname {
@@ -188,13 +209,59 @@ fn spawn(
     tokio::process::Command::from(cmd).kill_on_drop(false).spawn()
 }
 
+/// A pseudo-terminal pair (master, slave) of `window`'s size.
+fn open_pty(window: Option<&quorum_proto::api::StepWindow>) -> std::io::Result<(OwnedFd, OwnedFd)> {
+    use std::os::fd::FromRawFd;
+    let (mut master, mut slave) = (-1, -1);
+    let size =
+        window.map(|w| libc::winsize { ws_row: w.rows as u16, ws_col: w.cols as u16, ws_xpixel: 0, ws_ypixel: 0 });
+    let size_ptr = size.as_ref().map_or(std::ptr::null(), |s| s as *const libc::winsize);
+    // SAFETY: openpty writes two descriptors; the name and termios arguments may be null.
+    if unsafe { libc::openpty(&mut master, &mut slave, std::ptr::null_mut(), std::ptr::null(), size_ptr) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: both were just opened and are owned by nobody else.
+    let (master, slave) = unsafe { (OwnedFd::from_raw_fd(master), OwnedFd::from_raw_fd(slave)) };
+    for fd in [&master, &slave] {
+        // SAFETY: fcntl on a descriptor we own.
+        unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFD, libc::FD_CLOEXEC) };
+    }
+    Ok((master, slave))
+}
+
+/// Resizes a step's terminal (`srun --pty` saw its own change).
+fn resize(pty: &OwnedFd, w: &quorum_proto::api::StepWindow) {
+    let size = libc::winsize { ws_row: w.rows as u16, ws_col: w.cols as u16, ws_xpixel: 0, ws_ypixel: 0 };
+    // SAFETY: TIOCSWINSZ reads a winsize from the pointer given.
+    unsafe { libc::ioctl(pty.as_raw_fd(), libc::TIOCSWINSZ, &size) };
+}
+
 /// Forwards a task's output and input, then reports its exit once all its output is sent.
-fn watch(agent: Arc<Agent>, l: StepLaunch, task: u32, mut child: tokio::process::Child) {
+fn watch(agent: Arc<Agent>, l: StepLaunch, task: u32, mut child: tokio::process::Child, pty: Option<OwnedFd>) {
     let key = (l.job_id, l.step_id);
+    let mut terminal_reader = None;
     if let Some(pid) = child.id() {
         let mut steps = agent.lock_steps();
         let entry = steps.entry(key).or_default();
         entry.pgids.push(pid as i32);
+        if let Some(master) = pty {
+            let (reader, writer) = match (master.try_clone(), master.try_clone()) {
+                (Ok(r), Ok(w)) => (r, w),
+                _ => return,
+            };
+            let mut writer = tokio::fs::File::from_std(std::fs::File::from(writer));
+            terminal_reader = Some(tokio::fs::File::from_std(std::fs::File::from(reader)));
+            entry.pty = Some(Arc::new(master));
+            let (tx, mut rx) = mpsc::unbounded_channel::<Option<Vec<u8>>>();
+            entry.stdin = Some(tx);
+            tokio::spawn(async move {
+                while let Some(Some(data)) = rx.recv().await {
+                    if writer.write_all(&data).await.is_err() || writer.flush().await.is_err() {
+                        break;
+                    }
+                }
+            });
+        }
         if let Some(mut stdin) = child.stdin.take() {
             let (tx, mut rx) = mpsc::unbounded_channel::<Option<Vec<u8>>>();
             entry.stdin = Some(tx);
@@ -207,14 +274,15 @@ fn watch(agent: Arc<Agent>, l: StepLaunch, task: u32, mut child: tokio::process:
             });
         }
     }
-    let readers: Vec<_> = [(child.stdout.take().map(Pipe::Out)), (child.stderr.take().map(Pipe::Err))]
-        .into_iter()
-        .flatten()
-        .map(|pipe| {
-            let (agent, l) = (agent.clone(), l.clone());
-            tokio::spawn(async move { forward(&agent, &l, task, pipe).await })
-        })
-        .collect();
+    let readers: Vec<_> =
+        [child.stdout.take().map(Pipe::Out), child.stderr.take().map(Pipe::Err), terminal_reader.map(Pipe::Terminal)]
+            .into_iter()
+            .flatten()
+            .map(|pipe| {
+                let (agent, l) = (agent.clone(), l.clone());
+                tokio::spawn(async move { forward(&agent, &l, task, pipe).await })
+            })
+            .collect();
     tokio::spawn(async move {
         let status = child.wait().await;
         for r in readers {
@@ -235,6 +303,7 @@ fn watch(agent: Arc<Agent>, l: StepLaunch, task: u32, mut child: tokio::process:
                 e.pgids.retain(|&p| Some(p as u32) != child.id());
                 if task == 0 {
                     e.stdin = None;
+                    e.pty = None;
                 }
             }
         }
@@ -251,6 +320,8 @@ fn watch(agent: Arc<Agent>, l: StepLaunch, task: u32, mut child: tokio::process:
 enum Pipe {
     Out(tokio::process::ChildStdout),
     Err(tokio::process::ChildStderr),
+    /// A terminal's master side: its output (errors too), until its last process closes it.
+    Terminal(tokio::fs::File),
 }
 
 async fn forward(agent: &Agent, l: &StepLaunch, task: u32, pipe: Pipe) {
@@ -258,6 +329,7 @@ async fn forward(agent: &Agent, l: &StepLaunch, task: u32, pipe: Pipe) {
     let (mut reader, stderr): (Box<dyn tokio::io::AsyncRead + Unpin + Send>, bool) = match pipe {
         Pipe::Out(o) => (Box::new(o), false),
         Pipe::Err(e) => (Box::new(e), true),
+        Pipe::Terminal(t) => (Box::new(t), false),
     };
     loop {
         let n = match reader.read(&mut buf).await {
@@ -282,6 +354,11 @@ pub(crate) fn io(agent: &Agent, io: StepIo) {
         Some(step_io::Msg::StdinEof(_)) => {
             if let Some(tx) = &entry.stdin {
                 let _ = tx.send(None);
+            }
+        }
+        Some(step_io::Msg::Window(w)) => {
+            if let Some(pty) = &entry.pty {
+                resize(pty, &w);
             }
         }
         Some(step_io::Msg::Signal(signal)) if (1..=64).contains(&signal) => {

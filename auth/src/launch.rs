@@ -66,7 +66,7 @@ pub fn launch_digest(spec: Option<&quorum_proto::api::JobSpec>) -> String {
 /// What a step launch's grant covers: the step, what its tasks run, where and with what
 /// environment, which tasks and GPUs (never equal to a job's digest: it starts with "step").
 pub fn step_digest(s: &quorum_proto::agent::StepLaunch) -> String {
-    let numbers: Vec<[u8; 4]> = [s.step_id, s.node_id, s.first_task, s.tasks, s.gpus_per_task]
+    let numbers: Vec<[u8; 4]> = [s.step_id, s.node_id, s.first_task, s.tasks, s.gpus_per_task, u32::from(s.pty)]
         .into_iter()
         .chain(s.gpus.iter().copied())
         .map(u32::to_le_bytes)

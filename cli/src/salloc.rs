@@ -157,7 +157,7 @@ pub fn allocation_env(job: &JobInfo) -> Vec<(String, String)> {
         ("SLURM_NTASKS", spec.ntasks.to_string()),
         ("SLURM_NPROCS", spec.ntasks.to_string()),
         ("SLURM_CPUS_PER_TASK", spec.cpus_per_task.to_string()),
-        ("SLURM_TASKS_PER_NODE", tasks_per_node(spec.ntasks, nodes)),
+        ("SLURM_TASKS_PER_NODE", quorum_model::step::tasks_per_node(spec.ntasks, nodes)),
         ("SLURM_JOB_CPUS_PER_NODE", cpus.join(",")),
         ("SLURM_JOB_PARTITION", job.partition.clone()),
         ("SLURM_JOB_USER", job.user.clone()),
@@ -171,20 +171,6 @@ pub fn allocation_env(job: &JobInfo) -> Vec<(String, String)> {
         }
     }
     vars.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
-}
-
-/// `ntasks` over `nodes` as Slurm writes it: `2(x3)`, `3,2`.
-fn tasks_per_node(ntasks: u32, nodes: u32) -> String {
-    let (base, extra) = (ntasks / nodes, ntasks % nodes);
-    let run = |count: u32, times: u32| if times == 1 { count.to_string() } else { format!("{count}(x{times})") };
-    let mut parts = Vec::new();
-    if extra > 0 {
-        parts.push(run(base + 1, extra));
-    }
-    if nodes > extra {
-        parts.push(run(base, nodes - extra));
-    }
-    parts.join(",")
 }
 
 async fn run(a: SallocArgs) -> anyhow::Result<u8> {

@@ -65,6 +65,10 @@ pub struct SrunArgs {
     /// Working directory of the tasks (default: here).
     #[arg(short = 'D', long)]
     chdir: Option<String>,
+    /// Task 0 on a terminal of its own, which srun's terminal drives (`srun --pty bash`):
+    /// its size follows srun's, and keys (^C, ^Z) reach it as typed.
+    #[arg(long)]
+    pty: bool,
     /// Output is sent as it comes (always so here).
     #[arg(short = 'u', long)]
     unbuffered: bool,
@@ -102,7 +106,12 @@ pub fn main(args: &[String]) -> ExitCode {
     };
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build();
     let result = match runtime {
-        Ok(rt) => rt.block_on(run(parsed)),
+        Ok(rt) => {
+            let result = rt.block_on(run(parsed));
+            // The read of srun's stdin may still wait for a key: not waited for.
+            rt.shutdown_background();
+            result
+        }
         Err(e) => Err(anyhow::anyhow!("starting the async runtime: {e}")),
     };
     match result {
@@ -163,6 +172,8 @@ fn request(a: &SrunArgs, job_id: u64) -> anyhow::Result<StepRequest> {
         overlap: a.overlap,
         env: std::env::vars().map(|(name, value)| EnvVar { name, value }).collect(),
         work_dir: cwd,
+        pty: a.pty,
+        window: if a.pty { terminal_size() } else { None },
     })
 }
 
@@ -372,8 +383,11 @@ async fn step(a: &SrunArgs, client: &quorum_client::client::Client, job_id: u64)
         files: HashMap::new(),
         partial: HashMap::new(),
     };
+    // With --pty, srun's terminal passes every key on (raw) until srun ends.
+    let _raw = if a.pty { RawTerminal::enter() } else { None };
     forward_stdin(input.clone());
     let mut signals = Signals::new()?;
+    let mut resized = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::window_change())?;
     let kill_on_bad_exit = a.kill_on_bad_exit.is_some_and(|k| k != 0);
     let mut first_exit: Option<Instant> = None;
     let mut killed = false;
@@ -425,6 +439,11 @@ async fn step(a: &SrunArgs, client: &quorum_client::client::Client, job_id: u64)
                 send_signal(&input, libc::SIGKILL).await;
                 killed = true;
             }
+            _ = resized.recv(), if a.pty => {
+                if let Some(w) = terminal_size() {
+                    let _ = input.send(StepInput { msg: Some(step_input::Msg::Window(w)) }).await;
+                }
+            }
             signal = signals.next() => {
                 match signal {
                     Some(libc::SIGINT) => {
@@ -453,6 +472,44 @@ fn exit_code(ended: &HashMap<u32, (i32, i32, bool)>) -> Option<i32> {
         .filter(|(_, signal, killed)| !(*killed && *signal == libc::SIGKILL))
         .map(|&(code, signal, _)| if signal != 0 { 128 + signal } else { code })
         .max()
+}
+
+/// The size of srun's terminal (its stdin), when it has one.
+fn terminal_size() -> Option<quorum_proto::api::StepWindow> {
+    let mut size = libc::winsize { ws_row: 0, ws_col: 0, ws_xpixel: 0, ws_ypixel: 0 };
+    // SAFETY: TIOCGWINSZ writes a winsize to the pointer given.
+    let ok = unsafe { libc::ioctl(0, libc::TIOCGWINSZ, &mut size) } == 0;
+    (ok && size.ws_row > 0)
+        .then(|| quorum_proto::api::StepWindow { rows: size.ws_row.into(), cols: size.ws_col.into() })
+}
+
+/// srun's terminal in raw mode (no echo, no line editing, keys passed on as typed), put back as
+/// it was when dropped.
+struct RawTerminal(libc::termios);
+
+impl RawTerminal {
+    fn enter() -> Option<RawTerminal> {
+        // SAFETY: isatty, tcgetattr and tcsetattr on fd 0 with a termios we own.
+        unsafe {
+            if libc::isatty(0) != 1 {
+                return None;
+            }
+            let mut saved: libc::termios = std::mem::zeroed();
+            if libc::tcgetattr(0, &mut saved) != 0 {
+                return None;
+            }
+            let mut raw = saved;
+            libc::cfmakeraw(&mut raw);
+            (libc::tcsetattr(0, libc::TCSANOW, &raw) == 0).then_some(RawTerminal(saved))
+        }
+    }
+}
+
+impl Drop for RawTerminal {
+    fn drop(&mut self) {
+        // SAFETY: puts back the attributes read from fd 0.
+        unsafe { libc::tcsetattr(0, libc::TCSANOW, &self.0) };
+    }
 }
 
 async fn send_signal(input: &mpsc::Sender<StepInput>, signal: i32) {

@@ -308,3 +308,67 @@ async fn salloc_holds_an_allocation_for_its_command_and_srun_from_outside_takes_
     assert_eq!(code, Some(1), "{err}");
     cluster.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn srun_pty_gives_task_zero_a_terminal_that_srun_s_own_drives() {
+    use std::io::{Read, Write};
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    use std::os::unix::process::CommandExt;
+    let cluster = cluster(options()).await;
+    let c = client(&cluster.addrs);
+    wait_ready(&cluster, &c, 2).await;
+    let dir = tempfile::tempdir().unwrap();
+    let srun = slurm_command(dir.path(), "srun");
+    // srun's own terminal, 30 rows by 100 columns, as a user's would be.
+    let (mut master, mut slave) = (-1, -1);
+    let size = libc::winsize { ws_row: 30, ws_col: 100, ws_xpixel: 0, ws_ypixel: 0 };
+    // SAFETY: openpty writes two descriptors; the name and termios may be null.
+    assert_eq!(unsafe { libc::openpty(&mut master, &mut slave, std::ptr::null_mut(), std::ptr::null(), &size) }, 0);
+    // SAFETY: both were just opened and are ours.
+    let (master, slave) = unsafe { (OwnedFd::from_raw_fd(master), OwnedFd::from_raw_fd(slave)) };
+    let mut command = Command::new(&srun);
+    command
+        .args(["--pty", "bash", "--norc", "--noprofile"])
+        .envs(cluster.env())
+        .current_dir(dir.path())
+        .stdin(slave.try_clone().unwrap())
+        .stdout(slave.try_clone().unwrap())
+        .stderr(slave.try_clone().unwrap());
+    // SAFETY: setsid and ioctl between fork and exec: srun gets the terminal as its own.
+    unsafe {
+        command.pre_exec(|| {
+            libc::setsid();
+            libc::ioctl(0, libc::TIOCSCTTY, 0);
+            Ok(())
+        });
+    }
+    let mut child = command.spawn().unwrap();
+    // Only srun holds its terminal now: the reader sees its end when srun ends.
+    drop(command);
+    drop(slave);
+    let mut writer = std::fs::File::from(master.try_clone().unwrap());
+    writer.write_all(b"tty; stty size; echo $((6*7)) $SLURM_STEP_NUM_TASKS; exit 3\n").unwrap();
+    let fd = master.as_raw_fd();
+    let reader = std::thread::spawn(move || {
+        let mut file = std::fs::File::from(master);
+        let mut out = Vec::new();
+        let mut buf = [0u8; 4096];
+        // Until srun and its terminal close (EIO), or a minute.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while Instant::now() < deadline {
+            match file.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => out.extend_from_slice(&buf[..n]),
+            }
+        }
+        String::from_utf8_lossy(&out).into_owned()
+    });
+    let status = tokio::task::spawn_blocking(move || child.wait()).await.unwrap().unwrap();
+    let out = reader.join().unwrap();
+    let _ = fd;
+    assert_eq!(status.code(), Some(3), "srun exits with the shell's code:\n{out}");
+    assert!(out.contains("/dev/pts/"), "the task's stdin is a terminal:\n{out}");
+    assert!(out.contains("30 100"), "its size is srun's terminal's:\n{out}");
+    assert!(out.contains("42 1"), "{out}");
+    cluster.shutdown().await;
+}

@@ -117,19 +117,30 @@ impl Step {
 
     /// `SLURM_STEP_TASKS_PER_NODE` / `SLURM_TASKS_PER_NODE` as Slurm writes it: `2(x3)`, `3,2`.
     pub fn tasks_per_node(&self) -> String {
-        let mut parts: Vec<(u32, u32)> = Vec::new();
-        for n in &self.nodes {
-            match parts.last_mut() {
-                Some((count, times)) if *count == n.tasks => *times += 1,
-                _ => parts.push((n.tasks, 1)),
-            }
-        }
-        let text: Vec<String> = parts
-            .into_iter()
-            .map(|(count, times)| if times == 1 { count.to_string() } else { format!("{count}(x{times})") })
-            .collect();
-        text.join(",")
+        run_lengths(self.nodes.iter().map(|n| n.tasks))
     }
+}
+
+/// Counts per node as Slurm writes them: runs of equal counts as `N(xK)`, e.g. `3,2(x2)`.
+pub fn run_lengths(counts: impl IntoIterator<Item = u32>) -> String {
+    let mut parts: Vec<(u32, u32)> = Vec::new();
+    for count in counts {
+        match parts.last_mut() {
+            Some((c, times)) if *c == count => *times += 1,
+            _ => parts.push((count, 1)),
+        }
+    }
+    let text: Vec<String> =
+        parts.into_iter().map(|(c, times)| if times == 1 { c.to_string() } else { format!("{c}(x{times})") }).collect();
+    text.join(",")
+}
+
+/// `ntasks` spread over `nodes` as evenly as they go, the first nodes taking one more, as
+/// `SLURM_TASKS_PER_NODE` writes it: `2(x3)`, `3,2(x2)`.
+pub fn tasks_per_node(ntasks: u32, nodes: u32) -> String {
+    let nodes = nodes.max(1);
+    let (base, extra) = (ntasks / nodes, ntasks % nodes);
+    run_lengths((0..nodes).map(|i| base + u32::from(i < extra)))
 }
 
 /// Why a step cannot start.

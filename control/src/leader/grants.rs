@@ -36,43 +36,46 @@ impl Grants {
         }
     }
 
-    /// Signs a step's launch for `node`, when this cluster has a launch key.
-    pub fn sign_step(&self, launch: &mut StepLaunch, node: &str, now_ms: u64) {
-        let Some(signer) = &self.signer else { return };
-        let (uid, gid) = self.ids(&launch.user);
+    /// What a launch of `user`'s allocation `token` of job `job_id` on `node` may run (`spec`,
+    /// a digest), signed: (grant, signature); empty when this cluster has no launch key.
+    #[allow(clippy::too_many_arguments)]
+    fn signed(
+        &self,
+        job_id: u64,
+        token: u64,
+        user: &str,
+        node: &str,
+        nodelist: &str,
+        spec: String,
+        now_ms: u64,
+    ) -> (Vec<u8>, Vec<u8>) {
+        let Some(signer) = &self.signer else { return (Vec::new(), Vec::new()) };
+        let (uid, gid) = self.ids(user);
         let grant = Grant {
-            job_id: launch.job_id,
-            token: launch.token,
-            user: launch.user.clone(),
+            job_id,
+            token,
+            user: user.to_string(),
             uid,
             gid,
             node: node.to_string(),
-            nodelist: String::new(),
+            nodelist: nodelist.to_string(),
             expires_at_ms: now_ms + LIFETIME.as_millis() as u64,
-            spec: step_digest(launch),
+            spec,
         };
-        let (bytes, signature) = signer.sign(&grant);
-        launch.grant = bytes;
-        launch.signature = signature;
+        signer.sign(&grant)
+    }
+
+    /// Signs a step's launch for `node`, when this cluster has a launch key.
+    pub fn sign_step(&self, launch: &mut StepLaunch, node: &str, now_ms: u64) {
+        let spec = step_digest(launch);
+        (launch.grant, launch.signature) =
+            self.signed(launch.job_id, launch.token, &launch.user, node, "", spec, now_ms);
     }
 
     /// Signs `launch` for `node`, when this cluster has a launch key.
     pub fn sign(&self, launch: &mut Launch, node: &str, now_ms: u64) {
-        let Some(signer) = &self.signer else { return };
-        let (uid, gid) = self.ids(&launch.user);
-        let grant = Grant {
-            job_id: launch.job_id,
-            token: launch.token,
-            user: launch.user.clone(),
-            uid,
-            gid,
-            node: node.to_string(),
-            nodelist: launch.nodelist.clone(),
-            expires_at_ms: now_ms + LIFETIME.as_millis() as u64,
-            spec: launch_digest(launch.spec.as_ref()),
-        };
-        let (bytes, signature) = signer.sign(&grant);
-        launch.grant = bytes;
-        launch.signature = signature;
+        let spec = launch_digest(launch.spec.as_ref());
+        (launch.grant, launch.signature) =
+            self.signed(launch.job_id, launch.token, &launch.user, node, &launch.nodelist, spec, now_ms);
     }
 }

@@ -91,16 +91,10 @@ impl StepRoutes {
     }
 }
 
-/// The launch of `step`'s tasks on its `node_id`-th node, unsigned: `env` is `srun`'s, with the
+/// The launch of `step`'s tasks on its `node_id`-th node, unsigned: the environment is `srun`'s, with the
 /// job's and the step's `SLURM_*` variables set over it (the agent adds each task's own).
-pub fn step_launch(
-    job: &Job,
-    step: &Step,
-    node_id: usize,
-    argv: &[String],
-    env: &[EnvVar],
-    work_dir: &str,
-) -> StepLaunch {
+pub fn step_launch(job: &Job, step: &Step, node_id: usize, start: &quorum_proto::api::StepRequest) -> StepLaunch {
+    let (argv, env, work_dir) = (&start.argv, &start.env, start.work_dir.as_str());
     let node = &step.nodes[node_id];
     let nodelist = crate::model::hostlist::compress(&step.node_names());
     let allocation = job.allocation.as_ref();
@@ -140,7 +134,7 @@ pub fn step_launch(
         token: job.alloc_index,
         step_id: step.id,
         user: job.user.clone(),
-        argv: argv.to_vec(),
+        argv: argv.clone(),
         env: vars,
         work_dir: work_dir.to_string(),
         node_id: node_id as u32,
@@ -150,5 +144,7 @@ pub fn step_launch(
         gpus_per_task: step.gpus_per_task,
         grant: Vec::new(),
         signature: Vec::new(),
+        pty: start.pty && node.first_task == 0,
+        window: start.window,
     }
 }

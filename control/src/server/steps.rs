@@ -102,7 +102,7 @@ pub(super) async fn run_step(api: &Api, caller: Caller, mut input: Streaming<Ste
     };
     let mut unreachable = Vec::new();
     for (i, n) in step.nodes.iter().enumerate() {
-        let launch = step_launch(&job, &step, i, &argv, &start.env, &start.work_dir);
+        let launch = step_launch(&job, &step, i, &start);
         if !api.leader.hub.launch_step(&n.node, launch) {
             unreachable.push(i);
         }
@@ -200,6 +200,7 @@ impl Pump {
                         step_input::Msg::Stdin(data) => self.to_nodes(std::iter::once(0), step_io::Msg::Stdin(data)),
                         step_input::Msg::StdinEof(_) => self.to_nodes(std::iter::once(0), step_io::Msg::StdinEof(true)),
                         step_input::Msg::Signal(s) if (1..=64).contains(&s) => self.signal_all(s),
+                        step_input::Msg::Window(w) => self.to_nodes(std::iter::once(0), step_io::Msg::Window(w)),
                         _ => {}
                     },
                     Ok(Some(_)) => {}
