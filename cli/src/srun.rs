@@ -408,8 +408,7 @@ async fn step(a: &SrunArgs, client: &quorum_client::client::Client, job_id: u64)
                         sink.flush(x.task)?;
                         first_exit.get_or_insert_with(Instant::now);
                         ended.insert(x.task, (x.exit_code, x.signal, killed));
-                        let (node_index, node) = sink.node_of(x.task);
-                        let _ = node_index;
+                        let (_, node) = sink.node_of(x.task);
                         if !x.error.is_empty() {
                             eprintln!("srun: error: {node}: task {}: {}", x.task, x.error);
                         } else if x.signal != 0 {

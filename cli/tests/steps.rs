@@ -315,7 +315,7 @@ async fn salloc_holds_an_allocation_for_its_command_and_srun_from_outside_takes_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn srun_pty_gives_task_zero_a_terminal_that_srun_s_own_drives() {
     use std::io::{Read, Write};
-    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    use std::os::fd::{FromRawFd, OwnedFd};
     use std::os::unix::process::CommandExt;
     let cluster = cluster(options()).await;
     let c = client(&cluster.addrs);
@@ -351,7 +351,6 @@ async fn srun_pty_gives_task_zero_a_terminal_that_srun_s_own_drives() {
     drop(slave);
     let mut writer = std::fs::File::from(master.try_clone().unwrap());
     writer.write_all(b"tty; stty size; echo $((6*7)) $SLURM_STEP_NUM_TASKS; exit 3\n").unwrap();
-    let fd = master.as_raw_fd();
     let reader = std::thread::spawn(move || {
         let mut file = std::fs::File::from(master);
         let mut out = Vec::new();
@@ -368,7 +367,6 @@ async fn srun_pty_gives_task_zero_a_terminal_that_srun_s_own_drives() {
     });
     let status = tokio::task::spawn_blocking(move || child.wait()).await.unwrap().unwrap();
     let out = reader.join().unwrap();
-    let _ = fd;
     assert_eq!(status.code(), Some(3), "srun exits with the shell's code:\n{out}");
     assert!(out.contains("/dev/pts/"), "the task's stdin is a terminal:\n{out}");
     assert!(out.contains("30 100"), "its size is srun's terminal's:\n{out}");
