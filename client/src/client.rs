@@ -208,8 +208,17 @@ impl Client {
         self.addrs.iter().position(|a| a == hint)
     }
 
+    /// Whether another replica, or the same one later, may answer what this one did not. A
+    /// status with a source was made here from a transport failure (a connection reset, or an
+    /// HTTP/2 stream a replica dropped as it shut down: tonic calls that `Internal`), not sent by
+    /// a replica; the request may or may not have been applied, which every call allows for, as
+    /// submits carry their request id.
     fn retryable(status: &Status) -> bool {
-        matches!(status.code(), Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled | Code::Unknown)
+        match status.code() {
+            Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled | Code::Unknown => true,
+            Code::Internal => std::error::Error::source(status).is_some(),
+            _ => false,
+        }
     }
 
     /// Calls `f` with a client until it answers something other than "unavailable".
@@ -285,5 +294,22 @@ impl JobRef {
         let req = quorum_proto::api::GetJobRequest { job_id: self.id, stale: false, array_task_id: Some(task) };
         let r = client.call(|mut c| async move { c.get_job(req).await }).await?;
         r.job.map(|j| j.id).ok_or_else(|| Status::internal("an answer without its job"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transport_failures_are_retried_and_a_replicas_internal_error_is_not() {
+        assert!(Client::retryable(&Status::unavailable("no leader")));
+        // What tonic makes of an HTTP/2 stream reset by a replica shutting down.
+        let mut dropped = Status::internal("h2 protocol error: http2 error");
+        dropped.set_source(Arc::new(std::io::Error::from(std::io::ErrorKind::ConnectionReset)));
+        assert!(Client::retryable(&dropped));
+        // An answer a replica sent stays an answer.
+        assert!(!Client::retryable(&Status::internal("state machine failed")));
+        assert!(!Client::retryable(&Status::invalid_argument("bad spec")));
     }
 }
