@@ -149,9 +149,11 @@ pub(crate) struct StepEntry {
     /// Each running task's process group.
     pub pgids: Vec<i32>,
     /// Task 0's stdin, when task 0 runs here.
-    pub stdin: Option<mpsc::UnboundedSender<Option<Vec<u8>>>>,
+    pub stdin: Option<crate::step::TaskInput>,
     /// Task 0's terminal (`srun --pty`), for its size.
     pub pty: Option<Arc<std::os::fd::OwnedFd>>,
+    /// SIGKILL came for the step: a task not started yet is not started, one starting is killed.
+    pub killed: bool,
 }
 
 /// The agent's lease on its jobs: the send time of the newest heartbeat the leader answered,
@@ -178,6 +180,8 @@ pub struct Agent {
     /// is up; a full queue holds the tasks' output back.
     pub(crate) outbox: mpsc::Sender<quorum_proto::agent::AgentMessage>,
     pub(crate) outbox_rx: Mutex<Option<mpsc::Receiver<quorum_proto::agent::AgentMessage>>>,
+    /// The address of the leader this agent last reached: a job's `srun` asks it first.
+    pub(crate) leader: Mutex<Option<String>>,
     lease: Mutex<Lease>,
     /// Fault injection: behave as if every packet to and from the controllers were dropped.
     isolated: AtomicBool,
@@ -214,6 +218,7 @@ impl Agent {
             steps: Mutex::new(HashMap::new()),
             outbox,
             outbox_rx: Mutex::new(Some(outbox_rx)),
+            leader: Mutex::new(None),
             lease: Mutex::new(Lease::default()),
             isolated: AtomicBool::new(false),
             stopped: watch::Sender::new(false),
@@ -421,6 +426,16 @@ impl Agent {
 }
 
 impl Agent {
+    /// Sets `QUORUM_LEADER` in a job's or a task's environment to the leader this agent reached
+    /// last, so that the client commands run there (`srun` above all) ask it first rather than
+    /// finding it through a follower; a stale one only costs that.
+    pub(crate) fn tell_leader(&self, env: &mut Vec<(String, String)>) {
+        if let Some(addr) = self.leader.lock().unwrap_or_else(|p| p.into_inner()).clone() {
+            env.retain(|(k, _)| k != quorum_proto::LEADER_ENV);
+            env.push((quorum_proto::LEADER_ENV.into(), addr));
+        }
+    }
+
     pub(crate) fn lock_steps(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<(u64, u32), StepEntry>> {
         self.steps.lock().unwrap_or_else(|p| p.into_inner())
     }

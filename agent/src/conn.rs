@@ -138,6 +138,7 @@ async fn session(
         }
     };
     tracing::info!(addr, "connected to the leader");
+    *agent.leader.lock().unwrap_or_else(|p| p.into_inner()) = Some(addr.to_string());
     // Everything not yet acknowledged goes out again on a new stream.
     resend_exits(agent, &tx, true).await;
 
@@ -213,6 +214,8 @@ async fn session(
                     Some(controller_message::Msg::Launch(l)) => launch(agent, l, &tx).await,
                     Some(controller_message::Msg::Kill(k)) => kill(agent, k),
                     Some(controller_message::Msg::StepLaunch(l)) => {
+                        // Known before its tasks start, so that a kill right behind it is kept.
+                        agent.lock_steps().entry((l.job_id, l.step_id)).or_default();
                         tokio::spawn(crate::step::launch(agent.clone(), l));
                     }
                     Some(controller_message::Msg::StepIo(io)) => crate::step::io(agent, io),

@@ -198,6 +198,7 @@ async fn run(agent: &Agent, launch: &Launch, kill_rx: mpsc::Receiver<ExitKind>) 
     let mut env = job_environment(launch, spec, node, agent.config.slurm_commands.as_deref());
     env.retain(|(k, _)| k != "TMPDIR");
     env.push(("TMPDIR".into(), tmp.display().to_string()));
+    agent.tell_leader(&mut env);
     if let Some(a) = &account {
         for (name, value) in [("HOME", &a.home), ("USER", &a.name), ("LOGNAME", &a.name), ("SHELL", &a.shell)] {
             if !env.iter().any(|(k, _)| k == name) {

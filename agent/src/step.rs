@@ -10,6 +10,7 @@
 
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use quorum_proto::agent::{agent_message, step_io, AgentMessage, StepIo, StepLaunch, StepOutput, StepTaskExit};
@@ -43,6 +44,7 @@ pub(crate) async fn launch(agent: Arc<Agent>, l: StepLaunch) {
             for task in l.first_task..l.first_task.saturating_add(l.tasks) {
                 task_failed(&agent, &l, task, error.clone()).await;
             }
+            forget_if_idle(&agent, (l.job_id, l.step_id));
         }
     };
     let grant = match crate::grants::verify_step(&agent, &l) {
@@ -95,6 +97,7 @@ pub(crate) async fn launch(agent: Arc<Agent>, l: StepLaunch) {
         ];
         env.retain(|(k, _)| !own.iter().any(|(o, _)| o == k));
         env.extend(own.into_iter().map(|(k, v)| (k.to_string(), v)));
+        agent.tell_leader(&mut env);
         if let Some(a) = &account {
             for (name, value) in [("HOME", &a.home), ("USER", &a.name), ("LOGNAME", &a.name)] {
                 if !env.iter().any(|(k, _)| k == name) {
@@ -111,6 +114,10 @@ pub(crate) async fn launch(agent: Arc<Agent>, l: StepLaunch) {
                 continue;
             }
         };
+        if agent.lock_steps().get(&(l.job_id, l.step_id)).is_some_and(|e| e.killed) {
+            task_failed(&agent, &l, task, "the step was killed before this task started".into()).await;
+            continue;
+        }
         let slave = pty.as_ref().map(|(_, s)| s);
         let spawned = spawn(&l, &env, account.as_ref(), &cgroup_procs, task == 0, hostname, slave);
         match spawned {
@@ -119,6 +126,15 @@ pub(crate) async fn launch(agent: Arc<Agent>, l: StepLaunch) {
                 task_failed(&agent, &l, task, format!("cannot run '{}' in {}: {e}", l.argv[0], l.work_dir)).await;
             }
         }
+    }
+    forget_if_idle(&agent, (l.job_id, l.step_id));
+}
+
+/// Drops what the agent keeps of a step once none of its tasks runs here.
+fn forget_if_idle(agent: &Agent, key: (u64, u32)) {
+    let mut steps = agent.lock_steps();
+    if steps.get(&key).is_some_and(|e| e.pgids.is_empty() && e.stdin.is_none()) {
+        steps.remove(&key);
     }
 }
 
@@ -244,6 +260,9 @@ fn watch(agent: Arc<Agent>, l: StepLaunch, task: u32, mut child: tokio::process:
         let mut steps = agent.lock_steps();
         let entry = steps.entry(key).or_default();
         entry.pgids.push(pid as i32);
+        if entry.killed {
+            supervisor::signal_group(pid as i32, libc::SIGKILL);
+        }
         if let Some(master) = pty {
             let (reader, writer) = match (master.try_clone(), master.try_clone()) {
                 (Ok(r), Ok(w)) => (r, w),
@@ -252,24 +271,26 @@ fn watch(agent: Arc<Agent>, l: StepLaunch, task: u32, mut child: tokio::process:
             let mut writer = tokio::fs::File::from_std(std::fs::File::from(writer));
             terminal_reader = Some(tokio::fs::File::from_std(std::fs::File::from(reader)));
             entry.pty = Some(Arc::new(master));
-            let (tx, mut rx) = mpsc::unbounded_channel::<Option<Vec<u8>>>();
-            entry.stdin = Some(tx);
+            let (input, mut rx, waiting) = TaskInput::new();
+            entry.stdin = Some(input);
             tokio::spawn(async move {
                 while let Some(Some(data)) = rx.recv().await {
                     if writer.write_all(&data).await.is_err() || writer.flush().await.is_err() {
                         break;
                     }
+                    waiting.fetch_sub(data.len(), Ordering::Relaxed);
                 }
             });
         }
         if let Some(mut stdin) = child.stdin.take() {
-            let (tx, mut rx) = mpsc::unbounded_channel::<Option<Vec<u8>>>();
-            entry.stdin = Some(tx);
+            let (input, mut rx, waiting) = TaskInput::new();
+            entry.stdin = Some(input);
             tokio::spawn(async move {
                 while let Some(Some(data)) = rx.recv().await {
                     if stdin.write_all(&data).await.is_err() {
                         break;
                     }
+                    waiting.fetch_sub(data.len(), Ordering::Relaxed);
                 }
             });
         }
@@ -310,10 +331,7 @@ fn watch(agent: Arc<Agent>, l: StepLaunch, task: u32, mut child: tokio::process:
         tracing::debug!(job = l.job_id, step = l.step_id, task, exit_code, signal, "step task ended");
         let exit = StepTaskExit { job_id: l.job_id, step_id: l.step_id, task, exit_code, signal, error: String::new() };
         send(&agent, agent_message::Msg::StepExit(exit)).await;
-        let mut steps = agent.lock_steps();
-        if steps.get(&key).is_some_and(|e| e.pgids.is_empty() && e.stdin.is_none()) {
-            steps.remove(&key);
-        }
+        forget_if_idle(&agent, key);
     });
 }
 
@@ -341,19 +359,76 @@ async fn forward(agent: &Agent, l: &StepLaunch, task: u32, pipe: Pipe) {
     }
 }
 
+/// How much of `srun`'s input may wait for task 0 to read it.
+pub(crate) const MAX_WAITING_INPUT: usize = 4 << 20;
+
+/// Task 0's input on its way in. What `srun` sent and the task has not read yet is bounded by
+/// [`MAX_WAITING_INPUT`]: a task that never reads its input cannot make the agent hold an
+/// unbounded amount of it.
+#[derive(Debug)]
+pub(crate) struct TaskInput {
+    tx: mpsc::UnboundedSender<Option<Vec<u8>>>,
+    waiting: Arc<AtomicUsize>,
+    /// Whether `srun` was told that input was dropped.
+    told: bool,
+}
+
+impl TaskInput {
+    /// The input, the queue its writer takes pieces from, and the count the writer lowers by
+    /// each piece it wrote.
+    fn new() -> (TaskInput, mpsc::UnboundedReceiver<Option<Vec<u8>>>, Arc<AtomicUsize>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let waiting = Arc::new(AtomicUsize::new(0));
+        (TaskInput { tx, waiting: waiting.clone(), told: false }, rx, waiting)
+    }
+
+    /// Queues `data` for the task; false, and nothing queued, when that would exceed the bound.
+    fn push(&self, data: Vec<u8>) -> bool {
+        let len = data.len();
+        let fits = self
+            .waiting
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |w| {
+                w.checked_add(len).filter(|&n| n <= MAX_WAITING_INPUT)
+            })
+            .is_ok();
+        if fits && self.tx.send(Some(data)).is_err() {
+            self.waiting.fetch_sub(len, Ordering::Relaxed);
+        }
+        fits
+    }
+}
+
 /// `srun`'s input and signals for a step's tasks here.
 pub(crate) fn io(agent: &Agent, io: StepIo) {
-    let steps = agent.lock_steps();
-    let Some(entry) = steps.get(&(io.job_id, io.step_id)) else { return };
+    let mut steps = agent.lock_steps();
+    let Some(entry) = steps.get_mut(&(io.job_id, io.step_id)) else { return };
     match io.msg {
         Some(step_io::Msg::Stdin(data)) => {
-            if let Some(tx) = &entry.stdin {
-                let _ = tx.send(Some(data));
+            let Some(input) = &mut entry.stdin else { return };
+            if !input.push(data) && !input.told {
+                input.told = true;
+                let note = format!(
+                    "quorum-agent: task 0 has {} MiB of input it has not read; what srun sends beyond that is dropped\n",
+                    MAX_WAITING_INPUT >> 20
+                );
+                tracing::warn!(
+                    job = io.job_id,
+                    step = io.step_id,
+                    "a step's input is dropped: task 0 does not read it"
+                );
+                let out = StepOutput {
+                    job_id: io.job_id,
+                    step_id: io.step_id,
+                    task: 0,
+                    stderr: true,
+                    data: note.into_bytes(),
+                };
+                let _ = agent.outbox.try_send(AgentMessage { msg: Some(agent_message::Msg::StepOutput(out)) });
             }
         }
         Some(step_io::Msg::StdinEof(_)) => {
-            if let Some(tx) = &entry.stdin {
-                let _ = tx.send(None);
+            if let Some(input) = &entry.stdin {
+                let _ = input.tx.send(None);
             }
         }
         Some(step_io::Msg::Window(w)) => {
@@ -362,10 +437,32 @@ pub(crate) fn io(agent: &Agent, io: StepIo) {
             }
         }
         Some(step_io::Msg::Signal(signal)) if (1..=64).contains(&signal) => {
+            entry.killed |= signal == libc::SIGKILL;
             for &pgid in &entry.pgids {
                 supervisor::signal_group(pgid, signal);
             }
         }
         _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn input_a_task_does_not_read_is_bounded_and_room_comes_back_as_it_reads() {
+        let (input, mut rx, waiting) = TaskInput::new();
+        assert!(input.push(vec![0; MAX_WAITING_INPUT - 1]));
+        assert!(!input.push(vec![0; 2]), "past the bound");
+        assert!(input.push(vec![0; 1]), "up to it");
+        assert!(!input.push(vec![0; 1]));
+        // The task reads the first piece: its room is free again.
+        let piece = rx.try_recv().unwrap().unwrap();
+        waiting.fetch_sub(piece.len(), Ordering::Relaxed);
+        assert!(input.push(vec![0; 1 << 20]));
+        assert_eq!(rx.try_recv().unwrap().unwrap().len(), 1);
+        assert_eq!(rx.try_recv().unwrap().unwrap().len(), 1 << 20);
+        assert!(rx.try_recv().is_err(), "what did not fit was not queued");
     }
 }

@@ -187,14 +187,18 @@ async fn run(a: SallocArgs) -> anyhow::Result<u8> {
     let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
-    let mut child =
-        match tokio::process::Command::new(&command[0]).args(&command[1..]).envs(allocation_env(&job)).spawn() {
-            Ok(c) => c,
-            Err(e) => {
-                relinquish(&client, id, 127).await?;
-                anyhow::bail!("cannot run '{}': {e}", command[0]);
-            }
-        };
+    let mut child = match tokio::process::Command::new(&command[0])
+        .args(&command[1..])
+        .envs(allocation_env(&job))
+        .env(quorum_proto::LEADER_ENV, client.preferred())
+        .spawn()
+    {
+        Ok(c) => c,
+        Err(e) => {
+            relinquish(&client, id, 127).await?;
+            anyhow::bail!("cannot run '{}': {e}", command[0]);
+        }
+    };
     let mut check = tokio::time::interval(Duration::from_secs(1));
     let mut revoked = false;
     let code = loop {

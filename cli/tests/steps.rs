@@ -252,11 +252,14 @@ fn slurm_command(dir: &Path, name: &str) -> std::path::PathBuf {
     link
 }
 
+/// On replicas still at feature level 9, which launch a step only once its entry has committed
+/// (the other tests launch it as it commits); the shells and tasks are told the leader.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn salloc_holds_an_allocation_for_its_command_and_srun_from_outside_takes_one_for_its_step() {
-    let cluster = cluster(options()).await;
+    let cluster = cluster(DevOptions { emulate_levels: vec![(0, 9), (1, 9), (2, 9)], ..options() }).await;
     let c = client(&cluster.addrs);
     wait_ready(&cluster, &c, 2).await;
+    let leader = &cluster.addrs[cluster.leader().unwrap()];
     let dir = tempfile::tempdir().unwrap();
     let bin = tempfile::tempdir().unwrap();
     let (salloc, srun) = (slurm_command(bin.path(), "salloc"), slurm_command(bin.path(), "srun"));
@@ -280,12 +283,17 @@ async fn salloc_holds_an_allocation_for_its_command_and_srun_from_outside_takes_
     // on the allocation's nodes.
     let (code, out, err) = run(
         &salloc,
-        &["-N2", "bash", "-c", "echo $SLURM_JOB_ID $SLURM_JOB_NUM_NODES $SLURM_JOB_NODELIST; srun hostname; exit 4"],
+        &[
+            "-N2",
+            "bash",
+            "-c",
+            "echo $SLURM_JOB_ID $SLURM_JOB_NUM_NODES $SLURM_JOB_NODELIST $QUORUM_LEADER; srun hostname; exit 4",
+        ],
     );
     assert_eq!(code, Some(4), "{out}\n{err}");
     let mut lines = out.lines();
     let first: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
-    assert_eq!(&first[1..], ["2", "node[01-02]"], "{out}");
+    assert_eq!(&first[1..], ["2", "node[01-02]", leader.as_str()], "{out}");
     // Each node once, in whichever order the tasks wrote.
     let mut hosts: Vec<&str> = lines.collect();
     hosts.sort();
@@ -297,13 +305,14 @@ async fn salloc_holds_an_allocation_for_its_command_and_srun_from_outside_takes_
     assert_eq!(j.steps.len(), 1, "{j:?}");
 
     // srun from outside a job: an allocation of its own, ended with the step's exit code.
-    let (code, out, err) = run(&srun, &["-N2", "-l", "bash", "-c", "echo $SLURM_JOB_ID $SLURMD_NODENAME"]);
+    let (code, out, err) =
+        run(&srun, &["-N2", "-l", "bash", "-c", "echo $SLURM_JOB_ID $SLURMD_NODENAME $QUORUM_LEADER"]);
     assert_eq!(code, Some(0), "{out}\n{err}");
     let mut rows: Vec<&str> = out.lines().collect();
     rows.sort();
     assert_eq!(rows.len(), 2, "{out}");
     let job: u64 = rows[0].split_whitespace().nth(1).unwrap().parse().unwrap();
-    assert_eq!(rows, [format!("0: {job} node01"), format!("1: {job} node02")]);
+    assert_eq!(rows, [format!("0: {job} node01 {leader}"), format!("1: {job} node02 {leader}")]);
     let j = wait_state(&c, job, &["COMPLETED", "FAILED", "CANCELLED"], T).await;
     assert_eq!(j.state, "COMPLETED", "{j:?}");
     assert_eq!(j.steps[0].nodelist, "node[01-02]");

@@ -62,8 +62,14 @@ impl ControllersArg {
         Ok(Security { tls, proof })
     }
 
+    /// A client for these controllers, asking first the leader `QUORUM_LEADER` names where it
+    /// is one of them (jobs and `salloc` shells are given it).
     pub fn client(&self) -> anyhow::Result<Client> {
-        Client::new(self.controllers.clone(), self.security()?)
+        let client = Client::new(self.controllers.clone(), self.security()?)?;
+        if let Ok(leader) = std::env::var(quorum_proto::LEADER_ENV) {
+            client.prefer(&leader);
+        }
+        Ok(client)
     }
 }
 
@@ -178,6 +184,18 @@ impl Client {
 
     pub fn addrs(&self) -> &[String] {
         &self.addrs
+    }
+
+    /// Asks `addr` first from now on, where it is one of this client's addresses.
+    pub fn prefer(&self, addr: &str) {
+        if let Some(i) = self.addrs.iter().position(|a| a == addr.trim()) {
+            self.preferred.store(i, Ordering::Relaxed);
+        }
+    }
+
+    /// The address asked first: the leader, once a replica has said which one it is.
+    pub fn preferred(&self) -> &str {
+        &self.addrs[self.preferred.load(Ordering::Relaxed) % self.addrs.len()]
     }
 
     /// How this client checks controllers and proves itself.

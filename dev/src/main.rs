@@ -43,6 +43,10 @@ enum Command {
         /// where they can, and say why not where they cannot).
         #[arg(long)]
         no_cgroups: bool,
+        /// Run each agent as a process of its own (the `quorum-agent` program beside this one), as
+        /// on a cluster, instead of inside this process.
+        #[arg(long)]
+        agent_processes: bool,
         /// Plaintext, and names taken from the host's munged at its default socket without TLS
         /// (`insecure = true`): to measure what TLS costs. Not for use.
         #[arg(long, hide = true)]
@@ -52,8 +56,15 @@ enum Command {
 
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
-        Command::Dev { data, port, agents, cpus, no_cgroups, insecure } => {
-            dev(data, port, agents, cpus, !no_cgroups, insecure).await
+        Command::Dev { data, port, agents, cpus, no_cgroups, agent_processes, insecure } => {
+            let agent_binary = if agent_processes {
+                let binary = std::env::current_exe()?.with_file_name("quorum-agent");
+                anyhow::ensure!(binary.is_file(), "--agent-processes: no quorum-agent program at {}", binary.display());
+                Some(binary)
+            } else {
+                None
+            };
+            dev(data, port, agents, cpus, !no_cgroups, agent_binary, insecure).await
         }
         Command::Simulate(args) => {
             // Pure computation: off the async runtime's workers.
@@ -73,6 +84,7 @@ async fn dev(
     agents: usize,
     cpus: u32,
     cgroups: bool,
+    agent_binary: Option<PathBuf>,
     insecure: bool,
 ) -> anyhow::Result<ExitCode> {
     let opts = DevOptions {
@@ -82,6 +94,7 @@ async fn dev(
         agents,
         cpus_per_agent: cpus,
         cgroups,
+        agent_binary,
         // Jobs find `scontrol` and the other Slurm names, as on a node that has them installed.
         quorum_program: std::env::current_exe().ok().map(|p| p.with_file_name("quorum")).filter(|p| p.is_file()),
         ..DevOptions::default()

@@ -90,6 +90,13 @@ impl StepState {
     }
 }
 
+/// Where a leader launched a step before its start was recorded: the id it gave it and its nodes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Placement {
+    pub id: u32,
+    pub nodes: Vec<StepNode>,
+}
+
 /// A step of a job, as recorded.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Step {

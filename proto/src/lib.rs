@@ -18,6 +18,10 @@ pub mod raft {
 /// answer from a replica that is not the leader.
 pub const LEADER_HINT_KEY: &str = "x-quorum-leader";
 
+/// The variable that names the replica that led when a job, a task or an allocation's shell
+/// started: the client commands run there ask it first.
+pub const LEADER_ENV: &str = "QUORUM_LEADER";
+
 /// Metadata key of a request's proof of its caller: `MUNGE <credential>` or `Bearer <token>`.
 pub const AUTHORIZATION_KEY: &str = "authorization";
 pub const MUNGE_PREFIX: &str = "MUNGE ";

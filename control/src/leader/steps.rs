@@ -29,14 +29,25 @@ const ROUTE_CAPACITY: usize = 1024;
 /// How long a step marked running may go without a route on this leader before it is ended.
 const ORPHAN_GRACE: Duration = Duration::from_secs(5);
 
+/// How many locks the starts of steps are spread over, by job.
+const START_STRIPES: usize = 32;
+
 #[derive(Default)]
 pub struct StepRoutes {
     routes: Mutex<HashMap<(JobId, u32), mpsc::Sender<FromAgent>>>,
     /// Running steps seen without a route, and since when.
     unrouted: Mutex<HashMap<(JobId, u32), Instant>>,
+    /// Held while a step starts, by job (jobs share a lock when their ids are equal modulo
+    /// [`START_STRIPES`]).
+    starting: [tokio::sync::Mutex<()>; START_STRIPES],
 }
 
 impl StepRoutes {
+    /// Waits until no other step of `job` is starting here; the next one waits for the guard.
+    pub async fn starting(&self, job: JobId) -> tokio::sync::MutexGuard<'_, ()> {
+        self.starting[(job % START_STRIPES as u64) as usize].lock().await
+    }
+
     /// Opens the route of a step this leader just started.
     pub fn open(&self, job: JobId, step: u32) -> mpsc::Receiver<FromAgent> {
         let (tx, rx) = mpsc::channel(ROUTE_CAPACITY);

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use futures::Stream;
 use quorum_auth::Caller;
-use quorum_model::step::{Step, StepRequest as Request};
+use quorum_model::step::{Placement, Step, StepRequest as Request};
 use quorum_proto::agent::{step_io, StepIo};
 use quorum_proto::api::{step_event, step_input, StepEnd, StepEvent, StepInput, StepStarted, TaskExit, TaskOutput};
 use tokio::sync::mpsc;
@@ -20,7 +20,7 @@ use super::api::{acting_as, not_leader, write_status, Api};
 use crate::leader::steps::{step_launch, FromAgent};
 use crate::model::{JobId, JobState, Rejection};
 use crate::replica::now_ms;
-use quorum_state::{Command, Response};
+use quorum_state::{plan_step, Command, Response, EARLY_STEP_LEVEL};
 
 pub type StepStream = Pin<Box<dyn Stream<Item = Result<StepEvent, Status>> + Send>>;
 
@@ -87,26 +87,66 @@ pub(super) async fn run_step(api: &Api, caller: Caller, mut input: Streaming<Ste
         overlap: start.overlap,
     };
     let job_id = start.job_id;
-    let command = Command::StartStep { job_id, user: acting_as(&caller), request, now: now_ms() };
-    let step = match api.replica.write(command).await.map_err(write_status)?.1 {
-        Response::StepStarted { step, .. } => *step,
-        Response::Rejected(r) => return Err(refused(&r)),
-        other => return Err(Status::internal(format!("unexpected answer to a step: {other:?}"))),
-    };
+    let user = acting_as(&caller);
     let routes = &api.leader.steps;
-    let from_agents = routes.open(job_id, step.id);
-    let job = api.replica.shared.read().state.jobs.get(&job_id).map(|j| (**j).clone());
-    let Some(job) = job else {
-        routes.close(job_id, step.id);
-        return Err(Status::failed_precondition(format!("job {job_id} ended as its step started")));
-    };
-    let mut unreachable = Vec::new();
-    for (i, n) in step.nodes.iter().enumerate() {
-        let launch = step_launch(&job, &step, i, &start);
-        if !api.leader.hub.launch_step(&n.node, launch) {
-            unreachable.push(i);
+    // One step of a job starts at a time here, so that the placement computed from the applied
+    // state is the one its entry finds.
+    let _starting = routes.starting(job_id).await;
+    let mut early = None;
+    if api.replica.shared.read().state.cluster_level() >= EARLY_STEP_LEVEL {
+        // Launched now, recorded as it commits: its tasks start while the entry is replicated.
+        let planned = {
+            let shared = api.replica.shared.read();
+            match shared.state.jobs.get(&job_id) {
+                None => Err(Rejection::UnknownJob { id: job_id }),
+                Some(job) => plan_step(job, &user, &request).map(|step| ((**job).clone(), step)),
+            }
+        };
+        let (job, step) = planned.map_err(|r| refused(&r))?;
+        let from_agents = routes.open(job_id, step.id);
+        let unreachable = launch(api, &job, &step, &start);
+        let expect = Placement { id: step.id, nodes: step.nodes.clone() };
+        let command = Command::StartStep {
+            job_id,
+            user: user.clone(),
+            request: request.clone(),
+            now: now_ms(),
+            expect: Some(expect),
+        };
+        match api.replica.write(command).await {
+            Ok((_, Response::StepStarted { step, .. })) => early = Some((*step, from_agents, unreachable)),
+            answer => {
+                // Not recorded where it was launched: its tasks go, and it starts the slow way.
+                for n in &step.nodes {
+                    let kill = StepIo { job_id, step_id: step.id, msg: Some(step_io::Msg::Signal(libc::SIGKILL)) };
+                    api.leader.hub.step_io(&n.node, kill);
+                }
+                routes.close(job_id, step.id);
+                if let Err(e) = answer {
+                    return Err(write_status(e));
+                }
+            }
         }
     }
+    let (step, from_agents, unreachable) = match early {
+        Some(started) => started,
+        None => {
+            let command = Command::StartStep { job_id, user, request, now: now_ms(), expect: None };
+            let step = match api.replica.write(command).await.map_err(write_status)?.1 {
+                Response::StepStarted { step, .. } => *step,
+                Response::Rejected(r) => return Err(refused(&r)),
+                other => return Err(Status::internal(format!("unexpected answer to a step: {other:?}"))),
+            };
+            let from_agents = routes.open(job_id, step.id);
+            let job = api.replica.shared.read().state.jobs.get(&job_id).map(|j| (**j).clone());
+            let Some(job) = job else {
+                routes.close(job_id, step.id);
+                return Err(Status::failed_precondition(format!("job {job_id} ended as its step started")));
+            };
+            let unreachable = launch(api, &job, &step, &start);
+            (step, from_agents, unreachable)
+        }
+    };
     tracing::info!(job = job_id, step = step.id, nodes = %step.node_names().join(","), tasks = step.ntasks, "step started");
     let (tx, rx) = mpsc::channel(256);
     let started = StepStarted {
@@ -122,6 +162,17 @@ pub(super) async fn run_step(api: &Api, caller: Caller, mut input: Streaming<Ste
     let pump = Pump { api: handles, step, job_id, tx, exits: BTreeMap::new() };
     tokio::spawn(pump.run(input, from_agents, unreachable));
     Ok(Box::pin(ReceiverStream::new(rx)))
+}
+
+/// Sends each node of `step` its launch; the indexes of the nodes no agent is connected for.
+fn launch(api: &Api, job: &crate::model::Job, step: &Step, start: &quorum_proto::api::StepRequest) -> Vec<usize> {
+    let mut unreachable = Vec::new();
+    for (i, n) in step.nodes.iter().enumerate() {
+        if !api.leader.hub.launch_step(&n.node, step_launch(job, step, i, start)) {
+            unreachable.push(i);
+        }
+    }
+    unreachable
 }
 
 /// What a step's pump needs of the API, owned.

@@ -112,9 +112,9 @@ pub fn apply(state: &mut ClusterState, index: u64, command: Command) -> Response
             state.replica_versions = versions;
             Response::Ok
         }
-        Command::StartStep { job_id, user, request, now } => {
+        Command::StartStep { job_id, user, request, now, expect } => {
             advance_clock(state, now);
-            start_step(state, job_id, &user, &request)
+            start_step(state, job_id, &user, &request, expect.as_ref())
         }
         Command::EndStep { job_id, step_id, exit_code, signal, cancelled, now } => {
             advance_clock(state, now);
@@ -511,19 +511,20 @@ fn start_job(state: &mut ClusterState, index: u64, job_id: JobId, allocation: Al
 
 /// Starts a step of a running job where [`step::layout`] puts it: the step gets the job's next
 /// step id and holds its CPUs (and GPUs) until [`end_step`].
-fn start_step(state: &mut ClusterState, job_id: JobId, user: &str, request: &step::StepRequest) -> Response {
-    let Some(job) = state.jobs.get_mut(&job_id) else {
-        return Response::Rejected(Rejection::UnknownJob { id: job_id });
-    };
+/// Where `request` would start in `job` now: the step with the next id (its `start` is left at
+/// 0), or why not. Apply records what this gives; the leader calls it on its applied state to
+/// launch a step while the entry that records it commits (`StartStep.expect`).
+pub fn plan_step(job: &Job, user: &str, request: &step::StepRequest) -> Result<step::Step, Rejection> {
+    let job_id = job.id;
     if user != job.user && user != "root" {
-        return Response::Rejected(Rejection::NotOwner { id: job_id, user: user.to_string(), owner: job.user.clone() });
+        return Err(Rejection::NotOwner { id: job_id, user: user.to_string(), owner: job.user.clone() });
     }
     let (JobState::Running, false, Some(allocation)) = (job.state, job.cancel_requested, job.allocation.as_ref())
     else {
-        return Response::Rejected(Rejection::NotRunning { id: job_id, state: job.state });
+        return Err(Rejection::NotRunning { id: job_id, state: job.state });
     };
     if job.steps.iter().filter(|s| s.state == step::StepState::Running).count() >= step::MAX_RUNNING_STEPS {
-        return Response::Rejected(Rejection::StepBusy {
+        return Err(Rejection::StepBusy {
             id: job_id,
             reason: format!("it runs {} steps already, the most at once", step::MAX_RUNNING_STEPS),
         });
@@ -532,12 +533,10 @@ fn start_step(state: &mut ClusterState, job_id: JobId, user: &str, request: &ste
         allocation.nodes.iter().map(|n| step::NodeShare { node: &n.node, cpus: n.cpus, gpus: &n.gpus }).collect();
     let nodes = match step::layout(&shares, &job.steps, request) {
         Ok(nodes) => nodes,
-        Err(step::StepRefusal::Never(reason)) => {
-            return Response::Rejected(Rejection::StepNeverFits { id: job_id, reason })
-        }
-        Err(step::StepRefusal::Busy(reason)) => return Response::Rejected(Rejection::StepBusy { id: job_id, reason }),
+        Err(step::StepRefusal::Never(reason)) => return Err(Rejection::StepNeverFits { id: job_id, reason }),
+        Err(step::StepRefusal::Busy(reason)) => return Err(Rejection::StepBusy { id: job_id, reason }),
     };
-    let started = step::Step {
+    Ok(step::Step {
         id: job.next_step,
         name: request.name.clone(),
         ntasks: nodes.iter().map(|n| n.tasks).sum(),
@@ -546,11 +545,38 @@ fn start_step(state: &mut ClusterState, job_id: JobId, user: &str, request: &ste
         gpus_per_task: request.gpus_per_task,
         overlap: request.overlap,
         state: step::StepState::Running,
-        start: state.clock,
+        start: 0,
         end: None,
         exit_code: None,
         signal: None,
+    })
+}
+
+fn start_step(
+    state: &mut ClusterState,
+    job_id: JobId,
+    user: &str,
+    request: &step::StepRequest,
+    expect: Option<&step::Placement>,
+) -> Response {
+    let clock = state.clock;
+    let Some(job) = state.jobs.get_mut(&job_id) else {
+        return Response::Rejected(Rejection::UnknownJob { id: job_id });
     };
+    let mut started = match plan_step(job, user, request) {
+        Ok(started) => started,
+        Err(r) => return Response::Rejected(r),
+    };
+    if let Some(expect) = expect.filter(|e| e.id != started.id || e.nodes != started.nodes) {
+        // The leader launched it somewhere else than it would start now: those tasks are being
+        // killed, and their id is never given to another step (their exits may still arrive).
+        job.next_step = job.next_step.max(expect.id.saturating_add(1));
+        return Response::Rejected(Rejection::StepBusy {
+            id: job_id,
+            reason: "what its allocation had free changed while it was launched".into(),
+        });
+    }
+    started.start = clock;
     job.next_step += 1;
     job.steps.push(started.clone());
     Response::StepStarted { job_id, step: Box::new(started) }

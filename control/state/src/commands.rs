@@ -33,10 +33,15 @@ pub struct NodeRegistration {
 /// 8. roles given at run time (`SetRole`).
 /// 9. batch steps (a multi-node job's script runs on its first node only) and job steps
 ///    (`StepStarted`, `StepEnded`).
-pub const FEATURE_LEVEL: u32 = 9;
+/// 10. steps launched while their `StartStep` commits (`StartStep.expect`).
+pub const FEATURE_LEVEL: u32 = 10;
 
 /// The level that runs a multi-node job's script once, on its first node, and applies steps.
 pub const STEPS_LEVEL: u32 = 9;
+
+/// The level that applies `StartStep.expect`; below it the leader launches a step only once
+/// its entry has committed.
+pub const EARLY_STEP_LEVEL: u32 = 10;
 
 /// The level that applies [`Command::SubmitJobs`]; below it the leader proposes one
 /// `SubmitJob` per submit.
@@ -212,6 +217,10 @@ pub enum Command {
         user: String,
         request: quorum_model::step::StepRequest,
         now: Millis,
+        /// Where the leader already launched it (from its applied state, while this commits):
+        /// apply refuses the step if it would start anywhere else, or under another id.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        expect: Option<quorum_model::step::Placement>,
     },
     /// Every task of a step ended (or its `srun` went away): its resources are free again.
     EndStep {
@@ -278,6 +287,7 @@ impl Command {
             Command::CancelJob { whole_array: true, .. } => (4, "cancelling a job array"),
             Command::SubmitJob { spec, .. } => spec_level(spec),
             Command::SetRole { .. } => (8, "giving a role"),
+            Command::StartStep { expect: Some(_), .. } => (EARLY_STEP_LEVEL, "a job step launched as it commits"),
             Command::StartStep { .. } | Command::EndStep { .. } => (STEPS_LEVEL, "a job step (srun)"),
             Command::EndAllocation { .. } => (STEPS_LEVEL, "ending an allocation (salloc, srun)"),
             // above every single submit's level

@@ -545,7 +545,7 @@ fn roles_given_at_run_time_are_replicated_state_and_user_takes_them_back() {
 /// command did.
 #[test]
 fn steps_are_recorded_hold_their_cpus_and_end_with_their_job() {
-    use quorum_model::step::{StepRequest, StepState};
+    use quorum_model::step::{Placement, StepRequest, StepState};
     let mut s = cluster();
     let mut sp = spec(&["true"]);
     (sp.nodes, sp.ntasks, sp.batch_step) = (2, 2, true);
@@ -560,7 +560,7 @@ fn steps_are_recorded_hold_their_cpus_and_end_with_their_job() {
     let token = s.jobs[&1].alloc_index;
     let step = |s: &mut ClusterState, index: u64, user: &str, ntasks: u32| {
         let request = StepRequest { name: "hostname".into(), ntasks, ..Default::default() };
-        apply(s, index, Command::StartStep { job_id: 1, user: user.into(), request, now: 3000 })
+        apply(s, index, Command::StartStep { job_id: 1, user: user.into(), request, now: 3000, expect: None })
     };
     match step(&mut s, 12, "alice", 0) {
         Response::StepStarted { step, .. } => {
@@ -577,7 +577,34 @@ fn steps_are_recorded_hold_their_cpus_and_end_with_their_job() {
     let end = Command::EndStep { job_id: 1, step_id: 0, exit_code: 3, signal: None, cancelled: false, now: 4000 };
     assert_eq!(apply(&mut s, 16, end), Response::Ok);
     assert_eq!((s.jobs[&1].steps[0].state, s.jobs[&1].steps[0].exit_code), (StepState::Failed, Some(3)));
-    assert!(matches!(step(&mut s, 17, "alice", 0), Response::StepStarted { .. }), "ended steps hold nothing");
+    // A step the leader launched where apply would put it is recorded so; one it launched
+    // elsewhere (the state moved meanwhile) is refused, and its id is never given again.
+    let one = StepRequest { name: "x".into(), ntasks: 1, ..Default::default() };
+    let planned = crate::plan_step(&s.jobs[&1], "alice", &one).unwrap();
+    assert_eq!((planned.id, planned.node_names()), (1, vec!["n1"]));
+    let mut elsewhere = Placement { id: planned.id, nodes: planned.nodes.clone() };
+    elsewhere.nodes[0].node = "n2".into();
+    let early = |expect: Placement| Command::StartStep {
+        job_id: 1,
+        user: "alice".into(),
+        request: one.clone(),
+        now: 4500,
+        expect: Some(expect),
+    };
+    assert_eq!(early(elsewhere.clone()).level().0, crate::EARLY_STEP_LEVEL);
+    assert!(matches!(apply(&mut s, 17, early(elsewhere)), Response::Rejected(Rejection::StepBusy { .. })));
+    assert_eq!(s.jobs[&1].next_step, 2, "the refused launch's id is spent");
+    assert!(matches!(
+        apply(&mut s, 18, early(Placement { id: 1, nodes: planned.nodes.clone() })),
+        Response::Rejected(Rejection::StepBusy { .. })
+    ));
+    match apply(&mut s, 19, early(Placement { id: 2, nodes: planned.nodes.clone() })) {
+        Response::StepStarted { step, .. } => assert_eq!((step.id, step.nodes, step.start), (2, planned.nodes, 4500)),
+        other => panic!("{other:?}"),
+    }
+    let end = Command::EndStep { job_id: 1, step_id: 2, exit_code: 0, signal: None, cancelled: false, now: 4600 };
+    assert_eq!(apply(&mut s, 20, end), Response::Ok);
+    assert!(matches!(step(&mut s, 27, "alice", 0), Response::StepStarted { .. }), "ended steps hold nothing");
     // The second node's end (its holder killed) decides nothing; the first node's does.
     let ended = |node: &str, code: i32| Command::JobEnded {
         job_id: 1,
@@ -586,24 +613,24 @@ fn steps_are_recorded_hold_their_cpus_and_end_with_their_job() {
         outcome: RankOutcome::Exited { code, signal: 0 },
         now: 5000,
     };
-    assert_eq!(apply(&mut s, 18, ended("n2", 0)), Response::Ok);
+    assert_eq!(apply(&mut s, 28, ended("n2", 0)), Response::Ok);
     assert_eq!(s.jobs[&1].state, JobState::Running);
-    assert!(matches!(apply(&mut s, 19, ended("n1", 0)), Response::JobFinished { state: JobState::Completed, .. }));
-    assert_eq!(s.jobs[&1].steps[1].state, StepState::Cancelled, "a step still running ends with its job");
-    assert!(matches!(step(&mut s, 20, "alice", 1), Response::Rejected(Rejection::NotRunning { .. })));
+    assert!(matches!(apply(&mut s, 29, ended("n1", 0)), Response::JobFinished { state: JobState::Completed, .. }));
+    assert_eq!(s.jobs[&1].steps.last().unwrap().state, StepState::Cancelled, "a step still running ends with its job");
+    assert!(matches!(step(&mut s, 30, "alice", 1), Response::Rejected(Rejection::NotRunning { .. })));
 
     // salloc: ended by its owner as its command ended.
     let mut alloc = spec(&["bash"]);
     alloc.interactive = true;
     submit(&mut s, 21, alloc, "b");
-    assert!(matches!(start(&mut s, 22, 2, "n1", 1, vec![]), Response::PlanApplied { .. }));
+    assert!(matches!(start(&mut s, 32, 2, "n1", 1, vec![]), Response::PlanApplied { .. }));
     let end = |user: &str| Command::EndAllocation { job_id: 2, user: user.into(), exit_code: 4, now: 6000 };
-    assert!(matches!(apply(&mut s, 23, end("mallory")), Response::Rejected(Rejection::NotOwner { .. })));
-    assert!(matches!(apply(&mut s, 24, end("alice")), Response::JobFinished { state: JobState::Failed, .. }));
+    assert!(matches!(apply(&mut s, 33, end("mallory")), Response::Rejected(Rejection::NotOwner { .. })));
+    assert!(matches!(apply(&mut s, 34, end("alice")), Response::JobFinished { state: JobState::Failed, .. }));
     assert_eq!(s.jobs[&2].exit_code, Some(4));
     assert!(
         matches!(
-            apply(&mut s, 25, Command::EndAllocation { job_id: 1, user: "alice".into(), exit_code: 0, now: 7000 }),
+            apply(&mut s, 35, Command::EndAllocation { job_id: 1, user: "alice".into(), exit_code: 0, now: 7000 }),
             Response::Rejected(_)
         ),
         "a batch job is cancelled, not ended so"
