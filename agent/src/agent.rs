@@ -149,7 +149,7 @@ pub(crate) struct StepEntry {
     /// Each running task's process group.
     pub pgids: Vec<i32>,
     /// Task 0's stdin, when task 0 runs here.
-    pub stdin: Option<crate::step::TaskInput>,
+    pub stdin: Option<crate::input::TaskInput>,
     /// Task 0's terminal (`srun --pty`), for its size.
     pub pty: Option<Arc<std::os::fd::OwnedFd>>,
     /// SIGKILL came for the step: a task not started yet is not started, one starting is killed.

@@ -12,6 +12,7 @@ pub mod environment;
 pub mod gpu;
 pub mod grants;
 pub mod identity;
+mod input;
 pub mod limits;
 pub mod output;
 pub mod record;
