@@ -7,6 +7,7 @@
 
 mod commands;
 mod salloc;
+mod sbatch;
 mod slurm;
 mod srun;
 

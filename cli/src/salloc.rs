@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use quorum_client::client::{Client, ControllersArg};
-use quorum_client::submit::{build_spec, Payload, SubmitOpts};
+use quorum_client::submit::{build_spec, host_name, submit_environment, Payload, SubmitOpts};
 use quorum_proto::api::{self, JobInfo};
 
 #[derive(Parser, Debug)]
@@ -24,37 +24,15 @@ pub struct SallocArgs {
 }
 
 pub fn main(args: &[String]) -> ExitCode {
-    let parsed = match SallocArgs::try_parse_from(args) {
-        Ok(a) => a,
-        Err(e) => {
-            let _ = e.print();
-            return if e.use_stderr() { ExitCode::from(1) } else { ExitCode::SUCCESS };
-        }
-    };
-    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build();
-    match runtime.map_err(anyhow::Error::from).and_then(|rt| rt.block_on(run(parsed))) {
-        Ok(code) => ExitCode::from(code),
-        Err(e) => {
-            eprintln!("salloc: error: {e:#}");
-            ExitCode::from(1)
-        }
-    }
-}
-
-/// This host's name, as the kernel has it.
-pub fn host_name() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_string())
-        .unwrap_or_else(|_| "localhost".into())
+    crate::slurm::main_of::<SallocArgs, _, _>("salloc", args, run)
 }
 
 /// An interactive allocation's spec: `opts`, with `command` as what runs where salloc or srun
 /// runs (nothing of the user's runs on the nodes but steps).
 pub fn allocation_spec(opts: SubmitOpts, command: Vec<String>) -> anyhow::Result<api::JobSpec> {
     let cwd = std::env::current_dir()?;
-    let mut env: Vec<(String, String)> = std::env::vars().filter(|(k, _)| k != "SLURM_SUBMIT_HOST").collect();
-    env.push(("SLURM_SUBMIT_HOST".into(), host_name()));
-    let mut spec = build_spec(opts, Payload::Command(command), &cwd, env).map_err(anyhow::Error::msg)?;
+    let mut spec =
+        build_spec(opts, Payload::Command(command), &cwd, submit_environment()).map_err(anyhow::Error::msg)?;
     spec.interactive = true;
     Ok(spec)
 }

@@ -97,30 +97,7 @@ pub struct SrunArgs {
 
 /// `srun ARGS...`.
 pub fn main(args: &[String]) -> ExitCode {
-    let parsed = match SrunArgs::try_parse_from(args) {
-        Ok(a) => a,
-        Err(e) => {
-            let _ = e.print();
-            return if e.use_stderr() { ExitCode::from(1) } else { ExitCode::SUCCESS };
-        }
-    };
-    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build();
-    let result = match runtime {
-        Ok(rt) => {
-            let result = rt.block_on(run(parsed));
-            // The read of srun's stdin may still wait for a key: not waited for.
-            rt.shutdown_background();
-            result
-        }
-        Err(e) => Err(anyhow::anyhow!("starting the async runtime: {e}")),
-    };
-    match result {
-        Ok(code) => ExitCode::from(code),
-        Err(e) => {
-            eprintln!("srun: error: {e:#}");
-            ExitCode::from(1)
-        }
-    }
+    crate::slurm::main_of::<SrunArgs, _, _>("srun", args, run)
 }
 
 fn env_u32(name: &str) -> Option<u32> {

@@ -26,12 +26,28 @@ pub struct SubmitOpts {
     /// CPUs per task.
     #[arg(short = 'c', long = "cpus-per-task")]
     pub cpus_per_task: Option<u32>,
-    /// Memory per node, like 4G or 512M.
+    /// Tasks on each node: with --nodes, the job's tasks are the nodes times this; with
+    /// --ntasks, the nodes are as many as the tasks need at this many each.
+    #[arg(long = "ntasks-per-node", visible_alias = "tasks-per-node")]
+    pub ntasks_per_node: Option<u32>,
+    /// Memory per node, like 4G or 512M (a number alone is megabytes).
     #[arg(long)]
     pub mem: Option<String>,
-    /// GPUs for the whole job: [type:]N, spread evenly over the nodes.
+    /// Memory per CPU: each node gets this times the CPUs of its tasks.
     #[arg(long)]
+    pub mem_per_cpu: Option<String>,
+    /// Memory per GPU: each node gets this times its GPUs.
+    #[arg(long)]
+    pub mem_per_gpu: Option<String>,
+    /// GPUs for the whole job: [type:]N, spread evenly over the nodes.
+    #[arg(short = 'G', long)]
     pub gpus: Option<String>,
+    /// GPUs on each node: [type:]N.
+    #[arg(long)]
+    pub gpus_per_node: Option<String>,
+    /// GPUs for each task: [type:]N; a node gets this times its tasks.
+    #[arg(long)]
+    pub gpus_per_task: Option<String>,
     /// Generic resources per node: gpu:[type:]N.
     #[arg(long)]
     pub gres: Option<String>,
@@ -98,7 +114,7 @@ pub struct SubmitOpts {
 }
 
 #[derive(Parser, Debug)]
-#[command(no_binary_name = true, disable_help_flag = true, disable_version_flag = true)]
+#[command(no_binary_name = true, disable_help_flag = true, disable_version_flag = true, infer_long_args = true)]
 struct SbatchLine {
     #[command(flatten)]
     opts: SubmitOpts,
@@ -113,8 +129,13 @@ impl SubmitOpts {
             nodes: self.nodes.or(other.nodes),
             ntasks: self.ntasks.or(other.ntasks),
             cpus_per_task: self.cpus_per_task.or(other.cpus_per_task),
+            ntasks_per_node: self.ntasks_per_node.or(other.ntasks_per_node),
             mem: self.mem.or(other.mem),
+            mem_per_cpu: self.mem_per_cpu.or(other.mem_per_cpu),
+            mem_per_gpu: self.mem_per_gpu.or(other.mem_per_gpu),
             gpus: self.gpus.or(other.gpus),
+            gpus_per_node: self.gpus_per_node.or(other.gpus_per_node),
+            gpus_per_task: self.gpus_per_task.or(other.gpus_per_task),
             gres: self.gres.or(other.gres),
             time: self.time.or(other.time),
             output: self.output.or(other.output),
@@ -139,14 +160,18 @@ impl SubmitOpts {
 
     /// Checks the values that have a format, so that a bad one is reported where it was written.
     fn check_values(&self) -> Result<(), String> {
-        if let Some(m) = &self.mem {
+        for m in [&self.mem, &self.mem_per_cpu, &self.mem_per_gpu].into_iter().flatten() {
             parse::parse_mem_mb(m).map_err(|e| e.to_string())?;
         }
         if let Some(t) = &self.time {
             parse::parse_time_limit(t).map_err(|e| e.to_string())?;
         }
-        if let Some(g) = &self.gpus {
-            parse_gpu_count(g, "--gpus")?;
+        for (what, g) in
+            [("--gpus", &self.gpus), ("--gpus-per-node", &self.gpus_per_node), ("--gpus-per-task", &self.gpus_per_task)]
+        {
+            if let Some(g) = g {
+                parse_gpu_count(g, what)?;
+            }
         }
         if let Some(g) = &self.gres {
             parse_gres(g)?;
@@ -163,7 +188,12 @@ impl SubmitOpts {
         if let Some(a) = &self.array {
             quorum_model::ArraySpec::parse(a)?;
         }
-        for (what, v) in [("--nodes", self.nodes), ("--ntasks", self.ntasks), ("--cpus-per-task", self.cpus_per_task)] {
+        for (what, v) in [
+            ("--nodes", self.nodes),
+            ("--ntasks", self.ntasks),
+            ("--cpus-per-task", self.cpus_per_task),
+            ("--ntasks-per-node", self.ntasks_per_node),
+        ] {
             if v == Some(0) {
                 return Err(format!("invalid {what} '0': must be at least 1"));
             }
@@ -350,6 +380,22 @@ pub fn script_options(path: &str, script: &str) -> Result<SubmitOpts, String> {
     Ok(opts)
 }
 
+/// This host's name, as the kernel has it.
+pub fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "localhost".into())
+}
+
+/// The environment a job submitted from here starts from: this process's, with
+/// `SLURM_SUBMIT_HOST` naming this host (Slurm tells a job where it was submitted from,
+/// whatever `--export` says, and not where an enclosing job was).
+pub fn submit_environment() -> Vec<(String, String)> {
+    let mut env: Vec<(String, String)> = std::env::vars().filter(|(k, _)| k != "SLURM_SUBMIT_HOST").collect();
+    env.push(("SLURM_SUBMIT_HOST".into(), host_name()));
+    env
+}
+
 /// What to run: a script file or a command line.
 pub enum Payload {
     Script { path: String, text: String },
@@ -384,22 +430,78 @@ pub fn build_spec(
             (cli, argv, String::new(), name)
         }
     };
-    let nodes = opts.nodes.unwrap_or(1);
-    let ntasks = opts.ntasks.unwrap_or(nodes);
+    let per_node = opts.ntasks_per_node;
+    let nodes = match (opts.nodes, opts.ntasks, per_node) {
+        (Some(n), _, _) => n,
+        (None, Some(tasks), Some(k)) => tasks.div_ceil(k),
+        _ => 1,
+    };
+    let ntasks = match opts.ntasks {
+        Some(n) => n,
+        None => nodes.checked_mul(per_node.unwrap_or(1)).ok_or_else(|| {
+            format!("invalid --ntasks-per-node: {nodes} nodes × {} tasks is too many", per_node.unwrap_or(1))
+        })?,
+    };
     if ntasks < nodes {
         return Err(format!("invalid --ntasks '{ntasks}': fewer tasks than the {nodes} nodes requested"));
     }
-    let (gpu_type, gpus_per_node) = match (&opts.gpus, &opts.gres) {
-        (Some(_), Some(_)) => return Err("give --gpus or --gres=gpu:..., not both".into()),
-        (Some(g), None) => {
-            let (ty, total) = parse_gpu_count(g, "--gpus")?;
-            if total % nodes != 0 {
-                return Err(format!("invalid --gpus '{g}': {total} GPUs do not spread evenly over {nodes} nodes"));
-            }
-            (ty, total / nodes)
+    if let Some(k) = per_node.filter(|&k| u64::from(ntasks) > u64::from(nodes) * u64::from(k)) {
+        return Err(format!("invalid --ntasks '{ntasks}': more than {nodes} nodes × --ntasks-per-node {k}"));
+    }
+    // The most tasks a node runs (block distribution).
+    let busiest = ntasks.div_ceil(nodes);
+    let given: Vec<&str> = [
+        ("--gpus", &opts.gpus),
+        ("--gres", &opts.gres),
+        ("--gpus-per-node", &opts.gpus_per_node),
+        ("--gpus-per-task", &opts.gpus_per_task),
+    ]
+    .into_iter()
+    .filter_map(|(what, v)| v.as_ref().map(|_| what))
+    .collect();
+    if given.len() > 1 {
+        return Err(format!("give one way of asking for GPUs, not {}", given.join(" and ")));
+    }
+    let (gpu_type, gpus_per_node) = if let Some(g) = &opts.gpus {
+        let (ty, total) = parse_gpu_count(g, "--gpus")?;
+        if total % nodes != 0 {
+            return Err(format!("invalid --gpus '{g}': {total} GPUs do not spread evenly over {nodes} nodes"));
         }
-        (None, Some(g)) => parse_gres(g)?,
-        (None, None) => (None, 0),
+        (ty, total / nodes)
+    } else if let Some(g) = &opts.gres {
+        parse_gres(g)?
+    } else if let Some(g) = &opts.gpus_per_node {
+        parse_gpu_count(g, "--gpus-per-node")?
+    } else if let Some(g) = &opts.gpus_per_task {
+        let (ty, n) = parse_gpu_count(g, "--gpus-per-task")?;
+        let per_node = n.checked_mul(busiest).ok_or_else(|| format!("invalid --gpus-per-task '{g}': too many GPUs"))?;
+        (ty, per_node)
+    } else {
+        (None, 0)
+    };
+    let cpus_per_task = opts.cpus_per_task.unwrap_or(1);
+    let given: Vec<&str> =
+        [("--mem", &opts.mem), ("--mem-per-cpu", &opts.mem_per_cpu), ("--mem-per-gpu", &opts.mem_per_gpu)]
+            .into_iter()
+            .filter_map(|(what, v)| v.as_ref().map(|_| what))
+            .collect();
+    if given.len() > 1 {
+        return Err(format!("give one way of asking for memory, not {}", given.join(" and ")));
+    }
+    let mem = |v: &str| parse::parse_mem_mb(v).map_err(|e| e.to_string());
+    let too_much = |what: &str, v: &str| format!("invalid {what} '{v}': too much memory per node");
+    let mem_per_node_mb = if let Some(m) = &opts.mem {
+        mem(m)?
+    } else if let Some(m) = &opts.mem_per_cpu {
+        let cpus = u64::from(busiest) * u64::from(cpus_per_task);
+        mem(m)?.checked_mul(cpus).ok_or_else(|| too_much("--mem-per-cpu", m))?
+    } else if let Some(m) = &opts.mem_per_gpu {
+        if gpus_per_node == 0 {
+            return Err(format!("invalid --mem-per-gpu '{m}': the job asks for no GPUs"));
+        }
+        mem(m)?.checked_mul(u64::from(gpus_per_node)).ok_or_else(|| too_much("--mem-per-gpu", m))?
+    } else {
+        0
     };
     let work_dir: PathBuf = match &opts.chdir {
         Some(d) if Path::new(d).is_absolute() => PathBuf::from(d),
@@ -433,14 +535,8 @@ pub fn build_spec(
         partition: opts.partition.unwrap_or_default(),
         nodes,
         ntasks,
-        cpus_per_task: opts.cpus_per_task.unwrap_or(1),
-        mem_per_node_mb: opts
-            .mem
-            .as_deref()
-            .map(parse::parse_mem_mb)
-            .transpose()
-            .map_err(|e| e.to_string())?
-            .unwrap_or(0),
+        cpus_per_task,
+        mem_per_node_mb,
         gpus_per_node,
         gpu_type: gpu_type.unwrap_or_default(),
         time_limit_s: match &opts.time {
@@ -490,6 +586,82 @@ mod tests {
         assert_eq!(script_spec(&warned, SubmitOpts::default()).unwrap().signal, "B:USR1@30");
         let cli = SubmitOpts { no_requeue: true, ..Default::default() };
         assert!(!script_spec(&requeued, cli).unwrap().requeue);
+    }
+
+    /// Each spelling of an option, in an `#SBATCH` line, gives the values Slurm's sbatch gives
+    /// (checked against Slurm 22.05's `sbatch --test-only` where its nodes allow): nodes, tasks,
+    /// CPUs per task, GPUs per node and their type, memory per node (MiB), time limit (s).
+    #[test]
+    fn option_spellings_give_the_values_slurm_gives() {
+        type Row = (u32, u32, u32, u32, &'static str, u64, u64);
+        let cases: &[(&str, Row)] = &[
+            ("-N 2 --ntasks-per-node=4", (2, 8, 1, 0, "", 0, 0)),
+            ("--nodes=2 --tasks-per-node 3", (2, 6, 1, 0, "", 0, 0)),
+            ("-n 4 --ntasks-per-node=2", (2, 4, 1, 0, "", 0, 0)),
+            ("-n 5 --ntasks-per-node=2", (3, 5, 1, 0, "", 0, 0)),
+            ("--ntasks-per-node=2", (1, 2, 1, 0, "", 0, 0)),
+            ("-N2 --gpus-per-node=h100:4", (2, 2, 1, 4, "h100", 0, 0)),
+            ("-N 2 -G 8", (2, 2, 1, 4, "", 0, 0)),
+            ("--gpus=a100:2", (1, 1, 1, 2, "a100", 0, 0)),
+            ("--gres=gpu:2", (1, 1, 1, 2, "", 0, 0)),
+            ("-N2 --ntasks-per-node=2 --gpus-per-task=1", (2, 4, 1, 2, "", 0, 0)),
+            ("-n 3 --gpus-per-task=2", (1, 3, 1, 6, "", 0, 0)),
+            ("-n 4 -c 2 --mem-per-cpu=1G", (1, 4, 2, 0, "", 8192, 0)),
+            ("-N 2 -n 4 --mem-per-cpu 100", (2, 4, 1, 0, "", 200, 0)),
+            ("--gpus-per-node=2 --mem-per-gpu=10g", (1, 1, 1, 2, "", 20480, 0)),
+            ("--mem 2048", (1, 1, 1, 0, "", 2048, 0)),
+            ("--mem=4g", (1, 1, 1, 0, "", 4096, 0)),
+            ("--mem=512MB", (1, 1, 1, 0, "", 512, 0)),
+            ("--mem=1T", (1, 1, 1, 0, "", 1 << 20, 0)),
+            ("--time=90", (1, 1, 1, 0, "", 0, 5400)),
+            ("-t 1:30", (1, 1, 1, 0, "", 0, 90)),
+            ("-t 2:00:00", (1, 1, 1, 0, "", 0, 7200)),
+            ("-t 2-0", (1, 1, 1, 0, "", 0, 172_800)),
+            ("--time 1-2:30", (1, 1, 1, 0, "", 0, 95_400)),
+            ("-t 1-02:30:15", (1, 1, 1, 0, "", 0, 95_415)),
+            ("-t UNLIMITED", (1, 1, 1, 0, "", 0, 0)),
+            // Unambiguous prefixes, as getopt takes them.
+            ("--nodes=2 --ntasks-per-n=2", (2, 4, 1, 0, "", 0, 0)),
+            ("--cpus-per=3 --ti=5", (1, 1, 3, 0, "", 0, 300)),
+        ];
+        for (line, want) in cases {
+            let s = script_spec(&format!("#!/bin/bash\n#SBATCH {line}\nhostname\n"), SubmitOpts::default())
+                .unwrap_or_else(|e| panic!("{line}: {e}"));
+            let got = (
+                s.nodes,
+                s.ntasks,
+                s.cpus_per_task,
+                s.gpus_per_node,
+                s.gpu_type.as_str(),
+                s.mem_per_node_mb,
+                s.time_limit_s,
+            );
+            assert_eq!(&got, want, "#SBATCH {line}");
+        }
+        for (line, named) in [
+            ("--job=train --out=o.txt --err=e.txt --partit=gpu", ("train", "o.txt", "e.txt", "gpu")),
+            ("--job-name train -o %x-%j.out -p a100", ("train", "%x-%j.out", "", "a100")),
+        ] {
+            let s = script_spec(&format!("#SBATCH {line}\n"), SubmitOpts::default()).unwrap();
+            assert_eq!((s.name.as_str(), s.stdout.as_str(), s.stderr.as_str(), s.partition.as_str()), named, "{line}");
+        }
+    }
+
+    #[test]
+    fn options_that_contradict_each_other_are_refused_naming_them() {
+        for (line, says) in [
+            ("--gpus-per=1", "--gpus-per"),
+            ("--mem=1G --mem-per-cpu=1G", "give one way of asking for memory, not --mem and --mem-per-cpu"),
+            ("--gpus=1 --gres=gpu:1", "give one way of asking for GPUs, not --gpus and --gres"),
+            ("-N 2 -n 9 --ntasks-per-node=4", "invalid --ntasks '9': more than 2 nodes × --ntasks-per-node 4"),
+            ("--mem-per-gpu=1G", "invalid --mem-per-gpu '1G': the job asks for no GPUs"),
+            ("--ntasks-per-node=0", "invalid --ntasks-per-node '0'"),
+            ("--gpus-per-task=x:y:1", "invalid --gpus-per-task 'x:y:1'"),
+            ("--mem-per-cpu=lots", "invalid memory size 'lots'"),
+        ] {
+            let e = script_spec(&format!("#SBATCH {line}\n"), SubmitOpts::default()).unwrap_err();
+            assert!(e.contains(says), "#SBATCH {line}: {e}");
+        }
     }
 
     #[test]

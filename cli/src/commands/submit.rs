@@ -2,7 +2,7 @@
 
 use std::process::ExitCode;
 
-use quorum_client::submit::{build_spec, Payload, SubmitOpts};
+use quorum_client::submit::{build_spec, submit_environment, Payload, SubmitOpts};
 use quorum_proto::api;
 
 use super::{current_user, Context};
@@ -18,13 +18,6 @@ pub struct Args {
     command: Vec<String>,
 }
 
-/// This host's name, as the kernel has it.
-fn submit_host() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_string())
-        .unwrap_or_else(|_| "localhost".into())
-}
-
 pub async fn run(ctx: &Context, Args { opts, script, command }: Args) -> anyhow::Result<ExitCode> {
     let payload = match (script, command.is_empty()) {
         (Some(_), false) => anyhow::bail!("give a script or -- COMMAND, not both"),
@@ -36,15 +29,16 @@ pub async fn run(ctx: &Context, Args { opts, script, command }: Args) -> anyhow:
         (None, false) => Payload::Command(command),
         (None, true) => anyhow::bail!("nothing to run: give a script or -- COMMAND [ARGS...]"),
     };
+    let job_id = submit(ctx, *opts, payload).await?;
+    println!("Submitted job {job_id}");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Submits `payload` with `opts` as this user, from this directory and environment; the job's id.
+pub async fn submit(ctx: &Context, opts: SubmitOpts, payload: Payload) -> anyhow::Result<u64> {
     let cwd = std::env::current_dir()?;
-    // Slurm tells a job where it was submitted from, whatever --export says (SLURM_* always
-    // goes), and not where an enclosing job was.
-    let mut env: Vec<(String, String)> = std::env::vars().filter(|(k, _)| k != "SLURM_SUBMIT_HOST").collect();
-    env.push(("SLURM_SUBMIT_HOST".into(), submit_host()));
-    let spec = build_spec(*opts, payload, &cwd, env).map_err(anyhow::Error::msg)?;
+    let spec = build_spec(opts, payload, &cwd, submit_environment()).map_err(anyhow::Error::msg)?;
     let req =
         api::SubmitJobRequest { spec: Some(spec), user: current_user(), request_id: uuid::Uuid::new_v4().to_string() };
-    let r = ctx.send(req, |mut c, r| async move { c.submit_job(r).await }).await?;
-    println!("Submitted job {}", r.job_id);
-    Ok(ExitCode::SUCCESS)
+    Ok(ctx.send(req, |mut c, r| async move { c.submit_job(r).await }).await?.job_id)
 }

@@ -1,0 +1,80 @@
+//! `sbatch`: Slurm's batch submit, the same submit as `quorum submit` underneath, answering as
+//! Slurm's does: `Submitted batch job N`, or only `N` with `--parsable` (what workflow tools
+//! read). The script comes from its file, from standard input when none is named, or from
+//! `--wrap`; long options may be shortened to any unambiguous prefix, as Slurm's getopt allows.
+
+use std::io::Read;
+use std::process::ExitCode;
+
+use clap::Parser;
+use quorum_client::client::ControllersArg;
+use quorum_client::submit::{Payload, SubmitOpts};
+
+use crate::commands::{submit::submit, Context};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "sbatch",
+    no_binary_name = true,
+    infer_long_args = true,
+    about = "Submit a batch script (Quorum's sbatch)"
+)]
+pub struct SbatchArgs {
+    #[command(flatten)]
+    opts: Box<SubmitOpts>,
+    #[command(flatten)]
+    controllers: ControllersArg,
+    /// Print only the job's id, for scripts.
+    #[arg(long)]
+    parsable: bool,
+    /// Run this command line as the job's script, under /bin/sh.
+    #[arg(long, conflicts_with = "script")]
+    wrap: Option<String>,
+    /// The batch script (standard input when none is named).
+    script: Option<String>,
+    /// Arguments for the script.
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    script_args: Vec<String>,
+}
+
+pub fn main(args: &[String]) -> ExitCode {
+    crate::slurm::main_of::<SbatchArgs, _, _>("sbatch", args, run)
+}
+
+async fn run(a: SbatchArgs) -> anyhow::Result<u8> {
+    if !a.script_args.is_empty() {
+        anyhow::bail!(
+            "arguments after the script ('{}') are not supported yet: put them in the script, or use `--wrap`",
+            a.script_args.join(" ")
+        );
+    }
+    let payload = match (a.wrap, a.script) {
+        (Some(command), _) => Payload::Script {
+            path: "wrap".into(),
+            text: format!("#!/bin/sh\n# This script was made by sbatch --wrap.\n\n{command}\n"),
+        },
+        (None, Some(path)) => {
+            let text =
+                std::fs::read_to_string(&path).map_err(|e| anyhow::anyhow!("cannot read script '{path}': {e}"))?;
+            Payload::Script { path, text }
+        }
+        (None, None) => {
+            let mut text = String::new();
+            std::io::stdin()
+                .read_to_string(&mut text)
+                .map_err(|e| anyhow::anyhow!("cannot read the script from standard input: {e}"))?;
+            if text.trim().is_empty() {
+                anyhow::bail!("no script: name a file, pass one on standard input, or use --wrap");
+            }
+            Payload::Script { path: "sbatch".into(), text }
+        }
+    };
+    let ctx = Context { client: a.controllers.client()?, stale: false };
+    let id = submit(&ctx, *a.opts, payload).await?;
+    if a.parsable {
+        println!("{id}");
+    } else {
+        println!("Submitted batch job {id}");
+    }
+    Ok(0)
+}

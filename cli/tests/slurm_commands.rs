@@ -1,0 +1,98 @@
+//! Slurm's own command names, as scripts and workflow tools call them: `sbatch`.
+
+mod common;
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::*;
+use quorum_dev::cluster::DevOptions;
+
+const T: Duration = Duration::from_secs(30);
+
+/// `name` as a link to `quorum` in `dir`, as `quorum install-slurm-commands` makes it.
+fn slurm_command(dir: &Path, name: &str) -> std::path::PathBuf {
+    let link = dir.join(name);
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_quorum"), &link).unwrap();
+    link
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sbatch_takes_a_script_from_a_file_stdin_or_wrap_and_answers_as_slurm_does() {
+    let cluster = cluster(DevOptions { cpus_per_agent: 4, ..DevOptions::for_tests() }).await;
+    let c = client(&cluster.addrs);
+    wait_ready(&cluster, &c, 2).await;
+    let (dir, bin) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let sbatch = slurm_command(bin.path(), "sbatch");
+    let run = |args: &[&str], stdin: &str| {
+        let mut child = Command::new(&sbatch)
+            .args(args)
+            .envs(cluster.env())
+            .current_dir(dir.path())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
+        let out = child.wait_with_output().unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+
+    // A script whose directives use Slurm's other spellings and shortened long options.
+    std::fs::write(
+        dir.path().join("job.sh"),
+        "#!/bin/bash\n#SBATCH --job=train -N 2 --ntasks-per-node=2 --mem-per-cpu=100 -t 1:00\n#SBATCH --out=train-%j.out # the log\necho $SLURM_NTASKS $SLURM_JOB_NAME\n",
+    )
+    .unwrap();
+    let (code, out, err) = run(&["--parsable", "job.sh"], "");
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    let id: u64 = out.trim().parse().unwrap_or_else(|_| panic!("--parsable printed more than the id: {out:?}"));
+    let j = wait_state(&c, id, &["COMPLETED", "FAILED", "CANCELLED"], T).await;
+    assert_eq!(j.state, "COMPLETED", "{j:?}");
+    let spec = j.spec.clone().unwrap();
+    assert_eq!((spec.nodes, spec.ntasks, spec.mem_per_node_mb, spec.time_limit_s), (2, 4, 200, 60), "{spec:?}");
+    let log = std::fs::read_to_string(dir.path().join(format!("train-{id}.out"))).unwrap();
+    assert_eq!(log, "4 train\n");
+
+    // The script on standard input; the answer Slurm gives.
+    let (code, out, err) = run(&[], "#!/bin/sh\necho from-stdin > stdin.txt\n");
+    assert_eq!(code, Some(0), "{err}");
+    let id: u64 = out
+        .trim()
+        .strip_prefix("Submitted batch job ")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{out:?}"));
+    wait_state(&c, id, &["COMPLETED"], T).await;
+    assert_eq!(std::fs::read_to_string(dir.path().join("stdin.txt")).unwrap(), "from-stdin\n");
+
+    // --wrap: a command line as the script.
+    let (code, out, err) = run(&["--parsable", "--wrap", "echo wrapped $SLURM_JOB_ID > wrapped.txt"], "");
+    assert_eq!(code, Some(0), "{err}");
+    let id: u64 = out.trim().parse().unwrap();
+    wait_state(&c, id, &["COMPLETED"], T).await;
+    assert_eq!(std::fs::read_to_string(dir.path().join("wrapped.txt")).unwrap(), format!("wrapped {id}\n"));
+
+    // What is refused names itself, and creates nothing.
+    let before = all_jobs(&c).await.len();
+    std::fs::write(dir.path().join("bad.sh"), "#!/bin/bash\n#SBATCH -N 1\n#SBATCH --frobnicate=3\ntrue\n").unwrap();
+    for (args, says) in [
+        (vec!["--frobnicate", "job.sh"], "--frobnicate"),
+        (vec!["--gpus-per=1", "job.sh"], "--gpus-per"),
+        (vec!["bad.sh"], "bad.sh line 3: '#SBATCH --frobnicate=3'"),
+        (vec!["--mem=1G", "--mem-per-cpu=1G", "job.sh"], "give one way of asking for memory"),
+        (vec!["job.sh", "an-argument"], "arguments after the script"),
+    ] {
+        let (code, out, err) = run(&args, "");
+        assert_eq!(code, Some(1), "sbatch {args:?}: {out}\n{err}");
+        assert!(err.contains(says), "sbatch {args:?}: {err}");
+    }
+    assert_eq!(all_jobs(&c).await.len(), before, "a refused submit created a job");
+    cluster.shutdown().await;
+}
