@@ -8,6 +8,7 @@
 mod commands;
 mod salloc;
 mod sbatch;
+mod scancel;
 mod slurm;
 mod srun;
 

@@ -19,6 +19,32 @@ fn slurm_command(dir: &Path, name: &str) -> std::path::PathBuf {
     link
 }
 
+/// Runs `program ARGS` in `dir` against `cluster` with `stdin`: its exit code, stdout, stderr.
+fn run_command(
+    cluster: &quorum_dev::cluster::DevCluster,
+    dir: &Path,
+    program: &Path,
+    args: &[&str],
+    stdin: &str,
+) -> (Option<i32>, String, String) {
+    let mut child = Command::new(program)
+        .args(args)
+        .envs(cluster.env())
+        .current_dir(dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sbatch_takes_a_script_from_a_file_stdin_or_wrap_and_answers_as_slurm_does() {
     let cluster = cluster(DevOptions { cpus_per_agent: 4, ..DevOptions::for_tests() }).await;
@@ -26,24 +52,7 @@ async fn sbatch_takes_a_script_from_a_file_stdin_or_wrap_and_answers_as_slurm_do
     wait_ready(&cluster, &c, 2).await;
     let (dir, bin) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let sbatch = slurm_command(bin.path(), "sbatch");
-    let run = |args: &[&str], stdin: &str| {
-        let mut child = Command::new(&sbatch)
-            .args(args)
-            .envs(cluster.env())
-            .current_dir(dir.path())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        child.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
-        let out = child.wait_with_output().unwrap();
-        (
-            out.status.code(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    };
+    let run = |args: &[&str], stdin: &str| run_command(&cluster, dir.path(), &sbatch, args, stdin);
 
     // A script whose directives use Slurm's other spellings and shortened long options.
     std::fs::write(
@@ -94,5 +103,61 @@ async fn sbatch_takes_a_script_from_a_file_stdin_or_wrap_and_answers_as_slurm_do
         assert!(err.contains(says), "sbatch {args:?}: {err}");
     }
     assert_eq!(all_jobs(&c).await.len(), before, "a refused submit created a job");
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scancel_cancels_by_id_array_task_and_filter_and_names_what_it_cannot() {
+    let cluster = cluster(DevOptions::for_tests()).await;
+    let c = client(&cluster.addrs);
+    wait_ready(&cluster, &c, 2).await;
+    let (dir, bin) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (sbatch, scancel) = (slurm_command(bin.path(), "sbatch"), slurm_command(bin.path(), "scancel"));
+    // Held jobs stay PENDING until cancelled.
+    let submit = |args: &[&str]| -> u64 {
+        let args: Vec<&str> = ["--parsable", "-H", "--wrap", "sleep 100"].iter().chain(args).copied().collect();
+        let (code, out, err) = run_command(&cluster, dir.path(), &sbatch, &args, "");
+        assert_eq!(code, Some(0), "{err}");
+        out.trim().parse().unwrap()
+    };
+    let scancel = |args: &[&str]| run_command(&cluster, dir.path(), &scancel, args, "");
+    let (alpha, beta, gamma) =
+        (submit(&["-J", "alpha"]), submit(&["-J", "beta"]), submit(&["-J", "gamma", "--array=0-3"]));
+    let states = |ids: Vec<u64>| {
+        let c = &c;
+        async move {
+            let mut out = Vec::new();
+            for id in ids {
+                out.push(job(c, id).await.state);
+            }
+            out
+        }
+    };
+
+    assert_eq!(scancel(&[&beta.to_string()]), (Some(0), String::new(), String::new()));
+    assert_eq!(states(vec![beta]).await, ["CANCELLED"]);
+    // Two tasks of the array, by Slurm's bracket syntax; the others stay.
+    assert_eq!(scancel(&[&format!("{gamma}_[1-2]")]).0, Some(0));
+    assert_eq!(states((gamma..gamma + 4).collect()).await, ["PENDING", "CANCELLED", "CANCELLED", "PENDING"]);
+    // By name and state: only alpha.
+    assert_eq!(scancel(&["-n", "alpha", "-t", "PD"]).0, Some(0));
+    assert_eq!(states(vec![alpha, gamma]).await, ["CANCELLED", "PENDING"]);
+    // Filters narrow the ids named: the array's tasks of another name stay.
+    assert_eq!(scancel(&["--name=other", &gamma.to_string()]).0, Some(0));
+    assert_eq!(states(vec![gamma, gamma + 3]).await, ["PENDING", "PENDING"]);
+    // Every job of mine.
+    assert_eq!(scancel(&["--me"]).0, Some(0));
+    assert_eq!(states(vec![gamma, gamma + 3]).await, ["CANCELLED", "CANCELLED"]);
+
+    // What it cannot do is named, with a failing exit code.
+    let (code, _, err) = scancel(&["999999"]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("scancel: error: Kill job error on job id 999999"), "{err}");
+    let (code, _, err) = scancel(&[]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("no job identification provided"), "{err}");
+    let (code, _, err) = scancel(&["12x"]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("invalid job id '12x'"), "{err}");
     cluster.shutdown().await;
 }

@@ -123,6 +123,11 @@ impl Bench {
     }
 
     pub fn end(&mut self, job: u64) {
+        self.end_with(job, 0);
+    }
+
+    /// Ends `job` with exit `code` on each of its nodes: COMPLETED for 0, FAILED otherwise.
+    pub fn end_with(&mut self, job: u64, code: i32) {
         let j = &self.state.jobs[&job];
         let token = j.alloc_index;
         let nodes: Vec<String> = j.allocation.as_ref().unwrap().nodes.iter().map(|n| n.node.clone()).collect();
@@ -132,11 +137,12 @@ impl Bench {
                 job_id: job,
                 token,
                 node,
-                outcome: RankOutcome::Exited { code: 0, signal: 0 },
+                outcome: RankOutcome::Exited { code, signal: 0 },
                 now,
             });
         }
-        assert_eq!(self.state.jobs[&job].state, JobState::Completed);
+        let want = if code == 0 { JobState::Completed } else { JobState::Failed };
+        assert_eq!(self.state.jobs[&job].state, want);
     }
 }
 
@@ -266,6 +272,37 @@ fn eligibility_reasons_are_named() {
         Response::Released { job_id: held }
     );
     assert_eq!(started(&b.cycle()), vec![held]);
+}
+
+/// A dependency on an array's id waits for every task of the array, as Slurm's does: `after`
+/// until all have started, `afterok` until all completed (never once one failed), `afterany`
+/// until all ended, `afternotok` until all ended with one failed.
+#[test]
+fn a_dependency_on_an_array_waits_for_every_task() {
+    use quorum_model::{Dependency, DependencyKind};
+    let mut b = Bench::new(ten_nodes(), fifo(BackfillMode::Easy, 1));
+    b.at(0);
+    let array = b.submit_with("alice", |s| s.array = Some(quorum_model::ArraySpec::parse("0-2").unwrap()));
+    let on = |kind| move |s: &mut JobSpec| s.dependencies = vec![Dependency { kind, job: array }];
+    let ok = b.submit_with("alice", on(DependencyKind::AfterOk));
+    let any = b.submit_with("alice", on(DependencyKind::AfterAny));
+    let notok = b.submit_with("alice", on(DependencyKind::AfterNotOk));
+    let after = b.submit_with("alice", on(DependencyKind::After));
+    assert_eq!(started(&b.cycle()), vec![array, array + 1, array + 2]);
+    b.at(10);
+    b.end(array);
+    let p = b.cycle();
+    assert_eq!(started(&p), vec![after], "every task has started");
+    for j in [ok, any, notok] {
+        assert_eq!(p.reason(j), Some(PendingReason::Dependency), "job {j}: task 0 alone has ended");
+    }
+    b.end_with(array + 1, 3);
+    let p = b.cycle();
+    assert_eq!(p.reason(ok), Some(PendingReason::DependencyNeverSatisfied), "a task failed");
+    assert_eq!(p.reason(any), Some(PendingReason::Dependency), "task 2 still runs");
+    assert_eq!(p.reason(notok), Some(PendingReason::Dependency), "task 2 still runs");
+    b.end(array + 2);
+    assert_eq!(started(&b.cycle()), vec![any, notok]);
 }
 
 #[test]

@@ -480,15 +480,31 @@ fn dependency_status(state: &ClusterState, deps: &[quorum_model::Dependency]) ->
     for d in deps {
         // A job no longer known was purged long after it ended: treat it as satisfied.
         let Some(other) = state.jobs.get(&d.job) else { continue };
-        let finished = other.state.is_finished();
-        let ok = other.state == JobState::Completed;
+        // The array's id (its first task's) stands for every task of the array, as on Slurm:
+        // the tasks are the jobs with the next ids that name it as theirs.
+        let last = match other.array.filter(|a| a.array_job_id == d.job) {
+            Some(a) => d.job.saturating_add(u64::from(a.count.max(1)) - 1),
+            None => d.job,
+        };
+        let (mut all_started, mut all_finished, mut all_ok, mut any_failed) = (true, true, true, false);
+        for (_, job) in state.jobs.range(d.job..=last) {
+            if d.job != last && job.array.is_none_or(|a| a.array_job_id != d.job) {
+                continue;
+            }
+            let finished = job.state.is_finished();
+            let ok = job.state == JobState::Completed;
+            all_started &= job.start_time.is_some() || finished;
+            all_finished &= finished;
+            all_ok &= ok;
+            any_failed |= finished && !ok;
+        }
         let this = match d.kind {
-            After if other.start_time.is_some() || finished => DepStatus::Satisfied,
-            AfterAny if finished => DepStatus::Satisfied,
-            AfterOk if ok => DepStatus::Satisfied,
-            AfterOk if finished => DepStatus::Never,
-            AfterNotOk if finished && !ok => DepStatus::Satisfied,
-            AfterNotOk if ok => DepStatus::Never,
+            After if all_started => DepStatus::Satisfied,
+            AfterAny if all_finished => DepStatus::Satisfied,
+            AfterOk if all_ok => DepStatus::Satisfied,
+            AfterOk if any_failed => DepStatus::Never,
+            AfterNotOk if all_finished && any_failed => DepStatus::Satisfied,
+            AfterNotOk if all_finished => DepStatus::Never,
             _ => DepStatus::Waiting,
         };
         match this {
