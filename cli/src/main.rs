@@ -10,6 +10,7 @@ mod salloc;
 mod sbatch;
 mod scancel;
 mod slurm;
+mod squeue;
 mod srun;
 
 use std::path::PathBuf;

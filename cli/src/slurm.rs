@@ -1,6 +1,6 @@
 //! The Slurm commands `quorum` answers to when it is called by their names (one multi-call
 //! program; `quorum install-slurm-commands DIR` makes the links). So far: `sbatch`
-//! ([`crate::sbatch`]), `scancel` ([`crate::scancel`]), `srun` (job steps,
+//! ([`crate::sbatch`]), `scancel` ([`crate::scancel`]), `squeue` ([`crate::squeue`]), `srun` (job steps,
 //! [`crate::srun`]), `salloc` ([`crate::salloc`]), and `scontrol show
 //! hostnames|hostlist|hostlistsorted`, which batch scripts use to find their nodes.
 
@@ -10,7 +10,7 @@ use std::process::ExitCode;
 use quorum_model::hostlist;
 
 /// The names linked by `quorum install-slurm-commands`.
-pub const NAMES: &[&str] = &["sbatch", "scancel", "scontrol", "srun", "salloc"];
+pub const NAMES: &[&str] = &["sbatch", "scancel", "scontrol", "squeue", "srun", "salloc"];
 
 /// Runs a Slurm command's `main`: parses `args` as `A` (help, and errors, as clap prints them),
 /// runs `run` on a runtime of its own, and exits with the code it gives, or with 1 after
@@ -53,6 +53,7 @@ pub fn run(name: &str, args: &[String]) -> Option<ExitCode> {
         "srun" => return Some(crate::srun::main(args)),
         "sbatch" => return Some(crate::sbatch::main(args)),
         "scancel" => return Some(crate::scancel::main(args)),
+        "squeue" => return Some(crate::squeue::main(args)),
         "salloc" => return Some(crate::salloc::main(args)),
         _ => return None,
     };

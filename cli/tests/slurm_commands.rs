@@ -161,3 +161,56 @@ async fn scancel_cancels_by_id_array_task_and_filter_and_names_what_it_cannot() 
     assert!(err.contains("invalid job id '12x'"), "{err}");
     cluster.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn squeue_prints_the_fields_and_lines_that_tools_parse() {
+    let cluster = cluster(DevOptions::for_tests()).await;
+    let c = client(&cluster.addrs);
+    wait_ready(&cluster, &c, 2).await;
+    let (dir, bin) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (sbatch, squeue) = (slurm_command(bin.path(), "sbatch"), slurm_command(bin.path(), "squeue"));
+    let submit = |args: &[&str]| -> u64 {
+        let (code, out, err) = run_command(&cluster, dir.path(), &sbatch, args, "");
+        assert_eq!(code, Some(0), "{err}");
+        out.trim().parse().unwrap()
+    };
+    let squeue = |args: &[&str]| {
+        let (code, out, err) = run_command(&cluster, dir.path(), &squeue, args, "");
+        assert_eq!(code, Some(0), "squeue {args:?}: {err}");
+        out
+    };
+    let done = submit(&["--parsable", "--wrap", "true"]);
+    wait_state(&c, done, &["COMPLETED"], T).await;
+    let held = submit(&["--parsable", "-H", "-J", "held", "--wrap", "sleep 100"]);
+    let array = submit(&["--parsable", "-H", "-J", "arr", "--array=0-3%2", "--wrap", "sleep 100"]);
+    let user = String::from_utf8(Command::new("id").arg("-un").output().unwrap().stdout).unwrap();
+
+    // The active queue: a finished job is not in it; the array's pending tasks share a line.
+    assert_eq!(
+        squeue(&["-h", "-o", "%i|%T|%j|%t|%R|%u"]),
+        format!(
+            "{held}|PENDING|held|PD|(JobHeldUser)|{u}\n{array}_[0-3%2]|PENDING|arr|PD|(JobHeldUser)|{u}\n",
+            u = user.trim()
+        )
+    );
+    assert!(squeue(&[])
+        .starts_with("             JOBID PARTITION     NAME     USER ST       TIME  NODES NODELIST(REASON)\n"));
+    // One line per task with -r; a job named with -j is shown whatever its state.
+    assert_eq!(
+        squeue(&["-r", "-h", "-j", &array.to_string(), "-o", "%i %K %A"]),
+        (0..4).map(|t| format!("{array}_{t} {t} {}\n", array + t)).collect::<String>()
+    );
+    assert_eq!(squeue(&["--noheader", "--jobs", &done.to_string(), "--format", "%T"]), "COMPLETED\n");
+    assert_eq!(squeue(&["-h", "-n", "held", "--me", "-t", "PD", "-o", "%A"]), format!("{held}\n"));
+    assert_eq!(squeue(&["-h", "-t", "R"]), "");
+    assert_eq!(
+        squeue(&["-O", "JobID:8,Name:6,State:5", "-j", &held.to_string()]),
+        format!("JOBID   NAME  STATE\n{held:<8}held  PENDI\n"),
+        "-O pads each field to its width, nothing between"
+    );
+    // A field it does not know is named.
+    let (code, _, err) = run_command(&cluster, dir.path(), &bin.path().join("squeue"), &["-o", "%Y"], "");
+    assert_eq!(code, Some(1));
+    assert!(err.contains("%Y is not a field"), "{err}");
+    cluster.shutdown().await;
+}

@@ -122,7 +122,7 @@ pub fn utc_time(ms: u64) -> String {
 }
 
 /// Elapsed run time as squeue shows it.
-fn elapsed(j: &JobInfo, now_ms: u64) -> String {
+pub fn elapsed(j: &JobInfo, now_ms: u64) -> String {
     let secs = match (j.start_time_ms, j.end_time_ms) {
         (0, _) => 0,
         (s, 0) => now_ms.saturating_sub(s) / 1000,
@@ -131,7 +131,7 @@ fn elapsed(j: &JobInfo, now_ms: u64) -> String {
     format_duration(secs)
 }
 
-fn short_state(state: &str) -> &'static str {
+pub fn short_state(state: &str) -> &'static str {
     quorum_model::JobState::from_name(state).map(|s| s.short()).unwrap_or("?")
 }
 

@@ -1,0 +1,549 @@
+//! `squeue`: the queue as Slurm's squeue prints it, for people and for the tools that parse it:
+//! `-h`, `-j`, `-u`, `--me`, `-t`, `-p`, `-n`, `-o` with Slurm's `%` codes and widths (`%.18i`
+//! right-aligned in 18 columns, `%-8j` left-aligned, a value longer than its width cut), `-O`
+//! with field names (`JobID:10,State`), `-r` for one line per array task. Without `-r`, the
+//! pending tasks of an array share one line, `12_[3-9%2]`, as on Slurm.
+
+use std::collections::BTreeSet;
+
+use clap::Parser;
+use quorum_client::client::ControllersArg;
+use quorum_client::display::{elapsed, short_state};
+use quorum_model::parse::format_duration;
+use quorum_proto::api::{self, JobInfo};
+
+use crate::commands::{current_user, Context};
+
+/// Slurm's default `-o`.
+const DEFAULT_FORMAT: &str = "%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R";
+/// `-l`.
+const LONG_FORMAT: &str = "%.18i %.9P %.8j %.8u %.8T %.10M %.9l %.6D %R";
+/// `--start`.
+const START_FORMAT: &str = "%.18i %.9P %.8j %.8u %.2t %.19S %.6D %R";
+
+#[derive(Parser, Debug)]
+#[command(name = "squeue", no_binary_name = true, infer_long_args = true, about = "The job queue (Quorum's squeue)")]
+pub struct SqueueArgs {
+    #[command(flatten)]
+    controllers: ControllersArg,
+    /// No header line.
+    #[arg(short = 'h', long = "noheader")]
+    noheader: bool,
+    /// Only these jobs (comma-separated; in any state while the cluster remembers them).
+    #[arg(short = 'j', long = "jobs", value_delimiter = ',')]
+    jobs: Vec<String>,
+    /// Only these users' jobs.
+    #[arg(short = 'u', long = "user", value_delimiter = ',')]
+    users: Vec<String>,
+    /// Only your own jobs.
+    #[arg(long)]
+    me: bool,
+    /// Only jobs in these states (PENDING/PD, RUNNING/R, COMPLETED/CD, ...; `all`).
+    #[arg(short = 't', long = "states", value_delimiter = ',')]
+    states: Vec<String>,
+    /// Only these partitions' jobs.
+    #[arg(short = 'p', long = "partition", value_delimiter = ',')]
+    partitions: Vec<String>,
+    /// Only jobs of these names.
+    #[arg(short = 'n', long = "name", value_delimiter = ',')]
+    names: Vec<String>,
+    /// Fields as `%` codes: `%i %P %j %u %T %t %M %l %L %D %C %R %r %N %S %e %V %a %q %A %F %K %Z %o %E`.
+    #[arg(short = 'o', long = "format")]
+    format: Option<String>,
+    /// Fields by name, each with an optional `:width` (`JobID:10,Name,State`).
+    #[arg(short = 'O', long = "Format")]
+    long_format: Option<String>,
+    /// One line for each array task.
+    #[arg(short = 'r', long = "array")]
+    array: bool,
+    /// Jobs of every partition (they all are shown already).
+    #[arg(short = 'a', long = "all")]
+    all: bool,
+    /// More fields: the state's name and the time limit.
+    #[arg(short = 'l', long = "long")]
+    long: bool,
+    /// Pending jobs with when and where they are expected to start.
+    #[arg(long)]
+    start: bool,
+}
+
+/// One field of a format: a `%` code, how wide, and which side it is aligned to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Piece {
+    Text(String),
+    Field { code: char, width: Option<usize>, right: bool },
+}
+
+/// What `-o` may name, with its header.
+const CODES: &[(char, &str)] = &[
+    ('i', "JOBID"),
+    ('A', "JOBID"),
+    ('F', "ARRAY_JOB_ID"),
+    ('K', "ARRAY_TASK_ID"),
+    ('j', "NAME"),
+    ('u', "USER"),
+    ('P', "PARTITION"),
+    ('T', "STATE"),
+    ('t', "ST"),
+    ('M', "TIME"),
+    ('l', "TIME_LIMIT"),
+    ('L', "TIME_LEFT"),
+    ('D', "NODES"),
+    ('C', "CPUS"),
+    ('R', "NODELIST(REASON)"),
+    ('r', "REASON"),
+    ('N', "NODELIST"),
+    ('S', "START_TIME"),
+    ('e', "END_TIME"),
+    ('V', "SUBMIT_TIME"),
+    ('a', "ACCOUNT"),
+    ('q', "QOS"),
+    ('Z', "WORK_DIR"),
+    ('o', "COMMAND"),
+    ('E', "DEPENDENCY"),
+];
+
+/// What `-O` may name (case does not matter), and the `%` code it is.
+const NAMES: &[(&str, char)] = &[
+    ("jobid", 'i'),
+    ("jobarrayid", 'i'),
+    ("arrayjobid", 'F'),
+    ("arraytaskid", 'K'),
+    ("name", 'j'),
+    ("username", 'u'),
+    ("partition", 'P'),
+    ("state", 'T'),
+    ("statecompact", 't'),
+    ("timeused", 'M'),
+    ("timelimit", 'l'),
+    ("timeleft", 'L'),
+    ("numnodes", 'D'),
+    ("numcpus", 'C'),
+    ("reasonlist", 'R'),
+    ("reason", 'r'),
+    ("nodelist", 'N'),
+    ("starttime", 'S'),
+    ("endtime", 'e'),
+    ("submittime", 'V'),
+    ("account", 'a'),
+    ("qos", 'q'),
+    ("workdir", 'Z'),
+    ("command", 'o'),
+    ("dependency", 'E'),
+];
+
+/// Parses a `-o` format: text, and `%[.][-][width]code` fields (`%%` is a `%`).
+fn parse_format(format: &str) -> Result<Vec<Piece>, String> {
+    let mut pieces = Vec::new();
+    let mut text = String::new();
+    let mut chars = format.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c != '%' {
+            text.push(c);
+            continue;
+        }
+        if chars.peek() == Some(&'%') {
+            chars.next();
+            text.push('%');
+            continue;
+        }
+        let mut right = false;
+        while let Some(&f) = chars.peek().filter(|f| **f == '.' || **f == '-') {
+            right |= f == '.';
+            chars.next();
+        }
+        let mut digits = String::new();
+        while let Some(&d) = chars.peek().filter(|d| d.is_ascii_digit()) {
+            digits.push(d);
+            chars.next();
+        }
+        let width = if digits.is_empty() {
+            None
+        } else {
+            Some(
+                digits
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|w| *w <= 1024)
+                    .ok_or_else(|| format!("invalid width '{digits}' in --format '{format}'"))?,
+            )
+        };
+        let Some(code) = chars.next() else {
+            return Err(format!("invalid --format '{format}': it ends in the middle of a field"));
+        };
+        if !CODES.iter().any(|(c, _)| *c == code) {
+            let known: String = CODES.iter().map(|(c, _)| format!("%{c}")).collect::<Vec<_>>().join(" ");
+            return Err(format!("invalid --format '{format}': %{code} is not a field Quorum's squeue knows ({known})"));
+        }
+        if !text.is_empty() {
+            pieces.push(Piece::Text(std::mem::take(&mut text)));
+        }
+        pieces.push(Piece::Field { code, width, right });
+    }
+    if !text.is_empty() {
+        pieces.push(Piece::Text(text));
+    }
+    Ok(pieces)
+}
+
+/// Parses a `-O` format: comma-separated names, each 20 wide unless `:width` says otherwise, and
+/// nothing between them (as Slurm's: a value as wide as its field meets the next one).
+fn parse_long_format(format: &str) -> Result<Vec<Piece>, String> {
+    format
+        .split(',')
+        .map(str::trim)
+        .filter(|f| !f.is_empty())
+        .map(|field| {
+            let (name, width) = match field.split_once(':') {
+                Some((n, w)) => (
+                    n,
+                    w.parse::<usize>()
+                        .ok()
+                        .filter(|w| *w <= 1024)
+                        .ok_or_else(|| format!("invalid width in --Format field '{field}'"))?,
+                ),
+                None => (field, 20),
+            };
+            let code = NAMES.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, c)| *c).ok_or_else(|| {
+                let known: Vec<&str> = NAMES.iter().map(|(n, _)| *n).collect();
+                format!("invalid --Format field '{name}' (known: {})", known.join(", "))
+            })?;
+            Ok(Piece::Field { code, width: Some(width), right: false })
+        })
+        .collect()
+}
+
+/// A line of the queue: a job, or the pending tasks of an array together.
+struct Row<'a> {
+    job: &'a JobInfo,
+    /// The task ids of an array's pending tasks on this line (empty: the job alone).
+    tasks: Vec<u32>,
+}
+
+/// `0-3,5,7-9`.
+fn ranges(ids: &[u32]) -> String {
+    let mut out: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < ids.len() {
+        let mut j = i;
+        while j + 1 < ids.len() && ids[j + 1] == ids[j] + 1 {
+            j += 1;
+        }
+        out.push(if i == j { ids[i].to_string() } else { format!("{}-{}", ids[i], ids[j]) });
+        i = j + 1;
+    }
+    out.join(",")
+}
+
+/// Milliseconds since the epoch as Slurm prints a time: local, `2026-11-24T20:56:25`.
+fn local_time(ms: u64) -> String {
+    let secs = (ms / 1000) as libc::time_t;
+    // SAFETY: localtime_r writes only into `tm`, which lives here.
+    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    if unsafe { libc::localtime_r(&secs, &mut tm) }.is_null() {
+        return "N/A".into();
+    }
+    format!(
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}",
+        tm.tm_year + 1900,
+        tm.tm_mon + 1,
+        tm.tm_mday,
+        tm.tm_hour,
+        tm.tm_min,
+        tm.tm_sec
+    )
+}
+
+fn time_or_na(ms: u64) -> String {
+    if ms == 0 {
+        "N/A".into()
+    } else {
+        local_time(ms)
+    }
+}
+
+/// A field's value for `row`.
+fn value(code: char, row: &Row, now_ms: u64) -> String {
+    let j = row.job;
+    let spec = j.spec.as_ref();
+    let array = j.array.as_ref();
+    let pending_tasks = |throttle: bool| {
+        let mut r = ranges(&row.tasks);
+        if let Some(t) = array.map(|a| a.throttle).filter(|t| throttle && *t > 0) {
+            r = format!("{r}%{t}");
+        }
+        r
+    };
+    let limit = (j.time_limit_s > 0).then_some(j.time_limit_s);
+    match code {
+        'i' => match array {
+            Some(a) if !row.tasks.is_empty() => format!("{}_[{}]", a.array_job_id, pending_tasks(true)),
+            Some(a) => format!("{}_{}", a.array_job_id, a.task_id),
+            None => j.id.to_string(),
+        },
+        'A' => j.id.to_string(),
+        'F' => array.map_or(j.id, |a| a.array_job_id).to_string(),
+        'K' => match array {
+            Some(_) if !row.tasks.is_empty() => pending_tasks(true),
+            Some(a) => a.task_id.to_string(),
+            None => "N/A".into(),
+        },
+        'j' => j.name.clone(),
+        'u' => j.user.clone(),
+        'P' => j.partition.clone(),
+        'T' => j.state.clone(),
+        't' => short_state(&j.state).to_string(),
+        'M' => elapsed(j, now_ms),
+        'l' => limit.map_or_else(|| "UNLIMITED".into(), format_duration),
+        'L' => match limit {
+            None => "UNLIMITED".into(),
+            Some(l) => {
+                let used = if j.start_time_ms == 0 { 0 } else { now_ms.saturating_sub(j.start_time_ms) / 1000 };
+                format_duration(l.saturating_sub(used))
+            }
+        },
+        'D' => spec.map_or(0, |s| s.nodes).to_string(),
+        'C' => spec.map_or(0, |s| u64::from(s.ntasks) * u64::from(s.cpus_per_task.max(1))).to_string(),
+        'R' if j.state == "PENDING" => format!("({})", if j.reason.is_empty() { "None" } else { &j.reason }),
+        'R' => j.nodelist.clone(),
+        'r' => {
+            if j.reason.is_empty() {
+                "None".into()
+            } else {
+                j.reason.clone()
+            }
+        }
+        'N' => j.nodelist.clone(),
+        'S' if j.start_time_ms == 0 => time_or_na(j.expected_start_ms),
+        'S' => local_time(j.start_time_ms),
+        'e' => match (j.end_time_ms, limit) {
+            (0, Some(l)) if j.start_time_ms > 0 => local_time(j.start_time_ms + l * 1000),
+            (e, _) => time_or_na(e),
+        },
+        'V' => time_or_na(j.submit_time_ms),
+        'a' => j.account.clone(),
+        'q' => j.qos.clone(),
+        'Z' => spec.map_or_else(String::new, |s| s.work_dir.clone()),
+        'o' => spec.map_or_else(String::new, |s| {
+            if s.argv.is_empty() {
+                s.script.lines().next().unwrap_or_default().to_string()
+            } else {
+                s.argv.join(" ")
+            }
+        }),
+        'E' => spec.map_or_else(String::new, |s| s.dependency.clone()),
+        _ => String::new(),
+    }
+}
+
+/// `text` in `width` columns (cut when longer), on the side `right` says.
+fn fit(text: &str, width: Option<usize>, right: bool) -> String {
+    let text = quorum_client::display::escape(text);
+    let Some(width) = width else { return text.into_owned() };
+    let cut: String = text.chars().take(width).collect();
+    if right {
+        format!("{cut:>width$}")
+    } else {
+        format!("{cut:<width$}")
+    }
+}
+
+fn render(pieces: &[Piece], rows: &[Row], now_ms: u64, header: bool) -> String {
+    let mut out = String::new();
+    let line = |f: &dyn Fn(char) -> String| -> String {
+        let mut s = String::new();
+        for p in pieces {
+            match p {
+                Piece::Text(t) => s.push_str(t),
+                Piece::Field { code, width, right } => s.push_str(&fit(&f(*code), *width, *right)),
+            }
+        }
+        s.trim_end().to_string()
+    };
+    if header {
+        out.push_str(&line(&|code| CODES.iter().find(|(c, _)| *c == code).map_or("", |(_, h)| h).to_string()));
+        out.push('\n');
+    }
+    for row in rows {
+        out.push_str(&line(&|code| value(code, row, now_ms)));
+        out.push('\n');
+    }
+    out
+}
+
+/// Slurm's state names and short forms, as `-t` takes them.
+fn state_names(states: &[String]) -> Result<Vec<String>, String> {
+    let mut out = Vec::new();
+    for s in states {
+        if s.eq_ignore_ascii_case("all") {
+            return Ok(Vec::new());
+        }
+        let state = quorum_model::JobState::from_name(s.trim()).ok_or_else(|| format!("invalid --states '{s}'"))?;
+        out.push(state.name().to_string());
+    }
+    Ok(out)
+}
+
+/// The lines of the queue, in Slurm's order (pending first, then the others; by id within).
+fn rows(jobs: &[JobInfo], expand: bool) -> Vec<Row<'_>> {
+    let mut rows: Vec<Row> = Vec::new();
+    for j in jobs {
+        let array = j.array.as_ref().filter(|_| !expand && j.state == "PENDING");
+        if let Some(a) = array {
+            if let Some(row) = rows.iter_mut().rev().find(|r| {
+                r.job.state == "PENDING"
+                    && r.job.reason == j.reason
+                    && r.job.array.as_ref().is_some_and(|b| b.array_job_id == a.array_job_id)
+            }) {
+                row.tasks.push(a.task_id);
+                continue;
+            }
+        }
+        rows.push(Row { job: j, tasks: array.map(|a| vec![a.task_id]).unwrap_or_default() });
+    }
+    rows.sort_by_key(|r| (r.job.state != "PENDING", r.job.id));
+    rows
+}
+
+pub async fn run(a: SqueueArgs) -> anyhow::Result<u8> {
+    let pieces = match (&a.long_format, &a.format) {
+        (Some(f), _) => parse_long_format(f),
+        (None, Some(f)) => parse_format(f),
+        (None, None) if a.start => parse_format(START_FORMAT),
+        (None, None) if a.long => parse_format(LONG_FORMAT),
+        (None, None) => parse_format(DEFAULT_FORMAT),
+    }
+    .map_err(anyhow::Error::msg)?;
+    let mut job_ids = BTreeSet::new();
+    let mut tasks = BTreeSet::new();
+    for j in &a.jobs {
+        let r: quorum_client::client::JobRef = j.parse().map_err(anyhow::Error::msg)?;
+        match r.task {
+            None => job_ids.insert(r.id),
+            Some(t) => tasks.insert((r.id, t)),
+        };
+    }
+    let mut states = state_names(&a.states).map_err(anyhow::Error::msg)?;
+    if a.start {
+        states = vec!["PENDING".into()];
+    } else if a.states.is_empty() && a.jobs.is_empty() {
+        states = vec!["PENDING".into(), "RUNNING".into()];
+    }
+    let mut users: Vec<String> = a.users.clone();
+    if a.me {
+        users.push(current_user());
+    }
+    let ctx = Context { client: a.controllers.client()?, stale: false };
+    let mut req = api::ListJobsRequest {
+        states,
+        user: if users.len() == 1 { users[0].clone() } else { String::new() },
+        ..Default::default()
+    };
+    let mut jobs = Vec::new();
+    let mut now_ms;
+    loop {
+        let page = ctx.send(req.clone(), |mut c, r| async move { c.list_jobs(r).await }).await?;
+        now_ms = page.now_ms;
+        jobs.extend(page.jobs.into_iter().filter(|j| {
+            let array = j.array.as_ref().map(|t| (t.array_job_id, t.task_id));
+            let named = (job_ids.is_empty() && tasks.is_empty())
+                || job_ids.contains(&j.id)
+                || array.is_some_and(|(id, t)| job_ids.contains(&id) || tasks.contains(&(id, t)));
+            named
+                && (users.is_empty() || users.contains(&j.user))
+                && (a.partitions.is_empty() || a.partitions.contains(&j.partition))
+                && (a.names.is_empty() || a.names.contains(&j.name))
+        }));
+        if page.next_after == 0 {
+            break;
+        }
+        req.after = page.next_after;
+    }
+    let _ = a.all;
+    print!("{}", render(&pieces, &rows(&jobs, a.array), now_ms, !a.noheader));
+    Ok(0)
+}
+
+pub fn main(args: &[String]) -> std::process::ExitCode {
+    crate::slurm::main_of::<SqueueArgs, _, _>("squeue", args, run)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(id: u64, state: &str, name: &str) -> JobInfo {
+        JobInfo {
+            id,
+            name: name.into(),
+            user: "alice".into(),
+            partition: "gpu".into(),
+            state: state.into(),
+            reason: if state == "PENDING" { "JobHeldUser".into() } else { String::new() },
+            spec: Some(api::JobSpec { nodes: 2, ntasks: 4, cpus_per_task: 2, ..Default::default() }),
+            time_limit_s: 3600,
+            nodelist: if state == "RUNNING" { "node[01-02]".into() } else { String::new() },
+            start_time_ms: if state == "RUNNING" { 1_000_000 } else { 0 },
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn formats_are_read_and_printed_as_squeue_does() {
+        assert_eq!(
+            parse_format("%.18i|%-5j%%%T").unwrap(),
+            [
+                Piece::Field { code: 'i', width: Some(18), right: true },
+                Piece::Text("|".into()),
+                Piece::Field { code: 'j', width: Some(5), right: false },
+                Piece::Text("%".into()),
+                Piece::Field { code: 'T', width: None, right: false },
+            ]
+        );
+        assert!(parse_format("%Y").unwrap_err().contains("%Y is not a field"));
+        assert!(parse_format("%.1").unwrap_err().contains("middle of a field"));
+        assert!(parse_long_format("JobID:10,Bogus").unwrap_err().contains("'Bogus'"));
+
+        let mut tasks: Vec<JobInfo> = (0..4)
+            .map(|t| {
+                let mut j = job(20 + t, "PENDING", "arr");
+                j.array =
+                    Some(api::ArrayTask { array_job_id: 20, task_id: t as u32, count: 4, min: 0, max: 3, throttle: 2 });
+                j
+            })
+            .collect();
+        tasks[1].state = "RUNNING".into();
+        tasks[1].reason.clear();
+        tasks[1].nodelist = "node01".into();
+        tasks[1].start_time_ms = 1_000_000;
+        let mut jobs = vec![job(7, "RUNNING", "a-very-long-name"), job(8, "PENDING", "b")];
+        jobs.extend(tasks);
+        let now = 1_061_000;
+        // The default format, pending array tasks on one line.
+        let out = render(&parse_format(DEFAULT_FORMAT).unwrap(), &rows(&jobs, false), now, true);
+        assert_eq!(
+            out,
+            "             JOBID PARTITION     NAME     USER ST       TIME  NODES NODELIST(REASON)\n\
+             \x20                8       gpu        b    alice PD       0:00      2 (JobHeldUser)\n\
+             \x20     20_[0,2-3%2]       gpu      arr    alice PD       0:00      2 (JobHeldUser)\n\
+             \x20                7       gpu a-very-l    alice  R       1:01      2 node[01-02]\n\
+             \x20             20_1       gpu      arr    alice  R       1:01      2 node01\n"
+        );
+        // What tools ask for: no header, one line per task, their own fields.
+        let out = render(&parse_format("%i|%T|%A|%F|%K|%C|%l|%L").unwrap(), &rows(&jobs, true), now, false);
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines[0], "8|PENDING|8|8|N/A|8|1:00:00|1:00:00");
+        assert_eq!(lines[1], "20_0|PENDING|20|20|0|8|1:00:00|1:00:00");
+        assert_eq!(lines.len(), 6);
+        assert_eq!(lines[4], "7|RUNNING|7|7|N/A|8|1:00:00|58:59");
+        let out = render(&parse_long_format("JobID:6,State:5,Name").unwrap(), &rows(&jobs[..1], false), now, true);
+        assert_eq!(out, "JOBID STATENAME\n7     RUNNIa-very-long-name\n");
+    }
+
+    #[test]
+    fn states_are_taken_by_name_or_short_form() {
+        assert_eq!(state_names(&["pd".into(), "RUNNING".into()]).unwrap(), ["PENDING", "RUNNING"]);
+        assert!(state_names(&["all".into()]).unwrap().is_empty());
+        assert!(state_names(&["nope".into()]).unwrap_err().contains("'nope'"));
+    }
+}
