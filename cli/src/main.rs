@@ -6,6 +6,8 @@
 //! bench`, which embed the controller, are served by `quorum-dev`, which this process becomes.
 
 mod commands;
+mod entry;
+mod sacct;
 mod salloc;
 mod sbatch;
 mod scancel;

@@ -38,7 +38,7 @@ pub struct SbatchArgs {
 }
 
 pub fn main(args: &[String]) -> ExitCode {
-    crate::slurm::main_of::<SbatchArgs, _, _>("sbatch", args, run)
+    crate::entry::main_of::<SbatchArgs, _, _>("sbatch", args, run)
 }
 
 async fn run(a: SbatchArgs) -> anyhow::Result<u8> {

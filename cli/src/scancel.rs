@@ -73,31 +73,24 @@ pub async fn run(a: ScancelArgs) -> anyhow::Result<u8> {
     let (mut job_ids, mut task_job_ids) = (Vec::new(), Vec::new());
     if filtered {
         // The active jobs the filters choose, each cancelled alone (a task of an array is a job).
-        let mut req = api::ListJobsRequest {
+        let req = api::ListJobsRequest {
             states: states.map_or_else(|| vec!["PENDING".into(), "RUNNING".into()], |s| vec![s.into()]),
             user: user.unwrap_or_default(),
             ..Default::default()
         };
-        loop {
-            let page = ctx.send(req.clone(), |mut c, r| async move { c.list_jobs(r).await }).await?;
-            for j in &page.jobs {
-                let array = j.array.as_ref().map(|t| (t.array_job_id, t.task_id));
-                let named = refs.is_empty()
-                    || refs.iter().any(|r| match r.task {
-                        None => r.id == j.id || array.is_some_and(|(id, _)| id == r.id),
-                        Some(task) => array == Some((r.id, task)),
-                    });
-                if named
-                    && a.name.as_ref().is_none_or(|n| *n == j.name)
-                    && a.partition.as_ref().is_none_or(|p| *p == j.partition)
-                {
-                    task_job_ids.push(j.id);
-                }
+        for j in ctx.list_all_jobs(req).await?.jobs {
+            let array = j.array.as_ref().map(|t| (t.array_job_id, t.task_id));
+            let named = refs.is_empty()
+                || refs.iter().any(|r| match r.task {
+                    None => r.id == j.id || array.is_some_and(|(id, _)| id == r.id),
+                    Some(task) => array == Some((r.id, task)),
+                });
+            if named
+                && a.name.as_ref().is_none_or(|n| *n == j.name)
+                && a.partition.as_ref().is_none_or(|p| *p == j.partition)
+            {
+                task_job_ids.push(j.id);
             }
-            if page.next_after == 0 {
-                break;
-            }
-            req.after = page.next_after;
         }
         if task_job_ids.is_empty() {
             return Ok(0);
@@ -138,7 +131,7 @@ pub async fn run(a: ScancelArgs) -> anyhow::Result<u8> {
 }
 
 pub fn main(args: &[String]) -> std::process::ExitCode {
-    crate::slurm::main_of::<ScancelArgs, _, _>("scancel", args, run)
+    crate::entry::main_of::<ScancelArgs, _, _>("scancel", args, run)
 }
 
 #[cfg(test)]

@@ -1,6 +1,6 @@
 //! The Slurm commands `quorum` answers to when it is called by their names (one multi-call
 //! program; `quorum install-slurm-commands DIR` makes the links). So far: `sbatch`
-//! ([`crate::sbatch`]), `scancel` ([`crate::scancel`]), `squeue` ([`crate::squeue`]), `srun` (job steps,
+//! ([`crate::sbatch`]), `scancel` ([`crate::scancel`]), `squeue` ([`crate::squeue`]), `sacct` ([`crate::sacct`]), `srun` (job steps,
 //! [`crate::srun`]), `salloc` ([`crate::salloc`]), and `scontrol show
 //! hostnames|hostlist|hostlistsorted`, which batch scripts use to find their nodes.
 
@@ -10,41 +10,7 @@ use std::process::ExitCode;
 use quorum_model::hostlist;
 
 /// The names linked by `quorum install-slurm-commands`.
-pub const NAMES: &[&str] = &["sbatch", "scancel", "scontrol", "squeue", "srun", "salloc"];
-
-/// Runs a Slurm command's `main`: parses `args` as `A` (help, and errors, as clap prints them),
-/// runs `run` on a runtime of its own, and exits with the code it gives, or with 1 after
-/// `NAME: error: ...`. The runtime's tasks are not waited for (`srun`'s read of its standard
-/// input may still wait for a key).
-pub fn main_of<A, F, Fut>(name: &str, args: &[String], run: F) -> ExitCode
-where
-    A: clap::Parser,
-    F: FnOnce(A) -> Fut,
-    Fut: std::future::Future<Output = anyhow::Result<u8>>,
-{
-    let parsed = match A::try_parse_from(args) {
-        Ok(a) => a,
-        Err(e) => {
-            let _ = e.print();
-            return if e.use_stderr() { ExitCode::from(1) } else { ExitCode::SUCCESS };
-        }
-    };
-    let result = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
-        Ok(rt) => {
-            let result = rt.block_on(run(parsed));
-            rt.shutdown_background();
-            result
-        }
-        Err(e) => Err(anyhow::anyhow!("starting the async runtime: {e}")),
-    };
-    match result {
-        Ok(code) => ExitCode::from(code),
-        Err(e) => {
-            eprintln!("{name}: error: {e:#}");
-            ExitCode::from(1)
-        }
-    }
-}
+pub const NAMES: &[&str] = &["sacct", "sbatch", "scancel", "scontrol", "squeue", "srun", "salloc"];
 
 /// Runs the Slurm command `name` with `args` (without the program name), if `quorum` knows it.
 pub fn run(name: &str, args: &[String]) -> Option<ExitCode> {
@@ -54,6 +20,7 @@ pub fn run(name: &str, args: &[String]) -> Option<ExitCode> {
         "sbatch" => return Some(crate::sbatch::main(args)),
         "scancel" => return Some(crate::scancel::main(args)),
         "squeue" => return Some(crate::squeue::main(args)),
+        "sacct" => return Some(crate::sacct::main(args)),
         "salloc" => return Some(crate::salloc::main(args)),
         _ => return None,
     };

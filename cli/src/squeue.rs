@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 
 use clap::Parser;
 use quorum_client::client::ControllersArg;
-use quorum_client::display::{elapsed, short_state};
+use quorum_client::display::{elapsed, id_ranges as ranges, local_time, short_state};
 use quorum_model::parse::format_duration;
 use quorum_proto::api::{self, JobInfo};
 
@@ -220,40 +220,6 @@ struct Row<'a> {
     tasks: Vec<u32>,
 }
 
-/// `0-3,5,7-9`.
-fn ranges(ids: &[u32]) -> String {
-    let mut out: Vec<String> = Vec::new();
-    let mut i = 0;
-    while i < ids.len() {
-        let mut j = i;
-        while j + 1 < ids.len() && ids[j + 1] == ids[j] + 1 {
-            j += 1;
-        }
-        out.push(if i == j { ids[i].to_string() } else { format!("{}-{}", ids[i], ids[j]) });
-        i = j + 1;
-    }
-    out.join(",")
-}
-
-/// Milliseconds since the epoch as Slurm prints a time: local, `2026-11-24T20:56:25`.
-fn local_time(ms: u64) -> String {
-    let secs = (ms / 1000) as libc::time_t;
-    // SAFETY: localtime_r writes only into `tm`, which lives here.
-    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
-    if unsafe { libc::localtime_r(&secs, &mut tm) }.is_null() {
-        return "N/A".into();
-    }
-    format!(
-        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}",
-        tm.tm_year + 1900,
-        tm.tm_mon + 1,
-        tm.tm_mday,
-        tm.tm_hour,
-        tm.tm_min,
-        tm.tm_sec
-    )
-}
-
 fn time_or_na(ms: u64) -> String {
     if ms == 0 {
         "N/A".into()
@@ -434,17 +400,17 @@ pub async fn run(a: SqueueArgs) -> anyhow::Result<u8> {
         users.push(current_user());
     }
     let ctx = Context { client: a.controllers.client()?, stale: false };
-    let mut req = api::ListJobsRequest {
+    let req = api::ListJobsRequest {
         states,
         user: if users.len() == 1 { users[0].clone() } else { String::new() },
         ..Default::default()
     };
-    let mut jobs = Vec::new();
-    let mut now_ms;
-    loop {
-        let page = ctx.send(req.clone(), |mut c, r| async move { c.list_jobs(r).await }).await?;
-        now_ms = page.now_ms;
-        jobs.extend(page.jobs.into_iter().filter(|j| {
+    let all = ctx.list_all_jobs(req).await?;
+    let now_ms = all.now_ms;
+    let jobs: Vec<JobInfo> = all
+        .jobs
+        .into_iter()
+        .filter(|j| {
             let array = j.array.as_ref().map(|t| (t.array_job_id, t.task_id));
             let named = (job_ids.is_empty() && tasks.is_empty())
                 || job_ids.contains(&j.id)
@@ -453,19 +419,15 @@ pub async fn run(a: SqueueArgs) -> anyhow::Result<u8> {
                 && (users.is_empty() || users.contains(&j.user))
                 && (a.partitions.is_empty() || a.partitions.contains(&j.partition))
                 && (a.names.is_empty() || a.names.contains(&j.name))
-        }));
-        if page.next_after == 0 {
-            break;
-        }
-        req.after = page.next_after;
-    }
+        })
+        .collect();
     let _ = a.all;
     print!("{}", render(&pieces, &rows(&jobs, a.array), now_ms, !a.noheader));
     Ok(0)
 }
 
 pub fn main(args: &[String]) -> std::process::ExitCode {
-    crate::slurm::main_of::<SqueueArgs, _, _>("squeue", args, run)
+    crate::entry::main_of::<SqueueArgs, _, _>("squeue", args, run)
 }
 
 #[cfg(test)]

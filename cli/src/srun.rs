@@ -97,7 +97,7 @@ pub struct SrunArgs {
 
 /// `srun ARGS...`.
 pub fn main(args: &[String]) -> ExitCode {
-    crate::slurm::main_of::<SrunArgs, _, _>("srun", args, run)
+    crate::entry::main_of::<SrunArgs, _, _>("srun", args, run)
 }
 
 fn env_u32(name: &str) -> Option<u32> {

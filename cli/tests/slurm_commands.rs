@@ -214,3 +214,51 @@ async fn squeue_prints_the_fields_and_lines_that_tools_parse() {
     assert!(err.contains("%Y is not a field"), "{err}");
     cluster.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sacct_reports_jobs_and_steps_in_the_parsable_form_tools_read() {
+    let opts = DevOptions { quorum_program: Some(env!("CARGO_BIN_EXE_quorum").into()), ..DevOptions::for_tests() };
+    let cluster = cluster(opts).await;
+    let c = client(&cluster.addrs);
+    wait_ready(&cluster, &c, 2).await;
+    let (dir, bin) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (sbatch, sacct) = (slurm_command(bin.path(), "sbatch"), slurm_command(bin.path(), "sacct"));
+    let submit = |args: &[&str]| -> u64 {
+        let (code, out, err) = run_command(&cluster, dir.path(), &sbatch, args, "");
+        assert_eq!(code, Some(0), "{err}");
+        out.trim().parse().unwrap()
+    };
+    let sacct = |args: &[&str]| {
+        let (code, out, err) = run_command(&cluster, dir.path(), &sacct, args, "");
+        assert_eq!(code, Some(0), "sacct {args:?}: {err}");
+        out
+    };
+    let ok = submit(&["--parsable", "--wrap", "srun true"]);
+    let failed = submit(&["--parsable", "--wrap", "exit 3"]);
+    let array = submit(&["--parsable", "-H", "--array=0-2", "--wrap", "true"]);
+    wait_state(&c, ok, &["COMPLETED"], T).await;
+    wait_state(&c, failed, &["FAILED"], T).await;
+
+    // What submitit asks: the job and its step, with a header, `|` between fields.
+    assert_eq!(
+        sacct(&["-j", &ok.to_string(), "-o", "JobID,State,ExitCode", "--parsable2"]),
+        format!("JobID|State|ExitCode\n{ok}|COMPLETED|0:0\n{ok}.0|COMPLETED|0:0\n")
+    );
+    assert_eq!(
+        sacct(&["-X", "-n", "-P", "-j", &format!("{ok},{failed},{array}"), "-o", "JobID,State,ExitCode"]),
+        format!("{ok}|COMPLETED|0:0\n{failed}|FAILED|3:0\n{array}_[0-2]|PENDING|0:0\n")
+    );
+    // The caller's own jobs since midnight, with sacct's table by default.
+    let table = sacct(&["-X"]);
+    let mut rows = table.lines();
+    assert_eq!(
+        rows.next().unwrap().split_whitespace().collect::<Vec<_>>(),
+        ["JobID", "JobName", "Partition", "Account", "AllocCPUS", "State", "ExitCode"]
+    );
+    assert!(rows.next().unwrap().starts_with("------------ ----------"));
+    assert_eq!(rows.count(), 3, "{table}");
+    let (code, _, err) = run_command(&cluster, dir.path(), &bin.path().join("sacct"), &["-o", "JobID,Bogus"], "");
+    assert_eq!(code, Some(1));
+    assert!(err.contains("invalid --format field 'Bogus'"), "{err}");
+    cluster.shutdown().await;
+}

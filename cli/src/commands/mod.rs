@@ -38,6 +38,22 @@ impl Context {
     {
         self.client.call(|c| rpc(c, req.clone())).await.map_err(status_error)
     }
+
+    /// Every job `req` asks for, page by page (each answer stays under a gRPC message's limit
+    /// however large the queue), as one answer: the last page's index and time.
+    pub async fn list_all_jobs(
+        &self,
+        mut req: quorum_proto::api::ListJobsRequest,
+    ) -> anyhow::Result<quorum_proto::api::ListJobsResponse> {
+        let mut all = self.send(req.clone(), |mut c, r| async move { c.list_jobs(r).await }).await?;
+        while all.next_after != 0 {
+            req.after = all.next_after;
+            let page = self.send(req.clone(), |mut c, r| async move { c.list_jobs(r).await }).await?;
+            all.jobs.extend(page.jobs);
+            (all.next_after, all.applied_index, all.now_ms) = (page.next_after, page.applied_index, page.now_ms);
+        }
+        Ok(all)
+    }
 }
 
 /// The user this process runs as (the real uid's name). Controllers take the caller from its

@@ -24,7 +24,7 @@ pub struct Args {
 
 pub async fn run(ctx: &Context, Args { all, start, user, json }: Args) -> anyhow::Result<ExitCode> {
     let stale = ctx.stale;
-    let mut req = api::ListJobsRequest {
+    let req = api::ListJobsRequest {
         states: if start {
             vec!["PENDING".into()]
         } else if all {
@@ -36,14 +36,7 @@ pub async fn run(ctx: &Context, Args { all, start, user, json }: Args) -> anyhow
         stale,
         ..Default::default()
     };
-    // Page by page: each answer stays under a gRPC message's limit however large the queue.
-    let mut r = ctx.send(req.clone(), |mut c, r| async move { c.list_jobs(r).await }).await?;
-    while r.next_after != 0 {
-        req.after = r.next_after;
-        let page = ctx.send(req.clone(), |mut c, r| async move { c.list_jobs(r).await }).await?;
-        r.jobs.extend(page.jobs);
-        (r.next_after, r.applied_index, r.now_ms) = (page.next_after, page.applied_index, page.now_ms);
-    }
+    let r = ctx.list_all_jobs(req).await?;
     note_stale(ctx.stale, r.applied_index);
     if json {
         print_json(&r.jobs.iter().map(display::job_json).collect::<Vec<_>>())?;

@@ -1,0 +1,477 @@
+//! `sacct`: jobs as Slurm's sacct reports them, over what the cluster still holds (finished jobs
+//! stay for `min_job_age`; the job history of the accounting issue will keep them all). Tools
+//! read it with `--parsable2` (`|` between fields) and `-o` field names: `sacct -j 12
+//! -o JobID,State --parsable2` prints `JobID|State`, then `12|COMPLETED` and a line for each of
+//! its steps (`12.0`) unless `-X`; an array's pending tasks share a line, `12_[1-3%2]`.
+
+use clap::Parser;
+use quorum_client::client::ControllersArg;
+use quorum_client::display::{id_ranges as ranges, local_time};
+use quorum_proto::api::{self, JobInfo, StepInfo};
+
+use crate::commands::{current_user, Context};
+
+/// Slurm's default `--format`.
+const DEFAULT_FIELDS: &str = "JobID,JobName,Partition,Account,AllocCPUS,State,ExitCode";
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "sacct",
+    no_binary_name = true,
+    infer_long_args = true,
+    about = "Jobs, as accounting sees them (Quorum's sacct)"
+)]
+pub struct SacctArgs {
+    #[command(flatten)]
+    controllers: ControllersArg,
+    /// Only these jobs (comma-separated: 12, 12_3).
+    #[arg(short = 'j', long = "jobs", value_delimiter = ',')]
+    jobs: Vec<String>,
+    /// Fields, comma-separated (`JobID,State,ExitCode`; `Name%20` for a width).
+    #[arg(short = 'o', long = "format")]
+    format: Option<String>,
+    /// `|` between fields, none after the last.
+    #[arg(short = 'P', long)]
+    parsable2: bool,
+    /// `|` after every field.
+    #[arg(short = 'p', long)]
+    parsable: bool,
+    /// No header.
+    #[arg(short = 'n', long)]
+    noheader: bool,
+    /// Jobs only, not their steps.
+    #[arg(short = 'X', long)]
+    allocations: bool,
+    /// Every user's jobs (by default, yours).
+    #[arg(short = 'a', long)]
+    allusers: bool,
+    /// Only these users' jobs.
+    #[arg(short = 'u', long = "user", value_delimiter = ',')]
+    users: Vec<String>,
+    /// Only jobs of these names.
+    #[arg(long = "name", value_delimiter = ',')]
+    names: Vec<String>,
+    /// Only jobs in these states (COMPLETED/CD, FAILED/F, ...).
+    #[arg(short = 's', long = "state", value_delimiter = ',')]
+    states: Vec<String>,
+    /// Jobs that ended after this time, or have not ended (default: today's midnight; any
+    /// time when jobs are named): `YYYY-MM-DD[THH:MM[:SS]]`, `now`, `now-2days`.
+    #[arg(short = 'S', long)]
+    starttime: Option<String>,
+    /// Jobs submitted before this time (default: now).
+    #[arg(short = 'E', long)]
+    endtime: Option<String>,
+}
+
+/// A field `-o` may name: its name as Slurm writes it in the header, and its width in a table.
+const FIELDS: &[(&str, usize)] = &[
+    ("JobID", 12),
+    ("JobIDRaw", 12),
+    ("JobName", 10),
+    ("Partition", 10),
+    ("Account", 10),
+    ("QOS", 10),
+    ("User", 9),
+    ("AllocCPUS", 10),
+    ("NCPUS", 10),
+    ("NNodes", 8),
+    ("NodeList", 15),
+    ("State", 10),
+    ("ExitCode", 8),
+    ("Elapsed", 10),
+    ("ElapsedRaw", 10),
+    ("Start", 19),
+    ("End", 19),
+    ("Submit", 19),
+    ("Timelimit", 10),
+    ("WorkDir", 20),
+    ("Reason", 20),
+];
+
+/// The fields of a `--format`: each name (any case) with a width (`Name%20`, else its own).
+fn parse_fields(format: &str) -> Result<Vec<(&'static str, usize)>, String> {
+    format
+        .split(',')
+        .map(str::trim)
+        .filter(|f| !f.is_empty())
+        .map(|f| {
+            let (name, width) = match f.split_once('%') {
+                Some((n, w)) => (
+                    n,
+                    Some(
+                        w.parse::<usize>()
+                            .ok()
+                            .filter(|w| *w <= 1024)
+                            .ok_or_else(|| format!("invalid width in --format field '{f}'"))?,
+                    ),
+                ),
+                None => (f, None),
+            };
+            let (field, own) = FIELDS.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).ok_or_else(|| {
+                let known: Vec<&str> = FIELDS.iter().map(|(n, _)| *n).collect();
+                format!("invalid --format field '{name}' (known: {})", known.join(", "))
+            })?;
+            Ok((*field, width.unwrap_or(*own)))
+        })
+        .collect()
+}
+
+/// A duration as sacct prints it: `00:01:02`, `1-00:00:00`.
+fn hms(secs: u64) -> String {
+    let (d, h, m, s) = (secs / 86400, secs / 3600 % 24, secs / 60 % 60, secs % 60);
+    if d > 0 {
+        format!("{d}-{h:02}:{m:02}:{s:02}")
+    } else {
+        format!("{h:02}:{m:02}:{s:02}")
+    }
+}
+
+/// Milliseconds since the epoch as local `2026-11-24T20:56:25`; `none` for 0.
+fn time(ms: u64, none: &str) -> String {
+    if ms == 0 {
+        none.into()
+    } else {
+        local_time(ms)
+    }
+}
+
+/// A line of the report: a job (or an array's pending tasks together), or one of its steps.
+enum Line<'a> {
+    Job { job: &'a JobInfo, tasks: Vec<u32> },
+    Step { job: &'a JobInfo, step: &'a StepInfo },
+}
+
+fn job_id(j: &JobInfo, tasks: &[u32]) -> String {
+    match &j.array {
+        Some(a) if !tasks.is_empty() => {
+            let throttle = if a.throttle > 0 { format!("%{}", a.throttle) } else { String::new() };
+            format!("{}_[{}{throttle}]", a.array_job_id, ranges(tasks))
+        }
+        Some(a) => format!("{}_{}", a.array_job_id, a.task_id),
+        None => j.id.to_string(),
+    }
+}
+
+fn value(field: &str, line: &Line, now_ms: u64) -> String {
+    let (job, step) = match line {
+        Line::Job { job, .. } => (*job, None),
+        Line::Step { job, step } => (*job, Some(*step)),
+    };
+    let spec = job.spec.as_ref();
+    let (start, end) = match step {
+        Some(s) => (s.start_time_ms, s.end_time_ms),
+        None => (job.start_time_ms, job.end_time_ms),
+    };
+    let elapsed = match (start, end) {
+        (0, _) => 0,
+        (s, 0) => now_ms.saturating_sub(s) / 1000,
+        (s, e) => e.saturating_sub(s) / 1000,
+    };
+    let cpus = match step {
+        Some(s) => u64::from(s.ntasks) * u64::from(s.cpus_per_task.max(1)),
+        None if job.start_time_ms == 0 => 0,
+        None => job.allocation.iter().map(|a| u64::from(a.cpus)).sum(),
+    };
+    match field {
+        "JobID" => match (line, step) {
+            (Line::Job { tasks, .. }, _) => job_id(job, tasks),
+            (_, Some(s)) => format!("{}.{}", job_id(job, &[]), s.id),
+            _ => String::new(),
+        },
+        "JobIDRaw" => match step {
+            Some(s) => format!("{}.{}", job.id, s.id),
+            None => job.id.to_string(),
+        },
+        "JobName" => step.map_or_else(|| job.name.clone(), |s| s.name.clone()),
+        "Partition" => job.partition.clone(),
+        "Account" => job.account.clone(),
+        "QOS" => job.qos.clone(),
+        "User" => job.user.clone(),
+        "AllocCPUS" | "NCPUS" => cpus.to_string(),
+        "NNodes" => match step {
+            Some(s) => quorum_model::hostlist::expand(&s.nodelist).map(|n| n.len()).unwrap_or(0).to_string(),
+            None => spec.map_or(0, |s| s.nodes).to_string(),
+        },
+        "NodeList" => {
+            let list = step.map_or(job.nodelist.as_str(), |s| s.nodelist.as_str());
+            if list.is_empty() {
+                "None assigned".into()
+            } else {
+                list.to_string()
+            }
+        }
+        "State" => step.map_or_else(|| job.state.clone(), |s| s.state.clone()),
+        "ExitCode" => match step {
+            Some(s) => format!("{}:{}", s.exit_code, s.signal),
+            None if job.has_exit_code => format!("{}:{}", job.exit_code, job.signal),
+            None => "0:0".into(),
+        },
+        "Elapsed" => hms(elapsed),
+        "ElapsedRaw" => elapsed.to_string(),
+        "Start" => time(start, "Unknown"),
+        "End" => time(end, "Unknown"),
+        "Submit" => time(job.submit_time_ms, "Unknown"),
+        "Timelimit" if job.time_limit_s == 0 => "UNLIMITED".into(),
+        "Timelimit" => hms(job.time_limit_s),
+        "WorkDir" => spec.map_or_else(String::new, |s| s.work_dir.clone()),
+        "Reason" => {
+            if job.reason.is_empty() {
+                "None".into()
+            } else {
+                job.reason.clone()
+            }
+        }
+        _ => String::new(),
+    }
+}
+
+/// The report: a header (and, in a table, its underline), then a line per job and step.
+fn render(
+    fields: &[(&'static str, usize)],
+    lines: &[Line],
+    now_ms: u64,
+    parsable: Option<bool>,
+    header: bool,
+) -> String {
+    let mut out = String::new();
+    let row = |cells: Vec<String>| -> String {
+        match parsable {
+            // --parsable2: between fields; --parsable: after each.
+            Some(trailing) => {
+                let mut s = cells.join("|");
+                if trailing {
+                    s.push('|');
+                }
+                s
+            }
+            None => cells
+                .iter()
+                .zip(fields)
+                .enumerate()
+                .map(|(i, (c, (_, w)))| {
+                    let c: String = quorum_client::display::escape(c).chars().take(*w).collect();
+                    // The job id leans left, the rest right, as sacct's table does.
+                    if i == 0 && fields[0].0 == "JobID" {
+                        format!("{c:<w$} ")
+                    } else {
+                        format!("{c:>w$} ")
+                    }
+                })
+                .collect(),
+        }
+    };
+    if header {
+        out.push_str(&row(fields.iter().map(|(n, _)| n.to_string()).collect()));
+        out.push('\n');
+        if parsable.is_none() {
+            out.push_str(&fields.iter().map(|(_, w)| format!("{} ", "-".repeat(*w))).collect::<String>());
+            out.push('\n');
+        }
+    }
+    for line in lines {
+        let cells =
+            fields.iter().map(|(f, _)| quorum_client::display::escape(&value(f, line, now_ms)).into_owned()).collect();
+        out.push_str(&row(cells));
+        out.push('\n');
+    }
+    out
+}
+
+/// `YYYY-MM-DD[THH:MM[:SS]]` (local), `now`, `now-N[days|hours|minutes|seconds]`: milliseconds.
+fn parse_time(text: &str, now_ms: u64) -> Result<u64, String> {
+    let bad = || format!("invalid time '{text}': give YYYY-MM-DD[THH:MM[:SS]], now or now-2days");
+    let t = text.trim();
+    if let Some(rest) = t.strip_prefix("now") {
+        if rest.is_empty() {
+            return Ok(now_ms);
+        }
+        let rest = rest.strip_prefix('-').ok_or_else(bad)?;
+        let split = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
+        let n: u64 = rest[..split].parse().map_err(|_| bad())?;
+        let unit = match &rest[split..] {
+            "" | "s" | "seconds" => 1,
+            "minutes" => 60,
+            "hours" => 3600,
+            "days" => 86400,
+            "weeks" => 7 * 86400,
+            _ => return Err(bad()),
+        };
+        return Ok(now_ms.saturating_sub(n.saturating_mul(unit).saturating_mul(1000)));
+    }
+    let (date, clock) = t.split_once('T').unwrap_or((t, "00:00:00"));
+    let d: Vec<i32> = date.split('-').map(|p| p.parse().map_err(|_| bad())).collect::<Result<_, _>>()?;
+    let c: Vec<i32> = clock.split(':').map(|p| p.parse().map_err(|_| bad())).collect::<Result<_, _>>()?;
+    if d.len() != 3 || !(2..=3).contains(&c.len()) {
+        return Err(bad());
+    }
+    // SAFETY: mktime reads and normalizes `tm`, which lives here.
+    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    (tm.tm_year, tm.tm_mon, tm.tm_mday) = (d[0] - 1900, d[1] - 1, d[2]);
+    (tm.tm_hour, tm.tm_min, tm.tm_sec) = (c[0], c[1], c.get(2).copied().unwrap_or(0));
+    tm.tm_isdst = -1;
+    let secs = unsafe { libc::mktime(&mut tm) };
+    u64::try_from(secs).map(|s| s * 1000).map_err(|_| bad())
+}
+
+/// Today's midnight, local, in milliseconds since the epoch.
+fn midnight(now_ms: u64) -> u64 {
+    let secs = (now_ms / 1000) as libc::time_t;
+    // SAFETY: localtime_r and mktime work only on `tm`, which lives here.
+    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    if unsafe { libc::localtime_r(&secs, &mut tm) }.is_null() {
+        return 0;
+    }
+    (tm.tm_hour, tm.tm_min, tm.tm_sec) = (0, 0, 0);
+    u64::try_from(unsafe { libc::mktime(&mut tm) }).map_or(0, |s| s * 1000)
+}
+
+pub async fn run(a: SacctArgs) -> anyhow::Result<u8> {
+    let fields = parse_fields(a.format.as_deref().unwrap_or(DEFAULT_FIELDS)).map_err(anyhow::Error::msg)?;
+    let mut named = Vec::new();
+    for j in &a.jobs {
+        named.push(j.parse::<quorum_client::client::JobRef>().map_err(anyhow::Error::msg)?);
+    }
+    let states: Vec<String> = a
+        .states
+        .iter()
+        .map(|s| {
+            quorum_model::JobState::from_name(s.trim())
+                .map(|st| st.name().to_string())
+                .ok_or_else(|| anyhow::anyhow!("invalid --state '{s}'"))
+        })
+        .collect::<anyhow::Result<_>>()?;
+    let ctx = Context { client: a.controllers.client()?, stale: false };
+    let users: Vec<String> = if !a.users.is_empty() {
+        a.users.clone()
+    } else if a.allusers || !named.is_empty() {
+        Vec::new()
+    } else {
+        vec![current_user()]
+    };
+    let req = api::ListJobsRequest {
+        states: states.clone(),
+        user: if users.len() == 1 { users[0].clone() } else { String::new() },
+        ..Default::default()
+    };
+    let all = ctx.list_all_jobs(req).await?;
+    let (mut jobs, now_ms) = (all.jobs, all.now_ms);
+    let since = match &a.starttime {
+        Some(t) => parse_time(t, now_ms).map_err(anyhow::Error::msg)?,
+        None if named.is_empty() => midnight(now_ms),
+        None => 0,
+    };
+    let until = a
+        .endtime
+        .as_deref()
+        .map(|t| parse_time(t, now_ms))
+        .transpose()
+        .map_err(anyhow::Error::msg)?
+        .unwrap_or(u64::MAX);
+    jobs.retain(|j| {
+        let array = j.array.as_ref().map(|t| (t.array_job_id, t.task_id));
+        (named.is_empty()
+            || named.iter().any(|r| match r.task {
+                None => r.id == j.id || array.is_some_and(|(id, _)| id == r.id),
+                Some(t) => array == Some((r.id, t)),
+            }))
+            && (users.is_empty() || users.contains(&j.user))
+            && (a.names.is_empty() || a.names.contains(&j.name))
+            && (j.end_time_ms == 0 || j.end_time_ms >= since)
+            && j.submit_time_ms <= until
+    });
+    // Steps are not in listings: each job's own answer has them.
+    if !a.allocations {
+        for j in jobs.iter_mut().filter(|j| j.start_time_ms > 0) {
+            let req = api::GetJobRequest { job_id: j.id, stale: false, array_task_id: None };
+            if let Ok(full) = ctx.send(req, |mut c, r| async move { c.get_job(r).await }).await {
+                j.steps = full.job.map(|f| f.steps).unwrap_or_default();
+            }
+        }
+    }
+    let mut lines: Vec<Line> = Vec::new();
+    for j in &jobs {
+        if let Some(t) = j.array.as_ref().filter(|_| j.state == "PENDING") {
+            if let Some(Line::Job { tasks, .. }) = lines.iter_mut().rev().find(|l| {
+                matches!(l, Line::Job { job, tasks } if !tasks.is_empty() && job.array.as_ref().is_some_and(|b| b.array_job_id == t.array_job_id))
+            }) {
+                tasks.push(t.task_id);
+                continue;
+            }
+            lines.push(Line::Job { job: j, tasks: vec![t.task_id] });
+            continue;
+        }
+        lines.push(Line::Job { job: j, tasks: Vec::new() });
+        lines.extend(j.steps.iter().map(|s| Line::Step { job: j, step: s }));
+    }
+    let parsable = if a.parsable2 {
+        Some(false)
+    } else if a.parsable {
+        Some(true)
+    } else {
+        None
+    };
+    print!("{}", render(&fields, &lines, now_ms, parsable, !a.noheader));
+    Ok(0)
+}
+
+pub fn main(args: &[String]) -> std::process::ExitCode {
+    crate::entry::main_of::<SacctArgs, _, _>("sacct", args, run)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fields_times_and_lines_read_as_sacct_prints_them() {
+        assert_eq!(parse_fields("jobid,State,JobName%5").unwrap(), [("JobID", 12), ("State", 10), ("JobName", 5)]);
+        assert!(parse_fields("Bogus").unwrap_err().contains("'Bogus'"));
+        assert_eq!((hms(62), hms(90_061)), ("00:01:02".to_string(), "1-01:01:01".to_string()));
+        assert_eq!(parse_time("now-2days", 200_000_000).unwrap(), 200_000_000 - 172_800_000);
+        assert!(parse_time("yesterday", 0).is_err());
+
+        let mut job = JobInfo {
+            id: 12,
+            name: "train".into(),
+            state: "COMPLETED".into(),
+            has_exit_code: true,
+            nodelist: "node[01-02]".into(),
+            start_time_ms: 1_000_000,
+            end_time_ms: 1_062_000,
+            allocation: vec![api::NodeAllocation { cpus: 2, ..Default::default() }; 2],
+            ..Default::default()
+        };
+        job.steps = vec![StepInfo {
+            id: 0,
+            name: "hostname".into(),
+            state: "FAILED".into(),
+            nodelist: "node01".into(),
+            ntasks: 1,
+            cpus_per_task: 1,
+            exit_code: 3,
+            start_time_ms: 1_000_000,
+            end_time_ms: 1_001_000,
+            ..Default::default()
+        }];
+        let mut pending = JobInfo { id: 13, state: "PENDING".into(), ..Default::default() };
+        pending.array = Some(api::ArrayTask { array_job_id: 13, task_id: 0, count: 3, min: 0, max: 2, throttle: 2 });
+        let lines = vec![
+            Line::Job { job: &job, tasks: vec![] },
+            Line::Step { job: &job, step: &job.steps[0] },
+            Line::Job { job: &pending, tasks: vec![0, 1] },
+        ];
+        let fields = parse_fields("JobID,State,ExitCode,Elapsed,AllocCPUS,NodeList").unwrap();
+        assert_eq!(
+            render(&fields, &lines, 2_000_000, Some(false), true),
+            "JobID|State|ExitCode|Elapsed|AllocCPUS|NodeList\n\
+             12|COMPLETED|0:0|00:01:02|4|node[01-02]\n\
+             12.0|FAILED|3:0|00:00:01|1|node01\n\
+             13_[0-1%2]|PENDING|0:0|00:00:00|0|None assigned\n"
+        );
+        assert!(render(&fields[..2], &lines[..1], 0, Some(true), false).ends_with("12|COMPLETED|\n"));
+        assert_eq!(
+            render(&fields[..2], &lines[..1], 0, None, true),
+            "JobID             State \n------------ ---------- \n12            COMPLETED \n"
+        );
+    }
+}
