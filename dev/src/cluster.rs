@@ -163,6 +163,8 @@ pub struct DevCluster {
     /// `None` when insecure.
     pub security: Option<Arc<DevSecurity>>,
     _tmp: Option<tempfile::TempDir>,
+    /// Where this cluster's jobs get their TMPDIRs.
+    _job_tmp: tempfile::TempDir,
 }
 
 /// Links the Slurm command names in `dir` to `quorum`, with `quorum install-slurm-commands`.
@@ -276,6 +278,11 @@ impl DevCluster {
             Some(quorum) => Some(link_slurm_commands(quorum, &data_dir.join("slurm"))?),
             None => None,
         };
+        // The jobs' TMPDIRs in a directory of this cluster's own: two clusters on one host (tests
+        // side by side) number their jobs and nodes alike, and would share `/tmp/quorum-1.8.node01`.
+        // Jobs of other users reach theirs through it (0711).
+        let job_tmp = tempfile::Builder::new().prefix("quorum-dev-jobs-").tempdir()?;
+        std::fs::set_permissions(job_tmp.path(), std::os::unix::fs::PermissionsExt::from_mode(0o711))?;
         let mut agent_configs: Vec<AgentConfig> = (0..opts.agents)
             .map(|i| AgentConfig {
                 cpus: opts.cpus_per_agent,
@@ -288,6 +295,7 @@ impl DevCluster {
                 slurm_commands: slurm_commands.clone(),
                 // Several nodes on one host: each job sees its own node's name (as root).
                 node_hostname: opts.switch_user && is_root(),
+                tmp_base: job_tmp.path().to_path_buf(),
                 ..AgentConfig::new(node_name(i), addrs.clone(), data_dir.join(format!("agent-{}", node_name(i))))
             })
             .collect();
@@ -306,6 +314,7 @@ impl DevCluster {
             data_dir,
             security,
             _tmp: tmp,
+            _job_tmp: job_tmp,
         };
         for i in 0..opts.agents {
             let a = cluster.spawn_agent(i);
@@ -357,6 +366,7 @@ impl DevCluster {
                 if !config.cgroups {
                     command.arg("--no-cgroups");
                 }
+                command.arg("--tmp-base").arg(&config.tmp_base);
                 if config.node_hostname {
                     command.arg("--node-hostname");
                 }
