@@ -11,6 +11,9 @@ use quorum_proto::api::{self, JobInfo, StepInfo};
 
 use crate::commands::{current_user, Context};
 
+/// The most jobs a report asks each for its steps.
+const MAX_JOBS_WITH_STEPS: usize = 500;
+
 /// Slurm's default `--format`.
 const DEFAULT_FIELDS: &str = "JobID,JobName,Partition,Account,AllocCPUS,State,ExitCode";
 
@@ -379,8 +382,13 @@ pub async fn run(a: SacctArgs) -> anyhow::Result<u8> {
             && (j.end_time_ms == 0 || j.end_time_ms >= since)
             && j.submit_time_ms <= until
     });
-    // Steps are not in listings: each job's own answer has them.
-    if !a.allocations {
+    // Steps are not in listings: each job's own answer has them, one request per job, so a
+    // report of many jobs leaves them out rather than send thousands of requests.
+    let started = jobs.iter().filter(|j| j.start_time_ms > 0).count();
+    if !a.allocations && started > MAX_JOBS_WITH_STEPS {
+        eprintln!("sacct: {started} jobs: their steps are left out above {MAX_JOBS_WITH_STEPS} (name jobs with -j, or use -X)");
+    }
+    if !a.allocations && started <= MAX_JOBS_WITH_STEPS {
         for j in jobs.iter_mut().filter(|j| j.start_time_ms > 0) {
             let req = api::GetJobRequest { job_id: j.id, stale: false, array_task_id: None };
             if let Ok(full) = ctx.send(req, |mut c, r| async move { c.get_job(r).await }).await {
