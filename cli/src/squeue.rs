@@ -19,7 +19,7 @@ const DEFAULT_FORMAT: &str = "%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R";
 /// `-l`.
 const LONG_FORMAT: &str = "%.18i %.9P %.8j %.8u %.8T %.10M %.9l %.6D %R";
 /// `--start`.
-const START_FORMAT: &str = "%.18i %.9P %.8j %.8u %.2t %.19S %.6D %R";
+const START_FORMAT: &str = "%.18i %.9P %.8j %.8u %.2t %.19S %.6D %20Y %R";
 
 #[derive(Parser, Debug)]
 #[command(name = "squeue", no_binary_name = true, infer_long_args = true, about = "The job queue (Quorum's squeue)")]
@@ -47,7 +47,7 @@ pub struct SqueueArgs {
     /// Only jobs of these names.
     #[arg(short = 'n', long = "name", value_delimiter = ',')]
     names: Vec<String>,
-    /// Fields as `%` codes: `%i %P %j %u %T %t %M %l %L %D %C %R %r %N %S %e %V %a %q %A %F %K %Z %o %E`.
+    /// Fields as `%` codes: `%i %P %j %u %T %t %M %l %L %D %C %R %r %N %S %e %V %a %q %A %F %K %Z %o %E %Y`.
     #[arg(short = 'o', long = "format")]
     format: Option<String>,
     /// Fields by name, each with an optional `:width` (`JobID:10,Name,State`).
@@ -101,6 +101,7 @@ const CODES: &[(char, &str)] = &[
     ('Z', "WORK_DIR"),
     ('o', "COMMAND"),
     ('E', "DEPENDENCY"),
+    ('Y', "SCHEDNODES"),
 ];
 
 /// What `-O` may name (case does not matter), and the `%` code it is.
@@ -220,6 +221,28 @@ struct Row<'a> {
     tasks: Vec<u32>,
 }
 
+/// `Tue Nov  4 21:48:23 2026`, local, as ctime writes it.
+fn ctime(ms: u64) -> String {
+    const DAYS: [&str; 7] = ["Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"];
+    const MONTHS: [&str; 12] = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
+    let secs = (ms / 1000) as libc::time_t;
+    // SAFETY: localtime_r writes only into `tm`, which lives here.
+    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    if unsafe { libc::localtime_r(&secs, &mut tm) }.is_null() {
+        return String::new();
+    }
+    format!(
+        "{} {} {:>2} {:02}:{:02}:{:02} {}",
+        DAYS[tm.tm_wday.clamp(0, 6) as usize],
+        MONTHS[tm.tm_mon.clamp(0, 11) as usize],
+        tm.tm_mday,
+        tm.tm_hour,
+        tm.tm_min,
+        tm.tm_sec,
+        tm.tm_year + 1900
+    )
+}
+
 fn time_or_na(ms: u64) -> String {
     if ms == 0 {
         "N/A".into()
@@ -298,6 +321,8 @@ fn value(code: char, row: &Row, now_ms: u64) -> String {
             }
         }),
         'E' => spec.map_or_else(String::new, |s| s.dependency.clone()),
+        'Y' if j.expected_nodes.is_empty() => "(null)".into(),
+        'Y' => j.expected_nodes.clone(),
         _ => String::new(),
     }
 }
@@ -422,6 +447,10 @@ pub async fn run(a: SqueueArgs) -> anyhow::Result<u8> {
         })
         .collect();
     let _ = a.all;
+    if a.long && !a.noheader {
+        // As Slurm's, the long table starts with the time it shows.
+        println!("{}", ctime(now_ms));
+    }
     print!("{}", render(&pieces, &rows(&jobs, a.array), now_ms, !a.noheader));
     Ok(0)
 }
@@ -462,7 +491,7 @@ mod tests {
                 Piece::Field { code: 'T', width: None, right: false },
             ]
         );
-        assert!(parse_format("%Y").unwrap_err().contains("%Y is not a field"));
+        assert!(parse_format("%Q").unwrap_err().contains("%Q is not a field"));
         assert!(parse_format("%.1").unwrap_err().contains("middle of a field"));
         assert!(parse_long_format("JobID:10,Bogus").unwrap_err().contains("'Bogus'"));
 
@@ -500,6 +529,21 @@ mod tests {
         assert_eq!(lines[4], "7|RUNNING|7|7|N/A|8|1:00:00|58:59");
         let out = render(&parse_long_format("JobID:6,State:5,Name").unwrap(), &rows(&jobs[..1], false), now, true);
         assert_eq!(out, "JOBID STATENAME\n7     RUNNIa-very-long-name\n");
+    }
+
+    #[test]
+    fn the_start_table_names_where_a_job_is_expected_to_start() {
+        let mut j = job(9, "PENDING", "b");
+        let out = render(&parse_format(START_FORMAT).unwrap(), &rows(std::slice::from_ref(&j), false), 0, true);
+        assert_eq!(
+            out,
+            "             JOBID PARTITION     NAME     USER ST          START_TIME  NODES SCHEDNODES           NODELIST(REASON)\n\
+             \x20                9       gpu        b    alice PD                 N/A      2 (null)               (JobHeldUser)\n"
+        );
+        j.expected_nodes = "node[01-02]".into();
+        let out = render(&parse_format("%Y").unwrap(), &rows(std::slice::from_ref(&j), false), 0, false);
+        assert_eq!(out, "node[01-02]\n");
+        assert_eq!(ctime(0).len(), "Thu Jan  1 00:00:00 1970".len());
     }
 
     #[test]

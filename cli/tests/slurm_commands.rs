@@ -209,9 +209,9 @@ async fn squeue_prints_the_fields_and_lines_that_tools_parse() {
         "-O pads each field to its width, nothing between"
     );
     // A field it does not know is named.
-    let (code, _, err) = run_command(&cluster, dir.path(), &bin.path().join("squeue"), &["-o", "%Y"], "");
+    let (code, _, err) = run_command(&cluster, dir.path(), &bin.path().join("squeue"), &["-o", "%Q"], "");
     assert_eq!(code, Some(1));
-    assert!(err.contains("%Y is not a field"), "{err}");
+    assert!(err.contains("%Q is not a field"), "{err}");
     cluster.shutdown().await;
 }
 
