@@ -6,7 +6,7 @@
 
 use clap::Parser;
 use quorum_client::client::ControllersArg;
-use quorum_client::display::{id_ranges as ranges, local_time};
+use quorum_client::display::{array_line_id, local_time_or};
 use quorum_proto::api::{self, JobInfo, StepInfo};
 
 use crate::commands::{current_user, Context};
@@ -129,30 +129,10 @@ fn hms(secs: u64) -> String {
     }
 }
 
-/// Milliseconds since the epoch as local `2026-11-24T20:56:25`; `none` for 0.
-fn time(ms: u64, none: &str) -> String {
-    if ms == 0 {
-        none.into()
-    } else {
-        local_time(ms)
-    }
-}
-
 /// A line of the report: a job (or an array's pending tasks together), or one of its steps.
 enum Line<'a> {
     Job { job: &'a JobInfo, tasks: Vec<u32> },
     Step { job: &'a JobInfo, step: &'a StepInfo },
-}
-
-fn job_id(j: &JobInfo, tasks: &[u32]) -> String {
-    match &j.array {
-        Some(a) if !tasks.is_empty() => {
-            let throttle = if a.throttle > 0 { format!("%{}", a.throttle) } else { String::new() };
-            format!("{}_[{}{throttle}]", a.array_job_id, ranges(tasks))
-        }
-        Some(a) => format!("{}_{}", a.array_job_id, a.task_id),
-        None => j.id.to_string(),
-    }
 }
 
 fn value(field: &str, line: &Line, now_ms: u64) -> String {
@@ -177,8 +157,8 @@ fn value(field: &str, line: &Line, now_ms: u64) -> String {
     };
     match field {
         "JobID" => match (line, step) {
-            (Line::Job { tasks, .. }, _) => job_id(job, tasks),
-            (_, Some(s)) => format!("{}.{}", job_id(job, &[]), s.id),
+            (Line::Job { tasks, .. }, _) => array_line_id(job, tasks),
+            (_, Some(s)) => format!("{}.{}", array_line_id(job, &[]), s.id),
             _ => String::new(),
         },
         "JobIDRaw" => match step {
@@ -211,9 +191,9 @@ fn value(field: &str, line: &Line, now_ms: u64) -> String {
         },
         "Elapsed" => hms(elapsed),
         "ElapsedRaw" => elapsed.to_string(),
-        "Start" => time(start, "Unknown"),
-        "End" => time(end, "Unknown"),
-        "Submit" => time(job.submit_time_ms, "Unknown"),
+        "Start" => local_time_or(start, "Unknown"),
+        "End" => local_time_or(end, "Unknown"),
+        "Submit" => local_time_or(job.submit_time_ms, "Unknown"),
         "Timelimit" if job.time_limit_s == 0 => "UNLIMITED".into(),
         "Timelimit" => hms(job.time_limit_s),
         "WorkDir" => spec.map_or_else(String::new, |s| s.work_dir.clone()),
@@ -371,12 +351,7 @@ pub async fn run(a: SacctArgs) -> anyhow::Result<u8> {
         .map_err(anyhow::Error::msg)?
         .unwrap_or(u64::MAX);
     jobs.retain(|j| {
-        let array = j.array.as_ref().map(|t| (t.array_job_id, t.task_id));
-        (named.is_empty()
-            || named.iter().any(|r| match r.task {
-                None => r.id == j.id || array.is_some_and(|(id, _)| id == r.id),
-                Some(t) => array == Some((r.id, t)),
-            }))
+        (named.is_empty() || named.iter().any(|r| r.names(j)))
             && (users.is_empty() || users.contains(&j.user))
             && (a.names.is_empty() || a.names.contains(&j.name))
             && (j.end_time_ms == 0 || j.end_time_ms >= since)

@@ -79,13 +79,7 @@ pub async fn run(a: ScancelArgs) -> anyhow::Result<u8> {
             ..Default::default()
         };
         for j in ctx.list_all_jobs(req).await?.jobs {
-            let array = j.array.as_ref().map(|t| (t.array_job_id, t.task_id));
-            let named = refs.is_empty()
-                || refs.iter().any(|r| match r.task {
-                    None => r.id == j.id || array.is_some_and(|(id, _)| id == r.id),
-                    Some(task) => array == Some((r.id, task)),
-                });
-            if named
+            if (refs.is_empty() || refs.iter().any(|r| r.names(&j)))
                 && a.name.as_ref().is_none_or(|n| *n == j.name)
                 && a.partition.as_ref().is_none_or(|p| *p == j.partition)
             {

@@ -4,11 +4,9 @@
 //! with field names (`JobID:10,State`), `-r` for one line per array task. Without `-r`, the
 //! pending tasks of an array share one line, `12_[3-9%2]`, as on Slurm.
 
-use std::collections::BTreeSet;
-
 use clap::Parser;
 use quorum_client::client::ControllersArg;
-use quorum_client::display::{elapsed, id_ranges as ranges, local_time, short_state};
+use quorum_client::display::{array_line_id, array_line_tasks, elapsed, local_time, local_time_or, short_state};
 use quorum_model::parse::format_duration;
 use quorum_proto::api::{self, JobInfo};
 
@@ -243,37 +241,18 @@ fn ctime(ms: u64) -> String {
     )
 }
 
-fn time_or_na(ms: u64) -> String {
-    if ms == 0 {
-        "N/A".into()
-    } else {
-        local_time(ms)
-    }
-}
-
 /// A field's value for `row`.
 fn value(code: char, row: &Row, now_ms: u64) -> String {
     let j = row.job;
     let spec = j.spec.as_ref();
     let array = j.array.as_ref();
-    let pending_tasks = |throttle: bool| {
-        let mut r = ranges(&row.tasks);
-        if let Some(t) = array.map(|a| a.throttle).filter(|t| throttle && *t > 0) {
-            r = format!("{r}%{t}");
-        }
-        r
-    };
     let limit = (j.time_limit_s > 0).then_some(j.time_limit_s);
     match code {
-        'i' => match array {
-            Some(a) if !row.tasks.is_empty() => format!("{}_[{}]", a.array_job_id, pending_tasks(true)),
-            Some(a) => format!("{}_{}", a.array_job_id, a.task_id),
-            None => j.id.to_string(),
-        },
+        'i' => array_line_id(j, &row.tasks),
         'A' => j.id.to_string(),
         'F' => array.map_or(j.id, |a| a.array_job_id).to_string(),
         'K' => match array {
-            Some(_) if !row.tasks.is_empty() => pending_tasks(true),
+            Some(_) if !row.tasks.is_empty() => array_line_tasks(j, &row.tasks),
             Some(a) => a.task_id.to_string(),
             None => "N/A".into(),
         },
@@ -303,13 +282,13 @@ fn value(code: char, row: &Row, now_ms: u64) -> String {
             }
         }
         'N' => j.nodelist.clone(),
-        'S' if j.start_time_ms == 0 => time_or_na(j.expected_start_ms),
+        'S' if j.start_time_ms == 0 => local_time_or(j.expected_start_ms, "N/A"),
         'S' => local_time(j.start_time_ms),
         'e' => match (j.end_time_ms, limit) {
             (0, Some(l)) if j.start_time_ms > 0 => local_time(j.start_time_ms + l * 1000),
-            (e, _) => time_or_na(e),
+            (e, _) => local_time_or(e, "N/A"),
         },
-        'V' => time_or_na(j.submit_time_ms),
+        'V' => local_time_or(j.submit_time_ms, "N/A"),
         'a' => j.account.clone(),
         'q' => j.qos.clone(),
         'Z' => spec.map_or_else(String::new, |s| s.work_dir.clone()),
@@ -405,15 +384,8 @@ pub async fn run(a: SqueueArgs) -> anyhow::Result<u8> {
         (None, None) => parse_format(DEFAULT_FORMAT),
     }
     .map_err(anyhow::Error::msg)?;
-    let mut job_ids = BTreeSet::new();
-    let mut tasks = BTreeSet::new();
-    for j in &a.jobs {
-        let r: quorum_client::client::JobRef = j.parse().map_err(anyhow::Error::msg)?;
-        match r.task {
-            None => job_ids.insert(r.id),
-            Some(t) => tasks.insert((r.id, t)),
-        };
-    }
+    let named: Vec<quorum_client::client::JobRef> =
+        a.jobs.iter().map(|j| j.parse()).collect::<Result<_, String>>().map_err(anyhow::Error::msg)?;
     let mut states = state_names(&a.states).map_err(anyhow::Error::msg)?;
     if a.start {
         states = vec!["PENDING".into()];
@@ -436,11 +408,7 @@ pub async fn run(a: SqueueArgs) -> anyhow::Result<u8> {
         .jobs
         .into_iter()
         .filter(|j| {
-            let array = j.array.as_ref().map(|t| (t.array_job_id, t.task_id));
-            let named = (job_ids.is_empty() && tasks.is_empty())
-                || job_ids.contains(&j.id)
-                || array.is_some_and(|(id, t)| job_ids.contains(&id) || tasks.contains(&(id, t)));
-            named
+            (named.is_empty() || named.iter().any(|r| r.names(j)))
                 && (users.is_empty() || users.contains(&j.user))
                 && (a.partitions.is_empty() || a.partitions.contains(&j.partition))
                 && (a.names.is_empty() || a.names.contains(&j.name))

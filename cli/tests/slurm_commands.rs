@@ -7,6 +7,8 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use tempfile::TempDir;
+
 use common::*;
 use quorum_dev::cluster::DevOptions;
 
@@ -15,8 +17,33 @@ const T: Duration = Duration::from_secs(30);
 /// `name` as a link to `quorum` in `dir`, as `quorum install-slurm-commands` makes it.
 fn slurm_command(dir: &Path, name: &str) -> std::path::PathBuf {
     let link = dir.join(name);
-    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_quorum"), &link).unwrap();
+    if !link.exists() {
+        std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_quorum"), &link).unwrap();
+    }
     link
+}
+
+/// A cluster with its agents connected, a client, a working directory, and a directory for the
+/// Slurm commands' links (a login host).
+async fn site(opts: DevOptions) -> (quorum_dev::cluster::DevCluster, quorum_client::client::Client, TempDir, TempDir) {
+    let cluster = cluster(opts).await;
+    let c = client(&cluster.addrs);
+    wait_ready(&cluster, &c, 2).await;
+    (cluster, c, tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap())
+}
+
+/// `name ARGS` (a Slurm command in `bin`), which must succeed: its output.
+fn ok(cluster: &quorum_dev::cluster::DevCluster, dir: &Path, bin: &Path, name: &str, args: &[&str]) -> String {
+    let (code, out, err) = run_command(cluster, dir, &slurm_command(bin, name), args, "");
+    assert_eq!(code, Some(0), "{name} {args:?}: {err}");
+    out
+}
+
+/// `sbatch --parsable ARGS`, which must succeed: the job's id.
+fn sbatch_id(cluster: &quorum_dev::cluster::DevCluster, dir: &Path, bin: &Path, args: &[&str]) -> u64 {
+    let args: Vec<&str> = ["--parsable"].iter().chain(args).copied().collect();
+    let out = ok(cluster, dir, bin, "sbatch", &args);
+    out.trim().parse().unwrap_or_else(|_| panic!("sbatch printed {out:?}"))
 }
 
 /// Runs `program ARGS` in `dir` against `cluster` with `stdin`: its exit code, stdout, stderr.
@@ -47,10 +74,7 @@ fn run_command(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sbatch_takes_a_script_from_a_file_stdin_or_wrap_and_answers_as_slurm_does() {
-    let cluster = cluster(DevOptions { cpus_per_agent: 4, ..DevOptions::for_tests() }).await;
-    let c = client(&cluster.addrs);
-    wait_ready(&cluster, &c, 2).await;
-    let (dir, bin) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (cluster, c, dir, bin) = site(DevOptions { cpus_per_agent: 4, ..DevOptions::for_tests() }).await;
     let sbatch = slurm_command(bin.path(), "sbatch");
     let run = |args: &[&str], stdin: &str| run_command(&cluster, dir.path(), &sbatch, args, stdin);
 
@@ -108,17 +132,12 @@ async fn sbatch_takes_a_script_from_a_file_stdin_or_wrap_and_answers_as_slurm_do
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scancel_cancels_by_id_array_task_and_filter_and_names_what_it_cannot() {
-    let cluster = cluster(DevOptions::for_tests()).await;
-    let c = client(&cluster.addrs);
-    wait_ready(&cluster, &c, 2).await;
-    let (dir, bin) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let (sbatch, scancel) = (slurm_command(bin.path(), "sbatch"), slurm_command(bin.path(), "scancel"));
+    let (cluster, c, dir, bin) = site(DevOptions::for_tests()).await;
+    let scancel = slurm_command(bin.path(), "scancel");
     // Held jobs stay PENDING until cancelled.
     let submit = |args: &[&str]| -> u64 {
-        let args: Vec<&str> = ["--parsable", "-H", "--wrap", "sleep 100"].iter().chain(args).copied().collect();
-        let (code, out, err) = run_command(&cluster, dir.path(), &sbatch, &args, "");
-        assert_eq!(code, Some(0), "{err}");
-        out.trim().parse().unwrap()
+        let args: Vec<&str> = ["-H", "--wrap", "sleep 100"].iter().chain(args).copied().collect();
+        sbatch_id(&cluster, dir.path(), bin.path(), &args)
     };
     let scancel = |args: &[&str]| run_command(&cluster, dir.path(), &scancel, args, "");
     let (alpha, beta, gamma) =
@@ -164,25 +183,13 @@ async fn scancel_cancels_by_id_array_task_and_filter_and_names_what_it_cannot() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn squeue_prints_the_fields_and_lines_that_tools_parse() {
-    let cluster = cluster(DevOptions::for_tests()).await;
-    let c = client(&cluster.addrs);
-    wait_ready(&cluster, &c, 2).await;
-    let (dir, bin) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let (sbatch, squeue) = (slurm_command(bin.path(), "sbatch"), slurm_command(bin.path(), "squeue"));
-    let submit = |args: &[&str]| -> u64 {
-        let (code, out, err) = run_command(&cluster, dir.path(), &sbatch, args, "");
-        assert_eq!(code, Some(0), "{err}");
-        out.trim().parse().unwrap()
-    };
-    let squeue = |args: &[&str]| {
-        let (code, out, err) = run_command(&cluster, dir.path(), &squeue, args, "");
-        assert_eq!(code, Some(0), "squeue {args:?}: {err}");
-        out
-    };
-    let done = submit(&["--parsable", "--wrap", "true"]);
+    let (cluster, c, dir, bin) = site(DevOptions::for_tests()).await;
+    let submit = |args: &[&str]| sbatch_id(&cluster, dir.path(), bin.path(), args);
+    let squeue = |args: &[&str]| ok(&cluster, dir.path(), bin.path(), "squeue", args);
+    let done = submit(&["--wrap", "true"]);
     wait_state(&c, done, &["COMPLETED"], T).await;
-    let held = submit(&["--parsable", "-H", "-J", "held", "--wrap", "sleep 100"]);
-    let array = submit(&["--parsable", "-H", "-J", "arr", "--array=0-3%2", "--wrap", "sleep 100"]);
+    let held = submit(&["-H", "-J", "held", "--wrap", "sleep 100"]);
+    let array = submit(&["-H", "-J", "arr", "--array=0-3%2", "--wrap", "sleep 100"]);
     let user = String::from_utf8(Command::new("id").arg("-un").output().unwrap().stdout).unwrap();
 
     // The active queue: a finished job is not in it; the array's pending tasks share a line.
@@ -218,35 +225,23 @@ async fn squeue_prints_the_fields_and_lines_that_tools_parse() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sacct_reports_jobs_and_steps_in_the_parsable_form_tools_read() {
     let opts = DevOptions { quorum_program: Some(env!("CARGO_BIN_EXE_quorum").into()), ..DevOptions::for_tests() };
-    let cluster = cluster(opts).await;
-    let c = client(&cluster.addrs);
-    wait_ready(&cluster, &c, 2).await;
-    let (dir, bin) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let (sbatch, sacct) = (slurm_command(bin.path(), "sbatch"), slurm_command(bin.path(), "sacct"));
-    let submit = |args: &[&str]| -> u64 {
-        let (code, out, err) = run_command(&cluster, dir.path(), &sbatch, args, "");
-        assert_eq!(code, Some(0), "{err}");
-        out.trim().parse().unwrap()
-    };
-    let sacct = |args: &[&str]| {
-        let (code, out, err) = run_command(&cluster, dir.path(), &sacct, args, "");
-        assert_eq!(code, Some(0), "sacct {args:?}: {err}");
-        out
-    };
-    let ok = submit(&["--parsable", "--wrap", "srun true"]);
-    let failed = submit(&["--parsable", "--wrap", "exit 3"]);
-    let array = submit(&["--parsable", "-H", "--array=0-2", "--wrap", "true"]);
-    wait_state(&c, ok, &["COMPLETED"], T).await;
+    let (cluster, c, dir, bin) = site(opts).await;
+    let submit = |args: &[&str]| sbatch_id(&cluster, dir.path(), bin.path(), args);
+    let sacct = |args: &[&str]| ok(&cluster, dir.path(), bin.path(), "sacct", args);
+    let good = submit(&["--wrap", "srun true"]);
+    let failed = submit(&["--wrap", "exit 3"]);
+    let array = submit(&["-H", "--array=0-2", "--wrap", "true"]);
+    wait_state(&c, good, &["COMPLETED"], T).await;
     wait_state(&c, failed, &["FAILED"], T).await;
 
     // What submitit asks: the job and its step, with a header, `|` between fields.
     assert_eq!(
-        sacct(&["-j", &ok.to_string(), "-o", "JobID,State,ExitCode", "--parsable2"]),
-        format!("JobID|State|ExitCode\n{ok}|COMPLETED|0:0\n{ok}.0|COMPLETED|0:0\n")
+        sacct(&["-j", &good.to_string(), "-o", "JobID,State,ExitCode", "--parsable2"]),
+        format!("JobID|State|ExitCode\n{good}|COMPLETED|0:0\n{good}.0|COMPLETED|0:0\n")
     );
     assert_eq!(
-        sacct(&["-X", "-n", "-P", "-j", &format!("{ok},{failed},{array}"), "-o", "JobID,State,ExitCode"]),
-        format!("{ok}|COMPLETED|0:0\n{failed}|FAILED|3:0\n{array}_[0-2]|PENDING|0:0\n")
+        sacct(&["-X", "-n", "-P", "-j", &format!("{good},{failed},{array}"), "-o", "JobID,State,ExitCode"]),
+        format!("{good}|COMPLETED|0:0\n{failed}|FAILED|3:0\n{array}_[0-2]|PENDING|0:0\n")
     );
     // The caller's own jobs since midnight, with sacct's table by default.
     let table = sacct(&["-X"]);

@@ -306,6 +306,16 @@ impl std::str::FromStr for JobRef {
 }
 
 impl JobRef {
+    /// Whether `job` is one this names: the job itself, a task of the array it names, or the
+    /// array task it names.
+    pub fn names(&self, job: &quorum_proto::api::JobInfo) -> bool {
+        let array = job.array.as_ref().map(|t| (t.array_job_id, t.task_id));
+        match self.task {
+            None => self.id == job.id || array.is_some_and(|(id, _)| id == self.id),
+            Some(task) => array == Some((self.id, task)),
+        }
+    }
+
     /// The job's id: an array task's is looked up.
     pub async fn resolve(&self, client: &Client) -> Result<u64, Status> {
         let Some(task) = self.task else { return Ok(self.id) };

@@ -136,6 +136,34 @@ pub fn id_ranges(ids: &[u32]) -> String {
     out.join(",")
 }
 
+/// An array's pending `tasks` as squeue and sacct write them on one line: `0-3,7%2` (with the
+/// array's throttle).
+pub fn array_line_tasks(j: &JobInfo, tasks: &[u32]) -> String {
+    match j.array.as_ref().map(|a| a.throttle).filter(|t| *t > 0) {
+        Some(t) => format!("{}%{t}", id_ranges(tasks)),
+        None => id_ranges(tasks),
+    }
+}
+
+/// The id of a line of squeue or sacct: `12`, a task `12_3`, or an array's pending `tasks`
+/// together, `12_[0-3%2]`.
+pub fn array_line_id(j: &JobInfo, tasks: &[u32]) -> String {
+    match &j.array {
+        Some(a) if !tasks.is_empty() => format!("{}_[{}]", a.array_job_id, array_line_tasks(j, tasks)),
+        Some(a) => format!("{}_{}", a.array_job_id, a.task_id),
+        None => j.id.to_string(),
+    }
+}
+
+/// [`local_time`], or `none` for 0 (not yet, or never).
+pub fn local_time_or(ms: u64, none: &str) -> String {
+    if ms == 0 {
+        none.into()
+    } else {
+        local_time(ms)
+    }
+}
+
 /// Milliseconds since the epoch as Slurm prints a time: local, `2026-11-24T20:56:25`.
 pub fn local_time(ms: u64) -> String {
     let secs = (ms / 1000) as libc::time_t;

@@ -93,15 +93,16 @@ pub(super) async fn run_step(api: &Api, caller: Caller, mut input: Streaming<Ste
     // state is the one its entry finds.
     let _starting = routes.starting(job_id).await;
     let mut early = None;
-    if api.replica.shared.read().state.cluster_level() >= EARLY_STEP_LEVEL {
-        // Launched now, recorded as it commits: its tasks start while the entry is replicated.
-        let planned = {
-            let shared = api.replica.shared.read();
-            match shared.state.jobs.get(&job_id) {
-                None => Err(Rejection::UnknownJob { id: job_id }),
-                Some(job) => plan_step(job, &user, &request).map(|step| ((**job).clone(), step)),
-            }
-        };
+    // Launched now, recorded as it commits (from level 10): its tasks start while the entry is
+    // replicated.
+    let planned = {
+        let shared = api.replica.shared.read();
+        (shared.state.cluster_level() >= EARLY_STEP_LEVEL).then(|| match shared.state.jobs.get(&job_id) {
+            None => Err(Rejection::UnknownJob { id: job_id }),
+            Some(job) => plan_step(job, &user, &request).map(|step| ((**job).clone(), step)),
+        })
+    };
+    if let Some(planned) = planned {
         let (job, step) = planned.map_err(|r| refused(&r))?;
         let from_agents = routes.open(job_id, step.id);
         let unreachable = launch(api, &job, &step, &start);
