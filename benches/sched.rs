@@ -103,6 +103,8 @@ pub fn cluster(pending: usize, nodes: usize) -> ClusterView {
             nice: 0,
             exclusive: false,
             features: vec![],
+            exclude: vec![],
+            only: vec![],
             held: None,
             dependency: DepStatus::Satisfied,
             reason: Default::default(),

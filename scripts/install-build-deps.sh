@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what a fresh Debian/Ubuntu machine lacks to build Quorum: protoc (tonic's code
 # generation), libclang (bindgen for the rocksdb crate), and MUNGE (libmunge to link against,
-# munged for `quorum dev` and the tests), which every Slurm site already runs. RocksDB itself is compiled from
+# munged for `quorum dev` and the tests), which every Slurm site already runs, and Python's venv
+# for the tests' workflow client. RocksDB itself is compiled from
 # source by the rocksdb crate; see README.md, "Building".
 set -euo pipefail
 need=()
@@ -17,6 +18,9 @@ command -v c++ >/dev/null 2>&1 || need+=(g++)
 [ -x /usr/sbin/munged ] || need+=(munge)
 [ -e /usr/include/munge.h ] || need+=(libmunge-dev)
 command -v make >/dev/null 2>&1 || need+=(make)
+# The tests drive Quorum with submitit from PyPI, in a virtual environment (scripts/submitit-venv.sh).
+command -v python3 >/dev/null 2>&1 || need+=(python3)
+python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || need+=(python3-venv)
 if [ ${#need[@]} -eq 0 ]; then
   exit 0
 fi

@@ -172,7 +172,7 @@ async fn run(agent: &Agent, launch: &Launch, kill_rx: mpsc::Receiver<ExitKind>) 
     }
     let work_dir = PathBuf::from(&spec.work_dir);
     let (stdout, stderr) = output_paths(launch, spec, node);
-    let output = supervisor::Output { stdout, stderr, truncate: launch.node_rank == 0 };
+    let output = supervisor::Output { stdout, stderr, truncate: launch.node_rank == 0 && !spec.append_output };
 
     let record = record::record_dir(&agent.config.spool_dir, launch.job_id, launch.token);
     let started_ms = now_ms();

@@ -52,6 +52,8 @@ enum Command {
     Hold(commands::hold::Args),
     /// Release held jobs.
     Release(commands::hold::Args),
+    /// Send running jobs back to the queue (their processes are killed; they start again).
+    Requeue(commands::hold::Args),
     /// Each pending job's priority and its factors, like sprio.
     Prio(commands::prio::Args),
     /// The account tree with shares, usage and fairshare factors, like sshare.
@@ -118,8 +120,9 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Show(args) => commands::show::run(&ctx, args).await,
         Command::Cancel(args) => commands::cancel::run(&ctx, args).await,
         Command::Logs(args) => commands::logs::run(&ctx, args).await,
-        Command::Hold(args) => commands::hold::run(&ctx, args, false).await,
-        Command::Release(args) => commands::hold::run(&ctx, args, true).await,
+        Command::Hold(args) => commands::hold::run(&ctx, args, commands::hold::Action::Hold).await,
+        Command::Release(args) => commands::hold::run(&ctx, args, commands::hold::Action::Release).await,
+        Command::Requeue(args) => commands::hold::run(&ctx, args, commands::hold::Action::Requeue).await,
         Command::Prio(args) => commands::prio::run(&ctx, args).await,
         Command::Share(args) => commands::share::run(&ctx, args).await,
         Command::Admin { command } => commands::admin::run(&ctx, command).await,

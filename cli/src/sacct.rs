@@ -89,6 +89,8 @@ const FIELDS: &[(&str, usize)] = &[
     ("Timelimit", 10),
     ("WorkDir", 20),
     ("Reason", 20),
+    ("Comment", 20),
+    ("WCKey", 10),
 ];
 
 /// The fields of a `--format`: each name (any case) with a width (`Name%20`, else its own).
@@ -197,6 +199,8 @@ fn value(field: &str, line: &Line, now_ms: u64) -> String {
         "Timelimit" if job.time_limit_s == 0 => "UNLIMITED".into(),
         "Timelimit" => hms(job.time_limit_s),
         "WorkDir" => spec.map_or_else(String::new, |s| s.work_dir.clone()),
+        "Comment" => spec.map_or_else(String::new, |s| s.comment.clone()),
+        "WCKey" => spec.map_or_else(String::new, |s| s.wckey.clone()),
         "Reason" => {
             if job.reason.is_empty() {
                 "None".into()

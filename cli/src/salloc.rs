@@ -29,10 +29,14 @@ pub fn main(args: &[String]) -> ExitCode {
 
 /// An interactive allocation's spec: `opts`, with `command` as what runs where salloc or srun
 /// runs (nothing of the user's runs on the nodes but steps).
-pub fn allocation_spec(opts: SubmitOpts, command: Vec<String>) -> anyhow::Result<api::JobSpec> {
+/// Warnings go to stderr as `who`'s.
+pub fn allocation_spec(opts: SubmitOpts, command: Vec<String>, who: &str) -> anyhow::Result<api::JobSpec> {
     let cwd = std::env::current_dir()?;
-    let mut spec =
-        build_spec(opts, Payload::Command(command), &cwd, submit_environment()).map_err(anyhow::Error::msg)?;
+    let built = build_spec(opts, Payload::Command(command), &cwd, submit_environment()).map_err(anyhow::Error::msg)?;
+    for w in &built.warnings {
+        eprintln!("{who}: warning: {w}");
+    }
+    let mut spec = built.spec;
     spec.interactive = true;
     Ok(spec)
 }
@@ -158,7 +162,7 @@ async fn run(a: SallocArgs) -> anyhow::Result<u8> {
     } else {
         a.command.clone()
     };
-    let spec = allocation_spec(*a.opts, command.clone())?;
+    let spec = allocation_spec(*a.opts, command.clone(), "salloc")?;
     let job = allocate(&client, spec, "salloc", true).await?;
     let id = job.id;
     // Ctrl-C is the command's (a shell ignores it); salloc stays.

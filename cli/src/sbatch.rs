@@ -2,6 +2,8 @@
 //! Slurm's does: `Submitted batch job N`, or only `N` with `--parsable` (what workflow tools
 //! read). The script comes from its file, from standard input when none is named, or from
 //! `--wrap`; long options may be shortened to any unambiguous prefix, as Slurm's getopt allows.
+//! Output goes to `slurm-%j.out` unless the script says otherwise, and `-W` waits for the job
+//! and exits with its exit code.
 
 use std::io::Read;
 use std::process::ExitCode;
@@ -10,7 +12,8 @@ use clap::Parser;
 use quorum_client::client::ControllersArg;
 use quorum_client::submit::{Payload, SubmitOpts};
 
-use crate::commands::{submit::submit, Context};
+use crate::commands::submit::{submit, wait_for_end};
+use crate::commands::Context;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -70,11 +73,19 @@ async fn run(a: SbatchArgs) -> anyhow::Result<u8> {
         }
     };
     let ctx = Context { client: a.controllers.client()?, stale: false };
-    let id = submit(&ctx, *a.opts, payload).await?;
+    let submitted = submit(&ctx, *a.opts, payload, "sbatch", Some(DEFAULT_OUTPUT)).await?;
+    let id = submitted.id;
     if a.parsable {
         println!("{id}");
     } else {
         println!("Submitted batch job {id}");
     }
+    if submitted.wait {
+        return wait_for_end(&ctx, id).await;
+    }
     Ok(0)
 }
+
+/// Slurm's output file when a script names none (`slurm-%A_%a.out` for an array's tasks), in
+/// the job's working directory.
+const DEFAULT_OUTPUT: &str = "slurm-%j.out";

@@ -6,7 +6,9 @@
 
 use clap::Parser;
 use quorum_client::client::ControllersArg;
-use quorum_client::display::{array_line_id, array_line_tasks, elapsed, local_time, local_time_or, short_state};
+use quorum_client::display::{
+    array_line_id, array_line_tasks, elapsed, local_time, local_time_or, null_or, short_state,
+};
 use quorum_model::parse::format_duration;
 use quorum_proto::api::{self, JobInfo};
 
@@ -100,6 +102,8 @@ const CODES: &[(char, &str)] = &[
     ('o', "COMMAND"),
     ('E', "DEPENDENCY"),
     ('Y', "SCHEDNODES"),
+    ('k', "COMMENT"),
+    ('w', "WCKEY"),
 ];
 
 /// What `-O` may name (case does not matter), and the `%` code it is.
@@ -129,6 +133,8 @@ const NAMES: &[(&str, char)] = &[
     ("workdir", 'Z'),
     ("command", 'o'),
     ("dependency", 'E'),
+    ("comment", 'k'),
+    ("wckey", 'w'),
 ];
 
 /// Parses a `-o` format: text, and `%[.][-][width]code` fields (`%%` is a `%`).
@@ -292,6 +298,8 @@ fn value(code: char, row: &Row, now_ms: u64) -> String {
         'a' => j.account.clone(),
         'q' => j.qos.clone(),
         'Z' => spec.map_or_else(String::new, |s| s.work_dir.clone()),
+        'k' => null_or(spec.map_or("", |s| s.comment.as_str())).to_string(),
+        'w' => null_or(spec.map_or("", |s| s.wckey.as_str())).to_string(),
         'o' => spec.map_or_else(String::new, |s| {
             if s.argv.is_empty() {
                 s.script.lines().next().unwrap_or_default().to_string()

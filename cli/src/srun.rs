@@ -47,7 +47,8 @@ pub struct SrunArgs {
     /// Prefix each line of output with its task id.
     #[arg(short = 'l', long)]
     label: bool,
-    /// Write the tasks' output here (%t task, %n node index, %N node, %j job, %s step).
+    /// Write the tasks' output here (%t task, %n node index, %N node, %j job, %s step, %J
+    /// job.step, %A and %a the array's id and task, %u user, %x job name).
     #[arg(short = 'o', long)]
     output: Option<String>,
     /// Write the tasks' errors here (default: with the output).
@@ -154,12 +155,35 @@ fn request(a: &SrunArgs, job_id: u64) -> anyhow::Result<StepRequest> {
     })
 }
 
+/// What `%a` stands for outside a job array (Slurm's NO_VAL), as in the batch step's files.
+const NO_ARRAY_TASK: &str = "4294967294";
+
+/// The enclosing job's names for output patterns, from the environment it gave srun: its
+/// array's id and task id (`%A`, `%a`), its user (`%u`) and name (`%x`).
+struct JobNames {
+    array: Option<(String, String)>,
+    user: String,
+    name: String,
+}
+
+impl JobNames {
+    fn from_env() -> JobNames {
+        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+        JobNames {
+            array: var("SLURM_ARRAY_JOB_ID").zip(var("SLURM_ARRAY_TASK_ID")),
+            user: var("SLURM_JOB_USER").or_else(|| var("USER")).unwrap_or_default(),
+            name: var("SLURM_JOB_NAME").unwrap_or_default(),
+        }
+    }
+}
+
 /// Where the tasks' output goes.
 struct Sink {
     label_width: Option<usize>,
     output: Option<String>,
     error: Option<String>,
     started: StepStarted,
+    job: JobNames,
     files: HashMap<String, std::fs::File>,
     /// Partial lines per (task, stderr), when labelling.
     partial: HashMap<(u32, bool), Vec<u8>>,
@@ -187,6 +211,13 @@ impl Sink {
                 Some('j') => out.push_str(&self.started.job_id.to_string()),
                 Some('s') => out.push_str(&self.started.step_id.to_string()),
                 Some('J') => out.push_str(&format!("{}.{}", self.started.job_id, self.started.step_id)),
+                Some('A') => match &self.job.array {
+                    Some((array, _)) => out.push_str(array),
+                    None => out.push_str(&self.started.job_id.to_string()),
+                },
+                Some('a') => out.push_str(self.job.array.as_ref().map_or(NO_ARRAY_TASK, |(_, task)| task)),
+                Some('u') => out.push_str(&self.job.user),
+                Some('x') => out.push_str(&self.job.name),
                 Some('%') => out.push('%'),
                 Some(other) => {
                     out.push('%');
@@ -292,7 +323,7 @@ fn outside_spec(a: &SrunArgs) -> anyhow::Result<quorum_proto::api::JobSpec> {
         qos: a.qos.clone(),
         ..Default::default()
     };
-    crate::salloc::allocation_spec(opts, a.command.clone())
+    crate::salloc::allocation_spec(opts, a.command.clone(), "srun")
 }
 
 async fn run(a: SrunArgs) -> anyhow::Result<u8> {
@@ -357,6 +388,7 @@ async fn step(a: &SrunArgs, client: &quorum_client::client::Client, job_id: u64)
         output: a.output.clone(),
         error: a.error.clone(),
         started,
+        job: JobNames::from_env(),
         files: HashMap::new(),
         partial: HashMap::new(),
     };

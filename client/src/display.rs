@@ -462,6 +462,15 @@ pub fn nodes_notes(nodes: &[NodeInfo]) -> String {
     out
 }
 
+/// Slurm's word for an unset text field.
+pub fn null_or(text: &str) -> &str {
+    if text.is_empty() {
+        "(null)"
+    } else {
+        text
+    }
+}
+
 pub fn show_job(j: &JobInfo, now_ms: u64) -> String {
     let spec = j.spec.clone().unwrap_or_default();
     let ms = |v: u64| if v == 0 { "-".to_string() } else { utc_time(v) };
@@ -503,7 +512,23 @@ pub fn show_job(j: &JobInfo, now_ms: u64) -> String {
             if spec.gpu_type.is_empty() { String::new() } else { format!(" GpuType={}", spec.gpu_type) }
         ),
         format!("NodeList={}", if j.nodelist.is_empty() { "(null)" } else { &j.nodelist }),
+        format!(
+            "ReqNodeList={} ExcNodeList={} Features={}",
+            null_or(&quorum_model::hostlist::compress(&spec.nodelist)),
+            null_or(&quorum_model::hostlist::compress(&spec.exclude)),
+            null_or(&spec.constraint.join("&"))
+        ),
     ];
+    let notes = [
+        ("Comment", &spec.comment),
+        ("WCKey", &spec.wckey),
+        ("MailUser", &spec.mail_user),
+        ("MailType", &spec.mail_type),
+    ];
+    let notes: Vec<String> = notes.iter().filter(|(_, v)| !v.is_empty()).map(|(k, v)| format!("{k}={v}")).collect();
+    if !notes.is_empty() {
+        lines.push(notes.join(" "));
+    }
     for a in &j.allocation {
         lines.push(format!(
             "  Node={} CPUs={} Mem={} GPUs={}",
@@ -518,6 +543,9 @@ pub fn show_job(j: &JobInfo, now_ms: u64) -> String {
     lines.push(format!("WorkDir={}", spec.work_dir));
     lines.push(format!("StdOut={}", if spec.stdout.is_empty() { "quorum-%j.out" } else { &spec.stdout }));
     lines.push(format!("StdErr={}", if spec.stderr.is_empty() { "(with StdOut)" } else { &spec.stderr }));
+    if spec.append_output {
+        lines.push("OpenMode=append".into());
+    }
     for s in &j.steps {
         lines.push(format!(
             "StepId={}.{} Name={} State={} NodeList={} NTasks={} CPUs/Task={}{} StartTime={} EndTime={} ExitCode={}:{}",

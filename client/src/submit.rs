@@ -111,6 +111,128 @@ pub struct SubmitOpts {
     /// the others (the default, as Slurm does).
     #[arg(long)]
     pub every_node: bool,
+    /// Nodes the job must not run on: a host list, or a file of names when it has a `/`.
+    #[arg(short = 'x', long)]
+    pub exclude: Option<String>,
+    /// The nodes the job runs on, each of them: a host list, or a file of names when it has a
+    /// `/`. The job asks for as many nodes as are listed.
+    #[arg(short = 'w', long)]
+    pub nodelist: Option<String>,
+    /// CPUs for each GPU: a node's tasks share this times its GPUs.
+    #[arg(long)]
+    pub cpus_per_gpu: Option<u32>,
+    /// Tasks for each GPU: the job runs this times its GPUs tasks.
+    #[arg(long)]
+    pub ntasks_per_gpu: Option<u32>,
+    /// A comment, shown with the job (squeue %k, sacct Comment, scontrol show job).
+    #[arg(long)]
+    pub comment: Option<String>,
+    /// A workload characterization key, recorded and shown with the job.
+    #[arg(long)]
+    pub wckey: Option<String>,
+    /// Events to mail about (`BEGIN`, `END`, `FAIL`, `ALL`, ...): recorded and shown; mail is
+    /// not sent (no mail program is configured).
+    #[arg(long)]
+    pub mail_type: Option<String>,
+    /// Who gets the job's mail (recorded and shown).
+    #[arg(long)]
+    pub mail_user: Option<String>,
+    /// `truncate` (the default) or `append`: how the output files are opened.
+    #[arg(long)]
+    pub open_mode: Option<String>,
+    /// Wait for the job to end, and exit with its exit code (`sbatch -W`).
+    #[arg(short = 'W', long)]
+    pub wait: bool,
+    #[command(flatten)]
+    pub tolerated: Tolerated,
+}
+
+/// Declares the options Quorum understands and accepts but cannot honour on this cluster (the
+/// hardware layout or configuration they need is not modelled): each is accepted with a warning
+/// that names it, so that scripts written for other sites run.
+macro_rules! tolerated {
+    ($( $(#[$attr:meta])* $field:ident: $what:literal => $why:literal; )*) => {
+        #[derive(clap::Args, Debug, Default, Clone)]
+        pub struct Tolerated {
+            $( $(#[$attr])* pub $field: Option<String>, )*
+        }
+
+        impl Tolerated {
+            fn or(self, other: Tolerated) -> Tolerated {
+                Tolerated { $( $field: self.$field.or(other.$field), )* }
+            }
+
+            /// One warning for each option given that is accepted but not honoured.
+            pub fn warnings(&self) -> Vec<String> {
+                let mut out = Vec::new();
+                $( if let Some(v) = &self.$field {
+                    let shown = if v.is_empty() { String::new() } else { format!("={v}") };
+                    out.push(format!("{}{shown} is accepted but not honoured: {}", $what, $why));
+                } )*
+                out
+            }
+        }
+    };
+}
+
+tolerated! {
+    /// Accepted, not honoured (no CPU binding hints).
+    #[arg(long)]
+    hint: "--hint" => "tasks are not bound to cores or threads here";
+    /// Accepted, not honoured (hardware threads are not modelled).
+    #[arg(long)]
+    threads_per_core: "--threads-per-core" => "nodes offer CPUs, without sockets, cores or threads";
+    /// Accepted, not honoured (sockets and cores are not modelled).
+    #[arg(long)]
+    cores_per_socket: "--cores-per-socket" => "nodes offer CPUs, without sockets, cores or threads";
+    /// Accepted, not honoured (sockets are not modelled).
+    #[arg(long)]
+    sockets_per_node: "--sockets-per-node" => "nodes offer CPUs, without sockets, cores or threads";
+    /// Accepted, not honoured (no GPU binding).
+    #[arg(long)]
+    gpu_bind: "--gpu-bind" => "each task sees all of its node's GPUs of the job";
+    /// Accepted, not honoured (no CPU binding).
+    #[arg(long)]
+    cpu_bind: "--cpu-bind" => "tasks are not bound to CPUs";
+    /// Accepted, not honoured (no memory binding).
+    #[arg(long)]
+    mem_bind: "--mem-bind" => "memory is not bound to NUMA nodes";
+    /// Accepted, not honoured (tasks are laid out in blocks).
+    #[arg(short = 'm', long)]
+    distribution: "--distribution" => "tasks are laid out in blocks, filling each node in turn";
+    /// Accepted, not honoured (no network topology is configured).
+    #[arg(long)]
+    switches: "--switches" => "no switch topology limits placement here";
+    /// Accepted, not honoured (CPU frequencies are not managed).
+    #[arg(long)]
+    cpu_freq: "--cpu-freq" => "CPU frequencies are not managed";
+    /// Accepted, not honoured (the job runs with its --time).
+    #[arg(long)]
+    time_min: "--time-min" => "the job is planned and limited by its --time";
+    /// Accepted, not honoured (no deadline is enforced).
+    #[arg(long)]
+    deadline: "--deadline" => "the job is not cancelled when it cannot end in time";
+    /// Accepted, not honoured (an unsatisfiable dependency leaves the job pending).
+    #[arg(long, num_args = 0..=1, default_missing_value = "", require_equals = true)]
+    kill_on_invalid_dep: "--kill-on-invalid-dep" => "a job whose dependency can never be met stays pending (DependencyNeverSatisfied) until cancelled";
+    /// Accepted, not honoured (usage is not sampled).
+    #[arg(long)]
+    acctg_freq: "--acctg-freq" => "usage is not sampled";
+    /// Accepted, not honoured (no profiling).
+    #[arg(long)]
+    profile: "--profile" => "jobs are not profiled";
+    /// Accepted, not honoured (limits come from the job's request).
+    #[arg(long, num_args = 0..=1, default_missing_value = "", require_equals = true)]
+    propagate: "--propagate" => "resource limits come from the job's request, not the submit shell";
+    /// Accepted, not honoured (each node's CPUs are what the job asks for).
+    #[arg(long)]
+    mincpus: "--mincpus" => "each node gives the job the CPUs its tasks ask for";
+    /// Accepted, not honoured (local disk is not modelled).
+    #[arg(long)]
+    tmp: "--tmp" => "nodes' local disk is not modelled";
+    /// Accepted, not honoured (only the local cluster).
+    #[arg(short = 'M', long)]
+    clusters: "--clusters" => "jobs go to this cluster";
 }
 
 #[derive(Parser, Debug)]
@@ -155,6 +277,17 @@ impl SubmitOpts {
             export: self.export.or(other.export),
             array: self.array.or(other.array),
             every_node: self.every_node || other.every_node,
+            exclude: self.exclude.or(other.exclude),
+            nodelist: self.nodelist.or(other.nodelist),
+            cpus_per_gpu: self.cpus_per_gpu.or(other.cpus_per_gpu),
+            ntasks_per_gpu: self.ntasks_per_gpu.or(other.ntasks_per_gpu),
+            comment: self.comment.or(other.comment),
+            wckey: self.wckey.or(other.wckey),
+            mail_type: self.mail_type.or(other.mail_type),
+            mail_user: self.mail_user.or(other.mail_user),
+            open_mode: self.open_mode.or(other.open_mode),
+            wait: self.wait || other.wait,
+            tolerated: self.tolerated.or(other.tolerated),
         }
     }
 
@@ -188,11 +321,18 @@ impl SubmitOpts {
         if let Some(a) = &self.array {
             quorum_model::ArraySpec::parse(a)?;
         }
+        if let Some(m) = &self.open_mode {
+            if !["append", "a", "truncate", "t"].contains(&m.to_ascii_lowercase().as_str()) {
+                return Err(format!("invalid --open-mode '{m}': give append or truncate"));
+            }
+        }
         for (what, v) in [
             ("--nodes", self.nodes),
             ("--ntasks", self.ntasks),
             ("--cpus-per-task", self.cpus_per_task),
             ("--ntasks-per-node", self.ntasks_per_node),
+            ("--cpus-per-gpu", self.cpus_per_gpu),
+            ("--ntasks-per-gpu", self.ntasks_per_gpu),
         ] {
             if v == Some(0) {
                 return Err(format!("invalid {what} '0': must be at least 1"));
@@ -402,13 +542,58 @@ pub enum Payload {
     Command(Vec<String>),
 }
 
+/// A job spec built from the options, with what the submitter should be told.
+#[derive(Debug)]
+pub struct Built {
+    pub spec: api::JobSpec,
+    /// Options accepted but not honoured here, each named.
+    pub warnings: Vec<String>,
+    /// `--wait`: the submitter waits for the job to end.
+    pub wait: bool,
+}
+
+/// Node names from a host list, or from a file of names (whitespace or commas between them)
+/// when `value` has a `/`, as Slurm reads `--nodelist` and `--exclude`.
+fn node_names(what: &str, value: &str, cwd: &Path) -> Result<Vec<String>, String> {
+    let text = if value.contains('/') {
+        let path = cwd.join(value);
+        std::fs::read_to_string(&path)
+            .map_err(|e| format!("invalid {what} '{value}': cannot read {}: {e}", path.display()))?
+    } else {
+        value.to_string()
+    };
+    let mut names = Vec::new();
+    for list in text.split(|c: char| c.is_whitespace()).filter(|l| !l.is_empty()) {
+        let expanded = quorum_model::hostlist::expand(list).map_err(|e| format!("invalid {what} '{value}': {e}"))?;
+        for name in expanded {
+            if !names.contains(&name) {
+                names.push(name);
+            }
+        }
+    }
+    if names.is_empty() {
+        return Err(format!("invalid {what} '{value}': no node names"));
+    }
+    Ok(names)
+}
+
+/// The job's total GPU count from `--gpus`, `--gres` or `--gpus-per-node` on `nodes` nodes
+/// (for `--ntasks-per-gpu`, which sets the task count before the layout is known).
+fn total_gpus(opts: &SubmitOpts, nodes: u32) -> Result<u32, String> {
+    let per_node = |(_, n): (Option<String>, u32)| n.checked_mul(nodes).ok_or_else(|| "too many GPUs".to_string());
+    if let Some(g) = &opts.gpus {
+        Ok(parse_gpu_count(g, "--gpus")?.1)
+    } else if let Some(g) = &opts.gres {
+        per_node(parse_gres(g)?)
+    } else if let Some(g) = &opts.gpus_per_node {
+        per_node(parse_gpu_count(g, "--gpus-per-node")?)
+    } else {
+        Err("--ntasks-per-gpu needs GPUs from --gpus, --gres or --gpus-per-node".into())
+    }
+}
+
 /// Builds the job spec from the merged options. `cwd` is where the user submits from.
-pub fn build_spec(
-    cli: SubmitOpts,
-    payload: Payload,
-    cwd: &Path,
-    env: Vec<(String, String)>,
-) -> Result<api::JobSpec, String> {
+pub fn build_spec(cli: SubmitOpts, payload: Payload, cwd: &Path, env: Vec<(String, String)>) -> Result<Built, String> {
     cli.check_values()?;
     let (opts, argv, script, default_name) = match payload {
         Payload::Script { path, text } => {
@@ -430,12 +615,38 @@ pub fn build_spec(
             (cli, argv, String::new(), name)
         }
     };
+    let exclude = opts.exclude.as_deref().map(|x| node_names("--exclude", x, cwd)).transpose()?.unwrap_or_default();
+    let nodelist = opts.nodelist.as_deref().map(|w| node_names("--nodelist", w, cwd)).transpose()?.unwrap_or_default();
+    if let Some(both) = nodelist.iter().find(|n| exclude.contains(n)) {
+        return Err(format!("node '{both}' is both in --nodelist and in --exclude"));
+    }
+    let listed = u32::try_from(nodelist.len()).map_err(|_| "invalid --nodelist: too many nodes".to_string())?;
+    let mut opts = opts;
+    if listed > 0 {
+        match opts.nodes {
+            None => opts.nodes = Some(listed),
+            Some(n) if n != listed => {
+                return Err(format!(
+                    "--nodes {n} with {listed} nodes in --nodelist: Quorum allocates exactly the listed nodes, so list as many as you ask for"
+                ))
+            }
+            Some(_) => {}
+        }
+    }
     let per_node = opts.ntasks_per_node;
     let nodes = match (opts.nodes, opts.ntasks, per_node) {
         (Some(n), _, _) => n,
         (None, Some(tasks), Some(k)) => tasks.div_ceil(k),
         _ => 1,
     };
+    if let (Some(k), None) = (opts.ntasks_per_gpu, opts.ntasks) {
+        if k == 0 {
+            return Err("invalid --ntasks-per-gpu '0': must be at least 1".into());
+        }
+        let gpus = total_gpus(&opts, nodes).map_err(|e| format!("invalid --ntasks-per-gpu '{k}': {e}"))?;
+        opts.ntasks =
+            Some(k.checked_mul(gpus).ok_or_else(|| format!("invalid --ntasks-per-gpu '{k}': too many tasks"))?);
+    }
     let ntasks = match opts.ntasks {
         Some(n) => n,
         None => nodes.checked_mul(per_node.unwrap_or(1)).ok_or_else(|| {
@@ -479,7 +690,20 @@ pub fn build_spec(
     } else {
         (None, 0)
     };
-    let cpus_per_task = opts.cpus_per_task.unwrap_or(1);
+    let cpus_per_task = match (opts.cpus_per_task, opts.cpus_per_gpu) {
+        (Some(_), Some(_)) => return Err("give one of --cpus-per-task and --cpus-per-gpu, not both".into()),
+        (Some(c), None) => c,
+        (None, Some(k)) if gpus_per_node == 0 => {
+            return Err(format!("invalid --cpus-per-gpu '{k}': the job asks for no GPUs"))
+        }
+        // The node's tasks share the CPUs of its GPUs.
+        (None, Some(k)) => k
+            .checked_mul(gpus_per_node)
+            .ok_or_else(|| format!("invalid --cpus-per-gpu '{k}': too many CPUs"))?
+            .div_ceil(busiest)
+            .max(1),
+        (None, None) => 1,
+    };
     let given: Vec<&str> =
         [("--mem", &opts.mem), ("--mem-per-cpu", &opts.mem_per_cpu), ("--mem-per-gpu", &opts.mem_per_gpu)]
             .into_iter()
@@ -515,7 +739,31 @@ pub fn build_spec(
         None => 0,
     };
     let env = apply_export(opts.export.as_deref().unwrap_or("ALL"), env)?;
-    Ok(api::JobSpec {
+    let append_output = match opts.open_mode.as_deref().map(str::to_ascii_lowercase).as_deref() {
+        None | Some("truncate") | Some("t") => false,
+        Some("append") | Some("a") => true,
+        Some(_) => {
+            return Err(format!(
+                "invalid --open-mode '{}': give append or truncate",
+                opts.open_mode.as_deref().unwrap_or_default()
+            ))
+        }
+    };
+    if let Some(c) = opts.constraint.as_deref().filter(|c| c.contains(['|', '[', '*'])) {
+        return Err(format!(
+            "invalid --constraint '{c}': Quorum takes features joined by & or , (all of them); | (any of), [] and * counts are not supported"
+        ));
+    }
+    let warnings = opts.tolerated.warnings();
+    let wait = opts.wait;
+    let spec = api::JobSpec {
+        comment: opts.comment.clone().unwrap_or_default(),
+        wckey: opts.wckey.clone().unwrap_or_default(),
+        mail_type: opts.mail_type.clone().unwrap_or_default(),
+        mail_user: opts.mail_user.clone().unwrap_or_default(),
+        append_output,
+        exclude,
+        nodelist,
         dependency: opts.dependency.clone().unwrap_or_default(),
         begin_time_ms,
         hold: opts.hold,
@@ -552,7 +800,8 @@ pub fn build_spec(
         submit_dir: cwd.display().to_string(),
         every_node: opts.every_node,
         interactive: false,
-    })
+    };
+    Ok(Built { spec, warnings, wait })
 }
 
 #[cfg(test)]
@@ -561,6 +810,7 @@ mod tests {
 
     fn script_spec(text: &str, cli: SubmitOpts) -> Result<api::JobSpec, String> {
         build_spec(cli, Payload::Script { path: "job.sh".into(), text: text.into() }, Path::new("/home/a"), vec![])
+            .map(|b| b.spec)
     }
 
     #[test]
@@ -701,14 +951,14 @@ mod tests {
         let err = build_spec(cli, Payload::Command(vec!["x".into()]), Path::new("/"), env()).unwrap_err();
         assert!(err.contains("invalid --export 'A=1,,B': '' is not a variable name"), "{err}");
         let cli = SubmitOpts { export: Some("NONE".into()), ..Default::default() };
-        let spec = build_spec(cli, Payload::Command(vec!["x".into()]), Path::new("/"), env()).unwrap();
+        let spec = build_spec(cli, Payload::Command(vec!["x".into()]), Path::new("/"), env()).unwrap().spec;
         assert_eq!(spec.env.len(), 1);
     }
 
     #[test]
     fn gpus_spread_over_nodes() {
         let cli = SubmitOpts { nodes: Some(2), gpus: Some("a100:8".into()), ..Default::default() };
-        let s = build_spec(cli, Payload::Command(vec!["x".into()]), Path::new("/"), vec![]).unwrap();
+        let s = build_spec(cli, Payload::Command(vec!["x".into()]), Path::new("/"), vec![]).unwrap().spec;
         assert_eq!((s.gpus_per_node, s.gpu_type.as_str()), (4, "a100"));
         let cli = SubmitOpts { nodes: Some(2), gpus: Some("3".into()), ..Default::default() };
         assert!(build_spec(cli, Payload::Command(vec!["x".into()]), Path::new("/"), vec![])

@@ -63,6 +63,15 @@ pub fn spec_from_proto(p: api::JobSpec) -> Result<JobSpec, Rejection> {
                     .map_err(|reason| Rejection::InvalidConfig { what: format!("--signal '{s}'"), reason })?,
             ),
         },
+        notes: crate::model::JobNotes {
+            comment: p.comment,
+            wckey: p.wckey,
+            mail_type: p.mail_type,
+            mail_user: p.mail_user,
+        },
+        append_output: p.append_output,
+        exclude: p.exclude,
+        nodelist: p.nodelist,
         array: match p.array.trim() {
             "" => None,
             s => Some(
@@ -112,6 +121,13 @@ pub fn spec_to_proto(s: &JobSpec, with_env: bool) -> api::JobSpec {
         array: s.array.as_ref().map(|a| a.to_spec()).unwrap_or_default(),
         every_node: s.nodes > 1 && !s.batch_step,
         interactive: s.interactive,
+        comment: s.notes.comment.clone(),
+        wckey: s.notes.wckey.clone(),
+        mail_type: s.notes.mail_type.clone(),
+        mail_user: s.notes.mail_user.clone(),
+        append_output: s.append_output,
+        exclude: s.exclude.clone(),
+        nodelist: s.nodelist.clone(),
     }
 }
 

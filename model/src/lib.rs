@@ -32,6 +32,8 @@ pub mod limits {
     pub const MAX_ENV_BYTES: usize = 4 << 20;
     pub const MAX_DEPENDENCIES: usize = 1_000;
     pub const MAX_PATH_BYTES: usize = 4096;
+    /// A comment, a wckey, a mail type or address.
+    pub const MAX_NOTE_BYTES: usize = 4096;
     pub const MAX_REQUEST_ID_BYTES: usize = 256;
     /// What one submitted spec may take in a Raft entry ([`super::JobSpec::encoded_bytes`]):
     /// bounded, so that one entry ships and is stored within a replication round.
@@ -143,6 +145,40 @@ pub struct JobSpec {
     /// ([`Rejection`]-checked `EndAllocation`), or its time limit or a cancel does.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub interactive: bool,
+    /// What the job carries for people and tools but nothing schedules by (`--comment`,
+    /// `--wckey`, `--mail-type`, `--mail-user`). From feature level 11.
+    #[serde(default, skip_serializing_if = "JobNotes::is_empty")]
+    pub notes: JobNotes,
+    /// `--open-mode=append`: the batch step's output files are appended to, not truncated.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub append_output: bool,
+    /// `--exclude`: nodes the job must not run on. From feature level 11.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub exclude: Vec<String>,
+    /// `--nodelist`: the nodes the job runs on, each of them (as many as it asks for). From
+    /// feature level 11.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nodelist: Vec<String>,
+}
+
+/// Bookkeeping a job carries and shows (`--comment`, `--wckey`, `--mail-type`, `--mail-user`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobNotes {
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub comment: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub wckey: String,
+    /// Slurm's `--mail-type` list as given (`BEGIN,END,FAIL`, ...).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub mail_type: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub mail_user: String,
+}
+
+impl JobNotes {
+    pub fn is_empty(&self) -> bool {
+        self.comment.is_empty() && self.wckey.is_empty() && self.mail_type.is_empty() && self.mail_user.is_empty()
+    }
 }
 
 /// A signal by name (`USR1`, `SIGUSR1`) or number, among those a job may be sent.
@@ -285,6 +321,20 @@ impl JobSpec {
     }
 
     /// Checks the shape of the request; the error names the field and the reason.
+    /// Whether the job may have the node `name` with `features`: it has every feature asked
+    /// for, is not excluded, and is in the node list when there is one.
+    pub fn may_use(&self, name: &str, features: &[String]) -> bool {
+        self.constraint.iter().all(|f| features.contains(f))
+            && !self.exclude.iter().any(|x| x == name)
+            && (self.nodelist.is_empty() || self.nodelist.iter().any(|x| x == name))
+    }
+
+    /// Whether the spec carries what only feature level 11 records (notes, `--open-mode`, node
+    /// lists and exclusions).
+    pub fn chooses_nodes_or_has_notes(&self) -> bool {
+        !self.notes.is_empty() || self.append_output || !self.exclude.is_empty() || !self.nodelist.is_empty()
+    }
+
     pub fn check_shape(&self) -> Result<(), Rejection> {
         let invalid = |field: &str, reason: String| Err(Rejection::InvalidSpec { field: field.to_string(), reason });
         if self.nodes == 0 {
@@ -310,6 +360,16 @@ impl JobSpec {
             if t.is_empty() || t.contains(|c: char| c.is_whitespace() || c == ':') {
                 return invalid("gpu_type", format!("'{t}' is not a GPU type name"));
             }
+        }
+        if !self.nodelist.is_empty() && self.nodelist.len() != self.nodes as usize {
+            return invalid(
+                "nodelist",
+                format!(
+                    "{} nodes listed for a job of {} nodes: Quorum allocates exactly the listed nodes, so ask for as many as you list",
+                    self.nodelist.len(),
+                    self.nodes
+                ),
+            );
         }
         if self.gpu_type.is_some() && self.gpus_per_node == 0 {
             return invalid("gpus", "a GPU type was given without a GPU count".into());
@@ -407,6 +467,25 @@ impl JobSpec {
                     limits::MAX_ENV_BYTES
                 ),
             );
+        }
+        let notes = &self.notes;
+        for (field, text) in [
+            ("comment", &notes.comment),
+            ("wckey", &notes.wckey),
+            ("mail_type", &notes.mail_type),
+            ("mail_user", &notes.mail_user),
+        ] {
+            if text.len() > limits::MAX_NOTE_BYTES {
+                return invalid(field, format!("{} bytes: at most {}", text.len(), limits::MAX_NOTE_BYTES));
+            }
+            if let Some(c) = text.chars().find(|c| c.is_control()) {
+                return invalid(field, format!("contains the control character {c:?}"));
+            }
+        }
+        for (field, names) in [("exclude", &self.exclude), ("nodelist", &self.nodelist)] {
+            if names.len() > limits::MAX_NODES as usize || names.iter().any(|n| n.is_empty() || n.len() > 255) {
+                return invalid(field, format!("at most {} node names of 1 to 255 bytes", limits::MAX_NODES));
+            }
         }
         if self.dependencies.len() > limits::MAX_DEPENDENCIES {
             return invalid(
@@ -873,6 +952,10 @@ mod bounds_tests {
         let many = (0..20_000).map(|i| (format!("V{i}"), "1".to_string()));
         refused(JobSpec { env: Env::new(many), ..spec() }, "env");
         refused(JobSpec { work_dir: "/".repeat(5000), ..spec() }, "work_dir");
+        let notes = |comment: String| JobNotes { comment, ..JobNotes::default() };
+        refused(JobSpec { notes: notes("x".repeat(5000)), ..spec() }, "comment");
+        refused(JobSpec { notes: notes("a\x1b[2Jb".into()), ..spec() }, "comment");
+        refused(JobSpec { exclude: vec![String::new()], ..spec() }, "exclude");
         assert!(parse::parse_time_limit("307445734561825861").unwrap_err().to_string().contains("longest"));
         assert!(parse::parse_time_limit("99999999999999-0").is_err());
         assert_eq!(parse::parse_time_limit("36500-00:00:00").unwrap(), Some(36500 * 86400));

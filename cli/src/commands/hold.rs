@@ -1,4 +1,5 @@
-//! `quorum hold` and `quorum release`: keep pending jobs from starting, or let them.
+//! `quorum hold`, `quorum release` and `quorum requeue`: keep pending jobs from starting, let
+//! them, or send running jobs back to the queue. `scontrol hold|release|requeue` are the same.
 
 use std::process::ExitCode;
 
@@ -12,15 +13,30 @@ pub struct Args {
     jobs: Vec<u64>,
 }
 
-pub async fn run(ctx: &Context, Args { jobs }: Args, release: bool) -> anyhow::Result<ExitCode> {
-    let req = api::HoldJobRequest { job_ids: jobs, user: current_user(), release };
+/// What is done to the jobs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    Hold,
+    Release,
+    Requeue,
+}
+
+pub async fn run(ctx: &Context, Args { jobs }: Args, action: Action) -> anyhow::Result<ExitCode> {
+    let errors = control(ctx, jobs, action).await?;
+    for e in &errors {
+        eprintln!("quorum: error: {e}");
+    }
+    Ok(if errors.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+/// Does `action` to each of `jobs`; the error of each job it failed for.
+pub async fn control(ctx: &Context, jobs: Vec<u64>, action: Action) -> anyhow::Result<Vec<String>> {
+    let req = api::HoldJobRequest {
+        job_ids: jobs,
+        user: current_user(),
+        release: action == Action::Release,
+        requeue: action == Action::Requeue,
+    };
     let r = ctx.send(req, |mut c, r| async move { c.hold_job(r).await }).await?;
-    let failed: Vec<_> = r.results.iter().filter(|r| !r.ok).collect();
-    for f in &failed {
-        eprintln!("quorum: error: {}", f.error);
-    }
-    if !failed.is_empty() {
-        return Ok(ExitCode::FAILURE);
-    }
-    Ok(ExitCode::SUCCESS)
+    Ok(r.results.into_iter().filter(|r| !r.ok).map(|r| r.error).collect())
 }

@@ -29,16 +29,83 @@ pub async fn run(ctx: &Context, Args { opts, script, command }: Args) -> anyhow:
         (None, false) => Payload::Command(command),
         (None, true) => anyhow::bail!("nothing to run: give a script or -- COMMAND [ARGS...]"),
     };
-    let job_id = submit(ctx, *opts, payload).await?;
-    println!("Submitted job {job_id}");
+    let submitted = submit(ctx, *opts, payload, "quorum", None).await?;
+    println!("Submitted job {}", submitted.id);
+    if submitted.wait {
+        return Ok(ExitCode::from(wait_for_end(ctx, submitted.id).await?));
+    }
     Ok(ExitCode::SUCCESS)
 }
 
-/// Submits `payload` with `opts` as this user, from this directory and environment; the job's id.
-pub async fn submit(ctx: &Context, opts: SubmitOpts, payload: Payload) -> anyhow::Result<u64> {
+/// A submitted job, and whether its submitter waits for it (`--wait`).
+pub struct Submitted {
+    pub id: u64,
+    pub wait: bool,
+}
+
+/// Submits `payload` with `opts` as this user, from this directory and environment, telling
+/// the options accepted but not honoured on stderr as `who`'s. `default_output` is the output
+/// pattern when none is given (`None`: the cluster's); for an array, `%j` in it becomes `%A_%a`.
+pub async fn submit(
+    ctx: &Context,
+    opts: SubmitOpts,
+    payload: Payload,
+    who: &str,
+    default_output: Option<&str>,
+) -> anyhow::Result<Submitted> {
     let cwd = std::env::current_dir()?;
-    let spec = build_spec(opts, payload, &cwd, submit_environment()).map_err(anyhow::Error::msg)?;
+    let built = build_spec(opts, payload, &cwd, submit_environment()).map_err(anyhow::Error::msg)?;
+    let mut spec = built.spec;
+    if let (Some(pattern), true) = (default_output, spec.stdout.is_empty()) {
+        spec.stdout = if spec.array.is_empty() { pattern.to_string() } else { pattern.replace("%j", "%A_%a") };
+    }
     let req =
         api::SubmitJobRequest { spec: Some(spec), user: current_user(), request_id: uuid::Uuid::new_v4().to_string() };
-    Ok(ctx.send(req, |mut c, r| async move { c.submit_job(r).await }).await?.job_id)
+    let id = ctx.send(req, |mut c, r| async move { c.submit_job(r).await }).await?.job_id;
+    for w in &built.warnings {
+        eprintln!("{who}: warning: {w}");
+    }
+    Ok(Submitted { id, wait: built.wait })
+}
+
+/// Waits until job `id` (every task, for an array) has ended; its exit code, as `sbatch --wait`
+/// exits with: the highest of an array's tasks, and 1 for a job that ended without one (it was
+/// cancelled, timed out or failed to launch).
+pub async fn wait_for_end(ctx: &Context, id: u64) -> anyhow::Result<u8> {
+    let page = |after: u64, limit: u32| api::ListJobsRequest { after, limit, ..Default::default() };
+    let first = ctx.send(page(id.saturating_sub(1), 1), |mut c, r| async move { c.list_jobs(r).await }).await?;
+    let Some(head) = first.jobs.into_iter().find(|j| j.id == id) else {
+        anyhow::bail!("job {id} is no longer known to the cluster");
+    };
+    // An array's tasks have consecutive ids from the array's.
+    let count = head.array.as_ref().filter(|a| a.array_job_id == id).map_or(1, |a| a.count);
+    let mut pause = std::time::Duration::from_millis(100);
+    loop {
+        let mut jobs = Vec::new();
+        let mut after = id.saturating_sub(1);
+        loop {
+            let r = ctx.send(page(after, count), |mut c, r| async move { c.list_jobs(r).await }).await?;
+            jobs.extend(r.jobs.into_iter().filter(|j| j.id < id + u64::from(count)));
+            if r.next_after == 0 || r.next_after >= id + u64::from(count) - 1 || jobs.len() >= count as usize {
+                break;
+            }
+            after = r.next_after;
+        }
+        let mine: Vec<&api::JobInfo> = jobs.iter().collect();
+        let active = |j: &&api::JobInfo| matches!(j.state.as_str(), "PENDING" | "RUNNING");
+        if !mine.is_empty() && !mine.iter().any(active) {
+            return Ok(mine.iter().map(|j| exit_status(j)).max().unwrap_or(1));
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(std::time::Duration::from_secs(2));
+    }
+}
+
+/// The exit status a shell would report for a finished job.
+fn exit_status(j: &api::JobInfo) -> u8 {
+    match j.state.as_str() {
+        "COMPLETED" => 0,
+        _ if j.has_exit_code && j.exit_code > 0 => j.exit_code.min(255) as u8,
+        _ => 1,
+    }
 }

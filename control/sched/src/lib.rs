@@ -280,6 +280,8 @@ struct Shape<'a> {
     nodes: u32,
     gpu_type: Option<&'a str>,
     features: &'a [String],
+    exclude: &'a [String],
+    only: &'a [String],
     exclusive: bool,
 }
 
@@ -439,6 +441,8 @@ pub fn place<'a>(view: &'a ClusterView, candidates: &[Candidate<'a>], now_ms: Mi
             nodes: job.nodes,
             gpu_type: job.gpu_type.as_deref(),
             features: job.features.as_slice(),
+            exclude: job.exclude.as_slice(),
+            only: job.only.as_slice(),
             exclusive: job.exclusive,
         };
         let may_fit = capacity.max_free.bound().fits(&job.per_node)

@@ -1,6 +1,7 @@
 //! Placement: which nodes can hold a job over an interval, and exactly what each gives it.
 //!
-//! A node qualifies when it is schedulable, has every requested feature, has enough GPUs of the
+//! A node qualifies when it is schedulable, has every requested feature, is one the job may have
+//! (not excluded; in its node list when it has one), has enough GPUs of the
 //! requested type, and its profile keeps the job's share free for the whole interval (an
 //! exclusive job needs the whole node). Among qualifying nodes: the fewest switches when a
 //! topology is known, then the best fit (least left over), then name order.
@@ -21,6 +22,8 @@ pub fn need(job: &PendingJob, node: &NodeView, partition_exclusive: bool) -> Res
 pub fn could_hold(job: &PendingJob, node: &NodeView) -> bool {
     node.schedulable
         && job.features.iter().all(|f| node.features.contains(f))
+        && !job.exclude.contains(&node.name)
+        && (job.only.is_empty() || job.only.contains(&node.name))
         && node.gpu_count(job.gpu_type.as_deref()) >= job.per_node.gpus
         && node.capacity.fits(&job.per_node)
 }

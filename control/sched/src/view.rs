@@ -120,6 +120,10 @@ pub struct PendingJob {
     pub nice: i32,
     pub exclusive: bool,
     pub features: Vec<String>,
+    /// Nodes it must not have (`--exclude`).
+    pub exclude: Vec<String>,
+    /// The nodes it must have, all of them (`--nodelist`); empty: any.
+    pub only: Vec<String>,
     pub held: Option<HoldKind>,
     pub dependency: DepStatus,
     /// The reason the state shows now.
@@ -302,6 +306,8 @@ fn pending_job(j: &Job, dependency: DepStatus, names: &mut Names) -> PendingJob 
         nice: j.spec.nice,
         exclusive: j.spec.exclusive,
         features: j.spec.constraint.clone(),
+        exclude: j.spec.exclude.clone(),
+        only: j.spec.nodelist.clone(),
         held: j.held,
         dependency,
         reason: j.reason,

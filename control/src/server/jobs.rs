@@ -17,6 +17,15 @@ pub(super) async fn submit_job(api: &Api, caller: &Caller, r: SubmitJobRequest) 
     let spec = r.spec.ok_or_else(|| Status::invalid_argument("missing job spec"))?;
     let spec = wire::spec_from_proto(spec).map_err(|e| rejection_status(&e))?;
     spec.check_shape().map_err(|e| rejection_status(&e))?;
+    if spec.chooses_nodes_or_has_notes() {
+        let level = api.replica.shared.read().state.cluster_level();
+        if level < quorum_state::NODE_CHOICE_LEVEL {
+            return Err(Status::failed_precondition(format!(
+                "--comment, --wckey, --mail-*, --open-mode=append, --exclude and --nodelist need cluster feature level {}; this cluster is at {level} until every replica is upgraded",
+                quorum_state::NODE_CHOICE_LEVEL
+            )));
+        }
+    }
     api.limits.check(&spec).map_err(|(field, reason)| {
         rejection_status(&crate::model::Rejection::InvalidSpec { field: field.to_string(), reason })
     })?;
@@ -52,10 +61,15 @@ pub(super) async fn hold_job(api: &Api, caller: &Caller, r: HoldJobRequest) -> R
     let mut results = Vec::new();
     for job_id in r.job_ids {
         let (user, now) = (acting_as(caller), now_ms());
-        let command =
-            if r.release { Command::ReleaseJob { job_id, user, now } } else { Command::HoldJob { job_id, user, now } };
+        let command = if r.requeue {
+            Command::RequeueJob { job_id, user, now }
+        } else if r.release {
+            Command::ReleaseJob { job_id, user, now }
+        } else {
+            Command::HoldJob { job_id, user, now }
+        };
         let error = match api.replica.write(command).await.map_err(write_status)?.1 {
-            Response::Held { .. } | Response::Released { .. } => String::new(),
+            Response::Held { .. } | Response::Released { .. } | Response::Requeued { .. } => String::new(),
             Response::Rejected(rej) => rej.to_string(),
             other => return Err(Status::internal(format!("unexpected answer to a hold: {other:?}"))),
         };

@@ -9,7 +9,7 @@ use quorum_model::{
 };
 
 use crate::cluster::{ClusterState, DEFAULT_ACCOUNT, DEFAULT_QOS};
-use crate::commands::{Command, DropReason, NodeRegistration, Response};
+use crate::commands::{Command, DropReason, NodeRegistration, Response, NODE_CHOICE_LEVEL};
 use crate::digest::digest;
 
 /// Applies one committed command at log index `index`. Deterministic; see the module comment.
@@ -96,6 +96,10 @@ pub fn apply(state: &mut ClusterState, index: u64, command: Command) -> Response
         Command::ReleaseJob { job_id, user, now } => {
             advance_clock(state, now);
             release(state, job_id, &user)
+        }
+        Command::RequeueJob { job_id, user, now } => {
+            advance_clock(state, now);
+            requeue(state, job_id, &user)
         }
         Command::NodeDown { node, reason, now } => {
             advance_clock(state, now);
@@ -197,6 +201,28 @@ fn release(state: &mut ClusterState, job_id: JobId, user: &str) -> Response {
             Response::Released { job_id }
         }
         Err(r) => Response::Rejected(r),
+    }
+}
+
+/// `scontrol requeue` by its owner or root: a running job back to the queue, as when it loses a
+/// node with `--requeue`; a pending job stays as it is; a finished one is refused.
+fn requeue(state: &mut ClusterState, job_id: JobId, user: &str) -> Response {
+    let Some(job) = state.jobs.get(&job_id) else {
+        return Response::Rejected(Rejection::UnknownJob { id: job_id });
+    };
+    if user != job.user && user != "root" {
+        return Response::Rejected(Rejection::NotOwner { id: job_id, user: user.to_string(), owner: job.user.clone() });
+    }
+    match job.state {
+        JobState::Running if job.cancel_requested => {
+            Response::Rejected(Rejection::JobFinished { id: job_id, state: JobState::Cancelled })
+        }
+        JobState::Running => {
+            requeue_job(state, job_id);
+            Response::Requeued { job_id }
+        }
+        JobState::Pending => Response::Requeued { job_id },
+        finished => Response::Rejected(Rejection::JobFinished { id: job_id, state: finished }),
     }
 }
 
@@ -363,10 +389,22 @@ fn admit(state: &ClusterState, spec: &mut JobSpec) -> Result<String, Rejection> 
     let cpus = spec.cpus_per_node();
     let mem = *spec.mem_per_node_mb.get_or_insert(partition.default_mem_per_cpu_mb * u64::from(cpus));
     let gpu_type = spec.gpu_type.as_deref();
+    // From level 11 the nodes a job may have are those with its features, not excluded, and of
+    // its node list when it has one; before, only their resources counted.
+    let choosing = state.cluster_level() >= NODE_CHOICE_LEVEL;
+    if choosing {
+        if let Some(missing) = spec.nodelist.iter().find(|n| !partition.node_names.contains(n.as_str())) {
+            return Err(Rejection::InvalidSpec {
+                field: "nodelist".into(),
+                reason: format!("node '{missing}' is not in partition '{}'", partition.name),
+            });
+        }
+    }
+    let chosen = |n: &Node| !choosing || spec.may_use(&n.name, &n.features);
     // Stops at the first `nodes` capable nodes: admission costs the job's size, not the cluster's.
     let capable = state
         .partition_nodes(partition)
-        .filter(|n| n.could_hold(cpus, mem, spec.gpus_per_node, gpu_type))
+        .filter(|n| chosen(n) && n.could_hold(cpus, mem, spec.gpus_per_node, gpu_type))
         .take(spec.nodes as usize)
         .count();
     if capable >= spec.nodes as usize {
@@ -377,7 +415,32 @@ fn admit(state: &ClusterState, spec: &mut JobSpec) -> Result<String, Rejection> 
         // No node has registered yet, so nothing can be said about fit; the job waits.
         return Ok(partition.name.clone());
     }
-    Err(Rejection::NeverFits { detail: never_fits_detail(&partition.name, &registered, spec, cpus, mem) })
+    let eligible: Vec<&Node> = registered.iter().copied().filter(|n| chosen(n)).collect();
+    if eligible.len() < spec.nodes as usize {
+        return Err(Rejection::NeverFits {
+            detail: choice_detail(&partition.name, registered.len(), eligible.len(), spec),
+        });
+    }
+    Err(Rejection::NeverFits { detail: never_fits_detail(&partition.name, &eligible, spec, cpus, mem) })
+}
+
+/// Why too few of a partition's `registered` nodes are ones the job may have.
+fn choice_detail(partition: &str, registered: usize, eligible: usize, spec: &JobSpec) -> String {
+    let mut why = Vec::new();
+    if !spec.constraint.is_empty() {
+        why.push(format!("features {}", spec.constraint.join("&")));
+    }
+    if !spec.exclude.is_empty() {
+        why.push(format!("not excluded ({})", spec.exclude.join(",")));
+    }
+    if !spec.nodelist.is_empty() {
+        why.push(format!("in the node list ({})", spec.nodelist.join(",")));
+    }
+    format!(
+        "{eligible} of partition '{partition}''s {registered} nodes are {}, fewer than the {} requested",
+        why.join(" and "),
+        spec.nodes
+    )
 }
 
 /// Names the first resource no node (or not enough nodes) of the partition has.

@@ -34,7 +34,18 @@ pub struct NodeRegistration {
 /// 9. batch steps (a multi-node job's script runs on its first node only) and job steps
 ///    (`StepStarted`, `StepEnded`).
 /// 10. steps launched while their `StartStep` commits (`StartStep.expect`).
-pub const FEATURE_LEVEL: u32 = 10;
+/// 11. jobs' notes (`--comment`, `--wckey`, `--mail-*`), `--open-mode=append`, `--exclude` and
+///     `--nodelist`, submits refused when too few nodes have the features, names and lists a
+///     job asks for, and requeues on request (`RequeueJob`).
+pub const FEATURE_LEVEL: u32 = 11;
+
+/// The level that records jobs' notes, node lists and exclusions, and admits a job only if
+/// enough of its partition's nodes are ones it may have; below it the services refuse jobs
+/// that carry them.
+pub const NODE_CHOICE_LEVEL: u32 = 11;
+
+/// The level that applies [`Command::RequeueJob`].
+pub const REQUEUE_LEVEL: u32 = 11;
 
 /// The level that runs a multi-node job's script once, on its first node, and applies steps.
 pub const STEPS_LEVEL: u32 = 9;
@@ -76,7 +87,9 @@ pub struct Submit {
 
 /// The level a replica needs to apply a submit of this job.
 fn spec_level(spec: &JobSpec) -> (u32, &'static str) {
-    if spec.interactive {
+    if spec.chooses_nodes_or_has_notes() {
+        (NODE_CHOICE_LEVEL, "a job with --comment, --wckey, --mail-*, --open-mode=append, --exclude or --nodelist")
+    } else if spec.interactive {
         (STEPS_LEVEL, "an allocation for salloc or srun")
     } else if spec.batch_step {
         (STEPS_LEVEL, "a multi-node job whose script runs once, on its first node (submit with --every-node meanwhile)")
@@ -167,6 +180,13 @@ pub enum Command {
         now: Millis,
     },
     ReleaseJob {
+        job_id: JobId,
+        user: String,
+        now: Millis,
+    },
+    /// `scontrol requeue`: a running job stops and goes back to the queue (its processes are
+    /// killed as strays of an older allocation); a pending one stays queued.
+    RequeueJob {
         job_id: JobId,
         user: String,
         now: Millis,
@@ -287,6 +307,7 @@ impl Command {
             Command::CancelJob { whole_array: true, .. } => (4, "cancelling a job array"),
             Command::SubmitJob { spec, .. } => spec_level(spec),
             Command::SetRole { .. } => (8, "giving a role"),
+            Command::RequeueJob { .. } => (REQUEUE_LEVEL, "requeueing a job (scontrol requeue)"),
             Command::StartStep { expect: Some(_), .. } => (EARLY_STEP_LEVEL, "a job step launched as it commits"),
             Command::StartStep { .. } | Command::EndStep { .. } => (STEPS_LEVEL, "a job step (srun)"),
             Command::EndAllocation { .. } => (STEPS_LEVEL, "ending an allocation (salloc, srun)"),
