@@ -58,6 +58,9 @@ pub fn job_environment(
     if spec.ntasks.is_multiple_of(nodes) {
         more.push(("NTASKS_PER_NODE", (spec.ntasks / nodes).to_string()));
     }
+    if launch.restart_count > 0 {
+        more.push(("RESTART_COUNT", launch.restart_count.to_string()));
+    }
     more.extend(
         [("JOB_ACCOUNT", &spec.account), ("JOB_QOS", &spec.qos)]
             .into_iter()

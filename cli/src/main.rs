@@ -7,10 +7,13 @@
 
 mod commands;
 mod entry;
+mod format;
 mod sacct;
 mod salloc;
 mod sbatch;
 mod scancel;
+mod scontrol;
+mod sinfo;
 mod slurm;
 mod squeue;
 mod srun;

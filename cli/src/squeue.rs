@@ -13,6 +13,7 @@ use quorum_model::parse::format_duration;
 use quorum_proto::api::{self, JobInfo};
 
 use crate::commands::{current_user, Context};
+use crate::format::{self, parse_format, Piece};
 
 /// Slurm's default `-o`.
 const DEFAULT_FORMAT: &str = "%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R";
@@ -65,13 +66,6 @@ pub struct SqueueArgs {
     /// Pending jobs with when and where they are expected to start.
     #[arg(long)]
     start: bool,
-}
-
-/// One field of a format: a `%` code, how wide, and which side it is aligned to.
-#[derive(Clone, Debug, PartialEq, Eq)]
-enum Piece {
-    Text(String),
-    Field { code: char, width: Option<usize>, right: bool },
 }
 
 /// What `-o` may name, with its header.
@@ -137,60 +131,6 @@ const NAMES: &[(&str, char)] = &[
     ("wckey", 'w'),
 ];
 
-/// Parses a `-o` format: text, and `%[.][-][width]code` fields (`%%` is a `%`).
-fn parse_format(format: &str) -> Result<Vec<Piece>, String> {
-    let mut pieces = Vec::new();
-    let mut text = String::new();
-    let mut chars = format.chars().peekable();
-    while let Some(c) = chars.next() {
-        if c != '%' {
-            text.push(c);
-            continue;
-        }
-        if chars.peek() == Some(&'%') {
-            chars.next();
-            text.push('%');
-            continue;
-        }
-        let mut right = false;
-        while let Some(&f) = chars.peek().filter(|f| **f == '.' || **f == '-') {
-            right |= f == '.';
-            chars.next();
-        }
-        let mut digits = String::new();
-        while let Some(&d) = chars.peek().filter(|d| d.is_ascii_digit()) {
-            digits.push(d);
-            chars.next();
-        }
-        let width = if digits.is_empty() {
-            None
-        } else {
-            Some(
-                digits
-                    .parse::<usize>()
-                    .ok()
-                    .filter(|w| *w <= 1024)
-                    .ok_or_else(|| format!("invalid width '{digits}' in --format '{format}'"))?,
-            )
-        };
-        let Some(code) = chars.next() else {
-            return Err(format!("invalid --format '{format}': it ends in the middle of a field"));
-        };
-        if !CODES.iter().any(|(c, _)| *c == code) {
-            let known: String = CODES.iter().map(|(c, _)| format!("%{c}")).collect::<Vec<_>>().join(" ");
-            return Err(format!("invalid --format '{format}': %{code} is not a field Quorum's squeue knows ({known})"));
-        }
-        if !text.is_empty() {
-            pieces.push(Piece::Text(std::mem::take(&mut text)));
-        }
-        pieces.push(Piece::Field { code, width, right });
-    }
-    if !text.is_empty() {
-        pieces.push(Piece::Text(text));
-    }
-    Ok(pieces)
-}
-
 /// Parses a `-O` format: comma-separated names, each 20 wide unless `:width` says otherwise, and
 /// nothing between them (as Slurm's: a value as wide as its field meets the next one).
 fn parse_long_format(format: &str) -> Result<Vec<Piece>, String> {
@@ -223,28 +163,6 @@ struct Row<'a> {
     job: &'a JobInfo,
     /// The task ids of an array's pending tasks on this line (empty: the job alone).
     tasks: Vec<u32>,
-}
-
-/// `Tue Nov  4 21:48:23 2026`, local, as ctime writes it.
-fn ctime(ms: u64) -> String {
-    const DAYS: [&str; 7] = ["Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"];
-    const MONTHS: [&str; 12] = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
-    let secs = (ms / 1000) as libc::time_t;
-    // SAFETY: localtime_r writes only into `tm`, which lives here.
-    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
-    if unsafe { libc::localtime_r(&secs, &mut tm) }.is_null() {
-        return String::new();
-    }
-    format!(
-        "{} {} {:>2} {:02}:{:02}:{:02} {}",
-        DAYS[tm.tm_wday.clamp(0, 6) as usize],
-        MONTHS[tm.tm_mon.clamp(0, 11) as usize],
-        tm.tm_mday,
-        tm.tm_hour,
-        tm.tm_min,
-        tm.tm_sec,
-        tm.tm_year + 1900
-    )
 }
 
 /// A field's value for `row`.
@@ -314,30 +232,9 @@ fn value(code: char, row: &Row, now_ms: u64) -> String {
     }
 }
 
-/// `text` in `width` columns (cut when longer), on the side `right` says.
-fn fit(text: &str, width: Option<usize>, right: bool) -> String {
-    let text = quorum_client::display::escape(text);
-    let Some(width) = width else { return text.into_owned() };
-    let cut: String = text.chars().take(width).collect();
-    if right {
-        format!("{cut:>width$}")
-    } else {
-        format!("{cut:<width$}")
-    }
-}
-
 fn render(pieces: &[Piece], rows: &[Row], now_ms: u64, header: bool) -> String {
     let mut out = String::new();
-    let line = |f: &dyn Fn(char) -> String| -> String {
-        let mut s = String::new();
-        for p in pieces {
-            match p {
-                Piece::Text(t) => s.push_str(t),
-                Piece::Field { code, width, right } => s.push_str(&fit(&f(*code), *width, *right)),
-            }
-        }
-        s.trim_end().to_string()
-    };
+    let line = |f: &dyn Fn(char) -> String| format::line(pieces, f);
     if header {
         out.push_str(&line(&|code| CODES.iter().find(|(c, _)| *c == code).map_or("", |(_, h)| h).to_string()));
         out.push('\n');
@@ -386,10 +283,10 @@ fn rows(jobs: &[JobInfo], expand: bool) -> Vec<Row<'_>> {
 pub async fn run(a: SqueueArgs) -> anyhow::Result<u8> {
     let pieces = match (&a.long_format, &a.format) {
         (Some(f), _) => parse_long_format(f),
-        (None, Some(f)) => parse_format(f),
-        (None, None) if a.start => parse_format(START_FORMAT),
-        (None, None) if a.long => parse_format(LONG_FORMAT),
-        (None, None) => parse_format(DEFAULT_FORMAT),
+        (None, Some(f)) => parse_format(f, CODES, "squeue"),
+        (None, None) if a.start => parse_format(START_FORMAT, CODES, "squeue"),
+        (None, None) if a.long => parse_format(LONG_FORMAT, CODES, "squeue"),
+        (None, None) => parse_format(DEFAULT_FORMAT, CODES, "squeue"),
     }
     .map_err(anyhow::Error::msg)?;
     let named: Vec<quorum_client::client::JobRef> =
@@ -425,7 +322,7 @@ pub async fn run(a: SqueueArgs) -> anyhow::Result<u8> {
     let _ = a.all;
     if a.long && !a.noheader {
         // As Slurm's, the long table starts with the time it shows.
-        println!("{}", ctime(now_ms));
+        println!("{}", format::ctime(now_ms));
     }
     print!("{}", render(&pieces, &rows(&jobs, a.array), now_ms, !a.noheader));
     Ok(0)
@@ -458,7 +355,7 @@ mod tests {
     #[test]
     fn formats_are_read_and_printed_as_squeue_does() {
         assert_eq!(
-            parse_format("%.18i|%-5j%%%T").unwrap(),
+            parse_format("%.18i|%-5j%%%T", CODES, "squeue").unwrap(),
             [
                 Piece::Field { code: 'i', width: Some(18), right: true },
                 Piece::Text("|".into()),
@@ -467,8 +364,8 @@ mod tests {
                 Piece::Field { code: 'T', width: None, right: false },
             ]
         );
-        assert!(parse_format("%Q").unwrap_err().contains("%Q is not a field"));
-        assert!(parse_format("%.1").unwrap_err().contains("middle of a field"));
+        assert!(parse_format("%Q", CODES, "squeue").unwrap_err().contains("%Q is not a field"));
+        assert!(parse_format("%.1", CODES, "squeue").unwrap_err().contains("middle of a field"));
         assert!(parse_long_format("JobID:10,Bogus").unwrap_err().contains("'Bogus'"));
 
         let mut tasks: Vec<JobInfo> = (0..4)
@@ -487,7 +384,7 @@ mod tests {
         jobs.extend(tasks);
         let now = 1_061_000;
         // The default format, pending array tasks on one line.
-        let out = render(&parse_format(DEFAULT_FORMAT).unwrap(), &rows(&jobs, false), now, true);
+        let out = render(&parse_format(DEFAULT_FORMAT, CODES, "squeue").unwrap(), &rows(&jobs, false), now, true);
         assert_eq!(
             out,
             "             JOBID PARTITION     NAME     USER ST       TIME  NODES NODELIST(REASON)\n\
@@ -497,7 +394,8 @@ mod tests {
              \x20             20_1       gpu      arr    alice  R       1:01      2 node01\n"
         );
         // What tools ask for: no header, one line per task, their own fields.
-        let out = render(&parse_format("%i|%T|%A|%F|%K|%C|%l|%L").unwrap(), &rows(&jobs, true), now, false);
+        let out =
+            render(&parse_format("%i|%T|%A|%F|%K|%C|%l|%L", CODES, "squeue").unwrap(), &rows(&jobs, true), now, false);
         let lines: Vec<&str> = out.lines().collect();
         assert_eq!(lines[0], "8|PENDING|8|8|N/A|8|1:00:00|1:00:00");
         assert_eq!(lines[1], "20_0|PENDING|20|20|0|8|1:00:00|1:00:00");
@@ -510,16 +408,22 @@ mod tests {
     #[test]
     fn the_start_table_names_where_a_job_is_expected_to_start() {
         let mut j = job(9, "PENDING", "b");
-        let out = render(&parse_format(START_FORMAT).unwrap(), &rows(std::slice::from_ref(&j), false), 0, true);
+        let out = render(
+            &parse_format(START_FORMAT, CODES, "squeue").unwrap(),
+            &rows(std::slice::from_ref(&j), false),
+            0,
+            true,
+        );
         assert_eq!(
             out,
             "             JOBID PARTITION     NAME     USER ST          START_TIME  NODES SCHEDNODES           NODELIST(REASON)\n\
              \x20                9       gpu        b    alice PD                 N/A      2 (null)               (JobHeldUser)\n"
         );
         j.expected_nodes = "node[01-02]".into();
-        let out = render(&parse_format("%Y").unwrap(), &rows(std::slice::from_ref(&j), false), 0, false);
+        let out =
+            render(&parse_format("%Y", CODES, "squeue").unwrap(), &rows(std::slice::from_ref(&j), false), 0, false);
         assert_eq!(out, "node[01-02]\n");
-        assert_eq!(ctime(0).len(), "Thu Jan  1 00:00:00 1970".len());
+        assert_eq!(format::ctime(0).len(), "Thu Jan  1 00:00:00 1970".len());
     }
 
     #[test]

@@ -145,6 +145,8 @@ pub struct SubmitOpts {
     pub wait: bool,
     #[command(flatten)]
     pub tolerated: Tolerated,
+    #[command(flatten)]
+    pub refused: Refused,
 }
 
 /// Declares the options Quorum understands and accepts but cannot honour on this cluster (the
@@ -173,6 +175,52 @@ macro_rules! tolerated {
             }
         }
     };
+}
+
+/// Declares the options Slurm knows that this cluster must refuse, each with why: a job that
+/// asks for them could not get what it asks.
+macro_rules! refused {
+    ($( $(#[$attr:meta])* $field:ident: $what:literal => $why:literal; )*) => {
+        #[derive(clap::Args, Debug, Default, Clone)]
+        pub struct Refused {
+            $( $(#[$attr])* pub $field: Option<String>, )*
+        }
+
+        impl Refused {
+            fn or(self, other: Refused) -> Refused {
+                Refused { $( $field: self.$field.or(other.$field), )* }
+            }
+
+            /// The first option given, named, with why it is refused.
+            fn check(&self) -> Result<(), String> {
+                $( if let Some(v) = &self.$field {
+                    return Err(format!("invalid {} '{v}': {}", $what, $why));
+                } )*
+                Ok(())
+            }
+        }
+    };
+}
+
+refused! {
+    /// Refused: this cluster has no licenses configured.
+    #[arg(short = 'L', long)]
+    licenses: "--licenses" => "this cluster has no licenses configured";
+    /// Refused: this cluster has no reservations.
+    #[arg(long)]
+    reservation: "--reservation" => "this cluster has no reservations";
+    /// Refused: submit as that user instead (sudo -u USER sbatch ...).
+    #[arg(long)]
+    uid: "--uid" => "a job runs as the user who submits it; submit as that user (sudo -u USER sbatch ...)";
+    /// Refused: submit as a member of that group instead.
+    #[arg(long)]
+    gid: "--gid" => "a job runs with the groups of the user who submits it";
+    /// Refused: use --nice (root may give a negative one).
+    #[arg(long)]
+    priority: "--priority" => "set a job's priority with --nice (root may give a negative one)";
+    /// Refused: no burst buffers.
+    #[arg(long)]
+    bb: "--bb" => "this cluster has no burst buffers";
 }
 
 tolerated! {
@@ -288,11 +336,13 @@ impl SubmitOpts {
             open_mode: self.open_mode.or(other.open_mode),
             wait: self.wait || other.wait,
             tolerated: self.tolerated.or(other.tolerated),
+            refused: self.refused.or(other.refused),
         }
     }
 
     /// Checks the values that have a format, so that a bad one is reported where it was written.
     fn check_values(&self) -> Result<(), String> {
+        self.refused.check()?;
         for m in [&self.mem, &self.mem_per_cpu, &self.mem_per_gpu].into_iter().flatten() {
             parse::parse_mem_mb(m).map_err(|e| e.to_string())?;
         }
@@ -872,7 +922,12 @@ mod tests {
             ("-t UNLIMITED", (1, 1, 1, 0, "", 0, 0)),
             // Unambiguous prefixes, as getopt takes them.
             ("--nodes=2 --ntasks-per-n=2", (2, 4, 1, 0, "", 0, 0)),
-            ("--cpus-per=3 --ti=5", (1, 1, 3, 0, "", 0, 300)),
+            ("--cpus-per-t=3 --time=5", (1, 1, 3, 0, "", 0, 300)),
+            // Per GPU: CPUs shared by a node's tasks, tasks for each of the job's GPUs.
+            ("--gpus-per-node=2 --cpus-per-gpu=4", (1, 1, 8, 2, "", 0, 0)),
+            ("-N 2 --ntasks-per-node=2 --gpus-per-node=2 --cpus-per-gpu=3", (2, 4, 3, 2, "", 0, 0)),
+            ("-N 2 --gpus=4 --ntasks-per-gpu=2", (2, 8, 1, 2, "", 0, 0)),
+            ("--nodelist=n[1-3]", (3, 3, 1, 0, "", 0, 0)),
         ];
         for (line, want) in cases {
             let s = script_spec(&format!("#!/bin/bash\n#SBATCH {line}\nhostname\n"), SubmitOpts::default())
@@ -908,6 +963,45 @@ mod tests {
             ("--ntasks-per-node=0", "invalid --ntasks-per-node '0'"),
             ("--gpus-per-task=x:y:1", "invalid --gpus-per-task 'x:y:1'"),
             ("--mem-per-cpu=lots", "invalid memory size 'lots'"),
+        ] {
+            let e = script_spec(&format!("#SBATCH {line}\n"), SubmitOpts::default()).unwrap_err();
+            assert!(e.contains(says), "#SBATCH {line}: {e}");
+        }
+    }
+
+    #[test]
+    fn notes_node_lists_and_options_accepted_or_refused_by_name() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("bad-nodes"), "n7\nn[8-9] n7\n").unwrap();
+        let text = "#!/bin/bash\n#SBATCH --comment='a b' --wckey=w --mail-type=END,FAIL --mail-user=a@b\n\
+                    #SBATCH -x ./bad-nodes --open-mode=append --hint=nomultithread --threads-per-core=1\n\
+                    #SBATCH -W\nhostname\n";
+        let payload = Payload::Script { path: "job.sh".into(), text: text.into() };
+        let built = build_spec(SubmitOpts::default(), payload, dir.path(), vec![]).unwrap();
+        let s = &built.spec;
+        assert_eq!((s.comment.as_str(), s.wckey.as_str()), ("a b", "w"));
+        assert_eq!((s.mail_type.as_str(), s.mail_user.as_str()), ("END,FAIL", "a@b"));
+        assert_eq!(s.exclude, ["n7", "n8", "n9"]);
+        assert!(s.append_output && built.wait);
+        assert_eq!(
+            built.warnings,
+            [
+                "--hint=nomultithread is accepted but not honoured: tasks are not bound to cores or threads here",
+                "--threads-per-core=1 is accepted but not honoured: nodes offer CPUs, without sockets, cores or threads",
+            ]
+        );
+        for (line, says) in [
+            ("-L matlab:2", "invalid --licenses 'matlab:2': this cluster has no licenses configured"),
+            ("--reservation=maint", "invalid --reservation 'maint': this cluster has no reservations"),
+            ("--uid=bob", "invalid --uid 'bob'"),
+            ("--open-mode=sideways", "invalid --open-mode 'sideways': give append or truncate"),
+            ("-N 2 -w n1", "--nodes 2 with 1 nodes in --nodelist"),
+            ("-w n1 -x n1", "node 'n1' is both in --nodelist and in --exclude"),
+            ("-C 'ib|opa'", "| (any of), [] and * counts are not supported"),
+            ("--cpus-per-gpu=2", "invalid --cpus-per-gpu '2': the job asks for no GPUs"),
+            ("--ntasks-per-gpu=2", "--ntasks-per-gpu needs GPUs"),
+            ("-x ./missing-file", "invalid --exclude './missing-file': cannot read"),
+            ("--ti=5", "--ti"),
         ] {
             let e = script_spec(&format!("#SBATCH {line}\n"), SubmitOpts::default()).unwrap_err();
             assert!(e.contains(says), "#SBATCH {line}: {e}");

@@ -685,3 +685,23 @@ mod stages {
         b.state.policy.clone()
     }
 }
+
+#[test]
+fn excluded_nodes_are_never_given_and_a_node_list_is_given_whole() {
+    let mut b = Bench::new(ten_nodes(), fifo(BackfillMode::Easy, 1));
+    b.at(0);
+    let only_the_last = b.submit_with("alice", |s| s.exclude = (1..=9).map(|i| format!("n{i:02}")).collect());
+    let listed = b.submit_with("alice", |s| {
+        (s.nodes, s.ntasks) = (2, 2);
+        s.nodelist = vec!["n03".into(), "n07".into()];
+    });
+    // Wants n10 too, which the first job holds: it waits although eight nodes are free.
+    let taken = b.submit_with("alice", |s| s.nodelist = vec!["n10".into()]);
+    let p = b.cycle();
+    let nodes = |job: u64| -> Vec<String> {
+        p.starts.iter().find(|s| s.job_id == job).unwrap().allocation.nodes.iter().map(|n| n.node.clone()).collect()
+    };
+    assert_eq!(nodes(only_the_last), ["n10"]);
+    assert_eq!(nodes(listed), ["n03", "n07"]);
+    assert!(!started(&p).contains(&taken), "{:?}", started(&p));
+}

@@ -396,6 +396,7 @@ fn unsigned_launch(state: &ClusterState, job_id: JobId, node: &str) -> Option<La
         user: job.user.clone(),
         nodelist: allocation.nodelist(),
         node_rank: rank as u32,
+        restart_count: job.requeues,
         num_nodes: allocation.nodes.len() as u32,
         cpus: mine.cpus,
         mem_mb: mine.mem_mb,

@@ -20,7 +20,23 @@ pub(super) async fn list_nodes(api: &Api, _caller: &Caller, r: ListNodesRequest)
         .values()
         .map(|n| node_to_proto(n, applied.state.partitions_of(&n.name), api.leader.hub.agent(&n.name)))
         .collect();
-    Ok(ListNodesResponse { nodes, applied_index: applied.applied_index() })
+    let partitions = applied
+        .state
+        .partitions
+        .values()
+        .map(|p| PartitionInfo {
+            name: p.name.clone(),
+            nodes: p.nodes.clone(),
+            default: p.default,
+            max_time_s: p.max_time_s.unwrap_or(0),
+            default_time_s: p.default_time_s.unwrap_or(0),
+            default_mem_per_cpu_mb: p.default_mem_per_cpu_mb,
+            priority_tier: p.priority_tier,
+            max_nodes: p.max_nodes.unwrap_or(0),
+            exclusive: p.exclusive,
+        })
+        .collect();
+    Ok(ListNodesResponse { nodes, applied_index: applied.applied_index(), partitions })
 }
 
 pub(super) async fn set_nodes_drained(
@@ -77,6 +93,7 @@ fn node_to_proto(n: &Node, partitions: Vec<String>, agent: Option<AgentInfo>) ->
         name: n.name.clone(),
         state: n.state().name().to_string(),
         reason: n.reason().to_string(),
+        features: n.features.clone(),
         cpus: n.cpus,
         alloc_cpus: n.alloc_cpus,
         mem_mb: n.mem_mb,

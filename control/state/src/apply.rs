@@ -416,7 +416,7 @@ fn admit(state: &ClusterState, spec: &mut JobSpec) -> Result<String, Rejection> 
         return Ok(partition.name.clone());
     }
     let eligible: Vec<&Node> = registered.iter().copied().filter(|n| chosen(n)).collect();
-    if eligible.len() < spec.nodes as usize {
+    if eligible.len() < registered.len() && eligible.len() < spec.nodes as usize {
         return Err(Rejection::NeverFits {
             detail: choice_detail(&partition.name, registered.len(), eligible.len(), spec),
         });
@@ -428,16 +428,16 @@ fn admit(state: &ClusterState, spec: &mut JobSpec) -> Result<String, Rejection> 
 fn choice_detail(partition: &str, registered: usize, eligible: usize, spec: &JobSpec) -> String {
     let mut why = Vec::new();
     if !spec.constraint.is_empty() {
-        why.push(format!("features {}", spec.constraint.join("&")));
+        why.push(format!("have the features {}", spec.constraint.join("&")));
     }
     if !spec.exclude.is_empty() {
-        why.push(format!("not excluded ({})", spec.exclude.join(",")));
+        why.push(format!("are not excluded ({})", spec.exclude.join(",")));
     }
     if !spec.nodelist.is_empty() {
-        why.push(format!("in the node list ({})", spec.nodelist.join(",")));
+        why.push(format!("are in the node list ({})", spec.nodelist.join(",")));
     }
     format!(
-        "{eligible} of partition '{partition}''s {registered} nodes are {}, fewer than the {} requested",
+        "{eligible} of the {registered} nodes of partition '{partition}' {}, fewer than the {} requested",
         why.join(" and "),
         spec.nodes
     )

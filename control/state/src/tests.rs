@@ -636,3 +636,64 @@ fn steps_are_recorded_hold_their_cpus_and_end_with_their_job() {
         "a batch job is cancelled, not ended so"
     );
 }
+
+/// The state at the cluster's current feature level (every replica of this release).
+fn at_feature_level(s: &mut ClusterState, index: u64) {
+    let versions = BTreeMap::from([(1, ReplicaVersion { level: FEATURE_LEVEL, version: "x".into() })]);
+    apply(s, index, Command::SetReplicaVersions { versions, now: 2 });
+}
+
+#[test]
+fn a_job_is_admitted_only_if_enough_nodes_have_its_features_and_are_not_excluded_or_unlisted() {
+    let mut s = cluster();
+    let mut featured = spec(&["true"]);
+    featured.constraint = vec!["ib".into()];
+    // Below level 11 only resources count: a replica of an older release admits it.
+    assert!(matches!(submit(&mut s, 4, featured.clone(), "old"), Response::Submitted { .. }));
+    at_feature_level(&mut s, 5);
+    let never = |r: Response| match r {
+        Response::Rejected(Rejection::NeverFits { detail }) => detail,
+        other => panic!("expected NeverFits, got {other:?}"),
+    };
+    let detail = never(submit(&mut s, 10, featured, "a"));
+    assert_eq!(detail, "0 of the 2 nodes of partition 'gpu' have the features ib, fewer than the 1 requested");
+    let mut both = spec(&["true"]);
+    (both.nodes, both.ntasks, both.exclude) = (2, 2, vec!["n1".into()]);
+    let detail = never(submit(&mut s, 11, both.clone(), "b"));
+    assert!(detail.contains("1 of the 2 nodes of partition 'gpu' are not excluded (n1)"), "{detail}");
+    both.exclude.clear();
+    assert!(matches!(submit(&mut s, 12, both, "c"), Response::Submitted { .. }));
+    let mut listed = spec(&["true"]);
+    listed.nodelist = vec!["n3".into()];
+    assert!(matches!(
+        submit(&mut s, 13, listed.clone(), "d"),
+        Response::Rejected(Rejection::InvalidSpec { field, reason }) if field == "nodelist" && reason.contains("'n3' is not in partition 'gpu'")
+    ));
+    listed.nodelist = vec!["n1".into(), "n2".into()];
+    assert!(matches!(
+        submit(&mut s, 14, listed.clone(), "e"),
+        Response::Rejected(Rejection::InvalidSpec { field, .. }) if field == "nodelist"
+    ));
+    (listed.nodes, listed.ntasks) = (2, 2);
+    assert!(matches!(submit(&mut s, 15, listed, "f"), Response::Submitted { .. }));
+}
+
+#[test]
+fn a_requeued_job_goes_back_to_the_queue_and_frees_its_node() {
+    let mut s = cluster();
+    at_feature_level(&mut s, 4);
+    submit(&mut s, 10, spec(&["sleep", "100"]), "a");
+    start(&mut s, 11, 1, "n1", 1, vec![]);
+    let requeue = |user: &str| Command::RequeueJob { job_id: 1, user: user.into(), now: 3000 };
+    assert!(matches!(apply(&mut s, 12, requeue("bob")), Response::Rejected(Rejection::NotOwner { .. })));
+    assert_eq!(apply(&mut s, 13, requeue("alice")), Response::Requeued { job_id: 1 });
+    let job = &s.jobs[&1];
+    assert_eq!((job.state, job.requeues, job.allocation.is_none()), (JobState::Pending, 1, true));
+    assert_eq!((s.nodes["n1"].alloc_cpus, s.nodes["n1"].jobs.len()), (0, 0));
+    // A pending job stays queued; root may requeue anyone's.
+    assert_eq!(apply(&mut s, 14, requeue("root")), Response::Requeued { job_id: 1 });
+    assert_eq!(s.jobs[&1].requeues, 1);
+    apply(&mut s, 15, Command::CancelJob { job_id: 1, user: "alice".into(), now: 3100, whole_array: false });
+    assert!(matches!(apply(&mut s, 16, requeue("alice")), Response::Rejected(Rejection::JobFinished { .. })));
+    assert_eq!(requeue("alice").level().0, REQUEUE_LEVEL);
+}

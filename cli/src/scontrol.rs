@@ -1,0 +1,353 @@
+//! `scontrol`: `show job|node|partition [NAME]` as Slurm prints them (`Key=Value`, a record's
+//! lines indented under its first, or one line each with `-o`), `hold`, `release` and
+//! `requeue` of jobs, and `show hostnames|hostlist|hostlistsorted`, which batch scripts use to
+//! find their nodes. `scontrol update` comes with the operators' commands.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use quorum_client::client::{Client, ControllersArg, JobRef};
+use quorum_client::display::{self, null_or};
+use quorum_model::hostlist;
+use quorum_model::parse::format_duration;
+use quorum_proto::api::{self, JobInfo, NodeInfo, PartitionInfo};
+
+use crate::commands::hold::{control, Action};
+use crate::commands::Context;
+
+/// `scontrol ARGS...`.
+pub fn main(args: &[String]) -> ExitCode {
+    // `-o`/`--oneliner` and `-d`/`--details` may come anywhere, as Slurm's take them.
+    let one_line = args.iter().any(|a| a == "-o" || a == "--oneliner");
+    let words: Vec<String> =
+        args.iter().filter(|a| !matches!(a.as_str(), "-o" | "--oneliner" | "-d" | "--details")).cloned().collect();
+    let lower: Vec<String> = words.iter().map(|w| w.to_ascii_lowercase()).collect();
+    let result = match (lower.first().map(String::as_str), lower.get(1).map(String::as_str)) {
+        (Some("show"), Some(e)) if e.starts_with("hostname") || e == "hostlist" || e == "hostlistsorted" => {
+            hosts(e, words.get(2))
+        }
+        (Some("show"), Some(entity)) => {
+            let entity = entity.to_string();
+            let name = words.get(2).cloned();
+            on_runtime(move |client| async move { show(client, &entity, name, one_line).await })
+        }
+        (Some(verb @ ("hold" | "uhold" | "release" | "requeue")), _) if words.len() > 1 => {
+            let action = match verb {
+                "release" => Action::Release,
+                "requeue" => Action::Requeue,
+                _ => Action::Hold,
+            };
+            let jobs = words[1..].to_vec();
+            on_runtime(move |client| async move { act(client, jobs, action).await })
+        }
+        _ => Err(format!(
+            "'{}' is not supported: Quorum's scontrol supports show job|node|partition [NAME], show hostnames|hostlist|hostlistsorted LIST, hold|release|requeue JOBS (scontrol update comes with the operators' commands; use `quorum`)",
+            args.join(" ")
+        )),
+    };
+    match result {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("scontrol: error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The controllers as the environment names them (scontrol's words are not clap's).
+#[derive(clap::Parser)]
+#[command(no_binary_name = true)]
+struct FromEnv {
+    #[command(flatten)]
+    controllers: ControllersArg,
+}
+
+/// Runs `f` with a client of the cluster on a runtime of its own.
+fn on_runtime<F, Fut>(f: F) -> Result<String, String>
+where
+    F: FnOnce(Client) -> Fut,
+    Fut: std::future::Future<Output = Result<String, String>>,
+{
+    let from_env = FromEnv::try_parse_from(Vec::<String>::new()).map_err(|e| e.to_string())?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| format!("starting the async runtime: {e}"))?;
+    let out = rt.block_on(async move {
+        let client = from_env.controllers.client().map_err(|e| format!("{e:#}"))?;
+        f(client).await
+    });
+    rt.shutdown_background();
+    out
+}
+
+/// `hold|release|requeue JOB[,JOB...] ...`: each job by id or as an array task (`12_3`).
+async fn act(client: Client, jobs: Vec<String>, action: Action) -> Result<String, String> {
+    let ctx = Context { client, stale: false };
+    let mut ids = Vec::new();
+    for word in jobs.iter().flat_map(|w| w.split(',')).filter(|w| !w.is_empty()) {
+        let job: JobRef = word.parse()?;
+        ids.push(match job.task {
+            None => job.id,
+            Some(task) => job_info(&ctx, job.id, Some(task)).await?.id,
+        });
+    }
+    let errors = control(&ctx, ids, action).await.map_err(|e| format!("{e:#}"))?;
+    if errors.is_empty() {
+        Ok(String::new())
+    } else {
+        Err(errors.join("\nscontrol: error: "))
+    }
+}
+
+async fn job_info(ctx: &Context, id: u64, task: Option<u32>) -> Result<JobInfo, String> {
+    let req = api::GetJobRequest { job_id: id, stale: false, array_task_id: task };
+    let r = ctx.send(req, |mut c, r| async move { c.get_job(r).await }).await.map_err(|e| format!("{e:#}"))?;
+    r.job.ok_or_else(|| "empty answer".to_string())
+}
+
+async fn show(client: Client, entity: &str, name: Option<String>, one_line: bool) -> Result<String, String> {
+    let ctx = Context { client, stale: false };
+    let records: Vec<Vec<String>> = match entity {
+        "job" | "jobs" | "jobid" => {
+            let now = now_ms();
+            let jobs = match &name {
+                Some(n) => {
+                    let job: JobRef = n.parse()?;
+                    vec![job_info(&ctx, job.id, job.task).await?]
+                }
+                None => {
+                    let req = api::ListJobsRequest::default();
+                    ctx.list_all_jobs(req).await.map_err(|e| format!("{e:#}"))?.jobs
+                }
+            };
+            if jobs.is_empty() {
+                return Ok("No jobs in the system\n".into());
+            }
+            jobs.iter().map(|j| job_record(j, now, one_line)).collect()
+        }
+        "node" | "nodes" | "nodename" | "partition" | "partitions" | "partitionname" => {
+            let r = ctx
+                .send(api::ListNodesRequest { stale: false }, |mut c, r| async move { c.list_nodes(r).await })
+                .await
+                .map_err(|e| format!("{e:#}"))?;
+            if entity.starts_with("node") {
+                let names = match &name {
+                    Some(list) => Some(hostlist::expand(list).map_err(|e| format!("invalid node list '{list}': {e}"))?),
+                    None => None,
+                };
+                let nodes: Vec<&NodeInfo> =
+                    r.nodes.iter().filter(|n| names.as_ref().is_none_or(|names| names.contains(&n.name))).collect();
+                if let (Some(list), true) = (&name, nodes.is_empty()) {
+                    return Err(format!("Node {list} not found"));
+                }
+                nodes.into_iter().map(node_record).collect()
+            } else {
+                let parts: Vec<&PartitionInfo> =
+                    r.partitions.iter().filter(|p| name.as_ref().is_none_or(|n| &p.name == n)).collect();
+                if let (Some(n), true) = (&name, parts.is_empty()) {
+                    return Err(format!("Partition {n} not found"));
+                }
+                parts.into_iter().map(|p| partition_record(p, &r.nodes)).collect()
+            }
+        }
+        other => return Err(format!("'show {other}' is not supported: show job, node or partition")),
+    };
+    Ok(records.iter().map(|lines| record_text(lines, one_line)).collect())
+}
+
+/// A record as Slurm prints it: the first line, the rest indented by three spaces, and a blank
+/// line after; or all on one line.
+fn record_text(lines: &[String], one_line: bool) -> String {
+    if one_line {
+        return format!("{}\n", lines.join(" "));
+    }
+    let mut out = String::new();
+    for (i, l) in lines.iter().enumerate() {
+        if i > 0 {
+            out.push_str("   ");
+        }
+        out.push_str(l);
+        out.push('\n');
+    }
+    out.push('\n');
+    out
+}
+
+/// A job's lines, from `quorum show`'s: its steps are left out of a one-line record.
+fn job_record(j: &JobInfo, now: u64, one_line: bool) -> Vec<String> {
+    display::show_job(j, now)
+        .lines()
+        .filter(|l| !(one_line && l.starts_with("StepId=")))
+        .map(|l| l.trim().to_string())
+        .filter(|l| !l.is_empty())
+        .collect()
+}
+
+/// A node's state as Slurm's `scontrol` writes it: `IDLE`, `MIXED+DRAIN`, `DOWN*`.
+fn node_state(n: &NodeInfo) -> String {
+    let base = match (n.state.as_str(), n.alloc_cpus) {
+        ("drain", 0) => "IDLE+DRAIN".to_string(),
+        ("drain", _) => "MIXED+DRAIN".to_string(),
+        (s, _) => s.to_ascii_uppercase(),
+    };
+    if n.connected {
+        base
+    } else {
+        match base.split_once('+') {
+            Some((a, b)) => format!("{a}*+{b}"),
+            None => format!("{base}*"),
+        }
+    }
+}
+
+fn node_record(n: &NodeInfo) -> Vec<String> {
+    let gres = if n.gpus == 0 {
+        "(null)".to_string()
+    } else {
+        n.gpu_types.split(',').map(|t| format!("gpu:{t}")).collect::<Vec<_>>().join(",")
+    };
+    let mut lines = vec![
+        format!("NodeName={}", n.name),
+        format!("CPUAlloc={} CPUTot={}", n.alloc_cpus, n.cpus),
+        format!("AvailableFeatures={}", null_or(&n.features.join(","))),
+        format!("ActiveFeatures={}", null_or(&n.features.join(","))),
+        format!("Gres={gres}"),
+        format!("RealMemory={} AllocMem={}", n.mem_mb, n.alloc_mem_mb),
+        format!("State={}", node_state(n)),
+        format!("Partitions={}", n.partitions.join(",")),
+        format!(
+            "CfgTRES=cpu={},mem={}M{} AllocTRES={}",
+            n.cpus,
+            n.mem_mb,
+            if n.gpus > 0 { format!(",gres/gpu={}", n.gpus) } else { String::new() },
+            alloc_tres(n)
+        ),
+        format!("Version={}", if n.agent_version.is_empty() { "(null)" } else { &n.agent_version }),
+    ];
+    if !n.reason.is_empty() {
+        lines.push(format!("Reason={}", n.reason));
+    }
+    lines
+}
+
+fn alloc_tres(n: &NodeInfo) -> String {
+    let mut parts = Vec::new();
+    if n.alloc_cpus > 0 {
+        parts.push(format!("cpu={}", n.alloc_cpus));
+    }
+    if n.alloc_mem_mb > 0 {
+        parts.push(format!("mem={}M", n.alloc_mem_mb));
+    }
+    if n.alloc_gpus > 0 {
+        parts.push(format!("gres/gpu={}", n.alloc_gpus));
+    }
+    parts.join(",")
+}
+
+fn partition_record(p: &PartitionInfo, nodes: &[NodeInfo]) -> Vec<String> {
+    let members: Vec<&NodeInfo> = nodes.iter().filter(|n| n.partitions.contains(&p.name)).collect();
+    let limit = |s: u64, none: &str| if s == 0 { none.to_string() } else { format_duration(s) };
+    vec![
+        format!("PartitionName={}", p.name),
+        "AllowGroups=ALL AllowAccounts=ALL AllowQos=ALL".into(),
+        format!("Default={}", if p.default { "YES" } else { "NO" }),
+        format!(
+            "DefaultTime={} MaxNodes={} MaxTime={}",
+            limit(p.default_time_s, "NONE"),
+            if p.max_nodes == 0 { "UNLIMITED".to_string() } else { p.max_nodes.to_string() },
+            limit(p.max_time_s, "UNLIMITED")
+        ),
+        format!("Nodes={}", p.nodes),
+        format!("PriorityTier={} OverSubscribe={}", p.priority_tier, if p.exclusive { "EXCLUSIVE" } else { "NO" }),
+        format!(
+            "State=UP TotalCPUs={} TotalNodes={}",
+            members.iter().map(|n| u64::from(n.cpus)).sum::<u64>(),
+            members.len()
+        ),
+        format!("DefMemPerCPU={}", p.default_mem_per_cpu_mb),
+    ]
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+/// `show hostnames [LIST]`, `show hostlist LIST`, `show hostlistsorted LIST`. Without a list,
+/// `hostnames` reads `SLURM_JOB_NODELIST`, as Slurm's does.
+fn hosts(entity: &str, list: Option<&String>) -> Result<String, String> {
+    let list = match list {
+        Some(list) => list.clone(),
+        None if entity.starts_with("hostname") => std::env::var("SLURM_JOB_NODELIST").unwrap_or_default(),
+        None => String::new(),
+    };
+    if list.trim().is_empty() {
+        return Err("host list is empty".into());
+    }
+    let names = hostlist::expand(list.trim()).map_err(|e| format!("invalid host list '{list}': {e}"))?;
+    match entity {
+        "hostlist" => Ok(format!("{}\n", hostlist::compress(&names))),
+        "hostlistsorted" => {
+            let mut names = names;
+            names.sort_by(|a, b| natural_key(a).cmp(&natural_key(b)));
+            Ok(format!("{}\n", hostlist::compress(&names)))
+        }
+        _ => Ok(names.iter().map(|n| format!("{n}\n")).collect()),
+    }
+}
+
+/// A host name as (prefix, number, the name): `n10` after `n9`.
+fn natural_key(name: &str) -> (&str, u64, &str) {
+    let digits = name.len() - name.bytes().rev().take_while(u8::is_ascii_digit).count();
+    let (prefix, number) = name.split_at(digits);
+    (prefix, number.parse().unwrap_or(0), name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_names_and_lists() {
+        let list = |s: &str| Some(s.to_string());
+        assert_eq!(hosts("hostnames", list("gpu[01-03],cpu7").as_ref()).unwrap(), "gpu01\ngpu02\ngpu03\ncpu7\n");
+        assert_eq!(hosts("hostlist", list("n1,n2,n3,n5").as_ref()).unwrap(), "n[1-3,5]\n");
+        assert_eq!(hosts("hostlistsorted", list("n10,n9,n1").as_ref()).unwrap(), "n[1,9-10]\n");
+        assert!(hosts("hostlist", None).unwrap_err().contains("host list is empty"));
+        assert!(hosts("hostnames", list("n[1-").as_ref()).unwrap_err().contains("invalid host list 'n[1-'"));
+    }
+
+    #[test]
+    fn records_print_as_slurm_prints_them() {
+        let lines = vec!["PartitionName=gpu".to_string(), "Default=YES".to_string()];
+        assert_eq!(record_text(&lines, false), "PartitionName=gpu\n   Default=YES\n\n");
+        assert_eq!(record_text(&lines, true), "PartitionName=gpu Default=YES\n");
+        let n = NodeInfo {
+            name: "node01".into(),
+            state: "drain".into(),
+            alloc_cpus: 2,
+            cpus: 8,
+            connected: false,
+            ..Default::default()
+        };
+        assert_eq!(node_state(&n), "MIXED*+DRAIN");
+        let p = PartitionInfo {
+            name: "gpu".into(),
+            default: true,
+            max_time_s: 3600,
+            nodes: "node[01-02]".into(),
+            ..Default::default()
+        };
+        let text =
+            record_text(&partition_record(&p, &[NodeInfo { partitions: vec!["gpu".into()], cpus: 8, ..n }]), true);
+        assert!(
+            text.contains("Default=YES DefaultTime=NONE MaxNodes=UNLIMITED MaxTime=1:00:00 Nodes=node[01-02]"),
+            "{text}"
+        );
+        assert!(text.contains("TotalCPUs=8 TotalNodes=1"), "{text}");
+    }
+}
