@@ -1,4 +1,5 @@
-//! Slurm's own command names, as scripts and workflow tools call them: `sbatch`.
+//! Slurm's own command names, as scripts and workflow tools call them: `sbatch`, `scancel`,
+//! `squeue`, `sacct`, `sinfo`, `scontrol`, and submitit driving them.
 
 mod common;
 
@@ -255,5 +256,170 @@ async fn sacct_reports_jobs_and_steps_in_the_parsable_form_tools_read() {
     let (code, _, err) = run_command(&cluster, dir.path(), &bin.path().join("sacct"), &["-o", "JobID,Bogus"], "");
     assert_eq!(code, Some(1));
     assert!(err.contains("invalid --format field 'Bogus'"), "{err}");
+    cluster.shutdown().await;
+}
+
+/// A Python with submitit (from PyPI), made by `scripts/submitit-venv.sh` on first use.
+fn submitit_python() -> String {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/submitit-venv.sh");
+    let out = Command::new(script).stderr(Stdio::inherit()).output().expect("running scripts/submitit-venv.sh");
+    assert!(
+        out.status.success(),
+        "scripts/submitit-venv.sh failed: a Python with submitit is needed (python3-venv, and PyPI)"
+    );
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+/// submitit's Slurm executor, unmodified, submits Python functions to Quorum through the Slurm
+/// commands and gets their results back: it parses `Submitted batch job N`, passes `--wckey`,
+/// `--open-mode=append` and `--signal=USR1@90`, runs `srun --unbuffered --output ...%j_%t...`,
+/// and reads states with `sacct -o JobID,State,NodeList --parsable2`, array rows included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn submitit_runs_python_functions_through_the_slurm_commands() {
+    let python = submitit_python();
+    let (cluster, _c, dir, bin) = site(DevOptions { cpus_per_agent: 4, ..DevOptions::for_tests() }).await;
+    for name in ["sbatch", "srun", "sacct", "scancel", "scontrol", "squeue", "sinfo"] {
+        slurm_command(bin.path(), name);
+    }
+    let path = format!("{}:{}", bin.path().display(), std::env::var("PATH").unwrap_or_default());
+    let env: Vec<(String, String)> = cluster.env().into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+    let (work, folder) = (dir.path().to_path_buf(), dir.path().join("jobs/%j"));
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new("timeout")
+            .args(["300", &python, concat!(env!("CARGO_MANIFEST_DIR"), "/tests/submitit/driver.py")])
+            .arg(&folder)
+            .envs(env)
+            .env("PATH", path)
+            .current_dir(work)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "submitit failed:\n{stdout}\n{stderr}");
+    let got: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}"));
+    let single = got["single_id"].as_str().unwrap().to_string();
+    assert_eq!(got["single"], serde_json::json!({"sum": 5, "job_id": single, "rank": 0, "tasks": 1}), "{got}");
+    assert_eq!(got["single_state"], "COMPLETED");
+    assert_eq!(got["failing"], "FailedJobError: True", "the job's exception comes back");
+    assert_eq!(got["array"], serde_json::json!([11, 22, 33]));
+    let ids: Vec<&str> = got["array_ids"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+    let array = ids[0].split('_').next().unwrap();
+    assert_eq!(ids, [0, 1, 2].map(|t| format!("{array}_{t}")));
+    assert_eq!(got["array_states"], serde_json::json!(["COMPLETED", "COMPLETED", "COMPLETED"]));
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sinfo_scontrol_and_the_options_scripts_use_answer_as_slurm_does() {
+    let (cluster, c, dir, bin) = site(DevOptions { cpus_per_agent: 4, ..DevOptions::for_tests() }).await;
+    let submit = |args: &[&str]| sbatch_id(&cluster, dir.path(), bin.path(), args);
+    let cmd = |name: &str, args: &[&str]| ok(&cluster, dir.path(), bin.path(), name, args);
+    let sbatch = slurm_command(bin.path(), "sbatch");
+    let refused = |args: &[&str]| run_command(&cluster, dir.path(), &sbatch, args, "");
+    assert_eq!(cmd("sinfo", &["-h", "-o", "%P|%a|%D|%t|%N|%c"]), "gpu*|up|2|idle|node[01-02]|4\n");
+
+    // Notes, a node named, and an option accepted with a warning that names it.
+    let (code, out, err) = refused(&[
+        "--parsable",
+        "-w",
+        "node02",
+        "--comment=a b",
+        "--wckey=w",
+        "--mail-type=END",
+        "--hint=nomultithread",
+        "--wrap",
+        "sleep 100",
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(err.contains("sbatch: warning: --hint=nomultithread is accepted but not honoured"), "{err}");
+    let noted: u64 = out.trim().parse().unwrap();
+    assert_eq!(wait_state(&c, noted, &["RUNNING"], T).await.nodelist, "node02");
+    let elsewhere = submit(&["-x", "node02", "--wrap", "sleep 100"]);
+    assert_eq!(wait_state(&c, elsewhere, &["RUNNING"], T).await.nodelist, "node01");
+    assert_eq!(
+        cmd("squeue", &["-h", "-j", &noted.to_string(), "-o", "%i|%k|%w|%N"]),
+        format!("{noted}|a b|w|node02\n")
+    );
+    assert_eq!(
+        cmd("sacct", &["-j", &noted.to_string(), "-X", "-o", "JobID,Comment,WCKey", "--parsable2"]),
+        format!("JobID|Comment|WCKey\n{noted}|a b|w\n")
+    );
+    assert_eq!(cmd("sinfo", &["-h", "-N", "-o", "%N|%t|%C"]), "node01|mix|1/3/0/4\nnode02|mix|1/3/0/4\n");
+    assert_eq!(cmd("sinfo", &["-h", "-s", "-o", "%P %F"]), "gpu* 2/0/0/2\n");
+
+    // scontrol: records as Slurm prints them, each on one line with -o.
+    let shown = cmd("scontrol", &["show", "job", &noted.to_string()]);
+    assert!(shown.starts_with(&format!("JobId={noted} JobName=wrap\n   UserId=")), "{shown}");
+    assert!(
+        shown.contains(
+            "\n   ReqNodeList=node02 ExcNodeList=(null) Features=(null)\n   Comment=a b WCKey=w MailType=END\n"
+        ),
+        "{shown}"
+    );
+    let one = cmd("scontrol", &["-o", "show", "job", &elsewhere.to_string()]);
+    assert!(one.starts_with(&format!("JobId={elsewhere} JobName=wrap UserId=")), "{one}");
+    assert!(one.lines().count() == 1 && one.contains(" ExcNodeList=node02 "), "{one}");
+    let node = cmd("scontrol", &["show", "node", "node02"]);
+    assert!(
+        node.starts_with("NodeName=node02\n   CPUAlloc=1 CPUTot=4\n") && node.contains("   State=MIXED\n"),
+        "{node}"
+    );
+    let part = cmd("scontrol", &["show", "partition", "gpu", "-o"]);
+    assert!(
+        part.starts_with("PartitionName=gpu AllowGroups=ALL")
+            && part.contains(" Default=YES ")
+            && part.contains(" Nodes=node[01-02] "),
+        "{part}"
+    );
+
+    // Requeue: the running job stops and starts again; its output, opened for appending, keeps
+    // both runs, and the second knows it is one.
+    cmd("scancel", &[&noted.to_string(), &elsewhere.to_string()]);
+    let again = submit(&[
+        "--open-mode=append",
+        "-o",
+        "again-%j.out",
+        "--wrap",
+        "echo run ${SLURM_RESTART_COUNT:-0}; sleep 100",
+    ]);
+    let log = dir.path().join(format!("again-{again}.out"));
+    let read = || std::fs::read_to_string(&log).unwrap_or_default();
+    wait_for(T, "the first run's line", || async { (read() == "run 0\n").then_some(()) }).await;
+    cmd("scontrol", &["requeue", &again.to_string()]);
+    wait_for(T, "the second run's line", || async { (read() == "run 0\nrun 1\n").then_some(()) }).await;
+    assert_eq!(job(&c, again).await.requeues, 1);
+    cmd("scancel", &[&again.to_string()]);
+    // Hold and release a pending job.
+    let held = submit(&["-H", "--wrap", "true"]);
+    cmd("scontrol", &["release", &held.to_string()]);
+    assert_eq!(wait_state(&c, held, &["COMPLETED", "FAILED"], T).await.state, "COMPLETED");
+    assert!(
+        std::path::Path::new(&dir.path().join(format!("slurm-{held}.out"))).exists(),
+        "Slurm's default output file"
+    );
+    let (code, _, err) =
+        run_command(&cluster, dir.path(), &slurm_command(bin.path(), "scontrol"), &["requeue", &held.to_string()], "");
+    assert_eq!(code, Some(1));
+    assert!(err.contains(&format!("scontrol: error: job {held} has already finished (COMPLETED)")), "{err}");
+
+    // -W waits and exits with the job's code.
+    let (code, out, _) = refused(&["-W", "--wrap", "exit 3"]);
+    assert_eq!(code, Some(3), "{out}");
+
+    // What this cluster cannot give is refused at submit, named, and creates nothing.
+    let before = all_jobs(&c).await.len();
+    for (args, says) in [
+        (vec!["-C", "nosuch", "--wrap", "true"], "0 of the 2 nodes of partition 'gpu' have the features nosuch"),
+        (vec!["-w", "node09", "--wrap", "true"], "node 'node09' is not in partition 'gpu'"),
+        (vec!["--licenses=matlab", "--wrap", "true"], "this cluster has no licenses configured"),
+        (vec!["--bogus", "--wrap", "true"], "--bogus"),
+    ] {
+        let (code, out, err) = refused(&args);
+        assert_eq!(code, Some(1), "sbatch {args:?}: {out}\n{err}");
+        assert!(err.contains(says), "sbatch {args:?}: {err}");
+    }
+    assert_eq!(all_jobs(&c).await.len(), before, "a refused submit created a job");
     cluster.shutdown().await;
 }
