@@ -15,8 +15,10 @@ mod scancel;
 mod scontrol;
 mod sinfo;
 mod slurm;
+mod sprio;
 mod squeue;
 mod srun;
+mod sshare;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -44,8 +44,12 @@ pub fn allocation_spec(opts: SubmitOpts, command: Vec<String>, who: &str) -> any
 /// Submits `spec` and waits until it runs (saying so on stderr as `who`, as Slurm's commands
 /// do). Interrupted while it waits, it cancels the job.
 pub async fn allocate(client: &Client, spec: api::JobSpec, who: &str, verbose: bool) -> anyhow::Result<JobInfo> {
-    let req =
-        api::SubmitJobRequest { spec: Some(spec), user: String::new(), request_id: uuid::Uuid::new_v4().to_string() };
+    let req = api::SubmitJobRequest {
+        spec: Some(spec),
+        user: String::new(),
+        request_id: uuid::Uuid::new_v4().to_string(),
+        test_only: false,
+    };
     let id = client
         .call(|mut c| {
             let req = req.clone();

@@ -30,6 +30,10 @@ pub struct SbatchArgs {
     /// Print only the job's id, for scripts.
     #[arg(long)]
     parsable: bool,
+    /// Check the script and options as a submit would, and say what the job would get;
+    /// nothing is submitted.
+    #[arg(long)]
+    test_only: bool,
     /// Run this command line as the job's script, under /bin/sh.
     #[arg(long, conflicts_with = "script")]
     wrap: Option<String>,
@@ -73,7 +77,11 @@ async fn run(a: SbatchArgs) -> anyhow::Result<u8> {
         }
     };
     let ctx = Context { client: a.controllers.client()?, stale: false };
-    let submitted = submit(&ctx, *a.opts, payload, "sbatch", Some(DEFAULT_OUTPUT)).await?;
+    let submitted = submit(&ctx, *a.opts, payload, "sbatch", Some(DEFAULT_OUTPUT), a.test_only).await?;
+    if let Some(spec) = &submitted.admitted {
+        eprintln!("sbatch: {}", would_get(spec));
+        return Ok(0);
+    }
     let id = submitted.id;
     if a.parsable {
         println!("{id}");
@@ -84,6 +92,27 @@ async fn run(a: SbatchArgs) -> anyhow::Result<u8> {
         return wait_for_end(&ctx, id).await;
     }
     Ok(0)
+}
+
+/// What `--test-only` says of an admitted spec.
+fn would_get(s: &quorum_proto::api::JobSpec) -> String {
+    let gpus = match (s.gpus_per_node, s.gpu_type.as_str()) {
+        (0, _) => String::new(),
+        (n, "") => format!(", {n} GPUs"),
+        (n, t) => format!(", {n} GPUs of type {t}"),
+    };
+    let limit = match s.time_limit_s {
+        0 => "UNLIMITED".to_string(),
+        t => quorum_model::parse::format_duration(t),
+    };
+    format!(
+        "Job would be admitted to partition {} with {} nodes, {} tasks, {} processors; per node {} memory{gpus}; time limit {limit}. When and where it would start is not estimated; nothing was submitted",
+        s.partition,
+        s.nodes,
+        s.ntasks,
+        u64::from(s.ntasks) * u64::from(s.cpus_per_task),
+        quorum_model::parse::format_mem_mb(s.mem_per_node_mb)
+    )
 }
 
 /// Slurm's output file when a script names none (`slurm-%A_%a.out` for an array's tasks), in

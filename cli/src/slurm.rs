@@ -1,14 +1,16 @@
 //! The Slurm commands `quorum` answers to when it is called by their names (one multi-call
 //! program; `quorum install-slurm-commands DIR` makes the links): `sbatch` ([`crate::sbatch`]),
 //! `scancel` ([`crate::scancel`]), `squeue` ([`crate::squeue`]), `sinfo` ([`crate::sinfo`]),
-//! `sacct` ([`crate::sacct`]), `scontrol` ([`crate::scontrol`]), `srun` (job steps,
+//! `sacct` ([`crate::sacct`]), `scontrol` ([`crate::scontrol`]), `sprio` ([`crate::sprio`]),
+//! `sshare` ([`crate::sshare`]), `srun` (job steps,
 //! [`crate::srun`]) and `salloc` ([`crate::salloc`]).
 
 use std::path::Path;
 use std::process::ExitCode;
 
 /// The names linked by `quorum install-slurm-commands`.
-pub const NAMES: &[&str] = &["sacct", "sbatch", "scancel", "scontrol", "sinfo", "squeue", "srun", "salloc"];
+pub const NAMES: &[&str] =
+    &["sacct", "sbatch", "scancel", "scontrol", "sinfo", "sprio", "squeue", "srun", "salloc", "sshare"];
 
 /// Runs the Slurm command `name` with `args` (without the program name), if `quorum` knows it.
 pub fn run(name: &str, args: &[String]) -> Option<ExitCode> {
@@ -19,6 +21,8 @@ pub fn run(name: &str, args: &[String]) -> Option<ExitCode> {
         "scancel" => crate::scancel::main(args),
         "squeue" => crate::squeue::main(args),
         "sinfo" => crate::sinfo::main(args),
+        "sprio" => crate::sprio::main(args),
+        "sshare" => crate::sshare::main(args),
         "sacct" => crate::sacct::main(args),
         "salloc" => crate::salloc::main(args),
         _ => return None,

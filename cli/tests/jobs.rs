@@ -100,8 +100,12 @@ async fn try_submit_as(
     spec: api::JobSpec,
 ) -> Result<u64, tonic::Status> {
     let c = token_client(c.addrs(), user);
-    let req =
-        api::SubmitJobRequest { spec: Some(spec), user: user.into(), request_id: uuid::Uuid::new_v4().to_string() };
+    let req = api::SubmitJobRequest {
+        spec: Some(spec),
+        user: user.into(),
+        request_id: uuid::Uuid::new_v4().to_string(),
+        test_only: false,
+    };
     c.call(|mut cl| {
         let req = req.clone();
         async move { cl.submit_job(req).await }

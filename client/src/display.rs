@@ -462,6 +462,30 @@ pub fn nodes_notes(nodes: &[NodeInfo]) -> String {
     out
 }
 
+/// What the job holds (running) or asks for (pending) as Slurm's `TRES=` writes it: CPUs,
+/// memory in megabytes, nodes and GPUs, all jobs' totals.
+fn tres(j: &JobInfo, spec: &quorum_proto::api::JobSpec) -> String {
+    let (cpus, mem, nodes, gpus) = if j.allocation.is_empty() {
+        let nodes = u64::from(spec.nodes);
+        (
+            u64::from(spec.ntasks) * u64::from(spec.cpus_per_task),
+            spec.mem_per_node_mb * nodes,
+            nodes,
+            u64::from(spec.gpus_per_node) * nodes,
+        )
+    } else {
+        let a = &j.allocation;
+        (
+            a.iter().map(|n| u64::from(n.cpus)).sum(),
+            a.iter().map(|n| n.mem_mb).sum(),
+            a.len() as u64,
+            a.iter().map(|n| n.gpus.len() as u64).sum(),
+        )
+    };
+    let gpus = if gpus > 0 { format!(",gres/gpu={gpus}") } else { String::new() };
+    format!("cpu={cpus},mem={mem}M,node={nodes}{gpus}")
+}
+
 /// Slurm's word for an unset text field.
 pub fn null_or(text: &str) -> &str {
     if text.is_empty() {
@@ -512,6 +536,7 @@ pub fn show_job(j: &JobInfo, now_ms: u64) -> String {
             if spec.gpu_type.is_empty() { String::new() } else { format!(" GpuType={}", spec.gpu_type) }
         ),
         format!("NodeList={}", if j.nodelist.is_empty() { "(null)" } else { &j.nodelist }),
+        format!("TRES={}", tres(j, &spec)),
         format!(
             "ReqNodeList={} ExcNodeList={} Features={}",
             null_or(&quorum_model::hostlist::compress(&spec.nodelist)),

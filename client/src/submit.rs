@@ -84,8 +84,17 @@ pub struct SubmitOpts {
     /// Node features required, `a&b` or `a,b`.
     #[arg(short = 'C', long)]
     pub constraint: Option<String>,
-    /// Whole nodes only.
-    #[arg(long)]
+    /// Whole nodes only (`--exclusive=user` or `=mcs`, which Slurm lets share a node among one
+    /// user's jobs, also gives whole nodes here).
+    #[arg(
+        long,
+        action = clap::ArgAction::Set,
+        num_args = 0..=1,
+        require_equals = true,
+        default_value = "false",
+        default_missing_value = "true",
+        value_parser = parse_exclusive
+    )]
     pub exclusive: bool,
     /// Back to the queue if a node it runs on fails (default: it ends NODE_FAIL).
     #[arg(long, conflicts_with = "no_requeue")]
@@ -218,9 +227,6 @@ refused! {
     /// Refused: use --nice (root may give a negative one).
     #[arg(long)]
     priority: "--priority" => "set a job's priority with --nice (root may give a negative one)";
-    /// Refused: no burst buffers.
-    #[arg(long)]
-    bb: "--bb" => "this cluster has no burst buffers";
 }
 
 tolerated! {
@@ -239,9 +245,6 @@ tolerated! {
     /// Accepted, not honoured (no GPU binding).
     #[arg(long)]
     gpu_bind: "--gpu-bind" => "each task sees all of its node's GPUs of the job";
-    /// Accepted, not honoured (no CPU binding).
-    #[arg(long)]
-    cpu_bind: "--cpu-bind" => "tasks are not bound to CPUs";
     /// Accepted, not honoured (no memory binding).
     #[arg(long)]
     mem_bind: "--mem-bind" => "memory is not bound to NUMA nodes";
@@ -281,6 +284,30 @@ tolerated! {
     /// Accepted, not honoured (only the local cluster).
     #[arg(short = 'M', long)]
     clusters: "--clusters" => "jobs go to this cluster";
+    /// Accepted, not honoured (hardware threads are not modelled).
+    #[arg(long)]
+    ntasks_per_core: "--ntasks-per-core" => "nodes offer CPUs, without sockets, cores or threads";
+    /// Accepted, not honoured (tasks are laid out in blocks).
+    #[arg(long, num_args = 0..=1, default_missing_value = "", require_equals = true)]
+    spread_job: "--spread-job" => "tasks are laid out in blocks, filling each node in turn";
+    /// Accepted, not honoured (a job gets exactly the nodes it asks for).
+    #[arg(long, num_args = 0..=1, default_missing_value = "", require_equals = true)]
+    use_min_nodes: "--use-min-nodes" => "a job gets exactly the nodes it asks for";
+    /// Accepted, not honoured (GPUs are not bound to sockets).
+    #[arg(long)]
+    gres_flags: "--gres-flags" => "GPUs are not bound to sockets or cores";
+    /// Accepted, not honoured (nodes are not rebooted for jobs).
+    #[arg(long, num_args = 0..=1, default_missing_value = "", require_equals = true)]
+    reboot: "--reboot" => "nodes are not rebooted for jobs";
+    /// Accepted, not honoured (nodes are not rebooted for jobs).
+    #[arg(long)]
+    delay_boot: "--delay-boot" => "nodes are not rebooted for jobs";
+    /// Accepted, not honoured (no network resources are managed).
+    #[arg(long)]
+    network: "--network" => "no network resources are managed";
+    /// Accepted, not honoured (no burst buffers).
+    #[arg(long)]
+    bb: "--bb" => "this cluster has no burst buffers";
 }
 
 #[derive(Parser, Debug)]
@@ -345,6 +372,11 @@ impl SubmitOpts {
         self.refused.check()?;
         for m in [&self.mem, &self.mem_per_cpu, &self.mem_per_gpu].into_iter().flatten() {
             parse::parse_mem_mb(m).map_err(|e| e.to_string())?;
+        }
+        if self.mem.as_deref().is_some_and(|m| parse::parse_mem_mb(m).ok() == Some(0)) {
+            return Err(
+                "invalid --mem '0': all of each node's memory is not supported yet; give an amount, or --exclusive for whole nodes".into(),
+            );
         }
         if let Some(t) = &self.time {
             parse::parse_time_limit(t).map_err(|e| e.to_string())?;
@@ -436,6 +468,15 @@ pub fn apply_export(export: &str, env: Vec<(String, String)>) -> Result<Vec<(Str
         }
     }
     Ok(out)
+}
+
+/// `--exclusive[=user|mcs|topo]`: a whole node in every case.
+fn parse_exclusive(value: &str) -> Result<bool, String> {
+    match value.to_ascii_lowercase().as_str() {
+        "true" | "user" | "mcs" | "topo" => Ok(true),
+        "false" => Ok(false),
+        other => Err(format!("'{other}' is not one of user, mcs or topo")),
+    }
 }
 
 /// `[type:]N` → (type, N).
@@ -928,6 +969,8 @@ mod tests {
             ("-N 2 --ntasks-per-node=2 --gpus-per-node=2 --cpus-per-gpu=3", (2, 4, 3, 2, "", 0, 0)),
             ("-N 2 --gpus=4 --ntasks-per-gpu=2", (2, 8, 1, 2, "", 0, 0)),
             ("--nodelist=n[1-3]", (3, 3, 1, 0, "", 0, 0)),
+            ("--exclusive=user -N 2", (2, 2, 1, 0, "", 0, 0)),
+            ("--exclusive --ntasks-per-core=1 --spread-job", (1, 1, 1, 0, "", 0, 0)),
         ];
         for (line, want) in cases {
             let s = script_spec(&format!("#!/bin/bash\n#SBATCH {line}\nhostname\n"), SubmitOpts::default())
@@ -1002,6 +1045,9 @@ mod tests {
             ("--ntasks-per-gpu=2", "--ntasks-per-gpu needs GPUs"),
             ("-x ./missing-file", "invalid --exclude './missing-file': cannot read"),
             ("--ti=5", "--ti"),
+            ("--mem=0", "invalid --mem '0': all of each node's memory is not supported yet"),
+            ("--cpu-bind=cores", "--cpu-bind"),
+            ("--exclusive=sideways", "--exclusive"),
         ] {
             let e = script_spec(&format!("#SBATCH {line}\n"), SubmitOpts::default()).unwrap_err();
             assert!(e.contains(says), "#SBATCH {line}: {e}");

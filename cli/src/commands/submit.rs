@@ -29,7 +29,7 @@ pub async fn run(ctx: &Context, Args { opts, script, command }: Args) -> anyhow:
         (None, false) => Payload::Command(command),
         (None, true) => anyhow::bail!("nothing to run: give a script or -- COMMAND [ARGS...]"),
     };
-    let submitted = submit(ctx, *opts, payload, "quorum", None).await?;
+    let submitted = submit(ctx, *opts, payload, "quorum", None, false).await?;
     println!("Submitted job {}", submitted.id);
     if submitted.wait {
         return Ok(ExitCode::from(wait_for_end(ctx, submitted.id).await?));
@@ -37,10 +37,12 @@ pub async fn run(ctx: &Context, Args { opts, script, command }: Args) -> anyhow:
     Ok(ExitCode::SUCCESS)
 }
 
-/// A submitted job, and whether its submitter waits for it (`--wait`).
+/// A submitted job, and whether its submitter waits for it (`--wait`); for a check only, the
+/// spec as the job would have it (and id 0).
 pub struct Submitted {
     pub id: u64,
     pub wait: bool,
+    pub admitted: Option<api::JobSpec>,
 }
 
 /// Submits `payload` with `opts` as this user, from this directory and environment, telling
@@ -52,6 +54,7 @@ pub async fn submit(
     payload: Payload,
     who: &str,
     default_output: Option<&str>,
+    test_only: bool,
 ) -> anyhow::Result<Submitted> {
     let cwd = std::env::current_dir()?;
     let built = build_spec(opts, payload, &cwd, submit_environment()).map_err(anyhow::Error::msg)?;
@@ -59,13 +62,17 @@ pub async fn submit(
     if let (Some(pattern), true) = (default_output, spec.stdout.is_empty()) {
         spec.stdout = if spec.array.is_empty() { pattern.to_string() } else { pattern.replace("%j", "%A_%a") };
     }
-    let req =
-        api::SubmitJobRequest { spec: Some(spec), user: current_user(), request_id: uuid::Uuid::new_v4().to_string() };
-    let id = ctx.send(req, |mut c, r| async move { c.submit_job(r).await }).await?.job_id;
+    let req = api::SubmitJobRequest {
+        spec: Some(spec),
+        user: current_user(),
+        request_id: uuid::Uuid::new_v4().to_string(),
+        test_only,
+    };
+    let r = ctx.send(req, |mut c, r| async move { c.submit_job(r).await }).await?;
     for w in &built.warnings {
         eprintln!("{who}: warning: {w}");
     }
-    Ok(Submitted { id, wait: built.wait })
+    Ok(Submitted { id: r.job_id, wait: built.wait, admitted: r.admitted })
 }
 
 /// Waits until job `id` (every task, for an array) has ended; its exit code, as `sbatch --wait`

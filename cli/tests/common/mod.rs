@@ -122,7 +122,12 @@ pub async fn submit_with_id(
     spec: api::JobSpec,
     request_id: &str,
 ) -> Result<api::SubmitJobResponse, tonic::Status> {
-    let req = api::SubmitJobRequest { spec: Some(spec), user: "tester".into(), request_id: request_id.into() };
+    let req = api::SubmitJobRequest {
+        spec: Some(spec),
+        user: "tester".into(),
+        request_id: request_id.into(),
+        test_only: false,
+    };
     c.call(|mut cl| {
         let req = req.clone();
         async move { cl.submit_job(req).await }

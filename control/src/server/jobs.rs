@@ -12,11 +12,25 @@ use crate::replica::now_ms;
 use crate::wire;
 use quorum_state::{Command, Response, Submit};
 
+/// A GPU type as the nodes registered it: `H100` is `h100` when no node has a type spelled
+/// `H100` and some have one that differs from it only in case (Slurm's types match in any case).
+fn gpu_type_as_registered(api: &Api, asked: &str) -> String {
+    let applied = api.replica.shared.read();
+    let types = || applied.state.nodes.values().flat_map(|n| n.gpus.iter().map(|g| g.gpu_type.as_str()));
+    if types().any(|t| t == asked) {
+        return asked.to_string();
+    }
+    types().find(|t| t.eq_ignore_ascii_case(asked)).unwrap_or(asked).to_string()
+}
+
 /// A job is submitted as its caller: the request's `user` field is not read.
 pub(super) async fn submit_job(api: &Api, caller: &Caller, r: SubmitJobRequest) -> Result<SubmitJobResponse, Status> {
     let spec = r.spec.ok_or_else(|| Status::invalid_argument("missing job spec"))?;
-    let spec = wire::spec_from_proto(spec).map_err(|e| rejection_status(&e))?;
+    let mut spec = wire::spec_from_proto(spec).map_err(|e| rejection_status(&e))?;
     spec.check_shape().map_err(|e| rejection_status(&e))?;
+    if let Some(asked) = &spec.gpu_type {
+        spec.gpu_type = Some(gpu_type_as_registered(api, asked));
+    }
     if spec.chooses_nodes_or_has_notes() {
         let level = api.replica.shared.read().state.cluster_level();
         if level < quorum_state::NODE_CHOICE_LEVEL {
@@ -29,13 +43,23 @@ pub(super) async fn submit_job(api: &Api, caller: &Caller, r: SubmitJobRequest) 
     api.limits.check(&spec).map_err(|(field, reason)| {
         rejection_status(&crate::model::Rejection::InvalidSpec { field: field.to_string(), reason })
     })?;
+    if r.test_only {
+        let applied = api.replica.shared.read();
+        let admitted =
+            quorum_state::check_submit(&applied.state, spec, &caller.user).map_err(|e| rejection_status(&e))?;
+        return Ok(SubmitJobResponse {
+            job_id: 0,
+            duplicate: false,
+            admitted: Some(wire::spec_to_proto(&admitted, false)),
+        });
+    }
     let submit = Submit {
         spec: Box::new(spec),
         user: caller.user.clone(),
         request_id: scoped_request_id(caller, &r.request_id)?,
     };
     match api.submits.write(submit).await.map_err(write_status)? {
-        Response::Submitted { job_id, duplicate } => Ok(SubmitJobResponse { job_id, duplicate }),
+        Response::Submitted { job_id, duplicate } => Ok(SubmitJobResponse { job_id, duplicate, admitted: None }),
         Response::Rejected(r) => Err(rejection_status(&r)),
         other => Err(Status::internal(format!("unexpected answer to a submit: {other:?}"))),
     }

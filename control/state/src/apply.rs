@@ -362,6 +362,19 @@ fn admit_association(state: &ClusterState, spec: &JobSpec, user: &str) -> Result
     Ok((account, qos))
 }
 
+/// Every check a submit of `spec` by `user` makes against `state`, with nothing changed: the spec
+/// as the job would have it (partition, defaults, account and QOS filled in), or why it would
+/// be refused (`sbatch --test-only`).
+pub fn check_submit(state: &ClusterState, mut spec: JobSpec, user: &str) -> Result<JobSpec, Rejection> {
+    if let Some(a) = &spec.array {
+        a.check().map_err(|reason| Rejection::InvalidSpec { field: "array".into(), reason })?;
+    }
+    admit(state, &mut spec)?;
+    let (account, qos) = admit_association(state, &spec, user)?;
+    (spec.account, spec.qos) = (Some(account), Some(qos));
+    Ok(spec)
+}
+
 /// Resolves the partition and its defaults into `spec` and checks that the job could ever run
 /// there; returns the partition's name.
 fn admit(state: &ClusterState, spec: &mut JobSpec) -> Result<String, Rejection> {

@@ -13,7 +13,7 @@ pub mod snapshot;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
-pub use apply::{apply, plan_step};
+pub use apply::{apply, check_submit, plan_step};
 pub use cluster::{lowest_level, ClusterState, DEFAULT_ACCOUNT, DEFAULT_QOS};
 pub use commands::{
     Command, DropReason, NodeRegistration, ReplicaVersion, Response, Submit, BASE_LEVEL, BATCH_LEVEL,

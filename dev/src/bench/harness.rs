@@ -136,8 +136,12 @@ pub(super) fn held_job(dir: &Path) -> api::JobSpec {
 
 pub(super) async fn submit_one(c: &Client, spec: &api::JobSpec, request_id: String) -> Result<u64, tonic::Status> {
     c.call(|mut cl| {
-        let req =
-            api::SubmitJobRequest { spec: Some(spec.clone()), user: "bench".into(), request_id: request_id.clone() };
+        let req = api::SubmitJobRequest {
+            spec: Some(spec.clone()),
+            user: "bench".into(),
+            request_id: request_id.clone(),
+            test_only: false,
+        };
         async move { cl.submit_job(req).await }
     })
     .await

@@ -1,0 +1,178 @@
+//! `sprio`: pending jobs' priorities and their weighted factors, as Slurm's prints them (a
+//! column for each factor whose weight is not zero; `-l` all of them, `-n` the factors
+//! normalized, `-w` the weights).
+
+use clap::Parser;
+use quorum_client::client::ControllersArg;
+use quorum_proto::api::{self, JobPriority, PriorityResponse};
+
+use crate::commands::Context;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "sprio",
+    no_binary_name = true,
+    infer_long_args = true,
+    disable_help_flag = true,
+    about = "Pending jobs' priorities (Quorum's sprio)"
+)]
+pub struct SprioArgs {
+    #[command(flatten)]
+    controllers: ControllersArg,
+    /// No header line.
+    #[arg(short = 'h', long = "noheader")]
+    noheader: bool,
+    /// Only these jobs.
+    #[arg(short = 'j', long = "jobs", value_delimiter = ',')]
+    jobs: Vec<u64>,
+    /// Only these users' jobs.
+    #[arg(short = 'u', long = "user", value_delimiter = ',')]
+    users: Vec<String>,
+    /// Only these partitions' jobs.
+    #[arg(short = 'p', long = "partition", value_delimiter = ',')]
+    partitions: Vec<String>,
+    /// Every factor, with the user and nice.
+    #[arg(short = 'l', long = "long")]
+    long: bool,
+    /// The factors normalized (0 to 1), not weighted.
+    #[arg(short = 'n', long = "norm")]
+    norm: bool,
+    /// The weights only.
+    #[arg(short = 'w', long = "weights")]
+    weights: bool,
+    /// Print help.
+    #[arg(long, action = clap::ArgAction::Help)]
+    help: Option<bool>,
+}
+
+pub fn main(args: &[String]) -> std::process::ExitCode {
+    crate::entry::main_of::<SprioArgs, _, _>("sprio", args, run)
+}
+
+/// A factor column: its header, weight, and value in a job.
+struct Factor {
+    header: &'static str,
+    weight: u32,
+    value: fn(&JobPriority) -> f64,
+}
+
+fn factors(r: &PriorityResponse) -> [Factor; 5] {
+    [
+        Factor { header: "AGE", weight: r.weight_age, value: |j| j.age },
+        Factor { header: "FAIRSHARE", weight: r.weight_fairshare, value: |j| j.fairshare },
+        Factor { header: "JOBSIZE", weight: r.weight_job_size, value: |j| j.job_size },
+        Factor { header: "PARTITION", weight: r.weight_partition, value: |j| j.partition_factor },
+        Factor { header: "QOS", weight: r.weight_qos, value: |j| j.qos },
+    ]
+}
+
+fn render(r: &PriorityResponse, jobs: &[&JobPriority], a: &SprioArgs) -> String {
+    let shown: Vec<Factor> = factors(r).into_iter().filter(|f| a.long || f.weight > 0).collect();
+    let mut out = String::new();
+    let mut line = |cells: Vec<String>| {
+        out.push_str(cells.join(" ").trim_end());
+        out.push('\n');
+    };
+    let head = |user: bool| {
+        let mut cells = vec![format!("{:>15}", "JOBID"), format!("{:<9}", "PARTITION")];
+        if user {
+            cells.push(format!("{:>8}", "USER"));
+        }
+        cells.push(format!("{:>10}", "PRIORITY"));
+        cells.push(format!("{:>10}", "SITE"));
+        cells.extend(shown.iter().map(|f| format!("{:>10}", f.header)));
+        if user {
+            cells.push(format!("{:>10}", "NICE"));
+        }
+        cells
+    };
+    if a.weights {
+        if !a.noheader {
+            line(head(false));
+        }
+        let mut cells =
+            vec![format!("{:>15}", "Weights"), format!("{:<9}", ""), format!("{:>10}", ""), format!("{:>10}", 1)];
+        cells.extend(shown.iter().map(|f| format!("{:>10}", f.weight)));
+        line(cells);
+        return out;
+    }
+    if !a.noheader {
+        line(head(a.long));
+    }
+    for j in jobs {
+        let mut cells = vec![format!("{:>15}", j.job_id), format!("{:<9}", cut(&j.partition, 9))];
+        if a.long {
+            cells.push(format!("{:>8}", cut(&j.user, 8)));
+        }
+        if a.norm {
+            let weights: u64 = factors(r).iter().map(|f| u64::from(f.weight)).sum();
+            cells.push(format!("{:>10.7}", j.total / weights.max(1) as f64));
+        } else {
+            cells.push(format!("{:>10.0}", j.total));
+        }
+        cells.push(format!("{:>10}", 0));
+        for f in &shown {
+            let v = (f.value)(j);
+            cells.push(if a.norm { format!("{v:>10.7}") } else { format!("{:>10.0}", v * f64::from(f.weight)) });
+        }
+        if a.long {
+            cells.push(format!("{:>10}", j.nice));
+        }
+        line(cells);
+    }
+    out
+}
+
+fn cut(text: &str, width: usize) -> String {
+    quorum_client::display::escape(text).chars().take(width).collect()
+}
+
+pub async fn run(a: SprioArgs) -> anyhow::Result<u8> {
+    let ctx = Context { client: a.controllers.client()?, stale: false };
+    let r = ctx.send(api::PriorityRequest {}, |mut c, r| async move { c.priorities(r).await }).await?;
+    let mut jobs: Vec<&JobPriority> = r
+        .jobs
+        .iter()
+        .filter(|j| a.jobs.is_empty() || a.jobs.contains(&j.job_id))
+        .filter(|j| a.users.is_empty() || a.users.contains(&j.user))
+        .filter(|j| a.partitions.is_empty() || a.partitions.contains(&j.partition))
+        .collect();
+    jobs.sort_by_key(|j| j.job_id);
+    print!("{}", render(&r, &jobs, &a));
+    Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn columns_follow_the_weights_as_slurms_do() {
+        let r = PriorityResponse {
+            jobs: vec![JobPriority {
+                job_id: 7,
+                partition: "gpu".into(),
+                user: "alice".into(),
+                total: 1500.0,
+                age: 0.5,
+                job_size: 0.25,
+                ..Default::default()
+            }],
+            weight_age: 1000,
+            weight_job_size: 2000,
+            ..Default::default()
+        };
+        let args = |extra: &[&str]| SprioArgs::try_parse_from(extra).unwrap();
+        let jobs: Vec<&JobPriority> = r.jobs.iter().collect();
+        assert_eq!(
+            render(&r, &jobs, &args(&[])),
+            "          JOBID PARTITION   PRIORITY       SITE        AGE    JOBSIZE\n              7 gpu             1500          0        500        500\n"
+        );
+        let long = render(&r, &jobs, &args(&["-l", "-h"]));
+        assert_eq!(long, "              7 gpu          alice       1500          0        500          0        500          0          0          0\n");
+        assert_eq!(
+            render(&r, &jobs, &args(&["-w"])),
+            "          JOBID PARTITION   PRIORITY       SITE        AGE    JOBSIZE\n        Weights                               1       1000       2000\n"
+        );
+    }
+}

@@ -1,0 +1,4 @@
+#!/bin/bash
+#SBATCH --constraint=skylake
+#SBATCH --time=10
+./prog

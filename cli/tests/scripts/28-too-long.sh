@@ -1,0 +1,3 @@
+#!/bin/bash
+#SBATCH --time=14-00:00:00
+./forever
