@@ -20,14 +20,23 @@ trap 'rm -rf "$work"' EXIT
 
 # The fields compared: nodes tasks cpus gpus mem_mb time_s, from `scontrol show job -o`.
 fields() {
-    local line=$1 tres tasks limit
-    tres=$(grep -o 'TRES=[^ ]*' <<<"$line" | head -n1 | cut -d= -f2-)
-    tasks=$(grep -o 'NumTasks=[^ ]*' <<<"$line" | head -n1 | cut -d= -f2)
-    limit=$(grep -o 'TimeLimit=[^ ]*' <<<"$line" | head -n1 | cut -d= -f2)
-    python3 - "$tres" "$tasks" "$limit" <<'PY'
+    python3 - "$1" <<'PY'
 import re, sys
-tres, tasks, limit = sys.argv[1:]
+line = sys.argv[1]
+def field(key):
+    m = re.search(r"(?:^| )" + re.escape(key) + r"=(\S*)", line)
+    return m.group(1) if m else ""
+tres, tasks, limit = field("TRES"), field("NumTasks"), field("TimeLimit")
 kv = dict(p.split("=", 1) for p in tres.split(",") if "=" in p)
+# Without accounting, Slurm's TRES leaves GPUs out: count them from what the job asks per job,
+# node or task.
+def gpus(v):
+    m = re.search(r"gpu(?::[A-Za-z0-9_.-]+)?[:=](\d+)", v)
+    return int(m.group(1)) if m else 0
+if "gres/gpu" not in kv:
+    nodes, ntasks = int(kv.get("node", "0") or 0), int(tasks or 0)
+    total = gpus(field("TresPerJob")) + gpus(field("TresPerNode")) * nodes + gpus(field("TresPerTask")) * ntasks
+    kv["gres/gpu"] = str(total)
 def mb(v):
     m = re.fullmatch(r"([0-9.]+)([KMGT]?)", v or "0")
     n, u = float(m.group(1)), m.group(2)
@@ -45,12 +54,15 @@ PY
 }
 
 # submit_all NAME SBATCH SCONTROL SCANCEL: a line per script, "script<TAB>ok<TAB>fields" or
-# "script<TAB>refused<TAB>message".
+# "script<TAB>refused<TAB>message". Whether it is accepted is what `sbatch --test-only` says
+# (a held job skips Slurm's check that nodes could ever hold it); what it asks for is what the
+# held job records.
 submit_all() {
     local name=$1 sbatch=$2 scontrol=$3 scancel=$4 f out id line
     mkdir -p "$work/$name"
     for f in "$scripts"/*.sh; do
-        if out=$(cd "$work/$name" && "$sbatch" -H --parsable "$f" 2>&1); then
+        if out=$(cd "$work/$name" && "$sbatch" --test-only "$f" 2>&1) \
+            && out=$(cd "$work/$name" && "$sbatch" -H --parsable "$f" 2>&1); then
             id=$(tail -n1 <<<"$out" | cut -d';' -f1)
             line=$("$scontrol" -o show job "$id" | head -n1)
             printf '%s\tok\t%s\n' "$(basename "$f")" "$(fields "$line")"

@@ -408,8 +408,21 @@ async fn sinfo_scontrol_and_the_options_scripts_use_answer_as_slurm_does() {
     let (code, out, _) = refused(&["-W", "--wrap", "exit 3"]);
     assert_eq!(code, Some(3), "{out}");
 
-    // What this cluster cannot give is refused at submit, named, and creates nothing.
+    // --test-only checks as a submit does and creates nothing; GPU types match in any case.
     let before = all_jobs(&c).await.len();
+    let (code, _, err) = refused(&["--test-only", "--gres=gpu:H100:2", "-n", "6", "--wrap", "true"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        err.contains("sbatch: Job would be admitted to partition gpu with 2 nodes, 6 tasks, 6 processors; per node 3G memory, 2 GPUs of type h100"),
+        "{err}"
+    );
+    let (code, _, err) = refused(&["--test-only", "-C", "nosuch", "--wrap", "true"]);
+    assert!(code == Some(1) && err.contains("have the features nosuch"), "{err}");
+    assert_eq!(all_jobs(&c).await.len(), before, "--test-only created a job");
+    assert_eq!(cmd("sprio", &["-w", "-h"]).trim_start().split_whitespace().next(), Some("Weights"));
+    assert!(cmd("sshare", &[]).starts_with("Account                    User  RawShares"));
+
+    // What this cluster cannot give is refused at submit, named, and creates nothing.
     for (args, says) in [
         (vec!["-C", "nosuch", "--wrap", "true"], "0 of the 2 nodes of partition 'gpu' have the features nosuch"),
         (vec!["-w", "node09", "--wrap", "true"], "node 'node09' is not in partition 'gpu'"),
@@ -469,11 +482,12 @@ fn asked(line: &str) -> [u64; 6] {
 /// other script that Slurm accepts, Quorum accepts with the same nodes, tasks, CPUs, GPUs, memory
 /// and time limit; every script Slurm refuses, Quorum refuses.
 const DIFFERENCES: &[(&str, &str)] = &[
+    ("04-mpi-ntasks.sh", "Quorum fixes the nodes a task count needs (2) at submit; Slurm records at least 1 and finds more when the job starts"),
+    ("23-cpus-per-gpu.sh", "Quorum counts --cpus-per-gpu at submit (6 CPUs, and memory per CPU for them); Slurm records 1 CPU per task until it allocates"),
     ("24-mem-zero.sh", "--mem=0 (all of each node's memory) is refused, not supported yet"),
     ("25-node-range.sh", "a node count range (--nodes=1-2) is refused"),
     ("28-too-long.sh", "a time limit above the partition's is refused at submit; Slurm queues the job"),
-    ("13-exclusive.sh", "an exclusive job asks for its tasks' CPUs and gets whole nodes when it starts; Slurm counts the node's CPUs and memory at submit"),
-    ("35-nodes-and-ntasks.sh", "--mem-per-cpu gives every node the busiest node's memory; Slurm counts each node's CPUs"),
+    ("35-nodes-and-ntasks.sh", "--mem-per-cpu gives every node the busiest node's memory (2000M); Slurm counts each node's CPUs (1500M)"),
 ];
 
 /// The collection of scripts in cli/tests/scripts/ (directive lines as public batch scripts

@@ -152,6 +152,12 @@ pub struct SubmitOpts {
     /// Wait for the job to end, and exit with its exit code (`sbatch -W`).
     #[arg(short = 'W', long)]
     pub wait: bool,
+    /// Accepted: the job gets the submitter's environment already (`--export=ALL`).
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "")]
+    pub get_user_env: Option<String>,
+    /// Accepted: a job's nodes all start it together.
+    #[arg(long)]
+    pub wait_all_nodes: Option<String>,
     #[command(flatten)]
     pub tolerated: Tolerated,
     #[command(flatten)]
@@ -362,6 +368,8 @@ impl SubmitOpts {
             mail_user: self.mail_user.or(other.mail_user),
             open_mode: self.open_mode.or(other.open_mode),
             wait: self.wait || other.wait,
+            get_user_env: self.get_user_env.or(other.get_user_env),
+            wait_all_nodes: self.wait_all_nodes.or(other.wait_all_nodes),
             tolerated: self.tolerated.or(other.tolerated),
             refused: self.refused.or(other.refused),
         }
@@ -370,13 +378,14 @@ impl SubmitOpts {
     /// Checks the values that have a format, so that a bad one is reported where it was written.
     fn check_values(&self) -> Result<(), String> {
         self.refused.check()?;
+        let zero = |m: &str| m.trim().trim_end_matches(|c: char| c.is_ascii_alphabetic()) == "0";
+        if let Some(m) = self.mem.as_deref().filter(|m| zero(m)) {
+            return Err(format!(
+                "invalid --mem '{m}': all of each node's memory is not supported yet; give an amount, or --exclusive for whole nodes"
+            ));
+        }
         for m in [&self.mem, &self.mem_per_cpu, &self.mem_per_gpu].into_iter().flatten() {
             parse::parse_mem_mb(m).map_err(|e| e.to_string())?;
-        }
-        if self.mem.as_deref().is_some_and(|m| parse::parse_mem_mb(m).ok() == Some(0)) {
-            return Err(
-                "invalid --mem '0': all of each node's memory is not supported yet; give an amount, or --exclusive for whole nodes".into(),
-            );
         }
         if let Some(t) = &self.time {
             parse::parse_time_limit(t).map_err(|e| e.to_string())?;
@@ -631,6 +640,26 @@ pub fn submit_environment() -> Vec<(String, String)> {
 pub enum Payload {
     Script { path: String, text: String },
     Command(Vec<String>),
+}
+
+/// The options a submit of `payload` takes: `cli`'s, then its script's `#SBATCH` lines'.
+pub fn merged_options(cli: &SubmitOpts, payload: &Payload) -> Result<SubmitOpts, String> {
+    match payload {
+        Payload::Script { path, text } => Ok(cli.clone().or(script_options(path, text)?)),
+        Payload::Command(_) => Ok(cli.clone()),
+    }
+}
+
+/// How many nodes `opts` asks for when it names only a task count (`-n 12`, without `-N` or
+/// `--ntasks-per-node`): as Slurm chooses, the fewest nodes of `cpus_per_node` that hold its
+/// tasks; `None` when it names its nodes, has one task, or no node holds even one task.
+pub fn nodes_for_tasks(opts: &SubmitOpts, cpus_per_node: u32) -> Option<u32> {
+    if opts.nodes.is_some() || opts.ntasks_per_node.is_some() || opts.nodelist.is_some() {
+        return None;
+    }
+    let tasks = opts.ntasks.filter(|&t| t > 1)?;
+    let per_node = cpus_per_node / opts.cpus_per_task.unwrap_or(1).max(1);
+    (per_node > 0).then(|| tasks.div_ceil(per_node))
 }
 
 /// A job spec built from the options, with what the submitter should be told.
@@ -1052,6 +1081,18 @@ mod tests {
             let e = script_spec(&format!("#SBATCH {line}\n"), SubmitOpts::default()).unwrap_err();
             assert!(e.contains(says), "#SBATCH {line}: {e}");
         }
+    }
+
+    #[test]
+    fn a_task_count_alone_takes_as_many_nodes_as_its_tasks_need() {
+        let opts = |line: &str| script_options("job.sh", &format!("#SBATCH {line}\n")).unwrap();
+        assert_eq!(nodes_for_tasks(&opts("-n 12"), 8), Some(2));
+        assert_eq!(nodes_for_tasks(&opts("-n 12 -c 4"), 8), Some(6));
+        assert_eq!(nodes_for_tasks(&opts("-n 8"), 8), Some(1));
+        assert_eq!(nodes_for_tasks(&opts("-n 12 -N 1"), 8), None, "the nodes are named");
+        assert_eq!(nodes_for_tasks(&opts("-n 12 --ntasks-per-node=4"), 8), None);
+        assert_eq!(nodes_for_tasks(&opts("-c 16"), 8), None, "one task");
+        assert_eq!(nodes_for_tasks(&opts("-n 2 -c 16"), 8), None, "no node holds a task");
     }
 
     #[test]

@@ -2,7 +2,7 @@
 
 use std::process::ExitCode;
 
-use quorum_client::submit::{build_spec, submit_environment, Payload, SubmitOpts};
+use quorum_client::submit::{build_spec, merged_options, nodes_for_tasks, submit_environment, Payload, SubmitOpts};
 use quorum_proto::api;
 
 use super::{current_user, Context};
@@ -57,6 +57,14 @@ pub async fn submit(
     test_only: bool,
 ) -> anyhow::Result<Submitted> {
     let cwd = std::env::current_dir()?;
+    let mut opts = opts;
+    let merged = merged_options(&opts, &payload).map_err(anyhow::Error::msg)?;
+    if merged.ntasks.is_some_and(|t| t > 1) && nodes_for_tasks(&merged, u32::MAX).is_some() {
+        // Only a task count: as many nodes of the partition as its tasks need.
+        if let Some(cpus) = largest_node(ctx, merged.partition.as_deref()).await? {
+            opts.nodes = nodes_for_tasks(&merged, cpus);
+        }
+    }
     let built = build_spec(opts, payload, &cwd, submit_environment()).map_err(anyhow::Error::msg)?;
     let mut spec = built.spec;
     if let (Some(pattern), true) = (default_output, spec.stdout.is_empty()) {
@@ -73,6 +81,17 @@ pub async fn submit(
         eprintln!("{who}: warning: {w}");
     }
     Ok(Submitted { id: r.job_id, wait: built.wait, admitted: r.admitted })
+}
+
+/// The most CPUs a node of `partition` (the default one when `None`) has, if it has nodes.
+async fn largest_node(ctx: &Context, partition: Option<&str>) -> anyhow::Result<Option<u32>> {
+    let r = ctx.send(api::ListNodesRequest { stale: false }, |mut c, r| async move { c.list_nodes(r).await }).await?;
+    let Some(name) =
+        partition.map(str::to_string).or_else(|| r.partitions.iter().find(|p| p.default).map(|p| p.name.clone()))
+    else {
+        return Ok(None);
+    };
+    Ok(r.nodes.iter().filter(|n| n.partitions.contains(&name)).map(|n| n.cpus).max())
 }
 
 /// Waits until job `id` (every task, for an array) has ended; its exit code, as `sbatch --wait`

@@ -320,6 +320,9 @@ fn admit_association(state: &ClusterState, spec: &JobSpec, user: &str) -> Result
     let account =
         if state.accounts.is_empty() {
             match &spec.account {
+                // From level 11, as Slurm without accounting does: the name is recorded, and
+                // nothing is enforced.
+                Some(a) if state.cluster_level() >= NODE_CHOICE_LEVEL => a.clone(),
                 Some(a) if a != DEFAULT_ACCOUNT => {
                     return Err(Rejection::InvalidAccount {
                         account: a.clone(),

@@ -36,7 +36,8 @@ pub struct NodeRegistration {
 /// 10. steps launched while their `StartStep` commits (`StartStep.expect`).
 /// 11. jobs' notes (`--comment`, `--wckey`, `--mail-*`), `--open-mode=append`, `--exclude` and
 ///     `--nodelist`, submits refused when too few nodes have the features, names and lists a
-///     job asks for, and requeues on request (`RequeueJob`).
+///     job asks for, requeues on request (`RequeueJob`), and any account name accepted (and
+///     recorded) while no accounts are configured.
 pub const FEATURE_LEVEL: u32 = 11;
 
 /// The level that records jobs' notes, node lists and exclusions, and admits a job only if
