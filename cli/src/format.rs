@@ -109,3 +109,8 @@ pub fn ctime(ms: u64) -> String {
         tm.tm_year + 1900
     )
 }
+
+/// Now, in milliseconds since the epoch.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}

@@ -114,7 +114,7 @@ async fn show(client: Client, entity: &str, name: Option<String>, one_line: bool
     let ctx = Context { client, stale: false };
     let records: Vec<Vec<String>> = match entity {
         "job" | "jobs" | "jobid" => {
-            let now = now_ms();
+            let now = crate::format::now_ms();
             let jobs = match &name {
                 Some(n) => {
                     let job: JobRef = n.parse()?;
@@ -271,10 +271,6 @@ fn partition_record(p: &PartitionInfo, nodes: &[NodeInfo]) -> Vec<String> {
         ),
         format!("DefMemPerCPU={}", p.default_mem_per_cpu_mb),
     ]
-}
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
 
 /// `show hostnames [LIST]`, `show hostlist LIST`, `show hostlistsorted LIST`. Without a list,

@@ -310,14 +310,10 @@ pub async fn run(a: SinfoArgs) -> anyhow::Result<u8> {
         .filter(|n| !a.reasons || matches!(n.state.as_str(), "drain" | "down"))
         .collect();
     if a.long && a.format.is_none() {
-        println!("{}", format::ctime(now_ms()));
+        println!("{}", format::ctime(format::now_ms()));
     }
     print!("{}", render(&pieces, &lines(&pieces, &partitions, &nodes, a.node), !a.noheader));
     Ok(0)
-}
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
 
 #[cfg(test)]

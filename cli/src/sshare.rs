@@ -156,7 +156,7 @@ mod tests {
             norm_shares: 0.5,
             raw_usage: 12.0,
             norm_usage: 0.25,
-            fairshare: 0.707107,
+            fairshare: 0.625,
             users: users.iter().map(|u| u.to_string()).collect(),
         };
         let r = SharesResponse { accounts: vec![acct("root", "", &[]), acct("physics", "root", &["alice"])] };
@@ -173,12 +173,12 @@ mod tests {
         );
         assert_eq!(
             lines[3],
-            " physics                             1    0.500000          12      0.250000   0.707107 "
+            " physics                                 1    0.500000          12      0.250000   0.625000 "
         );
         assert_eq!(
             lines[4],
-            "  physics                  alice     parent    0.500000          12      0.250000   0.707107 "
+            "  physics                 alice     parent    0.500000          12      0.250000   0.625000 "
         );
-        assert_eq!(render(&r, &args(&["-P", "-n", "-A", "physics"])), "physics||1|0.500000|12|0.250000|0.707107\n");
+        assert_eq!(render(&r, &args(&["-P", "-n", "-A", "physics"])), "physics||1|0.500000|12|0.250000|0.625000\n");
     }
 }

@@ -419,7 +419,7 @@ async fn sinfo_scontrol_and_the_options_scripts_use_answer_as_slurm_does() {
     let (code, _, err) = refused(&["--test-only", "-C", "nosuch", "--wrap", "true"]);
     assert!(code == Some(1) && err.contains("have the features nosuch"), "{err}");
     assert_eq!(all_jobs(&c).await.len(), before, "--test-only created a job");
-    assert_eq!(cmd("sprio", &["-w", "-h"]).trim_start().split_whitespace().next(), Some("Weights"));
+    assert_eq!(cmd("sprio", &["-w", "-h"]).split_whitespace().next(), Some("Weights"));
     assert!(cmd("sshare", &[]).starts_with("Account                    User  RawShares"));
 
     // What this cluster cannot give is refused at submit, named, and creates nothing.
