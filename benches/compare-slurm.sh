@@ -33,6 +33,8 @@
 #      QUORUM=<repo>/target/release/quorum (or $CARGO_TARGET_DIR/release/quorum)
 #      QUORUM_CGROUPS=1 (0: the agents give jobs rlimits only, as the Slurm peer runs task/none)
 #      QUORUM_PORT=7301
+#      QUORUM_CLI=quorum (sbatch: Quorum's submits go through its Slurm-named sbatch, with the
+#      same arguments as Slurm's)
 # The table goes to stdout and to $RUN/compare-<time>.txt.
 set -euo pipefail
 
@@ -62,6 +64,8 @@ fi
 [[ $(nnodes) -eq 4 ]] || log "note: the Slurm peer has $(nnodes) node(s), not 4; Quorum still gets 4 agents"
 export QUORUM_CONTROLLERS="127.0.0.1:$QUORUM_PORT,127.0.0.1:$((QUORUM_PORT + 1)),127.0.0.1:$((QUORUM_PORT + 2))"
 QRUN=$RUN/quorum
+# quorum dev makes its CA and runs its munged in its data directory.
+export QUORUM_CA=$QRUN/data/security/certs/ca.pem QUORUM_MUNGE_SOCKET=$QRUN/data/security/munge/munge.socket
 mkdir -p "$RUN/jobs" "$QRUN"
 cd "$RUN/jobs"
 
@@ -117,11 +121,17 @@ quorum_stop() {
     QPID=""
 }
 trap 'quorum_stop; hosts_remove_backup' EXIT
+# Quorum's sbatch: the quorum program under that name.
+QSBATCH=$(mktemp -d)/sbatch
+ln -s "$QUORUM" "$QSBATCH"
 
 # submit_cmd SYSTEM HOLD NAME CMD: one submission through the system's CLI
 submit_cmd() {
     local sys=$1 hold=$2 name=$3 cmd=$4
-    if [[ $sys == quorum ]]; then
+    if [[ $sys == quorum && ${QUORUM_CLI:-quorum} == sbatch ]]; then
+        # shellcheck disable=SC2086
+        "$QSBATCH" -Q $hold -o /dev/null -J "$name" --wrap="$cmd" >/dev/null
+    elif [[ $sys == quorum ]]; then
         # shellcheck disable=SC2086
         "$QUORUM" submit $hold -o /dev/null -J "$name" -- sh -c "$cmd" >/dev/null
     else

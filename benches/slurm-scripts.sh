@@ -87,11 +87,14 @@ write_conf() {
     touch "$RUN"/gpus/h100-{0..3}
     echo "Name=gpu Type=h100 File=$RUN/gpus/h100-[0-3]" >"$(dirname "$CONF")/gres.conf"
 }
+peer_nodes=$(nnodes)
 echo 2 >"$RUN/nnodes"
 cluster_start >&2
 submit_all slurm sbatch scontrol scancel >"$work/slurm.tsv"
 cluster_stop >&2
 rm -f "$(dirname "$CONF")/gres.conf"
+# The peer as it was (its setup.sh or cluster_start writes its own configuration again).
+echo "$peer_nodes" >"$RUN/nnodes"
 
 # ---- Quorum: quorum dev, its Slurm commands linked.
 "$QUORUM" install-slurm-commands "$work/bin" >/dev/null

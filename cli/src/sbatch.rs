@@ -30,6 +30,9 @@ pub struct SbatchArgs {
     /// Print only the job's id, for scripts.
     #[arg(long)]
     parsable: bool,
+    /// Print nothing but errors (and warnings).
+    #[arg(short = 'Q', long)]
+    quiet: bool,
     /// Check the script and options as a submit would, and say what the job would get;
     /// nothing is submitted.
     #[arg(long)]
@@ -85,7 +88,7 @@ async fn run(a: SbatchArgs) -> anyhow::Result<u8> {
     let id = submitted.id;
     if a.parsable {
         println!("{id}");
-    } else {
+    } else if !a.quiet {
         println!("Submitted batch job {id}");
     }
     if submitted.wait {
