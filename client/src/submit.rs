@@ -158,6 +158,10 @@ pub struct SubmitOpts {
     /// Accepted: a job's nodes all start it together.
     #[arg(long)]
     pub wait_all_nodes: Option<String>,
+    /// `no` is what happens here; `yes` is accepted with a warning (a job whose dependency can
+    /// never be met stays pending until cancelled).
+    #[arg(long)]
+    pub kill_on_invalid_dep: Option<String>,
     #[command(flatten)]
     pub tolerated: Tolerated,
     #[command(flatten)]
@@ -269,9 +273,6 @@ tolerated! {
     /// Accepted, not honoured (no deadline is enforced).
     #[arg(long)]
     deadline: "--deadline" => "the job is not cancelled when it cannot end in time";
-    /// Accepted, not honoured (an unsatisfiable dependency leaves the job pending).
-    #[arg(long, num_args = 0..=1, default_missing_value = "", require_equals = true)]
-    kill_on_invalid_dep: "--kill-on-invalid-dep" => "a job whose dependency can never be met stays pending (DependencyNeverSatisfied) until cancelled";
     /// Accepted, not honoured (usage is not sampled).
     #[arg(long)]
     acctg_freq: "--acctg-freq" => "usage is not sampled";
@@ -370,6 +371,7 @@ impl SubmitOpts {
             wait: self.wait || other.wait,
             get_user_env: self.get_user_env.or(other.get_user_env),
             wait_all_nodes: self.wait_all_nodes.or(other.wait_all_nodes),
+            kill_on_invalid_dep: self.kill_on_invalid_dep.or(other.kill_on_invalid_dep),
             tolerated: self.tolerated.or(other.tolerated),
             refused: self.refused.or(other.refused),
         }
@@ -874,7 +876,19 @@ pub fn build_spec(cli: SubmitOpts, payload: Payload, cwd: &Path, env: Vec<(Strin
             "invalid --constraint '{c}': Quorum takes features joined by & or , (all of them); | (any of), [] and * counts are not supported"
         ));
     }
-    let warnings = opts.tolerated.warnings();
+    let mut warnings = opts.tolerated.warnings();
+    match opts.kill_on_invalid_dep.as_deref().map(str::to_ascii_lowercase).as_deref() {
+        None | Some("no") => {}
+        Some("yes") => warnings.push(
+            "--kill-on-invalid-dep=yes is accepted but not honoured: a job whose dependency can never be met stays pending (DependencyNeverSatisfied) until cancelled".into(),
+        ),
+        Some(_) => {
+            return Err(format!(
+                "invalid --kill-on-invalid-dep '{}': give yes or no",
+                opts.kill_on_invalid_dep.as_deref().unwrap_or_default()
+            ))
+        }
+    }
     let wait = opts.wait;
     let spec = api::JobSpec {
         comment: opts.comment.clone().unwrap_or_default(),
@@ -1062,6 +1076,18 @@ mod tests {
                 "--threads-per-core=1 is accepted but not honoured: nodes offer CPUs, without sockets, cores or threads",
             ]
         );
+        let warned = |text: &str| {
+            let payload = Payload::Script { path: "job.sh".into(), text: text.into() };
+            build_spec(SubmitOpts::default(), payload, dir.path(), vec![]).unwrap().warnings
+        };
+        assert_eq!(
+            warned("#SBATCH --kill-on-invalid-dep no\ntrue\n"),
+            Vec::<String>::new(),
+            "what happens here anyway"
+        );
+        assert!(
+            warned("#SBATCH --kill-on-invalid-dep yes\ntrue\n")[0].starts_with("--kill-on-invalid-dep=yes is accepted")
+        );
         for (line, says) in [
             ("-L matlab:2", "invalid --licenses 'matlab:2': this cluster has no licenses configured"),
             ("--reservation=maint", "invalid --reservation 'maint': this cluster has no reservations"),
@@ -1077,6 +1103,7 @@ mod tests {
             ("--mem=0", "invalid --mem '0': all of each node's memory is not supported yet"),
             ("--cpu-bind=cores", "--cpu-bind"),
             ("--exclusive=sideways", "--exclusive"),
+            ("--kill-on-invalid-dep maybe", "invalid --kill-on-invalid-dep 'maybe': give yes or no"),
         ] {
             let e = script_spec(&format!("#SBATCH {line}\n"), SubmitOpts::default()).unwrap_err();
             assert!(e.contains(says), "#SBATCH {line}: {e}");
