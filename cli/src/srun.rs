@@ -313,7 +313,7 @@ fn outside_spec(a: &SrunArgs) -> anyhow::Result<quorum_proto::api::JobSpec> {
             .clone()
             .or_else(|| a.command.first().map(|c| c.rsplit('/').next().unwrap_or(c).to_string())),
         partition: a.partition.clone(),
-        nodes: Some(nodes),
+        nodes: Some(quorum_client::submit::NodeCount::exact(nodes)),
         ntasks: Some(ntasks),
         cpus_per_task: a.cpus_per_task,
         mem: a.mem.clone(),

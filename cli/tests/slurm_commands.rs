@@ -484,8 +484,6 @@ fn asked(line: &str) -> [u64; 6] {
 const DIFFERENCES: &[(&str, &str)] = &[
     ("04-mpi-ntasks.sh", "Quorum fixes the nodes a task count needs (2) at submit; Slurm records at least 1 and finds more when the job starts"),
     ("23-cpus-per-gpu.sh", "Quorum counts --cpus-per-gpu at submit (6 CPUs, and memory per CPU for them); Slurm records 1 CPU per task until it allocates"),
-    ("24-mem-zero.sh", "--mem=0 (all of each node's memory) is refused, not supported yet"),
-    ("25-node-range.sh", "a node count range (--nodes=1-2) is refused"),
     ("28-too-long.sh", "a time limit above the partition's is refused at submit; Slurm queues the job"),
     ("35-nodes-and-ntasks.sh", "--mem-per-cpu gives every node the busiest node's memory (2000M); Slurm counts each node's CPUs (1500M)"),
 ];

@@ -8,6 +8,39 @@ use clap::Parser;
 use quorum_model::parse;
 use quorum_proto::api;
 
+/// `--nodes`: a count, or Slurm's `MIN-MAX` range, of which Quorum allocates the minimum (it
+/// fixes a job's node count at submit).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NodeCount {
+    pub min: u32,
+    pub max: u32,
+}
+
+impl NodeCount {
+    pub fn exact(n: u32) -> NodeCount {
+        NodeCount { min: n, max: n }
+    }
+}
+
+impl std::str::FromStr for NodeCount {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<NodeCount, String> {
+        let bad = || format!("'{s}' is not a node count (N, or MIN-MAX)");
+        let n = |t: &str| t.trim().parse::<u32>().map_err(|_| bad());
+        match s.split_once('-') {
+            None => n(s).map(NodeCount::exact),
+            Some((a, b)) => {
+                let (min, max) = (n(a)?, n(b)?);
+                if min > max {
+                    return Err(bad());
+                }
+                Ok(NodeCount { min, max })
+            }
+        }
+    }
+}
+
 /// The options a job takes, on the command line or in `#SBATCH` lines.
 #[derive(clap::Args, Debug, Default, Clone)]
 pub struct SubmitOpts {
@@ -17,9 +50,9 @@ pub struct SubmitOpts {
     /// Partition (default: the cluster's default partition).
     #[arg(short = 'p', long)]
     pub partition: Option<String>,
-    /// Number of nodes, all allocated together.
+    /// Number of nodes, all allocated together: N, or MIN-MAX (the job gets MIN).
     #[arg(short = 'N', long)]
-    pub nodes: Option<u32>,
+    pub nodes: Option<NodeCount>,
     /// Number of tasks (default: one per node).
     #[arg(short = 'n', long)]
     pub ntasks: Option<u32>,
@@ -377,16 +410,18 @@ impl SubmitOpts {
         }
     }
 
+    /// `--mem=0`: all of each node's memory.
+    pub fn mem_is_all(&self) -> bool {
+        self.mem.as_deref().is_some_and(|m| m.trim().trim_end_matches(|c: char| c.is_ascii_alphabetic()) == "0")
+    }
+
     /// Checks the values that have a format, so that a bad one is reported where it was written.
     fn check_values(&self) -> Result<(), String> {
         self.refused.check()?;
-        let zero = |m: &str| m.trim().trim_end_matches(|c: char| c.is_ascii_alphabetic()) == "0";
-        if let Some(m) = self.mem.as_deref().filter(|m| zero(m)) {
-            return Err(format!(
-                "invalid --mem '{m}': all of each node's memory is not supported yet; give an amount, or --exclusive for whole nodes"
-            ));
-        }
-        for m in [&self.mem, &self.mem_per_cpu, &self.mem_per_gpu].into_iter().flatten() {
+        // `--mem=0` (all of a node's memory) is resolved against the cluster's nodes by the
+        // submitter (`mem_is_all`).
+        let all = self.mem_is_all();
+        for m in [&self.mem, &self.mem_per_cpu, &self.mem_per_gpu].into_iter().flatten().filter(|_| !all) {
             parse::parse_mem_mb(m).map_err(|e| e.to_string())?;
         }
         if let Some(t) = &self.time {
@@ -420,7 +455,7 @@ impl SubmitOpts {
             }
         }
         for (what, v) in [
-            ("--nodes", self.nodes),
+            ("--nodes", self.nodes.map(|n| n.min)),
             ("--ntasks", self.ntasks),
             ("--cpus-per-task", self.cpus_per_task),
             ("--ntasks-per-node", self.ntasks_per_node),
@@ -745,8 +780,8 @@ pub fn build_spec(cli: SubmitOpts, payload: Payload, cwd: &Path, env: Vec<(Strin
     let listed = u32::try_from(nodelist.len()).map_err(|_| "invalid --nodelist: too many nodes".to_string())?;
     let mut opts = opts;
     if listed > 0 {
-        match opts.nodes {
-            None => opts.nodes = Some(listed),
+        match opts.nodes.map(|n| n.min) {
+            None => opts.nodes = Some(NodeCount::exact(listed)),
             Some(n) if n != listed => {
                 return Err(format!(
                     "--nodes {n} with {listed} nodes in --nodelist: Quorum allocates exactly the listed nodes, so list as many as you ask for"
@@ -756,7 +791,7 @@ pub fn build_spec(cli: SubmitOpts, payload: Payload, cwd: &Path, env: Vec<(Strin
         }
     }
     let per_node = opts.ntasks_per_node;
-    let nodes = match (opts.nodes, opts.ntasks, per_node) {
+    let nodes = match (opts.nodes.map(|n| n.min), opts.ntasks, per_node) {
         (Some(n), _, _) => n,
         (None, Some(tasks), Some(k)) => tasks.div_ceil(k),
         _ => 1,
@@ -834,6 +869,12 @@ pub fn build_spec(cli: SubmitOpts, payload: Payload, cwd: &Path, env: Vec<(Strin
     if given.len() > 1 {
         return Err(format!("give one way of asking for memory, not {}", given.join(" and ")));
     }
+    if opts.mem_is_all() {
+        return Err(format!(
+            "invalid --mem '{}': all of each node's memory needs the cluster's node sizes; give an amount (sbatch and quorum submit resolve it)",
+            opts.mem.as_deref().unwrap_or_default()
+        ));
+    }
     let mem = |v: &str| parse::parse_mem_mb(v).map_err(|e| e.to_string());
     let too_much = |what: &str, v: &str| format!("invalid {what} '{v}': too much memory per node");
     let mem_per_node_mb = if let Some(m) = &opts.mem {
@@ -877,6 +918,11 @@ pub fn build_spec(cli: SubmitOpts, payload: Payload, cwd: &Path, env: Vec<(Strin
         ));
     }
     let mut warnings = opts.tolerated.warnings();
+    if let Some(NodeCount { min, max }) = opts.nodes.filter(|n| n.max > n.min) {
+        warnings.push(format!(
+            "--nodes={min}-{max} is accepted as {min}: a job gets exactly its minimum number of nodes here"
+        ));
+    }
     match opts.kill_on_invalid_dep.as_deref().map(str::to_ascii_lowercase).as_deref() {
         None | Some("no") => {}
         Some("yes") => warnings.push(
@@ -1013,6 +1059,8 @@ mod tests {
             ("-N 2 --gpus=4 --ntasks-per-gpu=2", (2, 8, 1, 2, "", 0, 0)),
             ("--nodelist=n[1-3]", (3, 3, 1, 0, "", 0, 0)),
             ("--exclusive=user -N 2", (2, 2, 1, 0, "", 0, 0)),
+            // A range: the minimum, as Slurm records it at submit.
+            ("--nodes=1-2 -n 2", (1, 2, 1, 0, "", 0, 0)),
             ("--exclusive --ntasks-per-core=1 --spread-job", (1, 1, 1, 0, "", 0, 0)),
         ];
         for (line, want) in cases {
@@ -1085,6 +1133,10 @@ mod tests {
             Vec::<String>::new(),
             "what happens here anyway"
         );
+        assert_eq!(
+            warned("#SBATCH -N 2-4\ntrue\n"),
+            ["--nodes=2-4 is accepted as 2: a job gets exactly its minimum number of nodes here"]
+        );
         assert!(
             warned("#SBATCH --kill-on-invalid-dep yes\ntrue\n")[0].starts_with("--kill-on-invalid-dep=yes is accepted")
         );
@@ -1100,10 +1152,11 @@ mod tests {
             ("--ntasks-per-gpu=2", "--ntasks-per-gpu needs GPUs"),
             ("-x ./missing-file", "invalid --exclude './missing-file': cannot read"),
             ("--ti=5", "--ti"),
-            ("--mem=0", "invalid --mem '0': all of each node's memory is not supported yet"),
+            ("--mem=0", "invalid --mem '0': all of each node's memory needs the cluster's node sizes"),
             ("--cpu-bind=cores", "--cpu-bind"),
             ("--exclusive=sideways", "--exclusive"),
             ("--kill-on-invalid-dep maybe", "invalid --kill-on-invalid-dep 'maybe': give yes or no"),
+            ("--nodes=3-2", "'3-2' is not a node count"),
         ] {
             let e = script_spec(&format!("#SBATCH {line}\n"), SubmitOpts::default()).unwrap_err();
             assert!(e.contains(says), "#SBATCH {line}: {e}");
@@ -1165,10 +1218,10 @@ mod tests {
 
     #[test]
     fn gpus_spread_over_nodes() {
-        let cli = SubmitOpts { nodes: Some(2), gpus: Some("a100:8".into()), ..Default::default() };
+        let cli = SubmitOpts { nodes: Some(NodeCount::exact(2)), gpus: Some("a100:8".into()), ..Default::default() };
         let s = build_spec(cli, Payload::Command(vec!["x".into()]), Path::new("/"), vec![]).unwrap().spec;
         assert_eq!((s.gpus_per_node, s.gpu_type.as_str()), (4, "a100"));
-        let cli = SubmitOpts { nodes: Some(2), gpus: Some("3".into()), ..Default::default() };
+        let cli = SubmitOpts { nodes: Some(NodeCount::exact(2)), gpus: Some("3".into()), ..Default::default() };
         assert!(build_spec(cli, Payload::Command(vec!["x".into()]), Path::new("/"), vec![])
             .unwrap_err()
             .contains("do not spread evenly"));

@@ -2,7 +2,9 @@
 
 use std::process::ExitCode;
 
-use quorum_client::submit::{build_spec, merged_options, nodes_for_tasks, submit_environment, Payload, SubmitOpts};
+use quorum_client::submit::{
+    build_spec, merged_options, nodes_for_tasks, submit_environment, NodeCount, Payload, SubmitOpts,
+};
 use quorum_proto::api;
 
 use super::{current_user, Context};
@@ -59,10 +61,22 @@ pub async fn submit(
     let cwd = std::env::current_dir()?;
     let mut opts = opts;
     let merged = merged_options(&opts, &payload).map_err(anyhow::Error::msg)?;
-    if merged.ntasks.is_some_and(|t| t > 1) && nodes_for_tasks(&merged, u32::MAX).is_some() {
-        // Only a task count: as many nodes of the partition as its tasks need.
-        if let Some(cpus) = largest_node(ctx, merged.partition.as_deref()).await? {
-            opts.nodes = nodes_for_tasks(&merged, cpus);
+    let task_count_alone = merged.ntasks.is_some_and(|t| t > 1) && nodes_for_tasks(&merged, u32::MAX).is_some();
+    if task_count_alone || merged.mem_is_all() {
+        let nodes = partition_nodes(ctx, merged.partition.as_deref()).await?;
+        if task_count_alone {
+            // Only a task count: as many nodes of the partition as its tasks need.
+            if let Some(cpus) = nodes.iter().map(|n| n.cpus).max() {
+                opts.nodes = nodes_for_tasks(&merged, cpus).map(NodeCount::exact);
+            }
+        }
+        if merged.mem_is_all() {
+            // All of each node's memory: the partition's smallest node's, so that any of its
+            // nodes can hold the job (on nodes alike, all of it, as Slurm gives).
+            let smallest = nodes.iter().map(|n| n.mem_mb).min().ok_or_else(|| {
+                anyhow::anyhow!("--mem=0 (all of each node's memory): the partition has no registered nodes yet")
+            })?;
+            opts.mem = Some(format!("{smallest}M"));
         }
     }
     let built = build_spec(opts, payload, &cwd, submit_environment()).map_err(anyhow::Error::msg)?;
@@ -83,15 +97,15 @@ pub async fn submit(
     Ok(Submitted { id: r.job_id, wait: built.wait, admitted: r.admitted })
 }
 
-/// The most CPUs a node of `partition` (the default one when `None`) has, if it has nodes.
-async fn largest_node(ctx: &Context, partition: Option<&str>) -> anyhow::Result<Option<u32>> {
+/// The registered nodes of `partition` (the default one when `None`).
+async fn partition_nodes(ctx: &Context, partition: Option<&str>) -> anyhow::Result<Vec<api::NodeInfo>> {
     let r = ctx.send(api::ListNodesRequest { stale: false }, |mut c, r| async move { c.list_nodes(r).await }).await?;
     let Some(name) =
         partition.map(str::to_string).or_else(|| r.partitions.iter().find(|p| p.default).map(|p| p.name.clone()))
     else {
-        return Ok(None);
+        return Ok(Vec::new());
     };
-    Ok(r.nodes.iter().filter(|n| n.partitions.contains(&name)).map(|n| n.cpus).max())
+    Ok(r.nodes.into_iter().filter(|n| n.partitions.contains(&name)).collect())
 }
 
 /// Waits until job `id` (every task, for an array) has ended; its exit code, as `sbatch --wait`
