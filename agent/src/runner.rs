@@ -187,7 +187,9 @@ async fn run(agent: &Agent, launch: &Launch, kill_rx: mpsc::Receiver<ExitKind>) 
         if let Err(e) = write_script(&path, &spec.script, account.as_ref()) {
             return failed(format!("cannot write the job script {}: {e}", path.display()));
         }
-        script_argv(&spec.script, &path.display().to_string())
+        let mut argv = script_argv(&spec.script, &path.display().to_string());
+        argv.extend(spec.argv.iter().cloned());
+        argv
     } else {
         spec.argv.clone()
     };

@@ -52,12 +52,6 @@ pub fn main(args: &[String]) -> ExitCode {
 }
 
 async fn run(a: SbatchArgs) -> anyhow::Result<u8> {
-    if !a.script_args.is_empty() {
-        anyhow::bail!(
-            "arguments after the script ('{}') are not supported yet: put them in the script, or use `--wrap`",
-            a.script_args.join(" ")
-        );
-    }
     let payload = match (a.wrap, a.script) {
         (Some(command), _) => Payload::Script {
             path: "wrap".into(),
@@ -80,7 +74,7 @@ async fn run(a: SbatchArgs) -> anyhow::Result<u8> {
         }
     };
     let ctx = Context { client: a.controllers.client()?, stale: false };
-    let submitted = submit(&ctx, *a.opts, payload, "sbatch", Some(DEFAULT_OUTPUT), a.test_only).await?;
+    let submitted = submit(&ctx, *a.opts, payload, a.script_args, "sbatch", Some(DEFAULT_OUTPUT), a.test_only).await?;
     if let Some(spec) = &submitted.admitted {
         eprintln!("sbatch: {}", would_get(spec));
         return Ok(0);

@@ -219,7 +219,7 @@ fn value(code: char, row: &Row, now_ms: u64) -> String {
         'k' => null_or(spec.map_or("", |s| s.comment.as_str())).to_string(),
         'w' => null_or(spec.map_or("", |s| s.wckey.as_str())).to_string(),
         'o' => spec.map_or_else(String::new, |s| {
-            if s.argv.is_empty() {
+            if !s.script.is_empty() {
                 s.script.lines().next().unwrap_or_default().to_string()
             } else {
                 s.argv.join(" ")

@@ -113,6 +113,13 @@ async fn sbatch_takes_a_script_from_a_file_stdin_or_wrap_and_answers_as_slurm_do
     wait_state(&c, id, &["COMPLETED"], T).await;
     assert_eq!(std::fs::read_to_string(dir.path().join("wrapped.txt")).unwrap(), format!("wrapped {id}\n"));
 
+    // Arguments after the script are its $1, $2, ...
+    std::fs::write(dir.path().join("args.sh"), "#!/bin/bash\necho \"$1|$2|$#\" > args.txt\n").unwrap();
+    let (code, out, err) = run(&["--parsable", "args.sh", "a b", "--c"], "");
+    assert_eq!(code, Some(0), "{err}");
+    wait_state(&c, out.trim().parse().unwrap(), &["COMPLETED"], T).await;
+    assert_eq!(std::fs::read_to_string(dir.path().join("args.txt")).unwrap(), "a b|--c|2\n");
+
     // What is refused names itself, and creates nothing.
     let before = all_jobs(&c).await.len();
     std::fs::write(dir.path().join("bad.sh"), "#!/bin/bash\n#SBATCH -N 1\n#SBATCH --frobnicate=3\ntrue\n").unwrap();
@@ -121,7 +128,7 @@ async fn sbatch_takes_a_script_from_a_file_stdin_or_wrap_and_answers_as_slurm_do
         (vec!["--gpus-per=1", "job.sh"], "--gpus-per"),
         (vec!["bad.sh"], "bad.sh line 3: '#SBATCH --frobnicate=3'"),
         (vec!["--mem=1G", "--mem-per-cpu=1G", "job.sh"], "give one way of asking for memory"),
-        (vec!["job.sh", "an-argument"], "arguments after the script"),
+        (vec!["--wrap", "true", "an-argument"], "'--wrap <WRAP>' cannot be used with '[SCRIPT]'"),
     ] {
         let (code, out, err) = run(&args, "");
         assert_eq!(code, Some(1), "sbatch {args:?}: {out}\n{err}");

@@ -563,7 +563,11 @@ pub fn show_job(j: &JobInfo, now_ms: u64) -> String {
             a.gpus.iter().map(|g| g.to_string()).collect::<Vec<_>>().join(",")
         ));
     }
-    let command = if spec.script.is_empty() { spec.argv.join(" ") } else { "(batch script)".into() };
+    let command = match (spec.script.is_empty(), spec.argv.is_empty()) {
+        (true, _) => spec.argv.join(" "),
+        (false, true) => "(batch script)".into(),
+        (false, false) => format!("(batch script) {}", spec.argv.join(" ")),
+    };
     lines.push(format!("Command={command}"));
     lines.push(format!("WorkDir={}", spec.work_dir));
     lines.push(format!("StdOut={}", if spec.stdout.is_empty() { "quorum-%j.out" } else { &spec.stdout }));

@@ -8,16 +8,11 @@ use crate::model::{Job, JobSpec, Program, RankOutcome, Rejection};
 
 /// A submitted spec as the model holds it. Shape errors are left to [`JobSpec::check_shape`].
 pub fn spec_from_proto(p: api::JobSpec) -> Result<JobSpec, Rejection> {
-    let program = match (p.argv.is_empty(), p.script.is_empty()) {
-        (false, true) => Program::Argv(p.argv),
-        (true, false) => Program::Script(p.script),
-        (true, true) => Program::Argv(Vec::new()),
-        (false, false) => {
-            return Err(Rejection::InvalidSpec {
-                field: "command".into(),
-                reason: "give a command or a script, not both".into(),
-            })
-        }
+    // With a script, `argv` holds the script's arguments.
+    let (program, script_args) = match (p.argv.is_empty(), p.script.is_empty()) {
+        (false, true) => (Program::Argv(p.argv), Vec::new()),
+        (_, false) => (Program::Script(p.script), p.argv),
+        (true, true) => (Program::Argv(Vec::new()), Vec::new()),
     };
     let opt = |s: String| (!s.is_empty()).then_some(s);
     let (dependencies, singleton) = crate::model::parse_dependencies(&p.dependency)
@@ -72,6 +67,7 @@ pub fn spec_from_proto(p: api::JobSpec) -> Result<JobSpec, Rejection> {
         append_output: p.append_output,
         exclude: p.exclude,
         nodelist: p.nodelist,
+        script_args,
         array: match p.array.trim() {
             "" => None,
             s => Some(
@@ -86,7 +82,7 @@ pub fn spec_from_proto(p: api::JobSpec) -> Result<JobSpec, Rejection> {
 pub fn spec_to_proto(s: &JobSpec, with_env: bool) -> api::JobSpec {
     let (argv, script) = match &s.program {
         Program::Argv(a) => (a.clone(), String::new()),
-        Program::Script(sc) => (Vec::new(), sc.clone()),
+        Program::Script(sc) => (s.script_args.clone(), sc.clone()),
     };
     api::JobSpec {
         name: s.name.clone(),

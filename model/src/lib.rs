@@ -159,6 +159,10 @@ pub struct JobSpec {
     /// feature level 11.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub nodelist: Vec<String>,
+    /// The batch script's arguments (`sbatch job.sh ARGS...`: `$1`, `$2`, ...). From feature
+    /// level 11.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub script_args: Vec<String>,
 }
 
 /// Bookkeeping a job carries and shows (`--comment`, `--wckey`, `--mail-type`, `--mail-user`).
@@ -330,9 +334,13 @@ impl JobSpec {
     }
 
     /// Whether the spec carries what only feature level 11 records (notes, `--open-mode`, node
-    /// lists and exclusions).
-    pub fn chooses_nodes_or_has_notes(&self) -> bool {
-        !self.notes.is_empty() || self.append_output || !self.exclude.is_empty() || !self.nodelist.is_empty()
+    /// lists and exclusions, a script's arguments).
+    pub fn uses_level_11(&self) -> bool {
+        !self.notes.is_empty()
+            || self.append_output
+            || !self.exclude.is_empty()
+            || !self.nodelist.is_empty()
+            || !self.script_args.is_empty()
     }
 
     pub fn check_shape(&self) -> Result<(), Rejection> {
@@ -389,7 +397,7 @@ impl JobSpec {
         let program = match &self.program {
             Program::Script(s) => json_len(s),
             Program::Argv(argv) => argv.iter().map(|a| json_len(a) + 1).sum(),
-        };
+        } + self.script_args.iter().map(|a| json_len(a) + 1).sum::<usize>();
         let env: usize = self.env.iter().map(|(k, v)| json_len(k) + json_len(v) + 4).sum();
         let paths = [&self.work_dir, &self.submit_dir].iter().map(|p| json_len(p)).sum::<usize>();
         program + env + paths + self.name.len() + 1024
@@ -436,6 +444,20 @@ impl JobSpec {
                 return invalid("script", format!("{} bytes: at most {}", s.len(), limits::MAX_SCRIPT_BYTES))
             }
             Program::Script(s) if s.contains('\0') => return invalid("script", "contains a NUL byte".into()),
+            Program::Script(s)
+                if self.script_args.len() > limits::MAX_ARGS
+                    || s.len() + self.script_args.iter().map(String::len).sum::<usize>() > limits::MAX_SCRIPT_BYTES
+                    || self.script_args.iter().any(|a| a.contains('\0')) =>
+            {
+                return invalid(
+                    "script_args",
+                    format!(
+                        "at most {} arguments of {} bytes with the script, without NUL",
+                        limits::MAX_ARGS,
+                        limits::MAX_SCRIPT_BYTES
+                    ),
+                )
+            }
             Program::Argv(argv) => {
                 let bytes: usize = argv.iter().map(String::len).sum();
                 if argv.len() > limits::MAX_ARGS || bytes > limits::MAX_SCRIPT_BYTES {
@@ -956,6 +978,8 @@ mod bounds_tests {
         refused(JobSpec { notes: notes("x".repeat(5000)), ..spec() }, "comment");
         refused(JobSpec { notes: notes("a\x1b[2Jb".into()), ..spec() }, "comment");
         refused(JobSpec { exclude: vec![String::new()], ..spec() }, "exclude");
+        let script = Program::Script("#!/bin/sh\n".into());
+        refused(JobSpec { program: script, script_args: vec!["a\0b".into()], ..spec() }, "script_args");
         assert!(parse::parse_time_limit("307445734561825861").unwrap_err().to_string().contains("longest"));
         assert!(parse::parse_time_limit("99999999999999-0").is_err());
         assert_eq!(parse::parse_time_limit("36500-00:00:00").unwrap(), Some(36500 * 86400));

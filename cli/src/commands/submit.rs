@@ -31,7 +31,7 @@ pub async fn run(ctx: &Context, Args { opts, script, command }: Args) -> anyhow:
         (None, false) => Payload::Command(command),
         (None, true) => anyhow::bail!("nothing to run: give a script or -- COMMAND [ARGS...]"),
     };
-    let submitted = submit(ctx, *opts, payload, "quorum", None, false).await?;
+    let submitted = submit(ctx, *opts, payload, Vec::new(), "quorum", None, false).await?;
     println!("Submitted job {}", submitted.id);
     if submitted.wait {
         return Ok(ExitCode::from(wait_for_end(ctx, submitted.id).await?));
@@ -47,13 +47,15 @@ pub struct Submitted {
     pub admitted: Option<api::JobSpec>,
 }
 
-/// Submits `payload` with `opts` as this user, from this directory and environment, telling
+/// Submits `payload` (a script with `script_args`, or a command) with `opts` as this user, from
+/// this directory and environment, telling
 /// the options accepted but not honoured on stderr as `who`'s. `default_output` is the output
 /// pattern when none is given (`None`: the cluster's); for an array, `%j` in it becomes `%A_%a`.
 pub async fn submit(
     ctx: &Context,
     opts: SubmitOpts,
     payload: Payload,
+    script_args: Vec<String>,
     who: &str,
     default_output: Option<&str>,
     test_only: bool,
@@ -81,6 +83,10 @@ pub async fn submit(
     }
     let built = build_spec(opts, payload, &cwd, submit_environment()).map_err(anyhow::Error::msg)?;
     let mut spec = built.spec;
+    if !script_args.is_empty() {
+        // The script's arguments ride in argv beside it.
+        spec.argv = script_args;
+    }
     if let (Some(pattern), true) = (default_output, spec.stdout.is_empty()) {
         spec.stdout = if spec.array.is_empty() { pattern.to_string() } else { pattern.replace("%j", "%A_%a") };
     }

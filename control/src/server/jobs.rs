@@ -31,11 +31,11 @@ pub(super) async fn submit_job(api: &Api, caller: &Caller, r: SubmitJobRequest) 
     if let Some(asked) = &spec.gpu_type {
         spec.gpu_type = Some(gpu_type_as_registered(api, asked));
     }
-    if spec.chooses_nodes_or_has_notes() {
+    if spec.uses_level_11() {
         let level = api.replica.shared.read().state.cluster_level();
         if level < quorum_state::NODE_CHOICE_LEVEL {
             return Err(Status::failed_precondition(format!(
-                "--comment, --wckey, --mail-*, --open-mode=append, --exclude and --nodelist need cluster feature level {}; this cluster is at {level} until every replica is upgraded",
+                "--comment, --wckey, --mail-*, --open-mode=append, --exclude, --nodelist and script arguments need cluster feature level {}; this cluster is at {level} until every replica is upgraded",
                 quorum_state::NODE_CHOICE_LEVEL
             )));
         }

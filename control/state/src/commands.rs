@@ -88,8 +88,11 @@ pub struct Submit {
 
 /// The level a replica needs to apply a submit of this job.
 fn spec_level(spec: &JobSpec) -> (u32, &'static str) {
-    if spec.chooses_nodes_or_has_notes() {
-        (NODE_CHOICE_LEVEL, "a job with --comment, --wckey, --mail-*, --open-mode=append, --exclude or --nodelist")
+    if spec.uses_level_11() {
+        (
+            NODE_CHOICE_LEVEL,
+            "a job with --comment, --wckey, --mail-*, --open-mode=append, --exclude, --nodelist or script arguments",
+        )
     } else if spec.interactive {
         (STEPS_LEVEL, "an allocation for salloc or srun")
     } else if spec.batch_step {
