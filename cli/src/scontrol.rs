@@ -206,11 +206,7 @@ fn node_state(n: &NodeInfo) -> String {
 }
 
 fn node_record(n: &NodeInfo) -> Vec<String> {
-    let gres = if n.gpus == 0 {
-        "(null)".to_string()
-    } else {
-        n.gpu_types.split(',').map(|t| format!("gpu:{t}")).collect::<Vec<_>>().join(",")
-    };
+    let gres = crate::sinfo::gres(n);
     let mut lines = vec![
         format!("NodeName={}", n.name),
         format!("CPUAlloc={} CPUTot={}", n.alloc_cpus, n.cpus),

@@ -138,7 +138,7 @@ fn state_rank(n: &NodeInfo) -> u8 {
 }
 
 /// `TRES` generic resources as Slurm writes them: `gpu:h100:4`, or `(null)`.
-fn gres(n: &NodeInfo) -> String {
+pub fn gres(n: &NodeInfo) -> String {
     if n.gpus == 0 || n.gpu_types.is_empty() {
         return "(null)".into();
     }
