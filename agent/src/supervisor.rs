@@ -8,13 +8,24 @@
 //! Each job's record in the spool, which the supervisor writes its status into, is
 //! [`crate::record`]'s.
 //!
-//! Between the forks only async-signal-safe calls run: everything the children need (paths,
-//! argv, environment, open files) is prepared before the first fork.
+//! The supervisor is not a fork of the agent: a fork copies the page tables of the agent's whole
+//! address space (in `quorum dev`, three replicas' RocksDB as well), tears the copy down again,
+//! and makes every page the agent writes afterwards a copy-on-write fault while the supervisor
+//! lives; measured, nearly half of all CPU when a node runs short jobs back to back. The agent
+//! starts its own program again instead (`posix_spawn` of `/proc/self/exe`, which shares the
+//! agent's memory only until the exec) under the name `quorum-supervisor`, and hands it what
+//! it needs ([`Prepared`], encoded) through a memfd. The started program never reaches `main`:
+//! [`SUPERVISOR_ENTRY`], run by the C runtime before it, sees that name and runs the
+//! supervisor. Every program that can run an agent links this module, tests included, so each
+//! can be its own supervisor. Where the exec is impossible (no `/proc`), the agent forks.
+//!
+//! Between the supervisor's fork and the job's exec only async-signal-safe calls run:
+//! everything the job's process needs (paths, argv, environment, open files) is prepared before.
 
 use std::ffi::CString;
 use std::fs::File;
 use std::io::{self, Read};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -187,6 +198,171 @@ impl Prepared {
     }
 }
 
+/// How [`Prepared`] travels to a supervisor started by [`spawn_program`]: each field in order,
+/// byte strings and lists as a little-endian `u32` length then their contents, numbers as
+/// little-endian `u64`, options and flags as a byte 0 or 1 first. The supervisor is this same
+/// program, so both ends always agree on the order.
+mod handoff {
+    use std::ffi::CString;
+
+    #[derive(Default)]
+    pub struct Writer(pub Vec<u8>);
+
+    impl Writer {
+        pub fn u64(&mut self, v: u64) {
+            self.0.extend_from_slice(&v.to_le_bytes());
+        }
+        pub fn flag(&mut self, v: bool) {
+            self.0.push(u8::from(v));
+        }
+        pub fn bytes(&mut self, b: &[u8]) {
+            self.0.extend_from_slice(&(b.len() as u32).to_le_bytes());
+            self.0.extend_from_slice(b);
+        }
+        pub fn list(&mut self, items: &[CString]) {
+            self.0.extend_from_slice(&(items.len() as u32).to_le_bytes());
+            for i in items {
+                self.bytes(i.as_bytes());
+            }
+        }
+        pub fn opt(&mut self, v: Option<&CString>) {
+            self.flag(v.is_some());
+            if let Some(c) = v {
+                self.bytes(c.as_bytes());
+            }
+        }
+    }
+
+    pub struct Reader<'a>(pub &'a [u8]);
+
+    impl Reader<'_> {
+        fn take(&mut self, n: usize) -> Option<&[u8]> {
+            if self.0.len() < n {
+                return None;
+            }
+            let (head, rest) = self.0.split_at(n);
+            self.0 = rest;
+            Some(head)
+        }
+        fn len(&mut self) -> Option<usize> {
+            Some(u32::from_le_bytes(self.take(4)?.try_into().ok()?) as usize)
+        }
+        pub fn u64(&mut self) -> Option<u64> {
+            Some(u64::from_le_bytes(self.take(8)?.try_into().ok()?))
+        }
+        pub fn flag(&mut self) -> Option<bool> {
+            match self.take(1)? {
+                [0] => Some(false),
+                [1] => Some(true),
+                _ => None,
+            }
+        }
+        pub fn bytes(&mut self) -> Option<Vec<u8>> {
+            let n = self.len()?;
+            Some(self.take(n)?.to_vec())
+        }
+        pub fn cstring(&mut self) -> Option<CString> {
+            CString::new(self.bytes()?).ok()
+        }
+        pub fn list(&mut self) -> Option<Vec<CString>> {
+            let n = self.len()?;
+            // Every item takes at least its length's four bytes.
+            if n > self.0.len() / 4 {
+                return None;
+            }
+            (0..n).map(|_| self.cstring()).collect()
+        }
+        pub fn opt(&mut self) -> Option<Option<CString>> {
+            if self.flag()? {
+                Some(Some(self.cstring()?))
+            } else {
+                Some(None)
+            }
+        }
+    }
+}
+
+impl Prepared {
+    fn encode(&self) -> Vec<u8> {
+        let mut w = handoff::Writer::default();
+        w.list(&self.candidates);
+        w.list(&self.argv);
+        w.list(&self.envp);
+        w.bytes(self.cwd.as_bytes());
+        w.bytes(self.stdout.as_bytes());
+        w.opt(self.stderr.as_ref());
+        w.flag(self.truncate);
+        w.flag(self.credentials.is_some());
+        if let Some(c) = &self.credentials {
+            w.u64(u64::from(c.uid));
+            w.u64(u64::from(c.gid));
+            w.u64(c.groups.len() as u64);
+            for g in &c.groups {
+                w.u64(u64::from(*g));
+            }
+        }
+        w.list(&self.cgroup_procs);
+        w.opt(self.cgroup_kill.as_ref());
+        w.opt(self.cgroup_sweep.as_ref());
+        w.flag(self.rlimit_data.is_some());
+        w.u64(self.rlimit_data.unwrap_or(0));
+        w.bytes(&self.chdir_message);
+        w.bytes(&self.exec_message);
+        w.bytes(&self.not_found_message);
+        w.flag(self.searched);
+        w.bytes(self.status_tmp.as_bytes());
+        w.bytes(self.status.as_bytes());
+        w.flag(self.lease.is_some());
+        if let Some((file, deadline)) = &self.lease {
+            w.bytes(file.as_bytes());
+            w.u64(*deadline);
+        }
+        w.opt(self.hostname.as_ref());
+        w.0
+    }
+
+    /// What [`Prepared::encode`] wrote; `None` for anything else, or anything left over.
+    fn decode(bytes: &[u8], stdin: File) -> Option<Prepared> {
+        let mut r = handoff::Reader(bytes);
+        let id = |v: u64| u32::try_from(v).ok();
+        let p = Prepared {
+            candidates: r.list()?,
+            argv: r.list()?,
+            envp: r.list()?,
+            cwd: r.cstring()?,
+            stdout: r.cstring()?,
+            stderr: r.opt()?,
+            truncate: r.flag()?,
+            stdin,
+            credentials: if r.flag()? {
+                let (uid, gid) = (id(r.u64()?)?, id(r.u64()?)?);
+                let n = usize::try_from(r.u64()?).ok().filter(|n| *n <= 65_536)?;
+                let groups = (0..n).map(|_| id(r.u64()?)).collect::<Option<_>>()?;
+                Some(Credentials { uid, gid, groups })
+            } else {
+                None
+            },
+            cgroup_procs: r.list()?,
+            cgroup_kill: r.opt()?,
+            cgroup_sweep: r.opt()?,
+            rlimit_data: {
+                let some = r.flag()?;
+                let v = r.u64()?;
+                some.then_some(v)
+            },
+            chdir_message: r.bytes()?,
+            exec_message: r.bytes()?,
+            not_found_message: r.bytes()?,
+            searched: r.flag()?,
+            status_tmp: r.cstring()?,
+            status: r.cstring()?,
+            lease: if r.flag()? { Some((r.cstring()?, r.u64()?)) } else { None },
+            hostname: r.opt()?,
+        };
+        r.0.is_empty().then_some(p)
+    }
+}
+
 fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     let mut fds = [0 as RawFd; 2];
     // SAFETY: pipe2 writes two descriptors into the array it is given.
@@ -197,10 +373,110 @@ fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
-/// Forks the supervisor, which starts the job. Blocks until the job's exec succeeded or failed
+/// The name the supervisor runs under (`ps` shows it with the job's record directory).
+const SUPERVISOR_ARG0: &[u8] = b"quorum-supervisor";
+/// The supervisor's descriptors, as the agent hands them over: where it reports the job's
+/// process group, what it is to do (a memfd), and the job's standard input.
+const REPORT_FD: RawFd = 3;
+const HANDOFF_FD: RawFd = 4;
+const STDIN_FD: RawFd = 5;
+
+/// Starts the supervisor, which starts the job. Blocks until the job's exec succeeded or failed
 /// (run it off the async threads). On an exec failure the supervisor still records the status.
 pub fn spawn(p: &Prepared) -> io::Result<Pids> {
+    // The entry point must be linked wherever supervisors are started.
+    std::hint::black_box(&SUPERVISOR_ENTRY);
     let (report_r, report_w) = pipe()?;
+    let supervisor = match spawn_program(p, &report_w) {
+        Ok(pid) => pid,
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::EACCES | libc::ENOEXEC)) => fork(p, &report_w)?,
+        Err(e) => return Err(e),
+    };
+    drop(report_w);
+    let mut buf = [0u8; 8];
+    let mut reader = File::from(report_r);
+    reader.read_exact(&mut buf).map_err(|e| io::Error::other(format!("the job supervisor did not report: {e}")))?;
+    let pgid = i32::from_ne_bytes(buf[..4].try_into().expect("4 bytes"));
+    Ok(Pids { supervisor, pgid })
+}
+
+/// A descriptor of ours duplicated at 10 or above (close-on-exec), out of the way of the
+/// numbers the supervisor gets.
+fn high(fd: RawFd) -> io::Result<OwnedFd> {
+    // SAFETY: F_DUPFD_CLOEXEC returns a new descriptor or -1.
+    let new = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 10) };
+    if new == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: just opened, owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(new) })
+}
+
+/// What `Prepared` says, in a memfd at offset 0.
+fn handoff(p: &Prepared) -> io::Result<OwnedFd> {
+    // SAFETY: memfd_create takes a NUL-terminated name and flags.
+    let fd = unsafe { libc::memfd_create(c"quorum-supervisor".as_ptr(), libc::MFD_CLOEXEC) };
+    if fd == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: just opened, owned by nobody else.
+    let mut file = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+    std::io::Write::write_all(&mut file, &p.encode())?;
+    std::io::Seek::seek(&mut file, std::io::SeekFrom::Start(0))?;
+    Ok(file.into())
+}
+
+/// `posix_spawn` of this program as `quorum-supervisor`; its pid.
+fn spawn_program(p: &Prepared, report_w: &OwnedFd) -> io::Result<i32> {
+    let spec = high(handoff(p)?.as_raw_fd())?;
+    let report = high(report_w.as_raw_fd())?;
+    let stdin = high(p.stdin.as_raw_fd())?;
+    let label = CString::new(p.status.as_bytes().strip_suffix(b"/status").unwrap_or(p.status.as_bytes()))
+        .map_err(io::Error::other)?;
+    let arg0 = CString::new(SUPERVISOR_ARG0).expect("no NUL");
+    let argv = [arg0.as_ptr(), label.as_ptr(), std::ptr::null()];
+    let envp = [std::ptr::null::<libc::c_char>()];
+    let check = |r: libc::c_int| if r == 0 { Ok(()) } else { Err(io::Error::from_raw_os_error(r)) };
+    // SAFETY: the file actions and attributes are initialised before use and destroyed after;
+    // every pointer handed to posix_spawn lives until it returns.
+    unsafe {
+        let mut actions: libc::posix_spawn_file_actions_t = std::mem::zeroed();
+        check(libc::posix_spawn_file_actions_init(&mut actions))?;
+        let mut attr: libc::posix_spawnattr_t = std::mem::zeroed();
+        if let Err(e) = check(libc::posix_spawnattr_init(&mut attr)) {
+            libc::posix_spawn_file_actions_destroy(&mut actions);
+            return Err(e);
+        }
+        let mut none: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut none);
+        let mut pid: libc::pid_t = 0;
+        let result = (|| {
+            for fd in 0..3 {
+                let mode = if fd == 0 { libc::O_RDONLY } else { libc::O_WRONLY };
+                check(libc::posix_spawn_file_actions_addopen(&mut actions, fd, c"/dev/null".as_ptr(), mode, 0))?;
+            }
+            for (from, to) in [(&report, REPORT_FD), (&spec, HANDOFF_FD), (&stdin, STDIN_FD)] {
+                check(libc::posix_spawn_file_actions_adddup2(&mut actions, from.as_raw_fd(), to))?;
+            }
+            check(libc::posix_spawnattr_setsigmask(&mut attr, &none))?;
+            check(libc::posix_spawnattr_setflags(&mut attr, libc::POSIX_SPAWN_SETSIGMASK as libc::c_short))?;
+            check(libc::posix_spawn(
+                &mut pid,
+                c"/proc/self/exe".as_ptr(),
+                &actions,
+                &attr,
+                argv.as_ptr() as *const *mut libc::c_char,
+                envp.as_ptr() as *const *mut libc::c_char,
+            ))
+        })();
+        libc::posix_spawnattr_destroy(&mut attr);
+        libc::posix_spawn_file_actions_destroy(&mut actions);
+        result.map(|()| pid)
+    }
+}
+
+/// The supervisor as a fork of this process, where this program cannot be started again.
+fn fork(p: &Prepared, report_w: &OwnedFd) -> io::Result<i32> {
     let (exec_r, exec_w) = pipe()?;
     let argv: Vec<*const libc::c_char> =
         p.argv.iter().map(|a| a.as_ptr()).chain(std::iter::once(std::ptr::null())).collect();
@@ -208,7 +484,7 @@ pub fn spawn(p: &Prepared) -> io::Result<Pids> {
         p.envp.iter().map(|a| a.as_ptr()).chain(std::iter::once(std::ptr::null())).collect();
     let keep = [report_w.as_raw_fd(), exec_r.as_raw_fd(), exec_w.as_raw_fd(), p.stdin.as_raw_fd()];
     // SAFETY: the child runs only async-signal-safe calls on memory prepared above and ends in
-    // _exit; the parent only closes descriptors and reads the pipe.
+    // _exit; the parent only closes descriptors.
     let supervisor = unsafe { libc::fork() };
     if supervisor == -1 {
         return Err(io::Error::last_os_error());
@@ -217,14 +493,51 @@ pub fn spawn(p: &Prepared) -> io::Result<Pids> {
         // SAFETY: see above; this never returns.
         unsafe { supervise(p, &argv, &envp, keep, report_w.as_raw_fd(), exec_r.as_raw_fd(), exec_w.as_raw_fd()) }
     }
-    drop(report_w);
-    drop(exec_w);
-    drop(exec_r);
-    let mut buf = [0u8; 8];
-    let mut reader = File::from(report_r);
-    reader.read_exact(&mut buf).map_err(|e| io::Error::other(format!("the job supervisor did not report: {e}")))?;
-    let pgid = i32::from_ne_bytes(buf[..4].try_into().expect("4 bytes"));
-    Ok(Pids { supervisor, pgid })
+    Ok(supervisor)
+}
+
+/// Run by the C runtime before `main` in every program that links this module; takes over
+/// only in a process started as `quorum-supervisor` by [`spawn_program`].
+#[used]
+#[link_section = ".init_array"]
+static SUPERVISOR_ENTRY: extern "C" fn(libc::c_int, *const *const libc::c_char, *const *const libc::c_char) =
+    supervisor_entry;
+
+extern "C" fn supervisor_entry(argc: libc::c_int, argv: *const *const libc::c_char, _env: *const *const libc::c_char) {
+    // SAFETY: the C runtime passes the program's argc and argv, which live for the whole run.
+    let named = unsafe {
+        argc == 2
+            && !argv.is_null()
+            && !(*argv).is_null()
+            && std::ffi::CStr::from_ptr(*argv).to_bytes() == SUPERVISOR_ARG0
+    };
+    if named {
+        // SAFETY: this process was started by spawn_program with the descriptors it expects;
+        // no other thread exists before main.
+        unsafe { supervise_handed_over() }
+    }
+}
+
+/// The supervisor in a process of its own: reads what to do from [`HANDOFF_FD`] and supervises;
+/// never returns. A handoff it cannot read is reported as a failed exec with `EINVAL`.
+unsafe fn supervise_handed_over() -> ! {
+    let mut bytes = Vec::new();
+    let read = File::from_raw_fd(HANDOFF_FD).read_to_end(&mut bytes);
+    let stdin = File::from_raw_fd(STDIN_FD);
+    let prepared = read.ok().and_then(|_| Prepared::decode(&bytes, stdin));
+    let (Some(p), Ok((exec_r, exec_w))) = (prepared, pipe()) else {
+        let mut report = [0u8; 8];
+        report[4..].copy_from_slice(&libc::EINVAL.to_ne_bytes());
+        write_all(REPORT_FD, &report);
+        libc::_exit(1);
+    };
+    error_texts();
+    let argv: Vec<*const libc::c_char> =
+        p.argv.iter().map(|a| a.as_ptr()).chain(std::iter::once(std::ptr::null())).collect();
+    let envp: Vec<*const libc::c_char> =
+        p.envp.iter().map(|a| a.as_ptr()).chain(std::iter::once(std::ptr::null())).collect();
+    let (exec_r, exec_w) = (exec_r.into_raw_fd(), exec_w.into_raw_fd());
+    supervise(&p, &argv, &envp, [REPORT_FD, exec_r, exec_w, STDIN_FD], REPORT_FD, exec_r, exec_w)
 }
 
 /// Closes every descriptor from 3 up except those in `keep`.
@@ -707,6 +1020,15 @@ mod tests {
         let pids = spawn(&p).unwrap();
         write_pids(&record, pids).unwrap();
         assert!(pids.pgid > 0 && pids.supervisor > 0 && pids.pgid != pids.supervisor);
+        // The supervisor is this program started again under its own name, not a fork of it.
+        let cmdline = std::fs::read(format!("/proc/{}/cmdline", pids.supervisor)).unwrap();
+        let words: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+        assert_eq!(words[0], SUPERVISOR_ARG0);
+        assert_eq!(words[1], record.as_os_str().as_bytes());
+        assert_eq!(
+            std::fs::read_link(format!("/proc/{}/exe", pids.supervisor)).unwrap(),
+            std::fs::read_link("/proc/self/exe").unwrap()
+        );
         // Found again while it runs, as a restarted agent would.
         let found = scan(dir.path());
         assert_eq!(found.len(), 1);
@@ -743,6 +1065,44 @@ mod tests {
         let bad_out = Output { stdout: dir.path().join("no/such/out"), stderr: None, truncate: true };
         let p = Prepared::new(&argv, &env, dir.path(), &bad_out, &record4).unwrap();
         assert_eq!(wait(spawn(&p).unwrap(), &record4).await, Status::LaunchFailed(Step::Output, libc::ENOENT));
+    }
+
+    #[test]
+    fn what_the_supervisor_is_handed_arrives_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = Output { stdout: dir.path().join("out"), stderr: Some(dir.path().join("err")), truncate: false };
+        let env = vec![("PATH".to_string(), "/usr/bin:/bin".to_string()), ("A".to_string(), "b c".to_string())];
+        let argv: Vec<String> = ["python3", "-c", "print('é')", ""].iter().map(|s| s.to_string()).collect();
+        let mut p = Prepared::new(&argv, &env, dir.path(), &out, &dir.path().join("rec"))
+            .unwrap()
+            .run_as(Credentials { uid: 1001, gid: 1002, groups: vec![1002, 27, 4_000_000_000] })
+            .rlimit_data(1 << 40)
+            .lease(&dir.path().join("lease"), u64::MAX - 1)
+            .unwrap()
+            .hostname("node07")
+            .unwrap();
+        p.cgroup_procs = vec![CString::new("/sys/fs/cgroup/a/cgroup.procs").unwrap()];
+        p.cgroup_kill = Some(CString::new("/sys/fs/cgroup/a/cgroup.kill").unwrap());
+        let bytes = p.encode();
+        let back = Prepared::decode(&bytes, File::open("/dev/null").unwrap()).unwrap();
+        assert_eq!(back.encode(), bytes);
+        assert_eq!(back.argv, p.argv);
+        assert_eq!(back.envp, p.envp);
+        assert_eq!(back.candidates.len(), 2);
+        assert_eq!(back.credentials.as_ref().map(|c| c.groups.clone()), Some(vec![1002, 27, 4_000_000_000]));
+        assert_eq!((back.rlimit_data, back.truncate, back.searched), (Some(1 << 40), false, true));
+        assert_eq!(back.lease.as_ref().map(|l| l.1), Some(u64::MAX - 1));
+        assert_eq!(back.hostname, p.hostname);
+        assert_eq!(back.cgroup_sweep, None);
+        // Cut anywhere, or with anything after it, it is refused rather than half read.
+        for n in 0..bytes.len() {
+            assert!(Prepared::decode(&bytes[..n], File::open("/dev/null").unwrap()).is_none(), "cut at {n}");
+        }
+        let mut longer = bytes.clone();
+        longer.push(0);
+        assert!(Prepared::decode(&longer, File::open("/dev/null").unwrap()).is_none());
+        // A list claiming more items than bytes.
+        assert!(Prepared::decode(&[0xff, 0xff, 0xff, 0xff], File::open("/dev/null").unwrap()).is_none());
     }
 
     #[test]

@@ -402,7 +402,7 @@ pub async fn run(a: SacctArgs) -> anyhow::Result<u8> {
 }
 
 pub fn main(args: &[String]) -> std::process::ExitCode {
-    crate::entry::main_of::<SacctArgs, _, _>("sacct", args, run)
+    crate::entry::main_of::<SacctArgs, _, _>("sacct", crate::entry::Threads::One, args, run)
 }
 
 #[cfg(test)]

@@ -24,7 +24,7 @@ pub struct SallocArgs {
 }
 
 pub fn main(args: &[String]) -> ExitCode {
-    crate::entry::main_of::<SallocArgs, _, _>("salloc", args, run)
+    crate::entry::main_of::<SallocArgs, _, _>("salloc", crate::entry::Threads::Workers, args, run)
 }
 
 /// An interactive allocation's spec: `opts`, with `command` as what runs where salloc or srun

@@ -48,7 +48,7 @@ pub struct SbatchArgs {
 }
 
 pub fn main(args: &[String]) -> ExitCode {
-    crate::entry::main_of::<SbatchArgs, _, _>("sbatch", args, run)
+    crate::entry::main_of::<SbatchArgs, _, _>("sbatch", crate::entry::Threads::One, args, run)
 }
 
 async fn run(a: SbatchArgs) -> anyhow::Result<u8> {

@@ -125,7 +125,7 @@ pub async fn run(a: ScancelArgs) -> anyhow::Result<u8> {
 }
 
 pub fn main(args: &[String]) -> std::process::ExitCode {
-    crate::entry::main_of::<ScancelArgs, _, _>("scancel", args, run)
+    crate::entry::main_of::<ScancelArgs, _, _>("scancel", crate::entry::Threads::One, args, run)
 }
 
 #[cfg(test)]

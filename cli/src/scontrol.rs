@@ -72,8 +72,7 @@ where
     Fut: std::future::Future<Output = Result<String, String>>,
 {
     let from_env = FromEnv::try_parse_from(Vec::<String>::new()).map_err(|e| e.to_string())?;
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+    let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| format!("starting the async runtime: {e}"))?;

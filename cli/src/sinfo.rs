@@ -101,7 +101,7 @@ pub struct SinfoArgs {
 }
 
 pub fn main(args: &[String]) -> std::process::ExitCode {
-    crate::entry::main_of::<SinfoArgs, _, _>("sinfo", args, run)
+    crate::entry::main_of::<SinfoArgs, _, _>("sinfo", crate::entry::Threads::One, args, run)
 }
 
 /// A node's state as `%t` (compact) or `%T` shows it; `*` when its agent is not connected.

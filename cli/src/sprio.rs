@@ -46,7 +46,7 @@ pub struct SprioArgs {
 }
 
 pub fn main(args: &[String]) -> std::process::ExitCode {
-    crate::entry::main_of::<SprioArgs, _, _>("sprio", args, run)
+    crate::entry::main_of::<SprioArgs, _, _>("sprio", crate::entry::Threads::One, args, run)
 }
 
 /// A factor column: its header, weight, and value in a job.

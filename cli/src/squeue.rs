@@ -329,7 +329,7 @@ pub async fn run(a: SqueueArgs) -> anyhow::Result<u8> {
 }
 
 pub fn main(args: &[String]) -> std::process::ExitCode {
-    crate::entry::main_of::<SqueueArgs, _, _>("squeue", args, run)
+    crate::entry::main_of::<SqueueArgs, _, _>("squeue", crate::entry::Threads::One, args, run)
 }
 
 #[cfg(test)]

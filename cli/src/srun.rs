@@ -98,7 +98,7 @@ pub struct SrunArgs {
 
 /// `srun ARGS...`.
 pub fn main(args: &[String]) -> ExitCode {
-    crate::entry::main_of::<SrunArgs, _, _>("srun", args, run)
+    crate::entry::main_of::<SrunArgs, _, _>("srun", crate::entry::Threads::Workers, args, run)
 }
 
 fn env_u32(name: &str) -> Option<u32> {

@@ -36,7 +36,7 @@ pub struct SshareArgs {
 }
 
 pub fn main(args: &[String]) -> std::process::ExitCode {
-    crate::entry::main_of::<SshareArgs, _, _>("sshare", args, run)
+    crate::entry::main_of::<SshareArgs, _, _>("sshare", crate::entry::Threads::One, args, run)
 }
 
 const HEADERS: [(&str, usize); 7] = [
