@@ -103,10 +103,12 @@ pub fn cluster(pending: usize, nodes: usize) -> ClusterView {
             nice: 0,
             exclusive: false,
             features: vec![],
+            features_any: false,
             exclude: vec![],
             only: vec![],
             held: None,
             dependency: DepStatus::Satisfied,
+            dependency_ready_ms: None,
             reason: Default::default(),
         }));
     }

@@ -120,6 +120,40 @@ async fn sbatch_takes_a_script_from_a_file_stdin_or_wrap_and_answers_as_slurm_do
     wait_state(&c, out.trim().parse().unwrap(), &["COMPLETED"], T).await;
     assert_eq!(std::fs::read_to_string(dir.path().join("args.txt")).unwrap(), "a b|--c|2\n");
 
+    // Slurm's other dependency forms: aftercorr pairs the tasks of two arrays by task id, '?'
+    // needs any one of its dependencies, +MINUTES delays an `after`.
+    let (d, b) = (dir.path(), bin.path());
+    let first = sbatch_id(
+        &cluster,
+        d,
+        b,
+        &["--array=1-2", "--wrap", "sleep 1; echo $SLURM_ARRAY_TASK_ID > a-$SLURM_ARRAY_TASK_ID"],
+    );
+    let corr = format!("aftercorr:{first}");
+    let second = sbatch_id(
+        &cluster,
+        d,
+        b,
+        &["--array=1-2", "-d", &corr, "--wrap", "cat a-$SLURM_ARRAY_TASK_ID > b-$SLURM_ARRAY_TASK_ID"],
+    );
+    let either = format!("afternotok:{first}?afterany:{second}");
+    let last = sbatch_id(&cluster, d, b, &["-d", &either, "--wrap", "ls b-1 b-2 > either"]);
+    let delayed = format!("after:{first}+60");
+    let later = sbatch_id(&cluster, d, b, &["-d", &delayed, "--wrap", "true"]);
+    let shown = ok(&cluster, d, b, "squeue", &["-h", "-o", "%A|%E", "-j", &format!("{second},{last},{later}")]);
+    for want in [format!("{second}|{corr}"), format!("{last}|{either}"), format!("{later}|{delayed}")] {
+        assert!(shown.lines().any(|l| l == want), "{want} not in:\n{shown}");
+    }
+    let j = wait_state(&c, last, &["COMPLETED", "FAILED", "CANCELLED"], T).await;
+    assert_eq!(j.state, "COMPLETED", "{j:?}");
+    assert_eq!(std::fs::read_to_string(d.join("either")).unwrap(), "b-1\nb-2\n");
+    for task in [1, 2] {
+        assert_eq!(std::fs::read_to_string(d.join(format!("b-{task}"))).unwrap(), format!("{task}\n"));
+    }
+    let shown = ok(&cluster, d, b, "squeue", &["-h", "-o", "%T %r", "-j", &later.to_string()]);
+    assert_eq!(shown.trim(), "PENDING Dependency", "an hour after the array started");
+    ok(&cluster, d, b, "scancel", &[&later.to_string()]);
+
     // What is refused names itself, and creates nothing.
     let before = all_jobs(&c).await.len();
     std::fs::write(dir.path().join("bad.sh"), "#!/bin/bash\n#SBATCH -N 1\n#SBATCH --frobnicate=3\ntrue\n").unwrap();
@@ -129,6 +163,7 @@ async fn sbatch_takes_a_script_from_a_file_stdin_or_wrap_and_answers_as_slurm_do
         (vec!["bad.sh"], "bad.sh line 3: '#SBATCH --frobnicate=3'"),
         (vec!["--mem=1G", "--mem-per-cpu=1G", "job.sh"], "give one way of asking for memory"),
         (vec!["--wrap", "true", "an-argument"], "'--wrap <WRAP>' cannot be used with '[SCRIPT]'"),
+        (vec!["-d", "after:1+soon", "job.sh"], "'+soon' is not a number of minutes"),
     ] {
         let (code, out, err) = run(&args, "");
         assert_eq!(code, Some(1), "sbatch {args:?}: {out}\n{err}");

@@ -541,7 +541,7 @@ pub fn show_job(j: &JobInfo, now_ms: u64) -> String {
             "ReqNodeList={} ExcNodeList={} Features={}",
             null_or(&quorum_model::hostlist::compress(&spec.nodelist)),
             null_or(&quorum_model::hostlist::compress(&spec.exclude)),
-            null_or(&spec.constraint.join("&"))
+            null_or(&quorum_model::constraint_string(&spec.constraint, spec.constraint_any))
         ),
     ];
     let notes = [

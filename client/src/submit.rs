@@ -96,7 +96,8 @@ pub struct SubmitOpts {
     /// Working directory (default: where you submit from).
     #[arg(short = 'D', long)]
     pub chdir: Option<String>,
-    /// Wait for other jobs: afterok:ID[:ID...],afterany:ID,afternotok:ID,after:ID,singleton.
+    /// Wait for other jobs: afterok:ID[:ID...],afterany:ID,afternotok:ID,after:ID[+MINUTES],
+    /// aftercorr:ARRAY,singleton; joined by ',' (all) or '?' (any).
     #[arg(short = 'd', long)]
     pub dependency: Option<String>,
     /// Not before: now+N[s|m|h|d] or YYYY-MM-DDTHH:MM[:SS] (UTC).
@@ -749,6 +750,25 @@ fn total_gpus(opts: &SubmitOpts, nodes: u32) -> Result<u32, String> {
     }
 }
 
+/// `--constraint`: features joined by `&` or `,` (a node has all of them), or by `|` (a node has
+/// at least one; nodes may differ). Slurm's brackets, `*` counts and mixes of `&` with `|` are
+/// refused, naming what is not taken.
+fn parse_constraint(c: &str) -> Result<(Vec<String>, bool), String> {
+    let bad = |why: &str| Err(format!("invalid --constraint '{c}': {why}"));
+    if c.contains(['[', ']', '*']) {
+        return bad("[] and * counts are not supported; join features by & (all of them) or | (any of them)");
+    }
+    let any = c.contains('|');
+    if any && c.contains(['&', ',']) {
+        return bad("join the features by & (all of them) or by | (any of them), not both");
+    }
+    let words: Vec<String> = c.split(['&', ',', '|']).map(|f| f.trim().to_string()).collect();
+    if words.iter().any(|w| w.is_empty()) && words.len() > 1 {
+        return bad("a feature name is missing between two operators");
+    }
+    Ok((words.into_iter().filter(|w| !w.is_empty()).collect(), any))
+}
+
 /// Builds the job spec from the merged options. `cwd` is where the user submits from.
 pub fn build_spec(cli: SubmitOpts, payload: Payload, cwd: &Path, env: Vec<(String, String)>) -> Result<Built, String> {
     cli.check_values()?;
@@ -912,11 +932,10 @@ pub fn build_spec(cli: SubmitOpts, payload: Payload, cwd: &Path, env: Vec<(Strin
             ))
         }
     };
-    if let Some(c) = opts.constraint.as_deref().filter(|c| c.contains(['|', '[', '*'])) {
-        return Err(format!(
-            "invalid --constraint '{c}': Quorum takes features joined by & or , (all of them); | (any of), [] and * counts are not supported"
-        ));
-    }
+    let (constraint, constraint_any) = match opts.constraint.as_deref() {
+        Some(c) => parse_constraint(c)?,
+        None => (Vec::new(), false),
+    };
     let mut warnings = opts.tolerated.warnings();
     if let Some(NodeCount { min, max }) = opts.nodes.filter(|n| n.max > n.min) {
         warnings.push(format!(
@@ -950,11 +969,8 @@ pub fn build_spec(cli: SubmitOpts, payload: Payload, cwd: &Path, env: Vec<(Strin
         qos: opts.qos.clone().unwrap_or_default(),
         account: opts.account.clone().unwrap_or_default(),
         nice: opts.nice.unwrap_or(0),
-        constraint: opts
-            .constraint
-            .as_deref()
-            .map(|c| c.split(['&', ',']).map(|f| f.trim().to_string()).filter(|f| !f.is_empty()).collect())
-            .unwrap_or_default(),
+        constraint,
+        constraint_any,
         exclusive: opts.exclusive,
         requeue: opts.requeue,
         signal: opts.signal.clone().unwrap_or_default(),
@@ -1116,6 +1132,20 @@ mod tests {
         assert_eq!((s.comment.as_str(), s.wckey.as_str()), ("a b", "w"));
         assert_eq!((s.mail_type.as_str(), s.mail_user.as_str()), ("END,FAIL", "a@b"));
         assert_eq!(s.exclude, ["n7", "n8", "n9"]);
+        assert!(s.constraint.is_empty() && !s.constraint_any);
+        for (line, want, any) in [
+            ("-C ib", &["ib"][..], false),
+            ("-C 'ib&v100'", &["ib", "v100"], false),
+            ("--constraint=ib,v100", &["ib", "v100"], false),
+            ("-C 'skylake|icelake'", &["skylake", "icelake"], true),
+        ] {
+            let s = script_spec(&format!("#SBATCH {line}\ntrue\n"), SubmitOpts::default()).unwrap();
+            assert_eq!(
+                (s.constraint.iter().map(String::as_str).collect::<Vec<_>>(), s.constraint_any),
+                (want.to_vec(), any),
+                "{line}"
+            );
+        }
         assert!(s.append_output && built.wait);
         assert_eq!(
             built.warnings,
@@ -1147,7 +1177,10 @@ mod tests {
             ("--open-mode=sideways", "invalid --open-mode 'sideways': give append or truncate"),
             ("-N 2 -w n1", "--nodes 2 with 1 nodes in --nodelist"),
             ("-w n1 -x n1", "node 'n1' is both in --nodelist and in --exclude"),
-            ("-C 'ib|opa'", "| (any of), [] and * counts are not supported"),
+            ("-C '[ib|opa]'", "invalid --constraint '[ib|opa]': [] and * counts are not supported"),
+            ("-C 'ib*2'", "[] and * counts are not supported"),
+            ("-C 'ib|opa&gpu'", "join the features by & (all of them) or by | (any of them), not both"),
+            ("-C 'ib||opa'", "a feature name is missing between two operators"),
             ("--cpus-per-gpu=2", "invalid --cpus-per-gpu '2': the job asks for no GPUs"),
             ("--ntasks-per-gpu=2", "--ntasks-per-gpu needs GPUs"),
             ("-x ./missing-file", "invalid --exclude './missing-file': cannot read"),

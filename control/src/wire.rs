@@ -15,7 +15,7 @@ pub fn spec_from_proto(p: api::JobSpec) -> Result<JobSpec, Rejection> {
         (true, true) => (Program::Argv(Vec::new()), Vec::new()),
     };
     let opt = |s: String| (!s.is_empty()).then_some(s);
-    let (dependencies, singleton) = crate::model::parse_dependencies(&p.dependency)
+    let deps = crate::model::parse_dependencies(&p.dependency)
         .map_err(|reason| Rejection::InvalidSpec { field: "dependency".into(), reason })?;
     if p.work_dir.is_empty() || !p.work_dir.starts_with('/') {
         return Err(Rejection::InvalidSpec {
@@ -41,13 +41,15 @@ pub fn spec_from_proto(p: api::JobSpec) -> Result<JobSpec, Rejection> {
         stderr: opt(p.stderr),
         env: p.env.into_iter().map(|e| (e.name, e.value)).collect(),
         submit_dir: opt(p.submit_dir).unwrap_or(p.work_dir),
-        dependencies,
-        singleton,
+        dependencies: deps.list,
+        singleton: deps.singleton,
+        dependency_any: deps.any,
         begin_time: (p.begin_time_ms > 0).then_some(p.begin_time_ms),
         qos: opt(p.qos),
         account: opt(p.account),
         nice: p.nice,
         constraint: p.constraint.into_iter().filter(|c| !c.is_empty()).collect(),
+        constraint_any: p.constraint_any,
         exclusive: p.exclusive,
         hold: p.hold,
         requeue: p.requeue,
@@ -111,6 +113,7 @@ pub fn spec_to_proto(s: &JobSpec, with_env: bool) -> api::JobSpec {
         account: s.account.clone().unwrap_or_default(),
         nice: s.nice,
         constraint: s.constraint.clone(),
+        constraint_any: s.constraint_any,
         exclusive: s.exclusive,
         requeue: s.requeue,
         signal: s.warn_signal.map(|w| w.to_spec()).unwrap_or_default(),
@@ -140,24 +143,7 @@ pub fn array_to_proto(a: &crate::model::ArrayTask) -> api::ArrayTask {
 
 /// The spec's dependencies in `--dependency` syntax.
 pub fn dependency_string(s: &JobSpec) -> String {
-    use crate::model::DependencyKind::*;
-    let mut parts: Vec<String> = s
-        .dependencies
-        .iter()
-        .map(|d| {
-            let kind = match d.kind {
-                After => "after",
-                AfterAny => "afterany",
-                AfterOk => "afterok",
-                AfterNotOk => "afternotok",
-            };
-            format!("{kind}:{}", d.job)
-        })
-        .collect();
-    if s.singleton {
-        parts.push("singleton".into());
-    }
-    parts.join(",")
+    crate::model::dependency_string(&s.dependencies, s.singleton, s.dependency_any)
 }
 
 /// Why a pending job waits. A hold is known at once: a held job does not wake the scheduler, so

@@ -105,6 +105,10 @@ pub struct JobSpec {
     /// Runs only when no other job of the same name and user runs (`--dependency=singleton`).
     #[serde(default)]
     pub singleton: bool,
+    /// The dependencies were joined by `?`: any one satisfied is enough (else all must be).
+    /// From feature level 12.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dependency_any: bool,
     /// Not before this time (`--begin`).
     #[serde(default)]
     pub begin_time: Option<Millis>,
@@ -115,9 +119,14 @@ pub struct JobSpec {
     /// Lowers (positive) or raises (negative, root only) the priority.
     #[serde(default)]
     pub nice: i32,
-    /// Node features every allocated node must have (`--constraint a&b` or `a,b`).
+    /// Node features every allocated node must have (`--constraint a&b` or `a,b`); with
+    /// `constraint_any`, at least one of them.
     #[serde(default)]
     pub constraint: Vec<String>,
+    /// `--constraint a|b`: each allocated node has at least one of `constraint` (nodes may
+    /// differ). From feature level 12.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub constraint_any: bool,
     /// Whole nodes only (`--exclusive`).
     #[serde(default)]
     pub exclusive: bool,
@@ -257,21 +266,57 @@ pub enum DependencyKind {
     AfterOk,
     /// The other job has ended unsuccessfully.
     AfterNotOk,
+    /// Each task of this array waits for the task with the same task id in the other array to
+    /// complete successfully; a job that is not an array task, or whose task the other array
+    /// lacks, waits for the whole other job as `afterok` does. From feature level 12.
+    AfterCorr,
+}
+
+impl DependencyKind {
+    /// Slurm's name for it.
+    pub fn name(self) -> &'static str {
+        match self {
+            DependencyKind::After => "after",
+            DependencyKind::AfterAny => "afterany",
+            DependencyKind::AfterOk => "afterok",
+            DependencyKind::AfterNotOk => "afternotok",
+            DependencyKind::AfterCorr => "aftercorr",
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Dependency {
     pub kind: DependencyKind,
     pub job: JobId,
+    /// `+MINUTES` after the id: an `after` dependency is satisfied that long after the other
+    /// job started (or was cancelled). Slurm 22.05 accepts it on the other kinds too, shows it,
+    /// and waits no longer for it; so does Quorum. From feature level 12.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub delay_min: u32,
 }
 
-/// Parses Slurm's `--dependency`: `afterok:12:13,afterany:14,singleton`.
-pub fn parse_dependencies(value: &str) -> Result<(Vec<Dependency>, bool), String> {
-    let mut deps = Vec::new();
-    let mut singleton = false;
-    for item in value.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+/// What `--dependency` asks for.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Dependencies {
+    pub list: Vec<Dependency>,
+    /// `singleton`.
+    pub singleton: bool,
+    /// Joined by `?`: any one of `list` is enough. Slurm reads a `?` anywhere as "any of" for
+    /// the whole list, and so does this.
+    pub any: bool,
+}
+
+/// The most minutes a `+TIME` may say: a year.
+const MAX_DEPENDENCY_DELAY_MIN: u32 = 366 * 24 * 60;
+
+/// Parses Slurm's `--dependency`: `afterok:12:13,afterany:14,singleton`, `after:12+5` (minutes),
+/// `aftercorr:12`, and items joined by `?` instead of `,` (any of them).
+pub fn parse_dependencies(value: &str) -> Result<Dependencies, String> {
+    let mut out = Dependencies { any: value.contains('?'), ..Dependencies::default() };
+    for item in value.split([',', '?']).map(str::trim).filter(|s| !s.is_empty()) {
         if item == "singleton" {
-            singleton = true;
+            out.singleton = true;
             continue;
         }
         let mut parts = item.split(':');
@@ -280,24 +325,70 @@ pub fn parse_dependencies(value: &str) -> Result<(Vec<Dependency>, bool), String
             "afterany" => DependencyKind::AfterAny,
             "afterok" => DependencyKind::AfterOk,
             "afternotok" => DependencyKind::AfterNotOk,
+            "aftercorr" => DependencyKind::AfterCorr,
             other => {
                 return Err(format!(
-                    "invalid --dependency '{value}': unknown type '{other}' (after, afterany, afterok, afternotok, singleton)"
+                    "invalid --dependency '{value}': unknown type '{other}' (after, afterany, afterok, afternotok, aftercorr, singleton)"
                 ))
             }
         };
-        let mut any = false;
-        for id in parts {
+        let mut named = false;
+        for word in parts {
+            let (id, delay) = match word.split_once('+') {
+                Some((id, minutes)) => {
+                    let delay = minutes
+                        .parse::<u32>()
+                        .ok()
+                        .filter(|m| *m <= MAX_DEPENDENCY_DELAY_MIN)
+                        .ok_or_else(|| {
+                            format!(
+                                "invalid --dependency '{value}': '+{minutes}' is not a number of minutes (0 to {MAX_DEPENDENCY_DELAY_MIN})"
+                            )
+                        })?;
+                    (id, delay)
+                }
+                None => (word, 0),
+            };
             let job: JobId =
                 id.parse().map_err(|_| format!("invalid --dependency '{value}': '{id}' is not a job id"))?;
-            deps.push(Dependency { kind, job });
-            any = true;
+            out.list.push(Dependency { kind, job, delay_min: delay });
+            named = true;
         }
-        if !any {
+        if !named {
             return Err(format!("invalid --dependency '{value}': '{item}' names no job"));
         }
     }
-    Ok((deps, singleton))
+    Ok(out)
+}
+
+/// Whether a node with `has` gives what `--constraint` asks: every feature of `wanted`, or with
+/// `any` at least one of them. Nothing asked is always given.
+pub fn features_match(wanted: &[String], any: bool, has: &[String]) -> bool {
+    if any && !wanted.is_empty() {
+        wanted.iter().any(|f| has.contains(f))
+    } else {
+        wanted.iter().all(|f| has.contains(f))
+    }
+}
+
+/// `--constraint` as it was written: joined by `|` (any) or `&` (all).
+pub fn constraint_string(wanted: &[String], any: bool) -> String {
+    wanted.join(if any { "|" } else { "&" })
+}
+
+/// The dependencies in `--dependency` syntax, as Slurm shows them.
+pub fn dependency_string(deps: &[Dependency], singleton: bool, any: bool) -> String {
+    let mut parts: Vec<String> = deps
+        .iter()
+        .map(|d| match d.delay_min {
+            0 => format!("{}:{}", d.kind.name(), d.job),
+            m => format!("{}:{}+{m}", d.kind.name(), d.job),
+        })
+        .collect();
+    if singleton {
+        parts.push("singleton".into());
+    }
+    parts.join(if any { "?" } else { "," })
 }
 
 /// Who holds a job.
@@ -328,9 +419,17 @@ impl JobSpec {
     /// Whether the job may have the node `name` with `features`: it has every feature asked
     /// for, is not excluded, and is in the node list when there is one.
     pub fn may_use(&self, name: &str, features: &[String]) -> bool {
-        self.constraint.iter().all(|f| features.contains(f))
+        features_match(&self.constraint, self.constraint_any, features)
             && !self.exclude.iter().any(|x| x == name)
             && (self.nodelist.is_empty() || self.nodelist.iter().any(|x| x == name))
+    }
+
+    /// Whether the spec carries what only feature level 12 records (`aftercorr`, `after:ID+TIME`,
+    /// dependencies joined by `?`, features joined by `|`).
+    pub fn uses_level_12(&self) -> bool {
+        self.constraint_any
+            || self.dependency_any
+            || self.dependencies.iter().any(|d| d.kind == DependencyKind::AfterCorr || d.delay_min > 0)
     }
 
     /// Whether the spec carries what only feature level 11 records (notes, `--open-mode`, node
@@ -941,6 +1040,40 @@ pub enum Rejection {
 #[cfg(test)]
 mod bounds_tests {
     use super::*;
+
+    #[test]
+    fn dependencies_parse_as_slurm_writes_them() {
+        use DependencyKind::*;
+        let d = parse_dependencies("afterok:12:13+5,after:14+2,singleton").unwrap();
+        assert_eq!(
+            d.list,
+            vec![
+                Dependency { kind: AfterOk, job: 12, delay_min: 0 },
+                Dependency { kind: AfterOk, job: 13, delay_min: 5 },
+                Dependency { kind: After, job: 14, delay_min: 2 },
+            ]
+        );
+        assert!(d.singleton && !d.any);
+        assert_eq!(dependency_string(&d.list, d.singleton, d.any), "afterok:12,afterok:13+5,after:14+2,singleton");
+        // A '?' anywhere makes the whole list "any of", as Slurm 22.05 reads it.
+        let d = parse_dependencies("afterok:3?afterany:5,aftercorr:6").unwrap();
+        assert!(d.any);
+        assert_eq!(d.list.iter().map(|d| d.kind).collect::<Vec<_>>(), vec![AfterOk, AfterAny, AfterCorr]);
+        assert_eq!(dependency_string(&d.list, false, true), "afterok:3?afterany:5?aftercorr:6");
+        assert_eq!(parse_dependencies("").unwrap(), Dependencies::default());
+        for (bad, says) in [
+            ("afterok", "names no job"),
+            ("afterok:x", "'x' is not a job id"),
+            ("after:3+", "'+' is not a number of minutes"),
+            ("after:3+-1", "'+-1' is not a number of minutes"),
+            ("after:3+999999999", "is not a number of minutes"),
+            ("afterwards:3", "unknown type 'afterwards'"),
+            ("afterok:+5", "'' is not a job id"),
+        ] {
+            let e = parse_dependencies(bad).unwrap_err();
+            assert!(e.contains(says) && e.contains(bad), "{bad}: {e}");
+        }
+    }
 
     fn spec() -> JobSpec {
         JobSpec {

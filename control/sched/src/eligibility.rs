@@ -30,6 +30,9 @@ pub fn static_reason(
         DepStatus::Never => return Some(PendingReason::DependencyNeverSatisfied),
         DepStatus::Waiting => return Some(PendingReason::Dependency),
         DepStatus::ArrayThrottled => return Some(PendingReason::JobArrayTaskLimit),
+        DepStatus::Satisfied if job.dependency_ready_ms.is_some_and(|r| r > now_ms) => {
+            return Some(PendingReason::Dependency)
+        }
         DepStatus::Satisfied => {}
     }
     if job.begin_ms.is_some_and(|b| b > now_ms) {

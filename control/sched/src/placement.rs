@@ -21,7 +21,7 @@ pub fn need(job: &PendingJob, node: &NodeView, partition_exclusive: bool) -> Res
 /// Whether the node could ever hold the job, were it empty.
 pub fn could_hold(job: &PendingJob, node: &NodeView) -> bool {
     node.schedulable
-        && job.features.iter().all(|f| node.features.contains(f))
+        && quorum_model::features_match(&job.features, job.features_any, &node.features)
         && !job.exclude.contains(&node.name)
         && (job.only.is_empty() || job.only.contains(&node.name))
         && node.gpu_count(job.gpu_type.as_deref()) >= job.per_node.gpus

@@ -248,10 +248,12 @@ fn eligibility_reasons_are_named() {
     let first = b.submit(1, 100);
     let held = b.submit_with("alice", |s| s.hold = true);
     let after = b.submit_with("alice", |s| {
-        s.dependencies = vec![quorum_model::Dependency { kind: quorum_model::DependencyKind::AfterOk, job: first }]
+        s.dependencies =
+            vec![quorum_model::Dependency { kind: quorum_model::DependencyKind::AfterOk, job: first, delay_min: 0 }]
     });
     let notok = b.submit_with("alice", |s| {
-        s.dependencies = vec![quorum_model::Dependency { kind: quorum_model::DependencyKind::AfterNotOk, job: first }]
+        s.dependencies =
+            vec![quorum_model::Dependency { kind: quorum_model::DependencyKind::AfterNotOk, job: first, delay_min: 0 }]
     });
     let begin = b.now_ms + 3_600_000;
     let later = b.submit_with("alice", |s| s.begin_time = Some(begin));
@@ -283,7 +285,7 @@ fn a_dependency_on_an_array_waits_for_every_task() {
     let mut b = Bench::new(ten_nodes(), fifo(BackfillMode::Easy, 1));
     b.at(0);
     let array = b.submit_with("alice", |s| s.array = Some(quorum_model::ArraySpec::parse("0-2").unwrap()));
-    let on = |kind| move |s: &mut JobSpec| s.dependencies = vec![Dependency { kind, job: array }];
+    let on = |kind| move |s: &mut JobSpec| s.dependencies = vec![Dependency { kind, job: array, delay_min: 0 }];
     let ok = b.submit_with("alice", on(DependencyKind::AfterOk));
     let any = b.submit_with("alice", on(DependencyKind::AfterAny));
     let notok = b.submit_with("alice", on(DependencyKind::AfterNotOk));
@@ -303,6 +305,71 @@ fn a_dependency_on_an_array_waits_for_every_task() {
     assert_eq!(p.reason(notok), Some(PendingReason::Dependency), "task 2 still runs");
     b.end(array + 2);
     assert_eq!(started(&b.cycle()), vec![any, notok]);
+}
+
+/// The forms of feature level 12, as Slurm 22.05 runs them: `aftercorr` pairs the tasks of two
+/// arrays by task id (a task the other array lacks, or a job that is no array task, waits for
+/// the whole array as `afterok` does); `after:ID+MINUTES` waits that long after the other job
+/// started; `?` between dependencies needs one of them, and is never satisfied only when none
+/// can be.
+#[test]
+fn aftercorr_delays_and_any_of() {
+    use quorum_model::{parse_dependencies, DependencyKind};
+    let mut b = Bench::new(ten_nodes(), fifo(BackfillMode::Easy, 1));
+    b.at(0);
+    let a = b.submit_with("alice", |s| s.array = Some(quorum_model::ArraySpec::parse("1,3,5").unwrap()));
+    let deps = |text: String| {
+        move |s: &mut JobSpec| {
+            let d = parse_dependencies(&text).unwrap();
+            (s.dependencies, s.dependency_any) = (d.list, d.any);
+        }
+    };
+    let corr = b.submit_with("alice", |s: &mut JobSpec| {
+        s.array = Some(quorum_model::ArraySpec::parse("1-5:2,4").unwrap());
+        deps(format!("aftercorr:{a}"))(s)
+    });
+    let corr_plain = b.submit_with("alice", deps(format!("aftercorr:{a}")));
+    let delayed = b.submit_with("alice", deps(format!("after:{a}+2")));
+    let ok_delay_ignored = b.submit_with("alice", deps(format!("afterok:{a}+30")));
+    assert_eq!(b.state.jobs[&corr].spec.dependencies[0].kind, DependencyKind::AfterCorr);
+    assert_eq!(started(&b.cycle()), vec![a, a + 1, a + 2]);
+    // corr's tasks 1, 3, 4, 5 are jobs corr .. corr+3 (task ids in order: 1, 3, 4, 5).
+    b.at(10);
+    b.end(a + 1);
+    let p = b.cycle();
+    assert_eq!(started(&p), vec![corr + 1], "task 3 of the second array follows task 3 of the first");
+    for j in [corr, corr + 2, corr + 3, corr_plain, ok_delay_ignored] {
+        assert_eq!(p.reason(j), Some(PendingReason::Dependency), "job {j}");
+    }
+    assert_eq!(p.reason(delayed), Some(PendingReason::Dependency), "two minutes after the array started");
+    b.at(119);
+    assert_eq!(b.cycle().reason(delayed), Some(PendingReason::Dependency));
+    b.at(120);
+    assert_eq!(started(&b.cycle()), vec![delayed]);
+    b.end_with(a, 1);
+    let p = b.cycle();
+    assert_eq!(p.reason(corr), Some(PendingReason::DependencyNeverSatisfied), "its task 1 failed");
+    assert_eq!(p.reason(corr_plain), Some(PendingReason::DependencyNeverSatisfied), "afterok on the whole array");
+    assert_eq!(p.reason(corr + 2), Some(PendingReason::DependencyNeverSatisfied), "no task 4 there: the whole array");
+    assert_eq!(p.reason(ok_delay_ignored), Some(PendingReason::DependencyNeverSatisfied));
+    b.end(a + 2);
+    assert_eq!(started(&b.cycle()), vec![corr + 3], "task 5 follows task 5");
+
+    // Any of: met by one; never once none can be.
+    let x = b.submit(1, 100);
+    let y = b.submit(1, 100);
+    let either = b.submit_with("alice", deps(format!("afterok:{x}?afterok:{y}")));
+    let neither = b.submit_with("alice", deps(format!("afternotok:{x}?afternotok:{y}")));
+    let both = b.submit_with("alice", deps(format!("afterok:{x},afterok:{y}")));
+    assert_eq!(started(&b.cycle()), vec![x, y]);
+    b.at(200);
+    b.end_with(x, 2);
+    let p = b.cycle();
+    assert_eq!(started(&p), vec![neither], "x failed: one afternotok met");
+    assert_eq!(p.reason(either), Some(PendingReason::Dependency), "y may still complete");
+    assert_eq!(p.reason(both), Some(PendingReason::DependencyNeverSatisfied));
+    b.end(y);
+    assert_eq!(started(&b.cycle()), vec![either]);
 }
 
 #[test]
@@ -704,4 +771,23 @@ fn excluded_nodes_are_never_given_and_a_node_list_is_given_whole() {
     assert_eq!(nodes(only_the_last), ["n10"]);
     assert_eq!(nodes(listed), ["n03", "n07"]);
     assert!(!started(&p).contains(&taken), "{:?}", started(&p));
+}
+
+/// `--constraint a|b`: each node the job gets has one of the features, not necessarily the same.
+#[test]
+fn features_joined_by_or_take_nodes_with_any_of_them() {
+    let nodes =
+        vec![node("n1", 1, 0, "", &["skylake"]), node("n2", 1, 0, "", &[]), node("n3", 1, 0, "", &["icelake", "ib"])];
+    let mut b = Bench::new(nodes, fifo(BackfillMode::Easy, 1));
+    b.at(0);
+    let either = b.submit_with("alice", |s| {
+        (s.nodes, s.ntasks) = (2, 2);
+        (s.constraint, s.constraint_any) = (vec!["skylake".into(), "icelake".into()], true);
+    });
+    let both = b.submit_with("alice", |s| s.constraint = vec!["skylake".into(), "icelake".into()]);
+    let p = b.cycle();
+    let start = p.starts.iter().find(|s| s.job_id == either).expect("started");
+    let nodes: Vec<&str> = start.allocation.nodes.iter().map(|n| n.node.as_str()).collect();
+    assert_eq!(nodes, ["n1", "n3"]);
+    assert_eq!(p.reason(both), Some(PendingReason::BadConstraints), "no node has both");
 }

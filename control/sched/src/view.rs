@@ -120,12 +120,16 @@ pub struct PendingJob {
     pub nice: i32,
     pub exclusive: bool,
     pub features: Vec<String>,
+    /// `features` joined by `|`: a node needs one of them.
+    pub features_any: bool,
     /// Nodes it must not have (`--exclude`).
     pub exclude: Vec<String>,
     /// The nodes it must have, all of them (`--nodelist`); empty: any.
     pub only: Vec<String>,
     pub held: Option<HoldKind>,
     pub dependency: DepStatus,
+    /// With `after:ID+MINUTES`: the dependencies are met, but not before this time.
+    pub dependency_ready_ms: Option<Millis>,
     /// The reason the state shows now.
     pub reason: PendingReason,
 }
@@ -290,7 +294,11 @@ impl Names {
     }
 }
 
-fn pending_job(j: &Job, dependency: DepStatus, names: &mut Names) -> PendingJob {
+fn pending_job(
+    j: &Job,
+    (dependency, dependency_ready_ms): (DepStatus, Option<Millis>),
+    names: &mut Names,
+) -> PendingJob {
     PendingJob {
         id: j.id,
         user: names.get(&j.user),
@@ -306,10 +314,12 @@ fn pending_job(j: &Job, dependency: DepStatus, names: &mut Names) -> PendingJob 
         nice: j.spec.nice,
         exclusive: j.spec.exclusive,
         features: j.spec.constraint.clone(),
+        features_any: j.spec.constraint_any,
         exclude: j.spec.exclude.clone(),
         only: j.spec.nodelist.clone(),
         held: j.held,
         dependency,
+        dependency_ready_ms,
         reason: j.reason,
     }
 }
@@ -405,7 +415,7 @@ impl ClusterView {
                     }
                 }
                 JobState::Pending if !j.cancel_requested => {
-                    let mut dependency = dependency_status(state, &j.spec.dependencies);
+                    let (mut dependency, ready_ms) = dependency_status(state, j);
                     if j.spec.singleton
                         && dependency == DepStatus::Satisfied
                         && first_active.get(&(j.user.as_str(), j.spec.name.as_str())) != Some(&j.id)
@@ -420,16 +430,20 @@ impl ClusterView {
                             }
                         }
                     }
-                    let (used, entry) = cache
-                        .pending
-                        .entry(j.id)
-                        .or_insert_with(|| (generation, Arc::new(pending_job(j, dependency, &mut cache.names))));
+                    let (used, entry) = cache.pending.entry(j.id).or_insert_with(|| {
+                        (generation, Arc::new(pending_job(j, (dependency, ready_ms), &mut cache.names)))
+                    });
                     *used = generation;
                     // What may change while a job waits.
-                    if entry.held != j.held || entry.dependency != dependency || entry.reason != j.reason {
+                    if entry.held != j.held
+                        || entry.dependency != dependency
+                        || entry.dependency_ready_ms != ready_ms
+                        || entry.reason != j.reason
+                    {
                         let e = Arc::make_mut(entry);
                         e.held = j.held;
                         e.dependency = dependency;
+                        e.dependency_ready_ms = ready_ms;
                         e.reason = j.reason;
                     }
                     view.pending.push(entry.clone());
@@ -480,44 +494,108 @@ fn active_jobs(state: &ClusterState) -> Vec<&Job> {
     out
 }
 
-fn dependency_status(state: &ClusterState, deps: &[quorum_model::Dependency]) -> DepStatus {
-    use quorum_model::DependencyKind::*;
-    let mut status = DepStatus::Satisfied;
-    for d in deps {
-        // A job no longer known was purged long after it ended: treat it as satisfied.
-        let Some(other) = state.jobs.get(&d.job) else { continue };
-        // The array's id (its first task's) stands for every task of the array, as on Slurm:
-        // the tasks are the jobs with the next ids that name it as theirs.
-        let last = match other.array.filter(|a| a.array_job_id == d.job) {
-            Some(a) => d.job.saturating_add(u64::from(a.count.max(1)) - 1),
-            None => d.job,
-        };
-        let (mut all_started, mut all_finished, mut all_ok, mut any_failed) = (true, true, true, false);
-        for (_, job) in state.jobs.range(d.job..=last) {
-            if d.job != last && job.array.is_none_or(|a| a.array_job_id != d.job) {
-                continue;
+/// Whether `job`'s dependencies are met, and with `after:ID+MINUTES` from when.
+fn dependency_status(state: &ClusterState, job: &Job) -> (DepStatus, Option<Millis>) {
+    let spec = &job.spec;
+    if spec.dependencies.is_empty() {
+        return (DepStatus::Satisfied, None);
+    }
+    let each = spec.dependencies.iter().map(|d| one_dependency(state, job, d));
+    if spec.dependency_any {
+        // Any one met is enough, from the earliest time one is; never only when none can be.
+        let (mut met, mut met_now, mut earliest, mut waiting) = (false, false, None::<Millis>, false);
+        for (status, ready) in each {
+            match status {
+                DepStatus::Satisfied => {
+                    met = true;
+                    match ready {
+                        None => met_now = true,
+                        Some(r) => earliest = Some(earliest.map_or(r, |e| e.min(r))),
+                    }
+                }
+                DepStatus::Never => {}
+                DepStatus::Waiting | DepStatus::ArrayThrottled => waiting = true,
             }
-            let finished = job.state.is_finished();
-            let ok = job.state == JobState::Completed;
-            all_started &= job.start_time.is_some() || finished;
-            all_finished &= finished;
-            all_ok &= ok;
-            any_failed |= finished && !ok;
         }
-        let this = match d.kind {
-            After if all_started => DepStatus::Satisfied,
-            AfterAny if all_finished => DepStatus::Satisfied,
-            AfterOk if all_ok => DepStatus::Satisfied,
-            AfterOk if any_failed => DepStatus::Never,
-            AfterNotOk if all_finished && any_failed => DepStatus::Satisfied,
-            AfterNotOk if all_finished => DepStatus::Never,
-            _ => DepStatus::Waiting,
+        return match (met, waiting) {
+            (true, _) => (DepStatus::Satisfied, if met_now { None } else { earliest }),
+            (false, true) => (DepStatus::Waiting, None),
+            (false, false) => (DepStatus::Never, None),
         };
+    }
+    let (mut status, mut latest) = (DepStatus::Satisfied, None::<Millis>);
+    for (this, ready) in each {
         match this {
-            DepStatus::Never => return DepStatus::Never,
+            DepStatus::Never => return (DepStatus::Never, None),
             DepStatus::Waiting | DepStatus::ArrayThrottled => status = DepStatus::Waiting,
-            DepStatus::Satisfied => {}
+            DepStatus::Satisfied => latest = latest.max(ready),
         }
     }
-    status
+    (status, latest.filter(|_| status == DepStatus::Satisfied))
+}
+
+/// One dependency of `job`: met, waiting or never, and with a delay from when it is met.
+fn one_dependency(state: &ClusterState, job: &Job, d: &quorum_model::Dependency) -> (DepStatus, Option<Millis>) {
+    use quorum_model::DependencyKind::*;
+    // A job no longer known was purged long after it ended: treat it as satisfied.
+    let Some(other) = state.jobs.get(&d.job) else { return (DepStatus::Satisfied, None) };
+    // The array's id (its first task's) stands for every task of the array, as on Slurm:
+    // the tasks are the jobs with the next ids that name it as theirs.
+    let array = other.array.filter(|a| a.array_job_id == d.job);
+    let mut first = d.job;
+    let mut last = match array {
+        Some(a) => d.job.saturating_add(u64::from(a.count.max(1)) - 1),
+        None => d.job,
+    };
+    // aftercorr: the task of the other array with this task's id, when there is one.
+    if d.kind == AfterCorr {
+        if let (Some(mine), Some(_)) = (job.array, array) {
+            if let Some(id) = task_with_id(state, d.job, last, mine.task_id) {
+                (first, last) = (id, id);
+            }
+        }
+    }
+    let (mut all_started, mut all_finished, mut all_ok, mut any_failed) = (true, true, true, false);
+    let mut latest_start: Millis = 0;
+    for (_, other) in state.jobs.range(first..=last) {
+        if array.is_some() && other.array.is_none_or(|a| a.array_job_id != d.job) {
+            continue;
+        }
+        let finished = other.state.is_finished();
+        let ok = other.state == JobState::Completed;
+        all_started &= other.start_time.is_some() || finished;
+        all_finished &= finished;
+        all_ok &= ok;
+        any_failed |= finished && !ok;
+        // A job cancelled before it started counts from its end.
+        latest_start = latest_start.max(other.start_time.or(other.end_time).unwrap_or(0));
+    }
+    let status = match d.kind {
+        After if all_started => DepStatus::Satisfied,
+        AfterAny if all_finished => DepStatus::Satisfied,
+        AfterOk | AfterCorr if all_ok => DepStatus::Satisfied,
+        AfterOk | AfterCorr if any_failed => DepStatus::Never,
+        AfterNotOk if all_finished && any_failed => DepStatus::Satisfied,
+        AfterNotOk if all_finished => DepStatus::Never,
+        _ => DepStatus::Waiting,
+    };
+    let ready = (d.kind == After && d.delay_min > 0 && status == DepStatus::Satisfied)
+        .then(|| latest_start.saturating_add(u64::from(d.delay_min) * 60_000));
+    (status, ready)
+}
+
+/// The job id of task `task_id` of the array whose tasks are jobs `first..=last`, by bisection:
+/// an array's tasks take consecutive ids in the order of their task ids.
+fn task_with_id(state: &ClusterState, first: JobId, last: JobId, task_id: u32) -> Option<JobId> {
+    let (mut lo, mut hi) = (first, last);
+    while lo <= hi {
+        let mid = lo + (hi - lo) / 2;
+        let t = state.jobs.get(&mid).and_then(|j| j.array.filter(|a| a.array_job_id == first))?.task_id;
+        match t.cmp(&task_id) {
+            std::cmp::Ordering::Equal => return Some(mid),
+            std::cmp::Ordering::Less => lo = mid + 1,
+            std::cmp::Ordering::Greater => hi = mid.checked_sub(1)?,
+        }
+    }
+    None
 }

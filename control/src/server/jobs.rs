@@ -31,12 +31,22 @@ pub(super) async fn submit_job(api: &Api, caller: &Caller, r: SubmitJobRequest) 
     if let Some(asked) = &spec.gpu_type {
         spec.gpu_type = Some(gpu_type_as_registered(api, asked));
     }
-    if spec.uses_level_11() {
-        let level = api.replica.shared.read().state.cluster_level();
-        if level < quorum_state::NODE_CHOICE_LEVEL {
+    for (used, level, what) in [
+        (
+            spec.uses_level_12(),
+            quorum_state::DEPENDENCY_FORMS_LEVEL,
+            "aftercorr, after:ID+MINUTES, dependencies joined by '?' and features joined by '|'",
+        ),
+        (
+            spec.uses_level_11(),
+            quorum_state::NODE_CHOICE_LEVEL,
+            "--comment, --wckey, --mail-*, --open-mode=append, --exclude, --nodelist and script arguments",
+        ),
+    ] {
+        let at = api.replica.shared.read().state.cluster_level();
+        if used && at < level {
             return Err(Status::failed_precondition(format!(
-                "--comment, --wckey, --mail-*, --open-mode=append, --exclude, --nodelist and script arguments need cluster feature level {}; this cluster is at {level} until every replica is upgraded",
-                quorum_state::NODE_CHOICE_LEVEL
+                "{what} need cluster feature level {level}; this cluster is at {at} until every replica is upgraded"
             )));
         }
     }

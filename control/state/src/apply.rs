@@ -444,7 +444,10 @@ fn admit(state: &ClusterState, spec: &mut JobSpec) -> Result<String, Rejection> 
 fn choice_detail(partition: &str, registered: usize, eligible: usize, spec: &JobSpec) -> String {
     let mut why = Vec::new();
     if !spec.constraint.is_empty() {
-        why.push(format!("have the features {}", spec.constraint.join("&")));
+        why.push(format!(
+            "have the features {}",
+            quorum_model::constraint_string(&spec.constraint, spec.constraint_any)
+        ));
     }
     if !spec.exclude.is_empty() {
         why.push(format!("are not excluded ({})", spec.exclude.join(",")));

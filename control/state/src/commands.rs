@@ -38,7 +38,13 @@ pub struct NodeRegistration {
 ///     `--nodelist`, submits refused when too few nodes have the features, names and lists a
 ///     job asks for, requeues on request (`RequeueJob`), and any account name accepted (and
 ///     recorded) while no accounts are configured.
-pub const FEATURE_LEVEL: u32 = 11;
+/// 12. dependencies joined by `?` (any of them), `aftercorr`, `after:ID+MINUTES`, and
+///     `--constraint` features joined by `|` (any of them).
+pub const FEATURE_LEVEL: u32 = 12;
+
+/// The level that records the dependency and constraint forms of level 12; below it the
+/// services refuse jobs that use them.
+pub const DEPENDENCY_FORMS_LEVEL: u32 = 12;
 
 /// The level that records jobs' notes, node lists and exclusions, and admits a job only if
 /// enough of its partition's nodes are ones it may have; below it the services refuse jobs
@@ -88,7 +94,12 @@ pub struct Submit {
 
 /// The level a replica needs to apply a submit of this job.
 fn spec_level(spec: &JobSpec) -> (u32, &'static str) {
-    if spec.uses_level_11() {
+    if spec.uses_level_12() {
+        (
+            DEPENDENCY_FORMS_LEVEL,
+            "a job with aftercorr, after:ID+MINUTES, dependencies joined by '?' or features joined by '|'",
+        )
+    } else if spec.uses_level_11() {
         (
             NODE_CHOICE_LEVEL,
             "a job with --comment, --wckey, --mail-*, --open-mode=append, --exclude, --nodelist or script arguments",

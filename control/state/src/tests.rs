@@ -311,6 +311,14 @@ fn the_cluster_level_is_the_lowest_recorded_voter_and_newer_commands_say_so() {
         |spec: JobSpec| Command::SubmitJob { spec: Box::new(spec), user: "u".into(), now: 4, request_id: "r".into() };
     assert_eq!(submit(spec(&["true"])).level().0, BASE_LEVEL);
     assert_eq!(submit(requeue).level(), (2, "a job with --requeue"));
+    for (text, level) in
+        [("afterok:3", BASE_LEVEL), ("after:3+1", 12), ("aftercorr:3", 12), ("afterok:3?afterok:4", 12)]
+    {
+        let d = quorum_model::parse_dependencies(text).unwrap();
+        let mut s = spec(&["true"]);
+        (s.dependencies, s.dependency_any) = (d.list, d.any);
+        assert_eq!(submit(s).level().0, level, "{text}");
+    }
     assert_eq!(Command::NodeDown { node: "n1".into(), reason: String::new(), now: 5 }.level().0, 2);
     assert_eq!(Command::Digest { now: 5 }.level().0, 2);
 }
@@ -676,6 +684,11 @@ fn a_job_is_admitted_only_if_enough_nodes_have_its_features_and_are_not_excluded
     ));
     (listed.nodes, listed.ntasks) = (2, 2);
     assert!(matches!(submit(&mut s, 15, listed, "f"), Response::Submitted { .. }));
+    // Features joined by '|': a node with any one of them counts.
+    let mut any = spec(&["true"]);
+    (any.constraint, any.constraint_any) = (vec!["ib".into(), "opa".into()], true);
+    let detail = never(submit(&mut s, 16, any, "g"));
+    assert_eq!(detail, "0 of the 2 nodes of partition 'gpu' have the features ib|opa, fewer than the 1 requested");
 }
 
 #[test]
