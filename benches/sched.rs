@@ -104,6 +104,7 @@ pub fn cluster(pending: usize, nodes: usize) -> ClusterView {
             exclusive: false,
             features: vec![],
             features_any: false,
+            priority: None,
             exclude: vec![],
             only: vec![],
             held: None,

@@ -49,6 +49,7 @@ pub async fn allocate(client: &Client, spec: api::JobSpec, who: &str, verbose: b
         user: String::new(),
         request_id: uuid::Uuid::new_v4().to_string(),
         test_only: false,
+        run_as: String::new(),
     };
     let id = client
         .call(|mut c| {

@@ -105,6 +105,7 @@ async fn try_submit_as(
         user: user.into(),
         request_id: uuid::Uuid::new_v4().to_string(),
         test_only: false,
+        run_as: String::new(),
     };
     c.call(|mut cl| {
         let req = req.clone();
@@ -170,6 +171,39 @@ async fn a_root_agent_runs_each_job_as_its_submitter() {
     let out = logs(snoop);
     assert!(out.code != 0 && out.stderr.contains("belongs to uid 0, not to the job's user nobody"), "{out:?}");
     assert_eq!(std::fs::read_to_string(&secret).unwrap(), "root's secret\n");
+
+    // Root submits for another user (sbatch --uid): the job is theirs and runs as them. Nobody
+    // else may, the user must exist, and --priority is for operators.
+    let request = |spec: api::JobSpec, run_as: &str| api::SubmitJobRequest {
+        spec: Some(spec),
+        user: String::new(),
+        request_id: uuid::Uuid::new_v4().to_string(),
+        test_only: false,
+        run_as: run_as.into(),
+    };
+    let send = |c: quorum_client::client::Client, req: api::SubmitJobRequest| async move {
+        c.call(|mut cl| {
+            let req = req.clone();
+            async move { cl.submit_job(req).await }
+        })
+        .await
+    };
+    let for_nobody = send(client(&cluster.addrs), request(s.clone(), "nobody")).await.unwrap().job_id;
+    let j = wait_state(&c, for_nobody, &["COMPLETED", "FAILED"], T).await;
+    assert_eq!((j.state.as_str(), j.user.as_str()), ("COMPLETED", "nobody"), "{j:?}");
+    assert_eq!(std::fs::read_to_string(dir.path().join(format!("quorum-{for_nobody}.out"))).unwrap(), text);
+    let e = send(token_client(&cluster.addrs, "nobody"), request(s.clone(), "root")).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::PermissionDenied, "{e:?}");
+    assert!(e.message().contains("only root may submit a job as another user (--uid root)"), "{e:?}");
+    let e = send(client(&cluster.addrs), request(s.clone(), "no-such-user-here")).await.unwrap_err();
+    assert!(e.message().contains("invalid --uid 'no-such-user-here'"), "{e:?}");
+    let mut first = s.clone();
+    first.priority = Some(1000);
+    let e = send(token_client(&cluster.addrs, "nobody"), request(first.clone(), "")).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::PermissionDenied, "{e:?}");
+    assert!(e.message().contains("--priority is for operators"), "{e:?}");
+    let prioritized = send(client(&cluster.addrs), request(first, "")).await.unwrap().job_id;
+    assert_eq!(job(&c, prioritized).await.spec.unwrap().priority, Some(1000));
 
     // A user the controller's user database does not know is refused at the door.
     let unknown = try_submit_as(&c, "no-such-user-here", s).await.unwrap_err();

@@ -567,3 +567,65 @@ async fn the_script_collection_reads_as_slurm_reads_it() {
     assert!(checked >= 30, "{checked} scripts");
     cluster.shutdown().await;
 }
+
+/// `--mail-type` mails through the replicas' `mail_program`, called as Slurm calls its
+/// MailProg (`PROGRAM -s SUBJECT RECIPIENT`, the job in `SLURM_JOB_*`): once per change, to
+/// `--mail-user` or else the job's user; a job that asked for nothing is not mailed about.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mail_is_sent_through_the_mail_program_as_slurm_sends_it() {
+    use std::os::unix::fs::PermissionsExt;
+    let mailbox = tempfile::tempdir().unwrap();
+    let sent = mailbox.path().join("sent");
+    let program = mailbox.path().join("mail");
+    std::fs::write(
+        &program,
+        format!("#!/bin/sh\necho \"$SLURM_JOB_ID $SLURM_JOB_MAIL_TYPE|$1|$2|$3|$#\" >> {}\n", sent.display()),
+    )
+    .unwrap();
+    std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let (cluster, c, dir, bin) = site(DevOptions { mail_program: Some(program), ..DevOptions::for_tests() }).await;
+    let (d, b) = (dir.path(), bin.path());
+    let told = sbatch_id(
+        &cluster,
+        d,
+        b,
+        &["-J", "told", "--mail-type=BEGIN,END", "--mail-user=ada@example.org", "--wrap", "true"],
+    );
+    let failing = sbatch_id(&cluster, d, b, &["-J", "failing", "--mail-type=fail", "--wrap", "exit 3"]);
+    let quiet = sbatch_id(&cluster, d, b, &["-J", "quiet", "--wrap", "true"]);
+    for id in [told, failing, quiet] {
+        wait_state(&c, id, &["COMPLETED", "FAILED"], T).await;
+    }
+    let read = || std::fs::read_to_string(&sent).unwrap_or_default();
+    wait_for(T, "three mails", || async { (read().lines().count() >= 3).then_some(()) }).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let text = read();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 3, "{text}");
+    let of = |id: u64| lines.iter().filter(|l| l.starts_with(&format!("{id} "))).copied().collect::<Vec<_>>();
+    let told_mail = of(told);
+    assert_eq!(told_mail.len(), 2, "{text}");
+    assert!(
+        told_mail[0].starts_with(&format!("{told} Began|-s|Slurm Job_id={told} Name=told Began, Queued time 00:00:")),
+        "{text}"
+    );
+    assert!(told_mail[0].ends_with("|ada@example.org|3"), "{text}");
+    assert!(
+        told_mail[1].starts_with(&format!("{told} Ended|-s|Slurm Job_id={told} Name=told Ended, Run time 00:00:"))
+            && told_mail[1].ends_with(", COMPLETED, ExitCode 0|ada@example.org|3"),
+        "{text}"
+    );
+    let failed = of(failing);
+    assert_eq!(failed.len(), 1, "{text}");
+    assert!(
+        failed[0].contains("Name=failing Failed, Run time ") && failed[0].ends_with(", FAILED, ExitCode 3|root|3"),
+        "{text}"
+    );
+    assert!(of(quiet).is_empty(), "{text}");
+    // A type Slurm does not know is refused at submit, naming it.
+    let (code, _, err) =
+        run_command(&cluster, d, &slurm_command(b, "sbatch"), &["--mail-type=BEGIN,SOMETIMES", "--wrap", "true"], "");
+    assert_eq!(code, Some(1));
+    assert!(err.contains("unknown type 'SOMETIMES'"), "{err}");
+    cluster.shutdown().await;
+}

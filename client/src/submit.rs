@@ -115,6 +115,12 @@ pub struct SubmitOpts {
     /// Lower the priority by this much (negative: raise it; root only).
     #[arg(long, allow_hyphen_values = true)]
     pub nice: Option<i32>,
+    /// This priority instead of the computed one (operators and administrators only).
+    #[arg(long)]
+    pub priority: Option<String>,
+    /// Submit the job as this user, by name or uid (root only).
+    #[arg(long)]
+    pub uid: Option<String>,
     /// Node features required, `a&b` or `a,b`.
     #[arg(short = 'C', long)]
     pub constraint: Option<String>,
@@ -262,15 +268,9 @@ refused! {
     /// Refused: this cluster has no reservations.
     #[arg(long)]
     reservation: "--reservation" => "this cluster has no reservations";
-    /// Refused: submit as that user instead (sudo -u USER sbatch ...).
-    #[arg(long)]
-    uid: "--uid" => "a job runs as the user who submits it; submit as that user (sudo -u USER sbatch ...)";
     /// Refused: submit as a member of that group instead.
     #[arg(long)]
-    gid: "--gid" => "a job runs with the groups of the user who submits it";
-    /// Refused: use --nice (root may give a negative one).
-    #[arg(long)]
-    priority: "--priority" => "set a job's priority with --nice (root may give a negative one)";
+    gid: "--gid" => "a job runs with the groups of its user; submit as a user of that group";
 }
 
 tolerated! {
@@ -385,6 +385,8 @@ impl SubmitOpts {
             qos: self.qos.or(other.qos),
             account: self.account.or(other.account),
             nice: self.nice.or(other.nice),
+            priority: self.priority.or(other.priority),
+            uid: self.uid.or(other.uid),
             constraint: self.constraint.or(other.constraint),
             exclusive: self.exclusive || other.exclusive,
             requeue: self.requeue || (other.requeue && !self.no_requeue),
@@ -704,6 +706,8 @@ pub fn nodes_for_tasks(opts: &SubmitOpts, cpus_per_node: u32) -> Option<u32> {
 #[derive(Debug)]
 pub struct Built {
     pub spec: api::JobSpec,
+    /// `--uid`: the user the job is submitted as (a name), for root.
+    pub run_as: Option<String>,
     /// Options accepted but not honoured here, each named.
     pub warnings: Vec<String>,
     /// `--wait`: the submitter waits for the job to end.
@@ -954,7 +958,27 @@ pub fn build_spec(cli: SubmitOpts, payload: Payload, cwd: &Path, env: Vec<(Strin
             ))
         }
     }
+    if let Some(m) = &opts.mail_type {
+        quorum_model::MailTypes::parse(m)?;
+    }
     let wait = opts.wait;
+    let priority = match opts.priority.as_deref() {
+        None => None,
+        Some(p) => Some(p.trim().parse::<u32>().map_err(|_| {
+            format!("invalid --priority '{p}': give a number (0 to {}); TOP is not supported", u32::MAX)
+        })?),
+    };
+    let run_as = match opts.uid.as_deref().map(str::trim) {
+        None => None,
+        Some(u) if u.chars().all(|c| c.is_ascii_digit()) && !u.is_empty() => Some(
+            u.parse::<u32>()
+                .ok()
+                .and_then(|uid| quorum_auth::users::by_uid(uid).ok())
+                .map(|user| user.name)
+                .ok_or_else(|| format!("invalid --uid '{u}': no such user"))?,
+        ),
+        Some(u) => Some(u.to_string()),
+    };
     let spec = api::JobSpec {
         comment: opts.comment.clone().unwrap_or_default(),
         wckey: opts.wckey.clone().unwrap_or_default(),
@@ -969,6 +993,7 @@ pub fn build_spec(cli: SubmitOpts, payload: Payload, cwd: &Path, env: Vec<(Strin
         qos: opts.qos.clone().unwrap_or_default(),
         account: opts.account.clone().unwrap_or_default(),
         nice: opts.nice.unwrap_or(0),
+        priority,
         constraint,
         constraint_any,
         exclusive: opts.exclusive,
@@ -997,7 +1022,7 @@ pub fn build_spec(cli: SubmitOpts, payload: Payload, cwd: &Path, env: Vec<(Strin
         every_node: opts.every_node,
         interactive: false,
     };
-    Ok(Built { spec, warnings, wait })
+    Ok(Built { spec, warnings, wait, run_as })
 }
 
 #[cfg(test)]
@@ -1132,7 +1157,13 @@ mod tests {
         assert_eq!((s.comment.as_str(), s.wckey.as_str()), ("a b", "w"));
         assert_eq!((s.mail_type.as_str(), s.mail_user.as_str()), ("END,FAIL", "a@b"));
         assert_eq!(s.exclude, ["n7", "n8", "n9"]);
-        assert!(s.constraint.is_empty() && !s.constraint_any);
+        assert!(s.constraint.is_empty() && !s.constraint_any && s.priority.is_none() && built.run_as.is_none());
+        let payload = Payload::Script { path: "job.sh".into(), text: "#SBATCH --priority=7 --uid=0\ntrue\n".into() };
+        let root = build_spec(SubmitOpts::default(), payload, dir.path(), vec![]).unwrap();
+        assert_eq!((root.spec.priority, root.run_as.as_deref()), (Some(7), Some("root")), "a uid is sent as its name");
+        let payload = Payload::Script { path: "job.sh".into(), text: "#SBATCH --uid=alice\ntrue\n".into() };
+        let named = build_spec(SubmitOpts::default(), payload, dir.path(), vec![]).unwrap();
+        assert_eq!(named.run_as.as_deref(), Some("alice"), "a name is the controllers' to check");
         for (line, want, any) in [
             ("-C ib", &["ib"][..], false),
             ("-C 'ib&v100'", &["ib", "v100"], false),
@@ -1173,7 +1204,10 @@ mod tests {
         for (line, says) in [
             ("-L matlab:2", "invalid --licenses 'matlab:2': this cluster has no licenses configured"),
             ("--reservation=maint", "invalid --reservation 'maint': this cluster has no reservations"),
-            ("--uid=bob", "invalid --uid 'bob'"),
+            ("--gid=wheel", "invalid --gid 'wheel'"),
+            ("--priority=TOP", "invalid --priority 'TOP': give a number"),
+            ("--mail-type=BEGIN,SOMETIMES", "invalid --mail-type 'BEGIN,SOMETIMES': unknown type 'SOMETIMES'"),
+            ("--uid=4294967295", "invalid --uid '4294967295': no such user"),
             ("--open-mode=sideways", "invalid --open-mode 'sideways': give append or truncate"),
             ("-N 2 -w n1", "--nodes 2 with 1 nodes in --nodelist"),
             ("-w n1 -x n1", "node 'n1' is both in --nodelist and in --exclude"),

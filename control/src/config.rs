@@ -191,6 +191,11 @@ pub struct ControllerConfig {
     /// What one submit may carry.
     #[serde(default)]
     pub limits: AdmissionLimits,
+    /// The program that mails users about their jobs (`--mail-type`), called as Slurm's
+    /// MailProg: `PROGRAM -s SUBJECT RECIPIENT`. None: nothing is mailed (the types and
+    /// recipient are still recorded and shown). Give it on every replica: the leader mails.
+    #[serde(default)]
+    pub mail_program: Option<PathBuf>,
 }
 
 /// The longest partition, GPU type, QOS, account or feature name accepted.

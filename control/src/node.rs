@@ -44,7 +44,7 @@ impl Controller {
         let dialer: quorum_raft::network::Dialer =
             Arc::new(move |addr: &str| quorum_auth::tls::endpoint(addr, peer_tls.as_ref()).map_err(|e| e.to_string()));
         let (replica, db) = Replica::start(&config, &faults, dialer).await?;
-        let leader = Arc::new(LeaderState::new(config.liveness(), grants));
+        let leader = Arc::new(LeaderState::new(config.liveness(), grants).mail_through(config.mail_program.clone()));
         let (stop, stop_rx) = watch::channel(false);
         let server = tokio::spawn(server::serve(
             replica.clone(),

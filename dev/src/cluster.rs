@@ -61,6 +61,8 @@ pub struct DevOptions {
     /// names in `<data>/slurm`, which the agents put first on their jobs' PATH, as a node with
     /// them installed does.
     pub quorum_program: Option<PathBuf>,
+    /// The replicas' `mail_program` (Slurm's MailProg).
+    pub mail_program: Option<PathBuf>,
 }
 
 impl Default for DevOptions {
@@ -91,6 +93,7 @@ impl Default for DevOptions {
             private_data: Vec::new(),
             agent_binary: None,
             quorum_program: None,
+            mail_program: None,
         }
     }
 }
@@ -267,6 +270,7 @@ impl DevCluster {
                     emulate_feature_level: opts.emulate_levels.iter().find(|(at, _)| *at == i).map(|(_, l)| *l),
                     security: security_config(r.id)?,
                     limits: Default::default(),
+                    mail_program: opts.mail_program.clone(),
                 })
             })
             .collect::<anyhow::Result<_>>()?;

@@ -127,6 +127,10 @@ pub struct JobSpec {
     /// differ). From feature level 12.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub constraint_any: bool,
+    /// `--priority`: the job's priority, instead of the one the scheduler computes (operators
+    /// only). From feature level 12.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<u32>,
     /// Whole nodes only (`--exclusive`).
     #[serde(default)]
     pub exclusive: bool,
@@ -186,6 +190,52 @@ pub struct JobNotes {
     pub mail_type: String,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub mail_user: String,
+}
+
+/// What `--mail-type` asks to be told about.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MailTypes {
+    pub begin: bool,
+    pub end: bool,
+    pub fail: bool,
+    pub requeue: bool,
+    /// The job reached its time limit (`TIME_LIMIT`).
+    pub time_limit: bool,
+    /// A mail per task of an array, not one for the array as a whole.
+    pub array_tasks: bool,
+}
+
+impl MailTypes {
+    /// Slurm's `--mail-type` list, in any case: `NONE`, `BEGIN`, `END`, `FAIL`, `REQUEUE`, `ALL`
+    /// (all of those), `TIME_LIMIT`, `ARRAY_TASKS`; `TIME_LIMIT_50|80|90`, `INVALID_DEPEND` and
+    /// `STAGE_OUT` are taken and never mailed (nothing here reports them).
+    pub fn parse(value: &str) -> Result<MailTypes, String> {
+        let mut m = MailTypes::default();
+        for word in value.split(',').map(str::trim).filter(|w| !w.is_empty()) {
+            match word.to_ascii_uppercase().as_str() {
+                "NONE" => m = MailTypes::default(),
+                "BEGIN" => m.begin = true,
+                "END" => m.end = true,
+                "FAIL" => m.fail = true,
+                "REQUEUE" => m.requeue = true,
+                "ALL" => (m.begin, m.end, m.fail, m.requeue) = (true, true, true, true),
+                "TIME_LIMIT" => m.time_limit = true,
+                "ARRAY_TASKS" => m.array_tasks = true,
+                "TIME_LIMIT_50" | "TIME_LIMIT_80" | "TIME_LIMIT_90" | "INVALID_DEPEND" | "STAGE_OUT" => {}
+                _ => {
+                    return Err(format!(
+                        "invalid --mail-type '{value}': unknown type '{word}' (NONE, BEGIN, END, FAIL, REQUEUE, ALL, TIME_LIMIT, TIME_LIMIT_90, TIME_LIMIT_80, TIME_LIMIT_50, ARRAY_TASKS, INVALID_DEPEND, STAGE_OUT)"
+                    ))
+                }
+            }
+        }
+        Ok(m)
+    }
+
+    /// Whether anything is ever mailed.
+    pub fn any(&self) -> bool {
+        self.begin || self.end || self.fail || self.requeue || self.time_limit
+    }
 }
 
 impl JobNotes {
@@ -425,9 +475,10 @@ impl JobSpec {
     }
 
     /// Whether the spec carries what only feature level 12 records (`aftercorr`, `after:ID+TIME`,
-    /// dependencies joined by `?`, features joined by `|`).
+    /// dependencies joined by `?`, features joined by `|`, `--priority`).
     pub fn uses_level_12(&self) -> bool {
-        self.constraint_any
+        self.priority.is_some()
+            || self.constraint_any
             || self.dependency_any
             || self.dependencies.iter().any(|d| d.kind == DependencyKind::AfterCorr || d.delay_min > 0)
     }

@@ -95,6 +95,7 @@ pub async fn submit(
         user: current_user(),
         request_id: uuid::Uuid::new_v4().to_string(),
         test_only,
+        run_as: built.run_as.clone().unwrap_or_default(),
     };
     let r = ctx.send(req, |mut c, r| async move { c.submit_job(r).await }).await?;
     for w in &built.warnings {

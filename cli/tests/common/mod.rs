@@ -127,6 +127,7 @@ pub async fn submit_with_id(
         user: "tester".into(),
         request_id: request_id.into(),
         test_only: false,
+        run_as: String::new(),
     };
     c.call(|mut cl| {
         let req = req.clone();

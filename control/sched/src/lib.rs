@@ -187,8 +187,11 @@ impl<'a, V> Lookup<'a, V> {
 pub fn order<'a>(view: &'a ClusterView, now_ms: Millis, policy: &Policy) -> Vec<&'a PendingJob> {
     let mut jobs: Vec<&PendingJob> = view.pending.iter().map(|j| &**j).collect();
     match policy.ordering {
-        QueueOrder::Fifo => jobs.sort_by_key(|j| (j.submit_ms, j.id)),
-        QueueOrder::ShortestFirst => jobs.sort_by_key(|j| (j.duration_s(), j.submit_ms, j.id)),
+        // Jobs an operator gave a priority go first, highest first.
+        QueueOrder::Fifo => jobs.sort_by_key(|j| (std::cmp::Reverse(j.priority), j.submit_ms, j.id)),
+        QueueOrder::ShortestFirst => {
+            jobs.sort_by_key(|j| (std::cmp::Reverse(j.priority), j.duration_s(), j.submit_ms, j.id))
+        }
         QueueOrder::Multifactor => {
             let ctx = priority::PriorityContext::new(view, now_ms, policy);
             let mut keyed: Vec<(f64, &PendingJob)> =

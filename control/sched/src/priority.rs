@@ -137,6 +137,8 @@ impl PriorityContext {
             + f64::from(w.partition) * partition
             + f64::from(w.qos) * qos
             - f64::from(job.nice);
+        // An operator's number replaces the sum (the factors are still shown).
+        let total = job.priority.map_or(total, f64::from);
         Factors { age, fairshare, job_size, partition, qos, nice: job.nice, total }
     }
 }

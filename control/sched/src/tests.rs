@@ -791,3 +791,26 @@ fn features_joined_by_or_take_nodes_with_any_of_them() {
     assert_eq!(nodes, ["n1", "n3"]);
     assert_eq!(p.reason(both), Some(PendingReason::BadConstraints), "no node has both");
 }
+
+/// An operator's `--priority` puts the job ahead of those the policy orders, highest first (in
+/// multifactor, a number above what the factors add up to).
+#[test]
+fn a_priority_set_by_an_operator_goes_first() {
+    for ordering in [QueueOrder::Fifo, QueueOrder::Multifactor] {
+        let mut b = Bench::new(ten_nodes(), Policy { ordering, ..fifo(BackfillMode::Easy, 1) });
+        b.at(0);
+        let running = b.submit(10, 100);
+        assert_eq!(started(&b.cycle()), vec![running]);
+        let plain = b.submit(10, 100);
+        let low = b.submit_with("alice", |s| ((s.nodes, s.ntasks), s.priority) = ((10, 10), Some(1)));
+        let high = b.submit_with("alice", |s| ((s.nodes, s.ntasks), s.priority) = ((10, 10), Some(1_000_000_000)));
+        b.at(50);
+        let p = b.cycle();
+        assert_eq!(p.reason(high), Some(PendingReason::Resources), "{ordering:?}: first in line");
+        for j in [plain, low] {
+            assert_eq!(p.reason(j), Some(PendingReason::Priority), "{ordering:?}: job {j}");
+        }
+        b.end(running);
+        assert_eq!(started(&b.cycle()), vec![high], "{ordering:?}");
+    }
+}

@@ -122,6 +122,8 @@ pub struct PendingJob {
     pub features: Vec<String>,
     /// `features` joined by `|`: a node needs one of them.
     pub features_any: bool,
+    /// Set by an operator (`--priority`): this, not the computed priority.
+    pub priority: Option<u32>,
     /// Nodes it must not have (`--exclude`).
     pub exclude: Vec<String>,
     /// The nodes it must have, all of them (`--nodelist`); empty: any.
@@ -315,6 +317,7 @@ fn pending_job(
         exclusive: j.spec.exclusive,
         features: j.spec.constraint.clone(),
         features_any: j.spec.constraint_any,
+        priority: j.spec.priority,
         exclude: j.spec.exclude.clone(),
         only: j.spec.nodelist.clone(),
         held: j.held,

@@ -1,5 +1,5 @@
 //! Leader-only work. A supervisor watches openraft's metrics; while this replica leads it runs
-//! a session of five loops, and it ends them (and every agent stream) the moment it stops:
+//! a session of five loops (six with mail), and it ends them (and every agent stream) the moment it stops:
 //!
 //! - [`versions`]: records what each voter runs, which sets the cluster's feature level;
 //! - [`settings`]: makes the replicated partitions and policy match this replica's config file;
@@ -9,7 +9,8 @@
 //!   ([`hub`]);
 //! - [`liveness`]: a node not heard from for `node_timeout` (counted from the later of its last
 //!   heartbeat and the start of this leadership, so a failover never marks nodes down) is
-//!   proposed DOWN; apply ends or requeues its jobs.
+//!   proposed DOWN; apply ends or requeues its jobs;
+//! - [`mail`], with a `mail_program`: mails users about their jobs' changes.
 //!
 //! What an agent's heartbeat or exit report turns into is decided by the plain functions of
 //! [`rules`]. [`LeaderState`] is what only a leader keeps in memory, beside the replica.
@@ -17,6 +18,7 @@
 pub mod grants;
 pub mod hub;
 mod liveness;
+pub mod mail;
 pub mod rules;
 mod schedule;
 mod settings;
@@ -76,13 +78,16 @@ struct Session {
 impl Session {
     fn start(replica: &Arc<Replica>, leader: &Arc<LeaderState>, settings: &ClusterSettings) -> Session {
         let (stop, stop_rx) = watch::channel(false);
-        let tasks = vec![
+        let mut tasks = vec![
             tokio::spawn(versions::versions_loop(replica.clone(), stop_rx.clone())),
             tokio::spawn(settings::sync_settings(replica.clone(), settings.clone(), stop_rx.clone())),
             tokio::spawn(schedule::schedule_loop(replica.clone(), leader.clone(), stop_rx.clone())),
             tokio::spawn(dispatch_loop(replica.clone(), leader.clone(), stop_rx.clone())),
-            tokio::spawn(liveness::liveness_loop(replica.clone(), leader.clone(), stop_rx)),
+            tokio::spawn(liveness::liveness_loop(replica.clone(), leader.clone(), stop_rx.clone())),
         ];
+        if let Some(program) = &leader.mail_program {
+            tasks.push(tokio::spawn(mail::mail_loop(replica.clone(), program.clone(), stop_rx)));
+        }
         Session { stop, tasks }
     }
 

@@ -22,6 +22,8 @@ pub struct LeaderState {
     pub liveness: Liveness,
     /// Planned starts that apply dropped, by kind of reason, since this replica started.
     dropped: Mutex<BTreeMap<&'static str, u64>>,
+    /// The config's `mail_program`: while leading, jobs' mail is sent through it.
+    pub mail_program: Option<std::path::PathBuf>,
 }
 
 impl LeaderState {
@@ -32,7 +34,14 @@ impl LeaderState {
             estimates: Mutex::default(),
             liveness,
             dropped: Mutex::default(),
+            mail_program: None,
         }
+    }
+
+    /// Mails jobs' changes through `program` while leading.
+    pub fn mail_through(mut self, program: Option<std::path::PathBuf>) -> LeaderState {
+        self.mail_program = program;
+        self
     }
 
     /// A copy of the latest plan's reservations.

@@ -23,7 +23,8 @@ fn gpu_type_as_registered(api: &Api, asked: &str) -> String {
     types().find(|t| t.eq_ignore_ascii_case(asked)).unwrap_or(asked).to_string()
 }
 
-/// A job is submitted as its caller: the request's `user` field is not read.
+/// A job is submitted as its caller (the request's `user` field is not read), or as the user
+/// `run_as` names when root asks (`sbatch --uid`).
 pub(super) async fn submit_job(api: &Api, caller: &Caller, r: SubmitJobRequest) -> Result<SubmitJobResponse, Status> {
     let spec = r.spec.ok_or_else(|| Status::invalid_argument("missing job spec"))?;
     let mut spec = wire::spec_from_proto(spec).map_err(|e| rejection_status(&e))?;
@@ -35,7 +36,7 @@ pub(super) async fn submit_job(api: &Api, caller: &Caller, r: SubmitJobRequest) 
         (
             spec.uses_level_12(),
             quorum_state::DEPENDENCY_FORMS_LEVEL,
-            "aftercorr, after:ID+MINUTES, dependencies joined by '?' and features joined by '|'",
+            "aftercorr, after:ID+MINUTES, dependencies joined by '?', features joined by '|' and --priority",
         ),
         (
             spec.uses_level_11(),
@@ -53,26 +54,46 @@ pub(super) async fn submit_job(api: &Api, caller: &Caller, r: SubmitJobRequest) 
     api.limits.check(&spec).map_err(|(field, reason)| {
         rejection_status(&crate::model::Rejection::InvalidSpec { field: field.to_string(), reason })
     })?;
+    if spec.priority.is_some() && !caller.at_least(quorum_auth::Role::Operator) {
+        return Err(Status::permission_denied(
+            "--priority is for operators and administrators; lower your own job's priority with --nice",
+        ));
+    }
+    let user = job_owner(caller, &r.run_as)?;
     if r.test_only {
         let applied = api.replica.shared.read();
-        let admitted =
-            quorum_state::check_submit(&applied.state, spec, &caller.user).map_err(|e| rejection_status(&e))?;
+        let admitted = quorum_state::check_submit(&applied.state, spec, &user).map_err(|e| rejection_status(&e))?;
         return Ok(SubmitJobResponse {
             job_id: 0,
             duplicate: false,
             admitted: Some(wire::spec_to_proto(&admitted, false)),
         });
     }
-    let submit = Submit {
-        spec: Box::new(spec),
-        user: caller.user.clone(),
-        request_id: scoped_request_id(caller, &r.request_id)?,
-    };
+    let submit = Submit { spec: Box::new(spec), user, request_id: scoped_request_id(caller, &r.request_id)? };
     match api.submits.write(submit).await.map_err(write_status)? {
         Response::Submitted { job_id, duplicate } => Ok(SubmitJobResponse { job_id, duplicate, admitted: None }),
         Response::Rejected(r) => Err(rejection_status(&r)),
         other => Err(Status::internal(format!("unexpected answer to a submit: {other:?}"))),
     }
+}
+
+/// Whose job a submit makes: the caller's, or with `sbatch --uid` (`run_as`) that user's, which
+/// only root may ask for (the job's processes run as that user) and which must be in the
+/// controllers' user database.
+fn job_owner(caller: &Caller, run_as: &str) -> Result<String, Status> {
+    if run_as.is_empty() || run_as == caller.user {
+        return Ok(caller.user.clone());
+    }
+    if caller.uid != 0 || !caller.at_least(quorum_auth::Role::Admin) {
+        return Err(Status::permission_denied(format!(
+            "only root may submit a job as another user (--uid {run_as}); you are {}",
+            caller.user
+        )));
+    }
+    quorum_auth::users::check_name(run_as)
+        .and_then(|()| quorum_auth::users::by_name(run_as))
+        .map(|u| u.name)
+        .map_err(|e| Status::invalid_argument(format!("invalid --uid '{run_as}': {e}")))
 }
 
 /// A request id as the replicas record it: scoped to its user, so that one user's id never

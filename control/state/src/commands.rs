@@ -39,7 +39,7 @@ pub struct NodeRegistration {
 ///     job asks for, requeues on request (`RequeueJob`), and any account name accepted (and
 ///     recorded) while no accounts are configured.
 /// 12. dependencies joined by `?` (any of them), `aftercorr`, `after:ID+MINUTES`, and
-///     `--constraint` features joined by `|` (any of them).
+///     `--constraint` features joined by `|` (any of them), `--priority` set by operators.
 pub const FEATURE_LEVEL: u32 = 12;
 
 /// The level that records the dependency and constraint forms of level 12; below it the
@@ -97,7 +97,7 @@ fn spec_level(spec: &JobSpec) -> (u32, &'static str) {
     if spec.uses_level_12() {
         (
             DEPENDENCY_FORMS_LEVEL,
-            "a job with aftercorr, after:ID+MINUTES, dependencies joined by '?' or features joined by '|'",
+            "a job with aftercorr, after:ID+MINUTES, dependencies joined by '?', features joined by '|' or --priority",
         )
     } else if spec.uses_level_11() {
         (

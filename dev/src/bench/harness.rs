@@ -141,6 +141,7 @@ pub(super) async fn submit_one(c: &Client, spec: &api::JobSpec, request_id: Stri
             user: "bench".into(),
             request_id: request_id.clone(),
             test_only: false,
+            run_as: String::new(),
         };
         async move { cl.submit_job(req).await }
     })
