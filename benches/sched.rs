@@ -60,6 +60,7 @@ pub fn cluster(pending: usize, nodes: usize) -> ClusterView {
             end_s: now + 60 + rng.below(86_400),
             alloc: vec![(i, Res { cpus: 64, mem: 512 * 1024, gpus: 8 })],
             gpus_by_type: vec![("h100".into(), 8)],
+            licenses: vec![],
         }));
     }
     view.partitions.insert(
@@ -105,6 +106,7 @@ pub fn cluster(pending: usize, nodes: usize) -> ClusterView {
             features: vec![],
             features_any: false,
             priority: None,
+            licenses: vec![],
             exclude: vec![],
             only: vec![],
             held: None,

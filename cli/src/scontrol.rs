@@ -154,7 +154,34 @@ async fn show(client: Client, entity: &str, name: Option<String>, one_line: bool
                 parts.into_iter().map(|p| partition_record(p, &r.nodes)).collect()
             }
         }
-        other => return Err(format!("'show {other}' is not supported: show job, node or partition")),
+        "license" | "licenses" | "licensename" | "lic" => {
+            let r = ctx
+                .send(api::ListNodesRequest { stale: false }, |mut c, r| async move { c.list_nodes(r).await })
+                .await
+                .map_err(|e| format!("{e:#}"))?;
+            let lics: Vec<&api::LicenseInfo> =
+                r.licenses.iter().filter(|l| name.as_ref().is_none_or(|n| &l.name == n)).collect();
+            if lics.is_empty() {
+                return Ok(match &name {
+                    Some(n) => format!("License {n} not found\n"),
+                    None => "No licenses configured in Slurm.\n".into(),
+                });
+            }
+            lics.into_iter()
+                .map(|l| {
+                    vec![
+                        format!("LicenseName={}", l.name),
+                        format!(
+                            "Total={} Used={} Free={} Reserved=0 Remote=no",
+                            l.total,
+                            l.used,
+                            l.total.saturating_sub(l.used)
+                        ),
+                    ]
+                })
+                .collect()
+        }
+        other => return Err(format!("'show {other}' is not supported: show job, node, partition or licenses")),
     };
     Ok(records.iter().map(|lines| record_text(lines, one_line)).collect())
 }

@@ -396,7 +396,7 @@ async fn sinfo_scontrol_and_the_options_scripts_use_answer_as_slurm_does() {
     assert!(shown.starts_with(&format!("JobId={noted} JobName=wrap\n   UserId=")), "{shown}");
     assert!(
         shown.contains(
-            "\n   ReqNodeList=node02 ExcNodeList=(null) Features=(null)\n   Comment=a b WCKey=w MailType=END\n"
+            "\n   ReqNodeList=node02 ExcNodeList=(null) Features=(null)\n   Licenses=(null)\n   Comment=a b WCKey=w MailType=END\n"
         ),
         "{shown}"
     );
@@ -468,7 +468,7 @@ async fn sinfo_scontrol_and_the_options_scripts_use_answer_as_slurm_does() {
     for (args, says) in [
         (vec!["-C", "nosuch", "--wrap", "true"], "0 of the 2 nodes of partition 'gpu' have the features nosuch"),
         (vec!["-w", "node09", "--wrap", "true"], "node 'node09' is not in partition 'gpu'"),
-        (vec!["--licenses=matlab", "--wrap", "true"], "this cluster has no licenses configured"),
+        (vec!["--licenses=matlab", "--wrap", "true"], "this cluster has no licenses; 'matlab' is none of them"),
         (vec!["--bogus", "--wrap", "true"], "--bogus"),
     ] {
         let (code, out, err) = refused(&args);
@@ -568,11 +568,12 @@ async fn the_script_collection_reads_as_slurm_reads_it() {
     cluster.shutdown().await;
 }
 
-/// `--mail-type` mails through the replicas' `mail_program`, called as Slurm calls its
-/// MailProg (`PROGRAM -s SUBJECT RECIPIENT`, the job in `SLURM_JOB_*`): once per change, to
-/// `--mail-user` or else the job's user; a job that asked for nothing is not mailed about.
+/// What a site configures: `--mail-type` mails through the replicas' `mail_program`, called as
+/// Slurm calls its MailProg (`PROGRAM -s SUBJECT RECIPIENT`, the job in `SLURM_JOB_*`): once per
+/// change, to `--mail-user` or else the job's user; a job that asked for nothing is not mailed
+/// about. `--licenses` counts the configured licenses across the cluster.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mail_is_sent_through_the_mail_program_as_slurm_sends_it() {
+async fn mail_and_licenses_follow_the_site_configuration() {
     use std::os::unix::fs::PermissionsExt;
     let mailbox = tempfile::tempdir().unwrap();
     let sent = mailbox.path().join("sent");
@@ -583,7 +584,9 @@ async fn mail_is_sent_through_the_mail_program_as_slurm_sends_it() {
     )
     .unwrap();
     std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let (cluster, c, dir, bin) = site(DevOptions { mail_program: Some(program), ..DevOptions::for_tests() }).await;
+    let licenses = [("matlab".to_string(), 1)].into();
+    let (cluster, c, dir, bin) =
+        site(DevOptions { mail_program: Some(program), licenses, ..DevOptions::for_tests() }).await;
     let (d, b) = (dir.path(), bin.path());
     let told = sbatch_id(
         &cluster,
@@ -627,5 +630,33 @@ async fn mail_is_sent_through_the_mail_program_as_slurm_sends_it() {
         run_command(&cluster, d, &slurm_command(b, "sbatch"), &["--mail-type=BEGIN,SOMETIMES", "--wrap", "true"], "");
     assert_eq!(code, Some(1));
     assert!(err.contains("unknown type 'SOMETIMES'"), "{err}");
+
+    // One matlab license: the second job waits for it, as Slurm's does.
+    let first = sbatch_id(&cluster, d, b, &["-L", "matlab", "--wrap", "sleep 2"]);
+    wait_state(&c, first, &["RUNNING"], T).await;
+    let second = sbatch_id(&cluster, d, b, &["--licenses=matlab:1", "--wrap", "true"]);
+    let lic = ok(&cluster, d, b, "scontrol", &["show", "licenses"]);
+    assert_eq!(lic, "LicenseName=matlab\n   Total=1 Used=1 Free=0 Reserved=0 Remote=no\n\n");
+    wait_for(T, "the second job waiting for the license", || {
+        let (cluster, d, b) = (&cluster, d, b);
+        async move {
+            let r = ok(cluster, d, b, "squeue", &["-h", "-o", "%T %r", "-j", &second.to_string()]);
+            (r.trim() == "PENDING Licenses").then_some(())
+        }
+    })
+    .await;
+    let shown = ok(&cluster, d, b, "scontrol", &["show", "job", &second.to_string()]);
+    assert!(shown.contains("Licenses=matlab:1"), "{shown}");
+    assert_eq!(wait_state(&c, second, &["COMPLETED", "FAILED"], T).await.state, "COMPLETED");
+    for (args, says) in [
+        (["-L", "abaqus"], "this cluster has no license 'abaqus' (it has matlab)"),
+        (["-L", "matlab:2"], "2 of license 'matlab', of which the cluster has 1"),
+    ] {
+        let mut args = args.to_vec();
+        args.extend(["--wrap", "true"]);
+        let (code, _, err) = run_command(&cluster, d, &slurm_command(b, "sbatch"), &args, "");
+        assert_eq!(code, Some(1), "{args:?}");
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
     cluster.shutdown().await;
 }

@@ -543,6 +543,10 @@ pub fn show_job(j: &JobInfo, now_ms: u64) -> String {
             null_or(&quorum_model::hostlist::compress(&spec.exclude)),
             null_or(&quorum_model::constraint_string(&spec.constraint, spec.constraint_any))
         ),
+        format!(
+            "Licenses={}",
+            null_or(&quorum_model::licenses_string(&spec.licenses.iter().map(|(k, v)| (k.clone(), *v)).collect()))
+        ),
     ];
     let notes = [
         ("Comment", &spec.comment),

@@ -121,6 +121,9 @@ pub struct SubmitOpts {
     /// Submit the job as this user, by name or uid (root only).
     #[arg(long)]
     pub uid: Option<String>,
+    /// Licenses the job holds while it runs: name[:count][,name[:count]...].
+    #[arg(short = 'L', long)]
+    pub licenses: Option<String>,
     /// Node features required, `a&b` or `a,b`.
     #[arg(short = 'C', long)]
     pub constraint: Option<String>,
@@ -262,9 +265,6 @@ macro_rules! refused {
 }
 
 refused! {
-    /// Refused: this cluster has no licenses configured.
-    #[arg(short = 'L', long)]
-    licenses: "--licenses" => "this cluster has no licenses configured";
     /// Refused: this cluster has no reservations.
     #[arg(long)]
     reservation: "--reservation" => "this cluster has no reservations";
@@ -387,6 +387,7 @@ impl SubmitOpts {
             nice: self.nice.or(other.nice),
             priority: self.priority.or(other.priority),
             uid: self.uid.or(other.uid),
+            licenses: self.licenses.or(other.licenses),
             constraint: self.constraint.or(other.constraint),
             exclusive: self.exclusive || other.exclusive,
             requeue: self.requeue || (other.requeue && !self.no_requeue),
@@ -994,6 +995,10 @@ pub fn build_spec(cli: SubmitOpts, payload: Payload, cwd: &Path, env: Vec<(Strin
         account: opts.account.clone().unwrap_or_default(),
         nice: opts.nice.unwrap_or(0),
         priority,
+        licenses: match opts.licenses.as_deref() {
+            Some(l) => quorum_model::parse_licenses(l)?.into_iter().collect(),
+            None => Default::default(),
+        },
         constraint,
         constraint_any,
         exclusive: opts.exclusive,
@@ -1161,6 +1166,11 @@ mod tests {
         let payload = Payload::Script { path: "job.sh".into(), text: "#SBATCH --priority=7 --uid=0\ntrue\n".into() };
         let root = build_spec(SubmitOpts::default(), payload, dir.path(), vec![]).unwrap();
         assert_eq!((root.spec.priority, root.run_as.as_deref()), (Some(7), Some("root")), "a uid is sent as its name");
+        let payload = Payload::Script { path: "job.sh".into(), text: "#SBATCH -L matlab:2,fluent\ntrue\n".into() };
+        let licensed = build_spec(SubmitOpts::default(), payload, dir.path(), vec![]).unwrap();
+        let mut got: Vec<(String, u32)> = licensed.spec.licenses.into_iter().collect();
+        got.sort();
+        assert_eq!(got, [("fluent".to_string(), 1), ("matlab".to_string(), 2)], "a count of 1 when none is given");
         let payload = Payload::Script { path: "job.sh".into(), text: "#SBATCH --uid=alice\ntrue\n".into() };
         let named = build_spec(SubmitOpts::default(), payload, dir.path(), vec![]).unwrap();
         assert_eq!(named.run_as.as_deref(), Some("alice"), "a name is the controllers' to check");
@@ -1202,7 +1212,9 @@ mod tests {
             warned("#SBATCH --kill-on-invalid-dep yes\ntrue\n")[0].starts_with("--kill-on-invalid-dep=yes is accepted")
         );
         for (line, says) in [
-            ("-L matlab:2", "invalid --licenses 'matlab:2': this cluster has no licenses configured"),
+            ("-L matlab:0", "invalid --licenses 'matlab:0': '0' is not a count of licenses"),
+            ("-L 'matlab|fluent'", "licenses joined by | (any of them) are not supported"),
+            ("-L matlab@db", "remote licenses, name@server, are not supported"),
             ("--reservation=maint", "invalid --reservation 'maint': this cluster has no reservations"),
             ("--gid=wheel", "invalid --gid 'wheel'"),
             ("--priority=TOP", "invalid --priority 'TOP': give a number"),

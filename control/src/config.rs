@@ -181,6 +181,10 @@ pub struct ControllerConfig {
     /// Network topology: which nodes hang off which switch.
     #[serde(default)]
     pub switches: Vec<SwitchConfig>,
+    /// Licenses jobs ask for with `--licenses` and how many of each the cluster has, as
+    /// Slurm's `Licenses=` (`[licenses]` with `matlab = 10`).
+    #[serde(default)]
+    pub licenses: std::collections::BTreeMap<String, u32>,
     /// For upgrade rehearsals and tests: this replica reports this older feature level and
     /// refuses to apply any entry above it, as a replica of the older release would.
     #[serde(default)]
@@ -276,6 +280,15 @@ impl AdmissionLimits {
         }
         if spec.constraint.len() > MAX_CONSTRAINTS {
             return Err(("constraint", format!("{} features: at most {MAX_CONSTRAINTS}", spec.constraint.len())));
+        }
+        if spec.licenses.len() > MAX_CONSTRAINTS {
+            return Err(("licenses", format!("{} licenses: at most {MAX_CONSTRAINTS}", spec.licenses.len())));
+        }
+        if spec.licenses.keys().any(|n| n.len() > MAX_WORD_BYTES || n.chars().any(char::is_control)) {
+            return Err((
+                "licenses",
+                format!("a license name is at most {MAX_WORD_BYTES} bytes without control characters"),
+            ));
         }
         let script = match &spec.program {
             Program::Script(s) => s.len(),
@@ -586,6 +599,7 @@ pub struct ClusterSettings {
     pub switches: std::collections::BTreeMap<String, String>,
     pub accounts: Vec<Account>,
     pub qos: Vec<Qos>,
+    pub licenses: std::collections::BTreeMap<String, u32>,
 }
 
 impl ClusterSettings {
@@ -663,7 +677,23 @@ impl ControllerConfig {
                 return Err(ConfigError::Invalid(format!("account '{}': parent '{p}' is not defined", a.name)));
             }
         }
+        for (name, count) in &self.licenses {
+            if name.is_empty()
+                || name.len() > MAX_WORD_BYTES
+                || !name.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
+            {
+                return Err(ConfigError::Invalid(format!(
+                    "[licenses] '{name}': a license name is letters, digits, '.', '_' and '-'"
+                )));
+            }
+            if *count == 0 {
+                return Err(ConfigError::Invalid(format!(
+                    "[licenses] {name} = 0: give how many there are (1 or more)"
+                )));
+            }
+        }
         Ok(ClusterSettings {
+            licenses: self.licenses.clone(),
             partitions: self.partitions()?,
             policy: self.scheduler.to_policy()?,
             switches,

@@ -63,6 +63,8 @@ pub struct DevOptions {
     pub quorum_program: Option<PathBuf>,
     /// The replicas' `mail_program` (Slurm's MailProg).
     pub mail_program: Option<PathBuf>,
+    /// The cluster's licenses (`[licenses]`).
+    pub licenses: std::collections::BTreeMap<String, u32>,
 }
 
 impl Default for DevOptions {
@@ -94,6 +96,7 @@ impl Default for DevOptions {
             agent_binary: None,
             quorum_program: None,
             mail_program: None,
+            licenses: Default::default(),
         }
     }
 }
@@ -267,6 +270,7 @@ impl DevCluster {
                     qos: vec![],
                     accounts: vec![],
                     switches: vec![],
+                    licenses: opts.licenses.clone(),
                     emulate_feature_level: opts.emulate_levels.iter().find(|(at, _)| *at == i).map(|(_, l)| *l),
                     security: security_config(r.id)?,
                     limits: Default::default(),

@@ -62,7 +62,7 @@ pub use env::Env;
 pub use policy::{BackfillMode, Policy, QueueOrder, Weights};
 pub use role::Role;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
@@ -131,6 +131,10 @@ pub struct JobSpec {
     /// only). From feature level 12.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority: Option<u32>,
+    /// `--licenses`: how many of each of the cluster's licenses the job holds while it runs.
+    /// From feature level 12.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub licenses: BTreeMap<String, u32>,
     /// Whole nodes only (`--exclusive`).
     #[serde(default)]
     pub exclusive: bool,
@@ -426,6 +430,39 @@ pub fn constraint_string(wanted: &[String], any: bool) -> String {
     wanted.join(if any { "|" } else { "&" })
 }
 
+/// `--licenses`: `name[:count]` joined by commas (a count of 1 when none is given), as Slurm
+/// writes them. Slurm's `|` (any of) and `@server` (remote) licenses are refused by name.
+pub fn parse_licenses(value: &str) -> Result<BTreeMap<String, u32>, String> {
+    let bad = |why: String| Err(format!("invalid --licenses '{value}': {why}"));
+    if value.contains('|') {
+        return bad("licenses joined by | (any of them) are not supported; join them by commas".into());
+    }
+    let mut out = BTreeMap::new();
+    for item in value.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+        let (name, count) = match item.split_once([':', '*']) {
+            Some((name, count)) => match count.trim().parse::<u32>() {
+                Ok(c) if c > 0 => (name.trim(), c),
+                _ => return bad(format!("'{count}' is not a count of licenses (1 or more)")),
+            },
+            None => (item, 1),
+        };
+        if name.is_empty() || name.contains('@') || name.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return bad(format!("'{name}' is not a license name (remote licenses, name@server, are not supported)"));
+        }
+        let total = out.entry(name.to_string()).or_insert(0u32);
+        *total = total.saturating_add(count);
+    }
+    if out.is_empty() {
+        return bad("it names no license".into());
+    }
+    Ok(out)
+}
+
+/// Licenses as Slurm shows them: `matlab:2,fluent:1`.
+pub fn licenses_string(licenses: &BTreeMap<String, u32>) -> String {
+    licenses.iter().map(|(n, c)| format!("{n}:{c}")).collect::<Vec<_>>().join(",")
+}
+
 /// The dependencies in `--dependency` syntax, as Slurm shows them.
 pub fn dependency_string(deps: &[Dependency], singleton: bool, any: bool) -> String {
     let mut parts: Vec<String> = deps
@@ -475,9 +512,10 @@ impl JobSpec {
     }
 
     /// Whether the spec carries what only feature level 12 records (`aftercorr`, `after:ID+TIME`,
-    /// dependencies joined by `?`, features joined by `|`, `--priority`).
+    /// dependencies joined by `?`, features joined by `|`, `--priority`, `--licenses`).
     pub fn uses_level_12(&self) -> bool {
-        self.priority.is_some()
+        !self.licenses.is_empty()
+            || self.priority.is_some()
             || self.constraint_any
             || self.dependency_any
             || self.dependencies.iter().any(|d| d.kind == DependencyKind::AfterCorr || d.delay_min > 0)
@@ -777,6 +815,8 @@ pub enum PendingReason {
     BadConstraints,
     /// As many tasks of its array run as its throttle (`--array=...%N`) allows.
     JobArrayTaskLimit,
+    /// Too few of the licenses it asks for (`--licenses`) are free. From feature level 12.
+    Licenses,
 }
 
 impl PendingReason {
@@ -804,6 +844,7 @@ impl PendingReason {
             PendingReason::AssocMaxWallDurationPerJobLimit => "AssocMaxWallDurationPerJobLimit",
             PendingReason::BadConstraints => "BadConstraints",
             PendingReason::JobArrayTaskLimit => "JobArrayTaskLimit",
+            PendingReason::Licenses => "Licenses",
         }
     }
 }

@@ -396,6 +396,39 @@ impl<'v> Capacity<'v> {
     }
 }
 
+/// How many of each license are free: the cluster's count less what running jobs hold, and
+/// less what jobs started earlier in this cycle take.
+struct Licenses<'v> {
+    free: BTreeMap<&'v str, i64>,
+}
+
+impl<'v> Licenses<'v> {
+    fn from_running(view: &'v ClusterView) -> Licenses<'v> {
+        let mut free: BTreeMap<&str, i64> = view.licenses.iter().map(|(n, c)| (n.as_str(), i64::from(*c))).collect();
+        for r in &view.running {
+            for (name, count) in &r.licenses {
+                if let Some(f) = free.get_mut(name.as_str()) {
+                    *f -= i64::from(*count);
+                }
+            }
+        }
+        Licenses { free }
+    }
+
+    /// Whether every license the job asks for has as many free (one the cluster lacks, none).
+    fn free_for(&self, job: &PendingJob) -> bool {
+        job.licenses.iter().all(|(name, count)| self.free.get(name.as_str()).is_some_and(|f| *f >= i64::from(*count)))
+    }
+
+    fn take(&mut self, job: &PendingJob) {
+        for (name, count) in &job.licenses {
+            if let Some(f) = self.free.get_mut(name.as_str()) {
+                *f -= i64::from(*count);
+            }
+        }
+    }
+}
+
 /// Stage 3, **place**: in order, each candidate that its limits allow starts now where the
 /// availability profiles keep its share free for its whole time limit; one that cannot gets
 /// `Resources` (the first blocked of its partition) or `Priority`, and — while reservations are
@@ -406,6 +439,7 @@ pub fn place<'a>(view: &'a ClusterView, candidates: &[Candidate<'a>], now_ms: Mi
     let horizon = now.saturating_add(policy.bf_window_s);
     let mut capacity = Capacity::new(view, now);
     let mut limits = eligibility::Limits::from_running(view);
+    let mut licenses = Licenses::from_running(view);
     let partitions: Vec<&PartitionView> = view.partitions.values().collect();
     // Partitions in which a job has been blocked this cycle.
     let mut blocked = vec![false; partitions.len()];
@@ -437,6 +471,12 @@ pub fn place<'a>(view: &'a ClusterView, candidates: &[Candidate<'a>], now_ms: Mi
             placed.waiting.push(wait(reason));
             continue;
         }
+        // Licenses are the cluster's, not a node's: a job waits until enough are free, and
+        // reserves none (they free up when any holder ends).
+        if !licenses.free_for(job) {
+            placed.waiting.push(wait(PendingReason::Licenses));
+            continue;
+        }
         let dur = job.duration_s();
         let exclusive = partition.exclusive;
         let shape = Shape {
@@ -458,6 +498,7 @@ pub fn place<'a>(view: &'a ClusterView, candidates: &[Candidate<'a>], now_ms: Mi
         if let Some(nodes) = fits_now {
             let (allocation, usage) = capacity.start(job, nodes, exclusive);
             limits.add_job(view, job, &usage);
+            licenses.take(job);
             placed.starts.push(PlannedStart { job_id: job.id, allocation });
             continue;
         }

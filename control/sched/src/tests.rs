@@ -814,3 +814,23 @@ fn a_priority_set_by_an_operator_goes_first() {
         assert_eq!(started(&b.cycle()), vec![high], "{ordering:?}");
     }
 }
+
+/// Licenses are counted over the whole cluster: a job starts only while as many as it asks for
+/// are free, waits with `Licenses` otherwise (reserving nothing), and starts once a holder ends.
+#[test]
+fn licenses_are_counted_across_the_cluster() {
+    let mut b = Bench::new(ten_nodes(), fifo(BackfillMode::Easy, 1));
+    let licenses = [("matlab".to_string(), 2)].into();
+    b.cmd(Command::SetLicenses { licenses, now: 0 });
+    b.at(0);
+    let lic = |n: u32| move |s: &mut JobSpec| s.licenses = [("matlab".to_string(), n)].into();
+    let two = b.submit_with("alice", lic(2));
+    let one = b.submit_with("alice", lic(1));
+    let plain = b.submit(1, 100);
+    let p = b.cycle();
+    assert_eq!(started(&p), vec![two, plain]);
+    assert_eq!(p.reason(one), Some(PendingReason::Licenses));
+    b.at(10);
+    b.end(two);
+    assert_eq!(started(&b.cycle()), vec![one]);
+}

@@ -86,6 +86,8 @@ pub struct RunningJob {
     pub alloc: Vec<(usize, Res)>,
     /// GPUs held, by type.
     pub gpus_by_type: Vec<(String, i64)>,
+    /// Licenses held (`--licenses`).
+    pub licenses: Vec<(String, u32)>,
 }
 
 /// Where a job's dependencies stand.
@@ -124,6 +126,8 @@ pub struct PendingJob {
     pub features_any: bool,
     /// Set by an operator (`--priority`): this, not the computed priority.
     pub priority: Option<u32>,
+    /// Licenses it holds while it runs (`--licenses`).
+    pub licenses: Vec<(String, u32)>,
     /// Nodes it must not have (`--exclude`).
     pub exclude: Vec<String>,
     /// The nodes it must have, all of them (`--nodelist`); empty: any.
@@ -176,6 +180,8 @@ pub struct ClusterView {
     /// while they still hold it no later than any others, so that a reservation never moves
     /// because best fit broke a tie differently.
     pub previous: BTreeMap<JobId, Vec<String>>,
+    /// The cluster's licenses and how many of each there are.
+    pub licenses: BTreeMap<String, u32>,
 }
 
 /// FNV-1a: a fast hash for the short node names looked up while taking a view (no
@@ -268,6 +274,7 @@ fn running_job(
     }
     RunningJob {
         gpus_by_type,
+        licenses: j.spec.licenses.iter().map(|(n, c)| (n.clone(), *c)).collect(),
         id: j.id,
         user: j.user.clone(),
         account: j.account.clone(),
@@ -318,6 +325,7 @@ fn pending_job(
         features: j.spec.constraint.clone(),
         features_any: j.spec.constraint_any,
         priority: j.spec.priority,
+        licenses: j.spec.licenses.iter().map(|(n, c)| (n.clone(), *c)).collect(),
         exclude: j.spec.exclude.clone(),
         only: j.spec.nodelist.clone(),
         held: j.held,
@@ -337,6 +345,7 @@ impl ClusterView {
         cache.generation += 1;
         let generation = cache.generation;
         let mut view = ClusterView {
+            licenses: state.licenses.clone(),
             accounts: state.accounts.clone(),
             qos: state.qos.clone(),
             usage: state.usage.clone(),

@@ -29,6 +29,11 @@ fn settings_commands(replica: &Replica, settings: &ClusterSettings) -> Vec<Comma
     if state.switches != settings.switches {
         commands.push(Command::SetTopology { switches: settings.switches.clone(), now });
     }
+    // Licenses need every replica at level 12; until then (an upgrade under way) they wait for
+    // the next leadership.
+    if state.licenses != settings.licenses && state.cluster_level() >= quorum_state::DEPENDENCY_FORMS_LEVEL {
+        commands.push(Command::SetLicenses { licenses: settings.licenses.clone(), now });
+    }
     // Accounts and QOS are seeded once; after that they change through the API.
     if state.accounts.is_empty() && state.qos.is_empty() && !(settings.accounts.is_empty() && settings.qos.is_empty()) {
         commands.push(Command::SeedAccounts { accounts: settings.accounts.clone(), qos: settings.qos.clone(), now });

@@ -36,7 +36,29 @@ pub(super) async fn list_nodes(api: &Api, _caller: &Caller, r: ListNodesRequest)
             exclusive: p.exclusive,
         })
         .collect();
-    Ok(ListNodesResponse { nodes, applied_index: applied.applied_index(), partitions })
+    let mut used: std::collections::BTreeMap<&str, u32> = std::collections::BTreeMap::new();
+    if !applied.state.licenses.is_empty() {
+        for id in &applied.state.active {
+            let Some(j) = applied.state.jobs.get(id).filter(|j| j.state == crate::model::JobState::Running) else {
+                continue;
+            };
+            for (name, count) in &j.spec.licenses {
+                let u = used.entry(name.as_str()).or_default();
+                *u = u.saturating_add(*count);
+            }
+        }
+    }
+    let licenses = applied
+        .state
+        .licenses
+        .iter()
+        .map(|(name, total)| LicenseInfo {
+            name: name.clone(),
+            total: *total,
+            used: used.get(name.as_str()).copied().unwrap_or(0),
+        })
+        .collect();
+    Ok(ListNodesResponse { nodes, applied_index: applied.applied_index(), partitions, licenses })
 }
 
 pub(super) async fn set_nodes_drained(

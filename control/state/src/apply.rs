@@ -61,6 +61,11 @@ pub fn apply(state: &mut ClusterState, index: u64, command: Command) -> Response
             state.policy = policy;
             Response::Ok
         }
+        Command::SetLicenses { licenses, now } => {
+            advance_clock(state, now);
+            state.licenses = licenses;
+            Response::Ok
+        }
         Command::SetTopology { switches, now } => {
             advance_clock(state, now);
             state.switches = switches;
@@ -390,6 +395,18 @@ fn admit(state: &ClusterState, spec: &mut JobSpec) -> Result<String, Rejection> 
         None => state.default_partition().ok_or(Rejection::NoDefaultPartition)?,
     };
     spec.partition = Some(partition.name.clone());
+    for (name, &count) in &spec.licenses {
+        let reason = match state.licenses.get(name) {
+            None if state.licenses.is_empty() => format!("this cluster has no licenses; '{name}' is none of them"),
+            None => format!(
+                "this cluster has no license '{name}' (it has {})",
+                state.licenses.keys().cloned().collect::<Vec<_>>().join(", ")
+            ),
+            Some(&total) if count > total => format!("{count} of license '{name}', of which the cluster has {total}"),
+            Some(_) => continue,
+        };
+        return Err(Rejection::InvalidSpec { field: "licenses".into(), reason });
+    }
     if spec.time_limit_s.is_none() {
         spec.time_limit_s = partition.default_time_s.or(partition.max_time_s);
     }

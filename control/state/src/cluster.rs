@@ -53,6 +53,10 @@ pub struct ClusterState {
     /// Roles given at run time (`quorum admin role`), over those of the configuration.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub roles: BTreeMap<String, quorum_model::Role>,
+    /// The cluster's licenses (`--licenses`) and how many of each there are, from the leader's
+    /// configuration. From feature level 12.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub licenses: BTreeMap<String, u32>,
 }
 
 impl ClusterState {

@@ -39,7 +39,8 @@ pub struct NodeRegistration {
 ///     job asks for, requeues on request (`RequeueJob`), and any account name accepted (and
 ///     recorded) while no accounts are configured.
 /// 12. dependencies joined by `?` (any of them), `aftercorr`, `after:ID+MINUTES`, and
-///     `--constraint` features joined by `|` (any of them), `--priority` set by operators.
+///     `--constraint` features joined by `|` (any of them), `--priority` set by operators, and
+///     licenses (`SetLicenses`, `--licenses`).
 pub const FEATURE_LEVEL: u32 = 12;
 
 /// The level that records the dependency and constraint forms of level 12; below it the
@@ -97,7 +98,7 @@ fn spec_level(spec: &JobSpec) -> (u32, &'static str) {
     if spec.uses_level_12() {
         (
             DEPENDENCY_FORMS_LEVEL,
-            "a job with aftercorr, after:ID+MINUTES, dependencies joined by '?', features joined by '|' or --priority",
+            "a job with aftercorr, after:ID+MINUTES, dependencies joined by '?', features joined by '|', --priority or --licenses",
         )
     } else if spec.uses_level_11() {
         (
@@ -166,6 +167,11 @@ pub enum Command {
     },
     SetPolicy {
         policy: Policy,
+        now: Millis,
+    },
+    /// The cluster's licenses and their counts (level 12).
+    SetLicenses {
+        licenses: std::collections::BTreeMap<String, u32>,
         now: Millis,
     },
     /// The switch each node hangs off.
@@ -318,6 +324,7 @@ impl Command {
             Command::Digest { .. } => (2, "a digest point"),
             Command::SetNodesDrained { .. } => (3, "draining or resuming a node"),
             Command::JobEnded { outcome: RankOutcome::OutOfMemory { .. }, .. } => (4, "a job ended OUT_OF_MEMORY"),
+            Command::SetLicenses { .. } => (DEPENDENCY_FORMS_LEVEL, "the cluster's licenses"),
             Command::SetNodeHealth { .. } => (4, "draining a node for its health"),
             Command::CancelJob { whole_array: true, .. } => (4, "cancelling a job array"),
             Command::SubmitJob { spec, .. } => spec_level(spec),
@@ -326,8 +333,13 @@ impl Command {
             Command::StartStep { expect: Some(_), .. } => (EARLY_STEP_LEVEL, "a job step launched as it commits"),
             Command::StartStep { .. } | Command::EndStep { .. } => (STEPS_LEVEL, "a job step (srun)"),
             Command::EndAllocation { .. } => (STEPS_LEVEL, "ending an allocation (salloc, srun)"),
-            // above every single submit's level
-            Command::SubmitJobs { .. } => (SUBMIT_JOBS_LEVEL, "several submits in one entry"),
+            // Its own level, or a submit's in it above that.
+            Command::SubmitJobs { submits, .. } => submits
+                .iter()
+                .map(|s| spec_level(&s.spec))
+                .filter(|(level, _)| *level > SUBMIT_JOBS_LEVEL)
+                .max_by_key(|(level, _)| *level)
+                .unwrap_or((SUBMIT_JOBS_LEVEL, "several submits in one entry")),
             Command::Batch { commands } => commands
                 .iter()
                 .map(Command::level)

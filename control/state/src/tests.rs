@@ -689,6 +689,28 @@ fn a_job_is_admitted_only_if_enough_nodes_have_its_features_and_are_not_excluded
     (any.constraint, any.constraint_any) = (vec!["ib".into(), "opa".into()], true);
     let detail = never(submit(&mut s, 16, any, "g"));
     assert_eq!(detail, "0 of the 2 nodes of partition 'gpu' have the features ib|opa, fewer than the 1 requested");
+    // Licenses: only those the cluster has, and no more of them than it has.
+    let mut licensed = spec(&["true"]);
+    licensed.licenses = [("matlab".to_string(), 3)].into();
+    let refused = |r: Response| match r {
+        Response::Rejected(Rejection::InvalidSpec { field, reason }) if field == "licenses" => reason,
+        other => panic!("expected a licenses refusal, got {other:?}"),
+    };
+    assert_eq!(
+        refused(submit(&mut s, 17, licensed.clone(), "h")),
+        "this cluster has no licenses; 'matlab' is none of them"
+    );
+    let licenses = [("matlab".to_string(), 2), ("fluent".to_string(), 9)].into();
+    assert_eq!(Command::SetLicenses { licenses: BTreeMap::new(), now: 5 }.level().0, 12);
+    apply(&mut s, 18, Command::SetLicenses { licenses, now: 5 });
+    assert_eq!(refused(submit(&mut s, 19, licensed.clone(), "i")), "3 of license 'matlab', of which the cluster has 2");
+    licensed.licenses = [("abaqus".to_string(), 1)].into();
+    assert_eq!(
+        refused(submit(&mut s, 20, licensed.clone(), "j")),
+        "this cluster has no license 'abaqus' (it has fluent, matlab)"
+    );
+    licensed.licenses = [("matlab".to_string(), 2)].into();
+    assert!(matches!(submit(&mut s, 21, licensed, "k"), Response::Submitted { .. }));
 }
 
 #[test]
