@@ -154,6 +154,9 @@ pub(crate) struct StepEntry {
     pub pty: Option<Arc<std::os::fd::OwnedFd>>,
     /// SIGKILL came for the step: a task not started yet is not started, one starting is killed.
     pub killed: bool,
+    /// Task 0's input queue while task 0 is not started yet: what `srun` sends meanwhile waits
+    /// in it, and the task's writer takes it over when the task starts.
+    pub early_input: Option<crate::input::Queue>,
 }
 
 /// The agent's lease on its jobs: the send time of the newest heartbeat the leader answered,

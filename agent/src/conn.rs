@@ -214,8 +214,9 @@ async fn session(
                     Some(controller_message::Msg::Launch(l)) => launch(agent, l, &tx).await,
                     Some(controller_message::Msg::Kill(k)) => kill(agent, k),
                     Some(controller_message::Msg::StepLaunch(l)) => {
-                        // Known before its tasks start, so that a kill right behind it is kept.
-                        agent.lock_steps().entry((l.job_id, l.step_id)).or_default();
+                        // Known before its tasks start, so that a kill and input right behind it
+                        // are kept.
+                        crate::step::expect(agent, &l);
                         tokio::spawn(crate::step::launch(agent.clone(), l));
                     }
                     Some(controller_message::Msg::StepIo(io)) => crate::step::io(agent, io),

@@ -8,6 +8,9 @@ use tokio::sync::mpsc;
 /// How much of `srun`'s input may wait for task 0 to read it.
 pub(crate) const MAX_WAITING_INPUT: usize = 4 << 20;
 
+/// What a task's input writer takes pieces from, and the count it lowers by each piece written.
+pub(crate) type Queue = (mpsc::UnboundedReceiver<Option<Vec<u8>>>, Arc<AtomicUsize>);
+
 /// Task 0's input on its way in. What `srun` sent and the task has not read yet is bounded by
 /// [`MAX_WAITING_INPUT`]: a task that never reads its input cannot make the agent hold an
 /// unbounded amount of it.

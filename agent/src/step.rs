@@ -130,10 +130,36 @@ pub(crate) async fn launch(agent: Arc<Agent>, l: StepLaunch) {
     forget_if_idle(&agent, (l.job_id, l.step_id));
 }
 
-/// Drops what the agent keeps of a step once none of its tasks runs here.
+/// Registers a step whose launch came, before the launch is handled: a kill right behind it is
+/// kept, and with task 0 here, `srun`'s input that arrives before task 0 starts waits for it
+/// (bounded as all input is) instead of being dropped.
+pub(crate) fn expect(agent: &Agent, l: &StepLaunch) {
+    let mut steps = agent.lock_steps();
+    let entry = steps.entry((l.job_id, l.step_id)).or_default();
+    if l.first_task == 0 && l.tasks > 0 && entry.stdin.is_none() {
+        let (input, rx, waiting) = TaskInput::new();
+        entry.stdin = Some(input);
+        entry.early_input = Some((rx, waiting));
+    }
+}
+
+/// Task 0's input queue: the one its early input waits in, or a new one.
+fn input_queue(entry: &mut crate::agent::StepEntry) -> crate::input::Queue {
+    match entry.early_input.take() {
+        Some(queue) if entry.stdin.is_some() => queue,
+        _ => {
+            let (input, rx, waiting) = TaskInput::new();
+            entry.stdin = Some(input);
+            (rx, waiting)
+        }
+    }
+}
+
+/// Drops what the agent keeps of a step once none of its tasks runs here (input that waited
+/// for a task 0 that never started goes with it).
 fn forget_if_idle(agent: &Agent, key: (u64, u32)) {
     let mut steps = agent.lock_steps();
-    if steps.get(&key).is_some_and(|e| e.pgids.is_empty() && e.stdin.is_none()) {
+    if steps.get(&key).is_some_and(|e| e.pgids.is_empty() && (e.stdin.is_none() || e.early_input.is_some())) {
         steps.remove(&key);
     }
 }
@@ -271,8 +297,7 @@ fn watch(agent: Arc<Agent>, l: StepLaunch, task: u32, mut child: tokio::process:
             let mut writer = tokio::fs::File::from_std(std::fs::File::from(writer));
             terminal_reader = Some(tokio::fs::File::from_std(std::fs::File::from(reader)));
             entry.pty = Some(Arc::new(master));
-            let (input, mut rx, waiting) = TaskInput::new();
-            entry.stdin = Some(input);
+            let (mut rx, waiting) = input_queue(entry);
             tokio::spawn(async move {
                 while let Some(Some(data)) = rx.recv().await {
                     if writer.write_all(&data).await.is_err() || writer.flush().await.is_err() {
@@ -283,8 +308,7 @@ fn watch(agent: Arc<Agent>, l: StepLaunch, task: u32, mut child: tokio::process:
             });
         }
         if let Some(mut stdin) = child.stdin.take() {
-            let (input, mut rx, waiting) = TaskInput::new();
-            entry.stdin = Some(input);
+            let (mut rx, waiting) = input_queue(entry);
             tokio::spawn(async move {
                 while let Some(Some(data)) = rx.recv().await {
                     if stdin.write_all(&data).await.is_err() {

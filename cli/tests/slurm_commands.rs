@@ -631,7 +631,13 @@ async fn mail_and_licenses_follow_the_site_configuration() {
     assert_eq!(code, Some(1));
     assert!(err.contains("unknown type 'SOMETIMES'"), "{err}");
 
-    // One matlab license: the second job waits for it, as Slurm's does.
+    // One matlab license: the second job waits for it, as Slurm's does. (The leader records
+    // the configured licenses once it knows every replica applies them.)
+    wait_for(T, "the configured licenses", || {
+        let (cluster, d, b) = (&cluster, d, b);
+        async move { ok(cluster, d, b, "scontrol", &["show", "licenses"]).contains("LicenseName=matlab").then_some(()) }
+    })
+    .await;
     let first = sbatch_id(&cluster, d, b, &["-L", "matlab", "--wrap", "sleep 2"]);
     wait_state(&c, first, &["RUNNING"], T).await;
     let second = sbatch_id(&cluster, d, b, &["--licenses=matlab:1", "--wrap", "true"]);

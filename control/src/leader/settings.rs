@@ -29,8 +29,8 @@ fn settings_commands(replica: &Replica, settings: &ClusterSettings) -> Vec<Comma
     if state.switches != settings.switches {
         commands.push(Command::SetTopology { switches: settings.switches.clone(), now });
     }
-    // Licenses need every replica at level 12; until then (an upgrade under way) they wait for
-    // the next leadership.
+    // Licenses need every replica at level 12: until the leader has recorded that (a new
+    // cluster's first moments, an upgrade under way) they wait ([`licenses_wait`]).
     if state.licenses != settings.licenses && state.cluster_level() >= quorum_state::DEPENDENCY_FORMS_LEVEL {
         commands.push(Command::SetLicenses { licenses: settings.licenses.clone(), now });
     }
@@ -41,11 +41,25 @@ fn settings_commands(replica: &Replica, settings: &ClusterSettings) -> Vec<Comma
     commands
 }
 
+/// Whether the configured licenses wait for the cluster's level to reach the one that records
+/// them.
+fn licenses_wait(replica: &Replica, settings: &ClusterSettings) -> bool {
+    let applied = replica.shared.read();
+    applied.state.licenses != settings.licenses && applied.state.cluster_level() < quorum_state::DEPENDENCY_FORMS_LEVEL
+}
+
 pub(super) async fn sync_settings(replica: Arc<Replica>, settings: ClusterSettings, mut stop: watch::Receiver<bool>) {
     loop {
         let commands = settings_commands(&replica, &settings);
         if commands.is_empty() {
-            return;
+            if !licenses_wait(&replica, &settings) {
+                return;
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(200)) => {}
+                _ = stop.changed() => return,
+            }
+            continue;
         }
         let mut failed = false;
         for command in commands {
