@@ -374,7 +374,7 @@ fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
 }
 
 /// The name the supervisor runs under (`ps` shows it with the job's record directory).
-const SUPERVISOR_ARG0: &[u8] = b"quorum-supervisor";
+const SUPERVISOR_ARG0: &std::ffi::CStr = c"quorum-supervisor";
 /// The supervisor's descriptors, as the agent hands them over: where it reports the job's
 /// process group, what it is to do (a memfd), and the job's standard input.
 const REPORT_FD: RawFd = 3;
@@ -433,8 +433,7 @@ fn spawn_program(p: &Prepared, report_w: &OwnedFd) -> io::Result<i32> {
     let stdin = high(p.stdin.as_raw_fd())?;
     let label = CString::new(p.status.as_bytes().strip_suffix(b"/status").unwrap_or(p.status.as_bytes()))
         .map_err(io::Error::other)?;
-    let arg0 = CString::new(SUPERVISOR_ARG0).expect("no NUL");
-    let argv = [arg0.as_ptr(), label.as_ptr(), std::ptr::null()];
+    let argv = [SUPERVISOR_ARG0.as_ptr(), label.as_ptr(), std::ptr::null()];
     let envp = [std::ptr::null::<libc::c_char>()];
     let check = |r: libc::c_int| if r == 0 { Ok(()) } else { Err(io::Error::from_raw_os_error(r)) };
     // SAFETY: the file actions and attributes are initialised before use and destroyed after;
@@ -475,13 +474,15 @@ fn spawn_program(p: &Prepared, report_w: &OwnedFd) -> io::Result<i32> {
     }
 }
 
+/// `execve`'s form of a list: pointers to each string, then a null one.
+fn null_terminated(list: &[CString]) -> Vec<*const libc::c_char> {
+    list.iter().map(|a| a.as_ptr()).chain(std::iter::once(std::ptr::null())).collect()
+}
+
 /// The supervisor as a fork of this process, where this program cannot be started again.
 fn fork(p: &Prepared, report_w: &OwnedFd) -> io::Result<i32> {
     let (exec_r, exec_w) = pipe()?;
-    let argv: Vec<*const libc::c_char> =
-        p.argv.iter().map(|a| a.as_ptr()).chain(std::iter::once(std::ptr::null())).collect();
-    let envp: Vec<*const libc::c_char> =
-        p.envp.iter().map(|a| a.as_ptr()).chain(std::iter::once(std::ptr::null())).collect();
+    let (argv, envp) = (null_terminated(&p.argv), null_terminated(&p.envp));
     let keep = [report_w.as_raw_fd(), exec_r.as_raw_fd(), exec_w.as_raw_fd(), p.stdin.as_raw_fd()];
     // SAFETY: the child runs only async-signal-safe calls on memory prepared above and ends in
     // _exit; the parent only closes descriptors.
@@ -506,10 +507,7 @@ static SUPERVISOR_ENTRY: extern "C" fn(libc::c_int, *const *const libc::c_char, 
 extern "C" fn supervisor_entry(argc: libc::c_int, argv: *const *const libc::c_char, _env: *const *const libc::c_char) {
     // SAFETY: the C runtime passes the program's argc and argv, which live for the whole run.
     let named = unsafe {
-        argc == 2
-            && !argv.is_null()
-            && !(*argv).is_null()
-            && std::ffi::CStr::from_ptr(*argv).to_bytes() == SUPERVISOR_ARG0
+        argc == 2 && !argv.is_null() && !(*argv).is_null() && std::ffi::CStr::from_ptr(*argv) == SUPERVISOR_ARG0
     };
     if named {
         // SAFETY: this process was started by spawn_program with the descriptors it expects;
@@ -532,10 +530,7 @@ unsafe fn supervise_handed_over() -> ! {
         libc::_exit(1);
     };
     error_texts();
-    let argv: Vec<*const libc::c_char> =
-        p.argv.iter().map(|a| a.as_ptr()).chain(std::iter::once(std::ptr::null())).collect();
-    let envp: Vec<*const libc::c_char> =
-        p.envp.iter().map(|a| a.as_ptr()).chain(std::iter::once(std::ptr::null())).collect();
+    let (argv, envp) = (null_terminated(&p.argv), null_terminated(&p.envp));
     let (exec_r, exec_w) = (exec_r.into_raw_fd(), exec_w.into_raw_fd());
     supervise(&p, &argv, &envp, [REPORT_FD, exec_r, exec_w, STDIN_FD], REPORT_FD, exec_r, exec_w)
 }
@@ -1023,7 +1018,7 @@ mod tests {
         // The supervisor is this program started again under its own name, not a fork of it.
         let cmdline = std::fs::read(format!("/proc/{}/cmdline", pids.supervisor)).unwrap();
         let words: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
-        assert_eq!(words[0], SUPERVISOR_ARG0);
+        assert_eq!(words[0], SUPERVISOR_ARG0.to_bytes());
         assert_eq!(words[1], record.as_os_str().as_bytes());
         assert_eq!(
             std::fs::read_link(format!("/proc/{}/exe", pids.supervisor)).unwrap(),

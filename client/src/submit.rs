@@ -969,16 +969,15 @@ pub fn build_spec(cli: SubmitOpts, payload: Payload, cwd: &Path, env: Vec<(Strin
             format!("invalid --priority '{p}': give a number (0 to {}); TOP is not supported", u32::MAX)
         })?),
     };
+    // A uid is sent as its user's name; a name is the controllers' to check.
     let run_as = match opts.uid.as_deref().map(str::trim) {
         None => None,
-        Some(u) if u.chars().all(|c| c.is_ascii_digit()) && !u.is_empty() => Some(
-            u.parse::<u32>()
-                .ok()
-                .and_then(|uid| quorum_auth::users::by_uid(uid).ok())
+        Some(u) => Some(match u.parse::<u32>() {
+            Ok(uid) => quorum_auth::users::by_uid(uid)
                 .map(|user| user.name)
-                .ok_or_else(|| format!("invalid --uid '{u}': no such user"))?,
-        ),
-        Some(u) => Some(u.to_string()),
+                .map_err(|_| format!("invalid --uid '{u}': no such user"))?,
+            Err(_) => u.to_string(),
+        }),
     };
     let spec = api::JobSpec {
         comment: opts.comment.clone().unwrap_or_default(),

@@ -82,10 +82,9 @@ impl Watcher {
     pub fn look(&mut self, state: &ClusterState) -> Vec<Mail> {
         let mut out = Vec::new();
         let mut now: BTreeMap<JobId, Seen> = BTreeMap::new();
-        // Active jobs, and every job submitted since the last look (it may have ended already).
-        let fresh = state.jobs.range(self.next_id..).map(|(id, _)| *id);
-        let candidates: BTreeSet<JobId> = state.active.iter().copied().chain(fresh).collect();
-        for id in candidates {
+        // Active jobs, and the jobs submitted since the last look that have ended already.
+        let fresh = state.jobs.range(self.next_id..).map(|(id, _)| *id).filter(|id| !state.active.contains(id));
+        for id in state.active.iter().copied().chain(fresh) {
             let Some(job) = state.jobs.get(&id) else { continue };
             let Some(types) = types_of(job) else { continue };
             let before = self.seen.get(&id).copied();
@@ -113,6 +112,9 @@ impl Watcher {
             }
         }
         self.seen = now;
+        // Arrays purged from the state are not mailed about again.
+        self.began.retain(|a| state.jobs.contains_key(a));
+        self.ended.retain(|a| state.jobs.contains_key(a));
         self.next_id = state.next_job_id;
         self.primed = true;
         out
@@ -163,7 +165,10 @@ impl Watcher {
             return;
         }
         let failed = !matches!(job.state, JobState::Completed | JobState::Cancelled);
-        let run = job.end_time.unwrap_or(0).saturating_sub(job.start_time.unwrap_or(job.end_time.unwrap_or(0)));
+        let run = match (job.start_time, job.end_time) {
+            (Some(start), Some(end)) => end.saturating_sub(start),
+            _ => 0,
+        };
         let code = job.exit_code.unwrap_or(0);
         let how = |word: &str| {
             format!(

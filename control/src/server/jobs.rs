@@ -32,24 +32,11 @@ pub(super) async fn submit_job(api: &Api, caller: &Caller, r: SubmitJobRequest) 
     if let Some(asked) = &spec.gpu_type {
         spec.gpu_type = Some(gpu_type_as_registered(api, asked));
     }
-    for (used, level, what) in [
-        (
-            spec.uses_level_12(),
-            quorum_state::DEPENDENCY_FORMS_LEVEL,
-            "aftercorr, after:ID+MINUTES, dependencies joined by '?', features joined by '|' and --priority",
-        ),
-        (
-            spec.uses_level_11(),
-            quorum_state::NODE_CHOICE_LEVEL,
-            "--comment, --wckey, --mail-*, --open-mode=append, --exclude, --nodelist and script arguments",
-        ),
-    ] {
-        let at = api.replica.shared.read().state.cluster_level();
-        if used && at < level {
-            return Err(Status::failed_precondition(format!(
-                "{what} need cluster feature level {level}; this cluster is at {at} until every replica is upgraded"
-            )));
-        }
+    // Refused here, one by one, rather than in a group commit of other users' submits.
+    let (needs, what) = quorum_state::spec_level(&spec);
+    let cluster = api.replica.shared.read().state.cluster_level();
+    if needs > cluster {
+        return Err(write_status(crate::replica::WriteError::TooNew { what, needs, cluster }));
     }
     api.limits.check(&spec).map_err(|(field, reason)| {
         rejection_status(&crate::model::Rejection::InvalidSpec { field: field.to_string(), reason })

@@ -93,8 +93,8 @@ pub struct Submit {
     pub request_id: String,
 }
 
-/// The level a replica needs to apply a submit of this job.
-fn spec_level(spec: &JobSpec) -> (u32, &'static str) {
+/// The level a replica needs to apply a submit of this job, and what in the job needs it.
+pub fn spec_level(spec: &JobSpec) -> (u32, &'static str) {
     if spec.uses_level_12() {
         (
             DEPENDENCY_FORMS_LEVEL,

@@ -16,7 +16,7 @@ pub mod testing;
 pub use apply::{apply, check_submit, plan_step};
 pub use cluster::{lowest_level, ClusterState, DEFAULT_ACCOUNT, DEFAULT_QOS};
 pub use commands::{
-    Command, DropReason, NodeRegistration, ReplicaVersion, Response, Submit, BASE_LEVEL, BATCH_LEVEL,
+    spec_level, Command, DropReason, NodeRegistration, ReplicaVersion, Response, Submit, BASE_LEVEL, BATCH_LEVEL,
     COMPRESSED_SNAPSHOT_LEVEL, DEPENDENCY_FORMS_LEVEL, EARLY_STEP_LEVEL, FEATURE_LEVEL, NODE_CHOICE_LEVEL,
     REQUEUE_LEVEL, SUBMIT_JOBS_LEVEL,
 };
