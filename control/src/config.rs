@@ -281,6 +281,10 @@ impl AdmissionLimits {
         if spec.constraint.len() > MAX_CONSTRAINTS {
             return Err(("constraint", format!("{} features: at most {MAX_CONSTRAINTS}", spec.constraint.len())));
         }
+        // Checked at the door only: jobs already in the log keep what an older release took.
+        if let Err(e) = quorum_model::MailTypes::parse(&spec.notes.mail_type) {
+            return Err(("mail_type", e));
+        }
         if spec.licenses.len() > MAX_CONSTRAINTS {
             return Err(("licenses", format!("{} licenses: at most {MAX_CONSTRAINTS}", spec.licenses.len())));
         }
@@ -857,6 +861,11 @@ mod tests {
         spec.program = quorum_model::Program::Script("x".into());
         spec.env = quorum_model::Env::new([("A", "1"), ("B", "2"), ("C", "3")]);
         assert!(c.limits.check(&spec).unwrap_err().1.contains("(max_env_vars)"));
+        // A mail type sbatch would not send is refused at the door too (another client's).
+        spec.env = quorum_model::Env::default();
+        spec.notes.mail_type = "END,LATER".into();
+        let (field, reason) = c.limits.check(&spec).unwrap_err();
+        assert_eq!((field, reason.contains("unknown type 'LATER'")), ("mail_type", true), "{reason}");
         let above = quorum_state::FEATURE_LEVEL + 1;
         let e = with(&format!("emulate_feature_level = {above}")).validate().unwrap_err().to_string();
         assert!(e.contains(&format!("emulate_feature_level ({above}) must be between 1 and")), "{e}");
