@@ -75,8 +75,8 @@ async fn run(a: SbatchArgs) -> anyhow::Result<u8> {
     };
     let ctx = Context { client: a.controllers.client()?, stale: false };
     let submitted = submit(&ctx, *a.opts, payload, a.script_args, "sbatch", Some(DEFAULT_OUTPUT), a.test_only).await?;
-    if let Some(spec) = &submitted.admitted {
-        eprintln!("sbatch: {}", would_get(spec));
+    if let Some(test) = &submitted.test {
+        eprint!("{}", would_start(test));
         return Ok(0);
     }
     let id = submitted.id;
@@ -91,8 +91,25 @@ async fn run(a: SbatchArgs) -> anyhow::Result<u8> {
     Ok(0)
 }
 
-/// What `--test-only` says of an admitted spec.
-fn would_get(s: &quorum_proto::api::JobSpec) -> String {
+/// What `--test-only` says: Slurm's line (`Job N to start at T using C processors on nodes L in
+/// partition P`, the id the job would get), then what the job would be given.
+fn would_start(r: &quorum_proto::api::SubmitJobResponse) -> String {
+    let s = r.admitted.clone().unwrap_or_default();
+    let processors = u64::from(s.ntasks) * u64::from(s.cpus_per_task.max(1));
+    let when = if r.expected_start_ms == 0 {
+        format!(
+            "sbatch: Job {} is not expected to start within a year against the running jobs ({})\n",
+            r.would_be_id, r.waiting_reason
+        )
+    } else {
+        format!(
+            "sbatch: Job {} to start at {} using {processors} processors on nodes {} in partition {}\n",
+            r.would_be_id,
+            quorum_client::display::local_time(r.expected_start_ms),
+            r.expected_nodes,
+            s.partition
+        )
+    };
     let gpus = match (s.gpus_per_node, s.gpu_type.as_str()) {
         (0, _) => String::new(),
         (n, "") => format!(", {n} GPUs"),
@@ -103,11 +120,9 @@ fn would_get(s: &quorum_proto::api::JobSpec) -> String {
         t => quorum_model::parse::format_duration(t),
     };
     format!(
-        "Job would be admitted to partition {} with {} nodes, {} tasks, {} processors; per node {} memory{gpus}; time limit {limit}. When and where it would start is not estimated; nothing was submitted",
-        s.partition,
+        "{when}sbatch: it would have {} nodes, {} tasks, {processors} processors; per node {} memory{gpus}; time limit {limit}. Nothing was submitted\n",
         s.nodes,
         s.ntasks,
-        u64::from(s.ntasks) * u64::from(s.cpus_per_task),
         quorum_model::parse::format_mem_mb(s.mem_per_node_mb)
     )
 }

@@ -127,7 +127,8 @@ async fn show(client: Client, entity: &str, name: Option<String>, one_line: bool
             if jobs.is_empty() {
                 return Ok("No jobs in the system\n".into());
             }
-            jobs.iter().map(|j| job_record(j, now, one_line)).collect()
+            let priorities = ctx.pending_priorities(&jobs).await;
+            jobs.iter().map(|j| job_record(j, now, priorities.get(&j.id).copied(), one_line)).collect()
         }
         "node" | "nodes" | "nodename" | "partition" | "partitions" | "partitionname" => {
             let r = ctx
@@ -205,8 +206,8 @@ fn record_text(lines: &[String], one_line: bool) -> String {
 }
 
 /// A job's lines, from `quorum show`'s: its steps are left out of a one-line record.
-fn job_record(j: &JobInfo, now: u64, one_line: bool) -> Vec<String> {
-    display::show_job(j, now)
+fn job_record(j: &JobInfo, now: u64, priority: Option<u64>, one_line: bool) -> Vec<String> {
+    display::show_job(j, now, priority)
         .lines()
         .filter(|l| !(one_line && l.starts_with("StepId=")))
         .map(|l| l.trim().to_string())

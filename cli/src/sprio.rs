@@ -129,7 +129,8 @@ fn cut(text: &str, width: usize) -> String {
 
 pub async fn run(a: SprioArgs) -> anyhow::Result<u8> {
     let ctx = Context { client: a.controllers.client()?, stale: false };
-    let r = ctx.send(api::PriorityRequest {}, |mut c, r| async move { c.priorities(r).await }).await?;
+    let req = api::PriorityRequest { job_ids: a.jobs.clone() };
+    let r = ctx.send(req, |mut c, r| async move { c.priorities(r).await }).await?;
     let mut jobs: Vec<&JobPriority> = r
         .jobs
         .iter()

@@ -176,7 +176,7 @@ fn value(code: char, row: &Row, now_ms: u64) -> String {
         'A' => j.id.to_string(),
         'F' => array.map_or(j.id, |a| a.array_job_id).to_string(),
         'K' => match array {
-            Some(_) if !row.tasks.is_empty() => array_line_tasks(j, &row.tasks),
+            Some(_) if row.tasks.len() > 1 => array_line_tasks(j, &row.tasks),
             Some(a) => a.task_id.to_string(),
             None => "N/A".into(),
         },

@@ -153,6 +153,17 @@ async fn sbatch_takes_a_script_from_a_file_stdin_or_wrap_and_answers_as_slurm_do
     let shown = ok(&cluster, d, b, "squeue", &["-h", "-o", "%T %r", "-j", &later.to_string()]);
     assert_eq!(shown.trim(), "PENDING Dependency", "an hour after the array started");
     ok(&cluster, d, b, "scancel", &[&later.to_string()]);
+    // --kill-on-invalid-dep=yes: cancelled once the dependency can never be met, the reason
+    // kept; without it the job waits to be cancelled.
+    let failing = sbatch_id(&cluster, d, b, &["--wrap", "exit 1"]);
+    let on_failure = format!("afterok:{failing}");
+    let killed = sbatch_id(&cluster, d, b, &["--kill-on-invalid-dep=yes", "-d", &on_failure, "--wrap", "true"]);
+    let kept = sbatch_id(&cluster, d, b, &["-d", &on_failure, "--wrap", "true"]);
+    let j = wait_state(&c, killed, &["CANCELLED", "COMPLETED"], T).await;
+    assert_eq!((j.state.as_str(), j.reason.as_str()), ("CANCELLED", "DependencyNeverSatisfied"), "{j:?}");
+    let shown = ok(&cluster, d, b, "squeue", &["-h", "-o", "%T %r", "-j", &kept.to_string()]);
+    assert_eq!(shown.trim(), "PENDING DependencyNeverSatisfied");
+    ok(&cluster, d, b, "scancel", &[&kept.to_string()]);
 
     // What is refused names itself, and creates nothing.
     let before = all_jobs(&c).await.len();
@@ -250,6 +261,25 @@ async fn squeue_prints_the_fields_and_lines_that_tools_parse() {
         squeue(&["-r", "-h", "-j", &array.to_string(), "-o", "%i %K %A"]),
         (0..4).map(|t| format!("{array}_{t} {t} {}\n", array + t)).collect::<String>()
     );
+    // One task named alone is one task's line, as on Slurm: `12_3`, not `12_[3]`.
+    assert_eq!(squeue(&["-h", "-j", &format!("{array}_2"), "-o", "%i %K"]), format!("{array}_2 2\n"));
+    assert_eq!(
+        squeue(&["-h", "-j", &format!("{array}_1,{array}_3"), "-o", "%i %K"]),
+        format!("{array}_[1,3%2] 1,3%2\n")
+    );
+    // A pending job's record shows its priority as the scheduler ranks it (held: 0, as Slurm's).
+    let scontrol = |args: &[&str]| ok(&cluster, dir.path(), bin.path(), "scontrol", args);
+    let shown = scontrol(&["show", "job", &held.to_string()]);
+    assert!(shown.contains("\n   Priority=0 Nice=0 Account="), "{shown}");
+    let waiting = submit(&["--begin=now+1hour", "--wrap", "true"]);
+    let shown = scontrol(&["-o", "show", "job", &waiting.to_string()]);
+    let priority: u64 = shown.split(" Priority=").nth(1).and_then(|r| r.split(' ').next()).unwrap().parse().unwrap();
+    assert!(priority > 0, "{shown}");
+    // The same figure sprio gives (the age factor may have grown a little in between).
+    let sprio = ok(&cluster, dir.path(), bin.path(), "sprio", &["-h", "-j", &waiting.to_string()]);
+    let cells: Vec<&str> = sprio.split_whitespace().collect();
+    assert_eq!(cells[0], waiting.to_string(), "{sprio}");
+    assert!(cells[2].parse::<u64>().unwrap().abs_diff(priority) <= 5, "{sprio} against {priority}");
     assert_eq!(squeue(&["--noheader", "--jobs", &done.to_string(), "--format", "%T"]), "COMPLETED\n");
     assert_eq!(squeue(&["-h", "-n", "held", "--me", "-t", "PD", "-o", "%A"]), format!("{held}\n"));
     assert_eq!(squeue(&["-h", "-t", "R"]), "");
@@ -380,6 +410,9 @@ async fn sinfo_scontrol_and_the_options_scripts_use_answer_as_slurm_does() {
     assert_eq!(wait_state(&c, noted, &["RUNNING"], T).await.nodelist, "node02");
     let elsewhere = submit(&["-x", "node02", "--wrap", "sleep 100"]);
     assert_eq!(wait_state(&c, elsewhere, &["RUNNING"], T).await.nodelist, "node01");
+    // A node list shorter than the job: those nodes and others, as Slurm's.
+    let partial = submit(&["-N", "2", "-w", "node02", "--wrap", "true"]);
+    assert_eq!(wait_state(&c, partial, &["COMPLETED"], T).await.nodelist, "node[01-02]");
     assert_eq!(
         cmd("squeue", &["-h", "-j", &noted.to_string(), "-o", "%i|%k|%w|%N"]),
         format!("{noted}|a b|w|node02\n")
@@ -454,8 +487,14 @@ async fn sinfo_scontrol_and_the_options_scripts_use_answer_as_slurm_does() {
     let before = all_jobs(&c).await.len();
     let (code, _, err) = refused(&["--test-only", "--gres=gpu:H100:2", "-n", "6", "--wrap", "true"]);
     assert_eq!(code, Some(0), "{err}");
+    let next = all_jobs(&c).await.iter().map(|j| j.id).max().unwrap() + 1;
+    let line = err.lines().next().unwrap_or_default();
     assert!(
-        err.contains("sbatch: Job would be admitted to partition gpu with 2 nodes, 6 tasks, 6 processors; per node 3G memory, 2 GPUs of type h100"),
+        line.starts_with(&format!("sbatch: Job {next} to start at 20")) && line.ends_with(" using 6 processors on nodes node[01-02] in partition gpu"),
+        "{err}"
+    );
+    assert!(
+        err.contains("\nsbatch: it would have 2 nodes, 6 tasks, 6 processors; per node 3G memory, 2 GPUs of type h100"),
         "{err}"
     );
     let (code, _, err) = refused(&["--test-only", "-C", "nosuch", "--wrap", "true"]);

@@ -149,7 +149,7 @@ pub fn array_line_tasks(j: &JobInfo, tasks: &[u32]) -> String {
 /// together, `12_[0-3%2]`.
 pub fn array_line_id(j: &JobInfo, tasks: &[u32]) -> String {
     match &j.array {
-        Some(a) if !tasks.is_empty() => format!("{}_[{}]", a.array_job_id, array_line_tasks(j, tasks)),
+        Some(a) if tasks.len() > 1 => format!("{}_[{}]", a.array_job_id, array_line_tasks(j, tasks)),
         Some(a) => format!("{}_{}", a.array_job_id, a.task_id),
         None => j.id.to_string(),
     }
@@ -495,7 +495,8 @@ pub fn null_or(text: &str) -> &str {
     }
 }
 
-pub fn show_job(j: &JobInfo, now_ms: u64) -> String {
+/// `scontrol show job`'s record; `priority` as the scheduler ranks the job now, when pending.
+pub fn show_job(j: &JobInfo, now_ms: u64, priority: Option<u64>) -> String {
     let spec = j.spec.clone().unwrap_or_default();
     let ms = |v: u64| if v == 0 { "-".to_string() } else { utc_time(v) };
     let mut lines = vec![
@@ -512,6 +513,13 @@ pub fn show_job(j: &JobInfo, now_ms: u64) -> String {
             None => format!("JobId={} JobName={}", j.id, j.name),
         },
         format!("UserId={} Partition={}", j.user, j.partition),
+        format!(
+            "{}Nice={} Account={} QOS={}",
+            priority.map_or(String::new(), |p| format!("Priority={p} ")),
+            spec.nice,
+            null_or(&j.account),
+            null_or(&j.qos)
+        ),
         format!(
             "JobState={} Reason={} ExitCode={}:{}",
             j.state,
@@ -748,7 +756,7 @@ mod tests {
             }),
             ..Default::default()
         };
-        let shown = super::show_job(&job, 0);
+        let shown = super::show_job(&job, 0, None);
         assert!(!shown.chars().any(|c| c.is_control() && c != '\n'), "{shown:?}");
     }
 

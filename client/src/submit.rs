@@ -807,9 +807,9 @@ pub fn build_spec(cli: SubmitOpts, payload: Payload, cwd: &Path, env: Vec<(Strin
     if listed > 0 {
         match opts.nodes.map(|n| n.min) {
             None => opts.nodes = Some(NodeCount::exact(listed)),
-            Some(n) if n != listed => {
+            Some(n) if n < listed => {
                 return Err(format!(
-                    "--nodes {n} with {listed} nodes in --nodelist: Quorum allocates exactly the listed nodes, so list as many as you ask for"
+                    "--nodes {n} with {listed} nodes in --nodelist: a job has every node it lists, so ask for at least as many nodes as you list"
                 ))
             }
             Some(_) => {}
@@ -947,18 +947,16 @@ pub fn build_spec(cli: SubmitOpts, payload: Payload, cwd: &Path, env: Vec<(Strin
             "--nodes={min}-{max} is accepted as {min}: a job gets exactly its minimum number of nodes here"
         ));
     }
-    match opts.kill_on_invalid_dep.as_deref().map(str::to_ascii_lowercase).as_deref() {
-        None | Some("no") => {}
-        Some("yes") => warnings.push(
-            "--kill-on-invalid-dep=yes is accepted but not honoured: a job whose dependency can never be met stays pending (DependencyNeverSatisfied) until cancelled".into(),
-        ),
+    let kill_on_invalid_dep = match opts.kill_on_invalid_dep.as_deref().map(str::to_ascii_lowercase).as_deref() {
+        None | Some("no") => false,
+        Some("yes") => true,
         Some(_) => {
             return Err(format!(
                 "invalid --kill-on-invalid-dep '{}': give yes or no",
                 opts.kill_on_invalid_dep.as_deref().unwrap_or_default()
             ))
         }
-    }
+    };
     if let Some(m) = &opts.mail_type {
         quorum_model::MailTypes::parse(m)?;
     }
@@ -994,6 +992,7 @@ pub fn build_spec(cli: SubmitOpts, payload: Payload, cwd: &Path, env: Vec<(Strin
         account: opts.account.clone().unwrap_or_default(),
         nice: opts.nice.unwrap_or(0),
         priority,
+        kill_on_invalid_dep,
         licenses: match opts.licenses.as_deref() {
             Some(l) => quorum_model::parse_licenses(l)?.into_iter().collect(),
             None => Default::default(),
@@ -1103,6 +1102,8 @@ mod tests {
             ("-N 2 --ntasks-per-node=2 --gpus-per-node=2 --cpus-per-gpu=3", (2, 4, 3, 2, "", 0, 0)),
             ("-N 2 --gpus=4 --ntasks-per-gpu=2", (2, 8, 1, 2, "", 0, 0)),
             ("--nodelist=n[1-3]", (3, 3, 1, 0, "", 0, 0)),
+            // Fewer listed than asked for: those, and others chosen.
+            ("-N 3 -w n1", (3, 3, 1, 0, "", 0, 0)),
             ("--exclusive=user -N 2", (2, 2, 1, 0, "", 0, 0)),
             // A range: the minimum, as Slurm records it at submit.
             ("--nodes=1-2 -n 2", (1, 2, 1, 0, "", 0, 0)),
@@ -1207,9 +1208,13 @@ mod tests {
             warned("#SBATCH -N 2-4\ntrue\n"),
             ["--nodes=2-4 is accepted as 2: a job gets exactly its minimum number of nodes here"]
         );
-        assert!(
-            warned("#SBATCH --kill-on-invalid-dep yes\ntrue\n")[0].starts_with("--kill-on-invalid-dep=yes is accepted")
-        );
+        assert_eq!(warned("#SBATCH --kill-on-invalid-dep yes\ntrue\n"), Vec::<String>::new(), "honoured");
+        let spec = |text: &str| {
+            let payload = Payload::Script { path: "job.sh".into(), text: text.into() };
+            build_spec(SubmitOpts::default(), payload, dir.path(), vec![]).unwrap().spec
+        };
+        assert!(spec("#SBATCH --kill-on-invalid-dep=YES\ntrue\n").kill_on_invalid_dep);
+        assert!(!spec("#SBATCH --kill-on-invalid-dep=no\ntrue\n").kill_on_invalid_dep);
         for (line, says) in [
             ("-L matlab:0", "invalid --licenses 'matlab:0': '0' is not a count of licenses"),
             ("-L 'matlab|fluent'", "licenses joined by | (any of them) are not supported"),
@@ -1220,7 +1225,7 @@ mod tests {
             ("--mail-type=BEGIN,SOMETIMES", "invalid --mail-type 'BEGIN,SOMETIMES': unknown type 'SOMETIMES'"),
             ("--uid=4294967295", "invalid --uid '4294967295': no such user"),
             ("--open-mode=sideways", "invalid --open-mode 'sideways': give append or truncate"),
-            ("-N 2 -w n1", "--nodes 2 with 1 nodes in --nodelist"),
+            ("-N 1 -w n[1-2]", "--nodes 1 with 2 nodes in --nodelist"),
             ("-w n1 -x n1", "node 'n1' is both in --nodelist and in --exclude"),
             ("-C '[ib|opa]'", "invalid --constraint '[ib|opa]': [] and * counts are not supported"),
             ("-C 'ib*2'", "[] and * counts are not supported"),

@@ -52,6 +52,7 @@ pub fn spec_from_proto(p: api::JobSpec) -> Result<JobSpec, Rejection> {
         constraint_any: p.constraint_any,
         priority: p.priority,
         licenses: p.licenses.into_iter().collect(),
+        kill_on_invalid_dep: p.kill_on_invalid_dep,
         exclusive: p.exclusive,
         hold: p.hold,
         requeue: p.requeue,
@@ -118,6 +119,7 @@ pub fn spec_to_proto(s: &JobSpec, with_env: bool) -> api::JobSpec {
         constraint_any: s.constraint_any,
         priority: s.priority,
         licenses: s.licenses.iter().map(|(k, v)| (k.clone(), *v)).collect(),
+        kill_on_invalid_dep: s.kill_on_invalid_dep,
         exclusive: s.exclusive,
         requeue: s.requeue,
         signal: s.warn_signal.map(|w| w.to_spec()).unwrap_or_default(),
@@ -150,13 +152,16 @@ pub fn dependency_string(s: &JobSpec) -> String {
     crate::model::dependency_string(&s.dependencies, s.singleton, s.dependency_any)
 }
 
-/// Why a pending job waits. A hold is known at once: a held job does not wake the scheduler, so
-/// until a cycle runs its recorded reason is still None.
+/// Why a pending job waits (or why it was cancelled unstarted, when its dependency could never
+/// be met). A hold is known at once: a held job does not wake the scheduler, so until a cycle
+/// runs its recorded reason is still None.
 fn pending_reason(j: &crate::model::Job) -> String {
     use crate::model::{JobState, PendingReason};
     match (j.state, j.held, j.reason) {
         (JobState::Pending, Some(hold), PendingReason::None) => hold.reason().name().to_string(),
         (JobState::Pending, _, r) => r.name().to_string(),
+        // Cancelled by `--kill-on-invalid-dep=yes`: why, as Slurm shows it.
+        (JobState::Cancelled, _, r @ PendingReason::DependencyNeverSatisfied) => r.name().to_string(),
         _ => String::new(),
     }
 }

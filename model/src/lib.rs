@@ -180,6 +180,10 @@ pub struct JobSpec {
     /// level 11.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub script_args: Vec<String>,
+    /// `--kill-on-invalid-dep=yes`: the job is cancelled once its dependency can never be met,
+    /// instead of waiting with `DependencyNeverSatisfied`. From feature level 13.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub kill_on_invalid_dep: bool,
 }
 
 /// Bookkeeping a job carries and shows (`--comment`, `--wckey`, `--mail-type`, `--mail-user`).
@@ -502,13 +506,24 @@ impl JobSpec {
         self.ntasks.div_ceil(self.nodes.max(1)).saturating_mul(self.cpus_per_task)
     }
 
-    /// Checks the shape of the request; the error names the field and the reason.
     /// Whether the job may have the node `name` with `features`: it has every feature asked
-    /// for, is not excluded, and is in the node list when there is one.
+    /// for, is not excluded, and is in the node list when that lists all of the job's nodes (a
+    /// shorter list names nodes the job must have among others, from feature level 13).
     pub fn may_use(&self, name: &str, features: &[String]) -> bool {
         features_match(&self.constraint, self.constraint_any, features)
             && !self.exclude.iter().any(|x| x == name)
-            && (self.nodelist.is_empty() || self.nodelist.iter().any(|x| x == name))
+            && (!self.lists_every_node() || self.nodelist.iter().any(|x| x == name))
+    }
+
+    /// Whether `--nodelist` names every node of the job (not only some it must have).
+    pub fn lists_every_node(&self) -> bool {
+        !self.nodelist.is_empty() && self.nodelist.len() >= self.nodes as usize
+    }
+
+    /// Whether the spec carries what only feature level 13 records (`--kill-on-invalid-dep`, a
+    /// node list naming only some of the job's nodes).
+    pub fn uses_level_13(&self) -> bool {
+        self.kill_on_invalid_dep || (!self.nodelist.is_empty() && !self.lists_every_node())
     }
 
     /// Whether the spec carries what only feature level 12 records (`aftercorr`, `after:ID+TIME`,
@@ -557,11 +572,11 @@ impl JobSpec {
                 return invalid("gpu_type", format!("'{t}' is not a GPU type name"));
             }
         }
-        if !self.nodelist.is_empty() && self.nodelist.len() != self.nodes as usize {
+        if self.nodelist.len() > self.nodes as usize {
             return invalid(
                 "nodelist",
                 format!(
-                    "{} nodes listed for a job of {} nodes: Quorum allocates exactly the listed nodes, so ask for as many as you list",
+                    "{} nodes listed for a job of {} nodes: a job has every node it lists, so ask for at least as many as you list",
                     self.nodelist.len(),
                     self.nodes
                 ),

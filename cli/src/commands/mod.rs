@@ -39,6 +39,28 @@ impl Context {
         self.client.call(|c| rpc(c, req.clone())).await.map_err(status_error)
     }
 
+    /// The priority of each pending job of `jobs` as the scheduler ranks it now (what `sprio`
+    /// shows; a held job's is 0, as Slurm's). Empty when the cluster does not answer: a job's
+    /// display goes on without it.
+    pub async fn pending_priorities(
+        &self,
+        jobs: &[quorum_proto::api::JobInfo],
+    ) -> std::collections::BTreeMap<u64, u64> {
+        let pending = |j: &&quorum_proto::api::JobInfo| j.state == "PENDING";
+        let mut out: std::collections::BTreeMap<u64, u64> =
+            jobs.iter().filter(pending).filter(|j| !j.held.is_empty()).map(|j| (j.id, 0)).collect();
+        let job_ids: Vec<u64> =
+            jobs.iter().filter(pending).filter(|j| j.held.is_empty()).map(|j| j.id).collect();
+        if job_ids.is_empty() {
+            return out;
+        }
+        let req = quorum_proto::api::PriorityRequest { job_ids };
+        if let Ok(r) = self.send(req, |mut c, r| async move { c.priorities(r).await }).await {
+            out.extend(r.jobs.iter().map(|p| (p.job_id, p.total.max(0.0).round() as u64)));
+        }
+        out
+    }
+
     /// Every job `req` asks for, page by page (each answer stays under a gRPC message's limit
     /// however large the queue), as one answer: the last page's index and time.
     pub async fn list_all_jobs(

@@ -14,7 +14,7 @@ pub struct Args {
 }
 
 pub async fn run(ctx: &Context, Args { json }: Args) -> anyhow::Result<ExitCode> {
-    let r = ctx.send(api::PriorityRequest {}, |mut c, r| async move { c.priorities(r).await }).await?;
+    let r = ctx.send(api::PriorityRequest::default(), |mut c, r| async move { c.priorities(r).await }).await?;
     if json {
         print_json(&display::prio_json(&r))?;
     } else {

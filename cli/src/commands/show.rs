@@ -25,7 +25,8 @@ pub async fn run(ctx: &Context, Args { job, json }: Args) -> anyhow::Result<Exit
         print_json(&display::job_json(&info))?;
     } else {
         let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_millis() as u64;
-        print!("{}", display::show_job(&info, now));
+        let priority = ctx.pending_priorities(std::slice::from_ref(&info)).await.get(&info.id).copied();
+        print!("{}", display::show_job(&info, now, priority));
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -39,12 +39,13 @@ pub async fn run(ctx: &Context, Args { opts, script, command }: Args) -> anyhow:
     Ok(ExitCode::SUCCESS)
 }
 
-/// A submitted job, and whether its submitter waits for it (`--wait`); for a check only, the
-/// spec as the job would have it (and id 0).
+/// A submitted job, and whether its submitter waits for it (`--wait`); for a check only
+/// (`--test-only`, id 0), the cluster's answer: the spec as the job would have it, and when and
+/// where it would start.
 pub struct Submitted {
     pub id: u64,
     pub wait: bool,
-    pub admitted: Option<api::JobSpec>,
+    pub test: Option<api::SubmitJobResponse>,
 }
 
 /// Submits `payload` (a script with `script_args`, or a command) with `opts` as this user, from
@@ -101,7 +102,8 @@ pub async fn submit(
     for w in &built.warnings {
         eprintln!("{who}: warning: {w}");
     }
-    Ok(Submitted { id: r.job_id, wait: built.wait, admitted: r.admitted })
+    let (id, test) = if r.admitted.is_some() { (0, Some(r)) } else { (r.job_id, None) };
+    Ok(Submitted { id, wait: built.wait, test })
 }
 
 /// The registered nodes of `partition` (the default one when `None`).

@@ -564,6 +564,46 @@ impl Plan {
     }
 }
 
+/// When and where a job not yet submitted would start (`sbatch --test-only`, Slurm's
+/// will-run test).
+#[derive(Clone, Debug, PartialEq)]
+pub enum WillRun {
+    /// At once (or at its begin time), on these nodes.
+    Now(Estimate),
+    /// Not before this, when running jobs have freed enough room.
+    Later(Estimate),
+    /// Not within the backfill window, for this reason.
+    Waiting(PendingReason),
+}
+
+/// Where and when `job` would start, as Slurm's will-run test answers: against the running
+/// jobs and what they free when their limits end, not behind other pending jobs; at its begin
+/// time when that is later than `now_ms`. The search reaches a year ahead whatever the
+/// policy's backfill window, so that a long queue of running jobs still gets an answer.
+pub fn will_run(view: &ClusterView, job: PendingJob, now_ms: Millis, policy: &Policy) -> WillRun {
+    let at = job.begin_ms.unwrap_or(0).max(now_ms);
+    let id = job.id;
+    let view = ClusterView {
+        pending: vec![std::sync::Arc::new(PendingJob { begin_ms: None, ..job })],
+        previous: BTreeMap::new(),
+        ..view.clone()
+    };
+    let policy = Policy {
+        backfill: BackfillMode::Easy,
+        bf_window_s: policy.bf_window_s.max(365 * 86_400),
+        ..policy.clone()
+    };
+    let plan = schedule(&view, at, &policy);
+    let names = |a: &Allocation| a.nodes.iter().map(|n| n.node.clone()).collect();
+    if let Some(s) = plan.starts.iter().find(|s| s.job_id == id) {
+        return WillRun::Now(Estimate { start_ms: at, nodes: names(&s.allocation) });
+    }
+    match plan.estimates.get(&id) {
+        Some(e) => WillRun::Later(e.clone()),
+        None => WillRun::Waiting(plan.reason(id).unwrap_or(PendingReason::Resources)),
+    }
+}
+
 /// One scheduling cycle over a view of the cluster: [`order`], [`screen`], [`place`], and the
 /// [`Plan`] assembled from them.
 pub fn schedule(view: &ClusterView, now_ms: Millis, policy: &Policy) -> Plan {

@@ -23,9 +23,40 @@ pub fn could_hold(job: &PendingJob, node: &NodeView) -> bool {
     node.schedulable
         && quorum_model::features_match(&job.features, job.features_any, &node.features)
         && !job.exclude.contains(&node.name)
-        && (job.only.is_empty() || job.only.contains(&node.name))
+        && (!lists_every_node(job) || job.only.contains(&node.name))
         && node.gpu_count(job.gpu_type.as_deref()) >= job.per_node.gpus
         && node.capacity.fits(&job.per_node)
+}
+
+/// Whether the job's node list names all of its nodes; a shorter list names nodes it must
+/// have, and the others are chosen as for any job (Slurm's `-N 4 -w n[1-2]`).
+fn lists_every_node(job: &PendingJob) -> bool {
+    !job.only.is_empty() && job.only.len() >= job.nodes as usize
+}
+
+/// Picks `k` nodes for `job` among `fitting`, as [`choose`] does; a job that lists fewer nodes
+/// than it asks for gets every listed one (none, when one of them does not fit) and the rest
+/// chosen among the others.
+fn choose_for(
+    topology: &Topology,
+    job: &PendingJob,
+    view: &ClusterView,
+    fitting: Vec<(usize, i64)>,
+    k: usize,
+) -> Option<Vec<usize>> {
+    if job.only.is_empty() || lists_every_node(job) {
+        return choose(topology, fitting, k);
+    }
+    let required: Vec<usize> = job.only.iter().map(|n| view.node_index(n)).collect::<Option<_>>()?;
+    if !required.iter().all(|r| fitting.iter().any(|(i, _)| i == r)) {
+        return None;
+    }
+    let others: Vec<(usize, i64)> = fitting.into_iter().filter(|(i, _)| !required.contains(i)).collect();
+    let mut nodes = required;
+    if k > nodes.len() {
+        nodes.extend(choose(topology, others, k - nodes.len())?);
+    }
+    Some(nodes)
 }
 
 /// Free GPU indices of the requested type on the node now.
@@ -196,7 +227,7 @@ pub fn fit_now(
             Some((i, free.cpus - req.cpus))
         })
         .collect();
-    choose(topology, fitting, job.nodes as usize)
+    choose_for(topology, job, view, fitting, job.nodes as usize)
 }
 
 /// The earliest time within `[now, horizon]` at which all of `nodes` hold the job together.
@@ -321,7 +352,7 @@ pub fn earliest(
                 free.fits(&req).then_some((i, free.cpus - req.cpus))
             })
             .collect();
-        if let Some(nodes) = choose(topology, fitting, k) {
+        if let Some(nodes) = choose_for(topology, job, view, fitting, k) {
             return Some((t, nodes));
         }
     }

@@ -834,3 +834,101 @@ fn licenses_are_counted_across_the_cluster() {
     b.end(two);
     assert_eq!(started(&b.cycle()), vec![one]);
 }
+
+#[test]
+fn will_run_answers_against_running_jobs_not_the_queue() {
+    let mut b = Bench::new((1..=4).map(|i| node(&format!("n{i}"), 2, 0, "", &[])).collect(), Policy::default());
+    let first = b.submit(2, 300);
+    b.cycle();
+    assert_eq!(b.state.jobs[&first].state, JobState::Running);
+    // Jobs waiting in the queue are not ahead of the one asked about (Slurm's will-run).
+    let queued = b.submit_with("alice", |s| (s.nodes, s.ntasks, s.cpus_per_task) = (4, 4, 2));
+    b.cycle();
+    assert_eq!(b.state.jobs[&queued].state, JobState::Pending);
+    let ask = |b: &Bench, nodes: u32, begin: Option<u64>| {
+        let spec = JobSpec {
+            nodes,
+            ntasks: nodes,
+            cpus_per_task: 2,
+            time_limit_s: Some(60),
+            partition: Some("batch".into()),
+            begin_time: begin,
+            ..Default::default()
+        };
+        let job = PendingJob::hypothetical(b.state.next_job_id, &spec, "bob", b.now_ms);
+        will_run(&ClusterView::from_state(&b.state), job, b.now_ms, &b.state.policy)
+    };
+    // Two nodes are whole and free: a job wanting two whole nodes would start now, on them.
+    match ask(&b, 2, None) {
+        WillRun::Now(e) => {
+            assert_eq!(e.start_ms, b.now_ms);
+            assert_eq!(e.nodes.len(), 2);
+            assert!(e.nodes.iter().all(|n| !b.state.jobs[&first].allocation.as_ref().unwrap().nodelist().contains(n)));
+        }
+        other => panic!("{other:?}"),
+    }
+    // Three need a node of the running job's: when its limit ends.
+    match ask(&b, 3, None) {
+        WillRun::Later(e) => assert_eq!((e.start_ms, e.nodes.len()), (b.now_ms + 300_000, 3)),
+        other => panic!("{other:?}"),
+    }
+    // A begin time later than now is when it would start.
+    match ask(&b, 1, Some(b.now_ms + 7_200_000)) {
+        WillRun::Now(e) => assert_eq!(e.start_ms, b.now_ms + 7_200_000),
+        other => panic!("{other:?}"),
+    }
+    // Nothing was submitted.
+    assert_eq!(b.state.jobs.len(), 2);
+}
+
+#[test]
+fn a_dependency_that_can_never_be_met_cancels_a_job_that_asked_for_it() {
+    let mut b = Bench::new(ten_nodes(), Policy::default());
+    let first = b.submit(1, 100);
+    b.cycle();
+    let after_ok = |kill: bool| {
+        move |s: &mut JobSpec| {
+            s.dependencies =
+                vec![quorum_model::Dependency { kind: quorum_model::DependencyKind::AfterOk, job: first, delay_min: 0 }];
+            s.kill_on_invalid_dep = kill;
+        }
+    };
+    let (killed, kept) = (b.submit_with("alice", after_ok(true)), b.submit_with("alice", after_ok(false)));
+    assert_eq!(b.cycle().reason(killed), Some(PendingReason::Dependency));
+    b.end_with(first, 1);
+    b.cycle();
+    // Cancelled with the reason, as Slurm's `--kill-on-invalid-dep=yes`; the other one waits.
+    let (k, w) = (&b.state.jobs[&killed], &b.state.jobs[&kept]);
+    assert_eq!((k.state, k.reason), (JobState::Cancelled, PendingReason::DependencyNeverSatisfied));
+    assert_eq!((w.state, w.reason), (JobState::Pending, PendingReason::DependencyNeverSatisfied));
+}
+
+#[test]
+fn a_node_list_shorter_than_the_job_is_part_of_its_nodes() {
+    let mut b = Bench::new(ten_nodes(), Policy::default());
+    let versions = BTreeMap::from([(1, quorum_state::ReplicaVersion { level: quorum_state::FEATURE_LEVEL, version: "t".into() })]);
+    b.cmd(Command::SetReplicaVersions { versions, now: 0 });
+    let busy = b.submit_with("alice", |s| s.nodelist = vec!["n01".into()]);
+    b.cycle();
+    let job = b.submit_with("alice", |s| {
+        (s.nodes, s.ntasks, s.nodelist) = (3, 3, vec!["n07".into(), "n09".into()]);
+    });
+    let p = b.cycle();
+    assert_eq!(started(&p), vec![job]);
+    let nodes: Vec<String> = b.state.jobs[&job].allocation.as_ref().unwrap().nodes.iter().map(|n| n.node.clone()).collect();
+    assert_eq!(nodes.len(), 3);
+    assert!(nodes.contains(&"n07".to_string()) && nodes.contains(&"n09".to_string()), "{nodes:?}");
+    assert!(!nodes.contains(&"n01".to_string()), "n01 is busy: {nodes:?}");
+    // A listed node that is busy: the job waits for it, with a reservation that includes it.
+    let waits = b.submit_with("alice", |s| {
+        (s.nodes, s.ntasks, s.nodelist) = (2, 2, vec!["n01".into()]);
+    });
+    let p = b.cycle();
+    assert!(started(&p).is_empty());
+    let e = &p.estimates[&waits];
+    assert!(e.nodes.contains(&"n01".to_string()) && e.nodes.len() == 2, "{e:?}");
+    b.at(100);
+    b.end(busy);
+    let p = b.cycle();
+    assert_eq!(started(&p), vec![waits]);
+}

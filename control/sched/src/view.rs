@@ -6,7 +6,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
-use quorum_model::{Account, HoldKind, Job, JobId, JobState, Millis, Node, PendingReason, Qos, Shared, Usage};
+use quorum_model::{
+    Account, HoldKind, Job, JobId, JobSpec, JobState, Millis, Node, PendingReason, Qos, Shared, Usage,
+};
 use quorum_state::ClusterState;
 
 /// An amount of CPUs, memory (MiB) and GPUs. Signed so that reservations can be subtracted.
@@ -315,23 +317,50 @@ fn pending_job(
         qos: names.get(&j.qos),
         partition: names.get(&j.partition),
         submit_ms: j.submit_time,
-        begin_ms: j.spec.begin_time,
-        nodes: j.spec.nodes,
-        per_node: res_of(j.spec.cpus_per_node(), j.spec.mem_per_node_mb.unwrap_or(0), j.spec.gpus_per_node as usize),
-        gpu_type: j.spec.gpu_type.as_deref().map(|g| names.get(g)),
-        time_limit_s: j.spec.time_limit_s,
-        nice: j.spec.nice,
-        exclusive: j.spec.exclusive,
-        features: j.spec.constraint.clone(),
-        features_any: j.spec.constraint_any,
-        priority: j.spec.priority,
-        licenses: j.spec.licenses.iter().map(|(n, c)| (n.clone(), *c)).collect(),
-        exclude: j.spec.exclude.clone(),
-        only: j.spec.nodelist.clone(),
         held: j.held,
         dependency,
         dependency_ready_ms,
         reason: j.reason,
+        ..requested(&j.spec, names)
+    }
+}
+
+/// What a spec asks of the scheduler; who and when are left to the caller.
+fn requested(spec: &JobSpec, names: &mut Names) -> PendingJob {
+    PendingJob {
+        id: 0,
+        user: names.get(""),
+        account: names.get(spec.account.as_deref().unwrap_or_default()),
+        qos: names.get(spec.qos.as_deref().unwrap_or_default()),
+        partition: names.get(spec.partition.as_deref().unwrap_or_default()),
+        submit_ms: 0,
+        begin_ms: spec.begin_time,
+        nodes: spec.nodes,
+        per_node: res_of(spec.cpus_per_node(), spec.mem_per_node_mb.unwrap_or(0), spec.gpus_per_node as usize),
+        gpu_type: spec.gpu_type.as_deref().map(|g| names.get(g)),
+        time_limit_s: spec.time_limit_s,
+        nice: spec.nice,
+        exclusive: spec.exclusive,
+        features: spec.constraint.clone(),
+        features_any: spec.constraint_any,
+        priority: spec.priority,
+        licenses: spec.licenses.iter().map(|(n, c)| (n.clone(), *c)).collect(),
+        exclude: spec.exclude.clone(),
+        only: spec.nodelist.clone(),
+        held: None,
+        dependency: DepStatus::Satisfied,
+        dependency_ready_ms: None,
+        reason: PendingReason::None,
+    }
+}
+
+impl PendingJob {
+    /// A job that is not submitted, as the scheduler would see it were it submitted by `user`
+    /// at `now_ms` and given `id` (`sbatch --test-only`): `spec` as admission leaves it, its
+    /// partition, account and QOS resolved; no hold and no dependency.
+    pub fn hypothetical(id: JobId, spec: &JobSpec, user: &str, now_ms: Millis) -> PendingJob {
+        let mut names = Names::default();
+        PendingJob { id, user: names.get(user), submit_ms: now_ms, ..requested(spec, &mut names) }
     }
 }
 

@@ -48,20 +48,38 @@ pub(super) async fn submit_job(api: &Api, caller: &Caller, r: SubmitJobRequest) 
     }
     let user = job_owner(caller, &r.run_as)?;
     if r.test_only {
-        let applied = api.replica.shared.read();
-        let admitted = quorum_state::check_submit(&applied.state, spec, &user).map_err(|e| rejection_status(&e))?;
-        return Ok(SubmitJobResponse {
-            job_id: 0,
-            duplicate: false,
-            admitted: Some(wire::spec_to_proto(&admitted, false)),
-        });
+        return test_only(api, spec, &user);
     }
     let submit = Submit { spec: Box::new(spec), user, request_id: scoped_request_id(caller, &r.request_id)? };
     match api.submits.write(submit).await.map_err(write_status)? {
-        Response::Submitted { job_id, duplicate } => Ok(SubmitJobResponse { job_id, duplicate, admitted: None }),
+        Response::Submitted { job_id, duplicate } => Ok(SubmitJobResponse { job_id, duplicate, ..Default::default() }),
         Response::Rejected(r) => Err(rejection_status(&r)),
         other => Err(Status::internal(format!("unexpected answer to a submit: {other:?}"))),
     }
+}
+
+/// `sbatch --test-only`: the spec as admission would leave it, and when and where the job
+/// would start (Slurm's will-run test); nothing is written.
+fn test_only(api: &Api, spec: crate::model::JobSpec, user: &str) -> Result<SubmitJobResponse, Status> {
+    let applied = api.replica.shared.read();
+    let state = &applied.state;
+    let admitted = quorum_state::check_submit(state, spec, user).map_err(|e| rejection_status(&e))?;
+    let now = now_ms();
+    let job = quorum_sched::PendingJob::hypothetical(state.next_job_id, &admitted, user, now);
+    let answer = quorum_sched::will_run(&quorum_sched::ClusterView::from_state(state), job, now, &state.policy);
+    let mut r = SubmitJobResponse {
+        would_be_id: state.next_job_id,
+        admitted: Some(wire::spec_to_proto(&admitted, false)),
+        ..Default::default()
+    };
+    match answer {
+        quorum_sched::WillRun::Now(e) | quorum_sched::WillRun::Later(e) => {
+            r.expected_start_ms = e.start_ms;
+            r.expected_nodes = crate::model::hostlist::compress(&e.nodes);
+        }
+        quorum_sched::WillRun::Waiting(reason) => r.waiting_reason = reason.name().to_string(),
+    }
+    Ok(r)
 }
 
 /// Whose job a submit makes: the caller's, or with `sbatch --uid` (`run_as`) that user's, which
@@ -262,7 +280,7 @@ fn listed(mut info: JobInfo) -> JobInfo {
     info
 }
 
-pub(super) async fn priorities(api: &Api, caller: &Caller, _r: PriorityRequest) -> Result<PriorityResponse, Status> {
+pub(super) async fn priorities(api: &Api, caller: &Caller, r: PriorityRequest) -> Result<PriorityResponse, Status> {
     let private = api.security.config.private("jobs") && !caller.at_least(Role::Operator);
     api.replica.linearizable().await.map_err(write_status)?;
     let (view, policy) = {
@@ -274,6 +292,7 @@ pub(super) async fn priorities(api: &Api, caller: &Caller, _r: PriorityRequest) 
         .pending
         .iter()
         .filter(|j| !private || *j.user == *caller.user)
+        .filter(|j| r.job_ids.is_empty() || r.job_ids.contains(&j.id))
         .map(|j| {
             let f = &factors[&j.id];
             JobPriority {

@@ -9,7 +9,7 @@ use quorum_model::{
 };
 
 use crate::cluster::{ClusterState, DEFAULT_ACCOUNT, DEFAULT_QOS};
-use crate::commands::{Command, DropReason, NodeRegistration, Response, NODE_CHOICE_LEVEL};
+use crate::commands::{Command, DropReason, NodeRegistration, Response, NODE_CHOICE_LEVEL, NODE_LIST_PART_LEVEL};
 use crate::digest::digest;
 
 /// Applies one committed command at log index `index`. Deterministic; see the module comment.
@@ -433,6 +433,29 @@ fn admit(state: &ClusterState, spec: &mut JobSpec) -> Result<String, Rejection> 
             });
         }
     }
+    if !spec.nodelist.is_empty() && !spec.lists_every_node() {
+        // Some nodes named, the others chosen: from level 13; before, a job listed them all.
+        if state.cluster_level() < NODE_LIST_PART_LEVEL {
+            return Err(Rejection::InvalidSpec {
+                field: "nodelist".into(),
+                reason: format!(
+                    "{} nodes listed for a job of {} nodes: until every replica runs feature level {NODE_LIST_PART_LEVEL}, a job lists all of its nodes",
+                    spec.nodelist.len(),
+                    spec.nodes
+                ),
+            });
+        }
+        let unfit = spec.nodelist.iter().find(|name| {
+            !state.nodes.get(name.as_str()).is_none_or(|n| {
+                spec.may_use(&n.name, &n.features) && n.could_hold(cpus, mem, spec.gpus_per_node, gpu_type)
+            })
+        });
+        if let Some(name) = unfit {
+            return Err(Rejection::NeverFits {
+                detail: format!("node '{name}' of the node list cannot hold the job (its features or size)"),
+            });
+        }
+    }
     let chosen = |n: &Node| !choosing || spec.may_use(&n.name, &n.features);
     // Stops at the first `nodes` capable nodes: admission costs the job's size, not the cluster's.
     let capable = state
@@ -530,11 +553,22 @@ fn apply_plan(
             Err(why) => dropped.push((start.job_id, why)),
         }
     }
+    let mut invalid = Vec::new();
     for (job_id, reason) in reasons {
         if let Some(job) = state.jobs.get_mut(&job_id) {
             if job.state == JobState::Pending {
                 job.reason = reason;
+                if reason == PendingReason::DependencyNeverSatisfied && job.spec.kill_on_invalid_dep {
+                    invalid.push(job_id);
+                }
             }
+        }
+    }
+    // `--kill-on-invalid-dep=yes`: cancelled, keeping the reason, as Slurm shows it.
+    for job_id in invalid {
+        finish_job(state, job_id, JobState::Cancelled, None, None);
+        if let Some(job) = state.jobs.get_mut(&job_id) {
+            job.reason = PendingReason::DependencyNeverSatisfied;
         }
     }
     Response::PlanApplied { started, dropped }

@@ -41,7 +41,13 @@ pub struct NodeRegistration {
 /// 12. dependencies joined by `?` (any of them), `aftercorr`, `after:ID+MINUTES`, and
 ///     `--constraint` features joined by `|` (any of them), `--priority` set by operators, and
 ///     licenses (`SetLicenses`, `--licenses`).
-pub const FEATURE_LEVEL: u32 = 12;
+/// 13. `--kill-on-invalid-dep=yes` (a job cancelled once its dependency can never be met) and
+///     node lists naming only some of a job's nodes (`-N 4 -w n[1-2]`).
+pub const FEATURE_LEVEL: u32 = 13;
+
+/// The level that cancels `--kill-on-invalid-dep=yes` jobs and takes node lists shorter than
+/// the job; below it the services refuse jobs that use them.
+pub const NODE_LIST_PART_LEVEL: u32 = 13;
 
 /// The level that records the dependency and constraint forms of level 12; below it the
 /// services refuse jobs that use them.
@@ -95,7 +101,9 @@ pub struct Submit {
 
 /// The level a replica needs to apply a submit of this job, and what in the job needs it.
 pub fn spec_level(spec: &JobSpec) -> (u32, &'static str) {
-    if spec.uses_level_12() {
+    if spec.uses_level_13() {
+        (NODE_LIST_PART_LEVEL, "a job with --kill-on-invalid-dep=yes, or a --nodelist naming fewer nodes than --nodes")
+    } else if spec.uses_level_12() {
         (
             DEPENDENCY_FORMS_LEVEL,
             "a job with aftercorr, after:ID+MINUTES, dependencies joined by '?', features joined by '|', --priority or --licenses",

@@ -683,7 +683,17 @@ fn a_job_is_admitted_only_if_enough_nodes_have_its_features_and_are_not_excluded
         Response::Rejected(Rejection::InvalidSpec { field, .. }) if field == "nodelist"
     ));
     (listed.nodes, listed.ntasks) = (2, 2);
-    assert!(matches!(submit(&mut s, 15, listed, "f"), Response::Submitted { .. }));
+    assert!(matches!(submit(&mut s, 15, listed.clone(), "f"), Response::Submitted { .. }));
+    // A list naming some of the job's nodes: those and others (from level 13).
+    listed.nodelist = vec!["n2".into()];
+    assert!(matches!(submit(&mut s, 151, listed.clone(), "f2"), Response::Submitted { .. }));
+    let mut older = cluster();
+    let versions = BTreeMap::from([(1, ReplicaVersion { level: FEATURE_LEVEL - 1, version: "x".into() })]);
+    apply(&mut older, 2, Command::SetReplicaVersions { versions, now: 2 });
+    assert!(matches!(
+        submit(&mut older, 3, listed, "f3"),
+        Response::Rejected(Rejection::InvalidSpec { field, reason }) if field == "nodelist" && reason.contains("until every replica runs feature level 13")
+    ));
     // Features joined by '|': a node with any one of them counts.
     let mut any = spec(&["true"]);
     (any.constraint, any.constraint_any) = (vec!["ib".into(), "opa".into()], true);
