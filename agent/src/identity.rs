@@ -105,6 +105,23 @@ pub fn job_account(switch_user: bool, user: &str) -> Result<Option<Account>, Str
     lookup(user).map(Some)
 }
 
+/// `account` with `group` (a group's name, from `sbatch --gid`; empty: none) as its primary
+/// group, looked up on this node; the user's own groups stay its supplementary ones.
+pub fn with_group(account: Option<Account>, group: &str) -> Result<Option<Account>, String> {
+    if group.is_empty() {
+        return Ok(account);
+    }
+    let Some(mut a) = account else {
+        return Err(format!("this agent does not switch users: it cannot run a job with --gid {group}"));
+    };
+    let g = quorum_auth::users::group(group).map_err(|e| format!("--gid {group}: {e} on this node"))?;
+    a.gid = g.gid;
+    if !a.groups.contains(&g.gid) {
+        a.groups.push(g.gid);
+    }
+    Ok(Some(a))
+}
+
 /// Whether this process may run jobs as other users.
 pub fn is_root() -> bool {
     // SAFETY: geteuid has no failure mode and touches no memory.
@@ -123,5 +140,17 @@ mod tests {
         assert_eq!(root.home, "/root");
         let err = lookup("no-such-user-here").unwrap_err();
         assert_eq!(err, "user 'no-such-user-here' does not exist on this node");
+    }
+
+    #[test]
+    fn a_group_given_becomes_the_primary_one_and_the_users_groups_stay() {
+        let root = lookup("root").unwrap();
+        let other = quorum_auth::users::group("1").unwrap();
+        let a = with_group(Some(root.clone()), &other.name).unwrap().unwrap();
+        assert_eq!((a.uid, a.gid), (0, 1));
+        assert!(a.groups.contains(&0) && a.groups.contains(&1), "{:?}", a.groups);
+        assert_eq!(with_group(Some(root.clone()), "").unwrap(), Some(root.clone()), "none given");
+        assert!(with_group(None, &other.name).unwrap_err().contains("does not switch users"));
+        assert!(with_group(Some(root), "no-such-group-here").unwrap_err().contains("not in the group database"));
     }
 }

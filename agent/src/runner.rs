@@ -158,7 +158,9 @@ async fn run(agent: &Agent, launch: &Launch, kill_rx: mpsc::Receiver<ExitKind>) 
         Ok(g) => g,
         Err(e) => return failed(format!("launch refused: {e}")),
     };
-    let account = match identity::job_account(agent.config.switch_user, &launch.user) {
+    let account = match identity::job_account(agent.config.switch_user, &launch.user)
+        .and_then(|a| identity::with_group(a, &spec.group))
+    {
         Ok(a) => a,
         Err(e) => return failed(e),
     };

@@ -56,7 +56,9 @@ pub(crate) async fn launch(agent: Arc<Agent>, l: StepLaunch) {
     if !running {
         return refuse(format!("job {} does not run on {} under this allocation", l.job_id, agent.config.name)).await;
     }
-    let account = match identity::job_account(agent.config.switch_user, &l.user) {
+    let account = match identity::job_account(agent.config.switch_user, &l.user)
+        .and_then(|a| identity::with_group(a, &l.group))
+    {
         Ok(a) => a,
         Err(e) => return refuse(e).await,
     };

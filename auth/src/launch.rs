@@ -60,6 +60,11 @@ pub fn launch_digest(spec: Option<&quorum_proto::api::JobSpec>) -> String {
         parts.push(e.name.as_bytes());
         parts.push(e.value.as_bytes());
     }
+    // Only when set, so that a step without one has the digest it had before `--gid`.
+    if !s.group.is_empty() {
+        parts.push(b"group");
+        parts.push(s.group.as_bytes());
+    }
     spec_digest(parts)
 }
 

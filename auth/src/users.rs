@@ -101,6 +101,58 @@ impl Cache {
     }
 }
 
+/// A group as the group database has it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Group {
+    pub name: String,
+    pub gid: u32,
+}
+
+/// Calls `f` (getgrgid_r or getgrnam_r) with a growing buffer.
+fn getgr(
+    what: &str,
+    f: impl Fn(&mut libc::group, &mut [u8], &mut *mut libc::group) -> libc::c_int,
+) -> Result<Group, String> {
+    let mut buf = vec![0u8; 4096];
+    loop {
+        // SAFETY: group is plain data; `f` fills it with pointers into `buf`, which outlives
+        // every use of them below.
+        let mut grp: libc::group = unsafe { std::mem::zeroed() };
+        let mut result: *mut libc::group = std::ptr::null_mut();
+        let rc = f(&mut grp, &mut buf, &mut result);
+        if rc == libc::ERANGE && buf.len() < 1 << 24 {
+            buf.resize(buf.len() * 4, 0);
+            continue;
+        }
+        if rc != 0 {
+            return Err(format!("cannot look up {what}: {}", std::io::Error::from_raw_os_error(rc)));
+        }
+        if result.is_null() || grp.gr_name.is_null() {
+            return Err(format!("{what} is not in the group database"));
+        }
+        // SAFETY: on success gr_name points at a NUL-terminated string in `buf`.
+        let name = unsafe { CStr::from_ptr(grp.gr_name) }.to_string_lossy().into_owned();
+        return Ok(Group { name, gid: grp.gr_gid });
+    }
+}
+
+/// The group with this name, or, when `name_or_gid` is a number, with this gid (as Slurm's
+/// `--gid` takes either).
+pub fn group(name_or_gid: &str) -> Result<Group, String> {
+    if let Ok(gid) = name_or_gid.parse::<u32>() {
+        return getgr(&format!("gid {gid}"), |grp, buf, result| {
+            // SAFETY: see getgr.
+            unsafe { libc::getgrgid_r(gid, grp, buf.as_mut_ptr().cast(), buf.len(), result) }
+        });
+    }
+    check_name(name_or_gid)?;
+    let cname = CString::new(name_or_gid).map_err(|_| format!("group name '{name_or_gid}' contains a NUL byte"))?;
+    getgr(&format!("group '{name_or_gid}'"), |grp, buf, result| {
+        // SAFETY: see getgr.
+        unsafe { libc::getgrnam_r(cname.as_ptr(), grp, buf.as_mut_ptr().cast(), buf.len(), result) }
+    })
+}
+
 /// The user running this process.
 pub fn current() -> Result<User, String> {
     // SAFETY: getuid cannot fail.
@@ -116,6 +168,14 @@ mod tests {
         assert!(super::check_name(&"a".repeat(300)).is_err());
         assert!(super::check_name("a\u{1b}[2J").is_err());
         assert!(super::check_name("root:0:0").is_err());
+    }
+
+    #[test]
+    fn groups_are_found_by_name_or_gid() {
+        assert_eq!(super::group("root").unwrap(), super::Group { name: "root".into(), gid: 0 });
+        assert_eq!(super::group("0").unwrap().name, "root");
+        assert!(super::group("no-such-group-here").unwrap_err().contains("not in the group database"));
+        assert!(super::group("a:b").is_err());
     }
 
     #[test]

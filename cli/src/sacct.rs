@@ -131,15 +131,35 @@ fn hms(secs: u64) -> String {
     }
 }
 
-/// A line of the report: a job (or an array's pending tasks together), or one of its steps.
+/// A line of the report: a job (or an array's pending tasks together), its batch step (its
+/// script, on its first node: `12.batch`), or one of its steps.
 enum Line<'a> {
     Job { job: &'a JobInfo, tasks: Vec<u32> },
+    Batch { job: &'a JobInfo },
     Step { job: &'a JobInfo, step: &'a StepInfo },
+}
+
+/// A field of a job's batch step: the job's, but for what is the script's own.
+fn batch_value(field: &str, job: &JobInfo, now_ms: u64) -> String {
+    let first = job.allocation.first();
+    match field {
+        "JobID" => format!("{}.batch", array_line_id(job, &[])),
+        "JobIDRaw" => format!("{}.batch", job.id),
+        "JobName" => "batch".into(),
+        "Partition" | "QOS" | "User" | "Timelimit" | "Reason" | "Comment" | "WCKey" => String::new(),
+        "AllocCPUS" | "NCPUS" => first.map_or(0, |a| a.cpus).to_string(),
+        "NNodes" => "1".into(),
+        "NodeList" => first.map_or_else(|| "None assigned".into(), |a| a.node.clone()),
+        // The script was killed at the limit: its step shows CANCELLED, the job TIMEOUT.
+        "State" if job.state == "TIMEOUT" => "CANCELLED".into(),
+        _ => value(field, &Line::Job { job, tasks: Vec::new() }, now_ms),
+    }
 }
 
 fn value(field: &str, line: &Line, now_ms: u64) -> String {
     let (job, step) = match line {
         Line::Job { job, .. } => (*job, None),
+        Line::Batch { job } => return batch_value(field, job, now_ms),
         Line::Step { job, step } => (*job, Some(*step)),
     };
     let spec = job.spec.as_ref();
@@ -388,6 +408,13 @@ pub async fn run(a: SacctArgs) -> anyhow::Result<u8> {
             continue;
         }
         lines.push(Line::Job { job: j, tasks: Vec::new() });
+        if a.allocations {
+            continue;
+        }
+        // A batch job that started has its script's step; an allocation (salloc) has none.
+        if j.start_time_ms > 0 && !j.spec.as_ref().is_some_and(|s| s.interactive) {
+            lines.push(Line::Batch { job: j });
+        }
         lines.extend(j.steps.iter().map(|s| Line::Step { job: j, step: s }));
     }
     let parsable = if a.parsable2 {
@@ -425,7 +452,9 @@ mod tests {
             nodelist: "node[01-02]".into(),
             start_time_ms: 1_000_000,
             end_time_ms: 1_062_000,
-            allocation: vec![api::NodeAllocation { cpus: 2, ..Default::default() }; 2],
+            allocation: ["node01", "node02"]
+                .map(|n| api::NodeAllocation { node: n.into(), cpus: 2, ..Default::default() })
+                .to_vec(),
             ..Default::default()
         };
         job.steps = vec![StepInfo {
@@ -444,6 +473,7 @@ mod tests {
         pending.array = Some(api::ArrayTask { array_job_id: 13, task_id: 0, count: 3, min: 0, max: 2, throttle: 2 });
         let lines = vec![
             Line::Job { job: &job, tasks: vec![] },
+            Line::Batch { job: &job },
             Line::Step { job: &job, step: &job.steps[0] },
             Line::Job { job: &pending, tasks: vec![0, 1] },
         ];
@@ -452,6 +482,7 @@ mod tests {
             render(&fields, &lines, 2_000_000, Some(false), true),
             "JobID|State|ExitCode|Elapsed|AllocCPUS|NodeList\n\
              12|COMPLETED|0:0|00:01:02|4|node[01-02]\n\
+             12.batch|COMPLETED|0:0|00:01:02|2|node01\n\
              12.0|FAILED|3:0|00:00:01|1|node01\n\
              13_[0-1%2]|PENDING|0:0|00:00:00|0|None assigned\n"
         );

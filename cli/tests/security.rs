@@ -185,6 +185,14 @@ async fn users_act_on_their_own_jobs_only_and_roles_say_who_may_do_more() {
     let root = |args: &[&str]| quorum(&cluster.controllers_env(), dir.path(), args);
     refused(&root(&["admin", "role", &"x".repeat(300), "operator"]), "a 300-byte user name", "1 to 256 bytes");
     refused(&root(&["admin", "role", "a\u{1b}[2J", "operator"]), "a name with escapes", "control character");
+    // --gid: root runs a job with another group as its primary one; no one else may.
+    let bobs_group = quorum_auth::users::group("bob").unwrap();
+    let grouped = submitted(&root(&["submit", "--gid", "bob", "-o", "gid-%j.out", "--", "id", "-g"]));
+    assert_eq!(wait_state(&c, grouped, &["COMPLETED", "FAILED"], T).await.state, "COMPLETED");
+    let text = std::fs::read_to_string(dir.path().join(format!("gid-{grouped}.out"))).unwrap();
+    assert_eq!(text.trim(), bobs_group.gid.to_string(), "root's job ran with group bob");
+    refused(&alice(&["submit", "--gid", "bob", "--", "true"]), "alice asking for --gid", "only root may run a job with another group");
+    refused(&root(&["submit", "--gid", "no-such-group-here", "--", "true"]), "an unknown group", "invalid --gid 'no-such-group-here'");
     assert_eq!(qop(&["admin", "drain", "node02", "--reason", "maintenance"]).code, 0);
     assert_eq!(qop(&["admin", "resume", "node02"]).code, 0);
     assert_eq!(qop(&["cancel", &r]).code, 0);

@@ -307,10 +307,15 @@ async fn sacct_reports_jobs_and_steps_in_the_parsable_form_tools_read() {
     wait_state(&c, good, &["COMPLETED"], T).await;
     wait_state(&c, failed, &["FAILED"], T).await;
 
-    // What submitit asks: the job and its step, with a header, `|` between fields.
+    // What submitit asks: the job, its script's step and its srun step, with a header, `|`
+    // between fields.
     assert_eq!(
         sacct(&["-j", &good.to_string(), "-o", "JobID,State,ExitCode", "--parsable2"]),
-        format!("JobID|State|ExitCode\n{good}|COMPLETED|0:0\n{good}.0|COMPLETED|0:0\n")
+        format!("JobID|State|ExitCode\n{good}|COMPLETED|0:0\n{good}.batch|COMPLETED|0:0\n{good}.0|COMPLETED|0:0\n")
+    );
+    assert_eq!(
+        sacct(&["-n", "-P", "-j", &failed.to_string(), "-o", "JobID,JobName,State,ExitCode,NNodes"]),
+        format!("{failed}|wrap|FAILED|3:0|1\n{failed}.batch|batch|FAILED|3:0|1\n")
     );
     assert_eq!(
         sacct(&["-X", "-n", "-P", "-j", &format!("{good},{failed},{array}"), "-o", "JobID,State,ExitCode"]),

@@ -100,7 +100,8 @@ pub struct SubmitOpts {
     /// aftercorr:ARRAY,singleton; joined by ',' (all) or '?' (any).
     #[arg(short = 'd', long)]
     pub dependency: Option<String>,
-    /// Not before: now+N[s|m|h|d] or YYYY-MM-DDTHH:MM[:SS] (UTC).
+    /// Not before: now+COUNT[seconds|minutes|hours|days|weeks], HH:MM[:SS], YYYY-MM-DD[THH:MM[:SS]],
+    /// MM/DD[/YY], today, tomorrow, midnight, noon, ... (local time, as Slurm's).
     #[arg(long)]
     pub begin: Option<String>,
     /// Submit held; `quorum release` lets it run.
@@ -121,6 +122,9 @@ pub struct SubmitOpts {
     /// Submit the job as this user, by name or uid (root only).
     #[arg(long)]
     pub uid: Option<String>,
+    /// Run the job with this group, by name or gid, as its primary group (root only).
+    #[arg(long)]
+    pub gid: Option<String>,
     /// Licenses the job holds while it runs: name[:count][,name[:count]...].
     #[arg(short = 'L', long)]
     pub licenses: Option<String>,
@@ -268,9 +272,6 @@ refused! {
     /// Refused: this cluster has no reservations.
     #[arg(long)]
     reservation: "--reservation" => "this cluster has no reservations";
-    /// Refused: submit as a member of that group instead.
-    #[arg(long)]
-    gid: "--gid" => "a job runs with the groups of its user; submit as a user of that group";
 }
 
 tolerated! {
@@ -387,6 +388,7 @@ impl SubmitOpts {
             nice: self.nice.or(other.nice),
             priority: self.priority.or(other.priority),
             uid: self.uid.or(other.uid),
+            gid: self.gid.or(other.gid),
             licenses: self.licenses.or(other.licenses),
             constraint: self.constraint.or(other.constraint),
             exclusive: self.exclusive || other.exclusive,
@@ -551,45 +553,142 @@ fn parse_gres(value: &str) -> Result<(Option<String>, u32), String> {
     }
 }
 
-/// Parses `--begin`: `now+N[s|m|h|d]` (seconds by default) or `YYYY-MM-DDTHH:MM[:SS]` in UTC;
-/// returns milliseconds since the epoch.
+/// Parses `--begin` as Slurm does, in local time; returns milliseconds since the epoch:
+/// - `now`, `now+COUNT[UNIT]` (`seconds` by default, `minutes`, `hours`, `days`, `weeks`, each
+///   also singular or as `s`, `m`, `h`, `d`, `w`), `now-COUNT...` (a time past: now);
+/// - `today`, `tomorrow` (its midnight), `midnight`, `noon`, `fika` (15:00), `teatime` (16:00);
+/// - `HH:MM[:SS][AM|PM]`: that time today, or tomorrow when it has passed;
+/// - `YYYY-MM-DD[THH:MM[:SS]]`, `MMDD[YY]`, `MM/DD[/YY]`, `MM.DD[.YY]`: that day's midnight.
 pub fn parse_begin(value: &str, now_ms: u64) -> Result<u64, String> {
-    let bad = || format!("invalid --begin '{value}': expected now+N[s|m|h|d] or YYYY-MM-DDTHH:MM[:SS]");
-    if let Some(rest) = value.strip_prefix("now+") {
-        let (num, unit) = rest.split_at(rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len()));
-        let n: u64 = num.parse().map_err(|_| bad())?;
-        let secs = match unit {
-            "" | "s" | "seconds" => n,
-            "m" | "minutes" => n * 60,
-            "h" | "hours" => n * 3600,
-            "d" | "days" => n * 86400,
+    let bad = || {
+        format!(
+            "invalid --begin '{value}': expected now[+COUNT[seconds|minutes|hours|days|weeks]], HH:MM[:SS], YYYY-MM-DD[THH:MM[:SS]], MM/DD[/YY], MMDDYY, today, tomorrow, midnight, noon, fika or teatime"
+        )
+    };
+    let v = value.trim().to_ascii_lowercase();
+    let now_s = i64::try_from(now_ms / 1000).map_err(|_| bad())?;
+    let ms = |secs: i64| u64::try_from(secs.max(now_s)).ok().and_then(|s| s.checked_mul(1000)).ok_or_else(bad);
+    if let Some(rest) = v.strip_prefix("now") {
+        if rest.is_empty() {
+            return Ok(now_ms);
+        }
+        let (sign, rest) = match rest.split_at(1) {
+            ("+", r) => (1, r),
+            ("-", r) => (-1, r),
             _ => return Err(bad()),
         };
-        return Ok(now_ms + secs * 1000);
+        let (num, unit) = rest.split_at(rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len()));
+        let n: i64 = num.parse().map_err(|_| bad())?;
+        let unit: i64 = match unit {
+            "" | "s" | "second" | "seconds" => 1,
+            "m" | "minute" | "minutes" => 60,
+            "h" | "hour" | "hours" => 3600,
+            "d" | "day" | "days" => 86400,
+            "w" | "week" | "weeks" => 7 * 86400,
+            _ => return Err(bad()),
+        };
+        let secs = n.checked_mul(unit).and_then(|d| now_s.checked_add(sign * d)).ok_or_else(bad)?;
+        // A time already past is now (the job may start at once), as Slurm takes it.
+        return Ok(if sign < 0 { now_ms } else { ms(secs)? });
     }
-    if value == "now" {
-        return Ok(now_ms);
+    let today = local_date(now_s).ok_or_else(bad)?;
+    let at = |(y, m, d): (i64, i64, i64), (hh, mm, ss): (i64, i64, i64)| local_time(y, m, d, hh, mm, ss).ok_or_else(bad);
+    let next = |(hh, mm, ss): (i64, i64, i64)| -> Result<u64, String> {
+        let t = at(today, (hh, mm, ss))?;
+        // A time of day already past today is tomorrow's.
+        ms(if t <= now_s { at((today.0, today.1, today.2 + 1), (hh, mm, ss))? } else { t })
+    };
+    match v.as_str() {
+        "today" => return Ok(now_ms),
+        "tomorrow" | "midnight" => return ms(at((today.0, today.1, today.2 + 1), (0, 0, 0))?),
+        "noon" => return next((12, 0, 0)),
+        "fika" => return next((15, 0, 0)),
+        "teatime" => return next((16, 0, 0)),
+        _ => {}
     }
-    let (date, time) = value.split_once('T').ok_or_else(bad)?;
-    let d: Vec<i64> = date.split('-').map(|p| p.parse().map_err(|_| bad())).collect::<Result<_, _>>()?;
-    let t: Vec<i64> = time.split(':').map(|p| p.parse().map_err(|_| bad())).collect::<Result<_, _>>()?;
-    if d.len() != 3 || !(2..=3).contains(&t.len()) {
-        return Err(bad());
+    let number = |t: &str| -> Result<i64, String> {
+        if t.is_empty() || !t.bytes().all(|b| b.is_ascii_digit()) || t.len() > 4 {
+            return Err(bad());
+        }
+        t.parse().map_err(|_| bad())
+    };
+    let clock = |t: &str| -> Result<(i64, i64, i64), String> {
+        let (t, shift) = match (t.strip_suffix("am"), t.strip_suffix("pm")) {
+            (Some(t), _) => (t, Some(0)),
+            (_, Some(t)) => (t, Some(12)),
+            _ => (t, None),
+        };
+        let parts: Vec<i64> = t.split(':').map(number).collect::<Result<_, _>>()?;
+        let (mut hh, mm, ss) = match parts[..] {
+            [h, m] => (h, m, 0),
+            [h, m, s] => (h, m, s),
+            _ => return Err(bad()),
+        };
+        if let Some(shift) = shift {
+            if !(1..=12).contains(&hh) {
+                return Err(bad());
+            }
+            hh = hh % 12 + shift;
+        }
+        if !(0..24).contains(&hh) || !(0..60).contains(&mm) || !(0..61).contains(&ss) {
+            return Err(bad());
+        }
+        Ok((hh, mm, ss))
+    };
+    let year = |yy: i64| if yy < 100 { 2000 + yy } else { yy };
+    let date = |d: &str| -> Result<(i64, i64, i64), String> {
+        let ymd = if d.contains('-') {
+            match d.split('-').map(number).collect::<Result<Vec<_>, _>>()?[..] {
+                [y, m, day] => (y, m, day),
+                _ => return Err(bad()),
+            }
+        } else if let Some(sep) = ['/', '.'].into_iter().find(|c| d.contains(*c)) {
+            match d.split(sep).map(number).collect::<Result<Vec<_>, _>>()?[..] {
+                [m, day] => (today.0, m, day),
+                [m, day, y] => (year(y), m, day),
+                _ => return Err(bad()),
+            }
+        } else if d.len() == 4 || d.len() == 6 {
+            let n = |r: std::ops::Range<usize>| number(&d[r]);
+            (if d.len() == 6 { year(n(4..6)?) } else { today.0 }, n(0..2)?, n(2..4)?)
+        } else {
+            return Err(bad());
+        };
+        if !(1..=12).contains(&ymd.1) || !(1..=31).contains(&ymd.2) {
+            return Err(bad());
+        }
+        Ok(ymd)
+    };
+    if v.contains(':') && !v.contains('t') {
+        return next(clock(&v)?);
     }
-    let (y, m, day) = (d[0], d[1], d[2]);
-    if !(1..=12).contains(&m) || !(1..=31).contains(&day) || !(0..24).contains(&t[0]) || !(0..60).contains(&t[1]) {
-        return Err(bad());
+    match v.split_once('t') {
+        Some((d, t)) => ms(at(date(d)?, clock(t)?)?),
+        None => ms(at(date(&v)?, (0, 0, 0))?),
     }
-    // Days since the epoch from a civil date (Howard Hinnant's algorithm).
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    let secs = days * 86400 + t[0] * 3600 + t[1] * 60 + t.get(2).copied().unwrap_or(0);
-    u64::try_from(secs * 1000).map_err(|_| bad())
+}
+
+/// The local calendar date at `secs` since the epoch.
+fn local_date(secs: i64) -> Option<(i64, i64, i64)> {
+    let t = secs as libc::time_t;
+    // SAFETY: localtime_r writes only into `tm`, which lives here.
+    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    if unsafe { libc::localtime_r(&t, &mut tm) }.is_null() {
+        return None;
+    }
+    Some((i64::from(tm.tm_year) + 1900, i64::from(tm.tm_mon) + 1, i64::from(tm.tm_mday)))
+}
+
+/// Seconds since the epoch of a local date and time; days past the month's end roll over
+/// (the 32nd is the next month's 1st), as mktime(3) normalizes them.
+fn local_time(y: i64, m: i64, d: i64, hh: i64, mm: i64, ss: i64) -> Option<i64> {
+    let int = |v: i64| libc::c_int::try_from(v).ok();
+    // SAFETY: tm is plain data; mktime reads and normalizes it and touches nothing else.
+    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    (tm.tm_year, tm.tm_mon, tm.tm_mday) = (int(y - 1900)?, int(m - 1)?, int(d)?);
+    (tm.tm_hour, tm.tm_min, tm.tm_sec, tm.tm_isdst) = (int(hh)?, int(mm)?, int(ss)?, -1);
+    let t = unsafe { libc::mktime(&mut tm) };
+    (t != -1).then_some(i64::from(t))
 }
 
 /// Splits a directive line into words, honouring single and double quotes and stopping at a
@@ -977,7 +1076,16 @@ pub fn build_spec(cli: SubmitOpts, payload: Payload, cwd: &Path, env: Vec<(Strin
             Err(_) => u.to_string(),
         }),
     };
+    // A gid is sent as its group's name, as a uid is; a name is the controllers' to check.
+    let group = match opts.gid.as_deref().map(str::trim) {
+        None => String::new(),
+        Some(g) if g.parse::<u32>().is_ok() => {
+            quorum_auth::users::group(g).map(|g| g.name).map_err(|_| format!("invalid --gid '{g}': no such group"))?
+        }
+        Some(g) => g.to_string(),
+    };
     let spec = api::JobSpec {
+        group,
         comment: opts.comment.clone().unwrap_or_default(),
         wckey: opts.wckey.clone().unwrap_or_default(),
         mail_type: opts.mail_type.clone().unwrap_or_default(),
@@ -1035,6 +1143,50 @@ mod tests {
     fn script_spec(text: &str, cli: SubmitOpts) -> Result<api::JobSpec, String> {
         build_spec(cli, Payload::Script { path: "job.sh".into(), text: text.into() }, Path::new("/home/a"), vec![])
             .map(|b| b.spec)
+    }
+
+    #[test]
+    fn begin_times_are_read_as_slurm_reads_them() {
+        // What the Slurm peer printed for each, asked at 2026-11-25T05:14:48.
+        let at = |y, m, d, hh, mm, ss| local_time(y, m, d, hh, mm, ss).unwrap() as u64 * 1000;
+        let now = at(2026, 11, 25, 5, 14, 48);
+        for (text, want) in [
+            ("now", now),
+            ("now+90", now + 90_000),
+            ("now+10seconds", now + 10_000),
+            ("now+5minute", now + 300_000),
+            ("now+5minutes", now + 300_000),
+            ("now+1hour", now + 3_600_000),
+            ("NOW+2hours", now + 7_200_000),
+            ("now+1day", at(2026, 11, 26, 5, 14, 48)),
+            ("now+2weeks", at(2026, 12, 9, 5, 14, 48)),
+            ("now-1hour", now),
+            ("today", now),
+            ("noon", at(2026, 11, 25, 12, 0, 0)),
+            ("fika", at(2026, 11, 25, 15, 0, 0)),
+            ("teatime", at(2026, 11, 25, 16, 0, 0)),
+            ("midnight", at(2026, 11, 26, 0, 0, 0)),
+            ("tomorrow", at(2026, 11, 26, 0, 0, 0)),
+            ("16:00", at(2026, 11, 25, 16, 0, 0)),
+            ("4:00PM", at(2026, 11, 25, 16, 0, 0)),
+            ("05:00", at(2026, 11, 26, 5, 0, 0)),
+            ("05:00:30", at(2026, 11, 26, 5, 0, 30)),
+            ("12:30am", at(2026, 11, 26, 0, 30, 0)),
+            ("2026-11-27", at(2026, 11, 27, 0, 0, 0)),
+            ("2026-11-27T10:00", at(2026, 11, 27, 10, 0, 0)),
+            ("2026-11-27T10:00:05", at(2026, 11, 27, 10, 0, 5)),
+            ("1127", at(2026, 11, 27, 0, 0, 0)),
+            ("112726", at(2026, 11, 27, 0, 0, 0)),
+            ("11/27", at(2026, 11, 27, 0, 0, 0)),
+            ("11/27/26", at(2026, 11, 27, 0, 0, 0)),
+            ("11.27.26", at(2026, 11, 27, 0, 0, 0)),
+        ] {
+            assert_eq!(parse_begin(text, now), Ok(want), "--begin={text}");
+        }
+        for text in ["now+5min", "now+1fortnight", "now*3", "now+", "elevenses", "2026-11-27T10", "25:00", "13:00pm", "2026-13-01", "123", "now+99999999999999999999"] {
+            let err = parse_begin(text, now).unwrap_err();
+            assert!(err.starts_with(&format!("invalid --begin '{text}': expected now[+COUNT")), "{text}: {err}");
+        }
     }
 
     #[test]
@@ -1171,6 +1323,9 @@ mod tests {
         let mut got: Vec<(String, u32)> = licensed.spec.licenses.into_iter().collect();
         got.sort();
         assert_eq!(got, [("fluent".to_string(), 1), ("matlab".to_string(), 2)], "a count of 1 when none is given");
+        let payload = Payload::Script { path: "job.sh".into(), text: "#SBATCH --gid=0\ntrue\n".into() };
+        let grouped = build_spec(SubmitOpts::default(), payload, dir.path(), vec![]).unwrap();
+        assert_eq!(grouped.spec.group, "root", "a gid is sent as its group's name");
         let payload = Payload::Script { path: "job.sh".into(), text: "#SBATCH --uid=alice\ntrue\n".into() };
         let named = build_spec(SubmitOpts::default(), payload, dir.path(), vec![]).unwrap();
         assert_eq!(named.run_as.as_deref(), Some("alice"), "a name is the controllers' to check");
@@ -1220,7 +1375,7 @@ mod tests {
             ("-L 'matlab|fluent'", "licenses joined by | (any of them) are not supported"),
             ("-L matlab@db", "remote licenses, name@server, are not supported"),
             ("--reservation=maint", "invalid --reservation 'maint': this cluster has no reservations"),
-            ("--gid=wheel", "invalid --gid 'wheel'"),
+            ("--gid=4294967295", "invalid --gid '4294967295': no such group"),
             ("--priority=TOP", "invalid --priority 'TOP': give a number"),
             ("--mail-type=BEGIN,SOMETIMES", "invalid --mail-type 'BEGIN,SOMETIMES': unknown type 'SOMETIMES'"),
             ("--uid=4294967295", "invalid --uid '4294967295': no such user"),

@@ -184,6 +184,10 @@ pub struct JobSpec {
     /// instead of waiting with `DependencyNeverSatisfied`. From feature level 13.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub kill_on_invalid_dep: bool,
+    /// `--gid`: the job's processes run with this group (a name) as their primary group, not
+    /// their user's; root only. From feature level 13.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_group: Option<String>,
 }
 
 /// Bookkeeping a job carries and shows (`--comment`, `--wckey`, `--mail-type`, `--mail-user`).
@@ -520,10 +524,12 @@ impl JobSpec {
         !self.nodelist.is_empty() && self.nodelist.len() >= self.nodes as usize
     }
 
-    /// Whether the spec carries what only feature level 13 records (`--kill-on-invalid-dep`, a
-    /// node list naming only some of the job's nodes).
+    /// Whether the spec carries what only feature level 13 records (`--kill-on-invalid-dep`,
+    /// `--gid`, a node list naming only some of the job's nodes).
     pub fn uses_level_13(&self) -> bool {
-        self.kill_on_invalid_dep || (!self.nodelist.is_empty() && !self.lists_every_node())
+        self.kill_on_invalid_dep
+            || self.run_group.is_some()
+            || (!self.nodelist.is_empty() && !self.lists_every_node())
     }
 
     /// Whether the spec carries what only feature level 12 records (`aftercorr`, `after:ID+TIME`,

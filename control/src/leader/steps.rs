@@ -157,5 +157,6 @@ pub fn step_launch(job: &Job, step: &Step, node_id: usize, start: &quorum_proto:
         signature: Vec::new(),
         pty: start.pty && node.first_task == 0,
         window: start.window,
+        group: job.spec.run_group.clone().unwrap_or_default(),
     }
 }

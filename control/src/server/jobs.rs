@@ -47,6 +47,9 @@ pub(super) async fn submit_job(api: &Api, caller: &Caller, r: SubmitJobRequest) 
         ));
     }
     let user = job_owner(caller, &r.run_as)?;
+    if let Some(group) = &spec.run_group {
+        spec.run_group = Some(job_group(caller, group)?);
+    }
     if r.test_only {
         return test_only(api, spec, &user);
     }
@@ -99,6 +102,20 @@ fn job_owner(caller: &Caller, run_as: &str) -> Result<String, Status> {
         .and_then(|()| quorum_auth::users::by_name(run_as))
         .map(|u| u.name)
         .map_err(|e| Status::invalid_argument(format!("invalid --uid '{run_as}': {e}")))
+}
+
+/// The group a job runs with when `sbatch --gid` names one: only root may (the job's processes
+/// get that group), and it must be in the controllers' group database; by its name.
+fn job_group(caller: &Caller, group: &str) -> Result<String, Status> {
+    if caller.uid != 0 || !caller.at_least(quorum_auth::Role::Admin) {
+        return Err(Status::permission_denied(format!(
+            "only root may run a job with another group (--gid {group}); you are {}",
+            caller.user
+        )));
+    }
+    quorum_auth::users::group(group)
+        .map(|g| g.name)
+        .map_err(|e| Status::invalid_argument(format!("invalid --gid '{group}': {e}")))
 }
 
 /// A request id as the replicas record it: scoped to its user, so that one user's id never
