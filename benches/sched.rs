@@ -105,6 +105,7 @@ pub fn cluster(pending: usize, nodes: usize) -> ClusterView {
             exclusive: false,
             features: vec![],
             features_any: false,
+            features_same: false,
             priority: None,
             licenses: vec![],
             exclude: vec![],

@@ -11,32 +11,41 @@ pub struct User {
     pub gid: u32,
 }
 
-/// Calls `f` (getpwuid_r or getpwnam_r) with a growing buffer.
-fn getpw(
-    what: &str,
-    f: impl Fn(&mut libc::passwd, &mut [u8], &mut *mut libc::passwd) -> libc::c_int,
-) -> Result<User, String> {
+/// Calls `f` with a buffer grown until what it looks up fits; `f` answers the return code of
+/// a `get*_r` call and, on success, what it found (`None`: no such entry in `database`).
+fn with_buffer<T>(what: &str, database: &str, f: impl Fn(&mut [u8]) -> (libc::c_int, Option<T>)) -> Result<T, String> {
     let mut buf = vec![0u8; 4096];
     loop {
-        // SAFETY: passwd is plain data; `f` fills it with pointers into `buf`, which outlives
-        // every use of them below.
-        let mut pwd: libc::passwd = unsafe { std::mem::zeroed() };
-        let mut result: *mut libc::passwd = std::ptr::null_mut();
-        let rc = f(&mut pwd, &mut buf, &mut result);
-        if rc == libc::ERANGE && buf.len() < 1 << 20 {
+        let (rc, found) = f(&mut buf);
+        if rc == libc::ERANGE && buf.len() < 1 << 24 {
             buf.resize(buf.len() * 4, 0);
             continue;
         }
         if rc != 0 {
             return Err(format!("cannot look up {what}: {}", std::io::Error::from_raw_os_error(rc)));
         }
-        if result.is_null() || pwd.pw_name.is_null() {
-            return Err(format!("{what} is not in the user database"));
-        }
-        // SAFETY: on success pw_name points at a NUL-terminated string in `buf`.
-        let name = unsafe { CStr::from_ptr(pwd.pw_name) }.to_string_lossy().into_owned();
-        return Ok(User { name, uid: pwd.pw_uid, gid: pwd.pw_gid });
+        return found.ok_or_else(|| format!("{what} is not in the {database} database"));
     }
+}
+
+/// Calls `f` (getpwuid_r or getpwnam_r) with a growing buffer.
+fn getpw(
+    what: &str,
+    f: impl Fn(&mut libc::passwd, &mut [u8], &mut *mut libc::passwd) -> libc::c_int,
+) -> Result<User, String> {
+    with_buffer(what, "user", |buf| {
+        // SAFETY: passwd is plain data; `f` fills it with pointers into `buf`, which outlives
+        // every use of them here.
+        let mut pwd: libc::passwd = unsafe { std::mem::zeroed() };
+        let mut result: *mut libc::passwd = std::ptr::null_mut();
+        let rc = f(&mut pwd, buf, &mut result);
+        let found = (!result.is_null() && !pwd.pw_name.is_null()).then(|| {
+            // SAFETY: on success pw_name points at a NUL-terminated string in `buf`.
+            let name = unsafe { CStr::from_ptr(pwd.pw_name) }.to_string_lossy().into_owned();
+            User { name, uid: pwd.pw_uid, gid: pwd.pw_gid }
+        });
+        (rc, found)
+    })
 }
 
 /// The longest user name a request may name (Linux allows 32; LDAP directories more).
@@ -113,27 +122,19 @@ fn getgr(
     what: &str,
     f: impl Fn(&mut libc::group, &mut [u8], &mut *mut libc::group) -> libc::c_int,
 ) -> Result<Group, String> {
-    let mut buf = vec![0u8; 4096];
-    loop {
+    with_buffer(what, "group", |buf| {
         // SAFETY: group is plain data; `f` fills it with pointers into `buf`, which outlives
-        // every use of them below.
+        // every use of them here.
         let mut grp: libc::group = unsafe { std::mem::zeroed() };
         let mut result: *mut libc::group = std::ptr::null_mut();
-        let rc = f(&mut grp, &mut buf, &mut result);
-        if rc == libc::ERANGE && buf.len() < 1 << 24 {
-            buf.resize(buf.len() * 4, 0);
-            continue;
-        }
-        if rc != 0 {
-            return Err(format!("cannot look up {what}: {}", std::io::Error::from_raw_os_error(rc)));
-        }
-        if result.is_null() || grp.gr_name.is_null() {
-            return Err(format!("{what} is not in the group database"));
-        }
-        // SAFETY: on success gr_name points at a NUL-terminated string in `buf`.
-        let name = unsafe { CStr::from_ptr(grp.gr_name) }.to_string_lossy().into_owned();
-        return Ok(Group { name, gid: grp.gr_gid });
-    }
+        let rc = f(&mut grp, buf, &mut result);
+        let found = (!result.is_null() && !grp.gr_name.is_null()).then(|| {
+            // SAFETY: on success gr_name points at a NUL-terminated string in `buf`.
+            let name = unsafe { CStr::from_ptr(grp.gr_name) }.to_string_lossy().into_owned();
+            Group { name, gid: grp.gr_gid }
+        });
+        (rc, found)
+    })
 }
 
 /// The group with this name, or, when `name_or_gid` is a number, with this gid (as Slurm's

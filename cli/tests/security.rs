@@ -191,8 +191,16 @@ async fn users_act_on_their_own_jobs_only_and_roles_say_who_may_do_more() {
     assert_eq!(wait_state(&c, grouped, &["COMPLETED", "FAILED"], T).await.state, "COMPLETED");
     let text = std::fs::read_to_string(dir.path().join(format!("gid-{grouped}.out"))).unwrap();
     assert_eq!(text.trim(), bobs_group.gid.to_string(), "root's job ran with group bob");
-    refused(&alice(&["submit", "--gid", "bob", "--", "true"]), "alice asking for --gid", "only root may run a job with another group");
-    refused(&root(&["submit", "--gid", "no-such-group-here", "--", "true"]), "an unknown group", "invalid --gid 'no-such-group-here'");
+    refused(
+        &alice(&["submit", "--gid", "bob", "--", "true"]),
+        "alice asking for --gid",
+        "only root may run a job with another group",
+    );
+    refused(
+        &root(&["submit", "--gid", "no-such-group-here", "--", "true"]),
+        "an unknown group",
+        "invalid --gid 'no-such-group-here'",
+    );
     assert_eq!(qop(&["admin", "drain", "node02", "--reason", "maintenance"]).code, 0);
     assert_eq!(qop(&["admin", "resume", "node02"]).code, 0);
     assert_eq!(qop(&["cancel", &r]).code, 0);

@@ -495,7 +495,8 @@ async fn sinfo_scontrol_and_the_options_scripts_use_answer_as_slurm_does() {
     let next = all_jobs(&c).await.iter().map(|j| j.id).max().unwrap() + 1;
     let line = err.lines().next().unwrap_or_default();
     assert!(
-        line.starts_with(&format!("sbatch: Job {next} to start at 20")) && line.ends_with(" using 6 processors on nodes node[01-02] in partition gpu"),
+        line.starts_with(&format!("sbatch: Job {next} to start at 20"))
+            && line.ends_with(" using 6 processors on nodes node[01-02] in partition gpu"),
         "{err}"
     );
     assert!(

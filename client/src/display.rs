@@ -549,7 +549,7 @@ pub fn show_job(j: &JobInfo, now_ms: u64, priority: Option<u64>) -> String {
             "ReqNodeList={} ExcNodeList={} Features={}",
             null_or(&quorum_model::hostlist::compress(&spec.nodelist)),
             null_or(&quorum_model::hostlist::compress(&spec.exclude)),
-            null_or(&quorum_model::constraint_string(&spec.constraint, spec.constraint_any))
+            null_or(&quorum_model::constraint_string(&spec.constraint, spec.constraint_any, spec.constraint_same))
         ),
         format!(
             "Licenses={}",

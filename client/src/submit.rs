@@ -592,7 +592,8 @@ pub fn parse_begin(value: &str, now_ms: u64) -> Result<u64, String> {
         return Ok(if sign < 0 { now_ms } else { ms(secs)? });
     }
     let today = local_date(now_s).ok_or_else(bad)?;
-    let at = |(y, m, d): (i64, i64, i64), (hh, mm, ss): (i64, i64, i64)| local_time(y, m, d, hh, mm, ss).ok_or_else(bad);
+    let at =
+        |(y, m, d): (i64, i64, i64), (hh, mm, ss): (i64, i64, i64)| local_time(y, m, d, hh, mm, ss).ok_or_else(bad);
     let next = |(hh, mm, ss): (i64, i64, i64)| -> Result<u64, String> {
         let t = at(today, (hh, mm, ss))?;
         // A time of day already past today is tomorrow's.
@@ -681,14 +682,14 @@ fn local_date(secs: i64) -> Option<(i64, i64, i64)> {
 
 /// Seconds since the epoch of a local date and time; days past the month's end roll over
 /// (the 32nd is the next month's 1st), as mktime(3) normalizes them.
-fn local_time(y: i64, m: i64, d: i64, hh: i64, mm: i64, ss: i64) -> Option<i64> {
+fn local_time(y: i64, m: i64, d: i64, hh: i64, mm: i64, ss: i64) -> Option<libc::time_t> {
     let int = |v: i64| libc::c_int::try_from(v).ok();
     // SAFETY: tm is plain data; mktime reads and normalizes it and touches nothing else.
     let mut tm: libc::tm = unsafe { std::mem::zeroed() };
     (tm.tm_year, tm.tm_mon, tm.tm_mday) = (int(y - 1900)?, int(m - 1)?, int(d)?);
     (tm.tm_hour, tm.tm_min, tm.tm_sec, tm.tm_isdst) = (int(hh)?, int(mm)?, int(ss)?, -1);
     let t = unsafe { libc::mktime(&mut tm) };
-    (t != -1).then_some(i64::from(t))
+    (t != -1).then_some(t)
 }
 
 /// Splits a directive line into words, honouring single and double quotes and stopping at a
@@ -857,10 +858,20 @@ fn total_gpus(opts: &SubmitOpts, nodes: u32) -> Result<u32, String> {
 /// `--constraint`: features joined by `&` or `,` (a node has all of them), or by `|` (a node has
 /// at least one; nodes may differ). Slurm's brackets, `*` counts and mixes of `&` with `|` are
 /// refused, naming what is not taken.
-fn parse_constraint(c: &str) -> Result<(Vec<String>, bool), String> {
+/// `--constraint`: the features, whether any one of them is enough (`a|b`), and whether every
+/// node must have the same one (`[a|b]`, Slurm's matching OR).
+fn parse_constraint(c: &str) -> Result<(Vec<String>, bool, bool), String> {
     let bad = |why: &str| Err(format!("invalid --constraint '{c}': {why}"));
+    let trimmed = c.trim();
+    if let Some(inner) = trimmed.strip_prefix('[').and_then(|r| r.strip_suffix(']')) {
+        if !inner.contains(['[', ']', '*', '&', ',']) {
+            let (words, _) = parse_constraint(inner).map(|(w, any, _)| (w, any))?;
+            let same = words.len() > 1;
+            return Ok((words, same, same));
+        }
+    }
     if c.contains(['[', ']', '*']) {
-        return bad("[] and * counts are not supported; join features by & (all of them) or | (any of them)");
+        return bad("node counts (*) and brackets other than one matching OR of features, [a|b], are not supported; join features by & (all of them) or | (any of them)");
     }
     let any = c.contains('|');
     if any && c.contains(['&', ',']) {
@@ -870,7 +881,7 @@ fn parse_constraint(c: &str) -> Result<(Vec<String>, bool), String> {
     if words.iter().any(|w| w.is_empty()) && words.len() > 1 {
         return bad("a feature name is missing between two operators");
     }
-    Ok((words.into_iter().filter(|w| !w.is_empty()).collect(), any))
+    Ok((words.into_iter().filter(|w| !w.is_empty()).collect(), any, false))
 }
 
 /// Builds the job spec from the merged options. `cwd` is where the user submits from.
@@ -1036,9 +1047,9 @@ pub fn build_spec(cli: SubmitOpts, payload: Payload, cwd: &Path, env: Vec<(Strin
             ))
         }
     };
-    let (constraint, constraint_any) = match opts.constraint.as_deref() {
+    let (constraint, constraint_any, constraint_same) = match opts.constraint.as_deref() {
         Some(c) => parse_constraint(c)?,
-        None => (Vec::new(), false),
+        None => (Vec::new(), false, false),
     };
     let mut warnings = opts.tolerated.warnings();
     if let Some(NodeCount { min, max }) = opts.nodes.filter(|n| n.max > n.min) {
@@ -1107,6 +1118,7 @@ pub fn build_spec(cli: SubmitOpts, payload: Payload, cwd: &Path, env: Vec<(Strin
         },
         constraint,
         constraint_any,
+        constraint_same,
         exclusive: opts.exclusive,
         requeue: opts.requeue,
         signal: opts.signal.clone().unwrap_or_default(),
@@ -1183,7 +1195,19 @@ mod tests {
         ] {
             assert_eq!(parse_begin(text, now), Ok(want), "--begin={text}");
         }
-        for text in ["now+5min", "now+1fortnight", "now*3", "now+", "elevenses", "2026-11-27T10", "25:00", "13:00pm", "2026-13-01", "123", "now+99999999999999999999"] {
+        for text in [
+            "now+5min",
+            "now+1fortnight",
+            "now*3",
+            "now+",
+            "elevenses",
+            "2026-11-27T10",
+            "25:00",
+            "13:00pm",
+            "2026-13-01",
+            "123",
+            "now+99999999999999999999",
+        ] {
             let err = parse_begin(text, now).unwrap_err();
             assert!(err.starts_with(&format!("invalid --begin '{text}': expected now[+COUNT")), "{text}: {err}");
         }
@@ -1329,16 +1353,18 @@ mod tests {
         let payload = Payload::Script { path: "job.sh".into(), text: "#SBATCH --uid=alice\ntrue\n".into() };
         let named = build_spec(SubmitOpts::default(), payload, dir.path(), vec![]).unwrap();
         assert_eq!(named.run_as.as_deref(), Some("alice"), "a name is the controllers' to check");
-        for (line, want, any) in [
-            ("-C ib", &["ib"][..], false),
-            ("-C 'ib&v100'", &["ib", "v100"], false),
-            ("--constraint=ib,v100", &["ib", "v100"], false),
-            ("-C 'skylake|icelake'", &["skylake", "icelake"], true),
+        for (line, want, any, same) in [
+            ("-C ib", &["ib"][..], false, false),
+            ("-C 'ib&v100'", &["ib", "v100"], false, false),
+            ("--constraint=ib,v100", &["ib", "v100"], false, false),
+            ("-C 'skylake|icelake'", &["skylake", "icelake"], true, false),
+            ("-C '[rack1|rack2|rack3]'", &["rack1", "rack2", "rack3"], true, true),
+            ("-C '[rack1]'", &["rack1"], false, false),
         ] {
             let s = script_spec(&format!("#SBATCH {line}\ntrue\n"), SubmitOpts::default()).unwrap();
             assert_eq!(
-                (s.constraint.iter().map(String::as_str).collect::<Vec<_>>(), s.constraint_any),
-                (want.to_vec(), any),
+                (s.constraint.iter().map(String::as_str).collect::<Vec<_>>(), s.constraint_any, s.constraint_same),
+                (want.to_vec(), any, same),
                 "{line}"
             );
         }
@@ -1382,8 +1408,9 @@ mod tests {
             ("--open-mode=sideways", "invalid --open-mode 'sideways': give append or truncate"),
             ("-N 1 -w n[1-2]", "--nodes 1 with 2 nodes in --nodelist"),
             ("-w n1 -x n1", "node 'n1' is both in --nodelist and in --exclude"),
-            ("-C '[ib|opa]'", "invalid --constraint '[ib|opa]': [] and * counts are not supported"),
-            ("-C 'ib*2'", "[] and * counts are not supported"),
+            ("-C '[ib*2&opa*2]'", "invalid --constraint '[ib*2&opa*2]': node counts (*) and brackets"),
+            ("-C 'ib*2'", "node counts (*) and brackets other than one matching OR"),
+            ("-C '[ib&opa]'", "node counts (*) and brackets other than one matching OR"),
             ("-C 'ib|opa&gpu'", "join the features by & (all of them) or by | (any of them), not both"),
             ("-C 'ib||opa'", "a feature name is missing between two operators"),
             ("--cpus-per-gpu=2", "invalid --cpus-per-gpu '2': the job asks for no GPUs"),

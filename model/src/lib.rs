@@ -127,6 +127,10 @@ pub struct JobSpec {
     /// differ). From feature level 12.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub constraint_any: bool,
+    /// `--constraint [a|b]` (Slurm's matching OR, with `constraint_any`): every allocated node
+    /// has the same one of `constraint`. From feature level 13.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub constraint_same: bool,
     /// `--priority`: the job's priority, instead of the one the scheduler computes (operators
     /// only). From feature level 12.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -433,9 +437,21 @@ pub fn features_match(wanted: &[String], any: bool, has: &[String]) -> bool {
     }
 }
 
-/// `--constraint` as it was written: joined by `|` (any) or `&` (all).
-pub fn constraint_string(wanted: &[String], any: bool) -> String {
-    wanted.join(if any { "|" } else { "&" })
+/// `--constraint` as it was written: joined by `|` (any) or `&` (all); `[a|b]` when every
+/// node must have the same one (`same`).
+pub fn constraint_string(wanted: &[String], any: bool, same: bool) -> String {
+    let joined = wanted.join(if any { "|" } else { "&" });
+    if same {
+        format!("[{joined}]")
+    } else {
+        joined
+    }
+}
+
+/// Whether `nodes` (each node's features) all have one same feature of `wanted`, as a
+/// matching OR (`[a|b]`) asks.
+pub fn share_a_feature<'n>(wanted: &[String], nodes: impl Iterator<Item = &'n [String]> + Clone) -> bool {
+    wanted.iter().any(|f| nodes.clone().all(|n| n.contains(f)))
 }
 
 /// `--licenses`: `name[:count]` joined by commas (a count of 1 when none is given), as Slurm
@@ -525,9 +541,10 @@ impl JobSpec {
     }
 
     /// Whether the spec carries what only feature level 13 records (`--kill-on-invalid-dep`,
-    /// `--gid`, a node list naming only some of the job's nodes).
+    /// `--gid`, `-C [a|b]`, a node list naming only some of the job's nodes).
     pub fn uses_level_13(&self) -> bool {
         self.kill_on_invalid_dep
+            || self.constraint_same
             || self.run_group.is_some()
             || (!self.nodelist.is_empty() && !self.lists_every_node())
     }

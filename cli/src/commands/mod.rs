@@ -49,8 +49,7 @@ impl Context {
         let pending = |j: &&quorum_proto::api::JobInfo| j.state == "PENDING";
         let mut out: std::collections::BTreeMap<u64, u64> =
             jobs.iter().filter(pending).filter(|j| !j.held.is_empty()).map(|j| (j.id, 0)).collect();
-        let job_ids: Vec<u64> =
-            jobs.iter().filter(pending).filter(|j| j.held.is_empty()).map(|j| j.id).collect();
+        let job_ids: Vec<u64> = jobs.iter().filter(pending).filter(|j| j.held.is_empty()).map(|j| j.id).collect();
         if job_ids.is_empty() {
             return out;
         }

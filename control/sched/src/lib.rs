@@ -284,6 +284,7 @@ struct Shape<'a> {
     gpu_type: Option<&'a str>,
     features: &'a [String],
     features_any: bool,
+    features_same: bool,
     exclude: &'a [String],
     only: &'a [String],
     exclusive: bool,
@@ -486,6 +487,7 @@ pub fn place<'a>(view: &'a ClusterView, candidates: &[Candidate<'a>], now_ms: Mi
             gpu_type: job.gpu_type.as_deref(),
             features: job.features.as_slice(),
             features_any: job.features_any,
+            features_same: job.features_same,
             exclude: job.exclude.as_slice(),
             only: job.only.as_slice(),
             exclusive: job.exclusive,
@@ -588,11 +590,8 @@ pub fn will_run(view: &ClusterView, job: PendingJob, now_ms: Millis, policy: &Po
         previous: BTreeMap::new(),
         ..view.clone()
     };
-    let policy = Policy {
-        backfill: BackfillMode::Easy,
-        bf_window_s: policy.bf_window_s.max(365 * 86_400),
-        ..policy.clone()
-    };
+    let policy =
+        Policy { backfill: BackfillMode::Easy, bf_window_s: policy.bf_window_s.max(365 * 86_400), ..policy.clone() };
     let plan = schedule(&view, at, &policy);
     let names = |a: &Allocation| a.nodes.iter().map(|n| n.node.clone()).collect();
     if let Some(s) = plan.starts.iter().find(|s| s.job_id == id) {

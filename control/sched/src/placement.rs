@@ -34,10 +34,29 @@ fn lists_every_node(job: &PendingJob) -> bool {
     !job.only.is_empty() && job.only.len() >= job.nodes as usize
 }
 
+/// Picks `k` nodes for `job` among `fitting`, as [`choose`] does. With `[a|b]` (a matching
+/// OR) they all have one of the features, the first written that gives enough.
+fn choose_for(
+    topology: &Topology,
+    job: &PendingJob,
+    view: &ClusterView,
+    fitting: Vec<(usize, i64)>,
+    k: usize,
+) -> Option<Vec<usize>> {
+    if !(job.features_same && job.features.len() > 1) {
+        return choose_listed(topology, job, view, fitting, k);
+    }
+    job.features.iter().find_map(|f| {
+        let with: Vec<(usize, i64)> =
+            fitting.iter().copied().filter(|(i, _)| view.nodes[*i].features.contains(f)).collect();
+        choose_listed(topology, job, view, with, k)
+    })
+}
+
 /// Picks `k` nodes for `job` among `fitting`, as [`choose`] does; a job that lists fewer nodes
 /// than it asks for gets every listed one (none, when one of them does not fit) and the rest
 /// chosen among the others.
-fn choose_for(
+fn choose_listed(
     topology: &Topology,
     job: &PendingJob,
     view: &ClusterView,
@@ -243,6 +262,13 @@ fn earliest_on(
     partition_exclusive: bool,
 ) -> Option<u64> {
     if nodes.len() != job.nodes as usize || !nodes.iter().all(|&i| could_hold(job, &view.nodes[i])) {
+        return None;
+    }
+    if !job.only.iter().all(|n| nodes.iter().any(|&i| view.nodes[i].name == *n)) {
+        return None;
+    }
+    let features = nodes.iter().map(|&i| view.nodes[i].features.as_slice());
+    if job.features_same && !quorum_model::share_a_feature(&job.features, features) {
         return None;
     }
     let dur = job.duration_s();

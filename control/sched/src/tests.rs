@@ -888,8 +888,11 @@ fn a_dependency_that_can_never_be_met_cancels_a_job_that_asked_for_it() {
     b.cycle();
     let after_ok = |kill: bool| {
         move |s: &mut JobSpec| {
-            s.dependencies =
-                vec![quorum_model::Dependency { kind: quorum_model::DependencyKind::AfterOk, job: first, delay_min: 0 }];
+            s.dependencies = vec![quorum_model::Dependency {
+                kind: quorum_model::DependencyKind::AfterOk,
+                job: first,
+                delay_min: 0,
+            }];
             s.kill_on_invalid_dep = kill;
         }
     };
@@ -906,7 +909,8 @@ fn a_dependency_that_can_never_be_met_cancels_a_job_that_asked_for_it() {
 #[test]
 fn a_node_list_shorter_than_the_job_is_part_of_its_nodes() {
     let mut b = Bench::new(ten_nodes(), Policy::default());
-    let versions = BTreeMap::from([(1, quorum_state::ReplicaVersion { level: quorum_state::FEATURE_LEVEL, version: "t".into() })]);
+    let versions =
+        BTreeMap::from([(1, quorum_state::ReplicaVersion { level: quorum_state::FEATURE_LEVEL, version: "t".into() })]);
     b.cmd(Command::SetReplicaVersions { versions, now: 0 });
     let busy = b.submit_with("alice", |s| s.nodelist = vec!["n01".into()]);
     b.cycle();
@@ -915,7 +919,8 @@ fn a_node_list_shorter_than_the_job_is_part_of_its_nodes() {
     });
     let p = b.cycle();
     assert_eq!(started(&p), vec![job]);
-    let nodes: Vec<String> = b.state.jobs[&job].allocation.as_ref().unwrap().nodes.iter().map(|n| n.node.clone()).collect();
+    let nodes: Vec<String> =
+        b.state.jobs[&job].allocation.as_ref().unwrap().nodes.iter().map(|n| n.node.clone()).collect();
     assert_eq!(nodes.len(), 3);
     assert!(nodes.contains(&"n07".to_string()) && nodes.contains(&"n09".to_string()), "{nodes:?}");
     assert!(!nodes.contains(&"n01".to_string()), "n01 is busy: {nodes:?}");
@@ -931,4 +936,47 @@ fn a_node_list_shorter_than_the_job_is_part_of_its_nodes() {
     b.end(busy);
     let p = b.cycle();
     assert_eq!(started(&p), vec![waits]);
+}
+
+#[test]
+fn a_matching_or_puts_every_node_on_the_same_feature() {
+    let nodes = (1..=6).map(|i| node(&format!("n{i:02}"), 1, 0, "", &[if i <= 3 { "rack1" } else { "rack2" }]));
+    let mut b = Bench::new(nodes.collect(), Policy::default());
+    let versions =
+        BTreeMap::from([(1, quorum_state::ReplicaVersion { level: quorum_state::FEATURE_LEVEL, version: "t".into() })]);
+    b.cmd(Command::SetReplicaVersions { versions, now: 0 });
+    let busy = b.submit_with("alice", |s| s.nodelist = vec!["n01".into()]);
+    b.cycle();
+    let racks = |s: &mut JobSpec, nodes: u32| {
+        (s.nodes, s.ntasks) = (nodes, nodes);
+        (s.constraint, s.constraint_any, s.constraint_same) = (vec!["rack1".into(), "rack2".into()], true, true);
+    };
+    // rack1 has two free nodes, rack2 three: the job takes rack2, not two of one and one of other.
+    let job = b.submit_with("alice", |s| racks(s, 3));
+    assert_eq!(started(&b.cycle()), vec![job]);
+    let names = |b: &Bench, j: u64| b.state.jobs[&j].allocation.as_ref().unwrap().nodelist();
+    assert_eq!(names(&b, job), "n[04-06]");
+    // Another waits for a whole rack: rack1 once n01 is free, its reservation all on rack1.
+    let next = b.submit_with("alice", |s| racks(s, 3));
+    let p = b.cycle();
+    assert_eq!(p.estimates[&next].nodes, ["n01", "n02", "n03"]);
+    b.at(100);
+    b.end(busy);
+    assert_eq!(started(&b.cycle()), vec![next]);
+    assert_eq!(names(&b, next), "n[01-03]");
+    // Four nodes on one rack: none has them, refused at submit.
+    let mut spec: JobSpec = (*b.state.jobs[&next].spec).clone();
+    racks(&mut spec, 4);
+    let r = b.cmd(Command::SubmitJob {
+        spec: Box::new(spec),
+        user: "alice".into(),
+        now: b.now_ms,
+        request_id: "four".into(),
+    });
+    match r {
+        Response::Rejected(quorum_model::Rejection::NeverFits { detail }) => {
+            assert!(detail.contains("no one feature of [rack1|rack2] is on 4 nodes"), "{detail}")
+        }
+        other => panic!("{other:?}"),
+    }
 }

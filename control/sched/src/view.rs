@@ -6,9 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
-use quorum_model::{
-    Account, HoldKind, Job, JobId, JobSpec, JobState, Millis, Node, PendingReason, Qos, Shared, Usage,
-};
+use quorum_model::{Account, HoldKind, Job, JobId, JobSpec, JobState, Millis, Node, PendingReason, Qos, Shared, Usage};
 use quorum_state::ClusterState;
 
 /// An amount of CPUs, memory (MiB) and GPUs. Signed so that reservations can be subtracted.
@@ -126,6 +124,8 @@ pub struct PendingJob {
     pub features: Vec<String>,
     /// `features` joined by `|`: a node needs one of them.
     pub features_any: bool,
+    /// `[a|b]`: with `features_any`, every node of the job has the same one of them.
+    pub features_same: bool,
     /// Set by an operator (`--priority`): this, not the computed priority.
     pub priority: Option<u32>,
     /// Licenses it holds while it runs (`--licenses`).
@@ -343,6 +343,7 @@ fn requested(spec: &JobSpec, names: &mut Names) -> PendingJob {
         exclusive: spec.exclusive,
         features: spec.constraint.clone(),
         features_any: spec.constraint_any,
+        features_same: spec.constraint_same,
         priority: spec.priority,
         licenses: spec.licenses.iter().map(|(n, c)| (n.clone(), *c)).collect(),
         exclude: spec.exclude.clone(),

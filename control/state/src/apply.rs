@@ -457,6 +457,33 @@ fn admit(state: &ClusterState, spec: &mut JobSpec) -> Result<String, Rejection> 
         }
     }
     let chosen = |n: &Node| !choosing || spec.may_use(&n.name, &n.features);
+    if spec.constraint_same && spec.constraint.len() > 1 {
+        // `[a|b]`: enough nodes that could hold the job must share one of the features.
+        let most = spec
+            .constraint
+            .iter()
+            .map(|f| {
+                state
+                    .partition_nodes(partition)
+                    .filter(|n| chosen(n) && n.features.contains(f))
+                    .filter(|n| n.could_hold(cpus, mem, spec.gpus_per_node, gpu_type))
+                    .take(spec.nodes as usize)
+                    .count()
+            })
+            .max()
+            .unwrap_or(0);
+        if most >= spec.nodes as usize || state.partition_nodes(partition).next().is_none() {
+            return Ok(partition.name.clone());
+        }
+        return Err(Rejection::NeverFits {
+            detail: format!(
+                "no one feature of {} is on {} nodes of partition '{}' that could hold the job (at most {most})",
+                quorum_model::constraint_string(&spec.constraint, true, true),
+                spec.nodes,
+                partition.name
+            ),
+        });
+    }
     // Stops at the first `nodes` capable nodes: admission costs the job's size, not the cluster's.
     let capable = state
         .partition_nodes(partition)
@@ -486,7 +513,7 @@ fn choice_detail(partition: &str, registered: usize, eligible: usize, spec: &Job
     if !spec.constraint.is_empty() {
         why.push(format!(
             "have the features {}",
-            quorum_model::constraint_string(&spec.constraint, spec.constraint_any)
+            quorum_model::constraint_string(&spec.constraint, spec.constraint_any, spec.constraint_same)
         ));
     }
     if !spec.exclude.is_empty() {

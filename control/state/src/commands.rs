@@ -42,8 +42,8 @@ pub struct NodeRegistration {
 ///     `--constraint` features joined by `|` (any of them), `--priority` set by operators, and
 ///     licenses (`SetLicenses`, `--licenses`).
 /// 13. `--kill-on-invalid-dep=yes` (a job cancelled once its dependency can never be met),
-///     `--gid` (a job's primary group, set by root), and node lists naming only some of a
-///     job's nodes (`-N 4 -w n[1-2]`).
+///     `--gid` (a job's primary group, set by root), `--constraint [a|b]` (every node with the
+///     same one), and node lists naming only some of a job's nodes (`-N 4 -w n[1-2]`).
 pub const FEATURE_LEVEL: u32 = 13;
 
 /// The level that cancels `--kill-on-invalid-dep=yes` jobs and takes node lists shorter than
@@ -103,7 +103,10 @@ pub struct Submit {
 /// The level a replica needs to apply a submit of this job, and what in the job needs it.
 pub fn spec_level(spec: &JobSpec) -> (u32, &'static str) {
     if spec.uses_level_13() {
-        (NODE_LIST_PART_LEVEL, "a job with --kill-on-invalid-dep=yes or --gid, or a --nodelist naming fewer nodes than --nodes")
+        (
+            NODE_LIST_PART_LEVEL,
+            "a job with --kill-on-invalid-dep=yes, --gid or --constraint [a|b], or a --nodelist naming fewer nodes than --nodes",
+        )
     } else if spec.uses_level_12() {
         (
             DEPENDENCY_FORMS_LEVEL,
