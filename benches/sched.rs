@@ -207,6 +207,7 @@ fn state(pending: usize, nodes: usize) -> ClusterState {
                 array: None,
                 steps: vec![],
                 next_step: 0,
+                cancelled_by: None,
             }),
         );
     }

@@ -205,7 +205,10 @@ fn value(field: &str, line: &Line, now_ms: u64) -> String {
                 list.to_string()
             }
         }
-        "State" => step.map_or_else(|| job.state.clone(), |s| s.state.clone()),
+        "State" => match step {
+            Some(s) => s.state.clone(),
+            None => cancelled_by(job).unwrap_or_else(|| job.state.clone()),
+        },
         "ExitCode" => match step {
             Some(s) => format!("{}:{}", s.exit_code, s.signal),
             None if job.has_exit_code => format!("{}:{}", job.exit_code, job.signal),
@@ -230,6 +233,17 @@ fn value(field: &str, line: &Line, now_ms: u64) -> String {
         }
         _ => String::new(),
     }
+}
+
+/// `CANCELLED by UID` as Slurm's sacct writes a job someone cancelled (the uid from this host's
+/// user database; the name when it does not know it).
+fn cancelled_by(job: &JobInfo) -> Option<String> {
+    if job.state != "CANCELLED" || job.cancelled_by.is_empty() {
+        return None;
+    }
+    let who =
+        quorum_auth::users::by_name(&job.cancelled_by).map_or_else(|_| job.cancelled_by.clone(), |u| u.uid.to_string());
+    Some(format!("CANCELLED by {who}"))
 }
 
 /// The report: a header (and, in a table, its underline), then a line per job and step.

@@ -321,6 +321,13 @@ async fn sacct_reports_jobs_and_steps_in_the_parsable_form_tools_read() {
         sacct(&["-X", "-n", "-P", "-j", &format!("{good},{failed},{array}"), "-o", "JobID,State,ExitCode"]),
         format!("{good}|COMPLETED|0:0\n{failed}|FAILED|3:0\n{array}_[0-2]|PENDING|0:0\n")
     );
+    // Who cancelled a job, by uid, as Slurm's sacct says it.
+    ok(&cluster, dir.path(), bin.path(), "scancel", &[&format!("{array}_1")]);
+    let uid = quorum_auth::users::current().unwrap().uid;
+    assert_eq!(
+        sacct(&["-X", "-n", "-P", "-j", &format!("{array}_1"), "-o", "JobID,State"]),
+        format!("{array}_1|CANCELLED by {uid}\n")
+    );
     // The caller's own jobs since midnight, with sacct's table by default.
     let table = sacct(&["-X"]);
     let mut rows = table.lines();
@@ -431,7 +438,15 @@ async fn sinfo_scontrol_and_the_options_scripts_use_answer_as_slurm_does() {
 
     // scontrol: records as Slurm prints them, each on one line with -o.
     let shown = cmd("scontrol", &["show", "job", &noted.to_string()]);
-    assert!(shown.starts_with(&format!("JobId={noted} JobName=wrap\n   UserId=")), "{shown}");
+    let me = quorum_auth::users::current().unwrap();
+    let group = quorum_auth::users::group(&me.gid.to_string()).unwrap();
+    assert!(
+        shown.starts_with(&format!(
+            "JobId={noted} JobName=wrap\n   UserId={}({}) GroupId={}({}) Partition=",
+            me.name, me.uid, group.name, group.gid
+        )),
+        "{shown}"
+    );
     assert!(
         shown.contains(
             "\n   ReqNodeList=node02 ExcNodeList=(null) Features=(null)\n   Licenses=(null)\n   Comment=a b WCKey=w MailType=END\n"

@@ -495,6 +495,25 @@ pub fn null_or(text: &str) -> &str {
     }
 }
 
+/// `UserId=alice(1001) GroupId=alice(1001)` as Slurm writes them, from this host's user and group
+/// databases: the job's group is the one it runs with (`--gid`), else its user's own; a name
+/// this host does not know is written alone.
+fn user_and_group(user: &str, run_group: &str) -> String {
+    let found = quorum_auth::users::by_name(user).ok();
+    let uid = found.as_ref().map_or_else(|| user.to_string(), |u| format!("{user}({})", u.uid));
+    let group = match (run_group, &found) {
+        ("", Some(u)) => quorum_auth::users::group(&u.gid.to_string()).ok(),
+        ("", None) => None,
+        (g, _) => quorum_auth::users::group(g).ok(),
+    };
+    let gid = match (group, run_group) {
+        (Some(g), _) => format!("{}({})", g.name, g.gid),
+        (None, "") => "(null)".into(),
+        (None, g) => g.to_string(),
+    };
+    format!("UserId={uid} GroupId={gid}")
+}
+
 /// `scontrol show job`'s record; `priority` as the scheduler ranks the job now, when pending.
 pub fn show_job(j: &JobInfo, now_ms: u64, priority: Option<u64>) -> String {
     let spec = j.spec.clone().unwrap_or_default();
@@ -512,7 +531,7 @@ pub fn show_job(j: &JobInfo, now_ms: u64, priority: Option<u64>) -> String {
             ),
             None => format!("JobId={} JobName={}", j.id, j.name),
         },
-        format!("UserId={} Partition={}", j.user, j.partition),
+        format!("{} Partition={}", user_and_group(&j.user, &spec.group), j.partition),
         format!(
             "{}Nice={} Account={} QOS={}",
             priority.map_or(String::new(), |p| format!("Priority={p} ")),
@@ -758,6 +777,14 @@ mod tests {
         };
         let shown = super::show_job(&job, 0, None);
         assert!(!shown.chars().any(|c| c.is_control() && c != '\n'), "{shown:?}");
+    }
+
+    #[test]
+    fn users_and_groups_are_written_with_their_ids() {
+        assert_eq!(super::user_and_group("root", ""), "UserId=root(0) GroupId=root(0)");
+        let other = quorum_auth::users::group("1").unwrap().name;
+        assert_eq!(super::user_and_group("root", &other), format!("UserId=root(0) GroupId={other}(1)"));
+        assert_eq!(super::user_and_group("no-such-user-here", ""), "UserId=no-such-user-here GroupId=(null)");
     }
 
     #[test]

@@ -215,6 +215,7 @@ pub fn job_to_proto(j: &Job, with_env: bool) -> api::JobInfo {
             None => String::new(),
         },
         requeues: j.requeues,
+        cancelled_by: j.cancelled_by.clone().unwrap_or_default(),
         array: j.array.as_ref().map(array_to_proto),
         steps: j
             .steps

@@ -976,6 +976,9 @@ pub struct Job {
     /// The id its next step gets.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub next_step: u32,
+    /// Who cancelled it (a user name; operators act as root), from feature level 13.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cancelled_by: Option<String>,
 }
 
 fn is_zero(n: &u32) -> bool {

@@ -9,7 +9,9 @@ use quorum_model::{
 };
 
 use crate::cluster::{ClusterState, DEFAULT_ACCOUNT, DEFAULT_QOS};
-use crate::commands::{Command, DropReason, NodeRegistration, Response, NODE_CHOICE_LEVEL, NODE_LIST_PART_LEVEL};
+use crate::commands::{
+    Command, DropReason, NodeRegistration, Response, CANCELLED_BY_LEVEL, NODE_CHOICE_LEVEL, NODE_LIST_PART_LEVEL,
+};
 use crate::digest::digest;
 
 /// Applies one committed command at log index `index`. Deterministic; see the module comment.
@@ -299,6 +301,7 @@ fn submit(state: &mut ClusterState, mut spec: JobSpec, user: String, request_id:
             array,
             steps: Vec::new(),
             next_step: 0,
+            cancelled_by: None,
         };
         state.jobs.insert(id, Shared::new(job));
     }
@@ -984,6 +987,7 @@ fn nonzero(signal: i32) -> Option<i32> {
 }
 
 fn cancel(state: &mut ClusterState, job_id: JobId, user: &str) -> Response {
+    let canceller = (state.cluster_level() >= CANCELLED_BY_LEVEL).then(|| user.to_string());
     let Some(job) = state.jobs.get_mut(&job_id) else {
         return Response::Rejected(Rejection::UnknownJob { id: job_id });
     };
@@ -992,12 +996,14 @@ fn cancel(state: &mut ClusterState, job_id: JobId, user: &str) -> Response {
     }
     match job.state {
         JobState::Pending => {
+            job.cancelled_by = canceller;
             finish_job(state, job_id, JobState::Cancelled, None, None);
             Response::Cancelled { job_id, was_running: false }
         }
         JobState::Running => {
             // The agents kill it and report; the job ends CANCELLED then.
             job.cancel_requested = true;
+            job.cancelled_by = canceller;
             Response::Cancelled { job_id, was_running: true }
         }
         st => Response::Rejected(Rejection::JobFinished { id: job_id, state: st }),

@@ -41,10 +41,14 @@ pub struct NodeRegistration {
 /// 12. dependencies joined by `?` (any of them), `aftercorr`, `after:ID+MINUTES`, and
 ///     `--constraint` features joined by `|` (any of them), `--priority` set by operators, and
 ///     licenses (`SetLicenses`, `--licenses`).
-/// 13. `--kill-on-invalid-dep=yes` (a job cancelled once its dependency can never be met),
+/// 13. who cancelled a job, `--kill-on-invalid-dep=yes` (a job cancelled once its dependency
+///     can never be met),
 ///     `--gid` (a job's primary group, set by root), `--constraint [a|b]` (every node with the
 ///     same one), and node lists naming only some of a job's nodes (`-N 4 -w n[1-2]`).
 pub const FEATURE_LEVEL: u32 = 13;
+
+/// The level that records who cancelled a job (`sacct`'s `CANCELLED by UID`).
+pub const CANCELLED_BY_LEVEL: u32 = 13;
 
 /// The level that cancels `--kill-on-invalid-dep=yes` jobs and takes node lists shorter than
 /// the job; below it the services refuse jobs that use them.

@@ -136,6 +136,17 @@ fn cancel_pending_and_running() {
     assert_eq!(r, Response::JobFinished { job_id: 1, state: JobState::Cancelled });
     assert!(matches!(apply(&mut s, 17, cancel(1, "alice")), Response::Rejected(Rejection::JobFinished { .. })));
     assert!(matches!(apply(&mut s, 18, cancel(99, "alice")), Response::Rejected(Rejection::UnknownJob { id: 99 })));
+    // Who cancelled is recorded from level 13 on; below it a replica of an older release would
+    // record nothing, so neither does this one.
+    assert_eq!((s.jobs[&1].cancelled_by.as_deref(), s.jobs[&2].cancelled_by.as_deref()), (None, None));
+    at_feature_level(&mut s, 19);
+    submit(&mut s, 20, spec(&["sleep", "1000"]), "c");
+    start(&mut s, 21, 3, "n1", 1, vec![]);
+    submit(&mut s, 22, spec(&["sleep", "1000"]), "d");
+    apply(&mut s, 23, cancel(3, "root"));
+    apply(&mut s, 24, cancel(4, "alice"));
+    assert_eq!(s.jobs[&3].cancelled_by.as_deref(), Some("root"), "asked while it runs");
+    assert_eq!(s.jobs[&4].cancelled_by.as_deref(), Some("alice"));
 }
 
 #[test]
