@@ -270,7 +270,13 @@ fn render(
                 .zip(fields)
                 .enumerate()
                 .map(|(i, (c, (_, w)))| {
-                    let c: String = quorum_client::display::escape(c).chars().take(*w).collect();
+                    // A value longer than its column ends in `+` where it is cut, as sacct's.
+                    let c = quorum_client::display::escape(c);
+                    let c: String = if c.chars().count() > *w {
+                        c.chars().take(w.saturating_sub(1)).chain(std::iter::once('+')).collect()
+                    } else {
+                        c.into_owned()
+                    };
                     // The job id leans left, the rest right, as sacct's table does.
                     if i == 0 && fields[0].0 == "JobID" {
                         format!("{c:<w$} ")
@@ -505,5 +511,7 @@ mod tests {
             render(&fields[..2], &lines[..1], 0, None, true),
             "JobID             State \n------------ ---------- \n12            COMPLETED \n"
         );
+        let narrow = parse_fields("JobID,State%5").unwrap();
+        assert_eq!(render(&narrow, &lines[..1], 0, None, false), "12           COMP+ \n");
     }
 }

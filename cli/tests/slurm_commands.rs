@@ -336,7 +336,10 @@ async fn sacct_reports_jobs_and_steps_in_the_parsable_form_tools_read() {
         ["JobID", "JobName", "Partition", "Account", "AllocCPUS", "State", "ExitCode"]
     );
     assert!(rows.next().unwrap().starts_with("------------ ----------"));
-    assert_eq!(rows.count(), 3, "{table}");
+    let rows: Vec<&str> = rows.collect();
+    assert_eq!(rows.len(), 4, "{table}");
+    // A value longer than its column ends in `+`, as sacct's.
+    assert!(rows[3].starts_with(&format!("{array}_1 ")) && rows[3].contains(" CANCELLED+ "), "{table}");
     let (code, _, err) = run_command(&cluster, dir.path(), &bin.path().join("sacct"), &["-o", "JobID,Bogus"], "");
     assert_eq!(code, Some(1));
     assert!(err.contains("invalid --format field 'Bogus'"), "{err}");
@@ -456,6 +459,10 @@ async fn sinfo_scontrol_and_the_options_scripts_use_answer_as_slurm_does() {
     let one = cmd("scontrol", &["-o", "show", "job", &elsewhere.to_string()]);
     assert!(one.starts_with(&format!("JobId={elsewhere} JobName=wrap UserId=")), "{one}");
     assert!(one.lines().count() == 1 && one.contains(" ExcNodeList=node02 "), "{one}");
+    // Times as Slurm writes them: local, no zone; a job not yet ended ends `Unknown`.
+    let submitted = one.split(" SubmitTime=").nth(1).and_then(|r| r.split(' ').next()).unwrap();
+    assert!(submitted.len() == 19 && submitted.as_bytes()[10] == b'T' && !submitted.ends_with('Z'), "{one}");
+    assert!(one.contains(" EndTime=Unknown"), "{one}");
     let node = cmd("scontrol", &["show", "node", "node02"]);
     assert!(
         node.starts_with("NodeName=node02\n   CPUAlloc=1 CPUTot=4\n") && node.contains("   State=MIXED\n"),

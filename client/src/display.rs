@@ -517,7 +517,8 @@ fn user_and_group(user: &str, run_group: &str) -> String {
 /// `scontrol show job`'s record; `priority` as the scheduler ranks the job now, when pending.
 pub fn show_job(j: &JobInfo, now_ms: u64, priority: Option<u64>) -> String {
     let spec = j.spec.clone().unwrap_or_default();
-    let ms = |v: u64| if v == 0 { "-".to_string() } else { utc_time(v) };
+    // Local times without a zone, as Slurm writes them (tools read them so); `Unknown` for none.
+    let ms = |v: u64| local_time_or(v, "Unknown");
     let mut lines = vec![
         match &j.array {
             Some(a) => format!(
