@@ -980,3 +980,50 @@ fn a_matching_or_puts_every_node_on_the_same_feature() {
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn dependencies_on_jobs_that_left_the_hot_state_still_hold() {
+    use quorum_model::parse_dependencies;
+    let mut b = Bench::new(ten_nodes(), fifo(BackfillMode::Easy, 1));
+    b.at(0);
+    let ok = b.submit(1, 100);
+    let failed = b.submit(1, 100);
+    let array = b.submit_with("alice", |s| s.array = Some(quorum_model::ArraySpec::parse("0-2").unwrap()));
+    assert_eq!(started(&b.cycle()).len(), 5);
+    b.at(10);
+    b.end(ok);
+    b.end_with(failed, 1);
+    for task in array..array + 3 {
+        b.end(task);
+    }
+    b.at(400);
+    let gone = (ok..array + 3).collect::<Vec<_>>();
+    let now = b.now_ms;
+    match b.cmd(Command::PurgeJobs { jobs: gone.clone(), min_age: 300_000, now }) {
+        Response::Purged { jobs } => assert_eq!(jobs.len(), gone.len()),
+        other => panic!("{other:?}"),
+    }
+    assert!(gone.iter().all(|id| !b.state.jobs.contains_key(id)));
+    let deps = |text: String| {
+        move |s: &mut JobSpec| {
+            let d = parse_dependencies(&text).unwrap();
+            (s.dependencies, s.dependency_any) = (d.list, d.any);
+        }
+    };
+    let after_ok = b.submit_with("alice", deps(format!("afterok:{ok}")));
+    let after_failed = b.submit_with("alice", deps(format!("afterok:{failed}")));
+    let after_notok = b.submit_with("alice", deps(format!("afternotok:{failed}")));
+    let after_array = b.submit_with("alice", deps(format!("afterok:{array}")));
+    let corr = b.submit_with("alice", |s: &mut JobSpec| {
+        s.array = Some(quorum_model::ArraySpec::parse("1").unwrap());
+        deps(format!("aftercorr:{array}"))(s)
+    });
+    let p = b.cycle();
+    assert_eq!(started(&p), vec![after_ok, after_notok, after_array, corr]);
+    assert_eq!(p.reason(after_failed), Some(PendingReason::DependencyNeverSatisfied));
+    // The tombstones a pending job needs outlive min_job_age; the others go.
+    b.at(1000);
+    let now = b.now_ms;
+    b.cmd(Command::PurgeJobs { jobs: vec![], min_age: 300_000, now });
+    assert_eq!(b.state.departed.keys().copied().collect::<Vec<_>>(), vec![failed]);
+}

@@ -576,11 +576,13 @@ fn dependency_status(state: &ClusterState, job: &Job) -> (DepStatus, Option<Mill
     (status, latest.filter(|_| status == DepStatus::Satisfied))
 }
 
-/// One dependency of `job`: met, waiting or never, and with a delay from when it is met.
+/// One dependency of `job`: met, waiting or never, and with a delay from when it is met. The
+/// jobs it names are read from the hot state and from the tombstones of jobs that left it.
 fn one_dependency(state: &ClusterState, job: &Job, d: &quorum_model::Dependency) -> (DepStatus, Option<Millis>) {
     use quorum_model::DependencyKind::*;
-    // A job no longer known was purged long after it ended: treat it as satisfied.
-    let Some(other) = state.jobs.get(&d.job) else { return (DepStatus::Satisfied, None) };
+    // A job known neither way left the job history too (`purge_after`): treat it as satisfied,
+    // as Slurm treats a job it no longer knows.
+    let Some(other) = state.outcome(d.job) else { return (DepStatus::Satisfied, None) };
     // The array's id (its first task's) stands for every task of the array, as on Slurm:
     // the tasks are the jobs with the next ids that name it as theirs.
     let array = other.array.filter(|a| a.array_job_id == d.job);
@@ -599,7 +601,7 @@ fn one_dependency(state: &ClusterState, job: &Job, d: &quorum_model::Dependency)
     }
     let (mut all_started, mut all_finished, mut all_ok, mut any_failed) = (true, true, true, false);
     let mut latest_start: Millis = 0;
-    for (_, other) in state.jobs.range(first..=last) {
+    for (_, other) in state.outcomes(first..=last) {
         if array.is_some() && other.array.is_none_or(|a| a.array_job_id != d.job) {
             continue;
         }
@@ -632,7 +634,7 @@ fn task_with_id(state: &ClusterState, first: JobId, last: JobId, task_id: u32) -
     let (mut lo, mut hi) = (first, last);
     while lo <= hi {
         let mid = lo + (hi - lo) / 2;
-        let t = state.jobs.get(&mid).and_then(|j| j.array.filter(|a| a.array_job_id == first))?.task_id;
+        let t = state.outcome(mid).and_then(|j| j.array.filter(|a| a.array_job_id == first))?.task_id;
         match t.cmp(&task_id) {
             std::cmp::Ordering::Equal => return Some(mid),
             std::cmp::Ordering::Less => lo = mid + 1,

@@ -135,6 +135,14 @@ pub fn apply(state: &mut ClusterState, index: u64, command: Command) -> Response
             advance_clock(state, now);
             end_allocation(state, job_id, &user, exit_code)
         }
+        Command::PurgeJobs { jobs, min_age, now } => {
+            advance_clock(state, now);
+            crate::purge::purge(state, jobs, min_age)
+        }
+        Command::RecallJobs { jobs, now } => {
+            advance_clock(state, now);
+            crate::purge::recall(state, jobs)
+        }
         Command::SetRole { user, role, now } => {
             advance_clock(state, now);
             if user.is_empty() {
@@ -312,7 +320,7 @@ fn submit(state: &mut ClusterState, mut spec: JobSpec, user: String, request_id:
 /// that its dependencies name known jobs, and that only root raises priority with `nice`.
 fn admit_association(state: &ClusterState, spec: &JobSpec, user: &str) -> Result<(String, String), Rejection> {
     for dep in &spec.dependencies {
-        if !state.jobs.contains_key(&dep.job) {
+        if !state.knows_job(dep.job) {
             return Err(Rejection::InvalidSpec {
                 field: "dependency".into(),
                 reason: format!("job {} does not exist", dep.job),

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use quorum_model::{Account, Job, JobId, JobSpec, Millis, Node, Partition, Policy, Qos, Shared, Usage};
 
 use crate::commands::{ReplicaVersion, BASE_LEVEL};
+use crate::tombstone::{Departed, Outcome};
 
 /// The account jobs are charged to when no account tree is configured.
 pub const DEFAULT_ACCOUNT: &str = "root";
@@ -57,6 +58,10 @@ pub struct ClusterState {
     /// configuration. From feature level 12.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub licenses: BTreeMap<String, u32>,
+    /// What is kept of jobs that left the hot state for the job history (`PurgeJobs`): a
+    /// tombstone each, for `min_job_age` and while a pending job depends on it. From level 14.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub departed: BTreeMap<JobId, Departed>,
 }
 
 impl ClusterState {
@@ -101,5 +106,32 @@ impl ClusterState {
     /// The partitions a node belongs to.
     pub fn partitions_of(&self, node: &str) -> Vec<String> {
         self.partitions.values().filter(|p| p.node_names.contains(node)).map(|p| p.name.clone()).collect()
+    }
+}
+
+impl ClusterState {
+    /// A job's outcome, from the hot state or its tombstone; `None` when neither knows it.
+    pub fn outcome(&self, id: JobId) -> Option<Outcome> {
+        match self.jobs.get(&id) {
+            Some(j) => Some(Outcome::from(&**j)),
+            None => self.departed.get(&id).map(Outcome::from),
+        }
+    }
+
+    /// The outcomes of the jobs with ids in `ids`, in id order, from the hot state and the
+    /// tombstones together (a job is in one or the other, never both).
+    pub fn outcomes(&self, ids: std::ops::RangeInclusive<JobId>) -> impl Iterator<Item = (JobId, Outcome)> + '_ {
+        let mut hot = self.jobs.range(ids.clone()).map(|(id, j)| (*id, Outcome::from(&**j))).peekable();
+        let mut gone = self.departed.range(ids).map(|(id, d)| (*id, Outcome::from(d))).peekable();
+        std::iter::from_fn(move || match (hot.peek(), gone.peek()) {
+            (Some(h), Some(g)) if g.0 < h.0 => gone.next(),
+            (Some(_), _) => hot.next(),
+            (None, _) => gone.next(),
+        })
+    }
+
+    /// Whether `id` names a job the cluster knows, in the hot state or as a tombstone.
+    pub fn knows_job(&self, id: JobId) -> bool {
+        self.jobs.contains_key(&id) || self.departed.contains_key(&id)
     }
 }

@@ -45,7 +45,13 @@ pub struct NodeRegistration {
 ///     can never be met),
 ///     `--gid` (a job's primary group, set by root), `--constraint [a|b]` (every node with the
 ///     same one), and node lists naming only some of a job's nodes (`-N 4 -w n[1-2]`).
-pub const FEATURE_LEVEL: u32 = 13;
+/// 14. ended jobs leaving the hot state for the job history (`PurgeJobs`), and tombstones of
+///     them recalled from it for a dependency (`RecallJobs`).
+pub const FEATURE_LEVEL: u32 = 14;
+
+/// The level that applies [`Command::PurgeJobs`] and [`Command::RecallJobs`]; below it ended
+/// jobs stay in the hot state.
+pub const HISTORY_LEVEL: u32 = 14;
 
 /// The level that records who cancelled a job (`sacct`'s `CANCELLED by UID`).
 pub const CANCELLED_BY_LEVEL: u32 = 13;
@@ -298,6 +304,19 @@ pub enum Command {
         exit_code: i32,
         now: Millis,
     },
+    /// These jobs ended `min_age` ago or more: they leave the hot state for the job history,
+    /// each leaving a tombstone (level 14). See [`crate::purge`].
+    PurgeJobs {
+        jobs: Vec<JobId>,
+        min_age: Millis,
+        now: Millis,
+    },
+    /// Tombstones of jobs that left the state long ago, read back from the job history by the
+    /// leader for a submit that depends on them (level 14).
+    RecallJobs {
+        jobs: Vec<(JobId, crate::tombstone::Departed)>,
+        now: Millis,
+    },
     /// An admin gives `user` a role (`quorum admin role`); `User` takes back what was given.
     SetRole {
         user: String,
@@ -345,6 +364,8 @@ impl Command {
             Command::CancelJob { whole_array: true, .. } => (4, "cancelling a job array"),
             Command::SubmitJob { spec, .. } => spec_level(spec),
             Command::SetRole { .. } => (8, "giving a role"),
+            Command::PurgeJobs { .. } => (HISTORY_LEVEL, "ended jobs leaving the hot state for the job history"),
+            Command::RecallJobs { .. } => (HISTORY_LEVEL, "jobs recalled from the job history for a dependency"),
             Command::RequeueJob { .. } => (REQUEUE_LEVEL, "requeueing a job (scontrol requeue)"),
             Command::StartStep { expect: Some(_), .. } => (EARLY_STEP_LEVEL, "a job step launched as it commits"),
             Command::StartStep { .. } | Command::EndStep { .. } => (STEPS_LEVEL, "a job step (srun)"),
@@ -472,5 +493,10 @@ pub enum Response {
     StepStarted {
         job_id: JobId,
         step: Box<quorum_model::step::Step>,
+    },
+    /// The jobs a `PurgeJobs` took out of the hot state, whole, for the replica's shell to write
+    /// into the job history.
+    Purged {
+        jobs: Vec<quorum_model::Shared<quorum_model::Job>>,
     },
 }

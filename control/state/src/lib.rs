@@ -9,18 +9,22 @@ mod apply;
 mod cluster;
 mod commands;
 mod digest;
+mod purge;
 pub mod snapshot;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
+pub mod tombstone;
 
 pub use apply::{apply, check_submit, plan_step};
 pub use cluster::{lowest_level, ClusterState, DEFAULT_ACCOUNT, DEFAULT_QOS};
 pub use commands::{
     spec_level, Command, DropReason, NodeRegistration, ReplicaVersion, Response, Submit, BASE_LEVEL, BATCH_LEVEL,
     CANCELLED_BY_LEVEL, COMPRESSED_SNAPSHOT_LEVEL, DEPENDENCY_FORMS_LEVEL, EARLY_STEP_LEVEL, FEATURE_LEVEL,
-    NODE_CHOICE_LEVEL, NODE_LIST_PART_LEVEL, REQUEUE_LEVEL, SUBMIT_JOBS_LEVEL,
+    HISTORY_LEVEL, NODE_CHOICE_LEVEL, NODE_LIST_PART_LEVEL, REQUEUE_LEVEL, SUBMIT_JOBS_LEVEL,
 };
 pub use digest::digest;
+pub use purge::{aged, tombstones};
+pub use tombstone::{Departed, Outcome};
 
 #[cfg(test)]
 mod props;

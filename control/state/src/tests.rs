@@ -699,7 +699,7 @@ fn a_job_is_admitted_only_if_enough_nodes_have_its_features_and_are_not_excluded
     listed.nodelist = vec!["n2".into()];
     assert!(matches!(submit(&mut s, 151, listed.clone(), "f2"), Response::Submitted { .. }));
     let mut older = cluster();
-    let versions = BTreeMap::from([(1, ReplicaVersion { level: FEATURE_LEVEL - 1, version: "x".into() })]);
+    let versions = BTreeMap::from([(1, ReplicaVersion { level: NODE_LIST_PART_LEVEL - 1, version: "x".into() })]);
     apply(&mut older, 2, Command::SetReplicaVersions { versions, now: 2 });
     assert!(matches!(
         submit(&mut older, 3, listed, "f3"),
@@ -752,4 +752,112 @@ fn a_requeued_job_goes_back_to_the_queue_and_frees_its_node() {
     apply(&mut s, 15, Command::CancelJob { job_id: 1, user: "alice".into(), now: 3100, whole_array: false });
     assert!(matches!(apply(&mut s, 16, requeue("alice")), Response::Rejected(Rejection::JobFinished { .. })));
     assert_eq!(requeue("alice").level().0, REQUEUE_LEVEL);
+}
+
+/// Ends `job_id` (running on n1 under `token`) with `code` at `now`.
+fn end_at(s: &mut ClusterState, index: u64, job_id: JobId, token: u64, code: i32, now: Millis) -> Response {
+    let ended = RankOutcome::Exited { code, signal: 0 };
+    apply(s, index, Command::JobEnded { job_id, token, node: "n1".into(), outcome: ended, now })
+}
+
+fn purge(s: &mut ClusterState, index: u64, jobs: Vec<JobId>, min_age: Millis, now: Millis) -> Vec<JobId> {
+    match apply(s, index, Command::PurgeJobs { jobs, min_age, now }) {
+        Response::Purged { jobs } => jobs.iter().map(|j| j.id).collect(),
+        other => panic!("expected Purged, got {other:?}"),
+    }
+}
+
+#[test]
+fn ended_jobs_leave_the_hot_state_after_their_age_and_leave_a_tombstone() {
+    let mut s = cluster();
+    submit(&mut s, 10, spec(&["true"]), "done");
+    submit(&mut s, 11, spec(&["sleep", "1000"]), "running");
+    submit(&mut s, 12, spec(&["true"]), "pending");
+    start(&mut s, 13, 1, "n1", 1, vec![]);
+    start(&mut s, 14, 2, "n1", 1, vec![]);
+    end_at(&mut s, 15, 1, 13, 0, 10_000);
+    // Too young at 10 s + 4 s; neither running nor pending jobs ever leave.
+    assert!(purge(&mut s, 16, vec![1, 2, 3, 99], 5_000, 14_000).is_empty());
+    assert!(s.jobs.contains_key(&1));
+    assert_eq!(purge(&mut s, 17, vec![1, 2, 3, 99], 5_000, 15_000), vec![1]);
+    assert!(!s.jobs.contains_key(&1) && s.jobs.contains_key(&2) && s.jobs.contains_key(&3));
+    let t = &s.departed[&1];
+    assert_eq!((t.state, t.end_time, t.left_at), (JobState::Completed, Some(10_000), 15_000));
+    // A retried submit still gets its job back; the id is not taken again.
+    assert_eq!(submit(&mut s, 18, spec(&["true"]), "done"), Response::Submitted { job_id: 1, duplicate: true });
+    assert_eq!(submit(&mut s, 19, spec(&["true"]), "new"), Response::Submitted { job_id: 4, duplicate: false });
+    // A dependency on it is still admitted.
+    let mut dep = spec(&["true"]);
+    dep.dependencies = quorum_model::parse_dependencies("afterok:1").unwrap().list;
+    assert!(matches!(submit(&mut s, 20, dep.clone(), "dep"), Response::Submitted { job_id: 5, .. }));
+    // Once min_age has passed since it left, the tombstone goes unless a pending job depends on
+    // it; job 5 does, so it stays until job 5 is gone.
+    purge(&mut s, 21, vec![], 5_000, 21_000);
+    assert!(s.departed.contains_key(&1), "job 5 depends on it");
+    apply(&mut s, 22, Command::CancelJob { job_id: 5, user: "alice".into(), now: 22_000, whole_array: false });
+    purge(&mut s, 23, vec![], 5_000, 23_000);
+    assert!(!s.departed.contains_key(&1));
+    assert!(!s.request_ids.contains_key("done"), "its request id went with it");
+    // Nothing names job 1 any more: a dependency on it is refused at submit (the leader recalls
+    // it from the job history first).
+    assert!(matches!(submit(&mut s, 24, dep, "dep2"), Response::Rejected(_)));
+    // Recalled, it is known again, as it ended.
+    let recalled = crate::tombstone::Departed {
+        state: JobState::Failed,
+        start_time: Some(9_000),
+        end_time: Some(10_000),
+        array: None,
+        request_id: String::new(),
+        left_at: 0,
+    };
+    let jobs = vec![(1, recalled.clone()), (999, recalled)];
+    apply(&mut s, 25, Command::RecallJobs { jobs, now: 25_000 });
+    assert_eq!(s.departed[&1].state, JobState::Failed);
+    assert_eq!(s.departed[&1].left_at, 25_000, "kept for min_job_age from its recall");
+    assert!(!s.departed.contains_key(&999), "an id never given is not recalled");
+}
+
+#[test]
+fn an_array_leaves_the_hot_state_only_once_every_task_has_ended() {
+    let mut s = cluster();
+    let mut a = spec(&["true"]);
+    a.array = Some(quorum_model::ArraySpec::parse("0-2").unwrap());
+    submit(&mut s, 10, a, "array");
+    start(&mut s, 11, 1, "n1", 1, vec![]);
+    start(&mut s, 12, 2, "n1", 1, vec![]);
+    end_at(&mut s, 13, 1, 11, 0, 10_000);
+    end_at(&mut s, 14, 2, 12, 0, 10_000);
+    assert!(purge(&mut s, 15, vec![1, 2], 1_000, 20_000).is_empty(), "task 2 is still pending");
+    apply(&mut s, 16, Command::CancelJob { job_id: 3, user: "alice".into(), now: 20_000, whole_array: false });
+    assert_eq!(purge(&mut s, 17, vec![1, 2, 3], 1_000, 21_000), vec![1, 2, 3]);
+    assert!(s.jobs.is_empty());
+    assert_eq!(s.departed.len(), 3);
+    assert_eq!(
+        s.outcomes(1..=3).map(|(id, o)| (id, o.state)).collect::<Vec<_>>(),
+        vec![(1, JobState::Completed), (2, JobState::Completed), (3, JobState::Cancelled)]
+    );
+}
+
+#[test]
+fn outcomes_merge_the_hot_state_and_the_tombstones_in_id_order() {
+    let mut s = cluster();
+    for (i, r) in ["a", "b", "c", "d"].iter().enumerate() {
+        submit(&mut s, 10 + i as u64, spec(&["true"]), r);
+    }
+    for (i, id) in [1, 3].into_iter().enumerate() {
+        start(&mut s, 20 + i as u64 * 2, id, "n1", 1, vec![]);
+        end_at(&mut s, 21 + i as u64 * 2, id, 20 + i as u64 * 2, 0, 5_000);
+    }
+    assert_eq!(purge(&mut s, 30, vec![1, 3], 1_000, 6_000), vec![1, 3]);
+    let ids: Vec<JobId> = s.outcomes(1..=4).map(|(id, _)| id).collect();
+    assert_eq!(ids, vec![1, 2, 3, 4]);
+    assert_eq!(s.outcome(3).map(|o| o.state), Some(JobState::Completed));
+    assert_eq!(s.outcome(2).map(|o| o.state), Some(JobState::Pending));
+    assert_eq!(s.outcome(5), None);
+    // The tombstones travel in snapshots and count in the digest.
+    let bytes = crate::snapshot::encode(&s).unwrap();
+    assert_eq!(crate::snapshot::decode(&bytes).unwrap(), s);
+    let mut other = s.clone();
+    other.departed.clear();
+    assert_ne!(digest(&s), digest(&other));
 }
