@@ -25,11 +25,20 @@
 #      ../shared/peers/slurm/measure.sh b measures it).
 #   c  1,000 trivial jobs: EXEC_JOBS x `true` from SUBMITTERS parallel submitters, from the first
 #      submission until none is pending or running; all must be COMPLETED; jobs/s.
+#   f  the floor under a and c: what the disk takes to sync a small write (each replica syncs
+#      its log for every Raft append; Slurm syncs nothing before answering), the CPU one submit
+#      costs each side (the client: perf stat over FLOOR_SUBMITS held submits one at a time; the
+#      servers: their CPU in /proc over the same submits), and the CPU of a trivial job from
+#      submit to COMPLETED on the whole machine (/proc/stat over EXEC_JOBS jobs from SUBMITTERS
+#      loops, clients included). The table then says how many submits and jobs a second the
+#      machine's cores could give at that cost, against what the targets need. Not in the
+#      default SECTIONS.
 #
 # Slurm runs with its default SchedulerParameters and with SLURM_TUNED (its high-throughput
 # guide's scheduling settings); the ratio is taken against the better of the two. Each figure is
 # the median of REPS runs; the runs alternate Slurm default, Slurm tuned, Quorum.
 # Env: REPS=3 SUBMIT_JOBS=2000 API_JOBS=$SUBMIT_JOBS SUBMITTERS=8 LAT_JOBS=20 EXEC_JOBS=1000 SECTIONS="a b c"
+#      FLOOR_SUBMITS=200 (section f)
 #      QUORUM=<repo>/target/release/quorum (or $CARGO_TARGET_DIR/release/quorum)
 #      QUORUM_CGROUPS=1 (0: the agents give jobs rlimits only, as the Slurm peer runs task/none)
 #      QUORUM_PORT=7301
@@ -51,6 +60,7 @@ API_JOBS=${API_JOBS:-$SUBMIT_JOBS}
 SUBMITTERS=${SUBMITTERS:-8}
 LAT_JOBS=${LAT_JOBS:-20}
 EXEC_JOBS=${EXEC_JOBS:-1000}
+FLOOR_SUBMITS=${FLOOR_SUBMITS:-200}
 SLURM_TUNED=${SLURM_TUNED:-batch_sched_delay=0,sched_min_interval=0}
 QUORUM_PORT=${QUORUM_PORT:-7301}
 QUORUM_CGROUPS=${QUORUM_CGROUPS:-1}
@@ -124,6 +134,8 @@ trap 'quorum_stop; hosts_remove_backup' EXIT
 # Quorum's sbatch: the quorum program under that name.
 QSBATCH=$(mktemp -d)/sbatch
 ln -s "$QUORUM" "$QSBATCH"
+QSCANCEL=$(dirname "$QSBATCH")/scancel
+ln -s "$QUORUM" "$QSCANCEL"
 
 # submit_cmd SYSTEM HOLD NAME CMD: one submission through the system's CLI
 submit_cmd() {
@@ -232,6 +244,60 @@ run_c() {
     calc "$EXEC_JOBS / $el"
 }
 
+# ---------------------------------------------------------------- f: the floor
+# server_pids SYSTEM: the processes that serve submits (Slurm: slurmctld, the slurmds and munged,
+# as the peer recorded them; Quorum: everything in quorum dev's session, its munged included)
+server_pids() {
+    if [[ $1 == quorum ]]; then ps -s "$QPID" -o pid= | tr -d ' '
+    else cat "$RUN"/pids/*.pid 2>/dev/null; fi
+}
+# cpu_ticks PID...: their user+system CPU so far, in clock ticks
+cpu_ticks() { local p; for p in "$@"; do awk '{print $14 + $15}' "/proc/$p/stat" 2>/dev/null; done | awk '{s += $1} END {print s + 0}'; }
+# busy_ticks: the whole machine's busy CPU so far (/proc/stat: all but idle and iowait)
+busy_ticks() { awk '/^cpu / {print $2 + $3 + $4 + $7 + $8 + $9}' /proc/stat; }
+HZ=$(getconf CLK_TCK)
+# run_f_fsync: milliseconds per 4 KiB write synced (O_DSYNC) where the clusters keep their data
+run_f_fsync() {
+    local el
+    el=$( { dd if=/dev/zero of="$RUN/fsync-probe" bs=4k count=500 oflag=dsync 2>&1 >/dev/null || true; } \
+        | awk '/copied/ {for (i = 1; i <= NF; i++) if ($i == "s," || $i ~ /^s,/) print $(i - 1)}')
+    rm -f "$RUN/fsync-probe"
+    calc "$el * 1000 / 500"
+}
+# run_f SYSTEM: "client_ms server_ms job_ms", each CPU per submit or per job
+run_f() {
+    local sys=$1 pids c0 c1 client t0 t1 b0 b1 deadline
+    mapfile -t pids < <(server_pids "$sys")
+    # the client alone, one submit at a time (perf stat counts the process and its children)
+    client=$(perf stat -x, -e task-clock -r "$FLOOR_SUBMITS" \
+        bash -c "$(declare -f submit_cmd); QSBATCH=$QSBATCH QUORUM=$QUORUM QUORUM_CLI=${QUORUM_CLI:-quorum} submit_cmd $sys -H floor true" \
+        2>&1 >/dev/null | awk -F, '/task-clock/ {print $1}')
+    # perf counted bash too: take off what bash -c true costs
+    local bare
+    bare=$(perf stat -x, -e task-clock -r 50 bash -c true 2>&1 >/dev/null | awk -F, '/task-clock/ {print $1}')
+    client=$(calc "$client - $bare")
+    # the servers over the same number of held submits
+    c0=$(cpu_ticks "${pids[@]}")
+    for _ in $(seq "$FLOOR_SUBMITS"); do submit_cmd "$sys" -H floor true; done
+    c1=$(cpu_ticks "${pids[@]}")
+    # the held jobs go first, so that the trivial jobs meet an empty queue
+    if [[ $sys == quorum ]]; then "$QSCANCEL" -t PENDING; else scancel -t PENDING; fi
+    wait_for 60 "" idle "$sys" || die "f: $sys: the held jobs were not cancelled"
+    # a trivial job, submit to COMPLETED, on the whole machine
+    b0=$(busy_ticks)
+    t0=$(now)
+    deadline=$(($(date +%s) + 1800))
+    parallel_submit "$sys" "$EXEC_JOBS" "$SUBMITTERS" "" >/dev/null
+    until [[ $(active "$sys") -eq 0 ]]; do
+        [[ $(date +%s) -lt $deadline ]] || die "f: $sys: jobs still queued after 1800 s"
+        sleep 0.25
+    done
+    b1=$(busy_ticks)
+    t1=$(now)
+    log "f: $sys: $EXEC_JOBS jobs in $(calc "$t1 - $t0") s"
+    echo "$client $(calc "($c1 - $c0) * 1000 / $HZ / $FLOOR_SUBMITS") $(calc "($b1 - $b0) * 1000 / $HZ / $EXEC_JOBS")"
+}
+
 # ---------------------------------------------------------------- run, alternating
 declare -A RES
 record() { RES[$1]="${RES[$1]:-} $2"; log "  $1: $2"; }
@@ -239,7 +305,7 @@ SYSTEMS=(slurm slurm-tuned quorum)
 START=$(date -u +%FT%TZ)
 LOAD0=$(cut -d' ' -f1 /proc/loadavg)
 for r in $(seq "$REPS"); do
-    for sec in a b c; do
+    for sec in a b c f; do
         has "$sec" || continue
         for sys in "${SYSTEMS[@]}"; do
             # Slurm's submission path does not depend on its scheduling parameters: a once
@@ -247,7 +313,16 @@ for r in $(seq "$REPS"); do
             log "run $r/$REPS, $sec, $sys"
             start "$sys"
             v=$(run_"$sec" "$sys") || exit 1
-            record "$sec/$sys" "$v"
+            if [[ $sec == f ]]; then
+                read -r fc fs fj <<<"$v"
+                record "f-client/$sys" "$fc"
+                record "f-server/$sys" "$fs"
+                record "f-job/$sys" "$fj"
+                v=$(run_f_fsync)
+                record "f-fsync/$sys" "$v"
+            else
+                record "$sec/$sys" "$v"
+            fi
             if [[ $sec == a && $sys == quorum ]]; then
                 v=$(run_a_api) && [[ -n $v ]] || die "a: quorum bench submit --external failed"
                 record "a-api/quorum" "$v"
@@ -287,6 +362,23 @@ OUT=$RUN/compare-$(date +%Y%m%d-%H%M%S).txt
     has a && row "a. submit throughput, $SUBMITTERS API clients (quorum bench submit), $API_JOBS held jobs, against sbatch" "jobs/s" 0 1 a/slurm "" a-api/quorum
     has b && row "b. submit to start, idle cluster (median of $LAT_JOBS)" "ms" 1 0 b/slurm b/slurm-tuned b/quorum
     has c && row "c. $EXEC_JOBS x true on 8 CPUs, first submit to all COMPLETED" "jobs/s" 1 1 c/slurm c/slurm-tuned c/quorum
+    if has f; then
+        echo
+        echo "The floor (section f; CPU in ms, median of $REPS runs):"
+        echo
+        echo "| per submit or job | Slurm, defaults | Slurm, tuned | Quorum |"
+        echo "|---|---|---|---|"
+        for k in "f-fsync:4 KiB write synced where the data is (ms)" "f-client:client CPU per held submit" \
+            "f-server:servers' CPU per held submit" "f-job:CPU per trivial job, submit to COMPLETED, whole machine"; do
+            printf '| %s | %s | %s | %s |\n' "${k#*:}" "$(fmt "$(med "${k%%:*}/slurm")" 2)" \
+                "$(fmt "$(med "${k%%:*}/slurm-tuned")" 2)" "$(fmt "$(med "${k%%:*}/quorum")" 2)"
+        done
+        cores=$(nproc)
+        for sys in slurm slurm-tuned quorum; do
+            sub=$(calc "$(med "f-client/$sys") + $(med "f-server/$sys")")
+            echo "- $sys: a submit costs $(fmt "$sub" 2) ms of CPU in all, so $cores cores give at most $(fmt "$(calc "$cores * 1000 / $sub")" 0) submits/s; a trivial job costs $(fmt "$(med "f-job/$sys")" 2) ms, so at most $(fmt "$(calc "$cores * 1000 / $(med "f-job/$sys")")" 0) jobs/s"
+        done
+    fi
     echo
     echo "- machine: $(nproc) CPUs, $((MEM_TOTAL_MB / 1024)) GiB; $(slurmctld -V); quorum $("$QUORUM" --version | awk '{print $2}') ($(cd "$REPO" && git rev-parse --short HEAD 2>/dev/null || echo '?'))"
     echo "- Slurm tuned: SchedulerParameters=$SLURM_TUNED, SlurmctldDebug=error, SlurmdDebug=error"

@@ -74,6 +74,13 @@ enum Command {
     },
     /// The nodes, like sinfo.
     Nodes(commands::nodes::Args),
+    /// Jobs as accounting records them, ended ones from the job history included, like sacct
+    /// (the same options: `quorum acct -j 12 -o JobID,State,Elapsed --parsable2`).
+    #[command(disable_help_flag = true)]
+    Acct {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
     /// Each controller replica's Raft status.
     Cluster(commands::cluster::Args),
     /// Link the Slurm command names this program answers to (`scontrol show hostnames`, ...)
@@ -138,6 +145,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Dev { .. } | Command::Simulate { .. } | Command::Bench { .. } => {
             unreachable!("main hands these to quorum-dev")
         }
+        Command::Acct { .. } => unreachable!("main runs it as sacct"),
         Command::InstallSlurmCommands { .. } => unreachable!("answered above"),
     }
 }
@@ -174,6 +182,14 @@ fn main() -> ExitCode {
         return slurm::run(&name, &args).unwrap_or(ExitCode::FAILURE);
     }
     let cli = Cli::parse();
+    if let Command::Acct { args } = &cli.command {
+        // sacct's own options and output; the controllers as given to quorum.
+        let mut args = args.clone();
+        if !cli.controllers.controllers.is_empty() && !args.iter().any(|a| a.starts_with("--controllers")) {
+            args.push(format!("--controllers={}", cli.controllers.controllers.join(",")));
+        }
+        return slurm::run("sacct", &args).unwrap_or(ExitCode::FAILURE);
+    }
     let tool = match &cli.command {
         Command::Dev { args } => Some(("dev", args)),
         Command::Simulate { args } => Some(("simulate", args)),

@@ -1,5 +1,5 @@
-//! `sacct`: jobs as Slurm's sacct reports them, over what the cluster still holds (finished jobs
-//! stay for `min_job_age`; the job history of the accounting issue will keep them all). Tools
+//! `sacct`: jobs as Slurm's sacct reports them, over the hot state and the job history together
+//! (a job that ended moves to the history after `min_job_age`). Tools
 //! read it with `--parsable2` (`|` between fields) and `-o` field names: `sacct -j 12
 //! -o JobID,State --parsable2` prints `JobID|State`, then `12|COMPLETED` and a line for each of
 //! its steps (`12.0`) unless `-X`; an array's pending tasks share a line, `12_[1-3%2]`.
@@ -315,12 +315,12 @@ fn parse_time(text: &str, now_ms: u64) -> Result<u64, String> {
         let rest = rest.strip_prefix('-').ok_or_else(bad)?;
         let split = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
         let n: u64 = rest[..split].parse().map_err(|_| bad())?;
-        let unit = match &rest[split..] {
-            "" | "s" | "seconds" => 1,
-            "minutes" => 60,
-            "hours" => 3600,
-            "days" => 86400,
-            "weeks" => 7 * 86400,
+        let unit = match rest[split..].to_ascii_lowercase().as_str() {
+            "" | "s" | "second" | "seconds" => 1,
+            "m" | "minute" | "minutes" => 60,
+            "h" | "hour" | "hours" => 3600,
+            "d" | "day" | "days" => 86400,
+            "w" | "week" | "weeks" => 7 * 86400,
             _ => return Err(bad()),
         };
         return Ok(now_ms.saturating_sub(n.saturating_mul(unit).saturating_mul(1000)));
@@ -375,25 +375,32 @@ pub async fn run(a: SacctArgs) -> anyhow::Result<u8> {
     } else {
         vec![current_user()]
     };
-    let req = api::ListJobsRequest {
-        states: states.clone(),
-        user: if users.len() == 1 { users[0].clone() } else { String::new() },
-        ..Default::default()
-    };
-    let all = ctx.list_all_jobs(req).await?;
-    let (mut jobs, now_ms) = (all.jobs, all.now_ms);
+    // The window in this host's clock (relative times such as now-2days), sent with the request
+    // so that the controllers read only that part of the job history.
+    let local_now = crate::format::now_ms();
     let since = match &a.starttime {
-        Some(t) => parse_time(t, now_ms).map_err(anyhow::Error::msg)?,
-        None if named.is_empty() => midnight(now_ms),
+        Some(t) => parse_time(t, local_now).map_err(anyhow::Error::msg)?,
+        None if named.is_empty() => midnight(local_now),
         None => 0,
     };
     let until = a
         .endtime
         .as_deref()
-        .map(|t| parse_time(t, now_ms))
+        .map(|t| parse_time(t, local_now))
         .transpose()
         .map_err(anyhow::Error::msg)?
         .unwrap_or(u64::MAX);
+    let req = api::ListJobsRequest {
+        states: states.clone(),
+        user: if users.len() == 1 { users[0].clone() } else { String::new() },
+        history: true,
+        ended_after_ms: since,
+        submitted_before_ms: if until == u64::MAX { 0 } else { until },
+        job_ids: named.iter().map(|r| r.id).collect(),
+        ..Default::default()
+    };
+    let all = ctx.list_all_jobs(req).await?;
+    let (mut jobs, now_ms) = (all.jobs, all.now_ms);
     jobs.retain(|j| {
         (named.is_empty() || named.iter().any(|r| r.names(j)))
             && (users.is_empty() || users.contains(&j.user))
@@ -462,6 +469,8 @@ mod tests {
         assert!(parse_fields("Bogus").unwrap_err().contains("'Bogus'"));
         assert_eq!((hms(62), hms(90_061)), ("00:01:02".to_string(), "1-01:01:01".to_string()));
         assert_eq!(parse_time("now-2days", 200_000_000).unwrap(), 200_000_000 - 172_800_000);
+        assert_eq!(parse_time("now-1hour", 200_000_000).unwrap(), 200_000_000 - 3_600_000);
+        assert_eq!(parse_time("now-90m", 200_000_000).unwrap(), 200_000_000 - 5_400_000);
         assert!(parse_time("yesterday", 0).is_err());
 
         let mut job = JobInfo {

@@ -124,6 +124,10 @@ fn default_node_timeout_ms() -> u64 {
 fn default_agent_lease_ms() -> u64 {
     20_000
 }
+/// Slurm's default `MinJobAge`.
+fn default_min_job_age_s() -> u64 {
+    300
+}
 /// The shortest lease accepted: several agent heartbeats and a leader failover fit in it.
 const MIN_AGENT_LEASE_MS: u64 = 2_000;
 
@@ -200,6 +204,31 @@ pub struct ControllerConfig {
     /// recipient are still recorded and shown). Give it on every replica: the leader mails.
     #[serde(default)]
     pub mail_program: Option<PathBuf>,
+    /// How long a job that ended stays in the hot state (`quorum queue --all`, `scontrol show
+    /// job`, what every scheduling view and snapshot carries), in seconds, before it moves to the
+    /// job history (`sacct`), like Slurm's `MinJobAge`. 0 keeps ended jobs in the hot state for
+    /// good, as Slurm's 0 does. The leader's value is the one that counts.
+    #[serde(default = "default_min_job_age_s")]
+    pub min_job_age_s: u64,
+    /// What the job history keeps.
+    #[serde(default)]
+    pub accounting: AccountingConfig,
+}
+
+/// `[accounting]`: what the job history keeps of each job beyond its resources, times and
+/// outcome, like Slurm's `AccountingStoreFlags=job_script,job_env`; neither by default (a script
+/// or an environment may hold secrets, and they are most of a record's size).
+///
+/// ```toml
+/// [accounting]
+/// store_job_script = false
+/// store_job_env = false
+/// ```
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct AccountingConfig {
+    pub store_job_script: bool,
+    pub store_job_env: bool,
 }
 
 /// The longest partition, GPU type, QOS, account or feature name accepted.
@@ -604,6 +633,8 @@ pub struct ClusterSettings {
     pub accounts: Vec<Account>,
     pub qos: Vec<Qos>,
     pub licenses: std::collections::BTreeMap<String, u32>,
+    /// How long an ended job stays in the hot state; zero: for good.
+    pub min_job_age: std::time::Duration,
 }
 
 impl ClusterSettings {
@@ -698,6 +729,7 @@ impl ControllerConfig {
         }
         Ok(ClusterSettings {
             licenses: self.licenses.clone(),
+            min_job_age: std::time::Duration::from_secs(self.min_job_age_s),
             partitions: self.partitions()?,
             policy: self.scheduler.to_policy()?,
             switches,

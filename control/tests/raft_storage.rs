@@ -3,6 +3,7 @@
 
 use openraft::testing::{StoreBuilder, Suite};
 use openraft::StorageError;
+use quorum_control::replica::history::{History, CF_HISTORY};
 use quorum_control::replica::store::{StateMachineStore, CF_SNAPSHOT};
 use quorum_control::replica::TypeConfig;
 use quorum_raft::log_store::LogStore;
@@ -12,9 +13,10 @@ struct RocksBuilder;
 impl StoreBuilder<TypeConfig, LogStore<TypeConfig>, StateMachineStore, tempfile::TempDir> for RocksBuilder {
     async fn build(&self) -> Result<(tempfile::TempDir, LogStore<TypeConfig>, StateMachineStore), StorageError<u64>> {
         let dir = tempfile::tempdir().expect("temp dir");
-        let db = quorum_raft::open_db(&dir.path().join("db"), &[CF_SNAPSHOT]).expect("open rocksdb");
+        let db = quorum_raft::open_db(&dir.path().join("db"), &[CF_SNAPSHOT, CF_HISTORY]).expect("open rocksdb");
         let log = LogStore::new(db.clone()).expect("log store");
-        let sm = StateMachineStore::open(db, quorum_state::FEATURE_LEVEL)?;
+        let history = History::new(db.clone(), Default::default());
+        let sm = StateMachineStore::open(db, history, quorum_state::FEATURE_LEVEL)?;
         Ok((dir, log, sm))
     }
 }

@@ -65,6 +65,9 @@ pub struct DevOptions {
     pub mail_program: Option<PathBuf>,
     /// The cluster's licenses (`[licenses]`).
     pub licenses: std::collections::BTreeMap<String, u32>,
+    /// How long an ended job stays in the hot state before it moves to the job history
+    /// (`min_job_age_s`; zero: for good).
+    pub min_job_age: Duration,
 }
 
 impl Default for DevOptions {
@@ -97,6 +100,7 @@ impl Default for DevOptions {
             quorum_program: None,
             mail_program: None,
             licenses: Default::default(),
+            min_job_age: Duration::from_secs(300),
         }
     }
 }
@@ -275,6 +279,8 @@ impl DevCluster {
                     security: security_config(r.id)?,
                     limits: Default::default(),
                     mail_program: opts.mail_program.clone(),
+                    min_job_age_s: opts.min_job_age.as_secs(),
+                    accounting: Default::default(),
                 })
             })
             .collect::<anyhow::Result<_>>()?;

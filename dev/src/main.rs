@@ -47,6 +47,10 @@ enum Command {
         /// on a cluster, instead of inside this process.
         #[arg(long)]
         agent_processes: bool,
+        /// Seconds an ended job stays in the hot state (`quorum queue --all`) before it moves
+        /// to the job history (`sacct`), like Slurm's MinJobAge; 0 keeps ended jobs there.
+        #[arg(long, default_value_t = 300)]
+        min_job_age: u64,
         /// Plaintext, and names taken from the host's munged at its default socket without TLS
         /// (`insecure = true`): to measure what TLS costs. Not for use.
         #[arg(long, hide = true)]
@@ -56,7 +60,7 @@ enum Command {
 
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
-        Command::Dev { data, port, agents, cpus, no_cgroups, agent_processes, insecure } => {
+        Command::Dev { data, port, agents, cpus, no_cgroups, agent_processes, min_job_age, insecure } => {
             let agent_binary = if agent_processes {
                 let binary = std::env::current_exe()?.with_file_name("quorum-agent");
                 anyhow::ensure!(binary.is_file(), "--agent-processes: no quorum-agent program at {}", binary.display());
@@ -64,7 +68,8 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             } else {
                 None
             };
-            dev(data, port, agents, cpus, !no_cgroups, agent_binary, insecure).await
+            let min_job_age = std::time::Duration::from_secs(min_job_age);
+            dev(data, port, agents, cpus, !no_cgroups, agent_binary, min_job_age, insecure).await
         }
         Command::Simulate(args) => {
             // Pure computation: off the async runtime's workers.
@@ -85,10 +90,12 @@ async fn dev(
     cpus: u32,
     cgroups: bool,
     agent_binary: Option<PathBuf>,
+    min_job_age: std::time::Duration,
     insecure: bool,
 ) -> anyhow::Result<ExitCode> {
     let opts = DevOptions {
         insecure,
+        min_job_age,
         data_dir: data,
         ports: vec![port, port + 1, port + 2],
         agents,

@@ -1,5 +1,5 @@
 //! Leader-only work. A supervisor watches openraft's metrics; while this replica leads it runs
-//! a session of five loops (six with mail), and it ends them (and every agent stream) the moment it stops:
+//! a session of six loops (seven with mail), and it ends them (and every agent stream) the moment it stops:
 //!
 //! - [`versions`]: records what each voter runs, which sets the cluster's feature level;
 //! - [`settings`]: makes the replicated partitions and policy match this replica's config file;
@@ -10,6 +10,7 @@
 //! - [`liveness`]: a node not heard from for `node_timeout` (counted from the later of its last
 //!   heartbeat and the start of this leadership, so a failover never marks nodes down) is
 //!   proposed DOWN; apply ends or requeues its jobs;
+//! - [`purge`]: jobs that ended `min_job_age` ago leave the hot state for the job history;
 //! - [`mail`], with a `mail_program`: mails users about their jobs' changes.
 //!
 //! What an agent's heartbeat or exit report turns into is decided by the plain functions of
@@ -19,6 +20,7 @@ pub mod grants;
 pub mod hub;
 mod liveness;
 pub mod mail;
+mod purge;
 pub mod rules;
 mod schedule;
 mod settings;
@@ -84,6 +86,7 @@ impl Session {
             tokio::spawn(schedule::schedule_loop(replica.clone(), leader.clone(), stop_rx.clone())),
             tokio::spawn(dispatch_loop(replica.clone(), leader.clone(), stop_rx.clone())),
             tokio::spawn(liveness::liveness_loop(replica.clone(), leader.clone(), stop_rx.clone())),
+            tokio::spawn(purge::purge_loop(replica.clone(), settings.min_job_age, stop_rx.clone())),
         ];
         if let Some(program) = &leader.mail_program {
             tasks.push(tokio::spawn(mail::mail_loop(replica.clone(), program.clone(), stop_rx)));

@@ -6,6 +6,7 @@
 //! (`node.rs`) wires those.
 
 pub mod batch;
+pub mod history;
 pub mod peers;
 mod snapshot_file;
 pub mod store;
@@ -196,11 +197,13 @@ impl Replica {
     ) -> anyhow::Result<(Arc<Replica>, Arc<rocksdb::DB>)> {
         std::fs::create_dir_all(&config.data_dir)
             .map_err(|e| anyhow::anyhow!("creating data directory {}: {e}", config.data_dir.display()))?;
-        let db = quorum_raft::open_db(&config.data_dir.join("db"), &[store::CF_SNAPSHOT])?;
+        let db = quorum_raft::open_db(&config.data_dir.join("db"), &[store::CF_SNAPSHOT, history::CF_HISTORY])?;
         let log_store = LogStore::<TypeConfig>::new(db.clone())?;
         let committed = log_store.committed_index();
         let entry_cache = log_store.entry_cache();
-        let sm = store::StateMachineStore::open(db.clone(), config.feature_level())?;
+        let keep = history::Keep { script: config.accounting.store_job_script, env: config.accounting.store_job_env };
+        let history = history::History::new(db.clone(), keep);
+        let sm = store::StateMachineStore::open(db.clone(), history, config.feature_level())?;
         let shared = sm.shared();
 
         let raft_config = openraft::Config {

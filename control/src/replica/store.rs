@@ -16,6 +16,7 @@ use rocksdb::DB;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{watch, Notify};
 
+use super::history::History;
 use super::types::TypeConfig;
 use quorum_state::{ClusterState, Response};
 
@@ -47,19 +48,22 @@ pub struct SharedState {
     pub sched_kick: Notify,
     /// The digests taken at the latest digest points, as (index, digest), oldest first.
     digests: std::sync::Mutex<std::collections::VecDeque<(u64, u64)>>,
+    /// The jobs that left the state, as this replica wrote them when it applied their purge.
+    pub history: History,
 }
 
 /// Digest points remembered per replica.
 const DIGESTS_KEPT: usize = 16;
 
 impl SharedState {
-    fn new(applied: AppliedState) -> Arc<Self> {
+    fn new(applied: AppliedState, history: History) -> Arc<Self> {
         let index = applied.applied_index();
         Arc::new(Self {
             applied: RwLock::new(applied),
             applied_index: watch::Sender::new(index),
             sched_kick: Notify::new(),
             digests: Default::default(),
+            history,
         })
     }
 
@@ -103,12 +107,12 @@ pub struct StateMachineStore {
 
 impl StateMachineStore {
     /// Opens the state machine, restoring the latest persisted snapshot if there is one.
-    pub fn open(db: Arc<DB>, level: u32) -> Result<Self, StorageError<u64>> {
+    pub fn open(db: Arc<DB>, history: History, level: u32) -> Result<Self, StorageError<u64>> {
         let mut applied = AppliedState { state: ClusterState::new(), ..AppliedState::default() };
         if let Some((meta, data)) = read_snapshot(&db)? {
             applied = decode_snapshot(&meta, &data)?;
         }
-        Ok(Self { shared: SharedState::new(applied), db, snapshot_seq: 0, level })
+        Ok(Self { shared: SharedState::new(applied, history), db, snapshot_seq: 0, level })
     }
 
     pub fn shared(&self) -> Arc<SharedState> {
@@ -142,10 +146,22 @@ async fn in_background<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'sta
     rx.await.map_err(|_| std::io::Error::other("the snapshot thread ended without an answer"))
 }
 
-/// Stores the snapshot durably off the async workers; hands the data back for openraft.
-async fn persist_snapshot(db: Arc<DB>, meta: SnapshotMeta<u64, BasicNode>, data: Vec<u8>) -> StorageResult<Vec<u8>> {
+/// Stores the snapshot durably off the async workers; hands the data back for openraft. The job
+/// history is made durable first: the snapshot may no longer hold jobs whose history records
+/// were written without the write-ahead log, and once it is saved the log that would write them
+/// again is purged.
+async fn persist_snapshot(
+    db: Arc<DB>,
+    history: History,
+    meta: SnapshotMeta<u64, BasicNode>,
+    data: Vec<u8>,
+) -> StorageResult<Vec<u8>> {
     let signature = meta.signature();
-    let result = in_background(move || snapshot_file::write(&db, meta, &data, Layout::default()).map(|()| data)).await;
+    let result = in_background(move || {
+        history.flush().map_err(|e| e.to_string())?;
+        snapshot_file::write(&db, meta, &data, Layout::default()).map(|()| data)
+    })
+    .await;
     match result {
         Ok(Ok(data)) => Ok(data),
         Ok(Err(e)) => Err(io_err(ErrorSubject::Snapshot(Some(signature)), ErrorVerb::Write, e)),
@@ -170,7 +186,7 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
             None => format!("none-{}", self.snapshot_seq),
         };
         let meta = SnapshotMeta { last_log_id: last_applied, last_membership: membership, snapshot_id };
-        let data = persist_snapshot(self.db.clone(), meta.clone(), data).await?;
+        let data = persist_snapshot(self.db.clone(), self.shared.history.clone(), meta.clone(), data).await?;
         Ok(Snapshot { meta, snapshot: Box::new(Cursor::new(data)) })
     }
 }
@@ -217,8 +233,15 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                     EntryPayload::Normal(command) => {
                         wake |= command.wakes_scheduler();
                         let response = quorum_state::apply(&mut applied.state, entry.log_id.index, command);
-                        if let Response::Digest { digest } = response {
-                            self.shared.record_digest(entry.log_id.index, digest);
+                        match &response {
+                            Response::Digest { digest } => self.shared.record_digest(entry.log_id.index, *digest),
+                            // Written before the state that no longer holds them is visible.
+                            Response::Purged { jobs } => self
+                                .shared
+                                .history
+                                .write(jobs)
+                                .map_err(|e| io_err(ErrorSubject::Apply(entry.log_id), ErrorVerb::Write, e))?,
+                            _ => {}
                         }
                         response
                     }
@@ -263,7 +286,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                 .await
                 .map_err(|e| io_err(ErrorSubject::Snapshot(Some(meta.signature())), ErrorVerb::Read, e))??
         };
-        persist_snapshot(self.db.clone(), meta.clone(), data).await?;
+        persist_snapshot(self.db.clone(), self.shared.history.clone(), meta.clone(), data).await?;
         let index = installed.applied_index();
         *self.shared.write() = installed;
         self.shared.applied_index.send_replace(index);

@@ -53,12 +53,59 @@ pub(super) async fn submit_job(api: &Api, caller: &Caller, r: SubmitJobRequest) 
     if r.test_only {
         return test_only(api, spec, &user);
     }
-    let submit = Submit { spec: Box::new(spec), user, request_id: scoped_request_id(caller, &r.request_id)? };
+    let request_id = scoped_request_id(caller, &r.request_id)?;
+    if let Some(job_id) = retried_after_it_left(api, &request_id)? {
+        return Ok(SubmitJobResponse { job_id, duplicate: true, ..Default::default() });
+    }
+    recall_dependencies(api, &spec).await?;
+    let submit = Submit { spec: Box::new(spec), user, request_id };
     match api.submits.write(submit).await.map_err(write_status)? {
         Response::Submitted { job_id, duplicate } => Ok(SubmitJobResponse { job_id, duplicate, ..Default::default() }),
         Response::Rejected(r) => Err(rejection_status(&r)),
         other => Err(Status::internal(format!("unexpected answer to a submit: {other:?}"))),
     }
+}
+
+/// The job a retried submit made, when it has left the hot state and its tombstone too (the
+/// replicas' dedup only knows the request ids of jobs in the state). The state is read first:
+/// a job that leaves it meanwhile is in the history by the time that is read.
+fn retried_after_it_left(api: &Api, request_id: &str) -> Result<Option<u64>, Status> {
+    if request_id.is_empty() || api.replica.shared.read().state.request_ids.contains_key(request_id) {
+        return Ok(None);
+    }
+    api.replica.shared.history.by_request(request_id).map_err(history_status)
+}
+
+/// A dependency on a job the state no longer knows (it left the hot state, and its tombstone
+/// too) names it by what the history kept: the leader proposes its tombstone (every task's, for
+/// an array) back into the state before the submit, so apply admits the dependency and the
+/// scheduler judges it on how the job ended.
+async fn recall_dependencies(api: &Api, spec: &crate::model::JobSpec) -> Result<(), Status> {
+    let gone: Vec<u64> = {
+        let state = &api.replica.shared.read().state;
+        spec.dependencies.iter().map(|d| d.job).filter(|id| *id < state.next_job_id && !state.knows_job(*id)).collect()
+    };
+    if gone.is_empty() {
+        return Ok(());
+    }
+    let history = &api.replica.shared.history;
+    let mut recalled = Vec::new();
+    for id in gone {
+        let Some(job) = history.get(id).map_err(history_status)? else { continue };
+        match job.array.filter(|a| a.array_job_id == id) {
+            Some(a) => {
+                let last = id.saturating_add(u64::from(a.count.max(1)) - 1);
+                recalled.extend(history.range(id, last).map_err(history_status)?);
+            }
+            None => recalled.push(job),
+        }
+    }
+    if recalled.is_empty() {
+        return Ok(());
+    }
+    let jobs = quorum_state::tombstones(&recalled).into_iter().collect();
+    api.replica.write(Command::RecallJobs { jobs, now: now_ms() }).await.map_err(write_status)?;
+    Ok(())
 }
 
 /// `sbatch --test-only`: the spec as admission would leave it, and when and where the job
@@ -216,17 +263,46 @@ fn job_for(caller: &Caller, job: &crate::model::Job, with_spec: bool) -> JobInfo
 pub(super) async fn get_job(api: &Api, caller: &Caller, r: GetJobRequest) -> Result<GetJobResponse, Status> {
     let GetJobRequest { job_id, stale, array_task_id } = r;
     read_barrier(api, stale).await?;
-    let applied = api.replica.shared.read();
-    let job = match array_task_id {
-        None => {
-            applied.state.jobs.get(&job_id).ok_or_else(|| Status::not_found(format!("job {job_id} does not exist")))?
-        }
-        Some(task) => array_task(&applied.state, job_id, task)?,
+    let (hot, applied_index) = {
+        let applied = api.replica.shared.read();
+        let hot = match array_task_id {
+            None => applied.state.jobs.get(&job_id).map(|j| Ok((**j).clone())),
+            Some(task) if applied.state.jobs.contains_key(&job_id) => {
+                Some(array_task(&applied.state, job_id, task).cloned())
+            }
+            Some(_) => None,
+        };
+        (hot.transpose()?, applied.applied_index())
     };
-    if api.security.config.private("jobs") && !sees_all_of(caller, job) {
+    // Read after the hot state: a job that left it meanwhile is in the history by then.
+    let job = match hot {
+        Some(job) => job,
+        None => from_history(api, job_id, array_task_id)?,
+    };
+    if api.security.config.private("jobs") && !sees_all_of(caller, &job) {
         return Err(Status::not_found(format!("job {job_id} does not exist")));
     }
-    Ok(GetJobResponse { job: Some(job_for(caller, job, true)), applied_index: applied.applied_index() })
+    Ok(GetJobResponse { job: Some(job_for(caller, &job, true)), applied_index })
+}
+
+/// A job (or task `task` of the array `job_id`) from the job history.
+fn from_history(api: &Api, job_id: u64, task: Option<u32>) -> Result<crate::model::Job, Status> {
+    let history = &api.replica.shared.history;
+    let missing = || Status::not_found(format!("job {job_id} does not exist"));
+    let job = history.get(job_id).map_err(history_status)?.ok_or_else(missing)?;
+    let Some(task) = task else { return Ok(job) };
+    let Some(a) = job.array.filter(|a| a.array_job_id == job_id) else {
+        return Err(Status::invalid_argument(format!("job {job_id} is not a job array, so it has no task {task}")));
+    };
+    let last = job_id.saturating_add(u64::from(a.count.max(1)) - 1);
+    let tasks = history.range(job_id, last).map_err(history_status)?;
+    tasks.into_iter().find(|j| j.array.is_some_and(|t| t.task_id == task)).ok_or_else(|| {
+        Status::not_found(format!("array {job_id} has no task {task} (its tasks are {}-{})", a.min, a.max))
+    })
+}
+
+fn history_status(e: crate::replica::history::HistoryError) -> Status {
+    Status::internal(e.to_string())
 }
 
 pub(super) async fn list_jobs(api: &Api, caller: &Caller, r: ListJobsRequest) -> Result<ListJobsResponse, Status> {
@@ -236,36 +312,126 @@ pub(super) async fn list_jobs(api: &Api, caller: &Caller, r: ListJobsRequest) ->
         states
             .push(JobState::from_name(s).ok_or_else(|| Status::invalid_argument(format!("unknown job state '{s}'")))?);
     }
+    if r.job_ids.len() > MAX_LISTED_IDS {
+        return Err(Status::invalid_argument(format!(
+            "{} job ids in one listing: at most {MAX_LISTED_IDS}",
+            r.job_ids.len()
+        )));
+    }
     read_barrier(api, r.stale).await?;
     let estimates = api.leader.estimates();
-    let applied = api.replica.shared.read();
+    let submitted_before = if r.submitted_before_ms == 0 { u64::MAX } else { r.submitted_before_ms };
+    let wanted = |j: &crate::model::Job| {
+        (states.is_empty() || states.contains(&j.state))
+            && (r.user.is_empty() || j.user == r.user)
+            && (!private || j.user == caller.user)
+            && (r.job_ids.is_empty()
+                || r.job_ids.iter().any(|&id| id == j.id || j.array.is_some_and(|a| a.array_job_id == id)))
+            && (!r.history || j.end_time.is_none_or(|end| end >= r.ended_after_ms))
+            && (!r.history || j.submit_time <= submitted_before)
+    };
     let limit = if r.limit == 0 { usize::MAX } else { r.limit as usize };
-    let (mut jobs, mut bytes, mut next_after) = (Vec::new(), 0usize, 0);
     let after = r.after.checked_add(1).map_or(std::ops::Bound::Excluded(u64::MAX), std::ops::Bound::Included);
-    let matching = applied
-        .state
-        .jobs
-        .range((after, std::ops::Bound::Unbounded))
-        .map(|(_, j)| j)
-        .filter(|j| states.is_empty() || states.contains(&j.state))
-        .filter(|j| r.user.is_empty() || j.user == r.user)
-        .filter(|j| !private || j.user == caller.user);
-    for j in matching {
-        let mut info = listed(job_for(caller, j, false));
-        if let Some(e) = estimates.get(&j.id).filter(|_| j.state == JobState::Pending) {
-            info.expected_start_ms = e.start_ms;
-            info.expected_nodes = crate::model::hostlist::compress(&e.nodes);
-        }
+    let (mut jobs, mut bytes, mut next_after) = (Vec::new(), 0usize, 0);
+    // The hot state first, then the history: a job that leaves the state in between is then
+    // read twice (and listed once), never missed.
+    let (hot, applied_index): (Vec<JobInfo>, u64) = {
+        let applied = api.replica.shared.read();
+        let listed_hot =
+            applied.state.jobs.range((after, std::ops::Bound::Unbounded)).map(|(_, j)| j).filter(|j| wanted(j)).map(
+                |j| {
+                    let mut info = listed(job_for(caller, j, false));
+                    if let Some(e) = estimates.get(&j.id).filter(|_| j.state == JobState::Pending) {
+                        info.expected_start_ms = e.start_ms;
+                        info.expected_nodes = crate::model::hostlist::compress(&e.nodes);
+                    }
+                    info
+                },
+            );
+        // Without the history the page ends where it is full, as before: no need to copy more.
+        let taken =
+            if r.history { listed_hot.collect() } else { page_of(listed_hot, limit, &mut bytes, &mut next_after) };
+        (taken, applied.applied_index())
+    };
+    if !r.history {
+        return Ok(ListJobsResponse { jobs: hot, applied_index, now_ms: now_ms(), next_after });
+    }
+    let (gone, read_up_to) = history_jobs(api, &r, caller, private)?;
+    let mut merged: std::collections::BTreeMap<u64, JobInfo> =
+        gone.into_iter().filter(|j| wanted(j)).map(|j| (j.id, listed(job_for(caller, &j, false)))).collect();
+    merged.extend(hot.into_iter().map(|info| (info.id, info)));
+    // When the history had more than one read takes, this page ends at the last id read.
+    if let Some(cut) = read_up_to {
+        merged.retain(|id, _| *id <= cut);
+    }
+    jobs.extend(page_of(merged.into_values(), limit, &mut bytes, &mut next_after));
+    if next_after == 0 {
+        next_after = read_up_to.unwrap_or(0);
+    }
+    Ok(ListJobsResponse { jobs, applied_index, now_ms: now_ms(), next_after })
+}
+
+/// The most job ids one listing names.
+const MAX_LISTED_IDS: usize = 10_000;
+
+/// The listings' page: jobs in id order until `limit` or [`MAX_PAGE_BYTES`]; `next_after` is
+/// set to the last id when more follow.
+fn page_of(
+    infos: impl Iterator<Item = JobInfo>,
+    limit: usize,
+    bytes: &mut usize,
+    next_after: &mut u64,
+) -> Vec<JobInfo> {
+    let mut page = Vec::new();
+    for info in infos {
         let size = prost::Message::encoded_len(&info) + 8;
-        if jobs.len() == limit || (!jobs.is_empty() && bytes + size > MAX_PAGE_BYTES) {
-            next_after = jobs.last().map_or(0, |i: &JobInfo| i.id);
+        if page.len() == limit || (!page.is_empty() && *bytes + size > MAX_PAGE_BYTES) {
+            *next_after = page.last().map_or(0, |i: &JobInfo| i.id);
             break;
         }
-        bytes += size;
-        jobs.push(info);
+        *bytes += size;
+        page.push(info);
     }
-    Ok(ListJobsResponse { jobs, applied_index: applied.applied_index(), now_ms: now_ms(), next_after })
+    page
 }
+
+/// The history's jobs a listing may show, ids above `r.after`: those named, or those that ended
+/// in its window (of its user, or the caller's own when jobs are private), found through the
+/// history's end-time indexes. With the last id read when more were left for the next page.
+fn history_jobs(
+    api: &Api,
+    r: &ListJobsRequest,
+    caller: &Caller,
+    private: bool,
+) -> Result<(Vec<crate::model::Job>, Option<u64>), Status> {
+    let history = &api.replica.shared.history;
+    let mut ids: Vec<u64> = if r.job_ids.is_empty() {
+        let user = if private { Some(caller.user.as_str()) } else { Some(r.user.as_str()).filter(|u| !u.is_empty()) };
+        let before = if r.submitted_before_ms == 0 { u64::MAX } else { r.submitted_before_ms };
+        history.ended_since(user, r.ended_after_ms, before).map_err(history_status)?
+    } else {
+        let mut ids = Vec::new();
+        for &id in &r.job_ids {
+            let Some(job) = history.get(id).map_err(history_status)? else { continue };
+            match job.array.filter(|a| a.array_job_id == id) {
+                Some(a) => ids.extend(id..=id.saturating_add(u64::from(a.count.max(1)) - 1)),
+                None => ids.push(id),
+            }
+        }
+        ids
+    };
+    ids.retain(|id| *id > r.after);
+    ids.sort_unstable();
+    ids.dedup();
+    // A page holds at most this many; the rest are read for the next page.
+    let limit = if r.limit == 0 { MAX_HISTORY_PAGE } else { (r.limit as usize).min(MAX_HISTORY_PAGE) };
+    let read_up_to = (ids.len() > limit).then(|| ids[limit - 1]);
+    ids.truncate(limit);
+    Ok((history.get_many(&ids).map_err(history_status)?, read_up_to))
+}
+
+/// The most history records one page reads.
+const MAX_HISTORY_PAGE: usize = 20_000;
 
 /// The most a page of a listing carries, under the 4 MiB a gRPC client accepts by default.
 const MAX_PAGE_BYTES: usize = 2 << 20;

@@ -1,0 +1,141 @@
+//! The job history: ended jobs leave the hot state after `min_job_age` and answer from the
+//! history on every replica, a restarted one included; dependencies and retried submits still
+//! find them; `quorum acct` (sacct) reports them.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use quorum_dev::cluster::DevOptions;
+use quorum_proto::api;
+
+const T: Duration = Duration::from_secs(30);
+
+/// The jobs replica `addr` lists from its own state and history, at once.
+async fn listed_by(addr: &str, history: bool) -> Vec<api::JobInfo> {
+    let c = client(&[addr.to_string()]);
+    let req = api::ListJobsRequest { stale: true, history, ..Default::default() };
+    c.call(|mut cl| {
+        let req = req.clone();
+        async move { cl.list_jobs(req).await }
+    })
+    .await
+    .expect("list jobs")
+    .jobs
+}
+
+async fn job_from(addr: &str, id: u64) -> api::JobInfo {
+    let c = client(&[addr.to_string()]);
+    c.call(
+        |mut cl| async move { cl.get_job(api::GetJobRequest { job_id: id, stale: true, array_task_id: None }).await },
+    )
+    .await
+    .expect("get job")
+    .job
+    .expect("a job")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ended_jobs_move_to_the_history_and_answer_from_it_on_every_replica() {
+    let mut cluster = cluster(DevOptions { min_job_age: Duration::from_secs(2), ..DevOptions::for_tests() }).await;
+    let c = client(&cluster.addrs);
+    wait_ready(&cluster, &c, 2).await;
+    let dir = tempfile::tempdir().unwrap();
+
+    let ok = submit_with_id(&c, spec(&["true"], dir.path()), "kept-request").await.unwrap().job_id;
+    let failed = submit(&c, spec(&["false"], dir.path())).await;
+    let mut array_spec = spec(&["true"], dir.path());
+    array_spec.array = "0-2".into();
+    let array = submit(&c, array_spec).await;
+    wait_state(&c, ok, &["COMPLETED"], T).await;
+    wait_state(&c, failed, &["FAILED"], T).await;
+    for task in array..array + 3 {
+        wait_state(&c, task, &["COMPLETED"], T).await;
+    }
+    let before = job(&c, ok).await;
+
+    // They leave every replica's hot state...
+    for addr in cluster.addrs.clone() {
+        wait_for(T, "the ended jobs to leave the hot state", || {
+            let addr = addr.clone();
+            async move { listed_by(&addr, false).await.iter().all(|j| j.id > array + 2).then_some(()) }
+        })
+        .await;
+    }
+    // ... and every replica answers for them from its history, the same record.
+    for addr in &cluster.addrs {
+        let j = job_from(addr, ok).await;
+        assert_eq!((j.state.as_str(), j.exit_code, j.end_time_ms), ("COMPLETED", 0, before.end_time_ms), "{addr}");
+        assert_eq!((&j.nodelist, j.alloc_index), (&before.nodelist, before.alloc_index));
+        assert_eq!(job_from(addr, failed).await.state, "FAILED");
+        let ids: Vec<u64> = listed_by(addr, true).await.iter().map(|j| j.id).collect();
+        assert_eq!(ids, (ok..=array + 2).collect::<Vec<_>>(), "{addr}");
+    }
+
+    // A retried submit gets its job back, long after it left.
+    let retried = submit_with_id(&c, spec(&["true"], dir.path()), "kept-request").await.unwrap();
+    assert!(retried.duplicate && retried.job_id == ok, "{retried:?}");
+
+    // Dependencies on jobs that left: once their tombstones have gone too (min_job_age after
+    // they left), the leader recalls them from the history.
+    wait_for(T, "the tombstones to go", || {
+        let gone = (0..3).all(|i| {
+            let state = &cluster.controller(i).unwrap().replica.shared.read().state;
+            !state.departed.contains_key(&ok) && !state.departed.contains_key(&array)
+        });
+        async move { gone.then_some(()) }
+    })
+    .await;
+    let mut after_ok = spec(&["true"], dir.path());
+    after_ok.dependency = format!("afterok:{ok},afterok:{array}");
+    let after_ok = submit(&c, after_ok).await;
+    let mut after_failed = spec(&["true"], dir.path());
+    after_failed.dependency = format!("afterok:{failed}");
+    let after_failed = submit(&c, after_failed).await;
+    let leader = cluster.leader().unwrap();
+    let recalled = cluster.controller(leader).unwrap().replica.shared.read().state.departed.contains_key(&ok);
+    assert!(recalled, "the leader recalled job {ok} from the history for the dependency");
+    wait_state(&c, after_ok, &["COMPLETED"], T).await;
+    wait_for(T, "the dependency on a failed job to be never satisfied", || {
+        let c = &c;
+        async move { (job(c, after_failed).await.reason == "DependencyNeverSatisfied").then_some(()) }
+    })
+    .await;
+
+    // A replica restarted from its data directory still answers from its history.
+    let leader = cluster.leader().unwrap();
+    let follower = (0..3).find(|i| *i != leader).unwrap();
+    cluster.stop_controller(follower).await;
+    cluster.restart_controller(follower).await.unwrap();
+    let addr = cluster.addrs[follower].clone();
+    let j = wait_for(T, "the restarted replica to answer", || {
+        let addr = addr.clone();
+        async move {
+            let c = client(&[addr]);
+            let r = c
+                .call(|mut cl| async move {
+                    cl.get_job(api::GetJobRequest { job_id: ok, stale: true, array_task_id: None }).await
+                })
+                .await;
+            r.ok().and_then(|r| r.job)
+        }
+    })
+    .await;
+    assert_eq!((j.state.as_str(), j.end_time_ms), ("COMPLETED", before.end_time_ms));
+
+    // `quorum acct` (sacct) reports them from the history, with their steps' line.
+    let env = cluster.controllers_env();
+    let out = quorum(
+        &env,
+        dir.path(),
+        &["acct", "-X", "-n", "-P", "-j", &format!("{ok},{failed}"), "-o", "JobID,State,ExitCode"],
+    )
+    .success();
+    assert_eq!(out, format!("{ok}|COMPLETED|0:0\n{failed}|FAILED|1:0\n"));
+    let out = quorum(&env, dir.path(), &["acct", "-n", "-P", "-S", "now-1hour", "-o", "JobID,State"]).success();
+    for id in [ok, failed] {
+        assert!(out.contains(&format!("{id}|")), "{id} in {out}");
+    }
+    cluster.shutdown().await;
+}

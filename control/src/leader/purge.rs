@@ -1,0 +1,95 @@
+//! Ended jobs leave the hot state: every few seconds the leader proposes `PurgeJobs` for the
+//! jobs that ended `min_job_age` ago (at most [`MAX_PER_ENTRY`] an entry), and apply moves them
+//! into each replica's job history. An entry is proposed too when only tombstones are due to go,
+//! so that the state also sheds those. Nothing is proposed below the history's feature level,
+//! or with a `min_job_age` of zero (ended jobs stay, as Slurm's `MinJobAge=0` keeps them).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use crate::model::{JobId, Millis};
+use crate::replica::{now_ms, Replica};
+use quorum_state::{Command, Response, HISTORY_LEVEL};
+
+/// The most jobs one entry moves: a few MB of log however many are due at once.
+const MAX_PER_ENTRY: usize = 2_000;
+
+/// How often the leader looks: a tenth of the age, between 1 and 30 seconds.
+fn period(min_age: Duration) -> Duration {
+    (min_age / 10).clamp(Duration::from_secs(1), Duration::from_secs(30))
+}
+
+/// The jobs due to leave at `now`, oldest ids first, and whether a tombstone is due to go.
+fn due(replica: &Replica, now: Millis, min_age: Millis) -> (Vec<JobId>, bool) {
+    let applied = replica.shared.read();
+    let state = &applied.state;
+    let jobs = state
+        .jobs
+        .iter()
+        .filter(|(id, j)| !state.active.contains(id) && quorum_state::aged(j, now, min_age))
+        .map(|(id, _)| *id)
+        .take(MAX_PER_ENTRY)
+        .collect();
+    let cutoff = now.saturating_sub(min_age);
+    (jobs, state.departed.values().any(|d| d.left_at <= cutoff))
+}
+
+pub async fn purge_loop(replica: Arc<Replica>, min_age: Duration, mut stop: watch::Receiver<bool>) {
+    if min_age.is_zero() {
+        return;
+    }
+    let min_age_ms = u64::try_from(min_age.as_millis()).unwrap_or(u64::MAX);
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(period(min_age)) => {}
+            _ = stop.changed() => return,
+        }
+        if replica.shared.read().state.cluster_level() < HISTORY_LEVEL {
+            continue;
+        }
+        // One entry after another while a backlog is due (a cluster just upgraded, or one that
+        // ran many short jobs), each at most MAX_PER_ENTRY jobs.
+        loop {
+            let now = now_ms();
+            let (jobs, tombstones) = due(&replica, now, min_age_ms);
+            if jobs.is_empty() && !tombstones {
+                break;
+            }
+            let asked = jobs.len();
+            match replica.write(Command::PurgeJobs { jobs, min_age: min_age_ms, now }).await {
+                Ok((_, Response::Purged { jobs })) => {
+                    tracing::debug!(asked, moved = jobs.len(), "ended jobs moved to the job history");
+                    if asked < MAX_PER_ENTRY || jobs.is_empty() {
+                        break;
+                    }
+                }
+                Ok((_, other)) => {
+                    tracing::warn!(?other, "unexpected answer to a purge");
+                    break;
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "purging ended jobs");
+                    break;
+                }
+            }
+            if *stop.borrow() {
+                return;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_leader_looks_every_tenth_of_the_age_within_bounds() {
+        assert_eq!(period(Duration::from_secs(300)), Duration::from_secs(30));
+        assert_eq!(period(Duration::from_secs(100)), Duration::from_secs(10));
+        assert_eq!(period(Duration::from_secs(2)), Duration::from_secs(1));
+        assert_eq!(period(Duration::from_secs(86_400)), Duration::from_secs(30));
+    }
+}
