@@ -73,7 +73,8 @@ fn main() {
 
     let mut log = Log { state: ClusterState::new(), index: 0 };
     let names: Vec<String> = (0..NODES).map(|i| format!("n{i:04}")).collect();
-    let versions = (1..=3).map(|id| (id, ReplicaVersion { level: quorum_state::FEATURE_LEVEL, version: "bench".into() }));
+    let versions =
+        (1..=3).map(|id| (id, ReplicaVersion { level: quorum_state::FEATURE_LEVEL, version: "bench".into() }));
     log.apply(Command::SetReplicaVersions { versions: versions.collect(), now: START_MS });
     let partition = quorum_control::model::Partition {
         name: "batch".into(),
@@ -109,7 +110,11 @@ fn main() {
         let first = batch * BATCH;
         let n = BATCH.min(jobs - first);
         let submits = (first..first + n)
-            .map(|i| Submit { spec: Box::new(spec(i)), user: format!("user{}", i % USERS), request_id: format!("r{i}") })
+            .map(|i| Submit {
+                spec: Box::new(spec(i)),
+                user: format!("user{}", i % USERS),
+                request_id: format!("r{i}"),
+            })
             .collect();
         log.apply(Command::SubmitJobs { submits, now });
         let ids: Vec<u64> = log.state.active.iter().copied().collect();
@@ -164,7 +169,10 @@ fn main() {
     }
     history.flush().expect("flush");
     println!();
-    println!("{moved} jobs moved to the history; {:.0} bytes on disk per job", (dir_mb(&path) << 20) as f64 / moved as f64);
+    println!(
+        "{moved} jobs moved to the history; {:.0} bytes on disk per job",
+        (dir_mb(&path) << 20) as f64 / moved as f64
+    );
 
     // A user's jobs of one hour in the middle of the run, the database reopened (cold cache).
     drop(history);
