@@ -154,7 +154,7 @@ fn main() {
             moved += jobs.len() as u64;
         }
         let done = first + n;
-        if done % (jobs / 10).max(BATCH) == 0 || done == jobs {
+        if done.is_multiple_of((jobs / 10).max(BATCH)) || done == jobs {
             let snapshot = snapshot::encode(&log.state).expect("snapshot");
             println!(
                 "| {done} | {} | {} | {:.1} MB | {} MB | {} MB | {:.1} s |",
