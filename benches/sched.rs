@@ -208,6 +208,7 @@ fn state(pending: usize, nodes: usize) -> ClusterState {
                 steps: vec![],
                 next_step: 0,
                 cancelled_by: None,
+                usage: None,
             }),
         );
     }

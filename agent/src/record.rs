@@ -112,6 +112,28 @@ pub fn read_status(record: &Path) -> Option<Status> {
     Status::parse(&std::fs::read_to_string(record.join("status")).ok()?)
 }
 
+/// What a job used on this node, as its supervisor recorded it when the job's main process
+/// ended: CPU time (user, system, in microseconds) and the largest resident set of any of its
+/// processes (KiB), from `wait4` (the job's process and every descendant it waited for).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Usage {
+    pub cpu_user_us: u64,
+    pub cpu_system_us: u64,
+    pub max_rss_kb: u64,
+}
+
+/// The usage the supervisor wrote, if it has.
+pub fn read_usage(record: &Path) -> Option<Usage> {
+    let text = std::fs::read_to_string(record.join("usage")).ok()?;
+    let mut fields = text.split_whitespace().map(|f| f.parse::<u64>().ok());
+    let (Some(Some(cpu_user_us)), Some(Some(cpu_system_us)), Some(Some(max_rss_kb))) =
+        (fields.next(), fields.next(), fields.next())
+    else {
+        return None;
+    };
+    Some(Usage { cpu_user_us, cpu_system_us, max_rss_kb })
+}
+
 /// Whether process `pid` exists (a zombie counts until reaped).
 pub(crate) fn alive(pid: i32) -> bool {
     // SAFETY: signal 0 only checks that the process exists.

@@ -34,9 +34,19 @@ pub fn start(agent: Arc<Agent>, launch: Launch, kill_rx: mpsc::Receiver<ExitKind
 /// What a watched job ended with: (kind, exit code, signal).
 type Ended = (ExitKind, i32, i32);
 
+/// What the job's supervisor recorded it used, for its exit report.
+fn usage_of(record: &std::path::Path) -> Option<quorum_proto::api::JobUsage> {
+    record::read_usage(record).map(|u| quorum_proto::api::JobUsage {
+        cpu_user_us: u.cpu_user_us,
+        cpu_system_us: u.cpu_system_us,
+        max_rss_kb: u.max_rss_kb,
+    })
+}
+
 fn finish(agent: &Agent, launch: &Launch, (kind, code, signal): Ended) {
     let (job_id, token) = (launch.job_id, launch.token);
-    let exit = JobExit { job_id, token, kind: kind as i32, exit_code: code, signal };
+    let usage = usage_of(&record::record_dir(&agent.config.spool_dir, job_id, token));
+    let exit = JobExit { job_id, token, kind: kind as i32, exit_code: code, signal, usage };
     tracing::info!(job = job_id, ?kind, code, signal, "job ended");
     {
         let mut jobs = agent.lock_jobs();
@@ -108,7 +118,8 @@ pub fn reattach_all(agent: &Arc<Agent>) {
                     signal,
                     "found a job that ended while the agent was away"
                 );
-                entry.exit = Some(JobExit { job_id, token, kind: kind as i32, exit_code: code, signal });
+                let usage = usage_of(&found.record);
+                entry.exit = Some(JobExit { job_id, token, kind: kind as i32, exit_code: code, signal, usage });
                 jobs.insert(job_id, entry);
             }
         }

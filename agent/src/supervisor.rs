@@ -79,6 +79,8 @@ pub struct Prepared {
     searched: bool,
     status_tmp: CString,
     status: CString,
+    /// Where the supervisor writes what the job used ([`crate::record::read_usage`]).
+    usage: CString,
     /// The dead-man switch of a job that may be started elsewhere (`--requeue`): the node's
     /// lease file, which the agent keeps renewing, and the deadline the job starts with.
     lease: Option<(CString, u64)>,
@@ -154,6 +156,7 @@ impl Prepared {
             not_found_message: format!("quorum: '{first}' is not found on the job's PATH ({path})\n").into_bytes(),
             status_tmp: path_cstring("the record path", &record.join("status.tmp"))?,
             status: path_cstring("the record path", &record.join("status"))?,
+            usage: path_cstring("the record path", &record.join("usage"))?,
             lease: None,
             hostname: None,
         })
@@ -312,6 +315,7 @@ impl Prepared {
         w.flag(self.searched);
         w.bytes(self.status_tmp.as_bytes());
         w.bytes(self.status.as_bytes());
+        w.bytes(self.usage.as_bytes());
         w.flag(self.lease.is_some());
         if let Some((file, deadline)) = &self.lease {
             w.bytes(file.as_bytes());
@@ -356,6 +360,7 @@ impl Prepared {
             searched: r.flag()?,
             status_tmp: r.cstring()?,
             status: r.cstring()?,
+            usage: r.cstring()?,
             lease: if r.flag()? { Some((r.cstring()?, r.u64()?)) } else { None },
             hostname: r.opt()?,
         };
@@ -608,6 +613,43 @@ unsafe fn write_status(p: &Prepared, word: &[u8], value: i32) {
     }
 }
 
+/// `USER_US SYSTEM_US MAX_RSS_KB` of the job into the record's `usage` file ([`crate::record::read_usage`]).
+/// Async-signal-safe: open, write, close.
+unsafe fn write_usage(p: &Prepared, usage: &libc::rusage) {
+    let micros = |t: libc::timeval| (t.tv_sec.max(0) as u64) * 1_000_000 + t.tv_usec.max(0) as u64;
+    let mut line = [0u8; 72];
+    let mut n = 0;
+    for value in [micros(usage.ru_utime), micros(usage.ru_stime), usage.ru_maxrss.max(0) as u64] {
+        n += decimal(value, &mut line[n..]);
+        line[n] = b' ';
+        n += 1;
+    }
+    line[n - 1] = b'\n';
+    let fd = libc::open(p.usage.as_ptr(), libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_CLOEXEC, 0o644);
+    if fd >= 0 {
+        write_all(fd, &line[..n]);
+        libc::close(fd);
+    }
+}
+
+/// Writes `value` in decimal at the start of `out` (at least 20 bytes); returns its length.
+fn decimal(mut value: u64, out: &mut [u8]) -> usize {
+    let mut digits = [0u8; 20];
+    let mut d = 0;
+    loop {
+        digits[d] = b'0' + (value % 10) as u8;
+        d += 1;
+        value /= 10;
+        if value == 0 {
+            break;
+        }
+    }
+    for (i, digit) in digits[..d].iter().rev().enumerate() {
+        out[i] = *digit;
+    }
+    d
+}
+
 /// The supervisor process: never returns.
 #[allow(clippy::too_many_arguments)]
 unsafe fn supervise(
@@ -669,10 +711,17 @@ unsafe fn supervise(
         kill_everything(p, job);
     }
     let mut status = 0;
-    while libc::waitpid(job, &mut status, 0) == -1 && *libc::__errno_location() == libc::EINTR {}
+    // SAFETY: rusage is plain data that wait4 fills in.
+    let mut usage: libc::rusage = std::mem::zeroed();
+    while libc::wait4(job, &mut status, 0, &mut usage) == -1 && *libc::__errno_location() == libc::EINTR {}
     // Nothing of a finished job outlives it: its process group, and with a cgroup, everything
     // in it (a daemon that left the group too).
     kill_everything(p, job);
+    // What the job used (its main process and every descendant it waited for), before the
+    // status: the status's rename is what tells the agent the job ended.
+    if got < 8 {
+        write_usage(p, &usage);
+    }
     if expired {
         write_status(p, b"lease-expired", libc::SIGKILL);
     } else if got == 8 {

@@ -91,6 +91,10 @@ const FIELDS: &[(&str, usize)] = &[
     ("Reason", 20),
     ("Comment", 20),
     ("WCKey", 10),
+    ("TotalCPU", 10),
+    ("UserCPU", 10),
+    ("SystemCPU", 10),
+    ("MaxRSS", 10),
 ];
 
 /// The fields of a `--format`: each name (any case) with a width (`Name%20`, else its own).
@@ -128,6 +132,17 @@ fn hms(secs: u64) -> String {
         format!("{d}-{h:02}:{m:02}:{s:02}")
     } else {
         format!("{h:02}:{m:02}:{s:02}")
+    }
+}
+
+/// CPU time as sacct writes it: `MM:SS.mmm` under an hour, `HH:MM:SS` under a day, then
+/// `D-HH:MM:SS`.
+fn cpu_time(micros: u64) -> String {
+    let ms = micros / 1000;
+    if ms < 3_600_000 {
+        format!("{:02}:{:02}.{:03}", ms / 60_000, ms / 1000 % 60, ms % 1000)
+    } else {
+        hms(ms / 1000)
     }
 }
 
@@ -224,6 +239,13 @@ fn value(field: &str, line: &Line, now_ms: u64) -> String {
         "WorkDir" => spec.map_or_else(String::new, |s| s.work_dir.clone()),
         "Comment" => spec.map_or_else(String::new, |s| s.comment.clone()),
         "WCKey" => spec.map_or_else(String::new, |s| s.wckey.clone()),
+        // What the job's processes used (its script's, with every process it waited for);
+        // steps started with srun are not measured apart.
+        "TotalCPU" | "UserCPU" | "SystemCPU" | "MaxRSS" if step.is_some() => String::new(),
+        "TotalCPU" => job.usage.as_ref().map_or_else(String::new, |u| cpu_time(u.cpu_user_us + u.cpu_system_us)),
+        "UserCPU" => job.usage.as_ref().map_or_else(String::new, |u| cpu_time(u.cpu_user_us)),
+        "SystemCPU" => job.usage.as_ref().map_or_else(String::new, |u| cpu_time(u.cpu_system_us)),
+        "MaxRSS" => job.usage.as_ref().map_or_else(String::new, |u| format!("{}K", u.max_rss_kb)),
         "Reason" => {
             if job.reason.is_empty() {
                 "None".into()
@@ -468,6 +490,9 @@ mod tests {
         assert_eq!(parse_fields("jobid,State,JobName%5").unwrap(), [("JobID", 12), ("State", 10), ("JobName", 5)]);
         assert!(parse_fields("Bogus").unwrap_err().contains("'Bogus'"));
         assert_eq!((hms(62), hms(90_061)), ("00:01:02".to_string(), "1-01:01:01".to_string()));
+        assert_eq!(cpu_time(1_234_567), "00:01.234");
+        assert_eq!(cpu_time(61_000_000), "01:01.000");
+        assert_eq!(cpu_time(3_723_000_000), "01:02:03");
         assert_eq!(parse_time("now-2days", 200_000_000).unwrap(), 200_000_000 - 172_800_000);
         assert_eq!(parse_time("now-1hour", 200_000_000).unwrap(), 200_000_000 - 3_600_000);
         assert_eq!(parse_time("now-90m", 200_000_000).unwrap(), 200_000_000 - 5_400_000);

@@ -139,3 +139,49 @@ async fn ended_jobs_move_to_the_history_and_answer_from_it_on_every_replica() {
     }
     cluster.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_s_cpu_time_and_peak_memory_are_recorded_as_it_used_them() {
+    let cluster = cluster(DevOptions::for_tests()).await;
+    let c = client(&cluster.addrs);
+    wait_ready(&cluster, &c, 2).await;
+    let dir = tempfile::tempdir().unwrap();
+    // The job fills 200 MB and burns a second of CPU, then says what it used, as the kernel
+    // counts it for itself.
+    let program = "import resource, time\n\
+        block = bytearray(b'x' * (200 << 20))\n\
+        start = time.process_time()\n\
+        while time.process_time() - start < 1.0:\n    pass\n\
+        u = resource.getrusage(resource.RUSAGE_SELF)\n\
+        print(int((u.ru_utime + u.ru_stime) * 1e6), u.ru_maxrss)\n";
+    let mut job_spec = spec(&["python3", "-c", program], dir.path());
+    job_spec.mem_per_node_mb = 1024;
+    let id = submit(&c, job_spec).await;
+    let j = wait_state(&c, id, &["COMPLETED", "FAILED"], T).await;
+    assert_eq!(j.state, "COMPLETED", "{j:?}");
+    let out = std::fs::read_to_string(dir.path().join(format!("quorum-{id}.out"))).unwrap();
+    let said: Vec<u64> = out.split_whitespace().map(|v| v.parse().unwrap()).collect();
+    let (cpu_us, rss_kb) = (said[0], said[1]);
+    let usage = j.usage.expect("the job's usage is recorded");
+    let total = usage.cpu_user_us + usage.cpu_system_us;
+    let near = |got: u64, did: u64| got.abs_diff(did) * 10 <= did;
+    assert!(near(total, cpu_us), "CPU recorded {total} µs, the job used {cpu_us} µs");
+    assert!(
+        near(usage.max_rss_kb, rss_kb),
+        "peak memory recorded {} KiB, the job's was {rss_kb} KiB",
+        usage.max_rss_kb
+    );
+    assert!(rss_kb > 200 << 10, "the job held its 200 MB: {rss_kb} KiB");
+    // sacct's fields.
+    let out = quorum(
+        &cluster.controllers_env(),
+        dir.path(),
+        &["acct", "-X", "-n", "-P", "-j", &id.to_string(), "-o", "JobID,TotalCPU,MaxRSS"],
+    )
+    .success();
+    let fields: Vec<&str> = out.trim().split('|').collect();
+    assert_eq!(fields[0], id.to_string());
+    assert!(fields[1].starts_with("00:01.") || fields[1].starts_with("00:00.9"), "{out}");
+    assert_eq!(fields[2], format!("{}K", usage.max_rss_kb));
+    cluster.shutdown().await;
+}

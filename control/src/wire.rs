@@ -216,6 +216,11 @@ pub fn job_to_proto(j: &Job, with_env: bool) -> api::JobInfo {
         },
         requeues: j.requeues,
         cancelled_by: j.cancelled_by.clone().unwrap_or_default(),
+        usage: j.usage.map(|u| api::JobUsage {
+            cpu_user_us: u.cpu_user_us,
+            cpu_system_us: u.cpu_system_us,
+            max_rss_kb: u.max_rss_kb,
+        }),
         array: j.array.as_ref().map(array_to_proto),
         steps: j
             .steps
@@ -236,6 +241,15 @@ pub fn job_to_proto(j: &Job, with_env: bool) -> api::JobInfo {
             })
             .collect(),
     }
+}
+
+/// What an agent's exit report says the job used on its node.
+pub fn usage(u: Option<&api::JobUsage>) -> Option<crate::model::JobUsage> {
+    u.map(|u| crate::model::JobUsage {
+        cpu_user_us: u.cpu_user_us,
+        cpu_system_us: u.cpu_system_us,
+        max_rss_kb: u.max_rss_kb,
+    })
 }
 
 /// How an agent's exit report says a job's process on its node ended.

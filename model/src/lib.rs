@@ -979,6 +979,29 @@ pub struct Job {
     /// Who cancelled it (a user name; operators act as root), from feature level 13.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cancelled_by: Option<String>,
+    /// What it used, summed over the nodes that reported (from feature level 14).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<JobUsage>,
+}
+
+/// What a job used: the CPU time of its processes (those its main process waited for) and the
+/// largest resident set among them, as each node's supervisor measured it when the job ended.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobUsage {
+    pub cpu_user_us: u64,
+    pub cpu_system_us: u64,
+    pub max_rss_kb: u64,
+}
+
+impl JobUsage {
+    /// Another node's usage added: CPU times summed, the largest resident set kept.
+    pub fn and(self, other: JobUsage) -> JobUsage {
+        JobUsage {
+            cpu_user_us: self.cpu_user_us.saturating_add(other.cpu_user_us),
+            cpu_system_us: self.cpu_system_us.saturating_add(other.cpu_system_us),
+            max_rss_kb: self.max_rss_kb.max(other.max_rss_kb),
+        }
+    }
 }
 
 fn is_zero(n: &u32) -> bool {

@@ -70,10 +70,27 @@ pub fn on_heartbeat(
     HeartbeatActions { health, return_to_service }
 }
 
-/// The `JobEnded` for an agent's exit report. An OUT_OF_MEMORY end becomes a plain exit while
-/// the cluster's level does not apply it (a replica of an older release knows no
+/// The `JobEnded` for an agent's exit report, after what the job used there (`JobUsed`, in the
+/// same entry) where the cluster's level records it. An OUT_OF_MEMORY end becomes a plain exit
+/// while the cluster's level does not apply it (a replica of an older release knows no
 /// OUT_OF_MEMORY: the job is FAILED there).
 pub fn job_ended(
+    state: &ClusterState,
+    job_id: u64,
+    token: u64,
+    node: String,
+    outcome: RankOutcome,
+    usage: Option<crate::model::JobUsage>,
+    now: Millis,
+) -> Command {
+    let ended = ended_at_level(state, job_id, token, node.clone(), outcome, now);
+    match usage.map(|usage| Command::JobUsed { job_id, token, node, usage }) {
+        Some(used) if used.level().0 <= state.cluster_level() => Command::Batch { commands: vec![used, ended] },
+        _ => ended,
+    }
+}
+
+fn ended_at_level(
     state: &ClusterState,
     job_id: u64,
     token: u64,
@@ -177,11 +194,22 @@ mod tests {
     #[test]
     fn out_of_memory_is_a_plain_exit_below_its_level() {
         let oom = RankOutcome::OutOfMemory { code: 137, signal: 9 };
-        let end = |s: &ClusterState| match job_ended(s, 4, 9, "n1".into(), oom, 7) {
+        let end = |s: &ClusterState| match job_ended(s, 4, 9, "n1".into(), oom, None, 7) {
             Command::JobEnded { outcome, .. } => outcome,
             other => panic!("{other:?}"),
         };
         assert_eq!(end(&at_level(FEATURE_LEVEL)), oom);
         assert_eq!(end(&at_level(3)), RankOutcome::Exited { code: 137, signal: 9 });
+    }
+
+    #[test]
+    fn what_a_job_used_goes_with_its_end_where_the_level_records_it() {
+        let exited = RankOutcome::Exited { code: 0, signal: 0 };
+        let usage = crate::model::JobUsage { cpu_user_us: 5, cpu_system_us: 1, max_rss_kb: 64 };
+        let ended = Command::JobEnded { job_id: 4, token: 9, node: "n1".into(), outcome: exited, now: 7 };
+        let used = Command::JobUsed { job_id: 4, token: 9, node: "n1".into(), usage };
+        let at = |level| job_ended(&at_level(level), 4, 9, "n1".into(), exited, Some(usage), 7);
+        assert_eq!(at(FEATURE_LEVEL), Command::Batch { commands: vec![used, ended.clone()] });
+        assert_eq!(at(quorum_state::HISTORY_LEVEL - 1), ended, "an older replica could not apply it");
     }
 }

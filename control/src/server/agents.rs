@@ -204,6 +204,7 @@ impl AgentService for Agents {
                                 exit.token,
                                 node,
                                 wire::outcome(&exit),
+                                wire::usage(exit.usage.as_ref()),
                                 now_ms(),
                             );
                             match reports.write(command).await {

@@ -135,6 +135,7 @@ pub fn apply(state: &mut ClusterState, index: u64, command: Command) -> Response
             advance_clock(state, now);
             end_allocation(state, job_id, &user, exit_code)
         }
+        Command::JobUsed { job_id, token, node, usage } => job_used(state, job_id, token, &node, usage),
         Command::PurgeJobs { jobs, min_age, now } => {
             advance_clock(state, now);
             crate::purge::purge(state, jobs, min_age)
@@ -310,6 +311,7 @@ fn submit(state: &mut ClusterState, mut spec: JobSpec, user: String, request_id:
             steps: Vec::new(),
             next_step: 0,
             cancelled_by: None,
+            usage: None,
         };
         state.jobs.insert(id, Shared::new(job));
     }
@@ -988,6 +990,24 @@ fn job_ended(state: &mut ClusterState, job_id: JobId, token: u64, node: &str, ou
         }
         None => Response::Ok,
     }
+}
+
+/// Adds what `job_id` used on `node` under allocation `token`, once per node (before the node's
+/// end is recorded, as the leader sends it).
+fn job_used(
+    state: &mut ClusterState,
+    job_id: JobId,
+    token: u64,
+    node: &str,
+    usage: quorum_model::JobUsage,
+) -> Response {
+    let Some(job) = state.jobs.get_mut(&job_id) else { return Response::Ignored };
+    let on_node = job.allocation.as_ref().is_some_and(|a| a.nodes.iter().any(|n| n.node == node));
+    if job.alloc_index != token || !on_node || job.rank_outcomes.iter().any(|(n, _)| n == node) {
+        return Response::Ignored;
+    }
+    job.usage = Some(job.usage.unwrap_or_default().and(usage));
+    Response::Ok
 }
 
 fn nonzero(signal: i32) -> Option<i32> {

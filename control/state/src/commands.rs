@@ -45,8 +45,8 @@ pub struct NodeRegistration {
 ///     can never be met),
 ///     `--gid` (a job's primary group, set by root), `--constraint [a|b]` (every node with the
 ///     same one), and node lists naming only some of a job's nodes (`-N 4 -w n[1-2]`).
-/// 14. ended jobs leaving the hot state for the job history (`PurgeJobs`), and tombstones of
-///     them recalled from it for a dependency (`RecallJobs`).
+/// 14. ended jobs leaving the hot state for the job history (`PurgeJobs`), tombstones of them
+///     recalled from it for a dependency (`RecallJobs`), and what a job used (`JobUsed`).
 pub const FEATURE_LEVEL: u32 = 14;
 
 /// The level that applies [`Command::PurgeJobs`] and [`Command::RecallJobs`]; below it ended
@@ -304,6 +304,15 @@ pub enum Command {
         exit_code: i32,
         now: Millis,
     },
+    /// What a job used on one node, reported with (just before) that node's `JobEnded` in one
+    /// entry (level 14). Counted once per node: a node whose end is already recorded adds
+    /// nothing, so a report sent again is not counted twice.
+    JobUsed {
+        job_id: JobId,
+        token: u64,
+        node: String,
+        usage: quorum_model::JobUsage,
+    },
     /// These jobs ended `min_age` ago or more: they leave the hot state for the job history,
     /// each leaving a tombstone (level 14). See [`crate::purge`].
     PurgeJobs {
@@ -365,6 +374,7 @@ impl Command {
             Command::SubmitJob { spec, .. } => spec_level(spec),
             Command::SetRole { .. } => (8, "giving a role"),
             Command::PurgeJobs { .. } => (HISTORY_LEVEL, "ended jobs leaving the hot state for the job history"),
+            Command::JobUsed { .. } => (HISTORY_LEVEL, "what a job used"),
             Command::RecallJobs { .. } => (HISTORY_LEVEL, "jobs recalled from the job history for a dependency"),
             Command::RequeueJob { .. } => (REQUEUE_LEVEL, "requeueing a job (scontrol requeue)"),
             Command::StartStep { expect: Some(_), .. } => (EARLY_STEP_LEVEL, "a job step launched as it commits"),

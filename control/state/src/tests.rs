@@ -861,3 +861,34 @@ fn outcomes_merge_the_hot_state_and_the_tombstones_in_id_order() {
     other.departed.clear();
     assert_ne!(digest(&s), digest(&other));
 }
+
+#[test]
+fn what_a_job_used_is_counted_once_per_node_and_only_for_its_allocation() {
+    let mut s = cluster();
+    let mut two = spec(&["true"]);
+    (two.nodes, two.ntasks) = (2, 2);
+    submit(&mut s, 10, two, "u");
+    let both = PlannedStart {
+        job_id: 1,
+        allocation: Allocation {
+            nodes: ["n1", "n2"]
+                .iter()
+                .map(|n| quorum_model::NodeAllocation { node: (*n).into(), cpus: 1, mem_mb: 1024, gpus: vec![] })
+                .collect(),
+        },
+    };
+    apply(&mut s, 11, Command::ApplyPlan { base_index: 10, now: 2000, starts: vec![both], reasons: vec![] });
+    let used = |node: &str, token, cpu, rss| Command::JobUsed {
+        job_id: 1,
+        token,
+        node: node.into(),
+        usage: JobUsage { cpu_user_us: cpu, cpu_system_us: 10, max_rss_kb: rss },
+    };
+    assert_eq!(apply(&mut s, 12, used("n1", 5, 100, 700)), Response::Ignored, "another allocation's");
+    assert_eq!(apply(&mut s, 13, used("n3", 11, 100, 700)), Response::Ignored, "a node the job is not on");
+    assert_eq!(apply(&mut s, 14, used("n1", 11, 100, 700)), Response::Ok);
+    end_at(&mut s, 15, 1, 11, 0, 3000);
+    assert_eq!(apply(&mut s, 16, used("n1", 11, 100, 700)), Response::Ignored, "n1's end is recorded: sent again");
+    apply(&mut s, 17, used("n2", 11, 50, 900));
+    assert_eq!(s.jobs[&1].usage, Some(JobUsage { cpu_user_us: 150, cpu_system_us: 20, max_rss_kb: 900 }));
+}
