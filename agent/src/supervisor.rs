@@ -576,27 +576,11 @@ fn status_line(word: &[u8], value: i32, out: &mut [u8; 48]) -> usize {
         out[n] = b;
         n += 1;
     }
-    let mut digits = [0u8; 12];
-    let mut d = 0;
-    let negative = value < 0;
-    let mut v = (value as i64).unsigned_abs();
-    loop {
-        digits[d] = b'0' + (v % 10) as u8;
-        d += 1;
-        v /= 10;
-        if v == 0 {
-            break;
-        }
-    }
-    if negative {
+    if value < 0 {
         out[n] = b'-';
         n += 1;
     }
-    while d > 0 {
-        d -= 1;
-        out[n] = digits[d];
-        n += 1;
-    }
+    n += decimal((value as i64).unsigned_abs(), &mut out[n..]);
     out[n] = b'\n';
     n + 1
 }
