@@ -232,6 +232,15 @@ async fn session(
                             }
                         });
                     }
+                    Some(controller_message::Msg::ReadUsage(r)) => {
+                        let (agent, tx) = (agent.clone(), tx.clone());
+                        tokio::spawn(async move {
+                            let sample = tokio::task::spawn_blocking(move || crate::usage::sample(&agent, &r)).await;
+                            if let Ok(sample) = sample {
+                                let _ = tx.send(AgentMessage { msg: Some(agent_message::Msg::Usage(sample)) }).await;
+                            }
+                        });
+                    }
                     Some(controller_message::Msg::ExitAck(a)) => {
                         let mut jobs = agent.lock_jobs();
                         if let Some(e) = jobs.get_mut(&a.job_id).filter(|e| e.exit.is_some()) {

@@ -20,6 +20,7 @@ pub mod resources;
 pub mod runner;
 mod step;
 pub mod supervisor;
+mod usage;
 
 use std::sync::Arc;
 

@@ -19,6 +19,7 @@ mod sprio;
 mod squeue;
 mod srun;
 mod sshare;
+mod sstat;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -78,6 +79,12 @@ enum Command {
     /// (the same options: `quorum acct -j 12 -o JobID,State,Elapsed --parsable2`).
     #[command(disable_help_flag = true)]
     Acct {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// What a running job uses now, like sstat (the same options: `quorum stat -j 12`).
+    #[command(disable_help_flag = true)]
+    Stat {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
@@ -145,7 +152,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Dev { .. } | Command::Simulate { .. } | Command::Bench { .. } => {
             unreachable!("main hands these to quorum-dev")
         }
-        Command::Acct { .. } => unreachable!("main runs it as sacct"),
+        Command::Acct { .. } | Command::Stat { .. } => unreachable!("main runs them as sacct and sstat"),
         Command::InstallSlurmCommands { .. } => unreachable!("answered above"),
     }
 }
@@ -182,13 +189,18 @@ fn main() -> ExitCode {
         return slurm::run(&name, &args).unwrap_or(ExitCode::FAILURE);
     }
     let cli = Cli::parse();
-    if let Command::Acct { args } = &cli.command {
-        // sacct's own options and output; the controllers as given to quorum.
+    let slurm_named = match &cli.command {
+        Command::Acct { args } => Some(("sacct", args)),
+        Command::Stat { args } => Some(("sstat", args)),
+        _ => None,
+    };
+    if let Some((name, args)) = slurm_named {
+        // The Slurm command's own options and output; the controllers as given to quorum.
         let mut args = args.clone();
         if !cli.controllers.controllers.is_empty() && !args.iter().any(|a| a.starts_with("--controllers")) {
             args.push(format!("--controllers={}", cli.controllers.controllers.join(",")));
         }
-        return slurm::run("sacct", &args).unwrap_or(ExitCode::FAILURE);
+        return slurm::run(name, &args).unwrap_or(ExitCode::FAILURE);
     }
     let tool = match &cli.command {
         Command::Dev { args } => Some(("dev", args)),

@@ -99,6 +99,15 @@ const FIELDS: &[(&str, usize)] = &[
 
 /// The fields of a `--format`: each name (any case) with a width (`Name%20`, else its own).
 fn parse_fields(format: &str) -> Result<Vec<(&'static str, usize)>, String> {
+    parse_fields_of(format, FIELDS)
+}
+
+/// The fields of a `--format` among `known` (sacct's, sstat's): each name in any case, with
+/// its width (`Name%20`, else its own).
+pub(crate) fn parse_fields_of(
+    format: &str,
+    known: &'static [(&'static str, usize)],
+) -> Result<Vec<(&'static str, usize)>, String> {
     format
         .split(',')
         .map(str::trim)
@@ -116,9 +125,9 @@ fn parse_fields(format: &str) -> Result<Vec<(&'static str, usize)>, String> {
                 ),
                 None => (f, None),
             };
-            let (field, own) = FIELDS.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).ok_or_else(|| {
-                let known: Vec<&str> = FIELDS.iter().map(|(n, _)| *n).collect();
-                format!("invalid --format field '{name}' (known: {})", known.join(", "))
+            let (field, own) = known.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).ok_or_else(|| {
+                let names: Vec<&str> = known.iter().map(|(n, _)| *n).collect();
+                format!("invalid --format field '{name}' (known: {})", names.join(", "))
             })?;
             Ok((*field, width.unwrap_or(*own)))
         })
@@ -126,7 +135,7 @@ fn parse_fields(format: &str) -> Result<Vec<(&'static str, usize)>, String> {
 }
 
 /// A duration as sacct prints it: `00:01:02`, `1-00:00:00`.
-fn hms(secs: u64) -> String {
+pub(crate) fn hms(secs: u64) -> String {
     let (d, h, m, s) = (secs / 86400, secs / 3600 % 24, secs / 60 % 60, secs % 60);
     if d > 0 {
         format!("{d}-{h:02}:{m:02}:{s:02}")
@@ -137,7 +146,7 @@ fn hms(secs: u64) -> String {
 
 /// CPU time as sacct writes it: `MM:SS.mmm` under an hour, `HH:MM:SS` under a day, then
 /// `D-HH:MM:SS`.
-fn cpu_time(micros: u64) -> String {
+pub(crate) fn cpu_time(micros: u64) -> String {
     let ms = micros / 1000;
     if ms < 3_600_000 {
         format!("{:02}:{:02}.{:03}", ms / 60_000, ms / 1000 % 60, ms % 1000)
@@ -276,6 +285,19 @@ fn render(
     parsable: Option<bool>,
     header: bool,
 ) -> String {
+    let rows = lines.iter().map(|line| fields.iter().map(|(f, _)| value(f, line, now_ms)).collect());
+    table(fields, rows, parsable, header)
+}
+
+/// Rows as sacct and sstat print them: `|`-separated with `--parsable2` (`Some(false)`) or
+/// `--parsable` (`Some(true)`, one after each field too), else a table of the fields' widths,
+/// a value longer than its column cut with `+`; a header (and a table's underline) first.
+pub(crate) fn table(
+    fields: &[(&'static str, usize)],
+    rows: impl Iterator<Item = Vec<String>>,
+    parsable: Option<bool>,
+    header: bool,
+) -> String {
     let mut out = String::new();
     let row = |cells: Vec<String>| -> String {
         match parsable {
@@ -317,9 +339,8 @@ fn render(
             out.push('\n');
         }
     }
-    for line in lines {
-        let cells =
-            fields.iter().map(|(f, _)| quorum_client::display::escape(&value(f, line, now_ms)).into_owned()).collect();
+    for cells in rows {
+        let cells = cells.iter().map(|c| quorum_client::display::escape(c).into_owned()).collect();
         out.push_str(&row(cells));
         out.push('\n');
     }

@@ -2,7 +2,7 @@
 //! program; `quorum install-slurm-commands DIR` makes the links): `sbatch` ([`crate::sbatch`]),
 //! `scancel` ([`crate::scancel`]), `squeue` ([`crate::squeue`]), `sinfo` ([`crate::sinfo`]),
 //! `sacct` ([`crate::sacct`]), `scontrol` ([`crate::scontrol`]), `sprio` ([`crate::sprio`]),
-//! `sshare` ([`crate::sshare`]), `srun` (job steps,
+//! `sshare` ([`crate::sshare`]), `sstat` ([`crate::sstat`]), `srun` (job steps,
 //! [`crate::srun`]) and `salloc` ([`crate::salloc`]).
 
 use std::path::Path;
@@ -10,7 +10,7 @@ use std::process::ExitCode;
 
 /// The names linked by `quorum install-slurm-commands`.
 pub const NAMES: &[&str] =
-    &["sacct", "sbatch", "scancel", "scontrol", "sinfo", "sprio", "squeue", "srun", "salloc", "sshare"];
+    &["sacct", "sbatch", "scancel", "scontrol", "sinfo", "sprio", "squeue", "srun", "salloc", "sshare", "sstat"];
 
 /// Runs the Slurm command `name` with `args` (without the program name), if `quorum` knows it.
 pub fn run(name: &str, args: &[String]) -> Option<ExitCode> {
@@ -24,6 +24,7 @@ pub fn run(name: &str, args: &[String]) -> Option<ExitCode> {
         "sprio" => crate::sprio::main(args),
         "sshare" => crate::sshare::main(args),
         "sacct" => crate::sacct::main(args),
+        "sstat" => crate::sstat::main(args),
         "salloc" => crate::salloc::main(args),
         _ => return None,
     })

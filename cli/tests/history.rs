@@ -185,3 +185,40 @@ async fn a_job_s_cpu_time_and_peak_memory_are_recorded_as_it_used_them() {
     assert_eq!(fields[2], format!("{}K", usage.max_rss_kb));
     cluster.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sstat_shows_what_a_running_job_uses_now() {
+    let cluster = cluster(DevOptions::for_tests()).await;
+    let c = client(&cluster.addrs);
+    wait_ready(&cluster, &c, 2).await;
+    let dir = tempfile::tempdir().unwrap();
+    // 200 MB held, then CPU burned until it is cancelled.
+    let program = "block = b'x' * (200 << 20)\nwhile True:\n    pass\n";
+    let mut job_spec = spec(&["python3", "-c", program], dir.path());
+    job_spec.mem_per_node_mb = 1024;
+    let id = submit(&c, job_spec).await;
+    wait_state(&c, id, &["RUNNING"], T).await;
+    let env = cluster.controllers_env();
+    let stat = |args: &[&str]| quorum(&env, dir.path(), args);
+    let (cpu, rss) = wait_for(T, "sstat to show the job's CPU and memory", || {
+        let out = stat(&["stat", "-j", &id.to_string(), "-o", "JobID,TotalCPU,MaxRSS,NTasks", "-P", "-n"]).success();
+        let fields: Vec<String> = out.trim().split('|').map(String::from).collect();
+        async move {
+            assert_eq!(fields[0], format!("{id}.batch"), "{fields:?}");
+            let rss: u64 = fields[2].trim_end_matches('K').parse().ok()?;
+            (fields[1].as_str() >= "00:00.500" && rss > 200 << 10).then(|| (fields[1].clone(), rss))
+        }
+    })
+    .await;
+    assert!(cpu.starts_with("00:"), "{cpu}");
+    assert!(rss < 400 << 10, "the job holds about 200 MB, not {rss} KiB");
+    // Only its owner or an operator may look.
+    let other = quorum_as(&env, Some("qstat-other"), dir.path(), &["stat", "-j", &id.to_string()]);
+    assert_ne!(other.code, 0);
+    assert!(other.stderr.contains("only its owner or an operator"), "{}", other.stderr);
+    cancel(&c, id).await;
+    wait_state(&c, id, &["CANCELLED"], T).await;
+    let ended = stat(&["stat", "-j", &id.to_string()]);
+    assert!(ended.code != 0 && ended.stderr.contains("is not running"), "{}", ended.stderr);
+    cluster.shutdown().await;
+}

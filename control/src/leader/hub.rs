@@ -12,7 +12,8 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use quorum_proto::agent::{
-    controller_message::Msg, ControllerMessage, ExitKind, GpuHealth, Kill, Launch, OutputChunk, ReadOutput,
+    controller_message::Msg, ControllerMessage, ExitKind, GpuHealth, Kill, Launch, OutputChunk, ReadOutput, ReadUsage,
+    UsageSample,
 };
 use tokio::sync::{mpsc, oneshot, watch};
 use tonic::Status;
@@ -70,6 +71,8 @@ struct Inner {
     heard: HashMap<String, Instant>,
     /// Output reads sent to agents and not yet answered, by request id.
     reads: HashMap<u64, oneshot::Sender<OutputChunk>>,
+    /// Usage reads (`sstat`) likewise; their ids come from the same counter.
+    usage_reads: HashMap<u64, oneshot::Sender<UsageSample>>,
     next_read: u64,
     held: HashMap<String, Held>,
 }
@@ -208,7 +211,31 @@ impl AgentHub {
     }
 
     pub fn forget_read(&self, request_id: u64) {
-        self.lock().reads.remove(&request_id);
+        let mut inner = self.lock();
+        inner.reads.remove(&request_id);
+        inner.usage_reads.remove(&request_id);
+    }
+
+    /// Asks `node`'s agent what job `job_id`'s processes there use now; the answer comes on the
+    /// receiver. `None` when no agent of that node is connected. A caller that stops waiting
+    /// calls [`AgentHub::forget_read`] with the request id.
+    pub fn read_usage(&self, node: &str, job_id: JobId) -> Option<(u64, oneshot::Receiver<UsageSample>)> {
+        let mut inner = self.lock();
+        inner.next_read += 1;
+        let request_id = inner.next_read;
+        if !send(inner.conns.get(node)?, Msg::ReadUsage(ReadUsage { request_id, job_id })) {
+            return None;
+        }
+        let (tx, rx) = oneshot::channel();
+        inner.usage_reads.insert(request_id, tx);
+        Some((request_id, rx))
+    }
+
+    /// An agent's answer to [`AgentHub::read_usage`].
+    pub fn usage_read(&self, sample: UsageSample) {
+        if let Some(tx) = self.lock().usage_reads.remove(&sample.request_id) {
+            let _ = tx.send(sample);
+        }
     }
 
     /// Sends `signal` to job `job_id` (allocation `token`) on `node`; false when no agent of that

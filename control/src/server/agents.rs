@@ -131,6 +131,7 @@ impl AgentService for Agents {
                 match msg {
                     agent_message::Msg::Register(_) => {}
                     agent_message::Msg::Output(chunk) => leader.hub.output_read(chunk),
+                    agent_message::Msg::Usage(sample) => leader.hub.usage_read(sample),
                     agent_message::Msg::StepOutput(o) => {
                         let (job, step) = (o.job_id, o.step_id);
                         leader.steps.deliver(job, step, FromAgent::Output(o)).await;

@@ -44,8 +44,10 @@ pub fn rule(path: &str) -> Option<Rule> {
         ("quorum.raft.RaftService", "AppendEntries" | "Vote" | "InstallSnapshot") => Rule::Replica,
         ("quorum.agent.AgentService", "Session") => Rule::Agent,
         ("quorum.api.Quorum", m) => match m {
-            "SubmitJob" | "CancelJob" | "HoldJob" | "GetJob" | "ListJobs" | "JobLogs" | "ListNodes" | "Priorities"
-            | "Shares" | "GetReplicaStatus" | "ClusterMembers" | "IssueToken" | "WhoAmI" | "RunStep" => Rule::User,
+            "SubmitJob" | "CancelJob" | "HoldJob" | "GetJob" | "ListJobs" | "JobLogs" | "JobUsage" | "ListNodes"
+            | "Priorities" | "Shares" | "GetReplicaStatus" | "ClusterMembers" | "IssueToken" | "WhoAmI" | "RunStep" => {
+                Rule::User
+            }
             "SetNodesDrained" => Rule::Operator,
             "UpsertAccount" | "UpsertQos" | "InjectGpuFault" | "Digest" | "ReplicaDigest" | "AddReplica"
             | "RemoveReplica" | "TransferLeader" | "SetRole" => Rule::Admin,

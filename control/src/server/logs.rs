@@ -1,11 +1,12 @@
-//! `quorum logs`: a piece of a job's output file, read on its node. The leader finds the job and
+//! `quorum logs`: a piece of a job's output file, read on its node; and `sstat`: what a running
+//! job's processes use now, read on each of its nodes. The leader finds the job and
 //! the node, asks that node's agent over its stream (the agent expands the job's output pattern
 //! as it did when it started the rank), and answers with the bytes and the offset to read from
 //! next. `quorum logs -f` follows a running job by asking again from that offset.
 
 use std::time::Duration;
 
-use quorum_proto::api::{JobLogsRequest, JobLogsResponse};
+use quorum_proto::api::{JobLogsRequest, JobLogsResponse, JobUsageRequest, JobUsageResponse, NodeUsage};
 use tonic::Status;
 
 use quorum_auth::Caller;
@@ -77,4 +78,57 @@ pub(super) async fn job_logs(api: &Api, caller: &Caller, r: JobLogsRequest) -> R
     }
     let next_offset = r.offset + chunk.data.len() as u64;
     Ok(JobLogsResponse { data: chunk.data, path: chunk.path, node, finished, next_offset })
+}
+
+/// `sstat`: each node's agent says what the job's processes there use now.
+pub(super) async fn job_usage(api: &Api, caller: &Caller, r: JobUsageRequest) -> Result<JobUsageResponse, Status> {
+    let nodes: Vec<String> = {
+        let applied = api.replica.shared.read();
+        let job = applied
+            .state
+            .jobs
+            .get(&r.job_id)
+            .ok_or_else(|| Status::not_found(format!("there is no job {}", r.job_id)))?;
+        if !caller.may_act_on(&job.user) {
+            return Err(Status::permission_denied(format!(
+                "job {} belongs to {}: only its owner or an operator may see what it uses",
+                r.job_id, job.user
+            )));
+        }
+        match (&job.allocation, job.state) {
+            (Some(a), JobState::Running) => a.nodes.iter().map(|n| n.node.clone()).collect(),
+            _ => {
+                return Err(Status::failed_precondition(format!(
+                    "job {} is not running (it is {}): sacct has what it used",
+                    r.job_id,
+                    job.state.name()
+                )))
+            }
+        }
+    };
+    let mut answers = Vec::new();
+    for node in nodes {
+        let (request_id, answer) = api.leader.hub.read_usage(&node, r.job_id).ok_or_else(|| {
+            Status::unavailable(format!("node {node} has no agent connected: its usage cannot be read now"))
+        })?;
+        answers.push((node, request_id, answer));
+    }
+    let mut out = Vec::new();
+    for (node, request_id, answer) in answers {
+        let sample = match tokio::time::timeout(AGENT_TIMEOUT, answer).await {
+            Ok(Ok(sample)) => sample,
+            _ => {
+                api.leader.hub.forget_read(request_id);
+                return Err(Status::deadline_exceeded(format!(
+                    "the agent of {node} did not answer within {}s",
+                    AGENT_TIMEOUT.as_secs()
+                )));
+            }
+        };
+        if !sample.error.is_empty() {
+            return Err(Status::failed_precondition(format!("on {node}: {}", sample.error)));
+        }
+        out.push(NodeUsage { node, usage: sample.usage, rss_kb: sample.rss_kb, processes: sample.processes });
+    }
+    Ok(JobUsageResponse { job_id: r.job_id, nodes: out })
 }

@@ -118,6 +118,11 @@ impl Quorum for Api {
         logs::job_logs(self, &caller, r).await.map(Response::new)
     }
 
+    async fn job_usage(&self, req: Request<JobUsageRequest>) -> Result<Response<JobUsageResponse>, Status> {
+        let (caller, r) = at_leader!(self, req, job_usage);
+        logs::job_usage(self, &caller, r).await.map(Response::new)
+    }
+
     async fn inject_gpu_fault(&self, req: Request<GpuFaultRequest>) -> Result<Response<GpuFaultResponse>, Status> {
         let (caller, r) = at_leader!(self, req, inject_gpu_fault);
         nodes::inject_gpu_fault(self, &caller, r).await.map(Response::new)
