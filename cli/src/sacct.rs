@@ -30,18 +30,8 @@ pub struct SacctArgs {
     /// Only these jobs (comma-separated: 12, 12_3).
     #[arg(short = 'j', long = "jobs", value_delimiter = ',')]
     jobs: Vec<String>,
-    /// Fields, comma-separated (`JobID,State,ExitCode`; `Name%20` for a width).
-    #[arg(short = 'o', long = "format")]
-    format: Option<String>,
-    /// `|` between fields, none after the last.
-    #[arg(short = 'P', long)]
-    parsable2: bool,
-    /// `|` after every field.
-    #[arg(short = 'p', long)]
-    parsable: bool,
-    /// No header.
-    #[arg(short = 'n', long)]
-    noheader: bool,
+    #[command(flatten)]
+    report: ReportArgs,
     /// Jobs only, not their steps.
     #[arg(short = 'X', long)]
     allocations: bool,
@@ -64,6 +54,34 @@ pub struct SacctArgs {
     /// Jobs submitted before this time (default: now).
     #[arg(short = 'E', long)]
     endtime: Option<String>,
+}
+
+/// How sacct and sstat print their report.
+#[derive(clap::Args, Debug)]
+pub(crate) struct ReportArgs {
+    /// Fields, comma-separated (`JobID,State`; `Name%20` for a width).
+    #[arg(short = 'o', long = "format")]
+    pub format: Option<String>,
+    /// `|` between fields, none after the last.
+    #[arg(short = 'P', long)]
+    pub parsable2: bool,
+    /// `|` after every field.
+    #[arg(short = 'p', long)]
+    pub parsable: bool,
+    /// No header.
+    #[arg(short = 'n', long)]
+    pub noheader: bool,
+}
+
+impl ReportArgs {
+    /// [`table`]'s `parsable`.
+    pub fn parsable(&self) -> Option<bool> {
+        match (self.parsable2, self.parsable) {
+            (true, _) => Some(false),
+            (false, true) => Some(true),
+            _ => None,
+        }
+    }
 }
 
 /// A field `-o` may name: its name as Slurm writes it in the header, and its width in a table.
@@ -396,7 +414,7 @@ fn midnight(now_ms: u64) -> u64 {
 }
 
 pub async fn run(a: SacctArgs) -> anyhow::Result<u8> {
-    let fields = parse_fields(a.format.as_deref().unwrap_or(DEFAULT_FIELDS)).map_err(anyhow::Error::msg)?;
+    let fields = parse_fields(a.report.format.as_deref().unwrap_or(DEFAULT_FIELDS)).map_err(anyhow::Error::msg)?;
     let mut named = Vec::new();
     for j in &a.jobs {
         named.push(j.parse::<quorum_client::client::JobRef>().map_err(anyhow::Error::msg)?);
@@ -487,14 +505,7 @@ pub async fn run(a: SacctArgs) -> anyhow::Result<u8> {
         }
         lines.extend(j.steps.iter().map(|s| Line::Step { job: j, step: s }));
     }
-    let parsable = if a.parsable2 {
-        Some(false)
-    } else if a.parsable {
-        Some(true)
-    } else {
-        None
-    };
-    print!("{}", render(&fields, &lines, now_ms, parsable, !a.noheader));
+    print!("{}", render(&fields, &lines, now_ms, a.report.parsable(), !a.report.noheader));
     Ok(0)
 }
 

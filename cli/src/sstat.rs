@@ -8,7 +8,7 @@ use quorum_client::client::ControllersArg;
 use quorum_proto::api;
 
 use crate::commands::Context;
-use crate::sacct::{cpu_time, parse_fields_of, table};
+use crate::sacct::{cpu_time, parse_fields_of, table, ReportArgs};
 
 /// Fields `-o` may name, with their widths in a table.
 const FIELDS: &[(&str, usize)] = &[
@@ -39,18 +39,8 @@ pub struct SstatArgs {
     /// The jobs (comma-separated: 12, or 12.batch).
     #[arg(short = 'j', long = "jobs", value_delimiter = ',', required = true)]
     jobs: Vec<String>,
-    /// Fields, comma-separated (`JobID,AveCPU,MaxRSS`; `MaxRSS%12` for a width).
-    #[arg(short = 'o', long = "format")]
-    format: Option<String>,
-    /// `|` between fields, none after the last.
-    #[arg(short = 'P', long)]
-    parsable2: bool,
-    /// `|` after every field.
-    #[arg(short = 'p', long)]
-    parsable: bool,
-    /// No header.
-    #[arg(short = 'n', long)]
-    noheader: bool,
+    #[command(flatten)]
+    report: ReportArgs,
 }
 
 /// One job's line.
@@ -80,7 +70,7 @@ fn value(field: &str, id: u64, nodes: &[api::NodeUsage]) -> String {
 }
 
 pub async fn run(a: SstatArgs) -> anyhow::Result<u8> {
-    let format = a.format.as_deref().unwrap_or(DEFAULT_FIELDS);
+    let format = a.report.format.as_deref().unwrap_or(DEFAULT_FIELDS);
     let fields = parse_fields_of(format, FIELDS).map_err(anyhow::Error::msg)?;
     let mut ids = Vec::new();
     for j in &a.jobs {
@@ -97,12 +87,7 @@ pub async fn run(a: SstatArgs) -> anyhow::Result<u8> {
         let answer = ctx.send(req, |mut c, r| async move { c.job_usage(r).await }).await?;
         rows.push(fields.iter().map(|(f, _)| value(f, id, &answer.nodes)).collect());
     }
-    let parsable = match (a.parsable2, a.parsable) {
-        (true, _) => Some(false),
-        (false, true) => Some(true),
-        _ => None,
-    };
-    print!("{}", table(&fields, rows.into_iter(), parsable, !a.noheader));
+    print!("{}", table(&fields, rows.into_iter(), a.report.parsable(), !a.report.noheader));
     Ok(0)
 }
 

@@ -63,16 +63,7 @@ pub(super) async fn job_logs(api: &Api, caller: &Caller, r: JobLogsRequest) -> R
     let (request_id, answer) = api.leader.hub.read_output(&node, launch, r.stderr, r.offset, max).ok_or_else(|| {
         Status::failed_precondition(format!("node {node} has no agent connected: the output there cannot be read now"))
     })?;
-    let chunk = match tokio::time::timeout(AGENT_TIMEOUT, answer).await {
-        Ok(Ok(chunk)) => chunk,
-        _ => {
-            api.leader.hub.forget_read(request_id);
-            return Err(Status::deadline_exceeded(format!(
-                "the agent of {node} did not answer within {}s",
-                AGENT_TIMEOUT.as_secs()
-            )));
-        }
-    };
+    let chunk = agent_answer(api, &node, request_id, answer).await?;
     if !chunk.error.is_empty() {
         return Err(Status::failed_precondition(format!("on {node}: {}", chunk.error)));
     }
@@ -115,20 +106,31 @@ pub(super) async fn job_usage(api: &Api, caller: &Caller, r: JobUsageRequest) ->
     }
     let mut out = Vec::new();
     for (node, request_id, answer) in answers {
-        let sample = match tokio::time::timeout(AGENT_TIMEOUT, answer).await {
-            Ok(Ok(sample)) => sample,
-            _ => {
-                api.leader.hub.forget_read(request_id);
-                return Err(Status::deadline_exceeded(format!(
-                    "the agent of {node} did not answer within {}s",
-                    AGENT_TIMEOUT.as_secs()
-                )));
-            }
-        };
+        let sample = agent_answer(api, &node, request_id, answer).await?;
         if !sample.error.is_empty() {
             return Err(Status::failed_precondition(format!("on {node}: {}", sample.error)));
         }
         out.push(NodeUsage { node, usage: sample.usage, rss_kb: sample.rss_kb, processes: sample.processes });
     }
     Ok(JobUsageResponse { job_id: r.job_id, nodes: out })
+}
+
+/// An agent's answer to a read of the leader's, within [`AGENT_TIMEOUT`]; the read is forgotten
+/// when none comes.
+async fn agent_answer<T>(
+    api: &Api,
+    node: &str,
+    request_id: u64,
+    answer: tokio::sync::oneshot::Receiver<T>,
+) -> Result<T, Status> {
+    match tokio::time::timeout(AGENT_TIMEOUT, answer).await {
+        Ok(Ok(answer)) => Ok(answer),
+        _ => {
+            api.leader.hub.forget_read(request_id);
+            Err(Status::deadline_exceeded(format!(
+                "the agent of {node} did not answer within {}s",
+                AGENT_TIMEOUT.as_secs()
+            )))
+        }
+    }
 }
