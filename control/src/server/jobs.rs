@@ -103,7 +103,7 @@ async fn recall_dependencies(api: &Api, spec: &crate::model::JobSpec) -> Result<
     if recalled.is_empty() {
         return Ok(());
     }
-    let jobs = quorum_state::tombstones(&recalled).into_iter().collect();
+    let jobs = quorum_state::tombstones(&recalled);
     api.replica.write(Command::RecallJobs { jobs, now: now_ms() }).await.map_err(write_status)?;
     Ok(())
 }
@@ -321,12 +321,14 @@ pub(super) async fn list_jobs(api: &Api, caller: &Caller, r: ListJobsRequest) ->
     read_barrier(api, r.stale).await?;
     let estimates = api.leader.estimates();
     let submitted_before = if r.submitted_before_ms == 0 { u64::MAX } else { r.submitted_before_ms };
+    // A set: a listing may name thousands of jobs, checked against every job while the state
+    // is locked.
+    let named: std::collections::BTreeSet<u64> = r.job_ids.iter().copied().collect();
     let wanted = |j: &crate::model::Job| {
         (states.is_empty() || states.contains(&j.state))
             && (r.user.is_empty() || j.user == r.user)
             && (!private || j.user == caller.user)
-            && (r.job_ids.is_empty()
-                || r.job_ids.iter().any(|&id| id == j.id || j.array.is_some_and(|a| a.array_job_id == id)))
+            && (named.is_empty() || named.contains(&j.id) || j.array.is_some_and(|a| named.contains(&a.array_job_id)))
             && (!r.history || j.end_time.is_none_or(|end| end >= r.ended_after_ms))
             && (!r.history || j.submit_time <= submitted_before)
     };

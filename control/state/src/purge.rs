@@ -12,7 +12,7 @@
 //! [`Command::RecallJobs`]: crate::Command::RecallJobs
 //! [`Response::Purged`]: crate::Response::Purged
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use quorum_model::{Job, JobId, JobState, Millis, Shared};
 
@@ -110,6 +110,6 @@ fn depended_on(state: &ClusterState) -> BTreeSet<JobId> {
 /// keeps them).
 ///
 /// [`Command::RecallJobs`]: crate::Command::RecallJobs
-pub fn tombstones<'a>(jobs: impl IntoIterator<Item = &'a Job>) -> BTreeMap<JobId, Departed> {
+pub fn tombstones<'a>(jobs: impl IntoIterator<Item = &'a Job>) -> Vec<(JobId, Departed)> {
     jobs.into_iter().map(|j| (j.id, Departed::of(j, 0))).collect()
 }
