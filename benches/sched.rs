@@ -106,6 +106,7 @@ pub fn cluster(pending: usize, nodes: usize) -> ClusterView {
             features: vec![],
             features_any: false,
             features_same: false,
+            feature_counts: Vec::new(),
             priority: None,
             licenses: vec![],
             exclude: vec![],

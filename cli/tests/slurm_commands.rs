@@ -741,3 +741,40 @@ async fn mail_and_licenses_follow_the_site_configuration() {
     }
     cluster.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn constraint_node_counts_pick_that_many_nodes_of_each_feature() {
+    // node01-node02 on rack1, node03-node04 on rack2.
+    let racks = |r: &str| vec![r.to_string()];
+    let node_features = vec![racks("rack1"), racks("rack1"), racks("rack2"), racks("rack2")];
+    let cluster = cluster(DevOptions { agents: 4, node_features, ..DevOptions::for_tests() }).await;
+    let c = client(&cluster.addrs);
+    wait_ready(&cluster, &c, 4).await;
+    let (dir, bin) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (d, b) = (dir.path(), bin.path());
+    // No node count given: the job gets the three nodes its features count, and Slurm's
+    // Features= shows them as written.
+    let id = sbatch_id(&cluster, d, b, &["-C", "[rack1*1&rack2*2]", "--wrap", "true"]);
+    wait_state(&c, id, &["COMPLETED"], T).await;
+    let show = ok(&cluster, d, b, "scontrol", &["show", "job", "-o", &id.to_string()]);
+    assert!(show.contains(" NumNodes=3 ") && show.contains(" Features=[rack1*1&rack2*2] "), "{show}");
+    let nodes = quorum_model::hostlist::expand(&job(&c, id).await.nodelist).unwrap();
+    assert_eq!(nodes.iter().filter(|n| ["node01", "node02"].contains(&n.as_str())).count(), 1, "{nodes:?}");
+    assert!(nodes.contains(&"node03".to_string()) && nodes.contains(&"node04".to_string()), "{nodes:?}");
+    // Four nodes, two of them on rack2: the others may be anything, so all four.
+    let test_only =
+        run_command(&cluster, d, &slurm_command(b, "sbatch"), &["--test-only", "-C", "rack2*2", "--wrap", "true"], "");
+    assert!(test_only.2.contains(" on nodes node[03-04] "), "{test_only:?}");
+    let id = sbatch_id(&cluster, d, b, &["-N", "4", "-C", "rack2*2", "--wrap", "true"]);
+    assert_eq!(wait_state(&c, id, &["COMPLETED"], T).await.nodelist, "node[01-04]");
+    // What the cluster cannot give, or the options do not say, is refused, naming it.
+    for (args, says) in [
+        (vec!["-C", "rack1*3", "--wrap", "true"], "have the features rack1*3: 3 with 'rack1' asked, 2 have it"),
+        (vec!["-N", "2", "-C", "[rack1*2&rack2*2]", "--wrap", "true"], "which counts 4 nodes"),
+        (vec!["-C", "rack1*2|rack2", "--wrap", "true"], "joined by & only, not |"),
+    ] {
+        let (code, out, err) = run_command(&cluster, d, &slurm_command(b, "sbatch"), &args, "");
+        assert_eq!(code, Some(1), "sbatch {args:?}: {out}\n{err}");
+        assert!(err.contains(says), "sbatch {args:?}: {err}");
+    }
+}

@@ -569,7 +569,10 @@ pub fn show_job(j: &JobInfo, now_ms: u64, priority: Option<u64>) -> String {
             "ReqNodeList={} ExcNodeList={} Features={}",
             null_or(&quorum_model::hostlist::compress(&spec.nodelist)),
             null_or(&quorum_model::hostlist::compress(&spec.exclude)),
-            null_or(&quorum_model::constraint_string(&spec.constraint, spec.constraint_any, spec.constraint_same))
+            null_or(&match spec.constraint_counts.is_empty() {
+                true => quorum_model::constraint_string(&spec.constraint, spec.constraint_any, spec.constraint_same),
+                false => quorum_model::counted_constraint_string(&spec.constraint, &spec.constraint_counts),
+            })
         ),
         format!(
             "Licenses={}",

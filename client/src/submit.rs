@@ -800,7 +800,7 @@ pub fn nodes_for_tasks(opts: &SubmitOpts, cpus_per_node: u32) -> Option<u32> {
     }
     let tasks = opts.ntasks.filter(|&t| t > 1)?;
     let per_node = cpus_per_node / opts.cpus_per_task.unwrap_or(1).max(1);
-    (per_node > 0).then(|| tasks.div_ceil(per_node))
+    (per_node > 0).then(|| tasks.div_ceil(per_node).max(counted_nodes(opts)))
 }
 
 /// A job spec built from the options, with what the submitter should be told.
@@ -855,23 +855,65 @@ fn total_gpus(opts: &SubmitOpts, nodes: u32) -> Result<u32, String> {
     }
 }
 
-/// `--constraint`: features joined by `&` or `,` (a node has all of them), or by `|` (a node has
-/// at least one; nodes may differ). Slurm's brackets, `*` counts and mixes of `&` with `|` are
-/// refused, naming what is not taken.
-/// `--constraint`: the features, whether any one of them is enough (`a|b`), and whether every
-/// node must have the same one (`[a|b]`, Slurm's matching OR).
-fn parse_constraint(c: &str) -> Result<(Vec<String>, bool, bool), String> {
+/// What `--constraint` asks for.
+#[derive(Debug, Default, PartialEq)]
+struct Constraint {
+    features: Vec<String>,
+    /// Joined by `|`: a node has one of them (nodes may differ).
+    any: bool,
+    /// `[a|b]`, Slurm's matching OR: every node has the same one.
+    same: bool,
+    /// `[a*2&b*4]`: this many nodes with each feature, one count per feature; empty without.
+    counts: Vec<u32>,
+}
+
+/// `--constraint`: features joined by `&` or `,` (a node has all of them), by `|` (a node has
+/// at least one; nodes may differ), `[a|b]` (every node has the same one), or with node counts,
+/// `a*2` and `[a*2&b*4]` (that many of the job's nodes have each feature). Other brackets, and
+/// mixes of `&` with `|` or of counted with uncounted features, are refused, naming what is not
+/// taken.
+fn parse_constraint(c: &str) -> Result<Constraint, String> {
     let bad = |why: &str| Err(format!("invalid --constraint '{c}': {why}"));
     let trimmed = c.trim();
-    if let Some(inner) = trimmed.strip_prefix('[').and_then(|r| r.strip_suffix(']')) {
-        if !inner.contains(['[', ']', '*', '&', ',']) {
-            let (words, _) = parse_constraint(inner).map(|(w, any, _)| (w, any))?;
+    let inner = trimmed.strip_prefix('[').and_then(|r| r.strip_suffix(']'));
+    if trimmed.contains('*') {
+        let terms = inner.unwrap_or(trimmed);
+        if terms.contains(['[', ']']) {
+            return bad("node counts (feature*N) take one pair of brackets around all of them, [a*2&b*4]");
+        }
+        if terms.contains('|') {
+            return bad("features with node counts (feature*N) are joined by & only, not |");
+        }
+        let mut out = Constraint::default();
+        for term in terms.split(['&', ',']).map(str::trim) {
+            let Some((name, count)) = term.split_once('*') else {
+                return bad(&format!(
+                    "'{term}' has no node count: give every feature a count (rack1*2&rack2*4) or none"
+                ));
+            };
+            let name = name.trim();
+            if name.is_empty() {
+                return bad("a feature name is missing before a node count");
+            }
+            match count.trim().parse::<u32>() {
+                Ok(n) if n > 0 => {
+                    out.features.push(name.to_string());
+                    out.counts.push(n);
+                }
+                _ => return bad(&format!("'{count}' is not a node count (1 or more) for feature '{name}'")),
+            }
+        }
+        return Ok(out);
+    }
+    if let Some(inner) = inner {
+        if !inner.contains(['[', ']', '&', ',']) {
+            let words = parse_constraint(inner)?.features;
             let same = words.len() > 1;
-            return Ok((words, same, same));
+            return Ok(Constraint { features: words, any: same, same, counts: Vec::new() });
         }
     }
-    if c.contains(['[', ']', '*']) {
-        return bad("node counts (*) and brackets other than one matching OR of features, [a|b], are not supported; join features by & (all of them) or | (any of them)");
+    if c.contains(['[', ']']) {
+        return bad("brackets take one matching OR of features, [a|b], or node counts, [a*2&b*4]; join features by & (all of them) or | (any of them)");
     }
     let any = c.contains('|');
     if any && c.contains(['&', ',']) {
@@ -881,7 +923,21 @@ fn parse_constraint(c: &str) -> Result<(Vec<String>, bool, bool), String> {
     if words.iter().any(|w| w.is_empty()) && words.len() > 1 {
         return bad("a feature name is missing between two operators");
     }
-    Ok((words.into_iter().filter(|w| !w.is_empty()).collect(), any, false))
+    Ok(Constraint {
+        features: words.into_iter().filter(|w| !w.is_empty()).collect(),
+        any,
+        same: false,
+        counts: Vec::new(),
+    })
+}
+
+/// The nodes `--constraint` counts (`[a*2&b*4]` counts 6), for a job that does not give `--nodes`.
+fn counted_nodes(opts: &SubmitOpts) -> u32 {
+    opts.constraint
+        .as_deref()
+        .and_then(|c| parse_constraint(c).ok())
+        .map(|c| c.counts.iter().fold(0u32, |a, &n| a.saturating_add(n)))
+        .unwrap_or(0)
 }
 
 /// Builds the job spec from the merged options. `cwd` is where the user submits from.
@@ -925,11 +981,29 @@ pub fn build_spec(cli: SubmitOpts, payload: Payload, cwd: &Path, env: Vec<(Strin
             Some(_) => {}
         }
     }
+    let constraint = match opts.constraint.as_deref() {
+        Some(c) => parse_constraint(c)?,
+        None => Constraint::default(),
+    };
+    let counted = constraint.counts.iter().fold(0u32, |a, &n| a.saturating_add(n));
+    if counted > 0 && listed > 0 {
+        return Err(format!(
+            "invalid --constraint '{}': node counts per feature and --nodelist cannot be given together",
+            opts.constraint.as_deref().unwrap_or_default()
+        ));
+    }
     let per_node = opts.ntasks_per_node;
     let nodes = match (opts.nodes.map(|n| n.min), opts.ntasks, per_node) {
+        (Some(n), _, _) if n < counted => {
+            return Err(format!(
+                "--nodes {n} with --constraint '{}', which counts {counted} nodes: ask for at least as many nodes as it counts",
+                opts.constraint.as_deref().unwrap_or_default()
+            ))
+        }
         (Some(n), _, _) => n,
-        (None, Some(tasks), Some(k)) => tasks.div_ceil(k),
-        _ => 1,
+        // As Slurm does, a job that names no node count gets the nodes its features count.
+        (None, Some(tasks), Some(k)) => tasks.div_ceil(k).max(counted),
+        _ => counted.max(1),
     };
     if let (Some(k), None) = (opts.ntasks_per_gpu, opts.ntasks) {
         if k == 0 {
@@ -1047,10 +1121,6 @@ pub fn build_spec(cli: SubmitOpts, payload: Payload, cwd: &Path, env: Vec<(Strin
             ))
         }
     };
-    let (constraint, constraint_any, constraint_same) = match opts.constraint.as_deref() {
-        Some(c) => parse_constraint(c)?,
-        None => (Vec::new(), false, false),
-    };
     let mut warnings = opts.tolerated.warnings();
     if let Some(NodeCount { min, max }) = opts.nodes.filter(|n| n.max > n.min) {
         warnings.push(format!(
@@ -1116,9 +1186,10 @@ pub fn build_spec(cli: SubmitOpts, payload: Payload, cwd: &Path, env: Vec<(Strin
             Some(l) => quorum_model::parse_licenses(l)?.into_iter().collect(),
             None => Default::default(),
         },
-        constraint,
-        constraint_any,
-        constraint_same,
+        constraint: constraint.features,
+        constraint_any: constraint.any,
+        constraint_same: constraint.same,
+        constraint_counts: constraint.counts,
         exclusive: opts.exclusive,
         requeue: opts.requeue,
         signal: opts.signal.clone().unwrap_or_default(),
@@ -1367,6 +1438,24 @@ mod tests {
                 (want.to_vec(), any, same),
                 "{line}"
             );
+            assert!(s.constraint_counts.is_empty(), "{line}");
+        }
+        // Node counts: as Slurm, a job that gives no node count gets the nodes its features
+        // count; one that gives more has the others free of any feature.
+        for (line, want, counts, nodes) in [
+            ("-C 'rack1*2'", &["rack1"][..], &[2][..], 2),
+            ("-C '[rack1*2&rack2*4]'", &["rack1", "rack2"], &[2, 4], 6),
+            ("-C 'rack1*2,rack2*1'", &["rack1", "rack2"], &[2, 1], 3),
+            ("-N 8 -C '[ ib*1 & opa*3 ]'", &["ib", "opa"], &[1, 3], 8),
+            ("-n 4 --ntasks-per-node=4 -C 'gpu*2'", &["gpu"], &[2], 2),
+        ] {
+            let s = script_spec(&format!("#SBATCH {line}\ntrue\n"), SubmitOpts::default()).unwrap();
+            assert_eq!(
+                (s.constraint.iter().map(String::as_str).collect::<Vec<_>>(), s.constraint_counts.as_slice(), s.nodes),
+                (want.to_vec(), counts, nodes),
+                "{line}"
+            );
+            assert!(!s.constraint_any && !s.constraint_same, "{line}");
         }
         assert!(s.append_output && built.wait);
         assert_eq!(
@@ -1408,9 +1497,15 @@ mod tests {
             ("--open-mode=sideways", "invalid --open-mode 'sideways': give append or truncate"),
             ("-N 1 -w n[1-2]", "--nodes 1 with 2 nodes in --nodelist"),
             ("-w n1 -x n1", "node 'n1' is both in --nodelist and in --exclude"),
-            ("-C '[ib*2&opa*2]'", "invalid --constraint '[ib*2&opa*2]': node counts (*) and brackets"),
-            ("-C 'ib*2'", "node counts (*) and brackets other than one matching OR"),
-            ("-C '[ib&opa]'", "node counts (*) and brackets other than one matching OR"),
+            ("-C '[ib&opa]'", "invalid --constraint '[ib&opa]': brackets take one matching OR of features"),
+            ("-C '[ib*2|opa*2]'", "features with node counts (feature*N) are joined by & only, not |"),
+            ("-C 'ib*2&opa'", "'opa' has no node count: give every feature a count"),
+            ("-C 'ib*0'", "'0' is not a node count (1 or more) for feature 'ib'"),
+            ("-C 'ib*x'", "'x' is not a node count"),
+            ("-C '*2'", "a feature name is missing before a node count"),
+            ("-C '[[ib*2]&opa*1]'", "node counts (feature*N) take one pair of brackets"),
+            ("-N 2 -C '[ib*2&opa*2]'", "--nodes 2 with --constraint '[ib*2&opa*2]', which counts 4 nodes"),
+            ("-w n1 -C 'ib*1'", "node counts per feature and --nodelist cannot be given together"),
             ("-C 'ib|opa&gpu'", "join the features by & (all of them) or by | (any of them), not both"),
             ("-C 'ib||opa'", "a feature name is missing between two operators"),
             ("--cpus-per-gpu=2", "invalid --cpus-per-gpu '2': the job asks for no GPUs"),
@@ -1432,6 +1527,7 @@ mod tests {
     fn a_task_count_alone_takes_as_many_nodes_as_its_tasks_need() {
         let opts = |line: &str| script_options("job.sh", &format!("#SBATCH {line}\n")).unwrap();
         assert_eq!(nodes_for_tasks(&opts("-n 12"), 8), Some(2));
+        assert_eq!(nodes_for_tasks(&opts("-n 2 -C '[a*2&b*2]'"), 8), Some(4), "the features count 4 nodes");
         assert_eq!(nodes_for_tasks(&opts("-n 12 -c 4"), 8), Some(6));
         assert_eq!(nodes_for_tasks(&opts("-n 8"), 8), Some(1));
         assert_eq!(nodes_for_tasks(&opts("-n 12 -N 1"), 8), None, "the nodes are named");

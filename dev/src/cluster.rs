@@ -68,6 +68,8 @@ pub struct DevOptions {
     /// How long an ended job stays in the hot state before it moves to the job history
     /// (`min_job_age_s`; zero: for good).
     pub min_job_age: Duration,
+    /// Node features by agent: the i-th agent has the i-th list (none past the end).
+    pub node_features: Vec<Vec<String>>,
 }
 
 impl Default for DevOptions {
@@ -101,6 +103,7 @@ impl Default for DevOptions {
             mail_program: None,
             licenses: Default::default(),
             min_job_age: Duration::from_secs(300),
+            node_features: Vec::new(),
         }
     }
 }
@@ -310,6 +313,7 @@ impl DevCluster {
                 // Several nodes on one host: each job sees its own node's name (as root).
                 node_hostname: opts.switch_user && is_root(),
                 tmp_base: job_tmp.path().to_path_buf(),
+                features: opts.node_features.get(i).cloned().unwrap_or_default(),
                 ..AgentConfig::new(node_name(i), addrs.clone(), data_dir.join(format!("agent-{}", node_name(i))))
             })
             .collect();
@@ -381,6 +385,9 @@ impl DevCluster {
                     command.arg("--no-cgroups");
                 }
                 command.arg("--tmp-base").arg(&config.tmp_base);
+                if !config.features.is_empty() {
+                    command.arg("--features").arg(config.features.join(","));
+                }
                 if config.node_hostname {
                     command.arg("--node-hostname");
                 }

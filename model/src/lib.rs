@@ -131,6 +131,11 @@ pub struct JobSpec {
     /// has the same one of `constraint`. From feature level 13.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub constraint_same: bool,
+    /// `--constraint [a*2&b*4]` (Slurm's node counts): when not empty, as long as `constraint`,
+    /// and the job needs this many nodes with each feature of `constraint`, each node counted
+    /// for one feature only; its other nodes may have any features. From feature level 15.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub constraint_counts: Vec<u32>,
     /// `--priority`: the job's priority, instead of the one the scheduler computes (operators
     /// only). From feature level 12.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -448,6 +453,79 @@ pub fn constraint_string(wanted: &[String], any: bool, same: bool) -> String {
     }
 }
 
+/// `--constraint` with node counts as it was written: `[a*2&b*4]`, or `a*2` for one feature.
+pub fn counted_constraint_string(wanted: &[String], counts: &[u32]) -> String {
+    let joined: Vec<String> = wanted.iter().zip(counts).map(|(f, c)| format!("{f}*{c}")).collect();
+    match joined.len() {
+        1 => joined[0].clone(),
+        _ => format!("[{}]", joined.join("&")),
+    }
+}
+
+/// Which of `candidates` (each node's features, best first) give `--constraint` node counts:
+/// `counts[i]` nodes with `wanted[i]`, no node counted twice. Returns, for each counted node
+/// in the order of `wanted`, its index in `candidates`; `None` when no choice gives them all.
+/// Each count takes the best free candidates first; when none is left for one, a node taken
+/// earlier is moved to another feature it has (augmenting paths), so the answer is exact even
+/// where nodes have several of the features.
+pub fn assign_feature_counts(wanted: &[String], counts: &[u32], candidates: &[&[String]]) -> Option<Vec<usize>> {
+    if counts.iter().map(|&c| c as usize).fold(0usize, usize::saturating_add) > candidates.len() {
+        return None;
+    }
+    // One slot per node asked for: its feature.
+    let slots: Vec<&String> =
+        wanted.iter().zip(counts).flat_map(|(f, &c)| std::iter::repeat_n(f, c as usize)).collect();
+    let mut owner: Vec<Option<usize>> = vec![None; candidates.len()];
+    let mut of_slot: Vec<usize> = Vec::with_capacity(slots.len());
+    for s in 0..slots.len() {
+        // The best free candidate with the feature, when there is one: the common case costs
+        // one scan.
+        let free = (0..candidates.len()).find(|&c| owner[c].is_none() && candidates[c].contains(slots[s]));
+        match free {
+            Some(c) => {
+                owner[c] = Some(s);
+                of_slot.push(c);
+            }
+            None => {
+                of_slot.push(usize::MAX);
+                let mut seen = vec![false; candidates.len()];
+                if !augment(s, &slots, candidates, &mut owner, &mut of_slot, &mut seen) {
+                    return None;
+                }
+            }
+        }
+    }
+    Some(of_slot)
+}
+
+/// Kuhn's augmenting path from slot `s`: gives it a candidate with its feature, moving the
+/// slot that held one to another of its own.
+fn augment(
+    s: usize,
+    slots: &[&String],
+    candidates: &[&[String]],
+    owner: &mut [Option<usize>],
+    of_slot: &mut [usize],
+    seen: &mut [bool],
+) -> bool {
+    for c in 0..candidates.len() {
+        if seen[c] || !candidates[c].contains(slots[s]) {
+            continue;
+        }
+        seen[c] = true;
+        let free = match owner[c] {
+            None => true,
+            Some(other) => augment(other, slots, candidates, owner, of_slot, seen),
+        };
+        if free {
+            owner[c] = Some(s);
+            of_slot[s] = c;
+            return true;
+        }
+    }
+    false
+}
+
 /// Whether `nodes` (each node's features) all have one same feature of `wanted`, as a
 /// matching OR (`[a|b]`) asks.
 pub fn share_a_feature<'n>(wanted: &[String], nodes: impl Iterator<Item = &'n [String]> + Clone) -> bool {
@@ -530,9 +608,34 @@ impl JobSpec {
     /// for, is not excluded, and is in the node list when that lists all of the job's nodes (a
     /// shorter list names nodes the job must have among others, from feature level 13).
     pub fn may_use(&self, name: &str, features: &[String]) -> bool {
-        features_match(&self.constraint, self.constraint_any, features)
+        (self.counts_features() || features_match(&self.constraint, self.constraint_any, features))
             && !self.exclude.iter().any(|x| x == name)
             && (!self.lists_every_node() || self.nodelist.iter().any(|x| x == name))
+    }
+
+    /// Whether `--constraint` counts nodes per feature (`[a*2&b*4]`): then it asks nothing of
+    /// each node alone.
+    pub fn counts_features(&self) -> bool {
+        !self.constraint_counts.is_empty()
+    }
+
+    /// The nodes its `--constraint` counts, all features together.
+    pub fn counted_nodes(&self) -> u64 {
+        self.constraint_counts.iter().map(|&c| u64::from(c)).sum()
+    }
+
+    /// `--constraint` as the user wrote it (Slurm's `Features=`).
+    pub fn constraint_text(&self) -> String {
+        if self.counts_features() {
+            counted_constraint_string(&self.constraint, &self.constraint_counts)
+        } else {
+            constraint_string(&self.constraint, self.constraint_any, self.constraint_same)
+        }
+    }
+
+    /// Whether the spec carries what only feature level 15 records (`--constraint` node counts).
+    pub fn uses_level_15(&self) -> bool {
+        self.counts_features()
     }
 
     /// Whether `--nodelist` names every node of the job (not only some it must have).
@@ -604,6 +707,28 @@ impl JobSpec {
                     self.nodes
                 ),
             );
+        }
+        if self.counts_features() {
+            if self.constraint_counts.len() != self.constraint.len() || self.constraint_counts.contains(&0) {
+                return invalid("constraint", "give one node count of 1 or more for each feature".into());
+            }
+            if self.constraint_any || self.constraint_same {
+                return invalid("constraint", "features with node counts are joined by & only".into());
+            }
+            if self.counted_nodes() > u64::from(self.nodes) {
+                return invalid(
+                    "constraint",
+                    format!(
+                        "{} counts {} nodes, more than the {} the job asks for",
+                        self.constraint_text(),
+                        self.counted_nodes(),
+                        self.nodes
+                    ),
+                );
+            }
+            if !self.nodelist.is_empty() {
+                return invalid("constraint", "node counts per feature and --nodelist cannot be given together".into());
+            }
         }
         if self.gpu_type.is_some() && self.gpus_per_node == 0 {
             return invalid("gpus", "a GPU type was given without a GPU count".into());
@@ -1257,6 +1382,19 @@ mod bounds_tests {
         refused(JobSpec { nodes: 200_000, ntasks: 200_000, ..spec() }, "nodes");
         refused(JobSpec { time_limit_s: Some(307_445_734_561_825_861), ..spec() }, "time_limit");
         refused(JobSpec { name: "\u{1b}[2J".into(), ..spec() }, "name");
+        let counted = |counts: Vec<u32>| JobSpec {
+            nodes: 4,
+            ntasks: 4,
+            constraint: vec!["a".into(), "b".into()],
+            constraint_counts: counts,
+            ..spec()
+        };
+        assert!(counted(vec![1, 3]).check_shape().is_ok());
+        refused(counted(vec![1]), "constraint");
+        refused(counted(vec![1, 0]), "constraint");
+        refused(counted(vec![u32::MAX, u32::MAX]), "constraint");
+        refused(JobSpec { constraint_any: true, ..counted(vec![1, 1]) }, "constraint");
+        refused(JobSpec { nodelist: vec!["n1".into()], ..counted(vec![1, 1]) }, "constraint");
         refused(JobSpec { program: Program::Script("#!/bin/sh\n".repeat(500_000)), ..spec() }, "script");
         refused(JobSpec { program: Program::Argv(vec!["a\0b".into()]), ..spec() }, "command");
         refused(JobSpec { env: Env::new([("A", "x\0y")]), ..spec() }, "env");
@@ -1272,5 +1410,28 @@ mod bounds_tests {
         assert!(parse::parse_time_limit("307445734561825861").unwrap_err().to_string().contains("longest"));
         assert!(parse::parse_time_limit("99999999999999-0").is_err());
         assert_eq!(parse::parse_time_limit("36500-00:00:00").unwrap(), Some(36500 * 86400));
+    }
+
+    #[test]
+    fn node_counts_per_feature_count_each_node_once() {
+        let f = |names: &[&str]| names.iter().map(|s| s.to_string()).collect::<Vec<String>>();
+        let (a, ab, b, none) = (f(&["a"]), f(&["a", "b"]), f(&["b"]), f(&[]));
+        let wanted = f(&["a", "b"]);
+        // The best candidates first: a*1 takes n0, b*1 the first with b left.
+        let nodes: Vec<&[String]> = vec![&ab, &a, &none, &b];
+        assert_eq!(assign_feature_counts(&wanted, &[1, 1], &nodes), Some(vec![0, 3]));
+        // The only node with b is the one a took first: a moves to the other node with a.
+        let nodes: Vec<&[String]> = vec![&ab, &a];
+        assert_eq!(assign_feature_counts(&wanted, &[1, 1], &nodes), Some(vec![1, 0]));
+        // One node with both cannot be counted for both.
+        let nodes: Vec<&[String]> = vec![&ab, &none, &none];
+        assert_eq!(assign_feature_counts(&wanted, &[1, 1], &nodes), None);
+        assert_eq!(assign_feature_counts(&wanted, &[2, 1], &[&ab, &ab, &a]), Some(vec![1, 2, 0]), "moved twice");
+        assert_eq!(assign_feature_counts(&wanted, &[u32::MAX, u32::MAX], &[&ab]), None, "no slot per count");
+        let spec =
+            JobSpec { nodes: 6, constraint: wanted.clone(), constraint_counts: vec![2, 4], ..Default::default() };
+        assert_eq!(spec.constraint_text(), "[a*2&b*4]");
+        assert!(spec.may_use("n", &none), "a counted feature asks nothing of each node");
+        assert_eq!(spec.counted_nodes(), 6);
     }
 }

@@ -21,7 +21,8 @@ pub fn need(job: &PendingJob, node: &NodeView, partition_exclusive: bool) -> Res
 /// Whether the node could ever hold the job, were it empty.
 pub fn could_hold(job: &PendingJob, node: &NodeView) -> bool {
     node.schedulable
-        && quorum_model::features_match(&job.features, job.features_any, &node.features)
+        && (!job.feature_counts.is_empty()
+            || quorum_model::features_match(&job.features, job.features_any, &node.features))
         && !job.exclude.contains(&node.name)
         && (!lists_every_node(job) || job.only.contains(&node.name))
         && node.gpu_count(job.gpu_type.as_deref()) >= job.per_node.gpus
@@ -35,7 +36,8 @@ fn lists_every_node(job: &PendingJob) -> bool {
 }
 
 /// Picks `k` nodes for `job` among `fitting`, as [`choose`] does. With `[a|b]` (a matching
-/// OR) they all have one of the features, the first written that gives enough.
+/// OR) they all have one of the features, the first written that gives enough; with node
+/// counts (`[a*2&b*4]`), see [`choose_counted`].
 fn choose_for(
     topology: &Topology,
     job: &PendingJob,
@@ -43,6 +45,9 @@ fn choose_for(
     fitting: Vec<(usize, i64)>,
     k: usize,
 ) -> Option<Vec<usize>> {
+    if !job.feature_counts.is_empty() {
+        return choose_counted(topology, job, view, fitting, k);
+    }
     if !(job.features_same && job.features.len() > 1) {
         return choose_listed(topology, job, view, fitting, k);
     }
@@ -51,6 +56,48 @@ fn choose_for(
             fitting.iter().copied().filter(|(i, _)| view.nodes[*i].features.contains(f)).collect();
         choose_listed(topology, job, view, with, k)
     })
+}
+
+/// Picks `k` nodes for a job with node counts per feature (`[a*2&b*4]`): the counted nodes
+/// first, best fit first among those with each feature (exact where nodes have several of the
+/// features, see [`quorum_model::assign_feature_counts`]), then the rest as [`choose`] picks
+/// them among the others. The counted nodes are not grouped by switch.
+fn choose_counted(
+    topology: &Topology,
+    job: &PendingJob,
+    view: &ClusterView,
+    mut fitting: Vec<(usize, i64)>,
+    k: usize,
+) -> Option<Vec<usize>> {
+    if fitting.len() < k {
+        return None;
+    }
+    fitting.sort_by_key(|(i, left)| (*left, *i));
+    let with: Vec<usize> = fitting
+        .iter()
+        .map(|(i, _)| *i)
+        .filter(|&i| job.features.iter().any(|f| view.nodes[i].features.contains(f)))
+        .collect();
+    let features: Vec<&[String]> = with.iter().map(|&i| view.nodes[i].features.as_slice()).collect();
+    let counted: Vec<usize> = quorum_model::assign_feature_counts(&job.features, &job.feature_counts, &features)?
+        .into_iter()
+        .map(|c| with[c])
+        .collect();
+    let others: Vec<(usize, i64)> = fitting.into_iter().filter(|(i, _)| !counted.contains(i)).collect();
+    let mut nodes = counted;
+    if k > nodes.len() {
+        nodes.extend(choose(topology, others, k - nodes.len())?);
+    }
+    Some(nodes)
+}
+
+/// Whether `nodes` give the job's node counts per feature (true for a job without them).
+fn counts_met(job: &PendingJob, view: &ClusterView, nodes: &[usize]) -> bool {
+    if job.feature_counts.is_empty() {
+        return true;
+    }
+    let features: Vec<&[String]> = nodes.iter().map(|&i| view.nodes[i].features.as_slice()).collect();
+    quorum_model::assign_feature_counts(&job.features, &job.feature_counts, &features).is_some()
 }
 
 /// Picks `k` nodes for `job` among `fitting`, as [`choose`] does; a job that lists fewer nodes
@@ -269,6 +316,9 @@ fn earliest_on(
     }
     let features = nodes.iter().map(|&i| view.nodes[i].features.as_slice());
     if job.features_same && !quorum_model::share_a_feature(&job.features, features) {
+        return None;
+    }
+    if !counts_met(job, view, nodes) {
         return None;
     }
     let dur = job.duration_s();

@@ -982,6 +982,68 @@ fn a_matching_or_puts_every_node_on_the_same_feature() {
 }
 
 #[test]
+fn node_counts_per_feature_take_that_many_nodes_of_each() {
+    // n01-n02: rack1 and ib; n03-n05: rack2; n06-n07: nothing.
+    let features = |i: u32| match i {
+        1 | 2 => &["rack1", "ib"][..],
+        3..=5 => &["rack2"][..],
+        _ => &[][..],
+    };
+    let nodes = (1..=7).map(|i| node(&format!("n{i:02}"), 1, 0, "", features(i)));
+    let mut b = Bench::new(nodes.collect(), Policy::default());
+    let versions =
+        BTreeMap::from([(1, quorum_state::ReplicaVersion { level: quorum_state::FEATURE_LEVEL, version: "t".into() })]);
+    b.cmd(Command::SetReplicaVersions { versions, now: 0 });
+    let counted = |s: &mut JobSpec, nodes: u32, features: &[(&str, u32)]| {
+        (s.nodes, s.ntasks) = (nodes, nodes);
+        s.constraint = features.iter().map(|(f, _)| f.to_string()).collect();
+        s.constraint_counts = features.iter().map(|(_, c)| *c).collect();
+    };
+    let names = |b: &Bench, j: u64| {
+        let mut n: Vec<String> =
+            b.state.jobs[&j].allocation.as_ref().unwrap().nodes.iter().map(|n| n.node.clone()).collect();
+        n.sort();
+        n
+    };
+    let busy = b.submit_with("alice", |s| {
+        (s.nodes, s.ntasks, s.nodelist) = (2, 2, vec!["n02".into(), "n03".into()]);
+    });
+    // [rack2*2&ib*1] on 4 nodes: the two free rack2 nodes, the free ib node, and one with
+    // no feature asked of it (the lowest free: every node is the same size).
+    let job = b.submit_with("alice", |s| counted(s, 4, &[("rack2", 2), ("ib", 1)]));
+    assert_eq!(started(&b.cycle()), vec![busy, job]);
+    assert_eq!(names(&b, job), ["n01", "n04", "n05", "n06"]);
+    // rack2*3 while every rack2 node is busy: it waits, its reservation on the three of them,
+    // not on n07, which is free but lacks rack2.
+    let next = b.submit_with("alice", |s| counted(s, 3, &[("rack2", 3)]));
+    let p = b.cycle();
+    assert!(started(&p).is_empty());
+    let mut reserved = p.estimates[&next].nodes.clone();
+    reserved.sort();
+    assert_eq!(reserved, ["n03", "n04", "n05"]);
+    b.at(200);
+    b.end(busy);
+    b.end(job);
+    assert_eq!(started(&b.cycle()), vec![next]);
+    assert_eq!(names(&b, next), ["n03", "n04", "n05"]);
+    // More nodes with a feature than the partition has: refused at submit, naming it.
+    let mut spec: JobSpec = (*b.state.jobs[&next].spec).clone();
+    counted(&mut spec, 4, &[("rack1", 3), ("rack2", 1)]);
+    let r = b.cmd(Command::SubmitJob {
+        spec: Box::new(spec),
+        user: "alice".into(),
+        now: b.now_ms,
+        request_id: "too-many".into(),
+    });
+    match r {
+        Response::Rejected(quorum_model::Rejection::NeverFits { detail }) => {
+            assert!(detail.contains("have the features [rack1*3&rack2*1]: 3 with 'rack1' asked, 2 have it"), "{detail}")
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
 fn dependencies_on_jobs_that_left_the_hot_state_still_hold() {
     use quorum_model::parse_dependencies;
     let mut b = Bench::new(ten_nodes(), fifo(BackfillMode::Easy, 1));

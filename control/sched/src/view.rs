@@ -126,6 +126,9 @@ pub struct PendingJob {
     pub features_any: bool,
     /// `[a|b]`: with `features_any`, every node of the job has the same one of them.
     pub features_same: bool,
+    /// `[a*2&b*4]`: when not empty, one count per feature of `features`: the job needs that
+    /// many nodes with each, no node counted twice, and asks nothing of its other nodes.
+    pub feature_counts: Vec<u32>,
     /// Set by an operator (`--priority`): this, not the computed priority.
     pub priority: Option<u32>,
     /// Licenses it holds while it runs (`--licenses`).
@@ -344,6 +347,11 @@ fn requested(spec: &JobSpec, names: &mut Names) -> PendingJob {
         features: spec.constraint.clone(),
         features_any: spec.constraint_any,
         features_same: spec.constraint_same,
+        // One node with one counted feature is that feature on its node.
+        feature_counts: match spec.nodes {
+            1 => Vec::new(),
+            _ => spec.constraint_counts.clone(),
+        },
         priority: spec.priority,
         licenses: spec.licenses.iter().map(|(n, c)| (n.clone(), *c)).collect(),
         exclude: spec.exclude.clone(),

@@ -497,6 +497,37 @@ fn admit(state: &ClusterState, spec: &mut JobSpec) -> Result<String, Rejection> 
             ),
         });
     }
+    if spec.counts_features() && state.partition_nodes(partition).next().is_some() {
+        // `[a*2&b*4]`: enough nodes that could hold the job have each feature, no node
+        // counted for two.
+        let with: Vec<&[String]> = state
+            .partition_nodes(partition)
+            .filter(|n| chosen(n) && spec.constraint.iter().any(|f| n.features.contains(f)))
+            .filter(|n| n.could_hold(cpus, mem, spec.gpus_per_node, gpu_type))
+            .map(|n| n.features.as_slice())
+            .collect();
+        if quorum_model::assign_feature_counts(&spec.constraint, &spec.constraint_counts, &with).is_none() {
+            let short: Vec<String> = spec
+                .constraint
+                .iter()
+                .zip(&spec.constraint_counts)
+                .map(|(f, c)| (f, c, with.iter().filter(|n| n.contains(f)).count()))
+                .filter(|(_, &c, have)| *have < c as usize)
+                .map(|(f, c, have)| format!("{c} with '{f}' asked, {have} have it"))
+                .collect();
+            return Err(Rejection::NeverFits {
+                detail: format!(
+                    "too few nodes of partition '{}' that could hold the job have the features {}: {}",
+                    partition.name,
+                    spec.constraint_text(),
+                    match short.is_empty() {
+                        true => "no node can be counted for two features".to_string(),
+                        false => short.join(", "),
+                    }
+                ),
+            });
+        }
+    }
     // Stops at the first `nodes` capable nodes: admission costs the job's size, not the cluster's.
     let capable = state
         .partition_nodes(partition)
@@ -523,11 +554,8 @@ fn admit(state: &ClusterState, spec: &mut JobSpec) -> Result<String, Rejection> 
 /// Why too few of a partition's `registered` nodes are ones the job may have.
 fn choice_detail(partition: &str, registered: usize, eligible: usize, spec: &JobSpec) -> String {
     let mut why = Vec::new();
-    if !spec.constraint.is_empty() {
-        why.push(format!(
-            "have the features {}",
-            quorum_model::constraint_string(&spec.constraint, spec.constraint_any, spec.constraint_same)
-        ));
+    if !spec.constraint.is_empty() && !spec.counts_features() {
+        why.push(format!("have the features {}", spec.constraint_text()));
     }
     if !spec.exclude.is_empty() {
         why.push(format!("are not excluded ({})", spec.exclude.join(",")));

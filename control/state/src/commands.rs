@@ -47,7 +47,12 @@ pub struct NodeRegistration {
 ///     same one), and node lists naming only some of a job's nodes (`-N 4 -w n[1-2]`).
 /// 14. ended jobs leaving the hot state for the job history (`PurgeJobs`), tombstones of them
 ///     recalled from it for a dependency (`RecallJobs`), and what a job used (`JobUsed`).
-pub const FEATURE_LEVEL: u32 = 14;
+/// 15. `--constraint` node counts per feature (`[rack1*2&rack2*4]`).
+pub const FEATURE_LEVEL: u32 = 15;
+
+/// The level that records `--constraint` node counts; below it the services refuse jobs that
+/// use them.
+pub const FEATURE_COUNTS_LEVEL: u32 = 15;
 
 /// The level that applies [`Command::PurgeJobs`] and [`Command::RecallJobs`]; below it ended
 /// jobs stay in the hot state.
@@ -112,7 +117,9 @@ pub struct Submit {
 
 /// The level a replica needs to apply a submit of this job, and what in the job needs it.
 pub fn spec_level(spec: &JobSpec) -> (u32, &'static str) {
-    if spec.uses_level_13() {
+    if spec.uses_level_15() {
+        (FEATURE_COUNTS_LEVEL, "a job with node counts in --constraint (feature*count)")
+    } else if spec.uses_level_13() {
         (
             NODE_LIST_PART_LEVEL,
             "a job with --kill-on-invalid-dep=yes, --gid or --constraint [a|b], or a --nodelist naming fewer nodes than --nodes",
