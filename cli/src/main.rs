@@ -13,6 +13,7 @@ mod salloc;
 mod sbatch;
 mod scancel;
 mod scontrol;
+mod seff;
 mod sinfo;
 mod slurm;
 mod sprio;
@@ -88,6 +89,12 @@ enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// How efficiently a job used its CPUs and memory, like seff (`quorum eff 12`).
+    #[command(disable_help_flag = true)]
+    Eff {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
     /// Each controller replica's Raft status.
     Cluster(commands::cluster::Args),
     /// Link the Slurm command names this program answers to (`scontrol show hostnames`, ...)
@@ -152,7 +159,9 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Dev { .. } | Command::Simulate { .. } | Command::Bench { .. } => {
             unreachable!("main hands these to quorum-dev")
         }
-        Command::Acct { .. } | Command::Stat { .. } => unreachable!("main runs them as sacct and sstat"),
+        Command::Acct { .. } | Command::Stat { .. } | Command::Eff { .. } => {
+            unreachable!("main runs them as sacct, sstat and seff")
+        }
         Command::InstallSlurmCommands { .. } => unreachable!("answered above"),
     }
 }
@@ -192,6 +201,7 @@ fn main() -> ExitCode {
     let slurm_named = match &cli.command {
         Command::Acct { args } => Some(("sacct", args)),
         Command::Stat { args } => Some(("sstat", args)),
+        Command::Eff { args } => Some(("seff", args)),
         _ => None,
     };
     if let Some((name, args)) = slurm_named {

@@ -113,6 +113,8 @@ const FIELDS: &[(&str, usize)] = &[
     ("UserCPU", 10),
     ("SystemCPU", 10),
     ("MaxRSS", 10),
+    ("ReqMem", 10),
+    ("AllocTRES", 40),
 ];
 
 /// The fields of a `--format`: each name (any case) with a width (`Name%20`, else its own).
@@ -273,6 +275,23 @@ fn value(field: &str, line: &Line, now_ms: u64) -> String {
         "UserCPU" => job.usage.as_ref().map_or_else(String::new, |u| cpu_time(u.cpu_user_us)),
         "SystemCPU" => job.usage.as_ref().map_or_else(String::new, |u| cpu_time(u.cpu_system_us)),
         "MaxRSS" => job.usage.as_ref().map_or_else(String::new, |u| format!("{}K", u.max_rss_kb)),
+        // What the job asked for in all (every node's), as Slurm 22.05 writes it.
+        "ReqMem" => spec.map_or_else(String::new, |s| {
+            quorum_model::parse::format_mem_mb(s.mem_per_node_mb.saturating_mul(u64::from(s.nodes.max(1))))
+        }),
+        "AllocTRES" if step.is_some() || job.allocation.is_empty() => String::new(),
+        // What it was given, in sacct's order (by name).
+        "AllocTRES" => {
+            let a = &job.allocation;
+            let gpus: usize = a.iter().map(|n| n.gpus.len()).sum();
+            let mut tres = vec![format!("cpu={}", a.iter().map(|n| u64::from(n.cpus)).sum::<u64>())];
+            if gpus > 0 {
+                tres.push(format!("gres/gpu={gpus}"));
+            }
+            tres.push(format!("mem={}", quorum_model::parse::format_mem_mb(a.iter().map(|n| n.mem_mb).sum())));
+            tres.push(format!("node={}", a.len()));
+            tres.join(",")
+        }
         "Reason" => {
             if job.reason.is_empty() {
                 "None".into()
@@ -579,5 +598,19 @@ mod tests {
         );
         let narrow = parse_fields("JobID,State%5").unwrap();
         assert_eq!(render(&narrow, &lines[..1], 0, None, false), "12           COMP+ \n");
+        // What it asked for and was given.
+        let given = |mem_mb, gpus: Vec<u32>| api::NodeAllocation { node: "n".into(), cpus: 4, mem_mb, gpus };
+        let asked = api::JobSpec { nodes: 2, mem_per_node_mb: 3072, ..Default::default() };
+        let job = JobInfo {
+            spec: Some(asked),
+            allocation: vec![given(3072, vec![0, 1]), given(3072, vec![2, 3])],
+            ..job.clone()
+        };
+        let fields = parse_fields("ReqMem,AllocTRES").unwrap();
+        assert_eq!(
+            render(&fields, &[Line::Job { job: &job, tasks: vec![] }], 0, Some(false), false),
+            "6G|cpu=8,gres/gpu=4,mem=6G,node=2\n"
+        );
+        assert_eq!(render(&fields, &lines[3..], 0, Some(false), false), "|\n", "nothing asked, nothing given");
     }
 }

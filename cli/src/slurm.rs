@@ -2,15 +2,16 @@
 //! program; `quorum install-slurm-commands DIR` makes the links): `sbatch` ([`crate::sbatch`]),
 //! `scancel` ([`crate::scancel`]), `squeue` ([`crate::squeue`]), `sinfo` ([`crate::sinfo`]),
 //! `sacct` ([`crate::sacct`]), `scontrol` ([`crate::scontrol`]), `sprio` ([`crate::sprio`]),
-//! `sshare` ([`crate::sshare`]), `sstat` ([`crate::sstat`]), `srun` (job steps,
+//! `sshare` ([`crate::sshare`]), `sstat` ([`crate::sstat`]), `seff` ([`crate::seff`]), `srun` (job steps,
 //! [`crate::srun`]) and `salloc` ([`crate::salloc`]).
 
 use std::path::Path;
 use std::process::ExitCode;
 
 /// The names linked by `quorum install-slurm-commands`.
-pub const NAMES: &[&str] =
-    &["sacct", "sbatch", "scancel", "scontrol", "sinfo", "sprio", "squeue", "srun", "salloc", "sshare", "sstat"];
+pub const NAMES: &[&str] = &[
+    "sacct", "sbatch", "scancel", "scontrol", "seff", "sinfo", "sprio", "squeue", "srun", "salloc", "sshare", "sstat",
+];
 
 /// Runs the Slurm command `name` with `args` (without the program name), if `quorum` knows it.
 pub fn run(name: &str, args: &[String]) -> Option<ExitCode> {
@@ -25,6 +26,7 @@ pub fn run(name: &str, args: &[String]) -> Option<ExitCode> {
         "sshare" => crate::sshare::main(args),
         "sacct" => crate::sacct::main(args),
         "sstat" => crate::sstat::main(args),
+        "seff" => crate::seff::main(args),
         "salloc" => crate::salloc::main(args),
         _ => return None,
     })

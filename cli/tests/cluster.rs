@@ -628,3 +628,57 @@ async fn agents_registering_at_once_share_raft_entries() {
     drop(open);
     cluster.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_that_installs_a_snapshot_copies_the_job_history_it_skipped() {
+    let opts = DevOptions {
+        snapshot_every: 20,
+        snapshot_keep_logs: 0,
+        min_job_age: Duration::from_secs(1),
+        ..DevOptions::for_tests()
+    };
+    let mut cluster = cluster(opts).await;
+    let c = client(&cluster.addrs);
+    wait_ready(&cluster, &c, 2).await;
+    let dir = tempfile::tempdir().unwrap();
+    let leader = cluster.leader().unwrap();
+    let follower = (leader + 1) % 3;
+    cluster.stop_controller(follower).await;
+    let mut jobs = Vec::new();
+    for _ in 0..10 {
+        jobs.push(submit(&c, spec(&["true"], dir.path())).await);
+    }
+    for &j in &jobs {
+        wait_state(&c, j, &["COMPLETED"], T).await;
+    }
+    // They leave the hot state for the history (a second after they end)...
+    let left_at = wait_for(T, "the jobs to leave the hot state", || async {
+        let l = cluster.controller(cluster.leader()?)?;
+        let applied = l.replica.shared.read();
+        jobs.iter().all(|j| !applied.state.jobs.contains_key(j)).then(|| applied.applied_index())
+    })
+    .await;
+    // ...and the leader's snapshot passes that, its log behind it purged: the stopped replica
+    // can only catch up by installing the snapshot, which holds none of them.
+    wait_for(T, "a leader snapshot past the purge", || async {
+        submit(&c, spec(&["true"], dir.path())).await;
+        let l = cluster.controller(cluster.leader()?)?;
+        let snap = l.replica.raft.metrics().borrow().snapshot?;
+        (snap.index > left_at).then_some(())
+    })
+    .await;
+    cluster.restart_controller(follower).await.unwrap();
+    let f = cluster.controller(follower).unwrap();
+    wait_for(T, "the follower to install the snapshot", || async {
+        (f.replica.raft.metrics().borrow().snapshot?.index > left_at).then_some(())
+    })
+    .await;
+    // Its history has them all, copied from a peer, and answers again.
+    let history = f.replica.shared.history.clone();
+    wait_for(T, "the follower's history to hold the jobs", || async {
+        (history.gap().is_none() && jobs.iter().all(|j| history.get(*j).ok().flatten().is_some())).then_some(())
+    })
+    .await;
+    let copied = history.get(jobs[0]).unwrap().unwrap();
+    assert_eq!((copied.id, copied.state), (jobs[0], quorum_model::JobState::Completed));
+}

@@ -183,6 +183,17 @@ async fn a_job_s_cpu_time_and_peak_memory_are_recorded_as_it_used_them() {
     assert_eq!(fields[0], id.to_string());
     assert!(fields[1].starts_with("00:01.") || fields[1].starts_with("00:00.9"), "{out}");
     assert_eq!(fields[2], format!("{}K", usage.max_rss_kb));
+    // seff's report of it: a second of CPU over its wall-clock time on one core, and its
+    // 200-odd MB of the 1 GB it was given.
+    let out = quorum(&cluster.controllers_env(), dir.path(), &["eff", &id.to_string()]).success();
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines[0], format!("Job ID: {id}"), "{out}");
+    assert!(lines.contains(&"State: COMPLETED (exit code 0)") && lines.contains(&"Cores: 1"), "{out}");
+    assert!(lines.contains(&"CPU Utilized: 00:00:01"), "{out}");
+    let rss_mb = usage.max_rss_kb as f64 / 1024.0;
+    assert!(lines.contains(&format!("Memory Utilized: {rss_mb:.2} MB").as_str()), "{out}");
+    let efficiency = format!("Memory Efficiency: {:.2}% of 1.00 GB (1.00 GB/node)", rss_mb * 100.0 / 1024.0);
+    assert!(lines.contains(&efficiency.as_str()), "{out}");
     cluster.shutdown().await;
 }
 
@@ -201,9 +212,15 @@ async fn sstat_shows_what_a_running_job_uses_now() {
     let env = cluster.controllers_env();
     let stat = |args: &[&str]| quorum(&env, dir.path(), args);
     let (cpu, rss) = wait_for(T, "sstat to show the job's CPU and memory", || {
-        let out = stat(&["stat", "-j", &id.to_string(), "-o", "JobID,TotalCPU,MaxRSS,NTasks", "-P", "-n"]).success();
+        // RUNNING is committed before the agent has launched it: until then its agent says so.
+        let run = stat(&["stat", "-j", &id.to_string(), "-o", "JobID,TotalCPU,MaxRSS,NTasks", "-P", "-n"]);
+        let launching = run.code != 0 && run.stderr.contains("is not running on this node");
+        let out = if launching { String::new() } else { run.success() };
         let fields: Vec<String> = out.trim().split('|').map(String::from).collect();
         async move {
+            if launching {
+                return None;
+            }
             assert_eq!(fields[0], format!("{id}.batch"), "{fields:?}");
             let rss: u64 = fields[2].trim_end_matches('K').parse().ok()?;
             (fields[1].as_str() >= "00:00.500" && rss > 200 << 10).then(|| (fields[1].clone(), rss))
@@ -221,4 +238,47 @@ async fn sstat_shows_what_a_running_job_uses_now() {
     let ended = stat(&["stat", "-j", &id.to_string()]);
     assert!(ended.code != 0 && ended.stderr.contains("is not running"), "{}", ended.stderr);
     cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_history_forgets_jobs_purge_job_after_their_end_on_every_replica() {
+    let opts = DevOptions {
+        min_job_age: Duration::from_secs(1),
+        purge_job_after: Duration::from_secs(8),
+        ..DevOptions::for_tests()
+    };
+    let cluster = cluster(opts).await;
+    let c = client(&cluster.addrs);
+    wait_ready(&cluster, &c, 2).await;
+    let dir = tempfile::tempdir().unwrap();
+    let old = submit(&c, spec(&["true"], dir.path())).await;
+    let user = wait_state(&c, old, &["COMPLETED"], T).await.user;
+    let histories: Vec<_> = (0..3).map(|i| cluster.controller(i).unwrap().replica.shared.history.clone()).collect();
+    // In every replica's history once it leaves the hot state...
+    wait_for(T, "the job in every history", || async {
+        histories.iter().all(|h| h.get(old).ok().flatten().is_some()).then_some(())
+    })
+    .await;
+    // ...and gone from each, its indexes with it, once it ended purge_job_after ago.
+    wait_for(T, "the job forgotten by every history", || async {
+        histories.iter().all(|h| h.get(old).ok().flatten().is_none()).then_some(())
+    })
+    .await;
+    for h in &histories {
+        assert!(!h.ended_since(Some(&user), 0, u64::MAX).unwrap().contains(&old), "its user's index kept it");
+        assert!(!h.ended_since(None, 0, u64::MAX).unwrap().contains(&old), "the end-time index kept it");
+    }
+    let gone = c
+        .call(|mut cl| async move { cl.get_job(api::GetJobRequest { job_id: old, ..Default::default() }).await })
+        .await
+        .unwrap_err();
+    assert!(gone.to_string().contains(&format!("job {old} does not exist")), "{gone}");
+    // A job that ended since is still there: only what ended before the age goes.
+    let recent = submit(&c, spec(&["true"], dir.path())).await;
+    wait_state(&c, recent, &["COMPLETED"], T).await;
+    wait_for(T, "the recent job in the history", || async {
+        histories.iter().all(|h| h.get(recent).ok().flatten().is_some()).then_some(())
+    })
+    .await;
+    assert_eq!(job(&c, recent).await.state, "COMPLETED");
 }

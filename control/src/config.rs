@@ -223,12 +223,16 @@ pub struct ControllerConfig {
 /// [accounting]
 /// store_job_script = false
 /// store_job_env = false
+/// purge_job_after_s = 31_536_000   # a year; 0 (the default) keeps every job
 /// ```
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields, default)]
 pub struct AccountingConfig {
     pub store_job_script: bool,
     pub store_job_env: bool,
+    /// The history forgets a job this many seconds after it ended (Slurm's `PurgeJobAfter`);
+    /// 0 keeps every job. The leader's value is the one that counts.
+    pub purge_job_after_s: u64,
 }
 
 /// The longest partition, GPU type, QOS, account or feature name accepted.
@@ -635,6 +639,8 @@ pub struct ClusterSettings {
     pub licenses: std::collections::BTreeMap<String, u32>,
     /// How long an ended job stays in the hot state; zero: for good.
     pub min_job_age: std::time::Duration,
+    /// How long after it ended the job history forgets a job; zero: never.
+    pub purge_job_after: std::time::Duration,
 }
 
 impl ClusterSettings {
@@ -730,6 +736,7 @@ impl ControllerConfig {
         Ok(ClusterSettings {
             licenses: self.licenses.clone(),
             min_job_age: std::time::Duration::from_secs(self.min_job_age_s),
+            purge_job_after: std::time::Duration::from_secs(self.accounting.purge_job_after_s),
             partitions: self.partitions()?,
             policy: self.scheduler.to_policy()?,
             switches,

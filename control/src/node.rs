@@ -13,7 +13,7 @@ use tokio::task::JoinHandle;
 use crate::config::ControllerConfig;
 use crate::faults::Faults;
 use crate::leader::{self, Grants, LeaderState};
-use crate::replica::{watchdog, Replica};
+use crate::replica::{catch_up, watchdog, Replica};
 use crate::security::Security;
 use crate::server;
 
@@ -56,6 +56,7 @@ impl Controller {
             stop_rx.clone(),
         ));
         let supervisor = tokio::spawn(leader::supervise(replica.clone(), leader.clone(), settings, stop_rx.clone()));
+        tokio::spawn(catch_up::complete_history(replica.clone(), stop_rx.clone()));
         tokio::spawn(watchdog::watch_leader(
             replica.clone(),
             Duration::from_millis(config.election_timeout_max_ms),

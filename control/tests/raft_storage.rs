@@ -15,7 +15,7 @@ impl StoreBuilder<TypeConfig, LogStore<TypeConfig>, StateMachineStore, tempfile:
         let dir = tempfile::tempdir().expect("temp dir");
         let db = quorum_raft::open_db(&dir.path().join("db"), &[CF_SNAPSHOT, CF_HISTORY]).expect("open rocksdb");
         let log = LogStore::new(db.clone()).expect("log store");
-        let history = History::new(db.clone(), Default::default());
+        let history = History::new(db.clone(), Default::default()).unwrap();
         let sm = StateMachineStore::open(db, history, quorum_state::FEATURE_LEVEL)?;
         Ok((dir, log, sm))
     }
@@ -88,7 +88,7 @@ async fn apply_purge_and_die(dir: &std::path::Path, snapshot: bool) -> ! {
     use quorum_state::{Command, ReplicaVersion};
 
     let db = quorum_raft::open_db(&dir.join("db"), &[CF_SNAPSHOT, CF_HISTORY]).expect("open rocksdb");
-    let history = History::new(db.clone(), Default::default());
+    let history = History::new(db.clone(), Default::default()).unwrap();
     let mut sm = StateMachineStore::open(db, history, quorum_state::FEATURE_LEVEL).expect("state machine");
     let level = ReplicaVersion { level: quorum_state::FEATURE_LEVEL, version: "test".into() };
     let start = PlannedStart {
@@ -145,7 +145,7 @@ async fn the_history_is_durable_before_a_snapshot_that_no_longer_holds_its_jobs(
             .unwrap();
         assert!(status.success(), "the replica's process failed before its end");
         let db = quorum_raft::open_db(&dir.path().join("db"), &[CF_SNAPSHOT, CF_HISTORY]).unwrap();
-        let history = History::new(db.clone(), Default::default());
+        let history = History::new(db.clone(), Default::default()).unwrap();
         let sm = StateMachineStore::open(db, history.clone(), quorum_state::FEATURE_LEVEL).unwrap();
         let restarted = sm.shared();
         let state = &restarted.read().state;

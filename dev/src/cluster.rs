@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use quorum_agent::{Agent, AgentConfig, SimGpu};
 use quorum_client::client::Client;
-use quorum_control::config::{ControllerConfig, PartitionConfig, ReplicaConfig, SecurityConfig};
+use quorum_control::config::{AccountingConfig, ControllerConfig, PartitionConfig, ReplicaConfig, SecurityConfig};
 use quorum_control::Controller;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -68,6 +68,9 @@ pub struct DevOptions {
     /// How long an ended job stays in the hot state before it moves to the job history
     /// (`min_job_age_s`; zero: for good).
     pub min_job_age: Duration,
+    /// How long after it ended the job history forgets a job (`[accounting]
+    /// purge_job_after_s`; zero: never).
+    pub purge_job_after: Duration,
     /// Node features by agent: the i-th agent has the i-th list (none past the end).
     pub node_features: Vec<Vec<String>>,
 }
@@ -103,6 +106,7 @@ impl Default for DevOptions {
             mail_program: None,
             licenses: Default::default(),
             min_job_age: Duration::from_secs(300),
+            purge_job_after: Duration::ZERO,
             node_features: Vec::new(),
         }
     }
@@ -283,7 +287,10 @@ impl DevCluster {
                     limits: Default::default(),
                     mail_program: opts.mail_program.clone(),
                     min_job_age_s: opts.min_job_age.as_secs(),
-                    accounting: Default::default(),
+                    accounting: AccountingConfig {
+                        purge_job_after_s: opts.purge_job_after.as_secs(),
+                        ..Default::default()
+                    },
                 })
             })
             .collect::<anyhow::Result<_>>()?;

@@ -10,7 +10,8 @@
 //! - [`liveness`]: a node not heard from for `node_timeout` (counted from the later of its last
 //!   heartbeat and the start of this leadership, so a failover never marks nodes down) is
 //!   proposed DOWN; apply ends or requeues its jobs;
-//! - [`purge`]: jobs that ended `min_job_age` ago leave the hot state for the job history;
+//! - [`purge`]: jobs that ended `min_job_age` ago leave the hot state for the job history (and,
+//!   with `purge_job_after_s`, the history forgets the oldest);
 //! - [`mail`], with a `mail_program`: mails users about their jobs' changes.
 //!
 //! What an agent's heartbeat or exit report turns into is decided by the plain functions of
@@ -87,6 +88,7 @@ impl Session {
             tokio::spawn(dispatch_loop(replica.clone(), leader.clone(), stop_rx.clone())),
             tokio::spawn(liveness::liveness_loop(replica.clone(), leader.clone(), stop_rx.clone())),
             tokio::spawn(purge::purge_loop(replica.clone(), settings.min_job_age, stop_rx.clone())),
+            tokio::spawn(purge::forget_loop(replica.clone(), settings.purge_job_after, stop_rx.clone())),
         ];
         if let Some(program) = &leader.mail_program {
             tasks.push(tokio::spawn(mail::mail_loop(replica.clone(), program.clone(), stop_rx)));

@@ -11,7 +11,7 @@ use tokio::sync::watch;
 
 use crate::model::{JobId, Millis};
 use crate::replica::{now_ms, Replica};
-use quorum_state::{Command, Response, HISTORY_LEVEL};
+use quorum_state::{Command, Response, FORGET_HISTORY_LEVEL, HISTORY_LEVEL};
 
 /// The most jobs one entry moves: a few MB of log however many are due at once.
 const MAX_PER_ENTRY: usize = 2_000;
@@ -71,6 +71,56 @@ pub async fn purge_loop(replica: Arc<Replica>, min_age: Duration, mut stop: watc
                 }
                 Err(e) => {
                     tracing::debug!(error = %e, "purging ended jobs");
+                    break;
+                }
+            }
+            if *stop.borrow() {
+                return;
+            }
+        }
+    }
+}
+
+/// The most jobs one `ForgetHistory` entry forgets: a replica's apply holds the state while its
+/// history forgets them.
+const MAX_FORGOTTEN_PER_ENTRY: u32 = 2_000;
+
+/// Jobs that ended `after` ago leave the job history (`[accounting] purge_job_after_s`, Slurm's
+/// `PurgeJobAfter`): the leader proposes `ForgetHistory` every tenth of that (between 1 second
+/// and an hour), one entry after another while more are due. Nothing below the level that
+/// applies it, nor with `after` zero (the history keeps every job).
+pub async fn forget_loop(replica: Arc<Replica>, after: Duration, mut stop: watch::Receiver<bool>) {
+    if after.is_zero() {
+        return;
+    }
+    let after_ms = u64::try_from(after.as_millis()).unwrap_or(u64::MAX);
+    let every = (after / 10).clamp(Duration::from_secs(1), Duration::from_secs(3600));
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(every) => {}
+            _ = stop.changed() => return,
+        }
+        if replica.shared.read().state.cluster_level() < FORGET_HISTORY_LEVEL {
+            continue;
+        }
+        let ended_before = now_ms().saturating_sub(after_ms);
+        loop {
+            let command = Command::ForgetHistory { ended_before, max: MAX_FORGOTTEN_PER_ENTRY };
+            match replica.write(command).await {
+                Ok((_, Response::Forgotten { count, more })) => {
+                    if count > 0 {
+                        tracing::info!(count, "the job history forgot jobs that ended before the purge age");
+                    }
+                    if !more {
+                        break;
+                    }
+                }
+                Ok((_, other)) => {
+                    tracing::warn!(?other, "unexpected answer to forgetting history");
+                    break;
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "forgetting old history");
                     break;
                 }
             }

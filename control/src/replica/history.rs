@@ -13,6 +13,14 @@
 //! every byte before it); [`History::flush`] makes them durable, and the state machine calls it
 //! before it saves a snapshot that no longer holds the jobs. A crash before that replays the log
 //! from the previous snapshot, whose `PurgeJobs` writes the same records again.
+//!
+//! A replica that installs a snapshot from its leader skips the entries that wrote the history
+//! of the jobs the snapshot no longer holds. It marks its history incomplete up to the
+//! snapshot's index (key `g`, written durably before the snapshot), answers no history read
+//! while the mark is there (a caller is told to try again, not given a partial answer), and
+//! copies the records from a peer whose own history is complete ([`super::catch_up`]); the mark
+//! goes once they are durable. The snapshot stays the size of the hot state, and a regular
+//! snapshot writes no history at all.
 
 use std::sync::Arc;
 
@@ -27,6 +35,8 @@ const JOB: u8 = b'j';
 const BY_USER: u8 = b'u';
 const BY_END: u8 = b'e';
 const BY_REQUEST: u8 = b'r';
+/// The mark of an incomplete history: the Raft index of the snapshot installed, big-endian.
+const GAP: &[u8] = b"g";
 
 /// What the history keeps of a job's submit beyond its resources (Slurm's
 /// `AccountingStoreFlags=job_script,job_env`); neither by default.
@@ -41,17 +51,27 @@ pub struct Keep {
 pub struct History {
     db: Arc<DB>,
     keep: Keep,
+    /// The index its records are missing up to (the mark `g`); zero when complete. Held while
+    /// the mark is set or taken away, so that a snapshot installed meanwhile keeps its mark.
+    gap: Arc<std::sync::Mutex<u64>>,
 }
 
-/// A read or write of the history failed (RocksDB, or a record it cannot decode).
+/// A read or write of the history failed (RocksDB, or a record it cannot decode), or a read
+/// found it incomplete.
 #[derive(Debug, thiserror::Error)]
-#[error("job history: {0}")]
-pub struct HistoryError(String);
+pub enum HistoryError {
+    #[error("job history: {0}")]
+    Failed(String),
+    #[error(
+        "this replica's job history is still being copied from its peers (it installed a snapshot at index {0}); try again shortly"
+    )]
+    Incomplete(u64),
+}
 
 type Result<T> = std::result::Result<T, HistoryError>;
 
 fn err(e: impl std::fmt::Display) -> HistoryError {
-    HistoryError(e.to_string())
+    HistoryError::Failed(e.to_string())
 }
 
 fn job_key(id: JobId) -> [u8; 9] {
@@ -82,6 +102,13 @@ fn request_key(request_id: &str) -> Vec<u8> {
     k
 }
 
+/// Writes that skip the write-ahead log (see the module's notes).
+fn no_wal() -> WriteOptions {
+    let mut opts = WriteOptions::default();
+    opts.disable_wal(true);
+    opts
+}
+
 /// The id at the end of an index key.
 fn trailing_id(key: &[u8]) -> Option<JobId> {
     let tail: [u8; 8] = key.get(key.len().checked_sub(8)?..)?.try_into().ok()?;
@@ -94,8 +121,86 @@ fn end_of(job: &Job) -> Millis {
 }
 
 impl History {
-    pub fn new(db: Arc<DB>, keep: Keep) -> History {
-        History { db, keep }
+    pub fn new(db: Arc<DB>, keep: Keep) -> Result<History> {
+        let history = History { db, keep, gap: Default::default() };
+        let mark = history.db.get_pinned_cf(history.cf()?, GAP).map_err(err)?;
+        let gap = mark.and_then(|b| <[u8; 8]>::try_from(&b[..]).ok()).map(u64::from_be_bytes).unwrap_or(0);
+        *history.gap.lock().unwrap_or_else(|p| p.into_inner()) = gap;
+        Ok(history)
+    }
+
+    /// The Raft index up to which records may be missing (a snapshot was installed), if any.
+    pub fn gap(&self) -> Option<u64> {
+        match *self.gap.lock().unwrap_or_else(|p| p.into_inner()) {
+            0 => None,
+            g => Some(g),
+        }
+    }
+
+    /// Reads answer only a complete history.
+    fn complete(&self) -> Result<()> {
+        match self.gap() {
+            Some(g) => Err(HistoryError::Incomplete(g)),
+            None => Ok(()),
+        }
+    }
+
+    /// Marks the history as missing what left the hot state up to `index` (a snapshot is being
+    /// installed); durable before it returns.
+    pub fn mark_gap(&self, index: u64) -> Result<()> {
+        let mut gap = self.gap.lock().unwrap_or_else(|p| p.into_inner());
+        let index = index.max(1).max(*gap);
+        let mut opts = WriteOptions::default();
+        opts.set_sync(true);
+        self.db.put_cf_opt(self.cf()?, GAP, index.to_be_bytes(), &opts).map_err(err)?;
+        *gap = index;
+        Ok(())
+    }
+
+    /// Takes the mark away once the records up to `index` are copied (made durable first);
+    /// false when a later snapshot has moved the mark meanwhile.
+    pub fn close_gap(&self, index: u64) -> Result<bool> {
+        self.flush()?;
+        let mut gap = self.gap.lock().unwrap_or_else(|p| p.into_inner());
+        if *gap != index {
+            return Ok(false);
+        }
+        let mut opts = WriteOptions::default();
+        opts.set_sync(true);
+        self.db.delete_cf_opt(self.cf()?, GAP, &opts).map_err(err)?;
+        *gap = 0;
+        Ok(true)
+    }
+
+    /// Up to `limit` records (and about `max_bytes`) after the job `after`, in id order, as
+    /// stored: what a peer copies. With the last id given and whether none are left.
+    pub fn page_after(&self, after: JobId, limit: usize, max_bytes: usize) -> Result<(Vec<Vec<u8>>, JobId, bool)> {
+        let cf = self.cf()?;
+        let (mut out, mut bytes, mut last) = (Vec::new(), 0usize, after);
+        let Some(first) = after.checked_add(1) else { return Ok((out, last, true)) };
+        for item in self.db.iterator_cf(cf, IteratorMode::From(&job_key(first), Direction::Forward)) {
+            let (key, value) = item.map_err(err)?;
+            let Some(id) = trailing_id(&key).filter(|_| key.first() == Some(&JOB) && key.len() == 9) else {
+                break;
+            };
+            if out.len() >= limit || (bytes > 0 && bytes + value.len() > max_bytes) {
+                return Ok((out, last, false));
+            }
+            bytes += value.len();
+            out.push(value.to_vec());
+            last = id;
+        }
+        Ok((out, last, true))
+    }
+
+    /// Writes records a peer sent ([`History::page_after`]), indexing them as its own.
+    pub fn write_records(&self, records: &[Vec<u8>]) -> Result<()> {
+        let jobs = records
+            .iter()
+            .map(|r| serde_json::from_slice::<Job>(r).map(crate::model::Shared::new))
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(|e| err(format!("a record a peer sent: {e}")))?;
+        self.write(&jobs)
     }
 
     fn cf(&self) -> Result<&rocksdb::ColumnFamily> {
@@ -138,9 +243,42 @@ impl History {
                 batch.put_cf(cf, request_key(&job.request_id), job.id.to_be_bytes());
             }
         }
-        let mut opts = WriteOptions::default();
-        opts.disable_wal(true);
-        self.db.write_opt(batch, &opts).map_err(err)
+        self.db.write_opt(batch, &no_wal()).map_err(err)
+    }
+
+    /// Forgets up to `max` of the jobs that ended before `ended_before`, the earliest first,
+    /// with every index entry of theirs: how many went, and whether more ended before then.
+    /// Like [`History::write`], without the write-ahead log (a replay forgets them again).
+    pub fn forget(&self, ended_before: Millis, max: u32) -> Result<(u32, bool)> {
+        let cf = self.cf()?;
+        let mut batch = WriteBatch::default();
+        let mut count = 0u32;
+        let prefix = [BY_END];
+        for item in self.db.iterator_cf(cf, IteratorMode::From(&prefix, Direction::Forward)) {
+            let (key, _) = item.map_err(err)?;
+            if key.first() != Some(&BY_END) || key.len() != 17 {
+                break;
+            }
+            let end = Millis::from_be_bytes(key[1..9].try_into().map_err(err)?);
+            if end >= ended_before {
+                break;
+            }
+            if count >= max {
+                return self.db.write_opt(batch, &no_wal()).map_err(err).map(|()| (count, true));
+            }
+            let id = trailing_id(&key).ok_or_else(|| err("a short end-time index key"))?;
+            if let Some(bytes) = self.db.get_pinned_cf(cf, job_key(id)).map_err(err)? {
+                let job: Job = serde_json::from_slice(&bytes).map_err(err)?;
+                batch.delete_cf(cf, end_and_id(user_prefix(&job.user), end, id));
+                if !job.request_id.is_empty() && self.by_request(&job.request_id)? == Some(id) {
+                    batch.delete_cf(cf, request_key(&job.request_id));
+                }
+            }
+            batch.delete_cf(cf, job_key(id));
+            batch.delete_cf(cf, &key);
+            count += 1;
+        }
+        self.db.write_opt(batch, &no_wal()).map_err(err).map(|()| (count, false))
     }
 
     /// Makes every write so far durable.
@@ -151,6 +289,7 @@ impl History {
     }
 
     pub fn get(&self, id: JobId) -> Result<Option<Job>> {
+        self.complete()?;
         match self.db.get_pinned_cf(self.cf()?, job_key(id)).map_err(err)? {
             Some(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(err),
             None => Ok(None),
@@ -159,6 +298,7 @@ impl History {
 
     /// The jobs with ids in `from..=to`, in id order.
     pub fn range(&self, from: JobId, to: JobId) -> Result<Vec<Job>> {
+        self.complete()?;
         let cf = self.cf()?;
         let mut out = Vec::new();
         let start = job_key(from);
@@ -176,6 +316,10 @@ impl History {
     }
 
     /// The job a submit with this request id made, if it has left the hot state.
+    ///
+    /// Answered while the history is incomplete too: what it may lack left the hot state
+    /// `min_job_age` or more before the snapshot, far longer ago than a client retries a submit,
+    /// and refusing submits until the copy ends would stop a new leader taking jobs for as long.
     pub fn by_request(&self, request_id: &str) -> Result<Option<JobId>> {
         let Some(bytes) = self.db.get_pinned_cf(self.cf()?, request_key(request_id)).map_err(err)? else {
             return Ok(None);
@@ -186,6 +330,7 @@ impl History {
     /// The ids of the jobs (of `user`, or everyone's) that ended at or after `ended_after` and
     /// were submitted at or before `submitted_before`, in end order. Reads the index only.
     pub fn ended_since(&self, user: Option<&str>, ended_after: Millis, submitted_before: Millis) -> Result<Vec<JobId>> {
+        self.complete()?;
         let prefix = match user {
             Some(u) => user_prefix(u),
             None => vec![BY_END],
@@ -209,6 +354,7 @@ impl History {
 
     /// These jobs, those the history has, in the order asked.
     pub fn get_many(&self, ids: &[JobId]) -> Result<Vec<Job>> {
+        self.complete()?;
         let cf = self.cf()?;
         let keys = ids.iter().map(|id| (cf, job_key(*id)));
         let mut out = Vec::with_capacity(ids.len());

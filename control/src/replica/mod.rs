@@ -6,6 +6,7 @@
 //! (`node.rs`) wires those.
 
 pub mod batch;
+pub mod catch_up;
 pub mod history;
 pub mod peers;
 mod snapshot_file;
@@ -202,7 +203,7 @@ impl Replica {
         let committed = log_store.committed_index();
         let entry_cache = log_store.entry_cache();
         let keep = history::Keep { script: config.accounting.store_job_script, env: config.accounting.store_job_env };
-        let history = history::History::new(db.clone(), keep);
+        let history = history::History::new(db.clone(), keep)?;
         let sm = store::StateMachineStore::open(db.clone(), history, config.feature_level())?;
         let shared = sm.shared();
 

@@ -50,6 +50,8 @@ pub struct SharedState {
     digests: std::sync::Mutex<std::collections::VecDeque<(u64, u64)>>,
     /// The jobs that left the state, as this replica wrote them when it applied their purge.
     pub history: History,
+    /// Signalled when an installed snapshot leaves the history incomplete ([`super::catch_up`]).
+    pub history_gap: Notify,
 }
 
 /// Digest points remembered per replica.
@@ -64,6 +66,7 @@ impl SharedState {
             sched_kick: Notify::new(),
             digests: Default::default(),
             history,
+            history_gap: Notify::new(),
         })
     }
 
@@ -232,7 +235,15 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                     EntryPayload::Blank => Response::Ok,
                     EntryPayload::Normal(command) => {
                         wake |= command.wakes_scheduler();
-                        let response = quorum_state::apply(&mut applied.state, entry.log_id.index, command);
+                        let mut response = quorum_state::apply(&mut applied.state, entry.log_id.index, command);
+                        if let Response::ForgetHistory { ended_before, max } = response {
+                            let (count, more) = self
+                                .shared
+                                .history
+                                .forget(ended_before, max)
+                                .map_err(|e| io_err(ErrorSubject::Apply(entry.log_id), ErrorVerb::Write, e))?;
+                            response = Response::Forgotten { count, more };
+                        }
                         match &response {
                             Response::Digest { digest } => self.shared.record_digest(entry.log_id.index, *digest),
                             // Written before the state that no longer holds them is visible.
@@ -280,6 +291,15 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         snapshot: Box<Cursor<Vec<u8>>>,
     ) -> StorageResult<()> {
         let data = snapshot.into_inner();
+        // The entries this snapshot stands for wrote history records this replica never got:
+        // marked before the snapshot is saved, so that a crash cannot lose the mark.
+        let at = meta.last_log_id.map(|l| l.index).unwrap_or(0);
+        let history = self.shared.history.clone();
+        in_background(move || history.mark_gap(at))
+            .await
+            .map_err(|e| io_err(ErrorSubject::Snapshot(Some(meta.signature())), ErrorVerb::Write, e))?
+            .map_err(|e| io_err(ErrorSubject::Snapshot(Some(meta.signature())), ErrorVerb::Write, e))?;
+        self.shared.history_gap.notify_one();
         let (installed, data) = {
             let owned = meta.clone();
             in_background(move || decode_snapshot(&owned, &data).map(|state| (state, data)))

@@ -51,7 +51,7 @@ pub fn rule(path: &str) -> Option<Rule> {
             "SetNodesDrained" => Rule::Operator,
             "UpsertAccount" | "UpsertQos" | "InjectGpuFault" | "Digest" | "ReplicaDigest" | "AddReplica"
             | "RemoveReplica" | "TransferLeader" | "SetRole" => Rule::Admin,
-            "Campaign" => Rule::Replica,
+            "Campaign" | "HistoryPage" => Rule::Replica,
             _ => return None,
         },
         _ => return None,

@@ -124,6 +124,26 @@ pub(super) async fn campaign(api: &Api, _caller: &Caller, _r: CampaignRequest) -
     Ok(CampaignResponse {})
 }
 
+/// The most records, and about the most bytes, one page of the job history carries.
+const HISTORY_PAGE_RECORDS: usize = 5_000;
+const HISTORY_PAGE_BYTES: usize = 2 << 20;
+
+/// A page of this replica's job history, for a replica copying it ([`crate::replica::catch_up`]).
+pub(super) async fn history_page(api: &Api, r: HistoryPageRequest) -> Result<HistoryPageResponse, Status> {
+    let history = api.replica.shared.history.clone();
+    // Taken before the page is read: records are only ever added, so a history complete now
+    // holds every job that left up to this index.
+    let applied_index = api.replica.shared.read().applied_index();
+    let incomplete = history.gap().is_some();
+    let limit = (r.limit as usize).clamp(1, HISTORY_PAGE_RECORDS);
+    let (records, last_job_id, done) =
+        tokio::task::spawn_blocking(move || history.page_after(r.after_job_id, limit, HISTORY_PAGE_BYTES))
+            .await
+            .map_err(|e| Status::internal(e.to_string()))?
+            .map_err(|e| Status::internal(e.to_string()))?;
+    Ok(HistoryPageResponse { records, last_job_id, done, incomplete, applied_index })
+}
+
 pub(super) async fn add_replica(
     api: &Api,
     _caller: &Caller,

@@ -302,7 +302,10 @@ fn from_history(api: &Api, job_id: u64, task: Option<u32>) -> Result<crate::mode
 }
 
 fn history_status(e: crate::replica::history::HistoryError) -> Status {
-    Status::internal(e.to_string())
+    match e {
+        crate::replica::history::HistoryError::Incomplete(_) => Status::unavailable(e.to_string()),
+        crate::replica::history::HistoryError::Failed(_) => Status::internal(e.to_string()),
+    }
 }
 
 pub(super) async fn list_jobs(api: &Api, caller: &Caller, r: ListJobsRequest) -> Result<ListJobsResponse, Status> {

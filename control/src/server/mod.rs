@@ -176,6 +176,11 @@ impl Quorum for Api {
         cluster::transfer_leader(self, &caller, r).await.map(Response::new)
     }
 
+    async fn history_page(&self, req: Request<HistoryPageRequest>) -> Result<Response<HistoryPageResponse>, Status> {
+        let _replica = auth::caller(&req)?;
+        cluster::history_page(self, req.into_inner()).await.map(Response::new)
+    }
+
     async fn campaign(&self, req: Request<CampaignRequest>) -> Result<Response<CampaignResponse>, Status> {
         let caller = auth::caller(&req)?;
         let r = req.into_inner();

@@ -140,6 +140,7 @@ pub fn apply(state: &mut ClusterState, index: u64, command: Command) -> Response
             advance_clock(state, now);
             crate::purge::purge(state, jobs, min_age)
         }
+        Command::ForgetHistory { ended_before, max } => Response::ForgetHistory { ended_before, max },
         Command::RecallJobs { jobs, now } => {
             advance_clock(state, now);
             crate::purge::recall(state, jobs)

@@ -47,8 +47,12 @@ pub struct NodeRegistration {
 ///     same one), and node lists naming only some of a job's nodes (`-N 4 -w n[1-2]`).
 /// 14. ended jobs leaving the hot state for the job history (`PurgeJobs`), tombstones of them
 ///     recalled from it for a dependency (`RecallJobs`), and what a job used (`JobUsed`).
-/// 15. `--constraint` node counts per feature (`[rack1*2&rack2*4]`).
+/// 15. `--constraint` node counts per feature (`[rack1*2&rack2*4]`), and the job history's
+///     oldest records forgotten (`ForgetHistory`, `[accounting] purge_job_after_days`).
 pub const FEATURE_LEVEL: u32 = 15;
+
+/// The level that applies [`Command::ForgetHistory`]; below it the history keeps everything.
+pub const FORGET_HISTORY_LEVEL: u32 = 15;
 
 /// The level that records `--constraint` node counts; below it the services refuse jobs that
 /// use them.
@@ -333,6 +337,13 @@ pub enum Command {
         jobs: Vec<(JobId, crate::tombstone::Departed)>,
         now: Millis,
     },
+    /// The job history forgets up to `max` of the jobs that ended before `ended_before`, the
+    /// earliest first (Slurm's `PurgeJobAfter`; level 15). Apply leaves the state as it is and
+    /// hands the work to the replica's shell, which answers how many went.
+    ForgetHistory {
+        ended_before: Millis,
+        max: u32,
+    },
     /// An admin gives `user` a role (`quorum admin role`); `User` takes back what was given.
     SetRole {
         user: String,
@@ -363,7 +374,10 @@ impl Command {
             Command::SubmitJob { spec, .. } => !spec.hold,
             Command::SubmitJobs { submits, .. } => submits.iter().any(|s| !s.spec.hold),
             Command::Batch { commands } => commands.iter().any(Command::wakes_scheduler),
-            Command::ApplyPlan { .. } | Command::Digest { .. } | Command::SetReplicaVersions { .. } => false,
+            Command::ApplyPlan { .. }
+            | Command::Digest { .. }
+            | Command::SetReplicaVersions { .. }
+            | Command::ForgetHistory { .. } => false,
             _ => true,
         }
     }
@@ -381,6 +395,7 @@ impl Command {
             Command::SubmitJob { spec, .. } => spec_level(spec),
             Command::SetRole { .. } => (8, "giving a role"),
             Command::PurgeJobs { .. } => (HISTORY_LEVEL, "ended jobs leaving the hot state for the job history"),
+            Command::ForgetHistory { .. } => (FORGET_HISTORY_LEVEL, "the job history forgetting its oldest jobs"),
             Command::JobUsed { .. } => (HISTORY_LEVEL, "what a job used"),
             Command::RecallJobs { .. } => (HISTORY_LEVEL, "jobs recalled from the job history for a dependency"),
             Command::RequeueJob { .. } => (REQUEUE_LEVEL, "requeueing a job (scontrol requeue)"),
@@ -515,5 +530,16 @@ pub enum Response {
     /// into the job history.
     Purged {
         jobs: Vec<quorum_model::Shared<quorum_model::Job>>,
+    },
+    /// What a `ForgetHistory` asks of the replica's shell: to forget up to `max` of the jobs
+    /// that ended before `ended_before`. The shell answers [`Response::Forgotten`] instead.
+    ForgetHistory {
+        ended_before: Millis,
+        max: u32,
+    },
+    /// How many jobs the history forgot, and whether more ended before the time asked.
+    Forgotten {
+        count: u32,
+        more: bool,
     },
 }

@@ -20,7 +20,7 @@ pub use cluster::{lowest_level, ClusterState, DEFAULT_ACCOUNT, DEFAULT_QOS};
 pub use commands::{
     spec_level, Command, DropReason, NodeRegistration, ReplicaVersion, Response, Submit, BASE_LEVEL, BATCH_LEVEL,
     CANCELLED_BY_LEVEL, COMPRESSED_SNAPSHOT_LEVEL, DEPENDENCY_FORMS_LEVEL, EARLY_STEP_LEVEL, FEATURE_LEVEL,
-    HISTORY_LEVEL, NODE_CHOICE_LEVEL, NODE_LIST_PART_LEVEL, REQUEUE_LEVEL, SUBMIT_JOBS_LEVEL,
+    FORGET_HISTORY_LEVEL, HISTORY_LEVEL, NODE_CHOICE_LEVEL, NODE_LIST_PART_LEVEL, REQUEUE_LEVEL, SUBMIT_JOBS_LEVEL,
 };
 pub use digest::digest;
 pub use purge::{aged, tombstones};
