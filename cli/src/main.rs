@@ -18,6 +18,7 @@ mod sinfo;
 mod slurm;
 mod sprio;
 mod squeue;
+mod sreport;
 mod srun;
 mod sshare;
 mod sstat;
@@ -95,6 +96,13 @@ enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// CPU and GPU time by account and user over a period, like sreport (`quorum report
+    /// cluster AccountUtilizationByUser start=2026-11-01`, `quorum report user TopUsage`).
+    #[command(disable_help_flag = true)]
+    Report {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
     /// Each controller replica's Raft status.
     Cluster(commands::cluster::Args),
     /// Link the Slurm command names this program answers to (`scontrol show hostnames`, ...)
@@ -159,8 +167,8 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Dev { .. } | Command::Simulate { .. } | Command::Bench { .. } => {
             unreachable!("main hands these to quorum-dev")
         }
-        Command::Acct { .. } | Command::Stat { .. } | Command::Eff { .. } => {
-            unreachable!("main runs them as sacct, sstat and seff")
+        Command::Acct { .. } | Command::Stat { .. } | Command::Eff { .. } | Command::Report { .. } => {
+            unreachable!("main runs them as sacct, sstat, seff and sreport")
         }
         Command::InstallSlurmCommands { .. } => unreachable!("answered above"),
     }
@@ -202,13 +210,15 @@ fn main() -> ExitCode {
         Command::Acct { args } => Some(("sacct", args)),
         Command::Stat { args } => Some(("sstat", args)),
         Command::Eff { args } => Some(("seff", args)),
+        Command::Report { args } => Some(("sreport", args)),
         _ => None,
     };
     if let Some((name, args)) = slurm_named {
-        // The Slurm command's own options and output; the controllers as given to quorum.
+        // The Slurm command's own options and output; the controllers as given to quorum, first
+        // (sreport takes everything after its report's name as the report's own words).
         let mut args = args.clone();
         if !cli.controllers.controllers.is_empty() && !args.iter().any(|a| a.starts_with("--controllers")) {
-            args.push(format!("--controllers={}", cli.controllers.controllers.join(",")));
+            args.insert(0, format!("--controllers={}", cli.controllers.controllers.join(",")));
         }
         return slurm::run(name, &args).unwrap_or(ExitCode::FAILURE);
     }

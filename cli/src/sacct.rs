@@ -385,7 +385,7 @@ pub(crate) fn table(
 }
 
 /// `YYYY-MM-DD[THH:MM[:SS]]` (local), `now`, `now-N[days|hours|minutes|seconds]`: milliseconds.
-fn parse_time(text: &str, now_ms: u64) -> Result<u64, String> {
+pub(crate) fn parse_time(text: &str, now_ms: u64) -> Result<u64, String> {
     let bad = || format!("invalid time '{text}': give YYYY-MM-DD[THH:MM[:SS]], now or now-2days");
     let t = text.trim();
     if let Some(rest) = t.strip_prefix("now") {
@@ -421,7 +421,7 @@ fn parse_time(text: &str, now_ms: u64) -> Result<u64, String> {
 }
 
 /// Today's midnight, local, in milliseconds since the epoch.
-fn midnight(now_ms: u64) -> u64 {
+pub(crate) fn midnight(now_ms: u64) -> u64 {
     let secs = (now_ms / 1000) as libc::time_t;
     // SAFETY: localtime_r and mktime work only on `tm`, which lives here.
     let mut tm: libc::tm = unsafe { std::mem::zeroed() };

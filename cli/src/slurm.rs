@@ -2,7 +2,7 @@
 //! program; `quorum install-slurm-commands DIR` makes the links): `sbatch` ([`crate::sbatch`]),
 //! `scancel` ([`crate::scancel`]), `squeue` ([`crate::squeue`]), `sinfo` ([`crate::sinfo`]),
 //! `sacct` ([`crate::sacct`]), `scontrol` ([`crate::scontrol`]), `sprio` ([`crate::sprio`]),
-//! `sshare` ([`crate::sshare`]), `sstat` ([`crate::sstat`]), `seff` ([`crate::seff`]), `srun` (job steps,
+//! `sshare` ([`crate::sshare`]), `sstat` ([`crate::sstat`]), `seff` ([`crate::seff`]), `sreport` ([`crate::sreport`]), `srun` (job steps,
 //! [`crate::srun`]) and `salloc` ([`crate::salloc`]).
 
 use std::path::Path;
@@ -27,6 +27,7 @@ pub fn run(name: &str, args: &[String]) -> Option<ExitCode> {
         "sacct" => crate::sacct::main(args),
         "sstat" => crate::sstat::main(args),
         "seff" => crate::seff::main(args),
+        "sreport" => crate::sreport::main(args),
         "salloc" => crate::salloc::main(args),
         _ => return None,
     })

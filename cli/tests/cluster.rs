@@ -681,4 +681,5 @@ async fn a_replica_that_installs_a_snapshot_copies_the_job_history_it_skipped() 
     .await;
     let copied = history.get(jobs[0]).unwrap().unwrap();
     assert_eq!((copied.id, copied.state), (jobs[0], quorum_model::JobState::Completed));
+    cluster.shutdown().await;
 }

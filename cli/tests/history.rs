@@ -194,6 +194,19 @@ async fn a_job_s_cpu_time_and_peak_memory_are_recorded_as_it_used_them() {
     assert!(lines.contains(&format!("Memory Utilized: {rss_mb:.2} MB").as_str()), "{out}");
     let efficiency = format!("Memory Efficiency: {:.2}% of 1.00 GB (1.00 GB/node)", rss_mb * 100.0 / 1024.0);
     assert!(lines.contains(&efficiency.as_str()), "{out}");
+    // sreport's view: the user's CPU seconds in the last hour, its account's and the cluster's,
+    // each at least the job's (it ran a second or more on one CPU).
+    let out = quorum(
+        &cluster.controllers_env(),
+        dir.path(),
+        &["report", "-P", "-n", "-t", "Seconds", "cluster", "AccountUtilizationByUser", "start=now-1hour", "end=now"],
+    )
+    .success();
+    let rows: Vec<Vec<&str>> = out.lines().map(|l| l.split('|').collect()).collect();
+    let used = |row: &Vec<&str>| row[4].parse::<u64>().unwrap();
+    assert_eq!(rows[0][..2], ["quorum", "root"], "{out}");
+    let mine = rows.iter().find(|r| r[2] == j.user).unwrap_or_else(|| panic!("no line for {}: {out}", j.user));
+    assert!(used(mine) >= 1 && used(mine) <= used(&rows[0]), "{out}");
     cluster.shutdown().await;
 }
 
@@ -281,4 +294,5 @@ async fn the_history_forgets_jobs_purge_job_after_their_end_on_every_replica() {
     })
     .await;
     assert_eq!(job(&c, recent).await.state, "COMPLETED");
+    cluster.shutdown().await;
 }

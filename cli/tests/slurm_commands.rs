@@ -777,4 +777,5 @@ async fn constraint_node_counts_pick_that_many_nodes_of_each_feature() {
         assert_eq!(code, Some(1), "sbatch {args:?}: {out}\n{err}");
         assert!(err.contains(says), "sbatch {args:?}: {err}");
     }
+    cluster.shutdown().await;
 }
