@@ -466,10 +466,18 @@ fn membership_request(user: &str, id: u64, addr: &str) -> api::MembershipChangeR
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grow_3_to_5_under_load_by_snapshot_and_shrink_back_to_3_leader_included() {
-    let extra = "snapshot_every = 300\nsnapshot_keep_logs = 50\n";
+    let extra = "snapshot_every = 300\nsnapshot_keep_logs = 50\nmin_job_age_s = 1\n";
     let mut cluster = ProcCluster::start_with(extra).await;
     let (addrs, work) = (cluster.addrs.clone(), cluster.work.clone());
     let c = client(&addrs);
+    // A job that runs and leaves the hot state for the job history before the new replicas
+    // join: they install a snapshot without it, and must copy it from a peer's history.
+    let aged = submit(&c, spec(&["true"], &work)).await;
+    wait_state(&c, aged, &["COMPLETED"], T).await;
+    wait_for(T, "the job to leave the hot state", || async {
+        (!all_jobs(&c).await.iter().any(|j| j.id == aged)).then_some(())
+    })
+    .await;
     let load = Load::start(&addrs, &work);
     wait_for(Duration::from_secs(60), "two thousand acknowledged submits", || async {
         (load.acked_so_far() >= 2000).then_some(())
@@ -518,6 +526,16 @@ async fn grow_3_to_5_under_load_by_snapshot_and_shrink_back_to_3_leader_included
     let status = r4.get_replica_status(api::ReplicaStatusRequest {}).await.unwrap().into_inner();
     assert!(status.snapshot_index > 0, "the new replica holds no snapshot: {status:?}");
     assert!(status.applied_index > 2000, "promoted before it caught up: {status:?}");
+    // Its history answers for the job that left the hot state before it joined.
+    let copied = wait_for(T, "the new replica's history to answer for the job", || {
+        let mut r4 = r4.clone();
+        async move {
+            let req = api::GetJobRequest { job_id: aged, stale: true, array_task_id: None };
+            r4.get_job(req).await.ok()?.into_inner().job
+        }
+    })
+    .await;
+    assert_eq!(copied.state, "COMPLETED");
     let c_all = client(&all);
     assert_digests_agree(&c_all).await;
 
