@@ -254,6 +254,10 @@ async fn a_job_over_its_memory_is_stopped() {
     let j = wait_state(&c, id, &["COMPLETED", "FAILED", "OUT_OF_MEMORY"], T).await;
     if cgroups {
         assert_eq!(j.state, "OUT_OF_MEMORY", "{j:?}");
+        // What it reached before the kill is recorded: near its 64 MiB, far below the 400 it
+        // tried to hold.
+        let peak = j.usage.as_ref().expect("an OOM-killed job's usage is recorded").max_rss_kb;
+        assert!(peak > 32 << 10 && peak <= 72 << 10, "peak {peak} KiB for a 64 MiB job");
     } else {
         assert_eq!(j.state, "FAILED", "{j:?}");
     }
