@@ -44,6 +44,12 @@ pub struct SacctArgs {
     /// Only jobs of these names.
     #[arg(long = "name", value_delimiter = ',')]
     names: Vec<String>,
+    /// Only jobs charged to these accounts.
+    #[arg(short = 'A', long = "accounts", value_delimiter = ',')]
+    accounts: Vec<String>,
+    /// Only jobs of these partitions.
+    #[arg(short = 'r', long = "partition", value_delimiter = ',')]
+    partitions: Vec<String>,
     /// Only jobs in these states (COMPLETED/CD, FAILED/F, ...).
     #[arg(short = 's', long = "state", value_delimiter = ',')]
     states: Vec<String>,
@@ -485,6 +491,8 @@ pub async fn run(a: SacctArgs) -> anyhow::Result<u8> {
         (named.is_empty() || named.iter().any(|r| r.names(j)))
             && (users.is_empty() || users.contains(&j.user))
             && (a.names.is_empty() || a.names.contains(&j.name))
+            && (a.accounts.is_empty() || a.accounts.contains(&j.account))
+            && (a.partitions.is_empty() || a.partitions.contains(&j.partition))
             && (j.end_time_ms == 0 || j.end_time_ms >= since)
             && j.submit_time_ms <= until
     });

@@ -137,6 +137,17 @@ async fn ended_jobs_move_to_the_history_and_answer_from_it_on_every_replica() {
     for id in [ok, failed] {
         assert!(out.contains(&format!("{id}|")), "{id} in {out}");
     }
+    // By partition and by account.
+    let by = |filter: &[&str]| {
+        let args = [&["acct", "-X", "-n", "-P", "-S", "now-1hour", "-o", "JobID"][..], filter].concat();
+        quorum(&env, dir.path(), &args).success()
+    };
+    assert!(by(&["-r", &j.partition]).lines().any(|l| l == ok.to_string()), "{}", j.partition);
+    assert_eq!(by(&["--partition=nosuch"]), "");
+    if !j.account.is_empty() {
+        assert!(by(&["-A", &j.account]).lines().any(|l| l == ok.to_string()), "{}", j.account);
+    }
+    assert_eq!(by(&["--accounts", "nosuch"]), "");
     cluster.shutdown().await;
 }
 
