@@ -69,7 +69,7 @@ fn main() {
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("db");
     let db = quorum_raft::open_db(&path, &[CF_HISTORY]).expect("open rocksdb");
-    let history = History::new(db.clone(), Default::default()).unwrap();
+    let history = History::new(db.clone(), Default::default()).expect("opening the job history");
 
     let mut log = Log { state: ClusterState::new(), index: 0 };
     let names: Vec<String> = (0..NODES).map(|i| format!("n{i:04}")).collect();
@@ -178,7 +178,7 @@ fn main() {
     drop(history);
     drop(db);
     let db = quorum_raft::open_db(&path, &[CF_HISTORY]).expect("reopen rocksdb");
-    let history = History::new(db, Default::default()).unwrap();
+    let history = History::new(db, Default::default()).expect("opening the job history");
     let from = START_MS + (jobs * STEP_MS) / 2;
     let to = from + 3_600_000;
     let t = Instant::now();

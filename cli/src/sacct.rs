@@ -62,12 +62,19 @@ pub struct SacctArgs {
     endtime: Option<String>,
 }
 
-/// How sacct and sstat print their report.
+/// How sacct and sstat print their report: its fields, and its form.
 #[derive(clap::Args, Debug)]
 pub(crate) struct ReportArgs {
     /// Fields, comma-separated (`JobID,State`; `Name%20` for a width).
     #[arg(short = 'o', long = "format")]
     pub format: Option<String>,
+    #[command(flatten)]
+    pub form: FormArgs,
+}
+
+/// The form of a report the accounting commands (sacct, sstat, sreport) print.
+#[derive(clap::Args, Debug)]
+pub(crate) struct FormArgs {
     /// `|` between fields, none after the last.
     #[arg(short = 'P', long)]
     pub parsable2: bool,
@@ -79,7 +86,7 @@ pub(crate) struct ReportArgs {
     pub noheader: bool,
 }
 
-impl ReportArgs {
+impl FormArgs {
     /// [`table`]'s `parsable`.
     pub fn parsable(&self) -> Option<bool> {
         match (self.parsable2, self.parsable) {
@@ -532,7 +539,7 @@ pub async fn run(a: SacctArgs) -> anyhow::Result<u8> {
         }
         lines.extend(j.steps.iter().map(|s| Line::Step { job: j, step: s }));
     }
-    print!("{}", render(&fields, &lines, now_ms, a.report.parsable(), !a.report.noheader));
+    print!("{}", render(&fields, &lines, now_ms, a.report.form.parsable(), !a.report.form.noheader));
     Ok(0)
 }
 

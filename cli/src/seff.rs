@@ -101,15 +101,12 @@ fn report(job: &JobInfo, usage: Option<&api::JobUsage>, group: &str, now_ms: u64
     out
 }
 
-/// The group the job ran with: the one it was given (`--gid`), else its user's.
+/// The group the job ran with, by name: the one it was given (`--gid`), else its user's (the
+/// name it was given, or the user's, when this host does not know the group).
 fn group_of(job: &JobInfo) -> String {
-    match job.spec.as_ref().map(|s| s.group.as_str()).filter(|g| !g.is_empty()) {
-        Some(g) => g.to_string(),
-        None => quorum_auth::users::by_name(&job.user)
-            .ok()
-            .and_then(|u| quorum_auth::users::group(&u.gid.to_string()).ok())
-            .map_or_else(|| job.user.clone(), |g| g.name),
-    }
+    let given = job.spec.as_ref().map_or("", |s| s.group.as_str());
+    quorum_client::display::job_group(&job.user, given)
+        .map_or_else(|| if given.is_empty() { job.user.clone() } else { given.to_string() }, |g| g.name)
 }
 
 pub async fn run(a: SeffArgs) -> anyhow::Result<u8> {

@@ -13,7 +13,7 @@ use quorum_client::display::local_time_or;
 use quorum_proto::api::{self, JobInfo};
 
 use crate::commands::Context;
-use crate::sacct::{midnight, parse_time, table};
+use crate::sacct::{midnight, parse_time, table, FormArgs};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -25,15 +25,8 @@ use crate::sacct::{midnight, parse_time, table};
 pub struct SreportArgs {
     #[command(flatten)]
     controllers: ControllersArg,
-    /// `|` between fields, none after the last.
-    #[arg(short = 'P', long)]
-    parsable2: bool,
-    /// `|` after every field.
-    #[arg(short = 'p', long)]
-    parsable: bool,
-    /// No header.
-    #[arg(short = 'n', long)]
-    noheader: bool,
+    #[command(flatten)]
+    form: FormArgs,
     /// The unit: Minutes (the default), Hours or Seconds.
     #[arg(short = 't', long = "time", default_value = "Minutes")]
     time: String,
@@ -297,12 +290,8 @@ pub async fn run(a: SreportArgs) -> anyhow::Result<u8> {
     };
     let all = ctx.list_all_jobs(req).await?;
     let used = usage(&all.jobs, &ask, &tres, all.now_ms);
-    let parsable = match (a.parsable2, a.parsable) {
-        (true, _) => Some(false),
-        (false, true) => Some(true),
-        _ => None,
-    };
-    print!("{}", render(&ask, &tres, unit, rows(&ask, &tres, &used, unit.1), parsable, !a.noheader));
+    let (parsable, header) = (a.form.parsable(), !a.form.noheader);
+    print!("{}", render(&ask, &tres, unit, rows(&ask, &tres, &used, unit.1), parsable, header));
     Ok(0)
 }
 

@@ -87,7 +87,7 @@ pub async fn run(a: SstatArgs) -> anyhow::Result<u8> {
         let answer = ctx.send(req, |mut c, r| async move { c.job_usage(r).await }).await?;
         rows.push(fields.iter().map(|(f, _)| value(f, id, &answer.nodes)).collect());
     }
-    print!("{}", table(&fields, rows.into_iter(), a.report.parsable(), !a.report.noheader));
+    print!("{}", table(&fields, rows.into_iter(), a.report.form.parsable(), !a.report.form.noheader));
     Ok(0)
 }
 

@@ -495,17 +495,22 @@ pub fn null_or(text: &str) -> &str {
     }
 }
 
+/// The group a job runs with, from this host's databases: `run_group` (`--gid`) when given,
+/// else its user's own; `None` when this host does not know it.
+pub fn job_group(user: &str, run_group: &str) -> Option<quorum_auth::users::Group> {
+    match run_group {
+        "" => quorum_auth::users::by_name(user).ok().and_then(|u| quorum_auth::users::group(&u.gid.to_string()).ok()),
+        g => quorum_auth::users::group(g).ok(),
+    }
+}
+
 /// `UserId=alice(1001) GroupId=alice(1001)` as Slurm writes them, from this host's user and group
 /// databases: the job's group is the one it runs with (`--gid`), else its user's own; a name
 /// this host does not know is written alone.
 fn user_and_group(user: &str, run_group: &str) -> String {
     let found = quorum_auth::users::by_name(user).ok();
     let uid = found.as_ref().map_or_else(|| user.to_string(), |u| format!("{user}({})", u.uid));
-    let group = match (run_group, &found) {
-        ("", Some(u)) => quorum_auth::users::group(&u.gid.to_string()).ok(),
-        ("", None) => None,
-        (g, _) => quorum_auth::users::group(g).ok(),
-    };
+    let group = job_group(user, run_group);
     let gid = match (group, run_group) {
         (Some(g), _) => format!("{}({})", g.name, g.gid),
         (None, "") => "(null)".into(),

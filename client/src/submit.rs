@@ -867,6 +867,13 @@ struct Constraint {
     counts: Vec<u32>,
 }
 
+impl Constraint {
+    /// The nodes its counts add up to (`[a*2&b*4]`: 6); 0 without counts.
+    fn counted_nodes(&self) -> u32 {
+        self.counts.iter().fold(0u32, |a, &n| a.saturating_add(n))
+    }
+}
+
 /// `--constraint`: features joined by `&` or `,` (a node has all of them), by `|` (a node has
 /// at least one; nodes may differ), `[a|b]` (every node has the same one), or with node counts,
 /// `a*2` and `[a*2&b*4]` (that many of the job's nodes have each feature). Other brackets, and
@@ -933,11 +940,7 @@ fn parse_constraint(c: &str) -> Result<Constraint, String> {
 
 /// The nodes `--constraint` counts (`[a*2&b*4]` counts 6), for a job that does not give `--nodes`.
 fn counted_nodes(opts: &SubmitOpts) -> u32 {
-    opts.constraint
-        .as_deref()
-        .and_then(|c| parse_constraint(c).ok())
-        .map(|c| c.counts.iter().fold(0u32, |a, &n| a.saturating_add(n)))
-        .unwrap_or(0)
+    opts.constraint.as_deref().and_then(|c| parse_constraint(c).ok()).map_or(0, |c| c.counted_nodes())
 }
 
 /// Builds the job spec from the merged options. `cwd` is where the user submits from.
@@ -985,7 +988,7 @@ pub fn build_spec(cli: SubmitOpts, payload: Payload, cwd: &Path, env: Vec<(Strin
         Some(c) => parse_constraint(c)?,
         None => Constraint::default(),
     };
-    let counted = constraint.counts.iter().fold(0u32, |a, &n| a.saturating_add(n));
+    let counted = constraint.counted_nodes();
     if counted > 0 && listed > 0 {
         return Err(format!(
             "invalid --constraint '{}': node counts per feature and --nodelist cannot be given together",

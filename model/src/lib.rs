@@ -462,65 +462,93 @@ pub fn counted_constraint_string(wanted: &[String], counts: &[u32]) -> String {
     }
 }
 
+/// How many candidate visits one [`assign_feature_counts`] may make before it gives up: a job
+/// of thousands of counted nodes on a cluster of thousands, with features shared between them,
+/// must not hold the scheduler (nor the stack: the search keeps its own).
+const ASSIGN_BUDGET: usize = 4_000_000;
+
 /// Which of `candidates` (each node's features, best first) give `--constraint` node counts:
 /// `counts[i]` nodes with `wanted[i]`, no node counted twice. Returns, for each counted node
-/// in the order of `wanted`, its index in `candidates`; `None` when no choice gives them all.
-/// Each count takes the best free candidates first; when none is left for one, a node taken
-/// earlier is moved to another feature it has (augmenting paths), so the answer is exact even
-/// where nodes have several of the features.
+/// in the order of `wanted`, its index in `candidates`; `None` when no choice gives them all
+/// (or the search ran past [`ASSIGN_BUDGET`]). Each count takes the best free candidates
+/// first; when none is left for one, a node taken earlier is moved to another feature it has
+/// (augmenting paths), so the answer is exact even where nodes have several of the features.
 pub fn assign_feature_counts(wanted: &[String], counts: &[u32], candidates: &[&[String]]) -> Option<Vec<usize>> {
     if counts.iter().map(|&c| c as usize).fold(0usize, usize::saturating_add) > candidates.len() {
         return None;
     }
-    // One slot per node asked for: its feature.
-    let slots: Vec<&String> =
-        wanted.iter().zip(counts).flat_map(|(f, &c)| std::iter::repeat_n(f, c as usize)).collect();
+    // One slot per node asked for: the index of its feature in `wanted`.
+    let slots: Vec<usize> = counts.iter().enumerate().flat_map(|(f, &c)| std::iter::repeat_n(f, c as usize)).collect();
+    let has = |c: usize, slot: usize| candidates[c].contains(&wanted[slots[slot]]);
     let mut owner: Vec<Option<usize>> = vec![None; candidates.len()];
-    let mut of_slot: Vec<usize> = Vec::with_capacity(slots.len());
+    let mut of_slot: Vec<usize> = vec![usize::MAX; slots.len()];
+    // Per feature, where the scan for a free candidate resumes: those before it are taken or
+    // lack the feature (a taken candidate is never freed), so the common case costs one pass.
+    let mut cursor = vec![0usize; wanted.len()];
+    let mut budget = ASSIGN_BUDGET;
     for s in 0..slots.len() {
-        // The best free candidate with the feature, when there is one: the common case costs
-        // one scan.
-        let free = (0..candidates.len()).find(|&c| owner[c].is_none() && candidates[c].contains(slots[s]));
-        match free {
-            Some(c) => {
-                owner[c] = Some(s);
-                of_slot.push(c);
-            }
-            None => {
-                of_slot.push(usize::MAX);
-                let mut seen = vec![false; candidates.len()];
-                if !augment(s, &slots, candidates, &mut owner, &mut of_slot, &mut seen) {
-                    return None;
-                }
-            }
+        let at = &mut cursor[slots[s]];
+        while *at < candidates.len() && (owner[*at].is_some() || !has(*at, s)) {
+            *at += 1;
+        }
+        if *at < candidates.len() {
+            owner[*at] = Some(s);
+            of_slot[s] = *at;
+        } else if !augment(s, candidates.len(), &has, &mut owner, &mut of_slot, &mut budget) {
+            return None;
         }
     }
     Some(of_slot)
 }
 
-/// Kuhn's augmenting path from slot `s`: gives it a candidate with its feature, moving the
-/// slot that held one to another of its own.
+/// Kuhn's augmenting path from slot `s0`, searched with a stack of its own: gives it a
+/// candidate with its feature, moving each slot on the path to another of its own.
 fn augment(
-    s: usize,
-    slots: &[&String],
-    candidates: &[&[String]],
+    s0: usize,
+    n: usize,
+    has: &impl Fn(usize, usize) -> bool,
     owner: &mut [Option<usize>],
     of_slot: &mut [usize],
-    seen: &mut [bool],
+    budget: &mut usize,
 ) -> bool {
-    for c in 0..candidates.len() {
-        if seen[c] || !candidates[c].contains(slots[s]) {
-            continue;
+    let mut seen = vec![false; n];
+    // (slot, next candidate to try); `path[i]` is the candidate `stack[i]`'s slot would take.
+    let mut stack: Vec<(usize, usize)> = vec![(s0, 0)];
+    let mut path: Vec<usize> = Vec::new();
+    while let Some(top) = stack.len().checked_sub(1) {
+        let s = stack[top].0;
+        let mut found = None;
+        while stack[top].1 < n {
+            let c = stack[top].1;
+            stack[top].1 += 1;
+            *budget = match budget.checked_sub(1) {
+                Some(b) => b,
+                None => return false,
+            };
+            if !seen[c] && has(c, s) {
+                seen[c] = true;
+                found = Some(c);
+                break;
+            }
         }
-        seen[c] = true;
-        let free = match owner[c] {
-            None => true,
-            Some(other) => augment(other, slots, candidates, owner, of_slot, seen),
-        };
-        if free {
-            owner[c] = Some(s);
-            of_slot[s] = c;
-            return true;
+        match found.map(|c| (c, owner[c])) {
+            // This slot cannot move: the one before it tries its next candidate.
+            None => {
+                stack.pop();
+                path.pop();
+            }
+            Some((c, Some(other))) => {
+                path.push(c);
+                stack.push((other, 0));
+            }
+            Some((c, None)) => {
+                path.push(c);
+                for (&(slot, _), &taken) in stack.iter().zip(&path) {
+                    owner[taken] = Some(slot);
+                    of_slot[slot] = taken;
+                }
+                return true;
+            }
         }
     }
     false
