@@ -150,7 +150,7 @@ fn main() {
             .map(|(id, _)| *id)
             .collect();
         if let Response::Purged { jobs } = log.apply(Command::PurgeJobs { jobs: due, min_age: MIN_AGE_MS, now }) {
-            history.write(&jobs).expect("history write");
+            history.write(&jobs, log.index).expect("history write");
             moved += jobs.len() as u64;
         }
         let done = first + n;

@@ -2,7 +2,8 @@
 # Installs what a fresh Debian/Ubuntu machine lacks to build Quorum: protoc (tonic's code
 # generation), libclang (bindgen for the rocksdb crate), and MUNGE (libmunge to link against,
 # munged for `quorum dev` and the tests), which every Slurm site already runs, and Python's venv
-# for the tests' workflow client. RocksDB itself is compiled from
+# for the tests' workflow client, and PostgreSQL's server, which the tests start to check what
+# quorum-dbd exports. RocksDB itself is compiled from
 # source by the rocksdb crate; see README.md, "Building".
 set -euo pipefail
 need=()
@@ -21,6 +22,8 @@ command -v make >/dev/null 2>&1 || need+=(make)
 # The tests drive Quorum with submitit from PyPI, in a virtual environment (scripts/submitit-venv.sh).
 command -v python3 >/dev/null 2>&1 || need+=(python3)
 python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || need+=(python3-venv)
+# quorum-dbd's tests start a PostgreSQL server of their own (Debian: /usr/lib/postgresql/N/bin).
+compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || command -v initdb >/dev/null 2>&1 || need+=(postgresql)
 if [ ${#need[@]} -eq 0 ]; then
   exit 0
 fi

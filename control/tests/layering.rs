@@ -24,6 +24,7 @@ const CRATE_ROOTS: &[&str] = &[
     "client/src",
     "cli/src",
     "dev/src",
+    "dbd/src",
 ];
 
 fn workspace() -> PathBuf {
@@ -540,4 +541,9 @@ fn the_pure_cores_and_the_cli_depend_on_nothing_above_them() {
         ["quorum-control", "quorum-agent", "quorum-dev", "quorum-raft", "openraft", "rocksdb", "librocksdb-sys"];
     let found: Vec<&&str> = above.iter().filter(|f| cli.contains(**f)).collect();
     assert!(found.is_empty(), "the quorum CLI depends on {found:?}");
+    // The exporter is a client of the cluster too: it reads the history over the API.
+    let dbd = dependency_tree("quorum-dbd");
+    assert!(dbd.contains("quorum-client") && dbd.contains("tokio-postgres"), "quorum-dbd's tree was read: {dbd:?}");
+    let found: Vec<&&str> = above.iter().filter(|f| dbd.contains(**f)).collect();
+    assert!(found.is_empty(), "quorum-dbd depends on {found:?}");
 }

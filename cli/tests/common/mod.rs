@@ -247,7 +247,13 @@ pub fn versions(addrs: &[String]) -> serde_json::Value {
 
 /// `quorum-agent`, built beside `quorum` by `cargo test --workspace` (the README's command).
 pub fn agent_binary() -> std::path::PathBuf {
-    let path = Path::new(env!("CARGO_BIN_EXE_quorum")).with_file_name("quorum-agent");
+    sibling_binary("quorum-agent")
+}
+
+/// A binary of another crate of the workspace (`quorum-agent`, `quorum-dbd`), built beside
+/// `quorum` by `cargo test --workspace`.
+pub fn sibling_binary(name: &str) -> std::path::PathBuf {
+    let path = Path::new(env!("CARGO_BIN_EXE_quorum")).with_file_name(name);
     assert!(path.exists(), "{} is missing: run the tests with `cargo test --workspace`", path.display());
     path
 }

@@ -7,7 +7,12 @@
 //! - `j` id → the job, JSON (its script and environment only when the config keeps them);
 //! - `u` user `\0` end id → submit time: a user's jobs by end time (`sacct -u USER -S ... -E ...`);
 //! - `e` end id → submit time: every job by end time (`sacct -a -S ... -E ...`);
-//! - `r` request id → id: a retried submit whose first job has left finds it here.
+//! - `r` request id → id: a retried submit whose first job has left finds it here;
+//! - `a` index id → nothing: every job in the order it entered the history, by the Raft index of
+//!   the entry that moved it (the record's `archived`), which an exporter follows
+//!   ([`History::entered_after`]): the same on every replica, since every replica applies the
+//!   same entries and a copied record keeps its index;
+//! - `v` → the layout's version: a history written before the `a` index gets it on opening.
 //!
 //! Writes skip the write-ahead log, which the Raft log shares (a synced log append waits for
 //! every byte before it); [`History::flush`] makes them durable, and the state machine calls it
@@ -35,6 +40,10 @@ const JOB: u8 = b'j';
 const BY_USER: u8 = b'u';
 const BY_END: u8 = b'e';
 const BY_REQUEST: u8 = b'r';
+const BY_ENTRY: u8 = b'a';
+/// The layout's version, and the one this release writes.
+const VERSION: &[u8] = b"v";
+const LAYOUT: u64 = 1;
 /// The mark of an incomplete history: the Raft index of the snapshot installed, big-endian.
 const GAP: &[u8] = b"g";
 
@@ -70,6 +79,10 @@ pub enum HistoryError {
 
 type Result<T> = std::result::Result<T, HistoryError>;
 
+/// A record with its place in the order of entry: the index of the entry that moved it, its
+/// id, and the record as stored.
+pub type Entered = (u64, JobId, Vec<u8>);
+
 fn err(e: impl std::fmt::Display) -> HistoryError {
     HistoryError::Failed(e.to_string())
 }
@@ -93,6 +106,42 @@ fn end_and_id(prefix: Vec<u8>, end: Millis, id: JobId) -> Vec<u8> {
     k.extend_from_slice(&end.to_be_bytes());
     k.extend_from_slice(&id.to_be_bytes());
     k
+}
+
+fn entry_key(index: u64, id: JobId) -> [u8; 17] {
+    let mut k = [BY_ENTRY; 17];
+    k[1..9].copy_from_slice(&index.to_be_bytes());
+    k[9..].copy_from_slice(&id.to_be_bytes());
+    k
+}
+
+/// A record as stored: the job, and the index of the entry that moved it to the history (0 for
+/// one a replica of an older release wrote).
+#[derive(serde::Serialize)]
+struct Record<'a> {
+    #[serde(flatten)]
+    job: &'a Job,
+    archived: u64,
+}
+
+/// What a stored record's indexes are made of, read without decoding the whole job.
+#[derive(serde::Deserialize)]
+struct Indexed {
+    user: String,
+    #[serde(default)]
+    request_id: String,
+    #[serde(default)]
+    archived: u64,
+}
+
+/// The index a stored record entered the history at.
+fn archived_of(record: &[u8]) -> Result<u64> {
+    #[derive(serde::Deserialize)]
+    struct Archived {
+        #[serde(default)]
+        archived: u64,
+    }
+    serde_json::from_slice::<Archived>(record).map(|a| a.archived).map_err(err)
 }
 
 fn request_key(request_id: &str) -> Vec<u8> {
@@ -126,7 +175,38 @@ impl History {
         let mark = history.db.get_pinned_cf(history.cf()?, GAP).map_err(err)?;
         let gap = mark.and_then(|b| <[u8; 8]>::try_from(&b[..]).ok()).map(u64::from_be_bytes).unwrap_or(0);
         *history.gap.lock().unwrap_or_else(|p| p.into_inner()) = gap;
+        history.upgrade()?;
         Ok(history)
+    }
+
+    /// Gives a history written before the entry index (`a`) its index: every record, under the
+    /// index it carries (0 when it has none). Once, durably.
+    fn upgrade(&self) -> Result<()> {
+        let cf = self.cf()?;
+        let version = self.db.get_pinned_cf(cf, VERSION).map_err(err)?;
+        if version.and_then(|v| <[u8; 8]>::try_from(&v[..]).ok()).map(u64::from_be_bytes).unwrap_or(0) >= LAYOUT {
+            return Ok(());
+        }
+        let mut batch = WriteBatch::default();
+        let mut indexed = 0u64;
+        for item in self.db.iterator_cf(cf, IteratorMode::From(&[JOB], Direction::Forward)) {
+            let (key, value) = item.map_err(err)?;
+            let Some(id) = trailing_id(&key).filter(|_| key.first() == Some(&JOB) && key.len() == 9) else {
+                break;
+            };
+            batch.put_cf(cf, entry_key(archived_of(&value)?, id), []);
+            indexed += 1;
+            if batch.len() >= 10_000 {
+                self.db.write_opt(std::mem::take(&mut batch), &no_wal()).map_err(err)?;
+            }
+        }
+        batch.put_cf(cf, VERSION, LAYOUT.to_be_bytes());
+        self.db.write_opt(batch, &no_wal()).map_err(err)?;
+        self.flush()?;
+        if indexed > 0 {
+            tracing::info!(indexed, "job history: records indexed in the order they entered it");
+        }
+        Ok(())
     }
 
     /// The Raft index up to which records may be missing (a snapshot was installed), if any.
@@ -193,14 +273,47 @@ impl History {
         Ok((out, last, true))
     }
 
-    /// Writes records a peer sent ([`History::page_after`]), indexing them as its own.
+    /// Writes records a peer sent ([`History::page_after`]), indexing them as its own, each at
+    /// the index it entered the peer's history at.
     pub fn write_records(&self, records: &[Vec<u8>]) -> Result<()> {
-        let jobs = records
-            .iter()
-            .map(|r| serde_json::from_slice::<Job>(r).map(crate::model::Shared::new))
-            .collect::<std::result::Result<Vec<_>, _>>()
-            .map_err(|e| err(format!("a record a peer sent: {e}")))?;
-        self.write(&jobs)
+        let mut batch = WriteBatch::default();
+        for r in records {
+            let job = serde_json::from_slice::<Job>(r).map_err(|e| err(format!("a record a peer sent: {e}")))?;
+            self.put(&mut batch, &job, archived_of(r)?)?;
+        }
+        self.db.write_opt(batch, &no_wal()).map_err(err)
+    }
+
+    /// Up to `limit` records (and about `max_bytes`) of the jobs that entered the history after
+    /// `after` (the index of the entry that moved a job, then its id), in that order, as stored:
+    /// what an exporter follows. Each with its position, and whether none are left.
+    pub fn entered_after(&self, after: (u64, JobId), limit: usize, max_bytes: usize) -> Result<(Vec<Entered>, bool)> {
+        self.complete()?;
+        let cf = self.cf()?;
+        let (mut out, mut bytes) = (Vec::new(), 0usize);
+        let start = match after.1.checked_add(1) {
+            Some(id) => entry_key(after.0, id),
+            None => match after.0.checked_add(1) {
+                Some(index) => entry_key(index, 0),
+                None => return Ok((out, true)),
+            },
+        };
+        for item in self.db.iterator_cf(cf, IteratorMode::From(&start, Direction::Forward)) {
+            let (key, _) = item.map_err(err)?;
+            if key.first() != Some(&BY_ENTRY) || key.len() != 17 {
+                break;
+            }
+            let index = u64::from_be_bytes(key[1..9].try_into().map_err(err)?);
+            let id = trailing_id(&key).ok_or_else(|| err("a short entry index key"))?;
+            // Forgotten meanwhile (`purge_job_after_s`): its index entry went with it.
+            let Some(record) = self.db.get_cf(cf, job_key(id)).map_err(err)? else { continue };
+            if out.len() >= limit || (bytes > 0 && bytes + record.len() > max_bytes) {
+                return Ok((out, false));
+            }
+            bytes += record.len();
+            out.push((index, id, record));
+        }
+        Ok((out, true))
     }
 
     fn cf(&self) -> Result<&rocksdb::ColumnFamily> {
@@ -225,25 +338,33 @@ impl History {
         job
     }
 
-    /// Writes these jobs (idempotent: a job written again replaces itself).
-    pub fn write(&self, jobs: &[crate::model::Shared<Job>]) -> Result<()> {
+    /// Writes these jobs, moved to the history by the entry at `index` (idempotent: a job
+    /// written again replaces itself).
+    pub fn write(&self, jobs: &[crate::model::Shared<Job>], index: u64) -> Result<()> {
         if jobs.is_empty() {
             return Ok(());
         }
-        let cf = self.cf()?;
         let mut batch = WriteBatch::default();
         for job in jobs {
-            let record = serde_json::to_vec(&self.record(job)).map_err(err)?;
-            let end = end_of(job);
-            batch.put_cf(cf, job_key(job.id), record);
-            let submitted = job.submit_time.to_be_bytes();
-            batch.put_cf(cf, end_and_id(user_prefix(&job.user), end, job.id), submitted);
-            batch.put_cf(cf, end_and_id(vec![BY_END], end, job.id), submitted);
-            if !job.request_id.is_empty() {
-                batch.put_cf(cf, request_key(&job.request_id), job.id.to_be_bytes());
-            }
+            self.put(&mut batch, job, index)?;
         }
         self.db.write_opt(batch, &no_wal()).map_err(err)
+    }
+
+    /// A job's record and index entries, into `batch`.
+    fn put(&self, batch: &mut WriteBatch, job: &Job, archived: u64) -> Result<()> {
+        let cf = self.cf()?;
+        let record = serde_json::to_vec(&Record { job: &self.record(job), archived }).map_err(err)?;
+        let end = end_of(job);
+        batch.put_cf(cf, job_key(job.id), record);
+        let submitted = job.submit_time.to_be_bytes();
+        batch.put_cf(cf, end_and_id(user_prefix(&job.user), end, job.id), submitted);
+        batch.put_cf(cf, end_and_id(vec![BY_END], end, job.id), submitted);
+        batch.put_cf(cf, entry_key(archived, job.id), []);
+        if !job.request_id.is_empty() {
+            batch.put_cf(cf, request_key(&job.request_id), job.id.to_be_bytes());
+        }
+        Ok(())
     }
 
     /// Forgets up to `max` of the jobs that ended before `ended_before`, the earliest first,
@@ -268,8 +389,9 @@ impl History {
             }
             let id = trailing_id(&key).ok_or_else(|| err("a short end-time index key"))?;
             if let Some(bytes) = self.db.get_pinned_cf(cf, job_key(id)).map_err(err)? {
-                let job: Job = serde_json::from_slice(&bytes).map_err(err)?;
+                let job: Indexed = serde_json::from_slice(&bytes).map_err(err)?;
                 batch.delete_cf(cf, end_and_id(user_prefix(&job.user), end, id));
+                batch.delete_cf(cf, entry_key(job.archived, id));
                 if !job.request_id.is_empty() && self.by_request(&job.request_id)? == Some(id) {
                     batch.delete_cf(cf, request_key(&job.request_id));
                 }

@@ -250,7 +250,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                             Response::Purged { jobs } => self
                                 .shared
                                 .history
-                                .write(jobs)
+                                .write(jobs, entry.log_id.index)
                                 .map_err(|e| io_err(ErrorSubject::Apply(entry.log_id), ErrorVerb::Write, e))?,
                             _ => {}
                         }

@@ -48,7 +48,7 @@ pub fn rule(path: &str) -> Option<Rule> {
             | "Priorities" | "Shares" | "GetReplicaStatus" | "ClusterMembers" | "IssueToken" | "WhoAmI" | "RunStep" => {
                 Rule::User
             }
-            "SetNodesDrained" => Rule::Operator,
+            "SetNodesDrained" | "FollowHistory" => Rule::Operator,
             "UpsertAccount" | "UpsertQos" | "InjectGpuFault" | "Digest" | "ReplicaDigest" | "AddReplica"
             | "RemoveReplica" | "TransferLeader" | "SetRole" => Rule::Admin,
             "Campaign" | "HistoryPage" => Rule::Replica,

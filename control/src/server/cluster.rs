@@ -144,6 +144,27 @@ pub(super) async fn history_page(api: &Api, r: HistoryPageRequest) -> Result<His
     Ok(HistoryPageResponse { records, last_job_id, done, incomplete, applied_index })
 }
 
+/// The job history after a position, in the order jobs entered it, for an exporter. A
+/// replica whose history is still being copied answers UNAVAILABLE, so that the caller asks
+/// another.
+pub(super) async fn follow_history(
+    api: &Api,
+    _caller: &Caller,
+    r: FollowHistoryRequest,
+) -> Result<FollowHistoryResponse, Status> {
+    let history = api.replica.shared.history.clone();
+    let applied_index = api.replica.shared.read().applied_index();
+    let limit = (r.limit as usize).clamp(1, HISTORY_PAGE_RECORDS);
+    let (records, done) = tokio::task::spawn_blocking(move || {
+        history.entered_after((r.after_index, r.after_job_id), limit, HISTORY_PAGE_BYTES)
+    })
+    .await
+    .map_err(|e| Status::internal(e.to_string()))?
+    .map_err(super::jobs::history_status)?;
+    let records = records.into_iter().map(|(index, job_id, job)| HistoryRecord { index, job_id, job }).collect();
+    Ok(FollowHistoryResponse { records, done, applied_index })
+}
+
 pub(super) async fn add_replica(
     api: &Api,
     _caller: &Caller,

@@ -301,7 +301,7 @@ fn from_history(api: &Api, job_id: u64, task: Option<u32>) -> Result<crate::mode
     })
 }
 
-fn history_status(e: crate::replica::history::HistoryError) -> Status {
+pub(super) fn history_status(e: crate::replica::history::HistoryError) -> Status {
     match e {
         crate::replica::history::HistoryError::Incomplete(_) => Status::unavailable(e.to_string()),
         crate::replica::history::HistoryError::Failed(_) => Status::internal(e.to_string()),

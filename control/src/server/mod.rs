@@ -181,6 +181,14 @@ impl Quorum for Api {
         cluster::history_page(self, req.into_inner()).await.map(Response::new)
     }
 
+    async fn follow_history(
+        &self,
+        req: Request<FollowHistoryRequest>,
+    ) -> Result<Response<FollowHistoryResponse>, Status> {
+        let caller = auth::caller(&req)?;
+        cluster::follow_history(self, &caller, req.into_inner()).await.map(Response::new)
+    }
+
     async fn campaign(&self, req: Request<CampaignRequest>) -> Result<Response<CampaignResponse>, Status> {
         let caller = auth::caller(&req)?;
         let r = req.into_inner();

@@ -1,0 +1,85 @@
+//! The job history's order of entry (what quorum-dbd follows), in a real RocksDB: jobs come in
+//! the order of the entries that moved them, a record copied from a peer keeps its place, a
+//! forgotten job leaves the order, and a history written before the order existed gets it.
+
+use std::sync::Arc;
+
+use quorum_control::replica::history::{History, CF_HISTORY};
+use quorum_model::{Job, JobSpec, Shared};
+
+fn job(id: u64, end: u64) -> Shared<Job> {
+    let v = serde_json::json!({
+        "id": id, "spec": serde_json::to_value(JobSpec::default()).unwrap(), "user": "alice",
+        "partition": "batch", "state": "Completed", "reason": "None", "submit_time": 1, "start_time": 2,
+        "end_time": end, "exit_code": 0, "signal": null, "allocation": null, "alloc_index": 0,
+        "cancel_requested": false, "rank_outcomes": [], "request_id": format!("request-{id}"),
+    });
+    Shared::new(serde_json::from_value(v).expect("a job"))
+}
+
+fn open(dir: &std::path::Path) -> (Arc<rocksdb::DB>, History) {
+    let db = quorum_raft::open_db(&dir.join("db"), &[CF_HISTORY]).expect("open rocksdb");
+    let history = History::new(db.clone(), Default::default()).expect("open the history");
+    (db, history)
+}
+
+fn order(history: &History, after: (u64, u64), limit: usize) -> (Vec<(u64, u64)>, bool) {
+    let (records, done) = history.entered_after(after, limit, 1 << 20).expect("read");
+    for (_, id, record) in &records {
+        let job: Job = serde_json::from_slice(record).expect("a record is a job");
+        assert_eq!(job.id, *id);
+    }
+    (records.iter().map(|(index, id, _)| (*index, *id)).collect(), done)
+}
+
+#[test]
+fn jobs_come_in_the_order_of_the_entries_that_moved_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_db, history) = open(dir.path());
+    history.write(&[job(3, 100), job(1, 200)], 10).unwrap();
+    history.write(&[job(2, 300)], 12).unwrap();
+    history.write(&[job(5, 400), job(4, 500)], 11).unwrap();
+    let all = vec![(10, 1), (10, 3), (11, 4), (11, 5), (12, 2)];
+    assert_eq!(order(&history, (0, 0), 100), (all.clone(), true));
+    // Page by page, each after the last one given.
+    assert_eq!(order(&history, (0, 0), 2), (all[..2].to_vec(), false));
+    assert_eq!(order(&history, (10, 3), 2), (all[2..4].to_vec(), false));
+    assert_eq!(order(&history, (11, 5), 2), (all[4..].to_vec(), true));
+    assert_eq!(order(&history, (12, 2), 2), (vec![], true));
+    assert_eq!(order(&history, (12, u64::MAX), 2), (vec![], true));
+    assert_eq!(order(&history, (u64::MAX, u64::MAX), 2), (vec![], true));
+
+    // A job written again (a replayed entry) keeps its one place.
+    history.write(&[job(2, 300)], 12).unwrap();
+    assert_eq!(order(&history, (0, 0), 100).0, all);
+
+    // Forgotten (purge_job_after_s): gone from the order too.
+    assert_eq!(history.forget(250, 10).unwrap(), (2, false));
+    assert_eq!(order(&history, (0, 0), 100).0, vec![(11, 4), (11, 5), (12, 2)]);
+
+    // Copied to a replica that installed a snapshot: each record keeps its place.
+    let other = tempfile::tempdir().unwrap();
+    let (_db2, copy) = open(other.path());
+    let (records, _, done) = history.page_after(0, 100, 1 << 20).unwrap();
+    assert!(done);
+    copy.write_records(&records).unwrap();
+    assert_eq!(order(&copy, (0, 0), 100).0, vec![(11, 4), (11, 5), (12, 2)]);
+}
+
+#[test]
+fn a_history_written_before_the_order_existed_gets_it_on_opening() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let (db, history) = open(dir.path());
+        history.write(&[job(7, 100)], 20).unwrap();
+        // What an older release left: the record alone, without its place, and no layout version.
+        let cf = db.cf_handle(CF_HISTORY).unwrap();
+        let mut key = vec![b'j'];
+        key.extend_from_slice(&8u64.to_be_bytes());
+        db.put_cf(cf, key, serde_json::to_vec(&*job(8, 150)).unwrap()).unwrap();
+        db.delete_cf(cf, b"v").unwrap();
+        db.flush_cf(cf).unwrap();
+    }
+    let (_db, history) = open(dir.path());
+    assert_eq!(order(&history, (0, 0), 100).0, vec![(0, 8), (20, 7)]);
+}
