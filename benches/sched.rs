@@ -210,6 +210,7 @@ fn state(pending: usize, nodes: usize) -> ClusterState {
                 next_step: 0,
                 cancelled_by: None,
                 usage: None,
+                step_usage: None,
             }),
         );
     }

@@ -37,7 +37,8 @@ CREATE TABLE IF NOT EXISTS quorum_jobs (
     alloc_cpus     integer     NOT NULL,
     alloc_gpus     integer     NOT NULL,
     alloc_mem_mb   bigint      NOT NULL,
-    -- what its processes used, summed over its nodes (the largest resident set of one node)
+    -- what it used, its batch script and its steps together, summed over its nodes (the
+    -- largest resident set of one process)
     cpu_user_s     double precision,
     cpu_system_s   double precision,
     max_rss_kb     bigint,
@@ -68,6 +69,10 @@ CREATE TABLE IF NOT EXISTS quorum_steps (
     node_list      text        NOT NULL,
     ntasks         integer     NOT NULL,
     cpus           integer     NOT NULL,
+    -- what its tasks used, summed (the largest resident set of one task)
+    cpu_user_s     double precision,
+    cpu_system_s   double precision,
+    max_rss_kb     bigint,
     PRIMARY KEY (cluster, job_id, step_id),
     FOREIGN KEY (cluster, job_id) REFERENCES quorum_jobs (cluster, job_id) ON DELETE CASCADE
 );

@@ -7,14 +7,19 @@
 //! job's cgroup is killed when the job ends, and without cgroups the job's end kills each step's
 //! process groups ([`Agent::kill_steps`]). The tasks are the agent's children: an agent that
 //! stops takes their pipes with it (their `srun` sees the node lost).
+//!
+//! The agent reaps each task itself with `wait4` (woken by a pidfd), for what it used: its CPU
+//! time and largest resident set, with every process it waited for, as the supervisor measures
+//! a batch script.
 
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use quorum_proto::agent::{agent_message, step_io, AgentMessage, StepIo, StepLaunch, StepOutput, StepTaskExit};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::unix::pipe;
 
 use crate::input::{TaskInput, MAX_WAITING_INPUT};
 use crate::{identity, supervisor, Agent};
@@ -31,7 +36,7 @@ fn send(agent: &Agent, msg: agent_message::Msg) -> impl std::future::Future<Outp
 
 async fn task_failed(agent: &Agent, l: &StepLaunch, task: u32, error: String) {
     tracing::warn!(job = l.job_id, step = l.step_id, task, "step task not started: {error}");
-    let exit = StepTaskExit { job_id: l.job_id, step_id: l.step_id, task, exit_code: 1, signal: 0, error };
+    let exit = StepTaskExit { job_id: l.job_id, step_id: l.step_id, task, exit_code: 1, signal: 0, error, usage: None };
     send(agent, agent_message::Msg::StepExit(exit)).await;
 }
 
@@ -176,7 +181,7 @@ fn spawn(
     takes_stdin: bool,
     node_hostname: Option<&str>,
     pty: Option<&std::os::fd::OwnedFd>,
-) -> std::io::Result<tokio::process::Child> {
+) -> std::io::Result<std::process::Child> {
     use std::ffi::CString;
     let program = l.argv.first().ok_or_else(|| std::io::Error::other("no command"))?;
     let path = env.iter().find(|(k, _)| k == "PATH").map(|(_, v)| v.as_str()).unwrap_or("/usr/bin:/bin");
@@ -250,7 +255,64 @@ fn spawn(
             Ok(())
         });
     }
-    tokio::process::Command::from(cmd).kill_on_drop(false).spawn()
+    cmd.spawn()
+}
+
+/// Waits for task `pid` to end and reaps it: its wait status and what it used (itself and every
+/// process it waited for). A pidfd says when it has ended; without one (a kernel before 5.3) a
+/// blocking thread waits.
+async fn reap(pid: i32) -> std::io::Result<(libc::c_int, libc::rusage)> {
+    // SAFETY: pidfd_open takes a pid and flags, and returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd >= 0 {
+        // SAFETY: a descriptor pidfd_open just returned, owned by nothing else.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+        // SAFETY: the OwnedFd moves into the AsyncFd, which alone closes it, when dropped.
+        let ready = unsafe { tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }
+            .map_err(std::io::Error::from)?;
+        loop {
+            let mut guard = ready.readable().await?;
+            if let Some(ended) = wait4(pid, libc::WNOHANG)? {
+                return Ok(ended);
+            }
+            guard.clear_ready();
+        }
+    }
+    tokio::task::spawn_blocking(move || wait4(pid, 0))
+        .await
+        .map_err(std::io::Error::other)?
+        .and_then(|r| r.ok_or_else(|| std::io::Error::other("wait4 returned without the task")))
+}
+
+/// `wait4(pid, flags)`: the status and usage of `pid` once it has ended (`None` with `WNOHANG`
+/// while it runs).
+fn wait4(pid: i32, flags: libc::c_int) -> std::io::Result<Option<(libc::c_int, libc::rusage)>> {
+    let mut status = 0;
+    // SAFETY: rusage is plain data that wait4 fills in.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    loop {
+        // SAFETY: wait4 on our own child, with pointers to live locals.
+        match unsafe { libc::wait4(pid, &mut status, flags, &mut usage) } {
+            0 => return Ok(None),
+            r if r == pid => return Ok(Some((status, usage))),
+            _ => {
+                let e = std::io::Error::last_os_error();
+                if e.raw_os_error() != Some(libc::EINTR) {
+                    return Err(e);
+                }
+            }
+        }
+    }
+}
+
+/// What a task's `wait4` says it used.
+fn task_usage(u: &libc::rusage) -> quorum_proto::api::JobUsage {
+    let micros = |t: libc::timeval| (t.tv_sec.max(0) as u64) * 1_000_000 + t.tv_usec.max(0) as u64;
+    quorum_proto::api::JobUsage {
+        cpu_user_us: micros(u.ru_utime),
+        cpu_system_us: micros(u.ru_stime),
+        max_rss_kb: u.ru_maxrss.max(0) as u64,
+    }
 }
 
 /// A pseudo-terminal pair (master, slave) of `window`'s size.
@@ -281,10 +343,11 @@ fn resize(pty: &OwnedFd, w: &quorum_proto::api::StepWindow) {
 }
 
 /// Forwards a task's output and input, then reports its exit once all its output is sent.
-fn watch(agent: Arc<Agent>, l: StepLaunch, task: u32, mut child: tokio::process::Child, pty: Option<OwnedFd>) {
+fn watch(agent: Arc<Agent>, l: StepLaunch, task: u32, mut child: std::process::Child, pty: Option<OwnedFd>) {
     let key = (l.job_id, l.step_id);
     let mut terminal_reader = None;
-    if let Some(pid) = child.id() {
+    let pid = child.id();
+    {
         let mut steps = agent.lock_steps();
         let entry = steps.entry(key).or_default();
         entry.pgids.push(pid as i32);
@@ -309,7 +372,7 @@ fn watch(agent: Arc<Agent>, l: StepLaunch, task: u32, mut child: tokio::process:
                 }
             });
         }
-        if let Some(mut stdin) = child.stdin.take() {
+        if let Some(mut stdin) = child.stdin.take().and_then(|s| pipe::Sender::from_owned_fd(s.into()).ok()) {
             let (mut rx, waiting) = input_queue(entry);
             tokio::spawn(async move {
                 while let Some(Some(data)) = rx.recv().await {
@@ -321,33 +384,35 @@ fn watch(agent: Arc<Agent>, l: StepLaunch, task: u32, mut child: tokio::process:
             });
         }
     }
-    let readers: Vec<_> =
-        [child.stdout.take().map(Pipe::Out), child.stderr.take().map(Pipe::Err), terminal_reader.map(Pipe::Terminal)]
-            .into_iter()
-            .flatten()
-            .map(|pipe| {
-                let (agent, l) = (agent.clone(), l.clone());
-                tokio::spawn(async move { forward(&agent, &l, task, pipe).await })
-            })
-            .collect();
+    let stdout = child.stdout.take().and_then(|s| pipe::Receiver::from_owned_fd(s.into()).ok());
+    let stderr = child.stderr.take().and_then(|s| pipe::Receiver::from_owned_fd(s.into()).ok());
+    let readers: Vec<_> = [stdout.map(Pipe::Out), stderr.map(Pipe::Err), terminal_reader.map(Pipe::Terminal)]
+        .into_iter()
+        .flatten()
+        .map(|pipe| {
+            let (agent, l) = (agent.clone(), l.clone());
+            tokio::spawn(async move { forward(&agent, &l, task, pipe).await })
+        })
+        .collect();
     tokio::spawn(async move {
-        let status = child.wait().await;
+        let ended = reap(pid as i32).await;
         for r in readers {
             let _ = r.await;
         }
-        use std::os::unix::process::ExitStatusExt;
-        let (exit_code, signal) = match status {
-            Ok(s) => (s.code().unwrap_or(0), s.signal().unwrap_or(0)),
-            Err(_) => (0, libc::SIGKILL),
+        let (exit_code, signal, usage) = match ended {
+            Ok((status, used)) if libc::WIFSIGNALED(status) => (0, libc::WTERMSIG(status), Some(task_usage(&used))),
+            Ok((status, used)) => (libc::WEXITSTATUS(status), 0, Some(task_usage(&used))),
+            Err(e) => {
+                tracing::warn!(job = l.job_id, step = l.step_id, task, error = %e, "waiting for a step's task");
+                (0, libc::SIGKILL, None)
+            }
         };
-        if let Some(pid) = child.id() {
-            // Whatever the task left in its group goes with it.
-            supervisor::signal_group(pid as i32, libc::SIGKILL);
-        }
+        // Whatever the task left in its group goes with it.
+        supervisor::signal_group(pid as i32, libc::SIGKILL);
         {
             let mut steps = agent.lock_steps();
             if let Some(e) = steps.get_mut(&key) {
-                e.pgids.retain(|&p| Some(p as u32) != child.id());
+                e.pgids.retain(|&p| p as u32 != pid);
                 if task == 0 {
                     e.stdin = None;
                     e.pty = None;
@@ -355,15 +420,16 @@ fn watch(agent: Arc<Agent>, l: StepLaunch, task: u32, mut child: tokio::process:
             }
         }
         tracing::debug!(job = l.job_id, step = l.step_id, task, exit_code, signal, "step task ended");
-        let exit = StepTaskExit { job_id: l.job_id, step_id: l.step_id, task, exit_code, signal, error: String::new() };
+        let exit =
+            StepTaskExit { job_id: l.job_id, step_id: l.step_id, task, exit_code, signal, error: String::new(), usage };
         send(&agent, agent_message::Msg::StepExit(exit)).await;
         forget_if_idle(&agent, key);
     });
 }
 
 enum Pipe {
-    Out(tokio::process::ChildStdout),
-    Err(tokio::process::ChildStderr),
+    Out(pipe::Receiver),
+    Err(pipe::Receiver),
     /// A terminal's master side: its output (errors too), until its last process closes it.
     Terminal(tokio::fs::File),
 }

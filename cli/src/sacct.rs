@@ -209,7 +209,21 @@ fn batch_value(field: &str, job: &JobInfo, now_ms: u64) -> String {
         "NodeList" => first.map_or_else(|| "None assigned".into(), |a| a.node.clone()),
         // The script was killed at the limit: its step shows CANCELLED, the job TIMEOUT.
         "State" if job.state == "TIMEOUT" => "CANCELLED".into(),
+        // What the script used, with every process it waited for (not its steps).
+        "TotalCPU" | "UserCPU" | "SystemCPU" | "MaxRSS" => used(field, job.batch_usage.as_ref()),
         _ => value(field, &Line::Job { job, tasks: Vec::new() }, now_ms),
+    }
+}
+
+/// A usage field (`TotalCPU`, `UserCPU`, `SystemCPU`, `MaxRSS`) of what was measured, if it was.
+fn used(field: &str, usage: Option<&api::JobUsage>) -> String {
+    let Some(u) = usage else { return String::new() };
+    match field {
+        "TotalCPU" => cpu_time(u.cpu_user_us + u.cpu_system_us),
+        "UserCPU" => cpu_time(u.cpu_user_us),
+        "SystemCPU" => cpu_time(u.cpu_system_us),
+        "MaxRSS" => format!("{}K", u.max_rss_kb),
+        _ => String::new(),
     }
 }
 
@@ -281,13 +295,11 @@ fn value(field: &str, line: &Line, now_ms: u64) -> String {
         "WorkDir" => spec.map_or_else(String::new, |s| s.work_dir.clone()),
         "Comment" => spec.map_or_else(String::new, |s| s.comment.clone()),
         "WCKey" => spec.map_or_else(String::new, |s| s.wckey.clone()),
-        // What the job's processes used (its script's, with every process it waited for);
-        // steps started with srun are not measured apart.
-        "TotalCPU" | "UserCPU" | "SystemCPU" | "MaxRSS" if step.is_some() => String::new(),
-        "TotalCPU" => job.usage.as_ref().map_or_else(String::new, |u| cpu_time(u.cpu_user_us + u.cpu_system_us)),
-        "UserCPU" => job.usage.as_ref().map_or_else(String::new, |u| cpu_time(u.cpu_user_us)),
-        "SystemCPU" => job.usage.as_ref().map_or_else(String::new, |u| cpu_time(u.cpu_system_us)),
-        "MaxRSS" => job.usage.as_ref().map_or_else(String::new, |u| format!("{}K", u.max_rss_kb)),
+        // What a step's tasks used; for the job, its script's and its steps' together.
+        "TotalCPU" | "UserCPU" | "SystemCPU" | "MaxRSS" => match step {
+            Some(s) => used(field, s.usage.as_ref()),
+            None => used(field, job.usage.as_ref()),
+        },
         // What the job asked for in all (every node's), as Slurm 22.05 writes it.
         "ReqMem" => spec.map_or_else(String::new, |s| {
             quorum_model::parse::format_mem_mb(s.mem_per_node_mb.saturating_mul(u64::from(s.nodes.max(1))))

@@ -246,10 +246,14 @@ async fn the_export_has_every_job_once_after_a_kill_mid_batch_and_after_a_failov
     }
     let script = *first.last().unwrap();
     let step = db
-        .query_one("SELECT step_id, state, ntasks FROM quorum_steps WHERE job_id = $1", &[&(script as i64)])
+        .query_one(
+            "SELECT step_id, state, ntasks, cpu_user_s IS NOT NULL AND max_rss_kb > 0 FROM quorum_steps WHERE job_id = $1",
+            &[&(script as i64)],
+        )
         .await
         .expect("the script's srun step");
-    assert_eq!((step.get::<_, i32>(0), step.get::<_, String>(1), step.get::<_, i32>(2)), (0, "COMPLETED".into(), 1));
+    let step = (step.get::<_, i32>(0), step.get::<_, String>(1), step.get::<_, i32>(2), step.get::<_, bool>(3));
+    assert_eq!(step, (0, "COMPLETED".into(), 1, true), "its number, state, tasks and what it used");
 
     // Following, through a failover: the replica it reads from is the leader, and is stopped.
     let leader = cluster.leader().expect("a leader");

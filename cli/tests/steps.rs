@@ -382,3 +382,61 @@ async fn srun_pty_gives_task_zero_a_terminal_that_srun_s_own_drives() {
     assert!(out.contains("42 1"), "{out}");
     cluster.shutdown().await;
 }
+
+/// The seconds of a sacct CPU time: `MM:SS.mmm`, `HH:MM:SS`, `D-HH:MM:SS`.
+fn cpu_seconds(text: &str) -> f64 {
+    let (days, rest) = text.split_once('-').map_or((0.0, text), |(d, r)| (d.parse().unwrap(), r));
+    days * 86_400.0 + rest.split(':').fold(0.0, |acc, part| acc * 60.0 + part.parse::<f64>().unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_step_records_what_its_tasks_used_and_sacct_shows_it_per_step() {
+    let cluster = cluster(options()).await;
+    let c = client(&cluster.addrs);
+    wait_ready(&cluster, &c, 2).await;
+    let dir = tempfile::tempdir().unwrap();
+    // Each task holds 96 MiB it wrote, and burns a second of CPU.
+    std::fs::write(
+        dir.path().join("burn.py"),
+        "import time\nheld = b'x' * (96 << 20)\nwhile time.process_time() < 1.0:\n    pass\n",
+    )
+    .unwrap();
+    let script = "#!/bin/bash\nsrun -N2 -n2 python3 burn.py\nsrun -n1 true\n";
+    let id = submit_script(&cluster, dir.path(), &["-N", "2", "-o", "out-%j"], script);
+    let j = wait_state(&c, id, &["COMPLETED", "FAILED", "CANCELLED"], T).await;
+    let out = std::fs::read_to_string(dir.path().join(format!("out-{id}"))).unwrap_or_default();
+    assert_eq!(j.state, "COMPLETED", "{out}");
+    let j = job(&c, id).await;
+    let used = |u: Option<&quorum_proto::api::JobUsage>| {
+        let u = u.expect("usage recorded");
+        ((u.cpu_user_us + u.cpu_system_us) as f64 / 1e6, u.max_rss_kb / 1024)
+    };
+    // Two tasks of a second each (and Python's start), the larger of two 96 MiB tasks.
+    let (cpu, rss_mib) = used(j.steps[0].usage.as_ref());
+    assert!((2.0..2.3).contains(&cpu), "step 0 used {cpu} s of CPU");
+    assert!((96..130).contains(&rss_mib), "step 0's largest task held {rss_mib} MiB");
+    let (cpu_true, _) = used(j.steps[1].usage.as_ref());
+    assert!(cpu_true < 0.2, "step 1 (true) used {cpu_true} s");
+    // The job: its script (srun's own CPU, little) and its steps together.
+    let (total, _) = used(j.usage.as_ref());
+    let (script_cpu, _) = used(j.batch_usage.as_ref());
+    assert!(total >= cpu + cpu_true && (total - script_cpu - cpu - cpu_true).abs() < 0.01, "{j:?}");
+
+    let table = quorum(
+        &cluster.controllers_env(),
+        dir.path(),
+        &["acct", "-j", &id.to_string(), "-P", "-o", "JobID,TotalCPU,MaxRSS"],
+    )
+    .success();
+    let line = |name: &str| -> Vec<String> {
+        let line =
+            table.lines().find(|l| l.starts_with(&format!("{name}|"))).unwrap_or_else(|| panic!("{name}:\n{table}"));
+        line.split('|').map(str::to_string).collect()
+    };
+    let step0 = line(&format!("{id}.0"));
+    assert!((cpu_seconds(&step0[1]) - cpu).abs() < 0.01, "{table}");
+    assert_eq!(step0[2], format!("{}K", j.steps[0].usage.unwrap().max_rss_kb), "{table}");
+    assert!((cpu_seconds(&line(&id.to_string())[1]) - total).abs() < 0.01, "{table}");
+    assert!((cpu_seconds(&line(&format!("{id}.batch"))[1]) - script_cpu).abs() < 0.01, "{table}");
+    cluster.shutdown().await;
+}

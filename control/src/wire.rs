@@ -218,11 +218,8 @@ pub fn job_to_proto(j: &Job, with_env: bool) -> api::JobInfo {
         },
         requeues: j.requeues,
         cancelled_by: j.cancelled_by.clone().unwrap_or_default(),
-        usage: j.usage.map(|u| api::JobUsage {
-            cpu_user_us: u.cpu_user_us,
-            cpu_system_us: u.cpu_system_us,
-            max_rss_kb: u.max_rss_kb,
-        }),
+        usage: crate::model::JobUsage::total(j.usage, j.step_usage).map(usage_to_proto),
+        batch_usage: j.usage.map(usage_to_proto),
         array: j.array.as_ref().map(array_to_proto),
         steps: j
             .steps
@@ -240,9 +237,14 @@ pub fn job_to_proto(j: &Job, with_env: bool) -> api::JobInfo {
                 has_exit_code: s.exit_code.is_some(),
                 exit_code: s.exit_code.unwrap_or(0),
                 signal: s.signal.unwrap_or(0),
+                usage: s.usage.map(usage_to_proto),
             })
             .collect(),
     }
+}
+
+fn usage_to_proto(u: crate::model::JobUsage) -> api::JobUsage {
+    api::JobUsage { cpu_user_us: u.cpu_user_us, cpu_system_us: u.cpu_system_us, max_rss_kb: u.max_rss_kb }
 }
 
 /// What an agent's exit report says the job used on its node.

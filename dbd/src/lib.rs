@@ -198,7 +198,8 @@ const UPSERT_JOB: &str = "INSERT INTO quorum_jobs (cluster, job_id, array_job_id
      history_index = EXCLUDED.history_index, record = EXCLUDED.record, exported_at = now()";
 
 const INSERT_STEP: &str = "INSERT INTO quorum_steps (cluster, job_id, step_id, name, state, exit_code, signal, \
-     start_time, end_time, node_list, ntasks, cpus) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)";
+     start_time, end_time, node_list, ntasks, cpus, cpu_user_s, cpu_system_s, max_rss_kb) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)";
 
 /// A number as PostgreSQL's bigint holds it (the largest for one beyond it).
 fn sql_int(n: u64) -> i64 {
@@ -258,6 +259,9 @@ struct StepRow {
     node_list: String,
     ntasks: i32,
     cpus: i32,
+    cpu_user_s: Option<f64>,
+    cpu_system_s: Option<f64>,
+    max_rss_kb: Option<i64>,
 }
 
 impl Row {
@@ -265,6 +269,7 @@ impl Row {
         let record: serde_json::Value = serde_json::from_slice(&r.job).context("not JSON")?;
         let job: Job = serde_json::from_value(record.clone()).context("not a job this release can read")?;
         let nodes = job.allocation.as_ref().map(|a| a.nodes.as_slice()).unwrap_or_default();
+        let used = quorum_model::JobUsage::total(job.usage, job.step_usage);
         let elapsed_ms = match (job.start_time, job.end_time) {
             (Some(s), Some(e)) => e.saturating_sub(s),
             _ => 0,
@@ -283,6 +288,9 @@ impl Row {
                 node_list: hostlist::compress(&s.node_names()),
                 ntasks: sql_small(s.ntasks),
                 cpus: sql_small(s.nodes.iter().map(|n| n.cpus).sum()),
+                cpu_user_s: s.usage.map(|u| u.cpu_user_us as f64 / 1e6),
+                cpu_system_s: s.usage.map(|u| u.cpu_system_us as f64 / 1e6),
+                max_rss_kb: s.usage.map(|u| sql_int(u.max_rss_kb)),
             })
             .collect();
         Ok(Row {
@@ -309,9 +317,9 @@ impl Row {
             cpus: sql_small(nodes.iter().map(|n| n.cpus).sum()),
             gpus: sql_small(nodes.iter().map(|n| n.gpus.len() as u32).sum()),
             mem_mb: sql_int(nodes.iter().map(|n| n.mem_mb).sum()),
-            cpu_user_s: job.usage.map(|u| u.cpu_user_us as f64 / 1e6),
-            cpu_system_s: job.usage.map(|u| u.cpu_system_us as f64 / 1e6),
-            max_rss_kb: job.usage.map(|u| sql_int(u.max_rss_kb)),
+            cpu_user_s: used.map(|u| u.cpu_user_us as f64 / 1e6),
+            cpu_system_s: used.map(|u| u.cpu_system_us as f64 / 1e6),
+            max_rss_kb: used.map(|u| sql_int(u.max_rss_kb)),
             work_dir: job.spec.work_dir.clone(),
             index: sql_int(r.index),
             record,
@@ -356,7 +364,7 @@ impl Row {
 }
 
 impl StepRow {
-    fn params<'a>(&'a self, cluster: &'a String, job_id: &'a i64) -> [&'a (dyn ToSql + Sync); 12] {
+    fn params<'a>(&'a self, cluster: &'a String, job_id: &'a i64) -> [&'a (dyn ToSql + Sync); 15] {
         [
             cluster as &(dyn ToSql + Sync),
             job_id,
@@ -370,6 +378,9 @@ impl StepRow {
             &self.node_list,
             &self.ntasks,
             &self.cpus,
+            &self.cpu_user_s,
+            &self.cpu_system_s,
+            &self.max_rss_kb,
         ]
     }
 }

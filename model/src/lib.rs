@@ -1132,9 +1132,14 @@ pub struct Job {
     /// Who cancelled it (a user name; operators act as root), from feature level 13.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cancelled_by: Option<String>,
-    /// What it used, summed over the nodes that reported (from feature level 14).
+    /// What its batch script used (with every process it waited for), summed over the nodes
+    /// that reported (from feature level 14).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<JobUsage>,
+    /// What its steps (`srun`) used, summed over every step that ended, those no longer kept in
+    /// `steps` too (from feature level 16).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step_usage: Option<JobUsage>,
 }
 
 /// What a job used: the CPU time of its processes (those its main process waited for) and the
@@ -1147,6 +1152,14 @@ pub struct JobUsage {
 }
 
 impl JobUsage {
+    /// Everything a job used: its batch script's and its steps'.
+    pub fn total(batch: Option<JobUsage>, steps: Option<JobUsage>) -> Option<JobUsage> {
+        match (batch, steps) {
+            (Some(b), Some(s)) => Some(b.and(s)),
+            (b, s) => b.or(s),
+        }
+    }
+
     /// Another node's usage added: CPU times summed, the largest resident set kept.
     pub fn and(self, other: JobUsage) -> JobUsage {
         JobUsage {

@@ -114,6 +114,10 @@ pub struct Step {
     /// The highest exit code of its tasks, and the signal that killed one, if any.
     pub exit_code: Option<i32>,
     pub signal: Option<i32>,
+    /// What its tasks used, summed over them (the largest resident set of one), as each node's
+    /// agent measured them when they ended (from feature level 16).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<crate::JobUsage>,
 }
 
 impl Step {
@@ -375,6 +379,7 @@ mod tests {
             end: None,
             exit_code: None,
             signal: None,
+            usage: None,
         }
     }
 

@@ -88,6 +88,7 @@ async fn end_orphan_steps(replica: &Replica, leader: &LeaderState) {
             signal: Some(libc::SIGKILL),
             cancelled: true,
             now: now_ms(),
+            usage: None,
         };
         if let Err(e) = replica.write(command).await {
             tracing::warn!(job = job_id, step = step_id, error = %e, "ending a step without srun");

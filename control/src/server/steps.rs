@@ -160,7 +160,7 @@ pub(super) async fn run_step(api: &Api, caller: Caller, mut input: Streaming<Ste
     };
     let _ = tx.send(event(step_event::Msg::Started(started))).await;
     let handles = Handles { replica: api.replica.clone(), leader: api.leader.clone() };
-    let pump = Pump { api: handles, step, job_id, tx, exits: BTreeMap::new() };
+    let pump = Pump { api: handles, step, job_id, tx, exits: BTreeMap::new(), usage: None };
     tokio::spawn(pump.run(input, from_agents, unreachable));
     Ok(Box::pin(ReceiverStream::new(rx)))
 }
@@ -190,6 +190,8 @@ struct Pump {
     tx: mpsc::Sender<Result<StepEvent, Status>>,
     /// Each ended task's (exit code, signal).
     exits: BTreeMap<u32, (i32, i32)>,
+    /// What the ended tasks used, as their agents measured it.
+    usage: Option<crate::model::JobUsage>,
 }
 
 impl Pump {
@@ -271,6 +273,7 @@ impl Pump {
                         }
                     }
                     Some(FromAgent::Exit(e)) => {
+                        self.usage = crate::model::JobUsage::total(self.usage, crate::wire::usage(e.usage.as_ref()));
                         let exit = TaskExit { task: e.task, exit_code: e.exit_code, signal: e.signal, error: e.error };
                         if !self.task_exit(exit).await {
                             self.signal_all(libc::SIGKILL);
@@ -297,6 +300,10 @@ impl Pump {
             signal,
             cancelled,
             now: now_ms(),
+            // A replica of an older release could not apply it with what the step used.
+            usage: self
+                .usage
+                .filter(|_| self.api.replica.shared.read().state.cluster_level() >= quorum_state::STEP_USAGE_LEVEL),
         };
         if let Err(e) = self.api.replica.write(command).await {
             tracing::warn!(job = self.job_id, step = self.step.id, error = %e, "recording a step's end");

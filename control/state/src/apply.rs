@@ -127,9 +127,9 @@ pub fn apply(state: &mut ClusterState, index: u64, command: Command) -> Response
             advance_clock(state, now);
             start_step(state, job_id, &user, &request, expect.as_ref())
         }
-        Command::EndStep { job_id, step_id, exit_code, signal, cancelled, now } => {
+        Command::EndStep { job_id, step_id, exit_code, signal, cancelled, now, usage } => {
             advance_clock(state, now);
-            end_step(state, job_id, step_id, exit_code, signal, cancelled)
+            end_step(state, job_id, step_id, StepEnd { exit_code, signal, cancelled, usage })
         }
         Command::EndAllocation { job_id, user, exit_code, now } => {
             advance_clock(state, now);
@@ -313,6 +313,7 @@ fn submit(state: &mut ClusterState, mut spec: JobSpec, user: String, request_id:
             next_step: 0,
             cancelled_by: None,
             usage: None,
+            step_usage: None,
         };
         state.jobs.insert(id, Shared::new(job));
     }
@@ -751,6 +752,7 @@ pub fn plan_step(job: &Job, user: &str, request: &step::StepRequest) -> Result<s
         end: None,
         exit_code: None,
         signal: None,
+        usage: None,
     })
 }
 
@@ -785,14 +787,16 @@ fn start_step(
 }
 
 /// Records a step's end (the highest exit code of its tasks); only the newest ended steps stay.
-fn end_step(
-    state: &mut ClusterState,
-    job_id: JobId,
-    step_id: u32,
+/// How a step ended, as its `EndStep` says.
+struct StepEnd {
     exit_code: i32,
     signal: Option<i32>,
     cancelled: bool,
-) -> Response {
+    usage: Option<quorum_model::JobUsage>,
+}
+
+fn end_step(state: &mut ClusterState, job_id: JobId, step_id: u32, end: StepEnd) -> Response {
+    let StepEnd { exit_code, signal, cancelled, usage } = end;
     let clock = state.clock;
     let Some(job) = state.jobs.get_mut(&job_id) else {
         return Response::Rejected(Rejection::UnknownJob { id: job_id });
@@ -808,6 +812,8 @@ fn end_step(
     s.end = Some(clock);
     s.exit_code = Some(exit_code);
     s.signal = signal;
+    s.usage = usage;
+    job.step_usage = quorum_model::JobUsage::total(job.step_usage, usage);
     trim_steps(job);
     Response::Ok
 }

@@ -49,7 +49,11 @@ pub struct NodeRegistration {
 ///     recalled from it for a dependency (`RecallJobs`), and what a job used (`JobUsed`).
 /// 15. `--constraint` node counts per feature (`[rack1*2&rack2*4]`), and the job history's
 ///     oldest records forgotten (`ForgetHistory`, `[accounting] purge_job_after_days`).
-pub const FEATURE_LEVEL: u32 = 15;
+/// 16. what a job step's tasks used (`EndStep` with its usage).
+pub const FEATURE_LEVEL: u32 = 16;
+
+/// The level that records what a step used; below it a step's end carries none.
+pub const STEP_USAGE_LEVEL: u32 = 16;
 
 /// The level that applies [`Command::ForgetHistory`]; below it the history keeps everything.
 pub const FORGET_HISTORY_LEVEL: u32 = 15;
@@ -306,6 +310,9 @@ pub enum Command {
         /// Ended by a cancel (Ctrl-C twice, the job's end), not by its tasks.
         cancelled: bool,
         now: Millis,
+        /// What its tasks used, summed over them (level 16; absent when none reported it).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        usage: Option<quorum_model::JobUsage>,
     },
     /// The command of an interactive allocation (salloc, srun from outside a job) ended with
     /// `exit_code`: the job ends COMPLETED (0) or FAILED.
@@ -400,6 +407,7 @@ impl Command {
             Command::RecallJobs { .. } => (HISTORY_LEVEL, "jobs recalled from the job history for a dependency"),
             Command::RequeueJob { .. } => (REQUEUE_LEVEL, "requeueing a job (scontrol requeue)"),
             Command::StartStep { expect: Some(_), .. } => (EARLY_STEP_LEVEL, "a job step launched as it commits"),
+            Command::EndStep { usage: Some(_), .. } => (STEP_USAGE_LEVEL, "what a job step used"),
             Command::StartStep { .. } | Command::EndStep { .. } => (STEPS_LEVEL, "a job step (srun)"),
             Command::EndAllocation { .. } => (STEPS_LEVEL, "ending an allocation (salloc, srun)"),
             // Its own level, or a submit's in it above that.

@@ -593,7 +593,15 @@ fn steps_are_recorded_hold_their_cpus_and_end_with_their_job() {
     );
     assert!(matches!(step(&mut s, 14, "alice", 9), Response::Rejected(Rejection::StepNeverFits { .. })));
     assert!(matches!(step(&mut s, 15, "mallory", 1), Response::Rejected(Rejection::NotOwner { .. })));
-    let end = Command::EndStep { job_id: 1, step_id: 0, exit_code: 3, signal: None, cancelled: false, now: 4000 };
+    let end = Command::EndStep {
+        job_id: 1,
+        step_id: 0,
+        exit_code: 3,
+        signal: None,
+        cancelled: false,
+        now: 4000,
+        usage: None,
+    };
     assert_eq!(apply(&mut s, 16, end), Response::Ok);
     assert_eq!((s.jobs[&1].steps[0].state, s.jobs[&1].steps[0].exit_code), (StepState::Failed, Some(3)));
     // A step the leader launched where apply would put it is recorded so; one it launched
@@ -621,8 +629,21 @@ fn steps_are_recorded_hold_their_cpus_and_end_with_their_job() {
         Response::StepStarted { step, .. } => assert_eq!((step.id, step.nodes, step.start), (2, planned.nodes, 4500)),
         other => panic!("{other:?}"),
     }
-    let end = Command::EndStep { job_id: 1, step_id: 2, exit_code: 0, signal: None, cancelled: false, now: 4600 };
+    // What a step used is its own, and adds to what the job's steps used (level 16).
+    let used = JobUsage { cpu_user_us: 2_000_000, cpu_system_us: 100, max_rss_kb: 5000 };
+    let end = Command::EndStep {
+        job_id: 1,
+        step_id: 2,
+        exit_code: 0,
+        signal: None,
+        cancelled: false,
+        now: 4600,
+        usage: Some(used),
+    };
+    assert_eq!(end.level().0, crate::STEP_USAGE_LEVEL);
     assert_eq!(apply(&mut s, 20, end), Response::Ok);
+    let job = &s.jobs[&1];
+    assert_eq!((job.steps.last().unwrap().usage, job.step_usage, job.usage), (Some(used), Some(used), None));
     assert!(matches!(step(&mut s, 27, "alice", 0), Response::StepStarted { .. }), "ended steps hold nothing");
     // The second node's end (its holder killed) decides nothing; the first node's does.
     let ended = |node: &str, code: i32| Command::JobEnded {
