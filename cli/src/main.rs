@@ -9,6 +9,7 @@ mod commands;
 mod entry;
 mod format;
 mod sacct;
+mod sacct_json;
 mod salloc;
 mod sbatch;
 mod scancel;

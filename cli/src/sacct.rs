@@ -60,6 +60,9 @@ pub struct SacctArgs {
     /// Jobs submitted before this time (default: now).
     #[arg(short = 'E', long)]
     endtime: Option<String>,
+    /// The jobs, with their steps, as JSON (the shape of Slurm 22.05's `sacct --json`).
+    #[arg(long, conflicts_with_all = ["format", "parsable2", "parsable", "noheader", "allocations"])]
+    json: bool,
 }
 
 /// How sacct and sstat print their report: its fields, and its form.
@@ -528,6 +531,11 @@ pub async fn run(a: SacctArgs) -> anyhow::Result<u8> {
                 j.steps = full.job.map(|f| f.steps).unwrap_or_default();
             }
         }
+    }
+    if a.json {
+        let text = serde_json::to_string_pretty(&crate::sacct_json::document(&jobs, now_ms))?;
+        println!("{text}");
+        return Ok(0);
     }
     let mut lines: Vec<Line> = Vec::new();
     for j in &jobs {

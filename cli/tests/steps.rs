@@ -438,5 +438,30 @@ async fn each_step_records_what_its_tasks_used_and_sacct_shows_it_per_step() {
     assert_eq!(step0[2], format!("{}K", j.steps[0].usage.unwrap().max_rss_kb), "{table}");
     assert!((cpu_seconds(&line(&id.to_string())[1]) - total).abs() < 0.01, "{table}");
     assert!((cpu_seconds(&line(&format!("{id}.batch"))[1]) - script_cpu).abs() < 0.01, "{table}");
+
+    // The same as JSON, in the shape of Slurm's sacct --json.
+    let text = quorum(&cluster.controllers_env(), dir.path(), &["acct", "-j", &id.to_string(), "--json"]).success();
+    let doc: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+    let jobs = doc["jobs"].as_array().expect("jobs");
+    assert_eq!(jobs.len(), 1, "{text}");
+    let job = &jobs[0];
+    assert_eq!((job["job_id"].as_u64(), job["state"]["current"].as_str()), (Some(id), Some("COMPLETED")));
+    assert_eq!(
+        (job["exit_code"]["status"].as_str(), job["exit_code"]["return_code"].as_i64()),
+        (Some("SUCCESS"), Some(0))
+    );
+    assert_eq!(job["allocation_nodes"].as_u64(), Some(2));
+    let seconds = |t: &serde_json::Value| t["seconds"].as_f64().unwrap() + t["microseconds"].as_f64().unwrap() / 1e6;
+    assert!((seconds(&job["time"]["total"]) - total).abs() < 1e-6, "{text}");
+    let ids: Vec<&str> = job["steps"].as_array().unwrap().iter().map(|s| s["step"]["id"].as_str().unwrap()).collect();
+    assert_eq!(ids, [format!("{id}.batch"), format!("{id}.0"), format!("{id}.1")]);
+    let step = &job["steps"][1];
+    assert!((seconds(&step["time"]["total"]) - cpu).abs() < 1e-6, "{text}");
+    assert_eq!((step["tasks"]["count"].as_u64(), step["nodes"]["count"].as_u64()), (Some(2), Some(2)));
+    let max_rss = &step["tres"]["requested"]["max"][0];
+    assert_eq!(
+        (max_rss["type"].as_str(), max_rss["count"].as_u64()),
+        (Some("mem"), Some(j.steps[0].usage.unwrap().max_rss_kb * 1024))
+    );
     cluster.shutdown().await;
 }

@@ -16,6 +16,7 @@ pub mod role;
 pub mod shared;
 pub mod step;
 pub mod units;
+pub mod usage;
 
 /// The bounds of what a job may ask for and carry, checked at admission
 /// ([`JobSpec::check_shape`]). Slurm's `max_script_size` is 4 MB too.
@@ -61,6 +62,7 @@ pub use array::{ArraySpec, ArrayTask, TaskRange};
 pub use env::Env;
 pub use policy::{BackfillMode, Policy, QueueOrder, Weights};
 pub use role::Role;
+pub use usage::JobUsage;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -1140,34 +1142,6 @@ pub struct Job {
     /// `steps` too (from feature level 16).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub step_usage: Option<JobUsage>,
-}
-
-/// What a job used: the CPU time of its processes (those its main process waited for) and the
-/// largest resident set among them, as each node's supervisor measured it when the job ended.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct JobUsage {
-    pub cpu_user_us: u64,
-    pub cpu_system_us: u64,
-    pub max_rss_kb: u64,
-}
-
-impl JobUsage {
-    /// Everything a job used: its batch script's and its steps'.
-    pub fn total(batch: Option<JobUsage>, steps: Option<JobUsage>) -> Option<JobUsage> {
-        match (batch, steps) {
-            (Some(b), Some(s)) => Some(b.and(s)),
-            (b, s) => b.or(s),
-        }
-    }
-
-    /// Another node's usage added: CPU times summed, the largest resident set kept.
-    pub fn and(self, other: JobUsage) -> JobUsage {
-        JobUsage {
-            cpu_user_us: self.cpu_user_us.saturating_add(other.cpu_user_us),
-            cpu_system_us: self.cpu_system_us.saturating_add(other.cpu_system_us),
-            max_rss_kb: self.max_rss_kb.max(other.max_rss_kb),
-        }
-    }
 }
 
 fn is_zero(n: &u32) -> bool {

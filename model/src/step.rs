@@ -117,7 +117,7 @@ pub struct Step {
     /// What its tasks used, summed over them (the largest resident set of one), as each node's
     /// agent measured them when they ended (from feature level 16).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub usage: Option<crate::JobUsage>,
+    pub usage: Option<crate::usage::JobUsage>,
 }
 
 impl Step {
