@@ -147,15 +147,21 @@ fn job(j: &JobInfo, now_ms: u64) -> Value {
     })
 }
 
+/// A step's `time`: when it ran, and the CPU time it used where that was measured.
+fn step_time(start_ms: u64, end_ms: u64, now_ms: u64, usage: Option<&api::JobUsage>) -> Map<String, Value> {
+    let mut time = Map::new();
+    time.insert("elapsed".into(), json!(elapsed(start_ms, end_ms, now_ms)));
+    time.insert("end".into(), json!(secs(end_ms)));
+    time.insert("start".into(), json!(secs(start_ms)));
+    time.insert("suspended".into(), json!(0));
+    cpu_times(&mut time, usage);
+    time
+}
+
 /// The batch script's step: on the job's first node, with what the script used.
 fn batch_step(j: &JobInfo, now_ms: u64) -> Value {
     let first = j.allocation.first();
-    let mut time = Map::new();
-    time.insert("elapsed".into(), json!(elapsed(j.start_time_ms, j.end_time_ms, now_ms)));
-    time.insert("end".into(), json!(secs(j.end_time_ms)));
-    time.insert("start".into(), json!(secs(j.start_time_ms)));
-    time.insert("suspended".into(), json!(0));
-    cpu_times(&mut time, j.batch_usage.as_ref());
+    let time = step_time(j.start_time_ms, j.end_time_ms, now_ms, j.batch_usage.as_ref());
     let state = if j.state == "TIMEOUT" { "CANCELLED" } else { j.state.as_str() };
     json!({
         "time": time,
@@ -172,12 +178,7 @@ fn batch_step(j: &JobInfo, now_ms: u64) -> Value {
 }
 
 fn step(j: &JobInfo, s: &StepInfo, now_ms: u64) -> Value {
-    let mut time = Map::new();
-    time.insert("elapsed".into(), json!(elapsed(s.start_time_ms, s.end_time_ms, now_ms)));
-    time.insert("end".into(), json!(secs(s.end_time_ms)));
-    time.insert("start".into(), json!(secs(s.start_time_ms)));
-    time.insert("suspended".into(), json!(0));
-    cpu_times(&mut time, s.usage.as_ref());
+    let time = step_time(s.start_time_ms, s.end_time_ms, now_ms, s.usage.as_ref());
     let nodes = quorum_model::hostlist::expand(&s.nodelist).map(|n| n.len()).unwrap_or(0) as u64;
     let cpus = u64::from(s.ntasks) * u64::from(s.cpus_per_task.max(1));
     let gpus = u64::from(s.ntasks) * u64::from(s.gpus_per_task);
