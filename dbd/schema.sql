@@ -42,6 +42,11 @@ CREATE TABLE IF NOT EXISTS quorum_jobs (
     cpu_user_s     double precision,
     cpu_system_s   double precision,
     max_rss_kb     bigint,
+    -- its GPUs, sampled while it ran: mean utilization (percent), the most memory one held
+    -- (MiB), the energy they drew (joules); NULL for a job without GPU samples
+    gpu_util_pct   double precision,
+    gpu_mem_max_mb bigint,
+    gpu_energy_j   double precision,
     work_dir       text        NOT NULL,
     -- where it entered the job history: the Raft index of the entry that moved it there
     history_index  bigint      NOT NULL,

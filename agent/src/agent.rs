@@ -124,6 +124,9 @@ pub(crate) struct JobEntry {
     pub leased: bool,
     /// Its record in the spool, removed once the leader acknowledged its exit.
     pub record: Option<PathBuf>,
+    /// The GPUs it holds here, and what they did while it ran.
+    pub gpus: Vec<u32>,
+    pub gpu_use: gpu::GpuUse,
 }
 
 impl JobEntry {
@@ -139,6 +142,8 @@ impl JobEntry {
             lease_killed: false,
             leased: false,
             record: None,
+            gpus: Vec::new(),
+            gpu_use: Default::default(),
         }
     }
 }
@@ -263,7 +268,10 @@ impl Agent {
             gpu::check(source.as_mut())
         })
         .await;
-        let Ok(health) = checked else { return };
+        let Ok((health, readings)) = checked else { return };
+        for entry in self.lock_jobs().values_mut().filter(|e| e.exit.is_none() && !e.gpus.is_empty()) {
+            entry.gpu_use.sample(&readings, &entry.gpus);
+        }
         let mut current = self.gpu_health.lock().unwrap_or_else(|p| p.into_inner());
         for g in &health {
             let before = current.iter().find(|c| c.index == g.index).map(|c| (c.state, c.detail.clone()));

@@ -324,6 +324,7 @@ async fn launch(agent: &Arc<Agent>, l: Launch, tx: &mpsc::Sender<AgentMessage>) 
                 let (kill_tx, kill_rx) = mpsc::channel(4);
                 let mut entry = JobEntry::new(l.token, Some(kill_tx));
                 entry.leased = l.spec.as_ref().is_some_and(|s| s.requeue);
+                entry.gpus = l.gpus.clone();
                 jobs.insert(job_id, entry);
                 runner::start(agent.clone(), l, kill_rx);
                 false

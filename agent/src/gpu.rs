@@ -60,6 +60,52 @@ pub struct Reading {
     pub remapped_rows: u64,
     pub remap_pending: bool,
     pub remap_failed: bool,
+    /// How busy it is (percent), the memory in use (MiB), and the energy it has drawn since
+    /// the driver loaded (mJ): what jobs are told they used; `None` where the GPU does not say.
+    pub utilization_pct: Option<u32>,
+    pub memory_used_mb: Option<u64>,
+    pub energy_mj: Option<u64>,
+}
+
+/// What a job's GPUs did on this node, sampled at every GPU check while it ran.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GpuUse {
+    pub samples: u64,
+    pub util_sum: u64,
+    pub mem_max_mb: u64,
+    pub energy_mj: u64,
+    /// Each GPU's energy counter at its last sample, which the next one adds from.
+    last_energy: Vec<(u32, u64)>,
+}
+
+impl GpuUse {
+    /// Adds a check's readings of the job's `gpus`.
+    pub fn sample(&mut self, readings: &[(u32, Reading)], gpus: &[u32]) {
+        for (index, r) in readings.iter().filter(|(i, _)| gpus.contains(i)) {
+            if let Some(pct) = r.utilization_pct {
+                self.samples += 1;
+                self.util_sum += u64::from(pct.min(100));
+            }
+            self.mem_max_mb = self.mem_max_mb.max(r.memory_used_mb.unwrap_or(0));
+            if let Some(now) = r.energy_mj {
+                match self.last_energy.iter_mut().find(|(i, _)| i == index) {
+                    Some((_, last)) => {
+                        self.energy_mj += now.saturating_sub(*last);
+                        *last = now;
+                    }
+                    None => self.last_energy.push((*index, now)),
+                }
+            }
+        }
+    }
+
+    /// Into a job's usage report.
+    pub fn add_to(&self, usage: &mut quorum_proto::api::JobUsage) {
+        usage.gpu_samples += self.samples;
+        usage.gpu_util_sum += self.util_sum;
+        usage.gpu_mem_max_mb = usage.gpu_mem_max_mb.max(self.mem_max_mb);
+        usage.gpu_energy_mj += self.energy_mj;
+    }
 }
 
 /// A reading's state and what is wrong.
@@ -120,19 +166,47 @@ pub trait GpuSource: Send {
     fn inject(&mut self, gpu: u32, fault: Fault) -> Result<(), String>;
 }
 
-/// Simulated GPUs: healthy at 40 C until a fault is injected.
+/// Simulated GPUs: healthy at 40 C until a fault is injected; idle (0 %, no memory used, 60 W)
+/// until a load is set (`load:PCT`: that utilization, that part of 80 GiB in use, and 60 W plus
+/// 6 W a percent, whose energy adds up between reads).
 pub struct SimSource {
     gpus: Vec<Reading>,
+    loads: Vec<u32>,
+    read_at: Option<std::time::Instant>,
+}
+
+/// What a simulated GPU holds and draws.
+const SIM_MEMORY_MB: u64 = 80 * 1024;
+const SIM_IDLE_W: u64 = 60;
+const SIM_W_PER_PCT: u64 = 6;
+
+fn sim_reading() -> Reading {
+    Reading {
+        temperature_c: 40,
+        utilization_pct: Some(0),
+        memory_used_mb: Some(0),
+        energy_mj: Some(0),
+        ..Default::default()
+    }
 }
 
 impl SimSource {
     pub fn new(count: usize) -> SimSource {
-        SimSource { gpus: vec![Reading { temperature_c: 40, ..Default::default() }; count] }
+        SimSource { gpus: vec![sim_reading(); count], loads: vec![0; count], read_at: None }
     }
 }
 
 impl GpuSource for SimSource {
     fn read(&mut self) -> Vec<(u32, Result<Reading, String>)> {
+        let now = std::time::Instant::now();
+        let ms = self.read_at.map_or(0, |t| now.duration_since(t).as_millis() as u64);
+        self.read_at = Some(now);
+        for (r, &load) in self.gpus.iter_mut().zip(&self.loads) {
+            let watts = SIM_IDLE_W + SIM_W_PER_PCT * u64::from(load);
+            r.energy_mj = Some(r.energy_mj.unwrap_or(0) + watts * ms);
+            r.utilization_pct = Some(load);
+            r.memory_used_mb = Some(SIM_MEMORY_MB * u64::from(load) / 100);
+        }
         self.gpus.iter().enumerate().map(|(i, r)| (i as u32, Ok(r.clone()))).collect()
     }
 
@@ -152,25 +226,33 @@ impl GpuSource for SimSource {
             Fault::RemappedRows(n) => r.remapped_rows += n,
             Fault::RemapPending => r.remap_pending = true,
             Fault::RemapFailed => r.remap_failed = true,
-            Fault::Clear => *r = Reading { temperature_c: 40, ..Default::default() },
+            Fault::Clear => *r = Reading { energy_mj: r.energy_mj, ..sim_reading() },
+            Fault::Load(pct) => self.loads[gpu as usize] = pct,
         }
         Ok(())
     }
 }
 
-/// Every GPU's health from a source; a GPU that cannot be read is in FAILURE.
-pub fn check(source: &mut dyn GpuSource) -> Vec<GpuHealth> {
-    source
+/// Every GPU's health from a source (a GPU that cannot be read is in FAILURE), and the
+/// readings of those that could be read.
+pub fn check(source: &mut dyn GpuSource) -> (Vec<GpuHealth>, Vec<(u32, Reading)>) {
+    let mut readings = Vec::new();
+    let health = source
         .read()
         .into_iter()
         .map(|(index, reading)| {
             let (state, detail) = match reading {
-                Ok(r) => judge(&r),
+                Ok(r) => {
+                    let judged = judge(&r);
+                    readings.push((index, r));
+                    judged
+                }
                 Err(e) => (GpuState::GpuFailure, format!("cannot be read: {e}")),
             };
             GpuHealth { index, state: state as i32, detail }
         })
-        .collect()
+        .collect();
+    (health, readings)
 }
 
 /// NVML, loaded at run time from the driver's libnvidia-ml.so.
@@ -288,6 +370,10 @@ pub mod nvml {
                             xids: self.xids[i].clone(),
                             retired_pages: retired,
                             pcie_replays: since,
+                            utilization_pct: d.utilization_rates().ok().map(|u| u.gpu),
+                            memory_used_mb: d.memory_info().ok().map(|m| m.used >> 20),
+                            // Volta and later; older GPUs leave it out.
+                            energy_mj: d.total_energy_consumption().ok(),
                         }
                     });
                     (index, reading)
@@ -329,12 +415,36 @@ mod tests {
     fn faults_inject_and_clear() {
         let mut sim = SimSource::new(2);
         sim.inject(1, Fault::Xid(79)).unwrap();
-        let health = check(&mut sim);
+        let (health, _) = check(&mut sim);
         assert_eq!(health[0].state, GpuState::GpuOk as i32);
         assert_eq!(health[1].state, GpuState::GpuFailure as i32);
         sim.inject(1, Fault::Clear).unwrap();
-        assert_eq!(check(&mut sim)[1].state, GpuState::GpuOk as i32);
+        assert_eq!(check(&mut sim).0[1].state, GpuState::GpuOk as i32);
         assert!(sim.inject(5, Fault::Clear).unwrap_err().contains("no GPU 5"));
+    }
+
+    #[test]
+    fn a_job_s_gpus_are_sampled_for_utilization_memory_and_energy() {
+        let mut sim = SimSource::new(3);
+        sim.inject(0, Fault::Load(70)).unwrap();
+        sim.inject(1, Fault::Load(30)).unwrap();
+        sim.inject(2, Fault::Load(100)).unwrap();
+        let mut used = GpuUse::default();
+        let start = std::time::Instant::now();
+        for _ in 0..3 {
+            let (_, readings) = check(&mut sim);
+            used.sample(&readings, &[0, 1]);
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let ms = start.elapsed().as_millis() as u64;
+        // Two GPUs of the job three times; GPU 2 is another job's.
+        assert_eq!((used.samples, used.util_sum), (6, 300));
+        assert_eq!(used.mem_max_mb, 80 * 1024 * 70 / 100);
+        // 480 W and 240 W between the first read and the last (40 ms or more apart).
+        assert!((720 * 40..=720 * ms).contains(&used.energy_mj), "{} mJ in {ms} ms", used.energy_mj);
+        let mut usage = quorum_proto::api::JobUsage::default();
+        used.add_to(&mut usage);
+        assert_eq!((usage.gpu_samples, usage.gpu_util_sum), (6, 300));
     }
 
     #[test]

@@ -40,18 +40,22 @@ fn usage_of(record: &std::path::Path) -> Option<quorum_proto::api::JobUsage> {
         cpu_user_us: u.cpu_user_us,
         cpu_system_us: u.cpu_system_us,
         max_rss_kb: u.max_rss_kb,
+        ..Default::default()
     })
 }
 
 fn finish(agent: &Agent, launch: &Launch, (kind, code, signal): Ended) {
     let (job_id, token) = (launch.job_id, launch.token);
-    let usage = usage_of(&record::record_dir(&agent.config.spool_dir, job_id, token));
-    let exit = JobExit { job_id, token, kind: kind as i32, exit_code: code, signal, usage };
+    let mut usage = usage_of(&record::record_dir(&agent.config.spool_dir, job_id, token));
     tracing::info!(job = job_id, ?kind, code, signal, "job ended");
     {
         let mut jobs = agent.lock_jobs();
         if let Some(e) = jobs.get_mut(&job_id).filter(|e| e.token == token) {
-            e.exit = Some(exit);
+            // With what its GPUs did while it ran (the supervisor measured the rest).
+            if let Some(u) = usage.as_mut() {
+                e.gpu_use.add_to(u);
+            }
+            e.exit = Some(JobExit { job_id, token, kind: kind as i32, exit_code: code, signal, usage });
             e.kill = None;
         }
     }
@@ -84,6 +88,7 @@ pub fn reattach_all(agent: &Arc<Agent>) {
         }
         let mut entry = JobEntry::new(token, None);
         entry.leased = found.launch.spec.as_ref().is_some_and(|s| s.requeue);
+        entry.gpus = found.launch.gpus.clone();
         entry.pgid = found.pids.map(|p| p.pgid);
         entry.record = Some(found.record.clone());
         match (found.status, found.pids) {

@@ -312,6 +312,7 @@ fn task_usage(u: &libc::rusage) -> quorum_proto::api::JobUsage {
         cpu_user_us: micros(u.ru_utime),
         cpu_system_us: micros(u.ru_stime),
         max_rss_kb: u.ru_maxrss.max(0) as u64,
+        ..Default::default()
     }
 }
 

@@ -131,6 +131,9 @@ const FIELDS: &[(&str, usize)] = &[
     ("MaxRSS", 10),
     ("ReqMem", 10),
     ("AllocTRES", 40),
+    ("GPUUtil", 8),
+    ("GPUMem", 10),
+    ("GPUEnergy", 10),
 ];
 
 /// The fields of a `--format`: each name (any case) with a width (`Name%20`, else its own).
@@ -213,7 +216,9 @@ fn batch_value(field: &str, job: &JobInfo, now_ms: u64) -> String {
         // The script was killed at the limit: its step shows CANCELLED, the job TIMEOUT.
         "State" if job.state == "TIMEOUT" => "CANCELLED".into(),
         // What the script used, with every process it waited for (not its steps).
-        "TotalCPU" | "UserCPU" | "SystemCPU" | "MaxRSS" => used(field, job.batch_usage.as_ref()),
+        "TotalCPU" | "UserCPU" | "SystemCPU" | "MaxRSS" | "GPUUtil" | "GPUMem" | "GPUEnergy" => {
+            used(field, job.batch_usage.as_ref())
+        }
         _ => value(field, &Line::Job { job, tasks: Vec::new() }, now_ms),
     }
 }
@@ -226,8 +231,18 @@ fn used(field: &str, usage: Option<&api::JobUsage>) -> String {
         "UserCPU" => cpu_time(u.cpu_user_us),
         "SystemCPU" => cpu_time(u.cpu_system_us),
         "MaxRSS" => format!("{}K", u.max_rss_kb),
+        // Its GPUs' mean utilization, the most memory one held, and the energy they drew,
+        // sampled by the agents while it ran (nothing for a job without GPUs).
+        "GPUUtil" => gpu_util(u).unwrap_or_default(),
+        "GPUMem" if u.gpu_samples > 0 => format!("{}M", u.gpu_mem_max_mb),
+        "GPUEnergy" if u.gpu_energy_mj > 0 => format!("{:.0}J", u.gpu_energy_mj as f64 / 1000.0),
         _ => String::new(),
     }
+}
+
+/// A job's GPUs' mean utilization over the agents' samples: `63.5%`.
+pub(crate) fn gpu_util(u: &api::JobUsage) -> Option<String> {
+    (u.gpu_samples > 0).then(|| format!("{:.1}%", u.gpu_util_sum as f64 / u.gpu_samples as f64))
 }
 
 fn value(field: &str, line: &Line, now_ms: u64) -> String {
@@ -299,7 +314,7 @@ fn value(field: &str, line: &Line, now_ms: u64) -> String {
         "Comment" => spec.map_or_else(String::new, |s| s.comment.clone()),
         "WCKey" => spec.map_or_else(String::new, |s| s.wckey.clone()),
         // What a step's tasks used; for the job, its script's and its steps' together.
-        "TotalCPU" | "UserCPU" | "SystemCPU" | "MaxRSS" => match step {
+        "TotalCPU" | "UserCPU" | "SystemCPU" | "MaxRSS" | "GPUUtil" | "GPUMem" | "GPUEnergy" => match step {
             Some(s) => used(field, s.usage.as_ref()),
             None => used(field, job.usage.as_ref()),
         },

@@ -194,10 +194,20 @@ fn step(j: &JobInfo, s: &StepInfo, now_ms: u64) -> Value {
 }
 
 /// What a step's processes used beside CPU time, as Slurm's `TRESUsageIn*`: the largest resident
-/// set in bytes (`max`'s `mem`, sacct's MaxRSS); nothing when it was not measured.
+/// set in bytes (`max`'s `mem`, sacct's MaxRSS), and what its GPUs did (utilization, memory,
+/// energy in joules); nothing when it was not measured.
 fn used(usage: Option<&api::JobUsage>) -> Value {
-    match usage {
-        Some(u) => json!({ "max": [{ "type": "mem", "name": "", "id": 2, "count": u.max_rss_kb * 1024 }] }),
-        None => json!({}),
+    let Some(u) = usage else { return json!({}) };
+    let mut max = vec![json!({ "type": "mem", "name": "", "id": 2, "count": u.max_rss_kb * 1024 })];
+    let mut out = Map::new();
+    // Its GPUs, as Slurm 23 names them: gres/gpuutil (mean percent), gres/gpumem (bytes).
+    if let Some(mean) = u.gpu_util_sum.checked_div(u.gpu_samples) {
+        max.push(json!({ "type": "gres", "name": "gpumem", "id": 1002, "count": u.gpu_mem_max_mb << 20 }));
+        out.insert("average".into(), json!([{ "type": "gres", "name": "gpuutil", "id": 1003, "count": mean }]));
     }
+    if u.gpu_energy_mj > 0 {
+        out.insert("total".into(), json!([{ "type": "energy", "name": "", "id": 3, "count": u.gpu_energy_mj / 1000 }]));
+    }
+    out.insert("max".into(), Value::Array(max));
+    Value::Object(out)
 }

@@ -95,6 +95,13 @@ fn report(job: &JobInfo, usage: Option<&api::JobUsage>, group: &str, now_ms: u64
         memory(given_kib),
         memory(per_node_kib)
     );
+    // A job with GPUs: how busy they were, as their agents sampled them (Quorum's line).
+    if let Some(util) = usage.and_then(crate::sacct::gpu_util) {
+        out += &format!(
+            "GPU Utilization: {util} of {} GPUs\n",
+            job.allocation.iter().map(|a| a.gpus.len()).sum::<usize>()
+        );
+    }
     if job.state == "RUNNING" {
         out += "WARNING: Efficiency statistics may be misleading for RUNNING jobs.\n";
     }
@@ -162,7 +169,12 @@ mod tests {
             ..Default::default()
         };
         // 8 cores for 100 s; 400 s of CPU; 1 GiB of the 4 GiB given.
-        let usage = api::JobUsage { cpu_user_us: 300_000_000, cpu_system_us: 100_000_000, max_rss_kb: 1 << 20 };
+        let usage = api::JobUsage {
+            cpu_user_us: 300_000_000,
+            cpu_system_us: 100_000_000,
+            max_rss_kb: 1 << 20,
+            ..Default::default()
+        };
         assert_eq!(
             report(&job, Some(&usage), "staff", 0),
             "Job ID: 12\nCluster: quorum\nUser/Group: ada/staff\nState: COMPLETED (exit code 0)\nNodes: 2\n\

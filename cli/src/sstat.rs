@@ -103,7 +103,7 @@ mod tests {
     fn a_line_sums_and_averages_the_nodes_as_sstat_does() {
         let node = |name: &str, cpu_us, hwm, rss, processes| api::NodeUsage {
             node: name.into(),
-            usage: Some(api::JobUsage { cpu_user_us: cpu_us, cpu_system_us: 0, max_rss_kb: hwm }),
+            usage: Some(api::JobUsage { cpu_user_us: cpu_us, cpu_system_us: 0, max_rss_kb: hwm, ..Default::default() }),
             rss_kb: rss,
             processes,
         };

@@ -162,3 +162,53 @@ async fn a_failing_health_check_drains_with_its_output_until_it_passes() {
     assert_eq!(wait_state(&c, id, &["COMPLETED", "FAILED"], T).await.state, "COMPLETED");
     cluster.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_s_gpus_are_sampled_while_it_runs_and_sacct_reports_them() {
+    let cluster = cluster(DevOptions::for_tests()).await;
+    let c = client(&cluster.addrs);
+    wait_ready(&cluster, &c, 2).await;
+    let env = cluster.controllers_env();
+    let dir = tempfile::tempdir().unwrap();
+    let root = |args: &[&str]| quorum_as(&env, Some("root"), dir.path(), args);
+    // The simulated GPUs busy as a load would keep them: 80 % on node01, 40 % on node02.
+    for gpu in 0..4 {
+        root(&["admin", "gpu-fault", "node01", &gpu.to_string(), "load:80"]).success();
+        root(&["admin", "gpu-fault", "node02", &gpu.to_string(), "load:40"]).success();
+    }
+    let mut s = spec(&["sleep", "3.5"], dir.path());
+    s.gpus_per_node = 2;
+    let id = submit(&c, s).await;
+    let j = wait_state(&c, id, &["COMPLETED"], T).await;
+    let (load, node) = match j.nodelist.as_str() {
+        "node01" => (80, "node01"),
+        other => (40, other),
+    };
+    let u = job(&c, id).await.usage.expect("what it used");
+    // Two GPUs at every check (a heartbeat, 1 s) of its 3.5 s.
+    assert!(u.gpu_samples >= 4 && u.gpu_samples % 2 == 0, "{u:?}");
+    assert_eq!(u.gpu_util_sum, load * u.gpu_samples, "{u:?} on {node}");
+    assert_eq!(u.gpu_mem_max_mb, 80 * 1024 * load / 100);
+    // 60 W and 6 W a percent, each GPU, between its first sample and its last.
+    let watts = 2 * (60 + 6 * load);
+    let span_s = (u.gpu_samples / 2 - 1) as f64;
+    let joules = u.gpu_energy_mj as f64 / 1000.0;
+    assert!(
+        joules >= watts as f64 * span_s * 0.8 && joules <= watts as f64 * (span_s + 1.0) * 1.2,
+        "{joules} J, {u:?}"
+    );
+
+    let out =
+        quorum(&env, dir.path(), &["acct", "-j", &id.to_string(), "-X", "-P", "-n", "-o", "GPUUtil,GPUMem,GPUEnergy"])
+            .success();
+    assert_eq!(out.trim(), format!("{load}.0%|{}M|{:.0}J", 80 * 1024 * load / 100, joules), "{out}");
+    // A job without GPUs has nothing to show there.
+    let plain = submit(&c, spec(&["true"], dir.path())).await;
+    wait_state(&c, plain, &["COMPLETED"], T).await;
+    let out = quorum(&env, dir.path(), &["acct", "-j", &plain.to_string(), "-X", "-P", "-n", "-o", "JobID,GPUUtil"])
+        .success();
+    assert_eq!(out.trim(), format!("{plain}|"));
+    let eff = quorum(&env, dir.path(), &["eff", &id.to_string()]).success();
+    assert!(eff.contains(&format!("GPU Utilization: {load}.0% of 2 GPUs")), "{eff}");
+    cluster.shutdown().await;
+}

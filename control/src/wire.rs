@@ -244,7 +244,15 @@ pub fn job_to_proto(j: &Job, with_env: bool) -> api::JobInfo {
 }
 
 fn usage_to_proto(u: crate::model::JobUsage) -> api::JobUsage {
-    api::JobUsage { cpu_user_us: u.cpu_user_us, cpu_system_us: u.cpu_system_us, max_rss_kb: u.max_rss_kb }
+    api::JobUsage {
+        cpu_user_us: u.cpu_user_us,
+        cpu_system_us: u.cpu_system_us,
+        max_rss_kb: u.max_rss_kb,
+        gpu_samples: u.gpu_samples,
+        gpu_util_sum: u.gpu_util_sum,
+        gpu_mem_max_mb: u.gpu_mem_max_mb,
+        gpu_energy_mj: u.gpu_energy_mj,
+    }
 }
 
 /// What an agent's exit report says the job used on its node.
@@ -253,6 +261,10 @@ pub fn usage(u: Option<&api::JobUsage>) -> Option<crate::model::JobUsage> {
         cpu_user_us: u.cpu_user_us,
         cpu_system_us: u.cpu_system_us,
         max_rss_kb: u.max_rss_kb,
+        gpu_samples: u.gpu_samples,
+        gpu_util_sum: u.gpu_util_sum,
+        gpu_mem_max_mb: u.gpu_mem_max_mb,
+        gpu_energy_mj: u.gpu_energy_mj,
     })
 }
 

@@ -183,9 +183,9 @@ async fn write(
 const UPSERT_JOB: &str = "INSERT INTO quorum_jobs (cluster, job_id, array_job_id, array_task_id, name, user_name, \
      account, partition, qos, state, reason, exit_code, signal, requeues, submit_time, start_time, end_time, \
      elapsed_s, time_limit_s, node_list, node_count, alloc_cpus, alloc_gpus, alloc_mem_mb, cpu_user_s, cpu_system_s, \
-     max_rss_kb, work_dir, history_index, record) \
+     max_rss_kb, gpu_util_pct, gpu_mem_max_mb, gpu_energy_j, work_dir, history_index, record) \
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, \
-     $23, $24, $25, $26, $27, $28, $29, $30) \
+     $23, $24, $25, $26, $27, $28, $29, $30, $31, $32, $33) \
      ON CONFLICT (cluster, job_id) DO UPDATE SET array_job_id = EXCLUDED.array_job_id, \
      array_task_id = EXCLUDED.array_task_id, name = EXCLUDED.name, user_name = EXCLUDED.user_name, \
      account = EXCLUDED.account, partition = EXCLUDED.partition, qos = EXCLUDED.qos, state = EXCLUDED.state, \
@@ -194,7 +194,8 @@ const UPSERT_JOB: &str = "INSERT INTO quorum_jobs (cluster, job_id, array_job_id
      end_time = EXCLUDED.end_time, elapsed_s = EXCLUDED.elapsed_s, time_limit_s = EXCLUDED.time_limit_s, \
      node_list = EXCLUDED.node_list, node_count = EXCLUDED.node_count, alloc_cpus = EXCLUDED.alloc_cpus, \
      alloc_gpus = EXCLUDED.alloc_gpus, alloc_mem_mb = EXCLUDED.alloc_mem_mb, cpu_user_s = EXCLUDED.cpu_user_s, \
-     cpu_system_s = EXCLUDED.cpu_system_s, max_rss_kb = EXCLUDED.max_rss_kb, work_dir = EXCLUDED.work_dir, \
+     cpu_system_s = EXCLUDED.cpu_system_s, max_rss_kb = EXCLUDED.max_rss_kb, gpu_util_pct = EXCLUDED.gpu_util_pct, \
+     gpu_mem_max_mb = EXCLUDED.gpu_mem_max_mb, gpu_energy_j = EXCLUDED.gpu_energy_j, work_dir = EXCLUDED.work_dir, \
      history_index = EXCLUDED.history_index, record = EXCLUDED.record, exported_at = now()";
 
 const INSERT_STEP: &str = "INSERT INTO quorum_steps (cluster, job_id, step_id, name, state, exit_code, signal, \
@@ -242,6 +243,9 @@ struct Row {
     cpu_user_s: Option<f64>,
     cpu_system_s: Option<f64>,
     max_rss_kb: Option<i64>,
+    gpu_util_pct: Option<f64>,
+    gpu_mem_max_mb: Option<i64>,
+    gpu_energy_j: Option<f64>,
     work_dir: String,
     index: i64,
     record: serde_json::Value,
@@ -320,6 +324,9 @@ impl Row {
             cpu_user_s: used.map(|u| u.cpu_user_us as f64 / 1e6),
             cpu_system_s: used.map(|u| u.cpu_system_us as f64 / 1e6),
             max_rss_kb: used.map(|u| sql_int(u.max_rss_kb)),
+            gpu_util_pct: used.and_then(|u| u.gpu_util_pct()),
+            gpu_mem_max_mb: used.filter(|u| u.gpu_samples > 0).map(|u| sql_int(u.gpu_mem_max_mb)),
+            gpu_energy_j: used.filter(|u| u.gpu_energy_mj > 0).map(|u| u.gpu_energy_mj as f64 / 1e3),
             work_dir: job.spec.work_dir.clone(),
             index: sql_int(r.index),
             record,
@@ -327,7 +334,7 @@ impl Row {
         })
     }
 
-    fn job_params<'a>(&'a self, cluster: &'a String) -> [&'a (dyn ToSql + Sync); 30] {
+    fn job_params<'a>(&'a self, cluster: &'a String) -> [&'a (dyn ToSql + Sync); 33] {
         [
             cluster as &(dyn ToSql + Sync),
             &self.job_id,
@@ -356,6 +363,9 @@ impl Row {
             &self.cpu_user_s,
             &self.cpu_system_s,
             &self.max_rss_kb,
+            &self.gpu_util_pct,
+            &self.gpu_mem_max_mb,
+            &self.gpu_energy_j,
             &self.work_dir,
             &self.index,
             &self.record,

@@ -16,10 +16,14 @@ pub enum Fault {
     RemapFailed,
     /// The GPU is healthy again (reset or replaced).
     Clear,
+    /// Not a fault: the simulated GPU reports this utilization (percent), the memory and power
+    /// that go with it, as if a job kept it that busy (`load:0` when idle, as it starts).
+    Load(u32),
 }
 
 /// `xid:N`, `ecc-uncorrectable[:N]`, `ecc-correctable:N`, `temperature:C`, `retired-pages:N`,
-/// `pcie-replay:N`, `remapped-rows:N`, `remap-pending`, `remap-failed` or `clear`.
+/// `pcie-replay:N`, `remapped-rows:N`, `remap-pending`, `remap-failed` or `clear`; or
+/// `load:PERCENT`, a simulated load.
 pub fn parse_fault(kind: &str) -> Result<Fault, String> {
     let (name, value) = match kind.trim().split_once(':') {
         Some((n, v)) => (n, Some(v)),
@@ -41,9 +45,13 @@ pub fn parse_fault(kind: &str) -> Result<Fault, String> {
         "remap-pending" if value.is_none() => Fault::RemapPending,
         "remap-failed" if value.is_none() => Fault::RemapFailed,
         "clear" if value.is_none() => Fault::Clear,
+        "load" => match number("load")? {
+            pct @ 0..=100 => Fault::Load(pct as u32),
+            pct => return Err(format!("GPU load {pct}: a utilization is a percentage, 0 to 100")),
+        },
         _ => {
             return Err(format!(
-                "unknown GPU fault '{kind}': expected xid:N, ecc-uncorrectable, ecc-correctable:N, temperature:C, retired-pages:N, pcie-replay:N, remapped-rows:N, remap-pending, remap-failed or clear"
+                "unknown GPU fault '{kind}': expected xid:N, ecc-uncorrectable, ecc-correctable:N, temperature:C, retired-pages:N, pcie-replay:N, remapped-rows:N, remap-pending, remap-failed, clear or load:PERCENT"
             ))
         }
     })
@@ -59,6 +67,8 @@ mod tests {
         assert_eq!(parse_fault("ecc-uncorrectable"), Ok(Fault::EccUncorrectable(1)));
         assert_eq!(parse_fault("temperature:99"), Ok(Fault::Temperature(99)));
         assert_eq!(parse_fault("clear"), Ok(Fault::Clear));
+        assert_eq!(parse_fault("load:75"), Ok(Fault::Load(75)));
+        assert!(parse_fault("load:101").unwrap_err().contains("0 to 100"));
         assert!(parse_fault("xid").unwrap_err().contains("needs a number"));
         assert!(parse_fault("xid:abc").unwrap_err().contains("'abc' is not a number"));
         assert!(parse_fault("melted").unwrap_err().contains("unknown GPU fault 'melted'"));

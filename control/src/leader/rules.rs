@@ -84,6 +84,7 @@ pub fn job_ended(
     now: Millis,
 ) -> Command {
     let ended = ended_at_level(state, job_id, token, node.clone(), outcome, now);
+    let usage = usage.map(|u| if state.cluster_level() < quorum_state::GPU_USAGE_LEVEL { u.without_gpu() } else { u });
     match usage.map(|usage| Command::JobUsed { job_id, token, node, usage }) {
         Some(used) if used.level().0 <= state.cluster_level() => Command::Batch { commands: vec![used, ended] },
         _ => ended,
@@ -205,11 +206,18 @@ mod tests {
     #[test]
     fn what_a_job_used_goes_with_its_end_where_the_level_records_it() {
         let exited = RankOutcome::Exited { code: 0, signal: 0 };
-        let usage = crate::model::JobUsage { cpu_user_us: 5, cpu_system_us: 1, max_rss_kb: 64 };
+        let usage = crate::model::JobUsage { cpu_user_us: 5, cpu_system_us: 1, max_rss_kb: 64, ..Default::default() };
         let ended = Command::JobEnded { job_id: 4, token: 9, node: "n1".into(), outcome: exited, now: 7 };
         let used = Command::JobUsed { job_id: 4, token: 9, node: "n1".into(), usage };
         let at = |level| job_ended(&at_level(level), 4, 9, "n1".into(), exited, Some(usage), 7);
-        assert_eq!(at(FEATURE_LEVEL), Command::Batch { commands: vec![used, ended.clone()] });
+        assert_eq!(at(FEATURE_LEVEL), Command::Batch { commands: vec![used.clone(), ended.clone()] });
         assert_eq!(at(quorum_state::HISTORY_LEVEL - 1), ended, "an older replica could not apply it");
+        // What its GPUs did goes only where every replica records it; the rest goes anyway.
+        let with_gpu = crate::model::JobUsage { gpu_samples: 4, gpu_util_sum: 200, gpu_energy_mj: 9, ..usage };
+        let gpu_at = |level| job_ended(&at_level(level), 4, 9, "n1".into(), exited, Some(with_gpu), 7);
+        let used_gpu = Command::JobUsed { job_id: 4, token: 9, node: "n1".into(), usage: with_gpu };
+        assert_eq!(used_gpu.level().0, quorum_state::GPU_USAGE_LEVEL);
+        assert_eq!(gpu_at(FEATURE_LEVEL), Command::Batch { commands: vec![used_gpu, ended.clone()] });
+        assert_eq!(gpu_at(quorum_state::GPU_USAGE_LEVEL - 1), Command::Batch { commands: vec![used, ended] });
     }
 }

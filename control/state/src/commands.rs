@@ -49,11 +49,15 @@ pub struct NodeRegistration {
 ///     recalled from it for a dependency (`RecallJobs`), and what a job used (`JobUsed`).
 /// 15. `--constraint` node counts per feature (`[rack1*2&rack2*4]`), and the job history's
 ///     oldest records forgotten (`ForgetHistory`, `[accounting] purge_job_after_days`).
-/// 16. what a job step's tasks used (`EndStep` with its usage).
+/// 16. what a job step's tasks used (`EndStep` with its usage), and what a job's GPUs did
+///     (`JobUsed` with GPU samples, memory and energy).
 pub const FEATURE_LEVEL: u32 = 16;
 
 /// The level that records what a step used; below it a step's end carries none.
 pub const STEP_USAGE_LEVEL: u32 = 16;
+
+/// The level that records what a job's GPUs did; below it a job's usage carries none of it.
+pub const GPU_USAGE_LEVEL: u32 = 16;
 
 /// The level that applies [`Command::ForgetHistory`]; below it the history keeps everything.
 pub const FORGET_HISTORY_LEVEL: u32 = 15;
@@ -403,6 +407,7 @@ impl Command {
             Command::SetRole { .. } => (8, "giving a role"),
             Command::PurgeJobs { .. } => (HISTORY_LEVEL, "ended jobs leaving the hot state for the job history"),
             Command::ForgetHistory { .. } => (FORGET_HISTORY_LEVEL, "the job history forgetting its oldest jobs"),
+            Command::JobUsed { usage, .. } if usage.has_gpu() => (GPU_USAGE_LEVEL, "what a job's GPUs did"),
             Command::JobUsed { .. } => (HISTORY_LEVEL, "what a job used"),
             Command::RecallJobs { .. } => (HISTORY_LEVEL, "jobs recalled from the job history for a dependency"),
             Command::RequeueJob { .. } => (REQUEUE_LEVEL, "requeueing a job (scontrol requeue)"),

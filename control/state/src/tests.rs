@@ -630,7 +630,7 @@ fn steps_are_recorded_hold_their_cpus_and_end_with_their_job() {
         other => panic!("{other:?}"),
     }
     // What a step used is its own, and adds to what the job's steps used (level 16).
-    let used = JobUsage { cpu_user_us: 2_000_000, cpu_system_us: 100, max_rss_kb: 5000 };
+    let used = JobUsage { cpu_user_us: 2_000_000, cpu_system_us: 100, max_rss_kb: 5000, ..Default::default() };
     let end = Command::EndStep {
         job_id: 1,
         step_id: 2,
@@ -903,7 +903,7 @@ fn what_a_job_used_is_counted_once_per_node_and_only_for_its_allocation() {
         job_id: 1,
         token,
         node: node.into(),
-        usage: JobUsage { cpu_user_us: cpu, cpu_system_us: 10, max_rss_kb: rss },
+        usage: JobUsage { cpu_user_us: cpu, cpu_system_us: 10, max_rss_kb: rss, ..Default::default() },
     };
     assert_eq!(apply(&mut s, 12, used("n1", 5, 100, 700)), Response::Ignored, "another allocation's");
     assert_eq!(apply(&mut s, 13, used("n3", 11, 100, 700)), Response::Ignored, "a node the job is not on");
@@ -911,5 +911,8 @@ fn what_a_job_used_is_counted_once_per_node_and_only_for_its_allocation() {
     end_at(&mut s, 15, 1, 11, 0, 3000);
     assert_eq!(apply(&mut s, 16, used("n1", 11, 100, 700)), Response::Ignored, "n1's end is recorded: sent again");
     apply(&mut s, 17, used("n2", 11, 50, 900));
-    assert_eq!(s.jobs[&1].usage, Some(JobUsage { cpu_user_us: 150, cpu_system_us: 20, max_rss_kb: 900 }));
+    assert_eq!(
+        s.jobs[&1].usage,
+        Some(JobUsage { cpu_user_us: 150, cpu_system_us: 20, max_rss_kb: 900, ..Default::default() })
+    );
 }
