@@ -96,7 +96,6 @@ fn job(j: &JobInfo, now_ms: u64) -> Value {
     let requested_cpus = u64::from(spec.ntasks.max(1)) * u64::from(spec.cpus_per_task.max(1));
     let mut time = Map::new();
     time.insert("elapsed".into(), json!(elapsed(j.start_time_ms, j.end_time_ms, now_ms)));
-    time.insert("eligible".into(), json!(secs(j.submit_time_ms)));
     time.insert("end".into(), json!(secs(j.end_time_ms)));
     time.insert("start".into(), json!(secs(j.start_time_ms)));
     time.insert("submission".into(), json!(secs(j.submit_time_ms)));

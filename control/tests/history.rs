@@ -8,9 +8,13 @@ use quorum_control::replica::history::{History, CF_HISTORY};
 use quorum_model::{Job, JobSpec, Shared};
 
 fn job(id: u64, end: u64) -> Shared<Job> {
+    submitted(id, 1, end)
+}
+
+fn submitted(id: u64, submit: u64, end: u64) -> Shared<Job> {
     let v = serde_json::json!({
         "id": id, "spec": serde_json::to_value(JobSpec::default()).unwrap(), "user": "alice",
-        "partition": "batch", "state": "Completed", "reason": "None", "submit_time": 1, "start_time": 2,
+        "partition": "batch", "state": "Completed", "reason": "None", "submit_time": submit, "start_time": submit,
         "end_time": end, "exit_code": 0, "signal": null, "allocation": null, "alloc_index": 0,
         "cancel_requested": false, "rank_outcomes": [], "request_id": format!("request-{id}"),
     });
@@ -82,4 +86,22 @@ fn a_history_written_before_the_order_existed_gets_it_on_opening() {
     }
     let (_db, history) = open(dir.path());
     assert_eq!(order(&history, (0, 0), 100).0, vec![(0, 8), (20, 7)]);
+}
+
+#[test]
+fn a_window_reads_as_far_as_a_job_submitted_in_it_can_have_ended() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let (_db, history) = open(dir.path());
+        // A short job, a long one submitted beside it, and one submitted after the window.
+        history.write(&[submitted(1, 1_000, 2_000), submitted(3, 50_000, 51_000)], 5).unwrap();
+        history.write(&[submitted(2, 1_500, 40_000)], 6).unwrap();
+        assert_eq!(history.ended_since(Some("alice"), 0, 1_600).unwrap(), vec![1, 2]);
+        assert_eq!(history.ended_since(Some("alice"), 2_500, 60_000).unwrap(), vec![2, 3]);
+        history.flush().unwrap();
+    }
+    // The longest a job took (38.5 s) is kept: reopened, the long job is still found.
+    let (_db, history) = open(dir.path());
+    assert_eq!(history.ended_since(Some("alice"), 0, 1_600).unwrap(), vec![1, 2]);
+    assert_eq!(history.ended_since(None, 0, 1_000).unwrap(), vec![1]);
 }

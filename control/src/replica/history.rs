@@ -12,7 +12,9 @@
 //!   the entry that moved it (the record's `archived`), which an exporter follows
 //!   ([`History::entered_after`]): the same on every replica, since every replica applies the
 //!   same entries and a copied record keeps its index;
-//! - `v` → the layout's version: a history written before the `a` index gets it on opening.
+//! - `v` → the layout's version: a history written before the `a` index gets it on opening;
+//! - `m` → the longest any job took from its submit to its end (ms): a window's read of the
+//!   end-time index stops where no job submitted inside the window can have ended.
 //!
 //! Writes skip the write-ahead log, which the Raft log shares (a synced log append waits for
 //! every byte before it); [`History::flush`] makes them durable, and the state machine calls it
@@ -44,6 +46,8 @@ const BY_ENTRY: u8 = b'a';
 /// The layout's version, and the one this release writes.
 const VERSION: &[u8] = b"v";
 const LAYOUT: u64 = 1;
+/// The longest a job in the history took from submit to end, in ms, big-endian.
+const LONGEST: &[u8] = b"m";
 /// The mark of an incomplete history: the Raft index of the snapshot installed, big-endian.
 const GAP: &[u8] = b"g";
 
@@ -63,6 +67,8 @@ pub struct History {
     /// The index its records are missing up to (the mark `g`); zero when complete. Held while
     /// the mark is set or taken away, so that a snapshot installed meanwhile keeps its mark.
     gap: Arc<std::sync::Mutex<u64>>,
+    /// The longest a job written took from submit to end (`m`), in ms.
+    longest: Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// A read or write of the history failed (RocksDB, or a record it cannot decode), or a read
@@ -132,6 +138,14 @@ struct Indexed {
     request_id: String,
     #[serde(default)]
     archived: u64,
+    submit_time: Millis,
+    #[serde(default)]
+    end_time: Option<Millis>,
+}
+
+/// How long a job took from its submit to its end (the bound of a window's read).
+fn took(submit: Millis, end: Option<Millis>) -> Millis {
+    end.unwrap_or(submit).saturating_sub(submit)
 }
 
 /// The index a stored record entered the history at.
@@ -171,10 +185,13 @@ fn end_of(job: &Job) -> Millis {
 
 impl History {
     pub fn new(db: Arc<DB>, keep: Keep) -> Result<History> {
-        let history = History { db, keep, gap: Default::default() };
-        let mark = history.db.get_pinned_cf(history.cf()?, GAP).map_err(err)?;
-        let gap = mark.and_then(|b| <[u8; 8]>::try_from(&b[..]).ok()).map(u64::from_be_bytes).unwrap_or(0);
-        *history.gap.lock().unwrap_or_else(|p| p.into_inner()) = gap;
+        let history = History { db, keep, gap: Default::default(), longest: Default::default() };
+        let number = |key: &[u8]| -> Result<u64> {
+            let value = history.db.get_pinned_cf(history.cf()?, key).map_err(err)?;
+            Ok(value.and_then(|b| <[u8; 8]>::try_from(&b[..]).ok()).map(u64::from_be_bytes).unwrap_or(0))
+        };
+        *history.gap.lock().unwrap_or_else(|p| p.into_inner()) = number(GAP)?;
+        history.longest.store(number(LONGEST)?, std::sync::atomic::Ordering::Relaxed);
         history.upgrade()?;
         Ok(history)
     }
@@ -188,20 +205,25 @@ impl History {
             return Ok(());
         }
         let mut batch = WriteBatch::default();
-        let mut indexed = 0u64;
+        let (mut indexed, mut longest) = (0u64, 0u64);
         for item in self.db.iterator_cf(cf, IteratorMode::From(&[JOB], Direction::Forward)) {
             let (key, value) = item.map_err(err)?;
             let Some(id) = trailing_id(&key).filter(|_| key.first() == Some(&JOB) && key.len() == 9) else {
                 break;
             };
-            batch.put_cf(cf, entry_key(archived_of(&value)?, id), []);
+            let record: Indexed = serde_json::from_slice(&value).map_err(err)?;
+            longest = longest.max(took(record.submit_time, record.end_time));
+            batch.put_cf(cf, entry_key(record.archived, id), []);
             indexed += 1;
             if batch.len() >= 10_000 {
                 self.db.write_opt(std::mem::take(&mut batch), &no_wal()).map_err(err)?;
             }
         }
         batch.put_cf(cf, VERSION, LAYOUT.to_be_bytes());
+        let longest = self.longest.load(std::sync::atomic::Ordering::Relaxed).max(longest);
+        batch.put_cf(cf, LONGEST, longest.to_be_bytes());
         self.db.write_opt(batch, &no_wal()).map_err(err)?;
+        self.longest.store(longest, std::sync::atomic::Ordering::Relaxed);
         self.flush()?;
         if indexed > 0 {
             tracing::info!(indexed, "job history: records indexed in the order they entered it");
@@ -277,11 +299,25 @@ impl History {
     /// the index it entered the peer's history at.
     pub fn write_records(&self, records: &[Vec<u8>]) -> Result<()> {
         let mut batch = WriteBatch::default();
+        let mut jobs = Vec::with_capacity(records.len());
         for r in records {
             let job = serde_json::from_slice::<Job>(r).map_err(|e| err(format!("a record a peer sent: {e}")))?;
             self.put(&mut batch, &job, archived_of(r)?)?;
+            jobs.push(job);
         }
-        self.db.write_opt(batch, &no_wal()).map_err(err)
+        self.commit(batch, jobs.iter())
+    }
+
+    /// Writes `batch`, which holds `jobs`, with the longest of them when it is a new longest.
+    fn commit<'a>(&self, mut batch: WriteBatch, jobs: impl Iterator<Item = &'a Job>) -> Result<()> {
+        let longest = jobs.map(|j| took(j.submit_time, j.end_time)).max().unwrap_or(0);
+        let known = self.longest.load(std::sync::atomic::Ordering::Relaxed);
+        if longest > known {
+            batch.put_cf(self.cf()?, LONGEST, longest.to_be_bytes());
+        }
+        self.db.write_opt(batch, &no_wal()).map_err(err)?;
+        self.longest.fetch_max(longest, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
     }
 
     /// Up to `limit` records (and about `max_bytes`) of the jobs that entered the history after
@@ -348,7 +384,7 @@ impl History {
         for job in jobs {
             self.put(&mut batch, job, index)?;
         }
-        self.db.write_opt(batch, &no_wal()).map_err(err)
+        self.commit(batch, jobs.iter().map(|j| &**j))
     }
 
     /// A job's record and index entries, into `batch`.
@@ -450,7 +486,8 @@ impl History {
     }
 
     /// The ids of the jobs (of `user`, or everyone's) that ended at or after `ended_after` and
-    /// were submitted at or before `submitted_before`, in end order. Reads the index only.
+    /// were submitted at or before `submitted_before`, in end order. Reads the index only, and
+    /// only as far as a job submitted by then can have ended (the longest any job took).
     pub fn ended_since(&self, user: Option<&str>, ended_after: Millis, submitted_before: Millis) -> Result<Vec<JobId>> {
         self.complete()?;
         let prefix = match user {
@@ -458,11 +495,16 @@ impl History {
             None => vec![BY_END],
         };
         let start = end_and_id(prefix.clone(), ended_after, 0);
+        let last_end = submitted_before.saturating_add(self.longest.load(std::sync::atomic::Ordering::Relaxed));
         let cf = self.cf()?;
         let mut ids = Vec::new();
         for item in self.db.iterator_cf(cf, IteratorMode::From(&start, Direction::Forward)) {
             let (key, value) = item.map_err(err)?;
             if !key.starts_with(&prefix) || key.len() != prefix.len() + 16 {
+                break;
+            }
+            let end = <[u8; 8]>::try_from(&key[prefix.len()..prefix.len() + 8]).map(Millis::from_be_bytes).unwrap_or(0);
+            if end > last_end {
                 break;
             }
             let submitted = <[u8; 8]>::try_from(&value[..]).map(Millis::from_be_bytes).unwrap_or(0);
