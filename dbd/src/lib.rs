@@ -80,7 +80,16 @@ pub async fn run(cluster: Client, opts: Options) -> anyhow::Result<u64> {
             tracing::info!(cluster = %opts.cluster, index = from.index, job_id = from.job_id, "resuming after this place in the history");
             announced = true;
         }
-        let page = follow(&cluster, from, opts.batch).await?;
+        let page = match follow(&cluster, from, opts.batch).await {
+            Ok(page) => page,
+            Err(e) if opts.once => return Err(e),
+            // Following, it outlasts a cluster that cannot answer for a while.
+            Err(e) => {
+                tracing::warn!(error = %format!("{e:#}"), "the cluster did not answer; asking again");
+                tokio::time::sleep(opts.interval.max(Duration::from_secs(1))).await;
+                continue;
+            }
+        };
         if page.records.is_empty() {
             if opts.once && page.done {
                 return Ok(exported);
