@@ -47,6 +47,32 @@ pub struct Options {
     pub once: bool,
     /// A fault for the tests: hold each transaction open this long before it commits.
     pub stall: Duration,
+    /// Speak to a PostgreSQL across the network in plaintext (this exporter has no TLS).
+    pub plaintext: bool,
+}
+
+/// Refuses a connection string that would carry the history across the network in plaintext:
+/// this exporter speaks to PostgreSQL without TLS, so only through a Unix socket or the
+/// loopback, unless the operator accepts plaintext.
+pub fn check_transport(conn: &str, plaintext: bool) -> anyhow::Result<()> {
+    let config: tokio_postgres::Config = conn.parse().with_context(|| format!("the connection string '{conn}'"))?;
+    let remote: Vec<String> = config
+        .get_hosts()
+        .iter()
+        .filter_map(|h| match h {
+            tokio_postgres::config::Host::Tcp(name) => Some(name.clone()),
+            _ => None,
+        })
+        .chain(config.get_hostaddrs().iter().map(|a| a.to_string()))
+        .filter(|h| !matches!(h.as_str(), "localhost" | "127.0.0.1" | "::1"))
+        .collect();
+    if remote.is_empty() || plaintext {
+        return Ok(());
+    }
+    anyhow::bail!(
+        "quorum-dbd speaks to PostgreSQL without TLS: {} would see every job in plaintext on the network. Run it beside the database (host=/var/run/postgresql, or localhost), or pass --postgres-plaintext on a network you trust",
+        remote.join(", ")
+    )
 }
 
 /// One transaction's worth: the jobs written and the place the export reached.
@@ -59,6 +85,7 @@ pub struct Written {
 /// Follows the history into PostgreSQL until it stops (with `once`, when none is left). A lost
 /// connection to PostgreSQL is made again; the cluster's client finds another replica itself.
 pub async fn run(cluster: Client, opts: Options) -> anyhow::Result<u64> {
+    check_transport(&opts.postgres, opts.plaintext)?;
     let mut exported = 0u64;
     let mut db: Option<tokio_postgres::Client> = None;
     let mut announced = false;
@@ -401,5 +428,22 @@ impl StepRow {
             &self.cpu_system_s,
             &self.max_rss_kb,
         ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_transport;
+
+    #[test]
+    fn the_history_goes_to_a_remote_database_in_plaintext_only_when_asked() {
+        assert!(check_transport("host=/var/run/postgresql dbname=quorum", false).is_ok());
+        assert!(check_transport("host=localhost dbname=quorum", false).is_ok());
+        assert!(check_transport("host=127.0.0.1,/tmp dbname=quorum", false).is_ok());
+        let refused = check_transport("host=db.example dbname=quorum", false).unwrap_err().to_string();
+        assert!(refused.contains("db.example") && refused.contains("--postgres-plaintext"), "{refused}");
+        assert!(check_transport("hostaddr=10.0.0.5 dbname=quorum", false).is_err());
+        assert!(check_transport("host=db.example dbname=quorum", true).is_ok());
+        assert!(check_transport("host=db.example port=notaport", true).is_err(), "a bad string is named");
     }
 }

@@ -31,6 +31,10 @@ struct Args {
     /// Write what the history holds now, then stop (for cron, or a first export).
     #[arg(long)]
     once: bool,
+    /// Speak to a PostgreSQL across the network in plaintext: quorum-dbd has no TLS, and refuses
+    /// a database that is neither a Unix socket nor on this host without this.
+    #[arg(long)]
+    postgres_plaintext: bool,
     /// A fault for tests: hold each transaction open this many milliseconds before committing.
     #[arg(long, hide = true, default_value_t = 0)]
     fault_stall_ms: u64,
@@ -65,6 +69,7 @@ fn main() -> ExitCode {
             interval: Duration::from_secs_f64(args.interval_s),
             once: args.once,
             stall: Duration::from_millis(args.fault_stall_ms),
+            plaintext: args.postgres_plaintext,
         };
         tokio::select! {
             r = quorum_dbd::run(client, opts) => r,
