@@ -84,16 +84,25 @@ pub struct Written {
 
 /// Follows the history into PostgreSQL until it stops (with `once`, when none is left). A lost
 /// connection to PostgreSQL is made again; the cluster's client finds another replica itself.
+/// The export's place is read from the database when connected and when another exporter moved
+/// it; otherwise it is where the last commit left it.
 pub async fn run(cluster: Client, opts: Options) -> anyhow::Result<u64> {
     check_transport(&opts.postgres, opts.plaintext)?;
     let mut exported = 0u64;
-    let mut db: Option<tokio_postgres::Client> = None;
+    let mut db: Option<(tokio_postgres::Client, Place)> = None;
     let mut announced = false;
     loop {
-        let pg = match db.as_mut().filter(|c| !c.is_closed()) {
-            Some(pg) => pg,
-            None => match connect(&opts.postgres).await {
-                Ok(pg) => db.insert(pg),
+        let (pg, from) = match db.as_mut().filter(|(c, _)| !c.is_closed()) {
+            Some((pg, from)) => (pg, from),
+            None => match connect(&opts.postgres, &opts.cluster).await {
+                Ok(connected) => {
+                    let (pg, from) = db.insert(connected);
+                    if !announced {
+                        tracing::info!(cluster = %opts.cluster, index = from.index, job_id = from.job_id, "resuming after this place in the history");
+                        announced = true;
+                    }
+                    (pg, from)
+                }
                 Err(e) if opts.once => return Err(e),
                 Err(e) => {
                     tracing::warn!(error = %format!("{e:#}"), "PostgreSQL unreachable; trying again");
@@ -102,12 +111,7 @@ pub async fn run(cluster: Client, opts: Options) -> anyhow::Result<u64> {
                 }
             },
         };
-        let from = place(pg, &opts.cluster).await?;
-        if !announced {
-            tracing::info!(cluster = %opts.cluster, index = from.index, job_id = from.job_id, "resuming after this place in the history");
-            announced = true;
-        }
-        let page = match follow(&cluster, from, opts.batch).await {
+        let page = match follow(&cluster, *from, opts.batch).await {
             Ok(page) => page,
             Err(e) if opts.once => return Err(e),
             // Following, it outlasts a cluster that cannot answer for a while.
@@ -124,12 +128,20 @@ pub async fn run(cluster: Client, opts: Options) -> anyhow::Result<u64> {
             tokio::time::sleep(opts.interval).await;
             continue;
         }
-        match write(pg, &opts, from, &page.records).await {
-            Ok(Some(w)) => {
+        match write(pg, &opts, *from, &page.records).await {
+            Ok(Ok(w)) => {
                 exported += w.jobs as u64;
+                *from = w.to;
                 tracing::debug!(jobs = w.jobs, index = w.to.index, job_id = w.to.job_id, "batch committed");
             }
-            Ok(None) => tracing::info!("another exporter moved this cluster's place; reading it again"),
+            Ok(Err(moved)) => {
+                tracing::info!(
+                    index = moved.index,
+                    job_id = moved.job_id,
+                    "another exporter moved this cluster's place"
+                );
+                *from = moved;
+            }
             Err(e) if pg.is_closed() => {
                 tracing::warn!(error = %format!("{e:#}"), "PostgreSQL connection lost; the batch was not committed")
             }
@@ -138,7 +150,8 @@ pub async fn run(cluster: Client, opts: Options) -> anyhow::Result<u64> {
     }
 }
 
-async fn connect(conn: &str) -> anyhow::Result<tokio_postgres::Client> {
+/// A connection with the tables made, and the place the export of `cluster` stands at.
+async fn connect(conn: &str, cluster: &str) -> anyhow::Result<(tokio_postgres::Client, Place)> {
     let (client, connection) =
         tokio_postgres::connect(conn, NoTls).await.with_context(|| format!("connecting to PostgreSQL ({conn})"))?;
     tokio::spawn(async move {
@@ -147,7 +160,8 @@ async fn connect(conn: &str) -> anyhow::Result<tokio_postgres::Client> {
         }
     });
     client.batch_execute(SCHEMA).await.context("creating quorum-dbd's tables")?;
-    Ok(client)
+    let from = place(&client, cluster).await?;
+    Ok((client, from))
 }
 
 /// The place the export of `cluster` stands at (the start when it never ran).
@@ -156,7 +170,14 @@ pub async fn place(pg: &impl GenericClient, cluster: &str) -> anyhow::Result<Pla
         .query_opt("SELECT after_index, after_job_id FROM quorum_export WHERE cluster = $1", &[&cluster])
         .await
         .context("reading the export's place")?;
-    Ok(row.map_or(Place::default(), |r| Place { index: r.get::<_, i64>(0) as u64, job_id: r.get::<_, i64>(1) as u64 }))
+    Ok(row.as_ref().map_or(Place::default(), Place::of_row))
+}
+
+impl Place {
+    /// From a row whose first two columns are `after_index, after_job_id`.
+    fn of_row(row: &tokio_postgres::Row) -> Place {
+        Place { index: row.get::<_, i64>(0) as u64, job_id: row.get::<_, i64>(1) as u64 }
+    }
 }
 
 /// The next records after `from`, from any replica.
@@ -168,14 +189,14 @@ async fn follow(cluster: &Client, from: Place, limit: u32) -> anyhow::Result<Fol
         .map_err(|s| anyhow::anyhow!("reading the job history: {}", s.message()))
 }
 
-/// Writes `records` (which follow `from`) in one transaction with the place they reach; `None`
-/// when the cluster's place is no longer `from` (another exporter wrote meanwhile).
+/// Writes `records` (which follow `from`) in one transaction with the place they reach; the
+/// cluster's place instead when it is no longer `from` (another exporter wrote meanwhile).
 async fn write(
     pg: &mut tokio_postgres::Client,
     opts: &Options,
     from: Place,
     records: &[HistoryRecord],
-) -> anyhow::Result<Option<Written>> {
+) -> anyhow::Result<Result<Written, Place>> {
     let rows = records.iter().map(|r| Row::of(r).with_context(|| format!("job {} in the history", r.job_id)));
     let rows: Vec<Row> = rows.collect::<anyhow::Result<_>>()?;
     let tx = pg.transaction().await.context("beginning a transaction")?;
@@ -188,8 +209,9 @@ async fn write(
     let now = tx
         .query_one("SELECT after_index, after_job_id FROM quorum_export WHERE cluster = $1 FOR UPDATE", &[&cluster])
         .await?;
-    if (now.get::<_, i64>(0) as u64, now.get::<_, i64>(1) as u64) != (from.index, from.job_id) {
-        return Ok(None);
+    let now = Place::of_row(&now);
+    if now != from {
+        return Ok(Err(now));
     }
     let upsert = tx.prepare(UPSERT_JOB).await.context("preparing the job upsert")?;
     let clear_steps = tx.prepare("DELETE FROM quorum_steps WHERE cluster = $1 AND job_id = $2").await?;
@@ -213,7 +235,7 @@ async fn write(
         tokio::time::sleep(opts.stall).await;
     }
     tx.commit().await.context("committing a batch")?;
-    Ok(Some(Written { jobs: rows.len(), to: last }))
+    Ok(Ok(Written { jobs: rows.len(), to: last }))
 }
 
 const UPSERT_JOB: &str = "INSERT INTO quorum_jobs (cluster, job_id, array_job_id, array_task_id, name, user_name, \

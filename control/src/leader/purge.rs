@@ -41,44 +41,32 @@ pub async fn purge_loop(replica: Arc<Replica>, min_age: Duration, mut stop: watc
         return;
     }
     let min_age_ms = u64::try_from(min_age.as_millis()).unwrap_or(u64::MAX);
-    loop {
-        tokio::select! {
-            _ = tokio::time::sleep(period(min_age)) => {}
-            _ = stop.changed() => return,
+    // One entry after another while a backlog is due (a cluster just upgraded, or one that ran
+    // many short jobs), each at most MAX_PER_ENTRY jobs.
+    let r = &replica;
+    drain_every(r, period(min_age), HISTORY_LEVEL, &mut stop, move || async move {
+        let now = now_ms();
+        let (jobs, tombstones) = due(r, now, min_age_ms);
+        if jobs.is_empty() && !tombstones {
+            return false;
         }
-        if replica.shared.read().state.cluster_level() < HISTORY_LEVEL {
-            continue;
-        }
-        // One entry after another while a backlog is due (a cluster just upgraded, or one that
-        // ran many short jobs), each at most MAX_PER_ENTRY jobs.
-        loop {
-            let now = now_ms();
-            let (jobs, tombstones) = due(&replica, now, min_age_ms);
-            if jobs.is_empty() && !tombstones {
-                break;
+        let asked = jobs.len();
+        match r.write(Command::PurgeJobs { jobs, min_age: min_age_ms, now }).await {
+            Ok((_, Response::Purged { jobs })) => {
+                tracing::debug!(asked, moved = jobs.len(), "ended jobs moved to the job history");
+                asked >= MAX_PER_ENTRY && !jobs.is_empty()
             }
-            let asked = jobs.len();
-            match replica.write(Command::PurgeJobs { jobs, min_age: min_age_ms, now }).await {
-                Ok((_, Response::Purged { jobs })) => {
-                    tracing::debug!(asked, moved = jobs.len(), "ended jobs moved to the job history");
-                    if asked < MAX_PER_ENTRY || jobs.is_empty() {
-                        break;
-                    }
-                }
-                Ok((_, other)) => {
-                    tracing::warn!(?other, "unexpected answer to a purge");
-                    break;
-                }
-                Err(e) => {
-                    tracing::debug!(error = %e, "purging ended jobs");
-                    break;
-                }
+            Ok((_, other)) => {
+                tracing::warn!(?other, "unexpected answer to a purge");
+                false
             }
-            if *stop.borrow() {
-                return;
+            Err(e) => {
+                tracing::debug!(error = %e, "purging ended jobs");
+                false
             }
         }
-    }
+    })
+    .await
 }
 
 /// The most jobs one `ForgetHistory` entry forgets: a replica's apply holds the state while its
@@ -95,35 +83,51 @@ pub async fn forget_loop(replica: Arc<Replica>, after: Duration, mut stop: watch
     }
     let after_ms = u64::try_from(after.as_millis()).unwrap_or(u64::MAX);
     let every = (after / 10).clamp(Duration::from_secs(1), Duration::from_secs(3600));
+    let r = &replica;
+    drain_every(r, every, FORGET_HISTORY_LEVEL, &mut stop, move || async move {
+        let ended_before = now_ms().saturating_sub(after_ms);
+        let command = Command::ForgetHistory { ended_before, max: MAX_FORGOTTEN_PER_ENTRY };
+        match r.write(command).await {
+            Ok((_, Response::Forgotten { count, more })) => {
+                if count > 0 {
+                    tracing::info!(count, "the job history forgot jobs that ended before the purge age");
+                }
+                more
+            }
+            Ok((_, other)) => {
+                tracing::warn!(?other, "unexpected answer to forgetting history");
+                false
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "forgetting old history");
+                false
+            }
+        }
+    })
+    .await
+}
+
+/// Every `every` until `stop`, while the cluster's level is `level` or above: `round` again and
+/// again while it says more is due (each round one entry).
+async fn drain_every<F, Fut>(
+    replica: &Replica,
+    every: Duration,
+    level: u32,
+    stop: &mut watch::Receiver<bool>,
+    mut round: F,
+) where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
     loop {
         tokio::select! {
             _ = tokio::time::sleep(every) => {}
             _ = stop.changed() => return,
         }
-        if replica.shared.read().state.cluster_level() < FORGET_HISTORY_LEVEL {
+        if replica.shared.read().state.cluster_level() < level {
             continue;
         }
-        let ended_before = now_ms().saturating_sub(after_ms);
-        loop {
-            let command = Command::ForgetHistory { ended_before, max: MAX_FORGOTTEN_PER_ENTRY };
-            match replica.write(command).await {
-                Ok((_, Response::Forgotten { count, more })) => {
-                    if count > 0 {
-                        tracing::info!(count, "the job history forgot jobs that ended before the purge age");
-                    }
-                    if !more {
-                        break;
-                    }
-                }
-                Ok((_, other)) => {
-                    tracing::warn!(?other, "unexpected answer to forgetting history");
-                    break;
-                }
-                Err(e) => {
-                    tracing::debug!(error = %e, "forgetting old history");
-                    break;
-                }
-            }
+        while round().await {
             if *stop.borrow() {
                 return;
             }

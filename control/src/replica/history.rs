@@ -148,16 +148,6 @@ fn took(submit: Millis, end: Option<Millis>) -> Millis {
     end.unwrap_or(submit).saturating_sub(submit)
 }
 
-/// The index a stored record entered the history at.
-fn archived_of(record: &[u8]) -> Result<u64> {
-    #[derive(serde::Deserialize)]
-    struct Archived {
-        #[serde(default)]
-        archived: u64,
-    }
-    serde_json::from_slice::<Archived>(record).map(|a| a.archived).map_err(err)
-}
-
 fn request_key(request_id: &str) -> Vec<u8> {
     let mut k = Vec::with_capacity(request_id.len() + 1);
     k.push(BY_REQUEST);
@@ -186,24 +176,25 @@ fn end_of(job: &Job) -> Millis {
 impl History {
     pub fn new(db: Arc<DB>, keep: Keep) -> Result<History> {
         let history = History { db, keep, gap: Default::default(), longest: Default::default() };
-        let number = |key: &[u8]| -> Result<u64> {
-            let value = history.db.get_pinned_cf(history.cf()?, key).map_err(err)?;
-            Ok(value.and_then(|b| <[u8; 8]>::try_from(&b[..]).ok()).map(u64::from_be_bytes).unwrap_or(0))
-        };
-        *history.gap.lock().unwrap_or_else(|p| p.into_inner()) = number(GAP)?;
-        history.longest.store(number(LONGEST)?, std::sync::atomic::Ordering::Relaxed);
+        *history.gap.lock().unwrap_or_else(|p| p.into_inner()) = history.number(GAP)?;
+        history.longest.store(history.number(LONGEST)?, std::sync::atomic::Ordering::Relaxed);
         history.upgrade()?;
         Ok(history)
+    }
+
+    /// The number a key of its own holds (`g`, `m`, `v`), big-endian; 0 when absent.
+    fn number(&self, key: &[u8]) -> Result<u64> {
+        let value = self.db.get_pinned_cf(self.cf()?, key).map_err(err)?;
+        Ok(value.and_then(|b| <[u8; 8]>::try_from(&b[..]).ok()).map(u64::from_be_bytes).unwrap_or(0))
     }
 
     /// Gives a history written before the entry index (`a`) its index: every record, under the
     /// index it carries (0 when it has none). Once, durably.
     fn upgrade(&self) -> Result<()> {
-        let cf = self.cf()?;
-        let version = self.db.get_pinned_cf(cf, VERSION).map_err(err)?;
-        if version.and_then(|v| <[u8; 8]>::try_from(&v[..]).ok()).map(u64::from_be_bytes).unwrap_or(0) >= LAYOUT {
+        if self.number(VERSION)? >= LAYOUT {
             return Ok(());
         }
+        let cf = self.cf()?;
         let mut batch = WriteBatch::default();
         let (mut indexed, mut longest) = (0u64, 0u64);
         for item in self.db.iterator_cf(cf, IteratorMode::From(&[JOB], Direction::Forward)) {
@@ -298,22 +289,21 @@ impl History {
     /// Writes records a peer sent ([`History::page_after`]), indexing them as its own, each at
     /// the index it entered the peer's history at.
     pub fn write_records(&self, records: &[Vec<u8>]) -> Result<()> {
-        let mut batch = WriteBatch::default();
-        let mut jobs = Vec::with_capacity(records.len());
+        let cf = self.cf()?;
+        let (mut batch, mut longest) = (WriteBatch::default(), 0);
         for r in records {
-            let job = serde_json::from_slice::<Job>(r).map_err(|e| err(format!("a record a peer sent: {e}")))?;
-            self.put(&mut batch, &job, archived_of(r)?)?;
-            jobs.push(job);
+            let bad = |e: serde_json::Error| err(format!("a record a peer sent: {e}"));
+            let job = serde_json::from_slice::<Job>(r).map_err(bad)?;
+            let archived = serde_json::from_slice::<Indexed>(r).map_err(bad)?.archived;
+            longest = longest.max(self.put(&mut batch, cf, &job, archived)?);
         }
-        self.commit(batch, jobs.iter())
+        self.commit(batch, cf, longest)
     }
 
-    /// Writes `batch`, which holds `jobs`, with the longest of them when it is a new longest.
-    fn commit<'a>(&self, mut batch: WriteBatch, jobs: impl Iterator<Item = &'a Job>) -> Result<()> {
-        let longest = jobs.map(|j| took(j.submit_time, j.end_time)).max().unwrap_or(0);
-        let known = self.longest.load(std::sync::atomic::Ordering::Relaxed);
-        if longest > known {
-            batch.put_cf(self.cf()?, LONGEST, longest.to_be_bytes());
+    /// Writes `batch`, with `longest` (the longest of its jobs took) when that is a new longest.
+    fn commit(&self, mut batch: WriteBatch, cf: &rocksdb::ColumnFamily, longest: Millis) -> Result<()> {
+        if longest > self.longest.load(std::sync::atomic::Ordering::Relaxed) {
+            batch.put_cf(cf, LONGEST, longest.to_be_bytes());
         }
         self.db.write_opt(batch, &no_wal()).map_err(err)?;
         self.longest.fetch_max(longest, std::sync::atomic::Ordering::Relaxed);
@@ -380,16 +370,16 @@ impl History {
         if jobs.is_empty() {
             return Ok(());
         }
-        let mut batch = WriteBatch::default();
+        let cf = self.cf()?;
+        let (mut batch, mut longest) = (WriteBatch::default(), 0);
         for job in jobs {
-            self.put(&mut batch, job, index)?;
+            longest = longest.max(self.put(&mut batch, cf, job, index)?);
         }
-        self.commit(batch, jobs.iter().map(|j| &**j))
+        self.commit(batch, cf, longest)
     }
 
-    /// A job's record and index entries, into `batch`.
-    fn put(&self, batch: &mut WriteBatch, job: &Job, archived: u64) -> Result<()> {
-        let cf = self.cf()?;
+    /// A job's record and index entries, into `batch`: how long it took from submit to end.
+    fn put(&self, batch: &mut WriteBatch, cf: &rocksdb::ColumnFamily, job: &Job, archived: u64) -> Result<Millis> {
         let record = serde_json::to_vec(&Record { job: &self.record(job), archived }).map_err(err)?;
         let end = end_of(job);
         batch.put_cf(cf, job_key(job.id), record);
@@ -400,7 +390,7 @@ impl History {
         if !job.request_id.is_empty() {
             batch.put_cf(cf, request_key(&job.request_id), job.id.to_be_bytes());
         }
-        Ok(())
+        Ok(took(job.submit_time, job.end_time))
     }
 
     /// Forgets up to `max` of the jobs that ended before `ended_before`, the earliest first,
