@@ -192,6 +192,15 @@ async fn the_export_has_every_job_once_after_a_kill_mid_batch_and_after_a_failov
     for addr in &cluster.addrs[1..] {
         assert_eq!(followed(addr).await, order, "{addr}");
     }
+    // Everyone's jobs, whole: operators only.
+    let user = client_as(&cluster.addrs, "tester");
+    let refused = user
+        .call(|mut cl| async move {
+            cl.follow_history(api::FollowHistoryRequest { after_index: 0, after_job_id: 0, limit: 10 }).await
+        })
+        .await
+        .expect_err("a user may not follow the history");
+    assert_eq!(refused.code(), tonic::Code::PermissionDenied, "{refused:?}");
 
     // Killed with a batch written but not committed: it holds each transaction open 400 ms.
     let mut exporter = dbd(&pg, &controllers, &["--batch", "4", "--fault-stall-ms", "400", "--interval-s", "0.2"])

@@ -331,6 +331,7 @@ mod tests {
         assert_eq!(rule("/quorum.raft.RaftService/AppendEntries"), Some(Rule::Replica));
         assert_eq!(rule("/quorum.api.Quorum/Campaign"), Some(Rule::Replica));
         assert_eq!(rule("/quorum.api.Quorum/RemoveReplica"), Some(Rule::Admin));
+        assert_eq!(rule("/quorum.api.Quorum/FollowHistory"), Some(Rule::Operator));
         assert_eq!(rule("/quorum.api.Quorum/NoSuchThing"), None);
     }
 }
