@@ -191,8 +191,28 @@ fn main() {
         for page in ids.chunks(20_000) {
             read += history.get_many(page).expect("records").len();
         }
+        let records_ms = t.elapsed().as_secs_f64() * 1e3;
+        // The same window as the server lists it (a page of at most 20,000 jobs and about 2 MiB,
+        // each page the next ids), every listing decoded, after dropping the cache again.
+        drop_page_cache();
+        let t = Instant::now();
+        let (mut listed, mut after, mut pages) = (0, 0, 0);
+        loop {
+            let (page, more) = history.listed_since("user3", from, to, after, 20_000, 2 << 20).expect("listings");
+            for (_, bytes) in &page {
+                let info = <quorum_proto::api::JobInfo as prost::Message>::decode(&bytes[..]).expect("a listing");
+                assert!(info.end_time_ms >= from && info.submit_time_ms <= to);
+            }
+            listed += page.len();
+            pages += 1;
+            match more {
+                Some(last) => after = last,
+                None => break,
+            }
+        }
+        assert_eq!(listed, ids.len(), "the listings and the index agree");
         println!(
-            "user3 ({} of its jobs in the history), {minutes} min window in the run's middle: {} jobs in the index in {index_ms:.1} ms, all {read} records read in {:.1} ms ({})",
+            "user3 ({} of its jobs in the history), {minutes} min window in the run's middle: {} jobs in the index in {index_ms:.1} ms, all {read} records read in {records_ms:.1} ms; listed from the index in {pages} pages in {:.1} ms ({})",
             moved / USERS,
             ids.len(),
             t.elapsed().as_secs_f64() * 1e3,

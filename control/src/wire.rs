@@ -243,6 +243,33 @@ pub fn job_to_proto(j: &Job, with_env: bool) -> api::JobInfo {
     }
 }
 
+/// A job as listings show it: of its script only the first line (`quorum show` has it all),
+/// no environment, and its command only when short, so that no one job can fill a page.
+pub fn listed(mut info: api::JobInfo) -> api::JobInfo {
+    info.steps.clear();
+    fn cut(text: &mut String, max: usize) {
+        let mut end = text.len().min(max);
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+    }
+    if let Some(spec) = info.spec.as_mut() {
+        if let Some(newline) = spec.script.find('\n') {
+            spec.script.truncate(newline);
+        }
+        cut(&mut spec.script, 256);
+        spec.env.clear();
+        if spec.argv.iter().map(String::len).sum::<usize>() > 4096 {
+            spec.argv.truncate(1);
+            if let Some(first) = spec.argv.first_mut() {
+                cut(first, 4096);
+            }
+        }
+    }
+    info
+}
+
 fn usage_to_proto(u: crate::model::JobUsage) -> api::JobUsage {
     api::JobUsage {
         cpu_user_us: u.cpu_user_us,

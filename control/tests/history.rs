@@ -105,3 +105,69 @@ fn a_window_reads_as_far_as_a_job_submitted_in_it_can_have_ended() {
     assert_eq!(history.ended_since(Some("alice"), 0, 1_600).unwrap(), vec![1, 2]);
     assert_eq!(history.ended_since(None, 0, 1_000).unwrap(), vec![1]);
 }
+
+/// A user's window as the server lists it: each job's listing from the user's index alone.
+fn listed(
+    history: &History,
+    user: &str,
+    window: (u64, u64),
+    after: u64,
+    limit: usize,
+    max_bytes: usize,
+) -> (Vec<u64>, Option<u64>) {
+    let (page, more) = history.listed_since(user, window.0, window.1, after, limit, max_bytes).expect("listings");
+    let ids = page
+        .iter()
+        .map(|(id, bytes)| {
+            let info = <quorum_proto::api::JobInfo as prost::Message>::decode(&bytes[..]).expect("a listing");
+            assert_eq!((info.id, info.user.as_str(), info.state.as_str()), (*id, user, "COMPLETED"));
+            *id
+        })
+        .collect();
+    (ids, more)
+}
+
+#[test]
+fn a_users_window_lists_from_its_index_page_by_page_in_id_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let (db, history) = open(dir.path());
+    // Ended in an order unlike their ids'; job 9 is someone else's; job 6 was submitted after
+    // the window and job 1 ended before it.
+    let mut jobs: Vec<Shared<Job>> =
+        [(5, 1_000), (2, 3_000), (7, 2_000), (3, 4_000), (4, 2_500), (1, 500)].map(|(id, end)| job(id, end)).to_vec();
+    jobs.push(submitted(6, 9_000, 9_500));
+    let mut bob = (*job(9, 2_000)).clone();
+    bob.user = "bob".into();
+    jobs.push(Shared::new(bob));
+    history.write(&jobs, 3).unwrap();
+    let window = (1_000, 5_000);
+    assert_eq!(listed(&history, "alice", window, 0, 100, 1 << 20), (vec![2, 3, 4, 5, 7], None));
+    assert_eq!(listed(&history, "bob", window, 0, 100, 1 << 20), (vec![9], None));
+    assert_eq!(listed(&history, "carol", window, 0, 100, 1 << 20), (vec![], None));
+    // Pages of two: the lowest ids first, each page after the last id given.
+    assert_eq!(listed(&history, "alice", window, 0, 2, 1 << 20), (vec![2, 3], Some(3)));
+    assert_eq!(listed(&history, "alice", window, 3, 2, 1 << 20), (vec![4, 5], Some(5)));
+    assert_eq!(listed(&history, "alice", window, 5, 2, 1 << 20), (vec![7], None));
+    // A page of a few bytes still holds one.
+    assert_eq!(listed(&history, "alice", window, 0, 100, 1), (vec![2], Some(2)));
+    // The listing is the job as listings show it: its script's first line, no environment.
+    let (page, _) = history.listed_since("alice", 9_000, u64::MAX, 0, 1, 1 << 20).unwrap();
+    let info = <quorum_proto::api::JobInfo as prost::Message>::decode(&page[0].1[..]).unwrap();
+    assert_eq!((info.id, info.submit_time_ms, info.end_time_ms, info.partition.as_str()), (6, 9_000, 9_500, "batch"));
+    assert!(info.spec.is_some_and(|s| s.env.is_empty()));
+
+    // A history of layout 1 (a user's index held the submit time alone) gets the listings on
+    // opening.
+    let cf = db.cf_handle(CF_HISTORY).unwrap();
+    let mut key = vec![b'u'];
+    key.extend_from_slice(b"alice\0");
+    key.extend_from_slice(&3_000u64.to_be_bytes());
+    key.extend_from_slice(&2u64.to_be_bytes());
+    db.put_cf(cf, &key, 1u64.to_be_bytes()).unwrap();
+    db.put_cf(cf, b"v", 1u64.to_be_bytes()).unwrap();
+    db.flush_cf(cf).unwrap();
+    drop(history);
+    drop(db);
+    let (_db, history) = open(dir.path());
+    assert_eq!(listed(&history, "alice", window, 0, 100, 1 << 20), (vec![2, 3, 4, 5, 7], None));
+}

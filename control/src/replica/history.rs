@@ -5,14 +5,19 @@
 //!
 //! Keys (ids and times big-endian, so that they sort as numbers):
 //! - `j` id → the job, JSON (its script and environment only when the config keeps them);
-//! - `u` user `\0` end id → submit time: a user's jobs by end time (`sacct -u USER -S ... -E ...`);
+//! - `u` user `\0` end id → submit time, then the job as listings show it (protobuf
+//!   `JobInfo` in [`crate::wire::listed`] form): a user's jobs by end time, each where a window
+//!   reads it (`sacct -u USER -S ... -E ...` reads one stretch of the disk and decodes no JSON).
+//!   A copy of what the record says, made by the release that wrote it; a release that lists
+//!   more of a job raises [`LAYOUT`], and the index is made again from the records on opening;
 //! - `e` end id → submit time: every job by end time (`sacct -a -S ... -E ...`);
 //! - `r` request id → id: a retried submit whose first job has left finds it here;
 //! - `a` index id → nothing: every job in the order it entered the history, by the Raft index of
 //!   the entry that moved it (the record's `archived`), which an exporter follows
 //!   ([`History::entered_after`]): the same on every replica, since every replica applies the
 //!   same entries and a copied record keeps its index;
-//! - `v` → the layout's version: a history written before the `a` index gets it on opening;
+//! - `v` → the layout's version: a history of an older layout gets its indexes again on
+//!   opening (1 added `a`, 2 the listing in `u`);
 //! - `m` → the longest any job took from its submit to its end (ms): a window's read of the
 //!   end-time index stops where no job submitted inside the window can have ended.
 //!
@@ -45,7 +50,7 @@ const BY_REQUEST: u8 = b'r';
 const BY_ENTRY: u8 = b'a';
 /// The layout's version, and the one this release writes.
 const VERSION: &[u8] = b"v";
-const LAYOUT: u64 = 1;
+const LAYOUT: u64 = 2;
 /// The longest a job in the history took from submit to end, in ms, big-endian.
 const LONGEST: &[u8] = b"m";
 /// The mark of an incomplete history: the Raft index of the snapshot installed, big-endian.
@@ -88,6 +93,10 @@ type Result<T> = std::result::Result<T, HistoryError>;
 /// A record with its place in the order of entry: the index of the entry that moved it, its
 /// id, and the record as stored.
 pub type Entered = (u64, JobId, Vec<u8>);
+
+/// A page of a user's listings (each job's id and its protobuf `JobInfo`), in id order, with the
+/// last id given when more were left.
+pub type Listings = (Vec<(JobId, Vec<u8>)>, Option<JobId>);
 
 fn err(e: impl std::fmt::Display) -> HistoryError {
     HistoryError::Failed(e.to_string())
@@ -138,9 +147,6 @@ struct Indexed {
     request_id: String,
     #[serde(default)]
     archived: u64,
-    submit_time: Millis,
-    #[serde(default)]
-    end_time: Option<Millis>,
 }
 
 /// How long a job took from its submit to its end (the bound of a window's read).
@@ -168,6 +174,11 @@ fn trailing_id(key: &[u8]) -> Option<JobId> {
     Some(JobId::from_be_bytes(tail))
 }
 
+/// The submit time a user's or the end-time index holds (first, in a user's).
+fn submitted(value: &[u8]) -> Millis {
+    value.get(..8).and_then(|b| <[u8; 8]>::try_from(b).ok()).map(Millis::from_be_bytes).unwrap_or(0)
+}
+
 /// The end a job is indexed under: when it ended (every job in the history has ended).
 fn end_of(job: &Job) -> Millis {
     job.end_time.unwrap_or(job.submit_time)
@@ -188,8 +199,9 @@ impl History {
         Ok(value.and_then(|b| <[u8; 8]>::try_from(&b[..]).ok()).map(u64::from_be_bytes).unwrap_or(0))
     }
 
-    /// Gives a history written before the entry index (`a`) its index: every record, under the
-    /// index it carries (0 when it has none). Once, durably.
+    /// Gives a history of an older layout its indexes again (the entry index `a` came with
+    /// layout 1, the listing in `u` with 2): every record's, the record itself untouched. Once,
+    /// durably.
     fn upgrade(&self) -> Result<()> {
         if self.number(VERSION)? >= LAYOUT {
             return Ok(());
@@ -199,12 +211,12 @@ impl History {
         let (mut indexed, mut longest) = (0u64, 0u64);
         for item in self.db.iterator_cf(cf, IteratorMode::From(&[JOB], Direction::Forward)) {
             let (key, value) = item.map_err(err)?;
-            let Some(id) = trailing_id(&key).filter(|_| key.first() == Some(&JOB) && key.len() == 9) else {
+            if key.first() != Some(&JOB) || key.len() != 9 {
                 break;
-            };
-            let record: Indexed = serde_json::from_slice(&value).map_err(err)?;
-            longest = longest.max(took(record.submit_time, record.end_time));
-            batch.put_cf(cf, entry_key(record.archived, id), []);
+            }
+            let job: Job = serde_json::from_slice(&value).map_err(err)?;
+            let archived = serde_json::from_slice::<Indexed>(&value).map_err(err)?.archived;
+            longest = longest.max(self.index(&mut batch, cf, &job, archived)?);
             indexed += 1;
             if batch.len() >= 10_000 {
                 self.db.write_opt(std::mem::take(&mut batch), &no_wal()).map_err(err)?;
@@ -217,7 +229,7 @@ impl History {
         self.longest.store(longest, std::sync::atomic::Ordering::Relaxed);
         self.flush()?;
         if indexed > 0 {
-            tracing::info!(indexed, "job history: records indexed in the order they entered it");
+            tracing::info!(indexed, layout = LAYOUT, "job history: records indexed again for this release's layout");
         }
         Ok(())
     }
@@ -380,11 +392,20 @@ impl History {
 
     /// A job's record and index entries, into `batch`: how long it took from submit to end.
     fn put(&self, batch: &mut WriteBatch, cf: &rocksdb::ColumnFamily, job: &Job, archived: u64) -> Result<Millis> {
-        let record = serde_json::to_vec(&Record { job: &self.record(job), archived }).map_err(err)?;
+        let job = self.record(job);
+        batch.put_cf(cf, job_key(job.id), serde_json::to_vec(&Record { job: &job, archived }).map_err(err)?);
+        self.index(batch, cf, &job, archived)
+    }
+
+    /// A recorded job's index entries, into `batch`: how long it took from submit to end.
+    fn index(&self, batch: &mut WriteBatch, cf: &rocksdb::ColumnFamily, job: &Job, archived: u64) -> Result<Millis> {
         let end = end_of(job);
-        batch.put_cf(cf, job_key(job.id), record);
         let submitted = job.submit_time.to_be_bytes();
-        batch.put_cf(cf, end_and_id(user_prefix(&job.user), end, job.id), submitted);
+        let listing = crate::wire::listed(crate::wire::job_to_proto(job, false));
+        let mut by_user = Vec::with_capacity(8 + prost::Message::encoded_len(&listing));
+        by_user.extend_from_slice(&submitted);
+        prost::Message::encode(&listing, &mut by_user).map_err(err)?;
+        batch.put_cf(cf, end_and_id(user_prefix(&job.user), end, job.id), by_user);
         batch.put_cf(cf, end_and_id(vec![BY_END], end, job.id), submitted);
         batch.put_cf(cf, entry_key(archived, job.id), []);
         if !job.request_id.is_empty() {
@@ -479,15 +500,30 @@ impl History {
     /// were submitted at or before `submitted_before`, in end order. Reads the index only, and
     /// only as far as a job submitted by then can have ended (the longest any job took).
     pub fn ended_since(&self, user: Option<&str>, ended_after: Millis, submitted_before: Millis) -> Result<Vec<JobId>> {
-        self.complete()?;
         let prefix = match user {
             Some(u) => user_prefix(u),
             None => vec![BY_END],
         };
+        let mut ids = Vec::new();
+        self.window(prefix, ended_after, submitted_before, |id, _| ids.push(id))?;
+        Ok(ids)
+    }
+
+    /// Each entry of the end-time index under `prefix` (a user's, or everyone's) of a job that
+    /// ended at or after `ended_after` and was submitted at or before `submitted_before`, in end
+    /// order, to `visit` with its value after the submit time. Reads only as far as a job
+    /// submitted by then can have ended (the longest any job took).
+    fn window(
+        &self,
+        prefix: Vec<u8>,
+        ended_after: Millis,
+        submitted_before: Millis,
+        mut visit: impl FnMut(JobId, &[u8]),
+    ) -> Result<()> {
+        self.complete()?;
         let start = end_and_id(prefix.clone(), ended_after, 0);
         let last_end = submitted_before.saturating_add(self.longest.load(std::sync::atomic::Ordering::Relaxed));
         let cf = self.cf()?;
-        let mut ids = Vec::new();
         for item in self.db.iterator_cf(cf, IteratorMode::From(&start, Direction::Forward)) {
             let (key, value) = item.map_err(err)?;
             if !key.starts_with(&prefix) || key.len() != prefix.len() + 16 {
@@ -497,13 +533,54 @@ impl History {
             if end > last_end {
                 break;
             }
-            let submitted = <[u8; 8]>::try_from(&value[..]).map(Millis::from_be_bytes).unwrap_or(0);
-            if submitted > submitted_before {
+            if value.len() < 8 || submitted(&value) > submitted_before {
                 continue;
             }
-            ids.extend(trailing_id(&key));
+            visit(trailing_id(&key).ok_or_else(|| err("a short end-time index key"))?, &value[8..]);
         }
-        Ok(ids)
+        Ok(())
+    }
+
+    /// A user's jobs as listings show them (protobuf `JobInfo`, [`crate::wire::listed`]), of
+    /// those with ids above `after` that ended at or after `ended_after` and were submitted at or
+    /// before `submitted_before`: the lowest ids, in id order, at most `limit` of them and about
+    /// `max_bytes` (always one when any). With the last id given when more were left.
+    ///
+    /// One read of the user's stretch of the index, which holds the listings: no record is
+    /// looked up or decoded. However large the window, it holds at most one page.
+    pub fn listed_since(
+        &self,
+        user: &str,
+        ended_after: Millis,
+        submitted_before: Millis,
+        after: JobId,
+        limit: usize,
+        max_bytes: usize,
+    ) -> Result<Listings> {
+        let limit = limit.max(1);
+        // The lowest ids seen so far that fit, the highest on top; `left` once one did not.
+        let mut kept = std::collections::BinaryHeap::<(JobId, Vec<u8>)>::new();
+        let (mut bytes, mut left) = (0usize, false);
+        self.window(user_prefix(user), ended_after, submitted_before, |id, listing| {
+            if id <= after {
+                return;
+            }
+            if kept.len() >= limit && kept.peek().is_some_and(|(top, _)| *top < id) {
+                left = true;
+                return;
+            }
+            bytes += listing.len();
+            kept.push((id, listing.to_vec()));
+            while kept.len() > limit || (kept.len() > 1 && bytes > max_bytes) {
+                if let Some((_, dropped)) = kept.pop() {
+                    bytes -= dropped.len();
+                }
+                left = true;
+            }
+        })?;
+        let page = kept.into_sorted_vec();
+        let read_up_to = if left { page.last().map(|(id, _)| *id) } else { None };
+        Ok((page, read_up_to))
     }
 
     /// These jobs, those the history has, in the order asked.

@@ -249,8 +249,12 @@ fn sees_all_of(caller: &Caller, job: &crate::model::Job) -> bool {
 /// A job as `caller` may see it: without its script, arguments and environment when it is
 /// someone else's.
 fn job_for(caller: &Caller, job: &crate::model::Job, with_spec: bool) -> JobInfo {
-    let mut info = wire::job_to_proto(job, with_spec);
-    if !sees_all_of(caller, job) {
+    redacted(caller, wire::job_to_proto(job, with_spec))
+}
+
+/// `info` as `caller` may see it (see [`job_for`]).
+fn redacted(caller: &Caller, mut info: JobInfo) -> JobInfo {
+    if !caller.may_act_on(&info.user) {
         if let Some(spec) = info.spec.as_mut() {
             spec.script.clear();
             spec.argv.clear();
@@ -345,7 +349,7 @@ pub(super) async fn list_jobs(api: &Api, caller: &Caller, r: ListJobsRequest) ->
         let listed_hot =
             applied.state.jobs.range((after, std::ops::Bound::Unbounded)).map(|(_, j)| j).filter(|j| wanted(j)).map(
                 |j| {
-                    let mut info = listed(job_for(caller, j, false));
+                    let mut info = wire::listed(job_for(caller, j, false));
                     if let Some(e) = estimates.get(&j.id).filter(|_| j.state == JobState::Pending) {
                         info.expected_start_ms = e.start_ms;
                         info.expected_nodes = crate::model::hostlist::compress(&e.nodes);
@@ -361,9 +365,12 @@ pub(super) async fn list_jobs(api: &Api, caller: &Caller, r: ListJobsRequest) ->
     if !r.history {
         return Ok(ListJobsResponse { jobs: hot, applied_index, now_ms: now_ms(), next_after });
     }
-    let (gone, read_up_to) = history_jobs(api, &r, caller, private)?;
-    let mut merged: std::collections::BTreeMap<u64, JobInfo> =
-        gone.into_iter().filter(|j| wanted(j)).map(|j| (j.id, listed(job_for(caller, &j, false)))).collect();
+    let (gone, read_up_to) = history_jobs(api, &r, caller, private, &wanted)?;
+    let mut merged: std::collections::BTreeMap<u64, JobInfo> = gone
+        .into_iter()
+        .filter(|info| states.is_empty() || states.iter().any(|s| s.name() == info.state))
+        .map(|info| (info.id, info))
+        .collect();
     merged.extend(hot.into_iter().map(|info| (info.id, info)));
     // When the history had more than one read takes, this page ends at the last id read.
     if let Some(cut) = read_up_to {
@@ -400,20 +407,40 @@ fn page_of(
     page
 }
 
-/// The history's jobs a listing may show, ids above `r.after`: those named, or those that ended
-/// in its window (of its user, or the caller's own when jobs are private), found through the
-/// history's end-time indexes. With the last id read when more were left for the next page.
+/// The history's jobs a listing may show, ids above `r.after`, as `caller` may see them (their
+/// state not yet filtered): those named, or those that ended in its window (of its user, or the
+/// caller's own when jobs are private), found through the history's end-time indexes. With the
+/// last id read when more were left for the next page.
 fn history_jobs(
     api: &Api,
     r: &ListJobsRequest,
     caller: &Caller,
     private: bool,
-) -> Result<(Vec<crate::model::Job>, Option<u64>), Status> {
+    wanted: &dyn Fn(&crate::model::Job) -> bool,
+) -> Result<(Vec<JobInfo>, Option<u64>), Status> {
     let history = &api.replica.shared.history;
+    // A page holds at most this many; the rest are read for the next page.
+    let limit = if r.limit == 0 { MAX_HISTORY_PAGE } else { (r.limit as usize).min(MAX_HISTORY_PAGE) };
+    let before = if r.submitted_before_ms == 0 { u64::MAX } else { r.submitted_before_ms };
+    let user = if private { Some(caller.user.as_str()) } else { Some(r.user.as_str()).filter(|u| !u.is_empty()) };
+    if let (true, Some(user)) = (r.job_ids.is_empty(), user) {
+        // A user's window: the listings its index holds, in one read.
+        if !r.user.is_empty() && r.user != user {
+            return Ok((Vec::new(), None));
+        }
+        let (page, read_up_to) = history
+            .listed_since(user, r.ended_after_ms, before, r.after, limit, MAX_PAGE_BYTES)
+            .map_err(history_status)?;
+        let mut infos = Vec::with_capacity(page.len());
+        for (id, bytes) in page {
+            let info = <JobInfo as prost::Message>::decode(&bytes[..])
+                .map_err(|e| Status::internal(format!("job history: the listing of job {id}: {e}")))?;
+            infos.push(redacted(caller, info));
+        }
+        return Ok((infos, read_up_to));
+    }
     let mut ids: Vec<u64> = if r.job_ids.is_empty() {
-        let user = if private { Some(caller.user.as_str()) } else { Some(r.user.as_str()).filter(|u| !u.is_empty()) };
-        let before = if r.submitted_before_ms == 0 { u64::MAX } else { r.submitted_before_ms };
-        history.ended_since(user, r.ended_after_ms, before).map_err(history_status)?
+        history.ended_since(None, r.ended_after_ms, before).map_err(history_status)?
     } else {
         let mut ids = Vec::new();
         for &id in &r.job_ids {
@@ -428,11 +455,10 @@ fn history_jobs(
     ids.retain(|id| *id > r.after);
     ids.sort_unstable();
     ids.dedup();
-    // A page holds at most this many; the rest are read for the next page.
-    let limit = if r.limit == 0 { MAX_HISTORY_PAGE } else { (r.limit as usize).min(MAX_HISTORY_PAGE) };
     let read_up_to = (ids.len() > limit).then(|| ids[limit - 1]);
     ids.truncate(limit);
-    Ok((history.get_many(&ids).map_err(history_status)?, read_up_to))
+    let jobs = history.get_many(&ids).map_err(history_status)?;
+    Ok((jobs.iter().filter(|j| wanted(j)).map(|j| wire::listed(job_for(caller, j, false))).collect(), read_up_to))
 }
 
 /// The most history records one page reads.
@@ -440,33 +466,6 @@ const MAX_HISTORY_PAGE: usize = 20_000;
 
 /// The most a page of a listing carries, under the 4 MiB a gRPC client accepts by default.
 const MAX_PAGE_BYTES: usize = 2 << 20;
-
-/// A job as listings show it: of its script only the first line (`quorum show` has it all),
-/// no environment, and its command only when short, so that no one job can fill a page.
-fn listed(mut info: JobInfo) -> JobInfo {
-    info.steps.clear();
-    fn cut(text: &mut String, max: usize) {
-        let mut end = text.len().min(max);
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        text.truncate(end);
-    }
-    if let Some(spec) = info.spec.as_mut() {
-        if let Some(newline) = spec.script.find('\n') {
-            spec.script.truncate(newline);
-        }
-        cut(&mut spec.script, 256);
-        spec.env.clear();
-        if spec.argv.iter().map(String::len).sum::<usize>() > 4096 {
-            spec.argv.truncate(1);
-            if let Some(first) = spec.argv.first_mut() {
-                cut(first, 4096);
-            }
-        }
-    }
-    info
-}
 
 pub(super) async fn priorities(api: &Api, caller: &Caller, r: PriorityRequest) -> Result<PriorityResponse, Status> {
     let private = api.security.config.private("jobs") && !caller.at_least(Role::Operator);
