@@ -262,13 +262,7 @@ impl Agent {
     /// Checks every GPU now and keeps the result for the next heartbeat; state changes are
     /// logged.
     pub(crate) async fn check_gpus(&self) {
-        let source = self.gpu_source.clone();
-        let checked = tokio::task::spawn_blocking(move || {
-            let mut source = source.lock().unwrap_or_else(|p| p.into_inner());
-            gpu::check(source.as_mut())
-        })
-        .await;
-        let Ok((health, readings)) = checked else { return };
+        let Some((health, readings)) = self.read_gpus().await else { return };
         for entry in self.lock_jobs().values_mut().filter(|e| e.exit.is_none() && !e.gpus.is_empty()) {
             entry.gpu_use.sample(&readings, &entry.gpus);
         }
@@ -283,6 +277,32 @@ impl Agent {
             }
         }
         *current = health;
+    }
+
+    /// Every GPU's health and readings now (off the runtime's threads: NVML may block).
+    async fn read_gpus(&self) -> Option<gpu::Checked> {
+        let source = self.gpu_source.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut source = source.lock().unwrap_or_else(|p| p.into_inner());
+            gpu::check(source.as_mut())
+        })
+        .await
+        .ok()
+    }
+
+    /// Reads the GPUs of job `job_id` (allocation `token`) once, as it starts (`at_start`: the
+    /// energy counters it draws from) or as it ends (a sample of its use, so that a job shorter
+    /// than the GPU checks between heartbeats has one too).
+    pub(crate) async fn read_job_gpus(&self, job_id: u64, token: u64, at_start: bool) {
+        let Some((_, readings)) = self.read_gpus().await else { return };
+        let mut jobs = self.lock_jobs();
+        let Some(entry) = jobs.get_mut(&job_id).filter(|e| e.token == token && e.exit.is_none()) else { return };
+        let gpus = entry.gpus.clone();
+        if at_start {
+            entry.gpu_use.start(&readings, &gpus);
+        } else {
+            entry.gpu_use.sample(&readings, &gpus);
+        }
     }
 
     /// Runs the operator's health check once and keeps its verdict.

@@ -99,6 +99,16 @@ impl GpuUse {
         }
     }
 
+    /// Notes each of the job's `gpus`' energy counter as the job starts, without a sample of
+    /// their use (nothing of the job's runs on them yet): the energy it draws counts from here.
+    pub fn start(&mut self, readings: &[(u32, Reading)], gpus: &[u32]) {
+        for (index, r) in readings.iter().filter(|(i, _)| gpus.contains(i)) {
+            if let Some(now) = r.energy_mj.filter(|_| !self.last_energy.iter().any(|(i, _)| i == index)) {
+                self.last_energy.push((*index, now));
+            }
+        }
+    }
+
     /// Into a job's usage report.
     pub fn add_to(&self, usage: &mut quorum_proto::api::JobUsage) {
         usage.gpu_samples += self.samples;
@@ -233,9 +243,12 @@ impl GpuSource for SimSource {
     }
 }
 
+/// Every GPU's health, and the readings of those that could be read.
+pub type Checked = (Vec<GpuHealth>, Vec<(u32, Reading)>);
+
 /// Every GPU's health from a source (a GPU that cannot be read is in FAILURE), and the
 /// readings of those that could be read.
-pub fn check(source: &mut dyn GpuSource) -> (Vec<GpuHealth>, Vec<(u32, Reading)>) {
+pub fn check(source: &mut dyn GpuSource) -> Checked {
     let mut readings = Vec::new();
     let health = source
         .read()

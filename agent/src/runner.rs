@@ -192,6 +192,9 @@ async fn run(agent: &Agent, launch: &Launch, kill_rx: mpsc::Receiver<ExitKind>) 
     let (stdout, stderr) = output_paths(launch, spec, node);
     let output = supervisor::Output { stdout, stderr, truncate: launch.node_rank == 0 && !spec.append_output };
 
+    if !launch.gpus.is_empty() {
+        agent.read_job_gpus(launch.job_id, launch.token, true).await;
+    }
     let record = record::record_dir(&agent.config.spool_dir, launch.job_id, launch.token);
     let started_ms = now_ms();
     if let Err(e) = record::create_record(&record, launch, started_ms) {
@@ -398,6 +401,9 @@ async fn watch(
 
 /// With a cgroup: an OOM kill in it makes the job OUT_OF_MEMORY; the cgroup goes.
 async fn conclude(agent: &Agent, launch: &Launch, ended: Ended) -> Ended {
+    if !launch.gpus.is_empty() {
+        agent.read_job_gpus(launch.job_id, launch.token, false).await;
+    }
     agent.kill_steps(launch.job_id);
     let (ended, cgroup) = oom_verdict(agent, launch, ended);
     if let Some(job) = cgroup {

@@ -655,6 +655,9 @@ unsafe fn supervise(
     for sig in [libc::SIGCHLD, libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGPIPE, libc::SIGUSR1, libc::SIGUSR2] {
         libc::signal(sig, libc::SIG_DFL);
     }
+    // A process of the job whose parent ended (a daemon's double fork, `setsid ... &`) becomes
+    // the supervisor's child, not init's: it is reaped here, and what it used counts.
+    libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
     let job = libc::fork();
     if job == 0 {
         start_job(p, argv, envp, exec_w);
@@ -695,15 +698,18 @@ unsafe fn supervise(
         kill_everything(p, job);
     }
     let mut status = 0;
-    // SAFETY: rusage is plain data that wait4 fills in.
-    let mut usage: libc::rusage = std::mem::zeroed();
-    while libc::wait4(job, &mut status, 0, &mut usage) == -1 && *libc::__errno_location() == libc::EINTR {}
+    while libc::waitpid(job, &mut status, 0) == -1 && *libc::__errno_location() == libc::EINTR {}
     // Nothing of a finished job outlives it: its process group, and with a cgroup, everything
-    // in it (a daemon that left the group too).
+    // in it (a daemon that left the group too); without one, what was left to the supervisor.
     kill_everything(p, job);
-    // What the job used (its main process and every descendant it waited for), before the
-    // status: the status's rename is what tells the agent the job ended.
+    reap_orphans();
+    // What the job used (its main process, every descendant it waited for, and every one that
+    // was left to the supervisor), before the status: the status's rename is what tells the
+    // agent the job ended.
     if got < 8 {
+        // SAFETY: rusage is plain data that getrusage fills in.
+        let mut usage: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_CHILDREN, &mut usage);
         write_usage(p, &usage);
     }
     if expired {
@@ -732,6 +738,59 @@ unsafe fn kill_everything(p: &Prepared, job: libc::pid_t) {
     if let Some(procs) = &p.cgroup_sweep {
         sweep(procs);
     }
+}
+
+/// Kills and reaps the processes of the job left to the supervisor (its subreaper) once the
+/// job's main process ended, and what they leave in turn, for at most about five seconds (a
+/// process stuck in the kernel); returns at once when there are none. Async-signal-safe.
+unsafe fn reap_orphans() {
+    for _ in 0..500 {
+        loop {
+            let reaped = libc::waitpid(-1, std::ptr::null_mut(), libc::WNOHANG);
+            if reaped > 0 || (reaped == -1 && *libc::__errno_location() == libc::EINTR) {
+                continue;
+            }
+            if reaped == -1 {
+                return; // No child left.
+            }
+            break;
+        }
+        kill_children();
+        let pause = libc::timespec { tv_sec: 0, tv_nsec: 10_000_000 };
+        libc::nanosleep(&pause, std::ptr::null_mut());
+    }
+}
+
+/// SIGKILL to each of the supervisor's live children (`/proc/self/task/<pid>/children`; a
+/// list too long for one read is finished on the next call). Async-signal-safe.
+unsafe fn kill_children() {
+    let mut path = [0u8; 64];
+    let head = b"/proc/self/task/";
+    path[..head.len()].copy_from_slice(head);
+    let mut n = head.len();
+    n += decimal(libc::getpid() as u64, &mut path[n..]);
+    let tail = b"/children\0";
+    path[n..n + tail.len()].copy_from_slice(tail);
+    let fd = libc::open(path.as_ptr().cast(), libc::O_RDONLY | libc::O_CLOEXEC);
+    if fd < 0 {
+        return;
+    }
+    let mut text = [0u8; 4096];
+    let len = libc::read(fd, text.as_mut_ptr().cast(), text.len());
+    libc::close(fd);
+    let (mut pid, mut digits) = (0i64, 0);
+    for &b in &text[..len.max(0) as usize] {
+        if b.is_ascii_digit() {
+            pid = pid.saturating_mul(10).saturating_add(i64::from(b - b'0'));
+            digits += 1;
+        } else {
+            if digits > 0 && pid > 1 && pid <= i64::from(i32::MAX) {
+                libc::kill(pid as libc::pid_t, libc::SIGKILL);
+            }
+            (pid, digits) = (0, 0);
+        }
+    }
+    // The list ends with a space; a read cut in the middle of a number leaves it for next time.
 }
 
 /// The monotonic clock in milliseconds (the clock [`std::time::Instant`] reads on Linux, shared

@@ -185,18 +185,27 @@ async fn a_job_s_gpus_are_sampled_while_it_runs_and_sacct_reports_them() {
         other => (40, other),
     };
     let u = job(&c, id).await.usage.expect("what it used");
-    // Two GPUs at every check (a heartbeat, 1 s) of its 3.5 s.
-    assert!(u.gpu_samples >= 4 && u.gpu_samples % 2 == 0, "{u:?}");
+    // Two GPUs at every check (a heartbeat, 1 s) of its 3.5 s, and as it ended.
+    assert!(u.gpu_samples >= 6 && u.gpu_samples % 2 == 0, "{u:?}");
     assert_eq!(u.gpu_util_sum, load * u.gpu_samples, "{u:?} on {node}");
     assert_eq!(u.gpu_mem_max_mb, 80 * 1024 * load / 100);
-    // 60 W and 6 W a percent, each GPU, between its first sample and its last.
+    // 60 W and 6 W a percent, each GPU, from its start to its end.
     let watts = 2 * (60 + 6 * load);
-    let span_s = (u.gpu_samples / 2 - 1) as f64;
+    let ran_s = (j.end_time_ms - j.start_time_ms) as f64 / 1000.0;
     let joules = u.gpu_energy_mj as f64 / 1000.0;
     assert!(
-        joules >= watts as f64 * span_s * 0.8 && joules <= watts as f64 * (span_s + 1.0) * 1.2,
-        "{joules} J, {u:?}"
+        joules >= watts as f64 * ran_s * 0.6 && joules <= watts as f64 * ran_s * 1.4,
+        "{joules} J in {ran_s} s, {u:?}"
     );
+    // A job shorter than a heartbeat: its GPUs are read as it ends, its energy from its start.
+    let mut s = spec(&["sleep", "0.3"], dir.path());
+    s.gpus_per_node = 2;
+    s.nodelist = vec![node.into()];
+    let short = submit(&c, s).await;
+    wait_state(&c, short, &["COMPLETED"], T).await;
+    let u = job(&c, short).await.usage.expect("what it used");
+    assert!(u.gpu_samples >= 2 && u.gpu_util_sum == load * u.gpu_samples, "{u:?}");
+    assert!(u.gpu_energy_mj > 0, "{u:?}");
 
     let out =
         quorum(&env, dir.path(), &["acct", "-j", &id.to_string(), "-X", "-P", "-n", "-o", "GPUUtil,GPUMem,GPUEnergy"])

@@ -222,6 +222,25 @@ async fn a_job_s_cpu_time_and_peak_memory_are_recorded_as_it_used_them() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_a_process_that_left_the_job_used_still_counts() {
+    let cluster = cluster(DevOptions::for_tests()).await;
+    let c = client(&cluster.addrs);
+    wait_ready(&cluster, &c, 2).await;
+    let dir = tempfile::tempdir().unwrap();
+    // A daemon's escape: a shell starts a second of CPU work in a session of its own and ends
+    // at once, so no process of the job ever waits for it; the job's main process sleeps on.
+    let burn = "import time\nstart = time.process_time()\nwhile time.process_time() - start < 1.0:\n    pass\n";
+    let script = format!("sh -c 'setsid python3 -c \"{burn}\" </dev/null >/dev/null 2>&1 &'; sleep 2.5");
+    let id = submit(&c, spec(&["sh", "-c", &script], dir.path())).await;
+    let j = wait_state(&c, id, &["COMPLETED", "FAILED"], T).await;
+    assert_eq!(j.state, "COMPLETED", "{j:?}");
+    let usage = j.usage.expect("the job's usage is recorded");
+    let total = usage.cpu_user_us + usage.cpu_system_us;
+    assert!(total >= 900_000, "the escaped process's second of CPU counts: {total} µs recorded");
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sstat_shows_what_a_running_job_uses_now() {
     let cluster = cluster(DevOptions::for_tests()).await;
     let c = client(&cluster.addrs);
