@@ -20,22 +20,49 @@ const T: Duration = Duration::from_secs(60);
 struct Postgres {
     bin: PathBuf,
     dir: tempfile::TempDir,
+    /// Its loopback port, when it listens there.
+    port: Option<u16>,
 }
 
 impl Postgres {
     fn start() -> Postgres {
+        Postgres::start_with(None)
+    }
+
+    /// With `tls` (its certificate and key): listening on the loopback too, taking there only
+    /// TLS connections (`hostssl`), on the port it returns.
+    fn start_with(tls: Option<(&Path, &Path)>) -> Postgres {
         let bin = postgres_bin().expect(
             "PostgreSQL's server binaries (initdb, pg_ctl) are missing: install postgresql (scripts/install-build-deps.sh does)",
         );
         let dir = tempfile::Builder::new().prefix("quorum-pg-").tempdir().unwrap();
         // The server refuses to run as root: as the system's postgres user then.
-        if is_root() {
-            let status = Command::new("chown").args(["-R", "postgres:postgres"]).arg(dir.path()).status().unwrap();
-            assert!(status.success(), "chown to the postgres user");
-        }
-        let pg = Postgres { bin, dir };
+        let chown = |path: &Path| {
+            if is_root() {
+                let status = Command::new("chown").args(["-R", "postgres:postgres"]).arg(path).status().unwrap();
+                assert!(status.success(), "chown to the postgres user");
+            }
+        };
+        chown(dir.path());
+        let mut pg = Postgres { bin, dir, port: None };
         pg.run("initdb", &["-D", &pg.data(), "-A", "trust", "-U", "postgres", "-E", "UTF8", "--no-sync"]);
-        let options = format!("-k {} -c listen_addresses='' -c fsync=off", pg.dir.path().display());
+        let mut options = format!("-k {} -c fsync=off", pg.dir.path().display());
+        match tls {
+            None => options.push_str(" -c listen_addresses=''"),
+            Some((cert, key)) => {
+                let data = PathBuf::from(pg.data());
+                std::fs::copy(cert, data.join("server.crt")).unwrap();
+                std::fs::copy(key, data.join("server.key")).unwrap();
+                std::fs::set_permissions(data.join("server.key"), std::os::unix::fs::PermissionsExt::from_mode(0o600))
+                    .unwrap();
+                std::fs::write(data.join("pg_hba.conf"), "local all all trust\nhostssl all all 127.0.0.1/32 trust\n")
+                    .unwrap();
+                chown(&data);
+                let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+                options.push_str(&format!(" -c listen_addresses=127.0.0.1 -p {port} -c ssl=on"));
+                pg.port = Some(port);
+            }
+        }
         let log = pg.dir.path().join("log").display().to_string();
         pg.run("pg_ctl", &["start", "-w", "-D", &pg.data(), "-l", &log, "-o", &options]);
         pg
@@ -62,7 +89,16 @@ impl Postgres {
     }
 
     fn conn(&self) -> String {
-        format!("host={} user=postgres dbname=postgres", self.dir.path().display())
+        match self.port {
+            // The socket's directory names the port too.
+            Some(port) => format!("host={} port={port} user=postgres dbname=postgres", self.dir.path().display()),
+            None => format!("host={} user=postgres dbname=postgres", self.dir.path().display()),
+        }
+    }
+
+    /// Over TCP, to the loopback by name (what a certificate names).
+    fn tcp_conn(&self) -> String {
+        format!("host=localhost port={} user=postgres dbname=postgres", self.port.expect("listening on the loopback"))
     }
 
     async fn client(&self) -> tokio_postgres::Client {
@@ -109,9 +145,14 @@ fn postgres_bin() -> Option<PathBuf> {
 
 /// quorum-dbd writing to `pg` from `controllers`, with `args` more.
 fn dbd(pg: &Postgres, controllers: &str, args: &[&str]) -> Command {
+    dbd_to(&pg.conn(), controllers, args)
+}
+
+/// quorum-dbd writing to the database `conn` names.
+fn dbd_to(conn: &str, controllers: &str, args: &[&str]) -> Command {
     let mut command = Command::new(sibling_binary("quorum-dbd"));
     command
-        .args(["--postgres", &pg.conn(), "--cluster", "test"])
+        .args(["--postgres", conn, "--cluster", "test"])
         .args(args)
         .env("QUORUM_CONTROLLERS", controllers)
         .env("RUST_LOG", "quorum_dbd=debug")
@@ -294,5 +335,66 @@ async fn the_export_has_every_job_once_after_a_kill_mid_batch_and_after_a_failov
     kill(&mut follower);
     kill(&mut beside);
     assert_eq!(count(&db, "SELECT count(*) FROM quorum_export").await, 1);
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn across_the_network_the_export_is_tls_with_the_server_s_certificate_checked() {
+    // PostgreSQL with a certificate for localhost from an authority of the test's own, taking
+    // nothing but TLS over TCP.
+    let certs = tempfile::tempdir().unwrap();
+    let pki = quorum_auth::pki::Layout::new(certs.path().join("ours"));
+    pki.init().unwrap();
+    let (cert, key) = pki.issue(&quorum_auth::pki::PeerRole::Replica(1), &[]).unwrap();
+    let stranger = quorum_auth::pki::Layout::new(certs.path().join("theirs"));
+    stranger.init().unwrap();
+    let pg = Postgres::start_with(Some((&cert, &key)));
+    let db = pg.client().await;
+
+    let cluster = cluster(DevOptions { min_job_age: Duration::from_secs(1), ..DevOptions::for_tests() }).await;
+    let c = client(&cluster.addrs);
+    wait_ready(&cluster, &c, 2).await;
+    let dir = tempfile::tempdir().unwrap();
+    let controllers = cluster.controllers_env();
+    let mut ids = BTreeSet::new();
+    for _ in 0..3 {
+        ids.insert(submit(&c, spec(&["true"], dir.path())).await);
+    }
+    for id in &ids {
+        wait_state(&c, *id, &["COMPLETED"], T).await;
+    }
+    wait_for(T, "the jobs to leave the hot state", || async {
+        (!all_jobs(&c).await.iter().any(|j| ids.contains(&j.id))).then_some(())
+    })
+    .await;
+
+    let run = |args: &[&str]| {
+        let out = dbd_to(&pg.tcp_conn(), &controllers, &[&["--once"][..], args].concat()).output().unwrap();
+        (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    // Without TLS (the loopback is allowed it): the server refuses the plaintext connection.
+    let (ok, err) = run(&[]);
+    assert!(!ok && err.contains("no encryption"), "{err}");
+    // Trusting another authority: the server's certificate is refused.
+    let (ok, err) = run(&["--postgres-ca", &stranger.ca().display().to_string()]);
+    assert!(!ok && err.contains("invalid peer certificate"), "{err}");
+    // The right authority, but a certificate that does not name the host asked for (the
+    // address is the server's, the name another's).
+    let port = pg.port.unwrap();
+    let conn = format!("host=db.example.org hostaddr=127.0.0.1 port={port} user=postgres dbname=postgres");
+    let out =
+        dbd_to(&conn, &controllers, &["--once", "--postgres-ca", &pki.ca().display().to_string()]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("invalid peer certificate"), "{err}");
+    // None got as far as making the tables.
+    assert_eq!(count(&db, "SELECT count(*) FROM pg_tables WHERE tablename = 'quorum_jobs'").await, 0);
+    // Trusting the one that signed it: every job, over TLS.
+    let (ok, err) = run(&["--postgres-ca", &pki.ca().display().to_string()]);
+    assert!(ok, "{err}");
+    assert_eq!(exported_ids(&db).await, ids.iter().copied().collect::<Vec<_>>());
+    // A remote database without TLS is refused before anything is sent.
+    let out = dbd_to("host=db.example.org dbname=quorum", &controllers, &["--once"]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("--postgres-ca"), "{err}");
     cluster.shutdown().await;
 }

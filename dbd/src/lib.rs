@@ -12,6 +12,12 @@
 //! cluster's place and gives up when another exporter has moved it since it was read.
 //!
 //! The tables are in `schema.sql` ([`SCHEMA`]).
+//!
+//! The jobs cross the network to PostgreSQL only under TLS ([`tls`], with `--postgres-ca`), or
+//! in plaintext when the operator says the network is trusted; a Unix socket or the loopback
+//! needs neither.
+
+pub mod tls;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -47,14 +53,17 @@ pub struct Options {
     pub once: bool,
     /// A fault for the tests: hold each transaction open this long before it commits.
     pub stall: Duration,
-    /// Speak to a PostgreSQL across the network in plaintext (this exporter has no TLS).
+    /// The certificate authorities (PEM) that PostgreSQL's certificate is checked against:
+    /// with them, every connection over TCP is TLS, the server's certificate naming its host.
+    pub ca: Option<std::path::PathBuf>,
+    /// Speak to a PostgreSQL across the network in plaintext, without `ca`.
     pub plaintext: bool,
 }
 
 /// Refuses a connection string that would carry the history across the network in plaintext:
-/// this exporter speaks to PostgreSQL without TLS, so only through a Unix socket or the
-/// loopback, unless the operator accepts plaintext.
-pub fn check_transport(conn: &str, plaintext: bool) -> anyhow::Result<()> {
+/// without TLS (`tls` false), only a Unix socket or the loopback, unless the operator accepts
+/// plaintext.
+pub fn check_transport(conn: &str, tls: bool, plaintext: bool) -> anyhow::Result<()> {
     let config: tokio_postgres::Config = conn.parse().with_context(|| format!("the connection string '{conn}'"))?;
     let remote: Vec<String> = config
         .get_hosts()
@@ -66,11 +75,11 @@ pub fn check_transport(conn: &str, plaintext: bool) -> anyhow::Result<()> {
         .chain(config.get_hostaddrs().iter().map(|a| a.to_string()))
         .filter(|h| !matches!(h.as_str(), "localhost" | "127.0.0.1" | "::1"))
         .collect();
-    if remote.is_empty() || plaintext {
+    if remote.is_empty() || tls || plaintext {
         return Ok(());
     }
     anyhow::bail!(
-        "quorum-dbd speaks to PostgreSQL without TLS: {} would see every job in plaintext on the network. Run it beside the database (host=/var/run/postgresql, or localhost), or pass --postgres-plaintext on a network you trust",
+        "{} would see every job in plaintext on the network: give --postgres-ca (the authority that signed PostgreSQL's certificate) for TLS, run quorum-dbd beside the database (host=/var/run/postgresql, or localhost), or pass --postgres-plaintext on a network you trust",
         remote.join(", ")
     )
 }
@@ -87,14 +96,15 @@ pub struct Written {
 /// The export's place is read from the database when connected and when another exporter moved
 /// it; otherwise it is where the last commit left it.
 pub async fn run(cluster: Client, opts: Options) -> anyhow::Result<u64> {
-    check_transport(&opts.postgres, opts.plaintext)?;
+    let tls = opts.ca.as_deref().map(tls::Rustls::trusting).transpose()?;
+    check_transport(&opts.postgres, tls.is_some(), opts.plaintext)?;
     let mut exported = 0u64;
     let mut db: Option<(tokio_postgres::Client, Place)> = None;
     let mut announced = false;
     loop {
         let (pg, from) = match db.as_mut().filter(|(c, _)| !c.is_closed()) {
             Some((pg, from)) => (pg, from),
-            None => match connect(&opts.postgres, &opts.cluster).await {
+            None => match connect(&opts.postgres, tls.as_ref(), &opts.cluster).await {
                 Ok(connected) => {
                     let (pg, from) = db.insert(connected);
                     if !announced {
@@ -150,18 +160,46 @@ pub async fn run(cluster: Client, opts: Options) -> anyhow::Result<u64> {
     }
 }
 
-/// A connection with the tables made, and the place the export of `cluster` stands at.
-async fn connect(conn: &str, cluster: &str) -> anyhow::Result<(tokio_postgres::Client, Place)> {
-    let (client, connection) =
-        tokio_postgres::connect(conn, NoTls).await.with_context(|| format!("connecting to PostgreSQL ({conn})"))?;
+/// A connection with the tables made, and the place the export of `cluster` stands at. With
+/// `tls`, one over TCP is TLS or nothing.
+async fn connect(
+    conn: &str,
+    tls: Option<&tls::Rustls>,
+    cluster: &str,
+) -> anyhow::Result<(tokio_postgres::Client, Place)> {
+    let mut config: tokio_postgres::Config = conn.parse().with_context(|| format!("the connection string '{conn}'"))?;
+    let connecting = || format!("connecting to PostgreSQL ({conn})");
+    let client = match tls {
+        Some(tls) => {
+            if config.get_hosts().iter().any(|h| matches!(h, tokio_postgres::config::Host::Tcp(_))) {
+                config.ssl_mode(tokio_postgres::config::SslMode::Require);
+            }
+            let (client, connection) = config.connect(tls.clone()).await.with_context(connecting)?;
+            spawn_connection(connection);
+            client
+        }
+        None => {
+            let (client, connection) = config.connect(NoTls).await.with_context(connecting)?;
+            spawn_connection(connection);
+            client
+        }
+    };
+    client.batch_execute(SCHEMA).await.context("creating quorum-dbd's tables")?;
+    let from = place(&client, cluster).await?;
+    Ok((client, from))
+}
+
+/// Drives a connection until it ends.
+fn spawn_connection<S, T>(connection: tokio_postgres::Connection<S, T>)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     tokio::spawn(async move {
         if let Err(e) = connection.await {
             tracing::warn!(error = %e, "PostgreSQL connection ended");
         }
     });
-    client.batch_execute(SCHEMA).await.context("creating quorum-dbd's tables")?;
-    let from = place(&client, cluster).await?;
-    Ok((client, from))
 }
 
 /// The place the export of `cluster` stands at (the start when it never ran).
@@ -458,14 +496,20 @@ mod tests {
     use super::check_transport;
 
     #[test]
-    fn the_history_goes_to_a_remote_database_in_plaintext_only_when_asked() {
-        assert!(check_transport("host=/var/run/postgresql dbname=quorum", false).is_ok());
-        assert!(check_transport("host=localhost dbname=quorum", false).is_ok());
-        assert!(check_transport("host=127.0.0.1,/tmp dbname=quorum", false).is_ok());
-        let refused = check_transport("host=db.example dbname=quorum", false).unwrap_err().to_string();
-        assert!(refused.contains("db.example") && refused.contains("--postgres-plaintext"), "{refused}");
-        assert!(check_transport("hostaddr=10.0.0.5 dbname=quorum", false).is_err());
-        assert!(check_transport("host=db.example dbname=quorum", true).is_ok());
-        assert!(check_transport("host=db.example port=notaport", true).is_err(), "a bad string is named");
+    fn the_history_goes_to_a_remote_database_under_tls_or_in_plaintext_only_when_asked() {
+        assert!(check_transport("host=/var/run/postgresql dbname=quorum", false, false).is_ok());
+        assert!(check_transport("host=localhost dbname=quorum", false, false).is_ok());
+        assert!(check_transport("host=127.0.0.1,/tmp dbname=quorum", false, false).is_ok());
+        let refused = check_transport("host=db.example dbname=quorum", false, false).unwrap_err().to_string();
+        assert!(
+            refused.contains("db.example")
+                && refused.contains("--postgres-ca")
+                && refused.contains("--postgres-plaintext"),
+            "{refused}"
+        );
+        assert!(check_transport("hostaddr=10.0.0.5 dbname=quorum", false, false).is_err());
+        assert!(check_transport("host=db.example dbname=quorum", true, false).is_ok(), "under TLS");
+        assert!(check_transport("host=db.example dbname=quorum", false, true).is_ok(), "plaintext, as asked");
+        assert!(check_transport("host=db.example port=notaport", false, true).is_err(), "a bad string is named");
     }
 }

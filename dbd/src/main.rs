@@ -31,9 +31,13 @@ struct Args {
     /// Write what the history holds now, then stop (for cron, or a first export).
     #[arg(long)]
     once: bool,
-    /// Speak to a PostgreSQL across the network in plaintext: quorum-dbd has no TLS, and refuses
-    /// a database that is neither a Unix socket nor on this host without this.
-    #[arg(long)]
+    /// The certificate authority (PEM) that signed PostgreSQL's certificate: every connection
+    /// over TCP is then TLS, and the certificate must name the host the connection string gives.
+    #[arg(long, env = "QUORUM_DBD_POSTGRES_CA", value_name = "PEM")]
+    postgres_ca: Option<std::path::PathBuf>,
+    /// Speak to a PostgreSQL across the network in plaintext (without --postgres-ca, quorum-dbd
+    /// refuses a database that is neither a Unix socket nor on this host).
+    #[arg(long, conflicts_with = "postgres_ca")]
     postgres_plaintext: bool,
     /// A fault for tests: hold each transaction open this many milliseconds before committing.
     #[arg(long, hide = true, default_value_t = 0)]
@@ -69,6 +73,7 @@ fn main() -> ExitCode {
             interval: Duration::from_secs_f64(args.interval_s),
             once: args.once,
             stall: Duration::from_millis(args.fault_stall_ms),
+            ca: args.postgres_ca.clone(),
             plaintext: args.postgres_plaintext,
         };
         tokio::select! {
