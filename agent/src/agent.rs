@@ -205,6 +205,9 @@ pub struct Agent {
     gpu_health: Mutex<Vec<quorum_proto::agent::GpuHealth>>,
     /// The health check's output while it fails.
     health_check_failure: Mutex<String>,
+    /// The most resident memory each running job's and step task's process group held
+    /// together at a heartbeat's sample (KiB), from its start to its end.
+    rss_peaks: Mutex<HashMap<i32, u64>>,
 }
 
 impl Agent {
@@ -238,6 +241,7 @@ impl Agent {
             gpu_source: Arc::new(Mutex::new(source)),
             gpu_health: Mutex::new(Vec::new()),
             health_check_failure: Mutex::new(String::new()),
+            rss_peaks: Mutex::new(HashMap::new()),
         })
     }
 
@@ -277,6 +281,34 @@ impl Agent {
             }
         }
         *current = health;
+    }
+
+    /// Samples process group `pgid` (a job's or a step task's, started now) at every heartbeat
+    /// until [`Agent::take_rss_peak`].
+    pub(crate) fn track_rss(&self, pgid: i32) {
+        self.rss_peaks.lock().unwrap_or_else(|p| p.into_inner()).insert(pgid, 0);
+    }
+
+    /// The most resident memory process group `pgid` held together at any sample (KiB); it is
+    /// sampled no more.
+    pub(crate) fn take_rss_peak(&self, pgid: i32) -> u64 {
+        self.rss_peaks.lock().unwrap_or_else(|p| p.into_inner()).remove(&pgid).unwrap_or(0)
+    }
+
+    /// The process groups whose memory is sampled.
+    pub(crate) fn rss_tracked(&self) -> std::collections::BTreeSet<i32> {
+        self.rss_peaks.lock().unwrap_or_else(|p| p.into_inner()).keys().copied().collect()
+    }
+
+    /// Raises each tracked group's peak to its sample in `rss`; a group that ended meanwhile
+    /// (no longer tracked) is not taken up again.
+    pub(crate) fn raise_rss_peaks(&self, rss: std::collections::BTreeMap<i32, u64>) {
+        let mut peaks = self.rss_peaks.lock().unwrap_or_else(|p| p.into_inner());
+        for (pgid, kb) in rss {
+            if let Some(peak) = peaks.get_mut(&pgid) {
+                *peak = (*peak).max(kb);
+            }
+        }
     }
 
     /// Every GPU's health and readings now (off the runtime's threads: NVML may block).

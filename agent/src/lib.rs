@@ -93,7 +93,10 @@ async fn watch_health(agent: Arc<Agent>, mut shutdown: watch::Receiver<bool>) {
     let mut gpus = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
     loop {
         tokio::select! {
-            _ = gpus.tick() => agent.check_gpus().await,
+            _ = gpus.tick() => {
+                agent.check_gpus().await;
+                usage::sample_memory(&agent).await;
+            }
             _ = shutdown.changed() => break,
         }
     }

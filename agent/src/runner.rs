@@ -51,9 +51,12 @@ fn finish(agent: &Agent, launch: &Launch, (kind, code, signal): Ended) {
     {
         let mut jobs = agent.lock_jobs();
         if let Some(e) = jobs.get_mut(&job_id).filter(|e| e.token == token) {
-            // With what its GPUs did while it ran (the supervisor measured the rest).
+            // With what its GPUs did while it ran, and the most its processes held together
+            // at a sample (the supervisor measured the rest).
+            let peak = e.pgid.map_or(0, |pgid| agent.take_rss_peak(pgid));
             if let Some(u) = usage.as_mut() {
                 e.gpu_use.add_to(u);
+                u.max_rss_kb = u.max_rss_kb.max(peak);
             }
             e.exit = Some(JobExit { job_id, token, kind: kind as i32, exit_code: code, signal, usage });
             e.kill = None;
@@ -90,6 +93,9 @@ pub fn reattach_all(agent: &Arc<Agent>) {
         entry.leased = found.launch.spec.as_ref().is_some_and(|s| s.requeue);
         entry.gpus = found.launch.gpus.clone();
         entry.pgid = found.pids.map(|p| p.pgid);
+        if let (None, Some(pids)) = (found.status, found.pids) {
+            agent.track_rss(pids.pgid);
+        }
         entry.record = Some(found.record.clone());
         match (found.status, found.pids) {
             (None, Some(pids)) => {
@@ -272,6 +278,7 @@ async fn run(agent: &Agent, launch: &Launch, kill_rx: mpsc::Receiver<ExitKind>) 
     }
     if let Some(e) = agent.lock_jobs().get_mut(&launch.job_id) {
         e.pgid = Some(pids.pgid);
+        agent.track_rss(pids.pgid);
     }
     tracing::info!(
         job = launch.job_id,

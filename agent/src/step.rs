@@ -352,6 +352,7 @@ fn watch(agent: Arc<Agent>, l: StepLaunch, task: u32, mut child: std::process::C
         let mut steps = agent.lock_steps();
         let entry = steps.entry(key).or_default();
         entry.pgids.push(pid as i32);
+        agent.track_rss(pid as i32);
         if entry.killed {
             supervisor::signal_group(pid as i32, libc::SIGKILL);
         }
@@ -400,9 +401,17 @@ fn watch(agent: Arc<Agent>, l: StepLaunch, task: u32, mut child: std::process::C
         for r in readers {
             let _ = r.await;
         }
+        // The most the task's processes held together at a heartbeat's sample, where more than
+        // its largest one reached.
+        let peak = agent.take_rss_peak(pid as i32);
+        let used = |u: &libc::rusage| {
+            let mut usage = task_usage(u);
+            usage.max_rss_kb = usage.max_rss_kb.max(peak);
+            usage
+        };
         let (exit_code, signal, usage) = match ended {
-            Ok((status, used)) if libc::WIFSIGNALED(status) => (0, libc::WTERMSIG(status), Some(task_usage(&used))),
-            Ok((status, used)) => (libc::WEXITSTATUS(status), 0, Some(task_usage(&used))),
+            Ok((status, u)) if libc::WIFSIGNALED(status) => (0, libc::WTERMSIG(status), Some(used(&u))),
+            Ok((status, u)) => (libc::WEXITSTATUS(status), 0, Some(used(&u))),
             Err(e) => {
                 tracing::warn!(job = l.job_id, step = l.step_id, task, error = %e, "waiting for a step's task");
                 (0, libc::SIGKILL, None)

@@ -1,6 +1,7 @@
 //! quorum-dbd against a real PostgreSQL: every job that left the hot state is in the database
-//! exactly once, after the exporter was killed with a transaction open and after the leader
-//! it read from was stopped; and every replica gives the history in the same order.
+//! exactly once, after the exporter was killed with a transaction open, after the leader it
+//! read from was stopped, and after every replica was down a while; every replica gives the
+//! history in the same order; across the network the export is TLS.
 
 mod common;
 
@@ -331,6 +332,27 @@ async fn the_export_has_every_job_once_after_a_kill_mid_batch_and_after_a_failov
     }
     let all: Vec<u64> = first.iter().chain(&second).copied().collect();
     wait_for(T, "every job exported after the failover", || async { (exported_ids(&db).await == all).then_some(()) })
+        .await;
+
+    // Every replica down for a while: the exporters wait it out, and go on once it is back.
+    for i in (0..3).filter(|i| *i != leader) {
+        cluster.stop_controller(i).await;
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    for exporter in [&mut follower, &mut beside] {
+        assert!(exporter.try_wait().unwrap().is_none(), "an exporter gave up while the cluster was down");
+    }
+    for i in 0..3 {
+        cluster.restart_controller(i).await.expect("restart a replica");
+    }
+    let c = client(&cluster.addrs);
+    wait_ready(&cluster, &c, 2).await;
+    let mut third = Vec::new();
+    for _ in 0..3 {
+        third.push(submit(&c, spec(&["true"], dir.path())).await);
+    }
+    let all: Vec<u64> = all.into_iter().chain(third).collect();
+    wait_for(T, "every job exported after the outage", || async { (exported_ids(&db).await == all).then_some(()) })
         .await;
     kill(&mut follower);
     kill(&mut beside);

@@ -241,6 +241,27 @@ async fn what_a_process_that_left_the_job_used_still_counts() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_s_peak_memory_is_what_its_processes_held_together() {
+    let cluster = cluster(DevOptions::for_tests()).await;
+    let c = client(&cluster.addrs);
+    wait_ready(&cluster, &c, 2).await;
+    let dir = tempfile::tempdir().unwrap();
+    // Two processes hold 150 MB each at once for three seconds (heartbeats, 1 s, sample it):
+    // the job's peak is about their sum, where the larger one alone reached about half.
+    let hold = "import time\nblock = b'x' * (150 << 20)\ntime.sleep(3)\n";
+    let script = format!("python3 -c \"{hold}\" & python3 -c \"{hold}\" & wait");
+    let mut job_spec = spec(&["sh", "-c", &script], dir.path());
+    job_spec.mem_per_node_mb = 1024;
+    let id = submit(&c, job_spec).await;
+    let j = wait_state(&c, id, &["COMPLETED", "FAILED"], T).await;
+    assert_eq!(j.state, "COMPLETED", "{j:?}");
+    let usage = j.usage.expect("the job's usage is recorded");
+    assert!(usage.max_rss_kb >= 290 << 10, "both processes' memory at once: {} KiB", usage.max_rss_kb);
+    assert!(usage.max_rss_kb < 400 << 10, "no more than they held: {} KiB", usage.max_rss_kb);
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sstat_shows_what_a_running_job_uses_now() {
     let cluster = cluster(DevOptions::for_tests()).await;
     let c = client(&cluster.addrs);
