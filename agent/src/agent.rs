@@ -295,6 +295,55 @@ impl Agent {
         self.rss_peaks.lock().unwrap_or_else(|p| p.into_inner()).remove(&pgid).unwrap_or(0)
     }
 
+    /// Keeps in each running job's record what was measured of it so far (its GPUs' use, its
+    /// processes' peak memory together), so that an agent restarted while it runs goes on from
+    /// there ([`Agent::resume_measured`]).
+    pub(crate) async fn save_measured(&self) {
+        let peaks = self.rss_peaks.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let saves: Vec<(PathBuf, String)> = self
+            .lock_jobs()
+            .values()
+            .filter(|e| e.exit.is_none())
+            .filter_map(|e| {
+                let rss = e.pgid.and_then(|g| peaks.get(&g)).copied().unwrap_or(0);
+                if rss == 0 && e.gpus.is_empty() {
+                    return None;
+                }
+                Some((e.record.clone()?, format!("rss {rss}\ngpu {}\n", e.gpu_use.encode())))
+            })
+            .collect();
+        if saves.is_empty() {
+            return;
+        }
+        let _ = tokio::task::spawn_blocking(move || {
+            for (record, text) in saves {
+                if let Err(e) = crate::record::write_measured(&record, &text) {
+                    tracing::debug!(record = %record.display(), error = %e, "cannot keep what was measured of the job");
+                }
+            }
+        })
+        .await;
+    }
+
+    /// Goes on from what an earlier agent measured of a job it finds still running: its GPUs'
+    /// use into `entry`, its peak memory into the samples of process group `pgid`.
+    pub(crate) fn resume_measured(&self, entry: &mut JobEntry, pgid: i32, text: &str) {
+        for line in text.lines() {
+            match line.split_once(' ') {
+                Some(("rss", kb)) => {
+                    let kb = kb.trim().parse().unwrap_or(0);
+                    self.raise_rss_peaks([(pgid, kb)].into());
+                }
+                Some(("gpu", used)) => {
+                    if let Some(used) = gpu::GpuUse::decode(used) {
+                        entry.gpu_use = used;
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
     /// The process groups whose memory is sampled.
     pub(crate) fn rss_tracked(&self) -> std::collections::BTreeSet<i32> {
         self.rss_peaks.lock().unwrap_or_else(|p| p.into_inner()).keys().copied().collect()

@@ -109,6 +109,30 @@ impl GpuUse {
         }
     }
 
+    /// As the job's record keeps it (`SAMPLES UTIL_SUM MEM_MAX_MB ENERGY_MJ` then each GPU's
+    /// last energy counter as `INDEX:MJ`), for an agent restarted while the job runs.
+    pub fn encode(&self) -> String {
+        let mut text = format!("{} {} {} {}", self.samples, self.util_sum, self.mem_max_mb, self.energy_mj);
+        for (index, mj) in &self.last_energy {
+            text.push_str(&format!(" {index}:{mj}"));
+        }
+        text
+    }
+
+    /// What [`GpuUse::encode`] wrote; `None` when it is not that.
+    pub fn decode(text: &str) -> Option<GpuUse> {
+        let mut words = text.split_whitespace();
+        let mut number = || words.next()?.parse::<u64>().ok();
+        let (samples, util_sum, mem_max_mb, energy_mj) = (number()?, number()?, number()?, number()?);
+        let last_energy = words
+            .map(|w| {
+                let (index, mj) = w.split_once(':')?;
+                Some((index.parse().ok()?, mj.parse().ok()?))
+            })
+            .collect::<Option<Vec<(u32, u64)>>>()?;
+        Some(GpuUse { samples, util_sum, mem_max_mb, energy_mj, last_energy })
+    }
+
     /// Into a job's usage report.
     pub fn add_to(&self, usage: &mut quorum_proto::api::JobUsage) {
         usage.gpu_samples += self.samples;
@@ -474,5 +498,24 @@ mod tests {
         if let Err(e) = nvml::NvmlSource::open() {
             assert!(e.starts_with("NVML is not available"), "{e}");
         }
+    }
+
+    #[test]
+    fn what_a_job_s_gpus_did_survives_its_record() {
+        let mut used = GpuUse::default();
+        let reading = |pct: u32, mj: u64| Reading {
+            utilization_pct: Some(pct),
+            memory_used_mb: Some(100),
+            energy_mj: Some(mj),
+            ..Default::default()
+        };
+        used.start(&[(0, reading(0, 1_000)), (2, reading(0, 5_000))], &[0, 2]);
+        used.sample(&[(0, reading(50, 3_000)), (2, reading(70, 9_000))], &[0, 2]);
+        let again = GpuUse::decode(&used.encode()).expect("decoded");
+        assert_eq!(again, used);
+        assert_eq!((again.samples, again.util_sum, again.energy_mj), (2, 120, 6_000));
+        assert_eq!(GpuUse::decode(""), None);
+        assert_eq!(GpuUse::decode("1 2 3"), None);
+        assert_eq!(GpuUse::decode("1 2 3 4 x:5"), None);
     }
 }

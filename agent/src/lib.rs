@@ -96,6 +96,7 @@ async fn watch_health(agent: Arc<Agent>, mut shutdown: watch::Receiver<bool>) {
             _ = gpus.tick() => {
                 agent.check_gpus().await;
                 usage::sample_memory(&agent).await;
+                agent.save_measured().await;
             }
             _ = shutdown.changed() => break,
         }

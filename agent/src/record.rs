@@ -1,7 +1,8 @@
 //! A job's record in the agent's spool: `<spool>/jobs/<job>.<token>/` with `launch.pb` (the
 //! launch as the leader sent it), `started` (ms since the epoch), `pids` (supervisor pid and job
 //! process group), `reason` (why the agent signalled it, if it did), `status` (written by the
-//! supervisor at the end) and the batch script. A restarted agent finds its jobs again from their
+//! supervisor at the end), `measured` (what the agent measured while it ran: its GPUs' use and
+//! its processes' peak memory together, at each heartbeat) and the batch script. A restarted agent finds its jobs again from their
 //! records ([`scan`]); a record is removed once the leader has acknowledged the job's exit.
 
 use std::io;
@@ -132,6 +133,19 @@ pub fn read_usage(record: &Path) -> Option<Usage> {
         return None;
     };
     Some(Usage { cpu_user_us, cpu_system_us, max_rss_kb })
+}
+
+/// Replaces what the agent measured of a running job so far (`measured`); see
+/// [`crate::agent::Agent::save_measured`].
+pub fn write_measured(record: &Path, text: &str) -> io::Result<()> {
+    let tmp = record.join("measured.tmp");
+    std::fs::write(&tmp, text)?;
+    std::fs::rename(&tmp, record.join("measured"))
+}
+
+/// What an agent measured of the job before it stopped, if anything.
+pub fn read_measured(record: &Path) -> Option<String> {
+    std::fs::read_to_string(record.join("measured")).ok()
 }
 
 /// Whether process `pid` exists (a zombie counts until reaped).

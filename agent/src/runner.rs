@@ -95,6 +95,9 @@ pub fn reattach_all(agent: &Arc<Agent>) {
         entry.pgid = found.pids.map(|p| p.pgid);
         if let (None, Some(pids)) = (found.status, found.pids) {
             agent.track_rss(pids.pgid);
+            if let Some(measured) = record::read_measured(&found.record) {
+                agent.resume_measured(&mut entry, pids.pgid, &measured);
+            }
         }
         entry.record = Some(found.record.clone());
         match (found.status, found.pids) {

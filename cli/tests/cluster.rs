@@ -585,18 +585,28 @@ async fn agents_registering_at_once_share_raft_entries() {
     };
     let before = applied_index().await;
     const N: usize = 48;
-    // Each agent proves its node with its own certificate, on its own connection.
+    // Each agent proves its node with its own certificate, on its own connection, made (TLS
+    // handshake and all) before any registers: then they register at once, as agents do when
+    // a new leader comes, however slowly this machine makes the connections.
     let shared = quorum_dev::security::DevSecurity::shared();
     let layout = quorum_auth::pki::Layout::new(shared.certs_dir());
-    let sessions: Vec<_> = (0..N)
-        .map(|i| {
-            let role = quorum_auth::pki::PeerRole::Agent(format!("storm{i:02}"));
-            shared.ensure(&role).unwrap();
-            let (cert, key) = layout.pair(&role);
-            let tls = quorum_auth::tls::TlsFiles { ca: layout.ca(), cert, key }.client().unwrap();
-            let channel = quorum_auth::tls::endpoint(&leader, Some(&tls)).unwrap().connect_lazy();
+    let mut channels = Vec::new();
+    for i in 0..N {
+        let role = quorum_auth::pki::PeerRole::Agent(format!("storm{i:02}"));
+        shared.ensure(&role).unwrap();
+        let (cert, key) = layout.pair(&role);
+        let tls = quorum_auth::tls::TlsFiles { ca: layout.ca(), cert, key }.client().unwrap();
+        channels.push(quorum_auth::tls::endpoint(&leader, Some(&tls)).unwrap().connect().await.expect("connect"));
+    }
+    let start = std::sync::Arc::new(tokio::sync::Barrier::new(N));
+    let sessions: Vec<_> = channels
+        .into_iter()
+        .enumerate()
+        .map(|(i, channel)| {
             let mut agent = AgentServiceClient::new(channel);
+            let start = start.clone();
             tokio::spawn(async move {
+                start.wait().await;
                 let (tx, rx) = tokio::sync::mpsc::channel(4);
                 let register = Register {
                     node: format!("storm{i:02}"),

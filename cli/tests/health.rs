@@ -165,7 +165,7 @@ async fn a_failing_health_check_drains_with_its_output_until_it_passes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_s_gpus_are_sampled_while_it_runs_and_sacct_reports_them() {
-    let cluster = cluster(DevOptions::for_tests()).await;
+    let mut cluster = cluster(DevOptions::for_tests()).await;
     let c = client(&cluster.addrs);
     wait_ready(&cluster, &c, 2).await;
     let env = cluster.controllers_env();
@@ -219,5 +219,22 @@ async fn a_job_s_gpus_are_sampled_while_it_runs_and_sacct_reports_them() {
     assert_eq!(out.trim(), format!("{plain}|"));
     let eff = quorum(&env, dir.path(), &["eff", &id.to_string()]).success();
     assert!(eff.contains(&format!("GPU Utilization: {load}.0% of 2 GPUs")), "{eff}");
+
+    // The agent restarted while a job runs (an upgrade): what it measured before goes on. The
+    // new agent's simulated GPUs are idle (the load was the old one's fault), so whatever use
+    // is recorded was measured before the restart.
+    let i = if node == "node01" { 0 } else { 1 };
+    let mut s = spec(&["sleep", "5"], dir.path());
+    s.gpus_per_node = 2;
+    s.nodelist = vec![node.into()];
+    let through = submit(&c, s).await;
+    wait_state(&c, through, &["RUNNING"], T).await;
+    tokio::time::sleep(std::time::Duration::from_millis(2_600)).await;
+    let config = cluster.agent_config(i);
+    cluster.restart_agent(i, config).await;
+    wait_state(&c, through, &["COMPLETED"], T).await;
+    let u = job(&c, through).await.usage.expect("what it used");
+    assert!(u.gpu_util_sum >= 2 * 2 * load, "two samples of two GPUs at {load} % before the restart: {u:?}");
+    assert_eq!(u.gpu_mem_max_mb, 80 * 1024 * load / 100, "{u:?}");
     cluster.shutdown().await;
 }
