@@ -572,9 +572,9 @@ pub fn parse_begin(value: &str, now_ms: u64) -> Result<u64, String> {
         if rest.is_empty() {
             return Ok(now_ms);
         }
-        let (sign, rest) = match rest.split_at(1) {
-            ("+", r) => (1, r),
-            ("-", r) => (-1, r),
+        let (sign, rest) = match (rest.strip_prefix('+'), rest.strip_prefix('-')) {
+            (Some(r), _) => (1, r),
+            (_, Some(r)) => (-1, r),
             _ => return Err(bad()),
         };
         let (num, unit) = rest.split_at(rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len()));
@@ -649,7 +649,7 @@ pub fn parse_begin(value: &str, now_ms: u64) -> Result<u64, String> {
                 [m, day, y] => (year(y), m, day),
                 _ => return Err(bad()),
             }
-        } else if d.len() == 4 || d.len() == 6 {
+        } else if (d.len() == 4 || d.len() == 6) && d.bytes().all(|b| b.is_ascii_digit()) {
             let n = |r: std::ops::Range<usize>| number(&d[r]);
             (if d.len() == 6 { year(n(4..6)?) } else { today.0 }, n(0..2)?, n(2..4)?)
         } else {
@@ -1281,6 +1281,10 @@ mod tests {
             "2026-13-01",
             "123",
             "now+99999999999999999999",
+            // Found by fuzzing: a letter of more than one byte where digits or a sign belong
+            // (it panicked, slicing inside the character).
+            "1\u{43c}~30",
+            "now\u{e9}",
         ] {
             let err = parse_begin(text, now).unwrap_err();
             assert!(err.starts_with(&format!("invalid --begin '{text}': expected now[+COUNT")), "{text}: {err}");

@@ -1,0 +1,96 @@
+//! What each fuzz target does with its input, kept apart from libFuzzer so that the project's
+//! own tests replay the kept corpus through the same code (`cli/tests/fuzz_corpus.rs`, which
+//! includes this file): a crash found here becomes a file in `corpus/<target>/` and so a
+//! regression test.
+//!
+//! Each target feeds arbitrary bytes (as text where the parser takes text) to what a user or a
+//! peer can send, and checks what must hold of any input: no panic, no overflow, no unbounded
+//! allocation, and the round trips that the parsers promise.
+
+use quorum_model::{hostlist, parse};
+
+/// The input as text, where the parser takes text (invalid UTF-8 never reaches one).
+fn text(data: &[u8]) -> Option<&str> {
+    std::str::from_utf8(data).ok()
+}
+
+/// Hostlist expressions (`--nodelist`, `--exclude`, partitions in the config): expanding any
+/// text either fails or gives at most the bound's names, and names that are plain node names
+/// compress into an expression that expands to the same set.
+pub fn hostlist(data: &[u8]) {
+    let Some(expr) = text(data) else { return };
+    let Ok(names) = hostlist::expand(expr) else { return };
+    if names.len() > 50_000 {
+        return;
+    }
+    let plain = |n: &String| !n.is_empty() && n.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
+    if names.iter().all(plain) {
+        let compressed = hostlist::compress(&names);
+        let again = hostlist::expand(&compressed)
+            .unwrap_or_else(|e| panic!("{expr:?} compressed to {compressed:?}, which does not expand: {e}"));
+        let set = |v: &[String]| v.iter().cloned().collect::<std::collections::BTreeSet<_>>();
+        assert_eq!(set(&again), set(&names), "{expr:?} compressed to {compressed:?}");
+    }
+}
+
+/// Time limits and memory sizes (`--time`, `--mem`, the config's limits): any text parses or
+/// is refused, and a time limit prints back as one that parses to itself.
+pub fn times_and_sizes(data: &[u8]) {
+    let Some(value) = text(data) else { return };
+    if let Ok(Some(secs)) = parse::parse_time_limit(value) {
+        let printed = parse::format_duration(secs);
+        let again = parse::parse_time_limit(&printed)
+            .unwrap_or_else(|e| panic!("{value:?} is {secs} s, printed {printed:?}, which does not parse: {e}"));
+        assert_eq!(again, Some(secs), "{value:?} printed as {printed:?}");
+    }
+    if let Ok(mb) = parse::parse_mem_mb(value) {
+        let printed = parse::format_mem_mb(mb);
+        let again = parse::parse_mem_mb(&printed).unwrap_or_else(|e| panic!("{mb}M printed as {printed:?}: {e}"));
+        assert!(again >= mb, "{value:?} is {mb}M, printed {printed:?}, which is {again}M");
+    }
+    let _ = quorum_client::submit::parse_begin(value, 1_800_000_000_000);
+}
+
+/// The job options a user gives as text: arrays, dependencies, signals, mail types and
+/// licenses. An array prints back as one with the same tasks.
+pub fn job_options(data: &[u8]) {
+    let Some(value) = text(data) else { return };
+    if let Ok(array) = quorum_model::ArraySpec::parse(value) {
+        if array.check().is_ok() {
+            let tasks = array.tasks();
+            assert!(tasks.len() <= quorum_model::array::MAX_ARRAY_TASKS, "{value:?}: {} tasks", tasks.len());
+            let printed = array.to_spec();
+            let again = quorum_model::ArraySpec::parse(&printed)
+                .unwrap_or_else(|e| panic!("{value:?} printed as {printed:?}, which does not parse: {e}"));
+            assert_eq!(again.tasks(), tasks, "{value:?} printed as {printed:?}");
+        }
+    }
+    let _ = quorum_model::parse_dependencies(value);
+    let _ = quorum_model::parse_signal(value);
+    if let Ok(warn) = quorum_model::WarnSignal::parse(value) {
+        let printed = warn.to_spec();
+        let again = quorum_model::WarnSignal::parse(&printed)
+            .unwrap_or_else(|e| panic!("{value:?} printed as {printed:?}, which does not parse: {e}"));
+        assert_eq!(again.to_spec(), printed);
+    }
+    let _ = quorum_model::MailTypes::parse(value);
+    let _ = quorum_model::parse_licenses(value);
+}
+
+/// A batch script's `#SBATCH` lines, as `sbatch` and `quorum submit` read them.
+pub fn batch_script(data: &[u8]) {
+    let Some(script) = text(data) else { return };
+    let _ = quorum_client::submit::script_options("job.sh", script);
+}
+
+/// A Raft entry's command, as a replica decodes and applies it: any bytes are refused or
+/// applied to a small cluster without a panic, and applying is deterministic (two replicas
+/// applying the same entry reach the same digest).
+pub fn raft_command(data: &[u8]) {
+    let Ok(command) = serde_json::from_slice::<quorum_state::Command>(data) else { return };
+    let mut one = quorum_state::testing::cluster();
+    let mut two = one.clone();
+    quorum_state::apply(&mut one, 100, command.clone());
+    quorum_state::apply(&mut two, 100, command);
+    assert_eq!(quorum_state::digest(&one), quorum_state::digest(&two), "the same entry, two states");
+}
