@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use quorum_control::config::ClusterSettings;
 use quorum_control::model::parse::{format_duration, parse_time_limit};
 use quorum_control::sim::metrics::{Metrics, Report};
-use quorum_control::sim::swf::Trace;
+use quorum_control::sim::swf::{self, Trace};
 use quorum_control::sim::{svg, PolicyName, Progress, SimOptions, SimResult, Simulation};
 
 #[derive(clap::Args, Debug)]
@@ -80,7 +80,7 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
         None => None,
     };
     let started = Instant::now();
-    let trace = Trace::read(&args.trace)?;
+    let trace = swf::read(&args.trace)?;
     let opts = SimOptions {
         nodes: args.nodes,
         cpus_per_node: args.cpus_per_node,

@@ -94,3 +94,11 @@ pub fn raft_command(data: &[u8]) {
     quorum_state::apply(&mut two, 100, command);
     assert_eq!(quorum_state::digest(&one), quorum_state::digest(&two), "the same entry, two states");
 }
+
+/// A workload trace in the Standard Workload Format (`quorum simulate --trace`): any bytes
+/// parse or are refused with the line named, and every job read names its line.
+pub fn swf(data: &[u8]) {
+    if let Ok(trace) = quorum_model::swf::Trace::parse("fuzz.swf", data) {
+        assert!(trace.jobs.iter().all(|j| j.line > 0), "a job without its line");
+    }
+}

@@ -15,6 +15,7 @@ pub mod policy;
 pub mod role;
 pub mod shared;
 pub mod step;
+pub mod swf;
 pub mod units;
 pub mod usage;
 
