@@ -452,7 +452,11 @@ async fn each_step_records_what_its_tasks_used_and_sacct_shows_it_per_step() {
     );
     assert_eq!(job["allocation_nodes"].as_u64(), Some(2));
     let seconds = |t: &serde_json::Value| t["seconds"].as_f64().unwrap() + t["microseconds"].as_f64().unwrap() / 1e6;
-    assert!((seconds(&job["time"]["total"]) - total).abs() < 1e-6, "{text}");
+    let listed = seconds(&job["time"]["total"]);
+    assert!(
+        (listed - total).abs() < 1e-6,
+        "sacct --json says {listed} s, the job's record said {total} s: {j:?}\n{text}"
+    );
     let ids: Vec<&str> = job["steps"].as_array().unwrap().iter().map(|s| s["step"]["id"].as_str().unwrap()).collect();
     assert_eq!(ids, [format!("{id}.batch"), format!("{id}.0"), format!("{id}.1")]);
     let step = &job["steps"][1];
