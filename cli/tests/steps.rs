@@ -406,7 +406,17 @@ async fn each_step_records_what_its_tasks_used_and_sacct_shows_it_per_step() {
     let j = wait_state(&c, id, &["COMPLETED", "FAILED", "CANCELLED"], T).await;
     let out = std::fs::read_to_string(dir.path().join(format!("out-{id}"))).unwrap_or_default();
     assert_eq!(j.state, "COMPLETED", "{out}");
-    let j = job(&c, id).await;
+    // The script's node decides the job's end; what the other node used is added when its
+    // report lands, which may be a moment later. Read the job once that has stopped changing.
+    let mut j = job(&c, id).await;
+    loop {
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let again = job(&c, id).await;
+        if again.usage == j.usage {
+            break;
+        }
+        j = again;
+    }
     let used = |u: Option<&quorum_proto::api::JobUsage>| {
         let u = u.expect("usage recorded");
         ((u.cpu_user_us + u.cpu_system_us) as f64 / 1e6, u.max_rss_kb / 1024)
