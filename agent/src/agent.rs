@@ -297,18 +297,16 @@ impl Agent {
 
     /// Keeps in each running job's record what was measured of it so far (its GPUs' use, its
     /// processes' peak memory together), so that an agent restarted while it runs goes on from
-    /// there ([`Agent::resume_measured`]).
-    pub(crate) async fn save_measured(&self) {
+    /// there ([`Agent::resume_measured`]). Only what changed is written: a job with GPUs (sampled
+    /// at every check), or one whose process group's peak rose (`raised`).
+    pub(crate) async fn save_measured(&self, raised: &std::collections::BTreeSet<i32>) {
         let peaks = self.rss_peaks.lock().unwrap_or_else(|p| p.into_inner()).clone();
         let saves: Vec<(PathBuf, String)> = self
             .lock_jobs()
             .values()
-            .filter(|e| e.exit.is_none())
+            .filter(|e| e.exit.is_none() && (!e.gpus.is_empty() || e.pgid.is_some_and(|g| raised.contains(&g))))
             .filter_map(|e| {
                 let rss = e.pgid.and_then(|g| peaks.get(&g)).copied().unwrap_or(0);
-                if rss == 0 && e.gpus.is_empty() {
-                    return None;
-                }
                 Some((e.record.clone()?, format!("rss {rss}\ngpu {}\n", e.gpu_use.encode())))
             })
             .collect();
@@ -350,14 +348,17 @@ impl Agent {
     }
 
     /// Raises each tracked group's peak to its sample in `rss`; a group that ended meanwhile
-    /// (no longer tracked) is not taken up again.
-    pub(crate) fn raise_rss_peaks(&self, rss: std::collections::BTreeMap<i32, u64>) {
+    /// (no longer tracked) is not taken up again. The groups whose peak rose.
+    pub(crate) fn raise_rss_peaks(&self, rss: std::collections::BTreeMap<i32, u64>) -> std::collections::BTreeSet<i32> {
         let mut peaks = self.rss_peaks.lock().unwrap_or_else(|p| p.into_inner());
+        let mut raised = std::collections::BTreeSet::new();
         for (pgid, kb) in rss {
-            if let Some(peak) = peaks.get_mut(&pgid) {
-                *peak = (*peak).max(kb);
+            if let Some(peak) = peaks.get_mut(&pgid).filter(|peak| kb > **peak) {
+                *peak = kb;
+                raised.insert(pgid);
             }
         }
+        raised
     }
 
     /// Every GPU's health and readings now (off the runtime's threads: NVML may block).

@@ -95,8 +95,8 @@ async fn watch_health(agent: Arc<Agent>, mut shutdown: watch::Receiver<bool>) {
         tokio::select! {
             _ = gpus.tick() => {
                 agent.check_gpus().await;
-                usage::sample_memory(&agent).await;
-                agent.save_measured().await;
+                let raised = usage::sample_memory(&agent).await;
+                agent.save_measured(&raised).await;
             }
             _ = shutdown.changed() => break,
         }

@@ -94,14 +94,15 @@ fn groups_rss(groups: &BTreeSet<i32>) -> BTreeMap<i32, u64> {
 }
 
 /// Samples the resident memory of every process group the agent tracks into its peak (one
-/// read of `/proc`, off the runtime's threads).
-pub(crate) async fn sample_memory(agent: &Agent) {
+/// read of `/proc`, off the runtime's threads): the groups whose peak rose.
+pub(crate) async fn sample_memory(agent: &Agent) -> BTreeSet<i32> {
     let groups = agent.rss_tracked();
     if groups.is_empty() {
-        return;
+        return BTreeSet::new();
     }
-    if let Ok(rss) = tokio::task::spawn_blocking(move || groups_rss(&groups)).await {
-        agent.raise_rss_peaks(rss);
+    match tokio::task::spawn_blocking(move || groups_rss(&groups)).await {
+        Ok(rss) => agent.raise_rss_peaks(rss),
+        Err(_) => BTreeSet::new(),
     }
 }
 

@@ -228,9 +228,16 @@ async fn a_job_s_gpus_are_sampled_while_it_runs_and_sacct_reports_them() {
     s.gpus_per_node = 2;
     s.nodelist = vec![node.into()];
     let through = submit(&c, s).await;
-    wait_state(&c, through, &["RUNNING"], T).await;
-    tokio::time::sleep(std::time::Duration::from_millis(2_600)).await;
+    let running = wait_state(&c, through, &["RUNNING"], T).await;
     let config = cluster.agent_config(i);
+    // Restarted once the job's record holds two checks of its two GPUs.
+    let measured = config.spool_dir.join("jobs").join(format!("{through}.{}", running.alloc_index)).join("measured");
+    wait_for(T, "two GPU checks kept in the job's record", || {
+        let text = std::fs::read_to_string(&measured).unwrap_or_default();
+        let samples = text.lines().find_map(|l| l.strip_prefix("gpu ")?.split_whitespace().next()?.parse::<u64>().ok());
+        async move { samples.filter(|n| *n >= 4).map(|_| ()) }
+    })
+    .await;
     cluster.restart_agent(i, config).await;
     wait_state(&c, through, &["COMPLETED"], T).await;
     let u = job(&c, through).await.usage.expect("what it used");
