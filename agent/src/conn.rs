@@ -356,7 +356,31 @@ fn signal(agent: &Agent, s: quorum_proto::agent::Signal) {
 }
 
 fn kill(agent: &Agent, k: Kill) {
-    let jobs = agent.lock_jobs();
+    let mut jobs = agent.lock_jobs();
+    let known = jobs.get(&k.job_id).is_some_and(|e| e.token >= k.token);
+    if !known {
+        // An allocation never launched here: the job was cancelled (or timed out) between
+        // being placed and its launch being sent, so the leader sent the kill instead. It ends
+        // here without having run, reported as any end is; a launch of it arriving later finds
+        // it ended and starts nothing.
+        tracing::info!(job = k.job_id, token = k.token, "killed before it was launched here");
+        // What still runs of an older allocation of it goes too, as a newer launch would do.
+        if let Some(JobEntry { pgid: Some(pgid), exit: None, .. }) = jobs.get(&k.job_id) {
+            supervisor::signal_group(*pgid, libc::SIGKILL);
+        }
+        let mut entry = JobEntry::new(k.token, None);
+        let kind = ExitKind::try_from(k.reason).unwrap_or(ExitKind::Cancelled);
+        entry.exit = Some(quorum_proto::agent::JobExit {
+            job_id: k.job_id,
+            token: k.token,
+            kind: kind as i32,
+            ..Default::default()
+        });
+        jobs.insert(k.job_id, entry);
+        drop(jobs);
+        let _ = agent.exits_tx.send(k.job_id);
+        return;
+    }
     let Some(e) = jobs.get(&k.job_id) else { return };
     if k.token < e.token {
         tracing::warn!(job = k.job_id, token = k.token, seen = e.token, "refusing a kill older than the launch seen");
@@ -405,5 +429,25 @@ mod tests {
         assert!(kill_rx.try_recv().is_err(), "an older kill reached the job");
         kill(&agent, Kill { job_id: 7, token: 5, reason: ExitKind::Cancelled as i32 });
         assert_eq!(kill_rx.try_recv().ok(), Some(ExitKind::Cancelled), "the current allocation's kill is delivered");
+    }
+
+    /// A job cancelled between being placed and being launched gets a kill and no launch: it
+    /// ends here without running (reported, so that the leader ends it instead of waiting for
+    /// ever), and a launch of it that comes later starts nothing.
+    #[tokio::test]
+    async fn a_kill_before_the_launch_ends_the_job_without_running_it() {
+        let agent = agent();
+        let mut exits = agent.exits_rx.lock().unwrap().take().unwrap();
+        kill(&agent, Kill { job_id: 9, token: 3, reason: ExitKind::Cancelled as i32 });
+        assert_eq!(exits.try_recv().ok(), Some(9), "the end is reported");
+        let exit = agent.lock_jobs()[&9].exit.expect("ended");
+        assert_eq!((exit.token, exit.kind), (3, ExitKind::Cancelled as i32));
+
+        let (tx, mut sent) = mpsc::channel(4);
+        launch(&agent, Launch { job_id: 9, token: 3, ..Default::default() }, &tx).await;
+        let jobs = agent.lock_jobs();
+        assert!(jobs[&9].kill.is_none() && jobs[&9].pgid.is_none(), "the late launch started it");
+        drop(jobs);
+        assert!(sent.try_recv().is_ok(), "the late launch is answered with the end again");
     }
 }

@@ -197,7 +197,7 @@ pub(super) async fn hold_job(api: &Api, caller: &Caller, r: HoldJobRequest) -> R
             Response::Rejected(rej) => rej.to_string(),
             other => return Err(Status::internal(format!("unexpected answer to a hold: {other:?}"))),
         };
-        results.push(CancelResult { job_id, ok: error.is_empty(), error });
+        results.push(CancelResult { job_id, ok: error.is_empty(), error, was_running: false });
     }
     Ok(HoldJobResponse { results })
 }
@@ -212,8 +212,12 @@ pub(super) async fn cancel_job(api: &Api, caller: &Caller, r: CancelJobRequest) 
             let command =
                 Command::EndAllocation { job_id, user: acting_as(caller), exit_code: r.exit_code, now: now_ms() };
             let result = match api.replica.write(command).await.map_err(write_status)?.1 {
-                Response::JobFinished { .. } => CancelResult { job_id, ok: true, error: String::new() },
-                Response::Rejected(rej) => CancelResult { job_id, ok: false, error: rej.to_string() },
+                Response::JobFinished { .. } => {
+                    CancelResult { job_id, ok: true, error: String::new(), was_running: false }
+                }
+                Response::Rejected(rej) => {
+                    CancelResult { job_id, ok: false, error: rej.to_string(), was_running: false }
+                }
                 other => return Err(Status::internal(format!("unexpected answer to ending an allocation: {other:?}"))),
             };
             results.push(result);
@@ -231,8 +235,10 @@ pub(super) async fn cancel_job(api: &Api, caller: &Caller, r: CancelJobRequest) 
     for (job_id, whole_array) in targets {
         let command = Command::CancelJob { job_id, user: acting_as(caller), now: now_ms(), whole_array };
         let result = match api.replica.write(command).await.map_err(write_status)?.1 {
-            Response::Cancelled { .. } => CancelResult { job_id, ok: true, error: String::new() },
-            Response::Rejected(rej) => CancelResult { job_id, ok: false, error: rej.to_string() },
+            Response::Cancelled { was_running, .. } => {
+                CancelResult { job_id, ok: true, error: String::new(), was_running }
+            }
+            Response::Rejected(rej) => CancelResult { job_id, ok: false, error: rej.to_string(), was_running: false },
             other => return Err(Status::internal(format!("unexpected answer to a cancel: {other:?}"))),
         };
         results.push(result);
@@ -541,13 +547,20 @@ async fn signal_jobs(api: &Api, caller: &Caller, r: CancelJobRequest) -> Result<
                         .collect()
                 };
                 if missed.is_empty() {
-                    CancelResult { job_id, ok: true, error: String::new() }
+                    CancelResult { job_id, ok: true, error: String::new(), was_running: false }
                 } else {
-                    CancelResult { job_id, ok: false, error: format!("no agent connected on {}", missed.join(",")) }
+                    CancelResult {
+                        job_id,
+                        ok: false,
+                        error: format!("no agent connected on {}", missed.join(",")),
+                        was_running: false,
+                    }
                 }
             }
-            Ok((_, None)) => CancelResult { job_id, ok: false, error: format!("job {job_id} has no allocation") },
-            Err(error) => CancelResult { job_id, ok: false, error },
+            Ok((_, None)) => {
+                CancelResult { job_id, ok: false, error: format!("job {job_id} has no allocation"), was_running: false }
+            }
+            Err(error) => CancelResult { job_id, ok: false, error, was_running: false },
         };
         results.push(result);
     }

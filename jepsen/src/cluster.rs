@@ -1,0 +1,351 @@
+//! The cluster under test: real `quorum-controller` and `quorum-agent` processes, each in the
+//! network namespace of its host, with real RocksDB on disk, TLS and MUNGE (a CA and a munged
+//! of the run's own), and a wall clock that the nemesis can move (libfaketime, monotonic clock
+//! untouched).
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use quorum_client::client::Client;
+use quorum_dev::security::DevSecurity;
+use quorum_proto::api;
+
+use crate::net::{self, Net};
+
+pub const PORT: u16 = 7101;
+/// CPUs and simulated GPUs of each agent: what the capacity checker holds runs to.
+pub const AGENT_CPUS: u32 = 2;
+pub const AGENT_GPUS: u32 = 2;
+pub const PARTITION: &str = "jepsen";
+/// The controllers' timeouts: short, so that faults of seconds cross them.
+pub const NODE_TIMEOUT_MS: u64 = 5_000;
+pub const AGENT_LEASE_MS: u64 = 3_000;
+const FAKETIME_LIBS: [&str; 2] =
+    ["/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1", "/usr/lib/aarch64-linux-gnu/faketime/libfaketimeMT.so.1"];
+
+/// Where the binaries under test are.
+#[derive(Clone, Debug)]
+pub struct Binaries {
+    pub controller: PathBuf,
+    pub agent: PathBuf,
+}
+
+impl Binaries {
+    pub fn in_dir(dir: &Path) -> anyhow::Result<Binaries> {
+        let b = Binaries { controller: dir.join("quorum-controller"), agent: dir.join("quorum-agent") };
+        for p in [&b.controller, &b.agent] {
+            anyhow::ensure!(
+                p.exists(),
+                "{} is missing (build it: cargo build --release --workspace --bins)",
+                p.display()
+            );
+        }
+        Ok(b)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Who {
+    Replica(usize),
+    Agent(usize),
+}
+
+/// One daemon: how to start it again, and the process now running, if any.
+pub struct Daemon {
+    pub who: Who,
+    pub name: String,
+    namespace: String,
+    program: PathBuf,
+    args: Vec<String>,
+    env: Vec<(String, String)>,
+    log: PathBuf,
+    child: Option<Child>,
+    paused: bool,
+}
+
+impl Daemon {
+    fn spawn(&mut self) -> anyhow::Result<()> {
+        if self.child.is_some() {
+            return Ok(());
+        }
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log)?;
+        let mut command = Command::new(&self.program);
+        command
+            .args(&self.args)
+            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(log.try_clone()?))
+            .stderr(Stdio::from(log));
+        // SAFETY: the closure only calls setns(2).
+        unsafe { std::os::unix::process::CommandExt::pre_exec(&mut command, net::enter(&self.namespace)?) };
+        self.child = Some(command.spawn().with_context(|| format!("starting {}", self.program.display()))?);
+        self.paused = false;
+        Ok(())
+    }
+
+    pub fn running(&self) -> bool {
+        self.child.is_some()
+    }
+
+    pub fn paused(&self) -> bool {
+        self.paused
+    }
+
+    fn signal(&self, sig: i32) {
+        if let Some(c) = &self.child {
+            // SAFETY: kill(2) on our own child, not yet reaped.
+            unsafe { libc::kill(c.id() as i32, sig) };
+        }
+    }
+
+    /// `kill -9`, and reaped.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        self.paused = false;
+    }
+
+    /// SIGTERM, then SIGKILL after `grace`.
+    pub async fn stop(&mut self, grace: Duration) {
+        self.signal(libc::SIGCONT);
+        self.signal(libc::SIGTERM);
+        let start = std::time::Instant::now();
+        while let Some(c) = self.child.as_mut() {
+            if c.try_wait().ok().flatten().is_some() || start.elapsed() > grace {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        self.kill();
+    }
+
+    pub fn pause(&mut self) {
+        if self.child.is_some() {
+            self.signal(libc::SIGSTOP);
+            self.paused = true;
+        }
+    }
+
+    pub fn resume(&mut self) {
+        self.signal(libc::SIGCONT);
+        self.paused = false;
+    }
+}
+
+pub struct Cluster {
+    pub dir: PathBuf,
+    pub net: Net,
+    pub security: Arc<DevSecurity>,
+    pub replicas: Vec<Daemon>,
+    pub agents: Vec<Daemon>,
+    /// Each replica's address, as clients and agents dial it.
+    pub addrs: Vec<String>,
+    /// Whether replicas' wall clocks can be moved (libfaketime is installed).
+    pub clocks: bool,
+}
+
+impl Cluster {
+    pub fn start(dir: &Path, bins: &Binaries, replicas: usize, agents: usize) -> anyhow::Result<Cluster> {
+        let names: Vec<String> =
+            (1..=replicas).map(|i| format!("r{i}")).chain((1..=agents).map(|i| format!("a{i}"))).collect();
+        let net = Net::create(&names)?;
+        let security = Arc::new(DevSecurity::create(&dir.join("security"))?);
+        let addrs: Vec<String> = net.hosts[..replicas].iter().map(|h| format!("{}:{PORT}", h.ip)).collect();
+        let faketime = FAKETIME_LIBS.iter().map(Path::new).find(|p| p.exists());
+        let mut cluster = Cluster {
+            dir: dir.to_path_buf(),
+            net,
+            security: security.clone(),
+            replicas: Vec::new(),
+            agents: Vec::new(),
+            addrs: addrs.clone(),
+            clocks: faketime.is_some(),
+        };
+        for i in 0..replicas {
+            let id = i as u64 + 1;
+            let config = dir.join(format!("r{id}.toml"));
+            std::fs::write(&config, controller_toml(dir, id, &addrs, agents, &security.controller_toml(id)?))?;
+            let mut env = vec![("RUST_LOG".to_string(), "info,openraft=warn".to_string())];
+            if let Some(lib) = faketime {
+                let clock = cluster.clock_file(i);
+                std::fs::write(&clock, "+0\n")?;
+                env.extend([
+                    ("LD_PRELOAD".into(), lib.display().to_string()),
+                    ("FAKETIME_TIMESTAMP_FILE".into(), clock.display().to_string()),
+                    ("FAKETIME_CACHE_DURATION".into(), "1".into()),
+                    // Faking the monotonic clock hangs tokio's timers.
+                    ("FAKETIME_DONT_FAKE_MONOTONIC".into(), "1".into()),
+                ]);
+            }
+            cluster.replicas.push(Daemon {
+                who: Who::Replica(i),
+                name: format!("r{id}"),
+                namespace: cluster.net.hosts[i].namespace(),
+                program: bins.controller.clone(),
+                args: vec!["--config".into(), config.display().to_string()],
+                env,
+                log: dir.join(format!("r{id}.log")),
+                child: None,
+                paused: false,
+            });
+        }
+        for i in 0..agents {
+            let name = format!("a{}", i + 1);
+            security.ensure(&quorum_auth::pki::PeerRole::Agent(name.clone()))?;
+            let home = dir.join(&name);
+            std::fs::create_dir_all(home.join("tmp"))?;
+            let args = vec![
+                format!("--name={name}"),
+                format!("--controllers={}", addrs.join(",")),
+                format!("--cpus={AGENT_CPUS}"),
+                "--mem=4G".into(),
+                format!("--gpus=sim:h100x{AGENT_GPUS}"),
+                format!("--spool={}", home.join("spool").display()),
+                format!("--tmp-base={}", home.join("tmp").display()),
+                "--kill-wait=2".into(),
+                format!("--certs={}", security.certs_dir().display()),
+                "--slurm-commands=/nonexistent".into(),
+            ];
+            cluster.agents.push(Daemon {
+                who: Who::Agent(i),
+                name: name.clone(),
+                namespace: cluster.net.hosts[replicas + i].namespace(),
+                program: bins.agent.clone(),
+                args,
+                env: vec![("RUST_LOG".into(), "info".into())],
+                log: dir.join(format!("{name}.log")),
+                child: None,
+                paused: false,
+            });
+        }
+        for d in cluster.replicas.iter_mut().chain(cluster.agents.iter_mut()) {
+            d.spawn()?;
+        }
+        Ok(cluster)
+    }
+
+    fn clock_file(&self, replica: usize) -> PathBuf {
+        self.dir.join(format!("clock-r{}", replica + 1))
+    }
+
+    pub fn daemon(&mut self, who: Who) -> &mut Daemon {
+        match who {
+            Who::Replica(i) => &mut self.replicas[i],
+            Who::Agent(i) => &mut self.agents[i],
+        }
+    }
+
+    /// The host index (in `net.hosts`) of a daemon.
+    pub fn host(&self, who: Who) -> usize {
+        match who {
+            Who::Replica(i) => i,
+            Who::Agent(i) => self.replicas.len() + i,
+        }
+    }
+
+    pub fn restart(&mut self, who: Who) -> anyhow::Result<()> {
+        self.daemon(who).spawn()
+    }
+
+    /// Moves replica `i`'s wall clock `offset` seconds from the host's (read within a second).
+    pub fn set_clock(&self, i: usize, offset: i64) -> anyhow::Result<()> {
+        anyhow::ensure!(self.clocks, "libfaketime is not installed (apt install faketime)");
+        std::fs::write(self.clock_file(i), format!("{offset:+}\n"))?;
+        Ok(())
+    }
+
+    /// A client of every replica, as the harness's user (root, by MUNGE).
+    pub fn client(&self) -> anyhow::Result<Client> {
+        Client::new(self.addrs.clone(), self.security.client())
+    }
+
+    /// Each replica's status, `None` where it does not answer within a second.
+    pub async fn statuses(&self, client: &Client) -> Vec<Option<api::ReplicaStatus>> {
+        let mut out = Vec::new();
+        for addr in &self.addrs {
+            let status = match client.replica(addr) {
+                Ok(mut api) => tokio::time::timeout(
+                    Duration::from_secs(1),
+                    api.get_replica_status(api::ReplicaStatusRequest::default()),
+                )
+                .await
+                .ok()
+                .and_then(|r| r.ok())
+                .map(|r| r.into_inner()),
+                Err(_) => None,
+            };
+            out.push(status);
+        }
+        out
+    }
+
+    /// The replica that says it leads, with the highest term among those that answer.
+    pub async fn leader(&self, client: &Client) -> Option<usize> {
+        self.statuses(client)
+            .await
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| s.as_ref().filter(|s| s.role == "leader").map(|s| (s.term, i)))
+            .max()
+            .map(|(_, i)| i)
+    }
+
+    /// Waits until a replica leads and every agent is connected to it.
+    pub async fn wait_ready(&self, client: &Client, timeout: Duration) -> anyhow::Result<()> {
+        let start = std::time::Instant::now();
+        loop {
+            let nodes = tokio::time::timeout(
+                Duration::from_secs(2),
+                client.call(|mut cl| async move { cl.list_nodes(api::ListNodesRequest::default()).await }),
+            )
+            .await;
+            if let Ok(Ok(n)) = nodes {
+                if n.nodes.iter().filter(|n| n.connected).count() == self.agents.len() {
+                    return Ok(());
+                }
+            }
+            anyhow::ensure!(
+                start.elapsed() < timeout,
+                "the cluster was not ready (a leader, every agent connected) within {timeout:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Every daemon stopped; the namespaces go with `net`.
+    pub fn kill_all(&mut self) {
+        for d in self.replicas.iter_mut().chain(self.agents.iter_mut()) {
+            d.resume();
+            d.kill();
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.kill_all();
+    }
+}
+
+fn controller_toml(dir: &Path, id: u64, addrs: &[String], agents: usize, security: &str) -> String {
+    let mut text = format!(
+        "id = {id}\nlisten = \"{addr}\"\ndata_dir = \"{data}\"\n\
+         node_timeout_ms = {NODE_TIMEOUT_MS}\nagent_lease_ms = {AGENT_LEASE_MS}\n\
+         # every job stays in the queue for the final reads\nmin_job_age_s = 86400\n",
+        addr = addrs[id as usize - 1],
+        data = dir.join(format!("r{id}")).display(),
+    );
+    for (j, a) in addrs.iter().enumerate() {
+        text.push_str(&format!("[[replicas]]\nid = {}\naddr = \"{a}\"\n", j + 1));
+    }
+    text.push_str(&format!(
+        "[[partitions]]\nname = \"{PARTITION}\"\nnodes = \"a[1-{agents}]\"\ndefault = true\nmax_time = \"1:00:00\"\n"
+    ));
+    text.push_str(security);
+    text
+}

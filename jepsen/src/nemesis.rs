@@ -1,0 +1,267 @@
+//! The faults, chosen and timed from the seed before the run begins (so that a seed replays the
+//! same schedule), applied to the cluster and healed. Which replica is the leader is looked up
+//! when a fault aimed at it begins.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use quorum_client::client::Client;
+use quorum_proto::api;
+
+use crate::cluster::{Cluster, Who};
+use crate::rng::Rng;
+
+/// The kinds of fault `--nemesis` names.
+pub const KINDS: [&str; 9] =
+    ["partition", "one-way", "isolate-leader", "kill", "kill-agent", "pause", "clock", "transfer", "all-down"];
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Fault {
+    /// The hosts on one side (replicas and agents by host index) cut from the rest.
+    Halves {
+        side: Vec<usize>,
+    },
+    /// Each replica hears only its neighbours in a ring (agents hear all).
+    Ring,
+    IsolateLeader,
+    /// Packets from host `from` to host `to` dropped, not the other way.
+    OneWay {
+        from: usize,
+        to: usize,
+    },
+    Kill {
+        who: Vec<Who>,
+    },
+    Pause {
+        who: Vec<Who>,
+    },
+    PauseLeader,
+    /// Replica `replica`'s wall clock moved `offset` seconds.
+    Clock {
+        replica: usize,
+        offset: i64,
+    },
+    TransferLeader {
+        to: usize,
+    },
+    AllDown,
+}
+
+#[derive(Clone, Debug)]
+pub struct Step {
+    /// Seconds from the start of the run.
+    pub at: f64,
+    /// How long the faults last.
+    pub hold: f64,
+    pub faults: Vec<Fault>,
+}
+
+/// The run's faults: one at a time, sometimes two together, in the first `active` seconds.
+pub fn schedule(rng: &mut Rng, kinds: &[String], active: f64, replicas: usize, agents: usize) -> Vec<Step> {
+    let mut steps = Vec::new();
+    let mut at = 2.0 + rng.below(2000) as f64 / 1000.0;
+    let hosts = replicas + agents;
+    while at < active && !kinds.is_empty() {
+        let count = if rng.chance(0.25) { 2 } else { 1 };
+        let mut faults = Vec::new();
+        let mut hold = 2.0 + rng.below(8000) as f64 / 1000.0;
+        for _ in 0..count {
+            let kind = rng.pick(kinds).expect("kinds is not empty").as_str();
+            let fault = match kind {
+                "partition" => match rng.chance(0.3) && replicas >= 5 {
+                    true => Fault::Ring,
+                    false => {
+                        let k = rng.between(1, (hosts as u64 - 1).max(1)) as usize;
+                        Fault::Halves { side: rng.subset(hosts, k) }
+                    }
+                },
+                "one-way" => {
+                    let pair = rng.subset(hosts, 2);
+                    match rng.chance(0.5) {
+                        true => Fault::OneWay { from: pair[0], to: pair[1] },
+                        false => Fault::OneWay { from: pair[1], to: pair[0] },
+                    }
+                }
+                "isolate-leader" => Fault::IsolateLeader,
+                "kill" => {
+                    let k = rng.between(1, ((replicas - 1) / 2).max(1) as u64) as usize;
+                    Fault::Kill { who: rng.subset(replicas, k).into_iter().map(Who::Replica).collect() }
+                }
+                "kill-agent" => Fault::Kill { who: vec![Who::Agent(rng.below(agents as u64) as usize)] },
+                "pause" => match rng.below(3) {
+                    0 => Fault::PauseLeader,
+                    1 => Fault::Pause { who: vec![Who::Replica(rng.below(replicas as u64) as usize)] },
+                    _ => Fault::Pause { who: vec![Who::Agent(rng.below(agents as u64) as usize)] },
+                },
+                "clock" => {
+                    let offset = rng.between(1, 25) as i64;
+                    let offset = if rng.chance(0.5) { offset } else { -offset };
+                    Fault::Clock { replica: rng.below(replicas as u64) as usize, offset }
+                }
+                "transfer" => Fault::TransferLeader { to: rng.below(replicas as u64) as usize },
+                "all-down" => {
+                    hold = 5.0 + rng.below(10_000) as f64 / 1000.0;
+                    Fault::AllDown
+                }
+                other => unreachable!("unknown nemesis {other} (checked when parsing)"),
+            };
+            if !faults.contains(&fault) {
+                faults.push(fault);
+            }
+        }
+        steps.push(Step { at, hold, faults });
+        at += hold + 1.0 + rng.below(4000) as f64 / 1000.0;
+    }
+    steps
+}
+
+/// What is in force now, so that healing undoes exactly it.
+#[derive(Default)]
+pub struct Active {
+    cut: BTreeSet<(usize, usize)>,
+    killed: Vec<Who>,
+    paused: Vec<Who>,
+    clocks: Vec<usize>,
+}
+
+async fn leader(cluster: &Cluster, client: &Client) -> Option<usize> {
+    for _ in 0..10 {
+        if let Some(l) = cluster.leader(client).await {
+            return Some(l);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    None
+}
+
+/// Applies `fault`; says what it did.
+pub async fn apply(
+    cluster: &mut Cluster,
+    client: &Client,
+    fault: &Fault,
+    active: &mut Active,
+) -> anyhow::Result<String> {
+    let hosts = cluster.net.hosts.len();
+    let replicas = cluster.replicas.len();
+    let both_ways = |a: &[usize], b: &[usize], cut: &mut BTreeSet<(usize, usize)>| {
+        for &x in a {
+            for &y in b {
+                cut.insert((x, y));
+                cut.insert((y, x));
+            }
+        }
+    };
+    let what = match fault {
+        Fault::Halves { side } => {
+            let other: Vec<usize> = (0..hosts).filter(|h| !side.contains(h)).collect();
+            both_ways(side, &other, &mut active.cut);
+            cluster.net.block(&active.cut)?;
+            format!("partition {:?} | {:?}", names(cluster, side), names(cluster, &other))
+        }
+        Fault::Ring => {
+            for a in 0..replicas {
+                for b in 0..replicas {
+                    let d = (a + replicas - b) % replicas;
+                    if a != b && d != 1 && d != replicas - 1 {
+                        active.cut.insert((a, b));
+                    }
+                }
+            }
+            cluster.net.block(&active.cut)?;
+            "partition: replicas in a ring, each hearing its neighbours".into()
+        }
+        Fault::IsolateLeader => {
+            let Some(l) = leader(cluster, client).await else { return Ok("isolate-leader: no leader".into()) };
+            let rest: Vec<usize> = (0..hosts).filter(|h| *h != l).collect();
+            both_ways(&[l], &rest, &mut active.cut);
+            cluster.net.block(&active.cut)?;
+            format!("isolate leader r{}", l + 1)
+        }
+        Fault::OneWay { from, to } => {
+            active.cut.insert((*from, *to));
+            cluster.net.block(&active.cut)?;
+            format!("one-way: drop {} -> {}", cluster.net.hosts[*from].name, cluster.net.hosts[*to].name)
+        }
+        Fault::Kill { who } => {
+            for w in who {
+                cluster.daemon(*w).kill();
+                active.killed.push(*w);
+            }
+            format!("kill -9 {:?}", who.iter().map(|w| cluster.daemon(*w).name.clone()).collect::<Vec<_>>())
+        }
+        Fault::AllDown => {
+            for i in 0..replicas {
+                cluster.daemon(Who::Replica(i)).kill();
+                active.killed.push(Who::Replica(i));
+            }
+            "all replicas down (kill -9)".into()
+        }
+        Fault::Pause { who } => {
+            for w in who {
+                cluster.daemon(*w).pause();
+                active.paused.push(*w);
+            }
+            format!("SIGSTOP {:?}", who.iter().map(|w| cluster.daemon(*w).name.clone()).collect::<Vec<_>>())
+        }
+        Fault::PauseLeader => {
+            let Some(l) = leader(cluster, client).await else { return Ok("pause-leader: no leader".into()) };
+            cluster.daemon(Who::Replica(l)).pause();
+            active.paused.push(Who::Replica(l));
+            format!("SIGSTOP leader r{}", l + 1)
+        }
+        Fault::Clock { replica, offset } => {
+            if !cluster.clocks {
+                return Ok("clock: libfaketime is not installed; skipped".into());
+            }
+            cluster.set_clock(*replica, *offset)?;
+            active.clocks.push(*replica);
+            format!("clock of r{} moved {offset:+}s", replica + 1)
+        }
+        Fault::TransferLeader { to } => {
+            let to_id = *to as u64 + 1;
+            let req = api::TransferLeaderRequest { to: to_id, ..Default::default() };
+            let answer = tokio::time::timeout(
+                Duration::from_secs(5),
+                client.call(|mut cl| {
+                    let req = req.clone();
+                    async move { cl.transfer_leader(req).await }
+                }),
+            )
+            .await;
+            match answer {
+                Ok(Ok(r)) => format!("leadership to r{to_id}: r{} leads", r.leader),
+                Ok(Err(s)) => format!("leadership to r{to_id}: refused: {}", s.message()),
+                Err(_) => format!("leadership to r{to_id}: no answer in 5 s"),
+            }
+        }
+    };
+    Ok(what)
+}
+
+/// Undoes everything in force: the network whole, the dead restarted, the paused resumed,
+/// every clock true.
+pub fn heal(cluster: &mut Cluster, active: &mut Active) -> anyhow::Result<String> {
+    let mut done = Vec::new();
+    if !active.cut.is_empty() {
+        active.cut.clear();
+        cluster.net.block(&active.cut)?;
+        done.push("network healed".to_string());
+    }
+    for w in active.paused.drain(..) {
+        cluster.daemon(w).resume();
+        done.push(format!("SIGCONT {}", cluster.daemon(w).name));
+    }
+    for w in active.killed.drain(..) {
+        cluster.restart(w)?;
+        done.push(format!("restarted {}", cluster.daemon(w).name));
+    }
+    for r in active.clocks.drain(..) {
+        cluster.set_clock(r, 0)?;
+        done.push(format!("clock of r{} true", r + 1));
+    }
+    Ok(done.join(", "))
+}
+
+fn names(cluster: &Cluster, hosts: &[usize]) -> Vec<String> {
+    hosts.iter().map(|h| cluster.net.hosts[*h].name.clone()).collect()
+}

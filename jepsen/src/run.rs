@@ -1,0 +1,318 @@
+//! One run: the cluster started, clients and the nemesis let loose for the run's time, every
+//! fault healed, the cluster asked to serve again and to end every job, and the evidence judged.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use quorum_client::client::Client;
+use quorum_proto::api;
+
+use crate::checker::{self, terminal, Evidence, Final};
+use crate::cluster::{Binaries, Cluster, AGENT_CPUS};
+use crate::history::{self, now_s, Op, Outcome, Recorder};
+use crate::nemesis::{self, Active};
+use crate::rng::Rng;
+use crate::workload::Workload;
+
+/// How soon after the last fault heals the cluster must acknowledge a submit again.
+pub const RECOVERY_BOUND: Duration = Duration::from_secs(30);
+/// How soon after that every job must have ended (those left are cancelled).
+pub const SETTLE_BOUND: Duration = Duration::from_secs(60);
+
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub seed: u64,
+    pub time: Duration,
+    pub nemeses: Vec<String>,
+    pub replicas: usize,
+    pub agents: usize,
+    pub workers: usize,
+    pub dir: PathBuf,
+    pub bins: Binaries,
+}
+
+#[derive(Debug)]
+pub struct Verdict {
+    pub seed: u64,
+    pub problems: Vec<String>,
+    pub ops: usize,
+    pub ok: usize,
+    pub unknown: usize,
+    pub faults: Vec<String>,
+    pub recovery: Duration,
+}
+
+impl Verdict {
+    pub fn valid(&self) -> bool {
+        self.problems.is_empty()
+    }
+}
+
+/// Holds the machine's one run lock (the bridge and the addresses are the machine's).
+struct Lock {
+    _file: std::fs::File,
+}
+
+fn lock() -> anyhow::Result<Lock> {
+    use std::os::fd::AsRawFd;
+    let file = std::fs::OpenOptions::new().create(true).write(true).truncate(false).open("/run/quorum-jepsen.lock")?;
+    // SAFETY: flock on a descriptor we own; it is released when the file closes.
+    anyhow::ensure!(unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } == 0, "locking /run/quorum-jepsen.lock");
+    Ok(Lock { _file: file })
+}
+
+pub async fn run(opts: &Options) -> anyhow::Result<Verdict> {
+    let _lock = lock()?;
+    std::fs::create_dir_all(&opts.dir)?;
+    let runs_dir = opts.dir.join("runs");
+    std::fs::create_dir_all(&runs_dir)?;
+    let mut cluster = Cluster::start(&opts.dir, &opts.bins, opts.replicas, opts.agents)?;
+    let client = cluster.client()?;
+    cluster.wait_ready(&client, Duration::from_secs(60)).await?;
+
+    let rng = Rng::new(opts.seed);
+    let time = opts.time.as_secs_f64();
+    let schedule = nemesis::schedule(&mut rng.fork(1), &opts.nemeses, time * 0.8, opts.replicas, opts.agents);
+    std::fs::write(opts.dir.join("schedule.txt"), format!("{schedule:#?}\n"))?;
+
+    let recorder = Arc::new(Recorder::default());
+    let workload =
+        Arc::new(Workload::new(recorder.clone(), cluster.addrs.clone(), cluster.security.client(), &runs_dir));
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let workers: Vec<_> = (0..opts.workers)
+        .map(|w| tokio::spawn(workload.clone().worker(w, opts.workers, rng.fork(100 + w as u64), stopped.clone())))
+        .collect();
+
+    // The nemesis, in this task.
+    let began = Instant::now();
+    let mut active = Active::default();
+    let mut faults = Vec::new();
+    for step in &schedule {
+        sleep_until(began, step.at).await;
+        for f in &step.faults {
+            let what = nemesis::apply(&mut cluster, &client, f, &mut active).await?;
+            recorder.nemesis(what.clone());
+            faults.push(what);
+        }
+        sleep_until(began, step.at + step.hold).await;
+        let what = nemesis::heal(&mut cluster, &mut active)?;
+        recorder.nemesis(format!("heal: {what}"));
+    }
+    sleep_until(began, time).await;
+    let _ = stop.send(true);
+    for w in workers {
+        let _ = w.await;
+    }
+    let what = nemesis::heal(&mut cluster, &mut active)?;
+    recorder.nemesis(format!("final heal: {what}"));
+
+    // The cluster serves again: a submit acknowledged within the bound.
+    let healed = Instant::now();
+    let mut problems = Vec::new();
+    let mut process = 10_000_000;
+    let probe = loop {
+        let name = format!("probe-{process}");
+        let spec = workload.job_spec(&name, 1, false, false, 0);
+        let op = Op::Submit { name, held: false, requeue: false, gpus: 0, long: false };
+        recorder.invoke(process, op);
+        let answer = tokio::time::timeout(Duration::from_secs(5), submit(&client, spec)).await;
+        match answer {
+            Ok(Ok(job)) => {
+                recorder.complete(process, Outcome::Submitted { job });
+                break Some(job);
+            }
+            Ok(Err(e)) => recorder.complete(process, Outcome::Unknown { error: e.to_string() }),
+            Err(_) => recorder.complete(process, Outcome::Unknown { error: "no answer in 5 s".into() }),
+        }
+        process += 1;
+        if healed.elapsed() > RECOVERY_BOUND {
+            problems.push(format!("recovery: no submit was acknowledged within {RECOVERY_BOUND:?} of the last heal"));
+            break None;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let recovery = healed.elapsed();
+
+    // Every job ends: the probe runs to completion, what is left is cancelled.
+    let settle = Instant::now();
+    let mut process = 20_000_000;
+    let mut cancelled = std::collections::BTreeSet::new();
+    let finals = loop {
+        let jobs = all_jobs(&client).await;
+        if let Ok(jobs) = &jobs {
+            let open: Vec<&api::JobInfo> = jobs.iter().filter(|j| !terminal(&j.state)).collect();
+            let probe_done = probe.is_none_or(|p| jobs.iter().any(|j| j.id == p && terminal(&j.state)));
+            if open.is_empty() {
+                break jobs.clone();
+            }
+            for j in open {
+                if Some(j.id) == probe && !probe_done || cancelled.contains(&j.id) {
+                    continue;
+                }
+                recorder.invoke(process, Op::Cancel { job: j.id });
+                let outcome = cancel(&client, j.id).await;
+                recorder.complete(process, outcome.clone());
+                if !matches!(outcome, Outcome::Unknown { .. }) {
+                    cancelled.insert(j.id);
+                }
+                process += 1;
+            }
+        }
+        if settle.elapsed() > SETTLE_BOUND {
+            let open: Vec<String> = jobs
+                .map(|js| js.iter().filter(|j| !terminal(&j.state)).map(|j| format!("{:?}", without_spec(j))).collect())
+                .unwrap_or_default();
+            problems.push(format!(
+                "terminal: jobs were still open {SETTLE_BOUND:?} after the cluster served again: {open:?}"
+            ));
+            break all_jobs(&client).await.unwrap_or_default();
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    if let Some(p) = probe {
+        match finals.iter().find(|j| j.id == p) {
+            Some(j) if j.state == "COMPLETED" => {}
+            other => problems.push(format!("recovery: the probe job {p} did not complete: {other:?}")),
+        }
+    }
+    let finished_at = now_s();
+
+    // Every replica holds the same state at the same index. Each try with a fresh client: a
+    // replica that restarted refuses a credential it may have seen.
+    let mut last = String::new();
+    for attempt in 0..5 {
+        let fresh = cluster.client()?;
+        match tokio::time::timeout(Duration::from_secs(30), quorum_client::digest::collect(&fresh)).await {
+            Ok(Ok(report)) if report.agree() && report.missing() == 0 => {
+                last.clear();
+                break;
+            }
+            Ok(Ok(report)) if !report.agree() => {
+                last = report.table().replace('\n', "; ");
+                break;
+            }
+            Ok(Ok(report)) => last = report.table().replace('\n', "; "),
+            Ok(Err(e)) => last = format!("no digest point: {}", e.message()),
+            Err(_) => last = "no digest within 30 s".into(),
+        }
+        tokio::time::sleep(Duration::from_millis(500 * (attempt + 1))).await;
+    }
+    if !last.is_empty() {
+        problems.push(format!("digest: {last}"));
+    }
+
+    // Nothing the cluster says has ended still runs.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let runs = checker::runs::read(&runs_dir)?;
+    for r in runs.iter().filter(|r| r.last > finished_at + 5.0) {
+        problems.push(format!(
+            "runs: job {} still ran on {} at {:.2}, {:.1} s after the cluster said every job had ended ({})",
+            r.job,
+            r.node,
+            r.last,
+            r.last - finished_at,
+            r.file
+        ));
+    }
+
+    let events = recorder.events();
+    history::write(&opts.dir.join("history.jsonl"), &events)?;
+    let finals: BTreeMap<u64, Final> = finals
+        .iter()
+        .map(|j| {
+            let s = crate::workload::seen(j);
+            (j.id, Final { id: j.id, name: s.name, state: s.state, cancelled: s.cancelled })
+        })
+        .collect();
+    let registers = workload.registers();
+    problems.extend(checker::check(&Evidence {
+        events: &events,
+        finals: &finals,
+        runs: &runs,
+        registers: &registers,
+        node_cpus: AGENT_CPUS,
+    }));
+    cluster.kill_all();
+    let completions = events.iter().filter_map(|e| match e {
+        history::Event::Complete { outcome, .. } => Some(outcome),
+        _ => None,
+    });
+    let (mut ops, mut ok, mut unknown) = (0, 0, 0);
+    for o in completions {
+        ops += 1;
+        match o {
+            Outcome::Unknown { .. } => unknown += 1,
+            Outcome::Failed { .. } => {}
+            _ => ok += 1,
+        }
+    }
+    Ok(Verdict { seed: opts.seed, problems, ops, ok, unknown, faults, recovery })
+}
+
+/// A job as a failure report shows it: its script and environment left out.
+fn without_spec(j: &api::JobInfo) -> api::JobInfo {
+    api::JobInfo { spec: None, ..j.clone() }
+}
+
+async fn sleep_until(began: Instant, at: f64) {
+    let target = began + Duration::from_secs_f64(at.max(0.0));
+    tokio::time::sleep_until(target.into()).await;
+}
+
+async fn submit(client: &Client, spec: api::JobSpec) -> Result<u64, tonic::Status> {
+    let req = api::SubmitJobRequest {
+        spec: Some(spec),
+        request_id: format!("jepsen-probe-{}", uuid::Uuid::new_v4()),
+        ..Default::default()
+    };
+    client
+        .call(|mut cl| {
+            let req = req.clone();
+            async move { cl.submit_job(req).await }
+        })
+        .await
+        .map(|r| r.job_id)
+}
+
+async fn cancel(client: &Client, job: u64) -> Outcome {
+    let req = api::CancelJobRequest { job_ids: vec![job], ..Default::default() };
+    let answer = tokio::time::timeout(
+        Duration::from_secs(10),
+        client.call(|mut cl| {
+            let req = req.clone();
+            async move { cl.cancel_job(req).await }
+        }),
+    )
+    .await;
+    match answer {
+        Ok(Ok(r)) => match r.results.into_iter().next() {
+            Some(r) if r.ok => Outcome::Cancelled { was_running: r.was_running },
+            Some(r) => Outcome::Refused { reason: r.error },
+            None => Outcome::Unknown { error: "no result".into() },
+        },
+        Ok(Err(s)) => Outcome::Unknown { error: s.message().to_string() },
+        Err(_) => Outcome::Unknown { error: "no answer in 10 s".into() },
+    }
+}
+
+/// Every job, page by page, read linearizably.
+async fn all_jobs(client: &Client) -> Result<Vec<api::JobInfo>, tonic::Status> {
+    let mut jobs = Vec::new();
+    let mut after = 0;
+    loop {
+        let req = api::ListJobsRequest { after, ..Default::default() };
+        let page = client
+            .call(|mut cl| {
+                let req = req.clone();
+                async move { cl.list_jobs(req).await }
+            })
+            .await?;
+        jobs.extend(page.jobs);
+        if page.next_after == 0 {
+            return Ok(jobs);
+        }
+        after = page.next_after;
+    }
+}

@@ -1,0 +1,186 @@
+//! The checkers on histories written by hand: each catches the violation it exists for, and
+//! passes the same history without it.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use quorum_jepsen::checker::{jobs, linear, runs, Final};
+use quorum_jepsen::history::{Event, Op, Outcome, Seen};
+
+/// Builds a history: each step is (process, time, invoke or complete).
+struct H(Vec<Event>);
+
+impl H {
+    fn new() -> H {
+        H(Vec::new())
+    }
+    fn call(mut self, process: u64, time: f64, op: Op) -> H {
+        self.0.push(Event::Invoke { process, time, op });
+        self
+    }
+    fn ret(mut self, process: u64, time: f64, outcome: Outcome) -> H {
+        self.0.push(Event::Complete { process, time, outcome });
+        self
+    }
+    /// An operation that completed before the next began.
+    fn op(self, process: u64, time: f64, op: Op, outcome: Outcome) -> H {
+        self.call(process, time, op).ret(process, time + 0.01, outcome)
+    }
+}
+
+fn submit(name: &str, held: bool) -> Op {
+    Op::Submit { name: name.into(), held, requeue: false, gpus: 0, long: true }
+}
+
+fn read(state: &str, held: bool, cancelled: bool) -> Outcome {
+    Outcome::Read { job: Seen { name: "reg".into(), state: state.into(), held, cancelled } }
+}
+
+#[test]
+fn a_read_that_misses_an_acknowledged_hold_is_not_linearizable() {
+    let base = H::new()
+        .op(0, 1.0, submit("reg", false), Outcome::Submitted { job: 1 })
+        .op(1, 2.0, Op::Hold { job: 1 }, Outcome::Done);
+    // A read that began after the hold was acknowledged sees it...
+    let good = H(base.0.clone()).op(2, 3.0, Op::Read { job: 1 }, read("PENDING", true, false));
+    assert!(linear::check(&good.0, &[1]).is_empty());
+    // ...and one answered from a replica that had not applied it does not.
+    let stale = H(base.0).op(2, 3.0, Op::Read { job: 1 }, read("PENDING", false, false));
+    let problems = linear::check(&stale.0, &[1]);
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert!(problems[0].contains("job 1"), "{problems:?}");
+}
+
+#[test]
+fn a_read_concurrent_with_a_hold_may_see_either() {
+    for held in [false, true] {
+        let h = H::new()
+            .op(0, 1.0, submit("reg", false), Outcome::Submitted { job: 1 })
+            .call(1, 2.0, Op::Hold { job: 1 })
+            .call(2, 2.1, Op::Read { job: 1 })
+            .ret(2, 2.2, read("PENDING", held, false))
+            .ret(1, 2.3, Outcome::Done);
+        assert!(linear::check(&h.0, &[1]).is_empty(), "held={held}");
+    }
+}
+
+#[test]
+fn an_unanswered_hold_may_or_may_not_have_happened_but_a_job_cannot_forget_a_cancel() {
+    let h = H::new()
+        .op(0, 1.0, submit("reg", true), Outcome::Submitted { job: 1 })
+        .call(1, 2.0, Op::Release { job: 1 })
+        .ret(1, 6.0, Outcome::Unknown { error: "timeout".into() })
+        .op(2, 7.0, Op::Read { job: 1 }, read("PENDING", true, false))
+        .op(3, 8.0, Op::Read { job: 1 }, read("RUNNING", false, false));
+    assert!(linear::check(&h.0, &[1]).is_empty(), "the release took effect between the reads");
+    let undone = H::new()
+        .op(0, 1.0, submit("reg", false), Outcome::Submitted { job: 1 })
+        .op(1, 2.0, Op::Cancel { job: 1 }, Outcome::Cancelled { was_running: true })
+        .op(2, 3.0, Op::Read { job: 1 }, read("RUNNING", false, false));
+    assert_eq!(linear::check(&undone.0, &[1]).len(), 1);
+    let lost = H::new()
+        .op(0, 1.0, submit("reg", false), Outcome::Submitted { job: 1 })
+        .op(2, 3.0, Op::Read { job: 1 }, Outcome::Missing);
+    assert_eq!(linear::check(&lost.0, &[1]).len(), 1, "an acknowledged job read as missing");
+}
+
+#[test]
+fn a_job_that_ended_by_itself_never_comes_back() {
+    let h = H::new()
+        .op(0, 1.0, submit("reg", false), Outcome::Submitted { job: 1 })
+        .op(1, 2.0, Op::Read { job: 1 }, read("NODE_FAIL", false, false));
+    assert!(linear::check(&h.0, &[1]).is_empty());
+    let back = H(h.0).op(2, 3.0, Op::Hold { job: 1 }, Outcome::Done);
+    assert_eq!(linear::check(&back.0, &[1]).len(), 1, "a hold of an ended job succeeded");
+}
+
+fn finals(jobs: &[(u64, &str, &str, bool)]) -> BTreeMap<u64, Final> {
+    jobs.iter()
+        .map(|(id, name, state, cancelled)| {
+            (*id, Final { id: *id, name: name.to_string(), state: state.to_string(), cancelled: *cancelled })
+        })
+        .collect()
+}
+
+#[test]
+fn lost_duplicated_phantom_and_unordered_jobs_are_caught() {
+    let h = H::new()
+        .op(0, 1.0, submit("a", false), Outcome::Submitted { job: 1 })
+        .op(0, 2.0, submit("b", false), Outcome::Submitted { job: 2 });
+    let ok = finals(&[(1, "a", "COMPLETED", false), (2, "b", "COMPLETED", false)]);
+    assert!(jobs::check(&h.0, &ok, &[]).is_empty());
+
+    let lost = finals(&[(1, "a", "COMPLETED", false)]);
+    assert!(jobs::check(&h.0, &lost, &[]).iter().any(|p| p.starts_with("lost: job 2")));
+    let twice = finals(&[(1, "a", "COMPLETED", false), (2, "b", "COMPLETED", false), (3, "b", "COMPLETED", false)]);
+    assert!(jobs::check(&h.0, &twice, &[]).iter().any(|p| p.starts_with("duplicate:")));
+    let phantom = finals(&[(1, "a", "COMPLETED", false), (2, "b", "COMPLETED", false), (3, "z", "FAILED", false)]);
+    assert!(jobs::check(&h.0, &phantom, &[]).iter().any(|p| p.starts_with("phantom:")));
+    let open = finals(&[(1, "a", "COMPLETED", false), (2, "b", "RUNNING", false)]);
+    assert!(jobs::check(&h.0, &open, &[]).iter().any(|p| p.starts_with("terminal:")));
+
+    let backwards = H::new()
+        .op(0, 1.0, submit("a", false), Outcome::Submitted { job: 2 })
+        .op(0, 2.0, submit("b", false), Outcome::Submitted { job: 1 });
+    let f = finals(&[(2, "a", "COMPLETED", false), (1, "b", "COMPLETED", false)]);
+    assert!(jobs::check(&backwards.0, &f, &[]).iter().any(|p| p.starts_with("ids:")));
+}
+
+fn run(job: u64, node: &str, gpus: &[u32], restarts: u32, start: f64, last: f64) -> runs::Run {
+    runs::Run {
+        job,
+        file: format!("{job}.{}", (start * 100.0) as u64),
+        node: node.into(),
+        gpus: gpus.to_vec(),
+        restarts,
+        start,
+        last,
+        ended: true,
+    }
+}
+
+#[test]
+fn a_cancel_undone_is_caught_but_a_launch_already_on_its_way_is_not() {
+    let h = H::new()
+        .op(0, 1.0, submit("a", false), Outcome::Submitted { job: 1 })
+        .op(1, 5.0, Op::Cancel { job: 1 }, Outcome::Cancelled { was_running: true });
+    let f = finals(&[(1, "a", "CANCELLED", true)]);
+    // The attempt it was running started just after the cancel: its launch was on its way.
+    assert!(jobs::check(&h.0, &f, &[run(1, "a1", &[], 0, 5.1, 5.2)]).is_empty());
+    // A second attempt after the cancel undoes it.
+    let again = [run(1, "a1", &[], 0, 5.1, 5.2), run(1, "a2", &[], 1, 8.0, 9.0)];
+    assert!(jobs::check(&h.0, &f, &again).iter().any(|p| p.starts_with("cancel: job 1")));
+    // A pending job cancelled never starts.
+    let pending = H::new()
+        .op(0, 1.0, submit("a", false), Outcome::Submitted { job: 1 })
+        .op(1, 5.0, Op::Cancel { job: 1 }, Outcome::Cancelled { was_running: false });
+    assert!(jobs::check(&pending.0, &f, &[run(1, "a1", &[], 0, 5.5, 6.0)]).iter().any(|p| p.starts_with("cancel:")));
+    // And it ends cancelled.
+    let uncancelled = finals(&[(1, "a", "COMPLETED", false)]);
+    assert!(jobs::check(&h.0, &uncancelled, &[]).iter().any(|p| p.contains("uncancelled")));
+}
+
+#[test]
+fn runs_twice_at_once_over_capacity_and_shared_gpus_are_caught() {
+    let known: BTreeSet<u64> = (1..=4).collect();
+    let fine = [run(1, "a1", &[0], 0, 1.0, 3.0), run(2, "a1", &[1], 0, 2.0, 4.0), run(1, "a2", &[], 1, 3.5, 5.0)];
+    assert!(runs::check(&fine, 2, &known).is_empty(), "{:?}", runs::check(&fine, 2, &known));
+
+    let twice = [run(1, "a1", &[], 0, 1.0, 3.0), run(1, "a2", &[], 1, 2.0, 4.0)];
+    assert!(runs::check(&twice, 2, &known).iter().any(|p| p.contains("ran twice at once")));
+    let crowded = [run(1, "a1", &[], 0, 1.0, 3.0), run(2, "a1", &[], 0, 1.5, 4.0), run(3, "a1", &[], 0, 2.0, 4.0)];
+    assert!(runs::check(&crowded, 2, &known).iter().any(|p| p.contains("3 jobs at once")));
+    let gpu = [run(1, "a1", &[1], 0, 1.0, 3.0), run(2, "a1", &[1], 0, 2.0, 4.0)];
+    assert!(runs::check(&gpu, 2, &known).iter().any(|p| p.contains("GPU 1 of a1")));
+    let stranger = [run(9, "a1", &[], 0, 1.0, 2.0)];
+    assert!(runs::check(&stranger, 2, &known).iter().any(|p| p.contains("no client's submit")));
+}
+
+#[test]
+fn a_run_record_is_read_as_the_job_script_writes_it() {
+    let r = runs::parse(7, "7.123", "start 10.50 a2 0,1 2\ntick 10.70\ntick 10.90\nend 11.00\n").unwrap();
+    assert_eq!((r.node.as_str(), r.gpus.as_slice(), r.restarts), ("a2", &[0, 1][..], 2));
+    assert_eq!((r.start, r.last, r.ended), (10.5, 11.0, true));
+    let r = runs::parse(7, "7.124", "start 3.00 a1  0\ntick 3.20\n").unwrap();
+    assert!(r.gpus.is_empty() && !r.ended && r.last == 3.2);
+    assert!(runs::parse(7, "7.125", "").is_none());
+}
