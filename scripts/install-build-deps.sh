@@ -3,7 +3,7 @@
 # generation), libclang (bindgen for the rocksdb crate), and MUNGE (libmunge to link against,
 # munged for `quorum dev` and the tests), which every Slurm site already runs, and Python's venv
 # for the tests' workflow client, and PostgreSQL's server, which the tests start to check what
-# quorum-dbd exports. RocksDB itself is compiled from
+# quorum-dbd exports, and what jepsen/ needs (iproute2, nftables, libfaketime). RocksDB itself is compiled from
 # source by the rocksdb crate; see README.md, "Building".
 set -euo pipefail
 need=()
@@ -24,6 +24,11 @@ command -v python3 >/dev/null 2>&1 || need+=(python3)
 python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || need+=(python3-venv)
 # quorum-dbd's tests start a PostgreSQL server of their own (Debian: /usr/lib/postgresql/N/bin).
 compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || command -v initdb >/dev/null 2>&1 || need+=(postgresql)
+# jepsen/ puts each controller and agent in a network namespace of its own (iproute2), cuts the
+# network with nftables, and moves controllers' wall clocks with libfaketime.
+command -v ip >/dev/null 2>&1 || need+=(iproute2)
+command -v nft >/dev/null 2>&1 || command -v /usr/sbin/nft >/dev/null 2>&1 || need+=(nftables)
+compgen -G '/usr/lib/*-linux-gnu/faketime/libfaketimeMT.so.1' >/dev/null || need+=(faketime)
 if [ ${#need[@]} -eq 0 ]; then
   exit 0
 fi

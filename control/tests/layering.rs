@@ -25,6 +25,7 @@ const CRATE_ROOTS: &[&str] = &[
     "cli/src",
     "dev/src",
     "dbd/src",
+    "jepsen/src",
 ];
 
 fn workspace() -> PathBuf {

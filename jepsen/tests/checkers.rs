@@ -37,9 +37,12 @@ fn read(state: &str, held: bool, cancelled: bool) -> Outcome {
 
 #[test]
 fn a_read_that_misses_an_acknowledged_hold_is_not_linearizable() {
-    let base = H::new()
-        .op(0, 1.0, submit("reg", false), Outcome::Submitted { job: 1 })
-        .op(1, 2.0, Op::Hold { job: 1 }, Outcome::Done);
+    let base = H::new().op(0, 1.0, submit("reg", false), Outcome::Submitted { job: 1 }).op(
+        1,
+        2.0,
+        Op::Hold { job: 1 },
+        Outcome::Done,
+    );
     // A read that began after the hold was acknowledged sees it...
     let good = H(base.0.clone()).op(2, 3.0, Op::Read { job: 1 }, read("PENDING", true, false));
     assert!(linear::check(&good.0, &[1]).is_empty());
@@ -77,17 +80,23 @@ fn an_unanswered_hold_may_or_may_not_have_happened_but_a_job_cannot_forget_a_can
         .op(1, 2.0, Op::Cancel { job: 1 }, Outcome::Cancelled { was_running: true })
         .op(2, 3.0, Op::Read { job: 1 }, read("RUNNING", false, false));
     assert_eq!(linear::check(&undone.0, &[1]).len(), 1);
-    let lost = H::new()
-        .op(0, 1.0, submit("reg", false), Outcome::Submitted { job: 1 })
-        .op(2, 3.0, Op::Read { job: 1 }, Outcome::Missing);
+    let lost = H::new().op(0, 1.0, submit("reg", false), Outcome::Submitted { job: 1 }).op(
+        2,
+        3.0,
+        Op::Read { job: 1 },
+        Outcome::Missing,
+    );
     assert_eq!(linear::check(&lost.0, &[1]).len(), 1, "an acknowledged job read as missing");
 }
 
 #[test]
 fn a_job_that_ended_by_itself_never_comes_back() {
-    let h = H::new()
-        .op(0, 1.0, submit("reg", false), Outcome::Submitted { job: 1 })
-        .op(1, 2.0, Op::Read { job: 1 }, read("NODE_FAIL", false, false));
+    let h = H::new().op(0, 1.0, submit("reg", false), Outcome::Submitted { job: 1 }).op(
+        1,
+        2.0,
+        Op::Read { job: 1 },
+        read("NODE_FAIL", false, false),
+    );
     assert!(linear::check(&h.0, &[1]).is_empty());
     let back = H(h.0).op(2, 3.0, Op::Hold { job: 1 }, Outcome::Done);
     assert_eq!(linear::check(&back.0, &[1]).len(), 1, "a hold of an ended job succeeded");
@@ -103,9 +112,12 @@ fn finals(jobs: &[(u64, &str, &str, bool)]) -> BTreeMap<u64, Final> {
 
 #[test]
 fn lost_duplicated_phantom_and_unordered_jobs_are_caught() {
-    let h = H::new()
-        .op(0, 1.0, submit("a", false), Outcome::Submitted { job: 1 })
-        .op(0, 2.0, submit("b", false), Outcome::Submitted { job: 2 });
+    let h = H::new().op(0, 1.0, submit("a", false), Outcome::Submitted { job: 1 }).op(
+        0,
+        2.0,
+        submit("b", false),
+        Outcome::Submitted { job: 2 },
+    );
     let ok = finals(&[(1, "a", "COMPLETED", false), (2, "b", "COMPLETED", false)]);
     assert!(jobs::check(&h.0, &ok, &[]).is_empty());
 
@@ -118,9 +130,12 @@ fn lost_duplicated_phantom_and_unordered_jobs_are_caught() {
     let open = finals(&[(1, "a", "COMPLETED", false), (2, "b", "RUNNING", false)]);
     assert!(jobs::check(&h.0, &open, &[]).iter().any(|p| p.starts_with("terminal:")));
 
-    let backwards = H::new()
-        .op(0, 1.0, submit("a", false), Outcome::Submitted { job: 2 })
-        .op(0, 2.0, submit("b", false), Outcome::Submitted { job: 1 });
+    let backwards = H::new().op(0, 1.0, submit("a", false), Outcome::Submitted { job: 2 }).op(
+        0,
+        2.0,
+        submit("b", false),
+        Outcome::Submitted { job: 1 },
+    );
     let f = finals(&[(2, "a", "COMPLETED", false), (1, "b", "COMPLETED", false)]);
     assert!(jobs::check(&backwards.0, &f, &[]).iter().any(|p| p.starts_with("ids:")));
 }
@@ -140,9 +155,12 @@ fn run(job: u64, node: &str, gpus: &[u32], restarts: u32, start: f64, last: f64)
 
 #[test]
 fn a_cancel_undone_is_caught_but_a_launch_already_on_its_way_is_not() {
-    let h = H::new()
-        .op(0, 1.0, submit("a", false), Outcome::Submitted { job: 1 })
-        .op(1, 5.0, Op::Cancel { job: 1 }, Outcome::Cancelled { was_running: true });
+    let h = H::new().op(0, 1.0, submit("a", false), Outcome::Submitted { job: 1 }).op(
+        1,
+        5.0,
+        Op::Cancel { job: 1 },
+        Outcome::Cancelled { was_running: true },
+    );
     let f = finals(&[(1, "a", "CANCELLED", true)]);
     // The attempt it was running started just after the cancel: its launch was on its way.
     assert!(jobs::check(&h.0, &f, &[run(1, "a1", &[], 0, 5.1, 5.2)]).is_empty());
@@ -150,9 +168,12 @@ fn a_cancel_undone_is_caught_but_a_launch_already_on_its_way_is_not() {
     let again = [run(1, "a1", &[], 0, 5.1, 5.2), run(1, "a2", &[], 1, 8.0, 9.0)];
     assert!(jobs::check(&h.0, &f, &again).iter().any(|p| p.starts_with("cancel: job 1")));
     // A pending job cancelled never starts.
-    let pending = H::new()
-        .op(0, 1.0, submit("a", false), Outcome::Submitted { job: 1 })
-        .op(1, 5.0, Op::Cancel { job: 1 }, Outcome::Cancelled { was_running: false });
+    let pending = H::new().op(0, 1.0, submit("a", false), Outcome::Submitted { job: 1 }).op(
+        1,
+        5.0,
+        Op::Cancel { job: 1 },
+        Outcome::Cancelled { was_running: false },
+    );
     assert!(jobs::check(&pending.0, &f, &[run(1, "a1", &[], 0, 5.5, 6.0)]).iter().any(|p| p.starts_with("cancel:")));
     // And it ends cancelled.
     let uncancelled = finals(&[(1, "a", "COMPLETED", false)]);

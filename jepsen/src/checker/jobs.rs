@@ -4,8 +4,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use super::ended::{terminal, Final};
 use super::runs::Run;
-use super::{terminal, Final};
 use crate::history::{pairs, Event, Op, Outcome};
 
 /// Ids of every job some submit may have made: those acknowledged, and those of the final read

@@ -143,7 +143,7 @@ fn ret_of(outcome: &Outcome) -> Option<JobRet> {
         Outcome::Refused { .. } => JobRet::Refused,
         Outcome::Missing => JobRet::Missing,
         Outcome::Read { job } => {
-            let terminal = crate::checker::terminal(&job.state);
+            let terminal = super::ended::terminal(&job.state);
             JobRet::Seen {
                 held: job.held && !job.cancelled,
                 cancelled: job.cancelled,

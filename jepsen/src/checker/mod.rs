@@ -1,27 +1,16 @@
 //! The checkers: each reads the recorded history (and what the cluster and the jobs showed at
 //! the end) and returns one line per violation it finds.
 
+pub mod ended;
 pub mod jobs;
 pub mod linear;
 pub mod runs;
 
 use std::collections::BTreeMap;
 
+pub use ended::{terminal, Final};
+
 use crate::history::Event;
-
-/// A job as the final read (after the faults healed and every job ended) showed it.
-#[derive(Clone, Debug)]
-pub struct Final {
-    pub id: u64,
-    pub name: String,
-    pub state: String,
-    /// Cancelled, or a cancel asked of it while it ran.
-    pub cancelled: bool,
-}
-
-pub fn terminal(state: &str) -> bool {
-    !matches!(state, "PENDING" | "RUNNING" | "CONFIGURING" | "COMPLETING" | "SUSPENDED" | "REQUEUED")
-}
 
 /// Everything a run leaves to judge.
 pub struct Evidence<'a> {

@@ -1,0 +1,15 @@
+//! How a run's jobs ended, as the final read showed them.
+
+/// A job as the final read (after the faults healed and every job ended) showed it.
+#[derive(Clone, Debug)]
+pub struct Final {
+    pub id: u64,
+    pub name: String,
+    pub state: String,
+    /// Cancelled, or a cancel asked of it while it ran.
+    pub cancelled: bool,
+}
+
+pub fn terminal(state: &str) -> bool {
+    !matches!(state, "PENDING" | "RUNNING" | "CONFIGURING" | "COMPLETING" | "SUSPENDED" | "REQUEUED")
+}
