@@ -157,6 +157,7 @@ impl Cluster {
         let security = Arc::new(DevSecurity::create(&dir.join("security"))?);
         let addrs: Vec<String> = net.hosts[..replicas].iter().map(|h| format!("{}:{PORT}", h.ip)).collect();
         let faketime = FAKETIME_LIBS.iter().map(Path::new).find(|p| p.exists());
+        let slowdisk = build_slowdisk(dir)?;
         let mut cluster = Cluster {
             dir: dir.to_path_buf(),
             net,
@@ -166,16 +167,23 @@ impl Cluster {
             addrs: addrs.clone(),
             clocks: faketime.is_some(),
         };
+        let mut preload = vec![slowdisk.display().to_string()];
+        preload.extend(faketime.map(|p| p.display().to_string()));
         for i in 0..replicas {
             let id = i as u64 + 1;
             let config = dir.join(format!("r{id}.toml"));
-            std::fs::write(&config, controller_toml(dir, id, &addrs, agents, &security.controller_toml(id)?))?;
-            let mut env = vec![("RUST_LOG".to_string(), "info,openraft=warn".to_string())];
-            if let Some(lib) = faketime {
+            std::fs::write(&config, controller_toml(dir, id, &addrs, agents, &security.controller_toml(id)?, false))?;
+            let disk = cluster.disk_file(i);
+            std::fs::write(&disk, "0\n")?;
+            let mut env = vec![
+                ("RUST_LOG".to_string(), "info,openraft=warn".to_string()),
+                ("LD_PRELOAD".into(), preload.join(":")),
+                ("QUORUM_SLOWDISK_FILE".into(), disk.display().to_string()),
+            ];
+            if faketime.is_some() {
                 let clock = cluster.clock_file(i);
                 std::fs::write(&clock, "+0\n")?;
                 env.extend([
-                    ("LD_PRELOAD".into(), lib.display().to_string()),
                     ("FAKETIME_TIMESTAMP_FILE".into(), clock.display().to_string()),
                     ("FAKETIME_CACHE_DURATION".into(), "1".into()),
                     // Faking the monotonic clock hangs tokio's timers.
@@ -233,6 +241,16 @@ impl Cluster {
         self.dir.join(format!("clock-r{}", replica + 1))
     }
 
+    fn disk_file(&self, replica: usize) -> PathBuf {
+        self.dir.join(format!("disk-r{}", replica + 1))
+    }
+
+    /// Makes every sync of replica `i`'s disk take `ms` milliseconds longer (0: as fast as it is).
+    pub fn set_disk_delay(&self, i: usize, ms: u64) -> anyhow::Result<()> {
+        std::fs::write(self.disk_file(i), format!("{ms}\n"))?;
+        Ok(())
+    }
+
     pub fn daemon(&mut self, who: Who) -> &mut Daemon {
         match who {
             Who::Replica(i) => &mut self.replicas[i],
@@ -250,6 +268,21 @@ impl Cluster {
 
     pub fn restart(&mut self, who: Who) -> anyhow::Result<()> {
         self.daemon(who).spawn()
+    }
+
+    /// Replica `i` as a new machine in its place: its process killed, its disk wiped, and
+    /// started again with `join = true`, to be added with `AddReplica`.
+    pub fn replace_disk(&mut self, i: usize) -> anyhow::Result<()> {
+        let id = i as u64 + 1;
+        self.replicas[i].kill();
+        let data = self.dir.join(format!("r{id}"));
+        if data.exists() {
+            std::fs::remove_dir_all(&data)?;
+        }
+        let agents = self.agents.len();
+        let toml = controller_toml(&self.dir, id, &self.addrs, agents, &self.security.controller_toml(id)?, true);
+        std::fs::write(self.dir.join(format!("r{id}.toml")), toml)?;
+        self.replicas[i].spawn()
     }
 
     /// Moves replica `i`'s wall clock `offset` seconds from the host's (read within a second).
@@ -332,9 +365,25 @@ impl Drop for Cluster {
     }
 }
 
-fn controller_toml(dir: &Path, id: u64, addrs: &[String], agents: usize, security: &str) -> String {
+/// Compiles the slow-disk shim (`jepsen/slowdisk.c`, preloaded into each controller) into `dir`.
+fn build_slowdisk(dir: &Path) -> anyhow::Result<PathBuf> {
+    let source = dir.join("slowdisk.c");
+    let lib = dir.join("libslowdisk.so");
+    std::fs::write(&source, include_str!("../slowdisk.c"))?;
+    let out = Command::new("cc")
+        .args(["-shared", "-fPIC", "-O2", "-o"])
+        .arg(&lib)
+        .arg(&source)
+        .arg("-ldl")
+        .output()
+        .context("running cc to build the slow-disk shim (a C compiler, as cargo needs)")?;
+    anyhow::ensure!(out.status.success(), "building the slow-disk shim: {}", String::from_utf8_lossy(&out.stderr));
+    Ok(lib)
+}
+
+fn controller_toml(dir: &Path, id: u64, addrs: &[String], agents: usize, security: &str, join: bool) -> String {
     let mut text = format!(
-        "id = {id}\nlisten = \"{addr}\"\ndata_dir = \"{data}\"\n\
+        "id = {id}\nlisten = \"{addr}\"\ndata_dir = \"{data}\"\njoin = {join}\n\
          node_timeout_ms = {NODE_TIMEOUT_MS}\nagent_lease_ms = {AGENT_LEASE_MS}\n\
          # every job stays in the queue for the final reads\nmin_job_age_s = 86400\n",
         addr = addrs[id as usize - 1],

@@ -19,7 +19,7 @@ struct Args {
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
     time: Duration,
     /// Faults, comma-separated, or `all`: partition, one-way, isolate-leader, kill, kill-agent,
-    /// pause, clock, transfer, all-down; `none` for a run without faults.
+    /// pause, clock, transfer, all-down, membership, slow-disk; `none` for a run without faults.
     #[arg(long, default_value = "all")]
     nemesis: String,
     #[arg(long, default_value_t = 3)]

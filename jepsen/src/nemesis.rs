@@ -12,8 +12,19 @@ use crate::cluster::{Cluster, Who};
 use crate::rng::Rng;
 
 /// The kinds of fault `--nemesis` names.
-pub const KINDS: [&str; 9] =
-    ["partition", "one-way", "isolate-leader", "kill", "kill-agent", "pause", "clock", "transfer", "all-down"];
+pub const KINDS: [&str; 11] = [
+    "partition",
+    "one-way",
+    "isolate-leader",
+    "kill",
+    "kill-agent",
+    "pause",
+    "clock",
+    "transfer",
+    "all-down",
+    "membership",
+    "slow-disk",
+];
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum Fault {
@@ -45,6 +56,16 @@ pub enum Fault {
         to: usize,
     },
     AllDown,
+    /// Replica `replica` removed from the cluster, its disk wiped, and added back as a new
+    /// member when the fault heals.
+    Replace {
+        replica: usize,
+    },
+    /// Every sync of these replicas' disks made `ms` milliseconds slower.
+    SlowDisk {
+        replicas: Vec<usize>,
+        ms: u64,
+    },
 }
 
 #[derive(Clone, Debug)]
@@ -56,8 +77,11 @@ pub struct Step {
     pub faults: Vec<Fault>,
 }
 
-/// The run's faults: one at a time, sometimes two together, in the first `active` seconds.
-pub fn schedule(rng: &mut Rng, kinds: &[String], active: f64, replicas: usize, agents: usize) -> Vec<Step> {
+/// The run's faults over `time` seconds: one at a time, sometimes two together, beginning in
+/// the first 80% of it; the last lasts to the end, so that the run measures how soon the
+/// cluster serves again once it heals.
+pub fn schedule(rng: &mut Rng, kinds: &[String], time: f64, replicas: usize, agents: usize) -> Vec<Step> {
+    let active = time * 0.8;
     let mut steps = Vec::new();
     let mut at = 2.0 + rng.below(2000) as f64 / 1000.0;
     let hosts = replicas + agents;
@@ -99,8 +123,15 @@ pub fn schedule(rng: &mut Rng, kinds: &[String], active: f64, replicas: usize, a
                     Fault::Clock { replica: rng.below(replicas as u64) as usize, offset }
                 }
                 "transfer" => Fault::TransferLeader { to: rng.below(replicas as u64) as usize },
+                "membership" => Fault::Replace { replica: rng.below(replicas as u64) as usize },
+                "slow-disk" => {
+                    let k = if rng.chance(0.3) { replicas } else { 1 };
+                    Fault::SlowDisk { replicas: rng.subset(replicas, k), ms: rng.between(10, 300) }
+                }
                 "all-down" => {
-                    hold = 5.0 + rng.below(10_000) as f64 / 1000.0;
+                    // Longer runs hold every replica down for minutes.
+                    let longest = (active * 0.4).clamp(15.0, 180.0);
+                    hold = 5.0 + rng.below(((longest - 5.0) * 1000.0) as u64) as f64 / 1000.0;
                     Fault::AllDown
                 }
                 other => unreachable!("unknown nemesis {other} (checked when parsing)"),
@@ -112,6 +143,9 @@ pub fn schedule(rng: &mut Rng, kinds: &[String], active: f64, replicas: usize, a
         steps.push(Step { at, hold, faults });
         at += hold + 1.0 + rng.below(4000) as f64 / 1000.0;
     }
+    if let Some(last) = steps.last_mut() {
+        last.hold = last.hold.max(time - last.at);
+    }
     steps
 }
 
@@ -122,6 +156,22 @@ pub struct Active {
     killed: Vec<Who>,
     paused: Vec<Who>,
     clocks: Vec<usize>,
+    /// Replicas removed, to be added back.
+    removed: Vec<usize>,
+    slow: Vec<usize>,
+}
+
+/// Calls `f` through `client` (following the leader), giving up after `limit`.
+async fn admin<T, F, Fut>(client: &Client, limit: Duration, f: F) -> Result<T, String>
+where
+    F: FnMut(quorum_client::client::Api) -> Fut,
+    Fut: std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+{
+    match tokio::time::timeout(limit, client.call(f)).await {
+        Ok(Ok(r)) => Ok(r),
+        Ok(Err(s)) => Err(s.message().to_string()),
+        Err(_) => Err(format!("no answer within {limit:?}")),
+    }
 }
 
 async fn leader(cluster: &Cluster, client: &Client) -> Option<usize> {
@@ -217,6 +267,33 @@ pub async fn apply(
             active.clocks.push(*replica);
             format!("clock of r{} moved {offset:+}s", replica + 1)
         }
+        Fault::Replace { replica } => {
+            let id = *replica as u64 + 1;
+            let req = api::MembershipChangeRequest { id, ..Default::default() };
+            let removed = admin(client, Duration::from_secs(10), |mut cl| {
+                let req = req.clone();
+                async move { cl.remove_replica(req).await }
+            })
+            .await;
+            match removed {
+                Ok(_) => {
+                    cluster.replace_disk(*replica)?;
+                    active.removed.push(*replica);
+                    format!("membership: r{id} removed, its disk wiped, started to join again")
+                }
+                Err(e) => format!("membership: removing r{id} refused: {e}"),
+            }
+        }
+        Fault::SlowDisk { replicas, ms } => {
+            for r in replicas {
+                cluster.set_disk_delay(*r, *ms)?;
+                active.slow.push(*r);
+            }
+            format!(
+                "slow disk: each sync of {:?} {ms} ms slower",
+                replicas.iter().map(|r| format!("r{}", r + 1)).collect::<Vec<_>>()
+            )
+        }
         Fault::TransferLeader { to } => {
             let to_id = *to as u64 + 1;
             let req = api::TransferLeaderRequest { to: to_id, ..Default::default() };
@@ -239,8 +316,8 @@ pub async fn apply(
 }
 
 /// Undoes everything in force: the network whole, the dead restarted, the paused resumed,
-/// every clock true.
-pub fn heal(cluster: &mut Cluster, active: &mut Active) -> anyhow::Result<String> {
+/// every clock true, removed replicas added back (tried for up to a minute each).
+pub async fn heal(cluster: &mut Cluster, client: &Client, active: &mut Active) -> anyhow::Result<String> {
     let mut done = Vec::new();
     if !active.cut.is_empty() {
         active.cut.clear();
@@ -258,6 +335,30 @@ pub fn heal(cluster: &mut Cluster, active: &mut Active) -> anyhow::Result<String
     for r in active.clocks.drain(..) {
         cluster.set_clock(r, 0)?;
         done.push(format!("clock of r{} true", r + 1));
+    }
+    for r in active.slow.drain(..) {
+        cluster.set_disk_delay(r, 0)?;
+        done.push(format!("disk of r{} fast", r + 1));
+    }
+    for r in std::mem::take(&mut active.removed) {
+        let (id, addr) = (r as u64 + 1, cluster.addrs[r].clone());
+        let began = std::time::Instant::now();
+        let req = api::MembershipChangeRequest { id, addr, ..Default::default() };
+        let outcome = loop {
+            let added = admin(client, Duration::from_secs(30), |mut cl| {
+                let req = req.clone();
+                async move { cl.add_replica(req).await }
+            })
+            .await;
+            match added {
+                Ok(_) => break format!("r{id} added back after {:.1}s", began.elapsed().as_secs_f64()),
+                Err(e) if began.elapsed() > Duration::from_secs(60) => {
+                    anyhow::bail!("membership: r{id} could not be added back within a minute: {e}")
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
+            }
+        };
+        done.push(outcome);
     }
     Ok(done.join(", "))
 }

@@ -58,9 +58,13 @@ pub struct Workload {
     pool: Mutex<Pool>,
 }
 
-/// How long a short job runs, in ticks of 0.2 s.
+/// How long a short job runs, in ticks of 0.2 s: mostly under 3 s, some up to 12 s, long
+/// enough to outlast the node timeout while a fault cuts their node off.
 fn short_ticks(rng: &mut Rng) -> u64 {
-    rng.between(2, 15)
+    match rng.chance(0.3) {
+        true => rng.between(15, 60),
+        false => rng.between(2, 15),
+    }
 }
 
 impl Workload {
