@@ -332,14 +332,15 @@ impl Cluster {
     pub async fn wait_ready(&self, client: &Client, timeout: Duration) -> anyhow::Result<()> {
         let start = std::time::Instant::now();
         loop {
-            let nodes = tokio::time::timeout(
-                Duration::from_secs(2),
-                client.call(|mut cl| async move { cl.list_nodes(api::ListNodesRequest::default()).await }),
-            )
-            .await;
-            if let Ok(Ok(n)) = nodes {
-                if n.nodes.iter().filter(|n| n.connected).count() == self.agents.len() {
-                    return Ok(());
+            // Asked of each replica in turn (the leader knows which agents are connected).
+            for addr in &self.addrs {
+                let Ok(mut api) = client.replica(addr) else { continue };
+                let nodes =
+                    tokio::time::timeout(Duration::from_secs(2), api.list_nodes(api::ListNodesRequest::default())).await;
+                if let Ok(Ok(n)) = nodes {
+                    if n.into_inner().nodes.iter().filter(|n| n.connected).count() == self.agents.len() {
+                        return Ok(());
+                    }
                 }
             }
             anyhow::ensure!(

@@ -124,6 +124,23 @@ pub fn cleanup() {
         let _ = run("ip", &["netns", "del", ns], None);
     }
     let _ = Command::new("ip").args(["link", "del", BRIDGE]).stderr(Stdio::null()).status();
+    // A namespace's veth pair goes with it, but not at once: wait (2 s at most) until the
+    // harness's ends are gone, removing any left.
+    for _ in 0..20 {
+        let links = Command::new("ip").args(["-o", "link", "show"]).output().map(|o| o.stdout).unwrap_or_default();
+        let ours: Vec<String> = String::from_utf8_lossy(&links)
+            .lines()
+            .filter_map(|l| l.split(':').nth(1).map(|n| n.trim().split('@').next().unwrap_or("").to_string()))
+            .filter(|n| n.starts_with("qjv"))
+            .collect();
+        if ours.is_empty() {
+            return;
+        }
+        for link in ours {
+            let _ = Command::new("ip").args(["link", "del", &link]).stderr(Stdio::null()).status();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
 }
 
 /// For `Command::pre_exec`: moves the child into namespace `ns` before it runs.

@@ -72,7 +72,7 @@ pub fn check(events: &[Event], finals: &BTreeMap<u64, Final>, runs: &[Run]) -> V
                 if let (Some(id), Some((max, when))) = (submit_at.get(&at), answered_max) {
                     if *id <= max {
                         problems.push(format!(
-                            "ids: job {id} was submitted (event {at}) after job {max} was acknowledged (event {when}), with a lower id"
+                            "ids: job {id} was submitted (event {at}) after job {max} was acknowledged (event {when}), and got no higher id"
                         ));
                     }
                 }
