@@ -86,6 +86,10 @@ impl Daemon {
         Ok(())
     }
 
+    pub fn program(&self) -> &Path {
+        &self.program
+    }
+
     pub fn running(&self) -> bool {
         self.child.is_some()
     }
@@ -147,10 +151,19 @@ pub struct Cluster {
     pub addrs: Vec<String>,
     /// Whether replicas' wall clocks can be moved (libfaketime is installed).
     pub clocks: bool,
+    pub bins: Binaries,
+    /// The previous release's binaries, for the upgrade nemesis.
+    pub old: Option<Binaries>,
 }
 
 impl Cluster {
-    pub fn start(dir: &Path, bins: &Binaries, replicas: usize, agents: usize) -> anyhow::Result<Cluster> {
+    pub fn start(
+        dir: &Path,
+        bins: &Binaries,
+        old: Option<&Binaries>,
+        replicas: usize,
+        agents: usize,
+    ) -> anyhow::Result<Cluster> {
         let names: Vec<String> =
             (1..=replicas).map(|i| format!("r{i}")).chain((1..=agents).map(|i| format!("a{i}"))).collect();
         let net = Net::create(&names)?;
@@ -166,6 +179,8 @@ impl Cluster {
             agents: Vec::new(),
             addrs: addrs.clone(),
             clocks: faketime.is_some(),
+            bins: bins.clone(),
+            old: old.cloned(),
         };
         let mut preload = vec![slowdisk.display().to_string()];
         preload.extend(faketime.map(|p| p.display().to_string()));
@@ -270,6 +285,42 @@ impl Cluster {
         self.daemon(who).spawn()
     }
 
+    /// Stops `who` (SIGTERM, as an operator's upgrade does) and starts it again with the
+    /// previous release's binary (`old`) or this one; a replica is waited for until it answers
+    /// again (20 s at most). Says what it did.
+    pub async fn swap(&mut self, client: &Client, who: Who, old: bool) -> anyhow::Result<String> {
+        let bins = match (old, &self.old) {
+            (true, Some(o)) => o.clone(),
+            _ => self.bins.clone(),
+        };
+        let program = match who {
+            Who::Replica(_) => bins.controller,
+            Who::Agent(_) => bins.agent,
+        };
+        let d = self.daemon(who);
+        d.stop(Duration::from_secs(5)).await;
+        d.program = program;
+        d.spawn()?;
+        let what = format!("{} runs {}", d.name, d.program.display());
+        if let Who::Replica(i) = who {
+            let began = std::time::Instant::now();
+            while self.statuses(client).await[i].is_none() {
+                anyhow::ensure!(began.elapsed() < Duration::from_secs(20), "{what}, and does not answer within 20 s");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+        Ok(what)
+    }
+
+    /// Whether `who` runs the previous release.
+    pub fn runs_old(&self, who: Who) -> bool {
+        let d = match who {
+            Who::Replica(i) => &self.replicas[i],
+            Who::Agent(i) => &self.agents[i],
+        };
+        self.old.as_ref().is_some_and(|o| d.program == o.controller || d.program == o.agent)
+    }
+
     /// Replica `i` as a new machine in its place: its process killed, its disk wiped, and
     /// started again with `join = true`, to be added with `AddReplica`.
     pub fn replace_disk(&mut self, i: usize) -> anyhow::Result<()> {
@@ -300,8 +351,12 @@ impl Cluster {
     /// Each replica's status, `None` where it does not answer within a second.
     pub async fn statuses(&self, client: &Client) -> Vec<Option<api::ReplicaStatus>> {
         let mut out = Vec::new();
+        // A fresh connection each time: a replica that restarted refuses a credential its
+        // munged has seen, which an older connection would present again.
+        let _ = client;
         for addr in &self.addrs {
-            let status = match client.replica(addr) {
+            let fresh = Client::new(vec![addr.clone()], self.security.client());
+            let status = match fresh.and_then(|c| c.replica(addr)) {
                 Ok(mut api) => tokio::time::timeout(
                     Duration::from_secs(1),
                     api.get_replica_status(api::ReplicaStatusRequest::default()),
@@ -329,14 +384,16 @@ impl Cluster {
     }
 
     /// Waits until a replica leads and every agent is connected to it.
-    pub async fn wait_ready(&self, client: &Client, timeout: Duration) -> anyhow::Result<()> {
+    pub async fn wait_ready(&self, timeout: Duration) -> anyhow::Result<()> {
         let start = std::time::Instant::now();
         loop {
             // Asked of each replica in turn (the leader knows which agents are connected).
             for addr in &self.addrs {
-                let Ok(mut api) = client.replica(addr) else { continue };
+                let fresh = Client::new(vec![addr.clone()], self.security.client());
+                let Ok(mut api) = fresh.and_then(|c| c.replica(addr)) else { continue };
                 let nodes =
-                    tokio::time::timeout(Duration::from_secs(2), api.list_nodes(api::ListNodesRequest::default())).await;
+                    tokio::time::timeout(Duration::from_secs(2), api.list_nodes(api::ListNodesRequest::default()))
+                        .await;
                 if let Ok(Ok(n)) = nodes {
                     if n.into_inner().nodes.iter().filter(|n| n.connected).count() == self.agents.len() {
                         return Ok(());

@@ -19,7 +19,8 @@ struct Args {
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
     time: Duration,
     /// Faults, comma-separated, or `all`: partition, one-way, isolate-leader, kill, kill-agent,
-    /// pause, clock, transfer, all-down, membership, slow-disk; `none` for a run without faults.
+    /// pause, clock, transfer, all-down, membership, slow-disk, upgrade; `none` for a run
+    /// without faults.
     #[arg(long, default_value = "all")]
     nemesis: String,
     #[arg(long, default_value_t = 3)]
@@ -36,6 +37,11 @@ struct Args {
     /// Where quorum-controller and quorum-agent are (default: beside this program).
     #[arg(long)]
     bin_dir: Option<PathBuf>,
+    /// The previous release's quorum-controller and quorum-agent (`jepsen/build-old TAG`
+    /// builds them): the upgrade nemesis rolls the cluster onto them and back. Without it, the
+    /// upgrade nemesis restarts each daemon on this release.
+    #[arg(long)]
+    old_bin_dir: Option<PathBuf>,
     #[arg(long)]
     keep: bool,
     /// Runs this many seeds one after another (seed, seed+1, ...), one line each.
@@ -102,6 +108,13 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let old_bins = match args.old_bin_dir.as_deref().map(Binaries::in_dir).transpose() {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("quorum-jepsen: --old-bin-dir: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let first = args.seed.unwrap_or_else(|| {
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(1)
     });
@@ -122,6 +135,7 @@ async fn main() -> ExitCode {
             workers: args.workers,
             dir: dir.clone(),
             bins: bins.clone(),
+            old_bins: old_bins.clone(),
         };
         eprintln!(
             "quorum-jepsen: seed {seed}, {}s, nemesis {}, in {}",

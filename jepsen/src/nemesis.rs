@@ -12,7 +12,7 @@ use crate::cluster::{Cluster, Who};
 use crate::rng::Rng;
 
 /// The kinds of fault `--nemesis` names.
-pub const KINDS: [&str; 11] = [
+pub const KINDS: [&str; 12] = [
     "partition",
     "one-way",
     "isolate-leader",
@@ -24,6 +24,7 @@ pub const KINDS: [&str; 11] = [
     "all-down",
     "membership",
     "slow-disk",
+    "upgrade",
 ];
 
 #[derive(Clone, Debug, PartialEq)]
@@ -60,6 +61,13 @@ pub enum Fault {
     /// member when the fault heals.
     Replace {
         replica: usize,
+    },
+    /// A rolling restart of these replicas, one by one in this order (and of each agent when
+    /// `agents`), onto the previous release's binaries when the run has them; back to this
+    /// release when it heals.
+    Upgrade {
+        order: Vec<usize>,
+        agents: bool,
     },
     /// Every sync of these replicas' disks made `ms` milliseconds slower.
     SlowDisk {
@@ -124,6 +132,16 @@ pub fn schedule(rng: &mut Rng, kinds: &[String], time: f64, replicas: usize, age
                 }
                 "transfer" => Fault::TransferLeader { to: rng.below(replicas as u64) as usize },
                 "membership" => Fault::Replace { replica: rng.below(replicas as u64) as usize },
+                "upgrade" => {
+                    // Some replicas, or all, in a random order: a mixed cluster while it lasts.
+                    let k = rng.between(1, replicas as u64) as usize;
+                    let mut order = rng.subset(replicas, k);
+                    order.rotate_left(rng.below(k as u64) as usize);
+                    if rng.chance(0.5) {
+                        order.reverse();
+                    }
+                    Fault::Upgrade { order, agents: rng.chance(0.5) }
+                }
                 "slow-disk" => {
                     let k = if rng.chance(0.3) { replicas } else { 1 };
                     Fault::SlowDisk { replicas: rng.subset(replicas, k), ms: rng.between(10, 300) }
@@ -159,6 +177,7 @@ pub struct Active {
     /// Replicas removed, to be added back.
     removed: Vec<usize>,
     slow: Vec<usize>,
+    upgraded: Vec<Who>,
 }
 
 /// Calls `f` through `client` (following the leader), giving up after `limit`.
@@ -284,6 +303,22 @@ pub async fn apply(
                 Err(e) => format!("membership: removing r{id} refused: {e}"),
             }
         }
+        Fault::Upgrade { order, agents } => {
+            let mut done = Vec::new();
+            let whos = order.iter().map(|r| Who::Replica(*r));
+            let whos: Vec<Who> = match agents {
+                true => whos.chain((0..cluster.agents.len()).map(Who::Agent)).collect(),
+                false => whos.collect(),
+            };
+            for who in whos {
+                done.push(cluster.swap(client, who, true).await?);
+                if cluster.runs_old(who) {
+                    active.upgraded.push(who);
+                }
+            }
+            let kind = if cluster.old.is_some() { "rolling downgrade" } else { "rolling restart" };
+            format!("{kind}: {}", done.join(", "))
+        }
         Fault::SlowDisk { replicas, ms } => {
             for r in replicas {
                 cluster.set_disk_delay(*r, *ms)?;
@@ -335,6 +370,10 @@ pub async fn heal(cluster: &mut Cluster, client: &Client, active: &mut Active) -
     for r in active.clocks.drain(..) {
         cluster.set_clock(r, 0)?;
         done.push(format!("clock of r{} true", r + 1));
+    }
+    // Back to this release, one at a time, as a rolling upgrade.
+    for who in std::mem::take(&mut active.upgraded) {
+        done.push(cluster.swap(client, who, false).await?);
     }
     for r in active.slow.drain(..) {
         cluster.set_disk_delay(r, 0)?;

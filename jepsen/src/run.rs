@@ -31,6 +31,8 @@ pub struct Options {
     pub workers: usize,
     pub dir: PathBuf,
     pub bins: Binaries,
+    /// The previous release's, for the upgrade nemesis.
+    pub old_bins: Option<Binaries>,
 }
 
 #[derive(Debug)]
@@ -68,9 +70,9 @@ pub async fn run(opts: &Options) -> anyhow::Result<Verdict> {
     std::fs::create_dir_all(&opts.dir)?;
     let runs_dir = opts.dir.join("runs");
     std::fs::create_dir_all(&runs_dir)?;
-    let mut cluster = Cluster::start(&opts.dir, &opts.bins, opts.replicas, opts.agents)?;
+    let mut cluster = Cluster::start(&opts.dir, &opts.bins, opts.old_bins.as_ref(), opts.replicas, opts.agents)?;
     let client = cluster.client()?;
-    cluster.wait_ready(&client, Duration::from_secs(60)).await?;
+    cluster.wait_ready(Duration::from_secs(60)).await?;
 
     let rng = Rng::new(opts.seed);
     let time = opts.time.as_secs_f64();
