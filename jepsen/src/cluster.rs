@@ -288,7 +288,7 @@ impl Cluster {
     /// Stops `who` (SIGTERM, as an operator's upgrade does) and starts it again with the
     /// previous release's binary (`old`) or this one; a replica is waited for until it answers
     /// again (20 s at most). Says what it did.
-    pub async fn swap(&mut self, client: &Client, who: Who, old: bool) -> anyhow::Result<String> {
+    pub async fn swap(&mut self, who: Who, old: bool) -> anyhow::Result<String> {
         let bins = match (old, &self.old) {
             (true, Some(o)) => o.clone(),
             _ => self.bins.clone(),
@@ -304,7 +304,7 @@ impl Cluster {
         let what = format!("{} runs {}", d.name, d.program.display());
         if let Who::Replica(i) = who {
             let began = std::time::Instant::now();
-            while self.statuses(client).await[i].is_none() {
+            while self.statuses().await[i].is_none() {
                 anyhow::ensure!(began.elapsed() < Duration::from_secs(20), "{what}, and does not answer within 20 s");
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
@@ -349,11 +349,10 @@ impl Cluster {
     }
 
     /// Each replica's status, `None` where it does not answer within a second.
-    pub async fn statuses(&self, client: &Client) -> Vec<Option<api::ReplicaStatus>> {
+    pub async fn statuses(&self) -> Vec<Option<api::ReplicaStatus>> {
         let mut out = Vec::new();
         // A fresh connection each time: a replica that restarted refuses a credential its
         // munged has seen, which an older connection would present again.
-        let _ = client;
         for addr in &self.addrs {
             let fresh = Client::new(vec![addr.clone()], self.security.client());
             let status = match fresh.and_then(|c| c.replica(addr)) {
@@ -373,8 +372,8 @@ impl Cluster {
     }
 
     /// The replica that says it leads, with the highest term among those that answer.
-    pub async fn leader(&self, client: &Client) -> Option<usize> {
-        self.statuses(client)
+    pub async fn leader(&self) -> Option<usize> {
+        self.statuses()
             .await
             .iter()
             .enumerate()
@@ -437,6 +436,20 @@ fn build_slowdisk(dir: &Path) -> anyhow::Result<PathBuf> {
         .context("running cc to build the slow-disk shim (a C compiler, as cargo needs)")?;
     anyhow::ensure!(out.status.success(), "building the slow-disk shim: {}", String::from_utf8_lossy(&out.stderr));
     Ok(lib)
+}
+
+/// Calls `f` through `client` (following the leader), giving up after `limit`; the error is
+/// the replica's message, or that none answered in time.
+pub async fn within<T, F, Fut>(client: &Client, limit: Duration, f: F) -> Result<T, String>
+where
+    F: FnMut(quorum_client::client::Api) -> Fut,
+    Fut: std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+{
+    match tokio::time::timeout(limit, client.call(f)).await {
+        Ok(Ok(r)) => Ok(r),
+        Ok(Err(s)) => Err(s.message().to_string()),
+        Err(_) => Err(format!("no answer within {limit:?}")),
+    }
 }
 
 fn controller_toml(dir: &Path, id: u64, addrs: &[String], agents: usize, security: &str, join: bool) -> String {

@@ -8,7 +8,7 @@ use std::time::Duration;
 use quorum_client::client::Client;
 use quorum_proto::api;
 
-use crate::cluster::{Cluster, Who};
+use crate::cluster::{within, Cluster, Who};
 use crate::rng::Rng;
 
 /// The kinds of fault `--nemesis` names.
@@ -180,22 +180,9 @@ pub struct Active {
     upgraded: Vec<Who>,
 }
 
-/// Calls `f` through `client` (following the leader), giving up after `limit`.
-async fn admin<T, F, Fut>(client: &Client, limit: Duration, f: F) -> Result<T, String>
-where
-    F: FnMut(quorum_client::client::Api) -> Fut,
-    Fut: std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
-{
-    match tokio::time::timeout(limit, client.call(f)).await {
-        Ok(Ok(r)) => Ok(r),
-        Ok(Err(s)) => Err(s.message().to_string()),
-        Err(_) => Err(format!("no answer within {limit:?}")),
-    }
-}
-
-async fn leader(cluster: &Cluster, client: &Client) -> Option<usize> {
+async fn leader(cluster: &Cluster) -> Option<usize> {
     for _ in 0..10 {
-        if let Some(l) = cluster.leader(client).await {
+        if let Some(l) = cluster.leader().await {
             return Some(l);
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -240,7 +227,7 @@ pub async fn apply(
             "partition: replicas in a ring, each hearing its neighbours".into()
         }
         Fault::IsolateLeader => {
-            let Some(l) = leader(cluster, client).await else { return Ok("isolate-leader: no leader".into()) };
+            let Some(l) = leader(cluster).await else { return Ok("isolate-leader: no leader".into()) };
             let rest: Vec<usize> = (0..hosts).filter(|h| *h != l).collect();
             both_ways(&[l], &rest, &mut active.cut);
             cluster.net.block(&active.cut)?;
@@ -273,7 +260,7 @@ pub async fn apply(
             format!("SIGSTOP {:?}", who.iter().map(|w| cluster.daemon(*w).name.clone()).collect::<Vec<_>>())
         }
         Fault::PauseLeader => {
-            let Some(l) = leader(cluster, client).await else { return Ok("pause-leader: no leader".into()) };
+            let Some(l) = leader(cluster).await else { return Ok("pause-leader: no leader".into()) };
             cluster.daemon(Who::Replica(l)).pause();
             active.paused.push(Who::Replica(l));
             format!("SIGSTOP leader r{}", l + 1)
@@ -289,7 +276,7 @@ pub async fn apply(
         Fault::Replace { replica } => {
             let id = *replica as u64 + 1;
             let req = api::MembershipChangeRequest { id, ..Default::default() };
-            let removed = admin(client, Duration::from_secs(10), |mut cl| {
+            let removed = within(client, Duration::from_secs(10), |mut cl| {
                 let req = req.clone();
                 async move { cl.remove_replica(req).await }
             })
@@ -311,7 +298,7 @@ pub async fn apply(
                 false => whos.collect(),
             };
             for who in whos {
-                done.push(cluster.swap(client, who, true).await?);
+                done.push(cluster.swap(who, true).await?);
                 if cluster.runs_old(who) {
                     active.upgraded.push(who);
                 }
@@ -332,18 +319,14 @@ pub async fn apply(
         Fault::TransferLeader { to } => {
             let to_id = *to as u64 + 1;
             let req = api::TransferLeaderRequest { to: to_id, ..Default::default() };
-            let answer = tokio::time::timeout(
-                Duration::from_secs(5),
-                client.call(|mut cl| {
-                    let req = req.clone();
-                    async move { cl.transfer_leader(req).await }
-                }),
-            )
+            let answer = within(client, Duration::from_secs(5), |mut cl| {
+                let req = req.clone();
+                async move { cl.transfer_leader(req).await }
+            })
             .await;
             match answer {
-                Ok(Ok(r)) => format!("leadership to r{to_id}: r{} leads", r.leader),
-                Ok(Err(s)) => format!("leadership to r{to_id}: refused: {}", s.message()),
-                Err(_) => format!("leadership to r{to_id}: no answer in 5 s"),
+                Ok(r) => format!("leadership to r{to_id}: r{} leads", r.leader),
+                Err(e) => format!("leadership to r{to_id}: {e}"),
             }
         }
     };
@@ -373,7 +356,7 @@ pub async fn heal(cluster: &mut Cluster, client: &Client, active: &mut Active) -
     }
     // Back to this release, one at a time, as a rolling upgrade.
     for who in std::mem::take(&mut active.upgraded) {
-        done.push(cluster.swap(client, who, false).await?);
+        done.push(cluster.swap(who, false).await?);
     }
     for r in active.slow.drain(..) {
         cluster.set_disk_delay(r, 0)?;
@@ -384,7 +367,7 @@ pub async fn heal(cluster: &mut Cluster, client: &Client, active: &mut Active) -
         let began = std::time::Instant::now();
         let req = api::MembershipChangeRequest { id, addr, ..Default::default() };
         let outcome = loop {
-            let added = admin(client, Duration::from_secs(30), |mut cl| {
+            let added = within(client, Duration::from_secs(30), |mut cl| {
                 let req = req.clone();
                 async move { cl.add_replica(req).await }
             })

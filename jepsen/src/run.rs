@@ -10,7 +10,7 @@ use quorum_client::client::Client;
 use quorum_proto::api;
 
 use crate::checker::{self, terminal, Evidence, Final};
-use crate::cluster::{Binaries, Cluster, AGENT_CPUS};
+use crate::cluster::{within, Binaries, Cluster, AGENT_CPUS};
 use crate::history::{self, now_s, Op, Outcome, Recorder};
 use crate::nemesis::{self, Active};
 use crate::rng::Rng;
@@ -122,14 +122,22 @@ pub async fn run(opts: &Options) -> anyhow::Result<Verdict> {
         let spec = workload.job_spec(&name, 1, false, false, 0);
         let op = Op::Submit { name, held: false, requeue: false, gpus: 0, long: false };
         recorder.invoke(process, op);
-        let answer = tokio::time::timeout(Duration::from_secs(5), submit(&client, spec)).await;
+        let req = api::SubmitJobRequest {
+            spec: Some(spec),
+            request_id: format!("jepsen-probe-{}", uuid::Uuid::new_v4()),
+            ..Default::default()
+        };
+        let answer = within(&client, Duration::from_secs(5), |mut cl| {
+            let req = req.clone();
+            async move { cl.submit_job(req).await }
+        })
+        .await;
         match answer {
-            Ok(Ok(job)) => {
-                recorder.complete(process, Outcome::Submitted { job });
-                break Some(job);
+            Ok(r) => {
+                recorder.complete(process, Outcome::Submitted { job: r.job_id });
+                break Some(r.job_id);
             }
-            Ok(Err(e)) => recorder.complete(process, Outcome::Unknown { error: e.to_string() }),
-            Err(_) => recorder.complete(process, Outcome::Unknown { error: "no answer in 5 s".into() }),
+            Err(error) => recorder.complete(process, Outcome::Unknown { error }),
         }
         process += 1;
         if healed.elapsed() > RECOVERY_BOUND {
@@ -266,39 +274,16 @@ async fn sleep_until(began: Instant, at: f64) {
     tokio::time::sleep_until(target.into()).await;
 }
 
-async fn submit(client: &Client, spec: api::JobSpec) -> Result<u64, tonic::Status> {
-    let req = api::SubmitJobRequest {
-        spec: Some(spec),
-        request_id: format!("jepsen-probe-{}", uuid::Uuid::new_v4()),
-        ..Default::default()
-    };
-    client
-        .call(|mut cl| {
-            let req = req.clone();
-            async move { cl.submit_job(req).await }
-        })
-        .await
-        .map(|r| r.job_id)
-}
-
 async fn cancel(client: &Client, job: u64) -> Outcome {
     let req = api::CancelJobRequest { job_ids: vec![job], ..Default::default() };
-    let answer = tokio::time::timeout(
-        Duration::from_secs(10),
-        client.call(|mut cl| {
-            let req = req.clone();
-            async move { cl.cancel_job(req).await }
-        }),
-    )
+    let answer = within(client, Duration::from_secs(10), |mut cl| {
+        let req = req.clone();
+        async move { cl.cancel_job(req).await }
+    })
     .await;
     match answer {
-        Ok(Ok(r)) => match r.results.into_iter().next() {
-            Some(r) if r.ok => Outcome::Cancelled { was_running: r.was_running },
-            Some(r) => Outcome::Refused { reason: r.error },
-            None => Outcome::Unknown { error: "no result".into() },
-        },
-        Ok(Err(s)) => Outcome::Unknown { error: s.message().to_string() },
-        Err(_) => Outcome::Unknown { error: "no answer in 10 s".into() },
+        Ok(r) => crate::workload::per_job(r.results, true),
+        Err(error) => Outcome::Unknown { error },
     }
 }
 

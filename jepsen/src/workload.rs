@@ -266,7 +266,7 @@ pub fn seen(j: &api::JobInfo) -> Seen {
     }
 }
 
-fn per_job(results: Vec<api::CancelResult>, cancel: bool) -> Outcome {
+pub(crate) fn per_job(results: Vec<api::CancelResult>, cancel: bool) -> Outcome {
     match results.into_iter().next() {
         Some(r) if r.ok && cancel => Outcome::Cancelled { was_running: r.was_running },
         Some(r) if r.ok => Outcome::Done,

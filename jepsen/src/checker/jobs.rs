@@ -35,7 +35,7 @@ pub fn check(events: &[Event], finals: &BTreeMap<u64, Final>, runs: &[Run]) -> V
         Ok(p) => p,
         Err(e) => return vec![format!("jobs: malformed history: {e}")],
     };
-    let mut names: BTreeMap<&str, Option<u64>> = BTreeMap::new();
+    let mut names: BTreeSet<&str> = BTreeSet::new();
     let mut by_id: BTreeMap<u64, &str> = BTreeMap::new();
     for p in &pairs {
         let Op::Submit { name, .. } = &p.op else { continue };
@@ -43,7 +43,7 @@ pub fn check(events: &[Event], finals: &BTreeMap<u64, Final>, runs: &[Run]) -> V
             Some((_, Outcome::Submitted { job })) => Some(*job),
             _ => None,
         };
-        names.insert(name, id);
+        names.insert(name);
         let Some(id) = id else { continue };
         if let Some(other) = by_id.insert(id, name) {
             problems.push(format!("ids: submits '{other}' and '{name}' were both answered job {id}"));
@@ -88,7 +88,7 @@ pub fn check(events: &[Event], finals: &BTreeMap<u64, Final>, runs: &[Run]) -> V
     // Each submit made one job at most, and every job was some client's.
     let mut seen_names: BTreeMap<&str, u64> = BTreeMap::new();
     for f in finals.values() {
-        if !names.contains_key(f.name.as_str()) {
+        if !names.contains(f.name.as_str()) {
             problems.push(format!("phantom: job {} ('{}') was never submitted", f.id, f.name));
         }
         if let Some(other) = seen_names.insert(&f.name, f.id) {
