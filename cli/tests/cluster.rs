@@ -68,7 +68,7 @@ async fn cancel_kills_every_process_of_the_job() {
     .await;
     assert!(group_alive(pgid));
     let r = cancel(&c, id).await;
-    assert!(r.results[0].ok, "{:?}", r.results);
+    assert!(r.results[0].ok && r.results[0].was_running, "{:?}", r.results);
     let j = wait_state(&c, id, &["CANCELLED", "COMPLETED", "FAILED"], T).await;
     assert_eq!(j.state, "CANCELLED");
     wait_for(Duration::from_secs(5), "every process of the job to be gone", || async {
@@ -79,6 +79,14 @@ async fn cancel_kills_every_process_of_the_job() {
     // Cancelling it again is refused with the reason.
     let r = cancel(&c, id).await;
     assert!(!r.results[0].ok && r.results[0].error.contains("already finished"), "{:?}", r.results);
+
+    // A pending job's cancel says it was not running: it is CANCELLED at once.
+    let mut held = spec(&["true"], dir.path());
+    held.hold = true;
+    let pending = submit(&c, held).await;
+    let r = cancel(&c, pending).await;
+    assert!(r.results[0].ok && !r.results[0].was_running, "{:?}", r.results);
+    assert_eq!(job(&c, pending).await.state, "CANCELLED");
     cluster.shutdown().await;
 }
 
