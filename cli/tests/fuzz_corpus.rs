@@ -15,13 +15,15 @@ type Target = (&'static str, fn(&[u8]));
 #[test]
 fn every_kept_fuzz_input_passes_its_target() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus");
-    let all: [Target; 6] = [
+    let all: [Target; 8] = [
         ("hostlist", targets::hostlist),
         ("times_and_sizes", targets::times_and_sizes),
         ("job_options", targets::job_options),
         ("batch_script", targets::batch_script),
         ("raft_command", targets::raft_command),
         ("swf", targets::swf),
+        ("controller_config", targets::controller_config),
+        ("submit_request", targets::submit_request),
     ];
     for (name, run) in all {
         let dir = root.join(name);

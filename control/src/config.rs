@@ -650,8 +650,14 @@ impl ClusterSettings {
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
         let name = path.display().to_string();
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: name.clone(), source })?;
+        Self::parse(&name, &text)
+    }
+
+    /// [`ClusterSettings::load`] of a file's text; `name` names it in errors.
+    pub fn parse(name: &str, text: &str) -> Result<Self, ConfigError> {
+        let name = name.to_string();
         let mut table: toml::Table =
-            toml::from_str(&text).map_err(|e| ConfigError::Parse { path: name.clone(), message: e.to_string() })?;
+            toml::from_str(text).map_err(|e| ConfigError::Parse { path: name.clone(), message: e.to_string() })?;
         table.entry("id").or_insert(toml::Value::Integer(1));
         table.entry("listen").or_insert(toml::Value::String("127.0.0.1:0".into()));
         table.entry("data_dir").or_insert(toml::Value::String(String::new()));
@@ -671,8 +677,13 @@ impl ControllerConfig {
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
         let text = std::fs::read_to_string(path)
             .map_err(|source| ConfigError::Read { path: path.display().to_string(), source })?;
-        let config: ControllerConfig = toml::from_str(&text)
-            .map_err(|e| ConfigError::Parse { path: path.display().to_string(), message: e.to_string() })?;
+        Self::parse(&path.display().to_string(), &text)
+    }
+
+    /// A config file's text, read and validated; `name` names it in errors.
+    pub fn parse(name: &str, text: &str) -> Result<Self, ConfigError> {
+        let config: ControllerConfig =
+            toml::from_str(text).map_err(|e| ConfigError::Parse { path: name.to_string(), message: e.to_string() })?;
         config.validate()?;
         Ok(config)
     }

@@ -96,7 +96,7 @@ pub async fn run(opts: &Options) -> anyhow::Result<Verdict> {
         for f in &step.faults {
             let what = nemesis::apply(&mut cluster, &client, f, &mut active).await?;
             recorder.nemesis(what.clone());
-            faults.push(what);
+            faults.push(format!("{what} (from {:.1} s, for {:.1} s)", step.at, step.hold));
         }
         // The last fault lasts until the clients stop.
         if step.at + step.hold < time - 0.001 {

@@ -11,12 +11,29 @@ pub struct HostlistError {
     pub reason: String,
 }
 
-const MAX_EXPANDED: usize = 1_000_000;
+/// The most names an expression may expand to.
+pub const MAX_EXPANDED: usize = 1_000_000;
+
+/// The most bytes of names per name allowed (on average): a million short names expand, a
+/// million long ones do not, so that a short expression cannot ask for gigabytes.
+const BYTES_PER_NAME: usize = 16;
 
 /// Expands a comma-separated hostlist expression such as `a[1-3],b07,c[08-10]`.
 pub fn expand(expr: &str) -> Result<Vec<String>, HostlistError> {
+    expand_at_most(expr, MAX_EXPANDED)
+}
+
+/// [`expand`], refusing an expression that names more than `max_names` hosts or more than 16
+/// bytes a name in all. (The fuzz target uses a small bound, so that each input costs little.)
+pub fn expand_at_most(expr: &str, max_names: usize) -> Result<Vec<String>, HostlistError> {
     let err = |reason: &str| HostlistError { expr: expr.to_string(), reason: reason.to_string() };
+    let max_bytes = max_names.saturating_mul(BYTES_PER_NAME);
+    let too_many = || match max_names {
+        MAX_EXPANDED => err("expands to more than a million names"),
+        n => err(&format!("expands to more than {n} names")),
+    };
     let mut out = Vec::new();
+    let mut bytes = 0usize;
     for item in split_top_level(expr).map_err(|r| err(&r))? {
         let item = item.trim();
         if item.is_empty() {
@@ -27,6 +44,10 @@ pub fn expand(expr: &str) -> Result<Vec<String>, HostlistError> {
                 if item.contains(']') {
                     return Err(err("']' without '['"));
                 }
+                if out.len() >= max_names {
+                    return Err(too_many());
+                }
+                bytes += item.len();
                 out.push(item.to_string());
             }
             Some(open) => {
@@ -47,11 +68,22 @@ pub fn expand(expr: &str) -> Result<Vec<String>, HostlistError> {
                     if hi_n < lo_n {
                         return Err(err(&format!("range '{range}' runs backwards")));
                     }
-                    if (hi_n - lo_n) as usize + out.len() > MAX_EXPANDED {
-                        return Err(err("expands to more than a million names"));
+                    // `hi - lo` may be near u64::MAX: compared, never added to.
+                    if hi_n - lo_n >= (max_names - out.len().min(max_names)) as u64 {
+                        return Err(too_many());
+                    }
+                    // Each name is at least this long; the number's digits come on top.
+                    let fixed = prefix.len() + suffix.len() + width;
+                    if ((hi_n - lo_n + 1) as usize).saturating_mul(fixed).saturating_add(bytes) > max_bytes {
+                        return Err(err(&format!("expands to more than {max_bytes} bytes of names")));
                     }
                     for n in lo_n..=hi_n {
-                        out.push(format!("{prefix}{n:0width$}{suffix}"));
+                        let name = format!("{prefix}{n:0width$}{suffix}");
+                        bytes += name.len();
+                        out.push(name);
+                    }
+                    if bytes > max_bytes {
+                        return Err(err(&format!("expands to more than {max_bytes} bytes of names")));
                     }
                 }
             }
@@ -199,6 +231,24 @@ mod tests {
         }
         let e = expand("gpu[3-1]").unwrap_err();
         assert!(e.to_string().contains("runs backwards"), "{e}");
+    }
+
+    #[test]
+    fn bounds_what_an_expression_expands_to() {
+        // A million short names expand; one more does not, nor does a range that reaches
+        // u64::MAX after another name (its size once overflowed the count).
+        assert_eq!(expand("x[0-999999]").unwrap().len(), MAX_EXPANDED);
+        for huge in ["x[0-1000000]", "a,x[0-999999]", "a,x[0-18446744073709551615]", "x[0-18446744073709551615]"] {
+            let e = expand(huge).unwrap_err();
+            assert!(e.to_string().contains("more than a million names"), "{huge}: {e}");
+        }
+        // A long prefix would make a million names gigabytes.
+        let long = format!("{}[0-99999]", "n".repeat(200));
+        let e = expand(&long).unwrap_err();
+        assert!(e.to_string().contains("bytes of names"), "{e}");
+        assert_eq!(expand_at_most("n[1-3],m", 4).unwrap().len(), 4);
+        assert!(expand_at_most("n[1-3],m,k", 4).unwrap_err().to_string().contains("more than 4 names"));
+        assert!(expand_at_most("k,n[1-4]", 4).is_err());
     }
 
     #[test]
