@@ -19,7 +19,7 @@ command -v c++ >/dev/null 2>&1 || need+=(g++)
 [ -x /usr/sbin/munged ] || need+=(munge)
 [ -e /usr/include/munge.h ] || need+=(libmunge-dev)
 command -v make >/dev/null 2>&1 || need+=(make)
-# The tests drive Quorum with submitit from PyPI, in a virtual environment (scripts/submitit-venv.sh).
+# The tests drive Quorum with Python clients from PyPI, in virtual environments (scripts/pypi-venv.sh).
 command -v python3 >/dev/null 2>&1 || need+=(python3)
 python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || need+=(python3-venv)
 # quorum-dbd's tests start a PostgreSQL server of their own (Debian: /usr/lib/postgresql/N/bin).
@@ -29,6 +29,8 @@ compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || command -v initdb >/
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
 command -v nft >/dev/null 2>&1 || command -v /usr/sbin/nft >/dev/null 2>&1 || need+=(nftables)
 compgen -G '/usr/lib/*-linux-gnu/faketime/libfaketimeMT.so.1' >/dev/null || need+=(faketime)
+# The tests scrape the controllers' /metrics with curl, as an operator would.
+command -v curl >/dev/null 2>&1 || need+=(curl)
 if [ ${#need[@]} -eq 0 ]; then
   exit 0
 fi

@@ -46,8 +46,14 @@ impl TlsFiles {
     }
 
     /// A server configuration: our certificate, and client certificates of the CA verified when
-    /// presented (a user's client has none; its requests carry a credential instead).
+    /// presented (a user's client has none; its requests carry a credential instead). gRPC speaks
+    /// HTTP/2 only.
     pub fn server_config(&self) -> anyhow::Result<Arc<ServerConfig>> {
+        self.server_config_for(&[b"h2"])
+    }
+
+    /// [`TlsFiles::server_config`], offering the application protocols `alpn`.
+    fn server_config_for(&self, alpn: &[&[u8]]) -> anyhow::Result<Arc<ServerConfig>> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let mut roots = rustls::RootCertStore::empty();
         for ca in read_certs(&self.ca)? {
@@ -60,7 +66,7 @@ impl TlsFiles {
             .with_safe_default_protocol_versions()?
             .with_client_cert_verifier(verifier)
             .with_single_cert(read_certs(&self.cert)?, read_key(&self.key)?)?;
-        config.alpn_protocols = vec![b"h2".to_vec()];
+        config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
         Ok(Arc::new(config))
     }
 
@@ -75,14 +81,26 @@ impl TlsFiles {
 /// second, when a connection comes): certificates are renewed without a restart.
 pub struct ServerTls {
     files: TlsFiles,
+    alpn: &'static [&'static [u8]],
     current: Mutex<(Arc<ServerConfig>, [Option<SystemTime>; 3], Instant)>,
 }
 
 impl ServerTls {
+    /// For gRPC: HTTP/2.
     pub fn load(files: TlsFiles) -> anyhow::Result<ServerTls> {
-        let config = files.server_config()?;
+        Self::load_for(files, &[b"h2"])
+    }
+
+    /// For the HTTP port: HTTP/2 and HTTP/1.1 (browsers, `curl`, Prometheus and Python clients
+    /// may offer either; a client offering only HTTP/1.1 is refused by an HTTP/2-only server).
+    pub fn load_http(files: TlsFiles) -> anyhow::Result<ServerTls> {
+        Self::load_for(files, &[b"h2", b"http/1.1"])
+    }
+
+    fn load_for(files: TlsFiles, alpn: &'static [&'static [u8]]) -> anyhow::Result<ServerTls> {
+        let config = files.server_config_for(alpn)?;
         let mtimes = files.mtimes();
-        Ok(ServerTls { files, current: Mutex::new((config, mtimes, Instant::now())) })
+        Ok(ServerTls { files, alpn, current: Mutex::new((config, mtimes, Instant::now())) })
     }
 
     pub fn config(&self) -> Arc<ServerConfig> {
@@ -91,7 +109,7 @@ impl ServerTls {
             current.2 = Instant::now();
             let mtimes = self.files.mtimes();
             if mtimes != current.1 {
-                match self.files.server_config() {
+                match self.files.server_config_for(self.alpn) {
                     Ok(config) => {
                         tracing::info!(cert = %self.files.cert.display(), "TLS certificates reloaded");
                         *current = (config, mtimes, Instant::now());

@@ -346,15 +346,9 @@ async fn sacct_reports_jobs_and_steps_in_the_parsable_form_tools_read() {
     cluster.shutdown().await;
 }
 
-/// A Python with submitit (from PyPI), made by `scripts/submitit-venv.sh` on first use.
+/// A Python with submitit (from PyPI).
 fn submitit_python() -> String {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/submitit-venv.sh");
-    let out = Command::new(script).stderr(Stdio::inherit()).output().expect("running scripts/submitit-venv.sh");
-    assert!(
-        out.status.success(),
-        "scripts/submitit-venv.sh failed: a Python with submitit is needed (python3-venv, and PyPI)"
-    );
-    String::from_utf8(out.stdout).unwrap().trim().to_string()
+    pypi_python("submitit", "1.5.4", "submitit")
 }
 
 /// submitit's Slurm executor, unmodified, submits Python functions to Quorum through the Slurm

@@ -213,6 +213,9 @@ pub struct ControllerConfig {
     /// What the job history keeps.
     #[serde(default)]
     pub accounting: AccountingConfig,
+    /// `[http]`: the HTTP port (metrics).
+    #[serde(default)]
+    pub http: HttpConfig,
 }
 
 /// `[accounting]`: what the job history keeps of each job beyond its resources, times and
@@ -476,6 +479,77 @@ fn opt_time(what: &str, v: &Option<String>) -> Result<Option<u64>, ConfigError> 
     match v {
         Some(t) => parse::parse_time_limit(t).map_err(|e| ConfigError::Invalid(format!("{what}: {e}"))),
         None => Ok(None),
+    }
+}
+
+/// `[http]`: the replica's HTTP port, which serves `/metrics`.
+///
+/// ```toml
+/// [http]
+/// listen = "0.0.0.0:7180"
+/// metrics_allow = ["10.0.0.0/8"]   # scrapers that need no token
+/// ```
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HttpConfig {
+    /// Where it listens; none: no HTTP port.
+    pub listen: Option<String>,
+    /// Address ranges (CIDR) whose clients read `/metrics` without a credential.
+    pub metrics_allow: Vec<String>,
+}
+
+impl HttpConfig {
+    /// `metrics_allow`, read.
+    pub fn metrics_allow(&self) -> Result<Vec<Cidr>, ConfigError> {
+        self.metrics_allow
+            .iter()
+            .map(|c| Cidr::parse(c).map_err(|e| ConfigError::Invalid(format!("[http] metrics_allow '{c}': {e}"))))
+            .collect()
+    }
+}
+
+/// An address range, like `10.0.0.0/8` or `fd00::/8`; a bare address is a range of one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Cidr {
+    net: std::net::IpAddr,
+    bits: u8,
+}
+
+impl Cidr {
+    pub fn parse(text: &str) -> Result<Cidr, String> {
+        let (addr, bits) = match text.trim().split_once('/') {
+            Some((a, b)) => (a, Some(b)),
+            None => (text.trim(), None),
+        };
+        let net: std::net::IpAddr = addr.parse().map_err(|_| format!("'{addr}' is not an IP address"))?;
+        let most = if net.is_ipv4() { 32 } else { 128 };
+        let bits = match bits {
+            None => most,
+            Some(b) => {
+                b.parse::<u8>().ok().filter(|b| *b <= most).ok_or_else(|| format!("'/{b}' is not 0 to {most}"))?
+            }
+        };
+        Ok(Cidr { net, bits })
+    }
+
+    pub fn contains(&self, ip: std::net::IpAddr) -> bool {
+        // An IPv4 client on an IPv6 socket arrives as ::ffff:a.b.c.d.
+        let ip = match ip {
+            std::net::IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, std::net::IpAddr::V4),
+            v4 => v4,
+        };
+        let mask = |len: u32| if self.bits == 0 { 0 } else { u128::MAX << (len - u32::from(self.bits)) };
+        match (self.net, ip) {
+            (std::net::IpAddr::V4(n), std::net::IpAddr::V4(a)) => {
+                let m = mask(32) as u32;
+                u32::from(n) & m == u32::from(a) & m
+            }
+            (std::net::IpAddr::V6(n), std::net::IpAddr::V6(a)) => {
+                let m = mask(128);
+                u128::from(n) & m == u128::from(a) & m
+            }
+            _ => false,
+        }
     }
 }
 
@@ -759,6 +833,7 @@ impl ControllerConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.security.validate()?;
         self.limits.validate()?;
+        self.http.metrics_allow()?;
         if !self.replicas.iter().any(|r| r.id == self.id) {
             return Err(ConfigError::Invalid(format!(
                 "id {} is not among the replicas ({})",
@@ -831,6 +906,24 @@ pub struct Liveness {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn address_ranges_hold_what_they_name() {
+        let c = |t: &str| Cidr::parse(t).unwrap();
+        let ip = |t: &str| t.parse::<std::net::IpAddr>().unwrap();
+        assert!(c("10.0.0.0/8").contains(ip("10.200.3.4")));
+        assert!(!c("10.0.0.0/8").contains(ip("11.0.0.1")));
+        assert!(c("10.0.0.0/8").contains(ip("::ffff:10.1.2.3")));
+        assert!(c("127.0.0.1").contains(ip("127.0.0.1")) && !c("127.0.0.1").contains(ip("127.0.0.2")));
+        assert!(c("0.0.0.0/0").contains(ip("8.8.8.8")) && !c("0.0.0.0/0").contains(ip("::1")));
+        assert!(c("fd00::/8").contains(ip("fd12::1")) && !c("fd00::/8").contains(ip("fe80::1")));
+        assert!(c("::/0").contains(ip("2001:db8::1")));
+        for bad in ["10.0.0.0/33", "10.0.0/8", "fd00::/129", "x", "10.0.0.0/-1", ""] {
+            assert!(Cidr::parse(bad).is_err(), "{bad}");
+        }
+        let e = HttpConfig { metrics_allow: vec!["10.0.0.0/40".into()], ..Default::default() }.metrics_allow();
+        assert!(e.unwrap_err().to_string().contains("[http] metrics_allow '10.0.0.0/40': '/40' is not 0 to 32"));
+    }
 
     #[test]
     fn reads_a_config_and_names_bad_fields() {

@@ -8,6 +8,7 @@
 
 pub mod config;
 pub mod faults;
+pub mod http;
 /// The domain types, from `quorum-model`.
 pub use quorum_model as model;
 pub mod leader;

@@ -12,6 +12,7 @@ use tokio::task::JoinHandle;
 
 use crate::config::ControllerConfig;
 use crate::faults::Faults;
+use crate::http;
 use crate::leader::{self, Grants, LeaderState};
 use crate::replica::{catch_up, watchdog, Replica};
 use crate::security::Security;
@@ -25,6 +26,8 @@ pub struct Controller {
     /// Kept so that shutdown closes RocksDB itself once every other holder has let go: the data
     /// directory can be opened again (a restart in the same process) as soon as shutdown returns.
     db: Arc<rocksdb::DB>,
+    /// Where the HTTP port listens (`[http] listen`), if it does.
+    pub http_addr: Option<std::net::SocketAddr>,
     stop: watch::Sender<bool>,
     server: JoinHandle<Result<(), tonic::transport::Error>>,
     supervisor: JoinHandle<()>,
@@ -46,6 +49,21 @@ impl Controller {
         let (replica, db) = Replica::start(&config, &faults, dialer).await?;
         let leader = Arc::new(LeaderState::new(config.liveness(), grants).mail_through(config.mail_program.clone()));
         let (stop, stop_rx) = watch::channel(false);
+        let http_addr = match &config.http.listen {
+            Some(addr) => {
+                let listener =
+                    TcpListener::bind(addr).await.map_err(|e| anyhow::anyhow!("[http] listen = \"{addr}\": {e}"))?;
+                let bound = listener.local_addr()?;
+                let app = Arc::new(http::Http {
+                    authenticator: Arc::new(server::auth::Authenticator::new(security.clone(), replica.clone())),
+                    metrics: http::metrics::Metrics::new(replica.clone(), leader.clone()),
+                    metrics_allow: config.http.metrics_allow()?,
+                });
+                tokio::spawn(http::serve(app, security.clone(), listener, stop_rx.clone()));
+                Some(bound)
+            }
+            None => None,
+        };
         let server = tokio::spawn(server::serve(
             replica.clone(),
             leader.clone(),
@@ -62,8 +80,9 @@ impl Controller {
             Duration::from_millis(config.election_timeout_max_ms),
             stop_rx,
         ));
-        tracing::info!(replica = config.id, addr = %replica.addr, "controller started");
-        Ok(Controller { replica, leader, faults, db, stop, server, supervisor })
+        let http = http_addr.map(|a| a.to_string()).unwrap_or_default();
+        tracing::info!(replica = config.id, addr = %replica.addr, http, "controller started");
+        Ok(Controller { replica, leader, faults, db, http_addr, stop, server, supervisor })
     }
 
     /// The fault switches of this replica, for tests.

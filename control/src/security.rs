@@ -17,6 +17,8 @@ pub struct Security {
     pub config: SecurityConfig,
     pub mode: Mode,
     pub server_tls: Option<Arc<ServerTls>>,
+    /// The same certificate for the HTTP port, which speaks HTTP/1.1 too.
+    pub http_tls: Option<Arc<ServerTls>>,
     /// How this replica dials the others: with its replica certificate.
     pub peer_tls: Option<ClientTls>,
     pub munge: Munge,
@@ -62,6 +64,13 @@ impl Security {
             }
             (None, false) => anyhow::bail!("[security] certs_dir is required unless insecure = true"),
         };
+        let http_tls = match (&layout, config.insecure) {
+            (Some(layout), false) => {
+                let (cert, key) = layout.pair(&PeerRole::Replica(replica));
+                Some(Arc::new(ServerTls::load_http(TlsFiles { ca: layout.ca(), cert, key })?))
+            }
+            _ => None,
+        };
         let mut token_keys: Vec<std::path::PathBuf> = Vec::new();
         if let Some(l) = layout.as_ref().filter(|l| l.token_key().exists()) {
             token_keys.push(l.token_key());
@@ -72,6 +81,6 @@ impl Security {
             Some(l) => Some(Signer::load(&l.launch_key())?),
             None => None,
         };
-        Ok(Security { config: config.clone(), mode, server_tls, peer_tls, munge, tokens, signer })
+        Ok(Security { config: config.clone(), mode, server_tls, http_tls, peer_tls, munge, tokens, signer })
     }
 }

@@ -161,7 +161,7 @@ pub fn dependency_string(s: &JobSpec) -> String {
 /// Why a pending job waits (or why it was cancelled unstarted, when its dependency could never
 /// be met). A hold is known at once: a held job does not wake the scheduler, so until a cycle
 /// runs its recorded reason is still None.
-fn pending_reason(j: &crate::model::Job) -> String {
+pub fn pending_reason(j: &crate::model::Job) -> String {
     use crate::model::{JobState, PendingReason};
     match (j.state, j.held, j.reason) {
         (JobState::Pending, Some(hold), PendingReason::None) => hold.reason().name().to_string(),

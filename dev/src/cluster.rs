@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use quorum_agent::{Agent, AgentConfig, SimGpu};
 use quorum_client::client::Client;
-use quorum_control::config::{AccountingConfig, ControllerConfig, PartitionConfig, ReplicaConfig, SecurityConfig};
+use quorum_control::config::{
+    AccountingConfig, ControllerConfig, HttpConfig, PartitionConfig, ReplicaConfig, SecurityConfig,
+};
 use quorum_control::Controller;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -73,6 +75,8 @@ pub struct DevOptions {
     pub purge_job_after: Duration,
     /// Node features by agent: the i-th agent has the i-th list (none past the end).
     pub node_features: Vec<Vec<String>>,
+    /// `[http] metrics_allow`: address ranges that scrape `/metrics` without a token.
+    pub metrics_allow: Vec<String>,
 }
 
 impl Default for DevOptions {
@@ -106,6 +110,7 @@ impl Default for DevOptions {
             mail_program: None,
             licenses: Default::default(),
             min_job_age: Duration::from_secs(300),
+            metrics_allow: Vec::new(),
             purge_job_after: Duration::ZERO,
             node_features: Vec::new(),
         }
@@ -291,6 +296,8 @@ impl DevCluster {
                         purge_job_after_s: opts.purge_job_after.as_secs(),
                         ..Default::default()
                     },
+                    // Each replica's HTTP port, on a port of the system's choosing.
+                    http: HttpConfig { listen: Some("127.0.0.1:0".into()), metrics_allow: opts.metrics_allow.clone() },
                 })
             })
             .collect::<anyhow::Result<_>>()?;
@@ -449,6 +456,13 @@ impl DevCluster {
 
     pub fn controller(&self, i: usize) -> Option<&Controller> {
         self.controllers[i].as_ref()
+    }
+
+    /// Each running replica's `/metrics` (https unless the cluster is insecure).
+    pub fn metrics_urls(&self) -> Vec<String> {
+        let scheme = if self.security.is_some() { "https" } else { "http" };
+        let addrs = self.controllers.iter().flatten().filter_map(|c| c.http_addr);
+        addrs.map(|a| format!("{scheme}://{a}/metrics")).collect()
     }
 
     /// Index of the replica that currently leads, if one does and is running here.

@@ -121,6 +121,12 @@ async fn dev(
     println!("  quorum nodes");
     println!("  quorum cluster");
     println!();
+    println!("Metrics (an operator's token: `quorum token`, as root):");
+    for url in cluster.metrics_urls() {
+        let ca = cluster.security.as_ref().map(|s| format!(" --cacert {}", s.ca().display())).unwrap_or_default();
+        println!("  curl{ca} -H \"Authorization: Bearer $TOKEN\" {url}");
+    }
+    println!();
     println!("Ctrl-C stops the cluster.");
     tokio::signal::ctrl_c().await?;
     println!("stopping...");

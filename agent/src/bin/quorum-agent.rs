@@ -9,6 +9,9 @@ use quorum_agent::{parse_gpu_source, resources, AgentConfig, HealthCheck};
 #[derive(Parser)]
 #[command(version, about = "The Quorum node agent")]
 struct Args {
+    /// `text` for people, `json` (one object a line, with every field) for log collectors.
+    #[arg(long, env = "QUORUM_LOG_FORMAT", default_value = "text", value_parser = ["text", "json"])]
+    log_format: String,
     /// This node's name as the partitions name it (default: the host name).
     #[arg(long)]
     name: Option<String>,
@@ -82,10 +85,13 @@ fn hostname() -> String {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
-        .init();
     let args = Args::parse();
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()));
+    match args.log_format.as_str() {
+        "json" => logs.json().init(),
+        _ => logs.init(),
+    }
     let mem_mb = match &args.mem {
         Some(m) => parse_mem(m)?,
         None => resources::detect_mem_mb(),

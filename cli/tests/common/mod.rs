@@ -245,6 +245,19 @@ pub fn versions(addrs: &[String]) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).expect("json")
 }
 
+/// A Python that has `package` at `version` from PyPI (`module` imports), made by
+/// `scripts/pypi-venv.sh` on first use.
+pub fn pypi_python(package: &str, version: &str, module: &str) -> String {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/pypi-venv.sh");
+    let out = std::process::Command::new(script)
+        .args([package, version, module])
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .expect("running scripts/pypi-venv.sh");
+    assert!(out.status.success(), "scripts/pypi-venv.sh: a Python with {package} is needed (python3-venv, and PyPI)");
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
 /// `quorum-agent`, built beside `quorum` by `cargo test --workspace` (the README's command).
 pub fn agent_binary() -> std::path::PathBuf {
     sibling_binary("quorum-agent")

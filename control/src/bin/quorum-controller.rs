@@ -11,16 +11,21 @@ struct Args {
     /// The replica's TOML configuration file.
     #[arg(long, short, env = "QUORUM_CONFIG")]
     config: PathBuf,
+    /// `text` for people, `json` (one object a line, with every field) for log collectors.
+    #[arg(long, env = "QUORUM_LOG_FORMAT", default_value = "text", value_parser = ["text", "json"])]
+    log_format: String,
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,openraft=warn".into()),
-        )
-        .init();
     let args = Args::parse();
+    let logs = tracing_subscriber::fmt().with_env_filter(
+        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,openraft=warn".into()),
+    );
+    match args.log_format.as_str() {
+        "json" => logs.json().init(),
+        _ => logs.init(),
+    }
     let config = ControllerConfig::load(&args.config)?;
     let listener = tokio::net::TcpListener::bind(&config.listen)
         .await

@@ -26,11 +26,13 @@ pub mod rules;
 mod schedule;
 mod settings;
 mod state;
+mod stats;
 pub mod steps;
 pub mod versions;
 
 pub use grants::Grants;
 pub use state::LeaderState;
+pub use stats::Stats;
 
 use std::sync::Arc;
 use std::time::Duration;

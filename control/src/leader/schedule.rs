@@ -65,6 +65,9 @@ pub(super) async fn schedule_loop(replica: Arc<Replica>, leader: Arc<LeaderState
         view.previous = leader.estimates().into_iter().map(|(j, e)| (j, e.nodes)).collect();
         let started = std::time::Instant::now();
         let plan = quorum_sched::schedule(&view, now_ms(), &policy);
+        leader.stats.cycle_seconds.observe(started.elapsed().as_secs_f64());
+        leader.stats.cycle_pending.observe(view.pending.len() as f64);
+        leader.stats.planned_starts.inc_by(plan.starts.len() as u64);
         tracing::debug!(
             pending = view.pending.len(),
             elapsed_ms = started.elapsed().as_millis() as u64,
@@ -78,6 +81,7 @@ pub(super) async fn schedule_loop(replica: Arc<Replica>, leader: Arc<LeaderState
             Ok((index, Response::PlanApplied { started, dropped })) => {
                 tracing::debug!(index, planned, started = started.len(), dropped = dropped.len(), "plan applied");
                 for (job, why) in dropped {
+                    leader.stats.dropped_starts.inc();
                     let total = leader.count_dropped(&why);
                     tracing::info!(job, kind = why.kind(), total, reason = %why, "planned start dropped at apply");
                 }

@@ -24,6 +24,8 @@ pub struct LeaderState {
     dropped: Mutex<BTreeMap<&'static str, u64>>,
     /// The config's `mail_program`: while leading, jobs' mail is sent through it.
     pub mail_program: Option<std::path::PathBuf>,
+    /// What the loops measure, for `/metrics`.
+    pub stats: super::Stats,
 }
 
 impl LeaderState {
@@ -35,6 +37,7 @@ impl LeaderState {
             liveness,
             dropped: Mutex::default(),
             mail_program: None,
+            stats: super::Stats::default(),
         }
     }
 

@@ -143,7 +143,6 @@ impl Authenticator {
     }
 
     fn caller(&self, headers: &http::HeaderMap, peer: &Peer) -> Result<Caller, Status> {
-        let skew = self.security.config.clock_skew_s;
         if let Some(forwarded) = headers.get(FORWARDED_USER_KEY) {
             let replica = match &peer.role {
                 Some(PeerRole::Replica(replica)) => *replica,
@@ -187,6 +186,22 @@ impl Authenticator {
         let auth = auth.and_then(|v| v.to_str().ok()).ok_or_else(|| {
             Status::unauthenticated("no credential: the request carries neither a MUNGE credential nor a token")
         })?;
+        self.proved(auth, peer)
+    }
+
+    /// Who an HTTP request comes from: its token or MUNGE credential (or, on an insecure
+    /// cluster, its claimed identity). Nothing is taken from the connection there: no replica
+    /// certificate, forwarded identity or plaintext peer stands for a caller.
+    pub fn http_caller(&self, headers: &http::HeaderMap, peer: &Peer) -> Result<Caller, Status> {
+        let auth = headers.get(quorum_proto::AUTHORIZATION_KEY).and_then(|v| v.to_str().ok()).ok_or_else(|| {
+            Status::unauthenticated("no credential: send 'Authorization: Bearer <token>' (`quorum token` makes one)")
+        })?;
+        self.proved(auth, peer)
+    }
+
+    /// The caller an `authorization` value proves.
+    fn proved(&self, auth: &str, peer: &Peer) -> Result<Caller, Status> {
+        let skew = self.security.config.clock_skew_s;
         if let Some(cred) = auth.strip_prefix(quorum_proto::MUNGE_PREFIX) {
             let cred = cred.trim();
             let (user, uid, gid) = peer.session.prove(cred, SESSION_REUSE, || {

@@ -110,7 +110,10 @@ impl Quorum for Api {
 
     async fn submit_job(&self, req: Request<SubmitJobRequest>) -> Result<Response<SubmitJobResponse>, Status> {
         let (caller, r) = at_leader!(self, req, submit_job);
-        jobs::submit_job(self, &caller, r).await.map(Response::new)
+        let arrived = std::time::Instant::now();
+        let answer = jobs::submit_job(self, &caller, r).await.map(Response::new);
+        self.leader.stats.submit_seconds.observe(arrived.elapsed().as_secs_f64());
+        answer
     }
 
     async fn job_logs(&self, req: Request<JobLogsRequest>) -> Result<Response<JobLogsResponse>, Status> {

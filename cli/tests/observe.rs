@@ -1,0 +1,203 @@
+//! The controllers' HTTP port, scraped as Prometheus and an operator would: real TLS with the
+//! cluster's CA, real tokens, `curl`.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use common::*;
+use quorum_dev::cluster::DevOptions;
+
+const T: Duration = Duration::from_secs(30);
+
+/// `curl` of `url` with `args`: the HTTP status and the body.
+fn curl(url: &str, args: &[&str]) -> (u16, String) {
+    let out = std::process::Command::new("curl")
+        .args(["-sS", "--max-time", "10", "-w", "\n%{http_code}"])
+        .args(args)
+        .arg(url)
+        .output()
+        .expect("curl (the tests need it: scripts/install-build-deps.sh)");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, status) = text.rsplit_once('\n').unwrap_or(("", &text));
+    let status = status.trim().parse().unwrap_or(0);
+    (status, format!("{body}{}", String::from_utf8_lossy(&out.stderr)))
+}
+
+/// The metric families of an OpenMetrics text as Prometheus's own Python client reads it (its
+/// strict parser refuses what is not OpenMetrics): `name type` each, one a line.
+fn families_by_the_reference_parser(text: &str) -> String {
+    use std::io::Write;
+    let python = pypi_python("prometheus-client", "0.21.1", "prometheus_client.openmetrics.parser");
+    let mut child = std::process::Command::new(python)
+        .args([
+            "-c",
+            "import sys\nfrom prometheus_client.openmetrics.parser import text_string_to_metric_families as read\n\
+             for f in read(sys.stdin.read()): print(f.name, f.type)",
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "the OpenMetrics parser refused it: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The samples of an OpenMetrics text, by name and labels as written (`name{a="b"}`).
+fn samples(text: &str) -> BTreeMap<String, f64> {
+    assert!(text.trim_end().ends_with("# EOF"), "an OpenMetrics text ends with # EOF: {text}");
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .map(|l| {
+            let (key, value) = l.rsplit_once(' ').unwrap_or_else(|| panic!("a sample without a value: {l}"));
+            (key.to_string(), value.parse().unwrap_or_else(|_| panic!("not a number in {l}")))
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn metrics_show_the_cluster_to_operators_and_allowed_scrapers_only() {
+    let opts = DevOptions {
+        operators: vec!["qop".into()],
+        // Loopback has every 127.x address: 127.0.0.2 stands for the scraper's network.
+        metrics_allow: vec!["127.0.0.2/32".into()],
+        ..DevOptions::for_tests()
+    };
+    let cluster = cluster(opts).await;
+    let c = client(&cluster.addrs);
+    wait_ready(&cluster, &c, 2).await;
+    let dir = tempfile::tempdir().unwrap();
+    let running = submit(&c, spec(&["sleep", "60"], dir.path())).await;
+    let held = submit(&c, api_held(spec(&["true"], dir.path()))).await;
+    wait_state(&c, running, &["RUNNING"], T).await;
+
+    let security = cluster.security.clone().expect("a secure dev cluster");
+    let ca = security.ca().display().to_string();
+    let urls = cluster.metrics_urls();
+    assert_eq!(urls.len(), 3, "{urls:?}");
+    assert!(urls.iter().all(|u| u.starts_with("https://127.0.0.1:")), "{urls:?}");
+    let url = &urls[0];
+    let bearer = |user: &str| format!("Authorization: Bearer {}", security.token_for(user));
+
+    // Without a credential, with a user's, and over plaintext: refused.
+    let (status, body) = curl(url, &["--cacert", &ca]);
+    assert_eq!(status, 401, "{body}");
+    assert!(body.contains("no credential"), "{body}");
+    ensure_user("qmetricsuser");
+    let (status, body) = curl(url, &["--cacert", &ca, "-H", &bearer("qmetricsuser")]);
+    assert_eq!(status, 403, "{body}");
+    assert!(body.contains("for operators and administrators"), "{body}");
+    let (status, _) = curl(&url.replace("https://", "http://"), &[]);
+    assert_ne!(status, 200, "plaintext to a TLS port");
+    let (status, body) = curl(url, &["--cacert", &ca, "-H", "Authorization: Bearer forged.token.here"]);
+    assert_eq!(status, 401, "{body}");
+
+    // An operator, over HTTP/1.1 and HTTP/2 alike; an allowed scraper without a credential.
+    ensure_user("qop");
+    let mut by_replica = Vec::new();
+    for u in &urls {
+        for http in ["--http1.1", "--http2"] {
+            let (status, body) = curl(u, &["--cacert", &ca, http, "-H", &bearer("qop")]);
+            assert_eq!(status, 200, "{u} {http}: {body}");
+        }
+        let (status, body) = curl(u, &["--cacert", &ca, "--interface", "127.0.0.2"]);
+        assert_eq!(status, 200, "{u} from an allowed range: {body}");
+        by_replica.push(samples(&body));
+        let families = families_by_the_reference_parser(&body);
+        for family in
+            ["quorum_jobs gauge", "quorum_scheduler_cycle_seconds histogram", "quorum_raft_leader_changes counter"]
+        {
+            assert!(families.lines().any(|l| l == family), "{family} not among {families}");
+        }
+    }
+
+    // Every replica shows the same cluster: the running job, the held one, the nodes and
+    // what is allocated.
+    for m in &by_replica {
+        assert_eq!(m.get(r#"quorum_jobs{state="RUNNING",partition="gpu"}"#), Some(&1.0), "{m:?}");
+        let held_reason =
+            m.iter().find(|(k, _)| k.starts_with(r#"quorum_jobs_pending{partition="gpu",reason="JobHeld"#));
+        assert_eq!(held_reason.map(|(_, v)| *v), Some(1.0), "{m:?}");
+        assert_eq!(m.get(r#"quorum_user_jobs{user="root",account="root",state="RUNNING"}"#), Some(&1.0), "{m:?}");
+        let nodes: f64 = m.iter().filter(|(k, _)| k.starts_with("quorum_nodes{")).map(|(_, v)| v).sum();
+        assert_eq!(nodes, 2.0, "{m:?}");
+        assert_eq!(m.get("quorum_cpus"), Some(&16.0), "{m:?}");
+        assert_eq!(m.get("quorum_cpus_allocated"), Some(&1.0), "{m:?}");
+        assert_eq!(m.get(r#"quorum_gpus{type="h100"}"#), Some(&8.0), "{m:?}");
+    }
+    // One leader; it alone has agents and scheduling cycles, and counted both submits.
+    let leaders: Vec<_> = by_replica
+        .iter()
+        .filter(|m| m.iter().any(|(k, v)| k.starts_with("quorum_raft_is_leader{") && *v == 1.0))
+        .collect();
+    assert_eq!(leaders.len(), 1, "{by_replica:?}");
+    let leader = leaders[0];
+    assert_eq!(leader.get("quorum_agents_connected"), Some(&2.0));
+    assert!(leader["quorum_scheduler_cycle_seconds_count"] >= 1.0, "{leader:?}");
+    assert!(leader["quorum_scheduler_planned_starts_total"] >= 1.0, "{leader:?}");
+    assert_eq!(leader.get("quorum_submit_seconds_count"), Some(&2.0), "{leader:?}");
+    let healthy =
+        leader.iter().filter(|(k, v)| k.starts_with("quorum_gpu_health{") && k.contains(r#"state="ok""#) && **v == 1.0);
+    assert_eq!(healthy.count(), 8, "{leader:?}");
+    let terms: Vec<f64> = by_replica
+        .iter()
+        .map(|m| m.iter().find(|(k, _)| k.starts_with("quorum_raft_term{")).map(|(_, v)| *v).expect("a term"))
+        .collect();
+    assert!(terms.iter().all(|t| *t == terms[0] && *t >= 1.0), "{terms:?}");
+
+    cancel(&c, running).await;
+    cancel(&c, held).await;
+}
+
+/// A spec submitted held (`--hold`).
+fn api_held(mut s: quorum_proto::api::JobSpec) -> quorum_proto::api::JobSpec {
+    s.hold = true;
+    s
+}
+
+/// `quorum-controller --log-format json`: every line a JSON object a log collector can read,
+/// with the event's fields as fields (here a one-replica insecure cluster that starts and stops).
+#[test]
+fn a_controller_logs_json_lines_when_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("c.toml");
+    let listen = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    std::fs::write(
+        &config,
+        format!(
+            "id = 1\nlisten = \"{listen}\"\ndata_dir = \"{}\"\n[[replicas]]\nid = 1\naddr = \"{listen}\"\n\
+             [security]\ninsecure = true\n[http]\nlisten = \"127.0.0.1:0\"\n",
+            dir.path().join("data").display()
+        ),
+    )
+    .unwrap();
+    let child = std::process::Command::new(sibling_binary("quorum-controller"))
+        .args(["--config", config.to_str().unwrap(), "--log-format", "json"])
+        .env("RUST_LOG", "info")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(3));
+    // SAFETY: kill(2) of our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let out = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not a JSON line ({e}): {l}")))
+        .collect();
+    let started = lines
+        .iter()
+        .find(|l| l["fields"]["message"] == "controller started")
+        .unwrap_or_else(|| panic!("no 'controller started' among {text}"));
+    assert_eq!(started["level"], "INFO");
+    assert_eq!(started["fields"]["replica"], 1);
+    let http = started["fields"]["http"].as_str().expect("the HTTP port's address");
+    assert!(http.starts_with("127.0.0.1:"), "{started}");
+    assert!(lines.iter().any(|l| l["fields"]["message"] == "shutting down"), "{text}");
+}

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# scripts/pypi-venv.sh PACKAGE VERSION MODULE: prints the path of a Python that has PACKAGE at
+# VERSION from PyPI (MODULE imports), making a virtual environment for it under
+# ~/.cache/quorum on first use. The tests run real Python clients this way: submitit, which
+# drives Slurm through its commands (cli/tests/slurm_commands.rs), and Prometheus's own client,
+# whose strict OpenMetrics parser reads the controllers' /metrics (cli/tests/observe.rs).
+set -euo pipefail
+package=$1 version=$2 module=$3
+dir="${XDG_CACHE_HOME:-$HOME/.cache}/quorum/$package-$version"
+if ! "$dir/bin/python" -c "import $module" >/dev/null 2>&1; then
+  rm -rf "$dir"
+  mkdir -p "$(dirname "$dir")"
+  python3 -m venv "$dir" >&2
+  "$dir/bin/pip" install --quiet --disable-pip-version-check "$package==$version" >&2
+fi
+echo "$dir/bin/python"
