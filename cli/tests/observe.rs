@@ -99,6 +99,7 @@ async fn metrics_show_the_cluster_to_operators_and_allowed_scrapers_only() {
     // An operator, over HTTP/1.1 and HTTP/2 alike; an allowed scraper without a credential.
     ensure_user("qop");
     let mut by_replica = Vec::new();
+    let mut families = std::collections::BTreeSet::new();
     for u in &urls {
         for http in ["--http1.1", "--http2"] {
             let (status, body) = curl(u, &["--cacert", &ca, http, "-H", &bearer("qop")]);
@@ -107,11 +108,32 @@ async fn metrics_show_the_cluster_to_operators_and_allowed_scrapers_only() {
         let (status, body) = curl(u, &["--cacert", &ca, "--interface", "127.0.0.2"]);
         assert_eq!(status, 200, "{u} from an allowed range: {body}");
         by_replica.push(samples(&body));
-        let families = families_by_the_reference_parser(&body);
+        let read = families_by_the_reference_parser(&body);
         for family in
             ["quorum_jobs gauge", "quorum_scheduler_cycle_seconds histogram", "quorum_raft_leader_changes counter"]
         {
-            assert!(families.lines().any(|l| l == family), "{family} not among {families}");
+            assert!(read.lines().any(|l| l == family), "{family} not among {read}");
+        }
+        families.extend(read.lines().filter_map(|l| l.split(' ').next()).map(str::to_string));
+    }
+    // The Grafana dashboard in deploy/ asks only for what the replicas serve.
+    let dashboard = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/grafana/quorum.json");
+    let dashboard: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dashboard).unwrap()).unwrap();
+    let exprs: Vec<&str> = dashboard["panels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|p| p["targets"].as_array().unwrap().iter().map(|t| t["expr"].as_str().unwrap()))
+        .collect();
+    assert!(exprs.len() >= 16, "{exprs:?}");
+    for expr in exprs {
+        for (at, _) in expr.match_indices("quorum_") {
+            let name: String = expr[at..].chars().take_while(|c| c.is_ascii_lowercase() || *c == '_').collect();
+            let family = ["_bucket", "_count", "_sum", "_total"]
+                .iter()
+                .find_map(|s| name.strip_suffix(s).filter(|f| families.contains(*f)))
+                .unwrap_or(&name);
+            assert!(families.contains(family), "the dashboard asks for {name} ({expr}), which no replica serves");
         }
     }
 
