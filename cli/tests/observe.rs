@@ -40,11 +40,11 @@ fn families_by_the_reference_parser(text: &str) -> String {
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
-        .unwrap();
-    child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
-    let out = child.wait_with_output().unwrap();
+        .expect("the venv's python starts");
+    child.stdin.take().expect("stdin is piped").write_all(text.as_bytes()).expect("writing to the parser");
+    let out = child.wait_with_output().expect("the parser exits");
     assert!(out.status.success(), "the OpenMetrics parser refused it: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout).unwrap()
+    String::from_utf8(out.stdout).expect("metric names are UTF-8")
 }
 
 /// The samples of an OpenMetrics text, by name and labels as written (`name{a="b"}`).
@@ -197,18 +197,29 @@ fn a_controller_logs_json_lines_when_asked() {
         ),
     )
     .unwrap();
-    let child = std::process::Command::new(sibling_binary("quorum-controller"))
-        .args(["--config", config.to_str().unwrap(), "--log-format", "json"])
+    let mut child = std::process::Command::new(sibling_binary("quorum-controller"))
+        .args(["--config", config.to_str().expect("a temporary path is UTF-8"), "--log-format", "json"])
         .env("RUST_LOG", "info")
         .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
         .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_secs(3));
+        .expect("quorum-controller starts");
+    // Its lines as they come, until it says it started; then it is stopped, and says so.
+    let mut out = std::io::BufReader::new(child.stdout.take().expect("stdout is piped"));
+    let mut text = String::new();
+    let began = std::time::Instant::now();
+    while !text.contains("controller started") {
+        assert!(began.elapsed() < T, "no 'controller started' within {T:?}: {text}");
+        let mut line = String::new();
+        if std::io::BufRead::read_line(&mut out, &mut line).expect("reading its stdout") == 0 {
+            panic!("it exited before it started: {text}");
+        }
+        text.push_str(&line);
+    }
     // SAFETY: kill(2) of our own child.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    let out = child.wait_with_output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
+    std::io::Read::read_to_string(&mut out, &mut text).expect("reading its stdout");
+    child.wait().expect("quorum-controller exits");
     let lines: Vec<serde_json::Value> = text
         .lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not a JSON line ({e}): {l}")))

@@ -39,37 +39,31 @@ impl Security {
     pub fn load(config: &SecurityConfig, replica: u64) -> anyhow::Result<Security> {
         let munge = Munge::new(config.munge_socket.as_deref());
         let layout = config.certs_dir.as_ref().map(Layout::new);
-        let (mode, server_tls, peer_tls) = match (&layout, config.insecure) {
+        let (mode, server_tls, http_tls, peer_tls) = match (&layout, config.insecure) {
             (_, true) => {
                 tracing::warn!(
                     "[security] insecure = true: plaintext gRPC; anyone who reaches this port can pose as a replica or an agent"
                 );
-                (Mode::Plaintext, None, None)
+                (Mode::Plaintext, None, None, None)
             }
             (Some(layout), false) => {
                 let (cert, key) = layout.pair(&PeerRole::Replica(replica));
                 let files = TlsFiles { ca: layout.ca(), cert, key };
                 let server = Some(Arc::new(ServerTls::load(files.clone())?));
+                let http = Some(Arc::new(ServerTls::load_http(files.clone())?));
                 match config.transitional {
-                    None => (Mode::Tls, server, Some(files.client()?)),
+                    None => (Mode::Tls, server, http, Some(files.client()?)),
                     Some(step) => {
                         tracing::warn!(
                             ?step,
                             "[security] transitional: plaintext is accepted too, and trusted as replicas and agents; finish the move to TLS"
                         );
                         let dial = (step == Transitional::DialTls).then(|| files.client()).transpose()?;
-                        (Mode::Either, server, dial)
+                        (Mode::Either, server, http, dial)
                     }
                 }
             }
             (None, false) => anyhow::bail!("[security] certs_dir is required unless insecure = true"),
-        };
-        let http_tls = match (&layout, config.insecure) {
-            (Some(layout), false) => {
-                let (cert, key) = layout.pair(&PeerRole::Replica(replica));
-                Some(Arc::new(ServerTls::load_http(TlsFiles { ca: layout.ca(), cert, key })?))
-            }
-            _ => None,
         };
         let mut token_keys: Vec<std::path::PathBuf> = Vec::new();
         if let Some(l) = layout.as_ref().filter(|l| l.token_key().exists()) {

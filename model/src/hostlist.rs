@@ -32,6 +32,7 @@ pub fn expand_at_most(expr: &str, max_names: usize) -> Result<Vec<String>, Hostl
         MAX_EXPANDED => err("expands to more than a million names"),
         n => err(&format!("expands to more than {n} names")),
     };
+    let too_long = || err(&format!("expands to more than {max_bytes} bytes of names"));
     let mut out = Vec::new();
     let mut bytes = 0usize;
     for item in split_top_level(expr).map_err(|r| err(&r))? {
@@ -75,7 +76,7 @@ pub fn expand_at_most(expr: &str, max_names: usize) -> Result<Vec<String>, Hostl
                     // Each name is at least this long; the number's digits come on top.
                     let fixed = prefix.len() + suffix.len() + width;
                     if ((hi_n - lo_n + 1) as usize).saturating_mul(fixed).saturating_add(bytes) > max_bytes {
-                        return Err(err(&format!("expands to more than {max_bytes} bytes of names")));
+                        return Err(too_long());
                     }
                     for n in lo_n..=hi_n {
                         let name = format!("{prefix}{n:0width$}{suffix}");
@@ -83,7 +84,7 @@ pub fn expand_at_most(expr: &str, max_names: usize) -> Result<Vec<String>, Hostl
                         out.push(name);
                     }
                     if bytes > max_bytes {
-                        return Err(err(&format!("expands to more than {max_bytes} bytes of names")));
+                        return Err(too_long());
                     }
                 }
             }

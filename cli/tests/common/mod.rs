@@ -255,7 +255,7 @@ pub fn pypi_python(package: &str, version: &str, module: &str) -> String {
         .output()
         .expect("running scripts/pypi-venv.sh");
     assert!(out.status.success(), "scripts/pypi-venv.sh: a Python with {package} is needed (python3-venv, and PyPI)");
-    String::from_utf8(out.stdout).unwrap().trim().to_string()
+    String::from_utf8(out.stdout).expect("a path the script printed is UTF-8").trim().to_string()
 }
 
 /// `quorum-agent`, built beside `quorum` by `cargo test --workspace` (the README's command).

@@ -13,7 +13,6 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
-use quorum_proto::agent::GpuState;
 
 use crate::leader::LeaderState;
 use crate::model::JobState;
@@ -196,18 +195,14 @@ impl Snapshot {
         let mut heard =
             Gauges::new("agent_heartbeat_age_seconds", "Seconds since each connected agent's last heartbeat");
         let mut health = Gauges::new("gpu_health", "Each GPU's health as its agent last reported it: 1 for its state");
-        let nodes = self.leader.hub.connected_nodes();
-        connected.set(Vec::new(), nodes.len() as i64);
-        for node in &nodes {
-            if let Some(at) = self.leader.hub.last_heard(node) {
+        let sessions = self.leader.hub.sessions();
+        connected.set(Vec::new(), sessions.len() as i64);
+        for (node, agent, last_heard) in &sessions {
+            if let Some(at) = last_heard {
                 heard.set(labels([("node", node)]), at.elapsed().as_secs() as i64);
             }
-            for g in self.leader.hub.agent(node).map(|a| a.gpus).unwrap_or_default() {
-                let state = match GpuState::try_from(g.state) {
-                    Ok(GpuState::GpuWarning) => "warning",
-                    Ok(GpuState::GpuFailure) => "failure",
-                    _ => "ok",
-                };
+            for g in &agent.gpus {
+                let state = crate::wire::gpu_state_name(g.state);
                 health.set(labels([("node", node), ("gpu", &g.index.to_string()), ("state", state)]), 1);
             }
         }

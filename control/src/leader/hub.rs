@@ -274,6 +274,12 @@ impl AgentHub {
         self.lock().conns.get(node).map(|c| c.agent.clone())
     }
 
+    /// Each connected node with its agent and when it was last heard, read under one lock.
+    pub fn sessions(&self) -> Vec<(String, AgentInfo, Option<Instant>)> {
+        let inner = self.lock();
+        inner.conns.iter().map(|(n, c)| (n.clone(), c.agent.clone(), inner.heard.get(n).copied())).collect()
+    }
+
     pub fn connected_nodes(&self) -> Vec<String> {
         self.lock().conns.keys().cloned().collect()
     }

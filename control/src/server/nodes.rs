@@ -1,7 +1,6 @@
 //! Nodes: the node list (`quorum nodes`), operators' drain and resume, and GPU fault drills.
 
 use quorum_auth::Caller;
-use quorum_proto::agent::GpuState;
 use quorum_proto::api::*;
 use tonic::Status;
 
@@ -135,12 +134,7 @@ fn node_to_proto(n: &Node, partitions: Vec<String>, agent: Option<AgentInfo>) ->
                     .iter()
                     .map(|g| GpuHealthInfo {
                         index: g.index,
-                        state: match GpuState::try_from(g.state) {
-                            Ok(GpuState::GpuWarning) => "warning",
-                            Ok(GpuState::GpuFailure) => "failure",
-                            _ => "ok",
-                        }
-                        .to_string(),
+                        state: crate::wire::gpu_state_name(g.state).to_string(),
                         detail: g.detail.clone(),
                     })
                     .collect()
