@@ -31,6 +31,9 @@ command -v nft >/dev/null 2>&1 || command -v /usr/sbin/nft >/dev/null 2>&1 || ne
 compgen -G '/usr/lib/*-linux-gnu/faketime/libfaketimeMT.so.1' >/dev/null || need+=(faketime)
 # The tests scrape the controllers' /metrics with curl, as an operator would.
 command -v curl >/dev/null 2>&1 || need+=(curl)
+# The dashboard's tests drive a real browser: headless Chromium through its WebDriver.
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
+command -v chromedriver >/dev/null 2>&1 || need+=(chromium-driver)
 if [ ${#need[@]} -eq 0 ]; then
   exit 0
 fi

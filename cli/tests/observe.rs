@@ -11,20 +11,6 @@ use quorum_dev::cluster::DevOptions;
 
 const T: Duration = Duration::from_secs(30);
 
-/// `curl` of `url` with `args`: the HTTP status and the body.
-fn curl(url: &str, args: &[&str]) -> (u16, String) {
-    let out = std::process::Command::new("curl")
-        .args(["-sS", "--max-time", "10", "-w", "\n%{http_code}"])
-        .args(args)
-        .arg(url)
-        .output()
-        .expect("curl (the tests need it: scripts/install-build-deps.sh)");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let (body, status) = text.rsplit_once('\n').unwrap_or(("", &text));
-    let status = status.trim().parse().unwrap_or(0);
-    (status, format!("{body}{}", String::from_utf8_lossy(&out.stderr)))
-}
-
 /// The metric families of an OpenMetrics text as Prometheus's own Python client reads it (its
 /// strict parser refuses what is not OpenMetrics): `name type` each, one a line.
 fn families_by_the_reference_parser(text: &str) -> String {

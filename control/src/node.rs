@@ -49,12 +49,15 @@ impl Controller {
         let (replica, db) = Replica::start(&config, &faults, dialer).await?;
         let leader = Arc::new(LeaderState::new(config.liveness(), grants).mail_through(config.mail_program.clone()));
         let (stop, stop_rx) = watch::channel(false);
+        let limits = Arc::new(config.limits.clone());
+        let api = Arc::new(server::Api::new(replica.clone(), leader.clone(), security.clone(), limits));
         let http_addr = match &config.http.listen {
             Some(addr) => {
                 let listener =
                     TcpListener::bind(addr).await.map_err(|e| anyhow::anyhow!("[http] listen = \"{addr}\": {e}"))?;
                 let bound = listener.local_addr()?;
                 let app = Arc::new(http::Http {
+                    api: api.clone(),
                     authenticator: Arc::new(server::auth::Authenticator::new(security.clone(), replica.clone())),
                     metrics: http::metrics::Metrics::new(replica.clone(), leader.clone()),
                     metrics_allow: config.http.metrics_allow()?,
@@ -64,15 +67,7 @@ impl Controller {
             }
             None => None,
         };
-        let server = tokio::spawn(server::serve(
-            replica.clone(),
-            leader.clone(),
-            security,
-            Arc::new(config.limits.clone()),
-            faults.clone(),
-            listener,
-            stop_rx.clone(),
-        ));
+        let server = tokio::spawn(server::serve(api, faults.clone(), listener, stop_rx.clone()));
         let supervisor = tokio::spawn(leader::supervise(replica.clone(), leader.clone(), settings, stop_rx.clone()));
         tokio::spawn(catch_up::complete_history(replica.clone(), stop_rx.clone()));
         tokio::spawn(watchdog::watch_leader(

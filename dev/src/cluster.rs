@@ -460,9 +460,15 @@ impl DevCluster {
 
     /// Each running replica's `/metrics` (https unless the cluster is insecure).
     pub fn metrics_urls(&self) -> Vec<String> {
+        self.http_urls().into_iter().map(|u| format!("{u}/metrics")).collect()
+    }
+
+    /// The running replicas' HTTP ports (`https://127.0.0.1:PORT`): the REST API under
+    /// `/api/v1`, the dashboard at `/`.
+    pub fn http_urls(&self) -> Vec<String> {
         let scheme = if self.security.is_some() { "https" } else { "http" };
         let addrs = self.controllers.iter().flatten().filter_map(|c| c.http_addr);
-        addrs.map(|a| format!("{scheme}://{a}/metrics")).collect()
+        addrs.map(|a| format!("{scheme}://{a}")).collect()
     }
 
     /// Index of the replica that currently leads, if one does and is running here.

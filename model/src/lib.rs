@@ -269,23 +269,26 @@ impl JobNotes {
 }
 
 /// A signal by name (`USR1`, `SIGUSR1`) or number, among those a job may be sent.
+/// The signals known by name (without `SIG`), and their numbers.
+pub const SIGNALS: [(&str, i32); 12] = [
+    ("HUP", libc::SIGHUP),
+    ("INT", libc::SIGINT),
+    ("QUIT", libc::SIGQUIT),
+    ("KILL", libc::SIGKILL),
+    ("USR1", libc::SIGUSR1),
+    ("USR2", libc::SIGUSR2),
+    ("ALRM", libc::SIGALRM),
+    ("TERM", libc::SIGTERM),
+    ("CONT", libc::SIGCONT),
+    ("STOP", libc::SIGSTOP),
+    ("TSTP", libc::SIGTSTP),
+    ("URG", libc::SIGURG),
+];
+
 pub fn parse_signal(text: &str) -> Result<i32, String> {
     let name = text.trim().to_ascii_uppercase();
     let name = name.strip_prefix("SIG").unwrap_or(&name);
-    let known = [
-        ("HUP", libc::SIGHUP),
-        ("INT", libc::SIGINT),
-        ("QUIT", libc::SIGQUIT),
-        ("KILL", libc::SIGKILL),
-        ("USR1", libc::SIGUSR1),
-        ("USR2", libc::SIGUSR2),
-        ("ALRM", libc::SIGALRM),
-        ("TERM", libc::SIGTERM),
-        ("CONT", libc::SIGCONT),
-        ("STOP", libc::SIGSTOP),
-        ("TSTP", libc::SIGTSTP),
-        ("URG", libc::SIGURG),
-    ];
+    let known = SIGNALS;
     if let Some((_, n)) = known.iter().find(|(k, _)| *k == name) {
         return Ok(*n);
     }
@@ -925,6 +928,17 @@ pub enum JobState {
 }
 
 impl JobState {
+    pub const ALL: [JobState; 8] = [
+        JobState::Pending,
+        JobState::Running,
+        JobState::Completed,
+        JobState::Failed,
+        JobState::Cancelled,
+        JobState::Timeout,
+        JobState::NodeFail,
+        JobState::OutOfMemory,
+    ];
+
     pub fn is_finished(self) -> bool {
         !matches!(self, JobState::Pending | JobState::Running)
     }
@@ -957,17 +971,7 @@ impl JobState {
     }
 
     pub fn from_name(s: &str) -> Option<JobState> {
-        let all = [
-            JobState::Pending,
-            JobState::Running,
-            JobState::Completed,
-            JobState::Failed,
-            JobState::Cancelled,
-            JobState::Timeout,
-            JobState::NodeFail,
-            JobState::OutOfMemory,
-        ];
-        all.into_iter().find(|st| st.name().eq_ignore_ascii_case(s) || st.short().eq_ignore_ascii_case(s))
+        JobState::ALL.into_iter().find(|st| st.name().eq_ignore_ascii_case(s) || st.short().eq_ignore_ascii_case(s))
     }
 }
 

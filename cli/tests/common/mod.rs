@@ -324,3 +324,17 @@ pub fn quorum_as(controllers: &str, user: Option<&str>, dir: &Path, args: &[&str
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
     }
 }
+
+/// `curl` of `url` with `args`: the HTTP status and the body (and what curl said on stderr).
+pub fn curl(url: &str, args: &[&str]) -> (u16, String) {
+    let out = std::process::Command::new("curl")
+        .args(["-sS", "--max-time", "10", "-w", "\n%{http_code}"])
+        .args(args)
+        .arg(url)
+        .output()
+        .expect("curl (the tests need it: scripts/install-build-deps.sh)");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, status) = text.rsplit_once('\n').unwrap_or(("", &text));
+    let status = status.trim().parse().unwrap_or(0);
+    (status, format!("{body}{}", String::from_utf8_lossy(&out.stderr)))
+}

@@ -1,5 +1,6 @@
 //! The replica's HTTP port (`[http] listen`): `/metrics`, the replica's metrics in the
-//! OpenMetrics text format for Prometheus ([`metrics`]).
+//! OpenMetrics text format for Prometheus ([`metrics`]), the REST API under `/api/v1`
+//! ([`rest`]), and the dashboard at `/` ([`dashboard`]).
 //!
 //! HTTPS with the replica's certificate (HTTP/2 and HTTP/1.1) unless the cluster runs insecure.
 //! A caller proves who it is as on the gRPC port, with `Authorization: Bearer <token>` (from
@@ -7,7 +8,9 @@
 //! connection, not even over plaintext. `/metrics` is for operators and administrators, and for
 //! scrapers from the address ranges `[http] metrics_allow` names.
 
+pub mod dashboard;
 pub mod metrics;
+pub mod rest;
 
 use std::sync::Arc;
 
@@ -31,6 +34,8 @@ use crate::server::auth::Authenticator;
 
 /// What the handlers share.
 pub struct Http {
+    /// The public API, which the REST API calls as the gRPC port does.
+    pub api: Arc<crate::server::Api>,
     pub authenticator: Arc<Authenticator>,
     pub metrics: metrics::Metrics,
     /// Scrapers that need no credential for `/metrics`.
@@ -39,7 +44,8 @@ pub struct Http {
 
 /// Serves `listener` until `stop` turns true.
 pub async fn serve(http: Arc<Http>, security: Arc<Security>, listener: TcpListener, mut stop: watch::Receiver<bool>) {
-    let router = Router::new().route("/metrics", get(scrape)).with_state(http);
+    let router =
+        Router::new().route("/metrics", get(scrape)).merge(rest::routes()).merge(dashboard::routes()).with_state(http);
     let mut incoming = quorum_auth::listener::incoming(listener, security.mode, security.http_tls.clone());
     loop {
         let conn: Conn = tokio::select! {

@@ -52,6 +52,11 @@ impl LeaderState {
         self.estimates.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
+    /// Where backfill expects one pending job to start, if it placed it.
+    pub fn estimate(&self, job: JobId) -> Option<Estimate> {
+        self.estimates.lock().unwrap_or_else(|p| p.into_inner()).get(&job).cloned()
+    }
+
     pub(super) fn set_estimates(&self, estimates: BTreeMap<JobId, Estimate>) {
         *self.estimates.lock().unwrap_or_else(|p| p.into_inner()) = estimates;
     }

@@ -13,7 +13,7 @@ use crate::replica::peers::Peers;
 use crate::replica::{Replica, WriteError};
 use crate::security::Security;
 
-/// The public API of one replica.
+/// The public API of one replica, which its gRPC port and its HTTP port (the REST API) serve.
 pub struct Api {
     pub(super) replica: Arc<Replica>,
     pub(super) leader: Arc<LeaderState>,
@@ -27,7 +27,7 @@ pub struct Api {
 }
 
 impl Api {
-    pub(super) fn new(
+    pub fn new(
         replica: Arc<Replica>,
         leader: Arc<LeaderState>,
         security: Arc<Security>,
@@ -68,7 +68,11 @@ pub fn rejection_status(r: &Rejection) -> Status {
     match r {
         Rejection::UnknownJob { .. } | Rejection::UnknownNode { .. } => Status::not_found(msg),
         Rejection::NodeIsDown { .. } => Status::failed_precondition(msg),
-        Rejection::JobFinished { .. } => Status::failed_precondition(msg),
+        Rejection::JobFinished { .. }
+        | Rejection::NotPending { .. }
+        | Rejection::NotRunning { .. }
+        | Rejection::StepBusy { .. } => Status::failed_precondition(msg),
+        Rejection::AdminHold { .. } => Status::permission_denied(msg),
         Rejection::NotOwner { .. } => Status::permission_denied(msg),
         _ => Status::invalid_argument(msg),
     }

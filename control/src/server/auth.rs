@@ -71,6 +71,24 @@ fn replica_caller(replica: u64) -> Caller {
     }
 }
 
+/// Refuses `caller` an RPC (at `path`) whose rule asks for a higher role.
+fn may_call(caller: &Caller, rule: Rule, path: &str) -> Result<(), Status> {
+    let needed = match rule {
+        Rule::Admin => Role::Admin,
+        Rule::Operator => Role::Operator,
+        _ => Role::User,
+    };
+    if caller.at_least(needed) {
+        return Ok(());
+    }
+    Err(Status::permission_denied(format!(
+        "user '{}' ({}) may not call {}: it needs the {needed} role",
+        caller.user,
+        caller.role,
+        path.rsplit('/').next().unwrap_or(path)
+    )))
+}
+
 /// Authenticates requests for one replica.
 pub struct Authenticator {
     security: Arc<Security>,
@@ -124,22 +142,23 @@ impl Authenticator {
             },
             Rule::User | Rule::Operator | Rule::Admin => {
                 let caller = self.caller(headers, peer)?;
-                let needed = match rule {
-                    Rule::Admin => Role::Admin,
-                    Rule::Operator => Role::Operator,
-                    _ => Role::User,
-                };
-                if !caller.at_least(needed) {
-                    return Err(Status::permission_denied(format!(
-                        "user '{}' ({}) may not call {}: it needs the {needed} role",
-                        caller.user,
-                        caller.role,
-                        path.rsplit('/').next().unwrap_or(path)
-                    )));
-                }
+                may_call(&caller, rule, path)?;
                 Ok(Some(caller))
             }
         }
+    }
+
+    /// Checks an HTTP request that the REST API answers by calling the RPC at `path`: the
+    /// caller its credential proves ([`Self::http_caller`]), refused as [`Self::check`] refuses
+    /// a caller the RPC's rule does not allow. RPCs for replicas and agents are not for HTTP.
+    pub fn http_check(&self, path: &str, headers: &http::HeaderMap, peer: &Peer) -> Result<Caller, Status> {
+        let rule = match rule(path) {
+            Some(rule @ (Rule::User | Rule::Operator | Rule::Admin)) => rule,
+            _ => return Err(Status::permission_denied(format!("{path} is not served over HTTP"))),
+        };
+        let caller = self.http_caller(headers, peer)?;
+        may_call(&caller, rule, path)?;
+        Ok(caller)
     }
 
     fn caller(&self, headers: &http::HeaderMap, peer: &Peer) -> Result<Caller, Status> {

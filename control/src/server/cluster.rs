@@ -291,3 +291,16 @@ where
 fn membership_status(e: impl std::fmt::Display) -> Status {
     Status::aborted(format!("membership change failed: {e}"))
 }
+
+impl Api {
+    /// What the replica at `addr` says of itself, asked within [`ASK_LIMIT`] (the REST API's
+    /// view of the cluster).
+    pub async fn replica_status_of(&self, addr: &str) -> Result<ReplicaStatus, String> {
+        let mut client = self.peers.client(addr)?;
+        match tokio::time::timeout(ASK_LIMIT, client.get_replica_status(ReplicaStatusRequest {})).await {
+            Ok(Ok(status)) => Ok(status.into_inner()),
+            Ok(Err(status)) => Err(status.message().to_string()),
+            Err(_) => Err(format!("no answer within {} s", ASK_LIMIT.as_secs())),
+        }
+    }
+}

@@ -192,12 +192,12 @@ pub(super) async fn hold_job(api: &Api, caller: &Caller, r: HoldJobRequest) -> R
         } else {
             Command::HoldJob { job_id, user, now }
         };
-        let error = match api.replica.write(command).await.map_err(write_status)?.1 {
-            Response::Held { .. } | Response::Released { .. } | Response::Requeued { .. } => String::new(),
-            Response::Rejected(rej) => rej.to_string(),
+        let result = match api.replica.write(command).await.map_err(write_status)?.1 {
+            Response::Held { .. } | Response::Released { .. } | Response::Requeued { .. } => done(job_id, false),
+            Response::Rejected(rej) => refused(job_id, &rej),
             other => return Err(Status::internal(format!("unexpected answer to a hold: {other:?}"))),
         };
-        results.push(CancelResult { job_id, ok: error.is_empty(), error, was_running: false });
+        results.push(result);
     }
     Ok(HoldJobResponse { results })
 }
@@ -212,12 +212,8 @@ pub(super) async fn cancel_job(api: &Api, caller: &Caller, r: CancelJobRequest) 
             let command =
                 Command::EndAllocation { job_id, user: acting_as(caller), exit_code: r.exit_code, now: now_ms() };
             let result = match api.replica.write(command).await.map_err(write_status)?.1 {
-                Response::JobFinished { .. } => {
-                    CancelResult { job_id, ok: true, error: String::new(), was_running: false }
-                }
-                Response::Rejected(rej) => {
-                    CancelResult { job_id, ok: false, error: rej.to_string(), was_running: false }
-                }
+                Response::JobFinished { .. } => done(job_id, false),
+                Response::Rejected(rej) => refused(job_id, &rej),
                 other => return Err(Status::internal(format!("unexpected answer to ending an allocation: {other:?}"))),
             };
             results.push(result);
@@ -235,15 +231,40 @@ pub(super) async fn cancel_job(api: &Api, caller: &Caller, r: CancelJobRequest) 
     for (job_id, whole_array) in targets {
         let command = Command::CancelJob { job_id, user: acting_as(caller), now: now_ms(), whole_array };
         let result = match api.replica.write(command).await.map_err(write_status)?.1 {
-            Response::Cancelled { was_running, .. } => {
-                CancelResult { job_id, ok: true, error: String::new(), was_running }
-            }
-            Response::Rejected(rej) => CancelResult { job_id, ok: false, error: rej.to_string(), was_running: false },
+            Response::Cancelled { was_running, .. } => done(job_id, was_running),
+            Response::Rejected(rej) => refused(job_id, &rej),
             other => return Err(Status::internal(format!("unexpected answer to a cancel: {other:?}"))),
         };
         results.push(result);
     }
     Ok(CancelJobResponse { results })
+}
+
+/// A hold's, release's or cancel's result for a job it acted on.
+fn done(job_id: u64, was_running: bool) -> CancelResult {
+    CancelResult { job_id, ok: true, was_running, ..Default::default() }
+}
+
+/// A job's result when apply refused to act on it.
+fn refused(job_id: u64, rejection: &crate::model::Rejection) -> CancelResult {
+    let code = code_name(rejection_status(rejection).code());
+    CancelResult { job_id, ok: false, error: rejection.to_string(), code: code.to_string(), was_running: false }
+}
+
+/// A job's result when it could not be signalled, with the status code of the refusal.
+fn not_signalled(job_id: u64, code: tonic::Code, error: String) -> CancelResult {
+    CancelResult { job_id, ok: false, error, code: code_name(code).to_string(), was_running: false }
+}
+
+/// A status code as gRPC names it.
+fn code_name(code: tonic::Code) -> &'static str {
+    match code {
+        tonic::Code::NotFound => "NOT_FOUND",
+        tonic::Code::PermissionDenied => "PERMISSION_DENIED",
+        tonic::Code::FailedPrecondition => "FAILED_PRECONDITION",
+        tonic::Code::InvalidArgument => "INVALID_ARGUMENT",
+        _ => "UNKNOWN",
+    }
 }
 
 /// Whether `caller` sees all of `job`: its own, or any as an operator. Others' scripts and
@@ -292,7 +313,12 @@ pub(super) async fn get_job(api: &Api, caller: &Caller, r: GetJobRequest) -> Res
     if api.security.config.private("jobs") && !sees_all_of(caller, &job) {
         return Err(Status::not_found(format!("job {job_id} does not exist")));
     }
-    Ok(GetJobResponse { job: Some(job_for(caller, &job, true)), applied_index })
+    let mut info = job_for(caller, &job, true);
+    if let Some(e) = api.leader.estimate(job.id).filter(|_| job.state == JobState::Pending) {
+        info.expected_start_ms = e.start_ms;
+        info.expected_nodes = crate::model::hostlist::compress(&e.nodes);
+    }
+    Ok(GetJobResponse { job: Some(info), applied_index })
 }
 
 /// A job (or task `task` of the array `job_id`) from the job history.
@@ -302,7 +328,7 @@ fn from_history(api: &Api, job_id: u64, task: Option<u32>) -> Result<crate::mode
     let job = history.get(job_id).map_err(history_status)?.ok_or_else(missing)?;
     let Some(task) = task else { return Ok(job) };
     let Some(a) = job.array.filter(|a| a.array_job_id == job_id) else {
-        return Err(Status::invalid_argument(format!("job {job_id} is not a job array, so it has no task {task}")));
+        return Err(Status::not_found(format!("job {job_id} is not a job array, so it has no task {task}")));
     };
     let last = job_id.saturating_add(u64::from(a.count.max(1)) - 1);
     let tasks = history.range(job_id, last).map_err(history_status)?;
@@ -524,12 +550,13 @@ async fn signal_jobs(api: &Api, caller: &Caller, r: CancelJobRequest) -> Result<
         let target = {
             let applied = api.replica.shared.read();
             match applied.state.jobs.get(&job_id) {
-                None => Err(format!("job {job_id} does not exist")),
-                Some(j) if !caller.may_act_on(&j.user) => {
-                    Err(format!("user '{}' may not signal job {job_id} of user '{}'", caller.user, j.user))
-                }
+                None => Err((tonic::Code::NotFound, format!("job {job_id} does not exist"))),
+                Some(j) if !caller.may_act_on(&j.user) => Err((
+                    tonic::Code::PermissionDenied,
+                    format!("user '{}' may not signal job {job_id} of user '{}'", caller.user, j.user),
+                )),
                 Some(j) if j.state != crate::model::JobState::Running => {
-                    Err(format!("job {job_id} is not running ({})", j.state.name()))
+                    Err((tonic::Code::FailedPrecondition, format!("job {job_id} is not running ({})", j.state.name())))
                 }
                 Some(j) => Ok((
                     j.alloc_index,
@@ -547,20 +574,16 @@ async fn signal_jobs(api: &Api, caller: &Caller, r: CancelJobRequest) -> Result<
                         .collect()
                 };
                 if missed.is_empty() {
-                    CancelResult { job_id, ok: true, error: String::new(), was_running: false }
+                    done(job_id, false)
                 } else {
-                    CancelResult {
-                        job_id,
-                        ok: false,
-                        error: format!("no agent connected on {}", missed.join(",")),
-                        was_running: false,
-                    }
+                    let error = format!("no agent connected on {}", missed.join(","));
+                    not_signalled(job_id, tonic::Code::FailedPrecondition, error)
                 }
             }
             Ok((_, None)) => {
-                CancelResult { job_id, ok: false, error: format!("job {job_id} has no allocation"), was_running: false }
+                not_signalled(job_id, tonic::Code::FailedPrecondition, format!("job {job_id} has no allocation"))
             }
-            Err(error) => CancelResult { job_id, ok: false, error, was_running: false },
+            Err((code, error)) => not_signalled(job_id, code, error),
         };
         results.push(result);
     }
@@ -571,7 +594,7 @@ async fn signal_jobs(api: &Api, caller: &Caller, r: CancelJobRequest) -> Result<
 fn array_task(state: &quorum_state::ClusterState, array_id: u64, task: u32) -> Result<&crate::model::Job, Status> {
     let first = state.jobs.get(&array_id).ok_or_else(|| Status::not_found(format!("job {array_id} does not exist")))?;
     let Some(a) = first.array.filter(|a| a.array_job_id == array_id) else {
-        return Err(Status::invalid_argument(format!("job {array_id} is not a job array, so it has no task {task}")));
+        return Err(Status::not_found(format!("job {array_id} is not a job array, so it has no task {task}")));
     };
     state
         .jobs

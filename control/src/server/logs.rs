@@ -42,14 +42,14 @@ pub(super) async fn job_logs(api: &Api, caller: &Caller, r: JobLogsRequest) -> R
         let node = if r.node.is_empty() {
             allocation.nodes[0].node.clone()
         } else if job.spec.batch_step && allocation.nodes[0].node != r.node {
-            return Err(Status::invalid_argument(format!(
+            return Err(Status::not_found(format!(
                 "job {}'s script runs on its first node, {}, only; its steps' output goes to their srun",
                 r.job_id, allocation.nodes[0].node
             )));
         } else if allocation.nodes.iter().any(|a| a.node == r.node) {
             r.node.clone()
         } else {
-            return Err(Status::invalid_argument(format!(
+            return Err(Status::not_found(format!(
                 "job {} did not run on {}; it ran on {}",
                 r.job_id,
                 r.node,

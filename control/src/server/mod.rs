@@ -29,24 +29,18 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tonic::{Request, Response, Status};
 
-pub use api::{not_leader, rejection_status, write_status};
+pub use api::{not_leader, rejection_status, write_status, Api};
 
 use crate::faults::Faults;
-use crate::leader::LeaderState;
-use crate::replica::Replica;
-use crate::security::Security;
-use api::Api;
 
 /// Serves until `stop` turns true.
 pub async fn serve(
-    replica: Arc<Replica>,
-    leader: Arc<LeaderState>,
-    security: Arc<Security>,
-    limits: Arc<crate::config::AdmissionLimits>,
+    api: Arc<Api>,
     faults: Faults,
     listener: TcpListener,
     mut stop: watch::Receiver<bool>,
 ) -> Result<(), tonic::transport::Error> {
+    let (replica, leader, security) = (api.replica.clone(), api.leader.clone(), api.security.clone());
     let authenticator = Arc::new(auth::Authenticator::new(security.clone(), replica.clone()));
     let incoming = quorum_auth::listener::incoming(listener, security.mode, security.server_tls.clone());
     let raft = quorum_raft::service::RaftRpcServer::into_service(
@@ -58,7 +52,7 @@ pub async fn serve(
     tonic::transport::Server::builder()
         .layer(auth::AuthLayer(authenticator))
         .add_service(raft)
-        .add_service(QuorumServer::new(Api::new(replica.clone(), leader.clone(), security.clone(), limits)))
+        .add_service(QuorumServer::from_arc(api))
         .add_service(agents::service(replica, leader, security))
         .serve_with_incoming_shutdown(incoming, async move {
             let _ = stop.wait_for(|s| *s).await;
