@@ -279,6 +279,7 @@ async function render(auto) {
     if (name === "job") await jobView(Number(arg));
     else await (views[name] || planView)();
     document.body.dataset.rendered = String(Date.now());
+    document.body.dataset.route = location.hash;
   } catch (e) { failed(e); }
   // Live: the lists and the plan are read again every refresh while shown.
   if (name !== "job" && document.visibilityState !== "hidden") timer = setTimeout(() => render(true), REFRESH_MS);
