@@ -20,7 +20,10 @@ use crate::{identity, Agent, JobEntry};
 /// Starts the job under its supervisor; its end is reported through the agent's job table and
 /// `exits_tx`.
 pub fn start(agent: Arc<Agent>, launch: Launch, kill_rx: mpsc::Receiver<ExitKind>) {
-    tokio::spawn(async move {
+    // The job's run, from its launch to its end, in the trace of its submit when it has one.
+    let span = tracing::info_span!("job", job_id = launch.job_id, node = %agent.config.name, rank = launch.node_rank);
+    quorum_proto::telemetry::continue_trace(&span, &launch.traceparent);
+    let run = async move {
         let mut stopped = agent.stopped.subscribe();
         let ended = tokio::select! {
             ended = run(&agent, &launch, kill_rx) => ended,
@@ -28,7 +31,8 @@ pub fn start(agent: Arc<Agent>, launch: Launch, kill_rx: mpsc::Receiver<ExitKind
             _ = stopped.wait_for(|s| *s) => return,
         };
         finish(&agent, &launch, ended);
-    });
+    };
+    tokio::spawn(tracing::Instrument::instrument(run, span));
 }
 
 /// What a watched job ended with: (kind, exit code, signal).

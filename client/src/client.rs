@@ -136,6 +136,8 @@ impl tonic::service::Interceptor for Authenticate {
         let value = tonic::metadata::MetadataValue::try_from(value)
             .map_err(|_| Status::unauthenticated("the credential cannot travel in metadata"))?;
         req.metadata_mut().insert(quorum_proto::AUTHORIZATION_KEY, value);
+        // A caller that exports traces has its request continue them on the controllers.
+        quorum_proto::telemetry::carry(&tracing::Span::current(), req.metadata_mut());
         Ok(req)
     }
 }

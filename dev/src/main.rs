@@ -127,6 +127,11 @@ async fn dev(
         println!("  curl{ca} -H \"Authorization: Bearer $TOKEN\" {url}");
     }
     println!();
+    println!("The dashboard and the REST API (/api/v1; sign in with a token):");
+    for url in cluster.http_urls() {
+        println!("  {url}/");
+    }
+    println!();
     println!("Ctrl-C stops the cluster.");
     tokio::signal::ctrl_c().await?;
     println!("stopping...");

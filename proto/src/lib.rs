@@ -2,6 +2,8 @@
 //! service, generated from `proto/*.proto` by tonic and prost. Everything that crosses a process
 //! boundary is defined here, and changes to it are additive only (see DESIGN.md, "Upgrades").
 
+pub mod telemetry;
+
 pub mod api {
     tonic::include_proto!("quorum.api");
 }

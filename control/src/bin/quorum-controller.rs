@@ -14,18 +14,22 @@ struct Args {
     /// `text` for people, `json` (one object a line, with every field) for log collectors.
     #[arg(long, env = "QUORUM_LOG_FORMAT", default_value = "text", value_parser = ["text", "json"])]
     log_format: String,
+    /// Export spans to this OTLP (gRPC) endpoint, e.g. `http://collector:4317`.
+    #[arg(long, env = quorum_proto::telemetry::OTLP_ENDPOINT_ENV)]
+    otlp_endpoint: Option<String>,
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let logs = tracing_subscriber::fmt().with_env_filter(
-        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,openraft=warn".into()),
-    );
-    match args.log_format.as_str() {
-        "json" => logs.json().init(),
-        _ => logs.init(),
-    }
+    let _telemetry = quorum_proto::telemetry::init(quorum_proto::telemetry::Logging {
+        service: "quorum-controller",
+        format: &args.log_format,
+        default_filter: "info,openraft=warn",
+        stderr: false,
+        otlp_endpoint: args.otlp_endpoint.as_deref(),
+    })
+    .map_err(|e| anyhow::anyhow!(e))?;
     let config = ControllerConfig::load(&args.config)?;
     let listener = tokio::net::TcpListener::bind(&config.listen)
         .await

@@ -85,6 +85,74 @@ pub struct AgentHub {
     grants: Grants,
     /// The agents' lease: how long jobs of a replaced session are held back.
     lease: Duration,
+    /// The trace of each job submitted while spans are exported, for its launch spans.
+    pub traces: Traces,
+}
+
+/// How many jobs' traces the leader keeps at most (the oldest go first).
+const MAX_TRACED: usize = 100_000;
+
+/// Each traced job's W3C `traceparent`: its submit's, then its scheduling span's once the
+/// leader planned its start; a launch continues it, and carries it on to the agent. A submit is
+/// known by its request id until its commit returns the job's id: the job may be scheduled, and
+/// launched, before that.
+#[derive(Default)]
+pub struct Traces(Mutex<TracesByKey>);
+
+#[derive(Default)]
+struct TracesByKey {
+    jobs: std::collections::BTreeMap<JobId, String>,
+    requests: std::collections::BTreeMap<String, String>,
+}
+
+/// Keeps `value` under `key` in `map`, which holds [`MAX_TRACED`] at most (the first go first).
+fn keep<K: Ord>(map: &mut std::collections::BTreeMap<K, String>, key: K, value: String) {
+    if value.is_empty() {
+        return;
+    }
+    if map.len() >= MAX_TRACED {
+        map.pop_first();
+    }
+    map.insert(key, value);
+}
+
+impl Traces {
+    fn lock(&self) -> std::sync::MutexGuard<'_, TracesByKey> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Keeps `traceparent` as `job`'s trace (nothing when it is empty: nothing is exported).
+    pub fn remember(&self, job: JobId, traceparent: String) {
+        keep(&mut self.lock().jobs, job, traceparent);
+    }
+
+    /// Keeps the trace of a submit in flight by its request id (none: not kept).
+    pub fn remember_request(&self, request_id: &str, traceparent: String) {
+        if !request_id.is_empty() {
+            keep(&mut self.lock().requests, request_id.to_string(), traceparent);
+        }
+    }
+
+    /// The submit of `request_id` made `job`: its trace is the job's from now on, unless the
+    /// job's start was planned already (its trace then goes on from that span).
+    pub fn submitted(&self, request_id: &str, job: JobId, traceparent: String) {
+        let mut traces = self.lock();
+        let planned = traces.requests.remove(request_id).is_some() && traces.jobs.contains_key(&job);
+        if !planned {
+            keep(&mut traces.jobs, job, traceparent);
+        }
+    }
+
+    /// `job`'s trace, or that of the submit in flight (`request_id`) that made it.
+    pub fn of(&self, job: JobId, request_id: &str) -> Option<String> {
+        let traces = self.lock();
+        traces.jobs.get(&job).or_else(|| traces.requests.get(request_id)).cloned()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        let traces = self.lock();
+        traces.jobs.is_empty() && traces.requests.is_empty()
+    }
 }
 
 /// What ends a session's stream: every stream's generation (the replica stopped leading), and
@@ -96,7 +164,13 @@ pub struct SessionEnds {
 
 impl AgentHub {
     pub fn new(grants: Grants, lease: Duration) -> AgentHub {
-        AgentHub { inner: Mutex::new(Inner::default()), generation: watch::Sender::new(0), grants, lease }
+        AgentHub {
+            inner: Mutex::new(Inner::default()),
+            generation: watch::Sender::new(0),
+            grants,
+            lease,
+            traces: Traces::default(),
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -269,6 +343,19 @@ impl AgentHub {
         Some(launch)
     }
 
+    /// The launch for `job_id`'s rank on `node`, in a span of the job's trace when it has one,
+    /// which the agent's span of the job continues.
+    fn traced_launch(&self, state: &ClusterState, job_id: JobId, node: &str) -> Option<Launch> {
+        let mut launch = self.launch_for(state, job_id, node)?;
+        let request_id = state.jobs.get(&job_id).map_or("", |j| j.request_id.as_str());
+        if let Some(parent) = self.traces.of(job_id, request_id) {
+            let span = tracing::info_span!("launch", job_id, node);
+            quorum_proto::telemetry::continue_trace(&span, &parent);
+            launch.traceparent = quorum_proto::telemetry::traceparent(&span);
+        }
+        Some(launch)
+    }
+
     /// The agent connected for `node`, if one is.
     pub fn agent(&self, node: &str) -> Option<AgentInfo> {
         self.lock().conns.get(node).map(|c| c.agent.clone())
@@ -336,7 +423,7 @@ impl AgentHub {
     }
 
     fn reconcile_node(&self, state: &ClusterState, name: &str, conn: &mut Conn, held: Option<&Held>) {
-        reconcile_node(state, name, conn, held, |job_id| self.launch_for(state, job_id, name));
+        reconcile_node(state, name, conn, held, |job_id| self.traced_launch(state, job_id, name));
     }
 }
 
@@ -439,5 +526,6 @@ fn unsigned_launch(state: &ClusterState, job_id: JobId, node: &str) -> Option<La
         // Signed by the hub (see `AgentHub::launch_for`).
         grant: Vec::new(),
         signature: Vec::new(),
+        traceparent: String::new(),
     })
 }

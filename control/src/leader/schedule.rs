@@ -65,7 +65,8 @@ pub(super) async fn schedule_loop(replica: Arc<Replica>, leader: Arc<LeaderState
         view.previous = leader.estimates().into_iter().map(|(j, e)| (j, e.nodes)).collect();
         let started = std::time::Instant::now();
         let plan = quorum_sched::schedule(&view, now_ms(), &policy);
-        leader.stats.cycle_seconds.observe(started.elapsed().as_secs_f64());
+        let cycle_s = started.elapsed().as_secs_f64();
+        leader.stats.cycle_seconds.observe(cycle_s);
         leader.stats.cycle_pending.observe(view.pending.len() as f64);
         leader.stats.planned_starts.inc_by(plan.starts.len() as u64);
         tracing::debug!(
@@ -76,6 +77,17 @@ pub(super) async fn schedule_loop(replica: Arc<Replica>, leader: Arc<LeaderState
         let planned = plan.starts.len();
         let reasons = plan.reasons_to_write();
         leader.set_estimates(plan.estimates);
+        // Before the plan is proposed: its starts are launched as soon as it applies.
+        if !leader.hub.traces.is_empty() {
+            let applied = replica.shared.read();
+            let planned = plan.starts.iter().map(|s| (s.job_id, applied.state.jobs.get(&s.job_id)));
+            trace_starts(
+                &leader,
+                planned.map(|(id, job)| (id, job.map_or("", |j| j.request_id.as_str()))),
+                base_index,
+                cycle_s,
+            );
+        }
         let Some(command) = Command::apply_plan(base_index, now_ms(), plan.starts, reasons) else { continue };
         match replica.write(command).await {
             Ok((index, Response::PlanApplied { started, dropped })) => {
@@ -92,5 +104,22 @@ pub(super) async fn schedule_loop(replica: Arc<Replica>, leader: Arc<LeaderState
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         }
+    }
+}
+
+/// A span in the trace of each job the cycle plans to start that has one, with the request id
+/// of its submit (`base_index`: the applied index the cycle planned from). Its launches
+/// continue from it.
+fn trace_starts<'a>(
+    leader: &LeaderState,
+    planned: impl Iterator<Item = (crate::model::JobId, &'a str)>,
+    base_index: u64,
+    cycle_s: f64,
+) {
+    for (job_id, request_id) in planned {
+        let Some(parent) = leader.hub.traces.of(job_id, request_id) else { continue };
+        let span = tracing::info_span!("schedule", job_id, base_index, cycle_ms = cycle_s * 1000.0);
+        quorum_proto::telemetry::continue_trace(&span, &parent);
+        leader.hub.traces.remember(job_id, quorum_proto::telemetry::traceparent(&span));
     }
 }

@@ -37,6 +37,7 @@ impl Api {
                 let identity = tonic::metadata::MetadataValue::try_from(caller.forwarded())
                     .map_err(|_| Status::invalid_argument("a user name that cannot travel in metadata"))?;
                 forwarded.metadata_mut().insert(FORWARDED_USER_KEY, identity);
+                quorum_proto::telemetry::carry(&tracing::Span::current(), forwarded.metadata_mut());
                 Ok(Route::Leader(addr, forwarded))
             }
             _ => Err(not_leader(leader.as_deref())),

@@ -3,6 +3,7 @@
 
 use quorum_proto::api::*;
 use tonic::Status;
+use tracing::Instrument;
 
 use quorum_auth::{Caller, Role};
 
@@ -58,9 +59,20 @@ pub(super) async fn submit_job(api: &Api, caller: &Caller, r: SubmitJobRequest) 
         return Ok(SubmitJobResponse { job_id, duplicate: true, ..Default::default() });
     }
     recall_dependencies(api, &spec).await?;
-    let submit = Submit { spec: Box::new(spec), user, request_id };
-    match api.submits.write(submit).await.map_err(write_status)? {
-        Response::Submitted { job_id, duplicate } => Ok(SubmitJobResponse { job_id, duplicate, ..Default::default() }),
+    // The job's trace, by the submit's request id until its id is known: it may be scheduled
+    // and launched before this commit returns.
+    let traceparent = quorum_proto::telemetry::traceparent(&tracing::Span::current());
+    api.leader.hub.traces.remember_request(&request_id, traceparent.clone());
+    let submit = Submit { spec: Box::new(spec), user, request_id: request_id.clone() };
+    let commit = tracing::info_span!("raft_commit", job_id = tracing::field::Empty);
+    match api.submits.write(submit).instrument(commit.clone()).await.map_err(write_status)? {
+        Response::Submitted { job_id, duplicate } => {
+            commit.record("job_id", job_id);
+            if !duplicate {
+                api.leader.hub.traces.submitted(&request_id, job_id, traceparent);
+            }
+            Ok(SubmitJobResponse { job_id, duplicate, ..Default::default() })
+        }
         Response::Rejected(r) => Err(rejection_status(&r)),
         other => Err(Status::internal(format!("unexpected answer to a submit: {other:?}"))),
     }

@@ -28,6 +28,7 @@ use quorum_proto::api::*;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tonic::{Request, Response, Status};
+use tracing::Instrument;
 
 pub use api::{not_leader, rejection_status, write_status, Api};
 
@@ -103,10 +104,22 @@ impl Quorum for Api {
     }
 
     async fn submit_job(&self, req: Request<SubmitJobRequest>) -> Result<Response<SubmitJobResponse>, Status> {
-        let (caller, r) = at_leader!(self, req, submit_job);
-        let arrived = std::time::Instant::now();
-        let answer = jobs::submit_job(self, &caller, r).await.map(Response::new);
-        self.leader.stats.submit_seconds.observe(arrived.elapsed().as_secs_f64());
+        // One submit is one trace: it continues the client's (or the forwarding follower's).
+        let span = tracing::info_span!("submit", job_id = tracing::field::Empty, replica = self.replica.id);
+        quorum_proto::telemetry::continue_trace(&span, quorum_proto::telemetry::traceparent_of(req.metadata()));
+        let answer = async move {
+            let (caller, r) = at_leader!(self, req, submit_job);
+            let arrived = std::time::Instant::now();
+            let answer = jobs::submit_job(self, &caller, r).await.map(Response::new);
+            self.leader.stats.submit_seconds.observe(arrived.elapsed().as_secs_f64());
+            answer
+        }
+        .instrument(span.clone())
+        .await;
+        // Here too when a follower forwarded it: the leader's answer names the job.
+        if let Ok(submitted) = &answer {
+            span.record("job_id", submitted.get_ref().job_id);
+        }
         answer
     }
 

@@ -1,0 +1,140 @@
+//! One submit is one trace: a client's span, the follower it asked, the leader's submit, the
+//! Raft commit, the scheduling cycle that started the job, its launch, and the job's run on its
+//! node, each with the job's id. The spans go over OTLP (gRPC) to a collector in this test, which
+//! keeps what it receives, as the OpenTelemetry Collector's receiver would.
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::*;
+use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{TraceService, TraceServiceServer};
+use opentelemetry_proto::tonic::collector::trace::v1::{ExportTraceServiceRequest, ExportTraceServiceResponse};
+use opentelemetry_proto::tonic::common::v1::any_value::Value;
+use quorum_dev::cluster::DevOptions;
+use tracing::Instrument;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+
+const T: Duration = Duration::from_secs(30);
+
+/// A span as the collector received it.
+#[derive(Clone, Debug)]
+struct Seen {
+    trace: Vec<u8>,
+    span: Vec<u8>,
+    parent: Vec<u8>,
+    name: String,
+    job_id: Option<i64>,
+    service: String,
+}
+
+#[derive(Clone, Default)]
+struct Collector {
+    spans: Arc<Mutex<Vec<Seen>>>,
+}
+
+#[tonic::async_trait]
+impl TraceService for Collector {
+    async fn export(
+        &self,
+        req: tonic::Request<ExportTraceServiceRequest>,
+    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
+        let mut seen = self.spans.lock().unwrap_or_else(|p| p.into_inner());
+        for resource in req.into_inner().resource_spans {
+            let attribute = |attrs: &[opentelemetry_proto::tonic::common::v1::KeyValue], key: &str| {
+                attrs.iter().find(|kv| kv.key == key).and_then(|kv| kv.value.as_ref()?.value.clone())
+            };
+            let service = match resource.resource.as_ref().and_then(|r| attribute(&r.attributes, "service.name")) {
+                Some(Value::StringValue(s)) => s,
+                _ => String::new(),
+            };
+            for span in resource.scope_spans.into_iter().flat_map(|s| s.spans) {
+                let job_id = match attribute(&span.attributes, "job_id") {
+                    Some(Value::IntValue(i)) => Some(i),
+                    Some(Value::StringValue(s)) => s.parse().ok(),
+                    _ => None,
+                };
+                seen.push(Seen {
+                    trace: span.trace_id,
+                    span: span.span_id,
+                    parent: span.parent_span_id,
+                    name: span.name,
+                    job_id,
+                    service: service.clone(),
+                });
+            }
+        }
+        Ok(tonic::Response::new(ExportTraceServiceResponse { partial_success: None }))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn one_submit_is_one_trace_from_the_client_to_the_job_on_its_node() {
+    let collector = Collector::default();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("a port for the collector");
+    let endpoint = format!("http://{}", listener.local_addr().expect("its address"));
+    let service = TraceServiceServer::new(collector.clone());
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(service)
+            .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
+    );
+    // This process is the client, the replicas and the agents: one exporter for all of them.
+    let (layer, provider) = quorum_proto::telemetry::otlp_layer("quorum-dev", &endpoint).expect("the exporter");
+    tracing_subscriber::registry().with(tracing_subscriber::EnvFilter::new("info,openraft=off")).with(layer).init();
+
+    let cluster = cluster(DevOptions::for_tests()).await;
+    let c = client(&cluster.addrs);
+    wait_ready(&cluster, &c, 2).await;
+    let leader = cluster.leader().expect("a leader");
+    let follower = (leader + 1) % cluster.addrs.len();
+    let through_follower = client(&[cluster.addrs[follower].clone()]);
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let asked = tracing::info_span!("client_submit");
+    let id = submit(&through_follower, spec(&["true"], dir.path())).instrument(asked.clone()).await;
+    drop(asked);
+    wait_state(&c, id, &["COMPLETED"], T).await;
+
+    let wanted = ["client_submit", "submit", "raft_commit", "schedule", "launch", "job"];
+    let trace = wait_for(T, "every span of the submit's trace", || {
+        let provider = provider.clone();
+        let spans = collector.spans.clone();
+        async move {
+            tokio::task::spawn_blocking(move || provider.force_flush()).await.ok()?.ok()?;
+            let spans = spans.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            let root = spans.iter().find(|s| s.name == "client_submit")?;
+            let trace: Vec<Seen> = spans.iter().filter(|s| s.trace == root.trace).cloned().collect();
+            let names: Vec<&str> = trace.iter().map(|s| s.name.as_str()).collect();
+            let submits = names.iter().filter(|n| **n == "submit").count();
+            (wanted.iter().all(|w| names.contains(w)) && submits == 2).then_some(trace)
+        }
+    })
+    .await;
+
+    // Each span's parent is the one before it: client, follower, leader, then the leader's
+    // commit and its scheduling of the job, the launch, and the job on its node.
+    let by_name = |name: &str| trace.iter().filter(|s| s.name == name).collect::<Vec<_>>();
+    let client_span = by_name("client_submit")[0];
+    let follower_submit = trace.iter().find(|s| s.name == "submit" && s.parent == client_span.span);
+    let follower_submit =
+        follower_submit.unwrap_or_else(|| panic!("the follower's submit continues the client's: {trace:#?}"));
+    let leader_submit = trace.iter().find(|s| s.name == "submit" && s.parent == follower_submit.span);
+    let leader_submit =
+        leader_submit.unwrap_or_else(|| panic!("the leader's submit continues the follower's: {trace:#?}"));
+    let commit = by_name("raft_commit")[0];
+    assert_eq!(commit.parent, leader_submit.span, "{trace:#?}");
+    let schedule = by_name("schedule")[0];
+    assert_eq!(schedule.parent, leader_submit.span, "{trace:#?}");
+    let launch = by_name("launch")[0];
+    assert_eq!(launch.parent, schedule.span, "{trace:#?}");
+    let job = by_name("job")[0];
+    assert_eq!(job.parent, launch.span, "{trace:#?}");
+    // The job's id on every span of the controllers and the agent.
+    for span in trace.iter().filter(|s| s.name != "client_submit") {
+        assert_eq!(span.job_id, Some(id as i64), "{span:?}");
+        assert_eq!(span.service, "quorum-dev", "{span:?}");
+    }
+    cluster.shutdown().await;
+}
