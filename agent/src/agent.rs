@@ -203,6 +203,8 @@ pub struct Agent {
     gpu_source: Arc<Mutex<Box<dyn gpu::GpuSource>>>,
     /// The newest GPU check, sent with each heartbeat.
     gpu_health: Mutex<Vec<quorum_proto::agent::GpuHealth>>,
+    /// What that check read of each GPU that could be read (for `/metrics`).
+    gpu_readings: Mutex<Vec<(u32, gpu::Reading)>>,
     /// The health check's output while it fails.
     health_check_failure: Mutex<String>,
     /// The most resident memory each running job's and step task's process group held
@@ -240,6 +242,7 @@ impl Agent {
             limits: std::sync::OnceLock::new(),
             gpu_source: Arc::new(Mutex::new(source)),
             gpu_health: Mutex::new(Vec::new()),
+            gpu_readings: Mutex::new(Vec::new()),
             health_check_failure: Mutex::new(String::new()),
             rss_peaks: Mutex::new(HashMap::new()),
         })
@@ -247,6 +250,11 @@ impl Agent {
 
     pub(crate) fn gpu_health(&self) -> Vec<quorum_proto::agent::GpuHealth> {
         self.gpu_health.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// What the newest GPU check read of each GPU that could be read.
+    pub(crate) fn gpu_readings(&self) -> Vec<(u32, gpu::Reading)> {
+        self.gpu_readings.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     pub(crate) fn health_check_failure(&self) -> String {
@@ -270,6 +278,7 @@ impl Agent {
         for entry in self.lock_jobs().values_mut().filter(|e| e.exit.is_none() && !e.gpus.is_empty()) {
             entry.gpu_use.sample(&readings, &entry.gpus);
         }
+        *self.gpu_readings.lock().unwrap_or_else(|p| p.into_inner()) = readings;
         let mut current = self.gpu_health.lock().unwrap_or_else(|p| p.into_inner());
         for g in &health {
             let before = current.iter().find(|c| c.index == g.index).map(|c| (c.state, c.detail.clone()));

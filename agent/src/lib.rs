@@ -14,6 +14,7 @@ pub mod grants;
 pub mod identity;
 mod input;
 pub mod limits;
+pub mod metrics;
 pub mod output;
 pub mod record;
 pub mod resources;
@@ -108,8 +109,27 @@ async fn watch_health(agent: Arc<Agent>, mut shutdown: watch::Receiver<bool>) {
 
 /// Runs an agent until `shutdown` completes.
 pub async fn run(config: AgentConfig, gpus: Box<dyn gpu::GpuSource>, shutdown: impl std::future::Future<Output = ()>) {
+    run_with_metrics(config, gpus, None, shutdown).await
+}
+
+/// [`run`], serving the agent's `/metrics` on `metrics` (a listener, and the address ranges
+/// that may read it) when given.
+pub async fn run_with_metrics(
+    config: AgentConfig,
+    gpus: Box<dyn gpu::GpuSource>,
+    metrics: Option<(tokio::net::TcpListener, Vec<quorum_model::Cidr>)>,
+    shutdown: impl std::future::Future<Output = ()>,
+) {
     let (stop_tx, stop_rx) = watch::channel(false);
     let agent = Agent::with_gpu_source(config, gpus);
+    if let Some((listener, allow)) = metrics {
+        let agent = agent.clone();
+        tokio::spawn(async move {
+            if let Err(e) = metrics::serve(agent, listener, allow).await {
+                tracing::warn!(error = %e, "serving /metrics");
+            }
+        });
+    }
     let task = tokio::spawn(serve(agent.clone(), stop_rx));
     shutdown.await;
     let _ = stop_tx.send(true);

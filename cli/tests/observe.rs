@@ -148,6 +148,15 @@ async fn metrics_show_the_cluster_to_operators_and_allowed_scrapers_only() {
     assert!(leader["quorum_scheduler_cycle_seconds_count"] >= 1.0, "{leader:?}");
     assert!(leader["quorum_scheduler_planned_starts_total"] >= 1.0, "{leader:?}");
     assert_eq!(leader.get("quorum_submit_seconds_count"), Some(&2.0), "{leader:?}");
+    // The running job's launch reached its node's agent.
+    assert!(leader["quorum_dispatch_seconds_count"] >= 1.0, "{leader:?}");
+    assert_eq!(leader.get("quorum_scheduler_backfill_starts_total"), Some(&0.0), "{leader:?}");
+    for m in &by_replica {
+        let of = |name: &str| m.iter().find(|(k, _)| k.starts_with(name)).map(|(_, v)| *v);
+        assert_eq!(of("quorum_rocksdb_write_stopped{"), Some(0.0), "{m:?}");
+        assert!(of("quorum_raft_log_entries{").is_some_and(|n| n >= 1.0), "{m:?}");
+        assert!(of("quorum_rocksdb_memtable_bytes{").is_some_and(|n| n > 0.0), "{m:?}");
+    }
     let healthy =
         leader.iter().filter(|(k, v)| k.starts_with("quorum_gpu_health{") && k.contains(r#"state="ok""#) && **v == 1.0);
     assert_eq!(healthy.count(), 8, "{leader:?}");
@@ -219,4 +228,51 @@ fn a_controller_logs_json_lines_when_asked() {
     let http = started["fields"]["http"].as_str().expect("the HTTP port's address");
     assert!(http.starts_with("127.0.0.1:"), "{started}");
     assert!(lines.iter().any(|l| l["fields"]["message"] == "shutting down"), "{text}");
+}
+
+/// An agent's own `/metrics`: its jobs, what each uses now, its GPUs; refused to addresses
+/// outside `--metrics-allow`.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_agent_shows_its_jobs_and_gpus_to_allowed_scrapers() {
+    let cluster = cluster(DevOptions::for_tests()).await;
+    let c = client(&cluster.addrs);
+    wait_ready(&cluster, &c, 2).await;
+    let agent = cluster.agent(0).expect("an agent in this process");
+    let node = agent.config.name.clone();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("a port");
+    let url = format!("http://{}/metrics", listener.local_addr().expect("its address"));
+    let allow = vec![quorum_model::Cidr::parse("127.0.0.1/32").expect("a range")];
+    tokio::spawn(quorum_agent::metrics::serve(agent.clone(), listener, allow));
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = spec(&["sh", "-c", "x=0; while :; do x=$((x+1)); done"], dir.path());
+    (s.nodelist, s.gpus_per_node) = (vec![node.clone()], 1);
+    let id = submit(&c, s).await;
+    wait_state(&c, id, &["RUNNING"], T).await;
+    let job = format!(r#"job="{id}""#);
+    let m = wait_for(T, "the job's CPU time and the GPUs' health in the agent's metrics", || async {
+        let (status, body) = curl(&url, &[]);
+        assert_eq!(status, 200, "{body}");
+        let m = samples(&body);
+        let cpu = m.get(&format!("quorum_agent_job_cpu_seconds{{{job}}}")).copied().unwrap_or(0.0);
+        let gpus = m.iter().filter(|(k, v)| k.starts_with("quorum_agent_gpu_health{") && **v == 1.0).count();
+        (cpu >= 1.0 && gpus == 4).then_some((m, body))
+    })
+    .await;
+    let (m, body) = m;
+    let read = families_by_the_reference_parser(&body);
+    for family in ["quorum_agent_jobs gauge", "quorum_agent_job_resident_bytes gauge", "quorum_agent_gpu_health gauge"]
+    {
+        assert!(read.lines().any(|l| l == family), "{family} not among {read}");
+    }
+    assert_eq!(m.get("quorum_agent_jobs"), Some(&1.0), "{m:?}");
+    assert!(m[&format!("quorum_agent_job_resident_bytes{{{job}}}")] > 0.0, "{m:?}");
+    assert!(m[&format!("quorum_agent_job_processes{{{job}}}")] >= 1.0, "{m:?}");
+    assert_eq!(m.get(r#"quorum_agent_gpu_health{gpu="0",state="ok"}"#), Some(&1.0), "{m:?}");
+    assert!(m.keys().any(|k| k.starts_with("quorum_agent_gpu_temperature_celsius{")), "{m:?}");
+
+    let (status, body) = curl(&url, &["--interface", "127.0.0.2"]);
+    assert_eq!(status, 403, "from an address not allowed: {body}");
+    cancel(&c, id).await;
+    cluster.shutdown().await;
 }

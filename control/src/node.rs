@@ -59,7 +59,7 @@ impl Controller {
                 let app = Arc::new(http::Http {
                     api: api.clone(),
                     authenticator: Arc::new(server::auth::Authenticator::new(security.clone(), replica.clone())),
-                    metrics: http::metrics::Metrics::new(replica.clone(), leader.clone()),
+                    metrics: http::metrics::Metrics::new(replica.clone(), leader.clone(), db.clone()),
                     metrics_allow: config.http.metrics_allow()?,
                 });
                 tokio::spawn(http::serve(app, security.clone(), listener, stop_rx.clone()));

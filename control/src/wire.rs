@@ -87,14 +87,7 @@ pub fn spec_from_proto(p: api::JobSpec) -> Result<JobSpec, Rejection> {
 }
 
 /// A GPU's health as an agent reported it, as `quorum nodes` and `/metrics` name it.
-pub fn gpu_state_name(state: i32) -> &'static str {
-    use quorum_proto::agent::GpuState;
-    match GpuState::try_from(state) {
-        Ok(GpuState::GpuWarning) => "warning",
-        Ok(GpuState::GpuFailure) => "failure",
-        _ => "ok",
-    }
-}
+pub use quorum_proto::gpu_state_name;
 
 /// `with_env` false leaves the submit environment out (it is large, and a listing shows none).
 pub fn spec_to_proto(s: &JobSpec, with_env: bool) -> api::JobSpec {

@@ -454,6 +454,14 @@ impl DevCluster {
         env
     }
 
+    /// The `i`-th agent, when it runs in this process.
+    pub fn agent(&self, i: usize) -> Option<Arc<Agent>> {
+        match self.agents.get(i)? {
+            Some(DevAgent::InProcess { agent, .. }) => Some(agent.clone()),
+            _ => None,
+        }
+    }
+
     pub fn controller(&self, i: usize) -> Option<&Controller> {
         self.controllers[i].as_ref()
     }

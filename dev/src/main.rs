@@ -145,11 +145,31 @@ fn main() -> ExitCode {
         Command::Dev { .. } => "info,openraft=error",
         _ => "warn,openraft=off",
     };
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| default_filter.into()),
-        )
-        .init();
-    quorum_client::exit_code(tokio::runtime::Builder::new_multi_thread().enable_all().build(), run(cli))
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build();
+    // Spans go to the OTLP endpoint OpenTelemetry's variable names, when it is set (the
+    // exporter's gRPC client is made in the runtime).
+    let endpoint = std::env::var(quorum_proto::telemetry::OTLP_ENDPOINT_ENV).ok();
+    let logging = quorum_proto::telemetry::Logging {
+        service: "quorum-dev",
+        format: "text",
+        default_filter,
+        stderr: true,
+        otlp_endpoint: endpoint.as_deref(),
+    };
+    let telemetry = match &runtime {
+        Ok(rt) => {
+            let _in_runtime = rt.enter();
+            quorum_proto::telemetry::init(logging)
+        }
+        Err(_) => quorum_proto::telemetry::init(quorum_proto::telemetry::Logging { otlp_endpoint: None, ..logging }),
+    };
+    if let Err(e) = &telemetry {
+        eprintln!("quorum-dev: {e}");
+    }
+    quorum_client::exit_code(runtime, async move {
+        let code = run(cli).await;
+        // The last spans are exported while the runtime still runs.
+        let _ = tokio::task::spawn_blocking(move || drop(telemetry)).await;
+        code
+    })
 }

@@ -7,6 +7,7 @@
 
 pub mod accounts;
 pub mod array;
+pub mod cidr;
 pub mod env;
 pub mod gpu_fault;
 pub mod hostlist;
@@ -55,6 +56,7 @@ pub fn json_len(text: &str) -> usize {
         .sum::<usize>()
 }
 
+pub use cidr::Cidr;
 pub use shared::Shared;
 pub use units::{JobId, Millis};
 

@@ -40,3 +40,13 @@ pub const FORWARDED_KEY: &str = "x-quorum-forwarded";
 /// What an agent puts after `rlimits only: ` in `Register.limits` when cgroups were turned off on
 /// purpose (`--no-cgroups`), as opposed to a reason the machine gave; clients say nothing of it.
 pub const CGROUPS_OFF: &str = "cgroups are off for this agent";
+
+/// A GPU's health as an agent reported it, as `quorum nodes` and `/metrics` name it.
+pub fn gpu_state_name(state: i32) -> &'static str {
+    use agent::GpuState;
+    match GpuState::try_from(state) {
+        Ok(GpuState::GpuWarning) => "warning",
+        Ok(GpuState::GpuFailure) => "failure",
+        _ => "ok",
+    }
+}

@@ -4,6 +4,8 @@
 //! a follower forwarding it) and in the leader's launch messages to agents, so that one submit is
 //! one trace from the client to the job's start on its nodes.
 
+pub mod gauges;
+
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 

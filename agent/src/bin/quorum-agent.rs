@@ -15,6 +15,12 @@ struct Args {
     /// Export spans to this OTLP (gRPC) endpoint, e.g. `http://collector:4317`.
     #[arg(long, env = quorum_proto::telemetry::OTLP_ENDPOINT_ENV)]
     otlp_endpoint: Option<String>,
+    /// Serve this agent's `/metrics` (OpenMetrics, plain HTTP) on this address, e.g. `0.0.0.0:7190`.
+    #[arg(long, env = "QUORUM_AGENT_METRICS_LISTEN")]
+    metrics_listen: Option<String>,
+    /// Address ranges that may read `/metrics`, comma-separated (default: this host's loopback).
+    #[arg(long, value_delimiter = ',', default_value = "127.0.0.0/8,::1")]
+    metrics_allow: Vec<String>,
     /// This node's name as the partitions name it (default: the host name).
     #[arg(long)]
     name: Option<String>,
@@ -133,7 +139,22 @@ async fn main() -> anyhow::Result<()> {
         Box::new(quorum_agent::gpu::SimSource::new(config.gpus.len()))
     };
     tracing::info!(node = %config.name, cpus = config.cpus, mem_mb = config.mem_mb, gpus = config.gpus.len(), "agent starting");
-    quorum_agent::run(config, source, async {
+    let metrics = match &args.metrics_listen {
+        Some(addr) => {
+            let allow = args
+                .metrics_allow
+                .iter()
+                .map(|c| quorum_model::Cidr::parse(c).map_err(|e| anyhow::anyhow!("--metrics-allow '{c}': {e}")))
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|e| anyhow::anyhow!("--metrics-listen {addr}: {e}"))?;
+            tracing::info!(addr = %listener.local_addr()?, "serving /metrics");
+            Some((listener, allow))
+        }
+        None => None,
+    };
+    quorum_agent::run_with_metrics(config, source, metrics, async {
         let _ = tokio::signal::ctrl_c().await;
     })
     .await;

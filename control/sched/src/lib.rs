@@ -54,6 +54,8 @@ pub struct Plan {
     changed: Vec<usize>,
     /// Reservations: expected start and nodes of blocked jobs backfill reached.
     pub estimates: BTreeMap<JobId, Estimate>,
+    /// How many of `starts` backfill made: ahead of a job of their partition that waits.
+    pub backfilled: usize,
 }
 
 impl Plan {
@@ -271,6 +273,8 @@ pub struct Placed<'a> {
     pub waiting: Vec<Waiting<'a>>,
     /// Reservations: when and where backfill expects blocked candidates to start.
     pub estimates: BTreeMap<JobId, Estimate>,
+    /// How many of `starts` start ahead of a job of their partition that waits: backfill's.
+    pub backfilled: usize,
 }
 
 /// The shape of a request as far as fitting it now goes: a shape that did not fit for some
@@ -504,6 +508,7 @@ pub fn place<'a>(view: &'a ClusterView, candidates: &[Candidate<'a>], now_ms: Mi
             limits.add_job(view, job, &usage);
             licenses.take(job);
             placed.starts.push(PlannedStart { job_id: job.id, allocation });
+            placed.backfilled += usize::from(blocked[part]);
             continue;
         }
         if may_fit {
@@ -549,8 +554,8 @@ impl Plan {
     /// The plan from the stages' results: the starts and reservations of `placed`, and the
     /// reasons of `ineligible` and of `placed`'s waiting jobs merged back into the order.
     pub fn assemble(considered: usize, ineligible: Vec<Waiting>, placed: Placed) -> Plan {
-        let Placed { starts, waiting, estimates } = placed;
-        let mut plan = Plan { starts, estimates, ..Plan::default() };
+        let Placed { starts, waiting, estimates, backfilled } = placed;
+        let mut plan = Plan { starts, estimates, backfilled, ..Plan::default() };
         plan.reasons.reserve(ineligible.len() + waiting.len());
         let (mut a, mut b) = (ineligible.into_iter().peekable(), waiting.into_iter().peekable());
         loop {

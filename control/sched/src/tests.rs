@@ -233,10 +233,12 @@ fn easy_backfills_where_fcfs_waits() {
     };
     let (_, wide, small, long, p) = run(BackfillMode::Easy);
     assert_eq!(started(&p), vec![small]);
+    assert_eq!(p.backfilled, 1, "`small` starts ahead of `wide`, which waits");
     assert_eq!(estimate_s(&p, wide), Some(100));
     assert_eq!(p.reason(long).unwrap(), PendingReason::Priority, "backfilling it would delay the reservation");
     let (_, wide, small, _, p) = run(BackfillMode::None);
     assert!(started(&p).is_empty(), "strict FCFS starts nothing behind a blocked job");
+    assert_eq!(p.backfilled, 0);
     assert_eq!(p.reason(wide).unwrap(), PendingReason::Resources);
     assert_eq!(p.reason(small).unwrap(), PendingReason::Priority);
 }

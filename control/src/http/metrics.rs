@@ -3,23 +3,19 @@
 //! ([`crate::leader::Stats`]), and, on the leader, its agents (sessions, heartbeat age, GPU
 //! health). Encoded by `prometheus-client` in the OpenMetrics text format.
 
-use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::gauge::ConstGauge;
-use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
+
+use quorum_proto::telemetry::gauges::{labels, Gauges};
 
 use crate::leader::LeaderState;
 use crate::model::JobState;
 use crate::replica::Replica;
-
-/// A metric's label values, in the order of its label names.
-type Labels = Vec<(&'static str, String)>;
 
 /// The registry `/metrics` encodes.
 pub struct Metrics {
@@ -29,7 +25,7 @@ pub struct Metrics {
 impl Metrics {
     /// Every metric of this replica. Counts leader changes from now on (a task that ends with
     /// the replica's Raft).
-    pub fn new(replica: Arc<Replica>, leader: Arc<LeaderState>) -> Metrics {
+    pub fn new(replica: Arc<Replica>, leader: Arc<LeaderState>, db: Arc<rocksdb::DB>) -> Metrics {
         let mut registry = Registry::with_prefix("quorum");
         leader.stats.register(&mut registry);
         let leader_changes = Counter::<u64>::default();
@@ -39,7 +35,7 @@ impl Metrics {
             leader_changes.clone(),
         );
         tokio::spawn(count_leader_changes(replica.clone(), leader_changes));
-        registry.register_collector(Box::new(Snapshot { replica, leader }));
+        registry.register_collector(Box::new(Snapshot { replica, leader, db }));
         Metrics { registry }
     }
 
@@ -66,49 +62,14 @@ async fn count_leader_changes(replica: Arc<Replica>, changes: Counter<u64>) {
 struct Snapshot {
     replica: Arc<Replica>,
     leader: Arc<LeaderState>,
+    /// The replica's RocksDB (its log, snapshots and job history).
+    db: Arc<rocksdb::DB>,
 }
 
 impl fmt::Debug for Snapshot {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "Snapshot(replica {})", self.replica.id)
     }
-}
-
-/// Gauges of one name, one per label set.
-struct Gauges {
-    name: &'static str,
-    help: &'static str,
-    values: BTreeMap<Labels, i64>,
-}
-
-impl Gauges {
-    fn new(name: &'static str, help: &'static str) -> Gauges {
-        Gauges { name, help, values: BTreeMap::new() }
-    }
-
-    fn add(&mut self, labels: Labels, by: i64) {
-        *self.values.entry(labels).or_default() += by;
-    }
-
-    fn set(&mut self, labels: Labels, to: i64) {
-        self.values.insert(labels, to);
-    }
-
-    fn encode(&self, encoder: &mut DescriptorEncoder) -> fmt::Result {
-        let mut family = encoder.encode_descriptor(self.name, self.help, None, MetricType::Gauge)?;
-        // A gauge without labels is written as one (`quorum_cpus 16`, not `quorum_cpus{} 16`).
-        if let Some(value) = self.values.get(&Vec::new()).filter(|_| self.values.len() == 1) {
-            return ConstGauge::new(*value).encode(family);
-        }
-        for (labels, value) in &self.values {
-            ConstGauge::new(*value).encode(family.encode_family(labels)?)?;
-        }
-        Ok(())
-    }
-}
-
-fn labels<const N: usize>(pairs: [(&'static str, &str); N]) -> Labels {
-    pairs.into_iter().map(|(k, v)| (k, v.to_string())).collect()
 }
 
 impl Snapshot {
@@ -182,9 +143,45 @@ impl Snapshot {
                 "The index of this replica's newest snapshot",
                 m.snapshot.map_or(0, |l| l.index),
             ),
+            one(
+                "raft_log_entries",
+                "Entries in this replica's log since its last purge (what a snapshot has not absorbed)",
+                m.last_log_index.unwrap_or(0).saturating_sub(m.purged.map_or(0, |l| l.index)),
+            ),
             one("raft_is_leader", "1 on the leader", u64::from(m.current_leader == Some(self.replica.id))),
             one("raft_voters", "Voters in the membership", m.membership_config.membership().voter_ids().count() as u64),
             one("feature_level", "The feature level this replica applies", self.replica.feature_level.into()),
+        ]
+    }
+
+    /// This replica's RocksDB: whether writes are stopped or slowed down (a write stall holds
+    /// every commit back), and the compaction behind it.
+    fn of_storage(&self) -> Vec<Gauges> {
+        let id = self.replica.id.to_string();
+        let property = |name, help, key: &str| {
+            let mut g = Gauges::new(name, help);
+            let value = self.db.property_int_value(key).ok().flatten().unwrap_or(0);
+            g.set(labels([("replica", &id)]), i64::try_from(value).unwrap_or(i64::MAX));
+            g
+        };
+        vec![
+            property(
+                "rocksdb_write_stopped",
+                "1 while RocksDB stops writes (a write stall)",
+                "rocksdb.is-write-stopped",
+            ),
+            property(
+                "rocksdb_delayed_write_rate_bytes",
+                "The rate RocksDB slows writes down to, in bytes a second (0: not slowed)",
+                "rocksdb.actual-delayed-write-rate",
+            ),
+            property(
+                "rocksdb_pending_compaction_bytes",
+                "Bytes RocksDB estimates compaction has to rewrite",
+                "rocksdb.estimate-pending-compaction-bytes",
+            ),
+            property("rocksdb_running_compactions", "Compactions running now", "rocksdb.num-running-compactions"),
+            property("rocksdb_memtable_bytes", "Bytes in RocksDB's memtables", "rocksdb.cur-size-all-mem-tables"),
         ]
     }
 
@@ -212,7 +209,7 @@ impl Snapshot {
 
 impl Collector for Snapshot {
     fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
-        for gauges in self.of_state().iter().chain(&self.of_raft()).chain(&self.of_agents()) {
+        for gauges in self.of_state().iter().chain(&self.of_raft()).chain(&self.of_storage()).chain(&self.of_agents()) {
             gauges.encode(&mut encoder)?;
         }
         Ok(())

@@ -11,6 +11,9 @@
 pub mod dashboard;
 pub mod metrics;
 pub mod rest;
+mod shared;
+
+pub use shared::Http;
 
 use std::sync::Arc;
 
@@ -28,19 +31,7 @@ use tokio::sync::watch;
 use tokio_stream::StreamExt;
 use tonic::transport::server::Connected;
 
-use crate::config::Cidr;
 use crate::security::Security;
-use crate::server::auth::Authenticator;
-
-/// What the handlers share.
-pub struct Http {
-    /// The public API, which the REST API calls as the gRPC port does.
-    pub api: Arc<crate::server::Api>,
-    pub authenticator: Arc<Authenticator>,
-    pub metrics: metrics::Metrics,
-    /// Scrapers that need no credential for `/metrics`.
-    pub metrics_allow: Vec<Cidr>,
-}
 
 /// Serves `listener` until `stop` turns true.
 pub async fn serve(http: Arc<Http>, security: Arc<Security>, listener: TcpListener, mut stop: watch::Receiver<bool>) {

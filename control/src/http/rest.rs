@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 use tonic::Code;
 use utoipa::{IntoParams, OpenApi, ToSchema};
 
-use super::Http;
+use super::shared::Http;
 use crate::model::JobState;
 
 /// The routes of the REST API.

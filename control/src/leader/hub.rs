@@ -87,6 +87,8 @@ pub struct AgentHub {
     lease: Duration,
     /// The trace of each job submitted while spans are exported, for its launch spans.
     pub traces: Traces,
+    /// Observes each first launch's delay after the job's allocation.
+    dispatch_seconds: prometheus_client::metrics::histogram::Histogram,
 }
 
 /// How many jobs' traces the leader keeps at most (the oldest go first).
@@ -163,13 +165,18 @@ pub struct SessionEnds {
 }
 
 impl AgentHub {
-    pub fn new(grants: Grants, lease: Duration) -> AgentHub {
+    pub fn new(
+        grants: Grants,
+        lease: Duration,
+        dispatch_seconds: prometheus_client::metrics::histogram::Histogram,
+    ) -> AgentHub {
         AgentHub {
             inner: Mutex::new(Inner::default()),
             generation: watch::Sender::new(0),
             grants,
             lease,
             traces: Traces::default(),
+            dispatch_seconds,
         }
     }
 
@@ -423,7 +430,11 @@ impl AgentHub {
     }
 
     fn reconcile_node(&self, state: &ClusterState, name: &str, conn: &mut Conn, held: Option<&Held>) {
-        reconcile_node(state, name, conn, held, |job_id| self.traced_launch(state, job_id, name));
+        let dispatched = |job: &crate::model::Job| {
+            let since = crate::replica::now_ms().saturating_sub(job.start_time.unwrap_or(u64::MAX));
+            self.dispatch_seconds.observe(since as f64 / 1000.0);
+        };
+        reconcile_node(state, name, conn, held, |job_id| self.traced_launch(state, job_id, name), dispatched);
     }
 }
 
@@ -446,6 +457,7 @@ fn reconcile_node(
     conn: &mut Conn,
     held: Option<&Held>,
     launch_for: impl Fn(JobId) -> Option<Launch>,
+    dispatched: impl Fn(&crate::model::Job),
 ) {
     if let Some(node) = state.nodes.get(name) {
         for job_id in &node.jobs {
@@ -469,6 +481,11 @@ fn reconcile_node(
                 if let Some(launch) = launch_for(job.id) {
                     if send(conn, Msg::Launch(launch)) {
                         conn.launched.insert(key);
+                        // A first launch: not one sent again to a new session of an agent
+                        // that runs it already.
+                        if !conn.reported.contains(&key) {
+                            dispatched(job);
+                        }
                     }
                 }
             }

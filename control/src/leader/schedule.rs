@@ -69,6 +69,7 @@ pub(super) async fn schedule_loop(replica: Arc<Replica>, leader: Arc<LeaderState
         leader.stats.cycle_seconds.observe(cycle_s);
         leader.stats.cycle_pending.observe(view.pending.len() as f64);
         leader.stats.planned_starts.inc_by(plan.starts.len() as u64);
+        leader.stats.backfill_starts.inc_by(plan.backfilled as u64);
         tracing::debug!(
             pending = view.pending.len(),
             elapsed_ms = started.elapsed().as_millis() as u64,

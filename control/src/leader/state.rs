@@ -30,14 +30,15 @@ pub struct LeaderState {
 
 impl LeaderState {
     pub fn new(liveness: Liveness, grants: Grants) -> LeaderState {
+        let stats = super::Stats::default();
         LeaderState {
-            hub: AgentHub::new(grants, liveness.agent_lease),
+            hub: AgentHub::new(grants, liveness.agent_lease, stats.dispatch_seconds.clone()),
             steps: Default::default(),
             estimates: Mutex::default(),
             liveness,
             dropped: Mutex::default(),
             mail_program: None,
-            stats: super::Stats::default(),
+            stats,
         }
     }
 

@@ -1,5 +1,6 @@
 //! What the leader's loops and the services measure, for the HTTP port's `/metrics`: the
-//! scheduler's cycles and the submits this replica answered.
+//! scheduler's cycles, the submits this replica answered, and how fast started jobs reach
+//! their agents.
 
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
@@ -16,6 +17,10 @@ pub struct Stats {
     /// Starts the scheduler planned, and starts apply dropped (the state had moved on).
     pub planned_starts: Counter,
     pub dropped_starts: Counter,
+    /// Planned starts ahead of a job that waits (backfill's).
+    pub backfill_starts: Counter,
+    /// From a job's allocation (its start in the state) to its launch sent to each node's agent.
+    pub dispatch_seconds: Histogram,
     /// From a submit's arrival here to its answer (forwarded or committed here).
     pub submit_seconds: Histogram,
 }
@@ -29,6 +34,9 @@ impl Default for Stats {
             cycle_pending: Histogram::new(exponential_buckets(1.0, 4.0, 11)),
             planned_starts: Counter::default(),
             dropped_starts: Counter::default(),
+            backfill_starts: Counter::default(),
+            // 1 ms to about 65 s.
+            dispatch_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 17)),
             // 0.1 ms to about 6.5 s.
             submit_seconds: Histogram::new(exponential_buckets(0.0001, 2.0, 17)),
         }
@@ -53,6 +61,17 @@ impl Stats {
             "scheduler_dropped_starts",
             "Planned starts dropped when applied, the state having moved on",
             self.dropped_starts.clone(),
+        );
+        registry.register(
+            "scheduler_backfill_starts",
+            "Planned starts ahead of a job of their partition that waits (backfill)",
+            self.backfill_starts.clone(),
+        );
+        registry.register_with_unit(
+            "dispatch",
+            "From a job's allocation to its launch sent to a node's agent",
+            Unit::Seconds,
+            self.dispatch_seconds.clone(),
         );
         registry.register_with_unit(
             "submit",

@@ -1,0 +1,118 @@
+//! The agent's own `/metrics` (`quorum-agent --metrics-listen`), in the OpenMetrics text format
+//! for the node's Prometheus scraper: the jobs and step tasks it runs, what each job's processes
+//! use now (CPU time and resident memory, from its cgroup where it has one), and each GPU's
+//! health, utilization, memory and temperature from the last check.
+//!
+//! Plain HTTP, as node exporters are, and only to the addresses `--metrics-allow` names (this
+//! host's loopback unless told otherwise): it shows job ids and what they use, never who runs
+//! them or what.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::extract::{ConnectInfo, State};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::DescriptorEncoder;
+use prometheus_client::registry::Registry;
+use quorum_model::Cidr;
+use quorum_proto::telemetry::gauges::{labels, Gauges};
+
+use crate::agent::Agent;
+
+struct Scrape {
+    agent: Arc<Agent>,
+}
+
+impl fmt::Debug for Scrape {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Scrape(agent {})", self.agent.config.name)
+    }
+}
+
+impl Scrape {
+    fn gauges(&self) -> Vec<Gauges> {
+        let agent = &self.agent;
+        let mut jobs = Gauges::new("agent_jobs", "Jobs this agent runs (their batch step here)");
+        let mut steps = Gauges::new("agent_step_tasks", "Step tasks (srun) this agent runs");
+        let mut cpu = Gauges::new("agent_job_cpu_seconds", "CPU time of a running job's processes here so far");
+        let mut rss = Gauges::new("agent_job_resident_bytes", "Resident memory of a running job's processes here now");
+        let mut processes = Gauges::new("agent_job_processes", "Processes of a running job here");
+        let running: Vec<u64> = agent.lock_jobs().iter().filter(|(_, e)| e.exit.is_none()).map(|(id, _)| *id).collect();
+        jobs.set(Vec::new(), running.len() as i64);
+        steps.set(Vec::new(), agent.steps.lock().unwrap_or_else(|p| p.into_inner()).len() as i64);
+        for job_id in running {
+            let read = quorum_proto::agent::ReadUsage { job_id, ..Default::default() };
+            let sample = crate::usage::sample(agent, &read);
+            let Some(usage) = sample.usage.filter(|_| sample.error.is_empty()) else { continue };
+            let job = labels([("job", &job_id.to_string())]);
+            cpu.set(job.clone(), ((usage.cpu_user_us + usage.cpu_system_us) / 1_000_000) as i64);
+            rss.set(job.clone(), (sample.rss_kb * 1024) as i64);
+            processes.set(job, sample.processes.into());
+        }
+        let mut health = Gauges::new("agent_gpu_health", "Each GPU's health at the last check: 1 for its state");
+        let mut util = Gauges::new("agent_gpu_utilization_percent", "How busy each GPU was at the last check");
+        let mut memory = Gauges::new("agent_gpu_memory_used_bytes", "Memory in use on each GPU at the last check");
+        let mut temperature = Gauges::new("agent_gpu_temperature_celsius", "Each GPU's temperature at the last check");
+        for g in agent.gpu_health() {
+            let state = quorum_proto::gpu_state_name(g.state);
+            health.set(labels([("gpu", &g.index.to_string()), ("state", state)]), 1);
+        }
+        for (index, r) in agent.gpu_readings() {
+            let gpu = labels([("gpu", &index.to_string())]);
+            temperature.set(gpu.clone(), r.temperature_c.into());
+            if let Some(pct) = r.utilization_pct {
+                util.set(gpu.clone(), pct.into());
+            }
+            if let Some(mb) = r.memory_used_mb {
+                memory.set(gpu, (mb * 1024 * 1024) as i64);
+            }
+        }
+        vec![jobs, steps, cpu, rss, processes, health, util, memory, temperature]
+    }
+}
+
+impl Collector for Scrape {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
+        for gauges in self.gauges() {
+            gauges.encode(&mut encoder)?;
+        }
+        Ok(())
+    }
+}
+
+struct Served {
+    registry: Registry,
+    allow: Vec<Cidr>,
+}
+
+async fn scrape(State(served): State<Arc<Served>>, ConnectInfo(peer): ConnectInfo<SocketAddr>) -> Response {
+    if !served.allow.iter().any(|c| c.contains(peer.ip())) {
+        let refused = format!("{} may not read this agent's metrics (--metrics-allow)\n", peer.ip());
+        return (StatusCode::FORBIDDEN, refused).into_response();
+    }
+    let mut text = String::new();
+    match prometheus_client::encoding::text::encode(&mut text, &served.registry) {
+        Ok(()) => ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], text)
+            .into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("encoding the metrics: {e}\n")).into_response(),
+    }
+}
+
+/// Serves `/metrics` of `agent` on `listener` to the addresses in `allow`, until the agent stops.
+pub async fn serve(agent: Arc<Agent>, listener: tokio::net::TcpListener, allow: Vec<Cidr>) -> std::io::Result<()> {
+    let mut registry = Registry::with_prefix("quorum");
+    registry.register_collector(Box::new(Scrape { agent: agent.clone() }));
+    let served = Arc::new(Served { registry, allow });
+    let router = Router::new().route("/metrics", get(scrape)).with_state(served);
+    let mut stopped = agent.stopped.subscribe();
+    axum::serve(listener, router.into_make_service_with_connect_info::<SocketAddr>())
+        .with_graceful_shutdown(async move {
+            let _ = stopped.wait_for(|s| *s).await;
+        })
+        .await
+}
