@@ -95,9 +95,13 @@ async fn metrics_show_the_cluster_to_operators_and_allowed_scrapers_only() {
         assert_eq!(status, 200, "{u} from an allowed range: {body}");
         by_replica.push(samples(&body));
         let read = families_by_the_reference_parser(&body);
-        for family in
-            ["quorum_jobs gauge", "quorum_scheduler_cycle_seconds histogram", "quorum_raft_leader_changes counter"]
-        {
+        for family in [
+            "quorum_jobs gauge",
+            "quorum_scheduler_cycle_seconds histogram",
+            "quorum_raft_leader_changes counter",
+            "quorum_snapshot_build_seconds histogram",
+            "quorum_snapshot_bytes gauge",
+        ] {
             assert!(read.lines().any(|l| l == family), "{family} not among {read}");
         }
         families.extend(read.lines().filter_map(|l| l.split(' ').next()).map(str::to_string));

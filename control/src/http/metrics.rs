@@ -28,6 +28,18 @@ impl Metrics {
     pub fn new(replica: Arc<Replica>, leader: Arc<LeaderState>, db: Arc<rocksdb::DB>) -> Metrics {
         let mut registry = Registry::with_prefix("quorum");
         leader.stats.register(&mut registry);
+        registry.register_with_unit(
+            "snapshot_build",
+            "How long each snapshot this replica built took (copy, encode, write)",
+            prometheus_client::registry::Unit::Seconds,
+            replica.shared.snapshot_seconds.clone(),
+        );
+        registry.register_with_unit(
+            "snapshot",
+            "The size of the newest snapshot this replica built",
+            prometheus_client::registry::Unit::Bytes,
+            replica.shared.snapshot_bytes.clone(),
+        );
         let leader_changes = Counter::<u64>::default();
         registry.register(
             "raft_leader_changes",
