@@ -53,9 +53,10 @@ driver.set_script_timeout(120)
 try:
     driver.get(url + "/#token=" + token)
     WebDriverWait(driver, 20).until(lambda d: d.execute_script("return document.body.dataset.rendered || ''"))
-    # Stop the live refresh; answer /api/v1/plan with the big plan.
+    # Leave the plan (its refresh would draw the real one) for a light page; answer
+    # /api/v1/plan with the big plan.
     driver.execute_script("""
-        location.hash = '#/queue';
+        location.hash = '#/cluster';
         window.__plan = arguments[0];
         const real = window.fetch;
         window.fetch = (input, init) => String(input).endsWith('/api/v1/plan')

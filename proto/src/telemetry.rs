@@ -24,6 +24,9 @@ pub const TRACEPARENT: &str = "traceparent";
 /// The variable that names the OTLP endpoint (OpenTelemetry's own name for it).
 pub const OTLP_ENDPOINT_ENV: &str = "OTEL_EXPORTER_OTLP_ENDPOINT";
 
+/// The spans exported: Quorum's own, at `info` (a submit's, a launch's, a job's).
+const TRACED: &str = "warn,quorum_control=info,quorum_agent=info,quorum_client=info,quorum_dev=info";
+
 static EXPORTING: AtomicBool = AtomicBool::new(false);
 
 /// Whether this process exports spans: without an exporter, no trace context is made or kept.
@@ -72,19 +75,16 @@ pub fn init(logging: Logging) -> Result<Telemetry, String> {
         (_, false) => fmt.boxed(),
         (_, true) => fmt.with_writer(std::io::stderr).boxed(),
     };
+    // The log's filter is the log's alone: spans are exported whatever it lets through.
+    let logs = tracing_subscriber::registry().with(fmt.with_filter(filter));
     let (otel, provider) = match logging.otlp_endpoint.filter(|e| !e.is_empty()) {
         Some(endpoint) => {
             let (layer, provider) = otlp_layer(logging.service, endpoint)?;
-            (Some(layer), Some(provider))
+            (Some(layer.with_filter(tracing_subscriber::EnvFilter::new(TRACED))), Some(provider))
         }
         None => (None, None),
     };
-    tracing_subscriber::registry()
-        .with(filter)
-        .with(fmt)
-        .with(otel)
-        .try_init()
-        .map_err(|e| format!("installing the logger: {e}"))?;
+    logs.with(otel).try_init().map_err(|e| format!("installing the logger: {e}"))?;
     Ok(Telemetry { provider })
 }
 
