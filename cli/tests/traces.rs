@@ -138,3 +138,73 @@ async fn one_submit_is_one_trace_from_the_client_to_the_job_on_its_node() {
     }
     cluster.shutdown().await;
 }
+
+/// `quorum-controller --otlp-endpoint`: a replica process exports its spans (here with its log
+/// at `warn`, which must not hold them back).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_controller_process_exports_its_spans_to_the_endpoint_it_is_given() {
+    let collector = Collector::default();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("a port for the collector");
+    let endpoint = format!("http://{}", listener.local_addr().expect("its address"));
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(TraceServiceServer::new(collector.clone()))
+            .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
+    );
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let config = dir.path().join("c.toml");
+    let listen = std::net::TcpListener::bind("127.0.0.1:0").expect("a port").local_addr().expect("its address");
+    let data = dir.path().join("data");
+    let toml = format!(
+        "id = 1\nlisten = \"{listen}\"\ndata_dir = \"{}\"\n[[replicas]]\nid = 1\naddr = \"{listen}\"\n\
+         [[partitions]]\nname = \"batch\"\nnodes = \"n1\"\ndefault = true\n[security]\ninsecure = true\n",
+        data.display()
+    );
+    std::fs::write(&config, toml).expect("writing the configuration");
+    let mut controller = tokio::process::Command::new(sibling_binary("quorum-controller"))
+        .arg("--config")
+        .arg(&config)
+        .args(["--otlp-endpoint", &endpoint])
+        .env("RUST_LOG", "warn")
+        .stdout(std::fs::File::create(dir.path().join("log")).expect("its log"))
+        .stderr(std::process::Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("quorum-controller starts");
+    let security =
+        quorum_client::client::Security { tls: None, proof: quorum_client::client::Proof::Claim("root:0:0".into()) };
+    let c = quorum_client::client::Client::new(vec![listen.to_string()], security).expect("a client");
+    let mut held = spec(&["true"], dir.path());
+    held.hold = true;
+    let id = wait_for(T, "the replica to take a submit", || {
+        let held = held.clone();
+        let c = &c;
+        async move {
+            match submit_with_id(c, held, "traced-once").await {
+                Ok(r) => Some(r.job_id),
+                Err(e) => {
+                    eprintln!("submit: {e}");
+                    None
+                }
+            }
+        }
+    })
+    .await;
+    // Exported in its batch (within the exporter's 5 s delay), then it stops.
+    let exported = wait_for(Duration::from_secs(20), "the submit's spans at the collector", || async {
+        let spans = collector.spans.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        spans.iter().any(|s| s.name == "raft_commit" && s.job_id == Some(id as i64)).then_some(spans)
+    })
+    .await;
+    // SAFETY: kill(2) of our own child.
+    unsafe { libc::kill(controller.id().expect("it runs") as i32, libc::SIGTERM) };
+    let stopped = tokio::time::timeout(T, controller.wait()).await.expect("it stops within 30 s");
+    assert!(stopped.is_ok(), "{stopped:?}");
+    let spans = exported;
+    let submit = spans.iter().find(|s| s.name == "submit" && s.job_id == Some(id as i64));
+    let log = std::fs::read_to_string(dir.path().join("log")).unwrap_or_default();
+    let submit = submit.unwrap_or_else(|| panic!("no submit span of job {id} among {spans:#?}; its log: {log}"));
+    assert_eq!(submit.service, "quorum-controller", "{submit:?}");
+    let commit = spans.iter().find(|s| s.name == "raft_commit" && s.trace == submit.trace);
+    assert!(commit.is_some_and(|c| c.parent == submit.span), "{spans:#?}");
+}
