@@ -95,9 +95,14 @@ async fn scrape(State(served): State<Arc<Served>>, ConnectInfo(peer): ConnectInf
         let refused = format!("{} may not read this agent's metrics (--metrics-allow)\n", peer.ip());
         return (StatusCode::FORBIDDEN, refused).into_response();
     }
-    let mut text = String::new();
-    match prometheus_client::encoding::text::encode(&mut text, &served.registry) {
-        Ok(()) => ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], text)
+    // It reads /proc and the jobs' cgroups: off the async workers.
+    let encoded = tokio::task::spawn_blocking(move || {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &served.registry).map(|()| text)
+    })
+    .await;
+    match encoded.unwrap_or(Err(fmt::Error)) {
+        Ok(text) => ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], text)
             .into_response(),
         Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("encoding the metrics: {e}\n")).into_response(),
     }

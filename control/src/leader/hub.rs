@@ -130,7 +130,7 @@ impl Traces {
 
     /// Keeps the trace of a submit in flight by its request id (none: not kept).
     pub fn remember_request(&self, request_id: &str, traceparent: String) {
-        if !request_id.is_empty() {
+        if !request_id.is_empty() && !traceparent.is_empty() {
             keep(&mut self.lock().requests, request_id.to_string(), traceparent);
         }
     }
@@ -138,6 +138,9 @@ impl Traces {
     /// The submit of `request_id` made `job`: its trace is the job's from now on, unless the
     /// job's start was planned already (its trace then goes on from that span).
     pub fn submitted(&self, request_id: &str, job: JobId, traceparent: String) {
+        if traceparent.is_empty() {
+            return;
+        }
         let mut traces = self.lock();
         let planned = traces.requests.remove(request_id).is_some() && traces.jobs.contains_key(&job);
         if !planned {
@@ -354,6 +357,9 @@ impl AgentHub {
     /// which the agent's span of the job continues.
     fn traced_launch(&self, state: &ClusterState, job_id: JobId, node: &str) -> Option<Launch> {
         let mut launch = self.launch_for(state, job_id, node)?;
+        if !quorum_proto::telemetry::exporting() {
+            return Some(launch);
+        }
         let request_id = state.jobs.get(&job_id).map_or("", |j| j.request_id.as_str());
         if let Some(parent) = self.traces.of(job_id, request_id) {
             let span = tracing::info_span!("launch", job_id, node);

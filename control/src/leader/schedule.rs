@@ -79,7 +79,7 @@ pub(super) async fn schedule_loop(replica: Arc<Replica>, leader: Arc<LeaderState
         let reasons = plan.reasons_to_write();
         leader.set_estimates(plan.estimates);
         // Before the plan is proposed: its starts are launched as soon as it applies.
-        if !leader.hub.traces.is_empty() {
+        if quorum_proto::telemetry::exporting() && !leader.hub.traces.is_empty() {
             let applied = replica.shared.read();
             let planned = plan.starts.iter().map(|s| (s.job_id, applied.state.jobs.get(&s.job_id)));
             trace_starts(

@@ -519,11 +519,13 @@ pub(super) async fn priorities(api: &Api, caller: &Caller, r: PriorityRequest) -
         (quorum_sched::ClusterView::from_state(&applied.state), applied.state.policy.clone())
     };
     let factors = quorum_sched::priority::breakdown(&view, now_ms(), &policy);
+    // A set: a request may name thousands of jobs, each checked against every pending job.
+    let named: std::collections::BTreeSet<u64> = r.job_ids.iter().copied().collect();
     let jobs = view
         .pending
         .iter()
         .filter(|j| !private || *j.user == *caller.user)
-        .filter(|j| r.job_ids.is_empty() || r.job_ids.contains(&j.id))
+        .filter(|j| named.is_empty() || named.contains(&j.id))
         .map(|j| {
             let f = &factors[&j.id];
             JobPriority {
