@@ -18,6 +18,7 @@ pub mod shared;
 pub mod step;
 pub mod swf;
 pub mod units;
+pub mod update;
 pub mod usage;
 
 /// The bounds of what a job may ask for and carry, checked at admission
@@ -1326,6 +1327,10 @@ pub enum Rejection {
     NotPending { id: JobId, state: JobState },
     #[error("job {id} is held by an administrator; only root may release it")]
     AdminHold { id: JobId },
+    #[error("job {id} is {state}: its {field} can change only while it is pending")]
+    NotChangeable { id: JobId, state: JobState, field: String },
+    #[error("only an operator may {what}")]
+    OperatorOnly { what: String },
     #[error("invalid {what}: {reason}")]
     InvalidConfig { what: String, reason: String },
     #[error("node '{name}' is not registered")]

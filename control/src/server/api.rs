@@ -72,7 +72,8 @@ pub fn rejection_status(r: &Rejection) -> Status {
         | Rejection::NotPending { .. }
         | Rejection::NotRunning { .. }
         | Rejection::StepBusy { .. } => Status::failed_precondition(msg),
-        Rejection::AdminHold { .. } => Status::permission_denied(msg),
+        Rejection::NotChangeable { .. } => Status::failed_precondition(msg),
+        Rejection::AdminHold { .. } | Rejection::OperatorOnly { .. } => Status::permission_denied(msg),
         Rejection::NotOwner { .. } => Status::permission_denied(msg),
         _ => Status::invalid_argument(msg),
     }

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use quorum_model::update::JobUpdate;
 use quorum_model::{
     step, Account, Allocation, ArrayTask, HoldKind, Job, JobId, JobSpec, JobState, Millis, Node, NodeAdminState,
     PendingReason, PlannedStart, RankOutcome, Rejection, Shared,
@@ -107,6 +108,13 @@ pub fn apply(state: &mut ClusterState, index: u64, command: Command) -> Response
         Command::RequeueJob { job_id, user, now } => {
             advance_clock(state, now);
             requeue(state, job_id, &user)
+        }
+        Command::UpdateJob { job_id, user, update, now } => {
+            advance_clock(state, now);
+            match update_job(state, job_id, &user, &update) {
+                Ok(()) => Response::Updated { job_id },
+                Err(r) => Response::Rejected(r),
+            }
         }
         Command::NodeDown { node, reason, now } => {
             advance_clock(state, now);
@@ -241,6 +249,111 @@ fn requeue(state: &mut ClusterState, job_id: JobId, user: &str) -> Response {
         JobState::Pending => Response::Requeued { job_id },
         finished => Response::Rejected(Rejection::JobFinished { id: job_id, state: finished }),
     }
+}
+
+/// `scontrol update` of `job_id` by `user` (its owner, or `root` for an operator), all or
+/// nothing. As Slurm: a job that ended cannot change; a running one only its time limit, name
+/// and comment; a pending one also its partition, QOS, account, nice, dependencies and node
+/// count, each checked as its submit was. Only operators raise a time limit, set a negative
+/// nice or make a job's limit exceed its partition's.
+fn update_job(state: &mut ClusterState, job_id: JobId, user: &str, update: &JobUpdate) -> Result<(), Rejection> {
+    let job = state.jobs.get(&job_id).ok_or(Rejection::UnknownJob { id: job_id })?;
+    if user != job.user && user != "root" {
+        return Err(Rejection::NotOwner { id: job_id, user: user.to_string(), owner: job.user.clone() });
+    }
+    let operator = user == "root";
+    match job.state {
+        JobState::Pending => {}
+        JobState::Running if !job.cancel_requested => {
+            if let Some(field) = update.pending_only().first() {
+                return Err(Rejection::NotChangeable { id: job_id, state: job.state, field: field.to_string() });
+            }
+        }
+        JobState::Running => return Err(Rejection::JobFinished { id: job_id, state: JobState::Cancelled }),
+        finished => return Err(Rejection::JobFinished { id: job_id, state: finished }),
+    }
+    let mut spec = JobSpec::clone(&job.spec);
+    let old_limit = spec.time_limit_s;
+    if let Some(change) = update.time_limit {
+        spec.time_limit_s = change.applied_to(old_limit);
+        let raised = match (old_limit, spec.time_limit_s) {
+            (Some(old), Some(new)) => new > old,
+            (Some(_), None) => true,
+            (None, _) => false,
+        };
+        if raised && !operator {
+            return Err(Rejection::OperatorOnly {
+                what: format!(
+                    "raise a job's time limit (job {job_id}: {} to {}); its owner may lower it",
+                    limit_text(old_limit),
+                    limit_text(spec.time_limit_s)
+                ),
+            });
+        }
+    }
+    if let Some(n) = update.nice {
+        if n < 0 && !operator {
+            return Err(Rejection::OperatorOnly { what: format!("set a negative nice ({n})") });
+        }
+        spec.nice = n;
+    }
+    if let Some(name) = &update.name {
+        spec.name = name.clone();
+    }
+    if let Some(comment) = &update.comment {
+        spec.notes.comment = comment.clone();
+    }
+    if let Some(d) = &update.dependencies {
+        if d.list.iter().any(|dep| dep.job == job_id) {
+            return Err(Rejection::InvalidSpec {
+                field: "dependency".into(),
+                reason: "a job cannot wait for itself".into(),
+            });
+        }
+        (spec.dependencies, spec.singleton, spec.dependency_any) = (d.list.clone(), d.singleton, d.any);
+    }
+    if let Some(nodes) = update.nodes {
+        // One task a node (the default) stays one task a node.
+        if spec.ntasks == spec.nodes {
+            spec.ntasks = nodes;
+        }
+        spec.nodes = nodes;
+    }
+    let (mut partition, mut account, mut qos) = (job.partition.clone(), job.account.clone(), job.qos.clone());
+    if job.state == JobState::Pending {
+        if let Some(p) = &update.partition {
+            spec.partition = Some(p.clone());
+        }
+        if let Some(q) = &update.qos {
+            spec.qos = Some(q.clone());
+        }
+        spec.account = Some(update.account.clone().unwrap_or_else(|| account.clone()));
+        // The partition's time limit binds the owner, not an operator (Slurm's rule for
+        // updates): an operator's limit is kept out of admit's comparison and put back.
+        let limit = spec.time_limit_s;
+        if operator {
+            spec.time_limit_s = limit.map(|_| 0);
+        }
+        partition = admit(state, &mut spec)?;
+        if operator && limit.is_some() {
+            spec.time_limit_s = limit;
+            spec.check_shape()?;
+        }
+        let owner = job.user.clone();
+        let nice = std::mem::take(&mut spec.nice);
+        (account, qos) = admit_association(state, &spec, &owner)?;
+        spec.nice = nice;
+    } else {
+        spec.check_shape()?;
+    }
+    let job = state.jobs.get_mut(&job_id).expect("looked up above");
+    (job.partition, job.account, job.qos) = (partition, account, qos);
+    *job.spec = spec;
+    Ok(())
+}
+
+fn limit_text(limit: Option<u64>) -> String {
+    limit.map_or_else(|| "UNLIMITED".to_string(), quorum_model::parse::format_duration)
 }
 
 fn advance_clock(state: &mut ClusterState, now: Millis) {

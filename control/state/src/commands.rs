@@ -51,7 +51,11 @@ pub struct NodeRegistration {
 ///     oldest records forgotten (`ForgetHistory`, `[accounting] purge_job_after_days`).
 /// 16. what a job step's tasks used (`EndStep` with its usage), and what a job's GPUs did
 ///     (`JobUsed` with GPU samples, memory and energy).
-pub const FEATURE_LEVEL: u32 = 16;
+/// 17. jobs changed after their submit (`UpdateJob`: `quorum update`, `scontrol update`).
+pub const FEATURE_LEVEL: u32 = 17;
+
+/// The level that applies [`Command::UpdateJob`].
+pub const UPDATE_LEVEL: u32 = 17;
 
 /// The level that records what a step used; below it a step's end carries none.
 pub const STEP_USAGE_LEVEL: u32 = 16;
@@ -355,6 +359,15 @@ pub enum Command {
         ended_before: Millis,
         max: u32,
     },
+    /// `quorum update` / `scontrol update JobId=`: its owner or an operator (`root`) changes a
+    /// job after its submit (level 17). A running job's time limit, name and comment may change;
+    /// the rest only while it is pending; only operators raise a time limit.
+    UpdateJob {
+        job_id: JobId,
+        user: String,
+        update: quorum_model::update::JobUpdate,
+        now: Millis,
+    },
     /// An admin gives `user` a role (`quorum admin role`); `User` takes back what was given.
     SetRole {
         user: String,
@@ -411,6 +424,7 @@ impl Command {
             Command::JobUsed { .. } => (HISTORY_LEVEL, "what a job used"),
             Command::RecallJobs { .. } => (HISTORY_LEVEL, "jobs recalled from the job history for a dependency"),
             Command::RequeueJob { .. } => (REQUEUE_LEVEL, "requeueing a job (scontrol requeue)"),
+            Command::UpdateJob { .. } => (UPDATE_LEVEL, "changing a job after its submit (scontrol update)"),
             Command::StartStep { expect: Some(_), .. } => (EARLY_STEP_LEVEL, "a job step launched as it commits"),
             Command::EndStep { usage: Some(_), .. } => (STEP_USAGE_LEVEL, "what a job step used"),
             Command::StartStep { .. } | Command::EndStep { .. } => (STEPS_LEVEL, "a job step (srun)"),
@@ -521,6 +535,10 @@ pub enum Response {
     },
     /// The job lost a node and went back to the queue.
     Requeued {
+        job_id: JobId,
+    },
+    /// An `UpdateJob` changed the job.
+    Updated {
         job_id: JobId,
     },
     Digest {

@@ -916,3 +916,76 @@ fn what_a_job_used_is_counted_once_per_node_and_only_for_its_allocation() {
         Some(JobUsage { cpu_user_us: 150, cpu_system_us: 20, max_rss_kb: 900, ..Default::default() })
     );
 }
+
+fn update(s: &mut ClusterState, index: u64, user: &str, words: &[&str]) -> Response {
+    let update = quorum_model::update::JobUpdate::from_words(words.iter().copied()).unwrap();
+    apply(s, index, Command::UpdateJob { job_id: 1, user: user.into(), update, now: 3000 + index })
+}
+
+fn refusal(r: Response) -> String {
+    match r {
+        Response::Rejected(r) => r.to_string(),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_pending_job_changes_where_and_how_it_runs_as_its_submit_was_checked() {
+    let mut s = cluster();
+    let mut parts =
+        vec![crate::testing::partition("gpu", "n[1-2]", true), crate::testing::partition("short", "n1", false)];
+    parts[1].max_time_s = Some(3600);
+    apply(&mut s, 4, Command::SetPartitions { partitions: parts, now: 5 });
+    submit(&mut s, 10, spec(&["true"]), "a");
+    assert_eq!(s.jobs[&1].spec.time_limit_s, Some(86_400));
+    // The owner may not move it where its limit does not fit, nor leave anything changed.
+    assert_eq!(
+        refusal(update(&mut s, 11, "alice", &["Partition=short", "JobName=renamed"])),
+        "time limit 1-00:00:00 exceeds partition 'short' limit of 1:00:00"
+    );
+    assert_eq!((s.jobs[&1].partition.as_str(), s.jobs[&1].spec.name.as_str()), ("gpu", "t"));
+    let r = update(&mut s, 12, "alice", &["TimeLimit=30", "Partition=short", "Nice=100", "Comment=moved", "JobName=x"]);
+    assert_eq!(r, Response::Updated { job_id: 1 });
+    let job = &s.jobs[&1];
+    assert_eq!((job.partition.as_str(), job.spec.partition.as_deref()), ("short", Some("short")));
+    assert_eq!((job.spec.time_limit_s, job.spec.nice), (Some(1800), 100));
+    assert_eq!((job.spec.notes.comment.as_str(), job.spec.name.as_str()), ("moved", "x"));
+    // Raising the limit, a negative nice, a partition that does not exist: refused, by name.
+    assert!(refusal(update(&mut s, 13, "alice", &["TimeLimit=+10"])).contains("only an operator may raise"));
+    assert!(refusal(update(&mut s, 14, "alice", &["Nice=-5"])).contains("only an operator may set a negative nice"));
+    assert!(refusal(update(&mut s, 15, "alice", &["Partition=cpu"])).contains("unknown partition 'cpu'"));
+    assert!(
+        refusal(update(&mut s, 16, "alice", &["NumNodes=3", "Partition=gpu"])).contains("fewer than the 3 requested")
+    );
+    assert!(refusal(update(&mut s, 17, "alice", &["Dependency=afterok:99"])).contains("job 99 does not exist"));
+    assert!(refusal(update(&mut s, 18, "alice", &["Dependency=afterok:1"])).contains("cannot wait for itself"));
+    assert!(matches!(update(&mut s, 19, "bob", &["Nice=1"]), Response::Rejected(Rejection::NotOwner { .. })));
+    // An operator may raise it past the partition's limit, and lower the nice.
+    assert_eq!(update(&mut s, 20, "root", &["TimeLimit=2:00:00", "Nice=-5"]), Response::Updated { job_id: 1 });
+    assert_eq!((s.jobs[&1].spec.time_limit_s, s.jobs[&1].spec.nice), (Some(7200), -5));
+    assert_eq!(update(&mut s, 21, "alice", &["Partition=gpu", "NumNodes=2"]), Response::Updated { job_id: 1 });
+    assert_eq!((s.jobs[&1].spec.nodes, s.jobs[&1].spec.ntasks, s.jobs[&1].partition.as_str()), (2, 2, "gpu"));
+    assert_eq!(
+        Command::UpdateJob { job_id: 1, user: "a".into(), update: Default::default(), now: 1 }.level().0,
+        UPDATE_LEVEL
+    );
+}
+
+#[test]
+fn a_running_job_changes_only_its_limit_name_and_comment_and_an_ended_one_nothing() {
+    let mut s = cluster();
+    submit(&mut s, 10, spec(&["sleep", "100"]), "a");
+    start(&mut s, 11, 1, "n1", 1, vec![]);
+    assert_eq!(
+        refusal(update(&mut s, 12, "alice", &["TimeLimit=10", "Partition=gpu"])),
+        "job 1 is RUNNING: its partition can change only while it is pending"
+    );
+    assert_eq!(s.jobs[&1].spec.time_limit_s, Some(86_400));
+    assert_eq!(update(&mut s, 13, "alice", &["TimeLimit=-23:00:00", "Comment=c"]), Response::Updated { job_id: 1 });
+    assert_eq!(s.jobs[&1].spec.time_limit_s, Some(3600));
+    assert!(refusal(update(&mut s, 14, "alice", &["TimeLimit=2:00:00"])).contains("job 1: 1:00:00 to 2:00:00"));
+    assert_eq!(update(&mut s, 15, "root", &["TimeLimit=UNLIMITED"]), Response::Updated { job_id: 1 });
+    assert_eq!(s.jobs[&1].spec.time_limit_s, None);
+    end_at(&mut s, 16, 1, 11, 0, 10_000);
+    assert!(refusal(update(&mut s, 17, "root", &["Comment=late"])).contains("has already finished (COMPLETED)"));
+}
