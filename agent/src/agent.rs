@@ -106,12 +106,23 @@ pub struct HealthCheck {
 /// How long a health check may run before it counts as failed.
 const HEALTH_CHECK_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// What the agent asks of a running job's runner.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Order {
+    /// End it, for this reason (SIGTERM, then SIGKILL after the kill wait; at once for the lease).
+    Kill(ExitKind),
+    /// Its time limit is now this many seconds from its start (0: none), by `scontrol update`.
+    TimeLimit(u64),
+}
+
 /// A job this agent knows, by job id.
 #[derive(Debug)]
 pub(crate) struct JobEntry {
     pub token: u64,
-    /// Set while the job runs: asks its runner to kill it.
-    pub kill: Option<mpsc::Sender<ExitKind>>,
+    /// Set while the job runs: asks its runner to kill it, or moves its time limit.
+    pub kill: Option<mpsc::Sender<Order>>,
+    /// The time limit its runner was last given, in seconds (0: none).
+    pub time_limit_s: u64,
     /// Set once it ended, until the leader acknowledges the report.
     pub exit: Option<JobExit>,
     pub exit_sent: Option<Instant>,
@@ -131,10 +142,11 @@ pub(crate) struct JobEntry {
 
 impl JobEntry {
     /// A job of allocation `token` not yet known to have ended.
-    pub(crate) fn new(token: u64, kill: Option<mpsc::Sender<ExitKind>>) -> JobEntry {
+    pub(crate) fn new(token: u64, kill: Option<mpsc::Sender<Order>>) -> JobEntry {
         JobEntry {
             token,
             kill,
+            time_limit_s: 0,
             exit: None,
             exit_sent: None,
             acked: false,
@@ -506,7 +518,7 @@ impl Agent {
             if entry.leased && entry.exit.is_none() && !entry.lease_killed {
                 if let Some(kill) = &entry.kill {
                     entry.lease_killed = true;
-                    let _ = kill.try_send(ExitKind::LeaseExpired);
+                    let _ = kill.try_send(Order::Kill(ExitKind::LeaseExpired));
                     killed.push(*id);
                 }
             }

@@ -16,7 +16,7 @@ use quorum_proto::agent::{
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 
-use crate::{output, runner, supervisor, Agent, JobEntry};
+use crate::{output, runner, supervisor, Agent, JobEntry, Order};
 
 /// How many heartbeat periods without an answer before the stream is given up.
 const MISSED_HEARTBEATS: u32 = 3;
@@ -309,13 +309,19 @@ async fn launch(agent: &Arc<Agent>, l: Launch, tx: &mpsc::Sender<AgentMessage>) 
     let job_id = l.job_id;
     let resend = {
         let mut jobs = agent.lock_jobs();
-        match jobs.get(&job_id) {
+        match jobs.get_mut(&job_id) {
             Some(e) if l.token < e.token => {
                 tracing::warn!(job = job_id, token = l.token, seen = e.token, "refusing a launch older than one seen");
                 return;
             }
-            // Already launched; if it ended, the leader may have missed the report.
-            Some(e) if l.token == e.token => pending_exit(e).is_some(),
+            // Already launched; if it ended, the leader may have missed the report. A launch
+            // sent again with another time limit moves the running job's (`scontrol update`).
+            Some(e) if l.token == e.token => {
+                if e.exit.is_none() && l.time_limit_s != e.time_limit_s {
+                    new_time_limit(agent, e, &l);
+                }
+                pending_exit(e).is_some()
+            }
             existing => {
                 // A newer allocation of the same job (requeued): stop what runs of the old one.
                 if let Some(JobEntry { pgid: Some(pgid), exit: None, .. }) = existing {
@@ -323,6 +329,7 @@ async fn launch(agent: &Arc<Agent>, l: Launch, tx: &mpsc::Sender<AgentMessage>) 
                 }
                 let (kill_tx, kill_rx) = mpsc::channel(4);
                 let mut entry = JobEntry::new(l.token, Some(kill_tx));
+                entry.time_limit_s = l.time_limit_s;
                 entry.leased = l.spec.as_ref().is_some_and(|s| s.requeue);
                 entry.gpus = l.gpus.clone();
                 jobs.insert(job_id, entry);
@@ -333,6 +340,26 @@ async fn launch(agent: &Arc<Agent>, l: Launch, tx: &mpsc::Sender<AgentMessage>) 
     };
     if resend {
         send_exit(agent, tx, job_id).await;
+    }
+}
+
+/// A running job's new time limit, from a launch of its allocation sent again: given to its
+/// runner, and written into its record, so that an agent restarted meanwhile keeps it. The
+/// launch is verified as a first one is, where this agent verifies launches.
+fn new_time_limit(agent: &Agent, e: &mut JobEntry, l: &Launch) {
+    if let Err(why) = crate::grants::verify_launch(agent, l) {
+        tracing::warn!(job = l.job_id, error = %why, "refused a launch moving a job's time limit");
+        return;
+    }
+    let Some(runner) = &e.kill else { return };
+    if runner.try_send(Order::TimeLimit(l.time_limit_s)).is_err() {
+        return;
+    }
+    tracing::info!(job = l.job_id, from = e.time_limit_s, to = l.time_limit_s, "the job's time limit moved");
+    e.time_limit_s = l.time_limit_s;
+    let record = crate::record::record_dir(&agent.config.spool_dir, l.job_id, l.token);
+    if let Err(err) = crate::record::rewrite_launch(&record, l) {
+        tracing::warn!(job = l.job_id, error = %err, "could not record the job's new time limit");
     }
 }
 
@@ -388,7 +415,7 @@ fn kill(agent: &Agent, k: Kill) {
     }
     if let Some(kill) = &e.kill {
         let reason = ExitKind::try_from(k.reason).unwrap_or(ExitKind::Cancelled);
-        let _ = kill.try_send(reason);
+        let _ = kill.try_send(Order::Kill(reason));
     }
 }
 
@@ -428,7 +455,11 @@ mod tests {
         kill(&agent, Kill { job_id: 7, token: 4, reason: ExitKind::Cancelled as i32 });
         assert!(kill_rx.try_recv().is_err(), "an older kill reached the job");
         kill(&agent, Kill { job_id: 7, token: 5, reason: ExitKind::Cancelled as i32 });
-        assert_eq!(kill_rx.try_recv().ok(), Some(ExitKind::Cancelled), "the current allocation's kill is delivered");
+        assert_eq!(
+            kill_rx.try_recv().ok(),
+            Some(crate::Order::Kill(ExitKind::Cancelled)),
+            "the current allocation's kill is delivered"
+        );
     }
 
     /// A job cancelled between being placed and being launched gets a kill and no launch: it

@@ -27,8 +27,8 @@ use std::sync::Arc;
 
 use tokio::sync::watch;
 
-pub(crate) use agent::JobEntry;
 pub use agent::{Agent, AgentConfig, HealthCheck, VERSION};
+pub(crate) use agent::{JobEntry, Order};
 pub use resources::{parse_gpu_source, SimGpu};
 
 /// How often the lease is checked.

@@ -161,6 +161,16 @@ pub fn create_record(record: &Path, launch: &Launch, started_ms: u64) -> io::Res
     std::fs::write(record.join("started"), started_ms.to_string())
 }
 
+/// Replaces the launch a running job's record holds (its time limit moved), whole or not at all.
+pub fn rewrite_launch(record: &Path, launch: &Launch) -> io::Result<()> {
+    if !record.join("launch.pb").exists() {
+        return Ok(());
+    }
+    let tmp = record.join("launch.pb.tmp");
+    std::fs::write(&tmp, launch.encode_to_vec())?;
+    std::fs::rename(&tmp, record.join("launch.pb"))
+}
+
 pub fn write_pids(record: &Path, pids: Pids) -> io::Result<()> {
     std::fs::write(record.join("pids"), format!("{} {}", pids.supervisor, pids.pgid))
 }

@@ -15,11 +15,11 @@ use crate::environment::job_environment;
 use crate::output::output_paths;
 use crate::record::{self, Status};
 use crate::supervisor::{self, signal_group, Prepared};
-use crate::{identity, Agent, JobEntry};
+use crate::{identity, Agent, JobEntry, Order};
 
 /// Starts the job under its supervisor; its end is reported through the agent's job table and
 /// `exits_tx`.
-pub fn start(agent: Arc<Agent>, launch: Launch, kill_rx: mpsc::Receiver<ExitKind>) {
+pub(crate) fn start(agent: Arc<Agent>, launch: Launch, kill_rx: mpsc::Receiver<Order>) {
     // The job's run, from its launch to its end, in the trace of its submit when it has one.
     let span = tracing::info_span!("job", job_id = launch.job_id, node = %agent.config.name, rank = launch.node_rank);
     quorum_proto::telemetry::continue_trace(&span, &launch.traceparent);
@@ -109,6 +109,7 @@ pub fn reattach_all(agent: &Arc<Agent>) {
                 tracing::info!(job = job_id, token, pgid = pids.pgid, "re-attached to a running job");
                 let (kill_tx, kill_rx) = mpsc::channel(4);
                 entry.kill = Some(kill_tx);
+                entry.time_limit_s = found.launch.time_limit_s;
                 jobs.insert(job_id, entry);
                 let agent = agent.clone();
                 tokio::spawn(async move {
@@ -173,7 +174,7 @@ fn ended_with(kind: ExitKind, status: Status, launch: &Launch) -> Ended {
     }
 }
 
-async fn run(agent: &Agent, launch: &Launch, kill_rx: mpsc::Receiver<ExitKind>) -> Ended {
+async fn run(agent: &Agent, launch: &Launch, kill_rx: mpsc::Receiver<Order>) -> Ended {
     let node = agent.config.name.as_str();
     let failed = |message: String| {
         tracing::warn!(job = launch.job_id, user = %launch.user, "job launch failed: {message}");
@@ -342,21 +343,27 @@ async fn watch(
     pids: record::Pids,
     started_ms: u64,
     reason: Option<ExitKind>,
-    mut kill_rx: mpsc::Receiver<ExitKind>,
+    mut kill_rx: mpsc::Receiver<Order>,
 ) -> Ended {
     let pgid = pids.pgid;
-    let limit = (launch.time_limit_s > 0).then(|| {
-        let ends_ms = started_ms + launch.time_limit_s * 1000;
-        Instant::now() + Duration::from_millis(ends_ms.saturating_sub(now_ms()))
-    });
+    // When the job is killed for its time limit (`seconds` after its start), if it has one.
+    let limit_at = |seconds: u64| {
+        (seconds > 0).then(|| {
+            let ends_ms = started_ms.saturating_add(seconds.saturating_mul(1000));
+            Instant::now() + Duration::from_millis(ends_ms.saturating_sub(now_ms()))
+        })
+    };
+    let mut limit = limit_at(launch.time_limit_s);
     // `--signal`, in the canonical `[B:]NUMBER@SECONDS` the controller sends.
     let warn = launch.spec.as_ref().and_then(|s| parse_warn_signal(&s.signal));
-    let mut warn_at = match (limit, warn) {
+    let warn_at_for = |limit: Option<Instant>| match (limit, warn) {
         (Some(limit), Some((_, before, _))) => {
             Some(limit.checked_sub(Duration::from_secs(before)).unwrap_or_else(Instant::now))
         }
         _ => None,
     };
+    let mut warn_at = warn_at_for(limit);
+    let mut warned = false;
     let mut kind = reason.unwrap_or(ExitKind::Exited);
     // Signalled before a restart: SIGKILL follows after the kill wait, counted again.
     let mut escalate: Option<Instant> = (kind != ExitKind::Exited).then(|| Instant::now() + agent.config.kill_wait);
@@ -369,6 +376,7 @@ async fn watch(
             st = &mut ended => break st,
             _ = tokio::time::sleep_until(warn_at.unwrap_or(far)), if warn_at.is_some() && kind == ExitKind::Exited => {
                 warn_at = None;
+                warned = true;
                 if let Some((signal, before, batch_only)) = warn {
                     tracing::info!(job = launch.job_id, signal, before, batch_only, "warning the job before its time limit");
                     if batch_only {
@@ -387,14 +395,21 @@ async fn watch(
             }
             why = kill_rx.recv(), if kill_open && kind == ExitKind::Exited => {
                 match why {
+                    // `scontrol update`: the limit moved; a warning not yet given moves with it.
+                    Some(Order::TimeLimit(seconds)) => {
+                        limit = limit_at(seconds);
+                        if !warned {
+                            warn_at = warn_at_for(limit);
+                        }
+                    }
                     // Cut off from the controllers: the job may be started elsewhere any moment,
                     // so there is no grace period.
-                    Some(ExitKind::LeaseExpired) => {
+                    Some(Order::Kill(ExitKind::LeaseExpired)) => {
                         kind = ExitKind::LeaseExpired;
                         record::write_reason(record, kind);
                         signal_group(pgid, libc::SIGKILL);
                     }
-                    Some(reason) => {
+                    Some(Order::Kill(reason)) => {
                         kind = reason;
                         record::write_reason(record, kind);
                         signal_group(pgid, libc::SIGTERM);

@@ -63,6 +63,9 @@ enum Command {
     Release(commands::hold::Args),
     /// Send running jobs back to the queue (their processes are killed; they start again).
     Requeue(commands::hold::Args),
+    /// Change jobs after their submit, like scontrol update: `quorum update 12 TimeLimit=30
+    /// Partition=short` (a running job: its time limit, name and comment only).
+    Update(commands::update::Args),
     /// Each pending job's priority and its factors, like sprio.
     Prio(commands::prio::Args),
     /// The account tree with shares, usage and fairshare factors, like sshare.
@@ -158,6 +161,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Hold(args) => commands::hold::run(&ctx, args, commands::hold::Action::Hold).await,
         Command::Release(args) => commands::hold::run(&ctx, args, commands::hold::Action::Release).await,
         Command::Requeue(args) => commands::hold::run(&ctx, args, commands::hold::Action::Requeue).await,
+        Command::Update(args) => commands::update::run(&ctx, args).await,
         Command::Prio(args) => commands::prio::run(&ctx, args).await,
         Command::Share(args) => commands::share::run(&ctx, args).await,
         Command::Admin { command } => commands::admin::run(&ctx, command).await,

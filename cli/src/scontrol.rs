@@ -1,7 +1,8 @@
 //! `scontrol`: `show job|node|partition [NAME]` as Slurm prints them (`Key=Value`, a record's
 //! lines indented under its first, or one line each with `-o`), `hold`, `release` and
 //! `requeue` of jobs, and `show hostnames|hostlist|hostlistsorted`, which batch scripts use to
-//! find their nodes. `scontrol update` comes with the operators' commands.
+//! find their nodes, and `update JobId=... KEY=VALUE...` (as `quorum update`) and `update
+//! NodeName=... State=DRAIN|RESUME [Reason=...]` (as `quorum admin drain|resume`).
 
 use std::process::ExitCode;
 
@@ -40,8 +41,12 @@ pub fn main(args: &[String]) -> ExitCode {
             let jobs = words[1..].to_vec();
             on_runtime(move |client| async move { act(client, jobs, action).await })
         }
+        (Some("update"), _) if words.len() > 1 => {
+            let words = words[1..].to_vec();
+            on_runtime(move |client| async move { update(client, words).await })
+        }
         _ => Err(format!(
-            "'{}' is not supported: Quorum's scontrol supports show job|node|partition [NAME], show hostnames|hostlist|hostlistsorted LIST, hold|release|requeue JOBS (scontrol update comes with the operators' commands; use `quorum`)",
+            "'{}' is not supported: Quorum's scontrol supports show job|node|partition [NAME], show hostnames|hostlist|hostlistsorted LIST, hold|release|requeue JOBS, update JobId=JOBS KEY=VALUE..., update NodeName=NODES State=DRAIN|RESUME [Reason=TEXT]",
             args.join(" ")
         )),
     };
@@ -101,6 +106,45 @@ async fn act(client: Client, jobs: Vec<String>, action: Action) -> Result<String
     } else {
         Err(errors.join("\nscontrol: error: "))
     }
+}
+
+/// `update JobId=JOBS KEY=VALUE...` or `update NodeName=NODES State=DRAIN Reason=TEXT|RESUME`,
+/// the entity's word anywhere among the others, as Slurm takes them.
+async fn update(client: Client, words: Vec<String>) -> Result<String, String> {
+    let ctx = Context { client, stale: false };
+    let key = |w: &String| w.split_once('=').map(|(k, v)| (k.to_ascii_lowercase(), v.to_string()));
+    let entity = words.iter().position(|w| key(w).is_some_and(|(k, _)| matches!(k.as_str(), "jobid" | "nodename")));
+    let Some(at) = entity else {
+        return Err("update: name JobId=JOBS or NodeName=NODES".to_string());
+    };
+    let (which, names) = key(&words[at]).expect("found above");
+    let rest: Vec<String> = words.iter().enumerate().filter(|(i, _)| *i != at).map(|(_, w)| w.clone()).collect();
+    if which == "jobid" {
+        let errors = crate::commands::update::update(&ctx, &names, &rest).await.map_err(|e| format!("{e:#}"))?;
+        return if errors.is_empty() { Ok(String::new()) } else { Err(errors.join("\nscontrol: error: ")) };
+    }
+    let (mut state, mut reason) = (None, None);
+    for word in &rest {
+        match key(word) {
+            Some((k, v)) if k == "state" => state = Some(v.to_ascii_lowercase()),
+            Some((k, v)) if k == "reason" => reason = Some(v),
+            _ => return Err(format!("update of a node: '{word}' is not supported (State=DRAIN|RESUME, Reason=TEXT)")),
+        }
+    }
+    let nodes = hostlist::expand(&names).map_err(|e| format!("NodeName={names}: {e}"))?;
+    let drain = match (state.as_deref(), reason) {
+        (Some("drain"), Some(r)) if !r.is_empty() => Some(r),
+        (Some("drain"), _) => return Err("you must specify a reason when changing a node's state to DRAIN".to_string()),
+        (Some("resume" | "undrain"), _) => None,
+        (other, _) => {
+            return Err(format!(
+                "update of a node: State={} is not supported (DRAIN with a Reason, or RESUME)",
+                other.unwrap_or("")
+            ))
+        }
+    };
+    crate::commands::admin::nodes::set_drained_quietly(&ctx, nodes, drain).await.map_err(|e| format!("{e:#}"))?;
+    Ok(String::new())
 }
 
 async fn job_info(ctx: &Context, id: u64, task: Option<u32>) -> Result<JobInfo, String> {

@@ -146,11 +146,17 @@ impl JobUpdate {
     /// Reads `KEY=VALUE` words, such as `scontrol update JobId=7 TimeLimit=30 Partition=gpu`
     /// gives after its job id.
     pub fn from_words<'a>(words: impl IntoIterator<Item = &'a str>) -> Result<JobUpdate, String> {
+        let pairs = words
+            .into_iter()
+            .map(|word| word.split_once('=').ok_or_else(|| format!("'{word}' is not KEY=VALUE (keys: {KEYS})")))
+            .collect::<Result<Vec<_>, _>>()?;
+        JobUpdate::from_pairs(pairs)
+    }
+
+    /// Reads keys and values; at least one.
+    pub fn from_pairs<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Result<JobUpdate, String> {
         let mut update = JobUpdate::default();
-        for word in words {
-            let Some((key, value)) = word.split_once('=') else {
-                return Err(format!("'{word}' is not KEY=VALUE (keys: {KEYS})"));
-            };
+        for (key, value) in pairs {
             update.set(key, value)?;
         }
         if update.is_empty() {

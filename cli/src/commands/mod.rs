@@ -13,6 +13,7 @@ pub mod share;
 pub mod show;
 pub mod submit;
 pub mod token;
+pub mod update;
 pub mod whoami;
 
 use std::future::Future;

@@ -42,7 +42,9 @@ struct Conn {
     id: u64,
     tx: AgentSender,
     agent: AgentInfo,
-    launched: HashSet<(JobId, u64)>,
+    /// Each allocation launched on this session, with the time limit (seconds, 0: none) it was
+    /// last sent: a limit changed since (`scontrol update`) is sent again as a launch.
+    launched: HashMap<(JobId, u64), u64>,
     killed: HashSet<(JobId, u64)>,
     /// What the agent said it runs in its last heartbeat, as (job, token).
     reported: Vec<(JobId, u64)>,
@@ -198,13 +200,13 @@ impl AgentHub {
         let (superseded, superseded_rx) = watch::channel(false);
         let old = inner.conns.insert(
             node.to_string(),
-            Conn { id, tx, agent, launched: HashSet::new(), killed: HashSet::new(), reported: Vec::new(), superseded },
+            Conn { id, tx, agent, launched: HashMap::new(), killed: HashSet::new(), reported: Vec::new(), superseded },
         );
         if let Some(old) = old {
             tracing::warn!(node, old = old.id, new = id, "a new session for the node replaces the one it had");
             let _ = old.superseded.send(true);
             let _ = old.tx.try_send(Err(Status::aborted(format!("a newer session for node {node} replaced this one"))));
-            let mut jobs: HashSet<(JobId, u64)> = old.launched.iter().chain(&old.reported).copied().collect();
+            let mut jobs: HashSet<(JobId, u64)> = old.launched.keys().chain(&old.reported).copied().collect();
             if let Some(prev) = inner.held.remove(node) {
                 jobs.extend(prev.jobs);
             }
@@ -478,7 +480,18 @@ fn reconcile_node(
                 {
                     conn.killed.insert(key);
                 }
-            } else if !conn.launched.contains(&key) {
+            } else if let Some(&sent) = conn.launched.get(&key) {
+                // Its time limit moved: the launch again, which the agent running it reads for
+                // the new limit (and ignores otherwise).
+                let limit = job.spec.time_limit_s.unwrap_or(0);
+                if sent != limit {
+                    if let Some(launch) = launch_for(job.id) {
+                        if send(conn, Msg::Launch(launch)) {
+                            conn.launched.insert(key, limit);
+                        }
+                    }
+                }
+            } else {
                 // Another session of this node may still run it: not launched here unless this
                 // session runs it too (then the launch is a no-op for it).
                 if held.is_some_and(|h| h.jobs.contains(&key)) && !conn.reported.contains(&key) {
@@ -486,7 +499,7 @@ fn reconcile_node(
                 }
                 if let Some(launch) = launch_for(job.id) {
                     if send(conn, Msg::Launch(launch)) {
-                        conn.launched.insert(key);
+                        conn.launched.insert(key, job.spec.time_limit_s.unwrap_or(0));
                         // A first launch: not one sent again to a new session of an agent
                         // that runs it already.
                         if !conn.reported.contains(&key) {

@@ -44,10 +44,9 @@ pub fn rule(path: &str) -> Option<Rule> {
         ("quorum.raft.RaftService", "AppendEntries" | "Vote" | "InstallSnapshot") => Rule::Replica,
         ("quorum.agent.AgentService", "Session") => Rule::Agent,
         ("quorum.api.Quorum", m) => match m {
-            "SubmitJob" | "CancelJob" | "HoldJob" | "GetJob" | "ListJobs" | "JobLogs" | "JobUsage" | "ListNodes"
-            | "Priorities" | "Shares" | "GetReplicaStatus" | "ClusterMembers" | "IssueToken" | "WhoAmI" | "RunStep" => {
-                Rule::User
-            }
+            "SubmitJob" | "CancelJob" | "HoldJob" | "UpdateJob" | "GetJob" | "ListJobs" | "JobLogs" | "JobUsage"
+            | "ListNodes" | "Priorities" | "Shares" | "GetReplicaStatus" | "ClusterMembers" | "IssueToken"
+            | "WhoAmI" | "RunStep" => Rule::User,
             "SetNodesDrained" | "FollowHistory" => Rule::Operator,
             "UpsertAccount" | "UpsertQos" | "InjectGpuFault" | "Digest" | "ReplicaDigest" | "AddReplica"
             | "RemoveReplica" | "TransferLeader" | "SetRole" => Rule::Admin,

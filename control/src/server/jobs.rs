@@ -214,6 +214,59 @@ pub(super) async fn hold_job(api: &Api, caller: &Caller, r: HoldJobRequest) -> R
     Ok(HoldJobResponse { results })
 }
 
+/// `scontrol update`: the changes read once, then applied to each job (each task of an array
+/// named by its id) in its own entry, each answered on its own.
+pub(super) async fn update_job(api: &Api, caller: &Caller, r: UpdateJobRequest) -> Result<UpdateJobResponse, Status> {
+    if r.job_ids.is_empty() {
+        return Err(Status::invalid_argument("no job to update"));
+    }
+    if r.job_ids.len() > MAX_UPDATE_JOBS {
+        return Err(Status::invalid_argument(format!(
+            "{} jobs in one update: at most {MAX_UPDATE_JOBS}",
+            r.job_ids.len()
+        )));
+    }
+    // In the order of their keys, so that the same request reads the same whatever the map's.
+    let mut changes: Vec<(&String, &String)> = r.changes.iter().collect();
+    changes.sort();
+    let update =
+        quorum_model::update::JobUpdate::from_pairs(changes.into_iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .map_err(Status::invalid_argument)?;
+    let targets: Vec<u64> = {
+        let applied = api.replica.shared.read();
+        let state = &applied.state;
+        let mut targets = Vec::new();
+        for &id in &r.job_ids {
+            let array = state.jobs.get(&id).and_then(|j| j.array).filter(|a| a.array_job_id == id);
+            match array {
+                // Its tasks have consecutive ids from the array's; those not yet ended.
+                Some(a) => targets.extend(
+                    state
+                        .active
+                        .range(id..id.saturating_add(u64::from(a.count)))
+                        .filter(|t| state.jobs.get(t).and_then(|j| j.array).is_some_and(|ta| ta.array_job_id == id)),
+                ),
+                None => targets.push(id),
+            }
+        }
+        targets
+    };
+    let mut results = Vec::new();
+    for job_id in targets {
+        let command = Command::UpdateJob { job_id, user: acting_as(caller), update: update.clone(), now: now_ms() };
+        let result = match api.replica.write(command).await.map_err(write_status)?.1 {
+            Response::Updated { .. } => done(job_id, false),
+            Response::Rejected(rej) => refused(job_id, &rej),
+            other => return Err(Status::internal(format!("unexpected answer to an update: {other:?}"))),
+        };
+        results.push(result);
+    }
+    Ok(UpdateJobResponse { results })
+}
+
+/// The most jobs one update names (an array's tasks count once, by its id).
+const MAX_UPDATE_JOBS: usize = 10_000;
+
 pub(super) async fn cancel_job(api: &Api, caller: &Caller, r: CancelJobRequest) -> Result<CancelJobResponse, Status> {
     if !r.signal.is_empty() {
         return signal_jobs(api, caller, r).await;

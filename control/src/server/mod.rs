@@ -78,6 +78,11 @@ impl Quorum for Api {
         jobs::hold_job(self, &caller, r).await.map(Response::new)
     }
 
+    async fn update_job(&self, req: Request<UpdateJobRequest>) -> Result<Response<UpdateJobResponse>, Status> {
+        let (caller, r) = at_leader!(self, req, update_job);
+        jobs::update_job(self, &caller, r).await.map(Response::new)
+    }
+
     async fn priorities(&self, req: Request<PriorityRequest>) -> Result<Response<PriorityResponse>, Status> {
         let (caller, r) = at_leader!(self, req, priorities);
         jobs::priorities(self, &caller, r).await.map(Response::new)

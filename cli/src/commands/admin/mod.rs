@@ -2,7 +2,7 @@
 
 mod accounts;
 pub mod identity;
-mod nodes;
+pub mod nodes;
 mod replicas;
 
 use std::process::ExitCode;

@@ -19,15 +19,22 @@ pub async fn gpu_fault(ctx: &Context, node: String, gpu: u32, kind: String) -> a
 
 /// `quorum admin drain` (with a reason) and `resume` (without).
 pub async fn set_drained(ctx: &Context, nodes: Vec<String>, reason: Option<String>) -> anyhow::Result<()> {
+    let what = if reason.is_some() { "drained" } else { "resumed" };
+    set_drained_quietly(ctx, nodes.clone(), reason).await?;
+    println!("{what} {}", nodes.join(","));
+    Ok(())
+}
+
+/// Drains `nodes` (with a reason) or resumes them, printing nothing (`scontrol update
+/// NodeName=`, which prints nothing either).
+pub async fn set_drained_quietly(ctx: &Context, nodes: Vec<String>, reason: Option<String>) -> anyhow::Result<()> {
     let req = api::SetNodesDrainedRequest {
-        nodes: nodes.clone(),
+        nodes,
         drain: reason.is_some(),
         reason: reason.unwrap_or_default(),
         user: current_user(),
     };
-    let what = if req.drain { "drained" } else { "resumed" };
     ctx.send(req, |mut c, r| async move { c.set_nodes_drained(r).await }).await?;
-    println!("{what} {}", nodes.join(","));
     Ok(())
 }
 

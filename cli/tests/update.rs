@@ -1,0 +1,135 @@
+//! Changing jobs after their submit (`quorum update`, `scontrol update`), as their owner and as
+//! an operator: a running job's time limit moved both ways on its node, and a pending job's
+//! name, size and nice changed before it starts; what is not allowed is refused with the reason.
+
+mod common;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use common::*;
+use quorum_dev::cluster::{DevCluster, DevOptions};
+
+const T: Duration = Duration::from_secs(30);
+
+/// `scontrol ARGS` as `user` (by a token), run through the `quorum` binary under that name.
+fn scontrol_as(cluster: &DevCluster, bin: &Path, user: &str, args: &[&str]) -> Run {
+    let link = bin.join("scontrol");
+    if !link.exists() {
+        std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_quorum"), &link).unwrap();
+    }
+    ensure_user(user);
+    let token = quorum_dev::security::DevSecurity::shared().token_for(user);
+    let out = std::process::Command::new(&link)
+        .args(args)
+        .envs(cluster.env())
+        .env("QUORUM_TOKEN", token)
+        .output()
+        .expect("run scontrol");
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+fn submitted(run: Run) -> u64 {
+    let out = run.success();
+    out.trim().strip_prefix("Submitted job ").and_then(|id| id.parse().ok()).unwrap_or_else(|| panic!("{out}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_jobs_limit_moves_on_its_node_and_a_pending_job_changes_before_it_starts() {
+    // The agents run each job as its user, as a site's do.
+    let cluster = cluster(DevOptions { switch_user: true, ..DevOptions::for_tests() }).await;
+    let c = client(&cluster.addrs);
+    wait_ready(&cluster, &c, 2).await;
+    let env = cluster.controllers_env();
+    let (dir, bin) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    let owner = |args: &[&str]| quorum_as(&env, Some("upd-owner"), dir.path(), args);
+    let root = |args: &[&str]| quorum_as(&env, Some("root"), dir.path(), args);
+
+    // The owner may lower a running job's limit, not raise it, nor move it elsewhere.
+    let long = submitted(owner(&["submit", "-t", "10", "-J", "long", "--", "sleep", "1000"]));
+    let running = wait_state(&c, long, &["RUNNING"], T).await;
+    let raise = owner(&["update", &long.to_string(), "TimeLimit=+5"]);
+    assert_eq!(raise.code, 1, "{raise:?}");
+    assert!(
+        raise.stderr.contains(&format!("only an operator may raise a job's time limit (job {long}: 10:00 to 15:00)")),
+        "{raise:?}"
+    );
+    let moved = owner(&["update", &long.to_string(), "Partition=gpu"]);
+    assert!(
+        moved.stderr.contains(&format!("job {long} is RUNNING: its partition can change only while it is pending")),
+        "{moved:?}"
+    );
+    // Lowered to 3 s through scontrol: its agent ends it then, TIMEOUT, long before 10 minutes.
+    let cut = scontrol_as(
+        &cluster,
+        bin.path(),
+        "upd-owner",
+        &["update", &format!("JobId={long}"), "TimeLimit=0:03", "Comment=cut short"],
+    );
+    assert_eq!((cut.code, cut.stdout.as_str()), (0, ""), "{cut:?}");
+    let ended = wait_state(&c, long, &["TIMEOUT", "COMPLETED", "FAILED", "CANCELLED"], T).await;
+    assert_eq!(ended.state, "TIMEOUT", "{ended:?}");
+    assert_eq!(ended.time_limit_s, 3);
+    let ran_ms = ended.end_time_ms.saturating_sub(running.start_time_ms);
+    assert!((3_000..20_000).contains(&ran_ms), "it ran {ran_ms} ms under a limit lowered to 3 s");
+    assert_eq!(ended.spec.as_ref().map(|s| s.comment.as_str()), Some("cut short"));
+
+    // An operator raises one past its first limit (5 s): it runs on beyond that and its kill wait.
+    let raised = submitted(owner(&["submit", "-t", "0:05", "--", "sleep", "1000"]));
+    let started = wait_state(&c, raised, &["RUNNING"], T).await;
+    let since = Instant::now();
+    root(&["update", &raised.to_string(), "TimeLimit=10"]).success();
+    assert_eq!(job(&c, raised).await.time_limit_s, 600);
+    // Its first limit and the kill wait (2 s) have passed, with room for a loaded machine.
+    let past_first = Duration::from_millis((started.start_time_ms + 9_000).saturating_sub(now_ms()));
+    tokio::time::sleep(past_first).await;
+    let still = job(&c, raised).await;
+    assert_eq!(
+        still.state,
+        "RUNNING",
+        "killed at its first limit though raised {:?} after: {still:?}",
+        since.elapsed()
+    );
+    cancel(&c, raised).await;
+
+    // A pending (held) job: its name, size and comment change; a negative nice is an operator's.
+    let held = submitted(owner(&["submit", "-H", "-J", "before", "--", "true"]));
+    let words = ["update", &format!("jobid={held}"), "JobName=after", "NumNodes=2", "Comment=two nodes"];
+    assert_eq!(scontrol_as(&cluster, bin.path(), "upd-owner", &words).code, 0);
+    let nice = owner(&["update", &held.to_string(), "Nice=-5"]);
+    assert!(nice.code == 1 && nice.stderr.contains("only an operator may set a negative nice (-5)"), "{nice:?}");
+    root(&["update", &held.to_string(), "Nice=-5"]).success();
+    let pending = job(&c, held).await;
+    let spec = pending.spec.clone().unwrap();
+    assert_eq!((pending.name.as_str(), spec.nodes, spec.nice, spec.comment.as_str()), ("after", 2, -5, "two nodes"));
+    // Another user's job is not theirs to change; an unknown key is named.
+    let other = quorum_as(&env, Some("upd-other"), dir.path(), &["update", &held.to_string(), "JobName=mine"]);
+    assert!(other.stderr.contains("user 'upd-other' may not change job"), "{other:?}");
+    let unknown = owner(&["update", &held.to_string(), "Features=x"]);
+    assert!(unknown.code == 1 && unknown.stderr.contains("updating 'Features' is not supported"), "{unknown:?}");
+    owner(&["release", &held.to_string()]).success();
+    let done = wait_state(&c, held, &["COMPLETED", "FAILED"], T).await;
+    assert_eq!((done.state.as_str(), done.allocation.len()), ("COMPLETED", 2), "{done:?}");
+    let shown = owner(&["show", &held.to_string()]).success();
+    assert!(shown.contains("after"), "{shown}");
+
+    // scontrol update of a node drains and resumes it, as an operator.
+    let drain = ["update", "NodeName=node02", "State=DRAIN", "Reason=maintenance window"];
+    assert_eq!(scontrol_as(&cluster, bin.path(), "root", &drain).code, 0);
+    let node = nodes(&c).await.into_iter().find(|n| n.name == "node02").unwrap();
+    assert_eq!((node.state.as_str(), node.reason.as_str()), ("drain", "maintenance window"));
+    let no_reason = scontrol_as(&cluster, bin.path(), "root", &["update", "NodeName=node02", "State=DRAIN"]);
+    assert!(no_reason.code == 1 && no_reason.stderr.contains("specify a reason"), "{no_reason:?}");
+    assert_eq!(scontrol_as(&cluster, bin.path(), "root", &["update", "NodeName=node02", "State=RESUME"]).code, 0);
+    assert_ne!(nodes(&c).await.into_iter().find(|n| n.name == "node02").unwrap().state, "drain");
+    cluster.shutdown().await;
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64
+}
