@@ -36,6 +36,7 @@ pub fn routes() -> Router<Arc<Http>> {
         .route("/api/v1/jobs/{id}/hold", post(hold_job))
         .route("/api/v1/jobs/{id}/release", post(release_job))
         .route("/api/v1/jobs/{id}/requeue", post(requeue_job))
+        .route("/api/v1/jobs/{id}/update", post(update_job))
         .route("/api/v1/jobs/{id}/logs", get(job_logs))
         .route("/api/v1/jobs/{id}/usage", get(job_usage))
         .route("/api/v1/accounting/jobs", get(accounting_jobs))
@@ -66,6 +67,7 @@ pub fn routes() -> Router<Arc<Http>> {
         hold_job,
         release_job,
         requeue_job,
+        update_job,
         job_logs,
         job_usage,
         accounting_jobs,
@@ -81,7 +83,7 @@ pub fn routes() -> Router<Arc<Http>> {
     modifiers(&BearerAuth, &NamedValues),
     security(("bearer" = [])),
     tags(
-        (name = "jobs", description = "Submit, read, hold, release, requeue and cancel jobs"),
+        (name = "jobs", description = "Submit, read, change, hold, release, requeue and cancel jobs"),
         (name = "nodes", description = "Nodes, partitions and the plan"),
         (name = "accounting", description = "Ended jobs, priorities and fairshare"),
         (name = "cluster", description = "The controller replicas and the caller")
@@ -563,6 +565,40 @@ async fn release_job(ask: Ask, id: Result<Path<i64>, PathRejection>) -> Answer<C
     responses((status = 200, description = "Requeued", body = CancelResult), Refusals))]
 async fn requeue_job(ask: Ask, id: Result<Path<i64>, PathRejection>) -> Answer<CancelResult> {
     hold(&ask, id, HoldJobRequest { requeue: true, ..Default::default() }).await
+}
+
+/// What to change in a job, as `scontrol update` names it.
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+struct JobChanges {
+    /// Keys (in any case) and values: `TimeLimit` (`MINUTES`, `[D-]H:M:S`, `UNLIMITED`, or
+    /// `+TIME` / `-TIME` to move it), `Partition`, `QOS`, `Account`, `Nice`, `Dependency`,
+    /// `JobName` (or `Name`), `Comment`, `NumNodes`
+    #[schema(example = json!({"TimeLimit": "30", "Comment": "shorter"}))]
+    changes: std::collections::HashMap<String, String>,
+}
+
+/// Changes a job after its submit (`scontrol update JobId=`): a running job its time limit
+/// (only operators raise it), name and comment; a pending one also its partition, QOS,
+/// account, nice, dependencies and node count. An array's id changes each task not yet ended.
+#[utoipa::path(post, path = "/api/v1/jobs/{id}/update", tag = "jobs",
+    params(("id" = i64, Path, minimum = 0, description = "The job's id")),
+    request_body(content = JobChanges, example = json!({"changes": {"TimeLimit": "30", "Comment": "shorter"}})),
+    responses((status = 200, description = "Changed: each job's result (one, or each task of an array)", body = UpdateJobResponse), Refusals))]
+async fn update_job(
+    ask: Ask,
+    id: Result<Path<i64>, PathRejection>,
+    body: Result<Json<JobChanges>, JsonRejection>,
+) -> Answer<UpdateJobResponse> {
+    let caller = ask.caller("UpdateJob")?;
+    let (job_id, Json(body)) = (path_id(id)?, body?);
+    let r = UpdateJobRequest { job_ids: vec![job_id], changes: body.changes };
+    let answer = ask.http.api.update_job(request(caller, r)).await?.into_inner();
+    // The first refusal, as its status; every result when none was refused.
+    match answer.results.iter().find(|r| !r.ok).cloned() {
+        Some(refused) => one_result(vec![refused], job_id).map(|_| Json(answer)),
+        None => Ok(Json(answer)),
+    }
 }
 
 /// Which part of a job's output.
