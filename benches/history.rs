@@ -87,6 +87,8 @@ fn main() {
         priority_tier: 0,
         max_nodes: None,
         exclusive: false,
+        preempt_mode: None,
+        grace_time_s: 0,
     };
     log.apply(Command::SetPartitions { partitions: vec![partition], now: START_MS });
     for name in &names {
@@ -134,7 +136,7 @@ fn main() {
             })
             .collect();
         let base_index = log.index;
-        log.apply(Command::ApplyPlan { base_index, now, starts, reasons: vec![] });
+        log.apply(Command::ApplyPlan { base_index, now, starts, reasons: vec![], preemptions: vec![] });
         for (k, &job_id) in ids.iter().enumerate() {
             now += STEP_MS;
             let token = log.state.jobs[&job_id].alloc_index;

@@ -2,6 +2,9 @@
 //! GPUs, half of them busy with running jobs of varied remaining time, and a pending queue of
 //! mixed sizes (1–8 GPUs, a tenth of them 2–4 nodes) under multifactor priority and EASY backfill.
 //!
+//! With `preempt`, the other half of the nodes run whole-node jobs of a scavenger partition
+//! (tier 0, requeued when preempted) that the pending jobs' partition (tier 1) may preempt.
+//!
 //! `cargo bench --bench sched` (results in benches/RESULTS.md).
 
 use std::hint::black_box;
@@ -9,6 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion};
+use quorum_control::model::preempt::{PreemptMode, PreemptType};
 use quorum_control::model::{Account, AssocLimits, Gpu, Job, JobSpec, JobState, Node, NodeAdminState, Program, Shared};
 use quorum_control::model::{BackfillMode, Policy};
 use quorum_sched::view::{DepStatus, PartitionView, RunningJob};
@@ -33,6 +37,12 @@ impl Rng {
 pub const NOW_MS: u64 = 1_800_000_000_000;
 
 pub fn cluster(pending: usize, nodes: usize) -> ClusterView {
+    cluster_with(pending, nodes, false)
+}
+
+/// The cluster of [`cluster`]; with `scavengers`, every node that runs no job runs a
+/// preemptable one of partition `scavenger`.
+pub fn cluster_with(pending: usize, nodes: usize, scavengers: bool) -> ClusterView {
     let mut rng = Rng(0x5eed);
     let now = NOW_MS / 1000;
     let mut view = ClusterView::default();
@@ -61,7 +71,43 @@ pub fn cluster(pending: usize, nodes: usize) -> ClusterView {
             alloc: vec![(i, Res { cpus: 64, mem: 512 * 1024, gpus: 8 })],
             gpus_by_type: vec![("h100".into(), 8)],
             licenses: vec![],
+            partition: "gpu".into(),
+            start_s: now - 600,
+            gpu_indices: vec![(0..8).collect()],
+            preempting: false,
         }));
+    }
+    if scavengers {
+        for i in (1..nodes).step_by(2) {
+            Arc::make_mut(&mut view.nodes[i]).free_gpus.clear();
+            view.running.push(Arc::new(RunningJob {
+                id: 20_000_000 + i as u64,
+                user: format!("u{}", i % 50),
+                account: format!("acct{}", i % 10),
+                qos: "normal".into(),
+                end_s: now + 60 + rng.below(86_400),
+                alloc: vec![(i, Res { cpus: 64, mem: 512 * 1024, gpus: 8 })],
+                gpus_by_type: vec![("h100".into(), 8)],
+                licenses: vec![],
+                partition: "scavenger".into(),
+                start_s: now - rng.below(3600),
+                gpu_indices: vec![(0..8).collect()],
+                preempting: false,
+            }));
+        }
+        view.partitions.insert(
+            "scavenger".into(),
+            PartitionView {
+                name: "scavenger".into(),
+                nodes: (0..nodes).collect(),
+                tier: 0,
+                max_time_s: None,
+                max_nodes: None,
+                exclusive: false,
+                preempt_mode: Some(PreemptMode::Requeue),
+                grace_s: 60,
+            },
+        );
     }
     view.partitions.insert(
         "gpu".into(),
@@ -72,6 +118,8 @@ pub fn cluster(pending: usize, nodes: usize) -> ClusterView {
             max_time_s: None,
             max_nodes: None,
             exclusive: false,
+            preempt_mode: None,
+            grace_s: 0,
         },
     );
     for a in 0..10 {
@@ -115,6 +163,7 @@ pub fn cluster(pending: usize, nodes: usize) -> ClusterView {
             dependency: DepStatus::Satisfied,
             dependency_ready_ms: None,
             reason: Default::default(),
+            claim: Vec::new(),
         }));
     }
     view
@@ -132,6 +181,13 @@ fn bench_cycle(c: &mut Criterion) {
             });
         }
     }
+    // The largest size again, with preemptable jobs running on the other half of the nodes.
+    let (pending, nodes) = (100_000, 10_000);
+    let view = cluster_with(pending, nodes, true);
+    let policy = Policy { preempt_type: PreemptType::PartitionPrio, ..Policy::default() };
+    group.bench_function(format!("{pending}_jobs_{nodes}_nodes_easy_preempt"), |b| {
+        b.iter(|| black_box(schedule(black_box(&view), NOW_MS, &policy)))
+    });
     group.finish();
 }
 
@@ -211,6 +267,9 @@ fn state(pending: usize, nodes: usize) -> ClusterState {
                 cancelled_by: None,
                 usage: None,
                 step_usage: None,
+                preempting: None,
+                preempted_by: None,
+                claim: None,
             }),
         );
     }

@@ -112,7 +112,7 @@ fn plan(log: &Log, n: usize) -> Command {
         })
         .collect();
     let reasons = pending[n..].iter().map(|&id| (id, PendingReason::Resources)).collect();
-    Command::ApplyPlan { base_index: log.index, now: NOW_MS + 1, starts, reasons }
+    Command::ApplyPlan { base_index: log.index, now: NOW_MS + 1, starts, reasons, preemptions: vec![] }
 }
 
 fn bench_apply(c: &mut Criterion) {
@@ -178,7 +178,7 @@ fn bench_apply(c: &mut Criterion) {
         b.iter_batched(
             || (Log { state: base.state.clone(), index: base.index }, command.clone()),
             |(mut log, command)| match log.apply(command) {
-                Response::PlanApplied { started, dropped } => {
+                Response::PlanApplied { started, dropped, .. } => {
                     assert!(started.len() == 1_000 && dropped.is_empty(), "every planned start is accepted");
                     log
                 }

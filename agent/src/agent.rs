@@ -113,6 +113,9 @@ pub(crate) enum Order {
     Kill(ExitKind),
     /// Its time limit is now this many seconds from its start (0: none), by `scontrol update`.
     TimeLimit(u64),
+    /// Preempted: SIGTERM now, SIGKILL after this many seconds (its grace time); it ends as
+    /// cancelled.
+    Preempt(u64),
 }
 
 /// A job this agent knows, by job id.

@@ -415,7 +415,8 @@ fn kill(agent: &Agent, k: Kill) {
     }
     if let Some(kill) = &e.kill {
         let reason = ExitKind::try_from(k.reason).unwrap_or(ExitKind::Cancelled);
-        let _ = kill.try_send(Order::Kill(reason));
+        let order = if k.grace_s > 0 { Order::Preempt(u64::from(k.grace_s)) } else { Order::Kill(reason) };
+        let _ = kill.try_send(order);
     }
 }
 
@@ -452,9 +453,9 @@ mod tests {
         assert!(entry.kill.is_some() && entry.exit.is_none(), "an older launch touched the running job");
         drop(jobs);
 
-        kill(&agent, Kill { job_id: 7, token: 4, reason: ExitKind::Cancelled as i32 });
+        kill(&agent, Kill { job_id: 7, token: 4, reason: ExitKind::Cancelled as i32, grace_s: 0 });
         assert!(kill_rx.try_recv().is_err(), "an older kill reached the job");
-        kill(&agent, Kill { job_id: 7, token: 5, reason: ExitKind::Cancelled as i32 });
+        kill(&agent, Kill { job_id: 7, token: 5, reason: ExitKind::Cancelled as i32, grace_s: 0 });
         assert_eq!(
             kill_rx.try_recv().ok(),
             Some(crate::Order::Kill(ExitKind::Cancelled)),
@@ -469,7 +470,7 @@ mod tests {
     async fn a_kill_before_the_launch_ends_the_job_without_running_it() {
         let agent = agent();
         let mut exits = agent.exits_rx.lock().unwrap().take().unwrap();
-        kill(&agent, Kill { job_id: 9, token: 3, reason: ExitKind::Cancelled as i32 });
+        kill(&agent, Kill { job_id: 9, token: 3, reason: ExitKind::Cancelled as i32, grace_s: 0 });
         assert_eq!(exits.try_recv().ok(), Some(9), "the end is reported");
         let exit = agent.lock_jobs()[&9].exit.expect("ended");
         assert_eq!((exit.token, exit.kind), (3, ExitKind::Cancelled as i32));

@@ -409,6 +409,14 @@ async fn watch(
                         record::write_reason(record, kind);
                         signal_group(pgid, libc::SIGKILL);
                     }
+                    // Preempted with a grace time: SIGKILL only once it is over.
+                    Some(Order::Preempt(grace_s)) => {
+                        tracing::info!(job = launch.job_id, grace_s, "preempted: SIGTERM, SIGKILL after the grace time");
+                        kind = ExitKind::Cancelled;
+                        record::write_reason(record, kind);
+                        signal_group(pgid, libc::SIGTERM);
+                        escalate = Some(Instant::now() + Duration::from_secs(grace_s));
+                    }
                     Some(Order::Kill(reason)) => {
                         kind = reason;
                         record::write_reason(record, kind);

@@ -24,6 +24,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::model::preempt::{PreemptMode, PreemptType};
 use crate::model::{hostlist, parse, Account, AssocLimits, Partition, Qos};
 use crate::model::{BackfillMode, Policy, QueueOrder, Weights};
 
@@ -66,6 +67,13 @@ pub struct PartitionConfig {
     /// Every job gets whole nodes.
     #[serde(default)]
     pub exclusive: bool,
+    /// What becomes of its jobs when a job of a higher tier (or QOS) preempts them: `off` (not
+    /// preemptable), `cancel` or `requeue`; unset: `[scheduler] preempt_mode`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preempt_mode: Option<String>,
+    /// How long a preempted job has between SIGTERM and SIGKILL (Slurm's `GraceTime`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grace_time: Option<String>,
 }
 
 impl PartitionConfig {
@@ -96,6 +104,8 @@ impl PartitionConfig {
             priority_tier: self.priority_tier,
             max_nodes: self.max_nodes,
             exclusive: self.exclusive,
+            preempt_mode: self.preempt_mode.as_deref().map(PreemptMode::parse).transpose().map_err(bad)?,
+            grace_time_s: time(&self.grace_time)?.unwrap_or(0),
         })
     }
 }
@@ -531,6 +541,12 @@ pub struct SchedulerConfig {
     pub weight_job_size: Option<u32>,
     pub weight_partition: Option<u32>,
     pub weight_qos: Option<u32>,
+    /// Who may preempt whom: `none` (default), `partition_prio` (a higher `priority_tier`
+    /// preempts a lower one) or `qos` (a QOS preempts those it lists in `preempt`).
+    pub preempt_type: Option<String>,
+    /// What becomes of a preempted job where its partition and QOS do not say: `off`
+    /// (default), `cancel` or `requeue`.
+    pub preempt_mode: Option<String>,
 }
 
 impl SchedulerConfig {
@@ -569,6 +585,18 @@ impl SchedulerConfig {
             favor_small: self.favor_small.unwrap_or(d.favor_small),
             half_life_s: opt_time("scheduler.half_life", &self.half_life)?.unwrap_or(d.half_life_s),
             gpu_billing_weight: self.gpu_billing_weight.unwrap_or(d.gpu_billing_weight),
+            preempt_type: match self.preempt_type.as_deref() {
+                None => PreemptType::Off,
+                Some(t) => {
+                    PreemptType::parse(t).map_err(|e| ConfigError::Invalid(format!("scheduler.preempt_type: {e}")))?
+                }
+            },
+            preempt_mode: match self.preempt_mode.as_deref() {
+                None => PreemptMode::Off,
+                Some(m) => {
+                    PreemptMode::parse(m).map_err(|e| ConfigError::Invalid(format!("scheduler.preempt_mode: {e}")))?
+                }
+            },
         })
     }
 }
@@ -583,16 +611,27 @@ pub struct QosConfig {
     pub max_wall: Option<String>,
     pub max_gpus_per_user: Option<u32>,
     pub max_jobs_per_user: Option<u32>,
+    /// The QOS whose jobs this one's preempt (with `[scheduler] preempt_type = "qos"`).
+    #[serde(default)]
+    pub preempt: Vec<String>,
+    /// What becomes of this QOS's jobs when preempted: `off`, `cancel` or `requeue`.
+    pub preempt_mode: Option<String>,
+    /// How long its preempted jobs have between SIGTERM and SIGKILL.
+    pub grace_time: Option<String>,
 }
 
 impl QosConfig {
     pub fn to_qos(&self) -> Result<Qos, ConfigError> {
+        let bad = |e: String| ConfigError::Invalid(format!("qos '{}': {e}", self.name));
         Ok(Qos {
             name: self.name.clone(),
             priority: self.priority,
             max_wall_s: opt_time(&format!("qos '{}' max_wall", self.name), &self.max_wall)?,
             max_gpus_per_user: self.max_gpus_per_user,
             max_jobs_per_user: self.max_jobs_per_user,
+            preempt: self.preempt.clone(),
+            preempt_mode: self.preempt_mode.as_deref().map(PreemptMode::parse).transpose().map_err(bad)?,
+            grace_time_s: opt_time(&format!("qos '{}' grace_time", self.name), &self.grace_time)?.unwrap_or(0),
         })
     }
 }

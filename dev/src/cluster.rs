@@ -77,6 +77,12 @@ pub struct DevOptions {
     pub node_features: Vec<Vec<String>>,
     /// `[http] metrics_allow`: address ranges that scrape `/metrics` without a token.
     pub metrics_allow: Vec<String>,
+    /// Partitions besides `gpu` (every node, the default), as a site configures them.
+    pub extra_partitions: Vec<PartitionConfig>,
+    /// `[scheduler]`: the policy (preemption among it).
+    pub scheduler: quorum_control::config::SchedulerConfig,
+    /// `[[qos]]`.
+    pub qos: Vec<quorum_control::config::QosConfig>,
 }
 
 impl Default for DevOptions {
@@ -113,6 +119,9 @@ impl Default for DevOptions {
             metrics_allow: Vec::new(),
             purge_job_after: Duration::ZERO,
             node_features: Vec::new(),
+            extra_partitions: Vec::new(),
+            scheduler: Default::default(),
+            qos: Vec::new(),
         }
     }
 }
@@ -262,17 +271,17 @@ impl DevCluster {
                     advertise: None,
                     data_dir: data_dir.join(format!("controller-{}", r.id)),
                     replicas: replicas.clone(),
-                    partitions: vec![PartitionConfig {
+                    partitions: std::iter::once(PartitionConfig {
                         name: "gpu".into(),
                         nodes: nodes.clone(),
                         default: true,
                         max_time: Some("7-00:00:00".into()),
                         default_time: Some("1:00:00".into()),
                         default_mem_per_cpu: Some("1G".into()),
-                        priority_tier: 0,
-                        max_nodes: None,
-                        exclusive: false,
-                    }],
+                        ..Default::default()
+                    })
+                    .chain(opts.extra_partitions.iter().cloned())
+                    .collect(),
                     raft_heartbeat_ms: 50,
                     election_timeout_min_ms: 150,
                     election_timeout_max_ms: 300,
@@ -282,8 +291,8 @@ impl DevCluster {
                     node_timeout_ms: opts.node_timeout.as_millis() as u64,
                     agent_lease_ms: opts.agent_lease.as_millis() as u64,
                     join: false,
-                    scheduler: Default::default(),
-                    qos: vec![],
+                    scheduler: opts.scheduler.clone(),
+                    qos: opts.qos.clone(),
                     accounts: vec![],
                     switches: vec![],
                     licenses: opts.licenses.clone(),

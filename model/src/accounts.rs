@@ -50,6 +50,19 @@ pub struct Qos {
     pub max_wall_s: Option<u64>,
     pub max_gpus_per_user: Option<u32>,
     pub max_jobs_per_user: Option<u32>,
+    /// The QOS whose jobs this one's preempt (`Preempt=`, with `PreemptType=preempt/qos`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub preempt: Vec<String>,
+    /// What becomes of this QOS's jobs when preempted; `None`: their partition's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preempt_mode: Option<crate::preempt::PreemptMode>,
+    /// Seconds between a preempted job's SIGTERM and SIGKILL (`GraceTime`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub grace_time_s: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// An account's charged usage in TRES-seconds, as of `at`; it decays with the half-life.

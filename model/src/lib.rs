@@ -13,6 +13,7 @@ pub mod gpu_fault;
 pub mod hostlist;
 pub mod parse;
 pub mod policy;
+pub mod preempt;
 pub mod role;
 pub mod shared;
 pub mod step;
@@ -928,10 +929,12 @@ pub enum JobState {
     NodeFail,
     /// The OOM killer killed a process of it in its cgroup.
     OutOfMemory,
+    /// Ended to make room for another job (preempt mode CANCEL).
+    Preempted,
 }
 
 impl JobState {
-    pub const ALL: [JobState; 8] = [
+    pub const ALL: [JobState; 9] = [
         JobState::Pending,
         JobState::Running,
         JobState::Completed,
@@ -940,6 +943,7 @@ impl JobState {
         JobState::Timeout,
         JobState::NodeFail,
         JobState::OutOfMemory,
+        JobState::Preempted,
     ];
 
     pub fn is_finished(self) -> bool {
@@ -957,6 +961,7 @@ impl JobState {
             JobState::Timeout => "TO",
             JobState::NodeFail => "NF",
             JobState::OutOfMemory => "OOM",
+            JobState::Preempted => "PR",
         }
     }
 
@@ -970,6 +975,7 @@ impl JobState {
             JobState::Timeout => "TIMEOUT",
             JobState::NodeFail => "NODE_FAIL",
             JobState::OutOfMemory => "OUT_OF_MEMORY",
+            JobState::Preempted => "PREEMPTED",
         }
     }
 
@@ -1150,6 +1156,15 @@ pub struct Job {
     /// `steps` too (from feature level 16).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub step_usage: Option<JobUsage>,
+    /// Being stopped to make room for another job (level 17).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preempting: Option<preempt::Preempting>,
+    /// The job that last preempted it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preempted_by: Option<JobId>,
+    /// Pending: the nodes it preempted jobs for, held for it until it starts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claim: Option<preempt::Claim>,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -1291,6 +1306,17 @@ pub struct Partition {
     /// Every job gets whole nodes (Slurm's `OverSubscribe=EXCLUSIVE`).
     #[serde(default)]
     pub exclusive: bool,
+    /// What becomes of its jobs when preempted; `None`: the cluster's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preempt_mode: Option<preempt::PreemptMode>,
+    /// Seconds between a preempted job's SIGTERM and its SIGKILL (`GraceTime`; 0: the agent's
+    /// kill wait).
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub grace_time_s: u64,
+}
+
+fn is_zero_u64(n: &u64) -> bool {
+    *n == 0
 }
 
 /// A start the scheduler planned; apply re-checks it against the state it meets.

@@ -52,6 +52,16 @@ pub struct Policy {
     pub half_life_s: u64,
     /// A GPU-second is charged as this many CPU-seconds (`TRESBillingWeights=GRES/gpu`).
     pub gpu_billing_weight: u32,
+    /// Who may preempt whom (`PreemptType`); off unless configured.
+    #[serde(default, skip_serializing_if = "crate::preempt::PreemptType::is_off")]
+    pub preempt_type: crate::preempt::PreemptType,
+    /// What becomes of a preempted job whose partition and QOS do not say (`PreemptMode`).
+    #[serde(default, skip_serializing_if = "is_off")]
+    pub preempt_mode: crate::preempt::PreemptMode,
+}
+
+fn is_off(m: &crate::preempt::PreemptMode) -> bool {
+    *m == crate::preempt::PreemptMode::Off
 }
 
 impl Default for Policy {
@@ -67,6 +77,8 @@ impl Default for Policy {
             favor_small: true,
             half_life_s: 7 * 86_400,
             gpu_billing_weight: 10,
+            preempt_type: Default::default(),
+            preempt_mode: Default::default(),
         }
     }
 }

@@ -20,6 +20,7 @@
 
 pub mod eligibility;
 pub mod placement;
+pub mod preemption;
 pub mod priority;
 pub mod profile;
 pub mod view;
@@ -56,6 +57,8 @@ pub struct Plan {
     pub estimates: BTreeMap<JobId, Estimate>,
     /// How many of `starts` backfill made: ahead of a job of their partition that waits.
     pub backfilled: usize,
+    /// Running jobs to stop so that pending ones start on their nodes after the grace.
+    pub preemptions: Vec<quorum_model::preempt::PlannedPreemption>,
 }
 
 impl Plan {
@@ -275,6 +278,8 @@ pub struct Placed<'a> {
     pub estimates: BTreeMap<JobId, Estimate>,
     /// How many of `starts` start ahead of a job of their partition that waits: backfill's.
     pub backfilled: usize,
+    /// Running jobs to stop for blocked candidates ([`preemption`]).
+    pub preemptions: Vec<quorum_model::preempt::PlannedPreemption>,
 }
 
 /// The shape of a request as far as fitting it now goes: a shape that did not fit for some
@@ -316,6 +321,14 @@ impl<'v> Capacity<'v> {
         let max_free = MaxFree::new(&profiles, now);
         let free_gpus = view.nodes.iter().map(|n| n.free_gpus.clone()).collect();
         Capacity { view, now, profiles, free_gpus, max_free, index: None }
+    }
+
+    /// Brings the single-node index in step with node `i`'s profile, changed directly after
+    /// now (by preemption: what is free now, which `max_free` counts, is unchanged).
+    fn refresh(&mut self, i: usize) {
+        if let Some(index) = self.index.as_mut() {
+            index.update(i, &self.profiles, self.now);
+        }
     }
 
     /// Takes `req` on node `i` from `from` to `to`.
@@ -466,9 +479,50 @@ pub fn place<'a>(view: &'a ClusterView, candidates: &[Candidate<'a>], now_ms: Mi
         })
         .collect();
     let mut placed = Placed::default();
+    let mut preemptor = preemption::Preemptor::new(view, policy);
+    // Jobs that preempted others, first: each starts on the nodes it claimed as soon as they
+    // are free, and holds them from when they will be until then.
+    let mut claimed: BTreeMap<usize, Option<Allocation>> = BTreeMap::new();
+    for &Candidate { position, job, partition: part } in candidates.iter().filter(|c| !c.job.claim.is_empty()) {
+        let partition = partitions[part];
+        let Some(nodes) =
+            job.claim.iter().map(|n| view.node_index(n).filter(|&i| members[part][i])).collect::<Option<Vec<usize>>>()
+        else {
+            continue;
+        };
+        if nodes.len() != job.nodes as usize || limits.check(view, job).is_some() || !licenses.free_for(job) {
+            continue;
+        }
+        let exclusive = partition.exclusive;
+        let fits =
+            placement::fit_now(&topology, job, view, &nodes, &capacity.profiles, &capacity.free_gpus, now, exclusive);
+        if let Some(fit) = fits {
+            let (allocation, usage) = capacity.start(job, fit, exclusive);
+            limits.add_job(view, job, &usage);
+            licenses.take(job);
+            claimed.insert(position, Some(allocation));
+        } else if let Some(t) =
+            placement::earliest_on(job, view, &nodes, &capacity.profiles, now, horizon, 1, exclusive)
+        {
+            capacity.reserve(job, &nodes, t, exclusive);
+            placed.estimates.insert(job.id, Estimate { start_ms: t * 1000, nodes: job.claim.clone() });
+            claimed.insert(position, None);
+        }
+    }
     for &Candidate { position, job, partition: part } in candidates {
         let wait = |reason| Waiting { position, job, reason };
         let partition = partitions[part];
+        match claimed.remove(&position) {
+            Some(Some(allocation)) => {
+                placed.starts.push(PlannedStart { job_id: job.id, allocation });
+                continue;
+            }
+            Some(None) => {
+                placed.waiting.push(wait(PendingReason::Resources));
+                continue;
+            }
+            None => {}
+        }
         if policy.backfill == BackfillMode::None && blocked[part] {
             placed.waiting.push(wait(PendingReason::Priority));
             continue;
@@ -516,6 +570,16 @@ pub fn place<'a>(view: &'a ClusterView, candidates: &[Candidate<'a>], now_ms: Mi
         }
         let first_blocked = !std::mem::replace(&mut blocked[part], true);
         placed.waiting.push(wait(if first_blocked { PendingReason::Resources } else { PendingReason::Priority }));
+        // Room made by preempting: held for it from the end of its victims' grace.
+        if let Some(p) = preemptor.as_mut() {
+            if let Some(found) = p.search(job, partition, &topology, &mut capacity, exclusive) {
+                capacity.reserve(job, &found.nodes, found.start_s, exclusive);
+                let names = found.planned.nodes.clone();
+                placed.estimates.insert(job.id, Estimate { start_ms: found.start_s * 1000, nodes: names });
+                placed.preemptions.push(found.planned);
+                continue;
+            }
+        }
         if reservations_left == 0 {
             continue;
         }
@@ -554,8 +618,8 @@ impl Plan {
     /// The plan from the stages' results: the starts and reservations of `placed`, and the
     /// reasons of `ineligible` and of `placed`'s waiting jobs merged back into the order.
     pub fn assemble(considered: usize, ineligible: Vec<Waiting>, placed: Placed) -> Plan {
-        let Placed { starts, waiting, estimates, backfilled } = placed;
-        let mut plan = Plan { starts, estimates, backfilled, ..Plan::default() };
+        let Placed { starts, waiting, estimates, backfilled, preemptions } = placed;
+        let mut plan = Plan { starts, estimates, backfilled, preemptions, ..Plan::default() };
         plan.reasons.reserve(ineligible.len() + waiting.len());
         let (mut a, mut b) = (ineligible.into_iter().peekable(), waiting.into_iter().peekable());
         loop {

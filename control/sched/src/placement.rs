@@ -298,7 +298,7 @@ pub fn fit_now(
 
 /// The earliest time within `[now, horizon]` at which all of `nodes` hold the job together.
 #[allow(clippy::too_many_arguments)]
-fn earliest_on(
+pub fn earliest_on(
     job: &PendingJob,
     view: &ClusterView,
     nodes: &[usize],

@@ -114,6 +114,7 @@ impl Bench {
             now,
             starts: plan.starts.clone(),
             reasons: plan.reasons.clone(),
+            preemptions: plan.preemptions.clone(),
         });
         match r {
             Response::PlanApplied { dropped, .. } => assert!(dropped.is_empty(), "apply dropped {dropped:?}"),
@@ -608,7 +609,7 @@ fn an_array_makes_its_tasks_throttles_them_and_cancels_them_together() {
         assert_eq!(plan.reason(id), Some(PendingReason::JobArrayTaskLimit), "task {id}");
     }
     let reasons = plan.reasons_to_write();
-    apply(&mut s, 12, Command::apply_plan(11, 2000, plan.starts, reasons).unwrap());
+    apply(&mut s, 12, Command::apply_plan(11, 2000, plan.starts, reasons, vec![]).unwrap());
     assert_eq!(s.jobs[&1].state, JobState::Running);
     // Nothing more starts while two run; when one ends, the next one does.
     assert!(schedule(&ClusterView::from_state(&s), 2100, &Policy::default()).starts.is_empty());
@@ -647,7 +648,7 @@ fn a_plan_writes_a_bounded_number_of_reasons_and_the_rest_next_time() {
     let reasons = |s: &ClusterState, now| {
         let plan = schedule(&ClusterView::from_state(s), now, &Policy::default());
         let reasons = plan.reasons_to_write();
-        match Command::apply_plan(10, now, plan.starts, reasons) {
+        match Command::apply_plan(10, now, plan.starts, reasons, vec![]) {
             Some(Command::ApplyPlan { reasons, .. }) => reasons,
             _ => Vec::new(),
         }
@@ -655,11 +656,15 @@ fn a_plan_writes_a_bounded_number_of_reasons_and_the_rest_next_time() {
     let first = reasons(&s, 2000);
     assert_eq!(first.len(), MAX_REASONS_PER_PLAN);
     assert!(first.iter().all(|(_, r)| *r == PendingReason::JobHeldUser));
-    let plan = Command::ApplyPlan { base_index: 10, now: 2000, starts: vec![], reasons: first };
+    let plan = Command::ApplyPlan { base_index: 10, now: 2000, starts: vec![], reasons: first, preemptions: vec![] };
     apply(&mut s, 11, plan);
     let second = reasons(&s, 2100);
     assert_eq!(second.len(), 6000 - MAX_REASONS_PER_PLAN);
-    apply(&mut s, 12, Command::ApplyPlan { base_index: 11, now: 2100, starts: vec![], reasons: second });
+    apply(
+        &mut s,
+        12,
+        Command::ApplyPlan { base_index: 11, now: 2100, starts: vec![], reasons: second, preemptions: vec![] },
+    );
     assert!(reasons(&s, 2200).is_empty(), "nothing left to write");
     assert!(s.jobs.values().all(|j| j.reason == PendingReason::JobHeldUser));
 }

@@ -88,7 +88,18 @@ pub struct RunningJob {
     pub gpus_by_type: Vec<(String, i64)>,
     /// Licenses held (`--licenses`).
     pub licenses: Vec<(String, u32)>,
+    pub partition: String,
+    /// When it started, in seconds since the epoch.
+    pub start_s: u64,
+    /// The GPUs it holds on each node of `alloc`, by index.
+    pub gpu_indices: Vec<Vec<u32>>,
+    /// Being stopped for another job: `end_s` is then at most its grace after that began.
+    pub preempting: bool,
 }
+
+/// How long past its grace time a preempted job is planned to hold its nodes: the SIGKILL,
+/// and its end reaching the leader.
+pub const PREEMPT_SLACK_S: u64 = 5;
 
 /// Where a job's dependencies stand.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -143,6 +154,8 @@ pub struct PendingJob {
     pub dependency_ready_ms: Option<Millis>,
     /// The reason the state shows now.
     pub reason: PendingReason,
+    /// The nodes it preempted jobs for, held for it until it starts (empty: none).
+    pub claim: Vec<String>,
 }
 
 impl PendingJob {
@@ -167,6 +180,10 @@ pub struct PartitionView {
     pub max_time_s: Option<u64>,
     pub max_nodes: Option<u32>,
     pub exclusive: bool,
+    /// What becomes of its jobs when preempted (`None`: the cluster's default).
+    pub preempt_mode: Option<quorum_model::preempt::PreemptMode>,
+    /// Seconds between a preempted job's SIGTERM and SIGKILL.
+    pub grace_s: u64,
 }
 
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -218,9 +235,11 @@ fn res_of(cpus: u32, mem_mb: u64, gpus: usize) -> Res {
 #[derive(Debug, Default)]
 pub struct ViewCache {
     nodes: Vec<Arc<NodeView>>,
-    /// Job → (allocation index, generation last used, entry).
-    running: BTreeMap<JobId, (u64, u64, Arc<RunningJob>)>,
-    pending: BTreeMap<JobId, (u64, Arc<PendingJob>)>,
+    /// Job → (allocation index, generation last used, entry, the spec it was made from).
+    running: BTreeMap<JobId, (u64, u64, Arc<RunningJob>, Shared<JobSpec>)>,
+    /// Job → (generation last used, entry, the spec it was made from): a job changed
+    /// (`scontrol update`) has another spec, and gets a new entry.
+    pending: BTreeMap<JobId, (u64, Arc<PendingJob>, Shared<JobSpec>)>,
     names: Names,
     generation: u64,
 }
@@ -261,10 +280,14 @@ fn running_job(
     a: &quorum_model::Allocation,
     by_name: &HashMap<&str, usize, BuildHasherDefault<Fnv>>,
 ) -> RunningJob {
-    let end_s = match j.spec.time_limit_s {
-        Some(limit) => j.start_time.unwrap_or(state.clock) / 1000 + limit,
+    let start_s = j.start_time.unwrap_or(state.clock) / 1000;
+    let mut end_s = match j.spec.time_limit_s {
+        Some(limit) => start_s.saturating_add(limit),
         None => u64::MAX,
     };
+    if let Some(p) = &j.preempting {
+        end_s = end_s.min((p.at / 1000).saturating_add(p.grace_s).saturating_add(PREEMPT_SLACK_S));
+    }
     let mut gpus_by_type: Vec<(String, i64)> = Vec::new();
     for n in a.nodes.iter().filter(|n| !n.gpus.is_empty()) {
         let Some(node) = state.nodes.get(&n.node) else { continue };
@@ -284,6 +307,10 @@ fn running_job(
         user: j.user.clone(),
         account: j.account.clone(),
         qos: j.qos.clone(),
+        partition: j.partition.clone(),
+        start_s,
+        preempting: j.preempting.is_some(),
+        gpu_indices: a.nodes.iter().filter(|n| by_name.contains_key(n.node.as_str())).map(|n| n.gpus.clone()).collect(),
         end_s,
         alloc: a
             .nodes
@@ -324,6 +351,7 @@ fn pending_job(
         dependency,
         dependency_ready_ms,
         reason: j.reason,
+        claim: j.claim.as_ref().map(|c| c.nodes.clone()).unwrap_or_default(),
         ..requested(&j.spec, names)
     }
 }
@@ -360,6 +388,7 @@ fn requested(spec: &JobSpec, names: &mut Names) -> PendingJob {
         dependency: DepStatus::Satisfied,
         dependency_ready_ms: None,
         reason: PendingReason::None,
+        claim: Vec::new(),
     }
 }
 
@@ -422,6 +451,8 @@ impl ClusterView {
                     max_time_s: p.max_time_s,
                     max_nodes: p.max_nodes,
                     exclusive: p.exclusive,
+                    preempt_mode: p.preempt_mode,
+                    grace_s: p.grace_time_s,
                 },
             );
         }
@@ -450,7 +481,12 @@ impl ClusterView {
                 JobState::Running => {
                     let Some(a) = &j.allocation else { continue };
                     match cache.running.get_mut(&j.id) {
-                        Some((index, used, entry)) if *index == j.alloc_index && j.start_time.is_some() => {
+                        Some((index, used, entry, spec))
+                            if *index == j.alloc_index
+                                && j.start_time.is_some()
+                                && Shared::same(spec, &j.spec)
+                                && entry.preempting == j.preempting.is_some() =>
+                        {
                             *used = generation;
                             view.running.push(entry.clone());
                         }
@@ -459,7 +495,7 @@ impl ClusterView {
                                 view.nodes.iter().enumerate().map(|(i, n)| (n.name.as_str(), i)).collect()
                             });
                             let entry = Arc::new(running_job(state, j, a, by_name));
-                            cache.running.insert(j.id, (j.alloc_index, generation, entry.clone()));
+                            cache.running.insert(j.id, (j.alloc_index, generation, entry.clone(), j.spec.clone()));
                             view.running.push(entry);
                         }
                     }
@@ -480,29 +516,42 @@ impl ClusterView {
                             }
                         }
                     }
-                    let (used, entry) = cache.pending.entry(j.id).or_insert_with(|| {
-                        (generation, Arc::new(pending_job(j, (dependency, ready_ms), &mut cache.names)))
-                    });
+                    let fresh = |names: &mut Names| Arc::new(pending_job(j, (dependency, ready_ms), names));
+                    let (used, entry, _) = match cache.pending.entry(j.id) {
+                        std::collections::btree_map::Entry::Occupied(o) => {
+                            let cached = o.into_mut();
+                            if !Shared::same(&cached.2, &j.spec) {
+                                *cached = (generation, fresh(&mut cache.names), j.spec.clone());
+                            }
+                            cached
+                        }
+                        std::collections::btree_map::Entry::Vacant(v) => {
+                            v.insert((generation, fresh(&mut cache.names), j.spec.clone()))
+                        }
+                    };
                     *used = generation;
                     // What may change while a job waits.
+                    let claim = j.claim.as_ref().map(|c| c.nodes.as_slice()).unwrap_or_default();
                     if entry.held != j.held
                         || entry.dependency != dependency
                         || entry.dependency_ready_ms != ready_ms
                         || entry.reason != j.reason
+                        || entry.claim != claim
                     {
                         let e = Arc::make_mut(entry);
                         e.held = j.held;
                         e.dependency = dependency;
                         e.dependency_ready_ms = ready_ms;
                         e.reason = j.reason;
+                        e.claim = claim.to_vec();
                     }
                     view.pending.push(entry.clone());
                 }
                 _ => {}
             }
         }
-        cache.running.retain(|_, (_, used, _)| *used == generation);
-        cache.pending.retain(|_, (used, _)| *used == generation);
+        cache.running.retain(|_, (_, used, _, _)| *used == generation);
+        cache.pending.retain(|_, (used, _, _)| *used == generation);
         view
     }
 

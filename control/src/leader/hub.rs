@@ -471,13 +471,16 @@ fn reconcile_node(
         for job_id in &node.jobs {
             let Some(job) = state.jobs.get(job_id) else { continue };
             let key = (job.id, job.alloc_index);
-            if job.cancel_requested {
-                if !conn.killed.contains(&key)
-                    && send(
-                        conn,
-                        Msg::Kill(Kill { job_id: job.id, token: job.alloc_index, reason: ExitKind::Cancelled as i32 }),
-                    )
-                {
+            if job.cancel_requested || job.preempting.is_some() {
+                // Preempted: SIGKILL follows SIGTERM after its grace time.
+                let grace = job.preempting.as_ref().filter(|_| !job.cancel_requested).map_or(0, |p| p.grace_s);
+                let kill = Kill {
+                    job_id: job.id,
+                    token: job.alloc_index,
+                    reason: ExitKind::Cancelled as i32,
+                    grace_s: u32::try_from(grace).unwrap_or(u32::MAX),
+                };
+                if !conn.killed.contains(&key) && send(conn, Msg::Kill(kill)) {
                     conn.killed.insert(key);
                 }
             } else if let Some(&sent) = conn.launched.get(&key) {
@@ -515,7 +518,10 @@ fn reconcile_node(
     let stray: Vec<(JobId, u64)> = conn.reported.iter().copied().filter(|key| !runs_here(state, name, *key)).collect();
     for key in stray {
         if !conn.killed.contains(&key)
-            && send(conn, Msg::Kill(Kill { job_id: key.0, token: key.1, reason: ExitKind::Cancelled as i32 }))
+            && send(
+                conn,
+                Msg::Kill(Kill { job_id: key.0, token: key.1, reason: ExitKind::Cancelled as i32, grace_s: 0 }),
+            )
         {
             conn.killed.insert(key);
         }

@@ -341,7 +341,17 @@ mod tests {
         let allocation =
             Allocation { nodes: vec![NodeAllocation { node: node.into(), cpus: 1, mem_mb: 100, gpus: vec![] }] };
         let starts = vec![PlannedStart { job_id, allocation }];
-        apply(s, index, Command::ApplyPlan { base_index: index - 1, now: 2000 + index, starts, reasons: vec![] })
+        apply(
+            s,
+            index,
+            Command::ApplyPlan {
+                base_index: index - 1,
+                now: 2000 + index,
+                starts,
+                reasons: vec![],
+                preemptions: vec![],
+            },
+        )
     }
 
     #[test]

@@ -89,10 +89,22 @@ pub(super) async fn schedule_loop(replica: Arc<Replica>, leader: Arc<LeaderState
                 cycle_s,
             );
         }
-        let Some(command) = Command::apply_plan(base_index, now_ms(), plan.starts, reasons) else { continue };
+        // A replica of an older release cannot apply a preemption: none is planned until all can.
+        let preemptions = if replica.shared.read().state.cluster_level() >= quorum_state::PREEMPTION_LEVEL {
+            plan.preemptions
+        } else {
+            Vec::new()
+        };
+        let Some(command) = Command::apply_plan(base_index, now_ms(), plan.starts, reasons, preemptions) else {
+            continue;
+        };
         match replica.write(command).await {
-            Ok((index, Response::PlanApplied { started, dropped })) => {
+            Ok((index, Response::PlanApplied { started, dropped, preempted })) => {
                 tracing::debug!(index, planned, started = started.len(), dropped = dropped.len(), "plan applied");
+                for (job, by) in preempted {
+                    leader.stats.preempted.inc();
+                    tracing::info!(job, by, "preempting a job to make room for another");
+                }
                 for (job, why) in dropped {
                     leader.stats.dropped_starts.inc();
                     let total = leader.count_dropped(&why);

@@ -19,6 +19,8 @@ pub struct Stats {
     pub dropped_starts: Counter,
     /// Planned starts ahead of a job that waits (backfill's).
     pub backfill_starts: Counter,
+    /// Running jobs told to stop to make room for another (preemption).
+    pub preempted: Counter,
     /// From a job's allocation (its start in the state) to its launch sent to each node's agent.
     pub dispatch_seconds: Histogram,
     /// From a submit's arrival here to its answer (forwarded or committed here).
@@ -35,6 +37,7 @@ impl Default for Stats {
             planned_starts: Counter::default(),
             dropped_starts: Counter::default(),
             backfill_starts: Counter::default(),
+            preempted: Counter::default(),
             // 1 ms to about 65 s.
             dispatch_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 17)),
             // 0.1 ms to about 6.5 s.
@@ -66,6 +69,11 @@ impl Stats {
             "scheduler_backfill_starts",
             "Planned starts ahead of a job of their partition that waits (backfill)",
             self.backfill_starts.clone(),
+        );
+        registry.register(
+            "scheduler_preempted_jobs",
+            "Running jobs the scheduler preempted to make room for another",
+            self.preempted.clone(),
         );
         registry.register_with_unit(
             "dispatch",

@@ -41,12 +41,15 @@ pub(super) async fn upsert_qos(api: &Api, _caller: &Caller, r: UpsertQosRequest)
     if q.name.is_empty() {
         return Err(Status::invalid_argument("invalid qos: empty name"));
     }
+    // What the request does not carry (its preemption settings, from the configuration) stays.
+    let kept = api.replica.shared.read().state.qos.get(&q.name).cloned().unwrap_or_default();
     let qos = crate::model::Qos {
         name: q.name,
         priority: q.priority,
         max_wall_s: q.max_wall_s,
         max_gpus_per_user: q.max_gpus_per_user,
         max_jobs_per_user: q.max_jobs_per_user,
+        ..kept
     };
     api.replica.write(Command::UpsertQos { qos, now: now_ms() }).await.map_err(write_status)?;
     Ok(AdminResponse {})

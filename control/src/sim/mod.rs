@@ -19,7 +19,7 @@ use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 use std::str::FromStr;
 
 use crate::config::ClusterSettings;
-use crate::model::{Account, JobId, JobSpec, Partition, Program, RankOutcome};
+use crate::model::{Account, JobId, JobSpec, JobState, Partition, Program, RankOutcome};
 use crate::model::{BackfillMode, Policy, QueueOrder};
 use quorum_sched::view::ViewCache;
 use quorum_sched::ClusterView;
@@ -146,6 +146,8 @@ pub struct JobRecord {
     pub recorded_wait_s: Option<u64>,
     /// Node indices and the CPUs held on each.
     pub alloc: Vec<(u32, u32)>,
+    /// How many times it was preempted (requeued, or ended PREEMPTED).
+    pub preempted: u32,
 }
 
 impl JobRecord {
@@ -352,6 +354,8 @@ impl Simulation {
                 priority_tier: 0,
                 max_nodes: None,
                 exclusive: false,
+                preempt_mode: None,
+                grace_time_s: 0,
             }],
         };
         sim.partitions = partitions.iter().map(|p| p.name.clone()).collect();
@@ -439,7 +443,12 @@ impl Simulation {
         let mut rejected = Vec::new();
         let mut dropped = Vec::new();
         let mut samples = Vec::new();
-        let mut ends: BinaryHeap<Reverse<(u64, JobId)>> = BinaryHeap::new();
+        // (time, job, allocation): an end of an allocation the job no longer runs is stale.
+        let mut ends: BinaryHeap<Reverse<(u64, JobId, u64)>> = BinaryHeap::new();
+        // Allocations stopped by a preemption: they end when their grace is over.
+        let mut preempted_ends: std::collections::BTreeSet<(JobId, u64)> = Default::default();
+        // Jobs running now (`ends` may also hold stale ends).
+        let mut running = 0usize;
         let mut previous: BTreeMap<JobId, Vec<String>> = BTreeMap::new();
         let mut cache = ViewCache::default();
         let mut next = 0usize;
@@ -448,7 +457,7 @@ impl Simulation {
         let mut busy_cpus = 0u64;
         let arrivals = std::mem::take(&mut self.arrivals);
         loop {
-            let t = match (arrivals.get(next).map(|a| a.submit_s), ends.peek().map(|Reverse((t, _))| *t)) {
+            let t = match (arrivals.get(next).map(|a| a.submit_s), ends.peek().map(|Reverse((t, _, _))| *t)) {
                 (Some(a), Some(e)) => a.min(e),
                 (Some(a), None) => a,
                 (None, Some(e)) => e,
@@ -456,26 +465,40 @@ impl Simulation {
             };
             let now = t * 1000;
             // Ends first, as agents report them, then arrivals, then one cycle.
-            while let Some(&Reverse((e, id))) = ends.peek() {
+            while let Some(&Reverse((e, id, token))) = ends.peek() {
                 if e > t {
                     break;
                 }
                 ends.pop();
                 let rec = &mut records[by_id[&id]];
                 let job = &self.state.jobs[&id];
-                let token = job.alloc_index;
+                if job.state != JobState::Running || job.alloc_index != token {
+                    continue;
+                }
                 let nodes: Vec<String> =
                     job.allocation.iter().flat_map(|a| a.nodes.iter().map(|n| n.node.clone())).collect();
-                let outcome = if rec.killed {
+                let outcome = if preempted_ends.remove(&(id, token)) {
+                    RankOutcome::Cancelled { code: 0, signal: SIGTERM }
+                } else if rec.killed {
                     RankOutcome::TimedOut { code: 0, signal: SIGTERM }
                 } else {
                     RankOutcome::Exited { code: 0, signal: 0 }
                 };
-                rec.end_s = Some(t);
                 busy_cpus -= rec.alloc.iter().map(|(_, c)| u64::from(*c)).sum::<u64>();
+                running -= 1;
                 for node in nodes {
                     self.cmd(Command::JobEnded { job_id: id, token, node, outcome, now });
                 }
+                if self.state.jobs[&id].state == JobState::Pending {
+                    // Requeued by a preemption: it runs again, from the start, later.
+                    rec.preempted += 1;
+                    (rec.start_s, rec.alloc) = (None, Vec::new());
+                    continue;
+                }
+                if self.state.jobs[&id].state == JobState::Preempted {
+                    rec.preempted += 1;
+                }
+                rec.end_s = Some(t);
                 ended += 1;
             }
             while let Some(a) = arrivals.get(next).filter(|a| a.submit_s <= t) {
@@ -502,6 +525,7 @@ impl Simulation {
                             killed: false,
                             recorded_wait_s: a.job.wait_s,
                             alloc: Vec::new(),
+                            preempted: 0,
                         });
                     }
                     Response::Rejected(r) => {
@@ -512,7 +536,7 @@ impl Simulation {
                 }
             }
             // One cycle, as the leader runs it; with nothing waiting a cycle changes nothing.
-            if self.state.active.len() == ends.len() {
+            if self.state.active.len() == running {
                 previous.clear();
             } else {
                 let mut view = ClusterView::from_state_cached(&self.state, &mut cache);
@@ -522,10 +546,18 @@ impl Simulation {
                 cycles += 1;
                 previous = plan.estimates.iter().map(|(j, e)| (*j, e.nodes.clone())).collect();
                 let reasons = plan.reasons_to_write();
-                if let Some(command) = Command::apply_plan(self.index, now, plan.starts, reasons) {
+                if let Some(command) = Command::apply_plan(self.index, now, plan.starts, reasons, plan.preemptions) {
                     match self.cmd(command) {
-                        Response::PlanApplied { started, dropped: d } => {
+                        Response::PlanApplied { started, dropped: d, preempted } => {
                             dropped.extend(d);
+                            // Each victim stops when its grace is over (SIGTERM, then SIGKILL).
+                            for (victim, _) in preempted {
+                                let job = &self.state.jobs[&victim];
+                                let grace = job.preempting.as_ref().map_or(0, |p| p.grace_s);
+                                preempted_ends.insert((victim, job.alloc_index));
+                                ends.push(Reverse((t + grace, victim, job.alloc_index)));
+                            }
+                            running += started.len();
                             for id in started {
                                 let job = &self.state.jobs[&id];
                                 let rec = &mut records[by_id[&id]];
@@ -540,7 +572,7 @@ impl Simulation {
                                 let limit = job.spec.time_limit_s.unwrap_or(u64::MAX);
                                 rec.killed = !self.no_kill && rec.run_s > limit;
                                 let ran = if rec.killed { limit } else { rec.run_s };
-                                ends.push(Reverse((t + ran, id)));
+                                ends.push(Reverse((t + ran, id, job.alloc_index)));
                             }
                         }
                         other => unreachable!("a plan answers PlanApplied, not {other:?}"),
@@ -548,7 +580,7 @@ impl Simulation {
                 }
             }
             // Every active job without an end coming is still waiting.
-            let pending = self.state.active.len() - ends.len();
+            let pending = self.state.active.len() - running;
             if self.samples {
                 samples.push(Sample { t_s: t, pending: pending as u32, busy_cpus });
             }

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use quorum_model::preempt::{Claim, PlannedPreemption, PreemptMode, Preempting, Victim};
 use quorum_model::update::JobUpdate;
 use quorum_model::{
     step, Account, Allocation, ArrayTask, HoldKind, Job, JobId, JobSpec, JobState, Millis, Node, NodeAdminState,
@@ -29,9 +30,15 @@ pub fn apply(state: &mut ClusterState, index: u64, command: Command) -> Response
         Command::Batch { commands } => {
             Response::Batch(commands.into_iter().map(|command| apply(state, index, command)).collect())
         }
-        Command::ApplyPlan { starts, reasons, now, .. } => {
+        Command::ApplyPlan { starts, reasons, now, preemptions, .. } => {
             advance_clock(state, now);
-            apply_plan(state, index, starts, reasons)
+            match apply_plan(state, index, starts, reasons) {
+                Response::PlanApplied { started, dropped, .. } => {
+                    let preempted = preemptions.into_iter().flat_map(|p| preempt(state, p)).collect();
+                    Response::PlanApplied { started, dropped, preempted }
+                }
+                other => other,
+            }
         }
         Command::SetNodeHealth { node, problem, now } => {
             advance_clock(state, now);
@@ -348,7 +355,9 @@ fn update_job(state: &mut ClusterState, job_id: JobId, user: &str, update: &JobU
     }
     let job = state.jobs.get_mut(&job_id).expect("looked up above");
     (job.partition, job.account, job.qos) = (partition, account, qos);
-    *job.spec = spec;
+    // A new value, not the old one changed in place: the scheduler's cached views of the job
+    // notice a spec that is not the one they were made from.
+    job.spec = Shared::new(spec);
     Ok(())
 }
 
@@ -427,6 +436,9 @@ fn submit(state: &mut ClusterState, mut spec: JobSpec, user: String, request_id:
             cancelled_by: None,
             usage: None,
             step_usage: None,
+            preempting: None,
+            preempted_by: None,
+            claim: None,
         };
         state.jobs.insert(id, Shared::new(job));
     }
@@ -754,7 +766,37 @@ fn apply_plan(
             job.reason = PendingReason::DependencyNeverSatisfied;
         }
     }
-    Response::PlanApplied { started, dropped }
+    Response::PlanApplied { started, dropped, preempted: Vec::new() }
+}
+
+/// Marks the victims of a planned preemption, and gives the preemptor their nodes: all or
+/// nothing, and nothing when the plan's view is stale (the preemptor no longer pending, a
+/// victim no longer running, or already stopping for another job). Returns (victim, preemptor)
+/// for each victim marked.
+fn preempt(state: &mut ClusterState, p: PlannedPreemption) -> Vec<(JobId, JobId)> {
+    let pending = state
+        .jobs
+        .get(&p.job_id)
+        .is_some_and(|j| j.state == JobState::Pending && !j.cancel_requested && j.held.is_none());
+    let stoppable = |v: &Victim| {
+        state.jobs.get(&v.job_id).is_some_and(|j| {
+            j.state == JobState::Running && !j.cancel_requested && j.preempting.is_none() && j.id != p.job_id
+        })
+    };
+    if !pending || p.victims.is_empty() || !p.victims.iter().all(stoppable) {
+        return Vec::new();
+    }
+    let at = state.clock;
+    for v in &p.victims {
+        let job = state.jobs.get_mut(&v.job_id).expect("checked above");
+        // An allocation cannot be requeued (its owner's command holds it): it is ended.
+        let mode = if job.spec.interactive { PreemptMode::Cancel } else { v.mode };
+        job.preempting = Some(Preempting { by: p.job_id, at, mode, grace_s: v.grace_s });
+    }
+    let victims: Vec<JobId> = p.victims.iter().map(|v| v.job_id).collect();
+    let job = state.jobs.get_mut(&p.job_id).expect("checked above");
+    job.claim = Some(Claim { nodes: p.nodes, victims: victims.clone(), since: at });
+    victims.into_iter().map(|v| (v, p.job_id)).collect()
 }
 
 /// Re-checks a planned start against the current state (the plan was made from an older view).
@@ -820,6 +862,7 @@ fn start_job(state: &mut ClusterState, index: u64, job_id: JobId, allocation: Al
     let job = state.jobs.get_mut(&job_id).expect("checked by check_start");
     job.state = JobState::Running;
     job.reason = PendingReason::None;
+    job.claim = None;
     job.start_time = Some(state.clock);
     job.allocation = Some(allocation);
     job.alloc_index = index;
@@ -1031,6 +1074,7 @@ fn requeue_job(state: &mut ClusterState, job_id: JobId) {
     job.reason = PendingReason::None;
     job.start_time = None;
     job.rank_outcomes.clear();
+    job.preempting = None;
     end_running_steps(job, state.clock, step::StepState::Failed);
     job.requeues += 1;
 }
@@ -1131,6 +1175,20 @@ fn job_ended(state: &mut ClusterState, job_id: JobId, token: u64, node: &str, ou
             (st, code, sig)
         }
     });
+    // Stopped for another job: back to the queue (fenced by its next allocation's token), or
+    // ended PREEMPTED. One that completed meanwhile, or was cancelled too, ends as that.
+    if let (Some(p), Some((st, code, signal))) = (&job.preempting, decided) {
+        if st != JobState::Completed && !job.cancel_requested {
+            let (by, mode) = (p.by, p.mode);
+            job.preempted_by = Some(by);
+            if mode == PreemptMode::Requeue {
+                requeue_job(state, job_id);
+                return Response::Requeued { job_id };
+            }
+            finish_job(state, job_id, JobState::Preempted, code, signal);
+            return Response::JobFinished { job_id, state: JobState::Preempted };
+        }
+    }
     match decided {
         Some((final_state, code, signal)) => {
             finish_job(state, job_id, final_state, code, signal);

@@ -51,8 +51,12 @@ pub struct NodeRegistration {
 ///     oldest records forgotten (`ForgetHistory`, `[accounting] purge_job_after_days`).
 /// 16. what a job step's tasks used (`EndStep` with its usage), and what a job's GPUs did
 ///     (`JobUsed` with GPU samples, memory and energy).
-/// 17. jobs changed after their submit (`UpdateJob`: `quorum update`, `scontrol update`).
+/// 17. jobs changed after their submit (`UpdateJob`: `quorum update`, `scontrol update`), and
+///     preemption (plans that stop running jobs for another, and jobs ending PREEMPTED).
 pub const FEATURE_LEVEL: u32 = 17;
+
+/// The level that applies plans with preemptions; below it the leader plans none.
+pub const PREEMPTION_LEVEL: u32 = 17;
 
 /// The level that applies [`Command::UpdateJob`].
 pub const UPDATE_LEVEL: u32 = 17;
@@ -186,6 +190,9 @@ pub enum Command {
         now: Millis,
         starts: Vec<PlannedStart>,
         reasons: Vec<(JobId, PendingReason)>,
+        /// Running jobs to stop so that a pending one starts on their nodes (level 17).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        preemptions: Vec<quorum_model::preempt::PlannedPreemption>,
     },
     JobEnded {
         job_id: JobId,
@@ -384,11 +391,12 @@ impl Command {
         now: Millis,
         starts: Vec<PlannedStart>,
         reasons: Vec<(JobId, PendingReason)>,
+        preemptions: Vec<quorum_model::preempt::PlannedPreemption>,
     ) -> Option<Command> {
-        if starts.is_empty() && reasons.is_empty() {
+        if starts.is_empty() && reasons.is_empty() && preemptions.is_empty() {
             return None;
         }
-        Some(Command::ApplyPlan { base_index, now, starts, reasons })
+        Some(Command::ApplyPlan { base_index, now, starts, reasons, preemptions })
     }
 
     /// Whether applying this may let the scheduler start something.
@@ -425,6 +433,9 @@ impl Command {
             Command::RecallJobs { .. } => (HISTORY_LEVEL, "jobs recalled from the job history for a dependency"),
             Command::RequeueJob { .. } => (REQUEUE_LEVEL, "requeueing a job (scontrol requeue)"),
             Command::UpdateJob { .. } => (UPDATE_LEVEL, "changing a job after its submit (scontrol update)"),
+            Command::ApplyPlan { preemptions, .. } if !preemptions.is_empty() => {
+                (PREEMPTION_LEVEL, "preempting jobs to make room for another")
+            }
             Command::StartStep { expect: Some(_), .. } => (EARLY_STEP_LEVEL, "a job step launched as it commits"),
             Command::EndStep { usage: Some(_), .. } => (STEP_USAGE_LEVEL, "what a job step used"),
             Command::StartStep { .. } | Command::EndStep { .. } => (STEPS_LEVEL, "a job step (srun)"),
@@ -528,6 +539,9 @@ pub enum Response {
     PlanApplied {
         started: Vec<JobId>,
         dropped: Vec<(JobId, DropReason)>,
+        /// The jobs told to stop for another (preempted), with the job each makes room for.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        preempted: Vec<(JobId, JobId)>,
     },
     JobFinished {
         job_id: JobId,

@@ -90,6 +90,7 @@ fn command(s: &ClusterState, index: u64, op: &Op) -> Option<Command> {
                 now,
                 starts: vec![PlannedStart { job_id: job.id, allocation: Allocation { nodes } }],
                 reasons: vec![],
+                preemptions: vec![],
             }
         }
         Op::End { pick: p, .. } | Op::Lost { pick: p } => {

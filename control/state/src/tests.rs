@@ -67,6 +67,7 @@ fn start(s: &mut ClusterState, index: u64, job_id: JobId, node: &str, cpus: u32,
                 },
             }],
             reasons: vec![],
+            preemptions: vec![],
         },
     )
 }
@@ -81,11 +82,11 @@ fn plan_is_rechecked_at_apply_and_job_end_frees_resources() {
     submit(&mut s, 11, sp, "b");
     assert_eq!(
         start(&mut s, 12, 1, "n1", 8, vec![0, 1, 2, 3]),
-        Response::PlanApplied { started: vec![1], dropped: vec![] }
+        Response::PlanApplied { started: vec![1], dropped: vec![], preempted: vec![] }
     );
     // A stale plan placing job 2 on the same node is dropped, not applied.
     match start(&mut s, 13, 2, "n1", 8, vec![0, 1, 2, 3]) {
-        Response::PlanApplied { started, dropped } => {
+        Response::PlanApplied { started, dropped, .. } => {
             assert!(started.is_empty());
             assert_eq!(dropped[0].0, 2);
         }
@@ -194,6 +195,7 @@ fn start_on_both(s: &mut ClusterState, index: u64, job_id: JobId, cpus: u32) -> 
             now: 2000,
             starts: vec![PlannedStart { job_id, allocation: Allocation { nodes: vec![on("n1"), on("n2")] } }],
             reasons: vec![],
+            preemptions: vec![],
         },
     )
 }
@@ -224,6 +226,7 @@ fn node_down_fails_or_requeues_its_jobs_and_frees_every_node_they_held() {
             now: 2000,
             starts: vec![PlannedStart { job_id: 2, allocation: Allocation { nodes: vec![on("n1"), on("n2")] } }],
             reasons: vec![],
+            preemptions: vec![],
         },
     );
     start(&mut s, 15, 3, "n2", 1, vec![]);
@@ -898,7 +901,11 @@ fn what_a_job_used_is_counted_once_per_node_and_only_for_its_allocation() {
                 .collect(),
         },
     };
-    apply(&mut s, 11, Command::ApplyPlan { base_index: 10, now: 2000, starts: vec![both], reasons: vec![] });
+    apply(
+        &mut s,
+        11,
+        Command::ApplyPlan { base_index: 10, now: 2000, starts: vec![both], reasons: vec![], preemptions: vec![] },
+    );
     let used = |node: &str, token, cpu, rss| Command::JobUsed {
         job_id: 1,
         token,
