@@ -557,7 +557,17 @@ pub fn show_job(j: &JobInfo, now_ms: u64, priority: Option<u64>) -> String {
             elapsed(j, now_ms),
             if j.time_limit_s == 0 { "UNLIMITED".into() } else { format_duration(j.time_limit_s) }
         ),
-        format!("Requeue={} Restarts={}", u8::from(spec.requeue), j.requeues),
+        format!(
+            "Requeue={} Restarts={} PreemptedBy={}{}",
+            u8::from(spec.requeue),
+            j.requeues,
+            if j.preempted_by == 0 { "(null)".to_string() } else { j.preempted_by.to_string() },
+            match (j.preempting_for, j.claimed_nodes.as_str()) {
+                (0, "") => String::new(),
+                (0, nodes) => format!(" ClaimedNodes={nodes}"),
+                (by, _) => format!(" PreemptingFor={by}"),
+            }
+        ),
         format!("SubmitTime={} StartTime={} EndTime={}", ms(j.submit_time_ms), ms(j.start_time_ms), ms(j.end_time_ms)),
         format!(
             "NumNodes={} NumTasks={} CPUs/Task={} MinMemoryNode={} Gpus/Node={}{}",

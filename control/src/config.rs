@@ -71,9 +71,9 @@ pub struct PartitionConfig {
     /// preemptable), `cancel` or `requeue`; unset: `[scheduler] preempt_mode`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub preempt_mode: Option<String>,
-    /// How long a preempted job has between SIGTERM and SIGKILL (Slurm's `GraceTime`).
+    /// Seconds a preempted job has between SIGTERM and SIGKILL (Slurm's `GraceTime`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub grace_time: Option<String>,
+    pub grace_time: Option<u64>,
 }
 
 impl PartitionConfig {
@@ -105,7 +105,7 @@ impl PartitionConfig {
             max_nodes: self.max_nodes,
             exclusive: self.exclusive,
             preempt_mode: self.preempt_mode.as_deref().map(PreemptMode::parse).transpose().map_err(bad)?,
-            grace_time_s: time(&self.grace_time)?.unwrap_or(0),
+            grace_time_s: self.grace_time.unwrap_or(0),
         })
     }
 }
@@ -616,8 +616,8 @@ pub struct QosConfig {
     pub preempt: Vec<String>,
     /// What becomes of this QOS's jobs when preempted: `off`, `cancel` or `requeue`.
     pub preempt_mode: Option<String>,
-    /// How long its preempted jobs have between SIGTERM and SIGKILL.
-    pub grace_time: Option<String>,
+    /// Seconds its preempted jobs have between SIGTERM and SIGKILL (`GraceTime`).
+    pub grace_time: Option<u64>,
 }
 
 impl QosConfig {
@@ -631,7 +631,7 @@ impl QosConfig {
             max_jobs_per_user: self.max_jobs_per_user,
             preempt: self.preempt.clone(),
             preempt_mode: self.preempt_mode.as_deref().map(PreemptMode::parse).transpose().map_err(bad)?,
-            grace_time_s: opt_time(&format!("qos '{}' grace_time", self.name), &self.grace_time)?.unwrap_or(0),
+            grace_time_s: self.grace_time.unwrap_or(0),
         })
     }
 }
