@@ -212,6 +212,9 @@ fn table(name: &str, trace: &Trace, r: &SimResult, report: &Report) -> String {
         let _ = writeln!(out, "never ran    {} jobs", report.never_started);
     }
     let _ = writeln!(out, "killed       {} jobs at their time limit", report.killed_at_limit);
+    if report.preemptions > 0 {
+        let _ = writeln!(out, "preempted    {} times ({} jobs)", report.preemptions, report.preempted_jobs);
+    }
     out.push('\n');
     let s = &report.simulated;
     let rec = report.recorded.as_ref();

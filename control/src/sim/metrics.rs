@@ -99,6 +99,9 @@ pub struct Report {
     pub never_started: usize,
     /// Jobs killed at their time limit.
     pub killed_at_limit: usize,
+    /// Preemptions (a job preempted twice counts twice), and the jobs they stopped.
+    pub preemptions: u64,
+    pub preempted_jobs: usize,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub recorded: Option<Metrics>,
 }
@@ -134,6 +137,8 @@ impl Report {
             simulated: Metrics::of(&simulated, cpus),
             never_started: result.jobs.len() - ran.len(),
             killed_at_limit: result.jobs.iter().filter(|j| j.killed).count(),
+            preemptions: result.jobs.iter().map(|j| u64::from(j.preempted)).sum(),
+            preempted_jobs: result.jobs.iter().filter(|j| j.preempted > 0).count(),
             recorded: (!recorded.is_empty()).then(|| Metrics::of(&recorded, cpus)),
         }
     }

@@ -221,3 +221,47 @@ fn the_same_run_twice_is_identical() {
         assert!(a.samples.iter().map(|s| s.pending).max() > Some(20), "the workload queues, so backfill matters");
     }
 }
+
+/// An SWF line of partition `partition` (its number in the config, from 1).
+fn line_in(number: u64, submit: u64, run: u64, procs: u64, partition: u64) -> String {
+    format!("{number} {submit} -1 {run} {procs} -1 -1 {procs} {run} -1 1 1 1 -1 -1 {partition} -1 -1\n")
+}
+
+/// Two single-CPU nodes, a scavenger partition (tier 0, requeued after a 10 s grace) and a
+/// production one (tier 1). Scavenger jobs 1 (from 0) and 2 (from 5) fill both; production job
+/// 3 arrives at 20 and preempts 2, the latest started, which ends at 30 (its grace) and runs
+/// again, whole, when 3 ends at 130.
+#[test]
+fn a_config_with_preemption_replays_its_preemptions() {
+    let config = r#"
+        [scheduler]
+        ordering = "fifo"
+        preempt_type = "partition_prio"
+        [[partitions]]
+        name = "scav"
+        nodes = "n[1-2]"
+        default = true
+        preempt_mode = "requeue"
+        grace_time = 10
+        [[partitions]]
+        name = "prod"
+        nodes = "n[1-2]"
+        priority_tier = 1
+    "#;
+    let settings = crate::config::ClusterSettings::parse("test.toml", config).unwrap();
+    let t =
+        trace("; MaxNodes: 2\n", &[line_in(1, 0, 1000, 1, 1), line_in(2, 5, 1000, 1, 1), line_in(3, 20, 100, 1, 2)]);
+    let opts = SimOptions { settings: Some(settings), nodes: Some(2), cpus_per_node: Some(1), ..Default::default() };
+    let r = run(&t, opts);
+    let by = |n: u64| r.jobs.iter().find(|j| j.number == n).unwrap();
+    assert_eq!((by(1).start_s, by(1).end_s, by(1).preempted), (Some(0), Some(1000), 0));
+    assert_eq!((by(3).start_s, by(3).end_s), (Some(30), Some(130)), "3 starts when 2's grace is over");
+    assert_eq!((by(2).start_s, by(2).end_s, by(2).preempted), (Some(130), Some(1130), 1), "2 runs again, whole");
+    let report = Report::of(&r);
+    assert_eq!((report.preemptions, report.preempted_jobs), (1, 1));
+    // Without preemption, 3 waits for a scavenger job to end.
+    let plain = crate::config::ClusterSettings::parse("test.toml", &config.replace("partition_prio", "none")).unwrap();
+    let opts = SimOptions { settings: Some(plain), nodes: Some(2), cpus_per_node: Some(1), ..Default::default() };
+    let r = run(&t, opts);
+    assert_eq!(r.jobs.iter().find(|j| j.number == 3).unwrap().start_s, Some(1000));
+}
