@@ -75,6 +75,7 @@ pub fn cluster_with(pending: usize, nodes: usize, scavengers: bool) -> ClusterVi
             start_s: now - 600,
             gpu_indices: vec![(0..8).collect()],
             preempting: false,
+            suspended: false,
         }));
     }
     if scavengers {
@@ -93,6 +94,7 @@ pub fn cluster_with(pending: usize, nodes: usize, scavengers: bool) -> ClusterVi
                 start_s: now - rng.below(3600),
                 gpu_indices: vec![(0..8).collect()],
                 preempting: false,
+                suspended: false,
             }));
         }
         view.partitions.insert(
@@ -270,6 +272,8 @@ fn state(pending: usize, nodes: usize) -> ClusterState {
                 preempting: None,
                 preempted_by: None,
                 claim: None,
+                suspended_at: None,
+                suspended_ms: 0,
             }),
         );
     }

@@ -116,6 +116,10 @@ pub(crate) enum Order {
     /// Preempted: SIGTERM now, SIGKILL after this many seconds (its grace time); it ends as
     /// cancelled.
     Preempt(u64),
+    /// Suspended: its processes frozen, its time limit held.
+    Suspend,
+    /// Resumed, its time limit (from its start) this many seconds now (0: none).
+    Resume(u64),
 }
 
 /// A job this agent knows, by job id.

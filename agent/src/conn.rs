@@ -213,6 +213,7 @@ async fn session(
                     }
                     Some(controller_message::Msg::Launch(l)) => launch(agent, l, &tx).await,
                     Some(controller_message::Msg::Kill(k)) => kill(agent, k),
+                    Some(controller_message::Msg::Suspend(s)) => suspend(agent, s),
                     Some(controller_message::Msg::StepLaunch(l)) => {
                         // Known before its tasks start, so that a kill and input right behind it
                         // are kept.
@@ -360,6 +361,20 @@ fn new_time_limit(agent: &Agent, e: &mut JobEntry, l: &Launch) {
     let record = crate::record::record_dir(&agent.config.spool_dir, l.job_id, l.token);
     if let Err(err) = crate::record::rewrite_launch(&record, l) {
         tracing::warn!(job = l.job_id, error = %err, "could not record the job's new time limit");
+    }
+}
+
+/// Freezes or thaws a job running here under the allocation the message names.
+fn suspend(agent: &Agent, s: quorum_proto::agent::Suspend) {
+    let jobs = agent.lock_jobs();
+    match jobs.get(&s.job_id) {
+        Some(e) if e.token == s.token && e.exit.is_none() => {
+            if let Some(runner) = &e.kill {
+                let order = if s.resume { Order::Resume(s.time_limit_s) } else { Order::Suspend };
+                let _ = runner.try_send(order);
+            }
+        }
+        _ => tracing::warn!(job = s.job_id, token = s.token, "a suspend for a job not running here; ignored"),
     }
 }
 

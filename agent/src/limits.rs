@@ -292,6 +292,14 @@ impl JobCgroup {
         self.dirs.iter().map(|d| d.join("cgroup.procs")).collect()
     }
 
+    /// Freezes (or thaws) every process in the job's cgroup (v2's freezer).
+    pub fn freeze(&self, frozen: bool) -> io::Result<()> {
+        if !self.v2 {
+            return Err(io::Error::new(io::ErrorKind::Unsupported, "no cgroup v2 freezer"));
+        }
+        write(&self.dirs[0].join("cgroup.freeze"), if frozen { "1" } else { "0" })
+    }
+
     /// Whether the OOM killer killed anything in the job's cgroup.
     pub fn oom_killed(&self) -> bool {
         let (file, key) = if self.v2 { ("memory.events", "oom_kill") } else { ("memory.oom_control", "oom_kill") };

@@ -354,6 +354,8 @@ async fn watch(
         })
     };
     let mut limit = limit_at(launch.time_limit_s);
+    // Suspended (scontrol suspend): frozen, and its time limit disarmed until resumed.
+    let mut suspended = false;
     // `--signal`, in the canonical `[B:]NUMBER@SECONDS` the controller sends.
     let warn = launch.spec.as_ref().and_then(|s| parse_warn_signal(&s.signal));
     let warn_at_for = |limit: Option<Instant>| match (limit, warn) {
@@ -396,7 +398,28 @@ async fn watch(
             why = kill_rx.recv(), if kill_open && kind == ExitKind::Exited => {
                 match why {
                     // `scontrol update`: the limit moved; a warning not yet given moves with it.
+                    // While suspended its limit waits: the resume brings the one to keep.
                     Some(Order::TimeLimit(seconds)) => {
+                        if !suspended {
+                            limit = limit_at(seconds);
+                            if !warned {
+                                warn_at = warn_at_for(limit);
+                            }
+                        }
+                    }
+                    Some(Order::Suspend) => {
+                        if !suspended {
+                            tracing::info!(job = launch.job_id, "suspending the job");
+                            freeze(agent, launch, pgid, true);
+                            (suspended, limit, warn_at) = (true, None, None);
+                        }
+                    }
+                    Some(Order::Resume(seconds)) => {
+                        if suspended {
+                            tracing::info!(job = launch.job_id, "resuming the job");
+                            freeze(agent, launch, pgid, false);
+                            suspended = false;
+                        }
                         limit = limit_at(seconds);
                         if !warned {
                             warn_at = warn_at_for(limit);
@@ -411,6 +434,9 @@ async fn watch(
                     }
                     // Preempted with a grace time: SIGKILL only once it is over.
                     Some(Order::Preempt(grace_s)) => {
+                        if std::mem::take(&mut suspended) {
+                            freeze(agent, launch, pgid, false);
+                        }
                         tracing::info!(job = launch.job_id, grace_s, "preempted: SIGTERM, SIGKILL after the grace time");
                         kind = ExitKind::Cancelled;
                         record::write_reason(record, kind);
@@ -418,6 +444,10 @@ async fn watch(
                         escalate = Some(Instant::now() + Duration::from_secs(grace_s));
                     }
                     Some(Order::Kill(reason)) => {
+                        // Thawed first, so that it can act on SIGTERM.
+                        if std::mem::take(&mut suspended) {
+                            freeze(agent, launch, pgid, false);
+                        }
                         kind = reason;
                         record::write_reason(record, kind);
                         signal_group(pgid, libc::SIGTERM);
@@ -434,6 +464,20 @@ async fn watch(
     };
     let ended = ended_with(kind, status, launch);
     conclude(agent, launch, ended).await
+}
+
+/// Freezes (or thaws) a job's processes here: its cgroup's freezer where it has a v2 cgroup,
+/// which holds every process in it however it was started; else SIGSTOP (SIGCONT) to its
+/// process group.
+fn freeze(agent: &Agent, launch: &Launch, pgid: i32, frozen: bool) {
+    let cgroup = agent.limits().cgroups().map(|cg| cg.job(launch.job_id, launch.token)).filter(|j| j.v2);
+    if let Some(job) = cgroup.filter(|j| j.dirs[0].exists()) {
+        match job.freeze(frozen) {
+            Ok(()) => return,
+            Err(e) => tracing::warn!(job = launch.job_id, error = %e, "the cgroup freezer failed; signalling instead"),
+        }
+    }
+    signal_group(pgid, if frozen { libc::SIGSTOP } else { libc::SIGCONT });
 }
 
 /// With a cgroup: an OOM kill in it makes the job OUT_OF_MEMORY; the cgroup goes.

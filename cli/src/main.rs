@@ -66,6 +66,11 @@ enum Command {
     /// Change jobs after their submit, like scontrol update: `quorum update 12 TimeLimit=30
     /// Partition=short` (a running job: its time limit, name and comment only).
     Update(commands::update::Args),
+    /// Freeze running jobs where they run, keeping their nodes, like scontrol suspend
+    /// (operators); their time limits wait.
+    Suspend(commands::hold::Args),
+    /// Thaw suspended jobs, like scontrol resume (operators).
+    Resume(commands::hold::Args),
     /// Each pending job's priority and its factors, like sprio.
     Prio(commands::prio::Args),
     /// The account tree with shares, usage and fairshare factors, like sshare.
@@ -162,6 +167,8 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Release(args) => commands::hold::run(&ctx, args, commands::hold::Action::Release).await,
         Command::Requeue(args) => commands::hold::run(&ctx, args, commands::hold::Action::Requeue).await,
         Command::Update(args) => commands::update::run(&ctx, args).await,
+        Command::Suspend(args) => commands::hold::run(&ctx, args, commands::hold::Action::Suspend).await,
+        Command::Resume(args) => commands::hold::run(&ctx, args, commands::hold::Action::Resume).await,
         Command::Prio(args) => commands::prio::run(&ctx, args).await,
         Command::Share(args) => commands::share::run(&ctx, args).await,
         Command::Admin { command } => commands::admin::run(&ctx, command).await,

@@ -74,7 +74,8 @@ pub async fn run(a: ScancelArgs) -> anyhow::Result<u8> {
     if filtered {
         // The active jobs the filters choose, each cancelled alone (a task of an array is a job).
         let req = api::ListJobsRequest {
-            states: states.map_or_else(|| vec!["PENDING".into(), "RUNNING".into()], |s| vec![s.into()]),
+            states: states
+                .map_or_else(|| vec!["PENDING".into(), "RUNNING".into(), "SUSPENDED".into()], |s| vec![s.into()]),
             user: user.unwrap_or_default(),
             ..Default::default()
         };

@@ -32,10 +32,12 @@ pub fn main(args: &[String]) -> ExitCode {
             let name = words.get(2).cloned();
             on_runtime(move |client| async move { show(client, &entity, name, one_line).await })
         }
-        (Some(verb @ ("hold" | "uhold" | "release" | "requeue")), _) if words.len() > 1 => {
+        (Some(verb @ ("hold" | "uhold" | "release" | "requeue" | "suspend" | "resume")), _) if words.len() > 1 => {
             let action = match verb {
                 "release" => Action::Release,
                 "requeue" => Action::Requeue,
+                "suspend" => Action::Suspend,
+                "resume" => Action::Resume,
                 _ => Action::Hold,
             };
             let jobs = words[1..].to_vec();
@@ -46,7 +48,7 @@ pub fn main(args: &[String]) -> ExitCode {
             on_runtime(move |client| async move { update(client, words).await })
         }
         _ => Err(format!(
-            "'{}' is not supported: Quorum's scontrol supports show job|node|partition [NAME], show hostnames|hostlist|hostlistsorted LIST, hold|release|requeue JOBS, update JobId=JOBS KEY=VALUE..., update NodeName=NODES State=DRAIN|RESUME [Reason=TEXT]",
+            "'{}' is not supported: Quorum's scontrol supports show job|node|partition [NAME], show hostnames|hostlist|hostlistsorted LIST, hold|release|requeue|suspend|resume JOBS, update JobId=JOBS KEY=VALUE..., update NodeName=NODES State=DRAIN|RESUME [Reason=TEXT]",
             args.join(" ")
         )),
     };

@@ -295,7 +295,7 @@ pub async fn run(a: SqueueArgs) -> anyhow::Result<u8> {
     if a.start {
         states = vec!["PENDING".into()];
     } else if a.states.is_empty() && a.jobs.is_empty() {
-        states = vec!["PENDING".into(), "RUNNING".into()];
+        states = vec!["PENDING".into(), "RUNNING".into(), "SUSPENDED".into()];
     }
     let mut users: Vec<String> = a.users.clone();
     if a.me {

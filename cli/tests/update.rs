@@ -133,3 +133,51 @@ async fn a_running_jobs_limit_moves_on_its_node_and_a_pending_job_changes_before
 fn now_ms() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64
 }
+
+/// `quorum suspend` freezes a running job where it runs (its output stops growing), keeps its
+/// node, and holds its time limit; `quorum resume` thaws it, and it then ends at its limit
+/// lengthened by the time it was suspended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_suspended_job_stops_where_it_runs_and_its_limit_waits_until_resumed() {
+    let cluster = cluster(DevOptions::for_tests()).await;
+    let c = client(&cluster.addrs);
+    wait_ready(&cluster, &c, 2).await;
+    let env = cluster.controllers_env();
+    let dir = tempfile::tempdir().unwrap();
+    let root = |args: &[&str]| quorum_as(&env, Some("root"), dir.path(), args);
+    let ticks = dir.path().join("ticks");
+    let script = format!("while true; do echo tick >> {}; sleep 0.1; done", ticks.display());
+    let mut s = spec(&["bash", "-c", &script], dir.path());
+    s.time_limit_s = 6;
+    let id = submit(&c, s).await;
+    let started = wait_state(&c, id, &["RUNNING"], T).await;
+    let count = || std::fs::read_to_string(&ticks).unwrap_or_default().lines().count();
+    wait_for(T, "the job's first ticks", || async { (count() > 3).then_some(()) }).await;
+
+    let other = quorum_as(&env, Some("upd-user"), dir.path(), &["suspend", &id.to_string()]);
+    assert!(other.code == 1 && other.stderr.contains("only an operator may suspend a job"), "{other:?}");
+    root(&["suspend", &id.to_string()]).success();
+    assert_eq!(job(&c, id).await.state, "SUSPENDED");
+    let queue = root(&["queue"]).success();
+    let line = queue.lines().find(|l| l.split_whitespace().next() == Some(&id.to_string())).expect("listed");
+    assert_eq!(line.split_whitespace().nth(4), Some("S"), "squeue's code for SUSPENDED: {queue}");
+    // Frozen: once the stop has reached it, no tick in a second, nor at its first limit (6 s).
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let frozen = count();
+    let past_limit = Duration::from_millis((started.start_time_ms + 7_000).saturating_sub(now_ms()));
+    tokio::time::sleep(past_limit.max(Duration::from_secs(1))).await;
+    assert_eq!(count(), frozen, "the suspended job went on");
+    let held = job(&c, id).await;
+    assert_eq!((held.state.as_str(), held.nodelist.is_empty()), ("SUSPENDED", false), "{held:?}");
+
+    let resumed_at = Instant::now();
+    root(&["resume", &id.to_string()]).success();
+    wait_for(T, "ticks again", || async { (count() > frozen).then_some(()) }).await;
+    // It ends at its limit, later by the time it was suspended: about 6 s of running in all.
+    let ended = wait_state(&c, id, &["TIMEOUT", "COMPLETED", "FAILED", "CANCELLED"], T).await;
+    assert_eq!(ended.state, "TIMEOUT", "{ended:?}");
+    assert!(resumed_at.elapsed() > Duration::from_secs(2), "killed {:?} after its resume", resumed_at.elapsed());
+    let ran = ended.end_time_ms - started.start_time_ms;
+    assert!(ran > 9_000, "it ran {ran} ms, its suspension not counted against its 6 s");
+    cluster.shutdown().await;
+}

@@ -206,6 +206,13 @@ pub struct JobSpec {
     pub run_group: Option<String>,
 }
 
+impl Job {
+    /// Its time limit counted from its start: lengthened by the time it spent suspended.
+    pub fn limit_from_start_s(&self) -> Option<u64> {
+        self.spec.time_limit_s.map(|l| l.saturating_add(self.suspended_ms / 1000))
+    }
+}
+
 /// Bookkeeping a job carries and shows (`--comment`, `--wckey`, `--mail-type`, `--mail-user`).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JobNotes {
@@ -931,10 +938,13 @@ pub enum JobState {
     OutOfMemory,
     /// Ended to make room for another job (preempt mode CANCEL).
     Preempted,
+    /// Stopped by an operator (`scontrol suspend`): it keeps its allocation, its processes are
+    /// frozen, and its time limit waits, until it is resumed.
+    Suspended,
 }
 
 impl JobState {
-    pub const ALL: [JobState; 9] = [
+    pub const ALL: [JobState; 10] = [
         JobState::Pending,
         JobState::Running,
         JobState::Completed,
@@ -944,10 +954,16 @@ impl JobState {
         JobState::NodeFail,
         JobState::OutOfMemory,
         JobState::Preempted,
+        JobState::Suspended,
     ];
 
     pub fn is_finished(self) -> bool {
-        !matches!(self, JobState::Pending | JobState::Running)
+        !matches!(self, JobState::Pending | JobState::Running | JobState::Suspended)
+    }
+
+    /// Running or suspended: it holds an allocation.
+    pub fn is_allocated(self) -> bool {
+        matches!(self, JobState::Running | JobState::Suspended)
     }
 
     /// The two-letter code squeue prints.
@@ -962,6 +978,7 @@ impl JobState {
             JobState::NodeFail => "NF",
             JobState::OutOfMemory => "OOM",
             JobState::Preempted => "PR",
+            JobState::Suspended => "S",
         }
     }
 
@@ -976,6 +993,7 @@ impl JobState {
             JobState::NodeFail => "NODE_FAIL",
             JobState::OutOfMemory => "OUT_OF_MEMORY",
             JobState::Preempted => "PREEMPTED",
+            JobState::Suspended => "SUSPENDED",
         }
     }
 
@@ -1165,6 +1183,12 @@ pub struct Job {
     /// Pending: the nodes it preempted jobs for, held for it until it starts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub claim: Option<preempt::Claim>,
+    /// Suspended since then (level 17).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suspended_at: Option<Millis>,
+    /// How long it was suspended before, in all: its time limit waits that long.
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub suspended_ms: u64,
 }
 
 fn is_zero(n: &u32) -> bool {

@@ -1,5 +1,7 @@
 //! `quorum hold`, `quorum release` and `quorum requeue`: keep pending jobs from starting, let
-//! them, or send running jobs back to the queue. `scontrol hold|release|requeue` are the same.
+//! them, or send running jobs back to the queue; `quorum suspend` and `quorum resume` (operators)
+//! freeze running jobs where they run and thaw them. `scontrol hold|release|requeue|suspend|
+//! resume` are the same.
 
 use std::process::ExitCode;
 
@@ -19,6 +21,8 @@ pub enum Action {
     Hold,
     Release,
     Requeue,
+    Suspend,
+    Resume,
 }
 
 pub async fn run(ctx: &Context, Args { jobs }: Args, action: Action) -> anyhow::Result<ExitCode> {
@@ -36,6 +40,8 @@ pub async fn control(ctx: &Context, jobs: Vec<u64>, action: Action) -> anyhow::R
         user: current_user(),
         release: action == Action::Release,
         requeue: action == Action::Requeue,
+        suspend: action == Action::Suspend,
+        resume: action == Action::Resume,
     };
     let r = ctx.send(req, |mut c, r| async move { c.hold_job(r).await }).await?;
     Ok(r.results.into_iter().filter(|r| !r.ok).map(|r| r.error).collect())

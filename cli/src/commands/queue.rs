@@ -30,7 +30,7 @@ pub async fn run(ctx: &Context, Args { all, start, user, json }: Args) -> anyhow
         } else if all {
             vec![]
         } else {
-            vec!["PENDING".into(), "RUNNING".into()]
+            vec!["PENDING".into(), "RUNNING".into(), "SUSPENDED".into()]
         },
         user: user.unwrap_or_default(),
         stale,

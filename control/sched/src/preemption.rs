@@ -56,7 +56,8 @@ impl<'v> Preemptor<'v> {
             searches_left: MAX_SEARCHES_PER_CYCLE,
         };
         p.preemptable = (0..view.running.len())
-            .filter(|&r| !view.running[r].preempting && p.mode_of(&view.running[r]).0 != PreemptMode::Off)
+            .filter(|&r| !view.running[r].preempting && !view.running[r].suspended)
+            .filter(|&r| p.mode_of(&view.running[r]).0 != PreemptMode::Off)
             .collect();
         if p.preemptable.is_empty() {
             return None;

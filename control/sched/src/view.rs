@@ -95,6 +95,8 @@ pub struct RunningJob {
     pub gpu_indices: Vec<Vec<u32>>,
     /// Being stopped for another job: `end_s` is then at most its grace after that began.
     pub preempting: bool,
+    /// Suspended by an operator: it holds its allocation with no end in sight.
+    pub suspended: bool,
 }
 
 /// How long past its grace time a preempted job is planned to hold its nodes: the SIGKILL,
@@ -281,9 +283,9 @@ fn running_job(
     by_name: &HashMap<&str, usize, BuildHasherDefault<Fnv>>,
 ) -> RunningJob {
     let start_s = j.start_time.unwrap_or(state.clock) / 1000;
-    let mut end_s = match j.spec.time_limit_s {
-        Some(limit) => start_s.saturating_add(limit),
-        None => u64::MAX,
+    let mut end_s = match j.limit_from_start_s() {
+        Some(limit) if j.state != JobState::Suspended => start_s.saturating_add(limit),
+        _ => u64::MAX,
     };
     if let Some(p) = &j.preempting {
         end_s = end_s.min((p.at / 1000).saturating_add(p.grace_s).saturating_add(PREEMPT_SLACK_S));
@@ -310,6 +312,7 @@ fn running_job(
         partition: j.partition.clone(),
         start_s,
         preempting: j.preempting.is_some(),
+        suspended: j.state == JobState::Suspended,
         gpu_indices: a.nodes.iter().filter(|n| by_name.contains_key(n.node.as_str())).map(|n| n.gpus.clone()).collect(),
         end_s,
         alloc: a
@@ -470,7 +473,7 @@ impl ClusterView {
         let mut array_room: BTreeMap<JobId, u32> = BTreeMap::new();
         for j in active.iter().filter_map(|j| j.array.filter(|a| a.throttle > 0).map(|a| (j, a))) {
             let room = array_room.entry(j.1.array_job_id).or_insert(j.1.throttle);
-            if j.0.state == JobState::Running {
+            if j.0.state.is_allocated() {
                 *room = room.saturating_sub(1);
             }
         }
@@ -478,14 +481,15 @@ impl ClusterView {
         let mut by_name: Option<HashMap<&str, usize, BuildHasherDefault<Fnv>>> = None;
         for j in active {
             match j.state {
-                JobState::Running => {
+                JobState::Running | JobState::Suspended => {
                     let Some(a) = &j.allocation else { continue };
                     match cache.running.get_mut(&j.id) {
                         Some((index, used, entry, spec))
                             if *index == j.alloc_index
                                 && j.start_time.is_some()
                                 && Shared::same(spec, &j.spec)
-                                && entry.preempting == j.preempting.is_some() =>
+                                && entry.preempting == j.preempting.is_some()
+                                && entry.suspended == (j.state == JobState::Suspended) =>
                         {
                             *used = generation;
                             view.running.push(entry.clone());

@@ -101,7 +101,7 @@ impl Snapshot {
         let state = &applied.state;
         for j in state.jobs.values() {
             jobs.add(labels([("state", j.state.name()), ("partition", &j.partition)]), 1);
-            if matches!(j.state, JobState::Pending | JobState::Running) {
+            if matches!(j.state, JobState::Pending | JobState::Running | JobState::Suspended) {
                 per_user.add(labels([("user", &j.user), ("account", &j.account), ("state", j.state.name())]), 1);
             }
             if j.state == JobState::Pending {

@@ -37,6 +37,8 @@ pub fn routes() -> Router<Arc<Http>> {
         .route("/api/v1/jobs/{id}/release", post(release_job))
         .route("/api/v1/jobs/{id}/requeue", post(requeue_job))
         .route("/api/v1/jobs/{id}/update", post(update_job))
+        .route("/api/v1/jobs/{id}/suspend", post(suspend_job))
+        .route("/api/v1/jobs/{id}/resume", post(resume_job))
         .route("/api/v1/jobs/{id}/logs", get(job_logs))
         .route("/api/v1/jobs/{id}/usage", get(job_usage))
         .route("/api/v1/accounting/jobs", get(accounting_jobs))
@@ -68,6 +70,8 @@ pub fn routes() -> Router<Arc<Http>> {
         release_job,
         requeue_job,
         update_job,
+        suspend_job,
+        resume_job,
         job_logs,
         job_usage,
         accounting_jobs,
@@ -565,6 +569,23 @@ async fn release_job(ask: Ask, id: Result<Path<i64>, PathRejection>) -> Answer<C
     responses((status = 200, description = "Requeued", body = CancelResult), Refusals))]
 async fn requeue_job(ask: Ask, id: Result<Path<i64>, PathRejection>) -> Answer<CancelResult> {
     hold(&ask, id, HoldJobRequest { requeue: true, ..Default::default() }).await
+}
+
+/// Suspends a running job (`scontrol suspend`; operators): its processes are frozen where they
+/// run, it keeps its nodes, and its time limit waits until it is resumed.
+#[utoipa::path(post, path = "/api/v1/jobs/{id}/suspend", tag = "jobs",
+    params(("id" = i64, Path, minimum = 0, description = "The job's id")),
+    responses((status = 200, description = "Suspended", body = CancelResult), Refusals))]
+async fn suspend_job(ask: Ask, id: Result<Path<i64>, PathRejection>) -> Answer<CancelResult> {
+    hold(&ask, id, HoldJobRequest { suspend: true, ..Default::default() }).await
+}
+
+/// Resumes a suspended job (`scontrol resume`; operators).
+#[utoipa::path(post, path = "/api/v1/jobs/{id}/resume", tag = "jobs",
+    params(("id" = i64, Path, minimum = 0, description = "The job's id")),
+    responses((status = 200, description = "Resumed", body = CancelResult), Refusals))]
+async fn resume_job(ask: Ask, id: Result<Path<i64>, PathRejection>) -> Answer<CancelResult> {
+    hold(&ask, id, HoldJobRequest { resume: true, ..Default::default() }).await
 }
 
 /// What to change in a job, as `scontrol update` names it.

@@ -46,6 +46,8 @@ struct Conn {
     /// last sent: a limit changed since (`scontrol update`) is sent again as a launch.
     launched: HashMap<(JobId, u64), u64>,
     killed: HashSet<(JobId, u64)>,
+    /// Whether each allocation was last told to be frozen (scontrol suspend) or thawed.
+    frozen: HashMap<(JobId, u64), bool>,
     /// What the agent said it runs in its last heartbeat, as (job, token).
     reported: Vec<(JobId, u64)>,
     /// Set when a newer session for the node replaced this one.
@@ -200,7 +202,16 @@ impl AgentHub {
         let (superseded, superseded_rx) = watch::channel(false);
         let old = inner.conns.insert(
             node.to_string(),
-            Conn { id, tx, agent, launched: HashMap::new(), killed: HashSet::new(), reported: Vec::new(), superseded },
+            Conn {
+                id,
+                tx,
+                agent,
+                launched: HashMap::new(),
+                killed: HashSet::new(),
+                frozen: HashMap::new(),
+                reported: Vec::new(),
+                superseded,
+            },
         );
         if let Some(old) = old {
             tracing::warn!(node, old = old.id, new = id, "a new session for the node replaces the one it had");
@@ -450,7 +461,7 @@ impl AgentHub {
 fn runs_here(state: &ClusterState, node: &str, (job_id, token): (JobId, u64)) -> bool {
     state.jobs.get(&job_id).is_some_and(|j| {
         j.alloc_index == token
-            && j.state == crate::model::JobState::Running
+            && j.state.is_allocated()
             && state.nodes.get(node).is_some_and(|n| n.jobs.contains(&job_id))
     })
 }
@@ -484,9 +495,23 @@ fn reconcile_node(
                     conn.killed.insert(key);
                 }
             } else if let Some(&sent) = conn.launched.get(&key) {
+                // Suspended or resumed (scontrol suspend|resume): told once a session, only
+                // for a job that was ever suspended.
+                let suspended = job.state == crate::model::JobState::Suspended;
+                if (suspended || job.suspended_ms > 0) && conn.frozen.get(&key) != Some(&suspended) {
+                    let order = quorum_proto::agent::Suspend {
+                        job_id: job.id,
+                        token: job.alloc_index,
+                        resume: !suspended,
+                        time_limit_s: job.limit_from_start_s().unwrap_or(0),
+                    };
+                    if send(conn, Msg::Suspend(order)) {
+                        conn.frozen.insert(key, suspended);
+                    }
+                }
                 // Its time limit moved: the launch again, which the agent running it reads for
                 // the new limit (and ignores otherwise).
-                let limit = job.spec.time_limit_s.unwrap_or(0);
+                let limit = job.limit_from_start_s().unwrap_or(0);
                 if sent != limit {
                     if let Some(launch) = launch_for(job.id) {
                         if send(conn, Msg::Launch(launch)) {
@@ -502,7 +527,7 @@ fn reconcile_node(
                 }
                 if let Some(launch) = launch_for(job.id) {
                     if send(conn, Msg::Launch(launch)) {
-                        conn.launched.insert(key, job.spec.time_limit_s.unwrap_or(0));
+                        conn.launched.insert(key, job.limit_from_start_s().unwrap_or(0));
                         // A first launch: not one sent again to a new session of an agent
                         // that runs it already.
                         if !conn.reported.contains(&key) {
@@ -563,7 +588,7 @@ fn unsigned_launch(state: &ClusterState, job_id: JobId, node: &str) -> Option<La
         cpus: mine.cpus,
         mem_mb: mine.mem_mb,
         gpus: mine.gpus.clone(),
-        time_limit_s: job.spec.time_limit_s.unwrap_or(0),
+        time_limit_s: job.limit_from_start_s().unwrap_or(0),
         array: job.array.as_ref().map(wire::array_to_proto),
         // Signed by the hub (see `AgentHub::launch_for`).
         grant: Vec::new(),

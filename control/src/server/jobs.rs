@@ -197,7 +197,9 @@ pub(super) async fn hold_job(api: &Api, caller: &Caller, r: HoldJobRequest) -> R
     let mut results = Vec::new();
     for job_id in r.job_ids {
         let (user, now) = (acting_as(caller), now_ms());
-        let command = if r.requeue {
+        let command = if r.suspend || r.resume {
+            Command::SuspendJob { job_id, user, resume: r.resume, now }
+        } else if r.requeue {
             Command::RequeueJob { job_id, user, now }
         } else if r.release {
             Command::ReleaseJob { job_id, user, now }
@@ -205,7 +207,10 @@ pub(super) async fn hold_job(api: &Api, caller: &Caller, r: HoldJobRequest) -> R
             Command::HoldJob { job_id, user, now }
         };
         let result = match api.replica.write(command).await.map_err(write_status)?.1 {
-            Response::Held { .. } | Response::Released { .. } | Response::Requeued { .. } => done(job_id, false),
+            Response::Held { .. }
+            | Response::Released { .. }
+            | Response::Requeued { .. }
+            | Response::Suspended { .. } => done(job_id, false),
             Response::Rejected(rej) => refused(job_id, &rej),
             other => return Err(Status::internal(format!("unexpected answer to a hold: {other:?}"))),
         };

@@ -57,7 +57,7 @@ pub(super) async fn job_logs(api: &Api, caller: &Caller, r: JobLogsRequest) -> R
             )));
         };
         let launch = api.leader.hub.launch_for(state, r.job_id, &node).expect("the node is in the job's allocation");
-        (launch, node, job.state != JobState::Running)
+        (launch, node, !job.state.is_allocated())
     };
     let max = if r.max_bytes == 0 { DEFAULT_CHUNK } else { r.max_bytes.min(MAX_CHUNK) };
     let (request_id, answer) = api.leader.hub.read_output(&node, launch, r.stderr, r.offset, max).ok_or_else(|| {
@@ -87,7 +87,7 @@ pub(super) async fn job_usage(api: &Api, caller: &Caller, r: JobUsageRequest) ->
             )));
         }
         match (&job.allocation, job.state) {
-            (Some(a), JobState::Running) => a.nodes.iter().map(|n| n.node.clone()).collect(),
+            (Some(a), JobState::Running | JobState::Suspended) => a.nodes.iter().map(|n| n.node.clone()).collect(),
             _ => {
                 return Err(Status::failed_precondition(format!(
                     "job {} is not running (it is {}): sacct has what it used",

@@ -38,7 +38,7 @@ pub(super) async fn list_nodes(api: &Api, _caller: &Caller, r: ListNodesRequest)
     let mut used: std::collections::BTreeMap<&str, u32> = std::collections::BTreeMap::new();
     if !applied.state.licenses.is_empty() {
         for id in &applied.state.active {
-            let Some(j) = applied.state.jobs.get(id).filter(|j| j.state == crate::model::JobState::Running) else {
+            let Some(j) = applied.state.jobs.get(id).filter(|j| j.state.is_allocated()) else {
                 continue;
             };
             for (name, count) in &j.spec.licenses {

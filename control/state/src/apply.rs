@@ -116,6 +116,13 @@ pub fn apply(state: &mut ClusterState, index: u64, command: Command) -> Response
             advance_clock(state, now);
             requeue(state, job_id, &user)
         }
+        Command::SuspendJob { job_id, user, resume, now } => {
+            advance_clock(state, now);
+            match suspend(state, job_id, &user, resume) {
+                Ok(()) => Response::Suspended { job_id, resumed: resume },
+                Err(r) => Response::Rejected(r),
+            }
+        }
         Command::UpdateJob { job_id, user, update, now } => {
             advance_clock(state, now);
             match update_job(state, job_id, &user, &update) {
@@ -246,15 +253,46 @@ fn requeue(state: &mut ClusterState, job_id: JobId, user: &str) -> Response {
         return Response::Rejected(Rejection::NotOwner { id: job_id, user: user.to_string(), owner: job.user.clone() });
     }
     match job.state {
-        JobState::Running if job.cancel_requested => {
+        JobState::Running | JobState::Suspended if job.cancel_requested => {
             Response::Rejected(Rejection::JobFinished { id: job_id, state: JobState::Cancelled })
         }
-        JobState::Running => {
+        JobState::Running | JobState::Suspended => {
             requeue_job(state, job_id);
             Response::Requeued { job_id }
         }
         JobState::Pending => Response::Requeued { job_id },
         finished => Response::Rejected(Rejection::JobFinished { id: job_id, state: finished }),
+    }
+}
+
+/// `scontrol suspend|resume` by an operator: a running job becomes SUSPENDED (its agents
+/// freeze it) and a suspended one RUNNING again, its time limit lengthened by the time it was
+/// suspended.
+fn suspend(state: &mut ClusterState, job_id: JobId, user: &str, resume: bool) -> Result<(), Rejection> {
+    let clock = state.clock;
+    let job = state.jobs.get_mut(&job_id).ok_or(Rejection::UnknownJob { id: job_id })?;
+    if user != "root" {
+        let what = if resume { "resume" } else { "suspend" };
+        return Err(Rejection::OperatorOnly { what: format!("{what} a job (job {job_id})") });
+    }
+    if job.cancel_requested || job.preempting.is_some() {
+        return Err(Rejection::JobFinished { id: job_id, state: JobState::Cancelled });
+    }
+    match (job.state, resume) {
+        (JobState::Running, false) => {
+            job.state = JobState::Suspended;
+            job.suspended_at = Some(clock);
+            Ok(())
+        }
+        (JobState::Suspended, true) => {
+            let since = job.suspended_at.take().unwrap_or(clock);
+            job.suspended_ms = job.suspended_ms.saturating_add(clock.saturating_sub(since));
+            job.state = JobState::Running;
+            Ok(())
+        }
+        (JobState::Pending, _) => Err(Rejection::NotRunning { id: job_id, state: JobState::Pending }),
+        (JobState::Running, true) | (JobState::Suspended, false) => Ok(()),
+        (finished, _) => Err(Rejection::JobFinished { id: job_id, state: finished }),
     }
 }
 
@@ -271,12 +309,14 @@ fn update_job(state: &mut ClusterState, job_id: JobId, user: &str, update: &JobU
     let operator = user == "root";
     match job.state {
         JobState::Pending => {}
-        JobState::Running if !job.cancel_requested => {
+        JobState::Running | JobState::Suspended if !job.cancel_requested => {
             if let Some(field) = update.pending_only().first() {
                 return Err(Rejection::NotChangeable { id: job_id, state: job.state, field: field.to_string() });
             }
         }
-        JobState::Running => return Err(Rejection::JobFinished { id: job_id, state: JobState::Cancelled }),
+        JobState::Running | JobState::Suspended => {
+            return Err(Rejection::JobFinished { id: job_id, state: JobState::Cancelled })
+        }
         finished => return Err(Rejection::JobFinished { id: job_id, state: finished }),
     }
     let mut spec = JobSpec::clone(&job.spec);
@@ -439,6 +479,8 @@ fn submit(state: &mut ClusterState, mut spec: JobSpec, user: String, request_id:
             preempting: None,
             preempted_by: None,
             claim: None,
+            suspended_at: None,
+            suspended_ms: 0,
         };
         state.jobs.insert(id, Shared::new(job));
     }
@@ -1030,6 +1072,9 @@ fn finish_job(
     charge_usage(state, job_id);
     state.active.remove(&job_id);
     let Some(job) = state.jobs.get_mut(&job_id) else { return };
+    if let Some(since) = job.suspended_at.take() {
+        job.suspended_ms = job.suspended_ms.saturating_add(state.clock.saturating_sub(since));
+    }
     job.state = final_state;
     job.end_time = Some(state.clock);
     job.exit_code = exit_code;
@@ -1075,6 +1120,8 @@ fn requeue_job(state: &mut ClusterState, job_id: JobId) {
     job.start_time = None;
     job.rank_outcomes.clear();
     job.preempting = None;
+    job.suspended_at = None;
+    job.suspended_ms = 0;
     end_running_steps(job, state.clock, step::StepState::Failed);
     job.requeues += 1;
 }
@@ -1117,7 +1164,9 @@ fn node_down(state: &mut ClusterState, name: &str, reason: String) -> Response {
 fn charge_usage(state: &mut ClusterState, job_id: JobId) {
     let Some(job) = state.jobs.get(&job_id) else { return };
     let (Some(start), Some(allocation)) = (job.start_time, &job.allocation) else { return };
-    let seconds = state.clock.saturating_sub(start) as f64 / 1000.0;
+    // Time suspended is not charged.
+    let suspended = job.suspended_ms + job.suspended_at.map_or(0, |since| state.clock.saturating_sub(since));
+    let seconds = state.clock.saturating_sub(start).saturating_sub(suspended) as f64 / 1000.0;
     let cpus: u64 = allocation.nodes.iter().map(|n| u64::from(n.cpus)).sum();
     let gpus: u64 = allocation.nodes.iter().map(|n| n.gpus.len() as u64).sum();
     let billed = (cpus + gpus * u64::from(state.policy.gpu_billing_weight)) as f64 * seconds;
@@ -1134,7 +1183,7 @@ fn job_ended(state: &mut ClusterState, job_id: JobId, token: u64, node: &str, ou
     };
     // A report from an older allocation, or for a job that already ended, changes nothing.
     let on_node = job.allocation.as_ref().is_some_and(|a| a.nodes.iter().any(|n| n.node == node));
-    if job.state != JobState::Running || token != job.alloc_index || !on_node {
+    if !job.state.is_allocated() || token != job.alloc_index || !on_node {
         return Response::Ignored;
     }
     if job.rank_outcomes.iter().any(|(n, _)| n == node) {
@@ -1234,8 +1283,8 @@ fn cancel(state: &mut ClusterState, job_id: JobId, user: &str) -> Response {
             finish_job(state, job_id, JobState::Cancelled, None, None);
             Response::Cancelled { job_id, was_running: false }
         }
-        JobState::Running => {
-            // The agents kill it and report; the job ends CANCELLED then.
+        JobState::Running | JobState::Suspended => {
+            // The agents kill it (thawed first) and report; the job ends CANCELLED then.
             job.cancel_requested = true;
             job.cancelled_by = canceller;
             Response::Cancelled { job_id, was_running: true }

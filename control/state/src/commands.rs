@@ -375,6 +375,15 @@ pub enum Command {
         update: quorum_model::update::JobUpdate,
         now: Millis,
     },
+    /// `scontrol suspend` (`resume: false`) or `scontrol resume` by an operator (`root`): a
+    /// running job's processes are frozen where they run and its time limit waits; it keeps its
+    /// allocation (level 17).
+    SuspendJob {
+        job_id: JobId,
+        user: String,
+        resume: bool,
+        now: Millis,
+    },
     /// An admin gives `user` a role (`quorum admin role`); `User` takes back what was given.
     SetRole {
         user: String,
@@ -433,6 +442,7 @@ impl Command {
             Command::RecallJobs { .. } => (HISTORY_LEVEL, "jobs recalled from the job history for a dependency"),
             Command::RequeueJob { .. } => (REQUEUE_LEVEL, "requeueing a job (scontrol requeue)"),
             Command::UpdateJob { .. } => (UPDATE_LEVEL, "changing a job after its submit (scontrol update)"),
+            Command::SuspendJob { .. } => (UPDATE_LEVEL, "suspending or resuming a job (scontrol suspend|resume)"),
             Command::ApplyPlan { preemptions, .. } if !preemptions.is_empty() => {
                 (PREEMPTION_LEVEL, "preempting jobs to make room for another")
             }
@@ -554,6 +564,11 @@ pub enum Response {
     /// An `UpdateJob` changed the job.
     Updated {
         job_id: JobId,
+    },
+    /// A `SuspendJob` suspended or resumed it.
+    Suspended {
+        job_id: JobId,
+        resumed: bool,
     },
     Digest {
         digest: u64,

@@ -996,3 +996,36 @@ fn a_running_job_changes_only_its_limit_name_and_comment_and_an_ended_one_nothin
     end_at(&mut s, 16, 1, 11, 0, 10_000);
     assert!(refusal(update(&mut s, 17, "root", &["Comment=late"])).contains("has already finished (COMPLETED)"));
 }
+
+#[test]
+fn an_operator_suspends_and_resumes_a_running_job_whose_limit_waits_meanwhile() {
+    let mut s = cluster();
+    submit(&mut s, 10, spec(&["sleep", "100"]), "a");
+    start(&mut s, 11, 1, "n1", 2, vec![]);
+    let at = |user: &str, resume: bool, now: u64| Command::SuspendJob { job_id: 1, user: user.into(), resume, now };
+    assert!(refusal(apply(&mut s, 12, at("alice", false, 3000))).contains("only an operator may suspend a job (job 1)"));
+    assert_eq!(apply(&mut s, 13, at("root", false, 3000)), Response::Suspended { job_id: 1, resumed: false });
+    assert_eq!((s.jobs[&1].state, s.nodes["n1"].alloc_cpus), (JobState::Suspended, 2), "it keeps its allocation");
+    assert!(!s.jobs[&1].state.is_finished());
+    // Suspended from 3 s to 63 s: its limit, counted from its start, is a minute longer.
+    assert_eq!(apply(&mut s, 14, at("root", true, 63_000)), Response::Suspended { job_id: 1, resumed: true });
+    let job = &s.jobs[&1];
+    assert_eq!((job.state, job.suspended_ms, job.limit_from_start_s()), (JobState::Running, 60_000, Some(86_460)));
+    assert!(
+        matches!(apply(&mut s, 15, at("root", true, 64_000)), Response::Suspended { .. }),
+        "resuming twice is no error"
+    );
+    // Suspended again, it can be cancelled; it ends when its agent reports.
+    apply(&mut s, 16, at("root", false, 70_000));
+    apply(&mut s, 17, Command::CancelJob { job_id: 1, user: "alice".into(), now: 71_000, whole_array: false });
+    assert!(s.jobs[&1].cancel_requested);
+    assert!(refusal(apply(&mut s, 18, at("root", true, 72_000))).contains("has already finished (CANCELLED)"));
+    let ended = RankOutcome::Cancelled { code: 0, signal: 15 };
+    apply(&mut s, 19, Command::JobEnded { job_id: 1, token: 11, node: "n1".into(), outcome: ended, now: 80_000 });
+    let job = &s.jobs[&1];
+    assert_eq!((job.state, job.suspended_ms, s.nodes["n1"].alloc_cpus), (JobState::Cancelled, 60_000 + 10_000, 0));
+    assert!(matches!(apply(&mut s, 20, at("root", false, 81_000)), Response::Rejected(Rejection::JobFinished { .. })));
+    // Only time running is charged: 2 CPUs for (80 - 2 - 70) s.
+    let usage = s.usage[DEFAULT_ACCOUNT].value;
+    assert!((usage - 2.0 * 8.0).abs() < 1e-6, "{usage}");
+}
