@@ -183,13 +183,17 @@ fn bench_cycle(c: &mut Criterion) {
             });
         }
     }
-    // The largest size again, with preemptable jobs running on the other half of the nodes.
+    // The largest size again, with preemptable jobs running on the other half of the nodes:
+    // preemption on, and off (the same cluster, nothing preempted).
     let (pending, nodes) = (100_000, 10_000);
     let view = cluster_with(pending, nodes, true);
-    let policy = Policy { preempt_type: PreemptType::PartitionPrio, ..Policy::default() };
-    group.bench_function(format!("{pending}_jobs_{nodes}_nodes_easy_preempt"), |b| {
-        b.iter(|| black_box(schedule(black_box(&view), NOW_MS, &policy)))
-    });
+    for (label, preempt_type) in [("preempt", PreemptType::PartitionPrio), ("scavengers_no_preempt", PreemptType::Off)]
+    {
+        let policy = Policy { preempt_type, ..Policy::default() };
+        group.bench_function(format!("{pending}_jobs_{nodes}_nodes_easy_{label}"), |b| {
+            b.iter(|| black_box(schedule(black_box(&view), NOW_MS, &policy)))
+        });
+    }
     group.finish();
 }
 

@@ -98,9 +98,7 @@ impl<'v> Preemptor<'v> {
             PreemptType::PartitionPrio => {
                 self.view.partitions.get(&r.partition).is_some_and(|theirs| theirs.tier < partition.tier)
             }
-            PreemptType::Qos => {
-                self.view.qos.get(&*job.qos).is_some_and(|q| q.preempt.iter().any(|name| *name == r.qos))
-            }
+            PreemptType::Qos => self.view.qos.get(&*job.qos).is_some_and(|q| q.preempt.contains(&r.qos)),
         }
     }
 
