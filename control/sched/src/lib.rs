@@ -572,7 +572,11 @@ pub fn place<'a>(view: &'a ClusterView, candidates: &[Candidate<'a>], now_ms: Mi
         placed.waiting.push(wait(if first_blocked { PendingReason::Resources } else { PendingReason::Priority }));
         // Room made by preempting: held for it from the end of its victims' grace.
         if let Some(p) = preemptor.as_mut() {
-            if let Some(found) = p.search(job, partition, &topology, &mut capacity, exclusive) {
+            let found = p.search(job, partition, &topology, &mut capacity.profiles, now, exclusive);
+            if let Some(found) = found {
+                for &i in &found.touched {
+                    capacity.refresh(i);
+                }
                 capacity.reserve(job, &found.nodes, found.start_s, exclusive);
                 let names = found.planned.nodes.clone();
                 placed.estimates.insert(job.id, Estimate { start_ms: found.start_s * 1000, nodes: names });

@@ -1096,3 +1096,187 @@ fn dependencies_on_jobs_that_left_the_hot_state_still_hold() {
     b.cmd(Command::PurgeJobs { jobs: vec![], min_age: 300_000, now });
     assert_eq!(b.state.departed.keys().copied().collect::<Vec<_>>(), vec![failed]);
 }
+
+/// Preemption's worked examples (`preemption.rs`).
+mod preemption_scenarios {
+    use quorum_model::preempt::{PreemptMode, PreemptType};
+    use quorum_model::{JobState, PendingReason, Policy, QueueOrder, RankOutcome};
+    use quorum_state::testing::partition;
+    use quorum_state::{Command, Response};
+
+    use super::{node, Bench};
+    use crate::Plan;
+
+    /// Four nodes of 4 CPUs; partition `scav` (tier 0, requeued after a 30 s grace) and `prod`
+    /// (tier 1) over all of them; FIFO, so that submit order is priority order.
+    fn site(kind: PreemptType) -> Bench {
+        let nodes = (1..=4).map(|i| node(&format!("n{i}"), 4, 0, "", &[])).collect();
+        let policy = Policy { ordering: QueueOrder::Fifo, preempt_type: kind, ..Policy::default() };
+        let mut b = Bench::new(nodes, policy);
+        let mut scav = partition("scav", "n[1-4]", true);
+        scav.preempt_mode = Some(PreemptMode::Requeue);
+        scav.grace_time_s = 30;
+        scav.max_time_s = None;
+        let mut prod = partition("prod", "n[1-4]", false);
+        prod.priority_tier = 1;
+        prod.max_time_s = None;
+        b.cmd(Command::SetPartitions { partitions: vec![scav, prod], now: 0 });
+        b
+    }
+
+    fn job(b: &mut Bench, partition: &str, cpus: u32) -> u64 {
+        b.submit_with("alice", |s| {
+            s.partition = Some(partition.into());
+            s.cpus_per_task = cpus;
+            s.time_limit_s = Some(1000);
+        })
+    }
+
+    fn node_of(b: &Bench, job: u64) -> String {
+        b.state.jobs[&job].allocation.as_ref().unwrap().nodes[0].node.clone()
+    }
+
+    fn victims(plan: &Plan) -> Vec<(u64, Vec<u64>, Vec<String>)> {
+        plan.preemptions
+            .iter()
+            .map(|p| (p.job_id, p.victims.iter().map(|v| v.job_id).collect(), p.nodes.clone()))
+            .collect()
+    }
+
+    /// Ends `job` where its agent reports it killed (its grace over).
+    fn killed(b: &mut Bench, job: u64) -> Response {
+        let j = &b.state.jobs[&job];
+        let (token, node) = (j.alloc_index, j.allocation.as_ref().unwrap().nodes[0].node.clone());
+        let now = b.now_ms;
+        b.cmd(Command::JobEnded {
+            job_id: job,
+            token,
+            node,
+            outcome: RankOutcome::Cancelled { code: 0, signal: 15 },
+            now,
+        })
+    }
+
+    #[test]
+    fn a_higher_tier_job_preempts_exactly_the_latest_started_job_and_starts_on_its_node() {
+        let mut b = site(PreemptType::PartitionPrio);
+        let mut scav = Vec::new();
+        for t in 0..4 {
+            b.at(t * 10);
+            scav.push(job(&mut b, "scav", 4));
+            assert_eq!(b.cycle().starts.len(), 1);
+        }
+        // A waiting scavenger job, older than the production one.
+        let waiting = job(&mut b, "scav", 4);
+        b.at(40);
+        let prod = job(&mut b, "prod", 4);
+        let plan = b.cycle();
+        let latest = node_of(&b, scav[3]);
+        assert_eq!(victims(&plan), vec![(prod, vec![scav[3]], vec![latest.clone()])], "one victim, the latest");
+        assert!(plan.starts.is_empty());
+        assert_eq!(plan.estimates[&prod].start_ms, b.now_ms + (30 + 5) * 1000, "after the grace");
+        let marked = b.state.jobs[&scav[3]].preempting.clone().expect("marked");
+        assert_eq!((marked.by, marked.mode, marked.grace_s), (prod, PreemptMode::Requeue, 30));
+        assert_eq!(b.state.jobs[&prod].claim.as_ref().unwrap().nodes, vec![latest.clone()]);
+        // Next cycles preempt nothing more for it.
+        b.at(41);
+        assert!(b.cycle().preemptions.is_empty());
+        // Its end requeues it; the production job starts on exactly that node, though the
+        // scavenger job that waits was first in line.
+        b.at(50);
+        assert_eq!(killed(&mut b, scav[3]), Response::Requeued { job_id: scav[3] });
+        let requeued = &b.state.jobs[&scav[3]];
+        assert_eq!((requeued.state, requeued.requeues, requeued.preempted_by), (JobState::Pending, 1, Some(prod)));
+        let plan = b.cycle();
+        assert_eq!(plan.starts.iter().map(|s| s.job_id).collect::<Vec<_>>(), vec![prod]);
+        assert_eq!(node_of(&b, prod), latest);
+        assert!(b.state.jobs[&prod].claim.is_none());
+        for queued in [waiting, scav[3]] {
+            assert!(matches!(plan.reason(queued), Some(PendingReason::Resources | PendingReason::Priority)));
+        }
+        // Same-tier jobs never preempt each other.
+        assert!(plan.preemptions.is_empty(), "{:?}", plan.preemptions);
+    }
+
+    #[test]
+    fn the_fewest_victims_are_chosen_over_the_most_recent() {
+        let mut b = site(PreemptType::PartitionPrio);
+        // n1: one 4-CPU job, the oldest; the others: four 1-CPU jobs each, all more recent.
+        b.at(0);
+        let big = job(&mut b, "scav", 4);
+        b.cycle();
+        b.at(10);
+        let small: Vec<u64> = (0..12).map(|_| job(&mut b, "scav", 1)).collect();
+        b.cycle();
+        assert!(small.iter().all(|j| b.state.jobs[j].state == JobState::Running));
+        b.at(20);
+        let prod = job(&mut b, "prod", 4);
+        let plan = b.cycle();
+        assert_eq!(victims(&plan), vec![(prod, vec![big], vec![node_of(&b, big)])]);
+    }
+
+    #[test]
+    fn nothing_is_preempted_where_it_would_not_let_the_job_start() {
+        let mut b = site(PreemptType::PartitionPrio);
+        b.at(0);
+        // Three nodes run production jobs (same tier: not preemptable), one a scavenger job.
+        let prods: Vec<u64> = (0..3).map(|_| job(&mut b, "prod", 4)).collect();
+        let scav = job(&mut b, "scav", 4);
+        b.cycle();
+        b.at(10);
+        // Two nodes are needed; only one could be made free.
+        let wide = b.submit_with("alice", |s| {
+            s.partition = Some("prod".into());
+            (s.nodes, s.ntasks, s.cpus_per_task, s.time_limit_s) = (2, 2, 4, Some(1000));
+        });
+        let plan = b.cycle();
+        assert!(plan.preemptions.is_empty(), "{:?}", plan.preemptions);
+        assert!(b.state.jobs[&scav].preempting.is_none() && prods.iter().all(|p| b.state.jobs[p].preempting.is_none()));
+        assert_eq!(plan.reason(wide), Some(PendingReason::Resources));
+        // Nor when preemption is off.
+        let mut b = site(PreemptType::Off);
+        b.at(0);
+        (0..4).for_each(|_| {
+            job(&mut b, "scav", 4);
+        });
+        b.cycle();
+        job(&mut b, "prod", 4);
+        assert!(b.cycle().preemptions.is_empty());
+    }
+
+    #[test]
+    fn a_qos_preempts_the_qos_it_names_and_cancel_ends_the_victim_preempted() {
+        use quorum_model::Qos;
+        let mut b = site(PreemptType::Qos);
+        let low = Qos { name: "low".into(), preempt_mode: Some(PreemptMode::Cancel), ..Default::default() };
+        let high = Qos { name: "high".into(), priority: 10, preempt: vec!["low".into()], ..Default::default() };
+        let normal = Qos { name: "normal".into(), ..Default::default() };
+        b.cmd(Command::SeedAccounts { accounts: vec![], qos: vec![low, high, normal], now: 0 });
+        b.at(0);
+        let with = |b: &mut Bench, qos: &str| {
+            b.submit_with("alice", |s| {
+                (s.partition, s.qos, s.cpus_per_task) = (Some("scav".into()), Some(qos.into()), 4);
+            })
+        };
+        let normals: Vec<u64> = (0..3).map(|_| with(&mut b, "normal")).collect();
+        let lows = with(&mut b, "low");
+        b.cycle();
+        b.at(5);
+        let urgent = with(&mut b, "high");
+        let plan = b.cycle();
+        assert_eq!(
+            victims(&plan).iter().map(|(j, v, _)| (*j, v.clone())).collect::<Vec<_>>(),
+            vec![(urgent, vec![lows])]
+        );
+        assert!(normals.iter().all(|j| b.state.jobs[j].preempting.is_none()));
+        // The grace is the partition's when the QOS gives none; the victim ends PREEMPTED.
+        assert_eq!(
+            b.state.jobs[&lows].preempting.as_ref().map(|p| (p.mode, p.grace_s)),
+            Some((PreemptMode::Cancel, 30))
+        );
+        b.at(8);
+        assert_eq!(killed(&mut b, lows), Response::JobFinished { job_id: lows, state: JobState::Preempted });
+        assert_eq!(b.state.jobs[&lows].preempted_by, Some(urgent));
+        assert_eq!(b.cycle().starts.iter().map(|s| s.job_id).collect::<Vec<_>>(), vec![urgent]);
+    }
+}
