@@ -34,15 +34,21 @@ async fn main() -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(&config.listen)
         .await
         .map_err(|e| anyhow::anyhow!("binding {}: {e}", config.listen))?;
-    quorum_control::run(config, listener, shutdown_signal()).await
+    quorum_control::run(config, listener, shutdown_signal()?).await
 }
 
-async fn shutdown_signal() {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .expect("installing a SIGTERM handler cannot fail in a normal process");
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
-    }
-    tracing::info!("shutting down");
+/// Resolves on SIGTERM or SIGINT. The handlers are installed here, before the controller starts,
+/// not when the future is first polled: a SIGTERM in between (a service manager stopping it as
+/// it comes up) would otherwise kill it without its shutdown.
+fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).map_err(|e| anyhow::anyhow!("installing a SIGTERM handler: {e}"))?;
+    let mut int = signal(SignalKind::interrupt()).map_err(|e| anyhow::anyhow!("installing a SIGINT handler: {e}"))?;
+    Ok(async move {
+        tokio::select! {
+            _ = int.recv() => {}
+            _ = term.recv() => {}
+        }
+        tracing::info!("shutting down");
+    })
 }
