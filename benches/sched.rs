@@ -36,6 +36,24 @@ impl Rng {
 
 pub const NOW_MS: u64 = 1_800_000_000_000;
 
+/// A job of `partition` holding all of node `i` (id `base + i`).
+fn whole_node_job(base: u64, i: usize, partition: &str, start_s: u64, end_s: u64) -> RunningJob {
+    RunningJob {
+        id: base + i as u64,
+        user: format!("u{}", i % 50),
+        account: format!("acct{}", i % 10),
+        qos: "normal".into(),
+        end_s,
+        alloc: vec![(i, Res { cpus: 64, mem: 512 * 1024, gpus: 8 })],
+        gpus_by_type: vec![("h100".into(), 8)],
+        licenses: vec![],
+        partition: partition.into(),
+        start_s,
+        preempting: false,
+        suspended: false,
+    }
+}
+
 pub fn cluster(pending: usize, nodes: usize) -> ClusterView {
     cluster_with(pending, nodes, false)
 }
@@ -62,40 +80,15 @@ pub fn cluster_with(pending: usize, nodes: usize, scavengers: bool) -> ClusterVi
     // Half the nodes run a whole-node job ending within a day.
     for i in (0..nodes).step_by(2) {
         Arc::make_mut(&mut view.nodes[i]).free_gpus.clear();
-        view.running.push(Arc::new(RunningJob {
-            id: 10_000_000 + i as u64,
-            user: format!("u{}", i % 50),
-            account: format!("acct{}", i % 10),
-            qos: "normal".into(),
-            end_s: now + 60 + rng.below(86_400),
-            alloc: vec![(i, Res { cpus: 64, mem: 512 * 1024, gpus: 8 })],
-            gpus_by_type: vec![("h100".into(), 8)],
-            licenses: vec![],
-            partition: "gpu".into(),
-            start_s: now - 600,
-            gpu_indices: vec![(0..8).collect()],
-            preempting: false,
-            suspended: false,
-        }));
+        let end_s = now + 60 + rng.below(86_400);
+        view.running.push(Arc::new(whole_node_job(10_000_000, i, "gpu", now - 600, end_s)));
     }
     if scavengers {
         for i in (1..nodes).step_by(2) {
             Arc::make_mut(&mut view.nodes[i]).free_gpus.clear();
-            view.running.push(Arc::new(RunningJob {
-                id: 20_000_000 + i as u64,
-                user: format!("u{}", i % 50),
-                account: format!("acct{}", i % 10),
-                qos: "normal".into(),
-                end_s: now + 60 + rng.below(86_400),
-                alloc: vec![(i, Res { cpus: 64, mem: 512 * 1024, gpus: 8 })],
-                gpus_by_type: vec![("h100".into(), 8)],
-                licenses: vec![],
-                partition: "scavenger".into(),
-                start_s: now - rng.below(3600),
-                gpu_indices: vec![(0..8).collect()],
-                preempting: false,
-                suspended: false,
-            }));
+            let end_s = now + 60 + rng.below(86_400);
+            let start_s = now - rng.below(3600);
+            view.running.push(Arc::new(whole_node_job(20_000_000, i, "scavenger", start_s, end_s)));
         }
         view.partitions.insert(
             "scavenger".into(),

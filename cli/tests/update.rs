@@ -18,19 +18,7 @@ fn scontrol_as(cluster: &DevCluster, bin: &Path, user: &str, args: &[&str]) -> R
     if !link.exists() {
         std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_quorum"), &link).unwrap();
     }
-    ensure_user(user);
-    let token = quorum_dev::security::DevSecurity::shared().token_for(user);
-    let out = std::process::Command::new(&link)
-        .args(args)
-        .envs(cluster.env())
-        .env("QUORUM_TOKEN", token)
-        .output()
-        .expect("run scontrol");
-    Run {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+    program_as(&link, &cluster.controllers_env(), Some(user), bin, args)
 }
 
 fn submitted(run: Run) -> u64 {

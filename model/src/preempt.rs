@@ -84,8 +84,6 @@ pub struct Preempting {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Claim {
     pub nodes: Vec<String>,
-    pub victims: Vec<JobId>,
-    pub since: Millis,
 }
 
 /// A running job to preempt, and what becomes of it.

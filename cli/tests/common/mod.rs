@@ -310,8 +310,14 @@ pub fn quorum(controllers: &str, dir: &Path, args: &[&str]) -> Run {
 
 /// `quorum ARGS` in `dir` as `user` (by a token; this process's user, by MUNGE, without one).
 pub fn quorum_as(controllers: &str, user: Option<&str>, dir: &Path, args: &[&str]) -> Run {
+    program_as(Path::new(env!("CARGO_BIN_EXE_quorum")), controllers, user, dir, args)
+}
+
+/// `program ARGS` in `dir` as `user`, as [`quorum_as`] runs `quorum` (the program may be a link
+/// to it under a Slurm command's name).
+pub fn program_as(program: &Path, controllers: &str, user: Option<&str>, dir: &Path, args: &[&str]) -> Run {
     let shared = quorum_dev::security::DevSecurity::shared();
-    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_quorum"));
+    let mut command = std::process::Command::new(program);
     command.args(args).env("QUORUM_CONTROLLERS", controllers).envs(shared.env()).current_dir(dir);
     if let Some(u) = user {
         ensure_user(u);

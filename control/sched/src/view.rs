@@ -91,8 +91,6 @@ pub struct RunningJob {
     pub partition: String,
     /// When it started, in seconds since the epoch.
     pub start_s: u64,
-    /// The GPUs it holds on each node of `alloc`, by index.
-    pub gpu_indices: Vec<Vec<u32>>,
     /// Being stopped for another job: `end_s` is then at most its grace after that began.
     pub preempting: bool,
     /// Suspended by an operator: it holds its allocation with no end in sight.
@@ -313,7 +311,6 @@ fn running_job(
         start_s,
         preempting: j.preempting.is_some(),
         suspended: j.state == JobState::Suspended,
-        gpu_indices: a.nodes.iter().filter(|n| by_name.contains_key(n.node.as_str())).map(|n| n.gpus.clone()).collect(),
         end_s,
         alloc: a
             .nodes

@@ -835,10 +835,9 @@ fn preempt(state: &mut ClusterState, p: PlannedPreemption) -> Vec<(JobId, JobId)
         let mode = if job.spec.interactive { PreemptMode::Cancel } else { v.mode };
         job.preempting = Some(Preempting { by: p.job_id, at, mode, grace_s: v.grace_s });
     }
-    let victims: Vec<JobId> = p.victims.iter().map(|v| v.job_id).collect();
     let job = state.jobs.get_mut(&p.job_id).expect("checked above");
-    job.claim = Some(Claim { nodes: p.nodes, victims: victims.clone(), since: at });
-    victims.into_iter().map(|v| (v, p.job_id)).collect()
+    job.claim = Some(Claim { nodes: p.nodes });
+    p.victims.iter().map(|v| (v.job_id, p.job_id)).collect()
 }
 
 /// Re-checks a planned start against the current state (the plan was made from an older view).
