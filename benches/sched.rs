@@ -159,6 +159,7 @@ pub fn cluster_with(pending: usize, nodes: usize, scavengers: bool) -> ClusterVi
             dependency_ready_ms: None,
             reason: Default::default(),
             claim: Vec::new(),
+            reservation: None,
         }));
     }
     view
@@ -271,6 +272,7 @@ fn state(pending: usize, nodes: usize) -> ClusterState {
                 claim: None,
                 suspended_at: None,
                 suspended_ms: 0,
+                resv_end: None,
             }),
         );
     }

@@ -186,6 +186,9 @@ pub struct SubmitOpts {
     /// A workload characterization key, recorded and shown with the job.
     #[arg(long)]
     pub wckey: Option<String>,
+    /// Run only inside this advance reservation (`scontrol show reservation` lists them).
+    #[arg(long)]
+    pub reservation: Option<String>,
     /// Events to mail about (`BEGIN`, `END`, `FAIL`, `ALL`, ...): recorded and shown; mail is
     /// not sent (no mail program is configured).
     #[arg(long)]
@@ -211,8 +214,6 @@ pub struct SubmitOpts {
     pub kill_on_invalid_dep: Option<String>,
     #[command(flatten)]
     pub tolerated: Tolerated,
-    #[command(flatten)]
-    pub refused: Refused,
 }
 
 /// Declares the options Quorum understands and accepts but cannot honour on this cluster (the
@@ -241,37 +242,6 @@ macro_rules! tolerated {
             }
         }
     };
-}
-
-/// Declares the options Slurm knows that this cluster must refuse, each with why: a job that
-/// asks for them could not get what it asks.
-macro_rules! refused {
-    ($( $(#[$attr:meta])* $field:ident: $what:literal => $why:literal; )*) => {
-        #[derive(clap::Args, Debug, Default, Clone)]
-        pub struct Refused {
-            $( $(#[$attr])* pub $field: Option<String>, )*
-        }
-
-        impl Refused {
-            fn or(self, other: Refused) -> Refused {
-                Refused { $( $field: self.$field.or(other.$field), )* }
-            }
-
-            /// The first option given, named, with why it is refused.
-            fn check(&self) -> Result<(), String> {
-                $( if let Some(v) = &self.$field {
-                    return Err(format!("invalid {} '{v}': {}", $what, $why));
-                } )*
-                Ok(())
-            }
-        }
-    };
-}
-
-refused! {
-    /// Refused: this cluster has no reservations.
-    #[arg(long)]
-    reservation: "--reservation" => "this cluster has no reservations";
 }
 
 tolerated! {
@@ -404,6 +374,7 @@ impl SubmitOpts {
             ntasks_per_gpu: self.ntasks_per_gpu.or(other.ntasks_per_gpu),
             comment: self.comment.or(other.comment),
             wckey: self.wckey.or(other.wckey),
+            reservation: self.reservation.or(other.reservation),
             mail_type: self.mail_type.or(other.mail_type),
             mail_user: self.mail_user.or(other.mail_user),
             open_mode: self.open_mode.or(other.open_mode),
@@ -412,7 +383,6 @@ impl SubmitOpts {
             wait_all_nodes: self.wait_all_nodes.or(other.wait_all_nodes),
             kill_on_invalid_dep: self.kill_on_invalid_dep.or(other.kill_on_invalid_dep),
             tolerated: self.tolerated.or(other.tolerated),
-            refused: self.refused.or(other.refused),
         }
     }
 
@@ -423,7 +393,6 @@ impl SubmitOpts {
 
     /// Checks the values that have a format, so that a bad one is reported where it was written.
     fn check_values(&self) -> Result<(), String> {
-        self.refused.check()?;
         // `--mem=0` (all of a node's memory) is resolved against the cluster's nodes by the
         // submitter (`mem_is_all`).
         let all = self.mem_is_all();
@@ -1172,6 +1141,12 @@ pub fn build_spec(cli: SubmitOpts, payload: Payload, cwd: &Path, env: Vec<(Strin
         group,
         comment: opts.comment.clone().unwrap_or_default(),
         wckey: opts.wckey.clone().unwrap_or_default(),
+        reservation: match opts.reservation.as_deref().map(str::trim) {
+            Some(r) if r.is_empty() || r.len() > 64 || r.chars().any(|c| c.is_whitespace() || c.is_control()) => {
+                return Err(format!("invalid --reservation '{r}': expected a reservation's name"))
+            }
+            r => r.unwrap_or_default().to_string(),
+        },
         mail_type: opts.mail_type.clone().unwrap_or_default(),
         mail_user: opts.mail_user.clone().unwrap_or_default(),
         append_output,
@@ -1496,7 +1471,7 @@ mod tests {
             ("-L matlab:0", "invalid --licenses 'matlab:0': '0' is not a count of licenses"),
             ("-L 'matlab|fluent'", "licenses joined by | (any of them) are not supported"),
             ("-L matlab@db", "remote licenses, name@server, are not supported"),
-            ("--reservation=maint", "invalid --reservation 'maint': this cluster has no reservations"),
+            ("--reservation=' '", "invalid --reservation '': expected a reservation's name"),
             ("--gid=4294967295", "invalid --gid '4294967295': no such group"),
             ("--priority=TOP", "invalid --priority 'TOP': give a number"),
             ("--mail-type=BEGIN,SOMETIMES", "invalid --mail-type 'BEGIN,SOMETIMES': unknown type 'SOMETIMES'"),

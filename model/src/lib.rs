@@ -14,6 +14,7 @@ pub mod hostlist;
 pub mod parse;
 pub mod policy;
 pub mod preempt;
+pub mod reservation;
 pub mod role;
 pub mod shared;
 pub mod step;
@@ -204,12 +205,23 @@ pub struct JobSpec {
     /// their user's; root only. From feature level 13.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_group: Option<String>,
+    /// `--reservation`: the job runs only inside this advance reservation. From feature level
+    /// 18.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reservation: Option<String>,
 }
 
 impl Job {
-    /// Its time limit counted from its start: lengthened by the time it spent suspended.
+    /// Its time limit counted from its start: lengthened by the time it spent suspended, and
+    /// cut at the end of the reservation it runs in (Slurm's `ResvOverRun=0`).
     pub fn limit_from_start_s(&self) -> Option<u64> {
-        self.spec.time_limit_s.map(|l| l.saturating_add(self.suspended_ms / 1000))
+        let limit = self.spec.time_limit_s.map(|l| l.saturating_add(self.suspended_ms / 1000));
+        let until_resv_end =
+            self.resv_end.map(|e| e.saturating_sub(self.start_time.unwrap_or(e)).div_ceil(1000).max(1));
+        match (limit, until_resv_end) {
+            (Some(l), Some(r)) => Some(l.min(r)),
+            (l, r) => l.or(r),
+        }
     }
 }
 
@@ -1042,6 +1054,14 @@ pub enum PendingReason {
     JobArrayTaskLimit,
     /// Too few of the licenses it asks for (`--licenses`) are free. From feature level 12.
     Licenses,
+    /// Its reservation (`--reservation`) is not in force yet. From feature level 18.
+    Reservation,
+    /// Its reservation no longer exists (it ended, or was deleted).
+    ReservationDeleted,
+    /// Nodes it could have are in a maintenance reservation (`Flags=MAINT`).
+    ReservedForMaintenance,
+    /// Nodes it could have are in another advance reservation.
+    ReservedForOthers,
 }
 
 impl PendingReason {
@@ -1070,6 +1090,10 @@ impl PendingReason {
             PendingReason::BadConstraints => "BadConstraints",
             PendingReason::JobArrayTaskLimit => "JobArrayTaskLimit",
             PendingReason::Licenses => "Licenses",
+            PendingReason::Reservation => "Reservation",
+            PendingReason::ReservationDeleted => "ReservationDeleted",
+            PendingReason::ReservedForMaintenance => "ReqNodeNotAvail, Reserved for maintenance",
+            PendingReason::ReservedForOthers => "ReqNodeNotAvail, May be reserved for other job",
         }
     }
 }
@@ -1189,6 +1213,9 @@ pub struct Job {
     /// How long it was suspended before, in all: its time limit waits that long.
     #[serde(default, skip_serializing_if = "is_zero_u64")]
     pub suspended_ms: u64,
+    /// The end of the reservation window it started in: it is stopped there (level 18).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resv_end: Option<Millis>,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -1393,6 +1420,8 @@ pub enum Rejection {
     NotRunning { id: JobId, state: JobState },
     #[error("node '{name}' is DOWN ({reason}); it returns to service by itself when its agent is heard again")]
     NodeIsDown { name: String, reason: String },
+    #[error("reservation '{name}': {reason}")]
+    Reservation { name: String, reason: String },
 }
 
 #[cfg(test)]

@@ -55,10 +55,14 @@ pub struct JobUpdate {
     pub comment: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nodes: Option<u32>,
+    /// `Reservation=NAME`; `Some(None)` (`Reservation=`): out of any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reservation: Option<Option<String>>,
 }
 
 /// The keys `scontrol update` takes for a job here, as its error names them.
-pub const KEYS: &str = "TimeLimit, Partition, QOS, Account, Nice, Dependency, JobName (Name), Comment, NumNodes";
+pub const KEYS: &str =
+    "TimeLimit, Partition, QOS, Account, Nice, Dependency, JobName (Name), Comment, NumNodes, Reservation";
 
 impl JobUpdate {
     pub fn is_empty(&self) -> bool {
@@ -76,6 +80,7 @@ impl JobUpdate {
             (self.nice.is_some(), "nice"),
             (self.dependencies.is_some(), "dependency"),
             (self.nodes.is_some(), "nodes"),
+            (self.reservation.is_some(), "reservation"),
         ] {
             if set {
                 parts.push(name);
@@ -138,6 +143,8 @@ impl JobUpdate {
                     _ => return bad(format!("expected a node count from 1 to {}", crate::limits::MAX_NODES)),
                 }
             }
+            "reservation" if value.is_empty() => self.reservation = Some(None),
+            "reservation" => self.reservation = Some(Some(name(key, value)?)),
             _ => return Err(format!("updating '{key}' is not supported (a job's updatable keys: {KEYS})")),
         }
         Ok(())

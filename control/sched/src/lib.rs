@@ -23,6 +23,7 @@ pub mod placement;
 pub mod preemption;
 pub mod priority;
 pub mod profile;
+pub mod reserved;
 pub mod view;
 
 pub use view::{ClusterView, NodeView, PartitionView, PendingJob, Res};
@@ -313,14 +314,33 @@ struct Capacity<'v> {
     max_free: MaxFree,
     /// Built on the first single-node job that may fit: many cycles place none.
     index: Option<placement::FreeIndex>,
+    /// Advance reservations: `profiles` has their windows taken out; the profiles of the jobs
+    /// of each are built from `unreserved` on the first of its jobs.
+    reservations: reserved::Reservations,
+    unreserved: Vec<(usize, Timeline)>,
+    inside: Vec<Option<Vec<Timeline>>>,
 }
 
 impl<'v> Capacity<'v> {
     fn new(view: &'v ClusterView, now: u64) -> Capacity<'v> {
-        let profiles = profiles(view, now);
+        let mut profiles = profiles(view, now);
+        let reservations = reserved::Reservations::new(view, now.saturating_mul(1000));
+        let mut unreserved = Vec::new();
+        if !reservations.is_empty() {
+            unreserved = reservations.nodes().into_iter().map(|i| (i, profiles[i].clone())).collect();
+            reservations.block_outside(&mut profiles);
+        }
         let max_free = MaxFree::new(&profiles, now);
         let free_gpus = view.nodes.iter().map(|n| n.free_gpus.clone()).collect();
-        Capacity { view, now, profiles, free_gpus, max_free, index: None }
+        let inside = vec![None; reservations.held.len()];
+        Capacity { view, now, profiles, free_gpus, max_free, index: None, reservations, unreserved, inside }
+    }
+
+    /// The profiles the jobs of reservation `k` see (built on first use).
+    fn inside(&mut self, k: usize) -> &mut Vec<Timeline> {
+        let (now, nodes) = (self.now, self.view.nodes.len());
+        let (reservations, unreserved) = (&self.reservations, &self.unreserved);
+        self.inside[k].get_or_insert_with(|| reservations.profiles_for(k, unreserved, now, nodes))
     }
 
     /// Brings the single-node index in step with node `i`'s profile, changed directly after
@@ -331,8 +351,13 @@ impl<'v> Capacity<'v> {
         }
     }
 
-    /// Takes `req` on node `i` from `from` to `to`.
-    fn take(&mut self, i: usize, from: u64, to: u64, req: &Res) {
+    /// Takes `req` on node `i` from `from` to `to`, from the profiles of reservation `inside`
+    /// (`None`: of the jobs outside reservations).
+    fn take(&mut self, inside: Option<usize>, i: usize, from: u64, to: u64, req: &Res) {
+        if let Some(k) = inside {
+            self.inside(k)[i].take(from, to, req);
+            return;
+        }
         let before = self.profiles[i].free_at(self.now);
         self.profiles[i].take(from, to, req);
         self.max_free.change(before, self.profiles[i].free_at(self.now));
@@ -368,6 +393,8 @@ impl<'v> Capacity<'v> {
         job: &'j PendingJob,
         nodes: Vec<usize>,
         exclusive: bool,
+        inside: Option<usize>,
+        duration: u64,
     ) -> (Allocation, eligibility::Usage<'j>)
     where
         'v: 'j,
@@ -378,7 +405,7 @@ impl<'v> Capacity<'v> {
         for i in nodes {
             let node = &view.nodes[i];
             let req = placement::need(job, node, exclusive);
-            self.take(i, self.now, self.now.saturating_add(job.duration_s()), &req);
+            self.take(inside, i, self.now, self.now.saturating_add(duration), &req);
             let indices = if job.exclusive || exclusive {
                 std::mem::take(&mut self.free_gpus[i])
             } else {
@@ -407,10 +434,10 @@ impl<'v> Capacity<'v> {
     }
 
     /// Reserves `nodes` for `job` from `start` for its time limit.
-    fn reserve(&mut self, job: &PendingJob, nodes: &[usize], start: u64, exclusive: bool) {
+    fn reserve(&mut self, job: &PendingJob, nodes: &[usize], start: u64, exclusive: bool, inside: Option<usize>) {
         for &i in nodes {
             let req = placement::need(job, &self.view.nodes[i], exclusive);
-            self.take(i, start, start.saturating_add(job.duration_s()), &req);
+            self.take(inside, i, start, start.saturating_add(job.duration_s()), &req);
         }
     }
 }
@@ -480,6 +507,10 @@ pub fn place<'a>(view: &'a ClusterView, candidates: &[Candidate<'a>], now_ms: Mi
         .collect();
     let mut placed = Placed::default();
     let mut preemptor = preemption::Preemptor::new(view, policy);
+    if let Some(p) = preemptor.as_mut() {
+        // A reservation's windows are out of the profiles preemption gives back to.
+        p.spare(&capacity.reservations.nodes());
+    }
     // Jobs that preempted others, first: each starts on the nodes it claimed as soon as they
     // are free, and holds them from when they will be until then.
     let mut claimed: BTreeMap<usize, Option<Allocation>> = BTreeMap::new();
@@ -497,14 +528,14 @@ pub fn place<'a>(view: &'a ClusterView, candidates: &[Candidate<'a>], now_ms: Mi
         let fits =
             placement::fit_now(&topology, job, view, &nodes, &capacity.profiles, &capacity.free_gpus, now, exclusive);
         if let Some(fit) = fits {
-            let (allocation, usage) = capacity.start(job, fit, exclusive);
+            let (allocation, usage) = capacity.start(job, fit, exclusive, None, job.duration_s());
             limits.add_job(view, job, &usage);
             licenses.take(job);
             claimed.insert(position, Some(allocation));
         } else if let Some(t) =
             placement::earliest_on(job, view, &nodes, &capacity.profiles, now, horizon, 1, exclusive)
         {
-            capacity.reserve(job, &nodes, t, exclusive);
+            capacity.reserve(job, &nodes, t, exclusive, None);
             placed.estimates.insert(job.id, Estimate { start_ms: t * 1000, nodes: job.claim.clone() });
             claimed.insert(position, None);
         }
@@ -537,6 +568,57 @@ pub fn place<'a>(view: &'a ClusterView, candidates: &[Candidate<'a>], now_ms: Mi
             placed.waiting.push(wait(PendingReason::Licenses));
             continue;
         }
+        if let Some(name) = &job.reservation {
+            let Some(k) = capacity.reservations.find(name) else {
+                placed.waiting.push(wait(PendingReason::ReservationDeleted));
+                continue;
+            };
+            let held = &capacity.reservations.held[k];
+            if !held.reservation.allows(&job.user, &job.account) {
+                placed.waiting.push(wait(PendingReason::Reservation));
+                continue;
+            }
+            let Some(&(from, until)) = held.windows.first() else {
+                placed.waiting.push(wait(PendingReason::ReservationDeleted));
+                continue;
+            };
+            // It runs until its time limit or the window's end, whichever comes first.
+            let active = from <= now;
+            let capped = PendingJob {
+                time_limit_s: Some(job.duration_s().min(until.saturating_sub(from.max(now))).max(1)),
+                ..job.clone()
+            };
+            let nodes: Vec<usize> =
+                held.nodes.iter().copied().filter(|i| partition.nodes.binary_search(i).is_ok()).collect();
+            let exclusive = partition.exclusive;
+            let fit = if active {
+                capacity.inside(k);
+                let inside = capacity.inside[k].as_deref().unwrap_or_default();
+                placement::fit_now(&topology, &capped, view, &nodes, inside, &capacity.free_gpus, now, exclusive)
+            } else {
+                None
+            };
+            if let Some(fit) = fit {
+                let (allocation, usage) = capacity.start(job, fit, exclusive, Some(k), capped.duration_s());
+                limits.add_job(view, job, &usage);
+                licenses.take(job);
+                placed.starts.push(PlannedStart { job_id: job.id, allocation });
+                continue;
+            }
+            placed.waiting.push(wait(if active { PendingReason::Resources } else { PendingReason::Reservation }));
+            if reservations_left > 0 {
+                let inside = capacity.inside(k);
+                let found =
+                    placement::earliest(&topology, &capped, view, &nodes, inside, from.max(now), horizon, 1, exclusive);
+                if let Some((t, on)) = found {
+                    capacity.reserve(&capped, &on, t, exclusive, Some(k));
+                    let names = on.iter().map(|&i| view.nodes[i].name.clone()).collect();
+                    placed.estimates.insert(job.id, Estimate { start_ms: t * 1000, nodes: names });
+                    reservations_left -= 1;
+                }
+            }
+            continue;
+        }
         let dur = job.duration_s();
         let exclusive = partition.exclusive;
         let shape = Shape {
@@ -558,7 +640,7 @@ pub fn place<'a>(view: &'a ClusterView, candidates: &[Candidate<'a>], now_ms: Mi
         let fits_now =
             if may_fit { capacity.fit_now(job, &members[part], &partition.nodes, &topology, exclusive) } else { None };
         if let Some(nodes) = fits_now {
-            let (allocation, usage) = capacity.start(job, nodes, exclusive);
+            let (allocation, usage) = capacity.start(job, nodes, exclusive, None, job.duration_s());
             limits.add_job(view, job, &usage);
             licenses.take(job);
             placed.starts.push(PlannedStart { job_id: job.id, allocation });
@@ -569,7 +651,12 @@ pub fn place<'a>(view: &'a ClusterView, candidates: &[Candidate<'a>], now_ms: Mi
             failed.insert(shape, dur);
         }
         let first_blocked = !std::mem::replace(&mut blocked[part], true);
-        placed.waiting.push(wait(if first_blocked { PendingReason::Resources } else { PendingReason::Priority }));
+        let reason = capacity.reservations.reason(part, now, dur);
+        placed.waiting.push(wait(reason.unwrap_or(if first_blocked {
+            PendingReason::Resources
+        } else {
+            PendingReason::Priority
+        })));
         // Room made by preempting: held for it from the end of its victims' grace.
         if let Some(p) = preemptor.as_mut() {
             let found = p.search(job, partition, &topology, &mut capacity.profiles, now, exclusive);
@@ -577,7 +664,7 @@ pub fn place<'a>(view: &'a ClusterView, candidates: &[Candidate<'a>], now_ms: Mi
                 for &i in &found.touched {
                     capacity.refresh(i);
                 }
-                capacity.reserve(job, &found.nodes, found.start_s, exclusive);
+                capacity.reserve(job, &found.nodes, found.start_s, exclusive, None);
                 let names = found.planned.nodes.clone();
                 placed.estimates.insert(job.id, Estimate { start_ms: found.start_s * 1000, nodes: names });
                 placed.preemptions.push(found.planned);
@@ -602,7 +689,7 @@ pub fn place<'a>(view: &'a ClusterView, candidates: &[Candidate<'a>], now_ms: Mi
             previous.as_deref(),
         );
         if let Some((t, nodes)) = found {
-            capacity.reserve(job, &nodes, t, exclusive);
+            capacity.reserve(job, &nodes, t, exclusive, None);
             placed.estimates.insert(
                 job.id,
                 Estimate { start_ms: t * 1000, nodes: nodes.iter().map(|&i| view.nodes[i].name.clone()).collect() },

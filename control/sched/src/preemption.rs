@@ -90,6 +90,14 @@ impl<'v> Preemptor<'v> {
         }
     }
 
+    /// Preempts nothing on `nodes` (sorted): their profiles have advance reservations taken out,
+    /// which giving a victim's hold back could undo.
+    pub fn spare(&mut self, nodes: &[usize]) {
+        for &i in nodes {
+            self.on_node[i].clear();
+        }
+    }
+
     /// Whether `job` of `partition` may preempt `r`.
     fn may_preempt(&self, job: &PendingJob, partition: &PartitionView, r: &RunningJob) -> bool {
         if r.id == job.id || r.preempting {

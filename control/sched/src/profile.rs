@@ -88,6 +88,20 @@ impl Timeline {
         }
     }
 
+    /// Nothing is free over `[from, to)` (what is overcommitted stays so): the node is held
+    /// for others then, by an advance reservation.
+    pub fn block(&mut self, from: u64, to: u64) {
+        let from = from.max(self.steps[0].0);
+        if to <= from {
+            return;
+        }
+        let start = self.split(from);
+        let end = if to == u64::MAX { self.steps.len() } else { self.split(to) };
+        for step in &mut self.steps[start..end] {
+            step.1 = step.1.min(&Res::default());
+        }
+    }
+
     /// The earliest time in `[from, horizon]`, rounded up to `resolution`, at which `req` stays
     /// free for `duration`.
     pub fn earliest_fit(&self, req: &Res, duration: u64, from: u64, horizon: u64, resolution: u64) -> Option<u64> {
@@ -141,5 +155,14 @@ mod tests {
         assert_eq!(tl.earliest_fit(&r(2), 5, 0, 100, 1), Some(0));
         assert_eq!(tl.earliest_fit(&r(2), 15, 0, 100, 1), Some(20));
         assert_eq!(tl.min_free(0, u64::MAX), r(0));
+        // held for a reservation over [40, 50): nothing fits across it, all fits after it
+        let mut tl = Timeline::new(0, r(4), vec![]);
+        tl.block(40, 50);
+        assert_eq!(tl.earliest_fit(&r(1), 40, 0, 100, 1), Some(0));
+        assert_eq!(tl.earliest_fit(&r(1), 41, 0, 100, 1), Some(50));
+        assert_eq!(tl.free_at(49), r(0));
+        tl.block(60, u64::MAX);
+        assert_eq!(tl.earliest_fit(&r(1), 41, 0, 100, 1), None);
+        assert!(tl.never_overcommitted());
     }
 }

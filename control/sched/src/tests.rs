@@ -1280,3 +1280,135 @@ mod preemption_scenarios {
         assert_eq!(b.cycle().starts.iter().map(|s| s.job_id).collect::<Vec<_>>(), vec![urgent]);
     }
 }
+
+/// Advance reservations: a maintenance window that backfill must not cross, and a job that runs
+/// only inside its reservation, stopped at its end.
+mod reservation_scenarios {
+    use quorum_model::reservation::{ResvEnd, ResvFlags, ResvRequest};
+    use quorum_model::{JobState, PendingReason, Policy, QueueOrder};
+    use quorum_state::{Command, Response};
+
+    use super::{node, Bench};
+
+    const T0: u64 = 1_000_000_000;
+
+    /// Two nodes of 1 CPU, FIFO.
+    fn site() -> Bench {
+        let nodes = (1..=2).map(|i| node(&format!("n{i}"), 1, 0, "", &[])).collect();
+        Bench::new(nodes, Policy { ordering: QueueOrder::Fifo, ..Policy::default() })
+    }
+
+    /// A reservation of `nodes` from `start` for `secs` (seconds after T0).
+    fn reserve(b: &mut Bench, name: &str, nodes: &[&str], start: u64, secs: u64, flags: &str) -> Response {
+        let request = ResvRequest {
+            name: name.into(),
+            start_ms: Some(T0 + start * 1000),
+            end: Some(ResvEnd::After(secs)),
+            nodes: Some(nodes.iter().map(|n| n.to_string()).collect()),
+            users: Some(vec!["alice".into()]),
+            flags: Some(ResvFlags::parse(flags).unwrap()),
+            ..ResvRequest::default()
+        };
+        let now = b.now_ms;
+        b.cmd(Command::CreateReservation { request, user: "root".into(), now })
+    }
+
+    fn node_of(b: &Bench, job: u64) -> String {
+        b.state.jobs[&job].allocation.as_ref().unwrap().nodes[0].node.clone()
+    }
+
+    #[test]
+    fn backfill_never_starts_a_job_that_would_run_into_a_maintenance_window() {
+        let mut b = site();
+        assert!(matches!(reserve(&mut b, "maint", &["n1"], 100, 50, "MAINT"), Response::Reserved { .. }));
+        // A (200 s) would cross the window on n1: it starts on n2. B (50 s) ends before the
+        // window: it starts on n1. C (101 s) would cross it from 50 on: n1 only after it.
+        let a = b.submit(1, 200);
+        let bb = b.submit(1, 50);
+        let c = b.submit(1, 101);
+        let plan = b.cycle();
+        assert_eq!((node_of(&b, a), node_of(&b, bb)), ("n2".to_string(), "n1".to_string()));
+        assert_eq!(plan.reason(c), Some(PendingReason::ReservedForMaintenance));
+        assert_eq!(PendingReason::ReservedForMaintenance.name(), "ReqNodeNotAvail, Reserved for maintenance");
+        let e = &plan.estimates[&c];
+        assert_eq!((e.start_ms, e.nodes.clone()), (T0 + 150_000, vec!["n1".to_string()]), "after the window");
+        // B ends at 50: C still does not start on n1, whose window comes at 100.
+        b.at(50);
+        b.end(bb);
+        let plan = b.cycle();
+        assert_eq!(b.state.jobs[&c].state, JobState::Pending, "{plan:?}");
+        // After the window it starts there.
+        b.at(150);
+        b.cycle();
+        assert_eq!(b.state.jobs[&c].state, JobState::Running);
+        assert_eq!(node_of(&b, c), "n1");
+    }
+
+    #[test]
+    fn a_job_in_a_reservation_runs_only_inside_it_and_stops_at_its_end() {
+        let mut b = site();
+        assert!(matches!(reserve(&mut b, "r", &["n2"], 60, 60, ""), Response::Reserved { .. }));
+        let inside = b.submit_with("alice", |s| {
+            s.reservation = Some("r".into());
+            s.time_limit_s = Some(100);
+        });
+        // Jobs outside it start now on n2 only if they end by 60, when it begins.
+        let long = b.submit(1, 61);
+        let short = b.submit(1, 60);
+        let plan = b.cycle();
+        assert_eq!(plan.reason(inside), Some(PendingReason::Reservation));
+        assert_eq!(plan.estimates[&inside].start_ms, T0 + 60_000);
+        assert_eq!(plan.estimates[&inside].nodes, vec!["n2".to_string()]);
+        assert_eq!(node_of(&b, short), "n2", "ends as the window opens");
+        assert_eq!(node_of(&b, long), "n1");
+        b.at(60);
+        b.end(short);
+        b.cycle();
+        let j = &b.state.jobs[&inside];
+        assert_eq!((j.state, node_of(&b, inside)), (JobState::Running, "n2".to_string()));
+        // Its limit (100 s) is cut at the window's end (120).
+        assert_eq!(j.limit_from_start_s(), Some(60));
+        // A job outside it waits for n2 until the window ends, and says why.
+        let other = b.submit(1, 10);
+        let plan = b.cycle();
+        assert_eq!(plan.reason(other), Some(PendingReason::ReservedForOthers));
+    }
+
+    #[test]
+    fn reservations_refuse_overlaps_busy_nodes_strangers_and_deleting_one_in_use() {
+        let mut b = site();
+        let running = b.submit(1, 1000);
+        b.cycle();
+        let busy = node_of(&b, running);
+        let r = reserve(&mut b, "r1", &[busy.as_str()], 10, 60, "");
+        assert!(format!("{r:?}").contains("is busy: job 1"), "{r:?}");
+        assert!(matches!(reserve(&mut b, "r1", &[busy.as_str()], 10, 60, "IGNORE_JOBS"), Response::Reserved { .. }));
+        let r = reserve(&mut b, "r2", &["n1", "n2"], 50, 60, "IGNORE_JOBS");
+        assert!(format!("{r:?}").contains("overlaps reservation 'r1'"), "{r:?}");
+        assert!(matches!(reserve(&mut b, "m", &["n1", "n2"], 50, 60, "MAINT,IGNORE_JOBS"), Response::Reserved { .. }));
+        // A node count takes the nodes free over the window.
+        let request = ResvRequest {
+            name: "count".into(),
+            start_ms: Some(T0 + 500_000),
+            end: Some(ResvEnd::After(10)),
+            node_count: Some(2),
+            users: Some(vec!["bob".into()]),
+            ..ResvRequest::default()
+        };
+        let now = b.now_ms;
+        let r = b.cmd(Command::CreateReservation { request: request.clone(), user: "root".into(), now });
+        assert!(format!("{r:?}").contains("only 1 of the 2 nodes"), "{r:?}");
+        let r = b.cmd(Command::CreateReservation { request, user: "alice".into(), now });
+        assert!(format!("{r:?}").contains("OperatorOnly"), "{r:?}");
+        // Only its users (or accounts) get in; a job in it keeps it from being deleted.
+        let mut spec = quorum_state::testing::spec(&["true"]);
+        spec.reservation = Some("r1".into());
+        let stranger =
+            b.cmd(Command::SubmitJob { spec: Box::new(spec), user: "carol".into(), now, request_id: "x".into() });
+        assert!(format!("{stranger:?}").contains("access denied"), "{stranger:?}");
+        b.submit_with("alice", |s| s.reservation = Some("r1".into()));
+        let r = b.cmd(Command::DeleteReservation { name: "r1".into(), user: "root".into(), now });
+        assert!(format!("{r:?}").contains("in use by job"), "{r:?}");
+        assert_eq!(b.cmd(Command::DeleteReservation { name: "m".into(), user: "root".into(), now }), Response::Ok);
+    }
+}

@@ -156,6 +156,8 @@ pub struct PendingJob {
     pub reason: PendingReason,
     /// The nodes it preempted jobs for, held for it until it starts (empty: none).
     pub claim: Vec<String>,
+    /// The advance reservation it runs in (`--reservation`).
+    pub reservation: Option<Name>,
 }
 
 impl PendingJob {
@@ -204,6 +206,8 @@ pub struct ClusterView {
     pub previous: BTreeMap<JobId, Vec<String>>,
     /// The cluster's licenses and how many of each there are.
     pub licenses: BTreeMap<String, u32>,
+    /// Advance reservations, in name order.
+    pub reservations: Vec<quorum_model::reservation::Reservation>,
 }
 
 /// FNV-1a: a fast hash for the short node names looked up while taking a view (no
@@ -389,6 +393,7 @@ fn requested(spec: &JobSpec, names: &mut Names) -> PendingJob {
         dependency_ready_ms: None,
         reason: PendingReason::None,
         claim: Vec::new(),
+        reservation: spec.reservation.as_deref().map(|r| names.get(r)),
     }
 }
 
@@ -413,6 +418,7 @@ impl ClusterView {
         let generation = cache.generation;
         let mut view = ClusterView {
             licenses: state.licenses.clone(),
+            reservations: state.reservations.values().cloned().collect(),
             accounts: state.accounts.clone(),
             qos: state.qos.clone(),
             usage: state.usage.clone(),

@@ -47,7 +47,9 @@ pub fn rule(path: &str) -> Option<Rule> {
             "SubmitJob" | "CancelJob" | "HoldJob" | "UpdateJob" | "GetJob" | "ListJobs" | "JobLogs" | "JobUsage"
             | "ListNodes" | "Priorities" | "Shares" | "GetReplicaStatus" | "ClusterMembers" | "IssueToken"
             | "WhoAmI" | "RunStep" => Rule::User,
-            "SetNodesDrained" | "FollowHistory" => Rule::Operator,
+            "SetNodesDrained" | "FollowHistory" | "CreateReservation" | "UpdateReservation" | "DeleteReservation" => {
+                Rule::Operator
+            }
             "UpsertAccount" | "UpsertQos" | "InjectGpuFault" | "Digest" | "ReplicaDigest" | "AddReplica"
             | "RemoveReplica" | "TransferLeader" | "SetRole" => Rule::Admin,
             "Campaign" | "HistoryPage" => Rule::Replica,

@@ -103,6 +103,30 @@ impl Quorum for Api {
         accounts::upsert_qos(self, &caller, r).await.map(Response::new)
     }
 
+    async fn create_reservation(
+        &self,
+        req: Request<ReservationRequest>,
+    ) -> Result<Response<ReservationResponse>, Status> {
+        let (caller, r) = at_leader!(self, req, create_reservation);
+        nodes::reserve(self, &caller, r, false).await.map(Response::new)
+    }
+
+    async fn update_reservation(
+        &self,
+        req: Request<ReservationRequest>,
+    ) -> Result<Response<ReservationResponse>, Status> {
+        let (caller, r) = at_leader!(self, req, update_reservation);
+        nodes::reserve(self, &caller, r, true).await.map(Response::new)
+    }
+
+    async fn delete_reservation(
+        &self,
+        req: Request<DeleteReservationRequest>,
+    ) -> Result<Response<AdminResponse>, Status> {
+        let (caller, r) = at_leader!(self, req, delete_reservation);
+        nodes::delete_reservation(self, &caller, r).await.map(Response::new)
+    }
+
     async fn set_nodes_drained(&self, req: Request<SetNodesDrainedRequest>) -> Result<Response<AdminResponse>, Status> {
         let (caller, r) = at_leader!(self, req, set_nodes_drained);
         nodes::set_nodes_drained(self, &caller, r).await.map(Response::new)

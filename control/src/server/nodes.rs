@@ -4,8 +4,9 @@ use quorum_auth::Caller;
 use quorum_proto::api::*;
 use tonic::Status;
 
-use super::api::{read_barrier, rejection_status, write_status, Api};
+use super::api::{acting_as, read_barrier, rejection_status, write_status, Api};
 use crate::leader::hub::AgentInfo;
+use crate::model::reservation::{Reservation, ResvEnd, ResvFlags, ResvRequest};
 use crate::model::Node;
 use crate::replica::now_ms;
 use quorum_state::{Command, Response};
@@ -57,7 +58,104 @@ pub(super) async fn list_nodes(api: &Api, _caller: &Caller, r: ListNodesRequest)
             used: used.get(name.as_str()).copied().unwrap_or(0),
         })
         .collect();
-    Ok(ListNodesResponse { nodes, applied_index: applied.applied_index(), partitions, licenses })
+    let clock = applied.state.clock.max(now_ms());
+    let reservations = applied
+        .state
+        .reservations
+        .values()
+        .filter(|r| !r.expired(clock))
+        .map(|r| reservation_to_proto(r, clock))
+        .collect();
+    Ok(ListNodesResponse { nodes, applied_index: applied.applied_index(), partitions, licenses, reservations })
+}
+
+pub fn reservation_to_proto(r: &Reservation, now_ms: u64) -> ReservationInfo {
+    let (start, end) = r.next_window(now_ms).unwrap_or((r.start_ms, r.end_ms));
+    let names: Vec<&str> = r.nodes.iter().map(String::as_str).collect();
+    ReservationInfo {
+        name: r.name.clone(),
+        nodes: crate::model::hostlist::compress(&names),
+        node_count: r.nodes.len() as u32,
+        start_ms: start,
+        end_ms: end.unwrap_or(0),
+        users: r.users.clone(),
+        accounts: r.accounts.clone(),
+        partition: r.partition.clone().unwrap_or_default(),
+        flags: r.flags.names().into_iter().map(String::from).collect(),
+        state: r.state_name(now_ms).to_string(),
+    }
+}
+
+/// The model's request from the wire's: names and flags read, hostlists expanded.
+fn reservation_request(r: ReservationRequest) -> Result<ResvRequest, Status> {
+    let bad = |what: &str, why: String| Status::invalid_argument(format!("invalid {what}: {why}"));
+    let list = |s: Option<String>| -> Option<Vec<String>> {
+        s.map(|s| s.split(',').map(str::trim).filter(|x| !x.is_empty()).map(String::from).collect())
+    };
+    let end = match (r.end_ms, r.duration_s, r.unlimited) {
+        (Some(_), Some(_), _) | (Some(_), _, true) | (_, Some(_), true) => {
+            return Err(Status::invalid_argument("give one of EndTime=, Duration= and Duration=UNLIMITED"))
+        }
+        (Some(t), None, false) => Some(ResvEnd::At(t)),
+        (None, Some(d), false) => Some(ResvEnd::After(d)),
+        (None, None, true) => Some(ResvEnd::Unlimited),
+        (None, None, false) => None,
+    };
+    let nodes = match r.nodes {
+        Some(h) => Some(
+            crate::model::hostlist::expand_at_most(&h, quorum_model::reservation::MAX_LIST_LEN)
+                .map_err(|e| bad("Nodes", e.to_string()))?,
+        ),
+        None => None,
+    };
+    let request = ResvRequest {
+        name: r.name.trim().to_string(),
+        start_ms: r.start_ms,
+        end,
+        nodes,
+        node_count: r.node_count,
+        users: list(r.users),
+        accounts: list(r.accounts),
+        partition: r.partition.filter(|p| !p.is_empty()),
+        flags: r.flags.map(|f| ResvFlags::parse(&f)).transpose().map_err(|e| bad("Flags", e))?,
+    };
+    request.check_shape().map_err(Status::invalid_argument)?;
+    Ok(request)
+}
+
+pub(super) async fn reserve(
+    api: &Api,
+    caller: &Caller,
+    r: ReservationRequest,
+    update: bool,
+) -> Result<ReservationResponse, Status> {
+    let request = reservation_request(r)?;
+    let (user, now) = (acting_as(caller), now_ms());
+    let command = match update {
+        false => Command::CreateReservation { request, user, now },
+        true => Command::UpdateReservation { request, user, now },
+    };
+    match api.replica.write(command).await.map_err(write_status)?.1 {
+        Response::Reserved { reservation } => {
+            Ok(ReservationResponse { reservation: Some(reservation_to_proto(&reservation, now)) })
+        }
+        Response::Rejected(r) => Err(rejection_status(&r)),
+        other => Err(Status::internal(format!("unexpected answer to a reservation: {other:?}"))),
+    }
+}
+
+pub(super) async fn delete_reservation(
+    api: &Api,
+    caller: &Caller,
+    r: DeleteReservationRequest,
+) -> Result<AdminResponse, Status> {
+    let command =
+        Command::DeleteReservation { name: r.name.trim().to_string(), user: acting_as(caller), now: now_ms() };
+    match api.replica.write(command).await.map_err(write_status)?.1 {
+        Response::Ok => Ok(AdminResponse {}),
+        Response::Rejected(r) => Err(rejection_status(&r)),
+        other => Err(Status::internal(format!("unexpected answer to a reservation's delete: {other:?}"))),
+    }
 }
 
 pub(super) async fn set_nodes_drained(

@@ -160,12 +160,28 @@ pub fn apply(state: &mut ClusterState, index: u64, command: Command) -> Response
         Command::JobUsed { job_id, token, node, usage } => job_used(state, job_id, token, &node, usage),
         Command::PurgeJobs { jobs, min_age, now } => {
             advance_clock(state, now);
+            crate::reserve::purge_expired(state);
             crate::purge::purge(state, jobs, min_age)
         }
         Command::ForgetHistory { ended_before, max } => Response::ForgetHistory { ended_before, max },
         Command::RecallJobs { jobs, now } => {
             advance_clock(state, now);
             crate::purge::recall(state, jobs)
+        }
+        Command::CreateReservation { request, user, now } => {
+            advance_clock(state, now);
+            reserved(crate::reserve::reserve(state, &request, &user, false))
+        }
+        Command::UpdateReservation { request, user, now } => {
+            advance_clock(state, now);
+            reserved(crate::reserve::reserve(state, &request, &user, true))
+        }
+        Command::DeleteReservation { name, user, now } => {
+            advance_clock(state, now);
+            match crate::reserve::delete(state, &name, &user) {
+                Ok(()) => Response::Ok,
+                Err(r) => Response::Rejected(r),
+            }
         }
         Command::SetRole { user, role, now } => {
             advance_clock(state, now);
@@ -368,6 +384,9 @@ fn update_job(state: &mut ClusterState, job_id: JobId, user: &str, update: &JobU
     }
     let (mut partition, mut account, mut qos) = (job.partition.clone(), job.account.clone(), job.qos.clone());
     if job.state == JobState::Pending {
+        if let Some(r) = &update.reservation {
+            spec.reservation = r.clone();
+        }
         if let Some(p) = &update.partition {
             spec.partition = Some(p.clone());
         }
@@ -399,6 +418,13 @@ fn update_job(state: &mut ClusterState, job_id: JobId, user: &str, update: &JobU
     // notice a spec that is not the one they were made from.
     job.spec = Shared::new(spec);
     Ok(())
+}
+
+fn reserved(made: Result<quorum_model::reservation::Reservation, Rejection>) -> Response {
+    match made {
+        Ok(r) => Response::Reserved { reservation: Box::new(r) },
+        Err(r) => Response::Rejected(r),
+    }
 }
 
 fn limit_text(limit: Option<u64>) -> String {
@@ -481,6 +507,7 @@ fn submit(state: &mut ClusterState, mut spec: JobSpec, user: String, request_id:
             claim: None,
             suspended_at: None,
             suspended_ms: 0,
+            resv_end: None,
         };
         state.jobs.insert(id, Shared::new(job));
     }
@@ -549,6 +576,7 @@ fn admit_association(state: &ClusterState, spec: &JobSpec, user: &str) -> Result
     if !state.qos.is_empty() && !state.qos.contains_key(&qos) {
         return Err(Rejection::InvalidQos { qos, known: state.qos.keys().cloned().collect::<Vec<_>>().join(", ") });
     }
+    crate::reserve::admit(state, spec, user, &account)?;
     Ok((account, qos))
 }
 
@@ -783,8 +811,8 @@ fn apply_plan(
     let mut dropped = Vec::new();
     for start in starts {
         match check_start(state, &start) {
-            Ok(()) => {
-                start_job(state, index, start.job_id, start.allocation);
+            Ok(resv_end) => {
+                start_job(state, index, start.job_id, start.allocation, resv_end);
                 started.push(start.job_id);
             }
             Err(why) => dropped.push((start.job_id, why)),
@@ -841,7 +869,7 @@ fn preempt(state: &mut ClusterState, p: PlannedPreemption) -> Vec<(JobId, JobId)
 }
 
 /// Re-checks a planned start against the current state (the plan was made from an older view).
-fn check_start(state: &ClusterState, start: &PlannedStart) -> Result<(), DropReason> {
+fn check_start(state: &ClusterState, start: &PlannedStart) -> Result<Option<Millis>, DropReason> {
     let job = state.jobs.get(&start.job_id).ok_or(DropReason::JobGone { job: start.job_id })?;
     if job.state != JobState::Pending || job.cancel_requested {
         return Err(DropReason::JobNotPending { job: job.id, state: job.state });
@@ -889,10 +917,10 @@ fn check_start(state: &ClusterState, start: &PlannedStart) -> Result<(), DropRea
             }
         }
     }
-    Ok(())
+    crate::reserve::check_start(state, job, &start.allocation)
 }
 
-fn start_job(state: &mut ClusterState, index: u64, job_id: JobId, allocation: Allocation) {
+fn start_job(state: &mut ClusterState, index: u64, job_id: JobId, allocation: Allocation, resv_end: Option<Millis>) {
     for a in &allocation.nodes {
         let node = state.nodes.get_mut(&a.node).expect("checked by check_start");
         node.alloc_cpus += a.cpus;
@@ -905,6 +933,7 @@ fn start_job(state: &mut ClusterState, index: u64, job_id: JobId, allocation: Al
     job.reason = PendingReason::None;
     job.claim = None;
     job.start_time = Some(state.clock);
+    job.resv_end = resv_end;
     job.allocation = Some(allocation);
     job.alloc_index = index;
 }

@@ -62,6 +62,9 @@ pub struct ClusterState {
     /// tombstone each, for `min_job_age` and while a pending job depends on it. From level 14.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub departed: BTreeMap<JobId, Departed>,
+    /// Advance reservations by name (`scontrol create reservation`). From feature level 18.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub reservations: BTreeMap<String, quorum_model::reservation::Reservation>,
 }
 
 impl ClusterState {

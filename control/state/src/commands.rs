@@ -53,7 +53,13 @@ pub struct NodeRegistration {
 ///     (`JobUsed` with GPU samples, memory and energy).
 /// 17. jobs changed after their submit (`UpdateJob`: `quorum update`, `scontrol update`), and
 ///     preemption (plans that stop running jobs for another, and jobs ending PREEMPTED).
-pub const FEATURE_LEVEL: u32 = 17;
+/// 18. advance reservations (`CreateReservation`, `UpdateReservation`, `DeleteReservation`)
+///     and jobs that ask for one (`--reservation`).
+pub const FEATURE_LEVEL: u32 = 18;
+
+/// The level that applies reservations and records `--reservation`; below it the services
+/// refuse both.
+pub const RESERVATION_LEVEL: u32 = 18;
 
 /// The level that applies plans with preemptions; below it the leader plans none.
 pub const PREEMPTION_LEVEL: u32 = 17;
@@ -137,7 +143,9 @@ pub struct Submit {
 
 /// The level a replica needs to apply a submit of this job, and what in the job needs it.
 pub fn spec_level(spec: &JobSpec) -> (u32, &'static str) {
-    if spec.uses_level_15() {
+    if spec.reservation.is_some() {
+        (RESERVATION_LEVEL, "a job with --reservation")
+    } else if spec.uses_level_15() {
         (FEATURE_COUNTS_LEVEL, "a job with node counts in --constraint (feature*count)")
     } else if spec.uses_level_13() {
         (
@@ -384,6 +392,25 @@ pub enum Command {
         resume: bool,
         now: Millis,
     },
+    /// `scontrol create reservation` by an operator (`root`): nodes set aside over a window
+    /// (level 18). A node count is made into nodes here, from those free over the window.
+    CreateReservation {
+        request: quorum_model::reservation::ResvRequest,
+        user: String,
+        now: Millis,
+    },
+    /// `scontrol update reservation`: what the request gives changes, checked as a create.
+    UpdateReservation {
+        request: quorum_model::reservation::ResvRequest,
+        user: String,
+        now: Millis,
+    },
+    /// `scontrol delete reservation`: refused while a job is in it, pending or running.
+    DeleteReservation {
+        name: String,
+        user: String,
+        now: Millis,
+    },
     /// An admin gives `user` a role (`quorum admin role`); `User` takes back what was given.
     SetRole {
         user: String,
@@ -441,7 +468,13 @@ impl Command {
             Command::JobUsed { .. } => (HISTORY_LEVEL, "what a job used"),
             Command::RecallJobs { .. } => (HISTORY_LEVEL, "jobs recalled from the job history for a dependency"),
             Command::RequeueJob { .. } => (REQUEUE_LEVEL, "requeueing a job (scontrol requeue)"),
+            Command::UpdateJob { update, .. } if update.reservation.is_some() => {
+                (RESERVATION_LEVEL, "moving a job into or out of a reservation")
+            }
             Command::UpdateJob { .. } => (UPDATE_LEVEL, "changing a job after its submit (scontrol update)"),
+            Command::CreateReservation { .. }
+            | Command::UpdateReservation { .. }
+            | Command::DeleteReservation { .. } => (RESERVATION_LEVEL, "advance reservations"),
             Command::SuspendJob { .. } => (UPDATE_LEVEL, "suspending or resuming a job (scontrol suspend|resume)"),
             Command::ApplyPlan { preemptions, .. } if !preemptions.is_empty() => {
                 (PREEMPTION_LEVEL, "preempting jobs to make room for another")
@@ -481,6 +514,8 @@ pub enum DropReason {
     NodeCount { job: JobId, wanted: u32, planned: usize },
     #[error("partition {partition} no longer exists")]
     PartitionGone { partition: String },
+    #[error("job {job}: {reason}")]
+    Reservation { job: JobId, reason: String },
     #[error("node {node} appears twice")]
     NodeTwice { node: String },
     #[error("node {node} is not in partition {partition}")]
@@ -511,6 +546,7 @@ impl DropReason {
             DropReason::JobNotPending { .. } => "job_not_pending",
             DropReason::NodeCount { .. } => "node_count",
             DropReason::PartitionGone { .. } => "partition_gone",
+            DropReason::Reservation { .. } => "reservation",
             DropReason::NodeTwice { .. } => "node_twice",
             DropReason::NodeNotInPartition { .. } => "node_not_in_partition",
             DropReason::NodeUnknown { .. } => "node_unknown",
@@ -564,6 +600,10 @@ pub enum Response {
     /// An `UpdateJob` changed the job.
     Updated {
         job_id: JobId,
+    },
+    /// A reservation was made or changed: as it is now.
+    Reserved {
+        reservation: Box<quorum_model::reservation::Reservation>,
     },
     /// A `SuspendJob` suspended or resumed it.
     Suspended {

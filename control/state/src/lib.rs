@@ -10,6 +10,7 @@ mod cluster;
 mod commands;
 mod digest;
 mod purge;
+mod reserve;
 pub mod snapshot;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
@@ -21,7 +22,7 @@ pub use commands::{
     spec_level, Command, DropReason, NodeRegistration, ReplicaVersion, Response, Submit, BASE_LEVEL, BATCH_LEVEL,
     CANCELLED_BY_LEVEL, COMPRESSED_SNAPSHOT_LEVEL, DEPENDENCY_FORMS_LEVEL, EARLY_STEP_LEVEL, FEATURE_LEVEL,
     FORGET_HISTORY_LEVEL, GPU_USAGE_LEVEL, HISTORY_LEVEL, NODE_CHOICE_LEVEL, NODE_LIST_PART_LEVEL, PREEMPTION_LEVEL,
-    REQUEUE_LEVEL, STEP_USAGE_LEVEL, SUBMIT_JOBS_LEVEL, UPDATE_LEVEL,
+    REQUEUE_LEVEL, RESERVATION_LEVEL, STEP_USAGE_LEVEL, SUBMIT_JOBS_LEVEL, UPDATE_LEVEL,
 };
 pub use digest::digest;
 pub use purge::{aged, tombstones};
