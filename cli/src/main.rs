@@ -71,6 +71,11 @@ enum Command {
     Suspend(commands::hold::Args),
     /// Thaw suspended jobs, like scontrol resume (operators).
     Resume(commands::hold::Args),
+    /// Advance reservations, like scontrol create|update|delete|show reservation (the same
+    /// KEY=VALUE words): `quorum reservation create ReservationName=maint StartTime=now+1hour
+    /// Duration=120 Nodes=n[1-4] Users=root Flags=MAINT`.
+    #[command(subcommand)]
+    Reservation(commands::reservation::Args),
     /// Each pending job's priority and its factors, like sprio.
     Prio(commands::prio::Args),
     /// The account tree with shares, usage and fairshare factors, like sshare.
@@ -169,6 +174,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Update(args) => commands::update::run(&ctx, args).await,
         Command::Suspend(args) => commands::hold::run(&ctx, args, commands::hold::Action::Suspend).await,
         Command::Resume(args) => commands::hold::run(&ctx, args, commands::hold::Action::Resume).await,
+        Command::Reservation(args) => commands::reservation::run(&ctx, args).await,
         Command::Prio(args) => commands::prio::run(&ctx, args).await,
         Command::Share(args) => commands::share::run(&ctx, args).await,
         Command::Admin { command } => commands::admin::run(&ctx, command).await,

@@ -43,12 +43,35 @@ pub fn main(args: &[String]) -> ExitCode {
             let jobs = words[1..].to_vec();
             on_runtime(move |client| async move { act(client, jobs, action).await })
         }
+        (Some("create"), Some(e)) if e.starts_with("res") => {
+            let words = words[2..].to_vec();
+            on_runtime(move |client| async move { reservation(client, words, false).await })
+        }
+        (Some("update"), _) if lower.iter().any(|w| w.starts_with("reservationname=")) => {
+            let words = words[1..].to_vec();
+            on_runtime(move |client| async move { reservation(client, words, true).await })
+        }
+        (Some("delete"), Some(_)) => {
+            // `delete ReservationName=NAME`, or `delete reservation NAME`.
+            let name = match words[1].split_once('=') {
+                Some((k, v)) if k.eq_ignore_ascii_case("reservationname") => Some(v.to_string()),
+                _ if lower[1].starts_with("res") => words.get(2).cloned(),
+                _ => None,
+            };
+            match name {
+                Some(name) => on_runtime(move |client| async move {
+                    let ctx = Context { client, stale: false };
+                    crate::commands::reservation::delete(&ctx, &name).await
+                }),
+                None => Err("delete: name the reservation: delete ReservationName=NAME".to_string()),
+            }
+        }
         (Some("update"), _) if words.len() > 1 => {
             let words = words[1..].to_vec();
             on_runtime(move |client| async move { update(client, words).await })
         }
         _ => Err(format!(
-            "'{}' is not supported: Quorum's scontrol supports show job|node|partition [NAME], show hostnames|hostlist|hostlistsorted LIST, hold|release|requeue|suspend|resume JOBS, update JobId=JOBS KEY=VALUE..., update NodeName=NODES State=DRAIN|RESUME [Reason=TEXT]",
+            "'{}' is not supported: Quorum's scontrol supports show job|node|partition [NAME], show hostnames|hostlist|hostlistsorted LIST, hold|release|requeue|suspend|resume JOBS, update JobId=JOBS KEY=VALUE..., update NodeName=NODES State=DRAIN|RESUME [Reason=TEXT], create reservation KEY=VALUE..., update ReservationName=NAME KEY=VALUE..., delete ReservationName=NAME, show reservation [NAME]",
             args.join(" ")
         )),
     };
@@ -112,6 +135,11 @@ async fn act(client: Client, jobs: Vec<String>, action: Action) -> Result<String
 
 /// `update JobId=JOBS KEY=VALUE...` or `update NodeName=NODES State=DRAIN Reason=TEXT|RESUME`,
 /// the entity's word anywhere among the others, as Slurm takes them.
+async fn reservation(client: Client, words: Vec<String>, update: bool) -> Result<String, String> {
+    let ctx = Context { client, stale: false };
+    crate::commands::reservation::create(&ctx, &words, update).await
+}
+
 async fn update(client: Client, words: Vec<String>) -> Result<String, String> {
     let ctx = Context { client, stale: false };
     let key = |w: &String| w.split_once('=').map(|(k, v)| (k.to_ascii_lowercase(), v.to_string()));
@@ -228,7 +256,12 @@ async fn show(client: Client, entity: &str, name: Option<String>, one_line: bool
                 })
                 .collect()
         }
-        other => return Err(format!("'show {other}' is not supported: show job, node, partition or licenses")),
+        "reservation" | "reservations" | "res" | "reservationname" => {
+            return crate::commands::reservation::show(&ctx, name.as_deref(), one_line).await;
+        }
+        other => {
+            return Err(format!("'show {other}' is not supported: show job, node, partition, licenses or reservation"))
+        }
     };
     Ok(records.iter().map(|lines| record_text(lines, one_line)).collect())
 }

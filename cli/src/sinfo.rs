@@ -92,6 +92,9 @@ pub struct SinfoArgs {
     /// A line for each partition, with node counts allocated/idle/other/total.
     #[arg(short = 's', long = "summarize")]
     summarize: bool,
+    /// The advance reservations instead: name, state, start, end, duration, nodes.
+    #[arg(short = 'T', long = "reservation")]
+    reservations: bool,
     /// Fields as `%` codes: `%P %R %a %l %L %D %F %t %T %N %n %c %C %m %G %f %b %E %s %r %h %g %u %H`.
     #[arg(short = 'o', long = "format")]
     format: Option<String>,
@@ -297,6 +300,10 @@ pub async fn run(a: SinfoArgs) -> anyhow::Result<u8> {
     };
     let ctx = Context { client: a.controllers.client()?, stale: false };
     let r = ctx.send(api::ListNodesRequest { stale: false }, |mut c, r| async move { c.list_nodes(r).await }).await?;
+    if a.reservations {
+        print!("{}", crate::commands::reservation::table(&r.reservations));
+        return Ok(0);
+    }
     if let Some(unknown) = a.partitions.iter().find(|p| !r.partitions.iter().any(|q| &q.name == *p)) {
         anyhow::bail!("invalid --partition '{unknown}': no such partition");
     }

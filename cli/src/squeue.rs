@@ -97,6 +97,7 @@ const CODES: &[(char, &str)] = &[
     ('E', "DEPENDENCY"),
     ('Y', "SCHEDNODES"),
     ('k', "COMMENT"),
+    ('v', "RESERVATION"),
     ('w', "WCKEY"),
 ];
 
@@ -217,6 +218,7 @@ fn value(code: char, row: &Row, now_ms: u64) -> String {
         'q' => j.qos.clone(),
         'Z' => spec.map_or_else(String::new, |s| s.work_dir.clone()),
         'k' => null_or(spec.map_or("", |s| s.comment.as_str())).to_string(),
+        'v' => null_or(spec.map_or("", |s| s.reservation.as_str())).to_string(),
         'w' => null_or(spec.map_or("", |s| s.wckey.as_str())).to_string(),
         'o' => spec.map_or_else(String::new, |s| {
             if !s.script.is_empty() {

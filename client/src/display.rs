@@ -537,7 +537,12 @@ pub fn show_job(j: &JobInfo, now_ms: u64, priority: Option<u64>) -> String {
             ),
             None => format!("JobId={} JobName={}", j.id, j.name),
         },
-        format!("{} Partition={}", user_and_group(&j.user, &spec.group), j.partition),
+        format!(
+            "{} Partition={} Reservation={}",
+            user_and_group(&j.user, &spec.group),
+            j.partition,
+            null_or(&spec.reservation)
+        ),
         format!(
             "{}Nice={} Account={} QOS={}",
             priority.map_or(String::new(), |p| format!("Priority={p} ")),

@@ -9,6 +9,7 @@ pub mod logs;
 pub mod nodes;
 pub mod prio;
 pub mod queue;
+pub mod reservation;
 pub mod share;
 pub mod show;
 pub mod submit;

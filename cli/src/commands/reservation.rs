@@ -1,0 +1,230 @@
+//! `quorum reservation create|update|delete|show`: advance reservations, with the keys of
+//! `scontrol create reservation` (`ReservationName=maint StartTime=now+1hour Duration=120
+//! Nodes=n[1-4] Users=root Flags=MAINT`), which `scontrol` also answers to.
+
+use std::process::ExitCode;
+
+use quorum_client::display::{self, null_or};
+use quorum_model::parse::{format_duration, parse_time_limit};
+use quorum_proto::api::{self, ReservationInfo, ReservationRequest};
+
+use super::Context;
+
+#[derive(clap::Subcommand)]
+pub enum Args {
+    /// Make one: ReservationName=NAME StartTime=now|now+1hour|2026-12-01T08:00 Duration=MINUTES|
+    /// [D-]H:M:S|UNLIMITED (or EndTime=TIME) Nodes=LIST (or NodeCnt=N [PartitionName=P])
+    /// Users=a,b and/or Accounts=x,y [Flags=MAINT,IGNORE_JOBS,DAILY,WEEKLY] (operators).
+    Create {
+        #[arg(required = true)]
+        words: Vec<String>,
+    },
+    /// Change one: ReservationName=NAME and what changes, as for create (operators).
+    Update {
+        #[arg(required = true)]
+        words: Vec<String>,
+    },
+    /// Delete one, refused while a job is in it (operators).
+    Delete { name: String },
+    /// The reservations not yet over (or one), as scontrol show reservation prints them.
+    Show {
+        name: Option<String>,
+        /// One line each.
+        #[arg(short = 'o', long)]
+        oneliner: bool,
+    },
+}
+
+pub async fn run(ctx: &Context, args: Args) -> anyhow::Result<ExitCode> {
+    let out = match args {
+        Args::Create { words } => create(ctx, &words, false).await,
+        Args::Update { words } => create(ctx, &words, true).await,
+        Args::Delete { name } => delete(ctx, &name).await,
+        Args::Show { name, oneliner } => show(ctx, name.as_deref(), oneliner).await,
+    };
+    match out {
+        Ok(text) => {
+            print!("{text}");
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            eprintln!("quorum: error: {e}");
+            Ok(ExitCode::FAILURE)
+        }
+    }
+}
+
+/// The request that scontrol's `KEY=VALUE` words make (keys in any case), times read in local
+/// time as of `now_ms`.
+pub fn request(words: &[String], now_ms: u64) -> Result<ReservationRequest, String> {
+    let mut r = ReservationRequest::default();
+    let time = |key: &str, value: &str| {
+        quorum_client::submit::parse_begin(value, now_ms).map_err(|e| e.replace("--begin", key))
+    };
+    for word in words {
+        let (key, value) = word.split_once('=').ok_or_else(|| format!("'{word}' is not KEY=VALUE"))?;
+        let (key, value) = (key.trim(), value.trim());
+        match key.to_ascii_lowercase().as_str() {
+            "reservationname" | "reservation" | "resv" | "name" => r.name = value.to_string(),
+            "starttime" => r.start_ms = Some(time("StartTime", value)?),
+            "endtime" => r.end_ms = Some(time("EndTime", value)?),
+            "duration" => match parse_time_limit(value).map_err(|e| format!("invalid Duration='{value}': {e}"))? {
+                Some(s) => r.duration_s = Some(s),
+                None => r.unlimited = true,
+            },
+            "nodes" | "nodelist" => r.nodes = Some(value.to_string()),
+            "nodecnt" | "nodecount" => {
+                r.node_count = Some(value.parse().map_err(|_| format!("invalid NodeCnt='{value}': give a number"))?)
+            }
+            "users" | "user" => r.users = Some(value.to_string()),
+            "accounts" | "account" => r.accounts = Some(value.to_string()),
+            "partitionname" | "partition" => r.partition = Some(value.to_string()),
+            "flags" => {
+                quorum_model::reservation::ResvFlags::parse(value)?;
+                r.flags = Some(value.to_string());
+            }
+            _ => {
+                return Err(format!(
+                    "'{key}' is not supported (ReservationName, StartTime, EndTime, Duration, Nodes, NodeCnt, Users, Accounts, PartitionName, Flags)"
+                ))
+            }
+        }
+    }
+    if r.name.is_empty() {
+        return Err("name the reservation: ReservationName=NAME".into());
+    }
+    Ok(r)
+}
+
+/// Creates (or updates) the reservation the words describe; what Slurm prints.
+pub async fn create(ctx: &Context, words: &[String], update: bool) -> Result<String, String> {
+    let req = request(words, crate::format::now_ms())?;
+    let answer = match update {
+        false => ctx.send(req, |mut c, r| async move { c.create_reservation(r).await }).await,
+        true => ctx.send(req, |mut c, r| async move { c.update_reservation(r).await }).await,
+    };
+    let r = answer.map_err(|e| format!("{e:#}"))?.reservation.unwrap_or_default();
+    Ok(match update {
+        false => format!("Reservation created: {}\n", r.name),
+        true => "Reservation updated.\n".to_string(),
+    })
+}
+
+pub async fn delete(ctx: &Context, name: &str) -> Result<String, String> {
+    let req = api::DeleteReservationRequest { name: name.to_string() };
+    ctx.send(req, |mut c, r| async move { c.delete_reservation(r).await }).await.map_err(|e| format!("{e:#}"))?;
+    Ok(String::new())
+}
+
+pub async fn list(ctx: &Context) -> Result<Vec<ReservationInfo>, String> {
+    let req = api::ListNodesRequest { stale: ctx.stale };
+    let r = ctx.send(req, |mut c, r| async move { c.list_nodes(r).await }).await.map_err(|e| format!("{e:#}"))?;
+    Ok(r.reservations)
+}
+
+/// What `scontrol show reservation [NAME]` prints.
+pub async fn show(ctx: &Context, name: Option<&str>, one_line: bool) -> Result<String, String> {
+    let all = list(ctx).await?;
+    let chosen: Vec<&ReservationInfo> = all.iter().filter(|r| name.is_none_or(|n| r.name == n)).collect();
+    match (name, chosen.is_empty()) {
+        (Some(n), true) => Err(format!("Reservation {n} not found")),
+        (None, true) => Ok("No reservations in the system\n".to_string()),
+        _ => Ok(chosen.into_iter().map(|r| show_text(r, one_line)).collect()),
+    }
+}
+
+fn duration_text(r: &ReservationInfo) -> String {
+    match r.end_ms {
+        0 => "UNLIMITED".to_string(),
+        end => format_duration(end.saturating_sub(r.start_ms) / 1000),
+    }
+}
+
+fn end_text(r: &ReservationInfo) -> String {
+    match r.end_ms {
+        0 => "Unknown".to_string(),
+        end => display::local_time(end),
+    }
+}
+
+/// One reservation as `scontrol show reservation` prints it.
+pub fn show_text(r: &ReservationInfo, one_line: bool) -> String {
+    let lines = [
+        format!(
+            "ReservationName={} StartTime={} EndTime={} Duration={}",
+            r.name,
+            display::local_time(r.start_ms),
+            end_text(r),
+            duration_text(r)
+        ),
+        format!(
+            "Nodes={} NodeCnt={} PartitionName={} Flags={}",
+            r.nodes,
+            r.node_count,
+            null_or(&r.partition),
+            null_or(&r.flags.join(","))
+        ),
+        format!("Users={} Accounts={} State={}", null_or(&r.users.join(",")), null_or(&r.accounts.join(",")), r.state),
+    ];
+    if one_line {
+        format!("{}\n", lines.join(" "))
+    } else {
+        format!("{}\n   {}\n   {}\n\n", lines[0], lines[1], lines[2])
+    }
+}
+
+/// `sinfo -T`: a line per reservation.
+pub fn table(reservations: &[ReservationInfo]) -> String {
+    let rows: Vec<Vec<String>> = reservations
+        .iter()
+        .map(|r| {
+            vec![
+                r.name.clone(),
+                r.state.clone(),
+                display::local_time(r.start_ms),
+                end_text(r),
+                duration_text(r),
+                r.nodes.clone(),
+            ]
+        })
+        .collect();
+    display::table(&["RESV_NAME", "STATE", "START_TIME", "END_TIME", "DURATION", "NODELIST"], &rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scontrol_words_make_a_request() {
+        let now = 1_800_000_000_000;
+        let words: Vec<String> = [
+            "ReservationName=maint",
+            "StartTime=now+1hour",
+            "Duration=1-00:00:00",
+            "Nodes=n[1-4]",
+            "Users=root",
+            "Flags=MAINT,IGNORE_JOBS",
+        ]
+        .map(String::from)
+        .to_vec();
+        let r = request(&words, now).unwrap();
+        assert_eq!((r.name.as_str(), r.start_ms, r.duration_s), ("maint", Some(now + 3_600_000), Some(86_400)));
+        assert_eq!((r.nodes.as_deref(), r.users.as_deref()), (Some("n[1-4]"), Some("root")));
+        let r = request(&["resv=x".into(), "duration=UNLIMITED".into(), "NodeCnt=2".into()], now).unwrap();
+        assert!(r.unlimited && r.node_count == Some(2));
+        for (bad, says) in [
+            ("Flags=SOMETIMES", "unknown reservation flag 'SOMETIMES'"),
+            ("Flags=FLEX", "'FLEX' is not supported yet"),
+            ("StartTime=soon", "invalid StartTime 'soon'"),
+            ("Duration=forever", "invalid Duration='forever'"),
+            ("NodeCnt=many", "invalid NodeCnt='many'"),
+            ("Features=x", "'Features' is not supported"),
+            ("Nodes", "is not KEY=VALUE"),
+        ] {
+            let e = request(&["ReservationName=r".into(), bad.into()], now).unwrap_err();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+        assert!(request(&["Duration=10".into()], now).unwrap_err().contains("ReservationName=NAME"));
+    }
+}

@@ -1,0 +1,127 @@
+//! Advance reservations on a cluster with agents, through the Slurm command names: an operator
+//! sets node02 aside for one user; that user's jobs run there and nowhere else, other jobs keep
+//! off it and say why, strangers are refused, a reservation in use cannot be deleted, and a job
+//! in a reservation that ends is stopped at its end.
+
+mod common;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use common::*;
+use quorum_dev::cluster::{DevCluster, DevOptions};
+
+const T: Duration = Duration::from_secs(30);
+
+/// `NAME ARGS` (a Slurm command name) as `user`, run through the `quorum` binary.
+fn slurm_as(cluster: &DevCluster, bin: &Path, name: &str, user: &str, args: &[&str]) -> Run {
+    let link = bin.join(name);
+    if !link.exists() {
+        std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_quorum"), &link).unwrap();
+    }
+    program_as(&link, &cluster.controllers_env(), Some(user), bin, args)
+}
+
+fn submitted(run: Run) -> u64 {
+    let out = run.success();
+    out.trim().strip_prefix("Submitted job ").and_then(|id| id.parse().ok()).unwrap_or_else(|| panic!("{out}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reservation_keeps_its_node_for_its_users_and_ends_their_jobs_with_it() {
+    for user in ["resv-user", "resv-other"] {
+        ensure_user(user);
+    }
+    let cluster = cluster(DevOptions::for_tests()).await;
+    let c = client(&cluster.addrs);
+    wait_ready(&cluster, &c, 2).await;
+    let env = cluster.controllers_env();
+    let (dir, bin) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    // Jobs run as their users, who write their output here.
+    std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    let as_user = |user: &str, args: &[&str]| quorum_as(&env, Some(user), dir.path(), args);
+    let scontrol = |user: &str, args: &[&str]| slurm_as(&cluster, bin.path(), "scontrol", user, args);
+
+    // Only operators make reservations.
+    let refused = scontrol(
+        "resv-user",
+        &["create", "reservation", "ReservationName=lab", "Duration=60", "Nodes=node02", "Users=resv-user"],
+    );
+    assert!(refused.stderr.contains("may not call CreateReservation: it needs the operator role"), "{refused:?}");
+    let made = scontrol(
+        "root",
+        &[
+            "create",
+            "reservation",
+            "ReservationName=lab",
+            "StartTime=now",
+            "Duration=UNLIMITED",
+            "Nodes=node02",
+            "Users=resv-user",
+        ],
+    );
+    assert_eq!(made.success(), "Reservation created: lab\n");
+    let shown = scontrol("resv-user", &["show", "reservation", "lab"]).success();
+    for part in
+        ["ReservationName=lab ", "Duration=UNLIMITED", "Nodes=node02 NodeCnt=1", "Users=resv-user", "State=ACTIVE"]
+    {
+        assert!(shown.contains(part), "{part} in {shown}");
+    }
+    let listed = slurm_as(&cluster, bin.path(), "sinfo", "resv-user", &["-T"]).success();
+    assert!(listed.lines().any(|l| l.starts_with("lab") && l.contains("ACTIVE") && l.ends_with("node02")), "{listed}");
+
+    // Its user's job runs on its node; whole-node jobs of others take node01, then wait.
+    let inside = submitted(as_user("resv-user", &["submit", "--exclusive", "--reservation=lab", "--", "sleep", "300"]));
+    let outside = submitted(as_user("resv-other", &["submit", "--exclusive", "--", "sleep", "300"]));
+    let waiting = submitted(as_user("resv-other", &["submit", "--exclusive", "--", "sleep", "300"]));
+    assert_eq!(wait_state(&c, inside, &["RUNNING"], T).await.nodelist, "node02");
+    assert_eq!(wait_state(&c, outside, &["RUNNING"], T).await.nodelist, "node01");
+    let why = wait_for(T, "the reason of the job outside", || async {
+        let j = job(&c, waiting).await;
+        (j.reason != "None").then_some(j)
+    })
+    .await;
+    assert_eq!(
+        (why.state.as_str(), why.reason.as_str()),
+        ("PENDING", "ReqNodeNotAvail, May be reserved for other job")
+    );
+    let squeue =
+        slurm_as(&cluster, bin.path(), "squeue", "resv-user", &["-h", "-o", "%i %v", "-j", &inside.to_string()]);
+    assert_eq!(squeue.success().trim(), format!("{inside} lab"));
+
+    // Strangers and unknown reservations are refused at submit, naming why.
+    let stranger = as_user("resv-other", &["submit", "--reservation=lab", "--", "true"]);
+    assert!(stranger.stderr.contains("reservation 'lab': access denied: neither user 'resv-other'"), "{stranger:?}");
+    let unknown = as_user("resv-user", &["submit", "--reservation=nope", "--", "true"]);
+    assert!(unknown.stderr.contains("reservation 'nope': no such reservation"), "{unknown:?}");
+
+    // In use, it stays; once its job is gone it goes, and node02 takes the job that waited.
+    let busy = scontrol("root", &["delete", "ReservationName=lab"]);
+    assert!(busy.stderr.contains(&format!("it is in use by job {inside} (RUNNING)")), "{busy:?}");
+    as_user("resv-user", &["cancel", &inside.to_string()]).success();
+    wait_state(&c, inside, &["CANCELLED"], T).await;
+    scontrol("root", &["delete", "ReservationName=lab"]).success();
+    assert_eq!(wait_state(&c, waiting, &["RUNNING"], T).await.nodelist, "node02");
+    assert!(scontrol("root", &["show", "reservation"]).success().contains("No reservations in the system"));
+    for j in [outside, waiting] {
+        as_user("resv-other", &["cancel", &j.to_string()]).success();
+        wait_state(&c, j, &["CANCELLED"], T).await;
+    }
+
+    // A job in a reservation of 6 s (for the jobs of account root, every job's here), with a
+    // limit of 10 minutes, is stopped where the reservation ends.
+    scontrol(
+        "root",
+        &["create", "reservation", "ReservationName=short", "Duration=0:06", "Nodes=node01", "Accounts=root"],
+    )
+    .success();
+    let cut = submitted(as_user("resv-user", &["submit", "-t", "10", "--reservation=short", "--", "sleep", "300"]));
+    let started = wait_state(&c, cut, &["RUNNING"], T).await;
+    assert_eq!(started.nodelist, "node01");
+    let since = Instant::now();
+    let ended = wait_state(&c, cut, &["TIMEOUT", "COMPLETED", "FAILED", "CANCELLED"], T).await;
+    assert_eq!(ended.state, "TIMEOUT", "{ended:?}");
+    assert!(since.elapsed() < Duration::from_secs(25), "it ran {:?} after it started", since.elapsed());
+    let ran_ms = ended.end_time_ms.saturating_sub(started.start_time_ms);
+    assert!(ran_ms < 20_000, "it ran {ran_ms} ms in a reservation of 6 s");
+}
