@@ -74,6 +74,25 @@ async fn a_user_sees_the_queue_and_the_plan_and_cancels_from_the_page_in_chromiu
     })
     .await;
 
+    // An operator's maintenance window on node01, from five minutes on: the plan draws it.
+    let maint = api::ReservationRequest {
+        name: "maint".into(),
+        start_ms: Some(now_ms() + 300_000),
+        duration_s: Some(600),
+        nodes: Some("node01".into()),
+        users: Some("root".into()),
+        flags: Some("MAINT".into()),
+        ..Default::default()
+    };
+    let made = root
+        .call(|mut cl| {
+            let req = maint.clone();
+            async move { cl.create_reservation(req).await }
+        })
+        .await
+        .expect("an operator makes a reservation");
+    let maint = made.reservation.expect("the reservation as made");
+
     let python = pypi_python("selenium", "4.40.0", "selenium");
     let screenshot = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("dashboard-plan.png");
     let _ = std::fs::remove_file(&screenshot);
@@ -84,6 +103,8 @@ async fn a_user_sees_the_queue_and_the_plan_and_cancels_from_the_page_in_chromiu
         "running": running,
         "reserved": reserved,
         "expected_start_ms": expected_start_ms,
+        "maint_start_ms": maint.start_ms,
+        "maint_end_ms": maint.end_ms,
         "screenshot": screenshot,
     });
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/dashboard/drive.py");

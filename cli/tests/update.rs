@@ -118,10 +118,6 @@ async fn a_running_jobs_limit_moves_on_its_node_and_a_pending_job_changes_before
     cluster.shutdown().await;
 }
 
-fn now_ms() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64
-}
-
 /// `quorum suspend` freezes a running job where it runs (its output stops growing), keeps its
 /// node, and holds its time limit; `quorum resume` thaws it, and it then ends at its limit
 /// lengthened by the time it was suspended.

@@ -5,7 +5,7 @@
 use std::process::ExitCode;
 
 use quorum_client::display::{self, null_or};
-use quorum_model::parse::{format_duration, parse_time_limit};
+use quorum_model::parse::parse_time_limit;
 use quorum_proto::api::{self, ReservationInfo, ReservationRequest};
 
 use super::Context;
@@ -116,27 +116,35 @@ pub async fn delete(ctx: &Context, name: &str) -> Result<String, String> {
     Ok(String::new())
 }
 
-pub async fn list(ctx: &Context) -> Result<Vec<ReservationInfo>, String> {
+/// The nodes and the reservations, as `ListNodes` answers them.
+async fn list(ctx: &Context) -> Result<api::ListNodesResponse, String> {
     let req = api::ListNodesRequest { stale: ctx.stale };
-    let r = ctx.send(req, |mut c, r| async move { c.list_nodes(r).await }).await.map_err(|e| format!("{e:#}"))?;
-    Ok(r.reservations)
+    ctx.send(req, |mut c, r| async move { c.list_nodes(r).await }).await.map_err(|e| format!("{e:#}"))
 }
 
 /// What `scontrol show reservation [NAME]` prints.
 pub async fn show(ctx: &Context, name: Option<&str>, one_line: bool) -> Result<String, String> {
     let all = list(ctx).await?;
-    let chosen: Vec<&ReservationInfo> = all.iter().filter(|r| name.is_none_or(|n| r.name == n)).collect();
+    let chosen: Vec<&ReservationInfo> = all.reservations.iter().filter(|r| name.is_none_or(|n| r.name == n)).collect();
     match (name, chosen.is_empty()) {
         (Some(n), true) => Err(format!("Reservation {n} not found")),
         (None, true) => Ok("No reservations in the system\n".to_string()),
-        _ => Ok(chosen.into_iter().map(|r| show_text(r, one_line)).collect()),
+        _ => Ok(chosen.into_iter().map(|r| show_text(r, &all.nodes, one_line)).collect()),
     }
 }
 
+/// As Slurm writes a reservation's duration: `[D-]HH:MM:SS`, or `UNLIMITED`.
 fn duration_text(r: &ReservationInfo) -> String {
-    match r.end_ms {
-        0 => "UNLIMITED".to_string(),
-        end => format_duration(end.saturating_sub(r.start_ms) / 1000),
+    let secs = match r.end_ms {
+        0 => return "UNLIMITED".to_string(),
+        end => end.saturating_sub(r.start_ms) / 1000,
+    };
+    let (days, rest) = (secs / 86_400, secs % 86_400);
+    let clock = format!("{:02}:{:02}:{:02}", rest / 3600, rest / 60 % 60, rest % 60);
+    if days > 0 {
+        format!("{days}-{clock}")
+    } else {
+        clock
     }
 }
 
@@ -147,8 +155,11 @@ fn end_text(r: &ReservationInfo) -> String {
     }
 }
 
-/// One reservation as `scontrol show reservation` prints it.
-pub fn show_text(r: &ReservationInfo, one_line: bool) -> String {
+/// One reservation as `scontrol show reservation` prints it (`nodes`: the cluster's, for its
+/// CPU count).
+pub fn show_text(r: &ReservationInfo, nodes: &[api::NodeInfo], one_line: bool) -> String {
+    let names = quorum_model::hostlist::expand(&r.nodes).unwrap_or_default();
+    let cpus: u32 = nodes.iter().filter(|n| names.contains(&n.name)).map(|n| n.cpus).sum();
     let lines = [
         format!(
             "ReservationName={} StartTime={} EndTime={} Duration={}",
@@ -158,18 +169,25 @@ pub fn show_text(r: &ReservationInfo, one_line: bool) -> String {
             duration_text(r)
         ),
         format!(
-            "Nodes={} NodeCnt={} PartitionName={} Flags={}",
+            "Nodes={} NodeCnt={} CoreCnt={cpus} Features=(null) PartitionName={} Flags={}",
             r.nodes,
             r.node_count,
             null_or(&r.partition),
             null_or(&r.flags.join(","))
         ),
-        format!("Users={} Accounts={} State={}", null_or(&r.users.join(",")), null_or(&r.accounts.join(",")), r.state),
+        format!("TRES=cpu={cpus}"),
+        format!(
+            "Users={} Groups=(null) Accounts={} Licenses=(null) State={} BurstBuffer=(null) Watts=n/a",
+            null_or(&r.users.join(",")),
+            null_or(&r.accounts.join(",")),
+            r.state
+        ),
+        "MaxStartDelay=(null)".to_string(),
     ];
     if one_line {
         format!("{}\n", lines.join(" "))
     } else {
-        format!("{}\n   {}\n   {}\n\n", lines[0], lines[1], lines[2])
+        format!("{}\n\n", lines.join("\n   "))
     }
 }
 

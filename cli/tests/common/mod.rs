@@ -17,6 +17,11 @@ pub async fn cluster(opts: DevOptions) -> DevCluster {
 
 /// A client of `addrs` as this process's user, with the certificates and munged that every
 /// dev cluster of this test process shares.
+/// This machine's clock, in milliseconds since the epoch.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64
+}
+
 pub fn client(addrs: &[String]) -> Client {
     Client::new(addrs.to_vec(), quorum_dev::security::DevSecurity::shared().client()).expect("client")
 }

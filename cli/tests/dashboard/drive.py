@@ -68,6 +68,11 @@ try:
     bottom_at = geometry["top"] + geometry["height"] - (geometry["start"] - geometry["now"]) * geometry["height"] / (geometry["last"] - geometry["now"])
     assert abs(geometry["y"] + geometry["h"] - bottom_at) < 1.5, f"the rectangle's bottom is at {geometry['y'] + geometry['h']}, its start at {bottom_at}"
     assert len(geometry["running"]) == 2, f"the running job is drawn on {geometry['running']}"
+    # The maintenance reservation, on its node over its window.
+    resv = find('rect.resv.maint[data-resv="maint"]')
+    held = driver.execute_script("const r = arguments[0]; return {node: r.dataset.node, start: +r.dataset.start, end: +r.dataset.end};", resv)
+    seen["reservation"] = held
+    assert held == {"node": "node01", "start": args["maint_start_ms"], "end": args["maint_end_ms"]}, f"the reservation is drawn as {held}"
     driver.save_screenshot(args["screenshot"])
 
     # Its details, from a click; cancelled from the page.

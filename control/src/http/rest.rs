@@ -742,6 +742,23 @@ pub struct Plan {
     pub nodes: Vec<PlanNode>,
     /// Running jobs, then pending ones (those with a place reserved have `nodes`)
     pub jobs: Vec<PlanJob>,
+    /// Advance reservations: their nodes over their window now in force or next
+    pub reservations: Vec<PlanReservation>,
+}
+
+/// An advance reservation in the plan: its nodes, kept from the jobs outside it over its window.
+#[derive(Serialize, Deserialize, ToSchema)]
+pub struct PlanReservation {
+    pub name: String,
+    pub nodes: Vec<String>,
+    pub start_ms: u64,
+    /// 0: it never ends
+    pub end_ms: u64,
+    /// MAINT, IGNORE_JOBS, DAILY, WEEKLY
+    pub flags: Vec<String>,
+    /// Who may use it
+    pub users: Vec<String>,
+    pub accounts: Vec<String>,
 }
 
 #[derive(Serialize, Deserialize, ToSchema)]
@@ -808,6 +825,19 @@ impl PlanJob {
 async fn plan(ask: Ask) -> Answer<Plan> {
     let caller = ask.caller("ListJobs")?;
     let listed = ask.http.api.list_nodes(request(caller.clone(), ListNodesRequest::default())).await?.into_inner();
+    let reservations = listed
+        .reservations
+        .into_iter()
+        .map(|r| PlanReservation {
+            nodes: crate::model::hostlist::expand(&r.nodes).unwrap_or_default(),
+            name: r.name,
+            start_ms: r.start_ms,
+            end_ms: r.end_ms,
+            flags: r.flags,
+            users: r.users,
+            accounts: r.accounts,
+        })
+        .collect();
     let nodes = listed
         .nodes
         .into_iter()
@@ -832,7 +862,7 @@ async fn plan(ask: Ask) -> Answer<Plan> {
         after = page.next_after;
     }
     jobs.sort_by_key(|j| (j.state != "RUNNING", j.id));
-    Ok(Json(Plan { now_ms, nodes, jobs }))
+    Ok(Json(Plan { now_ms, nodes, jobs, reservations }))
 }
 
 /// Which jobs' priorities.

@@ -133,7 +133,10 @@ async function planView() {
   const plan = await api("/plan");
   const now = Number(plan.now_ms);
   const placed = plan.jobs.filter((j) => j.nodes.length && j.end_ms);
-  const last = Math.max(now + 10 * 60 * 1000, ...placed.map((j) => Number(j.end_ms)));
+  const resvs = plan.reservations || [];
+  // A reservation without an end is drawn to the top of the chart.
+  const last = Math.max(now + 10 * 60 * 1000, ...placed.map((j) => Number(j.end_ms)),
+    ...resvs.filter((r) => Number(r.end_ms)).map((r) => Number(r.end_ms)));
   const column = {};
   plan.nodes.forEach((n, i) => { column[n.name] = i; });
   const colW = Math.max(6, Math.min(48, Math.floor(1200 / Math.max(1, plan.nodes.length))));
@@ -159,6 +162,19 @@ async function planView() {
     }
   });
   svg.append(names);
+  const held = el("g", { class: "reservations" });
+  for (const r of resvs) {
+    const y0 = y(Number(r.start_ms)), y1 = Number(r.end_ms) ? y(Math.min(Number(r.end_ms), last)) : top;
+    const maint = r.flags.includes("MAINT");
+    for (const node of r.nodes) {
+      if (column[node] === undefined) continue;
+      held.append(el("rect", {
+        class: "resv" + (maint ? " maint" : ""), x: left + column[node] * colW, width: colW, y: y1, height: Math.max(1, y0 - y1),
+        "data-resv": r.name, "data-node": node, "data-start": r.start_ms, "data-end": r.end_ms,
+      }, el("title", {}, `reservation ${r.name}${maint ? " (maintenance)" : ""} for ${[...r.users, ...r.accounts].join(", ")}: ${when(r.start_ms)} – ${Number(r.end_ms) ? when(r.end_ms) : "no end"}`)));
+    }
+  }
+  svg.append(held);
   const jobs = el("g", { class: "jobs" });
   for (const j of placed) {
     const y0 = y(Number(j.start_ms)), y1 = y(Number(j.end_ms));
@@ -179,6 +195,7 @@ async function planView() {
   show(el("h2", {}, "Plan"),
     el("p", { class: "legend" }, el("span", {}, el("i", { class: "run" }), "running, to its time limit"),
       el("span", {}, el("i", { class: "pend" }), "reserved by backfill"),
+      el("span", {}, el("i", { class: "resv" }), "advance reservation (darker: maintenance)"),
       el("span", {}, waiting + " pending without a place yet"), el("span", {}, "updated " + when(now))),
     el("div", { id: "plan-chart" }, svg));
 }
