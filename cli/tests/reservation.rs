@@ -85,6 +85,9 @@ async fn a_reservation_keeps_its_node_for_its_users_and_ends_their_jobs_with_it(
         (why.state.as_str(), why.reason.as_str()),
         ("PENDING", "ReqNodeNotAvail, May be reserved for other job")
     );
+    let start = as_user("resv-other", &["queue", "--start"]).success();
+    let after = start.split("Advance reservations").nth(1).unwrap_or_else(|| panic!("{start}"));
+    assert!(after.lines().any(|l| l.starts_with("lab") && l.ends_with("node02")), "{start}");
     let squeue =
         slurm_as(&cluster, bin.path(), "squeue", "resv-user", &["-h", "-o", "%i %v", "-j", &inside.to_string()]);
     assert_eq!(squeue.success().trim(), format!("{inside} lab"));

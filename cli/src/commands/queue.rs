@@ -42,6 +42,12 @@ pub async fn run(ctx: &Context, Args { all, start, user, json }: Args) -> anyhow
         print_json(&r.jobs.iter().map(display::job_json).collect::<Vec<_>>())?;
     } else if start {
         print!("{}", display::start_table(&r.jobs));
+        // The advance reservations, which the expected starts keep clear of.
+        let resvs = super::reservation::list(ctx).await.map_err(anyhow::Error::msg)?.reservations;
+        if !resvs.is_empty() {
+            println!("\nAdvance reservations (jobs outside them keep off their nodes):");
+            print!("{}", super::reservation::table(&resvs));
+        }
     } else {
         print!("{}", display::queue_table(&r.jobs, r.now_ms));
     }

@@ -117,7 +117,7 @@ pub async fn delete(ctx: &Context, name: &str) -> Result<String, String> {
 }
 
 /// The nodes and the reservations, as `ListNodes` answers them.
-async fn list(ctx: &Context) -> Result<api::ListNodesResponse, String> {
+pub async fn list(ctx: &Context) -> Result<api::ListNodesResponse, String> {
     let req = api::ListNodesRequest { stale: ctx.stale };
     ctx.send(req, |mut c, r| async move { c.list_nodes(r).await }).await.map_err(|e| format!("{e:#}"))
 }
