@@ -103,6 +103,14 @@ fn bad_input_is_named() {
         (&["ok.swf", "--config", "bad.toml"], "partition 'p'"),
         (&["ok.swf", "--config", "none.toml"], "none.toml"),
         (&["ok.swf", "--gantt-span", "soon"], "--gantt-span"),
+        (
+            &["ok.swf", "--reserve", "ReservationName=m Duration=soon"],
+            "--reserve 'ReservationName=m Duration=soon': invalid Duration='soon'",
+        ),
+        (
+            &["ok.swf", "--reserve", "ReservationName=m Duration=10 NodeCnt=9 Users=root"],
+            "--reserve: reservation 'm': only 4 of the 9 nodes asked for are free over its window",
+        ),
     ];
     for (args, want) in cases {
         let r = simulate(dir.path(), args);
@@ -110,6 +118,24 @@ fn bad_input_is_named() {
         assert!(r.stderr.contains(want), "{args:?}: '{}' lacks '{want}'", r.stderr);
         assert!(r.stdout.is_empty(), "{args:?} printed a result");
     }
+}
+
+/// A maintenance window on two of the four nodes over [20 s, 220 s): job 2 (all four nodes) runs
+/// after it, and nothing crosses it.
+#[test]
+fn a_maintenance_window_is_replayed() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("t.swf"), TRACE).unwrap();
+    let maint = "ReservationName=maint StartTime=now+20 Duration=0:03:20 NodeCnt=2 Users=root Flags=MAINT";
+    let r = simulate(dir.path(), &["t.swf", "--reserve", maint, "--json"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let v: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+    // Starts 0, 220, 100 and 270 (submitted at 0, 1, 2, 3); 4 ends at 270 + 200.
+    assert_eq!(v["wait_mean_s"], (0.0 + 219.0 + 98.0 + 267.0) / 4.0, "{v}");
+    assert_eq!(v["makespan_s"], 470, "{v}");
+    assert_eq!(v["reservations"], serde_json::json!(["maint"]));
+    let r = simulate(dir.path(), &["t.swf", "--reserve", maint]);
+    assert!(r.stdout.contains("reserved     maint: n[0001-0002] from 0:20 for 3:20 (MAINT)"), "{}", r.stdout);
 }
 
 #[test]

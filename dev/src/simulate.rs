@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use quorum_control::config::ClusterSettings;
 use quorum_control::model::parse::{format_duration, parse_time_limit};
+use quorum_control::model::reservation::ResvRequest;
 use quorum_control::sim::metrics::{Metrics, Report};
 use quorum_control::sim::swf::{self, Trace};
 use quorum_control::sim::{svg, PolicyName, Progress, SimOptions, SimResult, Simulation};
@@ -35,6 +36,11 @@ pub struct SimulateArgs {
     /// Conservative backfill: how many blocked jobs get reservations (default: all).
     #[arg(long)]
     pub reservations: Option<u32>,
+    /// An advance reservation, in scontrol's words, made before the first job: "ReservationName=m
+    /// StartTime=now+2days Duration=4:00:00 NodeCnt=16 Users=root Flags=MAINT,WEEKLY" (now: the
+    /// trace's start). The trace's jobs keep off its nodes over its windows. Repeatable.
+    #[arg(long, value_name = "WORDS")]
+    pub reserve: Vec<String>,
     /// Let a job that runs past its requested time run its recorded time instead of killing it.
     #[arg(long)]
     pub no_kill: bool,
@@ -79,6 +85,17 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
         Some(path) => Some(ClusterSettings::load(path)?),
         None => None,
     };
+    // Simulated time starts at 0: `now` is the trace's start.
+    let time =
+        |key: &str, value: &str| quorum_client::submit::parse_begin(value, 0).map_err(|e| e.replace("--begin", key));
+    let reserve = args
+        .reserve
+        .iter()
+        .map(|w| {
+            let words: Vec<String> = w.split_whitespace().map(String::from).collect();
+            ResvRequest::from_words(&words, &time).map_err(|e| anyhow::anyhow!("--reserve '{w}': {e}"))
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
     let started = Instant::now();
     let trace = swf::read(&args.trace)?;
     let opts = SimOptions {
@@ -92,6 +109,7 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
         from: args.from,
         count: args.count,
         samples: args.plot.is_some(),
+        reserve,
     };
     let sim = Simulation::new(&trace, &opts)?;
     let show_progress = !args.quiet;
@@ -160,6 +178,7 @@ fn json(name: &str, trace: &Trace, r: &SimResult, report: &Report) -> serde_json
     obj.insert("policy".into(), r.policy_name.clone().into());
     obj.insert("machine".into(), serde_json::to_value(&r.machine).expect("serializes"));
     obj.insert("cycles".into(), r.cycles.into());
+    obj.insert("reservations".into(), r.reservations.iter().map(|v| v.name.clone()).collect());
     obj.insert("skipped".into(), serde_json::to_value(&r.skipped).expect("serializes"));
     obj.insert(
         "rejected".into(),
@@ -201,6 +220,21 @@ fn table(name: &str, trace: &Trace, r: &SimResult, report: &Report) -> String {
         },
         format_duration(p.bf_window_s)
     );
+    for v in &r.reservations {
+        let names: Vec<&str> = v.nodes.iter().map(String::as_str).collect();
+        let _ = writeln!(
+            out,
+            "reserved     {}: {} from {} for {}{}",
+            v.name,
+            quorum_control::model::hostlist::compress(&names),
+            format_duration(v.start_ms / 1000),
+            v.duration_ms().map_or_else(|| "ever".to_string(), |d| format_duration(d / 1000)),
+            match v.flags.names().join(",") {
+                f if f.is_empty() => String::new(),
+                f => format!(" ({f})"),
+            }
+        );
+    }
     for (why, n) in &r.skipped {
         let _ = writeln!(out, "skipped      {n} records: {why}");
     }

@@ -214,7 +214,55 @@ pub struct ResvRequest {
 pub const MAX_NAME_LEN: usize = 64;
 pub const MAX_LIST_LEN: usize = 10_000;
 
+/// The keys `scontrol create reservation` takes here, as its errors name them.
+pub const KEYS: &str =
+    "ReservationName, StartTime, EndTime, Duration, Nodes, NodeCnt, Users, Accounts, PartitionName, Flags";
+
 impl ResvRequest {
+    /// Reads scontrol's `KEY=VALUE` words (keys in any case); `time` reads `StartTime` and
+    /// `EndTime` values (given the key, for its errors).
+    pub fn from_words(
+        words: &[String],
+        time: &dyn Fn(&str, &str) -> Result<Millis, String>,
+    ) -> Result<ResvRequest, String> {
+        let mut r = ResvRequest::default();
+        let list = |v: &str| v.split(',').map(str::trim).filter(|x| !x.is_empty()).map(String::from).collect();
+        for word in words {
+            let (key, value) = word.split_once('=').ok_or_else(|| format!("'{word}' is not KEY=VALUE ({KEYS})"))?;
+            let (key, value) = (key.trim(), value.trim());
+            match key.to_ascii_lowercase().as_str() {
+                "reservationname" | "reservation" | "resv" | "name" => r.name = value.to_string(),
+                "starttime" => r.start_ms = Some(time("StartTime", value)?),
+                "endtime" => r.end = Some(ResvEnd::At(time("EndTime", value)?)),
+                "duration" => {
+                    r.end = Some(match crate::parse::parse_time_limit(value) {
+                        Ok(Some(s)) => ResvEnd::After(s),
+                        Ok(None) => ResvEnd::Unlimited,
+                        Err(e) => return Err(format!("invalid Duration='{value}': {e}")),
+                    })
+                }
+                "nodes" | "nodelist" => {
+                    let nodes = crate::hostlist::expand_at_most(value, MAX_LIST_LEN)
+                        .map_err(|e| format!("invalid Nodes='{value}': {e}"))?;
+                    r.nodes = Some(nodes);
+                }
+                "nodecnt" | "nodecount" => {
+                    r.node_count = Some(value.parse().map_err(|_| format!("invalid NodeCnt='{value}': give a number"))?)
+                }
+                "users" | "user" => r.users = Some(list(value)),
+                "accounts" | "account" => r.accounts = Some(list(value)),
+                "partitionname" | "partition" => r.partition = Some(value.to_string()),
+                "flags" => r.flags = Some(ResvFlags::parse(value)?),
+                _ => return Err(format!("'{key}' is not supported ({KEYS})")),
+            }
+        }
+        if r.name.is_empty() {
+            return Err("name the reservation: ReservationName=NAME".into());
+        }
+        r.check_shape()?;
+        Ok(r)
+    }
+
     /// Shape checks that need no state: a name, lists within bounds.
     pub fn check_shape(&self) -> Result<(), String> {
         let name_ok = |n: &str| {

@@ -5,7 +5,7 @@
 use std::process::ExitCode;
 
 use quorum_client::display::{self, null_or};
-use quorum_model::parse::parse_time_limit;
+use quorum_model::reservation::{ResvEnd, ResvRequest};
 use quorum_proto::api::{self, ReservationInfo, ReservationRequest};
 
 use super::Context;
@@ -57,43 +57,33 @@ pub async fn run(ctx: &Context, args: Args) -> anyhow::Result<ExitCode> {
 /// The request that scontrol's `KEY=VALUE` words make (keys in any case), times read in local
 /// time as of `now_ms`.
 pub fn request(words: &[String], now_ms: u64) -> Result<ReservationRequest, String> {
-    let mut r = ReservationRequest::default();
     let time = |key: &str, value: &str| {
         quorum_client::submit::parse_begin(value, now_ms).map_err(|e| e.replace("--begin", key))
     };
-    for word in words {
-        let (key, value) = word.split_once('=').ok_or_else(|| format!("'{word}' is not KEY=VALUE"))?;
-        let (key, value) = (key.trim(), value.trim());
-        match key.to_ascii_lowercase().as_str() {
-            "reservationname" | "reservation" | "resv" | "name" => r.name = value.to_string(),
-            "starttime" => r.start_ms = Some(time("StartTime", value)?),
-            "endtime" => r.end_ms = Some(time("EndTime", value)?),
-            "duration" => match parse_time_limit(value).map_err(|e| format!("invalid Duration='{value}': {e}"))? {
-                Some(s) => r.duration_s = Some(s),
-                None => r.unlimited = true,
-            },
-            "nodes" | "nodelist" => r.nodes = Some(value.to_string()),
-            "nodecnt" | "nodecount" => {
-                r.node_count = Some(value.parse().map_err(|_| format!("invalid NodeCnt='{value}': give a number"))?)
-            }
-            "users" | "user" => r.users = Some(value.to_string()),
-            "accounts" | "account" => r.accounts = Some(value.to_string()),
-            "partitionname" | "partition" => r.partition = Some(value.to_string()),
-            "flags" => {
-                quorum_model::reservation::ResvFlags::parse(value)?;
-                r.flags = Some(value.to_string());
-            }
-            _ => {
-                return Err(format!(
-                    "'{key}' is not supported (ReservationName, StartTime, EndTime, Duration, Nodes, NodeCnt, Users, Accounts, PartitionName, Flags)"
-                ))
-            }
-        }
-    }
-    if r.name.is_empty() {
-        return Err("name the reservation: ReservationName=NAME".into());
-    }
-    Ok(r)
+    let r = ResvRequest::from_words(words, &time)?;
+    let names = |l: &Vec<String>| l.join(",");
+    Ok(ReservationRequest {
+        name: r.name,
+        start_ms: r.start_ms,
+        end_ms: match r.end {
+            Some(ResvEnd::At(t)) => Some(t),
+            _ => None,
+        },
+        duration_s: match r.end {
+            Some(ResvEnd::After(s)) => Some(s),
+            _ => None,
+        },
+        unlimited: r.end == Some(ResvEnd::Unlimited),
+        nodes: r
+            .nodes
+            .as_ref()
+            .map(|n| quorum_model::hostlist::compress(&n.iter().map(String::as_str).collect::<Vec<_>>())),
+        node_count: r.node_count,
+        users: r.users.as_ref().map(names),
+        accounts: r.accounts.as_ref().map(names),
+        partition: r.partition,
+        flags: r.flags.map(|f| f.names().join(",")),
+    })
 }
 
 /// Creates (or updates) the reservation the words describe; what Slurm prints.
@@ -229,6 +219,7 @@ mod tests {
         let r = request(&words, now).unwrap();
         assert_eq!((r.name.as_str(), r.start_ms, r.duration_s), ("maint", Some(now + 3_600_000), Some(86_400)));
         assert_eq!((r.nodes.as_deref(), r.users.as_deref()), (Some("n[1-4]"), Some("root")));
+        assert_eq!(r.flags.as_deref(), Some("MAINT,IGNORE_JOBS"));
         let r = request(&["resv=x".into(), "duration=UNLIMITED".into(), "NodeCnt=2".into()], now).unwrap();
         assert!(r.unlimited && r.node_count == Some(2));
         for (bad, says) in [
@@ -244,5 +235,7 @@ mod tests {
             assert!(e.contains(says), "{bad}: {e}");
         }
         assert!(request(&["Duration=10".into()], now).unwrap_err().contains("ReservationName=NAME"));
+        let bad_nodes = request(&["ReservationName=r".into(), "Nodes=n[1-".into()], now).unwrap_err();
+        assert!(bad_nodes.contains("invalid Nodes='n[1-'"), "{bad_nodes}");
     }
 }

@@ -103,6 +103,9 @@ pub struct SimOptions {
     pub count: Option<usize>,
     /// Keep the queue length and busy CPUs after every cycle (for `--plot`).
     pub samples: bool,
+    /// Advance reservations made before the first job (maintenance windows, say): the
+    /// trace's jobs are in none of them, so they keep off their nodes over their windows.
+    pub reserve: Vec<crate::model::reservation::ResvRequest>,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -196,6 +199,8 @@ pub struct SimResult {
     pub dropped: Vec<(JobId, DropReason)>,
     pub samples: Vec<Sample>,
     pub cycles: u64,
+    /// The advance reservations it replayed with (`--reserve`).
+    pub reservations: Vec<crate::model::reservation::Reservation>,
 }
 
 /// A trace ready to replay: the machine resolved, the slice chosen, the cluster set up.
@@ -382,6 +387,12 @@ impl Simulation {
                 now: base,
             });
         }
+        for request in &opts.reserve {
+            let command = Command::CreateReservation { request: request.clone(), user: "root".into(), now: base };
+            if let Response::Rejected(r) = sim.cmd(command) {
+                return Err(SimError::Invalid(format!("--reserve: {r}")));
+            }
+        }
         Ok(sim)
     }
 
@@ -401,6 +412,19 @@ impl Simulation {
             ..Default::default()
         }));
         accounts
+    }
+
+    /// The first opening or closing of a reservation's window after `after_s`, in seconds.
+    fn next_boundary(&self, after_s: u64) -> Option<u64> {
+        let after_ms = after_s.saturating_mul(1000);
+        self.state
+            .reservations
+            .values()
+            .flat_map(|r| r.windows(after_ms, 2))
+            .flat_map(|(s, e)| [Some(s / 1000), e.map(|e| e.div_ceil(1000))])
+            .flatten()
+            .filter(|&t| t > after_s)
+            .min()
     }
 
     fn cmd(&mut self, c: Command) -> Response {
@@ -456,13 +480,19 @@ impl Simulation {
         let mut ended = 0usize;
         let mut busy_cpus = 0u64;
         let arrivals = std::mem::take(&mut self.arrivals);
+        // When a reservation's window opens or closes, waiting jobs may start: a cycle then too,
+        // though nothing arrives or ends. Cycles so woken that start nothing, in a row.
+        let (mut last_t, mut idle_wakes) = (0u64, 0u32);
         loop {
-            let t = match (arrivals.get(next).map(|a| a.submit_s), ends.peek().map(|Reverse((t, _, _))| *t)) {
-                (Some(a), Some(e)) => a.min(e),
-                (Some(a), None) => a,
-                (None, Some(e)) => e,
-                (None, None) => break,
-            };
+            let event = [arrivals.get(next).map(|a| a.submit_s), ends.peek().map(|Reverse((t, _, _))| *t)]
+                .into_iter()
+                .flatten()
+                .min();
+            let waiting = self.state.active.len() > running;
+            let wake = if waiting && idle_wakes < MAX_IDLE_WAKES { self.next_boundary(last_t) } else { None };
+            let Some(t) = [event, wake].into_iter().flatten().min() else { break };
+            let woken = event.is_none_or(|e| t < e);
+            last_t = t;
             let now = t * 1000;
             // Ends first, as agents report them, then arrivals, then one cycle.
             while let Some(&Reverse((e, id, token))) = ends.peek() {
@@ -557,6 +587,7 @@ impl Simulation {
                                 preempted_ends.insert((victim, job.alloc_index));
                                 ends.push(Reverse((t + grace, victim, job.alloc_index)));
                             }
+                            idle_wakes = if woken && started.is_empty() { idle_wakes + 1 } else { 0 };
                             running += started.len();
                             for id in started {
                                 let job = &self.state.jobs[&id];
@@ -569,7 +600,7 @@ impl Simulation {
                                 busy_cpus += alloc.iter().map(|(_, c)| u64::from(*c)).sum::<u64>();
                                 rec.alloc = alloc;
                                 rec.start_s = Some(t);
-                                let limit = job.spec.time_limit_s.unwrap_or(u64::MAX);
+                                let limit = job.limit_from_start_s().unwrap_or(u64::MAX);
                                 rec.killed = !self.no_kill && rec.run_s > limit;
                                 let ran = if rec.killed { limit } else { rec.run_s };
                                 ends.push(Reverse((t + ran, id, job.alloc_index)));
@@ -597,12 +628,17 @@ impl Simulation {
             dropped,
             samples,
             cycles,
+            reservations: self.state.reservations.values().cloned().collect(),
         }
     }
 }
 
 /// The signal a job killed at its limit ends with.
 const SIGTERM: i32 = 15;
+
+/// How many cycles in a row a reservation's window may wake that start nothing: jobs that can
+/// never start (a recurring window that always comes back first) end the replay.
+const MAX_IDLE_WAKES: u32 = 64;
 
 /// The user a trace job runs as.
 pub fn user_name(job: &SwfJob) -> String {

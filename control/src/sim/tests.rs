@@ -265,3 +265,31 @@ fn a_config_with_preemption_replays_its_preemptions() {
     let r = run(&t, opts);
     assert_eq!(r.jobs.iter().find(|j| j.number == 3).unwrap().start_s, Some(1000));
 }
+
+/// A maintenance window on one of two nodes: the trace's jobs keep off it over the window, and a
+/// weekly one comes back. Without it, the same trace runs through.
+#[test]
+fn reservations_keep_the_traces_jobs_off_their_nodes_over_their_windows() {
+    let t = easy_vs_fcfs();
+    let maint = |flags: &str| crate::model::reservation::ResvRequest {
+        name: "maint".into(),
+        start_ms: Some(20_000),
+        end: Some(crate::model::reservation::ResvEnd::After(200)),
+        node_count: Some(2),
+        users: Some(vec!["root".into()]),
+        flags: Some(crate::model::reservation::ResvFlags::parse(flags).unwrap()),
+        ..Default::default()
+    };
+    let opts = SimOptions { reserve: vec![maint("MAINT")], ..policy(PolicyName::Easy) };
+    // Two of the four nodes (the first two) are held over [20, 220): 1 starts at 0 on the other
+    // two; 2 needs all four, after the window; 3 (50 s) would cross it on the held nodes and
+    // starts when 1 ends; 4 (200 s) would delay 2 wherever it ran, and goes after it.
+    assert_eq!(starts(&run(&t, opts)), BTreeMap::from([(1, 0), (2, 220), (3, 100), (4, 270)]));
+    // Daily, the window comes back at 86,420: a job there keeps off it as well.
+    let daily = SimOptions { reserve: vec![maint("MAINT,DAILY")], ..policy(PolicyName::Easy) };
+    assert_eq!(starts(&run(&t, daily)), BTreeMap::from([(1, 0), (2, 220), (3, 100), (4, 270)]));
+    // A reservation that cannot be made is named.
+    let busy = SimOptions { reserve: vec![maint("MAINT"), maint("MAINT")], ..policy(PolicyName::Easy) };
+    let e = Simulation::new(&t, &busy).err().expect("a second reservation of the same name is refused");
+    assert!(e.to_string().contains("--reserve: reservation 'maint': a reservation of this name exists already"), "{e}");
+}
