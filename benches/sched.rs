@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use quorum_control::model::preempt::{PreemptMode, PreemptType};
+use quorum_control::model::reservation::{Reservation, ResvFlags};
 use quorum_control::model::{Account, AssocLimits, Gpu, Job, JobSpec, JobState, Node, NodeAdminState, Program, Shared};
 use quorum_control::model::{BackfillMode, Policy};
 use quorum_sched::view::{DepStatus, PartitionView, RunningJob};
@@ -165,6 +166,37 @@ pub fn cluster_with(pending: usize, nodes: usize, scavengers: bool) -> ClusterVi
     view
 }
 
+/// A dozen advance reservations of 64 nodes each, from one to twelve hours ahead for four hours
+/// (every third a maintenance window, the last one daily), for every user; one pending job in
+/// a hundred asks for one of them.
+pub fn with_reservations(mut view: ClusterView) -> ClusterView {
+    let users: Vec<String> = (0..200).map(|u| format!("u{u}")).collect();
+    for k in 0..12u64 {
+        let first = 100 + 64 * k as usize;
+        let flags = ResvFlags::parse(match k {
+            11 => "MAINT,IGNORE_JOBS,DAILY",
+            k if k % 3 == 0 => "MAINT,IGNORE_JOBS",
+            _ => "IGNORE_JOBS",
+        })
+        .expect("valid flags");
+        let start_ms = NOW_MS + (k + 1) * 3_600_000;
+        view.reservations.push(Reservation {
+            name: format!("r{k:02}"),
+            nodes: (first..first + 64).map(|i| format!("gpu{i:05}")).collect(),
+            start_ms,
+            end_ms: Some(start_ms + 4 * 3_600_000),
+            users: users.clone(),
+            accounts: vec![],
+            partition: None,
+            flags,
+        });
+    }
+    for (j, job) in view.pending.iter_mut().enumerate().filter(|(j, _)| j % 100 == 0) {
+        Arc::make_mut(job).reservation = Some(format!("r{:02}", j / 100 % 12).into());
+    }
+    view
+}
+
 fn bench_cycle(c: &mut Criterion) {
     let mut group = c.benchmark_group("schedule_cycle");
     group.sample_size(10).measurement_time(Duration::from_secs(20)).warm_up_time(Duration::from_secs(2));
@@ -188,6 +220,12 @@ fn bench_cycle(c: &mut Criterion) {
             b.iter(|| black_box(schedule(black_box(&view), NOW_MS, &policy)))
         });
     }
+    // And with a dozen advance reservations besides (issue 28's measure).
+    let view = with_reservations(view);
+    let policy = Policy { preempt_type: PreemptType::PartitionPrio, ..Policy::default() };
+    group.bench_function(format!("{pending}_jobs_{nodes}_nodes_easy_preempt_reservations"), |b| {
+        b.iter(|| black_box(schedule(black_box(&view), NOW_MS, &policy)))
+    });
     group.finish();
 }
 

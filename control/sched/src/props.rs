@@ -104,6 +104,76 @@ proptest! {
         }
     }
 
+    /// With an advance reservation over some nodes: no job outside it runs on them into its
+    /// window, and its jobs run on its nodes inside it (apply re-checks every start as well).
+    #[test]
+    fn reservations_hold(
+        caps in cluster_shape(),
+        jobs in proptest::collection::vec((job_shape(), proptest::bool::weighted(0.3)), 1..16),
+        reserved in proptest::collection::vec(proptest::bool::ANY, 6),
+        (from, length) in (0u64..200, 1u64..300),
+        maint in proptest::bool::ANY,
+        steps in proptest::collection::vec(1u64..120, 1..5),
+    ) {
+        use quorum_model::reservation::{ResvEnd, ResvFlags, ResvRequest};
+        let mut b = bench(&caps, BackfillMode::Easy);
+        b.at(0);
+        let nodes: Vec<String> = (0..caps.len()).filter(|i| reserved[*i]).map(|i| format!("n{i}")).collect();
+        prop_assume!(!nodes.is_empty());
+        let request = ResvRequest {
+            name: "r".into(),
+            start_ms: Some(b.now_ms + from * 1000),
+            end: Some(ResvEnd::After(length)),
+            nodes: Some(nodes.clone()),
+            users: Some(vec!["alice".into()]),
+            flags: Some(ResvFlags { maint, ..ResvFlags::default() }),
+            ..ResvRequest::default()
+        };
+        let now = b.now_ms;
+        let made = b.cmd(quorum_state::Command::CreateReservation { request, user: "root".into(), now });
+        prop_assert!(matches!(made, quorum_state::Response::Reserved { .. }), "{made:?}");
+        let (window_start, window_end) = (b.now_ms + from * 1000, b.now_ms + (from + length) * 1000);
+        for (j, inside) in &jobs {
+            let fits = caps.iter().filter(|(c, g)| *c >= j.cpus && *g >= j.gpus).count() >= j.nodes as usize;
+            let fits_inside = caps.iter().enumerate().filter(|(i, (c, g))| reserved[*i] && *c >= j.cpus && *g >= j.gpus).count() >= j.nodes as usize;
+            if *inside && fits_inside {
+                let j = j.clone();
+                b.submit_with("alice", move |s| {
+                    (s.nodes, s.ntasks, s.cpus_per_task, s.gpus_per_node) = (j.nodes, j.nodes, j.cpus, j.gpus);
+                    (s.time_limit_s, s.exclusive, s.reservation) = (Some(j.limit), j.exclusive, Some("r".into()));
+                });
+            } else if fits {
+                submit(&mut b, j);
+            }
+        }
+        let mut t = 0;
+        for step in steps {
+            b.cycle();
+            assert_no_overcommit(&b);
+            for j in b.state.jobs.values().filter(|j| j.start_time.is_some()) {
+                let start = j.start_time.unwrap();
+                let end = start + j.limit_from_start_s().unwrap() * 1000;
+                let on: Vec<&str> = j.allocation.iter().flat_map(|a| a.nodes.iter().map(|n| n.node.as_str())).collect();
+                if j.spec.reservation.is_some() {
+                    prop_assert!(on.iter().all(|n| nodes.iter().any(|r| r == n)), "job {} in r runs on {:?}", j.id, on);
+                    prop_assert!(start >= window_start && end <= window_end, "job {} in r runs {}..{} outside {}..{}", j.id, start, end, window_start, window_end);
+                } else if on.iter().any(|n| nodes.iter().any(|r| r == n)) {
+                    prop_assert!(end <= window_start || start >= window_end, "job {} ({}..{}) on {:?} crosses r ({}..{})", j.id, start, end, on, window_start, window_end);
+                }
+            }
+            // Time passes; jobs that reached their limit end.
+            t += step;
+            b.at(t);
+            let due: Vec<u64> = b.state.jobs.values()
+                .filter(|j| j.state == JobState::Running && j.start_time.unwrap() + j.limit_from_start_s().unwrap() * 1000 <= b.now_ms)
+                .map(|j| j.id)
+                .collect();
+            for id in due {
+                b.end(id);
+            }
+        }
+    }
+
     #[test]
     fn first_job_that_fits_an_idle_cluster_starts(caps in cluster_shape(), jobs in proptest::collection::vec(job_shape(), 1..10)) {
         let mut b = bench(&caps, BackfillMode::Easy);

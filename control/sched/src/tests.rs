@@ -1368,6 +1368,13 @@ mod reservation_scenarios {
         assert_eq!((j.state, node_of(&b, inside)), (JobState::Running, "n2".to_string()));
         // Its limit (100 s) is cut at the window's end (120).
         assert_eq!(j.limit_from_start_s(), Some(60));
+        // The window ends 30 s later: so does the job (and the scheduler's view sees it).
+        let request = ResvRequest { name: "r".into(), end: Some(ResvEnd::At(T0 + 150_000)), ..ResvRequest::default() };
+        let now = b.now_ms;
+        let r = b.cmd(Command::UpdateReservation { request, user: "root".into(), now });
+        assert!(matches!(r, Response::Reserved { .. }), "{r:?}");
+        assert_eq!(b.state.jobs[&inside].limit_from_start_s(), Some(90));
+        b.cycle();
         // A job outside it waits for n2 until the window ends, and says why.
         let other = b.submit(1, 10);
         let plan = b.cycle();

@@ -239,8 +239,9 @@ fn res_of(cpus: u32, mem_mb: u64, gpus: usize) -> Res {
 #[derive(Debug, Default)]
 pub struct ViewCache {
     nodes: Vec<Arc<NodeView>>,
-    /// Job → (allocation index, generation last used, entry, the spec it was made from).
-    running: BTreeMap<JobId, (u64, u64, Arc<RunningJob>, Shared<JobSpec>)>,
+    /// Job → (allocation index, generation last used, entry, the spec it was made from, the
+    /// end of the reservation window it runs in).
+    running: BTreeMap<JobId, (u64, u64, Arc<RunningJob>, Shared<JobSpec>, Option<Millis>)>,
     /// Job → (generation last used, entry, the spec it was made from): a job changed
     /// (`scontrol update`) has another spec, and gets a new entry.
     pending: BTreeMap<JobId, (u64, Arc<PendingJob>, Shared<JobSpec>)>,
@@ -487,10 +488,11 @@ impl ClusterView {
                 JobState::Running | JobState::Suspended => {
                     let Some(a) = &j.allocation else { continue };
                     match cache.running.get_mut(&j.id) {
-                        Some((index, used, entry, spec))
+                        Some((index, used, entry, spec, resv_end))
                             if *index == j.alloc_index
                                 && j.start_time.is_some()
                                 && Shared::same(spec, &j.spec)
+                                && *resv_end == j.resv_end
                                 && entry.preempting == j.preempting.is_some()
                                 && entry.suspended == (j.state == JobState::Suspended) =>
                         {
@@ -502,7 +504,8 @@ impl ClusterView {
                                 view.nodes.iter().enumerate().map(|(i, n)| (n.name.as_str(), i)).collect()
                             });
                             let entry = Arc::new(running_job(state, j, a, by_name));
-                            cache.running.insert(j.id, (j.alloc_index, generation, entry.clone(), j.spec.clone()));
+                            let key = (j.alloc_index, generation, entry.clone(), j.spec.clone(), j.resv_end);
+                            cache.running.insert(j.id, key);
                             view.running.push(entry);
                         }
                     }
@@ -557,7 +560,7 @@ impl ClusterView {
                 _ => {}
             }
         }
-        cache.running.retain(|_, (_, used, _, _)| *used == generation);
+        cache.running.retain(|_, (_, used, _, _, _)| *used == generation);
         cache.pending.retain(|_, (used, _, _)| *used == generation);
         view
     }
