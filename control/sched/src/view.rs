@@ -239,14 +239,24 @@ fn res_of(cpus: u32, mem_mb: u64, gpus: usize) -> Res {
 #[derive(Debug, Default)]
 pub struct ViewCache {
     nodes: Vec<Arc<NodeView>>,
-    /// Job → (allocation index, generation last used, entry, the spec it was made from, the
-    /// end of the reservation window it runs in).
-    running: BTreeMap<JobId, (u64, u64, Arc<RunningJob>, Shared<JobSpec>, Option<Millis>)>,
+    running: BTreeMap<JobId, CachedRunning>,
     /// Job → (generation last used, entry, the spec it was made from): a job changed
     /// (`scontrol update`) has another spec, and gets a new entry.
     pending: BTreeMap<JobId, (u64, Arc<PendingJob>, Shared<JobSpec>)>,
     names: Names,
     generation: u64,
+}
+
+/// A running job's cached view entry, and what it was made from.
+#[derive(Debug)]
+struct CachedRunning {
+    alloc_index: u64,
+    /// The generation that last used it.
+    used: u64,
+    entry: Arc<RunningJob>,
+    spec: Shared<JobSpec>,
+    /// The end of the reservation window it runs in.
+    resv_end: Option<Millis>,
 }
 
 fn free_gpus(node: &Node) -> impl Iterator<Item = u32> + '_ {
@@ -488,24 +498,30 @@ impl ClusterView {
                 JobState::Running | JobState::Suspended => {
                     let Some(a) = &j.allocation else { continue };
                     match cache.running.get_mut(&j.id) {
-                        Some((index, used, entry, spec, resv_end))
-                            if *index == j.alloc_index
+                        Some(c)
+                            if c.alloc_index == j.alloc_index
                                 && j.start_time.is_some()
-                                && Shared::same(spec, &j.spec)
-                                && *resv_end == j.resv_end
-                                && entry.preempting == j.preempting.is_some()
-                                && entry.suspended == (j.state == JobState::Suspended) =>
+                                && Shared::same(&c.spec, &j.spec)
+                                && c.resv_end == j.resv_end
+                                && c.entry.preempting == j.preempting.is_some()
+                                && c.entry.suspended == (j.state == JobState::Suspended) =>
                         {
-                            *used = generation;
-                            view.running.push(entry.clone());
+                            c.used = generation;
+                            view.running.push(c.entry.clone());
                         }
                         _ => {
                             let by_name = by_name.get_or_insert_with(|| {
                                 view.nodes.iter().enumerate().map(|(i, n)| (n.name.as_str(), i)).collect()
                             });
                             let entry = Arc::new(running_job(state, j, a, by_name));
-                            let key = (j.alloc_index, generation, entry.clone(), j.spec.clone(), j.resv_end);
-                            cache.running.insert(j.id, key);
+                            let cached = CachedRunning {
+                                alloc_index: j.alloc_index,
+                                used: generation,
+                                entry: entry.clone(),
+                                spec: j.spec.clone(),
+                                resv_end: j.resv_end,
+                            };
+                            cache.running.insert(j.id, cached);
                             view.running.push(entry);
                         }
                     }
@@ -560,7 +576,7 @@ impl ClusterView {
                 _ => {}
             }
         }
-        cache.running.retain(|_, (_, used, _, _, _)| *used == generation);
+        cache.running.retain(|_, c| c.used == generation);
         cache.pending.retain(|_, (used, _, _)| *used == generation);
         view
     }
