@@ -71,6 +71,10 @@ enum Command {
     Suspend(commands::hold::Args),
     /// Thaw suspended jobs, like scontrol resume (operators).
     Resume(commands::hold::Args),
+    /// Recurring jobs, like scrontab: `quorum cron add "0 2 * * *" --tz local nightly.sh`,
+    /// `quorum cron list`, `quorum cron remove ID`.
+    #[command(subcommand)]
+    Cron(commands::cron::Args),
     /// Advance reservations, like scontrol create|update|delete|show reservation (the same
     /// KEY=VALUE words): `quorum reservation create ReservationName=maint StartTime=now+1hour
     /// Duration=120 Nodes=n[1-4] Users=root Flags=MAINT`.
@@ -175,6 +179,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Suspend(args) => commands::hold::run(&ctx, args, commands::hold::Action::Suspend).await,
         Command::Resume(args) => commands::hold::run(&ctx, args, commands::hold::Action::Resume).await,
         Command::Reservation(args) => commands::reservation::run(&ctx, args).await,
+        Command::Cron(args) => commands::cron::run(&ctx, args).await,
         Command::Prio(args) => commands::prio::run(&ctx, args).await,
         Command::Share(args) => commands::share::run(&ctx, args).await,
         Command::Admin { command } => commands::admin::run(&ctx, command).await,

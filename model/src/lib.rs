@@ -8,6 +8,7 @@
 pub mod accounts;
 pub mod array;
 pub mod cidr;
+pub mod cron;
 pub mod env;
 pub mod gpu_fault;
 pub mod hostlist;
@@ -1422,6 +1423,8 @@ pub enum Rejection {
     NodeIsDown { name: String, reason: String },
     #[error("reservation '{name}': {reason}")]
     Reservation { name: String, reason: String },
+    #[error("cron entry {id}: {reason}")]
+    Cron { id: u64, reason: String },
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 pub mod admin;
 pub mod cancel;
 pub mod cluster;
+pub mod cron;
 pub mod hold;
 pub mod logs;
 pub mod nodes;

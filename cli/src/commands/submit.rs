@@ -20,8 +20,9 @@ pub struct Args {
     command: Vec<String>,
 }
 
-pub async fn run(ctx: &Context, Args { opts, script, command }: Args) -> anyhow::Result<ExitCode> {
-    let payload = match (script, command.is_empty()) {
+/// What a submit runs: a script (read here) or a command.
+pub fn payload_of(script: Option<String>, command: Vec<String>) -> anyhow::Result<Payload> {
+    Ok(match (script, command.is_empty()) {
         (Some(_), false) => anyhow::bail!("give a script or -- COMMAND, not both"),
         (Some(path), true) => {
             let text =
@@ -30,7 +31,11 @@ pub async fn run(ctx: &Context, Args { opts, script, command }: Args) -> anyhow:
         }
         (None, false) => Payload::Command(command),
         (None, true) => anyhow::bail!("nothing to run: give a script or -- COMMAND [ARGS...]"),
-    };
+    })
+}
+
+pub async fn run(ctx: &Context, Args { opts, script, command }: Args) -> anyhow::Result<ExitCode> {
+    let payload = payload_of(script, command)?;
     let submitted = submit(ctx, *opts, payload, Vec::new(), "quorum", None, false).await?;
     println!("Submitted job {}", submitted.id);
     if submitted.wait {
@@ -48,19 +53,14 @@ pub struct Submitted {
     pub test: Option<api::SubmitJobResponse>,
 }
 
-/// Submits `payload` (a script with `script_args`, or a command) with `opts` as this user, from
-/// this directory and environment, telling
-/// the options accepted but not honoured on stderr as `who`'s. `default_output` is the output
-/// pattern when none is given (`None`: the cluster's); for an array, `%j` in it becomes `%A_%a`.
-pub async fn submit(
+/// The spec a submit of `payload` with `opts` sends (see [`submit`]), and what building it said.
+pub async fn prepare(
     ctx: &Context,
     opts: SubmitOpts,
     payload: Payload,
     script_args: Vec<String>,
-    who: &str,
     default_output: Option<&str>,
-    test_only: bool,
-) -> anyhow::Result<Submitted> {
+) -> anyhow::Result<(api::JobSpec, quorum_client::submit::Built)> {
     let cwd = std::env::current_dir()?;
     let mut opts = opts;
     let merged = merged_options(&opts, &payload).map_err(anyhow::Error::msg)?;
@@ -83,7 +83,7 @@ pub async fn submit(
         }
     }
     let built = build_spec(opts, payload, &cwd, submit_environment()).map_err(anyhow::Error::msg)?;
-    let mut spec = built.spec;
+    let mut spec = built.spec.clone();
     if !script_args.is_empty() {
         // The script's arguments ride in argv beside it.
         spec.argv = script_args;
@@ -91,6 +91,23 @@ pub async fn submit(
     if let (Some(pattern), true) = (default_output, spec.stdout.is_empty()) {
         spec.stdout = if spec.array.is_empty() { pattern.to_string() } else { pattern.replace("%j", "%A_%a") };
     }
+    Ok((spec, built))
+}
+
+/// Submits `payload` (a script with `script_args`, or a command) with `opts` as this user, from
+/// this directory and environment, telling the options accepted but not honoured on stderr as
+/// `who`'s. `default_output` is the output pattern when none is given (`None`: the cluster's);
+/// for an array, `%j` in it becomes `%A_%a`.
+pub async fn submit(
+    ctx: &Context,
+    opts: SubmitOpts,
+    payload: Payload,
+    script_args: Vec<String>,
+    who: &str,
+    default_output: Option<&str>,
+    test_only: bool,
+) -> anyhow::Result<Submitted> {
+    let (spec, built) = prepare(ctx, opts, payload, script_args, default_output).await?;
     let req = api::SubmitJobRequest {
         spec: Some(spec),
         user: current_user(),

@@ -12,11 +12,13 @@
 //!   proposed DOWN; apply ends or requeues its jobs;
 //! - [`purge`]: jobs that ended `min_job_age` ago leave the hot state for the job history (and,
 //!   with `purge_job_after_s`, the history forgets the oldest);
-//! - [`mail`], with a `mail_program`: mails users about their jobs' changes.
+//! - [`mail`], with a `mail_program`: mails users about their jobs' changes;
+//! - [`cron`]: proposes the firings of recurring jobs as they come due.
 //!
 //! What an agent's heartbeat or exit report turns into is decided by the plain functions of
 //! [`rules`]. [`LeaderState`] is what only a leader keeps in memory, beside the replica.
 
+mod cron;
 pub mod grants;
 pub mod hub;
 mod liveness;
@@ -91,6 +93,7 @@ impl Session {
             tokio::spawn(liveness::liveness_loop(replica.clone(), leader.clone(), stop_rx.clone())),
             tokio::spawn(purge::purge_loop(replica.clone(), settings.min_job_age, stop_rx.clone())),
             tokio::spawn(purge::forget_loop(replica.clone(), settings.purge_job_after, stop_rx.clone())),
+            tokio::spawn(cron::cron_loop(replica.clone(), stop_rx.clone())),
         ];
         if let Some(program) = &leader.mail_program {
             tasks.push(tokio::spawn(mail::mail_loop(replica.clone(), program.clone(), stop_rx)));

@@ -46,7 +46,7 @@ pub fn rule(path: &str) -> Option<Rule> {
         ("quorum.api.Quorum", m) => match m {
             "SubmitJob" | "CancelJob" | "HoldJob" | "UpdateJob" | "GetJob" | "ListJobs" | "JobLogs" | "JobUsage"
             | "ListNodes" | "Priorities" | "Shares" | "GetReplicaStatus" | "ClusterMembers" | "IssueToken"
-            | "WhoAmI" | "RunStep" => Rule::User,
+            | "WhoAmI" | "RunStep" | "AddCron" | "ListCron" | "RemoveCron" => Rule::User,
             "SetNodesDrained" | "FollowHistory" | "CreateReservation" | "UpdateReservation" | "DeleteReservation" => {
                 Rule::Operator
             }

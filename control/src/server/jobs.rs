@@ -26,8 +26,9 @@ fn gpu_type_as_registered(api: &Api, asked: &str) -> String {
 
 /// A job is submitted as its caller (the request's `user` field is not read), or as the user
 /// `run_as` names when root asks (`sbatch --uid`).
-pub(super) async fn submit_job(api: &Api, caller: &Caller, r: SubmitJobRequest) -> Result<SubmitJobResponse, Status> {
-    let spec = r.spec.ok_or_else(|| Status::invalid_argument("missing job spec"))?;
+/// A submitted spec checked as every submit's is (shape, feature level, limits, who may ask
+/// for a priority or a group): what a submit or a cron entry records.
+pub(super) fn prepared_spec(api: &Api, caller: &Caller, spec: JobSpec) -> Result<crate::model::JobSpec, Status> {
     let mut spec = wire::spec_from_proto(spec).map_err(|e| rejection_status(&e))?;
     spec.check_shape().map_err(|e| rejection_status(&e))?;
     if let Some(asked) = &spec.gpu_type {
@@ -47,10 +48,16 @@ pub(super) async fn submit_job(api: &Api, caller: &Caller, r: SubmitJobRequest) 
             "--priority is for operators and administrators; lower your own job's priority with --nice",
         ));
     }
-    let user = job_owner(caller, &r.run_as)?;
     if let Some(group) = &spec.run_group {
         spec.run_group = Some(job_group(caller, group)?);
     }
+    Ok(spec)
+}
+
+pub(super) async fn submit_job(api: &Api, caller: &Caller, r: SubmitJobRequest) -> Result<SubmitJobResponse, Status> {
+    let spec = r.spec.ok_or_else(|| Status::invalid_argument("missing job spec"))?;
+    let spec = prepared_spec(api, caller, spec)?;
+    let user = job_owner(caller, &r.run_as)?;
     if r.test_only {
         return test_only(api, spec, &user);
     }

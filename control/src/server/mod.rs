@@ -13,6 +13,7 @@ pub mod agents;
 mod api;
 pub mod auth;
 mod cluster;
+mod cron;
 #[macro_use]
 mod forward;
 mod identity;
@@ -125,6 +126,21 @@ impl Quorum for Api {
     ) -> Result<Response<AdminResponse>, Status> {
         let (caller, r) = at_leader!(self, req, delete_reservation);
         nodes::delete_reservation(self, &caller, r).await.map(Response::new)
+    }
+
+    async fn add_cron(&self, req: Request<AddCronRequest>) -> Result<Response<AddCronResponse>, Status> {
+        let (caller, r) = at_leader!(self, req, add_cron);
+        cron::add_cron(self, &caller, r).await.map(Response::new)
+    }
+
+    async fn list_cron(&self, req: Request<ListCronRequest>) -> Result<Response<ListCronResponse>, Status> {
+        let (caller, r) = at_leader!(self, req, list_cron, unless_stale);
+        cron::list_cron(self, &caller, r).await.map(Response::new)
+    }
+
+    async fn remove_cron(&self, req: Request<RemoveCronRequest>) -> Result<Response<AdminResponse>, Status> {
+        let (caller, r) = at_leader!(self, req, remove_cron);
+        cron::remove_cron(self, &caller, r).await.map(Response::new)
     }
 
     async fn set_nodes_drained(&self, req: Request<SetNodesDrainedRequest>) -> Result<Response<AdminResponse>, Status> {

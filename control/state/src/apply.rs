@@ -176,6 +176,28 @@ pub fn apply(state: &mut ClusterState, index: u64, command: Command) -> Response
             advance_clock(state, now);
             reserved(crate::reserve::reserve(state, &request, &user, true))
         }
+        Command::AddCron { entry, now } => {
+            advance_clock(state, now);
+            add_cron(state, *entry)
+        }
+        Command::RemoveCron { id, user, now } => {
+            advance_clock(state, now);
+            match state.cron.get(&id) {
+                None => Response::Rejected(Rejection::Cron { id, reason: "no such entry".into() }),
+                Some(e) if e.user != user && user != "root" => Response::Rejected(Rejection::Cron {
+                    id,
+                    reason: format!("it is user '{}''s; '{user}' may not remove it", e.user),
+                }),
+                Some(_) => {
+                    state.cron.remove(&id);
+                    Response::Ok
+                }
+            }
+        }
+        Command::FireCron { id, due_ms, next_ms, now } => {
+            advance_clock(state, now);
+            fire_cron(state, id, due_ms, next_ms)
+        }
         Command::DeleteReservation { name, user, now } => {
             advance_clock(state, now);
             match crate::reserve::delete(state, &name, &user) {
@@ -418,6 +440,59 @@ fn update_job(state: &mut ClusterState, job_id: JobId, user: &str, update: &JobU
     // notice a spec that is not the one they were made from.
     job.spec = Shared::new(spec);
     Ok(())
+}
+
+/// `AddCron`: the entry's job is checked as its owner's submit would be, now; it gets the next
+/// id. A cluster and a user have a bounded number of entries.
+fn add_cron(state: &mut ClusterState, mut entry: quorum_model::cron::CronEntry) -> Response {
+    use quorum_model::cron::{MAX_ENTRIES, MAX_PER_USER};
+    let id = state.next_cron_id.max(1);
+    let full = |reason: String| Response::Rejected(Rejection::Cron { id, reason });
+    if state.cron.len() >= MAX_ENTRIES {
+        return full(format!("the cluster has {MAX_ENTRIES} cron entries, its most"));
+    }
+    if state.cron.values().filter(|e| e.user == entry.user).count() >= MAX_PER_USER {
+        return full(format!("user '{}' has {MAX_PER_USER} cron entries, the most one user may", entry.user));
+    }
+    if let Err(r) = check_submit(state, entry.spec.clone(), &entry.user) {
+        return Response::Rejected(r);
+    }
+    (entry.id, entry.added_ms, entry.fired) = (id, state.clock, 0);
+    (entry.last_fired_ms, entry.last_job, entry.last_error) = (None, None, None);
+    state.next_cron_id = id + 1;
+    state.cron.insert(id, entry);
+    Response::CronAdded { id }
+}
+
+/// `FireCron`: the entry's job, submitted once for the firing due at `due_ms` (its request id
+/// names the firing), and the entry moved on to `next_ms`.
+fn fire_cron(state: &mut ClusterState, id: u64, due_ms: Millis, next_ms: Millis) -> Response {
+    let Some(entry) = state.cron.get(&id).filter(|e| e.next_ms == due_ms) else {
+        return Response::Ignored;
+    };
+    let (mut spec, user) = (entry.spec.clone(), entry.user.clone());
+    // The job knows which entry and which firing it runs for (the time it was due, in seconds
+    // since the epoch), however late it started.
+    let (id_text, due_text) = (id.to_string(), (due_ms / 1000).to_string());
+    let added = [("QUORUM_CRON_ID", id_text.as_str()), ("QUORUM_CRON_TIME", due_text.as_str())];
+    spec.env = quorum_model::env::Env::new(spec.env.iter().chain(added));
+    let answer = submit(state, spec, user, format!("cron-{id}-{due_ms}"));
+    let clock = state.clock;
+    let entry = state.cron.get_mut(&id).expect("looked up above");
+    entry.next_ms = next_ms.max(due_ms.saturating_add(1));
+    entry.fired += 1;
+    entry.last_fired_ms = Some(clock);
+    match answer {
+        Response::Submitted { job_id, .. } => {
+            (entry.last_job, entry.last_error) = (Some(job_id), None);
+            Response::CronFired { id, job: Some(job_id), error: None }
+        }
+        Response::Rejected(r) => {
+            entry.last_error = Some(r.to_string());
+            Response::CronFired { id, job: None, error: Some(r.to_string()) }
+        }
+        other => other,
+    }
 }
 
 fn reserved(made: Result<quorum_model::reservation::Reservation, Rejection>) -> Response {

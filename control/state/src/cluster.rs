@@ -65,6 +65,16 @@ pub struct ClusterState {
     /// Advance reservations by name (`scontrol create reservation`). From feature level 18.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub reservations: BTreeMap<String, quorum_model::reservation::Reservation>,
+    /// Recurring jobs by id (`quorum cron`). From feature level 19.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub cron: BTreeMap<u64, quorum_model::cron::CronEntry>,
+    /// The id the next cron entry gets (from 1).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub next_cron_id: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl ClusterState {

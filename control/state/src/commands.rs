@@ -55,7 +55,11 @@ pub struct NodeRegistration {
 ///     preemption (plans that stop running jobs for another, and jobs ending PREEMPTED).
 /// 18. advance reservations (`CreateReservation`, `UpdateReservation`, `DeleteReservation`)
 ///     and jobs that ask for one (`--reservation`).
-pub const FEATURE_LEVEL: u32 = 18;
+/// 19. recurring jobs (`AddCron`, `RemoveCron`, `FireCron`: `quorum cron`).
+pub const FEATURE_LEVEL: u32 = 19;
+
+/// The level that applies cron entries; below it the services refuse them.
+pub const CRON_LEVEL: u32 = 19;
 
 /// The level that applies reservations and records `--reservation`; below it the services
 /// refuse both.
@@ -411,6 +415,27 @@ pub enum Command {
         user: String,
         now: Millis,
     },
+    /// `quorum cron add`: a recurring job, its first firing computed by the leader (level 19).
+    /// Its job is checked as a submit would be; apply gives it its id.
+    AddCron {
+        entry: Box<quorum_model::cron::CronEntry>,
+        now: Millis,
+    },
+    /// `quorum cron remove`, by its owner or an operator (`root`).
+    RemoveCron {
+        id: u64,
+        user: String,
+        now: Millis,
+    },
+    /// The leader saw entry `id` due at `due_ms`: apply submits its job if `due_ms` is the
+    /// firing the entry waits for (so a firing proposed twice submits once), and records
+    /// `next_ms`, the leader's next firing after now (a missed firing runs once, late).
+    FireCron {
+        id: u64,
+        due_ms: Millis,
+        next_ms: Millis,
+        now: Millis,
+    },
     /// An admin gives `user` a role (`quorum admin role`); `User` takes back what was given.
     SetRole {
         user: String,
@@ -475,6 +500,9 @@ impl Command {
             Command::CreateReservation { .. }
             | Command::UpdateReservation { .. }
             | Command::DeleteReservation { .. } => (RESERVATION_LEVEL, "advance reservations"),
+            Command::AddCron { .. } | Command::RemoveCron { .. } | Command::FireCron { .. } => {
+                (CRON_LEVEL, "recurring jobs (quorum cron)")
+            }
             Command::SuspendJob { .. } => (UPDATE_LEVEL, "suspending or resuming a job (scontrol suspend|resume)"),
             Command::ApplyPlan { preemptions, .. } if !preemptions.is_empty() => {
                 (PREEMPTION_LEVEL, "preempting jobs to make room for another")
@@ -600,6 +628,16 @@ pub enum Response {
     /// An `UpdateJob` changed the job.
     Updated {
         job_id: JobId,
+    },
+    /// An `AddCron` made this entry.
+    CronAdded {
+        id: u64,
+    },
+    /// A `FireCron` fired: the job it submitted, or why it submitted none.
+    CronFired {
+        id: u64,
+        job: Option<JobId>,
+        error: Option<String>,
     },
     /// A reservation was made or changed: as it is now.
     Reserved {

@@ -1029,3 +1029,57 @@ fn an_operator_suspends_and_resumes_a_running_job_whose_limit_waits_meanwhile() 
     let usage = s.usage[DEFAULT_ACCOUNT].value;
     assert!((usage - 2.0 * 8.0).abs() < 1e-6, "{usage}");
 }
+
+/// A cron entry fires once per firing it waits for: the same firing proposed again (a leader
+/// failover) submits nothing; a firing whose job is refused records why and moves on; only its
+/// owner or an operator removes it.
+#[test]
+fn cron_entries_fire_once_per_firing_and_record_what_they_did() {
+    use quorum_model::cron::CronEntry;
+    let mut s = cluster();
+    let entry = |spec: JobSpec, user: &str| CronEntry {
+        id: 0,
+        user: user.into(),
+        schedule: "*/10 * * * * *".into(),
+        zone: "UTC".into(),
+        spec,
+        next_ms: 10_000,
+        added_ms: 0,
+        fired: 0,
+        last_fired_ms: None,
+        last_job: None,
+        last_error: None,
+    };
+    let add = |s: &mut ClusterState, e: CronEntry| apply(s, 1, Command::AddCron { entry: Box::new(e), now: 1_000 });
+    assert_eq!(add(&mut s, entry(spec(&["true"]), "alice")), Response::CronAdded { id: 1 });
+    // A job that could never be submitted is refused with the entry.
+    let mut bad = spec(&["true"]);
+    bad.partition = Some("nowhere".into());
+    assert!(matches!(add(&mut s, entry(bad, "alice")), Response::Rejected(Rejection::UnknownPartition { .. })));
+    let fire =
+        |s: &mut ClusterState, due_ms, next_ms, now| apply(s, 2, Command::FireCron { id: 1, due_ms, next_ms, now });
+    let job = match fire(&mut s, 10_000, 20_000, 10_050) {
+        Response::CronFired { id: 1, job: Some(job), error: None } => job,
+        other => panic!("{other:?}"),
+    };
+    let j = &s.jobs[&job];
+    assert_eq!(
+        (j.user.as_str(), j.spec.env.get("QUORUM_CRON_TIME"), j.spec.env.get("QUORUM_CRON_ID")),
+        ("alice", Some("10"), Some("1"))
+    );
+    // Proposed again by the next leader: nothing more.
+    assert_eq!(fire(&mut s, 10_000, 20_000, 10_400), Response::Ignored);
+    assert_eq!(s.jobs.len(), 1);
+    let e = &s.cron[&1];
+    assert_eq!((e.next_ms, e.fired, e.last_job), (20_000, 1, Some(job)));
+    // Its partition gone, a firing submits nothing and says why; the entry goes on.
+    s.partitions.clear();
+    assert!(matches!(fire(&mut s, 20_000, 30_000, 20_010), Response::CronFired { job: None, error: Some(_), .. }));
+    assert_eq!((s.cron[&1].next_ms, s.cron[&1].fired), (30_000, 2));
+    assert!(s.cron[&1].last_error.as_deref().is_some_and(|e| e.contains("partition")));
+    let remove =
+        |s: &mut ClusterState, user: &str| apply(s, 3, Command::RemoveCron { id: 1, user: user.into(), now: 30_000 });
+    assert!(matches!(remove(&mut s, "bob"), Response::Rejected(Rejection::Cron { id: 1, .. })));
+    assert_eq!(remove(&mut s, "alice"), Response::Ok);
+    assert_eq!(fire(&mut s, 30_000, 40_000, 30_010), Response::Ignored);
+}
