@@ -14,13 +14,7 @@ const T: Duration = Duration::from_secs(30);
 
 async fn entries(c: &quorum_client::client::Client) -> Vec<api::CronInfo> {
     let req = api::ListCronRequest::default();
-    c.call(|mut cl| {
-        let req = req.clone();
-        async move { cl.list_cron(req).await }
-    })
-    .await
-    .map(|r| r.entries)
-    .unwrap_or_default()
+    c.call(|mut cl| async move { cl.list_cron(req).await }).await.map(|r| r.entries).unwrap_or_default()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -83,7 +77,7 @@ async fn a_cron_entry_fires_on_time_through_a_leader_failover_and_never_twice() 
     times.sort_unstable();
     let distinct = times.windows(2).all(|w| w[1] > w[0]);
     assert!(distinct, "a firing ran twice: {lines:?}");
-    assert!(times.iter().all(|t| t % 3 == 0), "each on the schedule: {times:?}");
+    assert!(times.iter().all(|t| t.is_multiple_of(3)), "each on the schedule: {times:?}");
     let jobs: std::collections::BTreeSet<u64> = lines.iter().map(|(_, _, j)| *j).collect();
     assert_eq!(jobs.len(), lines.len(), "one job per firing: {lines:?}");
     // Removed, it fires no more.
