@@ -5,22 +5,12 @@
 
 mod common;
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::*;
-use quorum_dev::cluster::{DevCluster, DevOptions};
+use quorum_dev::cluster::DevOptions;
 
 const T: Duration = Duration::from_secs(30);
-
-/// `NAME ARGS` (a Slurm command name) as `user`, run through the `quorum` binary.
-fn slurm_as(cluster: &DevCluster, bin: &Path, name: &str, user: &str, args: &[&str]) -> Run {
-    let link = bin.join(name);
-    if !link.exists() {
-        std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_quorum"), &link).unwrap();
-    }
-    program_as(&link, &cluster.controllers_env(), Some(user), bin, args)
-}
 
 fn submitted(run: Run) -> u64 {
     let out = run.success();

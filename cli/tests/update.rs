@@ -14,11 +14,7 @@ const T: Duration = Duration::from_secs(30);
 
 /// `scontrol ARGS` as `user` (by a token), run through the `quorum` binary under that name.
 fn scontrol_as(cluster: &DevCluster, bin: &Path, user: &str, args: &[&str]) -> Run {
-    let link = bin.join("scontrol");
-    if !link.exists() {
-        std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_quorum"), &link).unwrap();
-    }
-    program_as(&link, &cluster.controllers_env(), Some(user), bin, args)
+    slurm_as(cluster, bin, "scontrol", user, args)
 }
 
 fn submitted(run: Run) -> u64 {

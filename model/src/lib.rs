@@ -735,6 +735,12 @@ impl JobSpec {
         if self.nodes == 0 {
             return invalid("nodes", "must be at least 1".into());
         }
+        if self.reservation.as_ref().is_some_and(|r| r.is_empty() || r.len() > reservation::MAX_NAME_LEN) {
+            return invalid(
+                "reservation",
+                format!("a reservation's name has 1 to {} bytes", reservation::MAX_NAME_LEN),
+            );
+        }
         if self.ntasks == 0 {
             return invalid("ntasks", "must be at least 1".into());
         }

@@ -158,9 +158,11 @@ impl Reservation {
 
     /// Whether the two share a node at some moment (over the windows each has ahead of `now`).
     pub fn overlaps(&self, other: &Reservation, now_ms: Millis) -> bool {
-        if !self.nodes.iter().any(|n| other.nodes.binary_search(n).is_ok()) {
-            return false;
-        }
+        self.nodes.iter().any(|n| other.nodes.binary_search(n).is_ok()) && self.times_overlap(other, now_ms)
+    }
+
+    /// Whether a window of each (ahead of `now`) share a moment, whatever their nodes.
+    pub fn times_overlap(&self, other: &Reservation, now_ms: Millis) -> bool {
         let (a, b) = (self.windows(now_ms, MAX_WINDOWS), other.windows(now_ms, MAX_WINDOWS));
         a.iter()
             .any(|&(s1, e1)| b.iter().any(|&(s2, e2)| s1 < e2.unwrap_or(Millis::MAX) && s2 < e1.unwrap_or(Millis::MAX)))
@@ -280,6 +282,9 @@ impl ResvRequest {
             if list.as_ref().is_some_and(|l| l.len() > MAX_LIST_LEN || l.iter().any(|x| x.len() > 256)) {
                 return Err(format!("invalid {what}: at most {MAX_LIST_LEN} names of at most 256 bytes"));
             }
+        }
+        if self.partition.as_ref().is_some_and(|p| p.len() > 256) {
+            return Err("invalid PartitionName: longer than 256 bytes".into());
         }
         if self.nodes.is_some() && self.node_count.is_some() {
             return Err("give Nodes= or NodeCnt=, not both".into());

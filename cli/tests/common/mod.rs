@@ -17,6 +17,16 @@ pub async fn cluster(opts: DevOptions) -> DevCluster {
 
 /// A client of `addrs` as this process's user, with the certificates and munged that every
 /// dev cluster of this test process shares.
+/// `NAME ARGS` (a Slurm command name such as scontrol) as `user` (by a token), run through
+/// the `quorum` binary linked under that name in `bin`.
+pub fn slurm_as(cluster: &DevCluster, bin: &Path, name: &str, user: &str, args: &[&str]) -> Run {
+    let link = bin.join(name);
+    if !link.exists() {
+        std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_quorum"), &link).expect("a link in a fresh directory");
+    }
+    program_as(&link, &cluster.controllers_env(), Some(user), bin, args)
+}
+
 /// This machine's clock, in milliseconds since the epoch.
 pub fn now_ms() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64

@@ -509,7 +509,8 @@ pub fn place<'a>(view: &'a ClusterView, candidates: &[Candidate<'a>], now_ms: Mi
     let mut preemptor = preemption::Preemptor::new(view, policy);
     if let Some(p) = preemptor.as_mut() {
         // A reservation's windows are out of the profiles preemption gives back to.
-        p.spare(&capacity.reservations.nodes());
+        let reserved: Vec<usize> = capacity.unreserved.iter().map(|(i, _)| *i).collect();
+        p.spare(&reserved);
     }
     // Jobs that preempted others, first: each starts on the nodes it claimed as soon as they
     // are free, and holds them from when they will be until then.

@@ -75,15 +75,20 @@ impl Timeline {
         i + 1
     }
 
-    /// Takes `amount` over `[from, to)`.
-    pub fn take(&mut self, from: u64, to: u64, amount: &Res) {
+    /// The steps covering exactly `[from, to)` (split where needed), from now on.
+    fn span(&mut self, from: u64, to: u64) -> &mut [(u64, Res)] {
         let from = from.max(self.steps[0].0);
         if to <= from {
-            return;
+            return &mut [];
         }
         let start = self.split(from);
         let end = if to == u64::MAX { self.steps.len() } else { self.split(to) };
-        for step in &mut self.steps[start..end] {
+        &mut self.steps[start..end]
+    }
+
+    /// Takes `amount` over `[from, to)`.
+    pub fn take(&mut self, from: u64, to: u64, amount: &Res) {
+        for step in self.span(from, to) {
             step.1 = step.1.minus(amount);
         }
     }
@@ -91,13 +96,7 @@ impl Timeline {
     /// Nothing is free over `[from, to)` (what is overcommitted stays so): the node is held
     /// for others then, by an advance reservation.
     pub fn block(&mut self, from: u64, to: u64) {
-        let from = from.max(self.steps[0].0);
-        if to <= from {
-            return;
-        }
-        let start = self.split(from);
-        let end = if to == u64::MAX { self.steps.len() } else { self.split(to) };
-        for step in &mut self.steps[start..end] {
+        for step in self.span(from, to) {
             step.1 = step.1.min(&Res::default());
         }
     }

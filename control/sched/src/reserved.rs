@@ -23,13 +23,6 @@ pub struct Held {
     pub reservation: Reservation,
 }
 
-impl Held {
-    /// Whether it holds its nodes at `t` (seconds).
-    pub fn holds_at(&self, t: u64) -> bool {
-        self.windows.iter().any(|&(s, e)| s <= t && t < e)
-    }
-}
-
 /// The reservations of one cycle.
 #[derive(Clone, Debug, Default)]
 pub struct Reservations {
@@ -138,19 +131,12 @@ impl Reservations {
     /// maintenance one first.
     pub fn reason(&self, part: usize, now: u64, duration: u64) -> Option<PendingReason> {
         let end = now.saturating_add(duration);
-        let crossing: Vec<bool> = self
-            .by_partition
-            .get(part)?
-            .iter()
-            .filter(|&&(s, e, _)| s < end && e > now)
-            .map(|&(_, _, maint)| maint)
-            .collect();
-        if crossing.iter().any(|&m| m) {
-            Some(PendingReason::ReservedForMaintenance)
-        } else if !crossing.is_empty() {
-            Some(PendingReason::ReservedForOthers)
+        let mut crossing = self.by_partition.get(part)?.iter().filter(|&&(s, e, _)| s < end && e > now);
+        let first = crossing.next()?;
+        Some(if first.2 || crossing.any(|w| w.2) {
+            PendingReason::ReservedForMaintenance
         } else {
-            None
-        }
+            PendingReason::ReservedForOthers
+        })
     }
 }

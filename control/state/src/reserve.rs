@@ -70,7 +70,13 @@ pub fn reserve(
     if let Some(n) = r.nodes.iter().find(|n| !state.nodes.contains_key(*n)) {
         return Err(refused(name, format!("node '{n}' is not registered")));
     }
-    let others: Vec<&Reservation> = state.reservations.values().filter(|o| o.name != r.name).collect();
+    // The reservations it may not share a node with at any moment of its windows: compared in
+    // time once, then by node.
+    let clashing: Vec<&Reservation> = state
+        .reservations
+        .values()
+        .filter(|o| o.name != r.name && exclusive_of(o, &r) && r.times_overlap(o, clock))
+        .collect();
     let first_start = r.next_window(clock).map_or(r.start_ms, |(s, _)| s);
     // The running jobs that would still hold a node when it starts, but its own.
     let busy = |node: &str| -> Option<(u64, Option<Millis>)> {
@@ -90,8 +96,7 @@ pub fn reserve(
                 break;
             }
             let up = state.nodes.get(node).is_some_and(|n| n.schedulable());
-            let alone = Reservation { nodes: vec![node.clone()], ..r.clone() };
-            let free = !others.iter().any(|o| exclusive_of(o, &r) && alone.overlaps(o, clock));
+            let free = !clashing.iter().any(|o| o.nodes.binary_search(node).is_ok());
             if up && free && (r.flags.ignore_jobs || busy(node).is_none()) {
                 chosen.push(node.clone());
             }
@@ -106,7 +111,7 @@ pub fn reserve(
     } else if r.nodes.is_empty() {
         return Err(refused(name, "a reservation needs Nodes= or NodeCnt="));
     }
-    if let Some(o) = others.iter().find(|o| exclusive_of(o, &r) && r.overlaps(o, clock)) {
+    if let Some(o) = clashing.iter().find(|o| r.nodes.iter().any(|n| o.nodes.binary_search(n).is_ok())) {
         return Err(refused(name, format!("it overlaps reservation '{}' (only a MAINT one may overlap)", o.name)));
     }
     if !r.flags.ignore_jobs {
@@ -175,18 +180,16 @@ pub fn admit(state: &ClusterState, spec: &JobSpec, user: &str, account: &str) ->
     if !r.allows(user, account) {
         return Err(refused(name, format!("access denied: neither user '{user}' nor account '{account}' may use it")));
     }
-    {
-        let partition = spec.partition.as_deref().and_then(|p| state.partitions.get(p));
-        let inside = partition.map_or(0, |p| r.nodes.iter().filter(|n| p.node_names.contains(*n)).count());
-        if inside < spec.nodes as usize {
-            return Err(Rejection::NeverFits {
-                detail: format!(
-                    "reservation '{name}' has {inside} node(s) in partition '{}', the job asks for {}",
-                    spec.partition.as_deref().unwrap_or(""),
-                    spec.nodes
-                ),
-            });
-        }
+    let partition = spec.partition.as_deref().and_then(|p| state.partitions.get(p));
+    let inside = partition.map_or(0, |p| r.nodes.iter().filter(|n| p.node_names.contains(*n)).count());
+    if inside < spec.nodes as usize {
+        return Err(Rejection::NeverFits {
+            detail: format!(
+                "reservation '{name}' has {inside} node(s) in partition '{}', the job asks for {}",
+                spec.partition.as_deref().unwrap_or(""),
+                spec.nodes
+            ),
+        });
     }
     Ok(())
 }
