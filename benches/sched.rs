@@ -127,6 +127,7 @@ pub fn cluster_with(pending: usize, nodes: usize, scavengers: bool) -> ClusterVi
                 shares: 1 + a,
                 users: Default::default(),
                 limits: AssocLimits::default(),
+                user_shares: Default::default(),
             },
         );
     }

@@ -1,6 +1,6 @@
 //! `sshare`: the account tree with shares, usage and fairshare factors, as Slurm's prints it
-//! (each account indented under its parent; `-a` adds a line for each user, whose shares are
-//! its account's: `parent`), or `|`-separated with `-P`.
+//! (each account indented under its parent; `-a` adds a line for each user with the user's own
+//! shares, usage, effective usage and factor), or `|`-separated with `-P`.
 
 use clap::Parser;
 use quorum_client::client::ControllersArg;
@@ -89,7 +89,22 @@ fn render(r: &SharesResponse, a: &SshareArgs) -> String {
             format!("{:.6}", acct.fairshare),
         ]);
         if a.all {
-            for user in acct.users.iter().filter(|u| a.users.is_empty() || a.users.contains(u)) {
+            let wanted = |u: &str| a.users.is_empty() || a.users.iter().any(|w| w == u);
+            let own: Vec<&api::UserShare> = r.users.iter().filter(|u| u.account == acct.name).collect();
+            for u in own.iter().filter(|u| wanted(&u.user)) {
+                rows.push([
+                    format!("{}{}", " ".repeat(d + 1), acct.name),
+                    u.user.clone(),
+                    u.raw_shares.to_string(),
+                    format!("{:.6}", u.norm_shares),
+                    format!("{:.0}", u.raw_usage),
+                    format!("{:.6}", u.effective_usage),
+                    format!("{:.6}", u.fairshare),
+                ]);
+            }
+            // A controller from before user shares sends none: its users share the account's.
+            let before = own.is_empty();
+            for user in acct.users.iter().filter(|u| before && wanted(u)) {
                 rows.push([
                     format!("{}{}", " ".repeat(d + 1), acct.name),
                     user.clone(),
@@ -159,7 +174,10 @@ mod tests {
             fairshare: 0.625,
             users: users.iter().map(|u| u.to_string()).collect(),
         };
-        let r = SharesResponse { accounts: vec![acct("root", "", &[]), acct("physics", "root", &["alice"])] };
+        let r = SharesResponse {
+            accounts: vec![acct("root", "", &[]), acct("physics", "root", &["alice"])],
+            users: Vec::new(),
+        };
         let args = |extra: &[&str]| SshareArgs::try_parse_from(extra).unwrap();
         let out = render(&r, &args(&["-a"]));
         let lines: Vec<&str> = out.lines().collect();
@@ -180,5 +198,22 @@ mod tests {
             "  physics                 alice     parent    0.500000          12      0.250000   0.625000 "
         );
         assert_eq!(render(&r, &args(&["-P", "-n", "-A", "physics"])), "physics||1|0.500000|12|0.250000|0.625000\n");
+        // A controller that sends users' own rows: each with its shares and factor.
+        let user = |name: &str, shares: u32, fairshare: f64| api::UserShare {
+            account: "physics".into(),
+            user: name.into(),
+            raw_shares: shares,
+            norm_shares: 0.5 * f64::from(shares) / 4.0,
+            raw_usage: 6.0,
+            effective_usage: 0.2,
+            fairshare,
+        };
+        let r = SharesResponse { users: vec![user("alice", 3, 0.7), user("bob", 1, 0.2)], ..r };
+        let out = render(&r, &args(&["-a", "-P", "-n", "-A", "physics"]));
+        assert_eq!(
+            out,
+            "physics||1|0.500000|12|0.250000|0.625000\nphysics|alice|3|0.375000|6|0.200000|0.700000\n\
+             physics|bob|1|0.125000|6|0.200000|0.200000\n"
+        );
     }
 }

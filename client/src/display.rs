@@ -356,21 +356,31 @@ pub fn share_table(r: &SharesResponse) -> String {
         }
         d
     };
-    let rows: Vec<Vec<String>> = r
-        .accounts
-        .iter()
-        .map(|a| {
-            vec![
-                format!("{}{}", " ".repeat(depth(&a.name)), a.name),
-                a.raw_shares.to_string(),
-                format!("{:.6}", a.norm_shares),
-                format!("{:.0}", a.raw_usage),
-                format!("{:.6}", a.norm_usage),
-                format!("{:.6}", a.fairshare),
-                a.users.join(","),
-            ]
-        })
-        .collect();
+    let mut rows: Vec<Vec<String>> = Vec::new();
+    for a in &r.accounts {
+        let d = depth(&a.name);
+        rows.push(vec![
+            format!("{}{}", " ".repeat(d), a.name),
+            a.raw_shares.to_string(),
+            format!("{:.6}", a.norm_shares),
+            format!("{:.0}", a.raw_usage),
+            format!("{:.6}", a.norm_usage),
+            format!("{:.6}", a.fairshare),
+            a.users.join(","),
+        ]);
+        // Each user's own line under its account: its shares, usage and factor.
+        for u in r.users.iter().filter(|u| u.account == a.name) {
+            rows.push(vec![
+                format!("{}{}", " ".repeat(d + 1), a.name),
+                u.raw_shares.to_string(),
+                format!("{:.6}", u.norm_shares),
+                format!("{:.0}", u.raw_usage),
+                format!("{:.6}", u.effective_usage),
+                format!("{:.6}", u.fairshare),
+                u.user.clone(),
+            ]);
+        }
+    }
     table(&["ACCOUNT", "RAWSHARES", "NORMSHARES", "RAWUSAGE", "NORMUSAGE", "FAIRSHARE", "USERS"], &rows)
 }
 
@@ -383,6 +393,10 @@ pub fn share_json(r: &SharesResponse) -> serde_json::Value {
                     "account": a.name, "parent": a.parent, "raw_shares": a.raw_shares,
                     "norm_shares": a.norm_shares, "raw_usage": a.raw_usage, "norm_usage": a.norm_usage,
                     "fairshare": a.fairshare, "users": a.users,
+                    "user_shares": r.users.iter().filter(|u| u.account == a.name).map(|u| serde_json::json!({
+                        "user": u.user, "raw_shares": u.raw_shares, "norm_shares": u.norm_shares,
+                        "raw_usage": u.raw_usage, "effective_usage": u.effective_usage, "fairshare": u.fairshare,
+                    })).collect::<Vec<_>>(),
                 })
             })
             .collect(),

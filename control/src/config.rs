@@ -618,6 +618,39 @@ pub struct QosConfig {
     pub preempt_mode: Option<String>,
     /// Seconds its preempted jobs have between SIGTERM and SIGKILL (`GraceTime`).
     pub grace_time: Option<u64>,
+    /// What one job may ask for, in Slurm's TRES list: `"cpu=16,mem=64G,node=2,gres/gpu=4"`.
+    pub max_tres_per_job: Option<String>,
+    /// What one user's running jobs may hold together (`MaxTRESPerUser`), a TRES list.
+    pub max_tres_per_user: Option<String>,
+    /// What all its running jobs may hold together (`GrpTRES`), a TRES list.
+    pub grp_tres: Option<String>,
+    /// How many of its jobs may run at once (`GrpJobs`).
+    pub grp_jobs: Option<u32>,
+    /// A budget of minutes for all its jobs (`GrpTRESMins`): `"cpu=60000,gres/gpu=6000"`.
+    pub grp_tres_mins: Option<String>,
+    /// Jobs pending or running at once per user; a submit past it is refused.
+    pub max_submit_jobs_per_user: Option<u32>,
+    /// Its usage does not decay (`Flags=NoDecay`), so a `grp_tres_mins` budget stays spent.
+    #[serde(default)]
+    pub no_decay: bool,
+}
+
+/// A TRES list of a config section, read as Slurm writes it.
+fn tres_of(what: &str, text: &Option<String>) -> Result<quorum_model::TresLimit, ConfigError> {
+    text.as_deref()
+        .map(quorum_model::TresLimit::parse)
+        .transpose()
+        .map(Option::unwrap_or_default)
+        .map_err(|e| ConfigError::Invalid(format!("{what}: {e}")))
+}
+
+/// A budget of TRES-minutes of a config section.
+fn tres_mins_of(what: &str, text: &Option<String>) -> Result<quorum_model::TresMins, ConfigError> {
+    text.as_deref()
+        .map(quorum_model::TresMins::parse)
+        .transpose()
+        .map(Option::unwrap_or_default)
+        .map_err(|e| ConfigError::Invalid(format!("{what}: {e}")))
 }
 
 impl QosConfig {
@@ -632,6 +665,13 @@ impl QosConfig {
             preempt: self.preempt.clone(),
             preempt_mode: self.preempt_mode.as_deref().map(PreemptMode::parse).transpose().map_err(bad)?,
             grace_time_s: self.grace_time.unwrap_or(0),
+            max_tres_per_job: tres_of(&format!("qos '{}' max_tres_per_job", self.name), &self.max_tres_per_job)?,
+            max_tres_per_user: tres_of(&format!("qos '{}' max_tres_per_user", self.name), &self.max_tres_per_user)?,
+            grp_tres: tres_of(&format!("qos '{}' grp_tres", self.name), &self.grp_tres)?,
+            grp_jobs: self.grp_jobs,
+            grp_tres_mins: tres_mins_of(&format!("qos '{}' grp_tres_mins", self.name), &self.grp_tres_mins)?,
+            max_submit_jobs_per_user: self.max_submit_jobs_per_user,
+            no_decay: self.no_decay,
         })
     }
 }
@@ -656,6 +696,16 @@ pub struct AccountConfig {
     /// GPUs by type, like `{ h100 = 16 }`.
     #[serde(default)]
     pub grp_gpus_by_type: std::collections::BTreeMap<String, u32>,
+    /// What one job may ask for, in Slurm's TRES list: `"cpu=16,mem=64G,node=2,gres/gpu=4"`.
+    pub max_tres_per_job: Option<String>,
+    /// Jobs pending or running at once per user of it (and of its sub-accounts, unless they
+    /// set their own); a submit past it is refused.
+    pub max_submit_jobs: Option<u32>,
+    /// A budget of minutes (`GrpTRESMins`): `"cpu=60000,gres/gpu=6000"`, against decayed usage.
+    pub grp_tres_mins: Option<String>,
+    /// Users' shares of the account, like `{ alice = 3 }`; a user not named has 1.
+    #[serde(default)]
+    pub user_shares: std::collections::BTreeMap<String, u32>,
 }
 
 fn one() -> u32 {
@@ -683,7 +733,14 @@ impl AccountConfig {
                 },
                 grp_nodes: self.grp_nodes,
                 grp_gpus_by_type: self.grp_gpus_by_type.clone(),
+                max_tres_per_job: tres_of(
+                    &format!("account '{}' max_tres_per_job", self.name),
+                    &self.max_tres_per_job,
+                )?,
+                max_submit_jobs: self.max_submit_jobs,
+                grp_tres_mins: tres_mins_of(&format!("account '{}' grp_tres_mins", self.name), &self.grp_tres_mins)?,
             },
+            user_shares: self.user_shares.clone(),
         })
     }
 }

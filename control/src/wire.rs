@@ -315,3 +315,15 @@ pub fn outcome(exit: &JobExit) -> RankOutcome {
         ExitKind::Exited | ExitKind::Unspecified => RankOutcome::Exited { code, signal },
     }
 }
+
+/// A TRES limit from the API; absent: no limit.
+pub fn tres_limit(t: Option<api::TresLimit>) -> crate::model::TresLimit {
+    let t = t.unwrap_or_default();
+    crate::model::TresLimit { cpus: t.cpus, gpus: t.gpus, mem_mb: t.mem_mb, nodes: t.nodes }
+}
+
+/// A budget of TRES-minutes from the API; absent: no budget.
+pub fn tres_mins(t: Option<api::TresMins>) -> crate::model::TresMins {
+    let t = t.unwrap_or_default();
+    crate::model::TresMins { cpu: t.cpu, gpu: t.gpu }
+}

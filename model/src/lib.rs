@@ -64,7 +64,7 @@ pub use cidr::Cidr;
 pub use shared::Shared;
 pub use units::{JobId, Millis};
 
-pub use accounts::{Account, AssocLimits, Qos, Usage};
+pub use accounts::{Account, AssocLimits, Qos, Tres, TresLimit, TresMins, Usage};
 pub use array::{ArraySpec, ArrayTask, TaskRange};
 pub use env::Env;
 pub use policy::{BackfillMode, Policy, QueueOrder, Weights};
@@ -1069,6 +1069,28 @@ pub enum PendingReason {
     ReservedForMaintenance,
     /// Nodes it could have are in another advance reservation.
     ReservedForOthers,
+    // Limits from feature level 20: what one job may ask for, what one user's or a whole QOS's
+    // running jobs may hold, and budgets of TRES-minutes.
+    QOSMaxCpuPerJobLimit,
+    QOSMaxGRESPerJob,
+    QOSMaxMemoryPerJob,
+    QOSMaxNodePerJobLimit,
+    AssocMaxCpuPerJobLimit,
+    AssocMaxGRESPerJob,
+    AssocMaxMemPerJob,
+    AssocMaxNodePerJobLimit,
+    QOSMaxCpuPerUserLimit,
+    QOSMaxMemoryPerUser,
+    QOSMaxNodePerUserLimit,
+    QOSGrpCpuLimit,
+    QOSGrpGRES,
+    QOSGrpMemLimit,
+    QOSGrpNodeLimit,
+    QOSGrpJobsLimit,
+    AssocGrpCPUMinutesLimit,
+    AssocGrpGRESMinutes,
+    QOSGrpCPUMinutesLimit,
+    QOSGrpGRESMinutes,
 }
 
 impl PendingReason {
@@ -1101,6 +1123,26 @@ impl PendingReason {
             PendingReason::ReservationDeleted => "ReservationDeleted",
             PendingReason::ReservedForMaintenance => "ReqNodeNotAvail, Reserved for maintenance",
             PendingReason::ReservedForOthers => "ReqNodeNotAvail, May be reserved for other job",
+            PendingReason::QOSMaxCpuPerJobLimit => "QOSMaxCpuPerJobLimit",
+            PendingReason::QOSMaxGRESPerJob => "QOSMaxGRESPerJob",
+            PendingReason::QOSMaxMemoryPerJob => "QOSMaxMemoryPerJob",
+            PendingReason::QOSMaxNodePerJobLimit => "QOSMaxNodePerJobLimit",
+            PendingReason::AssocMaxCpuPerJobLimit => "AssocMaxCpuPerJobLimit",
+            PendingReason::AssocMaxGRESPerJob => "AssocMaxGRESPerJob",
+            PendingReason::AssocMaxMemPerJob => "AssocMaxMemPerJob",
+            PendingReason::AssocMaxNodePerJobLimit => "AssocMaxNodePerJobLimit",
+            PendingReason::QOSMaxCpuPerUserLimit => "QOSMaxCpuPerUserLimit",
+            PendingReason::QOSMaxMemoryPerUser => "QOSMaxMemoryPerUser",
+            PendingReason::QOSMaxNodePerUserLimit => "QOSMaxNodePerUserLimit",
+            PendingReason::QOSGrpCpuLimit => "QOSGrpCpuLimit",
+            PendingReason::QOSGrpGRES => "QOSGrpGRES",
+            PendingReason::QOSGrpMemLimit => "QOSGrpMemLimit",
+            PendingReason::QOSGrpNodeLimit => "QOSGrpNodeLimit",
+            PendingReason::QOSGrpJobsLimit => "QOSGrpJobsLimit",
+            PendingReason::AssocGrpCPUMinutesLimit => "AssocGrpCPUMinutesLimit",
+            PendingReason::AssocGrpGRESMinutes => "AssocGrpGRESMinutes",
+            PendingReason::QOSGrpCPUMinutesLimit => "QOSGrpCPUMinutesLimit",
+            PendingReason::QOSGrpGRESMinutes => "QOSGrpGRESMinutes",
         }
     }
 }
@@ -1431,6 +1473,8 @@ pub enum Rejection {
     Reservation { name: String, reason: String },
     #[error("cron entry {id}: {reason}")]
     Cron { id: u64, reason: String },
+    #[error("job violates accounting/QOS policy: {limit} (user '{user}' has {have} jobs pending or running)")]
+    SubmitLimit { user: String, limit: String, have: u32 },
 }
 
 #[cfg(test)]

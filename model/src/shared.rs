@@ -23,6 +23,13 @@ impl<T> Shared<T> {
     }
 }
 
+impl<K, V> Shared<std::collections::BTreeMap<K, V>> {
+    /// Whether the map is empty (for `skip_serializing_if`).
+    pub fn is_empty_map(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
 impl<T> From<T> for Shared<T> {
     fn from(value: T) -> Self {
         Shared::new(value)

@@ -242,15 +242,15 @@ pub struct Screened<'a> {
 /// ([`eligibility::static_reason`]), a partition without nodes, or a request no node of the
 /// partition could ever hold (`BadConstraints`).
 pub fn screen<'a>(view: &'a ClusterView, ordered: &[&'a PendingJob], now_ms: Millis) -> Screened<'a> {
-    let accounts_limit_wall = eligibility::accounts_limit_wall(view);
+    let cycle = eligibility::CycleLimits::new(view, now_ms);
     let mut partitions = Lookup::new(&view.partitions);
     let mut qos = Lookup::new(&view.qos);
     let mut out = Screened::default();
     for (position, &job) in ordered.iter().enumerate() {
         let found = partitions.find(&job.partition);
         let qos = qos.find(&job.qos).map(|(_, q)| q);
-        let reason = eligibility::static_reason(job, view, found.map(|(_, p)| p), qos, now_ms, accounts_limit_wall)
-            .or_else(|| match found {
+        let reason =
+            eligibility::static_reason(job, view, found.map(|(_, p)| p), qos, now_ms, &cycle).or_else(|| match found {
                 None => Some(PendingReason::PartitionNoNodes),
                 Some((_, p)) if p.nodes.is_empty() => Some(PendingReason::PartitionNoNodes),
                 Some((_, p)) if !p.nodes.iter().any(|&i| placement::could_hold(job, &view.nodes[i])) => {
@@ -780,3 +780,5 @@ pub fn schedule(view: &ClusterView, now_ms: Millis, policy: &Policy) -> Plan {
 mod props;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod user_limit_tests;

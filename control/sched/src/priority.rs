@@ -47,10 +47,7 @@ pub fn fairshare(view: &ClusterView, now_ms: Millis, policy: &Policy) -> BTreeMa
     let half_life_ms = policy.half_life_s * 1000;
     let decayed: BTreeMap<&str, f64> =
         view.usage.iter().map(|(a, u)| (a.as_str(), u.at(now_ms, half_life_ms))).collect();
-    let total: f64 = decayed.values().sum();
-    let cap = view.total_capacity();
-    let capacity = (cap.cpus + cap.gpus * i64::from(policy.gpu_billing_weight)) as f64 * policy.half_life_s as f64;
-    let denominator = total.max(capacity).max(1.0);
+    let denominator = usage_denominator(view, now_ms, policy);
 
     let mut out = BTreeMap::new();
     // Sibling share sums, by parent (None for top-level accounts).
@@ -95,6 +92,109 @@ pub fn fairshare(view: &ClusterView, now_ms: Millis, policy: &Policy) -> BTreeMa
     out
 }
 
+/// A user's place under an account (Slurm's user association).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct UserShare {
+    pub account: String,
+    pub user: String,
+    pub raw_shares: u32,
+    /// The account's fraction times the user's part of it (its shares over those of the
+    /// account's users and sub-accounts together).
+    pub norm_shares: f64,
+    /// The user's decayed usage under the account, in billed TRES-seconds.
+    pub raw_usage: f64,
+    /// Slurm's effective usage: the user's own normalised usage, plus the part of the account's
+    /// usage beyond it in proportion to the user's shares among its siblings, so that a busy
+    /// account lowers each of its users a little and a busy user lowers itself most.
+    pub effective_usage: f64,
+    /// `2^(-effective_usage / norm_shares)`.
+    pub fairshare: f64,
+}
+
+/// The users of one account.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct AccountUsers {
+    pub users: BTreeMap<String, UserShare>,
+    /// The factor of a user with one share and no usage who is not listed (root charging the
+    /// account, or a user added since): as if they were one more sibling.
+    pub newcomer: f64,
+}
+
+impl AccountUsers {
+    pub fn factor(&self, user: &str) -> f64 {
+        self.users.get(user).map_or(self.newcomer, |u| u.fairshare)
+    }
+}
+
+/// The fairshare of each user under each account: the members of every account, and whoever
+/// else has usage charged to one. `accounts` is [`fairshare`]'s.
+pub fn user_fairshare(
+    view: &ClusterView,
+    accounts: &BTreeMap<String, AccountShare>,
+    now_ms: Millis,
+    policy: &Policy,
+) -> BTreeMap<String, AccountUsers> {
+    let half_life_ms = policy.half_life_s * 1000;
+    let denominator = usage_denominator(view, now_ms, policy);
+    // Shares of sub-accounts, by parent: a user's siblings are the account's users and its
+    // sub-accounts together, as in Slurm's association tree.
+    let mut child_shares: BTreeMap<&str, u64> = BTreeMap::new();
+    for a in view.accounts.values() {
+        if let Some(p) = a.parent.as_deref() {
+            *child_shares.entry(p).or_default() += u64::from(a.shares);
+        }
+    }
+    let none = BTreeMap::new();
+    let mut out: BTreeMap<String, AccountUsers> = BTreeMap::new();
+    for (name, account_share) in accounts {
+        let acc = view.accounts.get(name);
+        let used = view.user_usage.get(name).unwrap_or(&none);
+        let mut users: Vec<&str> = acc.map(|a| a.users.iter().map(String::as_str).collect()).unwrap_or_default();
+        users.extend(used.keys().map(String::as_str).filter(|u| !acc.is_some_and(|a| a.users.contains(*u))));
+        let shares_of = |u: &str| acc.map_or(1, |a| a.user_shares_of(u));
+        let siblings: u64 = users.iter().map(|u| u64::from(shares_of(u))).sum::<u64>()
+            + child_shares.get(name.as_str()).copied().unwrap_or(0);
+        let factor = |part: f64, own: f64| {
+            let norm_shares = account_share.norm_shares * part;
+            let effective_usage = own + (account_share.norm_usage - own).max(0.0) * part;
+            let fairshare =
+                if norm_shares <= 0.0 { 0.0 } else { quorum_model::accounts::exp2_neg(effective_usage / norm_shares) };
+            (norm_shares, effective_usage, fairshare)
+        };
+        let mut row = AccountUsers { newcomer: factor(1.0 / (siblings + 1) as f64, 0.0).2, ..Default::default() };
+        for user in users {
+            let raw_shares = shares_of(user);
+            let part = if siblings == 0 { 0.0 } else { f64::from(raw_shares) / siblings as f64 };
+            let raw_usage = used.get(user).map_or(0.0, |u| u.at(now_ms, half_life_ms));
+            let (norm_shares, effective_usage, fairshare) = factor(part, raw_usage / denominator);
+            row.users.insert(
+                user.to_string(),
+                UserShare {
+                    account: name.clone(),
+                    user: user.to_string(),
+                    raw_shares,
+                    norm_shares,
+                    raw_usage,
+                    effective_usage,
+                    fairshare,
+                },
+            );
+        }
+        out.insert(name.clone(), row);
+    }
+    out
+}
+
+/// What usage is normalised by: the larger of the total decayed usage and what the cluster
+/// could deliver in one half-life.
+fn usage_denominator(view: &ClusterView, now_ms: Millis, policy: &Policy) -> f64 {
+    let half_life_ms = policy.half_life_s * 1000;
+    let total: f64 = view.usage.values().map(|u| u.at(now_ms, half_life_ms)).sum();
+    let cap = view.total_capacity();
+    let capacity = (cap.cpus + cap.gpus * i64::from(policy.gpu_billing_weight)) as f64 * policy.half_life_s as f64;
+    total.max(capacity).max(1.0)
+}
+
 fn share(name: String, parent: Option<String>, raw: u32, norm: f64, raw_usage: f64, denominator: f64) -> AccountShare {
     let norm_usage = raw_usage / denominator;
     let fairshare = if norm <= 0.0 { 0.0 } else { quorum_model::accounts::exp2_neg(norm_usage / norm) };
@@ -104,6 +204,8 @@ fn share(name: String, parent: Option<String>, raw: u32, norm: f64, raw_usage: f
 /// Context shared by every job's priority in one cycle.
 pub struct PriorityContext {
     pub shares: BTreeMap<String, AccountShare>,
+    /// The users of each account; a job's fairshare factor is its user's under its account.
+    pub users: BTreeMap<String, AccountUsers>,
     cluster_cpus: f64,
     max_tier: u32,
     max_qos: u32,
@@ -111,8 +213,11 @@ pub struct PriorityContext {
 
 impl PriorityContext {
     pub fn new(view: &ClusterView, now_ms: Millis, policy: &Policy) -> Self {
+        let shares = fairshare(view, now_ms, policy);
+        let users = user_fairshare(view, &shares, now_ms, policy);
         Self {
-            shares: fairshare(view, now_ms, policy),
+            shares,
+            users,
             cluster_cpus: view.total_capacity().cpus.max(1) as f64,
             max_tier: view.partitions.values().map(|p| p.tier).max().unwrap_or(0),
             max_qos: view.qos.values().map(|q| q.priority).max().unwrap_or(0),
@@ -123,7 +228,10 @@ impl PriorityContext {
         let eligible_since = job.begin_ms.unwrap_or(0).max(job.submit_ms);
         let age_s = now_ms.saturating_sub(eligible_since) as f64 / 1000.0;
         let age = if policy.max_age_s == 0 { 1.0 } else { (age_s / policy.max_age_s as f64).min(1.0) };
-        let fairshare = self.shares.get(&*job.account).map(|s| s.fairshare).unwrap_or(1.0);
+        let fairshare = match self.users.get(&*job.account) {
+            Some(users) => users.factor(&job.user),
+            None => self.shares.get(&*job.account).map(|s| s.fairshare).unwrap_or(1.0),
+        };
         let size = (job.total_cpus() as f64 / self.cluster_cpus).min(1.0);
         let job_size = if policy.favor_small { 1.0 - size } else { size };
         let tier = view.partitions.get(&*job.partition).map(|p| p.tier).unwrap_or(0);

@@ -147,7 +147,7 @@ impl Bench {
     }
 }
 
-fn started(plan: &Plan) -> Vec<u64> {
+pub(crate) fn started(plan: &Plan) -> Vec<u64> {
     plan.starts.iter().map(|s| s.job_id).collect()
 }
 
@@ -155,11 +155,11 @@ fn estimate_s(plan: &Plan, job: u64) -> Option<u64> {
     plan.estimates.get(&job).map(|e| (e.start_ms - 1_000_000_000) / 1000)
 }
 
-fn ten_nodes() -> Vec<NodeRegistration> {
+pub(crate) fn ten_nodes() -> Vec<NodeRegistration> {
     (1..=10).map(|i| node(&format!("n{i:02}"), 1, 0, "", &[])).collect()
 }
 
-fn fifo(backfill: BackfillMode, reservations: u32) -> Policy {
+pub(crate) fn fifo(backfill: BackfillMode, reservations: u32) -> Policy {
     Policy { ordering: QueueOrder::Fifo, backfill, reservations, ..Policy::default() }
 }
 
@@ -384,6 +384,7 @@ fn qos_and_association_limits() {
         shares: 1,
         users: ["alice".to_string(), "bob".to_string()].into(),
         limits,
+        user_shares: Default::default(),
     };
     b.cmd(Command::SeedAccounts {
         accounts: vec![account("physics", AssocLimits { max_jobs: Some(2), ..Default::default() })],
@@ -438,6 +439,7 @@ fn association_limits_count_memory_nodes_and_gpus_by_type() {
         shares: 1,
         users: [user.to_string()].into(),
         limits: l,
+        user_shares: Default::default(),
     };
     let typed: std::collections::BTreeMap<String, u32> = [("h100".to_string(), 2)].into();
     b.cmd(Command::SeedAccounts {
@@ -533,6 +535,7 @@ fn fairshare_ranks_the_light_account_first_and_converges() {
         shares: 1,
         users: [user.to_string()].into(),
         limits: AssocLimits::default(),
+        user_shares: Default::default(),
     };
     b.cmd(Command::SeedAccounts { accounts: vec![acct("heavy", "hana"), acct("light", "lee")], qos: vec![], now: 0 });
     // hana uses all ten nodes for two hours

@@ -28,7 +28,11 @@ pub(super) async fn upsert_account(
             grp_mem_mb: a.grp_mem_mb,
             grp_nodes: a.grp_nodes,
             grp_gpus_by_type: a.grp_gpus_by_type.into_iter().collect(),
+            max_tres_per_job: crate::wire::tres_limit(a.max_tres_per_job),
+            max_submit_jobs: a.max_submit_jobs,
+            grp_tres_mins: crate::wire::tres_mins(a.grp_tres_mins),
         },
+        user_shares: a.user_shares.into_iter().collect(),
     };
     match api.replica.write(Command::UpsertAccount { account, now: now_ms() }).await.map_err(write_status)?.1 {
         Response::Rejected(rej) => Err(rejection_status(&rej)),
@@ -49,6 +53,13 @@ pub(super) async fn upsert_qos(api: &Api, _caller: &Caller, r: UpsertQosRequest)
         max_wall_s: q.max_wall_s,
         max_gpus_per_user: q.max_gpus_per_user,
         max_jobs_per_user: q.max_jobs_per_user,
+        max_tres_per_job: crate::wire::tres_limit(q.max_tres_per_job),
+        max_tres_per_user: crate::wire::tres_limit(q.max_tres_per_user),
+        grp_tres: crate::wire::tres_limit(q.grp_tres),
+        grp_jobs: q.grp_jobs,
+        grp_tres_mins: crate::wire::tres_mins(q.grp_tres_mins),
+        max_submit_jobs_per_user: q.max_submit_jobs_per_user,
+        no_decay: q.no_decay,
         ..kept
     };
     api.replica.write(Command::UpsertQos { qos, now: now_ms() }).await.map_err(write_status)?;
@@ -59,7 +70,9 @@ pub(super) async fn shares(api: &Api, caller: &Caller, _r: SharesRequest) -> Res
     api.replica.linearizable().await.map_err(write_status)?;
     let applied = api.replica.shared.read();
     let view = quorum_sched::ClusterView::from_state(&applied.state);
-    let shares = quorum_sched::priority::fairshare(&view, now_ms(), &applied.state.policy);
+    let now = now_ms();
+    let shares = quorum_sched::priority::fairshare(&view, now, &applied.state.policy);
+    let by_user = quorum_sched::priority::user_fairshare(&view, &shares, now, &applied.state.policy);
     // PrivateData=usage: a user sees the usage of the accounts they belong to only.
     let private = api.security.config.private("usage") && !caller.at_least(quorum_auth::Role::Operator);
     let member = |name: &str| applied.state.accounts.get(name).is_some_and(|a| a.users.contains(&caller.user));
@@ -77,5 +90,20 @@ pub(super) async fn shares(api: &Api, caller: &Caller, _r: SharesRequest) -> Res
             users: applied.state.accounts.get(&s.name).map(|a| a.users.iter().cloned().collect()).unwrap_or_default(),
         })
         .collect();
-    Ok(SharesResponse { accounts })
+    // PrivateData=usage: a user sees their own rows only.
+    let users = by_user
+        .values()
+        .flat_map(|a| a.users.values())
+        .filter(|u| !private || u.user == caller.user)
+        .map(|u| UserShare {
+            account: u.account.clone(),
+            user: u.user.clone(),
+            raw_shares: u.raw_shares,
+            norm_shares: u.norm_shares,
+            raw_usage: u.raw_usage,
+            effective_usage: u.effective_usage,
+            fairshare: u.fairshare,
+        })
+        .collect();
+    Ok(SharesResponse { accounts, users })
 }

@@ -529,6 +529,10 @@ fn submit(state: &mut ClusterState, mut spec: JobSpec, user: String, request_id:
         Ok(admitted) => admitted,
         Err(rejection) => return Response::Rejected(rejection),
     };
+    let adding = array.as_ref().map_or(1, |a| a.tasks().len() as u32);
+    if let Err(rejection) = check_submit_limits(state, &user, &account, &qos, adding) {
+        return Response::Rejected(rejection);
+    }
     let first = state.next_job_id;
     if !request_id.is_empty() {
         state.request_ids.insert(request_id.as_str().into(), first);
@@ -591,6 +595,50 @@ fn submit(state: &mut ClusterState, mut spec: JobSpec, user: String, request_id:
 
 /// Resolves the account and QOS a job runs under, and checks what only the state can tell:
 /// that its dependencies name known jobs, and that only root raises priority with `nice`.
+/// `MaxSubmitJobs` (the nearest in the account's chain: an account's limit holds for each user
+/// of it and of its sub-accounts, as Slurm's user associations inherit it) and the QOS's
+/// `MaxSubmitJobsPerUser`: how many jobs (array tasks each) a user may have pending or running.
+/// Counting walks the active jobs, and only when such a limit applies to this submit.
+fn check_submit_limits(
+    state: &ClusterState,
+    user: &str,
+    account: &str,
+    qos: &str,
+    adding: u32,
+) -> Result<(), Rejection> {
+    if state.cluster_level() < crate::commands::USER_SHARES_LEVEL {
+        return Ok(());
+    }
+    let mut chain = Some(account);
+    let mut by_account = None;
+    for _ in 0..64 {
+        let Some(acc) = chain.and_then(|a| state.accounts.get(a)) else { break };
+        if let Some(m) = acc.limits.max_submit_jobs {
+            by_account = Some((acc.name.as_str(), m));
+            break;
+        }
+        chain = acc.parent.as_deref();
+    }
+    let by_qos = state.qos.get(qos).and_then(|q| q.max_submit_jobs_per_user);
+    if by_account.is_none() && by_qos.is_none() {
+        return Ok(());
+    }
+    let (mut in_account, mut in_qos) = (0u32, 0u32);
+    for job in state.active.iter().filter_map(|id| state.jobs.get(id)).filter(|j| j.user == user) {
+        in_account += u32::from(job.account == account);
+        in_qos += u32::from(job.qos == qos);
+    }
+    if let Some((name, m)) = by_account.filter(|(_, m)| in_account.saturating_add(adding) > *m) {
+        let limit = format!("MaxSubmitJobs={m} of account '{name}' (for account '{account}')");
+        return Err(Rejection::SubmitLimit { user: user.into(), limit, have: in_account });
+    }
+    if let Some(m) = by_qos.filter(|m| in_qos.saturating_add(adding) > *m) {
+        let limit = format!("MaxSubmitJobsPerUser={m} of QOS '{qos}'");
+        return Err(Rejection::SubmitLimit { user: user.into(), limit, have: in_qos });
+    }
+    Ok(())
+}
+
 fn admit_association(state: &ClusterState, spec: &JobSpec, user: &str) -> Result<(String, String), Rejection> {
     for dep in &spec.dependencies {
         if !state.knows_job(dep.job) {
@@ -1275,9 +1323,18 @@ fn charge_usage(state: &mut ClusterState, job_id: JobId) {
     let billed = (cpus + gpus * u64::from(state.policy.gpu_billing_weight)) as f64 * seconds;
     let half_life_ms = state.policy.half_life_s * 1000;
     let clock = state.clock;
-    let usage = state.usage.entry(job.account.clone()).or_default();
-    usage.value = usage.at(clock, half_life_ms) + billed;
-    usage.at = clock;
+    let by_tres = state.cluster_level() >= crate::commands::USER_SHARES_LEVEL;
+    let (account, user, qos) = (job.account.clone(), job.user.clone(), job.qos.clone());
+    // CPU- and GPU-seconds (for GrpTRESMins) and usage by user and by QOS from level 20 on,
+    // so that every replica of a cluster still below it keeps the same state.
+    let (cpu_s, gpu_s) = if by_tres { (cpus as f64 * seconds, gpus as f64 * seconds) } else { (0.0, 0.0) };
+    state.usage.entry(account.clone()).or_default().charge(clock, half_life_ms, true, billed, cpu_s, gpu_s);
+    if by_tres {
+        let users = state.user_usage.entry(account).or_default();
+        users.entry(user).or_default().charge(clock, half_life_ms, true, billed, cpu_s, gpu_s);
+        let decay = !state.qos.get(&qos).is_some_and(|q| q.no_decay);
+        state.qos_usage.entry(qos).or_default().charge(clock, half_life_ms, decay, billed, cpu_s, gpu_s);
+    }
 }
 
 fn job_ended(state: &mut ClusterState, job_id: JobId, token: u64, node: &str, outcome: RankOutcome) -> Response {

@@ -45,6 +45,14 @@ pub struct ClusterState {
     /// Fairshare usage by account.
     #[serde(default)]
     pub usage: Shared<BTreeMap<String, Usage>>,
+    /// Fairshare usage by account, then by user: how an account's share is shared among its
+    /// users. From feature level 20.
+    #[serde(default, skip_serializing_if = "Shared::is_empty_map")]
+    pub user_usage: Shared<BTreeMap<String, BTreeMap<String, Usage>>>,
+    /// Usage by QOS, for its `GrpTRESMins` (not decayed where the QOS says `NoDecay`). From
+    /// feature level 20.
+    #[serde(default, skip_serializing_if = "Shared::is_empty_map")]
+    pub qos_usage: Shared<BTreeMap<String, Usage>>,
     /// The switch of each node, when a topology is configured.
     #[serde(default)]
     pub switches: BTreeMap<String, String>,

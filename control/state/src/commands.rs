@@ -56,7 +56,13 @@ pub struct NodeRegistration {
 /// 18. advance reservations (`CreateReservation`, `UpdateReservation`, `DeleteReservation`)
 ///     and jobs that ask for one (`--reservation`).
 /// 19. recurring jobs (`AddCron`, `RemoveCron`, `FireCron`: `quorum cron`).
-pub const FEATURE_LEVEL: u32 = 19;
+/// 20. fairshare down to users (user shares, usage charged by user and by QOS), and the limits
+///     `MaxTRESPerJob`, `MaxTRESPerUser`, `MaxSubmitJobs`, `GrpTRESMins`, QOS `GrpTRES` and
+///     `GrpJobs`.
+pub const FEATURE_LEVEL: u32 = 20;
+
+/// Fairshare down to users and the limits of level 20.
+pub const USER_SHARES_LEVEL: u32 = 20;
 
 /// The level that applies cron entries; below it the services refuse them.
 pub const CRON_LEVEL: u32 = 19;
@@ -502,6 +508,17 @@ impl Command {
             | Command::DeleteReservation { .. } => (RESERVATION_LEVEL, "advance reservations"),
             Command::AddCron { .. } | Command::RemoveCron { .. } | Command::FireCron { .. } => {
                 (CRON_LEVEL, "recurring jobs (quorum cron)")
+            }
+            Command::UpsertAccount { account, .. } if account.uses_level_20() => {
+                (USER_SHARES_LEVEL, "an account with user shares, MaxTRESPerJob, MaxSubmitJobs or GrpTRESMins")
+            }
+            Command::UpsertQos { qos, .. } if qos.uses_level_20() => {
+                (USER_SHARES_LEVEL, "a QOS with MaxTRESPerJob, MaxTRESPerUser, GrpTRES, GrpJobs, GrpTRESMins, MaxSubmitJobsPerUser or NoDecay")
+            }
+            Command::SeedAccounts { accounts, qos, .. }
+                if accounts.iter().any(|a| a.uses_level_20()) || qos.iter().any(|q| q.uses_level_20()) =>
+            {
+                (USER_SHARES_LEVEL, "accounts or QOS with the limits or user shares of level 20")
             }
             Command::SuspendJob { .. } => (UPDATE_LEVEL, "suspending or resuming a job (scontrol suspend|resume)"),
             Command::ApplyPlan { preemptions, .. } if !preemptions.is_empty() => {

@@ -175,7 +175,7 @@ fn snapshots_reproduce_the_state_bit_for_bit() {
     let mut s = cluster();
     for i in 1..2000u32 {
         let value = f64::from(i) * 0.001 / 7.0 + 0.1 + 0.2;
-        s.usage.insert(format!("a{i}"), quorum_model::Usage { value, at: u64::from(i) });
+        s.usage.insert(format!("a{i}"), quorum_model::Usage { value, at: u64::from(i), ..Default::default() });
     }
     let bytes = serde_json::to_vec(&s).unwrap();
     let back: ClusterState = serde_json::from_slice(&bytes).unwrap();

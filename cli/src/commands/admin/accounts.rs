@@ -33,6 +33,18 @@ pub struct AccountArgs {
     /// GPUs of a type for all its running jobs: TYPE=N, repeatable.
     #[arg(long = "grp-gpus-type")]
     pub grp_gpus_type: Vec<String>,
+    /// What one job may ask for, a TRES list: cpu=16,mem=64G,node=2,gres/gpu=4.
+    #[arg(long)]
+    pub max_tres_per_job: Option<String>,
+    /// Jobs each user may have pending or running at once; a submit past it is refused.
+    #[arg(long)]
+    pub max_submit_jobs: Option<u32>,
+    /// A budget of minutes for all its jobs: cpu=60000,gres/gpu=6000 (GrpTRESMins).
+    #[arg(long)]
+    pub grp_tres_mins: Option<String>,
+    /// A user's shares of the account: USER=N, repeatable (others have 1).
+    #[arg(long = "user-shares", value_delimiter = ',')]
+    pub user_shares: Vec<String>,
 }
 
 #[derive(clap::Args)]
@@ -46,6 +58,41 @@ pub struct QosArgs {
     pub max_gpus_per_user: Option<u32>,
     #[arg(long)]
     pub max_jobs_per_user: Option<u32>,
+    /// What one job may ask for, a TRES list: cpu=16,mem=64G,node=2,gres/gpu=4.
+    #[arg(long)]
+    pub max_tres_per_job: Option<String>,
+    /// What one user's running jobs may hold together, a TRES list.
+    #[arg(long)]
+    pub max_tres_per_user: Option<String>,
+    /// What all its running jobs may hold together, a TRES list (GrpTRES).
+    #[arg(long)]
+    pub grp_tres: Option<String>,
+    /// How many of its jobs may run at once (GrpJobs).
+    #[arg(long)]
+    pub grp_jobs: Option<u32>,
+    /// A budget of minutes for all its jobs: cpu=60000,gres/gpu=6000 (GrpTRESMins).
+    #[arg(long)]
+    pub grp_tres_mins: Option<String>,
+    /// Jobs each user may have pending or running at once; a submit past it is refused.
+    #[arg(long)]
+    pub max_submit_jobs_per_user: Option<u32>,
+    /// Its usage never decays (Flags=NoDecay): a GrpTRESMins budget stays spent.
+    #[arg(long)]
+    pub no_decay: bool,
+}
+
+/// A TRES list for the API; `None`: no limit.
+fn tres(flag: &str, text: &Option<String>) -> anyhow::Result<Option<api::TresLimit>> {
+    let Some(text) = text else { return Ok(None) };
+    let t = quorum_model::TresLimit::parse(text).map_err(|e| anyhow::anyhow!("invalid --{flag} '{text}': {e}"))?;
+    Ok(Some(api::TresLimit { cpus: t.cpus, gpus: t.gpus, mem_mb: t.mem_mb, nodes: t.nodes }))
+}
+
+/// A budget of TRES-minutes for the API; `None`: no budget.
+fn tres_mins(flag: &str, text: &Option<String>) -> anyhow::Result<Option<api::TresMins>> {
+    let Some(text) = text else { return Ok(None) };
+    let t = quorum_model::TresMins::parse(text).map_err(|e| anyhow::anyhow!("invalid --{flag} '{text}': {e}"))?;
+    Ok(Some(api::TresMins { cpu: t.cpu, gpu: t.gpu }))
 }
 
 fn parse_wall(v: &Option<String>) -> anyhow::Result<Option<u64>> {
@@ -69,7 +116,19 @@ pub async fn account(ctx: &Context, args: AccountArgs) -> anyhow::Result<ExitCod
         grp_mem,
         grp_nodes,
         grp_gpus_type,
+        max_tres_per_job,
+        max_submit_jobs,
+        grp_tres_mins,
+        user_shares,
     } = args;
+    let mut shares_of_users = std::collections::HashMap::new();
+    for t in &user_shares {
+        let (user, n) = t
+            .split_once('=')
+            .and_then(|(u, n)| n.parse::<u32>().ok().filter(|_| !u.is_empty()).map(|n| (u.to_string(), n)))
+            .ok_or_else(|| anyhow::anyhow!("invalid --user-shares '{t}': expected USER=N such as alice=3"))?;
+        shares_of_users.insert(user, n);
+    }
     let mut by_type = std::collections::HashMap::new();
     for t in &grp_gpus_type {
         let (ty, n) = t
@@ -95,6 +154,10 @@ pub async fn account(ctx: &Context, args: AccountArgs) -> anyhow::Result<ExitCod
             grp_mem_mb,
             grp_nodes,
             grp_gpus_by_type: by_type,
+            max_tres_per_job: tres("max-tres-per-job", &max_tres_per_job)?,
+            max_submit_jobs,
+            grp_tres_mins: tres_mins("grp-tres-mins", &grp_tres_mins)?,
+            user_shares: shares_of_users,
         }),
         user: current_user(),
     };
@@ -103,17 +166,21 @@ pub async fn account(ctx: &Context, args: AccountArgs) -> anyhow::Result<ExitCod
 }
 
 /// Adds or changes a QOS.
-pub async fn qos(
-    ctx: &Context,
-    QosArgs { name, priority, max_wall, max_gpus_per_user, max_jobs_per_user }: QosArgs,
-) -> anyhow::Result<ExitCode> {
+pub async fn qos(ctx: &Context, q: QosArgs) -> anyhow::Result<ExitCode> {
     let req = api::UpsertQosRequest {
         qos: Some(api::QosSpec {
-            name,
-            priority,
-            max_wall_s: parse_wall(&max_wall)?,
-            max_gpus_per_user,
-            max_jobs_per_user,
+            max_wall_s: parse_wall(&q.max_wall)?,
+            max_gpus_per_user: q.max_gpus_per_user,
+            max_jobs_per_user: q.max_jobs_per_user,
+            max_tres_per_job: tres("max-tres-per-job", &q.max_tres_per_job)?,
+            max_tres_per_user: tres("max-tres-per-user", &q.max_tres_per_user)?,
+            grp_tres: tres("grp-tres", &q.grp_tres)?,
+            grp_jobs: q.grp_jobs,
+            grp_tres_mins: tres_mins("grp-tres-mins", &q.grp_tres_mins)?,
+            max_submit_jobs_per_user: q.max_submit_jobs_per_user,
+            no_decay: q.no_decay,
+            name: q.name,
+            priority: q.priority,
         }),
         user: current_user(),
     };
