@@ -37,6 +37,9 @@ pub struct AgentConfig {
     /// The operator's health check, like Slurm's HealthCheckProgram: a failing run drains the
     /// node with its output as the reason, until a run passes.
     pub health_check: Option<HealthCheck>,
+    /// The site's prolog and epilog around every job on this node (Slurm's `Prolog=` and
+    /// `Epilog=`).
+    pub job_scripts: crate::site::JobScripts,
     /// TLS to the controllers with this node's certificate; plaintext when `None` (a cluster
     /// with `insecure = true`).
     pub tls: Option<quorum_auth::tls::ClientTls>,
@@ -74,6 +77,7 @@ impl AgentConfig {
             switch_user: true,
             cgroups: true,
             health_check: None,
+            job_scripts: Default::default(),
             tls: None,
             launch_key: None,
             clock_skew: Duration::from_secs(30),
@@ -102,9 +106,6 @@ pub struct HealthCheck {
     pub command: String,
     pub interval: Duration,
 }
-
-/// How long a health check may run before it counts as failed.
-const HEALTH_CHECK_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// What the agent asks of a running job's runner.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -417,28 +418,10 @@ impl Agent {
 
     /// Runs the operator's health check once and keeps its verdict.
     pub(crate) async fn run_health_check(&self, check: &HealthCheck) {
-        let run = tokio::process::Command::new("sh")
-            .arg("-c")
-            .arg(&check.command)
-            .stdin(std::process::Stdio::null())
-            .kill_on_drop(true)
-            .output();
-        let failure = match tokio::time::timeout(HEALTH_CHECK_TIMEOUT, run).await {
-            Err(_) => format!("timed out after {}s", HEALTH_CHECK_TIMEOUT.as_secs()),
-            Ok(Err(e)) => format!("cannot run '{}': {e}", check.command),
-            Ok(Ok(out)) if out.status.success() => String::new(),
-            Ok(Ok(out)) => {
-                let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-                let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
-                let text: String = text.chars().take(200).collect();
-                let status = out.status.code().map_or_else(|| "a signal".to_string(), |c| format!("exit {c}"));
-                if text.is_empty() {
-                    status
-                } else {
-                    format!("{text} ({status})")
-                }
-            }
-        };
+        // It sees the agent's own environment, as it always has.
+        let env: Vec<(String, String)> = std::env::vars().collect();
+        let failure =
+            crate::site::run(&check.command, &env, crate::site::HEALTH_CHECK_TIMEOUT).await.err().unwrap_or_default();
         let mut current = self.health_check_failure.lock().unwrap_or_else(|p| p.into_inner());
         if *current != failure {
             if failure.is_empty() {

@@ -487,7 +487,7 @@ mod tests {
         let mut exits = agent.exits_rx.lock().unwrap().take().unwrap();
         kill(&agent, Kill { job_id: 9, token: 3, reason: ExitKind::Cancelled as i32, grace_s: 0 });
         assert_eq!(exits.try_recv().ok(), Some(9), "the end is reported");
-        let exit = agent.lock_jobs()[&9].exit.expect("ended");
+        let exit = agent.lock_jobs()[&9].exit.clone().expect("ended");
         assert_eq!((exit.token, exit.kind), (3, ExitKind::Cancelled as i32));
 
         let (tx, mut sent) = mpsc::channel(4);

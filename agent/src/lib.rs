@@ -19,6 +19,7 @@ pub mod output;
 pub mod record;
 pub mod resources;
 pub mod runner;
+pub mod site;
 mod step;
 pub mod supervisor;
 mod usage;

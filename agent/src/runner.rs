@@ -25,12 +25,16 @@ pub(crate) fn start(agent: Arc<Agent>, launch: Launch, kill_rx: mpsc::Receiver<O
     quorum_proto::telemetry::continue_trace(&span, &launch.traceparent);
     let run = async move {
         let mut stopped = agent.stopped.subscribe();
-        let ended = tokio::select! {
+        let (ended, problem) = tokio::select! {
             ended = run(&agent, &launch, kill_rx) => ended,
             // The agent stopped: the job goes on under its supervisor, for the next agent.
             _ = stopped.wait_for(|s| *s) => return,
         };
-        finish(&agent, &launch, ended);
+        let problem = match problem {
+            Some(prolog) => Some(prolog),
+            None => epilog(&agent, &launch, ended).await,
+        };
+        finish(&agent, &launch, ended, problem);
     };
     tokio::spawn(tracing::Instrument::instrument(run, span));
 }
@@ -48,7 +52,15 @@ fn usage_of(record: &std::path::Path) -> Option<quorum_proto::api::JobUsage> {
     })
 }
 
-fn finish(agent: &Agent, launch: &Launch, (kind, code, signal): Ended) {
+/// The node's epilog after the job ended here (the job's end is reported once it is done, so
+/// that a failing one drains the node before another job lands on it): `Some(reason)` when it
+/// failed.
+async fn epilog(agent: &Agent, launch: &Launch, (_, code, _): Ended) -> Option<String> {
+    let scripts = &agent.config.job_scripts;
+    crate::site::around_job(scripts, launch, &agent.config.name, crate::site::Context::Epilog, Some(code)).await
+}
+
+fn finish(agent: &Agent, launch: &Launch, (kind, code, signal): Ended, problem: Option<String>) {
     let (job_id, token) = (launch.job_id, launch.token);
     let mut usage = usage_of(&record::record_dir(&agent.config.spool_dir, job_id, token));
     tracing::info!(job = job_id, ?kind, code, signal, "job ended");
@@ -62,7 +74,8 @@ fn finish(agent: &Agent, launch: &Launch, (kind, code, signal): Ended) {
                 e.gpu_use.add_to(u);
                 u.max_rss_kb = u.max_rss_kb.max(peak);
             }
-            e.exit = Some(JobExit { job_id, token, kind: kind as i32, exit_code: code, signal, usage });
+            let node_problem = problem.unwrap_or_default();
+            e.exit = Some(JobExit { job_id, token, kind: kind as i32, exit_code: code, signal, usage, node_problem });
             e.kill = None;
         }
     }
@@ -118,7 +131,8 @@ pub fn reattach_all(agent: &Arc<Agent>) {
                         ended = watch(&agent, &found.launch, &found.record, pids, found.started_ms, found.reason, kill_rx) => ended,
                         _ = stopped.wait_for(|s| *s) => return,
                     };
-                    finish(&agent, &found.launch, ended);
+                    let problem = epilog(&agent, &found.launch, ended).await;
+                    finish(&agent, &found.launch, ended, problem);
                 });
             }
             (status, _) => {
@@ -138,7 +152,15 @@ pub fn reattach_all(agent: &Arc<Agent>) {
                     "found a job that ended while the agent was away"
                 );
                 let usage = usage_of(&found.record);
-                entry.exit = Some(JobExit { job_id, token, kind: kind as i32, exit_code: code, signal, usage });
+                entry.exit = Some(JobExit {
+                    job_id,
+                    token,
+                    kind: kind as i32,
+                    exit_code: code,
+                    signal,
+                    usage,
+                    ..Default::default()
+                });
                 jobs.insert(job_id, entry);
             }
         }
@@ -174,7 +196,32 @@ fn ended_with(kind: ExitKind, status: Status, launch: &Launch) -> Ended {
     }
 }
 
-async fn run(agent: &Agent, launch: &Launch, kill_rx: mpsc::Receiver<Order>) -> Ended {
+/// Runs the job here: how it ended, and why its prolog failed when it did (the job then never
+/// started here).
+async fn run(agent: &Agent, launch: &Launch, kill_rx: mpsc::Receiver<Order>) -> (Ended, Option<String>) {
+    // Nothing is created, no prolog runs and no user is switched before the leader's grant
+    // verifies.
+    let grant = match crate::grants::verify_launch(agent, launch) {
+        Ok(g) => g,
+        Err(e) => {
+            tracing::warn!(job = launch.job_id, user = %launch.user, "job launch failed: launch refused: {e}");
+            return ((ExitKind::LaunchFailed, 127, 0), None);
+        }
+    };
+    let (scripts, node) = (&agent.config.job_scripts, agent.config.name.as_str());
+    let context = crate::site::Context::Prolog;
+    if let Some(failure) = crate::site::around_job(scripts, launch, node, context, None).await {
+        return ((ExitKind::PrologFailed, 0, 0), Some(failure));
+    }
+    (start_job(agent, launch, grant, kill_rx).await, None)
+}
+
+async fn start_job(
+    agent: &Agent,
+    launch: &Launch,
+    grant: Option<quorum_auth::launch::Grant>,
+    kill_rx: mpsc::Receiver<Order>,
+) -> Ended {
     let node = agent.config.name.as_str();
     let failed = |message: String| {
         tracing::warn!(job = launch.job_id, user = %launch.user, "job launch failed: {message}");
@@ -182,11 +229,6 @@ async fn run(agent: &Agent, launch: &Launch, kill_rx: mpsc::Receiver<Order>) -> 
     };
     let Some(spec) = launch.spec.as_ref() else {
         return failed("the launch carries no job spec".into());
-    };
-    // Nothing is created and no user switched before the leader's grant verifies.
-    let grant = match crate::grants::verify_launch(agent, launch) {
-        Ok(g) => g,
-        Err(e) => return failed(format!("launch refused: {e}")),
     };
     let account = match identity::job_account(agent.config.switch_user, &launch.user)
         .and_then(|a| identity::with_group(a, &spec.group))

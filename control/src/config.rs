@@ -1068,4 +1068,45 @@ mod tests {
         assert_eq!(with("emulate_feature_level = 1").feature_level(), 1);
         assert_eq!(with("").feature_level(), quorum_state::FEATURE_LEVEL);
     }
+
+    #[test]
+    fn qos_and_accounts_read_their_tres_limits_and_user_shares() {
+        let text = r#"
+            [[qos]]
+            name = "gpu"
+            max_tres_per_user = "cpu=256,gres/gpu=16"
+            max_tres_per_job = "node=4"
+            grp_tres = "mem=2T"
+            grp_jobs = 200
+            grp_tres_mins = "gres/gpu=100000"
+            max_submit_jobs_per_user = 500
+            no_decay = true
+
+            [[accounts]]
+            name = "physics"
+            users = ["alice", "bob"]
+            user_shares = { alice = 2 }
+            max_tres_per_job = "cpu=128,mem=1T,node=16,gres/gpu=32"
+            max_submit_jobs = 1000
+            grp_tres_mins = "cpu=6000000,gres/gpu=600000"
+        "#;
+        #[derive(Deserialize)]
+        struct Sections {
+            qos: Vec<QosConfig>,
+            accounts: Vec<AccountConfig>,
+        }
+        let c: Sections = toml::from_str(text).unwrap();
+        let q = c.qos[0].to_qos().unwrap();
+        assert_eq!((q.max_tres_per_user.cpus, q.max_tres_per_user.gpus), (Some(256), Some(16)));
+        assert_eq!((q.max_tres_per_job.nodes, q.grp_tres.mem_mb, q.grp_jobs), (Some(4), Some(2 << 20), Some(200)));
+        assert_eq!((q.grp_tres_mins.gpu, q.max_submit_jobs_per_user, q.no_decay), (Some(100_000), Some(500), true));
+        assert!(q.uses_level_20());
+        let a = c.accounts[0].to_account().unwrap();
+        assert_eq!((a.user_shares_of("alice"), a.user_shares_of("bob")), (2, 1));
+        assert_eq!(a.limits.max_tres_per_job.to_slurm(), "cpu=128,mem=1048576M,node=16,gres/gpu=32");
+        assert_eq!((a.limits.max_submit_jobs, a.limits.grp_tres_mins.cpu), (Some(1000), Some(6_000_000)));
+        let bad = text.replace("grp_tres = \"mem=2T\"", "grp_tres = \"mem=2T,disk=1\"");
+        let e = toml::from_str::<Sections>(&bad).unwrap().qos[0].to_qos().unwrap_err().to_string();
+        assert!(e.contains("qos 'gpu' grp_tres: unknown TRES 'disk'"), "{e}");
+    }
 }

@@ -312,6 +312,7 @@ pub fn outcome(exit: &JobExit) -> RankOutcome {
         ExitKind::LaunchFailed => RankOutcome::LaunchFailed,
         ExitKind::OutOfMemory => RankOutcome::OutOfMemory { code, signal },
         ExitKind::LeaseExpired => RankOutcome::LostContact,
+        ExitKind::PrologFailed => RankOutcome::PrologFailed,
         ExitKind::Exited | ExitKind::Unspecified => RankOutcome::Exited { code, signal },
     }
 }

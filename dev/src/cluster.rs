@@ -47,6 +47,8 @@ pub struct DevOptions {
     pub cgroups: bool,
     /// The agents' health check program (`sh -c`), like Slurm's HealthCheckProgram.
     pub health_check: Option<quorum_agent::HealthCheck>,
+    /// The agents' prolog and epilog around every job (`sh -c`), like Slurm's.
+    pub job_scripts: quorum_agent::site::JobScripts,
     /// Certificates and munged: made in the data directory when `None` (`quorum dev`); the
     /// tests share one per process.
     pub security: Option<Arc<DevSecurity>>,
@@ -106,6 +108,7 @@ impl Default for DevOptions {
             switch_user: quorum_agent::identity::is_root(),
             cgroups: true,
             health_check: None,
+            job_scripts: Default::default(),
             security: None,
             insecure: false,
             admins: Vec::new(),
@@ -332,6 +335,7 @@ impl DevCluster {
                 switch_user: opts.switch_user,
                 cgroups: opts.cgroups,
                 health_check: opts.health_check.clone(),
+                job_scripts: opts.job_scripts.clone(),
                 slurm_commands: slurm_commands.clone(),
                 // Several nodes on one host: each job sees its own node's name (as root).
                 node_hostname: opts.switch_user && is_root(),
@@ -414,6 +418,13 @@ impl DevCluster {
                 if config.node_hostname {
                     command.arg("--node-hostname");
                 }
+                let scripts = &config.job_scripts;
+                for (flag, program) in [("--prolog", &scripts.prolog), ("--epilog", &scripts.epilog)] {
+                    if let Some(p) = program {
+                        command.arg(flag).arg(p);
+                    }
+                }
+                command.arg("--prolog-epilog-timeout").arg(scripts.timeout.as_secs().max(1).to_string());
                 match &self.security {
                     Some(s) => command.arg("--certs").arg(s.certs_dir()),
                     None => command.arg("--insecure"),

@@ -1192,6 +1192,9 @@ pub enum RankOutcome {
     },
     /// The agent killed it itself: it lost contact with the controllers for its lease.
     LostContact,
+    /// The node's prolog failed before it started there: the job goes back to the queue (and
+    /// the node is drained). From feature level 21.
+    PrologFailed,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

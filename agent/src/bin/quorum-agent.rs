@@ -45,6 +45,18 @@ struct Args {
     health_check: Option<String>,
     #[arg(long, default_value_t = 60)]
     health_check_interval: u64,
+    /// A program run with `sh -c` as the agent's user before each job starts on this node,
+    /// like Slurm's Prolog, with SLURM_JOB_ID, SLURM_JOB_USER, SLURM_JOB_UID and the others in
+    /// its environment: when it fails the job goes back to the queue and the node is drained.
+    #[arg(long)]
+    prolog: Option<String>,
+    /// A program run likewise after each job ends on this node, like Slurm's Epilog (with
+    /// SLURM_JOB_EXIT_CODE too): when it fails the node is drained.
+    #[arg(long)]
+    epilog: Option<String>,
+    /// Seconds the prolog or epilog may run before it is killed and counts as failed.
+    #[arg(long, default_value_t = 120)]
+    prolog_epilog_timeout: u64,
     /// Node features, comma-separated.
     #[arg(long, value_delimiter = ',')]
     features: Vec<String>,
@@ -117,6 +129,11 @@ async fn main() -> anyhow::Result<()> {
         health_check: args
             .health_check
             .map(|command| HealthCheck { command, interval: Duration::from_secs(args.health_check_interval.max(1)) }),
+        job_scripts: quorum_agent::site::JobScripts {
+            prolog: args.prolog,
+            epilog: args.epilog,
+            timeout: Duration::from_secs(args.prolog_epilog_timeout.max(1)),
+        },
         clock_skew: Duration::from_secs(args.clock_skew),
         slurm_commands: args.slurm_commands.is_dir().then_some(args.slurm_commands),
         tmp_base: args.tmp_base,

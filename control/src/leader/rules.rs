@@ -71,9 +71,12 @@ pub fn on_heartbeat(
 }
 
 /// The `JobEnded` for an agent's exit report, after what the job used there (`JobUsed`, in the
-/// same entry) where the cluster's level records it. An OUT_OF_MEMORY end becomes a plain exit
-/// while the cluster's level does not apply it (a replica of an older release knows no
-/// OUT_OF_MEMORY: the job is FAILED there).
+/// same entry) where the cluster's level records it, and before the node is drained (an
+/// operator's drain, until resumed) when its prolog or epilog failed (`problem`). An
+/// OUT_OF_MEMORY end becomes a plain exit while the cluster's level does not apply it (a replica
+/// of an older release knows no OUT_OF_MEMORY: the job is FAILED there), and a failed prolog a
+/// failed launch.
+#[allow(clippy::too_many_arguments)]
 pub fn job_ended(
     state: &ClusterState,
     job_id: u64,
@@ -81,13 +84,27 @@ pub fn job_ended(
     node: String,
     outcome: RankOutcome,
     usage: Option<crate::model::JobUsage>,
+    problem: &str,
     now: Millis,
 ) -> Command {
     let ended = ended_at_level(state, job_id, token, node.clone(), outcome, now);
     let usage = usage.map(|u| if state.cluster_level() < quorum_state::GPU_USAGE_LEVEL { u.without_gpu() } else { u });
-    match usage.map(|usage| Command::JobUsed { job_id, token, node, usage }) {
-        Some(used) if used.level().0 <= state.cluster_level() => Command::Batch { commands: vec![used, ended] },
-        _ => ended,
+    let mut commands = Vec::new();
+    if let Some(used) = usage.map(|usage| Command::JobUsed { job_id, token, node: node.clone(), usage }) {
+        if used.level().0 <= state.cluster_level() {
+            commands.push(used);
+        }
+    }
+    commands.push(ended);
+    // Only for the job's current allocation: a late report of an older one drains nothing.
+    let current = state.jobs.get(&job_id).is_some_and(|j| j.alloc_index == token);
+    if !problem.is_empty() && current {
+        let reason: String = problem.chars().take(256).collect();
+        commands.push(Command::SetNodesDrained { nodes: vec![node], drain: Some(reason), now });
+    }
+    match commands.len() {
+        1 => commands.pop().expect("one"),
+        _ => Command::Batch { commands },
     }
 }
 
@@ -106,6 +123,9 @@ fn ended_at_level(
     match ended {
         Command::JobEnded { outcome: RankOutcome::OutOfMemory { code, signal }, job_id, token, node, now } => {
             Command::JobEnded { job_id, token, node, outcome: RankOutcome::Exited { code, signal }, now }
+        }
+        Command::JobEnded { outcome: RankOutcome::PrologFailed, job_id, token, node, now } => {
+            Command::JobEnded { job_id, token, node, outcome: RankOutcome::LaunchFailed, now }
         }
         ended => ended,
     }
@@ -195,7 +215,7 @@ mod tests {
     #[test]
     fn out_of_memory_is_a_plain_exit_below_its_level() {
         let oom = RankOutcome::OutOfMemory { code: 137, signal: 9 };
-        let end = |s: &ClusterState| match job_ended(s, 4, 9, "n1".into(), oom, None, 7) {
+        let end = |s: &ClusterState| match job_ended(s, 4, 9, "n1".into(), oom, None, "", 7) {
             Command::JobEnded { outcome, .. } => outcome,
             other => panic!("{other:?}"),
         };
@@ -209,15 +229,45 @@ mod tests {
         let usage = crate::model::JobUsage { cpu_user_us: 5, cpu_system_us: 1, max_rss_kb: 64, ..Default::default() };
         let ended = Command::JobEnded { job_id: 4, token: 9, node: "n1".into(), outcome: exited, now: 7 };
         let used = Command::JobUsed { job_id: 4, token: 9, node: "n1".into(), usage };
-        let at = |level| job_ended(&at_level(level), 4, 9, "n1".into(), exited, Some(usage), 7);
+        let at = |level| job_ended(&at_level(level), 4, 9, "n1".into(), exited, Some(usage), "", 7);
         assert_eq!(at(FEATURE_LEVEL), Command::Batch { commands: vec![used.clone(), ended.clone()] });
         assert_eq!(at(quorum_state::HISTORY_LEVEL - 1), ended, "an older replica could not apply it");
         // What its GPUs did goes only where every replica records it; the rest goes anyway.
         let with_gpu = crate::model::JobUsage { gpu_samples: 4, gpu_util_sum: 200, gpu_energy_mj: 9, ..usage };
-        let gpu_at = |level| job_ended(&at_level(level), 4, 9, "n1".into(), exited, Some(with_gpu), 7);
+        let gpu_at = |level| job_ended(&at_level(level), 4, 9, "n1".into(), exited, Some(with_gpu), "", 7);
         let used_gpu = Command::JobUsed { job_id: 4, token: 9, node: "n1".into(), usage: with_gpu };
         assert_eq!(used_gpu.level().0, quorum_state::GPU_USAGE_LEVEL);
         assert_eq!(gpu_at(FEATURE_LEVEL), Command::Batch { commands: vec![used_gpu, ended.clone()] });
         assert_eq!(gpu_at(quorum_state::GPU_USAGE_LEVEL - 1), Command::Batch { commands: vec![used, ended] });
+    }
+
+    #[test]
+    fn a_failed_prolog_or_epilog_drains_the_node_in_the_entry_of_the_jobs_end() {
+        let mut s = at_level(FEATURE_LEVEL);
+        let submitted = quorum_state::testing::submit(&mut s, 11, quorum_state::testing::spec(&["true"]), "p");
+        assert!(matches!(submitted, quorum_state::Response::Submitted { job_id: 1, .. }));
+        s.jobs.get_mut(&1).unwrap().alloc_index = 9;
+        let failed = RankOutcome::PrologFailed;
+        let ended = Command::JobEnded { job_id: 1, token: 9, node: "n1".into(), outcome: failed, now: 7 };
+        let drain = Command::SetNodesDrained {
+            nodes: vec!["n1".into()],
+            drain: Some("prolog failed for job 1: no scratch (exit 1)".into()),
+            now: 7,
+        };
+        let problem = "prolog failed for job 1: no scratch (exit 1)";
+        assert_eq!(
+            job_ended(&s, 1, 9, "n1".into(), failed, None, problem, 7),
+            Command::Batch { commands: vec![ended, drain] }
+        );
+        // A report of an allocation since replaced drains nothing; without a problem, nothing.
+        assert!(matches!(job_ended(&s, 1, 8, "n1".into(), failed, None, problem, 7), Command::JobEnded { .. }));
+        let exited = RankOutcome::Exited { code: 0, signal: 0 };
+        assert!(matches!(job_ended(&s, 1, 9, "n1".into(), exited, None, "", 7), Command::JobEnded { .. }));
+        // Below the level that requeues it, a failed prolog is a failed launch.
+        let below = at_level(quorum_state::PROLOG_LEVEL - 1);
+        match job_ended(&below, 1, 9, "n1".into(), failed, None, "", 7) {
+            Command::JobEnded { outcome, .. } => assert_eq!(outcome, RankOutcome::LaunchFailed),
+            other => panic!("{other:?}"),
+        }
     }
 }

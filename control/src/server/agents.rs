@@ -206,6 +206,7 @@ impl AgentService for Agents {
                                 node,
                                 wire::outcome(&exit),
                                 wire::usage(exit.usage.as_ref()),
+                                &exit.node_problem,
                                 now_ms(),
                             );
                             match reports.write(command).await {

@@ -370,6 +370,10 @@ impl Simulation {
         };
         let qos = settings.map(|s| s.qos.clone()).unwrap_or_default();
         let switches = settings.map(|s| s.switches.clone()).unwrap_or_default();
+        // The simulated cluster runs this build on every replica: what is gated on the
+        // cluster's feature level (user fairshare, submit limits) behaves as on a real one.
+        let level = quorum_state::ReplicaVersion { level: quorum_state::FEATURE_LEVEL, version: "simulated".into() };
+        sim.cmd(Command::SetReplicaVersions { versions: BTreeMap::from([(1, level)]), now: base });
         sim.cmd(Command::SetPartitions { partitions, now: base });
         sim.cmd(Command::SetPolicy { policy, now: base });
         sim.cmd(Command::SetTopology { switches, now: base });

@@ -1349,6 +1349,16 @@ fn job_ended(state: &mut ClusterState, job_id: JobId, token: u64, node: &str, ou
     if job.rank_outcomes.iter().any(|(n, _)| n == node) {
         return Response::Ignored;
     }
+    // The node's prolog failed: the job goes back to the queue (Slurm's requeue on a prolog
+    // failure; the leader drains the node in the same entry), unless it was being cancelled.
+    if outcome == RankOutcome::PrologFailed {
+        if job.cancel_requested {
+            finish_job(state, job_id, JobState::Cancelled, None, None);
+            return Response::JobFinished { job_id, state: JobState::Cancelled };
+        }
+        requeue_job(state, job_id);
+        return Response::Requeued { job_id };
+    }
     if outcome == RankOutcome::LostContact {
         return if lose_node(state, job_id) {
             Response::Requeued { job_id }
@@ -1375,7 +1385,7 @@ fn job_ended(state: &mut ClusterState, job_id: JobId, token: u64, node: &str, ou
         RankOutcome::Cancelled { code, signal } => Some((JobState::Cancelled, Some(code), nonzero(signal))),
         RankOutcome::LaunchFailed => Some((JobState::Failed, Some(127), None)),
         RankOutcome::OutOfMemory { code, signal } => Some((JobState::OutOfMemory, Some(code), nonzero(signal))),
-        RankOutcome::LostContact => unreachable!("handled above"),
+        RankOutcome::LostContact | RankOutcome::PrologFailed => unreachable!("handled above"),
     };
     let decided = decided.map(|(st, code, sig)| {
         if job.cancel_requested && st != JobState::Completed {

@@ -59,7 +59,11 @@ pub struct NodeRegistration {
 /// 20. fairshare down to users (user shares, usage charged by user and by QOS), and the limits
 ///     `MaxTRESPerJob`, `MaxTRESPerUser`, `MaxSubmitJobs`, `GrpTRESMins`, QOS `GrpTRES` and
 ///     `GrpJobs`.
-pub const FEATURE_LEVEL: u32 = 20;
+/// 21. a job whose node's prolog failed (`JobEnded` with `PrologFailed`: back to the queue).
+pub const FEATURE_LEVEL: u32 = 21;
+
+/// A node's prolog failing a job back to the queue.
+pub const PROLOG_LEVEL: u32 = 21;
 
 /// Fairshare down to users and the limits of level 20.
 pub const USER_SHARES_LEVEL: u32 = 20;
@@ -488,6 +492,9 @@ impl Command {
             Command::Digest { .. } => (2, "a digest point"),
             Command::SetNodesDrained { .. } => (3, "draining or resuming a node"),
             Command::JobEnded { outcome: RankOutcome::OutOfMemory { .. }, .. } => (4, "a job ended OUT_OF_MEMORY"),
+            Command::JobEnded { outcome: RankOutcome::PrologFailed, .. } => {
+                (PROLOG_LEVEL, "a job requeued because its node's prolog failed")
+            }
             Command::SetLicenses { .. } => (DEPENDENCY_FORMS_LEVEL, "the cluster's licenses"),
             Command::SetNodeHealth { .. } => (4, "draining a node for its health"),
             Command::CancelJob { whole_array: true, .. } => (4, "cancelling a job array"),

@@ -1083,3 +1083,35 @@ fn cron_entries_fire_once_per_firing_and_record_what_they_did() {
     assert_eq!(remove(&mut s, "alice"), Response::Ok);
     assert_eq!(fire(&mut s, 30_000, 40_000, 30_010), Response::Ignored);
 }
+
+/// A node's prolog failed: the job goes back to the queue whole (every node it held freed,
+/// counted as a restart), even without `--requeue`; a late report of the same failure, or one
+/// for an allocation since replaced, changes nothing; a job being cancelled ends CANCELLED.
+#[test]
+fn a_failed_prolog_requeues_the_job_and_frees_its_nodes() {
+    let mut s = cluster();
+    let mut wide = spec(&["sleep", "1000"]);
+    (wide.nodes, wide.ntasks, wide.gpus_per_node) = (2, 2, 1);
+    assert!(matches!(submit(&mut s, 10, wide.clone(), "a"), Response::Submitted { job_id: 1, .. }));
+    start_on_both(&mut s, 11, 1, 2);
+    let token = s.jobs[&1].alloc_index;
+    let failed = |node: &str, token| Command::JobEnded {
+        job_id: 1,
+        token,
+        node: node.into(),
+        outcome: RankOutcome::PrologFailed,
+        now: 2100,
+    };
+    assert_eq!(failed("n1", token).level().0, crate::PROLOG_LEVEL);
+    assert_eq!(apply(&mut s, 12, failed("n1", token)), Response::Requeued { job_id: 1 });
+    let job = &s.jobs[&1];
+    assert_eq!((job.state, job.requeues, job.allocation.is_none()), (JobState::Pending, 1, true));
+    assert!(s.nodes.values().all(|n| n.alloc_cpus == 0 && n.alloc_gpus.is_empty()), "both nodes freed");
+    assert_eq!(apply(&mut s, 13, failed("n2", token)), Response::Ignored, "the same failure from the other node");
+    // Started again; a prolog failure while it is being cancelled ends it CANCELLED.
+    start_on_both(&mut s, 14, 1, 2);
+    let token = s.jobs[&1].alloc_index;
+    let cancel = Command::CancelJob { job_id: 1, user: "alice".into(), now: 2200, whole_array: false };
+    apply(&mut s, 15, cancel);
+    assert_eq!(apply(&mut s, 16, failed("n2", token)), Response::JobFinished { job_id: 1, state: JobState::Cancelled });
+}

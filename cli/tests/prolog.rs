@@ -1,0 +1,87 @@
+//! The site's prolog and epilog on a cluster with agents, as Slurm's `Prolog=` and `Epilog=`:
+//! a prolog that fails on a node sends the job back to the queue (it never started there) and
+//! drains the node with the prolog's words; once the operator fixes the node and resumes it the
+//! job runs. The epilog runs after every job with its exit code, and one that fails drains the
+//! node.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use quorum_agent::site::JobScripts;
+use quorum_dev::cluster::DevOptions;
+
+const T: Duration = Duration::from_secs(30);
+
+fn submitted(run: Run) -> u64 {
+    let out = run.success();
+    out.trim().strip_prefix("Submitted job ").and_then(|id| id.parse().ok()).unwrap_or_else(|| panic!("{out}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_prolog_requeues_the_job_and_drains_the_node_and_the_epilog_follows_every_job() {
+    let site = tempfile::tempdir().unwrap();
+    let dir = site.path().display().to_string();
+    let prolog = format!(
+        "test -e {dir}/scratch-$SLURMD_NODENAME || {{ echo no scratch on $SLURMD_NODENAME; exit 1; }}; \
+         echo $SLURM_JOB_ID $SLURM_JOB_USER >> {dir}/prolog-$SLURMD_NODENAME"
+    );
+    let epilog = format!(
+        "echo $SLURM_JOB_ID $SLURM_JOB_EXIT_CODE >> {dir}/epilog-$SLURMD_NODENAME; \
+         test $SLURM_JOB_EXIT_CODE != 3 || {{ echo cleanup after exit 3 failed; exit 2; }}"
+    );
+    let scripts = JobScripts { prolog: Some(prolog), epilog: Some(epilog), timeout: Duration::from_secs(20) };
+    let cluster = cluster(DevOptions { job_scripts: scripts, ..DevOptions::for_tests() }).await;
+    let c = client(&cluster.addrs);
+    wait_ready(&cluster, &c, 2).await;
+    let env = cluster.controllers_env();
+    let work = tempfile::tempdir().unwrap();
+    let q = |args: &[&str]| quorum(&env, work.path(), args);
+    let read = |name: &str| std::fs::read_to_string(site.path().join(name)).unwrap_or_default();
+    std::fs::write(site.path().join("scratch-node02"), "").unwrap();
+
+    // node01 has no scratch: the two-node job goes back to the queue, node01 drains with the
+    // prolog's words, and node02's prolog ran for it once.
+    let wide = submitted(q(&["submit", "-N", "2", "--", "true"]));
+    let drained = wait_for(T, "node01 drained by its prolog", || async {
+        nodes(&c).await.into_iter().find(|n| n.name == "node01" && n.state.starts_with("drain"))
+    })
+    .await;
+    assert_eq!(drained.reason, format!("prolog failed for job {wide}: no scratch on node01 (exit 1)"));
+    let pending = wait_for(T, "the job back in the queue", || async {
+        let j = job(&c, wide).await;
+        (j.state == "PENDING" && j.requeues == 1).then_some(j)
+    })
+    .await;
+    assert!(pending.start_time_ms == 0, "{pending:?}");
+    assert!(read("prolog-node01").is_empty());
+
+    // A job that fits on node02 runs there; its epilog follows it with its exit code, and an
+    // epilog that fails drains node02 too.
+    let ok = submitted(q(&["submit", "--", "true"]));
+    assert_eq!(wait_state(&c, ok, &["COMPLETED", "FAILED"], T).await.state, "COMPLETED");
+    wait_for(T, "the epilog of the job", || async { read("epilog-node02").contains(&format!("{ok} 0")).then_some(()) })
+        .await;
+    let three = submitted(q(&["submit", "--", "sh", "-c", "exit 3"]));
+    assert_eq!(wait_state(&c, three, &["COMPLETED", "FAILED"], T).await.state, "FAILED");
+    let drained = wait_for(T, "node02 drained by its epilog", || async {
+        nodes(&c).await.into_iter().find(|n| n.name == "node02" && n.state.starts_with("drain"))
+    })
+    .await;
+    assert_eq!(drained.reason, format!("epilog failed for job {three}: cleanup after exit 3 failed (exit 2)"));
+    assert!(read("epilog-node02").contains(&format!("{three} 3")));
+
+    // The operator fixes node01 and resumes both: the two-node job runs, once, on both.
+    std::fs::write(site.path().join("scratch-node01"), "").unwrap();
+    q(&["admin", "resume", "node01,node02"]).success();
+    let done = wait_state(&c, wide, &["COMPLETED", "FAILED"], T).await;
+    assert_eq!((done.state.as_str(), done.requeues), ("COMPLETED", 1), "{done:?}");
+    // node01's prolog passed once, for the start that ran; node02's for each start that
+    // reached it (the first, unless its launch was overtaken by the requeue, and the second).
+    let runs =
+        |node: &str| read(&format!("prolog-{node}")).lines().filter(|l| l.starts_with(&format!("{wide} "))).count();
+    assert_eq!(runs("node01"), 1);
+    assert!((1..=2).contains(&runs("node02")), "{}", read("prolog-node02"));
+    cluster.shutdown().await;
+}
