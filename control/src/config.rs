@@ -209,6 +209,10 @@ pub struct ControllerConfig {
     /// What one submit may carry.
     #[serde(default)]
     pub limits: AdmissionLimits,
+    /// `[submit_filter]`: the site's program that sees every submit and may refuse or amend
+    /// it, like Slurm's job_submit plugins ([`crate::server::filter`]).
+    #[serde(default)]
+    pub submit_filter: Option<SubmitFilterConfig>,
     /// The program that mails users about their jobs (`--mail-type`), called as Slurm's
     /// MailProg: `PROGRAM -s SUBJECT RECIPIENT`. None: nothing is mailed (the types and
     /// recipient are still recorded and shown). Give it on every replica: the leader mails.
@@ -599,6 +603,21 @@ impl SchedulerConfig {
             },
         })
     }
+}
+
+/// `[submit_filter]`: the site's program that sees every submit (see [`crate::server::filter`]).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SubmitFilterConfig {
+    /// Run with `sh -c`.
+    pub command: String,
+    /// How long a submit waits for its answer before it is refused.
+    #[serde(default = "default_filter_timeout_ms")]
+    pub timeout_ms: u64,
+}
+
+fn default_filter_timeout_ms() -> u64 {
+    5_000
 }
 
 /// `[[qos]]`.

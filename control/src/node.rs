@@ -50,7 +50,10 @@ impl Controller {
         let leader = Arc::new(LeaderState::new(config.liveness(), grants).mail_through(config.mail_program.clone()));
         let (stop, stop_rx) = watch::channel(false);
         let limits = Arc::new(config.limits.clone());
-        let api = Arc::new(server::Api::new(replica.clone(), leader.clone(), security.clone(), limits));
+        let api = Arc::new(
+            server::Api::new(replica.clone(), leader.clone(), security.clone(), limits)
+                .with_submit_filter(config.submit_filter.clone()),
+        );
         let http_addr = match &config.http.listen {
             Some(addr) => {
                 let listener =

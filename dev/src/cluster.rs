@@ -67,6 +67,8 @@ pub struct DevOptions {
     pub quorum_program: Option<PathBuf>,
     /// The replicas' `mail_program` (Slurm's MailProg).
     pub mail_program: Option<PathBuf>,
+    /// The replicas' submit filter (`[submit_filter]`).
+    pub submit_filter: Option<quorum_control::server::filter::SubmitFilterConfig>,
     /// The cluster's licenses (`[licenses]`).
     pub licenses: std::collections::BTreeMap<String, u32>,
     /// How long an ended job stays in the hot state before it moves to the job history
@@ -117,6 +119,7 @@ impl Default for DevOptions {
             agent_binary: None,
             quorum_program: None,
             mail_program: None,
+            submit_filter: None,
             licenses: Default::default(),
             min_job_age: Duration::from_secs(300),
             metrics_allow: Vec::new(),
@@ -302,6 +305,7 @@ impl DevCluster {
                     emulate_feature_level: opts.emulate_levels.iter().find(|(at, _)| *at == i).map(|(_, l)| *l),
                     security: security_config(r.id)?,
                     limits: Default::default(),
+                    submit_filter: opts.submit_filter.clone(),
                     mail_program: opts.mail_program.clone(),
                     min_job_age_s: opts.min_job_age.as_secs(),
                     accounting: AccountingConfig {

@@ -24,6 +24,8 @@ pub struct Api {
     pub(super) security: Arc<Security>,
     /// What one submit may carry (`[limits]`).
     pub(super) limits: Arc<crate::config::AdmissionLimits>,
+    /// The site's submit filter (`[submit_filter]`), which every submit passes first.
+    pub(super) submit_filter: Option<super::filter::SubmitFilterConfig>,
 }
 
 impl Api {
@@ -34,7 +36,14 @@ impl Api {
         limits: Arc<crate::config::AdmissionLimits>,
     ) -> Api {
         let submits = SubmitBatcher::submits(replica.clone());
-        Api { peers: Peers::new(replica.dialer.clone(), None), replica, leader, submits, security, limits }
+        let peers = Peers::new(replica.dialer.clone(), None);
+        Api { peers, replica, leader, submits, security, limits, submit_filter: None }
+    }
+
+    /// Every submit passes the site's filter first.
+    pub fn with_submit_filter(mut self, filter: Option<super::filter::SubmitFilterConfig>) -> Api {
+        self.submit_filter = filter;
+        self
     }
 }
 

@@ -41,7 +41,7 @@ pub(super) async fn add_cron(api: &Api, caller: &Caller, r: AddCronRequest) -> R
         Status::invalid_argument(format!("schedule '{schedule_text}' never fires (within five years)"))
     })?;
     let spec = r.spec.ok_or_else(|| Status::invalid_argument("missing job spec"))?;
-    let spec = prepared_spec(api, caller, spec)?;
+    let spec = prepared_spec(api, caller, spec).await?;
     let cluster = api.replica.shared.read().state.cluster_level();
     if cluster < quorum_state::CRON_LEVEL {
         let what = "recurring jobs (quorum cron)";

@@ -28,9 +28,14 @@ fn gpu_type_as_registered(api: &Api, asked: &str) -> String {
 /// `run_as` names when root asks (`sbatch --uid`).
 /// A submitted spec checked as every submit's is (shape, feature level, limits, who may ask
 /// for a priority or a group): what a submit or a cron entry records.
-pub(super) fn prepared_spec(api: &Api, caller: &Caller, spec: JobSpec) -> Result<crate::model::JobSpec, Status> {
+pub(super) async fn prepared_spec(api: &Api, caller: &Caller, spec: JobSpec) -> Result<crate::model::JobSpec, Status> {
     let mut spec = wire::spec_from_proto(spec).map_err(|e| rejection_status(&e))?;
     spec.check_shape().map_err(|e| rejection_status(&e))?;
+    // The site's filter sees a well-formed job; what it changes is checked again.
+    if let Some(filter) = &api.submit_filter {
+        spec = super::filter::filter(filter, &caller.user, spec).await?;
+        spec.check_shape().map_err(|e| rejection_status(&e))?;
+    }
     if let Some(asked) = &spec.gpu_type {
         spec.gpu_type = Some(gpu_type_as_registered(api, asked));
     }
@@ -56,7 +61,7 @@ pub(super) fn prepared_spec(api: &Api, caller: &Caller, spec: JobSpec) -> Result
 
 pub(super) async fn submit_job(api: &Api, caller: &Caller, r: SubmitJobRequest) -> Result<SubmitJobResponse, Status> {
     let spec = r.spec.ok_or_else(|| Status::invalid_argument("missing job spec"))?;
-    let spec = prepared_spec(api, caller, spec)?;
+    let spec = prepared_spec(api, caller, spec).await?;
     let user = job_owner(caller, &r.run_as)?;
     if r.test_only {
         return test_only(api, spec, &user);

@@ -14,6 +14,7 @@ mod api;
 pub mod auth;
 mod cluster;
 mod cron;
+pub mod filter;
 #[macro_use]
 mod forward;
 mod identity;

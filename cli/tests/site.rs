@@ -1,8 +1,9 @@
-//! The site's prolog and epilog on a cluster with agents, as Slurm's `Prolog=` and `Epilog=`:
-//! a prolog that fails on a node sends the job back to the queue (it never started there) and
-//! drains the node with the prolog's words; once the operator fixes the node and resumes it the
-//! job runs. The epilog runs after every job with its exit code, and one that fails drains the
-//! node.
+//! The site's own programs on a cluster with agents. The prolog and epilog, as Slurm's
+//! `Prolog=` and `Epilog=`: a prolog that fails on a node sends the job back to the queue (it
+//! never started there) and drains the node with the prolog's words; once the operator fixes the
+//! node and resumes it the job runs. The epilog runs after every job with its exit code, and one
+//! that fails drains the node. The submit filter, as Slurm's job_submit plugins: it refuses a
+//! submit in its own words, or amends it.
 
 mod common;
 
@@ -10,6 +11,7 @@ use std::time::Duration;
 
 use common::*;
 use quorum_agent::site::JobScripts;
+use quorum_control::config::SubmitFilterConfig;
 use quorum_dev::cluster::DevOptions;
 
 const T: Duration = Duration::from_secs(30);
@@ -83,5 +85,38 @@ async fn a_failing_prolog_requeues_the_job_and_drains_the_node_and_the_epilog_fo
         |node: &str| read(&format!("prolog-{node}")).lines().filter(|l| l.starts_with(&format!("{wide} "))).count();
     assert_eq!(runs("node01"), 1);
     assert!((1..=2).contains(&runs("node02")), "{}", read("prolog-node02"));
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_submit_filter_refuses_or_amends_every_submit_in_its_own_words() {
+    // Every job needs a time limit; each is marked with who submitted it; sbatch's and cron's
+    // submits pass it alike.
+    let command = r#"input=$(cat)
+case "$input" in *'"time_limit_s":null'*) echo "every job needs a --time limit" >&2; exit 1;; esac
+echo "{\"comment\":\"seen for $QUORUM_SUBMIT_USER\"}""#;
+    let filter = SubmitFilterConfig { command: command.into(), timeout_ms: 5_000 };
+    let cluster = cluster(DevOptions { submit_filter: Some(filter), ..DevOptions::for_tests() }).await;
+    let c = client(&cluster.addrs);
+    wait_ready(&cluster, &c, 2).await;
+    let env = cluster.controllers_env();
+    let (work, bin) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    std::fs::set_permissions(work.path(), std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    let user = |args: &[&str]| quorum_as(&env, Some("filter-user"), work.path(), args);
+
+    let bare = user(&["submit", "--", "true"]);
+    assert!(
+        bare.code != 0
+            && bare.stderr.contains("submit refused by the site's submit filter: every job needs a --time limit"),
+        "{bare:?}"
+    );
+    let script = work.path().join("job.sh");
+    std::fs::write(&script, "#!/bin/sh\n#SBATCH --time=5\ntrue\n").unwrap();
+    let out = slurm_as(&cluster, bin.path(), "sbatch", "filter-user", &[script.to_str().unwrap()]).success();
+    let id: u64 = out.trim().rsplit(' ').next().and_then(|w| w.parse().ok()).unwrap_or_else(|| panic!("{out}"));
+    let j = job(&c, id).await;
+    assert_eq!(j.spec.map(|s| s.comment).as_deref(), Some("seen for filter-user"));
+    let refused = user(&["cron", "add", "@daily", "--", "true"]);
+    assert!(refused.stderr.contains("every job needs a --time limit"), "{refused:?}");
     cluster.shutdown().await;
 }
