@@ -527,6 +527,23 @@ impl Agent {
     }
 
     /// Jobs running now, as (job id, token).
+    /// The running jobs as a heartbeat reports them: each with the highest utilization of its
+    /// GPUs here at the last check (for the leader's GPU idle policy).
+    pub(crate) fn running_reports(&self) -> Vec<quorum_proto::agent::RunningJob> {
+        let mut v: Vec<_> = self
+            .lock_jobs()
+            .iter()
+            .filter(|(_, e)| e.exit.is_none())
+            .map(|(id, e)| quorum_proto::agent::RunningJob {
+                job_id: *id,
+                token: e.token,
+                gpu_util_pct: e.gpu_use.last_util_pct.filter(|_| !e.gpus.is_empty()),
+            })
+            .collect();
+        v.sort_unstable_by_key(|r| r.job_id);
+        v
+    }
+
     pub fn running(&self) -> Vec<(u64, u64)> {
         let mut v: Vec<_> =
             self.lock_jobs().iter().filter(|(_, e)| e.exit.is_none()).map(|(id, e)| (*id, e.token)).collect();

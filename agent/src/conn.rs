@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use quorum_proto::agent::agent_service_client::AgentServiceClient;
 use quorum_proto::agent::{
-    agent_message, controller_message, AgentMessage, ExitKind, Gpu, Heartbeat, Kill, Launch, Register, RunningJob,
+    agent_message, controller_message, AgentMessage, ExitKind, Gpu, Heartbeat, Kill, Launch, Register,
 };
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
@@ -164,7 +164,7 @@ async fn session(
                     unanswered.pop_front();
                 }
                 unanswered.push_back((seq, Instant::now()));
-                let running = agent.running().into_iter().map(|(job_id, token)| RunningJob { job_id, token }).collect();
+                let running = agent.running_reports();
                 let hb = AgentMessage { msg: Some(agent_message::Msg::Heartbeat(Heartbeat {
                     seq,
                     running,

@@ -74,6 +74,8 @@ pub struct GpuUse {
     pub util_sum: u64,
     pub mem_max_mb: u64,
     pub energy_mj: u64,
+    /// The highest utilization among the job's GPUs at the last sample that read one.
+    pub last_util_pct: Option<u32>,
     /// Each GPU's energy counter at its last sample, which the next one adds from.
     last_energy: Vec<(u32, u64)>,
 }
@@ -81,10 +83,12 @@ pub struct GpuUse {
 impl GpuUse {
     /// Adds a check's readings of the job's `gpus`.
     pub fn sample(&mut self, readings: &[(u32, Reading)], gpus: &[u32]) {
+        let mut busiest: Option<u32> = None;
         for (index, r) in readings.iter().filter(|(i, _)| gpus.contains(i)) {
             if let Some(pct) = r.utilization_pct {
                 self.samples += 1;
                 self.util_sum += u64::from(pct.min(100));
+                busiest = Some(busiest.unwrap_or(0).max(pct.min(100)));
             }
             self.mem_max_mb = self.mem_max_mb.max(r.memory_used_mb.unwrap_or(0));
             if let Some(now) = r.energy_mj {
@@ -96,6 +100,9 @@ impl GpuUse {
                     None => self.last_energy.push((*index, now)),
                 }
             }
+        }
+        if busiest.is_some() {
+            self.last_util_pct = busiest;
         }
     }
 
@@ -130,7 +137,7 @@ impl GpuUse {
                 Some((index.parse().ok()?, mj.parse().ok()?))
             })
             .collect::<Option<Vec<(u32, u64)>>>()?;
-        Some(GpuUse { samples, util_sum, mem_max_mb, energy_mj, last_energy })
+        Some(GpuUse { samples, util_sum, mem_max_mb, energy_mj, last_util_pct: None, last_energy })
     }
 
     /// Into a job's usage report.

@@ -12,11 +12,6 @@ use quorum_dev::cluster::DevOptions;
 
 const T: Duration = Duration::from_secs(30);
 
-fn submitted(run: Run) -> u64 {
-    let out = run.success();
-    out.trim().strip_prefix("Submitted job ").and_then(|id| id.parse().ok()).unwrap_or_else(|| panic!("{out}"))
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn users_meet_their_limits_and_see_their_own_shares() {
     let cluster = cluster(DevOptions::for_tests()).await;

@@ -12,11 +12,6 @@ use quorum_dev::cluster::DevOptions;
 
 const T: Duration = Duration::from_secs(30);
 
-fn submitted(run: Run) -> u64 {
-    let out = run.success();
-    out.trim().strip_prefix("Submitted job ").and_then(|id| id.parse().ok()).unwrap_or_else(|| panic!("{out}"))
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reservation_keeps_its_node_for_its_users_and_ends_their_jobs_with_it() {
     for user in ["resv-user", "resv-other"] {

@@ -11,15 +11,10 @@ use std::time::Duration;
 
 use common::*;
 use quorum_agent::site::JobScripts;
-use quorum_control::config::SubmitFilterConfig;
+use quorum_control::config::{GpuIdleConfig, PartitionConfig, SubmitFilterConfig};
 use quorum_dev::cluster::DevOptions;
 
 const T: Duration = Duration::from_secs(30);
-
-fn submitted(run: Run) -> u64 {
-    let out = run.success();
-    out.trim().strip_prefix("Submitted job ").and_then(|id| id.parse().ok()).unwrap_or_else(|| panic!("{out}"))
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_prolog_requeues_the_job_and_drains_the_node_and_the_epilog_follows_every_job() {
@@ -118,5 +113,50 @@ echo "{\"comment\":\"seen for $QUORUM_SUBMIT_USER\"}""#;
     assert_eq!(j.spec.map(|s| s.comment).as_deref(), Some("seen for filter-user"));
     let refused = user(&["cron", "add", "@daily", "--", "true"]);
     assert!(refused.stderr.contains("every job needs a --time limit"), "{refused:?}");
+    cluster.shutdown().await;
+}
+
+/// The GPU idle policy: a job whose simulated GPU stays idle is flagged in `quorum queue`, and
+/// cancelled in the partition the policy names; once its GPU works the flag goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_whose_gpus_stay_idle_are_flagged_or_cancelled_where_the_partition_says() {
+    let policy = GpuIdleConfig { threshold_pct: 5, after: "0:02".into(), cancel_partitions: vec!["scratch".into()] };
+    let scratch = PartitionConfig {
+        name: "scratch".into(),
+        nodes: "node[01-02]".into(),
+        max_time: Some("1:00:00".into()),
+        default_mem_per_cpu: Some("1G".into()),
+        ..Default::default()
+    };
+    let opts = DevOptions { gpu_idle: Some(policy), extra_partitions: vec![scratch], ..DevOptions::for_tests() };
+    let cluster = cluster(opts).await;
+    let c = client(&cluster.addrs);
+    wait_ready(&cluster, &c, 2).await;
+    let env = cluster.controllers_env();
+    let work = tempfile::tempdir().unwrap();
+    let q = |args: &[&str]| quorum(&env, work.path(), args);
+
+    let flagged = submitted(q(&["submit", "-w", "node01", "--gpus", "1", "--", "sleep", "300"]));
+    let cancelled = submitted(q(&["submit", "-p", "scratch", "-w", "node02", "--gpus", "1", "--", "sleep", "300"]));
+    let since = wait_for(T, "the idle job flagged", || async {
+        Some(job(&c, flagged).await.gpu_idle_since_ms).filter(|s| *s > 0)
+    })
+    .await;
+    assert!(since <= now_ms().saturating_sub(2_000), "flagged only after two idle seconds");
+    let queue = q(&["queue"]).success();
+    let line =
+        queue.lines().find(|l| l.trim_start().starts_with(&flagged.to_string())).unwrap_or_else(|| panic!("{queue}"));
+    assert!(line.contains("node01 (GPUs idle "), "{queue}");
+    let ended = wait_state(&c, cancelled, &["CANCELLED", "COMPLETED", "FAILED"], T).await;
+    assert_eq!((ended.state.as_str(), ended.cancelled_by.as_str()), ("CANCELLED", "root"), "{ended:?}");
+    assert_eq!(job(&c, flagged).await.state, "RUNNING", "only flagged in its partition");
+
+    // Its GPU set to work: the flag goes.
+    for gpu in 0..4 {
+        q(&["admin", "gpu-fault", "node01", &gpu.to_string(), "load:50"]).success();
+    }
+    wait_for(T, "the flag gone", || async { (job(&c, flagged).await.gpu_idle_since_ms == 0).then_some(()) }).await;
+    assert_eq!(job(&c, flagged).await.state, "RUNNING");
+    q(&["cancel", &flagged.to_string()]).success();
     cluster.shutdown().await;
 }

@@ -17,11 +17,6 @@ fn scontrol_as(cluster: &DevCluster, bin: &Path, user: &str, args: &[&str]) -> R
     slurm_as(cluster, bin, "scontrol", user, args)
 }
 
-fn submitted(run: Run) -> u64 {
-    let out = run.success();
-    out.trim().strip_prefix("Submitted job ").and_then(|id| id.parse().ok()).unwrap_or_else(|| panic!("{out}"))
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_running_jobs_limit_moves_on_its_node_and_a_pending_job_changes_before_it_starts() {
     // The agents run each job as its user, as a site's do.

@@ -243,6 +243,10 @@ pub fn queue_table(jobs: &[JobInfo], now_ms: u64) -> String {
         .map(|j| {
             let where_ = if j.state == "PENDING" {
                 format!("({})", if j.reason.is_empty() { "None" } else { &j.reason })
+            } else if j.gpu_idle_since_ms > 0 && j.state == "RUNNING" {
+                // Flagged by the GPU idle policy: for how long its GPUs have been idle.
+                let idle_s = now_ms.saturating_sub(j.gpu_idle_since_ms) / 1000;
+                format!("{} (GPUs idle {})", j.nodelist, quorum_model::parse::format_duration(idle_s))
             } else {
                 j.nodelist.clone()
             };

@@ -213,6 +213,10 @@ pub struct ControllerConfig {
     /// it, like Slurm's job_submit plugins ([`crate::server::filter`]).
     #[serde(default)]
     pub submit_filter: Option<SubmitFilterConfig>,
+    /// `[gpu_idle]`: running jobs whose GPUs stay idle are flagged, or cancelled in the
+    /// partitions it names ([`crate::leader::gpu_idle`]). The leader's counts.
+    #[serde(default)]
+    pub gpu_idle: Option<GpuIdleConfig>,
     /// The program that mails users about their jobs (`--mail-type`), called as Slurm's
     /// MailProg: `PROGRAM -s SUBJECT RECIPIENT`. None: nothing is mailed (the types and
     /// recipient are still recorded and shown). Give it on every replica: the leader mails.
@@ -601,6 +605,39 @@ impl SchedulerConfig {
                     PreemptMode::parse(m).map_err(|e| ConfigError::Invalid(format!("scheduler.preempt_mode: {e}")))?
                 }
             },
+        })
+    }
+}
+
+/// `[gpu_idle]`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GpuIdleConfig {
+    /// GPUs under this utilization (percent) are idle.
+    #[serde(default = "default_idle_threshold")]
+    pub threshold_pct: u32,
+    /// For how long, like "30:00" (Slurm's time format).
+    pub after: String,
+    /// Partitions whose idle jobs are cancelled, not only flagged.
+    #[serde(default)]
+    pub cancel_partitions: Vec<String>,
+}
+
+fn default_idle_threshold() -> u32 {
+    5
+}
+
+impl GpuIdleConfig {
+    pub fn policy(&self) -> Result<crate::leader::gpu_idle::GpuIdlePolicy, ConfigError> {
+        let after = opt_time("gpu_idle.after", &Some(self.after.clone()))?
+            .ok_or_else(|| ConfigError::Invalid("gpu_idle.after: give a duration, like \"30:00\"".into()))?;
+        if self.threshold_pct > 100 {
+            return Err(ConfigError::Invalid(format!("gpu_idle.threshold_pct ({}) is above 100", self.threshold_pct)));
+        }
+        Ok(crate::leader::gpu_idle::GpuIdlePolicy {
+            threshold_pct: self.threshold_pct,
+            after: std::time::Duration::from_secs(after),
+            cancel_partitions: self.cancel_partitions.iter().cloned().collect(),
         })
     }
 }

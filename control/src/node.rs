@@ -47,7 +47,12 @@ impl Controller {
         let dialer: quorum_raft::network::Dialer =
             Arc::new(move |addr: &str| quorum_auth::tls::endpoint(addr, peer_tls.as_ref()).map_err(|e| e.to_string()));
         let (replica, db) = Replica::start(&config, &faults, dialer).await?;
-        let leader = Arc::new(LeaderState::new(config.liveness(), grants).mail_through(config.mail_program.clone()));
+        let gpu_idle = config.gpu_idle.as_ref().map(|g| g.policy()).transpose()?;
+        let leader = Arc::new(
+            LeaderState::new(config.liveness(), grants)
+                .mail_through(config.mail_program.clone())
+                .watch_gpu_idle(gpu_idle),
+        );
         let (stop, stop_rx) = watch::channel(false);
         let limits = Arc::new(config.limits.clone());
         let api = Arc::new(

@@ -69,6 +69,8 @@ pub struct DevOptions {
     pub mail_program: Option<PathBuf>,
     /// The replicas' submit filter (`[submit_filter]`).
     pub submit_filter: Option<quorum_control::server::filter::SubmitFilterConfig>,
+    /// The replicas' GPU idle policy (`[gpu_idle]`).
+    pub gpu_idle: Option<quorum_control::config::GpuIdleConfig>,
     /// The cluster's licenses (`[licenses]`).
     pub licenses: std::collections::BTreeMap<String, u32>,
     /// How long an ended job stays in the hot state before it moves to the job history
@@ -120,6 +122,7 @@ impl Default for DevOptions {
             quorum_program: None,
             mail_program: None,
             submit_filter: None,
+            gpu_idle: None,
             licenses: Default::default(),
             min_job_age: Duration::from_secs(300),
             metrics_allow: Vec::new(),
@@ -306,6 +309,7 @@ impl DevCluster {
                     security: security_config(r.id)?,
                     limits: Default::default(),
                     submit_filter: opts.submit_filter.clone(),
+                    gpu_idle: opts.gpu_idle.clone(),
                     mail_program: opts.mail_program.clone(),
                     min_job_age_s: opts.min_job_age.as_secs(),
                     accounting: AccountingConfig {

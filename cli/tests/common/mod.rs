@@ -318,6 +318,12 @@ impl Run {
     }
 }
 
+/// The job id of a `quorum submit` that succeeded ("Submitted job N").
+pub fn submitted(run: Run) -> u64 {
+    let out = run.success();
+    out.trim().strip_prefix("Submitted job ").and_then(|id| id.parse().ok()).unwrap_or_else(|| panic!("{out}"))
+}
+
 /// `quorum ARGS` in `dir`, run as a user would (as whoever runs the tests).
 pub fn quorum(controllers: &str, dir: &Path, args: &[&str]) -> Run {
     quorum_as(controllers, None, dir, args)

@@ -19,6 +19,7 @@
 //! [`rules`]. [`LeaderState`] is what only a leader keeps in memory, beside the replica.
 
 mod cron;
+pub mod gpu_idle;
 pub mod grants;
 pub mod hub;
 mod liveness;

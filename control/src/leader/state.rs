@@ -26,6 +26,10 @@ pub struct LeaderState {
     pub mail_program: Option<std::path::PathBuf>,
     /// What the loops measure, for `/metrics`.
     pub stats: super::Stats,
+    /// The config's `[gpu_idle]`: while leading, jobs whose GPUs stay idle are flagged (and
+    /// cancelled where it says so).
+    pub gpu_idle: Option<super::gpu_idle::GpuIdlePolicy>,
+    pub idle_gpus: super::gpu_idle::IdleGpus,
 }
 
 impl LeaderState {
@@ -39,7 +43,20 @@ impl LeaderState {
             dropped: Mutex::default(),
             mail_program: None,
             stats,
+            gpu_idle: None,
+            idle_gpus: Default::default(),
         }
+    }
+
+    /// Watches jobs' GPUs for idleness by `policy` while leading.
+    pub fn watch_gpu_idle(mut self, policy: Option<super::gpu_idle::GpuIdlePolicy>) -> LeaderState {
+        self.gpu_idle = policy;
+        self
+    }
+
+    /// Since when `job`'s GPUs have been idle, once for as long as the policy says.
+    pub fn gpu_idle_since(&self, job: JobId, now_ms: crate::model::Millis) -> Option<crate::model::Millis> {
+        self.idle_gpus.flagged_since(self.gpu_idle.as_ref()?, job, now_ms)
     }
 
     /// Mails jobs' changes through `program` while leading.

@@ -396,6 +396,7 @@ pub(super) async fn get_job(api: &Api, caller: &Caller, r: GetJobRequest) -> Res
         return Err(Status::not_found(format!("job {job_id} does not exist")));
     }
     let mut info = job_for(caller, &job, true);
+    info.gpu_idle_since_ms = api.leader.gpu_idle_since(job.id, crate::replica::now_ms()).unwrap_or(0);
     if let Some(e) = api.leader.estimate(job.id).filter(|_| job.state == JobState::Pending) {
         info.expected_start_ms = e.start_ms;
         info.expected_nodes = crate::model::hostlist::compress(&e.nodes);
@@ -441,6 +442,7 @@ pub(super) async fn list_jobs(api: &Api, caller: &Caller, r: ListJobsRequest) ->
     }
     read_barrier(api, r.stale).await?;
     let estimates = api.leader.estimates();
+    let now = crate::replica::now_ms();
     let submitted_before = if r.submitted_before_ms == 0 { u64::MAX } else { r.submitted_before_ms };
     // A set: a listing may name thousands of jobs, checked against every job while the state
     // is locked.
@@ -464,6 +466,7 @@ pub(super) async fn list_jobs(api: &Api, caller: &Caller, r: ListJobsRequest) ->
             applied.state.jobs.range((after, std::ops::Bound::Unbounded)).map(|(_, j)| j).filter(|j| wanted(j)).map(
                 |j| {
                     let mut info = wire::listed(job_for(caller, j, false));
+                    info.gpu_idle_since_ms = api.leader.gpu_idle_since(j.id, now).unwrap_or(0);
                     if let Some(e) = estimates.get(&j.id).filter(|_| j.state == JobState::Pending) {
                         info.expected_start_ms = e.start_ms;
                         info.expected_nodes = crate::model::hostlist::compress(&e.nodes);
