@@ -16,6 +16,7 @@ use quorum_control::model::preempt::{PreemptMode, PreemptType};
 use quorum_control::model::reservation::{Reservation, ResvFlags};
 use quorum_control::model::{Account, AssocLimits, Gpu, Job, JobSpec, JobState, Node, NodeAdminState, Program, Shared};
 use quorum_control::model::{BackfillMode, Policy};
+use quorum_control::model::{Qos, TresLimit, TresMins, Usage};
 use quorum_sched::view::{DepStatus, PartitionView, RunningJob};
 use quorum_sched::{schedule, ClusterView, NodeView, PendingJob, Res};
 use quorum_state::ClusterState;
@@ -198,6 +199,37 @@ pub fn with_reservations(mut view: ClusterView) -> ClusterView {
     view
 }
 
+/// The limits of feature level 20 besides: per-job, per-user and whole-QOS TRES limits on the
+/// QOS every job has, per-job limits and budgets of CPU- and GPU-minutes (none spent) on every
+/// account, and usage by user for the 200 users (so that fairshare goes down to them).
+pub fn with_limits(mut view: ClusterView) -> ClusterView {
+    let limit = |cpus, gpus, nodes| TresLimit { cpus: Some(cpus), gpus: Some(gpus), mem_mb: None, nodes: Some(nodes) };
+    view.qos.insert(
+        "normal".into(),
+        Qos {
+            name: "normal".into(),
+            max_tres_per_job: limit(4096, 64, 8),
+            max_tres_per_user: limit(100_000, 512, 256),
+            grp_tres: limit(1_000_000, 60_000, 10_000),
+            grp_jobs: Some(50_000),
+            ..Default::default()
+        },
+    );
+    let mut users = std::collections::BTreeMap::new();
+    for a in 0..10u32 {
+        let account = view.accounts.get_mut(&format!("acct{a}")).expect("made above");
+        account.limits.max_tres_per_job = limit(4096, 64, 8);
+        account.limits.grp_tres_mins = TresMins { cpu: Some(u64::MAX / 2), gpu: Some(u64::MAX / 2) };
+        account.users = (0..200).map(|u| format!("u{u}")).collect();
+        let per_user = (0..200u32)
+            .map(|u| (format!("u{u}"), Usage { value: f64::from(u * 1000 + a), at: NOW_MS, ..Default::default() }))
+            .collect();
+        users.insert(format!("acct{a}"), per_user);
+    }
+    view.user_usage = users.into();
+    view
+}
+
 fn bench_cycle(c: &mut Criterion) {
     let mut group = c.benchmark_group("schedule_cycle");
     group.sample_size(10).measurement_time(Duration::from_secs(20)).warm_up_time(Duration::from_secs(2));
@@ -225,6 +257,11 @@ fn bench_cycle(c: &mut Criterion) {
     let view = with_reservations(view);
     let policy = Policy { preempt_type: PreemptType::PartitionPrio, ..Policy::default() };
     group.bench_function(format!("{pending}_jobs_{nodes}_nodes_easy_preempt_reservations"), |b| {
+        b.iter(|| black_box(schedule(black_box(&view), NOW_MS, &policy)))
+    });
+    // And with the limits sites set most, and fairshare down to users.
+    let view = with_limits(view);
+    group.bench_function(format!("{pending}_jobs_{nodes}_nodes_easy_preempt_reservations_limits"), |b| {
         b.iter(|| black_box(schedule(black_box(&view), NOW_MS, &policy)))
     });
     group.finish();

@@ -82,12 +82,12 @@ mod tests {
     use quorum_state::testing::{cluster, spec, submit};
     use quorum_state::{apply, Command, Response};
 
-    fn running(s: &mut ClusterState, index: u64, partition: &str) -> JobId {
+    fn running(s: &mut ClusterState, index: u64, partition: &str, node: &str) -> JobId {
         let mut job = spec(&["sleep", "100"]);
-        (job.gpus_per_node, job.partition) = (1, Some(partition.into()));
+        (job.gpus_per_node, job.partition, job.mem_per_node_mb) = (1, Some(partition.into()), Some(100));
         let Response::Submitted { job_id, .. } = submit(s, index, job, &format!("r{index}")) else { panic!() };
-        let allocation =
-            Allocation { nodes: vec![NodeAllocation { node: "n1".into(), cpus: 1, mem_mb: 100, gpus: vec![0] }] };
+        let on = NodeAllocation { node: node.into(), cpus: 1, mem_mb: 100, gpus: vec![0] };
+        let allocation = Allocation { nodes: vec![on] };
         let start = PlannedStart { job_id, allocation };
         let plan = Command::ApplyPlan {
             base_index: index,
@@ -96,8 +96,8 @@ mod tests {
             reasons: vec![],
             preemptions: vec![],
         };
-        apply(s, index + 1, plan);
-        assert_eq!(s.jobs[&job_id].state, JobState::Running);
+        let applied = apply(s, index + 1, plan);
+        assert_eq!(s.jobs[&job_id].state, JobState::Running, "{applied:?}");
         job_id
     }
 
@@ -108,8 +108,8 @@ mod tests {
         other.node_names = ["n1".to_string(), "n2".to_string()].into();
         let gpu = s.partitions["gpu"].clone();
         apply(&mut s, 5, Command::SetPartitions { partitions: vec![gpu, other], now: 5 });
-        let flagged = running(&mut s, 10, "gpu");
-        let cancelled = running(&mut s, 20, "scratch");
+        let flagged = running(&mut s, 10, "gpu", "n1");
+        let cancelled = running(&mut s, 20, "scratch", "n2");
         let policy = GpuIdlePolicy {
             threshold_pct: 5,
             after: Duration::from_secs(60),

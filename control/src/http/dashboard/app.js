@@ -116,7 +116,11 @@ async function queueView() {
     states.map((s) => el("option", s === queueFilter.state ? { value: s, selected: "" } : { value: s }, s || "any state")));
   const rows = jobs.map((j) => el("tr", { "data-job": j.id },
     el("td", {}, el("a", { href: "#/job/" + j.id }, j.id)), el("td", {}, j.name), el("td", {}, j.user),
-    el("td", {}, j.partition), el("td", { class: "state-" + j.state }, j.state), el("td", {}, j.reason),
+    el("td", {}, j.partition), el("td", { class: "state-" + j.state }, j.state),
+    // A running job the GPU idle policy flagged says since when its GPUs have been idle.
+    j.state === "RUNNING" && j.gpu_idle_since_ms > 0
+      ? el("td", { class: "gpu-idle" }, "GPUs idle since " + when(j.gpu_idle_since_ms))
+      : el("td", {}, j.reason),
     el("td", {}, priority[j.id] !== undefined ? priority[j.id].toFixed(0) : ""),
     el("td", {}, j.state === "RUNNING" ? when(j.start_time_ms) : when(j.expected_start_ms)),
     el("td", {}, j.state === "RUNNING" ? j.nodelist : j.expected_nodes), el("td", {}, duration(j.time_limit_s))));
