@@ -7,9 +7,13 @@
 set -euo pipefail
 package=$1 version=$2 module=$3
 dir="${XDG_CACHE_HOME:-$HOME/.cache}/quorum/$package-$version"
+mkdir -p "$(dirname "$dir")"
+# Tests running side by side may ask for the same package at once: one makes it, the others
+# wait for it (two making one environment together break each other's pip).
+exec 9>"$dir.lock"
+flock 9
 if ! "$dir/bin/python" -c "import $module" >/dev/null 2>&1; then
   rm -rf "$dir"
-  mkdir -p "$(dirname "$dir")"
   python3 -m venv "$dir" >&2
   "$dir/bin/pip" install --quiet --disable-pip-version-check "$package==$version" >&2
 fi
