@@ -287,6 +287,21 @@ fn max_submit_jobs_refuses_the_submit_past_it() {
         rejection.to_string(),
         "job violates accounting/QOS policy: MaxSubmitJobsPerUser=8 of QOS 'normal' (user 'carl' has 8 jobs pending or running)"
     );
+    // Moving a pending job into a full account is refused as its submit would be; changing
+    // anything else of a job in a full account is not.
+    for _ in 0..2 {
+        let bobs = submit(&mut b, "bob", "lab", None);
+        assert!(matches!(bobs, Response::Submitted { .. }), "bob's second and third: {bobs:?}");
+    }
+    b.cmd(Command::UpsertAccount { account: account("lab-b", &["bob"], |_| {}), now: 0 });
+    let Response::Submitted { job_id: elsewhere, .. } = submit(&mut b, "bob", "lab-b", None) else { panic!() };
+    let into = |account: &str| quorum_model::update::JobUpdate { account: Some(account.into()), ..Default::default() };
+    let moved = b.cmd(Command::UpdateJob { job_id: elsewhere, user: "bob".into(), update: into("lab"), now: 0 });
+    assert!(matches!(moved, Response::Rejected(Rejection::SubmitLimit { have: 3, .. })), "{moved:?}");
+    let in_lab = b.state.jobs.values().find(|j| j.user == "bob" && j.account == "lab").map(|j| j.id).unwrap();
+    let renamed = quorum_model::update::JobUpdate { name: Some("renamed".into()), ..into("lab") };
+    let r = b.cmd(Command::UpdateJob { job_id: in_lab, user: "bob".into(), update: renamed, now: 0 });
+    assert!(!matches!(r, Response::Rejected(_)), "{r:?}");
     // A job that ends frees its place.
     b.at(0);
     let p = b.cycle();

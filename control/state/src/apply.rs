@@ -431,6 +431,10 @@ fn update_job(state: &mut ClusterState, job_id: JobId, user: &str, update: &JobU
         let nice = std::mem::take(&mut spec.nice);
         (account, qos) = admit_association(state, &spec, &owner)?;
         spec.nice = nice;
+        // Moved to another account or QOS: its submit limits hold there too, as Slurm's do.
+        if (account.as_str(), qos.as_str()) != (job.account.as_str(), job.qos.as_str()) {
+            check_submit_limits(state, &owner, &account, &qos, 1, Some(job_id))?;
+        }
     } else {
         spec.check_shape()?;
     }
@@ -530,7 +534,7 @@ fn submit(state: &mut ClusterState, mut spec: JobSpec, user: String, request_id:
         Err(rejection) => return Response::Rejected(rejection),
     };
     let adding = array.as_ref().map_or(1, |a| a.tasks().len() as u32);
-    if let Err(rejection) = check_submit_limits(state, &user, &account, &qos, adding) {
+    if let Err(rejection) = check_submit_limits(state, &user, &account, &qos, adding, None) {
         return Response::Rejected(rejection);
     }
     let first = state.next_job_id;
@@ -598,13 +602,15 @@ fn submit(state: &mut ClusterState, mut spec: JobSpec, user: String, request_id:
 /// `MaxSubmitJobs` (the nearest in the account's chain: an account's limit holds for each user
 /// of it and of its sub-accounts, as Slurm's user associations inherit it) and the QOS's
 /// `MaxSubmitJobsPerUser`: how many jobs (array tasks each) a user may have pending or running.
-/// Counting walks the active jobs, and only when such a limit applies to this submit.
+/// Counting walks the active jobs (but `moving`, a job an update moves to `account` or `qos`),
+/// and only when such a limit applies.
 fn check_submit_limits(
     state: &ClusterState,
     user: &str,
     account: &str,
     qos: &str,
     adding: u32,
+    moving: Option<JobId>,
 ) -> Result<(), Rejection> {
     if state.cluster_level() < crate::commands::USER_SHARES_LEVEL {
         return Ok(());
@@ -624,7 +630,8 @@ fn check_submit_limits(
         return Ok(());
     }
     let (mut in_account, mut in_qos) = (0u32, 0u32);
-    for job in state.active.iter().filter_map(|id| state.jobs.get(id)).filter(|j| j.user == user) {
+    let others = state.active.iter().filter(|id| Some(**id) != moving);
+    for job in others.filter_map(|id| state.jobs.get(id)).filter(|j| j.user == user) {
         in_account += u32::from(job.account == account);
         in_qos += u32::from(job.qos == qos);
     }
