@@ -26,8 +26,14 @@ pub struct GpuIdlePolicy {
 #[derive(Clone, Copy, Debug)]
 struct Idle {
     since_ms: Millis,
+    /// The last heartbeat that said so: after a gap (this replica did not lead meanwhile, or the
+    /// node was silent) idleness is judged afresh, not from before it.
+    seen_ms: Millis,
     cancelling: bool,
 }
+
+/// A job not reported idle for this long starts its idle time again.
+const GAP_MS: Millis = 30_000;
 
 /// The running jobs whose GPUs are idle, and since when.
 #[derive(Debug, Default)]
@@ -57,7 +63,11 @@ impl IdleGpus {
                 jobs.remove(&id);
                 continue;
             }
-            let idle = jobs.entry(id).or_insert(Idle { since_ms: now_ms, cancelling: false });
+            let idle = jobs.entry(id).or_insert(Idle { since_ms: now_ms, seen_ms: now_ms, cancelling: false });
+            if now_ms.saturating_sub(idle.seen_ms) > GAP_MS {
+                idle.since_ms = now_ms;
+            }
+            idle.seen_ms = now_ms;
             let long = now_ms.saturating_sub(idle.since_ms) >= policy.after.as_millis() as u64;
             if long && !idle.cancelling && policy.cancel_partitions.contains(&job.partition) {
                 idle.cancelling = true;
@@ -122,6 +132,7 @@ mod tests {
         // Busy for one heartbeat: the clock starts again.
         assert!(idle.note(&policy, &s, &both(50, 1), 30_000).is_empty());
         assert!(idle.note(&policy, &s, &both(2, 4), 40_000).is_empty());
+        assert!(idle.note(&policy, &s, &both(2, 4), 50_000).is_empty());
         assert_eq!(idle.note(&policy, &s, &both(2, 4), 61_000), vec![cancelled], "a minute idle in scratch");
         assert!(idle.note(&policy, &s, &both(2, 4), 62_000).is_empty(), "cancelled once");
         assert_eq!(idle.flagged_since(&policy, flagged, 99_000), None, "gpu's job idle since 40 s only");
@@ -129,6 +140,10 @@ mod tests {
         // No reading says nothing; a job that ended is forgotten.
         assert!(idle.note(&policy, &s, &[(flagged, None)], 101_000).is_empty());
         assert_eq!(idle.flagged_since(&policy, flagged, 101_000), Some(40_000));
+        // Not heard idle for longer than the gap (another replica led meanwhile): afresh.
+        assert!(idle.note(&policy, &s, &[(flagged, Some(0))], 200_000).is_empty());
+        assert_eq!(idle.flagged_since(&policy, flagged, 200_000), None);
+        assert!(idle.note(&policy, &s, &[(flagged, Some(0))], 210_000).is_empty());
         let token = s.jobs[&flagged].alloc_index;
         let outcome = quorum_model::RankOutcome::Exited { code: 0, signal: 0 };
         apply(&mut s, 30, Command::JobEnded { job_id: flagged, token, node: "n1".into(), outcome, now: 3000 });
