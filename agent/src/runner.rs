@@ -25,14 +25,16 @@ pub(crate) fn start(agent: Arc<Agent>, launch: Launch, kill_rx: mpsc::Receiver<O
     quorum_proto::telemetry::continue_trace(&span, &launch.traceparent);
     let run = async move {
         let mut stopped = agent.stopped.subscribe();
-        let (ended, problem) = tokio::select! {
+        let (ended, prolog) = tokio::select! {
             ended = run(&agent, &launch, kill_rx) => ended,
             // The agent stopped: the job goes on under its supervisor, for the next agent.
             _ = stopped.wait_for(|s| *s) => return,
         };
-        let problem = match problem {
-            Some(prolog) => Some(prolog),
-            None => epilog(&agent, &launch, ended).await,
+        // The epilog follows a job whose prolog passed; a refused launch runs neither.
+        let problem = match prolog {
+            Prolog::Refused => None,
+            Prolog::Failed(why) => Some(why),
+            Prolog::Passed => epilog(&agent, &launch, ended).await,
         };
         finish(&agent, &launch, ended, problem);
     };
@@ -196,24 +198,31 @@ fn ended_with(kind: ExitKind, status: Status, launch: &Launch) -> Ended {
     }
 }
 
-/// Runs the job here: how it ended, and why its prolog failed when it did (the job then never
-/// started here).
-async fn run(agent: &Agent, launch: &Launch, kill_rx: mpsc::Receiver<Order>) -> (Ended, Option<String>) {
+/// What became of a launch before its job started: its grant refused (nothing of the site's
+/// runs for it), the node's prolog failed (why), or passed (or there is none).
+enum Prolog {
+    Refused,
+    Failed(String),
+    Passed,
+}
+
+/// Runs the job here: how it ended, and how its prolog went.
+async fn run(agent: &Agent, launch: &Launch, kill_rx: mpsc::Receiver<Order>) -> (Ended, Prolog) {
     // Nothing is created, no prolog runs and no user is switched before the leader's grant
     // verifies.
     let grant = match crate::grants::verify_launch(agent, launch) {
         Ok(g) => g,
         Err(e) => {
             tracing::warn!(job = launch.job_id, user = %launch.user, "job launch failed: launch refused: {e}");
-            return ((ExitKind::LaunchFailed, 127, 0), None);
+            return ((ExitKind::LaunchFailed, 127, 0), Prolog::Refused);
         }
     };
     let (scripts, node) = (&agent.config.job_scripts, agent.config.name.as_str());
     let context = crate::site::Context::Prolog;
     if let Some(failure) = crate::site::around_job(scripts, launch, node, context, None).await {
-        return ((ExitKind::PrologFailed, 0, 0), Some(failure));
+        return ((ExitKind::PrologFailed, 0, 0), Prolog::Failed(failure));
     }
-    (start_job(agent, launch, grant, kill_rx).await, None)
+    (start_job(agent, launch, grant, kill_rx).await, Prolog::Passed)
 }
 
 async fn start_job(
