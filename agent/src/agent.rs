@@ -419,9 +419,8 @@ impl Agent {
     /// Runs the operator's health check once and keeps its verdict.
     pub(crate) async fn run_health_check(&self, check: &HealthCheck) {
         // It sees the agent's own environment, as it always has.
-        let env: Vec<(String, String)> = std::env::vars().collect();
         let failure =
-            crate::site::run(&check.command, &env, crate::site::HEALTH_CHECK_TIMEOUT).await.err().unwrap_or_default();
+            crate::site::run(&check.command, None, crate::site::HEALTH_CHECK_TIMEOUT).await.err().unwrap_or_default();
         let mut current = self.health_check_failure.lock().unwrap_or_else(|p| p.into_inner());
         if *current != failure {
             if failure.is_empty() {
@@ -526,7 +525,6 @@ impl Agent {
         self.jobs.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Jobs running now, as (job id, token).
     /// The running jobs as a heartbeat reports them: each with the highest utilization of its
     /// GPUs here at the last check (for the leader's GPU idle policy).
     pub(crate) fn running_reports(&self) -> Vec<quorum_proto::agent::RunningJob> {
@@ -544,11 +542,9 @@ impl Agent {
         v
     }
 
+    /// Jobs running now, as (job id, token).
     pub fn running(&self) -> Vec<(u64, u64)> {
-        let mut v: Vec<_> =
-            self.lock_jobs().iter().filter(|(_, e)| e.exit.is_none()).map(|(id, e)| (*id, e.token)).collect();
-        v.sort_unstable();
-        v
+        self.running_reports().into_iter().map(|r| (r.job_id, r.token)).collect()
     }
 
     /// Kills every job's process group at once (used when a dev cluster shuts down).

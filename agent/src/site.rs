@@ -71,17 +71,16 @@ pub fn environment(launch: &Launch, node: &str, context: Context, exit_code: Opt
     env
 }
 
-/// Runs `command` with `sh -c` and only `env`, for at most `timeout`: `Ok` when it exits 0,
-/// otherwise what it printed (whitespace folded, at most 200 characters) and how it ended.
-pub async fn run(command: &str, env: &[(String, String)], timeout: Duration) -> Result<(), String> {
-    let run = tokio::process::Command::new("sh")
-        .arg("-c")
-        .arg(command)
-        .env_clear()
-        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-        .stdin(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .output();
+/// Runs `command` with `sh -c` and only `env` (the agent's own environment when `None`), for at
+/// most `timeout`: `Ok` when it exits 0, otherwise what it printed (whitespace folded, at most
+/// 200 characters) and how it ended.
+pub async fn run(command: &str, env: Option<&[(String, String)]>, timeout: Duration) -> Result<(), String> {
+    let mut sh = tokio::process::Command::new("sh");
+    sh.arg("-c").arg(command).stdin(std::process::Stdio::null()).kill_on_drop(true);
+    if let Some(env) = env {
+        sh.env_clear().envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+    }
+    let run = sh.output();
     match tokio::time::timeout(timeout, run).await {
         Err(_) => Err(format!("timed out after {}s", timeout.as_secs())),
         Ok(Err(e)) => Err(format!("cannot run '{command}': {e}")),
@@ -110,7 +109,7 @@ pub async fn around_job(
         Context::Epilog => scripts.epilog.as_deref()?,
     };
     let env = environment(launch, node, context, exit_code);
-    match run(command, &env, scripts.timeout).await {
+    match run(command, Some(&env), scripts.timeout).await {
         Ok(()) => None,
         Err(failure) => {
             tracing::warn!(job = launch.job_id, context = context.name(), %failure, "the node's {} failed", context.name());
@@ -126,10 +125,11 @@ mod tests {
     #[tokio::test]
     async fn a_failing_program_is_told_in_one_line_with_how_it_ended() {
         let env = vec![("X".to_string(), "seen".to_string())];
-        assert_eq!(run("test \"$X\" = seen && test -z \"$HOME\"", &env, Duration::from_secs(5)).await, Ok(()));
-        let e = run("echo 'no\n  scratch'; echo space >&2; exit 3", &env, Duration::from_secs(5)).await.unwrap_err();
+        let env = Some(env.as_slice());
+        assert_eq!(run("test \"$X\" = seen && test -z \"$HOME\"", env, Duration::from_secs(5)).await, Ok(()));
+        let e = run("echo 'no\n  scratch'; echo space >&2; exit 3", env, Duration::from_secs(5)).await.unwrap_err();
         assert_eq!(e, "no scratch space (exit 3)");
-        let e = run("sleep 5", &env, Duration::from_millis(200)).await.unwrap_err();
+        let e = run("sleep 5", env, Duration::from_millis(200)).await.unwrap_err();
         assert_eq!(e, "timed out after 0s");
         let launch = Launch {
             job_id: 7,

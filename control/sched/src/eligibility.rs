@@ -19,7 +19,7 @@ pub struct CycleLimits<'a> {
 }
 
 impl<'a> CycleLimits<'a> {
-    pub fn new(view: &'a ClusterView, now_ms: Millis) -> CycleLimits<'a> {
+    pub fn new(view: &'a ClusterView, now_ms: Millis, half_life_ms: u64) -> CycleLimits<'a> {
         let mut out = CycleLimits {
             wall: view.accounts.values().any(|a| a.limits.max_wall_s.is_some()),
             per_job: view.accounts.values().any(|a| !a.limits.max_tres_per_job.is_empty()),
@@ -27,15 +27,14 @@ impl<'a> CycleLimits<'a> {
         };
         let budgeted = |a: &quorum_model::Account| !a.limits.grp_tres_mins.is_empty();
         if view.accounts.values().any(budgeted) || view.qos.values().any(|q| !q.grp_tres_mins.is_empty()) {
-            out.spend(view, now_ms);
+            out.spend(view, now_ms, half_life_ms);
         }
         out
     }
 
     /// A budget is spent by the decayed usage charged so far and what running jobs have used
     /// since they started (CPU- and GPU-seconds), up the account tree.
-    fn spend(&mut self, view: &'a ClusterView, now_ms: Millis) {
-        let half_life_ms = view.half_life_ms;
+    fn spend(&mut self, view: &'a ClusterView, now_ms: Millis, half_life_ms: u64) {
         let mut by_account: BTreeMap<&str, (f64, f64)> = BTreeMap::new();
         let mut by_qos: BTreeMap<&str, (f64, f64)> = BTreeMap::new();
         for (a, u) in view.usage.iter() {

@@ -241,8 +241,8 @@ pub struct Screened<'a> {
 /// dependencies, begin time, partition, QOS and account limits on its size and time
 /// ([`eligibility::static_reason`]), a partition without nodes, or a request no node of the
 /// partition could ever hold (`BadConstraints`).
-pub fn screen<'a>(view: &'a ClusterView, ordered: &[&'a PendingJob], now_ms: Millis) -> Screened<'a> {
-    let cycle = eligibility::CycleLimits::new(view, now_ms);
+pub fn screen<'a>(view: &'a ClusterView, ordered: &[&'a PendingJob], now_ms: Millis, policy: &Policy) -> Screened<'a> {
+    let cycle = eligibility::CycleLimits::new(view, now_ms, policy.half_life_s * 1000);
     let mut partitions = Lookup::new(&view.partitions);
     let mut qos = Lookup::new(&view.qos);
     let mut out = Screened::default();
@@ -771,7 +771,7 @@ pub fn will_run(view: &ClusterView, job: PendingJob, now_ms: Millis, policy: &Po
 pub fn schedule(view: &ClusterView, now_ms: Millis, policy: &Policy) -> Plan {
     debug_assert!(view.nodes.windows(2).all(|w| w[0].name < w[1].name), "view nodes must be in name order");
     let ordered = order(view, now_ms, policy);
-    let screened = screen(view, &ordered, now_ms);
+    let screened = screen(view, &ordered, now_ms, policy);
     let placed = place(view, &screened.candidates, now_ms, policy);
     Plan::assemble(ordered.len(), screened.ineligible, placed)
 }

@@ -44,10 +44,31 @@ pub struct AccountShare {
 /// Usage is normalised by the larger of the total decayed usage and what the cluster could
 /// deliver in one half-life, so that when usage decays away every factor returns to 1.
 pub fn fairshare(view: &ClusterView, now_ms: Millis, policy: &Policy) -> BTreeMap<String, AccountShare> {
+    account_shares(view, now_ms, policy, usage_denominator(view, now_ms, policy))
+}
+
+/// The accounts' and their users' fairshare at `now` ([`fairshare`], [`user_fairshare`]), the
+/// usage normalised once for both.
+pub fn fairshare_tree(
+    view: &ClusterView,
+    now_ms: Millis,
+    policy: &Policy,
+) -> (BTreeMap<String, AccountShare>, BTreeMap<String, AccountUsers>) {
+    let denominator = usage_denominator(view, now_ms, policy);
+    let accounts = account_shares(view, now_ms, policy, denominator);
+    let users = users_of(view, &accounts, now_ms, policy, denominator);
+    (accounts, users)
+}
+
+fn account_shares(
+    view: &ClusterView,
+    now_ms: Millis,
+    policy: &Policy,
+    denominator: f64,
+) -> BTreeMap<String, AccountShare> {
     let half_life_ms = policy.half_life_s * 1000;
     let decayed: BTreeMap<&str, f64> =
         view.usage.iter().map(|(a, u)| (a.as_str(), u.at(now_ms, half_life_ms))).collect();
-    let denominator = usage_denominator(view, now_ms, policy);
 
     let mut out = BTreeMap::new();
     // Sibling share sums, by parent (None for top-level accounts).
@@ -134,8 +155,17 @@ pub fn user_fairshare(
     now_ms: Millis,
     policy: &Policy,
 ) -> BTreeMap<String, AccountUsers> {
+    users_of(view, accounts, now_ms, policy, usage_denominator(view, now_ms, policy))
+}
+
+fn users_of(
+    view: &ClusterView,
+    accounts: &BTreeMap<String, AccountShare>,
+    now_ms: Millis,
+    policy: &Policy,
+    denominator: f64,
+) -> BTreeMap<String, AccountUsers> {
     let half_life_ms = policy.half_life_s * 1000;
-    let denominator = usage_denominator(view, now_ms, policy);
     // Shares of sub-accounts, by parent: a user's siblings are the account's users and its
     // sub-accounts together, as in Slurm's association tree.
     let mut child_shares: BTreeMap<&str, u64> = BTreeMap::new();
@@ -213,8 +243,7 @@ pub struct PriorityContext {
 
 impl PriorityContext {
     pub fn new(view: &ClusterView, now_ms: Millis, policy: &Policy) -> Self {
-        let shares = fairshare(view, now_ms, policy);
-        let users = user_fairshare(view, &shares, now_ms, policy);
+        let (shares, users) = fairshare_tree(view, now_ms, policy);
         Self {
             shares,
             users,

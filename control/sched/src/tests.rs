@@ -711,7 +711,7 @@ mod stages {
         let (b, [wide, held, short, odd]) = bench_with_jobs();
         let view = ClusterView::from_state(&b.state);
         let ordered = order(&view, b.now_ms, &fifo(BackfillMode::Easy, 1));
-        let screened = screen(&view, &ordered, b.now_ms);
+        let screened = screen(&view, &ordered, b.now_ms, &b.state.policy);
         let candidates: Vec<(usize, u64)> = screened.candidates.iter().map(|c| (c.position, c.job.id)).collect();
         assert_eq!(candidates, [(0, wide), (2, short)]);
         let ineligible: Vec<(usize, u64, PendingReason)> =
@@ -728,7 +728,7 @@ mod stages {
         let third = whole(&mut b, 1, 100);
         let view = ClusterView::from_state(&b.state);
         let ordered = order(&view, b.now_ms, &view_policy(&b));
-        let screened = screen(&view, &ordered, b.now_ms);
+        let screened = screen(&view, &ordered, b.now_ms, &b.state.policy);
         assert_eq!(screened.candidates.len(), 3);
         let placed = place(&view, &screened.candidates, b.now_ms, &view_policy(&b));
         assert_eq!(placed.starts.iter().map(|s| s.job_id).collect::<Vec<_>>(), [both]);
@@ -746,7 +746,7 @@ mod stages {
         let view = ClusterView::from_state(&b.state);
         let policy = view_policy(&b);
         let ordered = order(&view, b.now_ms, &policy);
-        let screened = screen(&view, &ordered, b.now_ms);
+        let screened = screen(&view, &ordered, b.now_ms, &b.state.policy);
         let placed = place(&view, &screened.candidates, b.now_ms, &policy);
         let plan = Plan::assemble(ordered.len(), screened.ineligible, placed);
         assert_eq!(started(&plan), [wide]);

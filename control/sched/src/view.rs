@@ -203,8 +203,6 @@ pub struct ClusterView {
     /// Usage by account, then user; and by QOS.
     pub user_usage: Shared<BTreeMap<String, BTreeMap<String, Usage>>>,
     pub qos_usage: Shared<BTreeMap<String, Usage>>,
-    /// Usage halves in this time (the policy's), for the budgets of `GrpTRESMins`.
-    pub half_life_ms: u64,
     /// The previous cycle's reservations (job → node names). A job keeps its reserved nodes
     /// while they still hold it no later than any others, so that a reservation never moves
     /// because best fit broke a tie differently.
@@ -440,7 +438,6 @@ impl ClusterView {
             usage: state.usage.clone(),
             user_usage: state.user_usage.clone(),
             qos_usage: state.qos_usage.clone(),
-            half_life_ms: state.policy.half_life_s * 1000,
             ..ClusterView::default()
         };
         // Node indices change when the set of nodes does; cached running jobs hold indices.

@@ -1,6 +1,6 @@
 //! The GPU idle policy (`[gpu_idle]`), like dstack's utilization policy: a running job whose
 //! GPUs all stay under a utilization threshold for a while is flagged (`quorum queue`, the
-//! dashboard, `GpuIdleSince` in `scontrol show job`), and cancelled where its partition is one of
+//! dashboard, the job's `gpu_idle_since_ms`), and cancelled where its partition is one of
 //! those the policy names. The leader judges from its agents' heartbeats, each carrying the
 //! highest utilization among a job's GPUs on that node at its last check; what it knows is in
 //! memory only, and a new leader starts watching afresh.
@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use crate::model::{JobId, JobState, Millis};
+use crate::model::{Job, JobId, JobState, Millis};
 use quorum_state::ClusterState;
 
 /// What the policy says.
@@ -38,7 +38,15 @@ const GAP_MS: Millis = 30_000;
 /// The running jobs whose GPUs are idle, and since when.
 #[derive(Debug, Default)]
 pub struct IdleGpus {
-    jobs: Mutex<BTreeMap<JobId, Idle>>,
+    jobs: Mutex<Watched>,
+}
+
+#[derive(Debug, Default)]
+struct Watched {
+    jobs: BTreeMap<JobId, Idle>,
+    /// When jobs no longer running were last forgotten: at most once a gap, not at every
+    /// heartbeat of every node.
+    purged_ms: Millis,
 }
 
 impl IdleGpus {
@@ -52,9 +60,13 @@ impl IdleGpus {
         reports: &[(JobId, Option<u32>)],
         now_ms: Millis,
     ) -> Vec<JobId> {
-        let mut jobs = self.jobs.lock().unwrap_or_else(|p| p.into_inner());
+        let mut watched = self.jobs.lock().unwrap_or_else(|p| p.into_inner());
         // Jobs that ended (or were requeued) are forgotten.
-        jobs.retain(|id, _| state.jobs.get(id).is_some_and(|j| j.state == JobState::Running));
+        if now_ms.saturating_sub(watched.purged_ms) >= GAP_MS {
+            watched.purged_ms = now_ms;
+            watched.jobs.retain(|id, _| state.jobs.get(id).is_some_and(|j| j.state == JobState::Running));
+        }
+        let jobs = &mut watched.jobs;
         let mut cancel = Vec::new();
         for &(id, util) in reports {
             let Some(util) = util else { continue };
@@ -77,10 +89,14 @@ impl IdleGpus {
         cancel
     }
 
-    /// Since when `job`'s GPUs have been idle, once that has lasted the policy's `after`.
-    pub fn flagged_since(&self, policy: &GpuIdlePolicy, job: JobId, now_ms: Millis) -> Option<Millis> {
-        let jobs = self.jobs.lock().unwrap_or_else(|p| p.into_inner());
-        let since = jobs.get(&job)?.since_ms;
+    /// Since when `job`'s GPUs have been idle, once that has lasted the policy's `after` (a job
+    /// that no longer runs is not flagged, whatever is left of it here until the next purge).
+    pub fn flagged_since(&self, policy: &GpuIdlePolicy, job: &Job, now_ms: Millis) -> Option<Millis> {
+        if job.state != JobState::Running {
+            return None;
+        }
+        let watched = self.jobs.lock().unwrap_or_else(|p| p.into_inner());
+        let since = watched.jobs.get(&job.id)?.since_ms;
         (now_ms.saturating_sub(since) >= policy.after.as_millis() as u64).then_some(since)
     }
 }
@@ -128,26 +144,26 @@ mod tests {
         let idle = IdleGpus::default();
         let both = |a: u32, b: u32| vec![(flagged, Some(a)), (cancelled, Some(b))];
         assert!(idle.note(&policy, &s, &both(0, 1), 1_000).is_empty());
-        assert_eq!(idle.flagged_since(&policy, flagged, 30_000), None, "not for long enough yet");
+        assert_eq!(idle.flagged_since(&policy, &s.jobs[&flagged], 30_000), None, "not for long enough yet");
         // Busy for one heartbeat: the clock starts again.
         assert!(idle.note(&policy, &s, &both(50, 1), 30_000).is_empty());
         assert!(idle.note(&policy, &s, &both(2, 4), 40_000).is_empty());
         assert!(idle.note(&policy, &s, &both(2, 4), 50_000).is_empty());
         assert_eq!(idle.note(&policy, &s, &both(2, 4), 61_000), vec![cancelled], "a minute idle in scratch");
         assert!(idle.note(&policy, &s, &both(2, 4), 62_000).is_empty(), "cancelled once");
-        assert_eq!(idle.flagged_since(&policy, flagged, 99_000), None, "gpu's job idle since 40 s only");
-        assert_eq!(idle.flagged_since(&policy, flagged, 100_000), Some(40_000));
+        assert_eq!(idle.flagged_since(&policy, &s.jobs[&flagged], 99_000), None, "gpu's job idle since 40 s only");
+        assert_eq!(idle.flagged_since(&policy, &s.jobs[&flagged], 100_000), Some(40_000));
         // No reading says nothing; a job that ended is forgotten.
         assert!(idle.note(&policy, &s, &[(flagged, None)], 101_000).is_empty());
-        assert_eq!(idle.flagged_since(&policy, flagged, 101_000), Some(40_000));
+        assert_eq!(idle.flagged_since(&policy, &s.jobs[&flagged], 101_000), Some(40_000));
         // Not heard idle for longer than the gap (another replica led meanwhile): afresh.
         assert!(idle.note(&policy, &s, &[(flagged, Some(0))], 200_000).is_empty());
-        assert_eq!(idle.flagged_since(&policy, flagged, 200_000), None);
+        assert_eq!(idle.flagged_since(&policy, &s.jobs[&flagged], 200_000), None);
         assert!(idle.note(&policy, &s, &[(flagged, Some(0))], 210_000).is_empty());
         let token = s.jobs[&flagged].alloc_index;
         let outcome = quorum_model::RankOutcome::Exited { code: 0, signal: 0 };
         apply(&mut s, 30, Command::JobEnded { job_id: flagged, token, node: "n1".into(), outcome, now: 3000 });
         assert!(idle.note(&policy, &s, &[], 102_000).is_empty());
-        assert_eq!(idle.flagged_since(&policy, flagged, 102_000), None);
+        assert_eq!(idle.flagged_since(&policy, &s.jobs[&flagged], 102_000), None);
     }
 }

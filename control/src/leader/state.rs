@@ -55,7 +55,11 @@ impl LeaderState {
     }
 
     /// Since when `job`'s GPUs have been idle, once for as long as the policy says.
-    pub fn gpu_idle_since(&self, job: JobId, now_ms: crate::model::Millis) -> Option<crate::model::Millis> {
+    pub fn gpu_idle_since(
+        &self,
+        job: &crate::model::Job,
+        now_ms: crate::model::Millis,
+    ) -> Option<crate::model::Millis> {
         self.idle_gpus.flagged_since(self.gpu_idle.as_ref()?, job, now_ms)
     }
 

@@ -71,8 +71,7 @@ pub(super) async fn shares(api: &Api, caller: &Caller, _r: SharesRequest) -> Res
     let applied = api.replica.shared.read();
     let view = quorum_sched::ClusterView::from_state(&applied.state);
     let now = now_ms();
-    let shares = quorum_sched::priority::fairshare(&view, now, &applied.state.policy);
-    let by_user = quorum_sched::priority::user_fairshare(&view, &shares, now, &applied.state.policy);
+    let (shares, by_user) = quorum_sched::priority::fairshare_tree(&view, now, &applied.state.policy);
     // PrivateData=usage: a user sees the usage of the accounts they belong to only.
     let private = api.security.config.private("usage") && !caller.at_least(quorum_auth::Role::Operator);
     let member = |name: &str| applied.state.accounts.get(name).is_some_and(|a| a.users.contains(&caller.user));

@@ -32,6 +32,30 @@ pub fn service(replica: Arc<Replica>, leader: Arc<LeaderState>, security: Arc<Se
     AgentServiceServer::new(Agents { replica, leader, security, reports })
 }
 
+/// The GPU idle policy's verdict on one heartbeat of `node`: its jobs' GPU use noted, and those
+/// the policy cancels cancelled, as root, off the stream's task.
+fn watch_gpu_idle(
+    replica: &Replica,
+    leader: &LeaderState,
+    reports: &ReportBatcher,
+    node: &str,
+    running: &[quorum_proto::agent::RunningJob],
+) {
+    let Some(policy) = &leader.gpu_idle else { return };
+    let utils: Vec<(u64, Option<u32>)> = running.iter().map(|r| (r.job_id, r.gpu_util_pct)).collect();
+    let cancel = leader.idle_gpus.note(policy, &replica.shared.read().state, &utils, now_ms());
+    for job_id in cancel {
+        tracing::warn!(job = job_id, node, "cancelling a job whose GPUs stayed idle (gpu_idle)");
+        let command = Command::CancelJob { job_id, user: "root".into(), now: now_ms(), whole_array: false };
+        let writer = reports.clone();
+        tokio::spawn(async move {
+            if let Err(e) = writer.write(command).await {
+                tracing::warn!(job = job_id, error = %e, "cancelling an idle job");
+            }
+        });
+    }
+}
+
 pub struct Agents {
     replica: Arc<Replica>,
     leader: Arc<LeaderState>,
@@ -158,33 +182,7 @@ impl AgentService for Agents {
                         if !leader.hub.is_current(&node, conn_id) {
                             break;
                         }
-                        if let Some(policy) = &leader.gpu_idle {
-                            let utils: Vec<(u64, Option<u32>)> =
-                                hb.running.iter().map(|r| (r.job_id, r.gpu_util_pct)).collect();
-                            let cancel = {
-                                let applied = replica.shared.read();
-                                leader.idle_gpus.note(policy, &applied.state, &utils, now_ms())
-                            };
-                            for job_id in cancel {
-                                tracing::warn!(
-                                    job = job_id,
-                                    node,
-                                    "cancelling a job whose GPUs stayed idle (gpu_idle)"
-                                );
-                                let command = Command::CancelJob {
-                                    job_id,
-                                    user: "root".into(),
-                                    now: now_ms(),
-                                    whole_array: false,
-                                };
-                                let writer = reports.clone();
-                                tokio::spawn(async move {
-                                    if let Err(e) = writer.write(command).await {
-                                        tracing::warn!(job = job_id, error = %e, "cancelling an idle job");
-                                    }
-                                });
-                            }
-                        }
+                        watch_gpu_idle(&replica, &leader, &reports, &node, &hb.running);
                         let running = hb.running.iter().map(|r| (r.job_id, r.token)).collect();
                         let problem = rules::health_problem(&hb.gpus, &hb.health_check);
                         leader.hub.heartbeat(&node, conn_id, running, hb.gpus, hb.health_check);

@@ -396,7 +396,7 @@ pub(super) async fn get_job(api: &Api, caller: &Caller, r: GetJobRequest) -> Res
         return Err(Status::not_found(format!("job {job_id} does not exist")));
     }
     let mut info = job_for(caller, &job, true);
-    info.gpu_idle_since_ms = api.leader.gpu_idle_since(job.id, crate::replica::now_ms()).unwrap_or(0);
+    info.gpu_idle_since_ms = api.leader.gpu_idle_since(&job, crate::replica::now_ms()).unwrap_or(0);
     if let Some(e) = api.leader.estimate(job.id).filter(|_| job.state == JobState::Pending) {
         info.expected_start_ms = e.start_ms;
         info.expected_nodes = crate::model::hostlist::compress(&e.nodes);
@@ -466,7 +466,7 @@ pub(super) async fn list_jobs(api: &Api, caller: &Caller, r: ListJobsRequest) ->
             applied.state.jobs.range((after, std::ops::Bound::Unbounded)).map(|(_, j)| j).filter(|j| wanted(j)).map(
                 |j| {
                     let mut info = wire::listed(job_for(caller, j, false));
-                    info.gpu_idle_since_ms = api.leader.gpu_idle_since(j.id, now).unwrap_or(0);
+                    info.gpu_idle_since_ms = api.leader.gpu_idle_since(j, now).unwrap_or(0);
                     if let Some(e) = estimates.get(&j.id).filter(|_| j.state == JobState::Pending) {
                         info.expected_start_ms = e.start_ms;
                         info.expected_nodes = crate::model::hostlist::compress(&e.nodes);
