@@ -24,6 +24,9 @@ pub struct AgentConfig {
     pub cpus: u32,
     pub mem_mb: u64,
     pub gpus: Vec<SimGpu>,
+    /// Each GPU's device file's number, by index (`/dev/nvidia<minor>`), where known: a job's
+    /// cgroup refuses it the others'. Empty: GPUs are told by `CUDA_VISIBLE_DEVICES` alone.
+    pub gpu_devices: Vec<crate::devices::Device>,
     pub features: Vec<String>,
     /// Where the agent keeps job scripts.
     pub spool_dir: PathBuf,
@@ -70,6 +73,7 @@ impl AgentConfig {
             cpus: 1,
             mem_mb: 1024,
             gpus: Vec::new(),
+            gpu_devices: Vec::new(),
             features: Vec::new(),
             spool_dir,
             heartbeat: Duration::from_secs(1),

@@ -332,24 +332,34 @@ pub mod nvml {
     }
 
     impl NvmlSource {
-        /// Loads NVML and lists the GPUs; fails where there is no driver.
-        pub fn open() -> Result<(NvmlSource, Vec<SimGpu>), String> {
+        /// Loads NVML and lists the GPUs with their device files (`/dev/nvidia<minor>`, where
+        /// the driver tells the minor number); fails where there is no driver.
+        #[allow(clippy::type_complexity)]
+        pub fn open() -> Result<(NvmlSource, Vec<SimGpu>, Option<Vec<std::path::PathBuf>>), String> {
             let nvml = Nvml::init().map_err(|e| format!("NVML is not available: {e}"))?;
             // The agent keeps NVML for its whole life; the event set borrows it.
             let nvml: &'static Nvml = Box::leak(Box::new(nvml));
             let count = nvml.device_count().map_err(|e| format!("NVML cannot count GPUs: {e}"))?;
             let mut gpus = Vec::new();
+            let mut files = Some(Vec::new());
             let mut events = nvml.create_event_set().ok();
             for index in 0..count {
                 let device = nvml.device_by_index(index).map_err(|e| format!("NVML GPU {index}: {e}"))?;
                 let name = device.name().unwrap_or_default();
                 gpus.push(SimGpu { index, gpu_type: gpu_type(&name) });
+                files = match (files, device.minor_number()) {
+                    (Some(mut f), Ok(minor)) => {
+                        f.push(std::path::PathBuf::from(format!("/dev/nvidia{minor}")));
+                        Some(f)
+                    }
+                    _ => None,
+                };
                 if let Some(set) = events.take() {
                     events = device.register_events(EventTypes::CRITICAL_XID_ERROR, set).ok();
                 }
             }
             let n = count as usize;
-            Ok((NvmlSource { nvml, count, events, xids: vec![Vec::new(); n], replays: vec![0; n] }, gpus))
+            Ok((NvmlSource { nvml, count, events, xids: vec![Vec::new(); n], replays: vec![0; n] }, gpus, files))
         }
 
         fn drain_events(&mut self) {

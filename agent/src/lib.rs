@@ -8,6 +8,7 @@
 
 mod agent;
 pub mod conn;
+pub mod devices;
 pub mod environment;
 pub mod gpu;
 pub mod grants;

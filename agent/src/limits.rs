@@ -5,6 +5,10 @@
 //! distributions, and this project's CI machines). Without either the agent says why, in its log
 //! and in `quorum nodes`, and caps each job's data segment with `RLIMIT_DATA` instead.
 //!
+//! Where the agent knows the node's GPU device files, a job's cgroup also refuses it the other
+//! jobs' GPUs ([`crate::devices`]): with v1 through the devices controller, with v2 through an
+//! eBPF device filter.
+//!
 //! Layout under the agent's own cgroup `B` (per controller with v1): jobs live in
 //! `B/quorum-<node>/job<id>.<token>`. With v2, a cgroup with processes cannot hand controllers to
 //! its children, so the agent first moves itself to `B/quorum-agent`; under systemd that needs
@@ -20,6 +24,8 @@ const CGROUP_SUPER_MAGIC: i64 = 0x0027_e0eb;
 
 use quorum_proto::CGROUPS_OFF;
 
+use crate::devices::Device;
+
 /// How this agent limits its jobs.
 #[derive(Clone, Debug)]
 pub enum Limits {
@@ -31,10 +37,12 @@ pub enum Limits {
 /// The agent's job cgroups.
 #[derive(Clone, Debug)]
 pub enum Cgroups {
-    /// One directory per job holding every controller.
-    V2 { root: PathBuf, cpuset: bool },
-    /// One directory per job and controller; `cpu` and `cpuset` where mounted and writable.
-    V1 { memory: PathBuf, cpu: Option<PathBuf>, cpuset: Option<PathBuf> },
+    /// One directory per job holding every controller; `devices` when the kernel takes an eBPF
+    /// device filter.
+    V2 { root: PathBuf, cpuset: bool, devices: bool },
+    /// One directory per job and controller; `cpu`, `cpuset` and `devices` where mounted and
+    /// writable.
+    V1 { memory: PathBuf, cpu: Option<PathBuf>, cpuset: Option<PathBuf>, devices: Option<PathBuf> },
 }
 
 /// One job's cgroup: a directory with v2, one per controller with v1 (memory first).
@@ -90,13 +98,16 @@ impl Limits {
     /// One line for the log and for `quorum nodes`.
     pub fn describe(&self) -> String {
         match self {
-            Limits::Cgroup(Cgroups::V2 { cpuset, .. }) => {
-                format!("cgroup v2 (memory, cpu{})", if *cpuset { ", cpuset" } else { "" })
-            }
-            Limits::Cgroup(Cgroups::V1 { cpu, cpuset, .. }) => format!(
-                "cgroup v1 (memory{}{})",
+            Limits::Cgroup(Cgroups::V2 { cpuset, devices, .. }) => format!(
+                "cgroup v2 (memory, cpu{}{})",
+                if *cpuset { ", cpuset" } else { "" },
+                if *devices { ", devices" } else { "" }
+            ),
+            Limits::Cgroup(Cgroups::V1 { cpu, cpuset, devices, .. }) => format!(
+                "cgroup v1 (memory{}{}{})",
                 if cpu.is_some() { ", cpu" } else { "" },
-                if cpuset.is_some() { ", cpuset" } else { "" }
+                if cpuset.is_some() { ", cpuset" } else { "" },
+                if devices.is_some() { ", devices" } else { "" }
             ),
             Limits::Rlimits(why) => format!("rlimits only: {why}"),
         }
@@ -161,7 +172,14 @@ impl Cgroups {
         let root = base.join(format!("quorum-{node}"));
         std::fs::create_dir_all(&root).map_err(|e| format!("cannot create {}: {e}", root.display()))?;
         write(&root.join("cgroup.subtree_control"), wanted).map_err(|e| e.to_string())?;
-        Ok(Cgroups::V2 { root, cpuset })
+        let devices = match crate::devices::v2_supported() {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!("jobs' GPUs are not isolated (CUDA_VISIBLE_DEVICES only): {e}");
+                false
+            }
+        };
+        Ok(Cgroups::V2 { root, cpuset, devices })
     }
 
     /// The agent's directory for jobs under its own cgroup of a v1 controller, made if missing.
@@ -195,7 +213,8 @@ impl Cgroups {
             }
             Some(root)
         });
-        Ok(Cgroups::V1 { memory, cpu, cpuset })
+        let devices = optional("devices");
+        Ok(Cgroups::V1 { memory, cpu, cpuset, devices })
     }
 
     /// The cgroup of one allocation of a job.
@@ -203,15 +222,16 @@ impl Cgroups {
         let name = job_name(job_id, token);
         match self {
             Cgroups::V2 { root, .. } => JobCgroup { dirs: vec![root.join(name)], v2: true },
-            Cgroups::V1 { memory, cpu, cpuset } => JobCgroup {
-                dirs: std::iter::once(memory).chain(cpu).chain(cpuset).map(|r| r.join(&name)).collect(),
+            Cgroups::V1 { memory, cpu, cpuset, devices } => JobCgroup {
+                dirs: std::iter::once(memory).chain(cpu).chain(cpuset).chain(devices).map(|r| r.join(&name)).collect(),
                 v2: false,
             },
         }
     }
 
-    /// Makes the job's cgroup with its limits; the job's first process joins it itself.
-    pub fn create(&self, job_id: u64, token: u64, mem_mb: u64, cpus: u32) -> io::Result<JobCgroup> {
+    /// Makes the job's cgroup with its limits, refusing its processes the devices `deny` (the
+    /// node's other GPUs); the job's first process joins it itself.
+    pub fn create(&self, job_id: u64, token: u64, mem_mb: u64, cpus: u32, deny: &[Device]) -> io::Result<JobCgroup> {
         let job = self.job(job_id, token);
         for dir in &job.dirs {
             std::fs::create_dir_all(dir)?;
@@ -219,7 +239,7 @@ impl Cgroups {
         let bytes = (mem_mb * 1024 * 1024).to_string();
         let quota = (u64::from(cpus) * 100_000).to_string();
         match self {
-            Cgroups::V2 { root, cpuset } => {
+            Cgroups::V2 { root, cpuset, devices } => {
                 let dir = &job.dirs[0];
                 if mem_mb > 0 {
                     write(&dir.join("memory.max"), &bytes)?;
@@ -235,8 +255,11 @@ impl Cgroups {
                         write(&dir.join("cpuset.cpus"), &list)?;
                     }
                 }
+                if *devices {
+                    crate::devices::attach_v2(dir, deny)?;
+                }
             }
-            Cgroups::V1 { memory, cpu, cpuset } => {
+            Cgroups::V1 { memory, cpu, cpuset, devices } => {
                 let name = job_name(job_id, token);
                 let dir = memory.join(&name);
                 if mem_mb > 0 {
@@ -262,6 +285,9 @@ impl Cgroups {
                         .unwrap_or_else(|| all.trim().to_string());
                     write(&dir.join("cpuset.cpus"), &list)?;
                     write(&dir.join("cpuset.mems"), read(&root.join("cpuset.mems"))?.trim())?;
+                }
+                if let Some(root) = devices {
+                    crate::devices::deny_v1(&root.join(&name), deny)?;
                 }
             }
         }
@@ -397,7 +423,7 @@ mod tests {
             eprintln!("skipped: no cgroups here ({})", Limits::detect(&node, true).describe());
             return;
         };
-        let job = cg.create(7, 3, 64, 1).unwrap();
+        let job = cg.create(7, 3, 64, 1, &[]).unwrap();
         let limit = match &cg {
             Cgroups::V2 { .. } => read(&job.dirs[0].join("memory.max")).unwrap(),
             Cgroups::V1 { .. } => read(&job.dirs[0].join("memory.limit_in_bytes")).unwrap(),

@@ -309,7 +309,13 @@ async fn start_job(
     }
     prepared = match agent.limits().cgroups() {
         Some(cg) => {
-            match cg.create(launch.job_id, launch.token, launch.mem_mb, launch.cpus).and_then(|d| prepared.cgroup(&d)) {
+            // The node's other GPUs' device files are closed to the job (not only hidden from
+            // CUDA_VISIBLE_DEVICES, which it may unset).
+            let deny = crate::devices::others(&agent.config.gpu_devices, &launch.gpus);
+            match cg
+                .create(launch.job_id, launch.token, launch.mem_mb, launch.cpus, &deny)
+                .and_then(|d| prepared.cgroup(&d))
+            {
                 Ok(p) => p,
                 Err(e) => return failed(format!("cannot make the job's cgroup: {e}")),
             }

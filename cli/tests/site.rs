@@ -3,7 +3,8 @@
 //! never started there) and drains the node with the prolog's words; once the operator fixes the
 //! node and resumes it the job runs. The epilog runs after every job with its exit code, and one
 //! that fails drains the node. The submit filter, as Slurm's job_submit plugins: it refuses a
-//! submit in its own words, or amends it.
+//! submit in its own words, or amends it. Device isolation, as Slurm's `ConstrainDevices=yes`: a
+//! job opens its own GPUs' device files and not the others'.
 
 mod common;
 
@@ -158,5 +159,76 @@ async fn jobs_whose_gpus_stay_idle_are_flagged_or_cancelled_where_the_partition_
     wait_for(T, "the flag gone", || async { (job(&c, flagged).await.gpu_idle_since_ms == 0).then_some(()) }).await;
     assert_eq!(job(&c, flagged).await.state, "RUNNING");
     q(&["cancel", &flagged.to_string()]).success();
+    cluster.shutdown().await;
+}
+
+/// A job may open its own GPUs' device files and not the node's others, whatever its
+/// `CUDA_VISIBLE_DEVICES` says: the agent's cgroup refuses them (v1's devices controller, or an
+/// eBPF filter with v2). The files are made with mknod and have no driver behind them: opening
+/// one of the job's gets as far as the (absent) driver, "No such device or address"; another's is
+/// refused, "Operation not permitted".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_opens_only_its_own_gpus_device_files() {
+    if !quorum_agent::identity::is_root() {
+        eprintln!("skipped: making device files and cgroups needs root");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let files: Vec<std::path::PathBuf> = (0..2).map(|i| dir.path().join(format!("nvidia{i}"))).collect();
+    for (i, f) in files.iter().enumerate() {
+        let c = std::ffi::CString::new(f.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: mknod reads the NUL-terminated path only.
+        let made = unsafe { libc::mknod(c.as_ptr(), libc::S_IFCHR | 0o666, libc::makedev(195, 230 + i as u32)) };
+        assert_eq!(made, 0, "mknod {}: {}", f.display(), std::io::Error::last_os_error());
+    }
+    let opts = DevOptions { cgroups: true, agents: 1, gpus_per_agent: 2, gpu_files: files, ..DevOptions::for_tests() };
+    let cluster = cluster(opts).await;
+    let c = client(&cluster.addrs);
+    wait_ready(&cluster, &c, 1).await;
+    let limits = wait_for(T, "the node's limits", || {
+        let c = &c;
+        async move { nodes(c).await.first().map(|n| n.limits.clone()).filter(|l| !l.is_empty()) }
+    })
+    .await;
+    // Root on a machine with cgroups (this project's CI has v1 with its devices controller).
+    let hierarchy = ["/sys/fs/cgroup/cgroup.controllers", "/sys/fs/cgroup/devices/devices.deny"]
+        .iter()
+        .any(|p| std::path::Path::new(p).exists());
+    if !hierarchy {
+        eprintln!("skipped: no cgroup hierarchy here ({limits})");
+        cluster.shutdown().await;
+        return;
+    }
+    assert!(limits.contains("devices"), "the node does not isolate devices: {limits}");
+    let d = dir.path().display();
+    // Each job says, for each file, what opening it gave, and which GPUs it was told of.
+    let probe = format!(
+        "echo cvd=$CUDA_VISIBLE_DEVICES; unset CUDA_VISIBLE_DEVICES; \
+         for i in 0 1; do echo gpu$i: $( (exec 3<{d}/nvidia$i) 2>&1 | sed 's/.*: //'); done"
+    );
+    let run = |gpus: u32, name: &str| {
+        let mut s = spec(&["bash", "-c", &probe], dir.path());
+        s.gpus_per_node = gpus;
+        s.stdout = format!("{d}/{name}.out");
+        s
+    };
+    let one = submit(&c, run(1, "one")).await;
+    let none = submit(&c, run(0, "none")).await;
+    for id in [one, none] {
+        let j = wait_state(&c, id, &["COMPLETED", "FAILED"], T).await;
+        assert_eq!(j.state, "COMPLETED", "{j:?}");
+    }
+    let both = submit(&c, run(2, "both")).await;
+    assert_eq!(wait_state(&c, both, &["COMPLETED", "FAILED"], T).await.state, "COMPLETED");
+    let read = |name: &str| std::fs::read_to_string(dir.path().join(format!("{name}.out"))).unwrap();
+    let (open, refused) = ("No such device or address", "Operation not permitted");
+    let out = read("one");
+    let own: u32 = out.lines().next().unwrap().trim_start_matches("cvd=").parse().unwrap();
+    assert_eq!(
+        out,
+        format!("cvd={own}\ngpu0: {}\ngpu1: {}\n", [open, refused][own as usize], [refused, open][own as usize])
+    );
+    assert_eq!(read("none"), format!("cvd=\ngpu0: {refused}\ngpu1: {refused}\n"));
+    assert_eq!(read("both"), format!("cvd=0,1\ngpu0: {open}\ngpu1: {open}\n"));
     cluster.shutdown().await;
 }

@@ -29,6 +29,9 @@ pub struct DevOptions {
     pub mem_mb_per_agent: u64,
     pub gpus_per_agent: u32,
     pub gpu_type: String,
+    /// The agents' GPUs' device files by index (`quorum-agent --gpu-files`), where jobs are to
+    /// be kept from the GPUs not theirs; the agents of one host share them.
+    pub gpu_files: Vec<PathBuf>,
     pub kill_wait: Duration,
     pub snapshot_every: u64,
     pub snapshot_keep_logs: u64,
@@ -101,6 +104,7 @@ impl Default for DevOptions {
             mem_mb_per_agent: 32 * 1024,
             gpus_per_agent: 4,
             gpu_type: "h100".into(),
+            gpu_files: Vec::new(),
             kill_wait: Duration::from_secs(5),
             snapshot_every: 10_000,
             snapshot_keep_logs: 1_000,
@@ -199,6 +203,7 @@ pub struct DevCluster {
     agents: Vec<Option<DevAgent>>,
     agent_configs: Vec<AgentConfig>,
     agent_binary: Option<PathBuf>,
+    gpu_files: Vec<PathBuf>,
     pub data_dir: PathBuf,
     /// `None` when insecure.
     pub security: Option<Arc<DevSecurity>>,
@@ -334,11 +339,17 @@ impl DevCluster {
         // Jobs of other users reach theirs through it (0711).
         let job_tmp = tempfile::Builder::new().prefix("quorum-dev-jobs-").tempdir()?;
         std::fs::set_permissions(job_tmp.path(), std::os::unix::fs::PermissionsExt::from_mode(0o711))?;
+        let gpu_devices = match opts.gpu_files.is_empty() {
+            true => Vec::new(),
+            false => quorum_agent::devices::resolve(&opts.gpu_files, opts.gpus_per_agent as usize)
+                .map_err(anyhow::Error::msg)?,
+        };
         let mut agent_configs: Vec<AgentConfig> = (0..opts.agents)
             .map(|i| AgentConfig {
                 cpus: opts.cpus_per_agent,
                 mem_mb: opts.mem_mb_per_agent,
                 gpus: (0..opts.gpus_per_agent).map(|g| SimGpu { index: g, gpu_type: opts.gpu_type.clone() }).collect(),
+                gpu_devices: gpu_devices.clone(),
                 kill_wait: opts.kill_wait,
                 switch_user: opts.switch_user,
                 cgroups: opts.cgroups,
@@ -364,6 +375,7 @@ impl DevCluster {
             agents: Vec::new(),
             agent_configs,
             agent_binary: opts.agent_binary.clone(),
+            gpu_files: opts.gpu_files.clone(),
             data_dir,
             security,
             _tmp: tmp,
@@ -409,6 +421,10 @@ impl DevCluster {
                     .kill_on_drop(true);
                 if let Some(g) = config.gpus.first() {
                     command.arg("--gpus").arg(format!("sim:{}x{}", g.gpu_type, config.gpus.len()));
+                }
+                if !self.gpu_files.is_empty() {
+                    let files: Vec<String> = self.gpu_files.iter().map(|f| f.display().to_string()).collect();
+                    command.arg("--gpu-files").arg(files.join(","));
                 }
                 if !config.switch_user {
                     command.arg("--no-switch-user");

@@ -38,6 +38,11 @@ struct Args {
     /// `quorum admin gpu-fault`), or `none`.
     #[arg(long, default_value = "none")]
     gpus: String,
+    /// The GPUs' device files by index, in hostlist syntax (`/dev/nvidia[0-3]`), like the
+    /// `File=` of Slurm's gres.conf: each job's cgroup refuses it the files of GPUs not its own
+    /// (Slurm's ConstrainDevices). With `--gpus nvml` the driver's minor numbers give them.
+    #[arg(long)]
+    gpu_files: Option<String>,
     /// A health check program run with `sh -c` every --health-check-interval seconds, like
     /// Slurm's HealthCheckProgram: a non-zero exit drains the node with its output as the
     /// reason, until it passes again.
@@ -147,14 +152,26 @@ async fn main() -> anyhow::Result<()> {
             anyhow::anyhow!("{e} (make them with `quorum admin certs`, or run with --insecure on a test network)")
         })?;
     }
+    let mut gpu_files = match &args.gpu_files {
+        Some(expr) => Some(quorum_agent::devices::expand_files(expr).map_err(anyhow::Error::msg)?),
+        None => None,
+    };
     let source: Box<dyn quorum_agent::gpu::GpuSource> = if args.gpus.trim() == "nvml" {
-        let (source, gpus) = quorum_agent::gpu::nvml::NvmlSource::open().map_err(anyhow::Error::msg)?;
+        let (source, gpus, files) = quorum_agent::gpu::nvml::NvmlSource::open().map_err(anyhow::Error::msg)?;
         config.gpus = gpus;
+        gpu_files = gpu_files.or(files);
         Box::new(source)
     } else {
         config.gpus = parse_gpu_source(&args.gpus).map_err(anyhow::Error::msg)?;
         Box::new(quorum_agent::gpu::SimSource::new(config.gpus.len()))
     };
+    if let Some(files) = &gpu_files {
+        config.gpu_devices = quorum_agent::devices::resolve(files, config.gpus.len()).map_err(anyhow::Error::msg)?;
+    } else if !config.gpus.is_empty() {
+        tracing::warn!(
+            "the GPUs' device files are not known (--gpu-files): jobs are told their GPUs but not kept from the others"
+        );
+    }
     tracing::info!(node = %config.name, cpus = config.cpus, mem_mb = config.mem_mb, gpus = config.gpus.len(), "agent starting");
     let metrics = match &args.metrics_listen {
         Some(addr) => {
