@@ -89,6 +89,7 @@ fn main() {
         exclusive: false,
         preempt_mode: None,
         grace_time_s: 0,
+        access: Default::default(),
     };
     log.apply(Command::SetPartitions { partitions: vec![partition], now: START_MS });
     for name in &names {

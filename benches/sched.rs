@@ -103,6 +103,7 @@ pub fn cluster_with(pending: usize, nodes: usize, scavengers: bool) -> ClusterVi
                 exclusive: false,
                 preempt_mode: Some(PreemptMode::Requeue),
                 grace_s: 60,
+                access: Default::default(),
             },
         );
     }
@@ -117,6 +118,7 @@ pub fn cluster_with(pending: usize, nodes: usize, scavengers: bool) -> ClusterVi
             exclusive: false,
             preempt_mode: None,
             grace_s: 0,
+            access: Default::default(),
         },
     );
     for a in 0..10 {

@@ -356,7 +356,18 @@ fn partition_record(p: &PartitionInfo, nodes: &[NodeInfo]) -> Vec<String> {
     let limit = |s: u64, none: &str| if s == 0 { none.to_string() } else { format_duration(s) };
     vec![
         format!("PartitionName={}", p.name),
-        "AllowGroups=ALL AllowAccounts=ALL AllowQos=ALL".into(),
+        {
+            let list = |l: &[String]| if l.is_empty() { "ALL".to_string() } else { l.join(",") };
+            let mut line = format!("AllowGroups=ALL AllowAccounts={}", list(&p.allow_accounts));
+            if !p.deny_accounts.is_empty() {
+                line.push_str(&format!(" DenyAccounts={}", p.deny_accounts.join(",")));
+            }
+            line.push_str(&format!(" AllowQos={}", list(&p.allow_qos)));
+            if !p.deny_qos.is_empty() {
+                line.push_str(&format!(" DenyQos={}", p.deny_qos.join(",")));
+            }
+            line
+        },
         format!("Default={}", if p.default { "YES" } else { "NO" }),
         format!(
             "DefaultTime={} MaxNodes={} MaxTime={}",
@@ -447,5 +458,13 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("TotalCPUs=8 TotalNodes=1"), "{text}");
+        assert!(text.contains("AllowGroups=ALL AllowAccounts=ALL AllowQos=ALL Default=YES"), "{text}");
+        let owned = PartitionInfo {
+            allow_accounts: vec!["lab".into(), "ops".into()],
+            deny_qos: vec!["scavenger".into()],
+            ..p.clone()
+        };
+        let text = record_text(&partition_record(&owned, &[]), true);
+        assert!(text.contains("AllowAccounts=lab,ops AllowQos=ALL DenyQos=scavenger Default=YES"), "{text}");
     }
 }

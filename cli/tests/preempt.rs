@@ -1,7 +1,9 @@
 //! Preemption on a cluster with agents: a production job (partition tier 1) arrives while a
 //! scavenger partition (tier 0, requeue, a 3 s grace) fills every node. The latest started
 //! scavenger job gets SIGTERM, goes back to the queue, and the production job runs on its node;
-//! the scavenger job then runs again, never two copies of it at once.
+//! the scavenger job then runs again, never two copies of it at once. Owners' nodes: a
+//! partition of the nodes a group bought admits its account only and takes its nodes back from
+//! the shared partition they lend themselves to.
 
 mod common;
 
@@ -86,4 +88,66 @@ async fn a_preempted_job_is_requeued_and_runs_again_once_at_a_time() {
         cancel(&c, id).await;
     }
     cluster.shutdown().await;
+}
+
+/// A lab bought node01. Its partition `lab` (tier 1) admits the lab's account only; the shared
+/// partition (tier 0, requeue) spans both nodes, so that node01 runs anyone's jobs while the lab
+/// does not need it. A lab job takes node01 back at once, preempting the shared job there and not
+/// the one on node02; a job of another account is refused at the lab's partition, naming the
+/// rule, and `scontrol show partition` shows it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_owners_partition_admits_its_account_and_takes_its_node_back_from_the_shared_one() {
+    let lab =
+        PartitionConfig { nodes: "node01".into(), allow_accounts: vec!["lab".into()], ..partition("lab", 1, None) };
+    let opts = DevOptions {
+        extra_partitions: vec![partition("shared", 0, Some("requeue")), lab],
+        scheduler: SchedulerConfig { preempt_type: Some("partition_prio".into()), ..Default::default() },
+        ..DevOptions::for_tests()
+    };
+    let cluster = cluster(opts).await;
+    let c = client(&cluster.addrs);
+    wait_ready(&cluster, &c, 2).await;
+    let dir = tempfile::tempdir().unwrap();
+    let sleeper = |partition: &str, account: &str| {
+        let mut s = spec(&["sleep", "300"], dir.path());
+        (s.partition, s.account, s.cpus_per_task) = (partition.into(), account.into(), 8);
+        s
+    };
+    let mut shared = Vec::new();
+    for _ in 0..2 {
+        let id = submit(&c, sleeper("shared", "physics")).await;
+        shared.push(wait_state(&c, id, &["RUNNING"], T).await);
+    }
+    let refused = submit_with_id(&c, sleeper("lab", "physics"), "physics-at-the-lab").await.unwrap_err();
+    assert_eq!(
+        refused.message(),
+        "invalid account or account/partition combination specified: partition 'lab' does not admit account 'physics' (AllowAccounts=lab)"
+    );
+    let owner = submit(&c, sleeper("lab", "lab")).await;
+    let ran = wait_state(&c, owner, &["RUNNING"], T).await;
+    assert_eq!(ran.allocation[0].node, "node01");
+    let on = |n: &str| shared.iter().find(|j| j.allocation[0].node == n).unwrap().id;
+    let (victim, spared) = (on("node01"), on("node02"));
+    let requeued = job_info_where(&c, victim, |j| j.requeues == 1).await;
+    assert_eq!(requeued.state, "PENDING", "{requeued:?}");
+    assert_eq!(job(&c, spared).await.state, "RUNNING", "node02 is not the lab's");
+    let bin = tempfile::tempdir().unwrap();
+    let shown = slurm_as(&cluster, bin.path(), "scontrol", "root", &["show", "partition", "lab", "-o"]).success();
+    assert!(shown.contains("AllowAccounts=lab AllowQos=ALL") && shown.contains("PriorityTier=1"), "{shown}");
+    for id in [owner, victim, spared] {
+        cancel(&c, id).await;
+    }
+    cluster.shutdown().await;
+}
+
+async fn job_info_where(
+    c: &quorum_client::client::Client,
+    id: u64,
+    f: impl Fn(&quorum_proto::api::JobInfo) -> bool,
+) -> quorum_proto::api::JobInfo {
+    wait_for(T, "the job's change", || async {
+        let j = job(c, id).await;
+        f(&j).then_some(j)
+    })
+    .await
 }

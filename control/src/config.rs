@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::model::preempt::{PreemptMode, PreemptType};
-use crate::model::{hostlist, parse, Account, AssocLimits, Partition, Qos};
+use crate::model::{hostlist, parse, Account, AssocLimits, Partition, PartitionAccess, Qos};
 use crate::model::{BackfillMode, Policy, QueueOrder, Weights};
 
 #[derive(Debug, thiserror::Error)]
@@ -74,6 +74,19 @@ pub struct PartitionConfig {
     /// Seconds a preempted job has between SIGTERM and SIGKILL (Slurm's `GraceTime`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub grace_time: Option<u64>,
+    /// Only jobs of these accounts may use it (Slurm's `AllowAccounts`; empty: all), such as
+    /// the owners of its nodes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow_accounts: Vec<String>,
+    /// Jobs of these accounts may not use it (`DenyAccounts`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deny_accounts: Vec<String>,
+    /// Only jobs of these QOS may use it (`AllowQos`; empty: all).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow_qos: Vec<String>,
+    /// Jobs of these QOS may not use it (`DenyQos`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deny_qos: Vec<String>,
 }
 
 impl PartitionConfig {
@@ -106,6 +119,16 @@ impl PartitionConfig {
             exclusive: self.exclusive,
             preempt_mode: self.preempt_mode.as_deref().map(PreemptMode::parse).transpose().map_err(bad)?,
             grace_time_s: self.grace_time.unwrap_or(0),
+            access: {
+                let access = PartitionAccess {
+                    allow_accounts: self.allow_accounts.clone(),
+                    deny_accounts: self.deny_accounts.clone(),
+                    allow_qos: self.allow_qos.clone(),
+                    deny_qos: self.deny_qos.clone(),
+                };
+                access.check().map_err(bad)?;
+                access
+            },
         })
     }
 }

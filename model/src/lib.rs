@@ -1091,6 +1091,10 @@ pub enum PendingReason {
     AssocGrpGRESMinutes,
     QOSGrpCPUMinutesLimit,
     QOSGrpGRESMinutes,
+    /// Its partition no longer admits its account (`AllowAccounts`/`DenyAccounts` changed).
+    AccountNotAllowed,
+    /// Its partition no longer admits its QOS (`AllowQos`/`DenyQos` changed).
+    QOSNotAllowed,
 }
 
 impl PendingReason {
@@ -1143,6 +1147,8 @@ impl PendingReason {
             PendingReason::AssocGrpGRESMinutes => "AssocGrpGRESMinutes",
             PendingReason::QOSGrpCPUMinutesLimit => "QOSGrpCPUMinutesLimit",
             PendingReason::QOSGrpGRESMinutes => "QOSGrpGRESMinutes",
+            PendingReason::AccountNotAllowed => "AccountNotAllowed",
+            PendingReason::QOSNotAllowed => "QOSNotAllowed",
         }
     }
 }
@@ -1416,6 +1422,65 @@ pub struct Partition {
     /// kill wait).
     #[serde(default, skip_serializing_if = "is_zero_u64")]
     pub grace_time_s: u64,
+    /// Which accounts and QOS it admits (all, unless it says).
+    #[serde(default, skip_serializing_if = "PartitionAccess::is_open")]
+    pub access: PartitionAccess,
+}
+
+/// Who may use a partition, as Slurm's `AllowAccounts`, `DenyAccounts`, `AllowQos` and
+/// `DenyQos`: a partition of nodes a group bought admits its accounts only. An empty list says
+/// nothing; accounts and QOS are named exactly (a sub-account is not its parent), as Slurm's are.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionAccess {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow_accounts: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deny_accounts: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow_qos: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deny_qos: Vec<String>,
+}
+
+impl PartitionAccess {
+    /// Admits every account and QOS.
+    pub fn is_open(&self) -> bool {
+        *self == PartitionAccess::default()
+    }
+
+    fn refuses(allow: &[String], deny: &[String], name: &str, allow_key: &str, deny_key: &str) -> Option<String> {
+        if !allow.is_empty() && !allow.iter().any(|a| a == name) {
+            return Some(format!("{allow_key}={}", allow.join(",")));
+        }
+        deny.iter().any(|d| d == name).then(|| format!("{deny_key}={}", deny.join(",")))
+    }
+
+    /// The rule that keeps `account` out (`AllowAccounts=lab`), if one does.
+    pub fn refuses_account(&self, account: &str) -> Option<String> {
+        Self::refuses(&self.allow_accounts, &self.deny_accounts, account, "AllowAccounts", "DenyAccounts")
+    }
+
+    /// The rule that keeps `qos` out (`AllowQos=high`), if one does.
+    pub fn refuses_qos(&self, qos: &str) -> Option<String> {
+        Self::refuses(&self.allow_qos, &self.deny_qos, qos, "AllowQos", "DenyQos")
+    }
+
+    /// Both an allow list and a deny list of one kind is a mistake (Slurm takes one or the other).
+    pub fn check(&self) -> Result<(), String> {
+        for (allow, deny, what) in
+            [(&self.allow_accounts, &self.deny_accounts, "accounts"), (&self.allow_qos, &self.deny_qos, "QOS")]
+        {
+            if !allow.is_empty() && !deny.is_empty() {
+                return Err(format!("allow and deny {what} both given: give one or the other"));
+            }
+            if let Some(bad) =
+                allow.iter().chain(deny).find(|n| n.is_empty() || n.contains(|c: char| c == ',' || c.is_whitespace()))
+            {
+                return Err(format!("'{bad}' is not a name of {what}"));
+            }
+        }
+        Ok(())
+    }
 }
 
 fn is_zero_u64(n: &u64) -> bool {
@@ -1478,6 +1543,10 @@ pub enum Rejection {
     Cron { id: u64, reason: String },
     #[error("job violates accounting/QOS policy: {limit} (user '{user}' has {have} jobs pending or running)")]
     SubmitLimit { user: String, limit: String, have: u32 },
+    #[error("invalid account or account/partition combination specified: partition '{partition}' does not admit account '{account}' ({rule})")]
+    AccountNotAllowed { partition: String, account: String, rule: String },
+    #[error("invalid qos specification: partition '{partition}' does not admit QOS '{qos}' ({rule})")]
+    QosNotAllowed { partition: String, qos: String, rule: String },
 }
 
 #[cfg(test)]

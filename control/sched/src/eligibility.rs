@@ -137,6 +137,15 @@ pub fn static_reason(
         if p.max_nodes.is_some_and(|m| job.nodes > m) {
             return Some(PendingReason::PartitionNodeLimit);
         }
+        // Admitted at its submit; the partition has since closed to its account or QOS.
+        if !p.access.is_open() {
+            if p.access.refuses_account(&job.account).is_some() {
+                return Some(PendingReason::AccountNotAllowed);
+            }
+            if p.access.refuses_qos(&job.qos).is_some() {
+                return Some(PendingReason::QOSNotAllowed);
+            }
+        }
     }
     if qos.and_then(|q| q.max_wall_s).is_some_and(|m| limit > m) {
         return Some(PendingReason::QOSMaxWallDurationPerJobLimit);

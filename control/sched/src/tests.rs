@@ -279,6 +279,30 @@ fn eligibility_reasons_are_named() {
     assert_eq!(started(&b.cycle()), vec![held]);
 }
 
+/// A partition closed to an account or QOS after its jobs were submitted keeps them waiting
+/// with Slurm's reasons (`AccountNotAllowed`, `QOSNotAllowed`); reopened, they run.
+#[test]
+fn jobs_wait_while_their_partition_no_longer_admits_their_account_or_qos() {
+    let mut b = Bench::new(ten_nodes(), fifo(BackfillMode::Easy, 1));
+    let versions =
+        BTreeMap::from([(1, quorum_state::ReplicaVersion { level: quorum_state::FEATURE_LEVEL, version: "x".into() })]);
+    b.cmd(Command::SetReplicaVersions { versions, now: 0 });
+    b.at(0);
+    let physics = b.submit_with("alice", |s| s.account = Some("physics".into()));
+    let scavenger = b.submit_with("alice", |s| (s.account, s.qos) = (Some("lab".into()), Some("scavenger".into())));
+    let lab = b.submit_with("alice", |s| s.account = Some("lab".into()));
+    let open = b.state.partitions["batch"].clone();
+    let mut closed = open.clone();
+    (closed.access.allow_accounts, closed.access.deny_qos) = (vec!["lab".into()], vec!["scavenger".into()]);
+    b.cmd(Command::SetPartitions { partitions: vec![closed], now: 0 });
+    let p = b.cycle();
+    assert_eq!(started(&p), vec![lab]);
+    assert_eq!(p.reason(physics).unwrap(), PendingReason::AccountNotAllowed);
+    assert_eq!(p.reason(scavenger).unwrap(), PendingReason::QOSNotAllowed);
+    b.cmd(Command::SetPartitions { partitions: vec![open], now: 0 });
+    assert_eq!(started(&b.cycle()), vec![physics, scavenger]);
+}
+
 /// A dependency on an array's id waits for every task of the array, as Slurm's does: `after`
 /// until all have started, `afterok` until all completed (never once one failed), `afterany`
 /// until all ended, `afternotok` until all ended with one failed.

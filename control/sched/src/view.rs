@@ -186,6 +186,8 @@ pub struct PartitionView {
     pub preempt_mode: Option<quorum_model::preempt::PreemptMode>,
     /// Seconds between a preempted job's SIGTERM and SIGKILL.
     pub grace_s: u64,
+    /// Which accounts and QOS it admits.
+    pub access: quorum_model::PartitionAccess,
 }
 
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -475,6 +477,7 @@ impl ClusterView {
                     exclusive: p.exclusive,
                     preempt_mode: p.preempt_mode,
                     grace_s: p.grace_time_s,
+                    access: p.access.clone(),
                 },
             );
         }

@@ -20,6 +20,13 @@ fn settings_commands(replica: &Replica, settings: &ClusterSettings) -> Vec<Comma
     let current: Vec<_> = state.partitions.values().cloned().collect();
     let mut wanted = settings.partitions.clone();
     wanted.sort_by(|a, b| a.name.cmp(&b.name));
+    // Who may use a partition needs every replica at level 22: until then the partitions are
+    // open to all, and the rest of their settings apply ([`settings_wait`]).
+    if state.cluster_level() < quorum_state::PARTITION_ACCESS_LEVEL {
+        for p in &mut wanted {
+            p.access = Default::default();
+        }
+    }
     if current != wanted {
         commands.push(Command::SetPartitions { partitions: wanted, now });
     }
@@ -30,7 +37,7 @@ fn settings_commands(replica: &Replica, settings: &ClusterSettings) -> Vec<Comma
         commands.push(Command::SetTopology { switches: settings.switches.clone(), now });
     }
     // Licenses need every replica at level 12: until the leader has recorded that (a new
-    // cluster's first moments, an upgrade under way) they wait ([`licenses_wait`]).
+    // cluster's first moments, an upgrade under way) they wait ([`settings_wait`]).
     if state.licenses != settings.licenses && state.cluster_level() >= quorum_state::DEPENDENCY_FORMS_LEVEL {
         commands.push(Command::SetLicenses { licenses: settings.licenses.clone(), now });
     }
@@ -41,18 +48,20 @@ fn settings_commands(replica: &Replica, settings: &ClusterSettings) -> Vec<Comma
     commands
 }
 
-/// Whether the configured licenses wait for the cluster's level to reach the one that records
-/// them.
-fn licenses_wait(replica: &Replica, settings: &ClusterSettings) -> bool {
+/// Whether the configured licenses, or who may use the partitions, wait for the cluster's level
+/// to reach the one that records them.
+fn settings_wait(replica: &Replica, settings: &ClusterSettings) -> bool {
     let applied = replica.shared.read();
-    applied.state.licenses != settings.licenses && applied.state.cluster_level() < quorum_state::DEPENDENCY_FORMS_LEVEL
+    let level = applied.state.cluster_level();
+    (applied.state.licenses != settings.licenses && level < quorum_state::DEPENDENCY_FORMS_LEVEL)
+        || (settings.partitions.iter().any(|p| !p.access.is_open()) && level < quorum_state::PARTITION_ACCESS_LEVEL)
 }
 
 pub(super) async fn sync_settings(replica: Arc<Replica>, settings: ClusterSettings, mut stop: watch::Receiver<bool>) {
     loop {
         let commands = settings_commands(&replica, &settings);
         if commands.is_empty() {
-            if !licenses_wait(&replica, &settings) {
+            if !settings_wait(&replica, &settings) {
                 return;
             }
             tokio::select! {

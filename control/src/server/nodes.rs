@@ -34,6 +34,10 @@ pub(super) async fn list_nodes(api: &Api, _caller: &Caller, r: ListNodesRequest)
             priority_tier: p.priority_tier,
             max_nodes: p.max_nodes.unwrap_or(0),
             exclusive: p.exclusive,
+            allow_accounts: p.access.allow_accounts.clone(),
+            deny_accounts: p.access.deny_accounts.clone(),
+            allow_qos: p.access.allow_qos.clone(),
+            deny_qos: p.access.deny_qos.clone(),
         })
         .collect();
     let mut used: std::collections::BTreeMap<&str, u32> = std::collections::BTreeMap::new();

@@ -361,6 +361,7 @@ impl Simulation {
                 exclusive: false,
                 preempt_mode: None,
                 grace_time_s: 0,
+                access: Default::default(),
             }],
         };
         sim.partitions = partitions.iter().map(|p| p.name.clone()).collect();

@@ -430,6 +430,7 @@ fn update_job(state: &mut ClusterState, job_id: JobId, user: &str, update: &JobU
         let owner = job.user.clone();
         let nice = std::mem::take(&mut spec.nice);
         (account, qos) = admit_association(state, &spec, &owner)?;
+        check_partition_access(state, &partition, &account, &qos)?;
         spec.nice = nice;
         // Moved to another account or QOS: its submit limits hold there too, as Slurm's do.
         if (account.as_str(), qos.as_str()) != (job.account.as_str(), job.qos.as_str()) {
@@ -528,6 +529,7 @@ fn submit(state: &mut ClusterState, mut spec: JobSpec, user: String, request_id:
     }
     let (partition, account, qos) = match admit(state, &mut spec).and_then(|p| {
         let (account, qos) = admit_association(state, &spec, &user)?;
+        check_partition_access(state, &p, &account, &qos)?;
         Ok((p, account, qos))
     }) {
         Ok(admitted) => admitted,
@@ -595,6 +597,21 @@ fn submit(state: &mut ClusterState, mut spec: JobSpec, user: String, request_id:
         state.jobs.insert(id, Shared::new(job));
     }
     Response::Submitted { job_id: first, duplicate: false }
+}
+
+/// Whether partition `name` admits jobs of `account` and `qos` (its `AllowAccounts` and the
+/// others), as Slurm checks at submit and at an update.
+fn check_partition_access(state: &ClusterState, name: &str, account: &str, qos: &str) -> Result<(), Rejection> {
+    let Some(access) = state.partitions.get(name).map(|p| &p.access).filter(|a| !a.is_open()) else {
+        return Ok(());
+    };
+    if let Some(rule) = access.refuses_account(account) {
+        return Err(Rejection::AccountNotAllowed { partition: name.into(), account: account.into(), rule });
+    }
+    if let Some(rule) = access.refuses_qos(qos) {
+        return Err(Rejection::QosNotAllowed { partition: name.into(), qos: qos.into(), rule });
+    }
+    Ok(())
 }
 
 /// Resolves the account and QOS a job runs under, and checks what only the state can tell:
@@ -717,8 +734,9 @@ pub fn check_submit(state: &ClusterState, mut spec: JobSpec, user: &str) -> Resu
     if let Some(a) = &spec.array {
         a.check().map_err(|reason| Rejection::InvalidSpec { field: "array".into(), reason })?;
     }
-    admit(state, &mut spec)?;
+    let partition = admit(state, &mut spec)?;
     let (account, qos) = admit_association(state, &spec, user)?;
+    check_partition_access(state, &partition, &account, &qos)?;
     (spec.account, spec.qos) = (Some(account), Some(qos));
     Ok(spec)
 }

@@ -60,7 +60,12 @@ pub struct NodeRegistration {
 ///     `MaxTRESPerJob`, `MaxTRESPerUser`, `MaxSubmitJobs`, `GrpTRESMins`, QOS `GrpTRES` and
 ///     `GrpJobs`.
 /// 21. a job whose node's prolog failed (`JobEnded` with `PrologFailed`: back to the queue).
-pub const FEATURE_LEVEL: u32 = 21;
+/// 22. partitions that admit only some accounts or QOS (`AllowAccounts`, `DenyAccounts`,
+///     `AllowQos`, `DenyQos`): owners' nodes.
+pub const FEATURE_LEVEL: u32 = 22;
+
+/// Partitions that admit only some accounts or QOS.
+pub const PARTITION_ACCESS_LEVEL: u32 = 22;
 
 /// A node's prolog failing a job back to the queue.
 pub const PROLOG_LEVEL: u32 = 21;
@@ -496,6 +501,9 @@ impl Command {
                 (PROLOG_LEVEL, "a job requeued because its node's prolog failed")
             }
             Command::SetLicenses { .. } => (DEPENDENCY_FORMS_LEVEL, "the cluster's licenses"),
+            Command::SetPartitions { partitions, .. } if partitions.iter().any(|p| !p.access.is_open()) => {
+                (PARTITION_ACCESS_LEVEL, "a partition that admits only some accounts or QOS")
+            }
             Command::SetNodeHealth { .. } => (4, "draining a node for its health"),
             Command::CancelJob { whole_array: true, .. } => (4, "cancelling a job array"),
             Command::SubmitJob { spec, .. } => spec_level(spec),

@@ -20,6 +20,7 @@ pub fn partition(name: &str, nodes: &str, default: bool) -> Partition {
         exclusive: false,
         preempt_mode: None,
         grace_time_s: 0,
+        access: Default::default(),
     }
 }
 

@@ -978,6 +978,45 @@ fn a_pending_job_changes_where_and_how_it_runs_as_its_submit_was_checked() {
     );
 }
 
+/// A partition of the nodes a group bought admits its accounts only (`AllowAccounts`), another
+/// keeps a QOS out (`DenyQos`): a submit or an update that would break either is refused naming
+/// the rule, and an open partition admits everyone. Such rules need level 22.
+#[test]
+fn a_partition_admits_only_the_accounts_and_qos_it_names() {
+    let mut s = cluster();
+    at_feature_level(&mut s, 4);
+    let mut parts =
+        vec![crate::testing::partition("gpu", "n[1-2]", true), crate::testing::partition("lab", "n1", false)];
+    parts[1].access.allow_accounts = vec!["lab".into(), "ops".into()];
+    parts[0].access.deny_qos = vec!["scavenger".into()];
+    let set = Command::SetPartitions { partitions: parts, now: 5 };
+    assert_eq!(set.level().0, PARTITION_ACCESS_LEVEL);
+    apply(&mut s, 5, set);
+    let job = |account: &str, partition: &str, qos: Option<&str>| {
+        let mut j = spec(&["true"]);
+        (j.account, j.partition, j.qos) = (Some(account.into()), Some(partition.into()), qos.map(str::to_string));
+        j
+    };
+    assert_eq!(
+        refusal(submit(&mut s, 10, job("physics", "lab", None), "a")),
+        "invalid account or account/partition combination specified: partition 'lab' does not admit account 'physics' (AllowAccounts=lab,ops)"
+    );
+    assert_eq!(
+        refusal(submit(&mut s, 11, job("physics", "gpu", Some("scavenger")), "b")),
+        "invalid qos specification: partition 'gpu' does not admit QOS 'scavenger' (DenyQos=scavenger)"
+    );
+    assert!(crate::check_submit(&s, job("physics", "lab", None), "alice").is_err(), "--test-only says so too");
+    assert!(s.jobs.is_empty(), "nothing of a refused submit is kept");
+    assert!(matches!(submit(&mut s, 12, job("physics", "gpu", None), "c"), Response::Submitted { job_id: 1, .. }));
+    assert!(matches!(submit(&mut s, 13, job("ops", "lab", None), "d"), Response::Submitted { job_id: 2, .. }));
+    // Job 1 may not move into the owners' partition, and stays where it was.
+    assert!(refusal(update(&mut s, 14, "alice", &["Partition=lab"])).contains("does not admit account 'physics'"));
+    assert_eq!(s.jobs[&1].partition, "gpu");
+    assert_eq!(update(&mut s, 15, "alice", &["Partition=lab", "Account=lab"]), Response::Updated { job_id: 1 });
+    assert_eq!((s.jobs[&1].partition.as_str(), s.jobs[&1].account.as_str()), ("lab", "lab"));
+    assert_eq!(Command::SetPartitions { partitions: vec![], now: 6 }.level().0, 1, "open partitions need nothing new");
+}
+
 #[test]
 fn a_running_job_changes_only_its_limit_name_and_comment_and_an_ended_one_nothing() {
     let mut s = cluster();
