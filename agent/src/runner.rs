@@ -438,12 +438,7 @@ async fn watch(
                 warned = true;
                 if let Some((signal, before, batch_only)) = warn {
                     tracing::info!(job = launch.job_id, signal, before, batch_only, "warning the job before its time limit");
-                    if batch_only {
-                        // SAFETY: kill(2) on the job's main process (the group leader); no memory is touched.
-                        unsafe { libc::kill(pgid, signal) };
-                    } else {
-                        signal_group(pgid, signal);
-                    }
+                    warn_job(pgid, signal, batch_only);
                 }
             }
             _ = tokio::time::sleep_until(limit.unwrap_or(far)), if limit.is_some() && kind == ExitKind::Exited => {
@@ -489,7 +484,9 @@ async fn watch(
                         record::write_reason(record, kind);
                         signal_group(pgid, libc::SIGKILL);
                     }
-                    // Preempted with a grace time: SIGKILL only once it is over.
+                    // Preempted with a grace time: SIGKILL only once it is over. Its `--signal`
+                    // first, as Slurm's `preempt_send_user_signal`, so that a job that checkpoints
+                    // on that signal (submitit's, for one) does so now.
                     Some(Order::Preempt(grace_s)) => {
                         if std::mem::take(&mut suspended) {
                             freeze(agent, launch, pgid, false);
@@ -497,6 +494,9 @@ async fn watch(
                         tracing::info!(job = launch.job_id, grace_s, "preempted: SIGTERM, SIGKILL after the grace time");
                         kind = ExitKind::Cancelled;
                         record::write_reason(record, kind);
+                        if let Some((signal, _, batch_only)) = warn {
+                            warn_job(pgid, signal, batch_only);
+                        }
                         signal_group(pgid, libc::SIGTERM);
                         escalate = Some(Instant::now() + Duration::from_secs(grace_s));
                     }
@@ -521,6 +521,16 @@ async fn watch(
     };
     let ended = ended_with(kind, status, launch);
     conclude(agent, launch, ended).await
+}
+
+/// The job's `--signal`: to its batch shell alone (`B:`), or to its whole process group.
+fn warn_job(pgid: i32, signal: i32, batch_only: bool) {
+    if batch_only {
+        // SAFETY: kill(2) on the job's main process (the group leader); no memory is touched.
+        unsafe { libc::kill(pgid, signal) };
+    } else {
+        signal_group(pgid, signal);
+    }
 }
 
 /// Freezes (or thaws) a job's processes here: its cgroup's freezer where it has a v2 cgroup,

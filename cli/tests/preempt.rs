@@ -46,12 +46,15 @@ async fn a_preempted_job_is_requeued_and_runs_again_once_at_a_time() {
         let marker = dir.path().join(format!("running-{n}"));
         let script = format!(
             "m={m}; [ -e $m ] && echo TWICE {n} >> {log}; touch $m; echo start {n} ${{SLURM_RESTART_COUNT:-0}} >> {log}; \
+             trap 'echo usr1 {n} >> {log}' USR1; \
              trap 'rm -f $m; echo term {n} >> {log}; exit 0' TERM; while true; do sleep 0.1; done",
             m = marker.display(),
             log = log.display()
         );
         let mut s = spec(&["bash", "-c", &script], dir.path());
         (s.partition, s.cpus_per_task) = ("scav".into(), 8);
+        // A warning long before its hour's limit: it comes now only because it is preempted.
+        s.signal = "B:USR1@60".into();
         s
     };
     let first = submit(&c, scavenger(1)).await;
@@ -80,6 +83,10 @@ async fn a_preempted_job_is_requeued_and_runs_again_once_at_a_time() {
     assert!(!said.contains("TWICE"), "two copies ran at once:\n{said}");
     assert_eq!(said.lines().filter(|l| l.starts_with("start 1")).count(), 1, "{said}");
     assert!(!said.contains("term 1"), "{said}");
+    // Its --signal came first, then SIGTERM (Slurm's preempt_send_user_signal).
+    let usr1 = said.find("usr1 2").expect("the preempted job got its --signal");
+    assert!(usr1 < said.find("term 2").unwrap(), "{said}");
+    assert!(!said.contains("usr1 1"), "{said}");
     let first_job = job(&c, first).await;
     assert_eq!((first_job.state.as_str(), first_job.requeues), ("RUNNING", 0));
     let shown = quorum(&cluster.controllers_env(), dir.path(), &["show", &second.to_string()]).success();
@@ -118,6 +125,14 @@ async fn an_owners_partition_admits_its_account_and_takes_its_node_back_from_the
         let id = submit(&c, sleeper("shared", "physics")).await;
         shared.push(wait_state(&c, id, &["RUNNING"], T).await);
     }
+    // The rules replicate once every replica has told its feature level (level 22): until then
+    // the partitions are open.
+    let bin = tempfile::tempdir().unwrap();
+    let scontrol = |args: &[&str]| slurm_as(&cluster, bin.path(), "scontrol", "root", args).success();
+    wait_for(T, "the lab's rule", || async {
+        scontrol(&["show", "partition", "lab", "-o"]).contains("AllowAccounts=lab AllowQos=ALL").then_some(())
+    })
+    .await;
     let refused = submit_with_id(&c, sleeper("lab", "physics"), "physics-at-the-lab").await.unwrap_err();
     assert_eq!(
         refused.message(),
@@ -131,9 +146,8 @@ async fn an_owners_partition_admits_its_account_and_takes_its_node_back_from_the
     let requeued = job_info_where(&c, victim, |j| j.requeues == 1).await;
     assert_eq!(requeued.state, "PENDING", "{requeued:?}");
     assert_eq!(job(&c, spared).await.state, "RUNNING", "node02 is not the lab's");
-    let bin = tempfile::tempdir().unwrap();
-    let shown = slurm_as(&cluster, bin.path(), "scontrol", "root", &["show", "partition", "lab", "-o"]).success();
-    assert!(shown.contains("AllowAccounts=lab AllowQos=ALL") && shown.contains("PriorityTier=1"), "{shown}");
+    let shown = scontrol(&["show", "partition", "lab", "-o"]);
+    assert!(shown.contains("PriorityTier=1"), "{shown}");
     for id in [owner, victim, spared] {
         cancel(&c, id).await;
     }

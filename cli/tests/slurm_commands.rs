@@ -161,8 +161,12 @@ async fn sbatch_takes_a_script_from_a_file_stdin_or_wrap_and_answers_as_slurm_do
     let kept = sbatch_id(&cluster, d, b, &["-d", &on_failure, "--wrap", "true"]);
     let j = wait_state(&c, killed, &["CANCELLED", "COMPLETED"], T).await;
     assert_eq!((j.state.as_str(), j.reason.as_str()), ("CANCELLED", "DependencyNeverSatisfied"), "{j:?}");
-    let shown = ok(&cluster, d, b, "squeue", &["-h", "-o", "%T %r", "-j", &kept.to_string()]);
-    assert_eq!(shown.trim(), "PENDING DependencyNeverSatisfied");
+    // Its reason comes with the next scheduling cycle, which may follow the other's cancel.
+    wait_for(T, "the kept job's reason", || async {
+        let shown = ok(&cluster, d, b, "squeue", &["-h", "-o", "%T %r", "-j", &kept.to_string()]);
+        (shown.trim() == "PENDING DependencyNeverSatisfied").then_some(())
+    })
+    .await;
     ok(&cluster, d, b, "scancel", &[&kept.to_string()]);
 
     // What is refused names itself, and creates nothing.
