@@ -231,6 +231,14 @@ mod tests {
         assert_eq!(insn(BPF_LDX_MEM_W, 3, 1, 4, 0).regs, 0x13);
     }
 
+    /// Whether the file system of `path` ignores device files (`nodev`).
+    fn nodev(path: &Path) -> bool {
+        let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: statvfs fills the struct it is given; the path is NUL-terminated.
+        let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+        (unsafe { libc::statvfs(c.as_ptr(), &mut st) } == 0) && st.f_flag & libc::ST_NODEV != 0
+    }
+
     #[test]
     fn files_by_index_and_what_a_job_may_not_open() {
         assert_eq!(
@@ -266,7 +274,15 @@ mod tests {
             eprintln!("skipped: not root");
             return;
         }
-        let dir = tempfile::tempdir().unwrap();
+        // Device files need a file system mounted without `nodev` (a tmpfs /tmp often is not).
+        let Some(dir) = [std::env::temp_dir(), PathBuf::from("/var/tmp")]
+            .iter()
+            .filter_map(|base| tempfile::tempdir_in(base).ok())
+            .find(|d| !nodev(d.path()))
+        else {
+            eprintln!("skipped: no temporary directory here allows device files");
+            return;
+        };
         let mk = |name: &str, minor: u32| {
             let path = dir.path().join(name);
             let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();

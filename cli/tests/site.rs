@@ -173,7 +173,19 @@ async fn a_job_opens_only_its_own_gpus_device_files() {
         eprintln!("skipped: making device files and cgroups needs root");
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
+    // Device files need a file system mounted without `nodev` (a tmpfs /tmp often is not):
+    // the build's own temporary directory where /tmp is one.
+    let nodev = |path: &std::path::Path| {
+        let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: statvfs fills the struct it is given; the path is NUL-terminated.
+        let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+        (unsafe { libc::statvfs(c.as_ptr(), &mut st) } == 0) && st.f_flag & libc::ST_NODEV != 0
+    };
+    let mut dir = tempfile::tempdir().unwrap();
+    if nodev(dir.path()) {
+        dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    }
+    assert!(!nodev(dir.path()), "{} does not allow device files", dir.path().display());
     let files: Vec<std::path::PathBuf> = (0..2).map(|i| dir.path().join(format!("nvidia{i}"))).collect();
     for (i, f) in files.iter().enumerate() {
         let c = std::ffi::CString::new(f.as_os_str().as_encoded_bytes()).unwrap();
