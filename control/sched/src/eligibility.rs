@@ -138,13 +138,11 @@ pub fn static_reason(
             return Some(PendingReason::PartitionNodeLimit);
         }
         // Admitted at its submit; the partition has since closed to its account or QOS.
-        if !p.access.is_open() {
-            if p.access.refuses_account(&job.account).is_some() {
-                return Some(PendingReason::AccountNotAllowed);
-            }
-            if p.access.refuses_qos(&job.qos).is_some() {
-                return Some(PendingReason::QOSNotAllowed);
-            }
+        if p.access.refuses_account(&job.account).is_some() {
+            return Some(PendingReason::AccountNotAllowed);
+        }
+        if p.access.refuses_qos(&job.qos).is_some() {
+            return Some(PendingReason::QOSNotAllowed);
         }
     }
     if qos.and_then(|q| q.max_wall_s).is_some_and(|m| limit > m) {

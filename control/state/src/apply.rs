@@ -602,7 +602,7 @@ fn submit(state: &mut ClusterState, mut spec: JobSpec, user: String, request_id:
 /// Whether partition `name` admits jobs of `account` and `qos` (its `AllowAccounts` and the
 /// others), as Slurm checks at submit and at an update.
 fn check_partition_access(state: &ClusterState, name: &str, account: &str, qos: &str) -> Result<(), Rejection> {
-    let Some(access) = state.partitions.get(name).map(|p| &p.access).filter(|a| !a.is_open()) else {
+    let Some(access) = state.partitions.get(name).map(|p| &p.access) else {
         return Ok(());
     };
     if let Some(rule) = access.refuses_account(account) {
