@@ -137,7 +137,14 @@ fn main() {
             })
             .collect();
         let base_index = log.index;
-        log.apply(Command::ApplyPlan { base_index, now, starts, reasons: vec![], preemptions: vec![] });
+        log.apply(Command::ApplyPlan {
+            base_index,
+            now,
+            starts,
+            reasons: vec![],
+            preemptions: vec![],
+            resumes: vec![],
+        });
         for (k, &job_id) in ids.iter().enumerate() {
             now += STEP_MS;
             let token = log.state.jobs[&job_id].alloc_index;

@@ -53,6 +53,8 @@ fn whole_node_job(base: u64, i: usize, partition: &str, start_s: u64, end_s: u64
         start_s,
         preempting: false,
         suspended: false,
+        lent_cpus: vec![],
+        left_s: u64::MAX,
     }
 }
 

@@ -230,6 +230,16 @@ async fn rest_api_submits_reads_and_acts_on_jobs_as_their_owners() {
     let me = user.get(&format!("{base}/whoami"));
     assert_eq!((me["user"].as_str(), me["proof"].as_str()), (Some("qrestuser"), Some("token")), "{me}");
 
+    // A signal is one the document names; an empty or unknown one is refused and cancels nothing.
+    for bad in ["", "SIGUSR1", "99"] {
+        let (status, body) = user.call("POST", &format!("{base}/jobs/{running}/cancel?signal={bad}"), None);
+        assert_eq!(status, 400, "signal={bad}: {body}");
+        assert!(body["error"].as_str().is_some_and(|e| e.contains("is not one of")), "{body}");
+    }
+    let signalled = user.ok("POST", &format!("{base}/jobs/{running}/cancel?signal=CONT"), None);
+    assert_eq!(signalled["ok"], true, "{signalled}");
+    assert_eq!(user.get(&format!("{base}/jobs/{running}"))["job"]["state"], "RUNNING");
+
     // An operator cancels anyone's job.
     let cancelled = op.ok("POST", &format!("{base}/jobs/{running}/cancel"), None);
     assert_eq!(cancelled["was_running"], true, "{cancelled}");

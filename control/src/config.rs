@@ -68,7 +68,8 @@ pub struct PartitionConfig {
     #[serde(default)]
     pub exclusive: bool,
     /// What becomes of its jobs when a job of a higher tier (or QOS) preempts them: `off` (not
-    /// preemptable), `cancel` or `requeue`; unset: `[scheduler] preempt_mode`.
+    /// preemptable), `cancel`, `requeue` or `suspend` (frozen, keeping memory and GPUs, until
+    /// the CPUs they lend are free again); unset: `[scheduler] preempt_mode`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub preempt_mode: Option<String>,
     /// Seconds a preempted job has between SIGTERM and SIGKILL (Slurm's `GraceTime`).
@@ -576,7 +577,7 @@ pub struct SchedulerConfig {
     /// preempts a lower one) or `qos` (a QOS preempts those it lists in `preempt`).
     pub preempt_type: Option<String>,
     /// What becomes of a preempted job where its partition and QOS do not say: `off`
-    /// (default), `cancel` or `requeue`.
+    /// (default), `cancel`, `requeue` or `suspend`.
     pub preempt_mode: Option<String>,
 }
 
@@ -693,7 +694,7 @@ pub struct QosConfig {
     /// The QOS whose jobs this one's preempt (with `[scheduler] preempt_type = "qos"`).
     #[serde(default)]
     pub preempt: Vec<String>,
-    /// What becomes of this QOS's jobs when preempted: `off`, `cancel` or `requeue`.
+    /// What becomes of this QOS's jobs when preempted: `off`, `cancel`, `requeue` or `suspend`.
     pub preempt_mode: Option<String>,
     /// Seconds its preempted jobs have between SIGTERM and SIGKILL (`GraceTime`).
     pub grace_time: Option<u64>,

@@ -102,7 +102,14 @@ async fn apply_purge_and_die(dir: &std::path::Path, snapshot: bool) -> ! {
         Command::SetPartitions { partitions: vec![partition("gpu", "n1", true)], now: 1 },
         register("n1", 8, 0),
         Command::SubmitJob { spec: Box::new(spec(&["true"])), user: "alice".into(), now: 2, request_id: "r".into() },
-        Command::ApplyPlan { base_index: 4, now: 3, starts: vec![start], reasons: vec![], preemptions: vec![] },
+        Command::ApplyPlan {
+            base_index: 4,
+            now: 3,
+            starts: vec![start],
+            reasons: vec![],
+            preemptions: vec![],
+            resumes: vec![],
+        },
         Command::JobEnded {
             job_id: 1,
             token: 5,

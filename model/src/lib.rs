@@ -213,6 +213,13 @@ pub struct JobSpec {
 }
 
 impl Job {
+    /// Suspended by preemption (mode SUSPEND): it holds its memory and GPUs, not its CPUs,
+    /// which the job that preempted it uses until it is resumed.
+    pub fn lends_cpus(&self) -> bool {
+        self.state == JobState::Suspended
+            && self.preempting.as_ref().is_some_and(|p| p.mode == preempt::PreemptMode::Suspend)
+    }
+
     /// Its time limit counted from its start: lengthened by the time it spent suspended, and
     /// cut at the end of the reservation it runs in (Slurm's `ResvOverRun=0`).
     pub fn limit_from_start_s(&self) -> Option<u64> {
@@ -1521,6 +1528,8 @@ pub enum Rejection {
     NotPending { id: JobId, state: JobState },
     #[error("job {id} is held by an administrator; only root may release it")]
     AdminHold { id: JobId },
+    #[error("job {id} was suspended to make room for job {by}; it resumes by itself once its CPUs are free")]
+    SuspendedByPreemption { id: JobId, by: JobId },
     #[error("job {id} is {state}: its {field} can change only while it is pending")]
     NotChangeable { id: JobId, state: JobState, field: String },
     #[error("only an operator may {what}")]

@@ -1,7 +1,7 @@
 //! Preemption, as Slurm configures it: `PreemptType` says who may preempt whom (a higher
 //! partition tier preempts a lower one, or a QOS lists the QOS it preempts), `PreemptMode` what
-//! becomes of a preempted job (requeued or cancelled), `GraceTime` how long it has between
-//! SIGTERM and SIGKILL. The scheduler plans preemptions ([`PlannedPreemption`]); apply marks
+//! becomes of a preempted job (requeued, cancelled, or suspended), `GraceTime` how long a
+//! requeued or cancelled one has between SIGTERM and SIGKILL. The scheduler plans preemptions ([`PlannedPreemption`]); apply marks
 //! the victims ([`Preempting`]) and gives the preemptor their nodes ([`Claim`]).
 
 use serde::{Deserialize, Serialize};
@@ -46,6 +46,9 @@ pub enum PreemptMode {
     Cancel,
     /// Back to the queue, to run again (counting a restart).
     Requeue,
+    /// Frozen in place (level 23): it keeps its memory and GPUs and lends its CPUs to the
+    /// preemptor; it is resumed, its time limit lengthened by the pause, once they are free.
+    Suspend,
 }
 
 impl PreemptMode {
@@ -54,8 +57,11 @@ impl PreemptMode {
             "off" => Ok(PreemptMode::Off),
             "cancel" => Ok(PreemptMode::Cancel),
             "requeue" => Ok(PreemptMode::Requeue),
-            "suspend" | "gang" => Err(format!("preempt mode '{s}' is not supported yet (off, cancel, requeue)")),
-            other => Err(format!("unknown preempt mode '{other}' (off, cancel, requeue)")),
+            "suspend" => Ok(PreemptMode::Suspend),
+            "gang" => Err(format!(
+                "preempt mode '{s}' (time-slicing) is not supported; 'suspend' suspends a preempted job until its CPUs are free again"
+            )),
+            other => Err(format!("unknown preempt mode '{other}' (off, cancel, requeue, suspend)")),
         }
     }
 
@@ -64,12 +70,20 @@ impl PreemptMode {
             PreemptMode::Off => "OFF",
             PreemptMode::Cancel => "CANCEL",
             PreemptMode::Requeue => "REQUEUE",
+            PreemptMode::Suspend => "SUSPEND",
         }
+    }
+
+    /// Whether a job preempted this way is stopped (and gets SIGTERM, then SIGKILL after the
+    /// grace time) rather than frozen in place.
+    pub fn stops(self) -> bool {
+        matches!(self, PreemptMode::Cancel | PreemptMode::Requeue)
     }
 }
 
 /// A running job the scheduler chose to make room: it has been sent SIGTERM, and SIGKILL
-/// follows after `grace_s`; when it ends it is requeued or ends PREEMPTED, as `mode` says.
+/// follows after `grace_s`; when it ends it is requeued or ends PREEMPTED, as `mode` says. With
+/// `mode` SUSPEND it was suspended at once instead, lending its CPUs until it is resumed.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Preempting {
     /// The job it makes room for.
@@ -113,6 +127,8 @@ mod tests {
         assert_eq!(PreemptType::parse("preempt/none"), Ok(PreemptType::Off));
         assert!(PreemptType::parse("preempt/x").unwrap_err().contains("unknown preempt type 'x'"));
         assert_eq!(PreemptMode::parse("REQUEUE"), Ok(PreemptMode::Requeue));
-        assert!(PreemptMode::parse("suspend").unwrap_err().contains("not supported yet"));
+        assert_eq!(PreemptMode::parse("Suspend"), Ok(PreemptMode::Suspend));
+        assert!(PreemptMode::parse("gang").unwrap_err().contains("not supported"));
+        assert!(PreemptMode::Requeue.stops() && !PreemptMode::Suspend.stops());
     }
 }

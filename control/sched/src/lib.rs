@@ -60,6 +60,8 @@ pub struct Plan {
     pub backfilled: usize,
     /// Running jobs to stop so that pending ones start on their nodes after the grace.
     pub preemptions: Vec<quorum_model::preempt::PlannedPreemption>,
+    /// Jobs suspended by preemption that take their CPUs back now.
+    pub resumes: Vec<JobId>,
 }
 
 impl Plan {
@@ -281,6 +283,8 @@ pub struct Placed<'a> {
     pub backfilled: usize,
     /// Running jobs to stop for blocked candidates ([`preemption`]).
     pub preemptions: Vec<quorum_model::preempt::PlannedPreemption>,
+    /// Jobs suspended by preemption resumed now ([`resume_lent`]).
+    pub resumes: Vec<JobId>,
 }
 
 /// The shape of a request as far as fitting it now goes: a shape that did not fit for some
@@ -541,6 +545,7 @@ pub fn place<'a>(view: &'a ClusterView, candidates: &[Candidate<'a>], now_ms: Mi
             claimed.insert(position, None);
         }
     }
+    placed.resumes = resume_lent(view, &mut capacity);
     for &Candidate { position, job, partition: part } in candidates {
         let wait = |reason| Waiting { position, job, reason };
         let partition = partitions[part];
@@ -706,12 +711,53 @@ pub fn place<'a>(view: &'a ClusterView, candidates: &[Candidate<'a>], now_ms: Mi
     placed
 }
 
+/// Jobs suspended by preemption, after the jobs that preempted them have their nodes and
+/// before any other: each whose CPUs are free now on every node of its allocation is resumed
+/// and holds them for what is left of its time limit; one that must wait holds them from the
+/// earliest time they are all free (later jobs must not delay it, as a reservation). The
+/// earliest suspended first.
+fn resume_lent(view: &ClusterView, capacity: &mut Capacity) -> Vec<JobId> {
+    let now = capacity.now;
+    let mut lent: Vec<&view::RunningJob> =
+        view.running.iter().map(|r| &**r).filter(|r| !r.lent_cpus.is_empty()).collect();
+    lent.sort_by_key(|r| (r.start_s, r.id));
+    let mut resumed = Vec::new();
+    for r in lent {
+        let cpus = |c: i64| Res { cpus: c, mem: 0, gpus: 0 };
+        let until = |from: u64| from.saturating_add(r.left_s);
+        // The latest of each node's earliest, until every node agrees (a few rounds at most).
+        let mut at = Some(now);
+        for _ in 0..8 {
+            let Some(from) = at else { break };
+            let later = r.lent_cpus.iter().try_fold(from, |t, &(i, c)| {
+                capacity.profiles[i].earliest_fit(&cpus(c), r.left_s, from, u64::MAX, 1).map(|e| t.max(e))
+            });
+            if later == at {
+                break;
+            }
+            at = later;
+        }
+        let Some(at) =
+            at.filter(|&t| r.lent_cpus.iter().all(|&(i, c)| capacity.profiles[i].min_free(t, until(t)).cpus >= c))
+        else {
+            continue;
+        };
+        for &(i, c) in &r.lent_cpus {
+            capacity.take(None, i, at, until(at), &cpus(c));
+        }
+        if at == now {
+            resumed.push(r.id);
+        }
+    }
+    resumed
+}
+
 impl Plan {
     /// The plan from the stages' results: the starts and reservations of `placed`, and the
     /// reasons of `ineligible` and of `placed`'s waiting jobs merged back into the order.
     pub fn assemble(considered: usize, ineligible: Vec<Waiting>, placed: Placed) -> Plan {
-        let Placed { starts, waiting, estimates, backfilled, preemptions } = placed;
-        let mut plan = Plan { starts, estimates, backfilled, preemptions, ..Plan::default() };
+        let Placed { starts, waiting, estimates, backfilled, preemptions, resumes } = placed;
+        let mut plan = Plan { starts, estimates, backfilled, preemptions, resumes, ..Plan::default() };
         plan.reasons.reserve(ineligible.len() + waiting.len());
         let (mut a, mut b) = (ineligible.into_iter().peekable(), waiting.into_iter().peekable());
         loop {

@@ -73,8 +73,15 @@ impl<'v> Preemptor<'v> {
         Some(p)
     }
 
-    /// What becomes of `r` when preempted, and its grace time.
+    /// What becomes of `r` when preempted, and its grace time (none when it is suspended).
     fn mode_of(&self, r: &RunningJob) -> (PreemptMode, u64) {
+        match self.configured_mode(r) {
+            (PreemptMode::Suspend, _) => (PreemptMode::Suspend, 0),
+            other => other,
+        }
+    }
+
+    fn configured_mode(&self, r: &RunningJob) -> (PreemptMode, u64) {
         let partition = self.view.partitions.get(&r.partition);
         let part_mode = partition.and_then(|p| p.preempt_mode);
         let part_grace = partition.map_or(0, |p| p.grace_s);
@@ -179,7 +186,7 @@ impl<'v> Preemptor<'v> {
             here.sort_by_key(|&r| self.value(&view.running[r]));
             let mut chosen = Vec::new();
             for r in here {
-                give(&mut timeline, &view.running[r], i, start);
+                give(&mut timeline, &view.running[r], i, start, self.mode_of(&view.running[r]).0);
                 chosen.push(r);
                 if timeline.min_free(start, start.saturating_add(dur)).fits(&req) {
                     options.push((i, chosen));
@@ -210,8 +217,9 @@ impl<'v> Preemptor<'v> {
         // What the victims hold, freed from the end of their grace; then the job must fit there
         // as placement sees it (features, switches, GPU types), or nothing is taken.
         for &r in &victims {
+            let mode = self.mode_of(&view.running[r]).0;
             for (i, _) in &view.running[r].alloc {
-                give(&mut profiles[*i], &view.running[r], *i, start);
+                give(&mut profiles[*i], &view.running[r], *i, start, mode);
             }
         }
         nodes.sort_unstable();
@@ -219,8 +227,9 @@ impl<'v> Preemptor<'v> {
             Some(t) if t == start => {}
             _ => {
                 for &r in &victims {
+                    let mode = self.mode_of(&view.running[r]).0;
                     for (i, _) in &view.running[r].alloc {
-                        take_back(&mut profiles[*i], &view.running[r], *i, start);
+                        take_back(&mut profiles[*i], &view.running[r], *i, start, mode);
                     }
                 }
                 return None;
@@ -247,16 +256,23 @@ impl<'v> Preemptor<'v> {
     }
 }
 
-/// What `r` holds on node `i`, free from `from` until its planned end (where the profile
+/// What `r` gives up on node `i` when preempted `mode`: all it holds, or only its CPUs when it
+/// is suspended (its memory and GPUs stay taken).
+fn given(r: &RunningJob, i: usize, mode: PreemptMode) -> Option<Res> {
+    let (_, res) = r.alloc.iter().find(|(n, _)| *n == i)?;
+    Some(if mode.stops() { *res } else { Res { cpus: res.cpus, mem: 0, gpus: 0 } })
+}
+
+/// What `r` gives up on node `i`, free from `from` until its planned end (where the profile
 /// already frees it).
-fn give(timeline: &mut Timeline, r: &RunningJob, i: usize, from: u64) {
-    if let Some((_, res)) = r.alloc.iter().find(|(n, _)| *n == i) {
-        timeline.take(from, r.end_s, &Res::default().minus(res));
+fn give(timeline: &mut Timeline, r: &RunningJob, i: usize, from: u64, mode: PreemptMode) {
+    if let Some(res) = given(r, i, mode) {
+        timeline.take(from, r.end_s, &Res::default().minus(&res));
     }
 }
 
-fn take_back(timeline: &mut Timeline, r: &RunningJob, i: usize, from: u64) {
-    if let Some((_, res)) = r.alloc.iter().find(|(n, _)| *n == i) {
-        timeline.take(from, r.end_s, res);
+fn take_back(timeline: &mut Timeline, r: &RunningJob, i: usize, from: u64, mode: PreemptMode) {
+    if let Some(res) = given(r, i, mode) {
+        timeline.take(from, r.end_s, &res);
     }
 }

@@ -6,7 +6,8 @@ use proptest::prelude::*;
 
 use super::tests::{node, Bench};
 use super::*;
-use quorum_model::JobState;
+use quorum_model::preempt::{PreemptMode, PreemptType};
+use quorum_model::{JobState, RankOutcome};
 
 #[derive(Clone, Debug)]
 struct JobShape {
@@ -100,6 +101,72 @@ proptest! {
             let first_blocked = plan.estimates.keys().next();
             if let Some(j) = first_blocked {
                 prop_assert!(again.estimates.contains_key(j), "EASY keeps the first blocked job's reservation");
+            }
+        }
+    }
+
+    /// With preemption (the scavenger partition's jobs requeued, cancelled or suspended): nothing
+    /// is overcommitted and each node's books are the sum of what its jobs hold, where a job
+    /// suspended by preemption holds its memory and GPUs but not the CPUs it lent, through
+    /// rounds of submits, preemptions, kills, ends and resumes.
+    #[test]
+    fn preemption_keeps_every_node_within_its_capacity(
+        caps in cluster_shape(),
+        rounds in proptest::collection::vec(proptest::collection::vec((job_shape(), proptest::bool::ANY), 1..6), 1..6),
+        mode in prop_oneof![Just(PreemptMode::Requeue), Just(PreemptMode::Cancel), Just(PreemptMode::Suspend)],
+    ) {
+        let mut b = bench(&caps, BackfillMode::Easy);
+        b.cmd(quorum_state::Command::SetPolicy {
+            policy: Policy { ordering: QueueOrder::Fifo, preempt_type: PreemptType::PartitionPrio, ..Policy::default() },
+            now: 0,
+        });
+        let all = format!("n[0-{}]", caps.len() - 1);
+        let mut scav = quorum_state::testing::partition("scav", &all, true);
+        (scav.preempt_mode, scav.max_time_s) = (Some(mode), None);
+        let mut prod = quorum_state::testing::partition("prod", &all, false);
+        (prod.priority_tier, prod.max_time_s) = (1, None);
+        b.cmd(quorum_state::Command::SetPartitions { partitions: vec![scav, prod], now: 0 });
+        for (round, jobs) in rounds.iter().enumerate() {
+            b.at(round as u64 * 100);
+            // Jobs past their limit end; victims being stopped are killed.
+            let now = b.now_ms;
+            let ending: Vec<(u64, bool)> = b.state.jobs.values()
+                .filter(|j| j.state == JobState::Running)
+                .filter_map(|j| {
+                    let killed = j.preempting.is_some();
+                    let due = j.start_time.unwrap() + j.limit_from_start_s().unwrap() * 1000 <= now;
+                    (killed || due).then_some((j.id, killed))
+                })
+                .collect();
+            for (id, killed) in ending {
+                let j = &b.state.jobs[&id];
+                let token = j.alloc_index;
+                let outcome = if killed { RankOutcome::Cancelled { code: 0, signal: 9 } } else { RankOutcome::Exited { code: 0, signal: 0 } };
+                for a in j.allocation.clone().unwrap().nodes {
+                    b.cmd(quorum_state::Command::JobEnded { job_id: id, token, node: a.node, outcome, now });
+                }
+            }
+            for (shape, high) in jobs {
+                if caps.iter().filter(|(c, g)| *c >= shape.cpus && *g >= shape.gpus).count() >= shape.nodes as usize {
+                    let j = shape.clone();
+                    b.submit_with("alice", move |s| {
+                        (s.nodes, s.ntasks, s.cpus_per_task, s.gpus_per_node) = (j.nodes, j.nodes, j.cpus, j.gpus);
+                        (s.time_limit_s, s.exclusive) = (Some(j.limit), j.exclusive);
+                        s.partition = Some(if *high { "prod" } else { "scav" }.into());
+                    });
+                }
+            }
+            b.cycle();
+            b.cycle();
+            assert_no_overcommit(&b);
+            for n in b.state.nodes.values() {
+                let held = || b.state.jobs.values().filter(|j| j.state.is_allocated()).flat_map(|j| {
+                    j.allocation.iter().flat_map(|a| &a.nodes).filter(|a| a.node == n.name).map(move |a| (j, a))
+                });
+                let cpus: u32 = held().filter(|(j, _)| !j.lends_cpus()).map(|(_, a)| a.cpus).sum();
+                let mem: u64 = held().map(|(_, a)| a.mem_mb).sum();
+                let gpus: usize = held().map(|(_, a)| a.gpus.len()).sum();
+                prop_assert_eq!((n.alloc_cpus, n.alloc_mem_mb, n.alloc_gpus.len()), (cpus, mem, gpus), "{}", n.name);
             }
         }
     }

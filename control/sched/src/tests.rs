@@ -115,6 +115,7 @@ impl Bench {
             starts: plan.starts.clone(),
             reasons: plan.reasons.clone(),
             preemptions: plan.preemptions.clone(),
+            resumes: plan.resumes.clone(),
         });
         match r {
             Response::PlanApplied { dropped, .. } => assert!(dropped.is_empty(), "apply dropped {dropped:?}"),
@@ -636,7 +637,7 @@ fn an_array_makes_its_tasks_throttles_them_and_cancels_them_together() {
         assert_eq!(plan.reason(id), Some(PendingReason::JobArrayTaskLimit), "task {id}");
     }
     let reasons = plan.reasons_to_write();
-    apply(&mut s, 12, Command::apply_plan(11, 2000, plan.starts, reasons, vec![]).unwrap());
+    apply(&mut s, 12, Command::apply_plan(11, 2000, plan.starts, reasons, vec![], vec![]).unwrap());
     assert_eq!(s.jobs[&1].state, JobState::Running);
     // Nothing more starts while two run; when one ends, the next one does.
     assert!(schedule(&ClusterView::from_state(&s), 2100, &Policy::default()).starts.is_empty());
@@ -675,7 +676,7 @@ fn a_plan_writes_a_bounded_number_of_reasons_and_the_rest_next_time() {
     let reasons = |s: &ClusterState, now| {
         let plan = schedule(&ClusterView::from_state(s), now, &Policy::default());
         let reasons = plan.reasons_to_write();
-        match Command::apply_plan(10, now, plan.starts, reasons, vec![]) {
+        match Command::apply_plan(10, now, plan.starts, reasons, vec![], vec![]) {
             Some(Command::ApplyPlan { reasons, .. }) => reasons,
             _ => Vec::new(),
         }
@@ -683,14 +684,28 @@ fn a_plan_writes_a_bounded_number_of_reasons_and_the_rest_next_time() {
     let first = reasons(&s, 2000);
     assert_eq!(first.len(), MAX_REASONS_PER_PLAN);
     assert!(first.iter().all(|(_, r)| *r == PendingReason::JobHeldUser));
-    let plan = Command::ApplyPlan { base_index: 10, now: 2000, starts: vec![], reasons: first, preemptions: vec![] };
+    let plan = Command::ApplyPlan {
+        base_index: 10,
+        now: 2000,
+        starts: vec![],
+        reasons: first,
+        preemptions: vec![],
+        resumes: vec![],
+    };
     apply(&mut s, 11, plan);
     let second = reasons(&s, 2100);
     assert_eq!(second.len(), 6000 - MAX_REASONS_PER_PLAN);
     apply(
         &mut s,
         12,
-        Command::ApplyPlan { base_index: 11, now: 2100, starts: vec![], reasons: second, preemptions: vec![] },
+        Command::ApplyPlan {
+            base_index: 11,
+            now: 2100,
+            starts: vec![],
+            reasons: second,
+            preemptions: vec![],
+            resumes: vec![],
+        },
     );
     assert!(reasons(&s, 2200).is_empty(), "nothing left to write");
     assert!(s.jobs.values().all(|j| j.reason == PendingReason::JobHeldUser));
@@ -1305,6 +1320,135 @@ mod preemption_scenarios {
         assert_eq!(killed(&mut b, lows), Response::JobFinished { job_id: lows, state: JobState::Preempted });
         assert_eq!(b.state.jobs[&lows].preempted_by, Some(urgent));
         assert_eq!(b.cycle().starts.iter().map(|s| s.job_id).collect::<Vec<_>>(), vec![urgent]);
+    }
+}
+
+/// Preempt mode SUSPEND: the victim is frozen at once, keeps its memory and GPUs, lends its
+/// CPUs to the preemptor, and is resumed (ahead of the jobs waiting behind it) when they are free.
+mod suspend_scenarios {
+    use quorum_model::preempt::{PreemptMode, PreemptType};
+    use quorum_model::{JobState, Policy, QueueOrder, RankOutcome};
+    use quorum_state::testing::partition;
+    use quorum_state::{Command, Response};
+
+    use super::{node, Bench};
+
+    /// Two nodes of 4 CPUs and 1 GPU; `scav` (tier 0, suspended when preempted) and `prod`
+    /// (tier 1) over both.
+    fn site() -> Bench {
+        let nodes = (1..=2).map(|i| node(&format!("n{i}"), 4, 1, "a100", &[])).collect();
+        let policy =
+            Policy { ordering: QueueOrder::Fifo, preempt_type: PreemptType::PartitionPrio, ..Policy::default() };
+        let mut b = Bench::new(nodes, policy);
+        let mut scav = partition("scav", "n[1-2]", true);
+        (scav.preempt_mode, scav.grace_time_s, scav.max_time_s) = (Some(PreemptMode::Suspend), 30, None);
+        let mut prod = partition("prod", "n[1-2]", false);
+        (prod.priority_tier, prod.max_time_s) = (1, None);
+        b.cmd(Command::SetPartitions { partitions: vec![scav, prod], now: 0 });
+        b
+    }
+
+    fn job(b: &mut Bench, partition: &str, cpus: u32, gpus: u32, limit_s: u64) -> u64 {
+        b.submit_with("alice", |s| {
+            s.partition = Some(partition.into());
+            (s.cpus_per_task, s.gpus_per_node, s.time_limit_s) = (cpus, gpus, Some(limit_s));
+        })
+    }
+
+    fn end(b: &mut Bench, job: u64) -> Response {
+        let j = &b.state.jobs[&job];
+        let (token, node) = (j.alloc_index, j.allocation.as_ref().unwrap().nodes[0].node.clone());
+        let now = b.now_ms;
+        let outcome = RankOutcome::Exited { code: 0, signal: 0 };
+        b.cmd(Command::JobEnded { job_id: job, token, node, outcome, now })
+    }
+
+    #[test]
+    fn a_suspended_job_lends_its_cpus_keeps_its_gpu_and_resumes_before_the_queue() {
+        let mut b = site();
+        b.at(0);
+        // Both nodes full of scavenger jobs, each with the node's GPU.
+        let first = job(&mut b, "scav", 4, 1, 1000);
+        b.at(10);
+        let second = job(&mut b, "scav", 4, 1, 1000);
+        b.cycle();
+        b.cycle();
+        let n2 = b.state.jobs[&second].allocation.as_ref().unwrap().nodes[0].node.clone();
+        assert_eq!(b.state.jobs[&second].state, JobState::Running);
+        // A production job needing a GPU cannot be given one: a suspended job keeps its GPU.
+        b.at(20);
+        let gpu = job(&mut b, "prod", 1, 1, 100);
+        let plan = b.cycle();
+        assert!(plan.preemptions.is_empty(), "{:?}", plan.preemptions);
+        b.cmd(Command::CancelJob { job_id: gpu, user: "alice".into(), now: b.now_ms, whole_array: false });
+        // One needing CPUs only suspends the latest started, at once (no grace).
+        let prod = job(&mut b, "prod", 4, 0, 100);
+        let plan = b.cycle();
+        let planned: Vec<_> = plan.preemptions.iter().map(|p| (p.job_id, p.victims.clone())).collect();
+        assert_eq!(planned.len(), 1, "{planned:?}");
+        assert_eq!(
+            planned[0].1.iter().map(|v| (v.job_id, v.mode, v.grace_s)).collect::<Vec<_>>(),
+            vec![(second, PreemptMode::Suspend, 0)]
+        );
+        let victim = &b.state.jobs[&second];
+        assert_eq!((victim.state, victim.preempted_by), (JobState::Suspended, Some(prod)));
+        let n = &b.state.nodes[&n2];
+        assert_eq!((n.alloc_cpus, n.alloc_gpus.len(), n.alloc_mem_mb), (0, 1, 100), "its GPU and memory stay taken");
+        // An operator cannot resume it; the preemptor starts on its CPUs next cycle.
+        let resume = Command::SuspendJob { job_id: second, user: "root".into(), resume: true, now: b.now_ms };
+        assert!(matches!(b.cmd(resume), Response::Rejected(quorum_model::Rejection::SuspendedByPreemption { .. })));
+        b.at(21);
+        let plan = b.cycle();
+        assert_eq!(plan.starts.iter().map(|s| s.job_id).collect::<Vec<_>>(), vec![prod]);
+        assert_eq!(b.state.jobs[&prod].allocation.as_ref().unwrap().nodes[0].node, n2);
+        assert!(plan.resumes.is_empty());
+        // A scavenger job waiting for CPUs does not take them when the preemptor ends: the
+        // suspended one is resumed first, its limit lengthened by its 100 s pause.
+        b.at(60);
+        let waiting = job(&mut b, "scav", 4, 0, 10);
+        assert!(b.cycle().starts.is_empty());
+        b.at(120);
+        assert_eq!(end(&mut b, prod), Response::JobFinished { job_id: prod, state: JobState::Completed });
+        let plan = b.cycle();
+        assert_eq!(plan.resumes, vec![second]);
+        assert!(plan.starts.is_empty(), "{:?}", plan.starts);
+        let resumed = &b.state.jobs[&second];
+        assert_eq!((resumed.state, resumed.preempting.is_none()), (JobState::Running, true));
+        assert_eq!(resumed.limit_from_start_s(), Some(1000 + 100));
+        assert_eq!(b.state.nodes[&n2].alloc_cpus, 4);
+        // It ends as it would have; then the waiting job runs.
+        b.at(200);
+        assert_eq!(end(&mut b, second), Response::JobFinished { job_id: second, state: JobState::Completed });
+        assert_eq!(b.cycle().starts.iter().map(|s| s.job_id).collect::<Vec<_>>(), vec![waiting]);
+        assert_eq!(b.state.jobs[&first].state, JobState::Running);
+    }
+
+    #[test]
+    fn a_job_cancelled_while_suspended_frees_only_what_it_held() {
+        let mut b = site();
+        b.at(0);
+        let low = job(&mut b, "scav", 4, 1, 1000);
+        let other = job(&mut b, "scav", 4, 1, 1000);
+        b.cycle();
+        b.at(10);
+        let prod = job(&mut b, "prod", 2, 0, 100);
+        b.cycle();
+        let victim = [low, other].into_iter().find(|j| b.state.jobs[j].state == JobState::Suspended).expect("one");
+        b.at(11);
+        b.cycle();
+        let node = b.state.jobs[&prod].allocation.as_ref().unwrap().nodes[0].node.clone();
+        assert_eq!(b.state.nodes[&node].alloc_cpus, 2, "the preemptor's only");
+        // Cancelled while frozen: its agents thaw and kill it; its end frees its GPU and memory.
+        let r = b.cmd(Command::CancelJob { job_id: victim, user: "alice".into(), now: b.now_ms, whole_array: false });
+        assert_eq!(r, Response::Cancelled { job_id: victim, was_running: true });
+        let j = &b.state.jobs[&victim];
+        let (token, on) = (j.alloc_index, j.allocation.as_ref().unwrap().nodes[0].node.clone());
+        let outcome = RankOutcome::Cancelled { code: 0, signal: 9 };
+        let ended = b.cmd(Command::JobEnded { job_id: victim, token, node: on, outcome, now: b.now_ms });
+        assert_eq!(ended, Response::JobFinished { job_id: victim, state: JobState::Cancelled });
+        let n = &b.state.nodes[&node];
+        assert_eq!((n.alloc_cpus, n.alloc_gpus.len(), n.alloc_mem_mb), (2, 0, 100));
+        assert!(b.cycle().resumes.is_empty());
     }
 }
 

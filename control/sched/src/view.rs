@@ -95,6 +95,11 @@ pub struct RunningJob {
     pub preempting: bool,
     /// Suspended by an operator: it holds its allocation with no end in sight.
     pub suspended: bool,
+    /// Suspended by preemption (mode SUSPEND): `alloc` holds its memory and GPUs with no end in
+    /// sight, and these are the CPUs per node it lent, which it takes back when resumed.
+    pub lent_cpus: Vec<(usize, i64)>,
+    /// What is left of its time limit once resumed (when it lent its CPUs); `u64::MAX`: none.
+    pub left_s: u64,
 }
 
 /// How long past its grace time a preempted job is planned to hold its nodes: the SIGKILL,
@@ -305,9 +310,18 @@ fn running_job(
         Some(limit) if j.state != JobState::Suspended => start_s.saturating_add(limit),
         _ => u64::MAX,
     };
-    if let Some(p) = &j.preempting {
+    if let Some(p) = j.preempting.as_ref().filter(|p| p.mode.stops()) {
         end_s = end_s.min((p.at / 1000).saturating_add(p.grace_s).saturating_add(PREEMPT_SLACK_S));
     }
+    let lends = j.lends_cpus();
+    // What it ran before it was suspended (its earlier pauses do not count).
+    let left_s = match (lends, j.limit_from_start_s(), j.start_time, j.suspended_at) {
+        (true, Some(limit), Some(start), Some(since)) => {
+            let ran_ms = since.saturating_sub(start).saturating_sub(j.suspended_ms);
+            limit.saturating_sub(j.suspended_ms / 1000).saturating_sub(ran_ms / 1000).max(1)
+        }
+        _ => u64::MAX,
+    };
     let mut gpus_by_type: Vec<(String, i64)> = Vec::new();
     for n in a.nodes.iter().filter(|n| !n.gpus.is_empty()) {
         let Some(node) = state.nodes.get(&n.node) else { continue };
@@ -335,8 +349,18 @@ fn running_job(
         alloc: a
             .nodes
             .iter()
-            .filter_map(|n| by_name.get(n.node.as_str()).map(|&i| (i, res_of(n.cpus, n.mem_mb, n.gpus.len()))))
+            .filter_map(|n| {
+                let cpus = if lends { 0 } else { n.cpus };
+                by_name.get(n.node.as_str()).map(|&i| (i, res_of(cpus, n.mem_mb, n.gpus.len())))
+            })
             .collect(),
+        lent_cpus: a
+            .nodes
+            .iter()
+            .filter(|_| lends)
+            .filter_map(|n| by_name.get(n.node.as_str()).map(|&i| (i, i64::from(n.cpus))))
+            .collect(),
+        left_s,
     }
 }
 

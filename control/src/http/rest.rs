@@ -518,9 +518,23 @@ fn one_result(results: Vec<CancelResult>, job_id: u64) -> Answer<CancelResult> {
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 struct CancelQuery {
-    /// Only send this signal (USR1, SIGUSR1 or a number) to the running job's processes, as
-    /// `scancel --signal` does; the job is not cancelled
+    /// Only send this signal (its name without `SIG`: USR1, TERM, ...) to the running job's
+    /// processes, as `scancel --signal` does; the job is not cancelled
     signal: Option<String>,
+}
+
+/// The signal a cancel names: exactly one of the names the document lists (the command line
+/// takes `SIGUSR1`, `usr1` and numbers too; the API takes what it documents, and an empty
+/// `signal=` is a mistake, not a cancel).
+fn signal_name(signal: Option<String>) -> Result<String, Refusal> {
+    match signal {
+        None => Ok(String::new()),
+        Some(name) if crate::model::SIGNALS.iter().any(|(known, _)| *known == name) => Ok(name),
+        Some(name) => {
+            let names: Vec<&str> = crate::model::SIGNALS.iter().map(|(known, _)| *known).collect();
+            Err(Refusal::bad_request(format!("signal: '{name}' is not one of {}", names.join(", "))))
+        }
+    }
 }
 
 /// Cancels a job (`scancel`): an array's id cancels every task of it. The job stays, CANCELLED,
@@ -535,7 +549,7 @@ async fn cancel_job(
 ) -> Answer<CancelResult> {
     let caller = ask.caller("CancelJob")?;
     let (job_id, Query(q)) = (path_id(id)?, query?);
-    let r = CancelJobRequest { job_ids: vec![job_id], signal: q.signal.unwrap_or_default(), ..Default::default() };
+    let r = CancelJobRequest { job_ids: vec![job_id], signal: signal_name(q.signal)?, ..Default::default() };
     one_result(ask.http.api.cancel_job(request(caller, r)).await?.into_inner().results, job_id)
 }
 

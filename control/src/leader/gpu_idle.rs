@@ -121,6 +121,7 @@ mod tests {
             starts: vec![start],
             reasons: vec![],
             preemptions: vec![],
+            resumes: vec![],
         };
         let applied = apply(s, index + 1, plan);
         assert_eq!(s.jobs[&job_id].state, JobState::Running, "{applied:?}");

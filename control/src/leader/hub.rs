@@ -482,8 +482,9 @@ fn reconcile_node(
         for job_id in &node.jobs {
             let Some(job) = state.jobs.get(job_id) else { continue };
             let key = (job.id, job.alloc_index);
-            if job.cancel_requested || job.preempting.is_some() {
-                // Preempted: SIGKILL follows SIGTERM after its grace time.
+            if job.cancel_requested || job.preempting.as_ref().is_some_and(|p| p.mode.stops()) {
+                // Preempted: SIGKILL follows SIGTERM after its grace time. (Suspended by
+                // preemption instead: frozen and thawed as below.)
                 let grace = job.preempting.as_ref().filter(|_| !job.cancel_requested).map_or(0, |p| p.grace_s);
                 let kill = Kill {
                     job_id: job.id,
@@ -495,8 +496,8 @@ fn reconcile_node(
                     conn.killed.insert(key);
                 }
             } else if let Some(&sent) = conn.launched.get(&key) {
-                // Suspended or resumed (scontrol suspend|resume): told once a session, only
-                // for a job that was ever suspended.
+                // Suspended or resumed (scontrol suspend|resume, or by preemption): told once
+                // a session, only for a job that was ever suspended.
                 let suspended = job.state == crate::model::JobState::Suspended;
                 if (suspended || job.suspended_ms > 0) && conn.frozen.get(&key) != Some(&suspended) {
                     let order = quorum_proto::agent::Suspend {

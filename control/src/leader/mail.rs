@@ -350,6 +350,7 @@ mod tests {
                 starts,
                 reasons: vec![],
                 preemptions: vec![],
+                resumes: vec![],
             },
         )
     }

@@ -95,7 +95,8 @@ pub(super) async fn schedule_loop(replica: Arc<Replica>, leader: Arc<LeaderState
         } else {
             Vec::new()
         };
-        let Some(command) = Command::apply_plan(base_index, now_ms(), plan.starts, reasons, preemptions) else {
+        let Some(command) = Command::apply_plan(base_index, now_ms(), plan.starts, reasons, preemptions, plan.resumes)
+        else {
             continue;
         };
         match replica.write(command).await {

@@ -9,6 +9,7 @@ use tokio::sync::watch;
 
 use crate::config::ClusterSettings;
 use crate::replica::{now_ms, Replica};
+use quorum_model::preempt::PreemptMode;
 use quorum_state::Command;
 
 /// The commands that make the replicated settings match this replica's configuration.
@@ -27,11 +28,23 @@ fn settings_commands(replica: &Replica, settings: &ClusterSettings) -> Vec<Comma
             p.access = Default::default();
         }
     }
+    // Suspending preempted jobs needs every replica at level 23: until then jobs that would
+    // be suspended are not preempted at all (mode OFF), rather than stopped ([`settings_wait`]).
+    let suspend_waits = state.cluster_level() < quorum_state::PREEMPT_SUSPEND_LEVEL;
+    let mut policy = settings.policy.clone();
+    if suspend_waits {
+        for p in wanted.iter_mut().filter(|p| p.preempt_mode == Some(PreemptMode::Suspend)) {
+            p.preempt_mode = Some(PreemptMode::Off);
+        }
+        if policy.preempt_mode == PreemptMode::Suspend {
+            policy.preempt_mode = PreemptMode::Off;
+        }
+    }
     if current != wanted {
         commands.push(Command::SetPartitions { partitions: wanted, now });
     }
-    if state.policy != settings.policy {
-        commands.push(Command::SetPolicy { policy: settings.policy.clone(), now });
+    if state.policy != policy {
+        commands.push(Command::SetPolicy { policy, now });
     }
     if state.switches != settings.switches {
         commands.push(Command::SetTopology { switches: settings.switches.clone(), now });
@@ -42,19 +55,33 @@ fn settings_commands(replica: &Replica, settings: &ClusterSettings) -> Vec<Comma
         commands.push(Command::SetLicenses { licenses: settings.licenses.clone(), now });
     }
     // Accounts and QOS are seeded once; after that they change through the API.
-    if state.accounts.is_empty() && state.qos.is_empty() && !(settings.accounts.is_empty() && settings.qos.is_empty()) {
+    let seeds_wait = suspend_waits && settings.qos.iter().any(suspends);
+    if state.accounts.is_empty()
+        && state.qos.is_empty()
+        && !(settings.accounts.is_empty() && settings.qos.is_empty())
+        && !seeds_wait
+    {
         commands.push(Command::SeedAccounts { accounts: settings.accounts.clone(), qos: settings.qos.clone(), now });
     }
     commands
 }
 
-/// Whether the configured licenses, or who may use the partitions, wait for the cluster's level
-/// to reach the one that records them.
+/// Whether a QOS's jobs are suspended when preempted.
+fn suspends(qos: &quorum_model::Qos) -> bool {
+    qos.preempt_mode == Some(PreemptMode::Suspend)
+}
+
+/// Whether the configured licenses, who may use the partitions, or suspending preempted jobs,
+/// wait for the cluster's level to reach the one that records them.
 fn settings_wait(replica: &Replica, settings: &ClusterSettings) -> bool {
     let applied = replica.shared.read();
     let level = applied.state.cluster_level();
+    let suspend = settings.policy.preempt_mode == PreemptMode::Suspend
+        || settings.partitions.iter().any(|p| p.preempt_mode == Some(PreemptMode::Suspend))
+        || (applied.state.qos.is_empty() && settings.qos.iter().any(suspends));
     (applied.state.licenses != settings.licenses && level < quorum_state::DEPENDENCY_FORMS_LEVEL)
         || (settings.partitions.iter().any(|p| !p.access.is_open()) && level < quorum_state::PARTITION_ACCESS_LEVEL)
+        || (suspend && level < quorum_state::PREEMPT_SUSPEND_LEVEL)
 }
 
 pub(super) async fn sync_settings(replica: Arc<Replica>, settings: ClusterSettings, mut stop: watch::Receiver<bool>) {

@@ -80,7 +80,8 @@ pub fn rejection_status(r: &Rejection) -> Status {
         Rejection::JobFinished { .. }
         | Rejection::NotPending { .. }
         | Rejection::NotRunning { .. }
-        | Rejection::StepBusy { .. } => Status::failed_precondition(msg),
+        | Rejection::StepBusy { .. }
+        | Rejection::SuspendedByPreemption { .. } => Status::failed_precondition(msg),
         Rejection::NotChangeable { .. } => Status::failed_precondition(msg),
         Rejection::AdminHold { .. } | Rejection::OperatorOnly { .. } => Status::permission_denied(msg),
         Rejection::NotOwner { .. } => Status::permission_denied(msg),

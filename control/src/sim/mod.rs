@@ -476,6 +476,11 @@ impl Simulation {
         let mut ends: BinaryHeap<Reverse<(u64, JobId, u64)>> = BinaryHeap::new();
         // Allocations stopped by a preemption: they end when their grace is over.
         let mut preempted_ends: std::collections::BTreeSet<(JobId, u64)> = Default::default();
+        // When each running allocation is due to end: an end in `ends` at another time is stale
+        // (its job was suspended by a preemption, and resumed since). And the seconds it still
+        // had to run, for each suspended one.
+        let mut due: BTreeMap<(JobId, u64), u64> = BTreeMap::new();
+        let mut paused: BTreeMap<JobId, u64> = BTreeMap::new();
         // Jobs running now (`ends` may also hold stale ends).
         let mut running = 0usize;
         let mut previous: BTreeMap<JobId, Vec<String>> = BTreeMap::new();
@@ -507,9 +512,10 @@ impl Simulation {
                 ends.pop();
                 let rec = &mut records[by_id[&id]];
                 let job = &self.state.jobs[&id];
-                if job.state != JobState::Running || job.alloc_index != token {
+                if job.state != JobState::Running || job.alloc_index != token || due.get(&(id, token)) != Some(&e) {
                     continue;
                 }
+                due.remove(&(id, token));
                 let nodes: Vec<String> =
                     job.allocation.iter().flat_map(|a| a.nodes.iter().map(|n| n.node.clone())).collect();
                 let outcome = if preempted_ends.remove(&(id, token)) {
@@ -526,12 +532,8 @@ impl Simulation {
                 }
                 if self.state.jobs[&id].state == JobState::Pending {
                     // Requeued by a preemption: it runs again, from the start, later.
-                    rec.preempted += 1;
                     (rec.start_s, rec.alloc) = (None, Vec::new());
                     continue;
-                }
-                if self.state.jobs[&id].state == JobState::Preempted {
-                    rec.preempted += 1;
                 }
                 rec.end_s = Some(t);
                 ended += 1;
@@ -571,7 +573,7 @@ impl Simulation {
                 }
             }
             // One cycle, as the leader runs it; with nothing waiting a cycle changes nothing.
-            if self.state.active.len() == running {
+            if self.state.active.len() == running && paused.is_empty() {
                 previous.clear();
             } else {
                 let mut view = ClusterView::from_state_cached(&self.state, &mut cache);
@@ -581,16 +583,45 @@ impl Simulation {
                 cycles += 1;
                 previous = plan.estimates.iter().map(|(j, e)| (*j, e.nodes.clone())).collect();
                 let reasons = plan.reasons_to_write();
-                if let Some(command) = Command::apply_plan(self.index, now, plan.starts, reasons, plan.preemptions) {
+                let resumes = plan.resumes.clone();
+                if let Some(command) =
+                    Command::apply_plan(self.index, now, plan.starts, reasons, plan.preemptions, plan.resumes)
+                {
                     match self.cmd(command) {
                         Response::PlanApplied { started, dropped: d, preempted } => {
                             dropped.extend(d);
-                            // Each victim stops when its grace is over (SIGTERM, then SIGKILL).
+                            // A suspended one resumes where it was; the others stop when their
+                            // grace is over (SIGTERM, then SIGKILL).
+                            for id in resumes {
+                                let job = &self.state.jobs[&id];
+                                if job.state == JobState::Running {
+                                    let left = paused.remove(&id).unwrap_or(0);
+                                    due.insert((id, job.alloc_index), t + left);
+                                    ends.push(Reverse((t + left, id, job.alloc_index)));
+                                    busy_cpus +=
+                                        records[by_id[&id]].alloc.iter().map(|(_, c)| u64::from(*c)).sum::<u64>();
+                                }
+                            }
                             for (victim, _) in preempted {
                                 let job = &self.state.jobs[&victim];
+                                let rec = &mut records[by_id[&victim]];
+                                rec.preempted += 1;
+                                if job.lends_cpus() {
+                                    let end = due.remove(&(victim, job.alloc_index)).unwrap_or(t);
+                                    paused.insert(victim, end.saturating_sub(t));
+                                    busy_cpus -= rec.alloc.iter().map(|(_, c)| u64::from(*c)).sum::<u64>();
+                                    // Its CPUs are free now: another cycle at once (a stale end
+                                    // wakes one), where the preemptor starts on them.
+                                    ends.push(Reverse((t, victim, job.alloc_index)));
+                                    continue;
+                                }
                                 let grace = job.preempting.as_ref().map_or(0, |p| p.grace_s);
                                 preempted_ends.insert((victim, job.alloc_index));
-                                ends.push(Reverse((t + grace, victim, job.alloc_index)));
+                                let end = due.get(&(victim, job.alloc_index)).copied().unwrap_or(u64::MAX);
+                                if t + grace < end {
+                                    due.insert((victim, job.alloc_index), t + grace);
+                                    ends.push(Reverse((t + grace, victim, job.alloc_index)));
+                                }
                             }
                             idle_wakes = if woken && started.is_empty() { idle_wakes + 1 } else { 0 };
                             running += started.len();
@@ -608,6 +639,7 @@ impl Simulation {
                                 let limit = job.limit_from_start_s().unwrap_or(u64::MAX);
                                 rec.killed = !self.no_kill && rec.run_s > limit;
                                 let ran = if rec.killed { limit } else { rec.run_s };
+                                due.insert((id, job.alloc_index), t + ran);
                                 ends.push(Reverse((t + ran, id, job.alloc_index)));
                             }
                         }

@@ -227,13 +227,11 @@ fn line_in(number: u64, submit: u64, run: u64, procs: u64, partition: u64) -> St
     format!("{number} {submit} -1 {run} {procs} -1 -1 {procs} {run} -1 1 1 1 -1 -1 {partition} -1 -1\n")
 }
 
-/// Two single-CPU nodes, a scavenger partition (tier 0, requeued after a 10 s grace) and a
-/// production one (tier 1). Scavenger jobs 1 (from 0) and 2 (from 5) fill both; production job
-/// 3 arrives at 20 and preempts 2, the latest started, which ends at 30 (its grace) and runs
-/// again, whole, when 3 ends at 130.
-#[test]
-fn a_config_with_preemption_replays_its_preemptions() {
-    let config = r#"
+/// Two single-CPU nodes, a scavenger partition (tier 0, preempted `mode`, 10 s grace) and a
+/// production one (tier 1).
+fn preemption_config(mode: &str) -> String {
+    format!(
+        r#"
         [scheduler]
         ordering = "fifo"
         preempt_type = "partition_prio"
@@ -241,16 +239,30 @@ fn a_config_with_preemption_replays_its_preemptions() {
         name = "scav"
         nodes = "n[1-2]"
         default = true
-        preempt_mode = "requeue"
+        preempt_mode = "{mode}"
         grace_time = 10
         [[partitions]]
         name = "prod"
         nodes = "n[1-2]"
         priority_tier = 1
-    "#;
-    let settings = crate::config::ClusterSettings::parse("test.toml", config).unwrap();
-    let t =
-        trace("; MaxNodes: 2\n", &[line_in(1, 0, 1000, 1, 1), line_in(2, 5, 1000, 1, 1), line_in(3, 20, 100, 1, 2)]);
+    "#
+    )
+}
+
+/// Scavenger jobs 1 (from 0) and 2 (from 5) of 1000 s; production job 3 (100 s) at 20.
+fn preemption_trace() -> Trace {
+    trace("; MaxNodes: 2\n", &[line_in(1, 0, 1000, 1, 1), line_in(2, 5, 1000, 1, 1), line_in(3, 20, 100, 1, 2)])
+}
+
+/// Two single-CPU nodes, a scavenger partition (tier 0, requeued after a 10 s grace) and a
+/// production one (tier 1). Scavenger jobs 1 (from 0) and 2 (from 5) fill both; production job
+/// 3 arrives at 20 and preempts 2, the latest started, which ends at 30 (its grace) and runs
+/// again, whole, when 3 ends at 130.
+#[test]
+fn a_config_with_preemption_replays_its_preemptions() {
+    let config = preemption_config("requeue");
+    let settings = crate::config::ClusterSettings::parse("test.toml", &config).unwrap();
+    let t = preemption_trace();
     let opts = SimOptions { settings: Some(settings), nodes: Some(2), cpus_per_node: Some(1), ..Default::default() };
     let r = run(&t, opts);
     let by = |n: u64| r.jobs.iter().find(|j| j.number == n).unwrap();
@@ -264,6 +276,21 @@ fn a_config_with_preemption_replays_its_preemptions() {
     let opts = SimOptions { settings: Some(plain), nodes: Some(2), cpus_per_node: Some(1), ..Default::default() };
     let r = run(&t, opts);
     assert_eq!(r.jobs.iter().find(|j| j.number == 3).unwrap().start_s, Some(1000));
+}
+
+/// As above with `preempt_mode = "suspend"`: 2 is suspended at 20 having run 15 s, 3 starts at
+/// once on its CPU, and 2 resumes when 3 ends at 120, ending 985 s later.
+#[test]
+fn a_config_that_suspends_preempted_jobs_replays_their_pauses() {
+    let settings = crate::config::ClusterSettings::parse("test.toml", &preemption_config("suspend")).unwrap();
+    let t = preemption_trace();
+    let opts = SimOptions { settings: Some(settings), nodes: Some(2), cpus_per_node: Some(1), ..Default::default() };
+    let r = run(&t, opts);
+    let by = |n: u64| r.jobs.iter().find(|j| j.number == n).unwrap();
+    assert_eq!((by(1).start_s, by(1).end_s, by(1).preempted), (Some(0), Some(1000), 0));
+    assert_eq!((by(3).start_s, by(3).end_s), (Some(20), Some(120)), "3 starts at once on 2's CPU");
+    assert_eq!((by(2).start_s, by(2).end_s, by(2).preempted), (Some(5), Some(1105), 1), "2 resumes where it was");
+    assert_eq!(Report::of(&r).preemptions, 1);
 }
 
 /// A maintenance window on one of two nodes: the trace's jobs keep off it over the window, and a

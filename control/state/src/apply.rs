@@ -30,8 +30,11 @@ pub fn apply(state: &mut ClusterState, index: u64, command: Command) -> Response
         Command::Batch { commands } => {
             Response::Batch(commands.into_iter().map(|command| apply(state, index, command)).collect())
         }
-        Command::ApplyPlan { starts, reasons, now, preemptions, .. } => {
+        Command::ApplyPlan { starts, reasons, now, preemptions, resumes, .. } => {
             advance_clock(state, now);
+            for job_id in resumes {
+                resume_lent(state, job_id);
+            }
             match apply_plan(state, index, starts, reasons) {
                 Response::PlanApplied { started, dropped, .. } => {
                     let preempted = preemptions.into_iter().flat_map(|p| preempt(state, p)).collect();
@@ -312,6 +315,9 @@ fn suspend(state: &mut ClusterState, job_id: JobId, user: &str, resume: bool) ->
     if user != "root" {
         let what = if resume { "resume" } else { "suspend" };
         return Err(Rejection::OperatorOnly { what: format!("{what} a job (job {job_id})") });
+    }
+    if let Some(p) = job.preempting.as_ref().filter(|p| !p.mode.stops() && !job.cancel_requested) {
+        return Err(Rejection::SuspendedByPreemption { id: job_id, by: p.by });
     }
     if job.cancel_requested || job.preempting.is_some() {
         return Err(Rejection::JobFinished { id: job_id, state: JobState::Cancelled });
@@ -1007,13 +1013,53 @@ fn preempt(state: &mut ClusterState, p: PlannedPreemption) -> Vec<(JobId, JobId)
     let at = state.clock;
     for v in &p.victims {
         let job = state.jobs.get_mut(&v.job_id).expect("checked above");
-        // An allocation cannot be requeued (its owner's command holds it): it is ended.
+        // An allocation cannot be requeued or suspended (its owner's command holds it, and
+        // waits on it): it is ended.
         let mode = if job.spec.interactive { PreemptMode::Cancel } else { v.mode };
-        job.preempting = Some(Preempting { by: p.job_id, at, mode, grace_s: v.grace_s });
+        let grace_s = if mode.stops() { v.grace_s } else { 0 };
+        job.preempting = Some(Preempting { by: p.job_id, at, mode, grace_s });
+        if mode == PreemptMode::Suspend {
+            // Frozen at once (its agents are told), holding its memory and GPUs; its CPUs are
+            // the preemptor's until it is resumed.
+            job.state = JobState::Suspended;
+            job.suspended_at = Some(at);
+            job.preempted_by = Some(p.job_id);
+            for a in job.allocation.iter().flat_map(|a| &a.nodes) {
+                if let Some(node) = state.nodes.get_mut(&a.node) {
+                    node.alloc_cpus = node.alloc_cpus.saturating_sub(a.cpus);
+                }
+            }
+        }
     }
     let job = state.jobs.get_mut(&p.job_id).expect("checked above");
     job.claim = Some(Claim { nodes: p.nodes });
     p.victims.iter().map(|v| (v.job_id, p.job_id)).collect()
+}
+
+/// Resumes a job suspended by preemption whose CPUs are free again on every node of its
+/// allocation: it takes them back and runs on, its time limit lengthened by the pause. Nothing
+/// when it is no longer such a job or a CPU is still taken (the plan's view was older).
+fn resume_lent(state: &mut ClusterState, job_id: JobId) {
+    let Some(job) = state.jobs.get(&job_id).filter(|j| j.lends_cpus() && !j.cancel_requested) else { return };
+    let Some(allocation) = &job.allocation else { return };
+    let free = allocation
+        .nodes
+        .iter()
+        .all(|a| state.nodes.get(&a.node).is_some_and(|n| n.alloc_cpus.saturating_add(a.cpus) <= n.cpus));
+    if !free {
+        return;
+    }
+    for a in &allocation.nodes {
+        if let Some(node) = state.nodes.get_mut(&a.node) {
+            node.alloc_cpus += a.cpus;
+        }
+    }
+    let clock = state.clock;
+    let job = state.jobs.get_mut(&job_id).expect("found above");
+    let since = job.suspended_at.take().unwrap_or(clock);
+    job.suspended_ms = job.suspended_ms.saturating_add(clock.saturating_sub(since));
+    job.state = JobState::Running;
+    job.preempting = None;
 }
 
 /// Re-checks a planned start against the current state (the plan was made from an older view).
@@ -1248,6 +1294,7 @@ fn finish_job(
     charge_usage(state, job_id);
     state.active.remove(&job_id);
     let Some(job) = state.jobs.get_mut(&job_id) else { return };
+    let lent = job.lends_cpus();
     if let Some(since) = job.suspended_at.take() {
         job.suspended_ms = job.suspended_ms.saturating_add(state.clock.saturating_sub(since));
     }
@@ -1264,15 +1311,18 @@ fn finish_job(
     };
     end_running_steps(job, state.clock, steps_end);
     if let Some(allocation) = &job.allocation {
-        free_nodes(&mut state.nodes, job_id, allocation);
+        free_nodes(&mut state.nodes, job_id, allocation, lent);
     }
 }
 
-/// Gives back what an allocation holds on its nodes.
-fn free_nodes(nodes: &mut BTreeMap<String, Node>, job_id: JobId, allocation: &Allocation) {
+/// Gives back what an allocation holds on its nodes (its CPUs only when it holds them: not
+/// `lent` by a job suspended by preemption).
+fn free_nodes(nodes: &mut BTreeMap<String, Node>, job_id: JobId, allocation: &Allocation, lent: bool) {
     for a in &allocation.nodes {
         if let Some(node) = nodes.get_mut(&a.node) {
-            node.alloc_cpus = node.alloc_cpus.saturating_sub(a.cpus);
+            if !lent {
+                node.alloc_cpus = node.alloc_cpus.saturating_sub(a.cpus);
+            }
             node.alloc_mem_mb = node.alloc_mem_mb.saturating_sub(a.mem_mb);
             for g in &a.gpus {
                 node.alloc_gpus.remove(g);
@@ -1288,8 +1338,9 @@ fn free_nodes(nodes: &mut BTreeMap<String, Node>, job_id: JobId, allocation: &Al
 fn requeue_job(state: &mut ClusterState, job_id: JobId) {
     charge_usage(state, job_id);
     let Some(job) = state.jobs.get_mut(&job_id) else { return };
+    let lent = job.lends_cpus();
     if let Some(allocation) = job.allocation.take() {
-        free_nodes(&mut state.nodes, job_id, &allocation);
+        free_nodes(&mut state.nodes, job_id, &allocation, lent);
     }
     job.state = JobState::Pending;
     job.reason = PendingReason::None;
@@ -1422,7 +1473,7 @@ fn job_ended(state: &mut ClusterState, job_id: JobId, token: u64, node: &str, ou
     // Stopped for another job: back to the queue (fenced by its next allocation's token), or
     // ended PREEMPTED. One that completed meanwhile, or was cancelled too, ends as that.
     if let (Some(p), Some((st, code, signal))) = (&job.preempting, decided) {
-        if st != JobState::Completed && !job.cancel_requested {
+        if st != JobState::Completed && !job.cancel_requested && p.mode.stops() {
             let (by, mode) = (p.by, p.mode);
             job.preempted_by = Some(by);
             if mode == PreemptMode::Requeue {

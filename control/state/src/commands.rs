@@ -2,6 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use quorum_model::preempt::PreemptMode;
 use quorum_model::{
     Account, Gpu, JobId, JobSpec, JobState, Millis, Partition, PendingReason, PlannedStart, Policy, Qos, RankOutcome,
     Rejection,
@@ -62,7 +63,12 @@ pub struct NodeRegistration {
 /// 21. a job whose node's prolog failed (`JobEnded` with `PrologFailed`: back to the queue).
 /// 22. partitions that admit only some accounts or QOS (`AllowAccounts`, `DenyAccounts`,
 ///     `AllowQos`, `DenyQos`): owners' nodes.
-pub const FEATURE_LEVEL: u32 = 22;
+/// 23. preempt mode SUSPEND (partitions, QOS and the policy that name it; plans that suspend
+///     jobs for another and resume them).
+pub const FEATURE_LEVEL: u32 = 23;
+
+/// Jobs suspended, not stopped, when preempted.
+pub const PREEMPT_SUSPEND_LEVEL: u32 = 23;
 
 /// Partitions that admit only some accounts or QOS.
 pub const PARTITION_ACCESS_LEVEL: u32 = 22;
@@ -220,6 +226,10 @@ pub enum Command {
         /// Running jobs to stop so that a pending one starts on their nodes (level 17).
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         preemptions: Vec<quorum_model::preempt::PlannedPreemption>,
+        /// Jobs suspended by preemption to resume, their CPUs free again (level 23); applied
+        /// before the starts.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        resumes: Vec<JobId>,
     },
     JobEnded {
         job_id: JobId,
@@ -468,11 +478,12 @@ impl Command {
         starts: Vec<PlannedStart>,
         reasons: Vec<(JobId, PendingReason)>,
         preemptions: Vec<quorum_model::preempt::PlannedPreemption>,
+        resumes: Vec<JobId>,
     ) -> Option<Command> {
-        if starts.is_empty() && reasons.is_empty() && preemptions.is_empty() {
+        if starts.is_empty() && reasons.is_empty() && preemptions.is_empty() && resumes.is_empty() {
             return None;
         }
-        Some(Command::ApplyPlan { base_index, now, starts, reasons, preemptions })
+        Some(Command::ApplyPlan { base_index, now, starts, reasons, preemptions, resumes })
     }
 
     /// Whether applying this may let the scheduler start something.
@@ -493,6 +504,27 @@ impl Command {
     /// The feature level a replica needs to apply this, and what needs it.
     pub fn level(&self) -> (u32, &'static str) {
         match self {
+            // The highest level a command may need first: a match arm below may fit it too.
+            Command::ApplyPlan { preemptions, resumes, .. }
+                if !resumes.is_empty()
+                    || preemptions.iter().flat_map(|p| &p.victims).any(|v| v.mode == PreemptMode::Suspend) =>
+            {
+                (PREEMPT_SUSPEND_LEVEL, "suspending jobs to make room for another (preempt mode SUSPEND)")
+            }
+            Command::SetPartitions { partitions, .. }
+                if partitions.iter().any(|p| p.preempt_mode == Some(PreemptMode::Suspend)) =>
+            {
+                (PREEMPT_SUSPEND_LEVEL, "a partition whose jobs are suspended when preempted")
+            }
+            Command::SetPolicy { policy, .. } if policy.preempt_mode == PreemptMode::Suspend => {
+                (PREEMPT_SUSPEND_LEVEL, "jobs suspended when preempted (preempt_mode = \"suspend\")")
+            }
+            Command::UpsertQos { qos, .. } if qos.preempt_mode == Some(PreemptMode::Suspend) => {
+                (PREEMPT_SUSPEND_LEVEL, "a QOS whose jobs are suspended when preempted")
+            }
+            Command::SeedAccounts { qos, .. } if qos.iter().any(|q| q.preempt_mode == Some(PreemptMode::Suspend)) => {
+                (PREEMPT_SUSPEND_LEVEL, "a QOS whose jobs are suspended when preempted")
+            }
             Command::NodeDown { .. } => (2, "marking a silent node DOWN"),
             Command::Digest { .. } => (2, "a digest point"),
             Command::SetNodesDrained { .. } => (3, "draining or resuming a node"),

@@ -91,6 +91,7 @@ fn command(s: &ClusterState, index: u64, op: &Op) -> Option<Command> {
                 starts: vec![PlannedStart { job_id: job.id, allocation: Allocation { nodes } }],
                 reasons: vec![],
                 preemptions: vec![],
+                resumes: vec![],
             }
         }
         Op::End { pick: p, .. } | Op::Lost { pick: p } => {

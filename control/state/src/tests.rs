@@ -68,6 +68,7 @@ fn start(s: &mut ClusterState, index: u64, job_id: JobId, node: &str, cpus: u32,
             }],
             reasons: vec![],
             preemptions: vec![],
+            resumes: vec![],
         },
     )
 }
@@ -196,6 +197,7 @@ fn start_on_both(s: &mut ClusterState, index: u64, job_id: JobId, cpus: u32) -> 
             starts: vec![PlannedStart { job_id, allocation: Allocation { nodes: vec![on("n1"), on("n2")] } }],
             reasons: vec![],
             preemptions: vec![],
+            resumes: vec![],
         },
     )
 }
@@ -227,6 +229,7 @@ fn node_down_fails_or_requeues_its_jobs_and_frees_every_node_they_held() {
             starts: vec![PlannedStart { job_id: 2, allocation: Allocation { nodes: vec![on("n1"), on("n2")] } }],
             reasons: vec![],
             preemptions: vec![],
+            resumes: vec![],
         },
     );
     start(&mut s, 15, 3, "n2", 1, vec![]);
@@ -904,7 +907,14 @@ fn what_a_job_used_is_counted_once_per_node_and_only_for_its_allocation() {
     apply(
         &mut s,
         11,
-        Command::ApplyPlan { base_index: 10, now: 2000, starts: vec![both], reasons: vec![], preemptions: vec![] },
+        Command::ApplyPlan {
+            base_index: 10,
+            now: 2000,
+            starts: vec![both],
+            reasons: vec![],
+            preemptions: vec![],
+            resumes: vec![],
+        },
     );
     let used = |node: &str, token, cpu, rss| Command::JobUsed {
         job_id: 1,
@@ -1153,4 +1163,30 @@ fn a_failed_prolog_requeues_the_job_and_frees_its_nodes() {
     let cancel = Command::CancelJob { job_id: 1, user: "alice".into(), now: 2200, whole_array: false };
     apply(&mut s, 15, cancel);
     assert_eq!(apply(&mut s, 16, failed("n2", token)), Response::JobFinished { job_id: 1, state: JobState::Cancelled });
+}
+
+/// Everything that makes a preempted job suspended rather than stopped needs level 23, even
+/// where another rule of a lower level fits the same command: the partitions, policy and QOS
+/// that name the mode, and the plans that suspend or resume.
+#[test]
+fn suspending_preempted_jobs_needs_level_23() {
+    use quorum_model::preempt::{PlannedPreemption, PreemptMode, Victim};
+    let mut parts = vec![crate::testing::partition("scav", "n1", true)];
+    parts[0].access.deny_qos = vec!["x".into()];
+    assert_eq!(Command::SetPartitions { partitions: parts.clone(), now: 1 }.level().0, PARTITION_ACCESS_LEVEL);
+    parts[0].preempt_mode = Some(PreemptMode::Suspend);
+    assert_eq!(Command::SetPartitions { partitions: parts, now: 1 }.level().0, PREEMPT_SUSPEND_LEVEL);
+    let policy = Policy { preempt_mode: PreemptMode::Suspend, ..Policy::default() };
+    assert_eq!(Command::SetPolicy { policy, now: 1 }.level().0, PREEMPT_SUSPEND_LEVEL);
+    let qos = Qos { name: "low".into(), preempt_mode: Some(PreemptMode::Suspend), ..Default::default() };
+    assert_eq!(Command::UpsertQos { qos: qos.clone(), now: 1 }.level().0, PREEMPT_SUSPEND_LEVEL);
+    assert_eq!(Command::SeedAccounts { accounts: vec![], qos: vec![qos], now: 1 }.level().0, PREEMPT_SUSPEND_LEVEL);
+    let plan = |mode| {
+        let victims = vec![Victim { job_id: 1, mode, grace_s: 0 }];
+        let preemptions = vec![PlannedPreemption { job_id: 2, nodes: vec!["n1".into()], victims }];
+        Command::apply_plan(1, 1, vec![], vec![], preemptions, vec![]).unwrap()
+    };
+    assert_eq!(plan(PreemptMode::Requeue).level().0, PREEMPTION_LEVEL);
+    assert_eq!(plan(PreemptMode::Suspend).level().0, PREEMPT_SUSPEND_LEVEL);
+    assert_eq!(Command::apply_plan(1, 1, vec![], vec![], vec![], vec![7]).unwrap().level().0, PREEMPT_SUSPEND_LEVEL);
 }
