@@ -378,6 +378,11 @@ fn partition_record(p: &PartitionInfo, nodes: &[NodeInfo]) -> Vec<String> {
         format!("Nodes={}", p.nodes),
         format!("PriorityTier={} OverSubscribe={}", p.priority_tier, if p.exclusive { "EXCLUSIVE" } else { "NO" }),
         format!(
+            "GraceTime={} PreemptMode={}",
+            p.grace_time_s,
+            if p.preempt_mode.is_empty() { "OFF" } else { &p.preempt_mode }
+        ),
+        format!(
             "State=UP TotalCPUs={} TotalNodes={}",
             members.iter().map(|n| u64::from(n.cpus)).sum::<u64>(),
             members.len()
@@ -466,5 +471,9 @@ mod tests {
         };
         let text = record_text(&partition_record(&owned, &[]), true);
         assert!(text.contains("AllowAccounts=lab,ops AllowQos=ALL DenyQos=scavenger Default=YES"), "{text}");
+        let scavenger = PartitionInfo { preempt_mode: "SUSPEND".into(), grace_time_s: 30, ..p.clone() };
+        let text = record_text(&partition_record(&scavenger, &[]), true);
+        assert!(text.contains("GraceTime=30 PreemptMode=SUSPEND"), "{text}");
+        assert!(record_text(&partition_record(&p, &[]), true).contains("GraceTime=0 PreemptMode=OFF"));
     }
 }

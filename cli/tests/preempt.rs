@@ -28,16 +28,23 @@ fn partition(name: &str, tier: u32, mode: Option<&str>) -> PartitionConfig {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_preempted_job_is_requeued_and_runs_again_once_at_a_time() {
+/// A ready cluster whose scavenger partition (tier 0, its jobs preempted `mode`) and production
+/// one (tier 1) span both nodes.
+async fn scavenging(mode: &str) -> (quorum_dev::cluster::DevCluster, quorum_client::client::Client) {
     let opts = DevOptions {
-        extra_partitions: vec![partition("scav", 0, Some("requeue")), partition("prod", 1, None)],
+        extra_partitions: vec![partition("scav", 0, Some(mode)), partition("prod", 1, None)],
         scheduler: SchedulerConfig { preempt_type: Some("partition_prio".into()), ..Default::default() },
         ..DevOptions::for_tests()
     };
     let cluster = cluster(opts).await;
     let c = client(&cluster.addrs);
     wait_ready(&cluster, &c, 2).await;
+    (cluster, c)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_preempted_job_is_requeued_and_runs_again_once_at_a_time() {
+    let (cluster, c) = scavenging("requeue").await;
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("log");
     // Each run notes its start (and whether another copy of it holds the marker), and on
@@ -164,4 +171,74 @@ async fn job_info_where(
         f(&j).then_some(j)
     })
     .await
+}
+
+/// Preempt mode SUSPEND: the production job suspends the latest started scavenger job instead
+/// of stopping it. Its processes freeze at once (its output stops, it gets no signal it could
+/// see), its memory stays allocated and an operator cannot resume it; the production job runs on
+/// its CPUs, and when that ends the scavenger job is thawed where it was and goes on, never
+/// requeued.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_preempted_suspend_freezes_and_goes_on_when_the_preemptor_ends() {
+    let (cluster, c) = scavenging("suspend").await;
+    let dir = tempfile::tempdir().unwrap();
+    let bin = tempfile::tempdir().unwrap();
+    let scontrol = |args: &[&str]| slurm_as(&cluster, bin.path(), "scontrol", "root", args).success();
+    // The mode replicates once every replica has told its feature level (level 23).
+    wait_for(T, "the scavenger partition's mode", || async {
+        scontrol(&["show", "partition", "scav", "-o"]).contains("PreemptMode=SUSPEND").then_some(())
+    })
+    .await;
+    let ticker = |n: usize| {
+        let ticks = dir.path().join(format!("ticks-{n}"));
+        let script = format!(
+            "trap 'echo term >> {t}; exit 0' TERM; while true; do echo tick >> {t}; sleep 0.1; done",
+            t = ticks.display()
+        );
+        let mut s = spec(&["bash", "-c", &script], dir.path());
+        (s.partition, s.cpus_per_task) = ("scav".into(), 8);
+        (s, ticks)
+    };
+    let count = |path: &std::path::Path| std::fs::read_to_string(path).unwrap_or_default().lines().count();
+    let (first, _) = ticker(1);
+    let first = submit(&c, first).await;
+    wait_state(&c, first, &["RUNNING"], T).await;
+    let (second, ticks) = ticker(2);
+    let second = submit(&c, second).await;
+    let latest = wait_state(&c, second, &["RUNNING"], T).await;
+    wait_for(T, "its first ticks", || async { (count(&ticks) > 3).then_some(()) }).await;
+
+    let marker = dir.path().join("prod-ran");
+    let script = format!("sleep 3; touch {}", marker.display());
+    let mut urgent = spec(&["bash", "-c", &script], dir.path());
+    (urgent.partition, urgent.cpus_per_task) = ("prod".into(), 8);
+    let urgent = submit(&c, urgent).await;
+    let suspended = wait_state(&c, second, &["SUSPENDED"], T).await;
+    assert_eq!(suspended.alloc_index, latest.alloc_index, "the same allocation, not a requeue");
+    let running = wait_state(&c, urgent, &["RUNNING"], T).await;
+    assert_eq!(running.allocation[0].node, latest.allocation[0].node, "on its victim's CPUs");
+    // Frozen while the production job runs: no tick in a second, and its memory still held.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let frozen = count(&ticks);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(count(&ticks), frozen, "the suspended job went on");
+    let node = nodes(&c).await.into_iter().find(|n| n.name == latest.allocation[0].node).expect("its node");
+    assert_eq!((node.alloc_cpus, node.alloc_mem_mb), (8, 2 * 8 * 1024), "the preemptor's CPUs; both jobs' memory");
+    let refused = slurm_as(&cluster, bin.path(), "scontrol", "root", &["resume", &second.to_string()]);
+    assert!(refused.stderr.contains("resumes by itself once its CPUs are free"), "{refused:?}");
+
+    let ran = wait_state(&c, urgent, &["COMPLETED", "FAILED", "CANCELLED"], T).await;
+    assert_eq!(ran.state, "COMPLETED", "{ran:?}");
+    assert!(marker.exists());
+    let resumed = wait_state(&c, second, &["RUNNING"], T).await;
+    assert_eq!((resumed.alloc_index, resumed.requeues), (latest.alloc_index, 0), "{resumed:?}");
+    wait_for(T, "ticks again", || async { (count(&ticks) > frozen).then_some(()) }).await;
+    let said = std::fs::read_to_string(&ticks).unwrap_or_default();
+    assert!(!said.contains("term"), "it was never stopped");
+    let shown = quorum(&cluster.controllers_env(), dir.path(), &["show", &second.to_string()]).success();
+    assert!(shown.contains(&format!("PreemptedBy={urgent}")) && shown.contains("Restarts=0"), "{shown}");
+    for id in [first, second] {
+        cancel(&c, id).await;
+    }
+    cluster.shutdown().await;
 }

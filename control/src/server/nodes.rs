@@ -38,6 +38,8 @@ pub(super) async fn list_nodes(api: &Api, _caller: &Caller, r: ListNodesRequest)
             deny_accounts: p.access.deny_accounts.clone(),
             allow_qos: p.access.allow_qos.clone(),
             deny_qos: p.access.deny_qos.clone(),
+            preempt_mode: p.preempt_mode.unwrap_or(applied.state.policy.preempt_mode).name().to_string(),
+            grace_time_s: p.grace_time_s,
         })
         .collect();
     let mut used: std::collections::BTreeMap<&str, u32> = std::collections::BTreeMap::new();
