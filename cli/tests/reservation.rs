@@ -112,4 +112,30 @@ async fn a_reservation_keeps_its_node_for_its_users_and_ends_their_jobs_with_it(
     assert!(since.elapsed() < Duration::from_secs(25), "it ran {:?} after it started", since.elapsed());
     let ran_ms = ended.end_time_ms.saturating_sub(started.start_time_ms);
     assert!(ran_ms < 20_000, "it ran {ran_ms} ms in a reservation of 6 s");
+
+    // A FLEX reservation an hour ahead: its job starts now, before it; without the flag the
+    // same job waits for the window.
+    let flex = |name: &str, node: &str, flags: &[&str]| {
+        let mut args = vec!["create", "reservation"];
+        let (name, node) = (format!("ReservationName={name}"), format!("Nodes={node}"));
+        args.extend([name.as_str(), "StartTime=now+1hour", "Duration=0:06", node.as_str(), "Accounts=root"]);
+        args.extend(flags);
+        scontrol("root", &args).success();
+    };
+    flex("early", "node01", &["Flags=FLEX"]);
+    let shown = scontrol("root", &["show", "reservation", "early"]).success();
+    assert!(shown.contains("Flags=FLEX") && shown.contains("State=INACTIVE"), "{shown}");
+    let before = submitted(as_user("resv-user", &["submit", "-t", "10", "--reservation=early", "--", "sleep", "300"]));
+    assert_eq!(wait_state(&c, before, &["RUNNING"], T).await.nodelist, "node01");
+    flex("strict", "node02", &[]);
+    let waits = submitted(as_user("resv-user", &["submit", "-t", "10", "--reservation=strict", "--", "sleep", "300"]));
+    let why = wait_for(T, "the strict reservation's job's reason", || async {
+        let j = job(&c, waits).await;
+        (j.reason != "None").then_some(j)
+    })
+    .await;
+    assert_eq!((why.state.as_str(), why.reason.as_str()), ("PENDING", "Reservation"));
+    for j in [before, waits] {
+        as_user("resv-user", &["cancel", &j.to_string()]).success();
+    }
 }

@@ -45,6 +45,10 @@ pub struct ResvFlags {
     /// Made even where running jobs would still run when it starts (they go on).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub ignore_jobs: bool,
+    /// Its jobs may start before its window, run past its end, and use nodes outside it as
+    /// well as its own (level 23); jobs outside it still keep off its nodes over its windows.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub flex: bool,
     #[serde(default)]
     pub recurrence: Recurrence,
 }
@@ -58,16 +62,19 @@ impl ResvFlags {
             match word.to_ascii_uppercase().as_str() {
                 "MAINT" => f.maint = true,
                 "IGNORE_JOBS" => f.ignore_jobs = true,
-                "FLEX" | "OVERLAP" | "PURGE_COMP" | "REPLACE" | "STATIC_ALLOC" | "ANY_NODES" | "NO_HOLD_JOBS_AFTER"
+                "FLEX" => f.flex = true,
+                "OVERLAP" | "PURGE_COMP" | "REPLACE" | "STATIC_ALLOC" | "ANY_NODES" | "NO_HOLD_JOBS_AFTER"
                 | "TIME_FLOAT" | "WEEKDAY" | "WEEKEND" | "MAGNETIC" => {
                     return Err(format!(
-                        "reservation flag '{word}' is not supported yet (MAINT, IGNORE_JOBS, DAILY, WEEKLY)"
+                        "reservation flag '{word}' is not supported yet (MAINT, IGNORE_JOBS, FLEX, DAILY, WEEKLY)"
                     ))
                 }
                 "DAILY" => f.recurrence = Recurrence::Daily,
                 "WEEKLY" => f.recurrence = Recurrence::Weekly,
                 "SPEC_NODES" => {}
-                other => return Err(format!("unknown reservation flag '{other}' (MAINT, IGNORE_JOBS, DAILY, WEEKLY)")),
+                other => {
+                    return Err(format!("unknown reservation flag '{other}' (MAINT, IGNORE_JOBS, FLEX, DAILY, WEEKLY)"))
+                }
             }
         }
         Ok(f)
@@ -81,6 +88,9 @@ impl ResvFlags {
         }
         if self.ignore_jobs {
             out.push("IGNORE_JOBS");
+        }
+        if self.flex {
+            out.push("FLEX");
         }
         match self.recurrence {
             Recurrence::Daily => out.push("DAILY"),
@@ -420,5 +430,6 @@ mod tests {
         assert!(long_daily.merge(None, 0).unwrap_err().contains("shorter than its period"));
         assert!(ResvFlags::parse("MAINT,bogus").unwrap_err().contains("'BOGUS'"));
         assert_eq!(ResvFlags::parse("maint,ignore_jobs,weekly").unwrap().names(), ["MAINT", "IGNORE_JOBS", "WEEKLY"]);
+        assert_eq!(ResvFlags::parse("FLEX,daily").unwrap().names(), ["FLEX", "DAILY"]);
     }
 }

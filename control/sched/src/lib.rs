@@ -305,6 +305,18 @@ struct Shape<'a> {
     exclusive: bool,
 }
 
+/// Whose profiles a start or a reservation takes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Book {
+    /// The jobs outside reservations'.
+    Outside,
+    /// Reservation `k`'s jobs' (its nodes, inside its windows).
+    Inside(usize),
+    /// A FLEX reservation `k`'s job: `Inside(k)` over its windows on its nodes, `Outside` at
+    /// every other time and node.
+    Flex(usize),
+}
+
 /// What the nodes have free over time while one cycle places jobs, and the two indexes that
 /// spare scans over them (the largest free amounts, and single-node fits); [`Capacity::take`]
 /// keeps all of them in step.
@@ -355,13 +367,50 @@ impl<'v> Capacity<'v> {
         }
     }
 
-    /// Takes `req` on node `i` from `from` to `to`, from the profiles of reservation `inside`
-    /// (`None`: of the jobs outside reservations).
-    fn take(&mut self, inside: Option<usize>, i: usize, from: u64, to: u64, req: &Res) {
-        if let Some(k) = inside {
-            self.inside(k)[i].take(from, to, req);
-            return;
+    /// Takes `req` on node `i` from `from` to `to`, from the profiles of `book`: a FLEX
+    /// reservation's job takes from its reservation's over its windows on its nodes, and from
+    /// the others' at every other time and node.
+    fn take(&mut self, book: Book, i: usize, from: u64, to: u64, req: &Res) {
+        let k = match book {
+            Book::Outside => return self.take_outside(i, from, to, req),
+            Book::Inside(k) => return self.inside(k)[i].take(from, to, req),
+            Book::Flex(k) => k,
+        };
+        let held = &self.reservations.held[k];
+        let windows: Vec<(u64, u64)> =
+            if held.nodes.binary_search(&i).is_ok() { held.windows.clone() } else { Vec::new() };
+        let mut at = from;
+        for (s, e) in windows.into_iter().filter(|&(s, e)| s < to && e > from) {
+            if at < s {
+                self.take_outside(i, at, s, req);
+            }
+            self.inside(k)[i].take(s.max(from), e.min(to), req);
+            at = e;
         }
+        if at < to {
+            self.take_outside(i, at, to, req);
+        }
+    }
+
+    /// What a FLEX reservation `k`'s job sees of each of `nodes`: its reservation's profiles
+    /// over its windows on its nodes, the others' everywhere else (other nodes: nothing).
+    fn flex_profiles(&mut self, k: usize, nodes: &[usize]) -> Vec<Timeline> {
+        let now = self.now;
+        self.inside(k);
+        let held = &self.reservations.held[k];
+        let inside = self.inside[k].as_deref().unwrap_or_default();
+        let mut out = vec![Timeline::new(now, Res::default(), Vec::new()); self.profiles.len()];
+        for &i in nodes {
+            out[i] = if held.nodes.binary_search(&i).is_ok() {
+                Timeline::spliced(&self.profiles[i], &inside[i], &held.windows)
+            } else {
+                self.profiles[i].clone()
+            };
+        }
+        out
+    }
+
+    fn take_outside(&mut self, i: usize, from: u64, to: u64, req: &Res) {
         let before = self.profiles[i].free_at(self.now);
         self.profiles[i].take(from, to, req);
         self.max_free.change(before, self.profiles[i].free_at(self.now));
@@ -397,7 +446,7 @@ impl<'v> Capacity<'v> {
         job: &'j PendingJob,
         nodes: Vec<usize>,
         exclusive: bool,
-        inside: Option<usize>,
+        inside: Book,
         duration: u64,
     ) -> (Allocation, eligibility::Usage<'j>)
     where
@@ -438,7 +487,7 @@ impl<'v> Capacity<'v> {
     }
 
     /// Reserves `nodes` for `job` from `start` for its time limit.
-    fn reserve(&mut self, job: &PendingJob, nodes: &[usize], start: u64, exclusive: bool, inside: Option<usize>) {
+    fn reserve(&mut self, job: &PendingJob, nodes: &[usize], start: u64, exclusive: bool, inside: Book) {
         for &i in nodes {
             let req = placement::need(job, &self.view.nodes[i], exclusive);
             self.take(inside, i, start, start.saturating_add(job.duration_s()), &req);
@@ -533,14 +582,14 @@ pub fn place<'a>(view: &'a ClusterView, candidates: &[Candidate<'a>], now_ms: Mi
         let fits =
             placement::fit_now(&topology, job, view, &nodes, &capacity.profiles, &capacity.free_gpus, now, exclusive);
         if let Some(fit) = fits {
-            let (allocation, usage) = capacity.start(job, fit, exclusive, None, job.duration_s());
+            let (allocation, usage) = capacity.start(job, fit, exclusive, Book::Outside, job.duration_s());
             limits.add_job(view, job, &usage);
             licenses.take(job);
             claimed.insert(position, Some(allocation));
         } else if let Some(t) =
             placement::earliest_on(job, view, &nodes, &capacity.profiles, now, horizon, 1, exclusive)
         {
-            capacity.reserve(job, &nodes, t, exclusive, None);
+            capacity.reserve(job, &nodes, t, exclusive, Book::Outside);
             placed.estimates.insert(job.id, Estimate { start_ms: t * 1000, nodes: job.claim.clone() });
             claimed.insert(position, None);
         }
@@ -588,6 +637,41 @@ pub fn place<'a>(view: &'a ClusterView, candidates: &[Candidate<'a>], now_ms: Mi
                 placed.waiting.push(wait(PendingReason::ReservationDeleted));
                 continue;
             };
+            // FLEX: any of its partition's nodes, at any time, for its whole time limit; its
+            // reservation's room where and while that holds, the rest's elsewhere.
+            if held.reservation.flags.flex {
+                let exclusive = partition.exclusive;
+                let flex = capacity.flex_profiles(k, &partition.nodes);
+                let fit = placement::fit_now(
+                    &topology,
+                    job,
+                    view,
+                    &partition.nodes,
+                    &flex,
+                    &capacity.free_gpus,
+                    now,
+                    exclusive,
+                );
+                if let Some(fit) = fit {
+                    let (allocation, usage) = capacity.start(job, fit, exclusive, Book::Flex(k), job.duration_s());
+                    limits.add_job(view, job, &usage);
+                    licenses.take(job);
+                    placed.starts.push(PlannedStart { job_id: job.id, allocation });
+                    continue;
+                }
+                placed.waiting.push(wait(PendingReason::Resources));
+                if reservations_left > 0 {
+                    let found =
+                        placement::earliest(&topology, job, view, &partition.nodes, &flex, now, horizon, 1, exclusive);
+                    if let Some((t, on)) = found {
+                        capacity.reserve(job, &on, t, exclusive, Book::Flex(k));
+                        let names = on.iter().map(|&i| view.nodes[i].name.clone()).collect();
+                        placed.estimates.insert(job.id, Estimate { start_ms: t * 1000, nodes: names });
+                        reservations_left -= 1;
+                    }
+                }
+                continue;
+            }
             // It runs until its time limit or the window's end, whichever comes first.
             let active = from <= now;
             let capped = PendingJob {
@@ -605,7 +689,7 @@ pub fn place<'a>(view: &'a ClusterView, candidates: &[Candidate<'a>], now_ms: Mi
                 None
             };
             if let Some(fit) = fit {
-                let (allocation, usage) = capacity.start(job, fit, exclusive, Some(k), capped.duration_s());
+                let (allocation, usage) = capacity.start(job, fit, exclusive, Book::Inside(k), capped.duration_s());
                 limits.add_job(view, job, &usage);
                 licenses.take(job);
                 placed.starts.push(PlannedStart { job_id: job.id, allocation });
@@ -617,7 +701,7 @@ pub fn place<'a>(view: &'a ClusterView, candidates: &[Candidate<'a>], now_ms: Mi
                 let found =
                     placement::earliest(&topology, &capped, view, &nodes, inside, from.max(now), horizon, 1, exclusive);
                 if let Some((t, on)) = found {
-                    capacity.reserve(&capped, &on, t, exclusive, Some(k));
+                    capacity.reserve(&capped, &on, t, exclusive, Book::Inside(k));
                     let names = on.iter().map(|&i| view.nodes[i].name.clone()).collect();
                     placed.estimates.insert(job.id, Estimate { start_ms: t * 1000, nodes: names });
                     reservations_left -= 1;
@@ -646,7 +730,7 @@ pub fn place<'a>(view: &'a ClusterView, candidates: &[Candidate<'a>], now_ms: Mi
         let fits_now =
             if may_fit { capacity.fit_now(job, &members[part], &partition.nodes, &topology, exclusive) } else { None };
         if let Some(nodes) = fits_now {
-            let (allocation, usage) = capacity.start(job, nodes, exclusive, None, job.duration_s());
+            let (allocation, usage) = capacity.start(job, nodes, exclusive, Book::Outside, job.duration_s());
             limits.add_job(view, job, &usage);
             licenses.take(job);
             placed.starts.push(PlannedStart { job_id: job.id, allocation });
@@ -670,7 +754,7 @@ pub fn place<'a>(view: &'a ClusterView, candidates: &[Candidate<'a>], now_ms: Mi
                 for &i in &found.touched {
                     capacity.refresh(i);
                 }
-                capacity.reserve(job, &found.nodes, found.start_s, exclusive, None);
+                capacity.reserve(job, &found.nodes, found.start_s, exclusive, Book::Outside);
                 let names = found.planned.nodes.clone();
                 placed.estimates.insert(job.id, Estimate { start_ms: found.start_s * 1000, nodes: names });
                 placed.preemptions.push(found.planned);
@@ -695,7 +779,7 @@ pub fn place<'a>(view: &'a ClusterView, candidates: &[Candidate<'a>], now_ms: Mi
             previous.as_deref(),
         );
         if let Some((t, nodes)) = found {
-            capacity.reserve(job, &nodes, t, exclusive, None);
+            capacity.reserve(job, &nodes, t, exclusive, Book::Outside);
             placed.estimates.insert(
                 job.id,
                 Estimate { start_ms: t * 1000, nodes: nodes.iter().map(|&i| view.nodes[i].name.clone()).collect() },
@@ -743,7 +827,7 @@ fn resume_lent(view: &ClusterView, capacity: &mut Capacity) -> Vec<JobId> {
             continue;
         };
         for &(i, c) in &r.lent_cpus {
-            capacity.take(None, i, at, until(at), &cpus(c));
+            capacity.take(Book::Outside, i, at, until(at), &cpus(c));
         }
         if at == now {
             resumed.push(r.id);

@@ -117,6 +117,27 @@ impl Timeline {
         None
     }
 
+    /// `inside` over `windows` (sorted, disjoint), `outside` at every other time: what a job
+    /// that may use both books sees of one node.
+    pub fn spliced(outside: &Timeline, inside: &Timeline, windows: &[(u64, u64)]) -> Timeline {
+        let start = outside.steps[0].0;
+        let mut times: Vec<u64> = outside.change_times().chain(inside.change_times()).collect();
+        times.extend(windows.iter().flat_map(|&(s, e)| [s, e]));
+        times.retain(|&t| t >= start && t != u64::MAX);
+        times.push(start);
+        times.sort_unstable();
+        times.dedup();
+        let mut steps: Vec<(u64, Res)> = Vec::with_capacity(times.len());
+        for t in times {
+            let within = windows.iter().any(|&(s, e)| s <= t && t < e);
+            let free = if within { inside.free_at(t) } else { outside.free_at(t) };
+            if steps.last().is_none_or(|(_, last)| *last != free) {
+                steps.push((t, free));
+            }
+        }
+        Timeline { steps }
+    }
+
     /// Times at which the free amount changes, from the first step on.
     pub fn change_times(&self) -> impl Iterator<Item = u64> + '_ {
         self.steps.iter().map(|(t, _)| *t)

@@ -180,6 +180,7 @@ proptest! {
         reserved in proptest::collection::vec(proptest::bool::ANY, 6),
         (from, length) in (0u64..200, 1u64..300),
         maint in proptest::bool::ANY,
+        flex in proptest::bool::ANY,
         steps in proptest::collection::vec(1u64..120, 1..5),
     ) {
         use quorum_model::reservation::{ResvEnd, ResvFlags, ResvRequest};
@@ -193,7 +194,7 @@ proptest! {
             end: Some(ResvEnd::After(length)),
             nodes: Some(nodes.clone()),
             users: Some(vec!["alice".into()]),
-            flags: Some(ResvFlags { maint, ..ResvFlags::default() }),
+            flags: Some(ResvFlags { maint, flex, ..ResvFlags::default() }),
             ..ResvRequest::default()
         };
         let now = b.now_ms;
@@ -221,7 +222,9 @@ proptest! {
                 let start = j.start_time.unwrap();
                 let end = start + j.limit_from_start_s().unwrap() * 1000;
                 let on: Vec<&str> = j.allocation.iter().flat_map(|a| a.nodes.iter().map(|n| n.node.as_str())).collect();
-                if j.spec.reservation.is_some() {
+                if j.spec.reservation.is_some() && flex {
+                    // FLEX: anywhere, any time; only the others keep off its nodes.
+                } else if j.spec.reservation.is_some() {
                     prop_assert!(on.iter().all(|n| nodes.iter().any(|r| r == n)), "job {} in r runs on {:?}", j.id, on);
                     prop_assert!(start >= window_start && end <= window_end, "job {} in r runs {}..{} outside {}..{}", j.id, start, end, window_start, window_end);
                 } else if on.iter().any(|n| nodes.iter().any(|r| r == n)) {

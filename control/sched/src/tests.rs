@@ -1515,6 +1515,43 @@ mod reservation_scenarios {
         assert_eq!(node_of(&b, c), "n1");
     }
 
+    /// FLEX: a reservation's job may start before its window, run past its end, and use a node
+    /// outside it; jobs outside it still keep off its node over its window.
+    #[test]
+    fn a_flex_reservations_jobs_run_before_after_and_beside_it() {
+        let mut b = site();
+        assert!(matches!(reserve(&mut b, "r", &["n2"], 60, 60, "FLEX"), Response::Reserved { .. }));
+        let flex = |b: &mut Bench, limit: u64| {
+            b.submit_with("alice", |s| {
+                s.reservation = Some("r".into());
+                s.time_limit_s = Some(limit);
+            })
+        };
+        // Before the window, two jobs of the reservation start at once, one on its node and
+        // one beside it, and their limits are not cut at the window's end.
+        let early = flex(&mut b, 100);
+        let second = flex(&mut b, 200);
+        let plan = b.cycle();
+        assert_eq!(plan.starts.len(), 2, "{plan:?}");
+        let on: Vec<String> = [early, second].iter().map(|j| node_of(&b, *j)).collect();
+        assert!(on.contains(&"n1".to_string()) && on.contains(&"n2".to_string()), "one beside it: {on:?}");
+        assert_eq!(b.state.jobs[&second].limit_from_start_s(), Some(200), "runs past the window's end (120)");
+        // A job outside the reservation does not start on n2 across its window, even when free.
+        b.at(10);
+        let n2_job = if node_of(&b, early) == "n2" { early } else { second };
+        b.end(n2_job);
+        let outside = b.submit(1, 100);
+        let plan = b.cycle();
+        assert_eq!(b.state.jobs[&outside].state, JobState::Pending, "{plan:?}");
+        assert_eq!(plan.reason(outside), Some(PendingReason::ReservedForOthers));
+        // Without FLEX the same job waits for the window and stops at its end.
+        let mut plain = site();
+        assert!(matches!(reserve(&mut plain, "r", &["n2"], 60, 60, ""), Response::Reserved { .. }));
+        let waits = flex(&mut plain, 100);
+        let plan = plain.cycle();
+        assert_eq!(plan.reason(waits), Some(PendingReason::Reservation));
+    }
+
     #[test]
     fn a_job_in_a_reservation_runs_only_inside_it_and_stops_at_its_end() {
         let mut b = site();

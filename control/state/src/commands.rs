@@ -64,11 +64,14 @@ pub struct NodeRegistration {
 /// 22. partitions that admit only some accounts or QOS (`AllowAccounts`, `DenyAccounts`,
 ///     `AllowQos`, `DenyQos`): owners' nodes.
 /// 23. preempt mode SUSPEND (partitions, QOS and the policy that name it; plans that suspend
-///     jobs for another and resume them).
+///     jobs for another and resume them), and reservations with `Flags=FLEX`.
 pub const FEATURE_LEVEL: u32 = 23;
 
 /// Jobs suspended, not stopped, when preempted.
 pub const PREEMPT_SUSPEND_LEVEL: u32 = 23;
+
+/// Reservations whose jobs may start before, end after, and run outside them (`FLEX`).
+pub const FLEX_RESERVATION_LEVEL: u32 = 23;
 
 /// Partitions that admit only some accounts or QOS.
 pub const PARTITION_ACCESS_LEVEL: u32 = 22;
@@ -524,6 +527,11 @@ impl Command {
             }
             Command::SeedAccounts { qos, .. } if qos.iter().any(|q| q.preempt_mode == Some(PreemptMode::Suspend)) => {
                 (PREEMPT_SUSPEND_LEVEL, "a QOS whose jobs are suspended when preempted")
+            }
+            Command::CreateReservation { request, .. } | Command::UpdateReservation { request, .. }
+                if request.flags.as_ref().is_some_and(|f| f.flex) =>
+            {
+                (FLEX_RESERVATION_LEVEL, "a reservation whose jobs may run outside it (Flags=FLEX)")
             }
             Command::NodeDown { .. } => (2, "marking a silent node DOWN"),
             Command::Digest { .. } => (2, "a digest point"),

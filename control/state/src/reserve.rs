@@ -130,8 +130,8 @@ pub fn reserve(
             }
         }
     }
-    // Jobs running in it now end where its window now ends.
-    let window_end = r.next_window(clock).filter(|(s, _)| *s <= clock).and_then(|(_, e)| e);
+    // Jobs running in it now end where its window now ends (a FLEX one's run on).
+    let window_end = r.next_window(clock).filter(|(s, _)| *s <= clock && !r.flags.flex).and_then(|(_, e)| e);
     let running: Vec<u64> = state
         .active
         .iter()
@@ -181,7 +181,12 @@ pub fn admit(state: &ClusterState, spec: &JobSpec, user: &str, account: &str) ->
         return Err(refused(name, format!("access denied: neither user '{user}' nor account '{account}' may use it")));
     }
     let partition = spec.partition.as_deref().and_then(|p| state.partitions.get(p));
-    let inside = partition.map_or(0, |p| r.nodes.iter().filter(|n| p.node_names.contains(*n)).count());
+    // A FLEX reservation's jobs may use the partition's other nodes too.
+    let inside = match partition {
+        Some(p) if r.flags.flex => p.node_names.len(),
+        Some(p) => r.nodes.iter().filter(|n| p.node_names.contains(*n)).count(),
+        None => 0,
+    };
     if inside < spec.nodes as usize {
         return Err(Rejection::NeverFits {
             detail: format!(
@@ -194,9 +199,10 @@ pub fn admit(state: &ClusterState, spec: &JobSpec, user: &str, account: &str) ->
     Ok(())
 }
 
-/// At start: a job in a reservation starts on its nodes while it is in force; no job starts on a node of a reservation in force that it is not
-/// in (a maintenance one keeps every other out). Returns where the job must stop: the end of
-/// its reservation's window.
+/// At start: a job in a reservation starts on its nodes while it is in force (in a FLEX one,
+/// also before it and on other nodes); no job starts on a node of a reservation in force that
+/// it is not in (a maintenance one keeps every other out). Returns where the job must stop: the
+/// end of its reservation's window (none for a FLEX one).
 pub fn check_start(state: &ClusterState, job: &Job, allocation: &Allocation) -> Result<Option<Millis>, DropReason> {
     let clock = state.clock;
     let drop = |reason: String| DropReason::Reservation { job: job.id, reason };
@@ -204,10 +210,11 @@ pub fn check_start(state: &ClusterState, job: &Job, allocation: &Allocation) -> 
         Some(name) => {
             let r = state.reservations.get(name).filter(|r| !r.expired(clock));
             let r = r.ok_or_else(|| drop(format!("reservation '{name}' no longer exists")))?;
-            if !r.active(clock) {
+            if !r.active(clock) && !r.flags.flex {
                 return Err(drop(format!("reservation '{name}' is not in force")));
             }
-            if let Some(a) = allocation.nodes.iter().find(|a| r.nodes.binary_search(&a.node).is_err()) {
+            let outside = allocation.nodes.iter().find(|a| r.nodes.binary_search(&a.node).is_err());
+            if let Some(a) = outside.filter(|_| !r.flags.flex) {
                 return Err(drop(format!("node {} is not in reservation '{name}'", a.node)));
             }
             Some(r)
@@ -226,5 +233,5 @@ pub fn check_start(state: &ClusterState, job: &Job, allocation: &Allocation) -> 
             }
         }
     }
-    Ok(mine.and_then(|m| m.next_window(clock)).and_then(|(_, e)| e))
+    Ok(mine.filter(|m| !m.flags.flex).and_then(|m| m.next_window(clock)).and_then(|(_, e)| e))
 }

@@ -1190,3 +1190,19 @@ fn suspending_preempted_jobs_needs_level_23() {
     assert_eq!(plan(PreemptMode::Suspend).level().0, PREEMPT_SUSPEND_LEVEL);
     assert_eq!(Command::apply_plan(1, 1, vec![], vec![], vec![], vec![7]).unwrap().level().0, PREEMPT_SUSPEND_LEVEL);
 }
+
+/// A FLEX reservation needs level 23: an older replica would hold its jobs to it.
+#[test]
+fn a_flex_reservation_needs_level_23() {
+    use quorum_model::reservation::{ResvFlags, ResvRequest};
+    let with = |flags: &str| ResvRequest {
+        name: "r".into(),
+        flags: Some(ResvFlags::parse(flags).unwrap()),
+        ..ResvRequest::default()
+    };
+    let create = |flags: &str| Command::CreateReservation { request: with(flags), user: "root".into(), now: 1 };
+    assert_eq!(create("MAINT").level().0, RESERVATION_LEVEL);
+    assert_eq!(create("FLEX").level().0, FLEX_RESERVATION_LEVEL);
+    let update = Command::UpdateReservation { request: with("FLEX,DAILY"), user: "root".into(), now: 1 };
+    assert_eq!(update.level().0, FLEX_RESERVATION_LEVEL);
+}
