@@ -224,7 +224,7 @@ mod tests {
         assert!(r.unlimited && r.node_count == Some(2));
         for (bad, says) in [
             ("Flags=SOMETIMES", "unknown reservation flag 'SOMETIMES'"),
-            ("Flags=FLEX", "'FLEX' is not supported yet"),
+            ("Flags=MAGNETIC", "'MAGNETIC' is not supported yet"),
             ("StartTime=soon", "invalid StartTime 'soon'"),
             ("Duration=forever", "invalid Duration='forever'"),
             ("NodeCnt=many", "invalid NodeCnt='many'"),

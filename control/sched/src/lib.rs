@@ -799,7 +799,7 @@ pub fn place<'a>(view: &'a ClusterView, candidates: &[Candidate<'a>], now_ms: Mi
 /// before any other: each whose CPUs are free now on every node of its allocation is resumed
 /// and holds them for what is left of its time limit; one that must wait holds them from the
 /// earliest time they are all free (later jobs must not delay it, as a reservation). The
-/// earliest suspended first.
+/// earliest started first.
 fn resume_lent(view: &ClusterView, capacity: &mut Capacity) -> Vec<JobId> {
     let now = capacity.now;
     let mut lent: Vec<&view::RunningJob> =
