@@ -217,9 +217,14 @@ async fn a_job_preempted_suspend_freezes_and_goes_on_when_the_preemptor_ends() {
     assert_eq!(suspended.alloc_index, latest.alloc_index, "the same allocation, not a requeue");
     let running = wait_state(&c, urgent, &["RUNNING"], T).await;
     assert_eq!(running.allocation[0].node, latest.allocation[0].node, "on its victim's CPUs");
-    // Frozen while the production job runs: no tick in a second, and its memory still held.
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let frozen = count(&ticks);
+    // Frozen while the production job runs: once the freeze has reached it (two reads 200 ms
+    // apart agree), no tick in a second, and its memory still held.
+    let frozen = wait_for(T, "its ticks to stop", || async {
+        let before = count(&ticks);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        (count(&ticks) == before).then_some(before)
+    })
+    .await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(count(&ticks), frozen, "the suspended job went on");
     let node = nodes(&c).await.into_iter().find(|n| n.name == latest.allocation[0].node).expect("its node");

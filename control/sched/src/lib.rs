@@ -637,59 +637,41 @@ pub fn place<'a>(view: &'a ClusterView, candidates: &[Candidate<'a>], now_ms: Mi
                 placed.waiting.push(wait(PendingReason::ReservationDeleted));
                 continue;
             };
-            // FLEX: any of its partition's nodes, at any time, for its whole time limit; its
-            // reservation's room where and while that holds, the rest's elsewhere.
-            if held.reservation.flags.flex {
-                let exclusive = partition.exclusive;
-                let flex = capacity.flex_profiles(k, &partition.nodes);
-                let fit = placement::fit_now(
-                    &topology,
-                    job,
-                    view,
-                    &partition.nodes,
-                    &flex,
-                    &capacity.free_gpus,
-                    now,
-                    exclusive,
-                );
-                if let Some(fit) = fit {
-                    let (allocation, usage) = capacity.start(job, fit, exclusive, Book::Flex(k), job.duration_s());
-                    limits.add_job(view, job, &usage);
-                    licenses.take(job);
-                    placed.starts.push(PlannedStart { job_id: job.id, allocation });
-                    continue;
+            // A FLEX reservation's job runs on any of its partition's nodes, at any time, for its
+            // whole time limit (its reservation's room where and while that holds, the rest's
+            // elsewhere); another's runs on its nodes, inside its window, until its end.
+            let flex = held.reservation.flags.flex;
+            let (active, earliest_from, book) =
+                if flex { (true, now, Book::Flex(k)) } else { (from <= now, from.max(now), Book::Inside(k)) };
+            let capped = if flex {
+                job.clone()
+            } else {
+                PendingJob {
+                    time_limit_s: Some(job.duration_s().min(until.saturating_sub(from.max(now))).max(1)),
+                    ..job.clone()
                 }
-                placed.waiting.push(wait(PendingReason::Resources));
-                if reservations_left > 0 {
-                    let found =
-                        placement::earliest(&topology, job, view, &partition.nodes, &flex, now, horizon, 1, exclusive);
-                    if let Some((t, on)) = found {
-                        capacity.reserve(job, &on, t, exclusive, Book::Flex(k));
-                        let names = on.iter().map(|&i| view.nodes[i].name.clone()).collect();
-                        placed.estimates.insert(job.id, Estimate { start_ms: t * 1000, nodes: names });
-                        reservations_left -= 1;
-                    }
-                }
-                continue;
-            }
-            // It runs until its time limit or the window's end, whichever comes first.
-            let active = from <= now;
-            let capped = PendingJob {
-                time_limit_s: Some(job.duration_s().min(until.saturating_sub(from.max(now))).max(1)),
-                ..job.clone()
             };
-            let nodes: Vec<usize> =
-                held.nodes.iter().copied().filter(|i| partition.nodes.binary_search(i).is_ok()).collect();
+            let nodes: Vec<usize> = if flex {
+                partition.nodes.clone()
+            } else {
+                held.nodes.iter().copied().filter(|i| partition.nodes.binary_search(i).is_ok()).collect()
+            };
             let exclusive = partition.exclusive;
+            let spliced = flex.then(|| capacity.flex_profiles(k, &partition.nodes));
             let fit = if active {
-                capacity.inside(k);
-                let inside = capacity.inside[k].as_deref().unwrap_or_default();
-                placement::fit_now(&topology, &capped, view, &nodes, inside, &capacity.free_gpus, now, exclusive)
+                let profiles = match &spliced {
+                    Some(p) => p.as_slice(),
+                    None => {
+                        capacity.inside(k);
+                        capacity.inside[k].as_deref().unwrap_or_default()
+                    }
+                };
+                placement::fit_now(&topology, &capped, view, &nodes, profiles, &capacity.free_gpus, now, exclusive)
             } else {
                 None
             };
             if let Some(fit) = fit {
-                let (allocation, usage) = capacity.start(job, fit, exclusive, Book::Inside(k), capped.duration_s());
+                let (allocation, usage) = capacity.start(job, fit, exclusive, book, capped.duration_s());
                 limits.add_job(view, job, &usage);
                 licenses.take(job);
                 placed.starts.push(PlannedStart { job_id: job.id, allocation });
@@ -697,11 +679,23 @@ pub fn place<'a>(view: &'a ClusterView, candidates: &[Candidate<'a>], now_ms: Mi
             }
             placed.waiting.push(wait(if active { PendingReason::Resources } else { PendingReason::Reservation }));
             if reservations_left > 0 {
-                let inside = capacity.inside(k);
-                let found =
-                    placement::earliest(&topology, &capped, view, &nodes, inside, from.max(now), horizon, 1, exclusive);
+                let profiles = match &spliced {
+                    Some(p) => p.as_slice(),
+                    None => capacity.inside(k),
+                };
+                let found = placement::earliest(
+                    &topology,
+                    &capped,
+                    view,
+                    &nodes,
+                    profiles,
+                    earliest_from,
+                    horizon,
+                    1,
+                    exclusive,
+                );
                 if let Some((t, on)) = found {
-                    capacity.reserve(&capped, &on, t, exclusive, Book::Inside(k));
+                    capacity.reserve(&capped, &on, t, exclusive, book);
                     let names = on.iter().map(|&i| view.nodes[i].name.clone()).collect();
                     placed.estimates.insert(job.id, Estimate { start_ms: t * 1000, nodes: names });
                     reservations_left -= 1;

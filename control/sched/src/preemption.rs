@@ -75,17 +75,10 @@ impl<'v> Preemptor<'v> {
 
     /// What becomes of `r` when preempted, and its grace time (none when it is suspended).
     fn mode_of(&self, r: &RunningJob) -> (PreemptMode, u64) {
-        match self.configured_mode(r) {
-            (PreemptMode::Suspend, _) => (PreemptMode::Suspend, 0),
-            other => other,
-        }
-    }
-
-    fn configured_mode(&self, r: &RunningJob) -> (PreemptMode, u64) {
         let partition = self.view.partitions.get(&r.partition);
         let part_mode = partition.and_then(|p| p.preempt_mode);
         let part_grace = partition.map_or(0, |p| p.grace_s);
-        match self.kind {
+        let (mode, grace) = match self.kind {
             PreemptType::Off => (PreemptMode::Off, 0),
             PreemptType::PartitionPrio => (part_mode.unwrap_or(self.default_mode), part_grace),
             PreemptType::Qos => {
@@ -94,7 +87,8 @@ impl<'v> Preemptor<'v> {
                 let grace = qos.map(|q| q.grace_time_s).filter(|g| *g > 0).unwrap_or(part_grace);
                 (mode, grace)
             }
-        }
+        };
+        (mode, if mode.stops() { grace } else { 0 })
     }
 
     /// Preempts nothing on `nodes` (sorted): their profiles have advance reservations taken out,
