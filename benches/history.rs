@@ -87,6 +87,7 @@ fn main() {
         priority_tier: 0,
         max_nodes: None,
         exclusive: false,
+        oversubscribe: Default::default(),
         preempt_mode: None,
         grace_time_s: 0,
         access: Default::default(),
@@ -133,6 +134,7 @@ fn main() {
                         mem_mb: 1_024,
                         gpus: vec![],
                     }],
+                    cpu_ways: None,
                 },
             })
             .collect();

@@ -108,6 +108,7 @@ fn plan(log: &Log, n: usize) -> Command {
                     mem_mb: 65_536,
                     gpus: vec![(k / NODES) as u32],
                 }],
+                cpu_ways: None,
             },
         })
         .collect();

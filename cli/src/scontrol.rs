@@ -376,7 +376,7 @@ fn partition_record(p: &PartitionInfo, nodes: &[NodeInfo]) -> Vec<String> {
             limit(p.max_time_s, "UNLIMITED")
         ),
         format!("Nodes={}", p.nodes),
-        format!("PriorityTier={} OverSubscribe={}", p.priority_tier, if p.exclusive { "EXCLUSIVE" } else { "NO" }),
+        format!("PriorityTier={} OverSubscribe={}", p.priority_tier, crate::sinfo::oversubscribe(p)),
         format!(
             "GraceTime={} PreemptMode={}",
             p.grace_time_s,

@@ -175,8 +175,7 @@ fn node_value(code: char, p: &PartitionInfo, n: &NodeInfo) -> String {
         's' if p.max_nodes == 0 => "1-infinite".into(),
         's' => format!("1-{}", p.max_nodes),
         'r' => "no".into(),
-        'h' if p.exclusive => "EXCLUSIVE".into(),
-        'h' => "NO".into(),
+        'h' => oversubscribe(p).into(),
         'g' => "all".into(),
         // Who set a drain, and when, is not recorded.
         'u' => "(null)".into(),
@@ -321,6 +320,15 @@ pub async fn run(a: SinfoArgs) -> anyhow::Result<u8> {
     }
     print!("{}", render(&pieces, &lines(&pieces, &partitions, &nodes, a.node), !a.noheader));
     Ok(0)
+}
+
+/// A partition's `OverSubscribe` as Slurm prints it: `EXCLUSIVE`, `NO`, `YES:N` or `FORCE:N`.
+pub fn oversubscribe(p: &PartitionInfo) -> &str {
+    match p.oversubscribe.as_str() {
+        _ if p.exclusive => "EXCLUSIVE",
+        "" => "NO",
+        o => o,
+    }
 }
 
 #[cfg(test)]

@@ -3,7 +3,8 @@
 //! scavenger job gets SIGTERM, goes back to the queue, and the production job runs on its node;
 //! the scavenger job then runs again, never two copies of it at once. Owners' nodes: a
 //! partition of the nodes a group bought admits its account only and takes its nodes back from
-//! the shared partition they lend themselves to.
+//! the shared partition they lend themselves to. Sharing CPUs: partitions whose jobs share each
+//! CPU (`OverSubscribe=FORCE:2`, and `YES:2` for the jobs that ask).
 
 mod common;
 
@@ -243,6 +244,79 @@ async fn a_job_preempted_suspend_freezes_and_goes_on_when_the_preemptor_ends() {
     let shown = quorum(&cluster.controllers_env(), dir.path(), &["show", &second.to_string()]).success();
     assert!(shown.contains(&format!("PreemptedBy={urgent}")) && shown.contains("Restarts=0"), "{shown}");
     for id in [first, second] {
+        cancel(&c, id).await;
+    }
+    cluster.shutdown().await;
+}
+
+/// `OverSubscribe`: `shared` (FORCE:2, both nodes) runs two 8-CPU jobs at once on each 8-CPU
+/// node, and a fifth waits for room; `asked` (YES:2, node01) shares only between jobs that ask
+/// with `sbatch --oversubscribe`, and one that does not ask waits for a whole node's CPUs.
+/// `sinfo` and `scontrol` show the setting and count a node's shared CPUs once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_share_cpus_where_their_partition_oversubscribes() {
+    let shared = PartitionConfig { oversubscribe: Some("FORCE:2".into()), ..partition("shared", 0, None) };
+    let asked =
+        PartitionConfig { nodes: "node01".into(), oversubscribe: Some("yes:2".into()), ..partition("asked", 0, None) };
+    let opts = DevOptions { extra_partitions: vec![shared, asked], ..DevOptions::for_tests() };
+    let cluster = cluster(opts).await;
+    let c = client(&cluster.addrs);
+    wait_ready(&cluster, &c, 2).await;
+    let dir = tempfile::tempdir().unwrap();
+    let bin = tempfile::tempdir().unwrap();
+    let slurm = |name: &str, args: &[&str]| slurm_as(&cluster, bin.path(), name, "root", args).success();
+    // Sharing replicates once every replica has told its feature level (level 24).
+    wait_for(T, "the shared partition's setting", || async {
+        slurm("scontrol", &["show", "partition", "shared", "-o"]).contains("OverSubscribe=FORCE:2").then_some(())
+    })
+    .await;
+    let listed = slurm("sinfo", &["-h", "-o", "%P %h"]);
+    assert!(listed.lines().any(|l| l == "shared FORCE:2") && listed.lines().any(|l| l == "asked YES:2"), "{listed}");
+
+    let sleeper = |partition: &str| {
+        let mut s = spec(&["sleep", "300"], dir.path());
+        (s.partition, s.cpus_per_task) = (partition.into(), 8);
+        s
+    };
+    let mut both = Vec::new();
+    for _ in 0..4 {
+        both.push(submit(&c, sleeper("shared")).await);
+    }
+    let mut on_node01 = 0;
+    for &id in &both {
+        let j = wait_state(&c, id, &["RUNNING"], T).await;
+        on_node01 += usize::from(j.allocation[0].node == "node01");
+        assert_eq!(j.allocation[0].cpus, 8, "{j:?}");
+    }
+    assert_eq!(on_node01, 2, "two jobs on each node");
+    let fifth = submit(&c, sleeper("shared")).await;
+    let waiting = job_info_where(&c, fifth, |j| j.reason != "None").await;
+    assert_eq!((waiting.state.as_str(), waiting.reason.as_str()), ("PENDING", "Resources"));
+    let node = slurm("scontrol", &["show", "node", "node01", "-o"]);
+    assert!(node.contains("CPUAlloc=8 CPUTot=8"), "two 8-CPU jobs shared two ways hold 8 CPUs: {node}");
+    for id in both.iter().copied().chain([fifth]) {
+        cancel(&c, id).await;
+    }
+    for &id in &both {
+        wait_state(&c, id, &["CANCELLED"], T).await;
+    }
+
+    let script = |name: &str, extra: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, format!("#!/bin/sh\n#SBATCH -p asked -c 8{extra}\nsleep 300\n")).unwrap();
+        let out = slurm("sbatch", &[path.to_str().unwrap()]);
+        out.trim().rsplit(' ').next().and_then(|w| w.parse::<u64>().ok()).unwrap_or_else(|| panic!("{out}"))
+    };
+    let askers = [script("a1.sh", " --oversubscribe"), script("a2.sh", "\n#SBATCH -s")];
+    for id in askers {
+        assert_eq!(wait_state(&c, id, &["RUNNING"], T).await.allocation[0].node, "node01");
+    }
+    let shown = slurm("scontrol", &["show", "job", &askers[0].to_string()]);
+    assert!(shown.contains("OverSubscribe=YES"), "{shown}");
+    let plain = script("plain.sh", "");
+    let waiting = job_info_where(&c, plain, |j| j.reason != "None").await;
+    assert_eq!((waiting.state.as_str(), waiting.reason.as_str()), ("PENDING", "Resources"));
+    for id in askers.into_iter().chain([plain]) {
         cancel(&c, id).await;
     }
     cluster.shutdown().await;

@@ -450,7 +450,7 @@ async fn sinfo_scontrol_and_the_options_scripts_use_answer_as_slurm_does() {
     );
     assert!(
         shown.contains(
-            "\n   ReqNodeList=node02 ExcNodeList=(null) Features=(null)\n   Licenses=(null)\n   Comment=a b WCKey=w MailType=END\n"
+            "\n   ReqNodeList=node02 ExcNodeList=(null) Features=(null)\n   OverSubscribe=OK Licenses=(null)\n   Comment=a b WCKey=w MailType=END\n"
         ),
         "{shown}"
     );

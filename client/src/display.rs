@@ -613,7 +613,16 @@ pub fn show_job(j: &JobInfo, now_ms: u64, priority: Option<u64>) -> String {
             })
         ),
         format!(
-            "Licenses={}",
+            "OverSubscribe={} Licenses={}",
+            // Slurm's job values: NO for whole nodes, YES when it asked to share, else OK (as
+            // its partition says).
+            if spec.exclusive {
+                "NO"
+            } else if spec.oversubscribe {
+                "YES"
+            } else {
+                "OK"
+            },
             null_or(&quorum_model::licenses_string(&spec.licenses.iter().map(|(k, v)| (k.clone(), *v)).collect()))
         ),
     ];

@@ -143,6 +143,11 @@ pub struct SubmitOpts {
         value_parser = parse_exclusive
     )]
     pub exclusive: bool,
+    /// Share CPUs with other jobs where the partition lets jobs that ask do so
+    /// (`OverSubscribe=YES`); a partition with `FORCE` shares them anyway, one with `NO` never.
+    /// Memory and GPUs are never shared.
+    #[arg(short = 's', long, conflicts_with = "exclusive")]
+    pub oversubscribe: bool,
     /// Back to the queue if a node it runs on fails (default: it ends NODE_FAIL).
     #[arg(long, conflicts_with = "no_requeue")]
     pub requeue: bool,
@@ -361,7 +366,9 @@ impl SubmitOpts {
             gid: self.gid.or(other.gid),
             licenses: self.licenses.or(other.licenses),
             constraint: self.constraint.or(other.constraint),
-            exclusive: self.exclusive || other.exclusive,
+            // The command line's choice between sharing and whole nodes wins over the script's.
+            exclusive: self.exclusive || (other.exclusive && !self.oversubscribe),
+            oversubscribe: self.oversubscribe || (other.oversubscribe && !self.exclusive),
             requeue: self.requeue || (other.requeue && !self.no_requeue),
             no_requeue: self.no_requeue || (other.no_requeue && !self.requeue),
             signal: self.signal.or(other.signal),
@@ -1169,6 +1176,7 @@ pub fn build_spec(cli: SubmitOpts, payload: Payload, cwd: &Path, env: Vec<(Strin
         constraint_same: constraint.same,
         constraint_counts: constraint.counts,
         exclusive: opts.exclusive,
+        oversubscribe: opts.oversubscribe,
         requeue: opts.requeue,
         signal: opts.signal.clone().unwrap_or_default(),
         array: opts.array.clone().unwrap_or_default(),

@@ -24,6 +24,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::model::oversubscribe::OverSubscribe;
 use crate::model::preempt::{PreemptMode, PreemptType};
 use crate::model::{hostlist, parse, Account, AssocLimits, Partition, PartitionAccess, Qos};
 use crate::model::{BackfillMode, Policy, QueueOrder, Weights};
@@ -67,6 +68,12 @@ pub struct PartitionConfig {
     /// Every job gets whole nodes.
     #[serde(default)]
     pub exclusive: bool,
+    /// Whether jobs share CPUs, as Slurm's `OverSubscribe`: `NO` (the default), `YES[:N]` (jobs
+    /// that ask with `--oversubscribe` share each CPU with up to N such jobs, 4 unless given),
+    /// `FORCE[:N]` (every job does), or `EXCLUSIVE` (the same as `exclusive = true`). Memory
+    /// and GPUs are never shared.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oversubscribe: Option<String>,
     /// What becomes of its jobs when a job of a higher tier (or QOS) preempts them: `off` (not
     /// preemptable), `cancel`, `requeue` or `suspend` (frozen, keeping memory and GPUs, until
     /// the CPUs they lend are free again); unset: `[scheduler] preempt_mode`.
@@ -91,6 +98,11 @@ pub struct PartitionConfig {
 }
 
 impl PartitionConfig {
+    /// `oversubscribe = "EXCLUSIVE"`.
+    fn whole_nodes(&self) -> bool {
+        self.oversubscribe.as_deref().is_some_and(|o| o.trim().eq_ignore_ascii_case("exclusive"))
+    }
+
     pub fn to_partition(&self) -> Result<Partition, ConfigError> {
         let bad = |what: String| ConfigError::Invalid(format!("partition '{}': {what}", self.name));
         if self.name.is_empty() || self.name.contains(|c: char| c.is_whitespace() || c == ',') {
@@ -117,7 +129,18 @@ impl PartitionConfig {
             default_mem_per_cpu_mb: mem,
             priority_tier: self.priority_tier,
             max_nodes: self.max_nodes,
-            exclusive: self.exclusive,
+            exclusive: self.exclusive || self.whole_nodes(),
+            oversubscribe: match self.oversubscribe.as_deref() {
+                Some(_) if self.whole_nodes() => OverSubscribe::No,
+                Some(o) => match OverSubscribe::parse(o).map_err(bad)? {
+                    OverSubscribe::No => OverSubscribe::No,
+                    _ if self.exclusive => {
+                        return Err(bad(format!("exclusive = true gives whole nodes; OverSubscribe={o} shares them")))
+                    }
+                    shared => shared,
+                },
+                None => OverSubscribe::No,
+            },
             preempt_mode: self.preempt_mode.as_deref().map(PreemptMode::parse).transpose().map_err(bad)?,
             grace_time_s: self.grace_time.unwrap_or(0),
             access: {
@@ -911,6 +934,17 @@ impl ControllerConfig {
         if parts.iter().filter(|p| p.default).count() > 1 {
             return Err(ConfigError::Invalid("more than one partition has default = true".into()));
         }
+        // The scheduler counts CPUs in parts that every partition's N divides.
+        if parts
+            .iter()
+            .try_fold(1, |l, p| crate::model::oversubscribe::common_ways(l, u64::from(p.oversubscribe.max_ways())))
+            .is_none()
+        {
+            return Err(ConfigError::Invalid(format!(
+                "the partitions' OverSubscribe counts have a least common multiple over {}: use fewer distinct counts",
+                crate::model::oversubscribe::MAX_COMMON_WAYS
+            )));
+        }
         Ok(parts)
     }
 
@@ -1188,5 +1222,31 @@ mod tests {
         let bad = text.replace("grp_tres = \"mem=2T\"", "grp_tres = \"mem=2T,disk=1\"");
         let e = toml::from_str::<Sections>(&bad).unwrap().qos[0].to_qos().unwrap_err().to_string();
         assert!(e.contains("qos 'gpu' grp_tres: unknown TRES 'disk'"), "{e}");
+    }
+
+    #[test]
+    fn a_partition_reads_slurms_oversubscribe() {
+        let part = |extra: &str| -> Result<Partition, ConfigError> {
+            let text = format!("name = \"p\"\nnodes = \"n[1-2]\"\n{extra}");
+            toml::from_str::<PartitionConfig>(&text).unwrap().to_partition()
+        };
+        assert_eq!(part("oversubscribe = \"FORCE:2\"").unwrap().oversubscribe, OverSubscribe::Force(2));
+        assert_eq!(part("oversubscribe = \"yes\"").unwrap().oversubscribe, OverSubscribe::Yes(4));
+        let whole = part("oversubscribe = \"EXCLUSIVE\"").unwrap();
+        assert!(whole.exclusive && whole.oversubscribe.is_no());
+        let e = part("exclusive = true\noversubscribe = \"FORCE\"").unwrap_err().to_string();
+        assert!(
+            e.contains("partition 'p': exclusive = true gives whole nodes; OverSubscribe=FORCE shares them"),
+            "{e}"
+        );
+        let e = part("oversubscribe = \"FORCE:99\"").unwrap_err().to_string();
+        assert!(e.contains("the count after ':' is 1 to 64 jobs"), "{e}");
+        // The scheduler's parts of a CPU: the counts' least common multiple is bounded.
+        let many: String = (33..=64)
+            .map(|n| format!("[[partitions]]\nname = \"p{n}\"\nnodes = \"n1\"\noversubscribe = \"FORCE:{n}\"\n"))
+            .collect();
+        let text = format!("id = 1\nlisten = \"127.0.0.1:1\"\ndata_dir = \"/tmp/q\"\nreplicas = []\n{many}");
+        let e = toml::from_str::<ControllerConfig>(&text).unwrap().partitions().unwrap_err().to_string();
+        assert!(e.contains("least common multiple over 1048576"), "{e}");
     }
 }

@@ -58,6 +58,7 @@ pub fn spec_from_proto(p: api::JobSpec) -> Result<JobSpec, Rejection> {
         run_group: opt(p.group),
         reservation: opt(p.reservation),
         exclusive: p.exclusive,
+        oversubscribe: p.oversubscribe,
         hold: p.hold,
         requeue: p.requeue,
         warn_signal: match p.signal.trim() {
@@ -132,6 +133,7 @@ pub fn spec_to_proto(s: &JobSpec, with_env: bool) -> api::JobSpec {
         group: s.run_group.clone().unwrap_or_default(),
         reservation: s.reservation.clone().unwrap_or_default(),
         exclusive: s.exclusive,
+        oversubscribe: s.oversubscribe,
         requeue: s.requeue,
         signal: s.warn_signal.map(|w| w.to_spec()).unwrap_or_default(),
         array: s.array.as_ref().map(|a| a.to_spec()).unwrap_or_default(),

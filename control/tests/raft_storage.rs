@@ -95,6 +95,7 @@ async fn apply_purge_and_die(dir: &std::path::Path, snapshot: bool) -> ! {
         job_id: 1,
         allocation: Allocation {
             nodes: vec![NodeAllocation { node: "n1".into(), cpus: 1, mem_mb: 1024, gpus: vec![] }],
+            cpu_ways: None,
         },
     };
     let commands = vec![

@@ -12,6 +12,7 @@ pub mod cron;
 pub mod env;
 pub mod gpu_fault;
 pub mod hostlist;
+pub mod oversubscribe;
 pub mod parse;
 pub mod policy;
 pub mod preempt;
@@ -156,6 +157,10 @@ pub struct JobSpec {
     /// Whole nodes only (`--exclusive`).
     #[serde(default)]
     pub exclusive: bool,
+    /// Willing to share its CPUs with other jobs where the partition says `OverSubscribe=YES`
+    /// (`--oversubscribe`, `-s`). From feature level 24.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub oversubscribe: bool,
     /// Submitted held (`--hold`).
     #[serde(default)]
     pub hold: bool,
@@ -1173,9 +1178,18 @@ pub struct NodeAllocation {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Allocation {
     pub nodes: Vec<NodeAllocation>,
+    /// `Some(N)`: each of its CPUs is shared with up to N jobs (its partition's
+    /// `OverSubscribe`), and counts as 1/N of a CPU on its node. From feature level 24.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_ways: Option<u32>,
 }
 
 impl Allocation {
+    /// How many ways its CPUs are shared (1: not).
+    pub fn ways(&self) -> u32 {
+        self.cpu_ways.unwrap_or(1).max(1)
+    }
+
     pub fn nodelist(&self) -> String {
         let names: Vec<&str> = self.nodes.iter().map(|n| n.node.as_str()).collect();
         hostlist::compress(&names)
@@ -1343,6 +1357,10 @@ pub struct Node {
     pub alloc_cpus: u32,
     pub alloc_mem_mb: u64,
     pub alloc_gpus: BTreeSet<u32>,
+    /// CPUs held by jobs that share them (`OverSubscribe`), by how many ways each is shared;
+    /// `alloc_cpus` holds the others' ([`Node::cpus_fit`]).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub shared_cpus: BTreeMap<u32, u32>,
     /// Jobs running here.
     pub jobs: BTreeSet<JobId>,
     pub agent_version: String,
@@ -1356,7 +1374,7 @@ impl Node {
             NodeAdminState::Drain { .. } => NodeState::Drain,
             NodeAdminState::Up if self.jobs.is_empty() => NodeState::Idle,
             NodeAdminState::Up
-                if self.alloc_cpus >= self.cpus
+                if self.cpus_in_use() >= self.cpus
                     || (self.alloc_mem_mb >= self.mem_mb)
                     || (!self.gpus.is_empty() && self.alloc_gpus.len() >= self.gpus.len()) =>
             {
@@ -1422,6 +1440,9 @@ pub struct Partition {
     /// Every job gets whole nodes (Slurm's `OverSubscribe=EXCLUSIVE`).
     #[serde(default)]
     pub exclusive: bool,
+    /// Whether its jobs share CPUs (`OverSubscribe=YES|FORCE[:N]`). From feature level 24.
+    #[serde(default, skip_serializing_if = "oversubscribe::OverSubscribe::is_no")]
+    pub oversubscribe: oversubscribe::OverSubscribe,
     /// What becomes of its jobs when preempted; `None`: the cluster's default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub preempt_mode: Option<preempt::PreemptMode>,

@@ -53,7 +53,7 @@ impl<'a> CycleLimits<'a> {
         let now_s = now_ms / 1000;
         for r in &view.running {
             let seconds = now_s.saturating_sub(r.start_s) as f64;
-            let cpus: i64 = r.alloc.iter().map(|(_, res)| res.cpus).sum();
+            let cpus: i64 = r.alloc.iter().map(|(_, res)| res.cpus).sum::<i64>() / r.cpu_parts.max(1);
             let gpus: i64 = r.alloc.iter().map(|(_, res)| res.gpus).sum();
             let (c, g) = (cpus as f64 * seconds, gpus as f64 * seconds);
             for acc in account_chain(view, &r.account) {
@@ -261,7 +261,7 @@ impl<'a> Limits<'a> {
         }
         for r in &view.running {
             let usage = Usage {
-                cpus: r.alloc.iter().map(|(_, res)| res.cpus).sum(),
+                cpus: r.alloc.iter().map(|(_, res)| res.cpus).sum::<i64>() / r.cpu_parts.max(1),
                 gpus: r.alloc.iter().map(|(_, res)| res.gpus).sum(),
                 mem: r.alloc.iter().map(|(_, res)| res.mem).sum(),
                 nodes: r.alloc.len() as i64,

@@ -464,16 +464,20 @@ impl<'v> Capacity<'v> {
             } else {
                 placement::take_gpus(job, node, &mut self.free_gpus[i], req.gpus)
             };
-            cpus += req.cpus;
+            // Whole CPUs: the node's books count parts of them.
+            let whole = req.cpus / job.cpu_parts.max(1);
+            cpus += whole;
             mem += req.mem;
             gpus += indices.len() as i64;
             allocation.nodes.push(NodeAllocation {
                 node: node.name.clone(),
-                cpus: req.cpus as u32,
+                cpus: whole as u32,
                 mem_mb: req.mem as u64,
                 gpus: indices,
             });
         }
+        let ways = view.cpu_parts.max(1) / job.cpu_parts.max(1);
+        allocation.cpu_ways = (ways > 1).then_some(ways as u32);
         let typed: Vec<(&str, i64)> = match job.gpu_type.as_deref() {
             Some(t) => vec![(t, gpus)],
             None => allocation
@@ -900,6 +904,8 @@ pub fn schedule(view: &ClusterView, now_ms: Millis, policy: &Policy) -> Plan {
     Plan::assemble(ordered.len(), screened.ineligible, placed)
 }
 
+#[cfg(test)]
+mod oversubscribe_tests;
 #[cfg(test)]
 mod props;
 #[cfg(test)]

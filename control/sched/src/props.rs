@@ -47,9 +47,19 @@ fn submit_all(b: &mut Bench, jobs: &[JobShape], caps: &[(u32, u32)]) -> Vec<u64>
         .collect()
 }
 
+/// No node holds more than it has. CPUs shared N ways (`OverSubscribe`) count 1/N each: the
+/// sum of each job's CPUs divided by its N stays within the node's CPUs.
 fn assert_no_overcommit(b: &Bench) {
     for n in b.state.nodes.values() {
         assert!(n.alloc_cpus <= n.cpus, "{} has {} of {} CPUs allocated", n.name, n.alloc_cpus, n.cpus);
+        assert!(
+            n.cpus_fit(0, 1),
+            "{} has {} of {} CPUs allocated, shared ways {:?}",
+            n.name,
+            n.alloc_cpus,
+            n.cpus,
+            n.shared_cpus
+        );
         assert!(n.alloc_mem_mb <= n.mem_mb, "{} memory overcommitted", n.name);
         assert!(n.alloc_gpus.len() <= n.gpus.len(), "{} GPUs overcommitted", n.name);
     }
@@ -167,6 +177,68 @@ proptest! {
                 let mem: u64 = held().map(|(_, a)| a.mem_mb).sum();
                 let gpus: usize = held().map(|(_, a)| a.gpus.len()).sum();
                 prop_assert_eq!((n.alloc_cpus, n.alloc_mem_mb, n.alloc_gpus.len()), (cpus, mem, gpus), "{}", n.name);
+            }
+        }
+    }
+
+    /// With partitions that share CPUs in different ways (and one that does not) over the same
+    /// nodes: each node's jobs hold at most its CPUs counted 1/N for a job sharing N ways
+    /// (checked here from the jobs themselves, in twelfths), and its books are what they hold.
+    #[test]
+    fn shared_cpus_keep_every_node_within_its_cpus(
+        caps in cluster_shape(),
+        rounds in proptest::collection::vec(proptest::collection::vec((job_shape(), 0usize..3, proptest::bool::ANY), 1..8), 1..5),
+        force in 2u32..=4,
+        yes in 2u32..=4,
+    ) {
+        use quorum_model::oversubscribe::OverSubscribe;
+        let mut b = bench(&caps, BackfillMode::Easy);
+        let all = format!("n[0-{}]", caps.len() - 1);
+        let part = |name: &str, o: OverSubscribe| {
+            let mut p = quorum_state::testing::partition(name, &all, name == "plain");
+            (p.oversubscribe, p.max_time_s) = (o, None);
+            p
+        };
+        let partitions = vec![part("plain", OverSubscribe::No), part("forced", OverSubscribe::Force(force)), part("asked", OverSubscribe::Yes(yes))];
+        b.cmd(quorum_state::Command::SetPartitions { partitions, now: 0 });
+        for (round, jobs) in rounds.iter().enumerate() {
+            b.at(round as u64 * 100);
+            let now = b.now_ms;
+            let due: Vec<u64> = b.state.jobs.values()
+                .filter(|j| j.state == JobState::Running && j.start_time.unwrap() + j.spec.time_limit_s.unwrap() * 1000 <= now)
+                .map(|j| j.id)
+                .collect();
+            for id in due {
+                b.end(id);
+            }
+            for (shape, p, asks) in jobs {
+                if caps.iter().filter(|(c, g)| *c >= shape.cpus && *g >= shape.gpus).count() >= shape.nodes as usize {
+                    let (j, asks) = (shape.clone(), *asks);
+                    let name = ["plain", "forced", "asked"][*p];
+                    b.submit_with("alice", move |s| {
+                        (s.nodes, s.ntasks, s.cpus_per_task, s.gpus_per_node) = (j.nodes, j.nodes, j.cpus, j.gpus);
+                        (s.time_limit_s, s.exclusive, s.oversubscribe) = (Some(j.limit), j.exclusive && !asks, asks);
+                        s.partition = Some(name.into());
+                    });
+                }
+            }
+            b.cycle();
+            assert_no_overcommit(&b);
+            for n in b.state.nodes.values() {
+                let held: Vec<(u32, &quorum_model::NodeAllocation)> = b.state.jobs.values()
+                    .filter(|j| j.state.is_allocated())
+                    .flat_map(|j| j.allocation.iter().flat_map(|a| a.nodes.iter().map(move |na| (a.ways(), na))))
+                    .filter(|(_, a)| a.node == n.name)
+                    .collect();
+                let twelfths: u32 = held.iter().map(|(w, a)| a.cpus * (12 / w)).sum();
+                prop_assert!(twelfths <= n.cpus * 12, "{} holds {} twelfths of {} CPUs", n.name, twelfths, n.cpus);
+                let unshared: u32 = held.iter().filter(|(w, _)| *w == 1).map(|(_, a)| a.cpus).sum();
+                let mut shared = std::collections::BTreeMap::new();
+                for (w, a) in held.iter().filter(|(w, _)| *w > 1) {
+                    *shared.entry(*w).or_insert(0) += a.cpus;
+                }
+                prop_assert_eq!((n.alloc_cpus, &n.shared_cpus), (unshared, &shared), "{}", n.name);
+                prop_assert!(n.alloc_mem_mb <= n.mem_mb && n.alloc_gpus.len() <= n.gpus.len());
             }
         }
     }

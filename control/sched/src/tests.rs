@@ -904,8 +904,9 @@ fn will_run_answers_against_running_jobs_not_the_queue() {
             begin_time: begin,
             ..Default::default()
         };
-        let job = PendingJob::hypothetical(b.state.next_job_id, &spec, "bob", b.now_ms);
-        will_run(&ClusterView::from_state(&b.state), job, b.now_ms, &b.state.policy)
+        let view = ClusterView::from_state(&b.state);
+        let job = PendingJob::hypothetical(&view, b.state.next_job_id, &spec, "bob", b.now_ms);
+        will_run(&view, job, b.now_ms, &b.state.policy)
     };
     // Two nodes are whole and free: a job wanting two whole nodes would start now, on them.
     match ask(&b, 2, None) {

@@ -42,6 +42,7 @@ pub struct NodeView {
     pub features: Vec<String>,
     /// The switch the node hangs off, when a topology is configured.
     pub switch: Option<String>,
+    /// What it has, its CPUs counted in [`ClusterView::cpu_parts`] parts each.
     pub capacity: Res,
     /// Every GPU as (index, type).
     pub gpus: Vec<(u32, String)>,
@@ -83,7 +84,11 @@ pub struct RunningJob {
     pub qos: String,
     /// Seconds since the epoch; `u64::MAX` when it has no time limit.
     pub end_s: u64,
+    /// What it holds on each node, CPUs in the nodes' parts ([`RunningJob::cpu_parts`] per CPU).
     pub alloc: Vec<(usize, Res)>,
+    /// How many of a node's CPU parts each of its CPUs takes: [`ClusterView::cpu_parts`]
+    /// divided by the ways it shares them.
+    pub cpu_parts: i64,
     /// GPUs held, by type.
     pub gpus_by_type: Vec<(String, i64)>,
     /// Licenses held (`--licenses`).
@@ -131,8 +136,12 @@ pub struct PendingJob {
     pub submit_ms: Millis,
     pub begin_ms: Option<Millis>,
     pub nodes: u32,
-    /// One node's share.
+    /// One node's share, its CPUs in the nodes' parts ([`PendingJob::cpu_parts`] per CPU).
     pub per_node: Res,
+    /// How many of a node's CPU parts each of its CPUs takes (see [`RunningJob::cpu_parts`]).
+    pub cpu_parts: i64,
+    /// Willing to share its CPUs (`--oversubscribe`), where its partition says `YES`.
+    pub oversubscribe: bool,
     pub gpu_type: Option<Name>,
     pub time_limit_s: Option<u64>,
     pub nice: i32,
@@ -170,8 +179,13 @@ impl PendingJob {
     pub fn duration_s(&self) -> u64 {
         self.time_limit_s.unwrap_or(u64::MAX / 4).max(1)
     }
+    /// The CPUs it asks for in all (whole CPUs, not parts).
     pub fn total_cpus(&self) -> i64 {
-        self.per_node.cpus * i64::from(self.nodes)
+        self.cpus_per_node() * i64::from(self.nodes)
+    }
+    /// The CPUs it asks for on each node (whole CPUs, not parts).
+    pub fn cpus_per_node(&self) -> i64 {
+        self.per_node.cpus / self.cpu_parts.max(1)
     }
     pub fn total_gpus(&self) -> i64 {
         self.per_node.gpus * i64::from(self.nodes)
@@ -187,6 +201,8 @@ pub struct PartitionView {
     pub max_time_s: Option<u64>,
     pub max_nodes: Option<u32>,
     pub exclusive: bool,
+    /// Whether its jobs share CPUs.
+    pub oversubscribe: quorum_model::oversubscribe::OverSubscribe,
     /// What becomes of its jobs when preempted (`None`: the cluster's default).
     pub preempt_mode: Option<quorum_model::preempt::PreemptMode>,
     /// Seconds between a preempted job's SIGTERM and SIGKILL.
@@ -203,6 +219,13 @@ pub struct ClusterView {
     pub running: Vec<Arc<RunningJob>>,
     /// In job id order.
     pub pending: Vec<Arc<PendingJob>>,
+    /// The parts each CPU is counted in on the nodes' books: the least common multiple of the
+    /// ways the partitions share CPUs (`OverSubscribe`), so that a job sharing its CPUs N ways
+    /// takes a whole number of parts (1/N of a CPU each) and the no-overcommit rule stays
+    /// integer sums; 1 (or 0, the same) when no partition shares.
+    pub cpu_parts: i64,
+    /// Some partition shares CPUs (`OverSubscribe` other than NO).
+    pub oversubscribed: bool,
     /// Shared with the state: taking a view copies none of these.
     pub accounts: Shared<BTreeMap<String, Account>>,
     pub qos: Shared<BTreeMap<String, Qos>>,
@@ -255,6 +278,8 @@ pub struct ViewCache {
     pending: BTreeMap<JobId, (u64, Arc<PendingJob>, Shared<JobSpec>)>,
     names: Names,
     generation: u64,
+    /// The view's `cpu_parts` its running entries were made with.
+    cpu_parts: i64,
 }
 
 /// A running job's cached view entry, and what it was made from.
@@ -274,10 +299,10 @@ fn free_gpus(node: &Node) -> impl Iterator<Item = u32> + '_ {
 }
 
 /// Whether a cached node view still describes `node`.
-fn node_matches(v: &NodeView, node: &Node, switch: Option<&String>) -> bool {
+fn node_matches(v: &NodeView, node: &Node, switch: Option<&String>, parts: i64) -> bool {
     v.name == node.name
         && v.schedulable == node.schedulable()
-        && v.capacity == res_of(node.cpus, node.mem_mb, node.gpus.len())
+        && v.capacity == in_parts(res_of(node.cpus, node.mem_mb, node.gpus.len()), parts)
         && v.features == node.features
         && v.switch.as_ref() == switch
         && v.gpus.len() == node.gpus.len()
@@ -285,14 +310,19 @@ fn node_matches(v: &NodeView, node: &Node, switch: Option<&String>) -> bool {
         && v.free_gpus.iter().copied().eq(free_gpus(node))
 }
 
-fn node_view(node: &Node, switch: Option<&String>) -> NodeView {
+/// `res` with its CPUs counted in `parts` parts each.
+fn in_parts(res: Res, parts: i64) -> Res {
+    Res { cpus: res.cpus.saturating_mul(parts), ..res }
+}
+
+fn node_view(node: &Node, switch: Option<&String>, parts: i64) -> NodeView {
     let gpus: Vec<(u32, String)> = node.gpus.iter().map(|g| (g.index, g.gpu_type.clone())).collect();
     NodeView {
         name: node.name.clone(),
         schedulable: node.schedulable(),
         features: node.features.clone(),
         switch: switch.cloned(),
-        capacity: res_of(node.cpus, node.mem_mb, node.gpus.len()),
+        capacity: in_parts(res_of(node.cpus, node.mem_mb, node.gpus.len()), parts),
         uniform_gpu_type: uniform_type(&gpus),
         gpus,
         free_gpus: free_gpus(node).collect(),
@@ -304,7 +334,12 @@ fn running_job(
     j: &Job,
     a: &quorum_model::Allocation,
     by_name: &HashMap<&str, usize, BuildHasherDefault<Fnv>>,
+    parts: i64,
 ) -> RunningJob {
+    // A job that shares its CPUs in a way the parts do not divide (its partition changed
+    // since it started) is booked as not sharing them: more than it holds, never less.
+    let ways = i64::from(a.ways());
+    let cpu_parts = if parts % ways == 0 { parts / ways } else { parts };
     let start_s = j.start_time.unwrap_or(state.clock) / 1000;
     let mut end_s = match j.limit_from_start_s() {
         Some(limit) if j.state != JobState::Suspended => start_s.saturating_add(limit),
@@ -351,14 +386,15 @@ fn running_job(
             .iter()
             .filter_map(|n| {
                 let cpus = if lends { 0 } else { n.cpus };
-                by_name.get(n.node.as_str()).map(|&i| (i, res_of(cpus, n.mem_mb, n.gpus.len())))
+                by_name.get(n.node.as_str()).map(|&i| (i, in_parts(res_of(cpus, n.mem_mb, n.gpus.len()), cpu_parts)))
             })
             .collect(),
+        cpu_parts,
         lent_cpus: a
             .nodes
             .iter()
             .filter(|_| lends)
-            .filter_map(|n| by_name.get(n.node.as_str()).map(|&i| (i, i64::from(n.cpus))))
+            .filter_map(|n| by_name.get(n.node.as_str()).map(|&i| (i, i64::from(n.cpus) * cpu_parts)))
             .collect(),
         left_s,
     }
@@ -383,8 +419,13 @@ fn pending_job(
     j: &Job,
     (dependency, dependency_ready_ms): (DepStatus, Option<Millis>),
     names: &mut Names,
+    (cpu_parts, exclusive): (i64, bool),
 ) -> PendingJob {
+    let job = requested(&j.spec, names);
     PendingJob {
+        per_node: in_parts(job.per_node, cpu_parts),
+        cpu_parts,
+        exclusive,
         id: j.id,
         user: names.get(&j.user),
         account: names.get(&j.account),
@@ -396,7 +437,7 @@ fn pending_job(
         dependency_ready_ms,
         reason: j.reason,
         claim: j.claim.as_ref().map(|c| c.nodes.clone()).unwrap_or_default(),
-        ..requested(&j.spec, names)
+        ..job
     }
 }
 
@@ -412,6 +453,8 @@ fn requested(spec: &JobSpec, names: &mut Names) -> PendingJob {
         begin_ms: spec.begin_time,
         nodes: spec.nodes,
         per_node: res_of(spec.cpus_per_node(), spec.mem_per_node_mb.unwrap_or(0), spec.gpus_per_node as usize),
+        cpu_parts: 1,
+        oversubscribe: spec.oversubscribe,
         gpu_type: spec.gpu_type.as_deref().map(|g| names.get(g)),
         time_limit_s: spec.time_limit_s,
         nice: spec.nice,
@@ -438,12 +481,23 @@ fn requested(spec: &JobSpec, names: &mut Names) -> PendingJob {
 }
 
 impl PendingJob {
-    /// A job that is not submitted, as the scheduler would see it were it submitted by `user`
-    /// at `now_ms` and given `id` (`sbatch --test-only`): `spec` as admission leaves it, its
-    /// partition, account and QOS resolved; no hold and no dependency.
-    pub fn hypothetical(id: JobId, spec: &JobSpec, user: &str, now_ms: Millis) -> PendingJob {
+    /// A job that is not submitted, as the scheduler would see it in `view` were it submitted
+    /// by `user` at `now_ms` and given `id` (`sbatch --test-only`): `spec` as admission leaves
+    /// it, its partition, account and QOS resolved; no hold and no dependency.
+    pub fn hypothetical(view: &ClusterView, id: JobId, spec: &JobSpec, user: &str, now_ms: Millis) -> PendingJob {
         let mut names = Names::default();
-        PendingJob { id, user: names.get(user), submit_ms: now_ms, ..requested(spec, &mut names) }
+        let job = requested(spec, &mut names);
+        let (cpu_parts, exclusive) =
+            view.cpu_booking(spec.partition.as_deref().unwrap_or_default(), spec.oversubscribe, spec.exclusive);
+        PendingJob {
+            id,
+            user: names.get(user),
+            submit_ms: now_ms,
+            per_node: in_parts(job.per_node, cpu_parts),
+            cpu_parts,
+            exclusive,
+            ..job
+        }
     }
 }
 
@@ -456,7 +510,18 @@ impl ClusterView {
     pub fn from_state_cached(state: &ClusterState, cache: &mut ViewCache) -> Self {
         cache.generation += 1;
         let generation = cache.generation;
+        let common = state
+            .partitions
+            .values()
+            .try_fold(1, |l, p| quorum_model::oversubscribe::common_ways(l, u64::from(p.oversubscribe.max_ways())));
+        let parts = common.map_or(1, |l| l as i64);
+        if cache.cpu_parts != parts {
+            cache.running.clear();
+            cache.cpu_parts = parts;
+        }
         let mut view = ClusterView {
+            cpu_parts: parts,
+            oversubscribed: state.partitions.values().any(|p| !p.oversubscribe.is_no()),
             licenses: state.licenses.clone(),
             reservations: state.reservations.values().cloned().collect(),
             accounts: state.accounts.clone(),
@@ -475,8 +540,8 @@ impl ClusterView {
         cache.nodes.resize_with(state.nodes.len(), || Arc::new(NodeView::default()));
         for (cached, node) in cache.nodes.iter_mut().zip(state.nodes.values()) {
             let switch = state.switches.get(&node.name);
-            if !node_matches(cached, node, switch) {
-                *cached = Arc::new(node_view(node, switch));
+            if !node_matches(cached, node, switch, parts) {
+                *cached = Arc::new(node_view(node, switch, parts));
             }
         }
         view.nodes = cache.nodes.clone();
@@ -499,6 +564,7 @@ impl ClusterView {
                     max_time_s: p.max_time_s,
                     max_nodes: p.max_nodes,
                     exclusive: p.exclusive,
+                    oversubscribe: p.oversubscribe,
                     preempt_mode: p.preempt_mode,
                     grace_s: p.grace_time_s,
                     access: p.access.clone(),
@@ -545,7 +611,7 @@ impl ClusterView {
                             let by_name = by_name.get_or_insert_with(|| {
                                 view.nodes.iter().enumerate().map(|(i, n)| (n.name.as_str(), i)).collect()
                             });
-                            let entry = Arc::new(running_job(state, j, a, by_name));
+                            let entry = Arc::new(running_job(state, j, a, by_name, parts));
                             let cached = CachedRunning {
                                 alloc_index: j.alloc_index,
                                 used: generation,
@@ -574,11 +640,13 @@ impl ClusterView {
                             }
                         }
                     }
-                    let fresh = |names: &mut Names| Arc::new(pending_job(j, (dependency, ready_ms), names));
+                    let booking = view.cpu_booking(&j.partition, j.spec.oversubscribe, j.spec.exclusive);
+                    let fresh = |names: &mut Names| Arc::new(pending_job(j, (dependency, ready_ms), names, booking));
                     let (used, entry, _) = match cache.pending.entry(j.id) {
                         std::collections::btree_map::Entry::Occupied(o) => {
                             let cached = o.into_mut();
-                            if !Shared::same(&cached.2, &j.spec) {
+                            if !Shared::same(&cached.2, &j.spec) || (cached.1.cpu_parts, cached.1.exclusive) != booking
+                            {
                                 *cached = (generation, fresh(&mut cache.names), j.spec.clone());
                             }
                             cached
@@ -618,9 +686,26 @@ impl ClusterView {
         self.nodes.binary_search_by(|n| n.name.as_str().cmp(name)).ok()
     }
 
-    /// CPUs and GPUs of all schedulable nodes.
+    /// CPUs (whole ones), memory and GPUs of all schedulable nodes.
     pub fn total_capacity(&self) -> Res {
-        self.nodes.iter().filter(|n| n.schedulable).fold(Res::default(), |acc, n| acc.plus(&n.capacity))
+        let all = self.nodes.iter().filter(|n| n.schedulable).fold(Res::default(), |acc, n| acc.plus(&n.capacity));
+        Res { cpus: all.cpus / self.cpu_parts.max(1), ..all }
+    }
+
+    /// How a job of `partition` takes CPUs on the nodes' books, and whether it gets whole
+    /// nodes: each of its CPUs is [`ClusterView::cpu_parts`] divided by the ways it shares
+    /// them (its partition's `OverSubscribe`, with `--oversubscribe` for `YES`); `--exclusive`
+    /// holds unless the partition says `FORCE`.
+    pub fn cpu_booking(&self, partition: &str, oversubscribe: bool, exclusive: bool) -> (i64, bool) {
+        let parts = self.cpu_parts.max(1);
+        if !self.oversubscribed {
+            return (parts, exclusive);
+        }
+        let Some(p) = self.partitions.get(partition) else { return (parts, exclusive) };
+        let ways = i64::from(p.oversubscribe.ways(oversubscribe, exclusive && !p.exclusive).max(1));
+        let exclusive = exclusive && p.oversubscribe.honours_exclusive();
+        let ways = if p.exclusive || parts % ways != 0 { 1 } else { ways };
+        (parts / ways, exclusive)
     }
 }
 

@@ -115,7 +115,7 @@ impl Snapshot {
         for n in state.nodes.values() {
             nodes.add(labels([("state", n.state().name())]), 1);
             cpus.add(Vec::new(), n.cpus.into());
-            cpus_allocated.add(Vec::new(), n.alloc_cpus.into());
+            cpus_allocated.add(Vec::new(), n.cpus_in_use().into());
             memory.add(Vec::new(), (n.mem_mb * 1024 * 1024) as i64);
             memory_allocated.add(Vec::new(), (n.alloc_mem_mb * 1024 * 1024) as i64);
             for g in &n.gpus {

@@ -338,8 +338,10 @@ mod tests {
     use quorum_state::{apply, Command, Response};
 
     fn start(s: &mut ClusterState, index: u64, job_id: JobId, node: &str) -> Response {
-        let allocation =
-            Allocation { nodes: vec![NodeAllocation { node: node.into(), cpus: 1, mem_mb: 100, gpus: vec![] }] };
+        let allocation = Allocation {
+            nodes: vec![NodeAllocation { node: node.into(), cpus: 1, mem_mb: 100, gpus: vec![] }],
+            cpu_ways: None,
+        };
         let starts = vec![PlannedStart { job_id, allocation }];
         apply(
             s,

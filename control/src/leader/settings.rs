@@ -40,6 +40,13 @@ fn settings_commands(replica: &Replica, settings: &ClusterSettings) -> Vec<Comma
             policy.preempt_mode = PreemptMode::Off;
         }
     }
+    // Sharing CPUs needs every replica at level 24: until then the partitions' jobs do not
+    // share them ([`settings_wait`]).
+    if state.cluster_level() < quorum_state::OVERSUBSCRIBE_LEVEL {
+        for p in &mut wanted {
+            p.oversubscribe = Default::default();
+        }
+    }
     if current != wanted {
         commands.push(Command::SetPartitions { partitions: wanted, now });
     }
@@ -71,8 +78,8 @@ fn suspends(qos: &quorum_model::Qos) -> bool {
     qos.preempt_mode == Some(PreemptMode::Suspend)
 }
 
-/// Whether the configured licenses, who may use the partitions, or suspending preempted jobs,
-/// wait for the cluster's level to reach the one that records them.
+/// Whether the configured licenses, who may use the partitions, suspending preempted jobs, or
+/// sharing CPUs, wait for the cluster's level to reach the one that records them.
 fn settings_wait(replica: &Replica, settings: &ClusterSettings) -> bool {
     let applied = replica.shared.read();
     let level = applied.state.cluster_level();
@@ -82,6 +89,7 @@ fn settings_wait(replica: &Replica, settings: &ClusterSettings) -> bool {
     (applied.state.licenses != settings.licenses && level < quorum_state::DEPENDENCY_FORMS_LEVEL)
         || (settings.partitions.iter().any(|p| !p.access.is_open()) && level < quorum_state::PARTITION_ACCESS_LEVEL)
         || (suspend && level < quorum_state::PREEMPT_SUSPEND_LEVEL)
+        || (settings.partitions.iter().any(|p| !p.oversubscribe.is_no()) && level < quorum_state::OVERSUBSCRIBE_LEVEL)
 }
 
 pub(super) async fn sync_settings(replica: Arc<Replica>, settings: ClusterSettings, mut stop: watch::Receiver<bool>) {

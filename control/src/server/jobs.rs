@@ -139,8 +139,9 @@ fn test_only(api: &Api, spec: crate::model::JobSpec, user: &str) -> Result<Submi
     let state = &applied.state;
     let admitted = quorum_state::check_submit(state, spec, user).map_err(|e| rejection_status(&e))?;
     let now = now_ms();
-    let job = quorum_sched::PendingJob::hypothetical(state.next_job_id, &admitted, user, now);
-    let answer = quorum_sched::will_run(&quorum_sched::ClusterView::from_state(state), job, now, &state.policy);
+    let view = quorum_sched::ClusterView::from_state(state);
+    let job = quorum_sched::PendingJob::hypothetical(&view, state.next_job_id, &admitted, user, now);
+    let answer = quorum_sched::will_run(&view, job, now, &state.policy);
     let mut r = SubmitJobResponse {
         would_be_id: state.next_job_id,
         admitted: Some(wire::spec_to_proto(&admitted, false)),

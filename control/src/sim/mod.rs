@@ -359,6 +359,7 @@ impl Simulation {
                 priority_tier: 0,
                 max_nodes: None,
                 exclusive: false,
+                oversubscribe: Default::default(),
                 preempt_mode: None,
                 grace_time_s: 0,
                 access: Default::default(),

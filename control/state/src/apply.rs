@@ -1024,9 +1024,11 @@ fn preempt(state: &mut ClusterState, p: PlannedPreemption) -> Vec<(JobId, JobId)
             job.state = JobState::Suspended;
             job.suspended_at = Some(at);
             job.preempted_by = Some(p.job_id);
-            for a in job.allocation.iter().flat_map(|a| &a.nodes) {
-                if let Some(node) = state.nodes.get_mut(&a.node) {
-                    node.alloc_cpus = node.alloc_cpus.saturating_sub(a.cpus);
+            if let Some(allocation) = &job.allocation {
+                for a in &allocation.nodes {
+                    if let Some(node) = state.nodes.get_mut(&a.node) {
+                        node.release_cpus(a.cpus, allocation.ways());
+                    }
                 }
             }
         }
@@ -1042,16 +1044,14 @@ fn preempt(state: &mut ClusterState, p: PlannedPreemption) -> Vec<(JobId, JobId)
 fn resume_lent(state: &mut ClusterState, job_id: JobId) {
     let Some(job) = state.jobs.get(&job_id).filter(|j| j.lends_cpus() && !j.cancel_requested) else { return };
     let Some(allocation) = &job.allocation else { return };
-    let free = allocation
-        .nodes
-        .iter()
-        .all(|a| state.nodes.get(&a.node).is_some_and(|n| n.alloc_cpus.saturating_add(a.cpus) <= n.cpus));
+    let ways = allocation.ways();
+    let free = allocation.nodes.iter().all(|a| state.nodes.get(&a.node).is_some_and(|n| n.cpus_fit(a.cpus, ways)));
     if !free {
         return;
     }
     for a in &allocation.nodes {
         if let Some(node) = state.nodes.get_mut(&a.node) {
-            node.alloc_cpus += a.cpus;
+            node.hold_cpus(a.cpus, ways);
         }
     }
     let clock = state.clock;
@@ -1076,6 +1076,7 @@ fn check_start(state: &ClusterState, start: &PlannedStart) -> Result<Option<Mill
         .partitions
         .get(&job.partition)
         .ok_or_else(|| DropReason::PartitionGone { partition: job.partition.clone() })?;
+    let ways = partition.cpu_ways(&job.spec);
     for (i, a) in allocs.iter().enumerate() {
         let node = || a.node.clone();
         if allocs[..i].iter().any(|b| b.node == a.node) {
@@ -1088,7 +1089,9 @@ fn check_start(state: &ClusterState, start: &PlannedStart) -> Result<Option<Mill
         if !n.schedulable() {
             return Err(DropReason::NodeNotSchedulable { node: node(), state: n.state().name().to_string() });
         }
-        if n.alloc_cpus + a.cpus > n.cpus || n.alloc_mem_mb + a.mem_mb > n.mem_mb {
+        // The no-overcommit invariant: each job's CPUs divided by the ways it shares them
+        // (`OverSubscribe`), summed, within the node's CPUs; memory within its memory.
+        if !n.cpus_fit(a.cpus, ways) || n.alloc_mem_mb + a.mem_mb > n.mem_mb {
             return Err(DropReason::NodeFull { node: node() });
         }
         if a.cpus < job.spec.cpus_per_node() || a.mem_mb < job.spec.mem_per_node_mb.unwrap_or(0) {
@@ -1114,10 +1117,19 @@ fn check_start(state: &ClusterState, start: &PlannedStart) -> Result<Option<Mill
     crate::reserve::check_start(state, job, &start.allocation)
 }
 
-fn start_job(state: &mut ClusterState, index: u64, job_id: JobId, allocation: Allocation, resv_end: Option<Millis>) {
+fn start_job(
+    state: &mut ClusterState,
+    index: u64,
+    job_id: JobId,
+    mut allocation: Allocation,
+    resv_end: Option<Millis>,
+) {
+    // How many ways it shares its CPUs is its partition's now, whatever the plan said.
+    let ways = state.jobs.get(&job_id).and_then(|j| Some(state.partitions.get(&j.partition)?.cpu_ways(&j.spec)));
+    allocation.cpu_ways = ways.filter(|&w| w > 1);
     for a in &allocation.nodes {
         let node = state.nodes.get_mut(&a.node).expect("checked by check_start");
-        node.alloc_cpus += a.cpus;
+        node.hold_cpus(a.cpus, allocation.ways());
         node.alloc_mem_mb += a.mem_mb;
         node.alloc_gpus.extend(a.gpus.iter().copied());
         node.jobs.insert(job_id);
@@ -1321,7 +1333,7 @@ fn free_nodes(nodes: &mut BTreeMap<String, Node>, job_id: JobId, allocation: &Al
     for a in &allocation.nodes {
         if let Some(node) = nodes.get_mut(&a.node) {
             if !lent {
-                node.alloc_cpus = node.alloc_cpus.saturating_sub(a.cpus);
+                node.release_cpus(a.cpus, allocation.ways());
             }
             node.alloc_mem_mb = node.alloc_mem_mb.saturating_sub(a.mem_mb);
             for g in &a.gpus {
@@ -1617,6 +1629,7 @@ fn register_node(state: &mut ClusterState, reg: NodeRegistration) {
         features: Vec::new(),
         admin: NodeAdminState::Up,
         alloc_cpus: 0,
+        shared_cpus: Default::default(),
         alloc_mem_mb: 0,
         alloc_gpus: Default::default(),
         jobs: Default::default(),

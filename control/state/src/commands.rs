@@ -65,7 +65,12 @@ pub struct NodeRegistration {
 ///     `AllowQos`, `DenyQos`): owners' nodes.
 /// 23. preempt mode SUSPEND (partitions, QOS and the policy that name it; plans that suspend
 ///     jobs for another and resume them), and reservations with `Flags=FLEX`.
-pub const FEATURE_LEVEL: u32 = 23;
+/// 24. partitions whose jobs share CPUs (`OverSubscribe=YES|FORCE[:N]`), jobs with
+///     `--oversubscribe`, and allocations that record how many ways they share their CPUs.
+pub const FEATURE_LEVEL: u32 = 24;
+
+/// CPUs shared among jobs (`OverSubscribe`).
+pub const OVERSUBSCRIBE_LEVEL: u32 = 24;
 
 /// Jobs suspended, not stopped, when preempted.
 pub const PREEMPT_SUSPEND_LEVEL: u32 = 23;
@@ -171,7 +176,9 @@ pub struct Submit {
 
 /// The level a replica needs to apply a submit of this job, and what in the job needs it.
 pub fn spec_level(spec: &JobSpec) -> (u32, &'static str) {
-    if spec.reservation.is_some() {
+    if spec.oversubscribe {
+        (OVERSUBSCRIBE_LEVEL, "a job with --oversubscribe")
+    } else if spec.reservation.is_some() {
         (RESERVATION_LEVEL, "a job with --reservation")
     } else if spec.uses_level_15() {
         (FEATURE_COUNTS_LEVEL, "a job with node counts in --constraint (feature*count)")
@@ -508,6 +515,9 @@ impl Command {
     pub fn level(&self) -> (u32, &'static str) {
         match self {
             // The highest level a command may need first: a match arm below may fit it too.
+            Command::SetPartitions { partitions, .. } if partitions.iter().any(|p| !p.oversubscribe.is_no()) => {
+                (OVERSUBSCRIBE_LEVEL, "a partition whose jobs share CPUs (OverSubscribe=YES or FORCE)")
+            }
             Command::ApplyPlan { preemptions, resumes, .. }
                 if !resumes.is_empty()
                     || preemptions.iter().flat_map(|p| &p.victims).any(|v| v.mode == PreemptMode::Suspend) =>

@@ -88,7 +88,7 @@ fn command(s: &ClusterState, index: u64, op: &Op) -> Option<Command> {
             Command::ApplyPlan {
                 base_index: index - 1,
                 now,
-                starts: vec![PlannedStart { job_id: job.id, allocation: Allocation { nodes } }],
+                starts: vec![PlannedStart { job_id: job.id, allocation: Allocation { nodes, cpu_ways: None } }],
                 reasons: vec![],
                 preemptions: vec![],
                 resumes: vec![],

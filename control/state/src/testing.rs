@@ -18,6 +18,7 @@ pub fn partition(name: &str, nodes: &str, default: bool) -> Partition {
         priority_tier: 0,
         max_nodes: None,
         exclusive: false,
+        oversubscribe: Default::default(),
         preempt_mode: None,
         grace_time_s: 0,
         access: Default::default(),

@@ -64,6 +64,7 @@ fn start(s: &mut ClusterState, index: u64, job_id: JobId, node: &str, cpus: u32,
                 job_id,
                 allocation: Allocation {
                     nodes: vec![quorum_model::NodeAllocation { node: node.into(), cpus, mem_mb, gpus }],
+                    cpu_ways: None,
                 },
             }],
             reasons: vec![],
@@ -194,7 +195,10 @@ fn start_on_both(s: &mut ClusterState, index: u64, job_id: JobId, cpus: u32) -> 
         Command::ApplyPlan {
             base_index: index - 1,
             now: 2000,
-            starts: vec![PlannedStart { job_id, allocation: Allocation { nodes: vec![on("n1"), on("n2")] } }],
+            starts: vec![PlannedStart {
+                job_id,
+                allocation: Allocation { nodes: vec![on("n1"), on("n2")], cpu_ways: None },
+            }],
             reasons: vec![],
             preemptions: vec![],
             resumes: vec![],
@@ -226,7 +230,10 @@ fn node_down_fails_or_requeues_its_jobs_and_frees_every_node_they_held() {
         Command::ApplyPlan {
             base_index: 13,
             now: 2000,
-            starts: vec![PlannedStart { job_id: 2, allocation: Allocation { nodes: vec![on("n1"), on("n2")] } }],
+            starts: vec![PlannedStart {
+                job_id: 2,
+                allocation: Allocation { nodes: vec![on("n1"), on("n2")], cpu_ways: None },
+            }],
             reasons: vec![],
             preemptions: vec![],
             resumes: vec![],
@@ -902,6 +909,7 @@ fn what_a_job_used_is_counted_once_per_node_and_only_for_its_allocation() {
                 .iter()
                 .map(|n| quorum_model::NodeAllocation { node: (*n).into(), cpus: 1, mem_mb: 1024, gpus: vec![] })
                 .collect(),
+            cpu_ways: None,
         },
     };
     apply(
@@ -1205,4 +1213,79 @@ fn a_flex_reservation_needs_level_23() {
     assert_eq!(create("FLEX").level().0, FLEX_RESERVATION_LEVEL);
     let update = Command::UpdateReservation { request: with("FLEX,DAILY"), user: "root".into(), now: 1 };
     assert_eq!(update.level().0, FLEX_RESERVATION_LEVEL);
+}
+
+/// CPUs shared among jobs (`OverSubscribe`) need level 24, and apply holds every node to the
+/// no-overcommit rule restated for them: the sum of each job's CPUs divided by the ways it
+/// shares them stays within the node's CPUs; memory and GPUs are never shared.
+#[test]
+fn shared_cpus_count_a_part_of_a_cpu_each_and_need_level_24() {
+    use quorum_model::oversubscribe::OverSubscribe;
+    let started = |r: Response| match r {
+        Response::PlanApplied { started, .. } => started,
+        other => panic!("{other:?}"),
+    };
+    let mut forced = crate::testing::partition("shared", "n[1-2]", false);
+    forced.oversubscribe = OverSubscribe::Force(2);
+    let open = crate::testing::partition("gpu", "n[1-2]", true);
+    let set = Command::SetPartitions { partitions: vec![open.clone(), forced.clone()], now: 1 };
+    assert_eq!(set.level().0, OVERSUBSCRIBE_LEVEL);
+    assert!(Command::SetPartitions { partitions: vec![open], now: 1 }.level().0 < OVERSUBSCRIBE_LEVEL);
+    let mut asking = spec(&["true"]);
+    asking.oversubscribe = true;
+    assert_eq!(spec_level(&asking).0, OVERSUBSCRIBE_LEVEL);
+
+    let mut s = cluster();
+    apply(&mut s, 4, set);
+    let mut shared = spec(&["true"]);
+    shared.partition = Some("shared".into());
+    shared.cpus_per_task = 4;
+    shared.mem_per_node_mb = Some(10 * 1024);
+    for (i, id) in (10..15).zip(1..=5) {
+        assert_eq!(
+            submit(&mut s, i, shared.clone(), &format!("s{id}")),
+            Response::Submitted { job_id: id, duplicate: false }
+        );
+    }
+    let mut whole = spec(&["true"]);
+    whole.cpus_per_task = 1;
+    submit(&mut s, 15, whole, "w");
+    // Four jobs of 4 CPUs shared two ways fill n1's 8 CPUs; the fifth, and a job that does
+    // not share, find no room.
+    for (i, id) in (20..24).zip(1..=4) {
+        assert_eq!(started(start(&mut s, i, id, "n1", 4, vec![])), vec![id]);
+        assert_eq!(s.jobs[&id].allocation.as_ref().unwrap().cpu_ways, Some(2));
+    }
+    assert_eq!((s.nodes["n1"].alloc_cpus, s.nodes["n1"].shared_cpus.clone()), (0, BTreeMap::from([(2, 16)])));
+    assert_eq!(s.nodes["n1"].cpus_in_use(), 8);
+    assert_eq!(s.nodes["n1"].state(), NodeState::Allocated);
+    for (i, id) in [(24, 5), (25, 6)] {
+        match start(&mut s, i, id, "n1", if id == 5 { 4 } else { 1 }, vec![]) {
+            Response::PlanApplied { started, dropped, .. } => {
+                assert!(started.is_empty());
+                assert_eq!(dropped, vec![(id, DropReason::NodeFull { node: "n1".into() })]);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    // One shared job ends: two CPUs' worth is free again, and the job that does not share
+    // takes one of them.
+    let ended = Command::JobEnded {
+        job_id: 1,
+        token: 20,
+        node: "n1".into(),
+        outcome: RankOutcome::Exited { code: 0, signal: 0 },
+        now: 3000,
+    };
+    apply(&mut s, 26, ended);
+    assert_eq!(started(start(&mut s, 27, 6, "n1", 1, vec![])), vec![6]);
+    assert_eq!((s.nodes["n1"].alloc_cpus, s.nodes["n1"].cpus_in_use()), (1, 7));
+    assert_eq!(s.jobs[&6].allocation.as_ref().unwrap().cpu_ways, None);
+    // Memory is never shared: n2 has 64 GiB; jobs of 40 GiB do not share it.
+    shared.mem_per_node_mb = Some(40 * 1024);
+    shared.cpus_per_task = 1;
+    submit(&mut s, 28, shared.clone(), "m1");
+    submit(&mut s, 29, shared, "m2");
+    assert_eq!(started(start(&mut s, 30, 7, "n2", 1, vec![])), vec![7]);
+    assert!(started(start(&mut s, 31, 8, "n2", 1, vec![])).is_empty());
 }
