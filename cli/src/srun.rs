@@ -44,6 +44,10 @@ pub struct SrunArgs {
     /// Share CPUs and GPUs with the job's other steps instead of waiting for them.
     #[arg(long)]
     overlap: bool,
+    /// From outside a job: an allocation that shares its CPUs with other jobs where the
+    /// partition lets jobs that ask do so (`OverSubscribe=YES`). Within a job, nothing.
+    #[arg(short = 's', long)]
+    oversubscribe: bool,
     /// Prefix each line of output with its task id.
     #[arg(short = 'l', long)]
     label: bool,
@@ -321,6 +325,7 @@ fn outside_spec(a: &SrunArgs) -> anyhow::Result<quorum_proto::api::JobSpec> {
         time: a.time.clone(),
         account: a.account.clone(),
         qos: a.qos.clone(),
+        oversubscribe: a.oversubscribe,
         ..Default::default()
     };
     crate::salloc::allocation_spec(opts, a.command.clone(), "srun")
@@ -593,7 +598,17 @@ impl Signals {
 
 #[cfg(test)]
 mod tests {
-    use super::label;
+    use super::{label, outside_spec, SrunArgs};
+    use clap::Parser;
+
+    #[test]
+    fn an_allocation_of_its_own_shares_its_cpus_when_srun_asks() {
+        let spec = |args: &[&str]| outside_spec(&SrunArgs::try_parse_from(args).unwrap()).unwrap();
+        let shared = spec(&["-s", "-p", "asked", "-c", "8", "hostname"]);
+        assert!(shared.oversubscribe && !shared.exclusive);
+        assert_eq!((shared.partition.as_str(), shared.cpus_per_task), ("asked", 8));
+        assert!(!spec(&["hostname"]).oversubscribe);
+    }
 
     #[test]
     fn the_exit_code_is_the_highest_leaving_out_tasks_srun_killed() {

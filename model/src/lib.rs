@@ -12,6 +12,7 @@ pub mod cron;
 pub mod env;
 pub mod gpu_fault;
 pub mod hostlist;
+mod node_cpus;
 pub mod oversubscribe;
 pub mod parse;
 pub mod policy;
