@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion};
+use quorum_control::model::oversubscribe::OverSubscribe;
 use quorum_control::model::preempt::{PreemptMode, PreemptType};
 use quorum_control::model::reservation::{Reservation, ResvFlags};
 use quorum_control::model::{Account, AssocLimits, Gpu, Job, JobSpec, JobState, Node, NodeAdminState, Program, Shared};
@@ -251,6 +252,13 @@ fn bench_cycle(c: &mut Criterion) {
             });
         }
     }
+    // The largest size again, its partition sharing every CPU two ways (`OverSubscribe=FORCE:2`).
+    let (pending, nodes) = (100_000, 10_000);
+    let view = shared_two_ways(cluster(pending, nodes));
+    let policy = Policy { backfill: BackfillMode::Easy, reservations: 100, ..Policy::default() };
+    group.bench_function(format!("{pending}_jobs_{nodes}_nodes_easy_force2"), |b| {
+        b.iter(|| black_box(schedule(black_box(&view), NOW_MS, &policy)))
+    });
     // The largest size again, with preemptable jobs running on the other half of the nodes:
     // preemption on, and off (the same cluster, nothing preempted).
     let (pending, nodes) = (100_000, 10_000);
@@ -274,6 +282,25 @@ fn bench_cycle(c: &mut Criterion) {
         b.iter(|| black_box(schedule(black_box(&view), NOW_MS, &policy)))
     });
     group.finish();
+}
+
+/// `view` with its partition sharing every CPU two ways, as the view of a state with
+/// `OverSubscribe=FORCE:2` is: the nodes' books count CPUs in halves, and every job, running or
+/// pending, takes one half per CPU it has (the pending jobs' one part per CPU is already so).
+pub fn shared_two_ways(mut view: ClusterView) -> ClusterView {
+    view.cpu_parts = 2;
+    view.oversubscribed = true;
+    for n in &mut view.nodes {
+        Arc::make_mut(n).capacity.cpus *= 2;
+    }
+    for r in &mut view.running {
+        let r = Arc::make_mut(r);
+        r.cpu_parts = 1;
+    }
+    for p in view.partitions.values_mut() {
+        p.oversubscribe = OverSubscribe::Force(2);
+    }
+    view
 }
 
 /// A replicated state as the leader holds it: 10,000 nodes and 100,000 pending jobs (built
