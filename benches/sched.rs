@@ -158,7 +158,6 @@ pub fn cluster_with(pending: usize, nodes: usize, scavengers: bool) -> ClusterVi
             time_limit_s: Some(600 + rng.below(86_400)),
             nice: 0,
             exclusive: false,
-            oversubscribe: false,
             features: vec![],
             features_any: false,
             features_same: false,

@@ -140,8 +140,6 @@ pub struct PendingJob {
     pub per_node: Res,
     /// How many of a node's CPU parts each of its CPUs takes (see [`RunningJob::cpu_parts`]).
     pub cpu_parts: i64,
-    /// Willing to share its CPUs (`--oversubscribe`), where its partition says `YES`.
-    pub oversubscribe: bool,
     pub gpu_type: Option<Name>,
     pub time_limit_s: Option<u64>,
     pub nice: i32,
@@ -454,7 +452,6 @@ fn requested(spec: &JobSpec, names: &mut Names) -> PendingJob {
         nodes: spec.nodes,
         per_node: res_of(spec.cpus_per_node(), spec.mem_per_node_mb.unwrap_or(0), spec.gpus_per_node as usize),
         cpu_parts: 1,
-        oversubscribe: spec.oversubscribe,
         gpu_type: spec.gpu_type.as_deref().map(|g| names.get(g)),
         time_limit_s: spec.time_limit_s,
         nice: spec.nice,
@@ -702,8 +699,9 @@ impl ClusterView {
             return (parts, exclusive);
         }
         let Some(p) = self.partitions.get(partition) else { return (parts, exclusive) };
-        let ways = i64::from(p.oversubscribe.ways(oversubscribe, exclusive && !p.exclusive).max(1));
+        let ways = i64::from(p.oversubscribe.ways(oversubscribe, exclusive).max(1));
         let exclusive = exclusive && p.oversubscribe.honours_exclusive();
+        // Whole-node partitions never share; parts the ways do not divide book the job whole.
         let ways = if p.exclusive || parts % ways != 0 { 1 } else { ways };
         (parts / ways, exclusive)
     }
