@@ -133,6 +133,7 @@ fn main() {
                         cpus: 1,
                         mem_mb: 1_024,
                         gpus: vec![],
+                        het_group: 0,
                     }],
                     cpu_ways: None,
                 },

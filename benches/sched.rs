@@ -172,6 +172,7 @@ pub fn cluster_with(pending: usize, nodes: usize, scavengers: bool) -> ClusterVi
             reason: Default::default(),
             claim: Vec::new(),
             reservation: None,
+            het: Vec::new(),
         }));
     }
     view

@@ -107,6 +107,7 @@ fn plan(log: &Log, n: usize) -> Command {
                     cpus: 8,
                     mem_mb: 65_536,
                     gpus: vec![(k / NODES) as u32],
+                    het_group: 0,
                 }],
                 cpu_ways: None,
             },

@@ -70,6 +70,33 @@ pub fn job_environment(
     for (suffix, value) in more {
         set_both(&mut env, suffix, value);
     }
+    if !spec.het.is_empty() {
+        // A heterogeneous job's own variables are its component 0's, as Slurm sets them; the
+        // leader sent each component's under `_HET_GROUP_K`.
+        let group0 = |name: &str| {
+            let key = format!("SLURM_{name}_HET_GROUP_0");
+            env.iter().find(|(k, _)| *k == key).map(|(_, v)| v.clone())
+        };
+        let nodes = group0("JOB_NUM_NODES").unwrap_or_else(|| "1".into());
+        let overrides: Vec<(&str, String)> = [
+            ("JOB_NODELIST", group0("JOB_NODELIST")),
+            ("NODELIST", group0("JOB_NODELIST")),
+            ("JOB_NUM_NODES", Some(nodes.clone())),
+            ("NNODES", Some(nodes.clone())),
+            ("TASKS_PER_NODE", group0("TASKS_PER_NODE")),
+        ]
+        .into_iter()
+        .filter_map(|(k, v)| v.map(|v| (k, v)))
+        .collect();
+        for (suffix, value) in overrides {
+            set_both(&mut env, suffix, value);
+        }
+        let per_node = nodes.parse::<u32>().ok().filter(|n| *n > 0 && spec.ntasks.is_multiple_of(*n));
+        env.retain(|(k, _)| k != "QUORUM_NTASKS_PER_NODE" && k != "SLURM_NTASKS_PER_NODE");
+        if let Some(n) = per_node {
+            set_both(&mut env, "NTASKS_PER_NODE", (spec.ntasks / n).to_string());
+        }
+    }
     if let Some(a) = &launch.array {
         let vars: [(&str, String); 5] = [
             ("ARRAY_JOB_ID", a.array_job_id.to_string()),

@@ -6,7 +6,8 @@
 
 use clap::Parser;
 use quorum_client::client::ControllersArg;
-use quorum_client::display::{array_line_id, local_time_or};
+use quorum_client::display::{self, array_line_id, local_time_or};
+use quorum_model::het;
 use quorum_proto::api::{self, JobInfo, StepInfo};
 
 use crate::commands::{current_user, Context};
@@ -197,15 +198,26 @@ pub(crate) fn cpu_time(micros: u64) -> String {
 /// A line of the report: a job (or an array's pending tasks together), its batch step (its
 /// script, on its first node: `12.batch`), or one of its steps.
 enum Line<'a> {
-    Job { job: &'a JobInfo, tasks: Vec<u32> },
-    Batch { job: &'a JobInfo },
-    Step { job: &'a JobInfo, step: &'a StepInfo },
+    /// `het`: a heterogeneous job's component (`12+1`), `job` holding its resources.
+    Job {
+        job: &'a JobInfo,
+        tasks: Vec<u32>,
+        het: Option<usize>,
+    },
+    Batch {
+        job: &'a JobInfo,
+    },
+    Step {
+        job: &'a JobInfo,
+        step: &'a StepInfo,
+    },
 }
 
 /// A field of a job's batch step: the job's, but for what is the script's own.
 fn batch_value(field: &str, job: &JobInfo, now_ms: u64) -> String {
     let first = job.allocation.first();
     match field {
+        "JobID" if display::het_size(job) > 1 => format!("{}.batch", het::component_name(job.id, 0)),
         "JobID" => format!("{}.batch", array_line_id(job, &[])),
         "JobIDRaw" => format!("{}.batch", job.id),
         "JobName" => "batch".into(),
@@ -219,7 +231,7 @@ fn batch_value(field: &str, job: &JobInfo, now_ms: u64) -> String {
         "TotalCPU" | "UserCPU" | "SystemCPU" | "MaxRSS" | "GPUUtil" | "GPUMem" | "GPUEnergy" => {
             used(field, job.batch_usage.as_ref())
         }
-        _ => value(field, &Line::Job { job, tasks: Vec::new() }, now_ms),
+        _ => value(field, &Line::Job { job, tasks: Vec::new(), het: None }, now_ms),
     }
 }
 
@@ -268,13 +280,15 @@ fn value(field: &str, line: &Line, now_ms: u64) -> String {
     };
     match field {
         "JobID" => match (line, step) {
+            (Line::Job { het: Some(k), .. }, _) => het::component_name(job.id, *k),
             (Line::Job { tasks, .. }, _) => array_line_id(job, tasks),
             (_, Some(s)) => format!("{}.{}", array_line_id(job, &[]), s.id),
             _ => String::new(),
         },
-        "JobIDRaw" => match step {
-            Some(s) => format!("{}.{}", job.id, s.id),
-            None => job.id.to_string(),
+        "JobIDRaw" => match (line, step) {
+            (_, Some(s)) => format!("{}.{}", job.id, s.id),
+            (Line::Job { het: Some(k), .. }, None) => (job.id + *k as u64).to_string(),
+            (_, None) => job.id.to_string(),
         },
         "JobName" => step.map_or_else(|| job.name.clone(), |s| s.name.clone()),
         "Partition" => job.partition.clone(),
@@ -552,19 +566,39 @@ pub async fn run(a: SacctArgs) -> anyhow::Result<u8> {
         println!("{text}");
         return Ok(0);
     }
+    // A heterogeneous job's components, each a line of its own (`12+0`, `12+1`), as Slurm's.
+    let components: Vec<Vec<JobInfo>> = jobs
+        .iter()
+        .map(|j| match display::het_size(j) {
+            1 => Vec::new(),
+            n => (0..n).map(|k| display::het_component(j, k)).collect(),
+        })
+        .collect();
     let mut lines: Vec<Line> = Vec::new();
-    for j in &jobs {
+    for (j, parts) in jobs.iter().zip(&components) {
+        if !parts.is_empty() {
+            for (k, part) in parts.iter().enumerate() {
+                lines.push(Line::Job { job: part, tasks: Vec::new(), het: Some(k) });
+                if k == 0 && !a.allocations && j.start_time_ms > 0 {
+                    lines.push(Line::Batch { job: j });
+                }
+            }
+            if !a.allocations {
+                lines.extend(j.steps.iter().map(|s| Line::Step { job: j, step: s }));
+            }
+            continue;
+        }
         if let Some(t) = j.array.as_ref().filter(|_| j.state == "PENDING") {
             if let Some(Line::Job { tasks, .. }) = lines.iter_mut().rev().find(|l| {
-                matches!(l, Line::Job { job, tasks } if !tasks.is_empty() && job.array.as_ref().is_some_and(|b| b.array_job_id == t.array_job_id))
+                matches!(l, Line::Job { job, tasks, .. } if !tasks.is_empty() && job.array.as_ref().is_some_and(|b| b.array_job_id == t.array_job_id))
             }) {
                 tasks.push(t.task_id);
                 continue;
             }
-            lines.push(Line::Job { job: j, tasks: vec![t.task_id] });
+            lines.push(Line::Job { job: j, tasks: vec![t.task_id], het: None });
             continue;
         }
-        lines.push(Line::Job { job: j, tasks: Vec::new() });
+        lines.push(Line::Job { job: j, tasks: Vec::new(), het: None });
         if a.allocations {
             continue;
         }
@@ -627,10 +661,10 @@ mod tests {
         let mut pending = JobInfo { id: 13, state: "PENDING".into(), ..Default::default() };
         pending.array = Some(api::ArrayTask { array_job_id: 13, task_id: 0, count: 3, min: 0, max: 2, throttle: 2 });
         let lines = vec![
-            Line::Job { job: &job, tasks: vec![] },
+            Line::Job { job: &job, tasks: vec![], het: None },
             Line::Batch { job: &job },
             Line::Step { job: &job, step: &job.steps[0] },
-            Line::Job { job: &pending, tasks: vec![0, 1] },
+            Line::Job { job: &pending, tasks: vec![0, 1], het: None },
         ];
         let fields = parse_fields("JobID,State,ExitCode,Elapsed,AllocCPUS,NodeList").unwrap();
         assert_eq!(
@@ -649,7 +683,8 @@ mod tests {
         let narrow = parse_fields("JobID,State%5").unwrap();
         assert_eq!(render(&narrow, &lines[..1], 0, None, false), "12           COMP+ \n");
         // What it asked for and was given.
-        let given = |mem_mb, gpus: Vec<u32>| api::NodeAllocation { node: "n".into(), cpus: 4, mem_mb, gpus };
+        let given =
+            |mem_mb, gpus: Vec<u32>| api::NodeAllocation { node: "n".into(), cpus: 4, mem_mb, gpus, het_group: 0 };
         let asked = api::JobSpec { nodes: 2, mem_per_node_mb: 3072, ..Default::default() };
         let job = JobInfo {
             spec: Some(asked),
@@ -658,7 +693,7 @@ mod tests {
         };
         let fields = parse_fields("ReqMem,AllocTRES").unwrap();
         assert_eq!(
-            render(&fields, &[Line::Job { job: &job, tasks: vec![] }], 0, Some(false), false),
+            render(&fields, &[Line::Job { job: &job, tasks: vec![], het: None }], 0, Some(false), false),
             "6G|cpu=8,gres/gpu=4,mem=6G,node=2\n"
         );
         assert_eq!(render(&fields, &lines[3..], 0, Some(false), false), "|\n", "nothing asked, nothing given");

@@ -161,6 +161,11 @@ pub fn allocation_env(job: &JobInfo) -> Vec<(String, String)> {
 }
 
 async fn run(a: SallocArgs) -> anyhow::Result<u8> {
+    if a.command.first().is_some_and(|c| c == ":") {
+        anyhow::bail!(
+            "a heterogeneous allocation (salloc A : B) is not supported here: submit the job with sbatch (#SBATCH hetjob)"
+        );
+    }
     let client = a.controllers.client()?;
     let command = if a.command.is_empty() {
         vec![std::env::var("SHELL").ok().filter(|s| !s.is_empty()).unwrap_or_else(|| "/bin/sh".into())]

@@ -48,10 +48,71 @@ pub struct SbatchArgs {
 }
 
 pub fn main(args: &[String]) -> ExitCode {
-    crate::entry::main_of::<SbatchArgs, _, _>("sbatch", crate::entry::Threads::One, args, run)
+    let (components, rest) = match split_components(args) {
+        Ok(split) => split,
+        Err(e) => {
+            eprintln!("sbatch: error: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    crate::entry::main_of::<SbatchArgs, _, _>("sbatch", crate::entry::Threads::One, &rest, move |a| run(a, components))
 }
 
-async fn run(a: SbatchArgs) -> anyhow::Result<u8> {
+/// `sbatch A : B : C script`: the options of every component but the last (each `:` before the
+/// script separates two), and the arguments of the last, with the script and its arguments. A
+/// `:` after the script is one of its arguments.
+fn split_components(args: &[String]) -> anyhow::Result<(Vec<SbatchArgs>, Vec<String>)> {
+    let mut components = Vec::new();
+    let mut start = 0;
+    while let Some(at) = args[start..].iter().position(|a| a == ":").map(|i| start + i) {
+        let group = &args[start..at];
+        let parsed = SbatchArgs::try_parse_from(group).map_err(|e| {
+            let msg = e.to_string();
+            anyhow::anyhow!(
+                "component {} of the heterogeneous job: {}",
+                components.len(),
+                msg.lines().next().unwrap_or("invalid option").trim_start_matches("error: ")
+            )
+        })?;
+        if parsed.script.is_some() || parsed.wrap.is_some() {
+            break;
+        }
+        components.push(parsed);
+        start = at + 1;
+    }
+    Ok((components, args[start..].to_vec()))
+}
+
+#[cfg(test)]
+mod het_tests {
+    use super::*;
+
+    fn args(line: &str) -> Vec<String> {
+        line.split_whitespace().map(str::to_string).collect()
+    }
+
+    #[test]
+    fn colons_before_the_script_separate_components_and_after_it_are_its_arguments() {
+        let (earlier, rest) = split_components(&args("--parsable -n1 -c3 : -N2 -n4 : -n1 job.sh a : b")).unwrap();
+        assert_eq!(earlier.len(), 2);
+        assert!(earlier[0].parsable);
+        assert_eq!((earlier[0].opts.ntasks, earlier[0].opts.cpus_per_task), (Some(1), Some(3)));
+        assert_eq!(earlier[1].opts.ntasks, Some(4));
+        assert_eq!(rest, args("-n1 job.sh a : b"));
+        let (earlier, rest) = split_components(&args("-n1 job.sh : x")).unwrap();
+        assert!(earlier.is_empty(), "a colon after the script is its argument");
+        assert_eq!(rest, args("-n1 job.sh : x"));
+        let e = split_components(&args("-n1 --bogus : -n2 job.sh")).unwrap_err().to_string();
+        assert!(e.contains("component 0"), "{e}");
+    }
+}
+
+async fn run(mut a: SbatchArgs, earlier: Vec<SbatchArgs>) -> anyhow::Result<u8> {
+    // What sbatch itself is told applies from any component's options.
+    for e in &earlier {
+        (a.parsable, a.quiet, a.test_only) = (a.parsable || e.parsable, a.quiet || e.quiet, a.test_only || e.test_only);
+    }
+    let mut components: Vec<SubmitOpts> = earlier.into_iter().map(|e| *e.opts).collect();
     let payload = match (a.wrap, a.script) {
         (Some(command), _) => Payload::Script {
             path: "wrap".into(),
@@ -74,7 +135,11 @@ async fn run(a: SbatchArgs) -> anyhow::Result<u8> {
         }
     };
     let ctx = Context { client: a.controllers.client()?, stale: false };
-    let submitted = submit(&ctx, *a.opts, payload, a.script_args, "sbatch", Some(DEFAULT_OUTPUT), a.test_only).await?;
+    // With `A : B script`, the options before the first `:` are component 0's.
+    components.push(*a.opts);
+    let first = components.remove(0);
+    let submitted =
+        submit(&ctx, first, components, payload, a.script_args, "sbatch", Some(DEFAULT_OUTPUT), a.test_only).await?;
     if let Some(test) = &submitted.test {
         eprint!("{}", would_start(test));
         return Ok(0);

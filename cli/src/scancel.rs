@@ -45,7 +45,8 @@ fn job_refs(text: &str) -> Result<Vec<JobRef>, String> {
             let spec = quorum_model::ArraySpec::parse(&tasks[1..tasks.len() - 1]).map_err(|_| bad())?;
             Ok(spec.tasks().into_iter().map(|task| JobRef { id, task: Some(task) }).collect())
         }
-        _ => Ok(vec![text.parse::<JobRef>().map_err(|_| bad())?]),
+        // A job, an array task, or a component of a heterogeneous job (its error names which).
+        _ => Ok(vec![text.parse::<JobRef>()?]),
     }
 }
 
@@ -141,6 +142,9 @@ mod tests {
         assert_eq!(names("12_[1-3,7]"), Ok(vec![(12, Some(1)), (12, Some(2)), (12, Some(3)), (12, Some(7))]));
         assert!(names("12_[x]").unwrap_err().contains("invalid job id '12_[x]'"));
         assert!(names("twelve").is_err());
+        // A heterogeneous job by its component 0; another component alone is refused by name.
+        assert_eq!(names("12+0"), Ok(vec![(12, None)]));
+        assert!(names("12+1").unwrap_err().contains("component 1 of heterogeneous job 12"));
         assert_eq!(state_name("pd"), Ok("PENDING"));
         assert_eq!(state_name("RUNNING"), Ok("RUNNING"));
         assert!(state_name("done").unwrap_err().contains("--state 'done'"));

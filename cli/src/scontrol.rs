@@ -202,7 +202,7 @@ async fn show(client: Client, entity: &str, name: Option<String>, one_line: bool
                 return Ok("No jobs in the system\n".into());
             }
             let priorities = ctx.pending_priorities(&jobs).await;
-            jobs.iter().map(|j| job_record(j, now, priorities.get(&j.id).copied(), one_line)).collect()
+            jobs.iter().flat_map(|j| job_records(j, now, priorities.get(&j.id).copied(), one_line)).collect()
         }
         "node" | "nodes" | "nodename" | "partition" | "partitions" | "partitionname" => {
             let r = ctx
@@ -284,14 +284,19 @@ fn record_text(lines: &[String], one_line: bool) -> String {
     out
 }
 
-/// A job's lines, from `quorum show`'s: its steps are left out of a one-line record.
-fn job_record(j: &JobInfo, now: u64, priority: Option<u64>, one_line: bool) -> Vec<String> {
-    display::show_job(j, now, priority)
-        .lines()
-        .filter(|l| !(one_line && l.starts_with("StepId=")))
-        .map(|l| l.trim().to_string())
-        .filter(|l| !l.is_empty())
-        .collect()
+/// A job's records (one per component of a heterogeneous job), each its lines, from `quorum
+/// show`'s: its steps are left out of a one-line record.
+fn job_records(j: &JobInfo, now: u64, priority: Option<u64>, one_line: bool) -> Vec<Vec<String>> {
+    let mut records = vec![Vec::new()];
+    for line in display::show_job(j, now, priority).lines().map(str::trim) {
+        match line {
+            "" => records.push(Vec::new()),
+            l if one_line && l.starts_with("StepId=") => {}
+            l => records.last_mut().expect("one record at least").push(l.to_string()),
+        }
+    }
+    records.retain(|r| !r.is_empty());
+    records
 }
 
 /// A node's state as Slurm's `scontrol` writes it: `IDLE`, `MIXED+DRAIN`, `DOWN*`.

@@ -157,7 +157,8 @@ mod tests {
 
     #[test]
     fn the_report_reads_as_seff_prints_it() {
-        let alloc = |node: &str| api::NodeAllocation { node: node.into(), cpus: 4, mem_mb: 2048, gpus: vec![] };
+        let alloc =
+            |node: &str| api::NodeAllocation { node: node.into(), cpus: 4, mem_mb: 2048, gpus: vec![], het_group: 0 };
         let job = JobInfo {
             id: 12,
             user: "ada".into(),

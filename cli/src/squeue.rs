@@ -7,7 +7,7 @@
 use clap::Parser;
 use quorum_client::client::ControllersArg;
 use quorum_client::display::{
-    array_line_id, array_line_tasks, elapsed, local_time, local_time_or, null_or, short_state,
+    self, array_line_id, array_line_tasks, elapsed, local_time, local_time_or, null_or, short_state,
 };
 use quorum_model::parse::format_duration;
 use quorum_proto::api::{self, JobInfo};
@@ -161,19 +161,24 @@ fn parse_long_format(format: &str) -> Result<Vec<Piece>, String> {
 
 /// A line of the queue: a job, or the pending tasks of an array together.
 struct Row<'a> {
-    job: &'a JobInfo,
+    job: std::borrow::Cow<'a, JobInfo>,
+    /// A heterogeneous job's component on this line (`12+1`).
+    het: Option<usize>,
     /// The task ids of an array's pending tasks on this line (empty: the job alone).
     tasks: Vec<u32>,
 }
 
 /// A field's value for `row`.
 fn value(code: char, row: &Row, now_ms: u64) -> String {
-    let j = row.job;
+    let j = &*row.job;
     let spec = j.spec.as_ref();
     let array = j.array.as_ref();
     let limit = (j.time_limit_s > 0).then_some(j.time_limit_s);
     match code {
-        'i' => array_line_id(j, &row.tasks),
+        'i' => match row.het {
+            Some(k) => quorum_model::het::component_name(j.id, k),
+            None => array_line_id(j, &row.tasks),
+        },
         'A' => j.id.to_string(),
         'F' => array.map_or(j.id, |a| a.array_job_id).to_string(),
         'K' => match array {
@@ -276,9 +281,18 @@ fn rows(jobs: &[JobInfo], expand: bool) -> Vec<Row<'_>> {
                 continue;
             }
         }
-        rows.push(Row { job: j, tasks: array.map(|a| vec![a.task_id]).unwrap_or_default() });
+        if display::het_size(j) > 1 {
+            // A heterogeneous job: a line per component, as Slurm lists them.
+            for k in 0..display::het_size(j) {
+                let job = std::borrow::Cow::Owned(display::het_component(j, k));
+                rows.push(Row { job, het: Some(k), tasks: Vec::new() });
+            }
+            continue;
+        }
+        let tasks = array.map(|a| vec![a.task_id]).unwrap_or_default();
+        rows.push(Row { job: std::borrow::Cow::Borrowed(j), het: None, tasks });
     }
-    rows.sort_by_key(|r| (r.job.state != "PENDING", r.job.id));
+    rows.sort_by_key(|r| (r.job.state != "PENDING", r.job.id, r.het));
     rows
 }
 

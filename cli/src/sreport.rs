@@ -309,7 +309,13 @@ mod tests {
             account: account.into(),
             start_time_ms: start_s * 1000,
             end_time_ms: end_s * 1000,
-            allocation: vec![api::NodeAllocation { node: "n1".into(), cpus, mem_mb: 0, gpus: (0..gpus).collect() }],
+            allocation: vec![api::NodeAllocation {
+                node: "n1".into(),
+                cpus,
+                mem_mb: 0,
+                gpus: (0..gpus).collect(),
+                het_group: 0,
+            }],
             ..Default::default()
         }
     }

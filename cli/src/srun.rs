@@ -44,6 +44,10 @@ pub struct SrunArgs {
     /// Share CPUs and GPUs with the job's other steps instead of waiting for them.
     #[arg(long)]
     overlap: bool,
+    /// In a heterogeneous job: the components whose nodes the step runs on (`1`, `0,2`,
+    /// `1-3`); component 0 when not given.
+    #[arg(long = "het-group", alias = "pack-group")]
+    het_group: Option<String>,
     /// From outside a job: an allocation that shares its CPUs with other jobs where the
     /// partition lets jobs that ask do so (`OverSubscribe=YES`). Within a job, nothing.
     #[arg(short = 's', long)]
@@ -115,7 +119,25 @@ fn gpu_count(text: &str) -> anyhow::Result<u32> {
     n.trim().parse().map_err(|_| anyhow::anyhow!("invalid --gpus-per-task '{text}': give [type:]N"))
 }
 
+/// `--het-group`'s components: numbers and ranges, comma-separated (`0,2-3`).
+fn het_groups(text: &str) -> anyhow::Result<Vec<u32>> {
+    let bad = || anyhow::anyhow!("invalid --het-group '{text}': give component numbers, e.g. 1 or 0,2-3");
+    let mut groups = Vec::new();
+    for part in text.split(',').map(str::trim) {
+        let (lo, hi) = part.split_once('-').unwrap_or((part, part));
+        let (lo, hi): (u32, u32) = (lo.trim().parse().map_err(|_| bad())?, hi.trim().parse().map_err(|_| bad())?);
+        if lo > hi || hi >= quorum_model::het::MAX_COMPONENTS as u32 {
+            return Err(bad());
+        }
+        groups.extend(lo..=hi);
+    }
+    groups.sort_unstable();
+    groups.dedup();
+    Ok(groups)
+}
+
 fn request(a: &SrunArgs, job_id: u64) -> anyhow::Result<StepRequest> {
+    let het_groups = a.het_group.as_deref().map(het_groups).transpose()?.unwrap_or_default();
     let nodes = match &a.nodes {
         None => 0,
         Some(n) => {
@@ -131,10 +153,19 @@ fn request(a: &SrunArgs, job_id: u64) -> anyhow::Result<StepRequest> {
     };
     // The job's task count applies when the step says nothing of its shape, as with Slurm.
     let shaped = a.nodes.is_some() || a.ntasks.is_some() || a.ntasks_per_node.is_some() || !nodelist.is_empty();
-    let ntasks = a.ntasks.or_else(|| (!shaped).then(|| env_u32("SLURM_NTASKS")).flatten()).unwrap_or(0);
+    // In a heterogeneous job, the components' tasks (Slurm's `_HET_GROUP_K` variables).
+    let het_env = |name: &str| -> Option<Vec<u32>> {
+        let groups = if het_groups.is_empty() { vec![0] } else { het_groups.clone() };
+        std::env::var("SLURM_HET_SIZE").ok()?;
+        groups.iter().map(|k| env_u32(&format!("SLURM_{name}_HET_GROUP_{k}"))).collect()
+    };
+    let job_tasks = || het_env("NTASKS").map(|t| t.iter().sum()).or_else(|| env_u32("SLURM_NTASKS"));
+    let ntasks = a.ntasks.or_else(|| (!shaped).then(job_tasks).flatten()).unwrap_or(0);
+    let het_cpus = het_env("CPUS_PER_TASK").and_then(|c| c.iter().max().copied());
     let cpus_per_task = a
         .cpus_per_task
         .or_else(|| env_u32("SRUN_CPUS_PER_TASK"))
+        .or(het_cpus)
         .or_else(|| env_u32("SLURM_CPUS_PER_TASK"))
         .unwrap_or(1);
     let cwd = match &a.chdir {
@@ -156,6 +187,7 @@ fn request(a: &SrunArgs, job_id: u64) -> anyhow::Result<StepRequest> {
         work_dir: cwd,
         pty: a.pty,
         window: if a.pty { terminal_size() } else { None },
+        het_groups,
     })
 }
 
@@ -332,9 +364,17 @@ fn outside_spec(a: &SrunArgs) -> anyhow::Result<quorum_proto::api::JobSpec> {
 }
 
 async fn run(a: SrunArgs) -> anyhow::Result<u8> {
+    if a.command.first().is_some_and(|c| c == ":") {
+        anyhow::bail!(
+            "a heterogeneous step or allocation (srun A : B) is not supported here: submit the job with sbatch (#SBATCH hetjob) and run one srun per component with --het-group"
+        );
+    }
     let client = a.controllers.client()?;
     match a.jobid.or_else(|| std::env::var("SLURM_JOB_ID").ok().and_then(|v| v.trim().parse().ok())) {
         Some(id) => step(&a, &client, id).await,
+        None if a.het_group.is_some() => {
+            anyhow::bail!("--het-group names components of a heterogeneous job: use it inside one (its batch script)")
+        }
         None => {
             // From a login node: an allocation of its own for this one step, ended with it.
             let job = crate::salloc::allocate(&client, outside_spec(&a)?, "srun", false).await?;

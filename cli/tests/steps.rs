@@ -479,3 +479,92 @@ async fn each_step_records_what_its_tasks_used_and_sacct_shows_it_per_step() {
     );
     cluster.shutdown().await;
 }
+
+/// A heterogeneous job (`#SBATCH hetjob`): its components start together on nodes of their own
+/// (a 3-CPU launcher cannot share a 4-CPU node with 2 workers of 2 CPUs), its script runs once,
+/// on component 0's node, told of each component (`SLURM_*_HET_GROUP_K`, component 0's as its
+/// own); `srun` runs on component 0, `srun --het-group=1` on component 1 with its tasks;
+/// `squeue` lists `ID+0` and `ID+1`, `scontrol` a record for each; acting on `ID+1` alone is
+/// refused naming the job; and `sbatch A : B` submits the same shape from the command line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_heterogeneous_job_runs_its_script_once_and_its_steps_on_the_components_they_name() {
+    let cluster = cluster(options()).await;
+    let c = client(&cluster.addrs);
+    wait_ready(&cluster, &c, 2).await;
+    let dir = tempfile::tempdir().unwrap();
+    let bin = tempfile::tempdir().unwrap();
+    let slurm = |name: &str, args: &[&str]| slurm_as(&cluster, bin.path(), name, "root", args);
+    let script = "#!/bin/bash\n\
+         #SBATCH -N1 -n1 -c3 --mem=500M -o out-%j\n\
+         #SBATCH hetjob\n\
+         #SBATCH -N1 -n2 -c2 --mem=300M\n\
+         echo $SLURMD_NODENAME >> batch-hosts\n\
+         env | grep -E '^SLURM_(HET_SIZE|JOB_ID|JOB_NUM_NODES|JOB_NODELIST|NTASKS|JOB_ID_HET_GROUP_1|JOB_NODELIST_HET_GROUP_[01]|NTASKS_HET_GROUP_1|CPUS_PER_TASK_HET_GROUP_1|MEM_PER_NODE_HET_GROUP_1)=' | sort > env\n\
+         srun bash -c 'echo g0 $SLURMD_NODENAME $SLURM_PROCID' > g0\n\
+         srun --het-group=1 bash -c 'echo g1 $SLURMD_NODENAME $SLURM_PROCID $SLURM_JOB_NODELIST' | sort > g1\n\
+         while [ ! -e go ]; do sleep 0.2; done\n";
+    std::fs::write(dir.path().join("het.sh"), script).unwrap();
+    let sbatch = slurm_command(bin.path(), "sbatch");
+    // Heterogeneous jobs are taken once every replica has told its feature level (25).
+    let id: u64 = wait_for(T, "the heterogeneous job submitted", || async {
+        let out = program_as(&sbatch, &cluster.controllers_env(), Some("root"), dir.path(), &["het.sh"]);
+        out.stdout.split_whitespace().last().and_then(|w| w.parse().ok())
+    })
+    .await;
+    let j = wait_state(&c, id, &["RUNNING"], T).await;
+    let groups: Vec<(String, u32, u32)> = j.allocation.iter().map(|a| (a.node.clone(), a.cpus, a.het_group)).collect();
+    assert_eq!(groups.len(), 2, "{groups:?}");
+    assert_ne!(groups[0].0, groups[1].0, "no node holds two components: {groups:?}");
+    assert_eq!((groups[0].1, groups[0].2, groups[1].1, groups[1].2), (3, 0, 4, 1), "{groups:?}");
+    let (launcher, workers) = (groups[0].0.clone(), groups[1].0.clone());
+
+    let listed = slurm("squeue", &["-h", "-o", "%i %D %C %N"]).success();
+    assert_eq!(listed, format!("{id}+0 1 3 {launcher}\n{id}+1 1 4 {workers}\n"));
+    let shown = slurm("scontrol", &["show", "job", &id.to_string(), "-o"]).success();
+    let records: Vec<&str> = shown.lines().collect();
+    assert_eq!(records.len(), 2, "{shown}");
+    assert!(records[1].starts_with(&format!("JobId={} HetJobId={id} HetJobOffset=1 ", id + 1)), "{shown}");
+    assert!(records[1].contains(&format!("HetJobIdSet={id}-{}", id + 1)), "{shown}");
+    let refused = slurm("scancel", &[&format!("{id}+1")]);
+    assert_ne!(refused.code, 0);
+    assert!(refused.stderr.contains(&format!("component 1 of heterogeneous job {id}")), "{refused:?}");
+
+    std::fs::write(dir.path().join("go"), "").unwrap();
+    let j = wait_state(&c, id, &["COMPLETED", "FAILED", "CANCELLED"], T).await;
+    let out = std::fs::read_to_string(dir.path().join(format!("out-{id}"))).unwrap_or_default();
+    assert_eq!(j.state, "COMPLETED", "{j:?}\noutput:\n{out}");
+    assert_eq!(read(dir.path(), "batch-hosts"), format!("{launcher}\n"), "the script ran once, on component 0's node");
+    let env = read(dir.path(), "env");
+    for want in [
+        "SLURM_HET_SIZE=2".to_string(),
+        format!("SLURM_JOB_ID={id}"),
+        format!("SLURM_JOB_ID_HET_GROUP_1={}", id + 1),
+        format!("SLURM_JOB_NODELIST={launcher}"),
+        format!("SLURM_JOB_NODELIST_HET_GROUP_0={launcher}"),
+        format!("SLURM_JOB_NODELIST_HET_GROUP_1={workers}"),
+        "SLURM_JOB_NUM_NODES=1".to_string(),
+        "SLURM_NTASKS=1".to_string(),
+        "SLURM_NTASKS_HET_GROUP_1=2".to_string(),
+        "SLURM_CPUS_PER_TASK_HET_GROUP_1=2".to_string(),
+        "SLURM_MEM_PER_NODE_HET_GROUP_1=300".to_string(),
+    ] {
+        assert!(env.lines().any(|l| l == want), "{want} missing:\n{env}");
+    }
+    assert_eq!(read(dir.path(), "g0"), format!("g0 {launcher} 0\n"), "output:\n{out}");
+    assert_eq!(
+        read(dir.path(), "g1"),
+        format!("g1 {workers} 0 {workers}\ng1 {workers} 1 {workers}\n"),
+        "component 1's two tasks on its node:\n{out}"
+    );
+
+    // The same shape from the command line: `sbatch A : B --wrap`, and a component that can
+    // never fit is refused by number.
+    let wrapped = slurm("sbatch", &["--parsable", "-n1", "-c3", ":", "-n2", "-c2", "--wrap", "true"]).success();
+    let id: u64 = wrapped.trim().parse().unwrap_or_else(|_| panic!("{wrapped}"));
+    let j = wait_state(&c, id, &["COMPLETED", "FAILED", "CANCELLED"], T).await;
+    assert_eq!(j.state, "COMPLETED", "{j:?}");
+    assert_eq!(j.allocation.iter().map(|a| (a.cpus, a.het_group)).collect::<Vec<_>>(), vec![(3, 0), (4, 1)]);
+    let never = slurm("sbatch", &["-n1", ":", "-c64", "--wrap", "true"]);
+    assert_ne!(never.code, 0);
+    assert!(never.stderr.contains("component 1"), "{never:?}");
+}

@@ -298,6 +298,16 @@ impl std::str::FromStr for JobRef {
 
     fn from_str(s: &str) -> Result<JobRef, String> {
         let bad = || format!("invalid job '{s}': give a job id such as 12, or an array task such as 12_3");
+        if let Some((id, k)) = s.trim().split_once('+') {
+            // A component of a heterogeneous job: component 0 names the whole job.
+            let id: u64 = id.parse().map_err(|_| bad())?;
+            return match k.parse::<u32>().map_err(|_| bad())? {
+                0 => Ok(JobRef { id, task: None }),
+                k => Err(format!(
+                    "job '{s}' is component {k} of heterogeneous job {id}: its components are acted on together here; name the job, {id}"
+                )),
+            };
+        }
         match s.trim().split_once('_') {
             Some((id, task)) => {
                 Ok(JobRef { id: id.parse().map_err(|_| bad())?, task: Some(task.parse().map_err(|_| bad())?) })

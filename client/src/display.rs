@@ -537,8 +537,49 @@ fn user_and_group(user: &str, run_group: &str) -> String {
     format!("UserId={uid} GroupId={gid}")
 }
 
+/// How many components a job has: 1 unless it is heterogeneous.
+pub fn het_size(j: &JobInfo) -> usize {
+    1 + j.spec.as_ref().map_or(0, |s| s.het.len())
+}
+
+/// Component `k` of a heterogeneous job as a job of its own, as Slurm lists it: the job with
+/// the component's resources, and its nodes alone.
+pub fn het_component(j: &JobInfo, k: usize) -> JobInfo {
+    let mut c = j.clone();
+    if let (Some(spec), Some(own)) = (c.spec.as_mut(), j.spec.as_ref().and_then(|s| s.het.get(k.wrapping_sub(1)))) {
+        spec.nodes = own.nodes;
+        spec.ntasks = own.ntasks;
+        spec.cpus_per_task = own.cpus_per_task;
+        spec.mem_per_node_mb = own.mem_per_node_mb;
+        spec.gpus_per_node = own.gpus_per_node;
+        spec.gpu_type = own.gpu_type.clone();
+        spec.constraint = own.constraint.clone();
+        spec.exclusive = own.exclusive;
+    }
+    c.allocation.retain(|n| n.het_group as usize == k);
+    if k > 0 {
+        // Its steps are listed once, with component 0 (whose id they carry).
+        c.steps.clear();
+    }
+    let names: Vec<&str> = c.allocation.iter().map(|n| n.node.as_str()).collect();
+    c.nodelist = quorum_model::hostlist::compress(&names);
+    c
+}
+
 /// `scontrol show job`'s record; `priority` as the scheduler ranks the job now, when pending.
+/// A heterogeneous job has one record per component, each with its `HetJobId`.
 pub fn show_job(j: &JobInfo, now_ms: u64, priority: Option<u64>) -> String {
+    match het_size(j) {
+        1 => show_one_job(j, now_ms, priority, None),
+        // Records apart by a blank line, as `scontrol show job` writes several.
+        n => (0..n)
+            .map(|k| show_one_job(&het_component(j, k), now_ms, priority, Some((k, n))))
+            .collect::<Vec<_>>()
+            .join("\n"),
+    }
+}
+
+fn show_one_job(j: &JobInfo, now_ms: u64, priority: Option<u64>, het: Option<(usize, usize)>) -> String {
     let spec = j.spec.clone().unwrap_or_default();
     // Local times without a zone, as Slurm writes them (tools read them so); `Unknown` for none.
     let ms = |v: u64| local_time_or(v, "Unknown");
@@ -553,7 +594,17 @@ pub fn show_job(j: &JobInfo, now_ms: u64, priority: Option<u64>) -> String {
                 if a.throttle == 0 { "none".to_string() } else { a.throttle.to_string() },
                 j.name
             ),
-            None => format!("JobId={} JobName={}", j.id, j.name),
+            None => match het {
+                Some((k, n)) => format!(
+                    "JobId={} HetJobId={} HetJobOffset={k} JobName={} HetJobIdSet={}-{}",
+                    j.id + k as u64,
+                    j.id,
+                    j.name,
+                    j.id,
+                    j.id + n as u64 - 1
+                ),
+                None => format!("JobId={} JobName={}", j.id, j.name),
+            },
         },
         format!(
             "{} Partition={} Reservation={}",

@@ -706,8 +706,22 @@ fn words(line: &str) -> Result<Vec<String>, String> {
 }
 
 /// The options in a script's `#SBATCH` (or `#QUORUM`) lines, read like sbatch does: from the
-/// top, until the first line that is neither blank nor a comment.
+/// top, until the first line that is neither blank nor a comment; a heterogeneous job's, those
+/// of its component 0 (before the first `#SBATCH hetjob`).
 pub fn script_options(path: &str, script: &str) -> Result<SubmitOpts, String> {
+    Ok(script_sections(path, script)?.swap_remove(0))
+}
+
+/// Whether a directive line separates the components of a heterogeneous job (`hetjob`, or
+/// `packjob` as Slurm before 20.02 wrote it).
+fn is_separator(words: &[String]) -> bool {
+    matches!(words, [w] if w == "hetjob" || w == "packjob")
+}
+
+/// The options of each component a script's `#SBATCH` lines give: one section, or one per
+/// component of a heterogeneous job (separated by `#SBATCH hetjob` lines).
+pub fn script_sections(path: &str, script: &str) -> Result<Vec<SubmitOpts>, String> {
+    let mut sections = Vec::new();
     let mut opts = SubmitOpts::default();
     for (i, line) in script.lines().enumerate() {
         let trimmed = line.trim();
@@ -726,6 +740,10 @@ pub fn script_options(path: &str, script: &str) -> Result<SubmitOpts, String> {
         };
         let at = |msg: String| format!("{path} line {}: '{trimmed}': {msg}", i + 1);
         let tokens = words(rest).map_err(at)?;
+        if is_separator(&tokens) {
+            sections.push(std::mem::take(&mut opts));
+            continue;
+        }
         let parsed = SbatchLine::try_parse_from(&tokens).map_err(|e| {
             let msg = e.to_string();
             at(msg.lines().next().unwrap_or("invalid option").trim_start_matches("error: ").to_string())
@@ -734,7 +752,74 @@ pub fn script_options(path: &str, script: &str) -> Result<SubmitOpts, String> {
         // A later line overrides an earlier one.
         opts = parsed.opts.or(opts);
     }
-    Ok(opts)
+    sections.push(opts);
+    Ok(sections)
+}
+
+/// The options of a heterogeneous job's components after the first: each component's own
+/// (`cli[k-1]` from `sbatch A : B`, then its script section), then what Slurm carries over from
+/// the component before it (`--mem`, `--exclude`, and what is the job's: partition, account,
+/// QOS). Empty for a job of one component. A component that names another partition, account
+/// or QOS than component 0 is refused: they are the job's here.
+pub fn component_options(
+    first: &SubmitOpts,
+    cli: Vec<SubmitOpts>,
+    script: Vec<SubmitOpts>,
+) -> Result<Vec<SubmitOpts>, String> {
+    let count = cli.len().max(script.len());
+    let (mut cli, mut script) = (cli.into_iter(), script.into_iter());
+    let mut previous = first.clone();
+    let mut out = Vec::new();
+    for k in 1..=count {
+        let own = cli.next().unwrap_or_default().or(script.next().unwrap_or_default());
+        let carried = SubmitOpts {
+            mem: previous.mem.clone().filter(|_| own.mem_per_cpu.is_none() && own.mem_per_gpu.is_none()),
+            exclude: previous.exclude.clone(),
+            partition: previous.partition.clone(),
+            account: previous.account.clone(),
+            qos: previous.qos.clone(),
+            ..SubmitOpts::default()
+        };
+        let merged = own.or(carried);
+        for (what, mine, job) in [
+            ("partition", &merged.partition, &first.partition),
+            ("account", &merged.account, &first.account),
+            ("qos", &merged.qos, &first.qos),
+        ] {
+            if mine != job {
+                return Err(format!(
+                    "component {k} of the heterogeneous job asks for {what} '{}', component 0 for '{}': the components of a job share one {what} here",
+                    mine.as_deref().unwrap_or("(default)"),
+                    job.as_deref().unwrap_or("(default)")
+                ));
+            }
+        }
+        previous = merged.clone();
+        out.push(merged);
+    }
+    Ok(out)
+}
+
+/// A component's spec as the submit carries it: what it asks for (the rest is the job's).
+pub fn component_spec(opts: SubmitOpts, cwd: &Path) -> Result<api::JobSpec, String> {
+    let built = build_spec(opts, Payload::Command(vec!["true".into()]), cwd, Vec::new())?;
+    let s = built.spec;
+    Ok(api::JobSpec {
+        nodes: s.nodes,
+        ntasks: s.ntasks,
+        cpus_per_task: s.cpus_per_task,
+        mem_per_node_mb: s.mem_per_node_mb,
+        gpus_per_node: s.gpus_per_node,
+        gpu_type: s.gpu_type,
+        constraint: s.constraint,
+        constraint_any: s.constraint_any,
+        constraint_same: s.constraint_same,
+        constraint_counts: s.constraint_counts,
+        exclusive: s.exclusive,
+        exclude: s.exclude,
+        nodelist: s.nodelist,
+        ..Default::default()
+    })
 }
 
 /// This host's name, as the kernel has it.
@@ -1201,6 +1286,8 @@ pub fn build_spec(cli: SubmitOpts, payload: Payload, cwd: &Path, env: Vec<(Strin
         submit_dir: cwd.display().to_string(),
         every_node: opts.every_node,
         interactive: false,
+        // Its other components, when heterogeneous, are added by the caller.
+        het: Vec::new(),
     };
     Ok(Built { spec, warnings, wait, run_as })
 }
@@ -1208,6 +1295,32 @@ pub fn build_spec(cli: SubmitOpts, payload: Payload, cwd: &Path, env: Vec<(Strin
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hetjob_lines_separate_the_components_of_a_script() {
+        let script = "#!/bin/sh\n#SBATCH -N1 -c2 --mem=1G -p batch\n#SBATCH hetjob\n#SBATCH -N2 -n4\n#SBATCH packjob\n#SBATCH -n1 --mem-per-cpu=100\necho\n";
+        let sections = script_sections("job.sh", script).unwrap();
+        assert_eq!(sections.len(), 3);
+        assert_eq!(script_options("job.sh", script).unwrap().cpus_per_task, Some(2));
+        let first = &sections[0];
+        // The command line's component 1 wins over the script's; --mem and the partition carry
+        // over, --mem-per-cpu stops --mem from carrying.
+        let cli = vec![SubmitOpts { ntasks: Some(6), ..Default::default() }];
+        let rest = component_options(first, cli, sections[1..].to_vec()).unwrap();
+        assert_eq!(rest.len(), 2);
+        assert_eq!((rest[0].ntasks, rest[0].nodes.map(|n| n.min)), (Some(6), Some(2)));
+        assert_eq!((rest[0].mem.as_deref(), rest[0].partition.as_deref()), (Some("1G"), Some("batch")));
+        assert_eq!((rest[1].mem.as_deref(), rest[1].mem_per_cpu.as_deref()), (None, Some("100")));
+        let c = component_spec(rest[0].clone(), Path::new("/home/a")).unwrap();
+        assert_eq!((c.nodes, c.ntasks, c.cpus_per_task, c.mem_per_node_mb), (2, 6, 1, 1024));
+        assert!(c.script.is_empty() && c.argv.is_empty() && c.env.is_empty(), "a component carries its resources only");
+        // A component in another partition is refused, naming both.
+        let other = vec![SubmitOpts { partition: Some("gpu".into()), ..Default::default() }];
+        let e = component_options(first, other, Vec::new()).unwrap_err();
+        assert!(e.contains("component 1") && e.contains("'gpu'") && e.contains("'batch'"), "{e}");
+        // One section for a script without separators.
+        assert_eq!(script_sections("job.sh", "#!/bin/sh\n#SBATCH -n2\ntrue\n").unwrap().len(), 1);
+    }
 
     fn script_spec(text: &str, cli: SubmitOpts) -> Result<api::JobSpec, String> {
         build_spec(cli, Payload::Script { path: "job.sh".into(), text: text.into() }, Path::new("/home/a"), vec![])

@@ -23,8 +23,13 @@ pub fn spec_from_proto(p: api::JobSpec) -> Result<JobSpec, Rejection> {
             reason: format!("'{}' is not an absolute path", p.work_dir),
         });
     }
+    // One more than a job may have is enough for admission to refuse it by name.
+    let limit = crate::model::het::MAX_COMPONENTS + 1;
+    let het: Vec<_> = p.het.into_iter().take(limit).map(component_from_proto).collect();
     Ok(JobSpec {
-        batch_step: p.nodes > 1 && !p.every_node,
+        // A heterogeneous job runs its script once too, on component 0's first node.
+        batch_step: (p.nodes > 1 || !het.is_empty()) && !p.every_node,
+        het,
         interactive: p.interactive,
         name: p.name,
         partition: opt(p.partition),
@@ -91,6 +96,45 @@ pub fn spec_from_proto(p: api::JobSpec) -> Result<JobSpec, Rejection> {
 /// A GPU's health as an agent reported it, as `quorum nodes` and `/metrics` name it.
 pub use quorum_proto::gpu_state_name;
 
+/// A component of a heterogeneous job: what it asks for, read from a spec of its own.
+fn component_from_proto(c: api::JobSpec) -> crate::model::het::HetComponent {
+    crate::model::het::HetComponent {
+        nodes: c.nodes,
+        ntasks: c.ntasks,
+        cpus_per_task: c.cpus_per_task,
+        mem_per_node_mb: (c.mem_per_node_mb > 0).then_some(c.mem_per_node_mb),
+        gpus_per_node: c.gpus_per_node,
+        gpu_type: (!c.gpu_type.is_empty()).then_some(c.gpu_type),
+        constraint: c.constraint.into_iter().filter(|f| !f.is_empty()).collect(),
+        constraint_any: c.constraint_any || c.constraint_same,
+        constraint_same: c.constraint_same,
+        constraint_counts: c.constraint_counts,
+        exclusive: c.exclusive,
+        exclude: c.exclude,
+        nodelist: c.nodelist,
+    }
+}
+
+/// A component of a heterogeneous job as the wire carries it: a spec of its resources only.
+fn component_to_proto(c: &crate::model::het::HetComponent) -> api::JobSpec {
+    api::JobSpec {
+        nodes: c.nodes,
+        ntasks: c.ntasks,
+        cpus_per_task: c.cpus_per_task,
+        mem_per_node_mb: c.mem_per_node_mb.unwrap_or(0),
+        gpus_per_node: c.gpus_per_node,
+        gpu_type: c.gpu_type.clone().unwrap_or_default(),
+        constraint: c.constraint.clone(),
+        constraint_any: c.constraint_any,
+        constraint_same: c.constraint_same,
+        constraint_counts: c.constraint_counts.clone(),
+        exclusive: c.exclusive,
+        exclude: c.exclude.clone(),
+        nodelist: c.nodelist.clone(),
+        ..Default::default()
+    }
+}
+
 /// `with_env` false leaves the submit environment out (it is large, and a listing shows none).
 pub fn spec_to_proto(s: &JobSpec, with_env: bool) -> api::JobSpec {
     let (argv, script) = match &s.program {
@@ -146,6 +190,7 @@ pub fn spec_to_proto(s: &JobSpec, with_env: bool) -> api::JobSpec {
         append_output: s.append_output,
         exclude: s.exclude.clone(),
         nodelist: s.nodelist.clone(),
+        het: s.het.iter().map(component_to_proto).collect(),
     }
 }
 
@@ -206,6 +251,7 @@ pub fn job_to_proto(j: &Job, with_env: bool) -> api::JobInfo {
                         cpus: n.cpus,
                         mem_mb: n.mem_mb,
                         gpus: n.gpus.clone(),
+                        het_group: n.het_group,
                     })
                     .collect()
             })

@@ -94,7 +94,7 @@ async fn apply_purge_and_die(dir: &std::path::Path, snapshot: bool) -> ! {
     let start = PlannedStart {
         job_id: 1,
         allocation: Allocation {
-            nodes: vec![NodeAllocation { node: "n1".into(), cpus: 1, mem_mb: 1024, gpus: vec![] }],
+            nodes: vec![NodeAllocation { node: "n1".into(), cpus: 1, mem_mb: 1024, gpus: vec![], het_group: 0 }],
             cpu_ways: None,
         },
     };

@@ -11,6 +11,7 @@ pub mod cidr;
 pub mod cron;
 pub mod env;
 pub mod gpu_fault;
+pub mod het;
 pub mod hostlist;
 mod node_cpus;
 pub mod oversubscribe;
@@ -216,6 +217,10 @@ pub struct JobSpec {
     /// 18.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reservation: Option<String>,
+    /// A heterogeneous job's components after the first (`#SBATCH hetjob`, `sbatch A : B`):
+    /// the job itself is component 0. From feature level 25.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub het: Vec<het::HetComponent>,
 }
 
 impl Job {
@@ -1173,6 +1178,10 @@ pub struct NodeAllocation {
     pub cpus: u32,
     pub mem_mb: u64,
     pub gpus: Vec<u32>,
+    /// The component of a heterogeneous job it is for (0 for any other job). From feature
+    /// level 25.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub het_group: u32,
 }
 
 /// Everything a running job holds, one entry per node in rank order.
@@ -1193,6 +1202,18 @@ impl Allocation {
 
     pub fn nodelist(&self) -> String {
         let names: Vec<&str> = self.nodes.iter().map(|n| n.node.as_str()).collect();
+        hostlist::compress(&names)
+    }
+
+    /// What it holds for component `k` of a heterogeneous job (everything, for another job's
+    /// component 0).
+    pub fn group(&self, k: u32) -> impl Iterator<Item = &NodeAllocation> {
+        self.nodes.iter().filter(move |n| n.het_group == k)
+    }
+
+    /// The nodes of component `k`, as a host list.
+    pub fn group_nodelist(&self, k: u32) -> String {
+        let names: Vec<&str> = self.group(k).map(|n| n.node.as_str()).collect();
         hostlist::compress(&names)
     }
 }

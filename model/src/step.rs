@@ -43,6 +43,10 @@ pub struct StepRequest {
     pub nodelist: Vec<String>,
     /// `--overlap`: shares CPUs and GPUs with the job's other steps instead of waiting for them.
     pub overlap: bool,
+    /// `--het-group`: in a heterogeneous job, the components whose nodes the step runs on
+    /// (empty: component 0). From feature level 25.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub het_groups: Vec<u32>,
 }
 
 /// The step's share of one node.

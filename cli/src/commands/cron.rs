@@ -42,7 +42,7 @@ pub async fn run(ctx: &Context, args: Args) -> anyhow::Result<ExitCode> {
     match args {
         Args::Add { schedule, zone, opts, script, command } => {
             let payload = payload_of(script, command)?;
-            let (spec, built) = prepare(ctx, *opts, payload, Vec::new(), None).await?;
+            let (spec, built) = prepare(ctx, *opts, Vec::new(), payload, Vec::new(), None).await?;
             for w in &built.warnings {
                 eprintln!("quorum: warning: {w}");
             }

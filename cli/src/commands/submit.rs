@@ -3,7 +3,8 @@
 use std::process::ExitCode;
 
 use quorum_client::submit::{
-    build_spec, merged_options, nodes_for_tasks, submit_environment, NodeCount, Payload, SubmitOpts,
+    build_spec, component_options, component_spec, merged_options, nodes_for_tasks, script_sections,
+    submit_environment, NodeCount, Payload, SubmitOpts,
 };
 use quorum_proto::api;
 
@@ -36,7 +37,7 @@ pub fn payload_of(script: Option<String>, command: Vec<String>) -> anyhow::Resul
 
 pub async fn run(ctx: &Context, Args { opts, script, command }: Args) -> anyhow::Result<ExitCode> {
     let payload = payload_of(script, command)?;
-    let submitted = submit(ctx, *opts, payload, Vec::new(), "quorum", None, false).await?;
+    let submitted = submit(ctx, *opts, Vec::new(), payload, Vec::new(), "quorum", None, false).await?;
     println!("Submitted job {}", submitted.id);
     if submitted.wait {
         return Ok(ExitCode::from(wait_for_end(ctx, submitted.id).await?));
@@ -57,6 +58,7 @@ pub struct Submitted {
 pub async fn prepare(
     ctx: &Context,
     opts: SubmitOpts,
+    het: Vec<SubmitOpts>,
     payload: Payload,
     script_args: Vec<String>,
     default_output: Option<&str>,
@@ -82,8 +84,31 @@ pub async fn prepare(
             opts.mem = Some(format!("{smallest}M"));
         }
     }
+    // A heterogeneous job's other components: `sbatch A : B`, and `#SBATCH hetjob` sections.
+    let sections = match &payload {
+        Payload::Script { path, text } => script_sections(path, text).map_err(anyhow::Error::msg)?,
+        Payload::Command(_) => Vec::new(),
+    };
+    let mut components =
+        component_options(&merged, het, sections.into_iter().skip(1).collect()).map_err(anyhow::Error::msg)?;
+    if components.iter().any(|c| c.ntasks.is_some_and(|t| t > 1) && nodes_for_tasks(c, u32::MAX).is_some()) {
+        let nodes = partition_nodes(ctx, merged.partition.as_deref()).await?;
+        if let Some(cpus) = nodes.iter().map(|n| n.cpus).max() {
+            for c in &mut components {
+                if let Some(n) = nodes_for_tasks(c, cpus) {
+                    c.nodes = Some(NodeCount::exact(n));
+                }
+            }
+        }
+    }
+    let het = components
+        .into_iter()
+        .enumerate()
+        .map(|(k, c)| component_spec(c, &cwd).map_err(|e| anyhow::anyhow!("component {} of the job: {e}", k + 1)))
+        .collect::<anyhow::Result<Vec<_>>>()?;
     let built = build_spec(opts, payload, &cwd, submit_environment()).map_err(anyhow::Error::msg)?;
     let mut spec = built.spec.clone();
+    spec.het = het;
     if !script_args.is_empty() {
         // The script's arguments ride in argv beside it.
         spec.argv = script_args;
@@ -97,17 +122,20 @@ pub async fn prepare(
 /// Submits `payload` (a script with `script_args`, or a command) with `opts` as this user, from
 /// this directory and environment, telling the options accepted but not honoured on stderr as
 /// `who`'s. `default_output` is the output pattern when none is given (`None`: the cluster's);
-/// for an array, `%j` in it becomes `%A_%a`.
+/// for an array, `%j` in it becomes `%A_%a`. `het`: the options of a heterogeneous job's
+/// components after the first, from the command line (`sbatch A : B script`).
+#[allow(clippy::too_many_arguments)]
 pub async fn submit(
     ctx: &Context,
     opts: SubmitOpts,
+    het: Vec<SubmitOpts>,
     payload: Payload,
     script_args: Vec<String>,
     who: &str,
     default_output: Option<&str>,
     test_only: bool,
 ) -> anyhow::Result<Submitted> {
-    let (spec, built) = prepare(ctx, opts, payload, script_args, default_output).await?;
+    let (spec, built) = prepare(ctx, opts, het, payload, script_args, default_output).await?;
     let req = api::SubmitJobRequest {
         spec: Some(spec),
         user: current_user(),

@@ -474,6 +474,7 @@ impl<'v> Capacity<'v> {
                 cpus: whole as u32,
                 mem_mb: req.mem as u64,
                 gpus: indices,
+                het_group: 0,
             });
         }
         let ways = view.cpu_parts.max(1) / job.cpu_parts.max(1);
@@ -707,6 +708,58 @@ pub fn place<'a>(view: &'a ClusterView, candidates: &[Candidate<'a>], now_ms: Mi
             }
             continue;
         }
+        if !job.het.is_empty() {
+            // A heterogeneous job: all its components now, or none (see `start_het`).
+            if let Some(reason) = job.het.iter().find_map(|c| limits.check(view, c)) {
+                placed.waiting.push(wait(reason));
+                continue;
+            }
+            let exclusive = partition.exclusive;
+            let books = (capacity.profiles.as_slice(), capacity.free_gpus.as_slice());
+            let fits = placement::fit_het(&topology, job, view, &partition.nodes, books, now, exclusive);
+            if let Some(per_component) = fits {
+                let mut allocation = Allocation::default();
+                for (k, (c, nodes)) in job.components().zip(per_component).enumerate() {
+                    let (a, usage) = capacity.start(c, nodes, exclusive, Book::Outside, job.duration_s());
+                    limits.add_job(view, c, &usage);
+                    allocation.cpu_ways = a.cpu_ways;
+                    allocation.nodes.extend(a.nodes.into_iter().map(|n| NodeAllocation { het_group: k as u32, ..n }));
+                }
+                licenses.take(job);
+                placed.starts.push(PlannedStart { job_id: job.id, allocation });
+                placed.backfilled += usize::from(blocked[part]);
+                continue;
+            }
+            let first_blocked = !std::mem::replace(&mut blocked[part], true);
+            let reason = capacity.reservations.reason(part, now, job.duration_s());
+            placed.waiting.push(wait(reason.unwrap_or(if first_blocked {
+                PendingReason::Resources
+            } else {
+                PendingReason::Priority
+            })));
+            if reservations_left == 0 {
+                continue;
+            }
+            let found = placement::earliest_het(
+                &topology,
+                job,
+                view,
+                &partition.nodes,
+                &capacity.profiles,
+                (now, horizon, policy.bf_resolution_s),
+                exclusive,
+            );
+            if let Some((t, per_component)) = found {
+                let mut names = Vec::new();
+                for (c, nodes) in job.components().zip(&per_component) {
+                    capacity.reserve(c, nodes, t, exclusive, Book::Outside);
+                    names.extend(nodes.iter().map(|&i| view.nodes[i].name.clone()));
+                }
+                placed.estimates.insert(job.id, Estimate { start_ms: t * 1000, nodes: names });
+                reservations_left -= 1;
+            }
+            continue;
+        }
         let dur = job.duration_s();
         let exclusive = partition.exclusive;
         let shape = Shape {
@@ -904,6 +957,8 @@ pub fn schedule(view: &ClusterView, now_ms: Millis, policy: &Policy) -> Plan {
     Plan::assemble(ordered.len(), screened.ineligible, placed)
 }
 
+#[cfg(test)]
+mod het_tests;
 #[cfg(test)]
 mod oversubscribe_tests;
 #[cfg(test)]

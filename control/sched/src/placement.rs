@@ -435,6 +435,83 @@ pub fn earliest(
     None
 }
 
+/// The nodes of each component of a heterogeneous job that can all start now and run its whole
+/// duration, no node given to two components; `None` unless every component fits. Each
+/// component, in order, gets the nodes [`fit_now`] would give it among those left.
+pub fn fit_het(
+    topology: &Topology,
+    job: &PendingJob,
+    view: &ClusterView,
+    candidates: &[usize],
+    (profiles, free_gpus): (&[Timeline], &[Vec<u32>]),
+    now: u64,
+    partition_exclusive: bool,
+) -> Option<Vec<Vec<usize>>> {
+    let mut left: Vec<usize> = candidates.to_vec();
+    let mut out = Vec::new();
+    for c in job.components() {
+        let c = PendingJob { time_limit_s: job.time_limit_s, ..c.clone() };
+        let nodes = fit_now(topology, &c, view, &left, profiles, free_gpus, now, partition_exclusive)?;
+        left.retain(|i| !nodes.contains(i));
+        out.push(nodes);
+    }
+    Some(out)
+}
+
+/// How many start times [`earliest_het`] tries past the earliest at which each component alone
+/// could start: a heterogeneous job that finds none among them gets no reservation this cycle.
+pub const HET_TRIES: usize = 64;
+
+/// The earliest time within `[now, horizon]` (on a grid of `resolution`) at which every
+/// component of a heterogeneous job holds its share together for the job's whole duration, on
+/// nodes no two components share, and those nodes per component. Times tried: from the latest
+/// of the components' own earliest starts, each time a candidate node's availability changes.
+pub fn earliest_het(
+    topology: &Topology,
+    job: &PendingJob,
+    view: &ClusterView,
+    candidates: &[usize],
+    profiles: &[Timeline],
+    (now, horizon, resolution): (u64, u64, u64),
+    partition_exclusive: bool,
+) -> Option<(u64, Vec<Vec<usize>>)> {
+    let dur = job.duration_s();
+    let components: Vec<PendingJob> =
+        job.components().map(|c| PendingJob { time_limit_s: job.time_limit_s, ..c.clone() }).collect();
+    let mut lower = now;
+    for c in &components {
+        let (t, _) = earliest(topology, c, view, candidates, profiles, now, horizon, resolution, partition_exclusive)?;
+        lower = lower.max(t);
+    }
+    let mut times: Vec<u64> = std::iter::once(lower)
+        .chain(candidates.iter().flat_map(|&i| profiles[i].change_times()))
+        .map(|t| round_up(t, resolution))
+        .filter(|t| *t >= lower && *t <= horizon)
+        .collect();
+    times.sort_unstable();
+    times.dedup();
+    times.into_iter().take(HET_TRIES).find_map(|t| {
+        let mut left: Vec<usize> = candidates.to_vec();
+        let mut out = Vec::new();
+        for c in &components {
+            let fitting: Vec<(usize, i64)> = left
+                .iter()
+                .copied()
+                .filter(|&i| could_hold(c, &view.nodes[i]))
+                .filter_map(|i| {
+                    let req = need(c, &view.nodes[i], partition_exclusive);
+                    let free = profiles[i].min_free(t, t.saturating_add(dur));
+                    free.fits(&req).then_some((i, free.cpus - req.cpus))
+                })
+                .collect();
+            let nodes = choose_for(topology, c, view, fitting, c.nodes as usize)?;
+            left.retain(|i| !nodes.contains(i));
+            out.push(nodes);
+        }
+        Some((t, out))
+    })
+}
+
 /// Takes GPU indices for a start now: the lowest free ones of the requested type.
 pub fn take_gpus(job: &PendingJob, node: &NodeView, free: &mut Vec<u32>, count: i64) -> Vec<u32> {
     let chosen: Vec<u32> = free_gpus_of_type(job, node, free).take(count.max(0) as usize).collect();

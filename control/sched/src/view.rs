@@ -170,9 +170,17 @@ pub struct PendingJob {
     pub claim: Vec<String>,
     /// The advance reservation it runs in (`--reservation`).
     pub reservation: Option<Name>,
+    /// A heterogeneous job's components after the first (it is component 0), each as a job of
+    /// its own resources: all start together, on nodes none of the others has.
+    pub het: Vec<PendingJob>,
 }
 
 impl PendingJob {
+    /// Its components: itself, then those of a heterogeneous job.
+    pub fn components(&self) -> impl Iterator<Item = &PendingJob> {
+        std::iter::once(self).chain(self.het.iter())
+    }
+
     /// How long to plan for: the time limit, or forever.
     pub fn duration_s(&self) -> u64 {
         self.time_limit_s.unwrap_or(u64::MAX / 4).max(1)
@@ -418,9 +426,10 @@ fn pending_job(
     (dependency, dependency_ready_ms): (DepStatus, Option<Millis>),
     names: &mut Names,
     (cpu_parts, exclusive): (i64, bool),
+    honours: bool,
 ) -> PendingJob {
     let job = requested(&j.spec, names);
-    PendingJob {
+    let mut job = PendingJob {
         per_node: in_parts(job.per_node, cpu_parts),
         cpu_parts,
         exclusive,
@@ -436,12 +445,37 @@ fn pending_job(
         reason: j.reason,
         claim: j.claim.as_ref().map(|c| c.nodes.clone()).unwrap_or_default(),
         ..job
-    }
+    };
+    job.het = booked(&job, cpu_parts, honours);
+    job
+}
+
+/// A heterogeneous job's other components, booked as the job is: CPUs in the same parts, and
+/// whole nodes where they ask for them and the partition `honours` `--exclusive`; each the
+/// job's (its id, user, account, QOS), so that limits count what it holds as the job's.
+fn booked(job: &PendingJob, cpu_parts: i64, honours: bool) -> Vec<PendingJob> {
+    job.het
+        .iter()
+        .map(|c| PendingJob {
+            per_node: in_parts(c.per_node, cpu_parts),
+            cpu_parts,
+            exclusive: c.exclusive && honours,
+            id: job.id,
+            user: job.user.clone(),
+            account: job.account.clone(),
+            qos: job.qos.clone(),
+            partition: job.partition.clone(),
+            submit_ms: job.submit_ms,
+            ..c.clone()
+        })
+        .collect()
 }
 
 /// What a spec asks of the scheduler; who and when are left to the caller.
 fn requested(spec: &JobSpec, names: &mut Names) -> PendingJob {
+    let het = (1..spec.components()).filter_map(|k| spec.component(k)).map(|c| requested(&c, names)).collect();
     PendingJob {
+        het,
         id: 0,
         user: names.get(""),
         account: names.get(spec.account.as_deref().unwrap_or_default()),
@@ -486,7 +520,8 @@ impl PendingJob {
         let job = requested(spec, &mut names);
         let (cpu_parts, exclusive) =
             view.cpu_booking(spec.partition.as_deref().unwrap_or_default(), spec.oversubscribe, spec.exclusive);
-        PendingJob {
+        let honours = view.cpu_booking(spec.partition.as_deref().unwrap_or_default(), spec.oversubscribe, true).1;
+        let mut job = PendingJob {
             id,
             user: names.get(user),
             submit_ms: now_ms,
@@ -494,7 +529,9 @@ impl PendingJob {
             cpu_parts,
             exclusive,
             ..job
-        }
+        };
+        job.het = booked(&job, cpu_parts, honours);
+        job
     }
 }
 
@@ -638,7 +675,11 @@ impl ClusterView {
                         }
                     }
                     let booking = view.cpu_booking(&j.partition, j.spec.oversubscribe, j.spec.exclusive);
-                    let fresh = |names: &mut Names| Arc::new(pending_job(j, (dependency, ready_ms), names, booking));
+                    // Whether the partition gives whole nodes to the components that ask.
+                    let honours =
+                        !j.spec.het.is_empty() && view.cpu_booking(&j.partition, j.spec.oversubscribe, true).1;
+                    let fresh =
+                        |names: &mut Names| Arc::new(pending_job(j, (dependency, ready_ms), names, booking, honours));
                     let (used, entry, _) = match cache.pending.entry(j.id) {
                         std::collections::btree_map::Entry::Occupied(o) => {
                             let cached = o.into_mut();

@@ -112,7 +112,7 @@ mod tests {
         let mut job = spec(&["sleep", "100"]);
         (job.gpus_per_node, job.partition, job.mem_per_node_mb) = (1, Some(partition.into()), Some(100));
         let Response::Submitted { job_id, .. } = submit(s, index, job, &format!("r{index}")) else { panic!() };
-        let on = NodeAllocation { node: node.into(), cpus: 1, mem_mb: 100, gpus: vec![0] };
+        let on = NodeAllocation { node: node.into(), cpus: 1, mem_mb: 100, gpus: vec![0], het_group: 0 };
         let allocation = Allocation { nodes: vec![on], cpu_ways: None };
         let start = PlannedStart { job_id, allocation };
         let plan = Command::ApplyPlan {

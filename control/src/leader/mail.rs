@@ -339,7 +339,7 @@ mod tests {
 
     fn start(s: &mut ClusterState, index: u64, job_id: JobId, node: &str) -> Response {
         let allocation = Allocation {
-            nodes: vec![NodeAllocation { node: node.into(), cpus: 1, mem_mb: 100, gpus: vec![] }],
+            nodes: vec![NodeAllocation { node: node.into(), cpus: 1, mem_mb: 100, gpus: vec![], het_group: 0 }],
             cpu_ways: None,
         };
         let starts = vec![PlannedStart { job_id, allocation }];

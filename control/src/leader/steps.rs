@@ -109,10 +109,21 @@ pub fn step_launch(job: &Job, step: &Step, node_id: usize, start: &quorum_proto:
     let node = &step.nodes[node_id];
     let nodelist = crate::model::hostlist::compress(&step.node_names());
     let allocation = job.allocation.as_ref();
-    let job_nodes = allocation.map(|a| a.nodelist()).unwrap_or_default();
-    let num_job_nodes = allocation.map(|a| a.nodes.len()).unwrap_or(0);
+    // A heterogeneous job's step sees the nodes of the components it runs on as its job's.
+    let groups: &[u32] = if start.het_groups.is_empty() { &[0] } else { &start.het_groups };
+    let het = !job.spec.het.is_empty();
+    let mine = |n: &&crate::model::NodeAllocation| !het || groups.contains(&n.het_group);
+    let job_names: Vec<&str> =
+        allocation.map(|a| a.nodes.iter().filter(mine).map(|n| n.node.as_str()).collect()).unwrap_or_default();
+    let job_nodes = crate::model::hostlist::compress(&job_names);
+    let num_job_nodes = job_names.len();
     let ours = |k: &str| k.starts_with("SLURM_STEP_") || k == "SLURM_TASKS_PER_NODE";
     let mut vars: Vec<EnvVar> = env.iter().filter(|e| !ours(&e.name)).cloned().collect();
+    if let Some(a) = allocation.filter(|_| het) {
+        let het_vars = crate::model::het::environment(&job.spec, job.id, &job.partition, a);
+        vars.retain(|e| !het_vars.iter().any(|(k, _)| *k == e.name));
+        vars.extend(het_vars.into_iter().map(|(name, value)| EnvVar { name, value }));
+    }
     let set = [
         ("SLURM_JOB_ID", job.id.to_string()),
         ("SLURM_JOBID", job.id.to_string()),

@@ -85,6 +85,7 @@ pub(super) async fn run_step(api: &Api, caller: Caller, mut input: Streaming<Ste
         gpus_per_task: start.gpus_per_task,
         nodelist: start.nodelist.clone(),
         overlap: start.overlap,
+        het_groups: start.het_groups.clone(),
     };
     let job_id = start.job_id;
     let user = acting_as(&caller);

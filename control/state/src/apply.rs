@@ -562,9 +562,11 @@ fn submit(state: &mut ClusterState, mut spec: JobSpec, user: String, request_id:
             ids.into_iter().map(|t| Some(task(t))).collect()
         }
     };
+    // A heterogeneous job's components have the ids after its own (Slurm's `HetJobIdSet`).
+    let components = spec.components() as u64;
     for array in tasks {
         let id = state.next_job_id;
-        state.next_job_id += 1;
+        state.next_job_id += components;
         state.active.insert(id);
         let job = Job {
             id,
@@ -750,6 +752,46 @@ pub fn check_submit(state: &ClusterState, mut spec: JobSpec, user: &str) -> Resu
 /// Resolves the partition and its defaults into `spec` and checks that the job could ever run
 /// there; returns the partition's name.
 fn admit(state: &ClusterState, spec: &mut JobSpec) -> Result<String, Rejection> {
+    if spec.het.is_empty() {
+        return admit_one(state, spec);
+    }
+    spec.check_het()?;
+    let mut partition = None;
+    for k in 0..spec.components() {
+        let mut component = spec.component(k).expect("k is below components()");
+        let name = admit_one(state, &mut component).map_err(|r| in_component(k, r))?;
+        spec.set_component(k, &component);
+        (spec.partition, spec.time_limit_s) = (component.partition.clone(), component.time_limit_s);
+        partition = Some(name);
+    }
+    let name = partition.expect("a heterogeneous job has components");
+    // No node holds two components: the partition needs their nodes together.
+    let have = state.partitions.get(&name).map_or(0, |p| state.partition_nodes(p).count());
+    let total = spec.total_nodes();
+    if have > 0 && (have as u64) < u64::from(total) {
+        return Err(Rejection::NeverFits {
+            detail: format!(
+                "the {} components ask for {total} nodes together (no node holds two), and partition '{name}' has {have}",
+                spec.components()
+            ),
+        });
+    }
+    Ok(name)
+}
+
+/// `rejection`, saying which component of a heterogeneous job it is about.
+fn in_component(k: usize, rejection: Rejection) -> Rejection {
+    match rejection {
+        Rejection::InvalidSpec { field, reason } => {
+            Rejection::InvalidSpec { field: format!("{field} (component {k})"), reason }
+        }
+        Rejection::NeverFits { detail } => Rejection::NeverFits { detail: format!("component {k}: {detail}") },
+        other => other,
+    }
+}
+
+/// [`admit`] for one job, or one component of a heterogeneous job.
+fn admit_one(state: &ClusterState, spec: &mut JobSpec) -> Result<String, Rejection> {
     spec.check_shape()?;
     let partition = match &spec.partition {
         Some(name) => state.partitions.get(name).ok_or_else(|| Rejection::UnknownPartition {
@@ -1069,8 +1111,16 @@ fn check_start(state: &ClusterState, start: &PlannedStart) -> Result<Option<Mill
         return Err(DropReason::JobNotPending { job: job.id, state: job.state });
     }
     let allocs = &start.allocation.nodes;
-    if allocs.len() != job.spec.nodes as usize {
-        return Err(DropReason::NodeCount { job: job.id, wanted: job.spec.nodes, planned: allocs.len() });
+    // Each component of a heterogeneous job on as many nodes as it asks for (one for others).
+    let components: Vec<JobSpec> = (0..job.spec.components()).filter_map(|k| job.spec.component(k)).collect();
+    for (k, c) in components.iter().enumerate() {
+        let planned = start.allocation.group(k as u32).count();
+        if planned != c.nodes as usize {
+            return Err(DropReason::NodeCount { job: job.id, wanted: c.nodes, planned });
+        }
+    }
+    if allocs.len() != job.spec.total_nodes() as usize {
+        return Err(DropReason::NodeCount { job: job.id, wanted: job.spec.total_nodes(), planned: allocs.len() });
     }
     let partition = state
         .partitions
@@ -1079,6 +1129,7 @@ fn check_start(state: &ClusterState, start: &PlannedStart) -> Result<Option<Mill
     let ways = partition.cpu_ways(&job.spec);
     for (i, a) in allocs.iter().enumerate() {
         let node = || a.node.clone();
+        let spec = &components[a.het_group as usize];
         if allocs[..i].iter().any(|b| b.node == a.node) {
             return Err(DropReason::NodeTwice { node: node() });
         }
@@ -1094,10 +1145,10 @@ fn check_start(state: &ClusterState, start: &PlannedStart) -> Result<Option<Mill
         if !n.cpus_fit(a.cpus, ways) || n.alloc_mem_mb + a.mem_mb > n.mem_mb {
             return Err(DropReason::NodeFull { node: node() });
         }
-        if a.cpus < job.spec.cpus_per_node() || a.mem_mb < job.spec.mem_per_node_mb.unwrap_or(0) {
+        if a.cpus < spec.cpus_per_node() || a.mem_mb < spec.mem_per_node_mb.unwrap_or(0) {
             return Err(DropReason::TooSmall { node: node() });
         }
-        if a.gpus.len() < job.spec.gpus_per_node as usize {
+        if a.gpus.len() < spec.gpus_per_node as usize {
             return Err(DropReason::TooFewGpus { node: node() });
         }
         for (k, idx) in a.gpus.iter().enumerate() {
@@ -1106,7 +1157,7 @@ fn check_start(state: &ClusterState, start: &PlannedStart) -> Result<Option<Mill
                 .iter()
                 .find(|g| g.index == *idx)
                 .ok_or_else(|| DropReason::NoSuchGpu { node: node(), gpu: *idx })?;
-            if job.spec.gpu_type.as_ref().is_some_and(|t| *t != gpu.gpu_type) {
+            if spec.gpu_type.as_ref().is_some_and(|t| *t != gpu.gpu_type) {
                 return Err(DropReason::GpuType { node: node(), gpu: *idx, gpu_type: gpu.gpu_type.clone() });
             }
             if n.alloc_gpus.contains(idx) || a.gpus[..k].contains(idx) {
@@ -1164,8 +1215,22 @@ pub fn plan_step(job: &Job, user: &str, request: &step::StepRequest) -> Result<s
             reason: format!("it runs {} steps already, the most at once", step::MAX_RUNNING_STEPS),
         });
     }
-    let shares: Vec<step::NodeShare> =
-        allocation.nodes.iter().map(|n| step::NodeShare { node: &n.node, cpus: n.cpus, gpus: &n.gpus }).collect();
+    // A heterogeneous job's step runs on the nodes of the components it names (component 0's
+    // when it names none); another job's on all of its nodes.
+    let groups: &[u32] = if request.het_groups.is_empty() { &[0] } else { &request.het_groups };
+    let het = !job.spec.het.is_empty();
+    if let Some(k) = groups.iter().find(|&&k| k as usize >= job.spec.components() && (het || k > 0)) {
+        return Err(Rejection::StepNeverFits {
+            id: job_id,
+            reason: format!("--het-group {k}: the job has {} component(s), numbered from 0", job.spec.components()),
+        });
+    }
+    let shares: Vec<step::NodeShare> = allocation
+        .nodes
+        .iter()
+        .filter(|n| !het || groups.contains(&n.het_group))
+        .map(|n| step::NodeShare { node: &n.node, cpus: n.cpus, gpus: &n.gpus })
+        .collect();
     let nodes = match step::layout(&shares, &job.steps, request) {
         Ok(nodes) => nodes,
         Err(step::StepRefusal::Never(reason)) => return Err(Rejection::StepNeverFits { id: job_id, reason }),

@@ -67,7 +67,12 @@ pub struct NodeRegistration {
 ///     jobs for another and resume them), and reservations with `Flags=FLEX`.
 /// 24. partitions whose jobs share CPUs (`OverSubscribe=YES|FORCE[:N]`), jobs with
 ///     `--oversubscribe`, and allocations that record how many ways they share their CPUs.
-pub const FEATURE_LEVEL: u32 = 24;
+/// 25. heterogeneous jobs (components after the first in a spec, allocations that name each
+///     node's component, steps that name the components they run on).
+pub const FEATURE_LEVEL: u32 = 25;
+
+/// Heterogeneous jobs (`hetjob`).
+pub const HET_LEVEL: u32 = 25;
 
 /// CPUs shared among jobs (`OverSubscribe`).
 pub const OVERSUBSCRIBE_LEVEL: u32 = 24;
@@ -176,7 +181,9 @@ pub struct Submit {
 
 /// The level a replica needs to apply a submit of this job, and what in the job needs it.
 pub fn spec_level(spec: &JobSpec) -> (u32, &'static str) {
-    if spec.oversubscribe {
+    if !spec.het.is_empty() {
+        (HET_LEVEL, "a heterogeneous job (hetjob components)")
+    } else if spec.oversubscribe {
         (OVERSUBSCRIBE_LEVEL, "a job with --oversubscribe")
     } else if spec.reservation.is_some() {
         (RESERVATION_LEVEL, "a job with --reservation")

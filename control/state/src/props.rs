@@ -83,7 +83,7 @@ fn command(s: &ClusterState, index: u64, op: &Op) -> Option<Command> {
             let mem_mb = job.spec.mem_per_node_mb.unwrap_or(1024);
             let nodes = NODES[..job.spec.nodes as usize]
                 .iter()
-                .map(|n| NodeAllocation { node: n.to_string(), cpus: per_node, mem_mb, gpus: vec![] })
+                .map(|n| NodeAllocation { node: n.to_string(), cpus: per_node, mem_mb, gpus: vec![], het_group: 0 })
                 .collect();
             Command::ApplyPlan {
                 base_index: index - 1,

@@ -63,7 +63,7 @@ fn start(s: &mut ClusterState, index: u64, job_id: JobId, node: &str, cpus: u32,
             starts: vec![PlannedStart {
                 job_id,
                 allocation: Allocation {
-                    nodes: vec![quorum_model::NodeAllocation { node: node.into(), cpus, mem_mb, gpus }],
+                    nodes: vec![quorum_model::NodeAllocation { node: node.into(), cpus, mem_mb, gpus, het_group: 0 }],
                     cpu_ways: None,
                 },
             }],
@@ -188,7 +188,7 @@ fn snapshots_reproduce_the_state_bit_for_bit() {
 /// Starts `job_id` on both nodes, `cpus` each.
 fn start_on_both(s: &mut ClusterState, index: u64, job_id: JobId, cpus: u32) -> Response {
     let mem_mb = s.jobs[&job_id].spec.mem_per_node_mb.unwrap();
-    let on = |node: &str| quorum_model::NodeAllocation { node: node.into(), cpus, mem_mb, gpus: vec![0] };
+    let on = |node: &str| quorum_model::NodeAllocation { node: node.into(), cpus, mem_mb, gpus: vec![0], het_group: 0 };
     apply(
         s,
         index,
@@ -223,7 +223,8 @@ fn node_down_fails_or_requeues_its_jobs_and_frees_every_node_they_held() {
     start_on_both(&mut s, 13, 1, 2);
     // The plan gives job 2 other GPUs than job 1.
     let mem_mb = s.jobs[&2].spec.mem_per_node_mb.unwrap();
-    let on = |node: &str| quorum_model::NodeAllocation { node: node.into(), cpus: 2, mem_mb, gpus: vec![1] };
+    let on =
+        |node: &str| quorum_model::NodeAllocation { node: node.into(), cpus: 2, mem_mb, gpus: vec![1], het_group: 0 };
     apply(
         &mut s,
         14,
@@ -907,7 +908,13 @@ fn what_a_job_used_is_counted_once_per_node_and_only_for_its_allocation() {
         allocation: Allocation {
             nodes: ["n1", "n2"]
                 .iter()
-                .map(|n| quorum_model::NodeAllocation { node: (*n).into(), cpus: 1, mem_mb: 1024, gpus: vec![] })
+                .map(|n| quorum_model::NodeAllocation {
+                    node: (*n).into(),
+                    cpus: 1,
+                    mem_mb: 1024,
+                    gpus: vec![],
+                    het_group: 0,
+                })
                 .collect(),
             cpu_ways: None,
         },
