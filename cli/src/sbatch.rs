@@ -83,30 +83,6 @@ fn split_components(args: &[String]) -> anyhow::Result<(Vec<SbatchArgs>, Vec<Str
     Ok((components, args[start..].to_vec()))
 }
 
-#[cfg(test)]
-mod het_tests {
-    use super::*;
-
-    fn args(line: &str) -> Vec<String> {
-        line.split_whitespace().map(str::to_string).collect()
-    }
-
-    #[test]
-    fn colons_before_the_script_separate_components_and_after_it_are_its_arguments() {
-        let (earlier, rest) = split_components(&args("--parsable -n1 -c3 : -N2 -n4 : -n1 job.sh a : b")).unwrap();
-        assert_eq!(earlier.len(), 2);
-        assert!(earlier[0].parsable);
-        assert_eq!((earlier[0].opts.ntasks, earlier[0].opts.cpus_per_task), (Some(1), Some(3)));
-        assert_eq!(earlier[1].opts.ntasks, Some(4));
-        assert_eq!(rest, args("-n1 job.sh a : b"));
-        let (earlier, rest) = split_components(&args("-n1 job.sh : x")).unwrap();
-        assert!(earlier.is_empty(), "a colon after the script is its argument");
-        assert_eq!(rest, args("-n1 job.sh : x"));
-        let e = split_components(&args("-n1 --bogus : -n2 job.sh")).unwrap_err().to_string();
-        assert!(e.contains("component 0"), "{e}");
-    }
-}
-
 async fn run(mut a: SbatchArgs, earlier: Vec<SbatchArgs>) -> anyhow::Result<u8> {
     // What sbatch itself is told applies from any component's options.
     for e in &earlier {
@@ -195,3 +171,27 @@ fn would_start(r: &quorum_proto::api::SubmitJobResponse) -> String {
 /// Slurm's output file when a script names none (`slurm-%A_%a.out` for an array's tasks), in
 /// the job's working directory.
 const DEFAULT_OUTPUT: &str = "slurm-%j.out";
+
+#[cfg(test)]
+mod het_tests {
+    use super::*;
+
+    fn args(line: &str) -> Vec<String> {
+        line.split_whitespace().map(str::to_string).collect()
+    }
+
+    #[test]
+    fn colons_before_the_script_separate_components_and_after_it_are_its_arguments() {
+        let (earlier, rest) = split_components(&args("--parsable -n1 -c3 : -N2 -n4 : -n1 job.sh a : b")).unwrap();
+        assert_eq!(earlier.len(), 2);
+        assert!(earlier[0].parsable);
+        assert_eq!((earlier[0].opts.ntasks, earlier[0].opts.cpus_per_task), (Some(1), Some(3)));
+        assert_eq!(earlier[1].opts.ntasks, Some(4));
+        assert_eq!(rest, args("-n1 job.sh a : b"));
+        let (earlier, rest) = split_components(&args("-n1 job.sh : x")).unwrap();
+        assert!(earlier.is_empty(), "a colon after the script is its argument");
+        assert_eq!(rest, args("-n1 job.sh : x"));
+        let e = split_components(&args("-n1 --bogus : -n2 job.sh")).unwrap_err().to_string();
+        assert!(e.contains("component 0"), "{e}");
+    }
+}
