@@ -259,6 +259,12 @@ fn bench_cycle(c: &mut Criterion) {
     group.bench_function(format!("{pending}_jobs_{nodes}_nodes_easy_force2"), |b| {
         b.iter(|| black_box(schedule(black_box(&view), NOW_MS, &policy)))
     });
+    // The largest size again, one pending job in a hundred heterogeneous (a launcher node
+    // besides its workers), beside the same cluster without them.
+    let view = with_het(cluster(pending, nodes));
+    group.bench_function(format!("{pending}_jobs_{nodes}_nodes_easy_het"), |b| {
+        b.iter(|| black_box(schedule(black_box(&view), NOW_MS, &policy)))
+    });
     // The largest size again, with preemptable jobs running on the other half of the nodes:
     // preemption on, and off (the same cluster, nothing preempted).
     let (pending, nodes) = (100_000, 10_000);
@@ -282,6 +288,18 @@ fn bench_cycle(c: &mut Criterion) {
         b.iter(|| black_box(schedule(black_box(&view), NOW_MS, &policy)))
     });
     group.finish();
+}
+
+/// `view` with one pending job in a hundred heterogeneous: component 0 a launcher of one node
+/// and 4 CPUs without GPUs, component 1 the job's own workers.
+pub fn with_het(mut view: ClusterView) -> ClusterView {
+    for p in view.pending.iter_mut().step_by(100) {
+        let p = Arc::make_mut(p);
+        let workers = PendingJob { het: Vec::new(), ..p.clone() };
+        (p.nodes, p.per_node, p.gpu_type) = (1, Res { cpus: 4, mem: 16 * 1024, gpus: 0 }, None);
+        p.het = vec![workers];
+    }
+    view
 }
 
 /// `view` with its partition sharing every CPU two ways, as the view of a state with

@@ -46,7 +46,7 @@ fn job_refs(text: &str) -> Result<Vec<JobRef>, String> {
             Ok(spec.tasks().into_iter().map(|task| JobRef { id, task: Some(task) }).collect())
         }
         // A job, an array task, or a component of a heterogeneous job (its error names which).
-        _ => Ok(vec![text.parse::<JobRef>()?]),
+        _ => Ok(vec![text.parse::<JobRef>().map_err(|e| if e.contains("heterogeneous") { e } else { bad() })?]),
     }
 }
 

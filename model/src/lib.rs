@@ -12,6 +12,7 @@ pub mod cron;
 pub mod env;
 pub mod gpu_fault;
 pub mod het;
+mod het_spec;
 pub mod hostlist;
 mod node_cpus;
 pub mod oversubscribe;

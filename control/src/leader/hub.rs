@@ -578,7 +578,7 @@ fn unsigned_launch(state: &ClusterState, job_id: JobId, node: &str) -> Option<La
         hold_allocation(&mut spec);
     }
     // A heterogeneous job's script is told of each of its components.
-    let het = crate::model::het::environment(&job.spec, job_id, &job.partition, allocation);
+    let het = job.spec.het_environment(job_id, &job.partition, allocation);
     spec.env.extend(het.into_iter().map(|(name, value)| quorum_proto::api::EnvVar { name, value }));
     Some(Launch {
         job_id,

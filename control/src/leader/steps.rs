@@ -120,7 +120,7 @@ pub fn step_launch(job: &Job, step: &Step, node_id: usize, start: &quorum_proto:
     let ours = |k: &str| k.starts_with("SLURM_STEP_") || k == "SLURM_TASKS_PER_NODE";
     let mut vars: Vec<EnvVar> = env.iter().filter(|e| !ours(&e.name)).cloned().collect();
     if let Some(a) = allocation.filter(|_| het) {
-        let het_vars = crate::model::het::environment(&job.spec, job.id, &job.partition, a);
+        let het_vars = job.spec.het_environment(job.id, &job.partition, a);
         vars.retain(|e| !het_vars.iter().any(|(k, _)| *k == e.name));
         vars.extend(het_vars.into_iter().map(|(name, value)| EnvVar { name, value }));
     }
