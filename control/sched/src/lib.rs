@@ -305,6 +305,24 @@ struct Shape<'a> {
     exclusive: bool,
 }
 
+impl<'a> Shape<'a> {
+    fn of(partition: usize, job: &'a PendingJob) -> Shape<'a> {
+        Shape {
+            partition,
+            per_node: (job.per_node.cpus, job.per_node.mem, job.per_node.gpus),
+            nodes: job.nodes,
+            gpu_type: job.gpu_type.as_deref(),
+            features: job.features.as_slice(),
+            features_any: job.features_any,
+            features_same: job.features_same,
+            feature_counts: job.feature_counts.as_slice(),
+            exclude: job.exclude.as_slice(),
+            only: job.only.as_slice(),
+            exclusive: job.exclusive,
+        }
+    }
+}
+
 /// Whose profiles a start or a reservation takes from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Book {
@@ -552,6 +570,8 @@ pub fn place<'a>(view: &'a ClusterView, candidates: &[Candidate<'a>], now_ms: Mi
     // so a shape that could not start for some duration cannot start for a longer one either:
     // the shortest failed duration per shape spares the node scan.
     let mut failed: BTreeMap<Shape, u64> = BTreeMap::new();
+    // The same for heterogeneous jobs: the shapes of all their components together.
+    let mut failed_het: BTreeMap<Vec<Shape>, u64> = BTreeMap::new();
     let topology = placement::Topology::new(view);
     let members: Vec<Vec<bool>> = partitions
         .iter()
@@ -715,8 +735,16 @@ pub fn place<'a>(view: &'a ClusterView, candidates: &[Candidate<'a>], now_ms: Mi
                 continue;
             }
             let exclusive = partition.exclusive;
+            let shapes: Vec<Shape> = job.components().map(|c| Shape::of(part, c)).collect();
+            let may_fit = failed_het.get(&shapes).is_none_or(|&d| job.duration_s() < d);
             let books = (capacity.profiles.as_slice(), capacity.free_gpus.as_slice());
-            let fits = placement::fit_het(&topology, job, view, &partition.nodes, books, now, exclusive);
+            let fits = match may_fit {
+                true => placement::fit_het(&topology, job, view, &partition.nodes, books, now, exclusive),
+                false => None,
+            };
+            if fits.is_none() && may_fit {
+                failed_het.insert(shapes, job.duration_s());
+            }
             if let Some(per_component) = fits {
                 let mut allocation = Allocation::default();
                 for (k, (c, nodes)) in job.components().zip(per_component).enumerate() {
@@ -762,19 +790,7 @@ pub fn place<'a>(view: &'a ClusterView, candidates: &[Candidate<'a>], now_ms: Mi
         }
         let dur = job.duration_s();
         let exclusive = partition.exclusive;
-        let shape = Shape {
-            partition: part,
-            per_node: (job.per_node.cpus, job.per_node.mem, job.per_node.gpus),
-            nodes: job.nodes,
-            gpu_type: job.gpu_type.as_deref(),
-            features: job.features.as_slice(),
-            features_any: job.features_any,
-            features_same: job.features_same,
-            feature_counts: job.feature_counts.as_slice(),
-            exclude: job.exclude.as_slice(),
-            only: job.only.as_slice(),
-            exclusive: job.exclusive,
-        };
+        let shape = Shape::of(part, job);
         let may_fit = capacity.max_free.bound().fits(&job.per_node)
             && (job.nodes == 1 || capacity.max_free.nodes_with_cpus(job.per_node.cpus) >= job.nodes as usize)
             && failed.get(&shape).is_none_or(|&d| dur < d);
