@@ -422,17 +422,27 @@ pub fn earliest(
         let fitting: Vec<(usize, i64)> = firsts
             .iter()
             .take_while(|(first, _)| *first <= t)
-            .filter_map(|&(_, i)| {
-                let req = need(job, &view.nodes[i], partition_exclusive);
-                let free = profiles[i].min_free(t, t.saturating_add(dur));
-                free.fits(&req).then_some((i, free.cpus - req.cpus))
-            })
+            .filter_map(|&(_, i)| fits_from(job, view, profiles, i, (t, dur), partition_exclusive))
             .collect();
         if let Some(nodes) = choose_for(topology, job, view, fitting, k) {
             return Some((t, nodes));
         }
     }
     None
+}
+
+/// Node `i` and the CPUs it would have left, when it holds `job`'s share from `t` for `dur`.
+fn fits_from(
+    job: &PendingJob,
+    view: &ClusterView,
+    profiles: &[Timeline],
+    i: usize,
+    (t, dur): (u64, u64),
+    partition_exclusive: bool,
+) -> Option<(usize, i64)> {
+    let req = need(job, &view.nodes[i], partition_exclusive);
+    let free = profiles[i].min_free(t, t.saturating_add(dur));
+    free.fits(&req).then_some((i, free.cpus - req.cpus))
 }
 
 /// The nodes of each component of a heterogeneous job that can all start now and run its whole
@@ -449,9 +459,9 @@ pub fn fit_het(
 ) -> Option<Vec<Vec<usize>>> {
     let mut left: Vec<usize> = candidates.to_vec();
     let mut out = Vec::new();
+    // Each component carries the job's time limit (a component's spec is the job's).
     for c in job.components() {
-        let c = PendingJob { time_limit_s: job.time_limit_s, ..c.clone() };
-        let nodes = fit_now(topology, &c, view, &left, profiles, free_gpus, now, partition_exclusive)?;
+        let nodes = fit_now(topology, c, view, &left, profiles, free_gpus, now, partition_exclusive)?;
         left.retain(|i| !nodes.contains(i));
         out.push(nodes);
     }
@@ -476,10 +486,8 @@ pub fn earliest_het(
     partition_exclusive: bool,
 ) -> Option<(u64, Vec<Vec<usize>>)> {
     let dur = job.duration_s();
-    let components: Vec<PendingJob> =
-        job.components().map(|c| PendingJob { time_limit_s: job.time_limit_s, ..c.clone() }).collect();
     let mut lower = now;
-    for c in &components {
+    for c in job.components() {
         let (t, _) = earliest(topology, c, view, candidates, profiles, now, horizon, resolution, partition_exclusive)?;
         lower = lower.max(t);
     }
@@ -493,16 +501,12 @@ pub fn earliest_het(
     times.into_iter().take(HET_TRIES).find_map(|t| {
         let mut left: Vec<usize> = candidates.to_vec();
         let mut out = Vec::new();
-        for c in &components {
+        for c in job.components() {
             let fitting: Vec<(usize, i64)> = left
                 .iter()
                 .copied()
                 .filter(|&i| could_hold(c, &view.nodes[i]))
-                .filter_map(|i| {
-                    let req = need(c, &view.nodes[i], partition_exclusive);
-                    let free = profiles[i].min_free(t, t.saturating_add(dur));
-                    free.fits(&req).then_some((i, free.cpus - req.cpus))
-                })
+                .filter_map(|i| fits_from(c, view, profiles, i, (t, dur), partition_exclusive))
                 .collect();
             let nodes = choose_for(topology, c, view, fitting, c.nodes as usize)?;
             left.retain(|i| !nodes.contains(i));
