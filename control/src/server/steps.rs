@@ -66,6 +66,13 @@ pub(super) async fn run_step(api: &Api, caller: Caller, mut input: Streaming<Ste
             api.limits.max_env_vars
         )));
     }
+    if start.het_groups.len() > crate::model::het::MAX_COMPONENTS {
+        return Err(Status::invalid_argument(format!(
+            "invalid step: {} components named in --het-group; a job has at most {}",
+            start.het_groups.len(),
+            crate::model::het::MAX_COMPONENTS
+        )));
+    }
     if start.nodelist.len() > MAX_NODELIST || !start.work_dir.starts_with('/') {
         return Err(Status::invalid_argument(format!(
             "invalid step: {}",
