@@ -554,7 +554,12 @@ pub fn het_component(j: &JobInfo, k: usize) -> JobInfo {
         spec.gpus_per_node = own.gpus_per_node;
         spec.gpu_type = own.gpu_type.clone();
         spec.constraint = own.constraint.clone();
+        spec.constraint_any = own.constraint_any;
+        spec.constraint_same = own.constraint_same;
+        spec.constraint_counts = own.constraint_counts.clone();
         spec.exclusive = own.exclusive;
+        spec.exclude = own.exclude.clone();
+        spec.nodelist = own.nodelist.clone();
     }
     c.allocation.retain(|n| n.het_group as usize == k);
     if k > 0 {

@@ -801,10 +801,10 @@ pub fn component_options(
 }
 
 /// A component's spec as the submit carries it: what it asks for (the rest is the job's).
-pub fn component_spec(opts: SubmitOpts, cwd: &Path) -> Result<api::JobSpec, String> {
+pub fn component_spec(opts: SubmitOpts, cwd: &Path) -> Result<api::HetComponent, String> {
     let built = build_spec(opts, Payload::Command(vec!["true".into()]), cwd, Vec::new())?;
     let s = built.spec;
-    Ok(api::JobSpec {
+    Ok(api::HetComponent {
         nodes: s.nodes,
         ntasks: s.ntasks,
         cpus_per_task: s.cpus_per_task,
@@ -818,7 +818,6 @@ pub fn component_spec(opts: SubmitOpts, cwd: &Path) -> Result<api::JobSpec, Stri
         exclusive: s.exclusive,
         exclude: s.exclude,
         nodelist: s.nodelist,
-        ..Default::default()
     })
 }
 
@@ -1313,7 +1312,6 @@ mod tests {
         assert_eq!((rest[1].mem.as_deref(), rest[1].mem_per_cpu.as_deref()), (None, Some("100")));
         let c = component_spec(rest[0].clone(), Path::new("/home/a")).unwrap();
         assert_eq!((c.nodes, c.ntasks, c.cpus_per_task, c.mem_per_node_mb), (2, 6, 1, 1024));
-        assert!(c.script.is_empty() && c.argv.is_empty() && c.env.is_empty(), "a component carries its resources only");
         // A component in another partition is refused, naming both.
         let other = vec![SubmitOpts { partition: Some("gpu".into()), ..Default::default() }];
         let e = component_options(first, other, Vec::new()).unwrap_err();

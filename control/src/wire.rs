@@ -96,8 +96,8 @@ pub fn spec_from_proto(p: api::JobSpec) -> Result<JobSpec, Rejection> {
 /// A GPU's health as an agent reported it, as `quorum nodes` and `/metrics` name it.
 pub use quorum_proto::gpu_state_name;
 
-/// A component of a heterogeneous job: what it asks for, read from a spec of its own.
-fn component_from_proto(c: api::JobSpec) -> crate::model::het::HetComponent {
+/// A component of a heterogeneous job: what it asks for.
+fn component_from_proto(c: api::HetComponent) -> crate::model::het::HetComponent {
     crate::model::het::HetComponent {
         nodes: c.nodes,
         ntasks: c.ntasks,
@@ -115,9 +115,9 @@ fn component_from_proto(c: api::JobSpec) -> crate::model::het::HetComponent {
     }
 }
 
-/// A component of a heterogeneous job as the wire carries it: a spec of its resources only.
-fn component_to_proto(c: &crate::model::het::HetComponent) -> api::JobSpec {
-    api::JobSpec {
+/// A component of a heterogeneous job as the wire carries it: its resources.
+fn component_to_proto(c: &crate::model::het::HetComponent) -> api::HetComponent {
+    api::HetComponent {
         nodes: c.nodes,
         ntasks: c.ntasks,
         cpus_per_task: c.cpus_per_task,
@@ -131,7 +131,6 @@ fn component_to_proto(c: &crate::model::het::HetComponent) -> api::JobSpec {
         exclusive: c.exclusive,
         exclude: c.exclude.clone(),
         nodelist: c.nodelist.clone(),
-        ..Default::default()
     }
 }
 
