@@ -47,6 +47,7 @@ fn whole_node_job(base: u64, i: usize, partition: &str, start_s: u64, end_s: u64
         account: format!("acct{}", i % 10),
         qos: "normal".into(),
         end_s,
+        predicted_end_s: None,
         alloc: vec![(i, Res { cpus: 64, mem: 512 * 1024, gpus: 8 })],
         cpu_parts: 1,
         gpus_by_type: vec![("h100".into(), 8)],
@@ -156,6 +157,7 @@ pub fn cluster_with(pending: usize, nodes: usize, scavengers: bool) -> ClusterVi
             cpu_parts: 1,
             gpu_type: Some("h100".into()),
             time_limit_s: Some(600 + rng.below(86_400)),
+            plan_s: None,
             nice: 0,
             exclusive: false,
             features: vec![],
@@ -265,6 +267,12 @@ fn bench_cycle(c: &mut Criterion) {
     group.bench_function(format!("{pending}_jobs_{nodes}_nodes_easy_het"), |b| {
         b.iter(|| black_box(schedule(black_box(&view), NOW_MS, &policy)))
     });
+    // The largest size again, planned on predicted run times (`Policy::predict`): every job
+    // predicted to run a random share of its limit, running jobs to end that much sooner.
+    let view = with_predictions(cluster(pending, nodes));
+    group.bench_function(format!("{pending}_jobs_{nodes}_nodes_easy_predict"), |b| {
+        b.iter(|| black_box(schedule(black_box(&view), NOW_MS, &policy)))
+    });
     // The largest size again, with preemptable jobs running on the other half of the nodes:
     // preemption on, and off (the same cluster, nothing preempted).
     let (pending, nodes) = (100_000, 10_000);
@@ -288,6 +296,25 @@ fn bench_cycle(c: &mut Criterion) {
         b.iter(|| black_box(schedule(black_box(&view), NOW_MS, &policy)))
     });
     group.finish();
+}
+
+/// `view` as the view of a state with `Policy::predict` and every user's history shows it:
+/// each pending job planned for a random share (a tenth to all) of its limit, each running job
+/// predicted to end a random share sooner.
+pub fn with_predictions(mut view: ClusterView) -> ClusterView {
+    let mut rng = Rng(0x9e3d);
+    let now = NOW_MS / 1000;
+    for p in &mut view.pending {
+        let p = Arc::make_mut(p);
+        let limit = p.time_limit_s.unwrap_or(86_400);
+        p.plan_s = Some((limit * (1 + rng.below(10)) / 10).max(1)).filter(|&s| s < limit);
+    }
+    for r in &mut view.running {
+        let r = Arc::make_mut(r);
+        let left = r.end_s.saturating_sub(now);
+        r.predicted_end_s = Some(now + 1 + left * rng.below(10) / 10).filter(|&e| e < r.end_s);
+    }
+    view
 }
 
 /// `view` with one pending job in a hundred heterogeneous: component 0 a launcher of one node
@@ -413,8 +440,16 @@ fn state(pending: usize, nodes: usize) -> ClusterState {
 fn bench_view(c: &mut Criterion) {
     let mut group = c.benchmark_group("view_from_state");
     group.sample_size(10).measurement_time(Duration::from_secs(10));
-    let s = state(100_000, 10_000);
+    let mut s = state(100_000, 10_000);
     group.bench_function("100000_jobs_10000_nodes", |b| b.iter(|| black_box(ClusterView::from_state(black_box(&s)))));
+    // With predictions: every user's last two run times looked up for each of their jobs.
+    s.policy.predict = true;
+    s.recent_runs = (0..200)
+        .map(|u| (format!("u{u}"), quorum_control::model::predict::RecentRuns { last_s: 600 + u, before_s: Some(900) }))
+        .collect();
+    group.bench_function("100000_jobs_10000_nodes_predict", |b| {
+        b.iter(|| black_box(ClusterView::from_state(black_box(&s))))
+    });
     group.finish();
 }
 

@@ -602,6 +602,9 @@ pub struct SchedulerConfig {
     /// What becomes of a preempted job where its partition and QOS do not say: `off`
     /// (default), `cancel`, `requeue` or `suspend`.
     pub preempt_mode: Option<String>,
+    /// Backfill on run times predicted from each user's last two jobs instead of their time
+    /// limits (default false).
+    pub predict: Option<bool>,
 }
 
 impl SchedulerConfig {
@@ -652,6 +655,7 @@ impl SchedulerConfig {
                     PreemptMode::parse(m).map_err(|e| ConfigError::Invalid(format!("scheduler.preempt_mode: {e}")))?
                 }
             },
+            predict: self.predict.unwrap_or(false),
         })
     }
 }

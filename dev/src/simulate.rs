@@ -44,6 +44,14 @@ pub struct SimulateArgs {
     /// Let a job that runs past its requested time run its recorded time instead of killing it.
     #[arg(long)]
     pub no_kill: bool,
+    /// Backfill on run times predicted from each user's last two jobs (capped by the time
+    /// limit) instead of the limits, as `[scheduler] predict = true` does.
+    #[arg(long)]
+    pub predict: bool,
+    /// Estimate every waiting job's start after every cycle, and report how close the
+    /// estimates came (the one at submit, and the last before the start).
+    #[arg(long)]
+    pub estimates: bool,
     /// Replay from the job with this number.
     #[arg(long)]
     pub from: Option<u64>,
@@ -110,6 +118,8 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
         count: args.count,
         samples: args.plot.is_some(),
         reserve,
+        predict: args.predict,
+        estimates: args.estimates,
     };
     let sim = Simulation::new(&trace, &opts)?;
     let show_progress = !args.quiet;
@@ -206,7 +216,7 @@ fn table(name: &str, trace: &Trace, r: &SimResult, report: &Report) -> String {
     );
     let _ = writeln!(
         out,
-        "policy       {} ({:?} order, {:?} backfill{}, bf_window {})",
+        "policy       {} ({:?} order, {:?} backfill{}, bf_window {}){}",
         r.policy_name,
         p.ordering,
         p.backfill,
@@ -218,7 +228,8 @@ fn table(name: &str, trace: &Trace, r: &SimResult, report: &Report) -> String {
         } else {
             String::new()
         },
-        format_duration(p.bf_window_s)
+        format_duration(p.bf_window_s),
+        if p.predict { ", on predicted run times" } else { "" }
     );
     for v in &r.reservations {
         let names: Vec<&str> = v.nodes.iter().map(String::as_str).collect();
@@ -262,9 +273,29 @@ fn table(name: &str, trace: &Trace, r: &SimResult, report: &Report) -> String {
     row(&mut out, "wait mean", &|m| hms(m.wait_mean_s));
     row(&mut out, "wait median", &|m| hms(m.wait_median_s as f64));
     row(&mut out, "wait p95", &|m| hms(m.wait_p95_s as f64));
+    row(&mut out, "wait p99", &|m| hms(m.wait_p99_s as f64));
     row(&mut out, "wait max", &|m| hms(m.wait_max_s as f64));
     row(&mut out, "bsld mean", &|m| format!("{:.2}", m.bsld_mean));
     out.push('\n');
+    if let Some(e) = &report.estimates {
+        let _ = writeln!(
+            out,
+            "start estimates of the jobs that waited {} or more (|estimate - start|)",
+            format_duration(quorum_control::sim::metrics::ESTIMATED_WAIT_S)
+        );
+        let _ = writeln!(out, "{:<14} {:>7} {:>26} {:>26} {:>8}", "", "jobs", "mean", "median", "≤10 min");
+        for (label, k) in [("at submit", &e.at_submit), ("last", &e.last)] {
+            let _ = writeln!(
+                out,
+                "{label:<14} {:>7} {:>26} {:>26} {:>7.1}%",
+                k.jobs,
+                hms(k.mean_abs_s),
+                hms(k.median_abs_s as f64),
+                k.within_10_min * 100.0
+            );
+        }
+        out.push('\n');
+    }
     let mut users: Vec<(&String, usize)> = s.per_user.iter().map(|(u, m)| (u, m.jobs)).collect();
     users.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
     let _ = writeln!(out, "mean wait of the {} busiest users (of {}; all in --json)", users.len().min(10), users.len());

@@ -18,6 +18,7 @@ mod node_cpus;
 pub mod oversubscribe;
 pub mod parse;
 pub mod policy;
+pub mod predict;
 pub mod preempt;
 pub mod reservation;
 pub mod role;

@@ -58,6 +58,11 @@ pub struct Policy {
     /// What becomes of a preempted job whose partition and QOS do not say (`PreemptMode`).
     #[serde(default, skip_serializing_if = "is_off")]
     pub preempt_mode: crate::preempt::PreemptMode,
+    /// Backfill plans with run times predicted from each user's last two jobs (capped by the
+    /// time limit, see [`crate::predict`]) instead of the limits; jobs are still killed at their
+    /// limit only. Off unless configured.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub predict: bool,
 }
 
 fn is_off(m: &crate::preempt::PreemptMode) -> bool {
@@ -79,6 +84,7 @@ impl Default for Policy {
             gpu_billing_weight: 10,
             preempt_type: Default::default(),
             preempt_mode: Default::default(),
+            predict: false,
         }
     }
 }

@@ -97,8 +97,13 @@ pub fn profiles(view: &ClusterView, now: u64) -> Vec<Timeline> {
     // all of them, then one per node for its steps.
     let mut releases: Vec<(usize, u64, Res)> = Vec::new();
     for r in &view.running {
-        // A job past its limit is being killed; plan for it to be gone in a second.
-        let end = if r.end_s == u64::MAX { None } else { Some(r.end_s.max(now + 1)) };
+        // A job past its limit is being killed; plan for it to be gone in a second. A job
+        // predicted to end sooner is planned to then, until it outlives the prediction.
+        let end = match r.predicted_end_s {
+            Some(p) if p > now => Some(p),
+            _ if r.end_s == u64::MAX => None,
+            _ => Some(r.end_s.max(now + 1)),
+        };
         for (i, res) in &r.alloc {
             free[*i] = free[*i].minus(res);
             if let Some(end) = end {
@@ -509,7 +514,27 @@ impl<'v> Capacity<'v> {
         (allocation, eligibility::Usage { cpus, gpus, mem, nodes: i64::from(job.nodes), gpus_by_type: typed })
     }
 
-    /// Reserves `nodes` for `job` from `start` for its time limit.
+    /// A job planned for less than its limit (a prediction) may still not start where its limit
+    /// would run into an advance reservation it is not in: of `nodes`, those clear of every
+    /// reservation until its limit would end (and the same as a membership mask), or `None`
+    /// when nothing is taken out (no reservations, or the job planned to its limit).
+    fn clear_to_limit(&self, job: &PendingJob, nodes: &[usize]) -> Option<(Vec<usize>, Vec<bool>)> {
+        if self.reservations.is_empty() || job.duration_s() >= job.limit_s() {
+            return None;
+        }
+        let end = self.now.saturating_add(job.limit_s());
+        let clear: Vec<usize> = nodes.iter().copied().filter(|&i| self.reservations.clear(i, self.now, end)).collect();
+        if clear.len() == nodes.len() {
+            return None;
+        }
+        let mut mask = vec![false; self.view.nodes.len()];
+        for &i in &clear {
+            mask[i] = true;
+        }
+        Some((clear, mask))
+    }
+
+    /// Reserves `nodes` for `job` from `start` for its planned run time.
     fn reserve(&mut self, job: &PendingJob, nodes: &[usize], start: u64, exclusive: bool, inside: Book) {
         for &i in nodes {
             let req = placement::need(job, &self.view.nodes[i], exclusive);
@@ -672,7 +697,8 @@ pub fn place<'a>(view: &'a ClusterView, candidates: &[Candidate<'a>], now_ms: Mi
                 job.clone()
             } else {
                 PendingJob {
-                    time_limit_s: Some(job.duration_s().min(until.saturating_sub(from.max(now))).max(1)),
+                    time_limit_s: Some(job.limit_s().min(until.saturating_sub(from.max(now))).max(1)),
+                    plan_s: Some(job.duration_s().min(until.saturating_sub(from.max(now))).max(1)),
                     ..job.clone()
                 }
             };
@@ -736,13 +762,16 @@ pub fn place<'a>(view: &'a ClusterView, candidates: &[Candidate<'a>], now_ms: Mi
             }
             let exclusive = partition.exclusive;
             let shapes: Vec<Shape> = job.components().map(|c| Shape::of(part, c)).collect();
+            let clear = capacity.clear_to_limit(job, &partition.nodes);
             let may_fit = failed_het.get(&shapes).is_none_or(|&d| job.duration_s() < d);
             let books = (capacity.profiles.as_slice(), capacity.free_gpus.as_slice());
+            let candidates = clear.as_ref().map_or(partition.nodes.as_slice(), |(c, _)| c.as_slice());
             let fits = match may_fit {
-                true => placement::fit_het(&topology, job, view, &partition.nodes, books, now, exclusive),
+                true => placement::fit_het(&topology, job, view, candidates, books, now, exclusive),
                 false => None,
             };
-            if fits.is_none() && may_fit {
+            // What failed on fewer nodes says nothing of a job that may have all of them.
+            if fits.is_none() && may_fit && clear.is_none() {
                 failed_het.insert(shapes, job.duration_s());
             }
             if let Some(per_component) = fits {
@@ -759,7 +788,7 @@ pub fn place<'a>(view: &'a ClusterView, candidates: &[Candidate<'a>], now_ms: Mi
                 continue;
             }
             let first_blocked = !std::mem::replace(&mut blocked[part], true);
-            let reason = capacity.reservations.reason(part, now, job.duration_s());
+            let reason = capacity.reservations.reason(part, now, job.limit_s());
             placed.waiting.push(wait(reason.unwrap_or(if first_blocked {
                 PendingReason::Resources
             } else {
@@ -794,8 +823,12 @@ pub fn place<'a>(view: &'a ClusterView, candidates: &[Candidate<'a>], now_ms: Mi
         let may_fit = capacity.max_free.bound().fits(&job.per_node)
             && (job.nodes == 1 || capacity.max_free.nodes_with_cpus(job.per_node.cpus) >= job.nodes as usize)
             && failed.get(&shape).is_none_or(|&d| dur < d);
-        let fits_now =
-            if may_fit { capacity.fit_now(job, &members[part], &partition.nodes, &topology, exclusive) } else { None };
+        let clear = capacity.clear_to_limit(job, &partition.nodes);
+        let fits_now = match (may_fit, &clear) {
+            (false, _) => None,
+            (true, None) => capacity.fit_now(job, &members[part], &partition.nodes, &topology, exclusive),
+            (true, Some((nodes, mask))) => capacity.fit_now(job, mask, nodes, &topology, exclusive),
+        };
         if let Some(nodes) = fits_now {
             let (allocation, usage) = capacity.start(job, nodes, exclusive, Book::Outside, job.duration_s());
             limits.add_job(view, job, &usage);
@@ -804,11 +837,11 @@ pub fn place<'a>(view: &'a ClusterView, candidates: &[Candidate<'a>], now_ms: Mi
             placed.backfilled += usize::from(blocked[part]);
             continue;
         }
-        if may_fit {
+        if may_fit && clear.is_none() {
             failed.insert(shape, dur);
         }
         let first_blocked = !std::mem::replace(&mut blocked[part], true);
-        let reason = capacity.reservations.reason(part, now, dur);
+        let reason = capacity.reservations.reason(part, now, job.limit_s());
         placed.waiting.push(wait(reason.unwrap_or(if first_blocked {
             PendingReason::Resources
         } else {
@@ -845,6 +878,30 @@ pub fn place<'a>(view: &'a ClusterView, candidates: &[Candidate<'a>], now_ms: Mi
             exclusive,
             previous.as_deref(),
         );
+        // Planned for its prediction, it still may not start where its limit would run into an
+        // advance reservation: then it is reserved where its limit fits.
+        let crosses = |(t, nodes): &(u64, Vec<usize>)| {
+            let end = t.saturating_add(job.limit_s());
+            job.duration_s() < job.limit_s() && nodes.iter().any(|&i| !capacity.reservations.clear(i, *t, end))
+        };
+        let found = match found {
+            Some(f) if crosses(&f) => {
+                let limited = PendingJob { plan_s: None, ..job.clone() };
+                let (profiles, resolution) = (&capacity.profiles, policy.bf_resolution_s);
+                placement::earliest(
+                    &topology,
+                    &limited,
+                    view,
+                    &partition.nodes,
+                    profiles,
+                    now,
+                    horizon,
+                    resolution,
+                    exclusive,
+                )
+            }
+            f => f,
+        };
         if let Some((t, nodes)) = found {
             capacity.reserve(job, &nodes, t, exclusive, Book::Outside);
             placed.estimates.insert(
@@ -978,7 +1035,11 @@ mod het_tests;
 #[cfg(test)]
 mod oversubscribe_tests;
 #[cfg(test)]
+mod predict_tests;
+#[cfg(test)]
 mod props;
+#[cfg(test)]
+mod room_tests;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]

@@ -4,10 +4,29 @@
 //! (not excluded; in its node list when it has one), has enough GPUs of the
 //! requested type, and its profile keeps the job's share free for the whole interval (an
 //! exclusive job needs the whole node). Among qualifying nodes: the fewest switches when a
-//! topology is known, then the best fit (least left over), then name order.
+//! topology is known; for a reservation (a start later than now), the nodes busy now first, so
+//! that it hides as little of what is idle now from backfill as its start allows; then the best
+//! fit (least left over), then name order.
 
 use super::profile::{round_up, Timeline};
 use super::view::{ClusterView, NodeView, PendingJob, Res};
+
+/// How a qualifying node ranks for a job, lowest first: what of the job's share the node has
+/// idle now (GPUs, then CPUs; none for a start now), then what it would have left over.
+pub type Rank = (i64, i64);
+
+/// The node's rank for `job` starting at `t` (`now` or later), given its `req` and what it has
+/// free from `t` for the job's duration.
+fn rank(profile: &Timeline, req: &Res, free: &Res, t: u64, now: u64) -> Rank {
+    let idle = if t > now {
+        let at_now = profile.free_at(now);
+        // GPUs are the scarcer: hiding one idle GPU weighs more than any count of CPUs.
+        (req.gpus.min(at_now.gpus).max(0) << 32) + req.cpus.min(at_now.cpus).max(0)
+    } else {
+        0
+    };
+    (idle, free.cpus - req.cpus)
+}
 
 /// What the job needs on `node`: its share, or the whole node when exclusive.
 pub fn need(job: &PendingJob, node: &NodeView, partition_exclusive: bool) -> Res {
@@ -42,7 +61,7 @@ fn choose_for(
     topology: &Topology,
     job: &PendingJob,
     view: &ClusterView,
-    fitting: Vec<(usize, i64)>,
+    fitting: Vec<(usize, Rank)>,
     k: usize,
 ) -> Option<Vec<usize>> {
     if !job.feature_counts.is_empty() {
@@ -52,7 +71,7 @@ fn choose_for(
         return choose_listed(topology, job, view, fitting, k);
     }
     job.features.iter().find_map(|f| {
-        let with: Vec<(usize, i64)> =
+        let with: Vec<(usize, Rank)> =
             fitting.iter().copied().filter(|(i, _)| view.nodes[*i].features.contains(f)).collect();
         choose_listed(topology, job, view, with, k)
     })
@@ -66,7 +85,7 @@ fn choose_counted(
     topology: &Topology,
     job: &PendingJob,
     view: &ClusterView,
-    mut fitting: Vec<(usize, i64)>,
+    mut fitting: Vec<(usize, Rank)>,
     k: usize,
 ) -> Option<Vec<usize>> {
     if fitting.len() < k {
@@ -83,7 +102,7 @@ fn choose_counted(
         .into_iter()
         .map(|c| with[c])
         .collect();
-    let others: Vec<(usize, i64)> = fitting.into_iter().filter(|(i, _)| !counted.contains(i)).collect();
+    let others: Vec<(usize, Rank)> = fitting.into_iter().filter(|(i, _)| !counted.contains(i)).collect();
     let mut nodes = counted;
     if k > nodes.len() {
         nodes.extend(choose(topology, others, k - nodes.len())?);
@@ -107,7 +126,7 @@ fn choose_listed(
     topology: &Topology,
     job: &PendingJob,
     view: &ClusterView,
-    fitting: Vec<(usize, i64)>,
+    fitting: Vec<(usize, Rank)>,
     k: usize,
 ) -> Option<Vec<usize>> {
     if job.only.is_empty() || lists_every_node(job) {
@@ -117,7 +136,7 @@ fn choose_listed(
     if !required.iter().all(|r| fitting.iter().any(|(i, _)| i == r)) {
         return None;
     }
-    let others: Vec<(usize, i64)> = fitting.into_iter().filter(|(i, _)| !required.contains(i)).collect();
+    let others: Vec<(usize, Rank)> = fitting.into_iter().filter(|(i, _)| !required.contains(i)).collect();
     let mut nodes = required;
     if k > nodes.len() {
         nodes.extend(choose(topology, others, k - nodes.len())?);
@@ -228,7 +247,7 @@ impl Topology {
 
 /// Picks `k` nodes among `fitting` (node index, leftover CPUs): within one switch if any
 /// switch has enough, else across the fewest switches; best fit inside.
-fn choose(topology: &Topology, mut fitting: Vec<(usize, i64)>, k: usize) -> Option<Vec<usize>> {
+fn choose(topology: &Topology, mut fitting: Vec<(usize, Rank)>, k: usize) -> Option<Vec<usize>> {
     if fitting.len() < k || k == 0 {
         return None;
     }
@@ -270,7 +289,7 @@ pub fn fit_now(
     partition_exclusive: bool,
 ) -> Option<Vec<usize>> {
     let end = now.saturating_add(job.duration_s());
-    let fitting: Vec<(usize, i64)> = candidates
+    let fitting: Vec<(usize, Rank)> = candidates
         .iter()
         .copied()
         .filter_map(|i| {
@@ -290,7 +309,7 @@ pub fn fit_now(
             if !free.fits(&req) || (free_gpus_of_type(job, node, &free_gpus[i]).count() as i64) < job.per_node.gpus {
                 return None;
             }
-            Some((i, free.cpus - req.cpus))
+            Some((i, (0, free.cpus - req.cpus)))
         })
         .collect();
     choose_for(topology, job, view, fitting, job.nodes as usize)
@@ -393,17 +412,14 @@ pub fn earliest(
     }
     firsts.sort_unstable();
     if k == 1 {
-        // One node: the earliest first fit is the answer; among ties, the best fit.
+        // One node: the earliest first fit is the answer; among ties, the best ranked.
         let t = firsts[0].0;
         return firsts
             .iter()
             .take_while(|(first, _)| *first == t)
-            .map(|&(_, i)| {
-                let req = need(job, &view.nodes[i], partition_exclusive);
-                (profiles[i].min_free(t, t.saturating_add(dur)).cpus - req.cpus, i)
-            })
-            .min()
-            .map(|(_, i)| (t, vec![i]));
+            .filter_map(|&(_, i)| fits_from(job, view, profiles, i, (now, t, dur), partition_exclusive))
+            .min_by_key(|&(i, rank)| (rank, i))
+            .map(|(i, _)| (t, vec![i]));
     }
     // No k nodes fit before the k-th earliest first fit. From there, try every time at which
     // any node's availability changes: a node that fits from its own earliest time may be
@@ -419,10 +435,10 @@ pub fn earliest(
     times.sort_unstable();
     times.dedup();
     for t in times {
-        let fitting: Vec<(usize, i64)> = firsts
+        let fitting: Vec<(usize, Rank)> = firsts
             .iter()
             .take_while(|(first, _)| *first <= t)
-            .filter_map(|&(_, i)| fits_from(job, view, profiles, i, (t, dur), partition_exclusive))
+            .filter_map(|&(_, i)| fits_from(job, view, profiles, i, (now, t, dur), partition_exclusive))
             .collect();
         if let Some(nodes) = choose_for(topology, job, view, fitting, k) {
             return Some((t, nodes));
@@ -431,18 +447,18 @@ pub fn earliest(
     None
 }
 
-/// Node `i` and the CPUs it would have left, when it holds `job`'s share from `t` for `dur`.
+/// Node `i` and its [`Rank`], when it holds `job`'s share from `t` (`now` or later) for `dur`.
 fn fits_from(
     job: &PendingJob,
     view: &ClusterView,
     profiles: &[Timeline],
     i: usize,
-    (t, dur): (u64, u64),
+    (now, t, dur): (u64, u64, u64),
     partition_exclusive: bool,
-) -> Option<(usize, i64)> {
+) -> Option<(usize, Rank)> {
     let req = need(job, &view.nodes[i], partition_exclusive);
     let free = profiles[i].min_free(t, t.saturating_add(dur));
-    free.fits(&req).then_some((i, free.cpus - req.cpus))
+    free.fits(&req).then(|| (i, rank(&profiles[i], &req, &free, t, now)))
 }
 
 /// The nodes of each component of a heterogeneous job that can all start now and run its whole
@@ -502,11 +518,11 @@ pub fn earliest_het(
         let mut left: Vec<usize> = candidates.to_vec();
         let mut out = Vec::new();
         for c in job.components() {
-            let fitting: Vec<(usize, i64)> = left
+            let fitting: Vec<(usize, Rank)> = left
                 .iter()
                 .copied()
                 .filter(|&i| could_hold(c, &view.nodes[i]))
-                .filter_map(|i| fits_from(c, view, profiles, i, (t, dur), partition_exclusive))
+                .filter_map(|i| fits_from(c, view, profiles, i, (now, t, dur), partition_exclusive))
                 .collect();
             let nodes = choose_for(topology, c, view, fitting, c.nodes as usize)?;
             left.retain(|i| !nodes.contains(i));

@@ -80,9 +80,17 @@ proptest! {
         second in proptest::collection::vec(job_shape(), 1..16),
         advance in 0u64..300,
         conservative in proptest::bool::ANY,
+        predicted in proptest::option::of((1u64..300, 1u64..300)),
     ) {
         let mode = if conservative { BackfillMode::Conservative } else { BackfillMode::Easy };
         let mut b = bench(&caps, mode);
+        if let Some((last_s, before_s)) = predicted {
+            // Backfill on predictions: alice's jobs planned for the mean of two past runs.
+            let policy = Policy { predict: true, ..b.state.policy.clone() };
+            b.cmd(quorum_state::Command::SetPolicy { policy, now: 0 });
+            let runs = quorum_model::predict::RecentRuns { last_s, before_s: Some(before_s) };
+            b.state.recent_runs.insert("alice".into(), runs);
+        }
         b.at(0);
         submit_all(&mut b, &first, &caps);
         b.cycle();

@@ -88,6 +88,14 @@ impl Reservations {
         }
     }
 
+    /// Whether no reservation holds node `i` at any time in `[from, to)`.
+    pub fn clear(&self, i: usize, from: u64, to: u64) -> bool {
+        self.held
+            .iter()
+            .filter(|h| h.nodes.binary_search(&i).is_ok())
+            .all(|h| h.windows.iter().all(|&(s, e)| s >= to || e <= from))
+    }
+
     /// The nodes some reservation holds at some time ahead.
     pub fn nodes(&self) -> Vec<usize> {
         let mut all: Vec<usize> = self.held.iter().flat_map(|h| h.nodes.iter().copied()).collect();

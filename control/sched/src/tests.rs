@@ -152,7 +152,7 @@ pub(crate) fn started(plan: &Plan) -> Vec<u64> {
     plan.starts.iter().map(|s| s.job_id).collect()
 }
 
-fn estimate_s(plan: &Plan, job: u64) -> Option<u64> {
+pub(crate) fn estimate_s(plan: &Plan, job: u64) -> Option<u64> {
     plan.estimates.get(&job).map(|e| (e.start_ms - 1_000_000_000) / 1000)
 }
 

@@ -84,6 +84,9 @@ pub struct RunningJob {
     pub qos: String,
     /// Seconds since the epoch; `u64::MAX` when it has no time limit.
     pub end_s: u64,
+    /// With predictions (`Policy::predict`): when it is predicted to end, before `end_s`. Once
+    /// past, it is planned to its limit again ([`quorum_model::predict::running_s`]).
+    pub predicted_end_s: Option<u64>,
     /// What it holds on each node, CPUs in the nodes' parts ([`RunningJob::cpu_parts`] per CPU).
     pub alloc: Vec<(usize, Res)>,
     /// How many of a node's CPU parts each of its CPUs takes: [`ClusterView::cpu_parts`]
@@ -142,6 +145,9 @@ pub struct PendingJob {
     pub cpu_parts: i64,
     pub gpu_type: Option<Name>,
     pub time_limit_s: Option<u64>,
+    /// With predictions (`Policy::predict`): how long it is planned to run, from its user's
+    /// recent run times, less than its limit; `None`: its limit.
+    pub plan_s: Option<u64>,
     pub nice: i32,
     pub exclusive: bool,
     pub features: Vec<String>,
@@ -181,8 +187,12 @@ impl PendingJob {
         std::iter::once(self).chain(self.het.iter())
     }
 
-    /// How long to plan for: the time limit, or forever.
+    /// How long to plan for: the prediction, or the time limit, or forever.
     pub fn duration_s(&self) -> u64 {
+        self.plan_s.or(self.time_limit_s).unwrap_or(u64::MAX / 4).max(1)
+    }
+    /// How long it may run: its time limit, or forever.
+    pub fn limit_s(&self) -> u64 {
         self.time_limit_s.unwrap_or(u64::MAX / 4).max(1)
     }
     /// The CPUs it asks for in all (whole CPUs, not parts).
@@ -341,6 +351,7 @@ fn running_job(
     a: &quorum_model::Allocation,
     by_name: &HashMap<&str, usize, BuildHasherDefault<Fnv>>,
     parts: i64,
+    predicted_end_s: Option<u64>,
 ) -> RunningJob {
     // A job that shares its CPUs in a way the parts do not divide (its partition changed
     // since it started) is booked as not sharing them: more than it holds, never less.
@@ -387,6 +398,7 @@ fn running_job(
         preempting: j.preempting.is_some(),
         suspended: j.state == JobState::Suspended,
         end_s,
+        predicted_end_s: predicted_end_s.filter(|&p| p < end_s),
         alloc: a
             .nodes
             .iter()
@@ -488,6 +500,7 @@ fn requested(spec: &JobSpec, names: &mut Names) -> PendingJob {
         cpu_parts: 1,
         gpu_type: spec.gpu_type.as_deref().map(|g| names.get(g)),
         time_limit_s: spec.time_limit_s,
+        plan_s: None,
         nice: spec.nice,
         exclusive: spec.exclusive,
         features: spec.constraint.clone(),
@@ -625,10 +638,20 @@ impl ClusterView {
         }
         // Running jobs name their nodes; a hash of the names finds each in a few nanoseconds.
         let mut by_name: Option<HashMap<&str, usize, BuildHasherDefault<Fnv>>> = None;
+        let predict = state.policy.predict;
         for j in active {
             match j.state {
                 JobState::Running | JobState::Suspended => {
                     let Some(a) = &j.allocation else { continue };
+                    let predicted_end = match (predict, j.start_time, j.state) {
+                        (true, Some(start), JobState::Running) => {
+                            let limit = j.limit_from_start_s();
+                            quorum_model::predict::predicted_s(state.recent_runs.get(&j.user), limit)
+                                .filter(|&p| limit.is_none_or(|l| p < l))
+                                .map(|p| (start / 1000).saturating_add(p))
+                        }
+                        _ => None,
+                    };
                     match cache.running.get_mut(&j.id) {
                         Some(c)
                             if c.alloc_index == j.alloc_index
@@ -636,7 +659,8 @@ impl ClusterView {
                                 && Shared::same(&c.spec, &j.spec)
                                 && c.resv_end == j.resv_end
                                 && c.entry.preempting == j.preempting.is_some()
-                                && c.entry.suspended == (j.state == JobState::Suspended) =>
+                                && c.entry.suspended == (j.state == JobState::Suspended)
+                                && c.entry.predicted_end_s == predicted_end.filter(|&p| p < c.entry.end_s) =>
                         {
                             c.used = generation;
                             view.running.push(c.entry.clone());
@@ -645,7 +669,7 @@ impl ClusterView {
                             let by_name = by_name.get_or_insert_with(|| {
                                 view.nodes.iter().enumerate().map(|(i, n)| (n.name.as_str(), i)).collect()
                             });
-                            let entry = Arc::new(running_job(state, j, a, by_name, parts));
+                            let entry = Arc::new(running_job(state, j, a, by_name, parts, predicted_end));
                             let cached = CachedRunning {
                                 alloc_index: j.alloc_index,
                                 used: generation,
@@ -696,11 +720,17 @@ impl ClusterView {
                     *used = generation;
                     // What may change while a job waits.
                     let claim = j.claim.as_ref().map(|c| c.nodes.as_slice()).unwrap_or_default();
+                    let plan = match (predict, state.recent_runs.get(&j.user)) {
+                        (true, Some(recent)) => quorum_model::predict::predicted_s(Some(recent), j.spec.time_limit_s)
+                            .filter(|&p| j.spec.time_limit_s.is_none_or(|l| p < l)),
+                        _ => None,
+                    };
                     if entry.held != j.held
                         || entry.dependency != dependency
                         || entry.dependency_ready_ms != ready_ms
                         || entry.reason != j.reason
                         || entry.claim != claim
+                        || entry.plan_s != plan
                     {
                         let e = Arc::make_mut(entry);
                         e.held = j.held;
@@ -708,6 +738,10 @@ impl ClusterView {
                         e.dependency_ready_ms = ready_ms;
                         e.reason = j.reason;
                         e.claim = claim.to_vec();
+                        e.plan_s = plan;
+                        for c in &mut e.het {
+                            c.plan_s = plan;
+                        }
                     }
                     view.pending.push(entry.clone());
                 }

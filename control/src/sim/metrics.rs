@@ -27,6 +27,7 @@ pub struct Metrics {
     /// Nearest-rank percentiles of the waits.
     pub wait_median_s: u64,
     pub wait_p95_s: u64,
+    pub wait_p99_s: u64,
     pub wait_max_s: u64,
     /// Mean of max(1, (wait + run) / max(run, 10 s)).
     pub bsld_mean: f64,
@@ -78,6 +79,7 @@ impl Metrics {
             wait_mean_s: mean(waits.iter().map(|&w| w as f64).sum()),
             wait_median_s: percentile(&waits, 50.0),
             wait_p95_s: percentile(&waits, 95.0),
+            wait_p99_s: percentile(&waits, 99.0),
             wait_max_s: waits.last().copied().unwrap_or(0),
             bsld_mean: mean(outcomes.iter().map(bsld).sum()),
             per_user: users
@@ -104,6 +106,62 @@ pub struct Report {
     pub preempted_jobs: usize,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub recorded: Option<Metrics>,
+    /// How good the start estimates were (with `SimOptions::estimates`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub estimates: Option<EstimateAccuracy>,
+}
+
+/// Which jobs' start estimates are judged: those that waited at least this long.
+pub const ESTIMATED_WAIT_S: u64 = 60;
+
+/// How close start estimates came to the actual starts, over the jobs that waited at least
+/// [`ESTIMATED_WAIT_S`]: the estimate made when each was submitted, and the last one before it
+/// started.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct EstimateAccuracy {
+    pub at_submit: EstimateErrors,
+    pub last: EstimateErrors,
+}
+
+/// Absolute errors of start estimates against actual starts.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct EstimateErrors {
+    /// Jobs judged (those with an estimate of this kind).
+    pub jobs: usize,
+    pub mean_abs_s: f64,
+    pub median_abs_s: u64,
+    /// The share of them within ten minutes of the actual start.
+    pub within_10_min: f64,
+}
+
+impl EstimateErrors {
+    /// Over (estimate, actual start) pairs.
+    pub fn of(pairs: impl Iterator<Item = (u64, u64)>) -> EstimateErrors {
+        let mut errors: Vec<u64> = pairs.map(|(estimate, actual)| estimate.abs_diff(actual)).collect();
+        errors.sort_unstable();
+        let n = errors.len();
+        let share = |count: usize| if n == 0 { 0.0 } else { count as f64 / n as f64 };
+        EstimateErrors {
+            jobs: n,
+            mean_abs_s: if n == 0 { 0.0 } else { errors.iter().map(|&e| e as f64).sum::<f64>() / n as f64 },
+            median_abs_s: percentile(&errors, 50.0),
+            within_10_min: share(errors.iter().filter(|&&e| e <= 600).count()),
+        }
+    }
+}
+
+impl EstimateAccuracy {
+    pub fn of(jobs: &[JobRecord]) -> EstimateAccuracy {
+        let judged = || {
+            jobs.iter()
+                .filter(|j| j.wait_s().is_some_and(|w| w >= ESTIMATED_WAIT_S))
+                .filter_map(|j| Some((j, j.start_s?)))
+        };
+        EstimateAccuracy {
+            at_submit: EstimateErrors::of(judged().filter_map(|(j, s)| Some((j.estimate_at_submit_s?, s)))),
+            last: EstimateErrors::of(judged().filter_map(|(j, s)| Some((j.estimate_last_s?, s)))),
+        }
+    }
 }
 
 impl Report {
@@ -140,6 +198,7 @@ impl Report {
             preemptions: result.jobs.iter().map(|j| u64::from(j.preempted)).sum(),
             preempted_jobs: result.jobs.iter().filter(|j| j.preempted > 0).count(),
             recorded: (!recorded.is_empty()).then(|| Metrics::of(&recorded, cpus)),
+            estimates: result.estimated.then(|| EstimateAccuracy::of(&result.jobs)),
         }
     }
 }
@@ -165,5 +224,15 @@ mod tests {
         assert_eq!(percentile(&[1, 2, 3, 4], 50.0), 2);
         assert_eq!(percentile(&(1..=100).collect::<Vec<_>>(), 95.0), 95);
         assert_eq!(percentile(&[], 95.0), 0);
+    }
+
+    #[test]
+    fn estimate_errors_by_hand() {
+        // Errors 0, 300, 900 and 3600 s: mean 1200, median (nearest rank) 300, two of four
+        // within ten minutes.
+        let e = EstimateErrors::of([(100, 100), (400, 100), (1000, 1900), (3700, 100)].into_iter());
+        assert_eq!((e.jobs, e.median_abs_s), (4, 300));
+        assert!((e.mean_abs_s - 1200.0).abs() < 1e-9 && (e.within_10_min - 0.5).abs() < 1e-9, "{e:?}");
+        assert_eq!(EstimateErrors::of(std::iter::empty()).jobs, 0);
     }
 }

@@ -106,6 +106,12 @@ pub struct SimOptions {
     /// Advance reservations made before the first job (maintenance windows, say): the
     /// trace's jobs are in none of them, so they keep off their nodes over their windows.
     pub reserve: Vec<crate::model::reservation::ResvRequest>,
+    /// Backfill on run times predicted from each user's last two jobs (`Policy::predict`),
+    /// whatever the config says.
+    pub predict: bool,
+    /// Estimate every waiting job's start after every cycle, as conservative backfill would
+    /// place it (with predictions when the policy uses them), for the estimates' accuracy.
+    pub estimates: bool,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -151,6 +157,10 @@ pub struct JobRecord {
     pub alloc: Vec<(u32, u32)>,
     /// How many times it was preempted (requeued, or ended PREEMPTED).
     pub preempted: u32,
+    /// With `SimOptions::estimates`: its start as estimated in the cycle at its submit, and in
+    /// the last cycle before it started (`None`: it started at once, or no estimate reached it).
+    pub estimate_at_submit_s: Option<u64>,
+    pub estimate_last_s: Option<u64>,
 }
 
 impl JobRecord {
@@ -201,6 +211,8 @@ pub struct SimResult {
     pub cycles: u64,
     /// The advance reservations it replayed with (`--reserve`).
     pub reservations: Vec<crate::model::reservation::Reservation>,
+    /// Whether the jobs carry start estimates (`SimOptions::estimates`).
+    pub estimated: bool,
 }
 
 /// A trace ready to replay: the machine resolved, the slice chosen, the cluster set up.
@@ -216,6 +228,7 @@ pub struct Simulation {
     skipped: BTreeMap<String, u64>,
     samples: bool,
     no_kill: bool,
+    estimates: bool,
     /// Partition names in config order, for the trace's partition numbers.
     partitions: Vec<String>,
 }
@@ -277,6 +290,9 @@ impl Simulation {
                 PolicyName::Easy.name().to_string()
             }
         };
+        if opts.predict {
+            policy.predict = true;
+        }
         if policy.backfill == BackfillMode::Conservative {
             // Textbook conservative backfill gives every blocked job a reservation.
             policy.reservations =
@@ -342,6 +358,7 @@ impl Simulation {
             skipped,
             samples: opts.samples,
             no_kill: opts.no_kill,
+            estimates: opts.estimates,
             partitions: Vec::new(),
         };
         // Second 0 of the trace is virtual time 0; the setup commands come before any arrival.
@@ -465,6 +482,23 @@ impl Simulation {
         }
     }
 
+    /// When each waiting job is estimated to start, as conservative backfill would place every
+    /// one of them in order behind what runs (with predictions when the policy uses them):
+    /// what `squeue --start` would say of each, were every job reached. Outside the cycle, so
+    /// it changes nothing.
+    fn estimate_starts(&self, cache: &mut ViewCache, now_ms: u64) -> Vec<(JobId, u64)> {
+        let view = ClusterView::from_state_cached(&self.state, cache);
+        let policy =
+            Policy { backfill: BackfillMode::Conservative, reservations: u32::MAX, ..self.state.policy.clone() };
+        let plan = quorum_sched::schedule(&view, now_ms, &policy);
+        let now_s = now_ms / 1000;
+        plan.starts
+            .iter()
+            .map(|s| (s.job_id, now_s))
+            .chain(plan.estimates.iter().map(|(&id, e)| (id, e.start_ms / 1000)))
+            .collect()
+    }
+
     /// Replays the whole slice; `progress` is called after every cycle.
     pub fn run(mut self, progress: &mut dyn FnMut(&Progress)) -> SimResult {
         let total = self.arrivals.len();
@@ -564,6 +598,8 @@ impl Simulation {
                             recorded_wait_s: a.job.wait_s,
                             alloc: Vec::new(),
                             preempted: 0,
+                            estimate_at_submit_s: None,
+                            estimate_last_s: None,
                         });
                     }
                     Response::Rejected(r) => {
@@ -650,6 +686,15 @@ impl Simulation {
             }
             // Every active job without an end coming is still waiting.
             let pending = self.state.active.len() - running;
+            if self.estimates && pending > 0 {
+                for (id, start_s) in self.estimate_starts(&mut cache, now) {
+                    let Some(rec) = by_id.get(&id).map(|&i| &mut records[i]) else { continue };
+                    if rec.submit_s == t {
+                        rec.estimate_at_submit_s = Some(start_s);
+                    }
+                    rec.estimate_last_s = Some(start_s);
+                }
+            }
             if self.samples {
                 samples.push(Sample { t_s: t, pending: pending as u32, busy_cpus });
             }
@@ -667,6 +712,7 @@ impl Simulation {
             samples,
             cycles,
             reservations: self.state.reservations.values().cloned().collect(),
+            estimated: self.estimates,
         }
     }
 }

@@ -320,3 +320,72 @@ fn reservations_keep_the_traces_jobs_off_their_nodes_over_their_windows() {
     let e = Simulation::new(&t, &busy).err().expect("a second reservation of the same name is refused");
     assert!(e.to_string().contains("--reserve: reservation 'maint': a reservation of this name exists already"), "{e}");
 }
+
+/// Issue 29's example on four single-CPU nodes: 3 is reserved job 2's two nodes and one of the
+/// two idle since 20, so 4 starts at once on the other, under EASY and conservative alike.
+#[test]
+fn a_reservation_leaves_the_node_it_does_not_need_to_backfill() {
+    let t = trace(
+        "; MaxNodes: 4\n",
+        &[
+            line(1, 0, 20, 2, 20, 1, 1),
+            line(2, 0, 100, 2, 100, 1, 1),
+            line(3, 30, 50, 3, 50, 1, 1),
+            line(4, 31, 1000, 1, 1000, 1, 1),
+        ],
+    );
+    for p in [PolicyName::Easy, PolicyName::Conservative] {
+        let r = run(&t, policy(p));
+        assert_eq!(starts(&r), BTreeMap::from([(1, 0), (2, 0), (3, 100), (4, 31)]), "{p:?}");
+    }
+}
+
+/// User 1's jobs run 10 s of the 1000 they ask. With predictions, once two have ended, the next
+/// is planned for 10 s and backfills beside user 2's job; on limits it would delay the 2-node
+/// job reserved at 540, and waits for it. The 2-node job starts when reserved either way.
+#[test]
+fn predicted_run_times_backfill_what_limits_would_not() {
+    let t = trace(
+        "; MaxNodes: 2\n",
+        &[
+            line(1, 0, 10, 1, 1000, 1, 1),
+            line(2, 20, 10, 1, 1000, 1, 1),
+            line(3, 40, 500, 1, 500, 2, 2),
+            line(4, 41, 100, 2, 100, 2, 2),
+            line(5, 42, 10, 1, 1000, 1, 1),
+        ],
+    );
+    let limits = starts(&run(&t, policy(PolicyName::Easy)));
+    assert_eq!(limits, BTreeMap::from([(1, 0), (2, 20), (3, 40), (4, 540), (5, 640)]));
+    let predicted = run(&t, SimOptions { predict: true, ..policy(PolicyName::Easy) });
+    assert!(predicted.policy.predict);
+    assert_eq!(starts(&predicted), BTreeMap::from([(1, 0), (2, 20), (3, 40), (4, 540), (5, 42)]));
+}
+
+/// Five jobs of one user on one node, each running 100 s of the 1000 it asks. On limits every
+/// last estimate before a start is 900 s late; with predictions, from the second job on (once
+/// one has ended) the last estimates are exact. The estimates at submit come before any job
+/// ended, so they are the limits' in both.
+#[test]
+fn start_estimates_are_measured_at_submit_and_before_the_start() {
+    let lines: Vec<String> = (0..5).map(|k| line(k + 1, k, 100, 1, 1000, 2, 2)).collect();
+    let t = trace("; MaxNodes: 1\n", &lines);
+    let run_with = |predict| {
+        let r = run(&t, SimOptions { predict, estimates: true, ..policy(PolicyName::Easy) });
+        assert_eq!(starts(&r), BTreeMap::from([(1, 0), (2, 100), (3, 200), (4, 300), (5, 400)]));
+        Report::of(&r).estimates.expect("estimated")
+    };
+    let limits = run_with(false);
+    assert_eq!((limits.last.jobs, limits.last.median_abs_s), (4, 900));
+    assert!((limits.last.mean_abs_s - 900.0).abs() < 1e-9 && limits.last.within_10_min == 0.0, "{limits:?}");
+    let predicted = run_with(true);
+    assert_eq!((predicted.last.jobs, predicted.last.median_abs_s), (4, 0), "{predicted:?}");
+    assert!((predicted.last.mean_abs_s - 225.0).abs() < 1e-9, "{predicted:?}");
+    assert!((predicted.last.within_10_min - 0.75).abs() < 1e-9, "{predicted:?}");
+    assert_eq!(predicted.at_submit, limits.at_submit);
+    assert_eq!(limits.at_submit.jobs, 4);
+    assert_eq!(limits.at_submit.median_abs_s, 1800, "900, 1800, 2700 and 3600 s late");
+    // Without asking, no estimates are made.
+    let r = run(&t, policy(PolicyName::Easy));
+    assert!(Report::of(&r).estimates.is_none() && r.jobs.iter().all(|j| j.estimate_last_s.is_none()));
+}

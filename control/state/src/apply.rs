@@ -1369,6 +1369,7 @@ fn finish_job(
     signal: Option<i32>,
 ) {
     charge_usage(state, job_id);
+    record_run(state, job_id, final_state);
     state.active.remove(&job_id);
     let Some(job) = state.jobs.get_mut(&job_id) else { return };
     let lent = job.lends_cpus();
@@ -1462,6 +1463,23 @@ fn node_down(state: &mut ClusterState, name: &str, reason: String) -> Response {
         }
     }
     Response::NodeDowned { ended, requeued }
+}
+
+/// Keeps the run time of a job that ended by itself or at its limit as its user's latest, for
+/// predictions: not one cancelled, preempted or lost with a node, whose time says nothing of
+/// how long it needed. Time suspended does not count.
+fn record_run(state: &mut ClusterState, job_id: JobId, final_state: JobState) {
+    if state.cluster_level() < crate::commands::PREDICT_LEVEL {
+        return;
+    }
+    let ran = matches!(final_state, JobState::Completed | JobState::Failed | JobState::Timeout | JobState::OutOfMemory);
+    let Some(job) = state.jobs.get(&job_id).filter(|_| ran) else { return };
+    let Some(start) = job.start_time else { return };
+    let suspended = job.suspended_ms + job.suspended_at.map_or(0, |since| state.clock.saturating_sub(since));
+    let run_s = state.clock.saturating_sub(start).saturating_sub(suspended) / 1000;
+    let previous = state.recent_runs.get(&job.user).copied();
+    let user = job.user.clone();
+    state.recent_runs.insert(user, quorum_model::predict::RecentRuns::after(previous, run_s));
 }
 
 /// Adds what a job used, in billed TRES-seconds, to its account's decayed usage.

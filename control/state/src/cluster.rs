@@ -79,6 +79,10 @@ pub struct ClusterState {
     /// The id the next cron entry gets (from 1).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub next_cron_id: u64,
+    /// Each user's last two run times, of the jobs that ended by themselves or at their limit:
+    /// what backfill on predicted run times plans with. From feature level 26.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub recent_runs: BTreeMap<String, quorum_model::predict::RecentRuns>,
 }
 
 fn is_zero(n: &u64) -> bool {

@@ -69,7 +69,11 @@ pub struct NodeRegistration {
 ///     `--oversubscribe`, and allocations that record how many ways they share their CPUs.
 /// 25. heterogeneous jobs (components after the first in a spec, allocations that name each
 ///     node's component, steps that name the components they run on).
-pub const FEATURE_LEVEL: u32 = 25;
+/// 26. each user's last two run times, kept as jobs end, for backfill on predicted run times.
+pub const FEATURE_LEVEL: u32 = 26;
+
+/// Users' recent run times (`ClusterState::recent_runs`).
+pub const PREDICT_LEVEL: u32 = 26;
 
 /// Heterogeneous jobs (`hetjob`).
 pub const HET_LEVEL: u32 = 25;

@@ -1,0 +1,145 @@
+//! Backfill on predicted run times (`Policy::predict`): each user's last two run times, kept
+//! by the state machine as jobs end, plan their next jobs and their running ones; a job that
+//! outlives its prediction is planned to its limit; none starts where its limit would run into
+//! an advance reservation it is not in.
+
+use std::collections::BTreeMap;
+
+use super::tests::{estimate_s, node, started, Bench};
+use super::*;
+use quorum_model::predict::RecentRuns;
+use quorum_model::reservation::{ResvEnd, ResvFlags, ResvRequest};
+use quorum_model::{JobState, QueueOrder, RankOutcome};
+use quorum_state::{Command, Response};
+
+const T0: u64 = 1_000_000_000;
+
+/// `nodes` one-CPU nodes, FIFO, EASY, predictions on or off; every replica at this build's
+/// level, so that the state keeps run times.
+fn site(nodes: u32, predict: bool) -> Bench {
+    let nodes = (1..=nodes).map(|i| node(&format!("n{i}"), 1, 0, "", &[])).collect();
+    let mut b = Bench::new(nodes, Policy { ordering: QueueOrder::Fifo, predict, ..Policy::default() });
+    let level = quorum_state::ReplicaVersion { level: quorum_state::FEATURE_LEVEL, version: "test".into() };
+    b.cmd(Command::SetReplicaVersions { versions: BTreeMap::from([(1, level)]), now: 0 });
+    b
+}
+
+fn job(b: &mut Bench, user: &str, nodes: u32, limit_s: u64) -> u64 {
+    b.submit_with(user, |s| {
+        (s.nodes, s.ntasks, s.time_limit_s) = (nodes, nodes, Some(limit_s));
+    })
+}
+
+/// Runs two jobs of `user` for `runs` seconds each (limit 100), one after the other from `at`;
+/// returns when the second ended.
+fn history(b: &mut Bench, user: &str, at: u64, runs: [u64; 2]) -> u64 {
+    let mut t = at;
+    for run in runs {
+        b.at(t);
+        let j = job(b, user, 1, 100);
+        assert_eq!(started(&b.cycle()), vec![j]);
+        t += run;
+        b.at(t);
+        b.end(j);
+    }
+    t
+}
+
+#[test]
+fn the_state_keeps_each_users_last_two_run_times_of_jobs_that_ran_their_course() {
+    let mut b = site(2, true);
+    assert!(b.state.recent_runs.is_empty());
+    let t = history(&mut b, "alice", 0, [10, 31]);
+    assert_eq!(b.state.recent_runs["alice"], RecentRuns { last_s: 31, before_s: Some(10) });
+    // A failed job ran its course too; a cancelled one says nothing of how long it needed.
+    b.at(t);
+    let failed = job(&mut b, "alice", 1, 100);
+    let cancelled = job(&mut b, "alice", 1, 100);
+    assert_eq!(started(&b.cycle()), vec![failed, cancelled]);
+    b.at(t + 5);
+    b.end_with(failed, 1);
+    assert_eq!(b.state.recent_runs["alice"], RecentRuns { last_s: 5, before_s: Some(31) });
+    let now = b.now_ms;
+    let r = b.cmd(Command::CancelJob { job_id: cancelled, user: "alice".into(), now, whole_array: false });
+    assert!(!matches!(r, Response::Rejected(_)), "{r:?}");
+    let token = b.state.jobs[&cancelled].alloc_index;
+    let node = b.state.jobs[&cancelled].allocation.as_ref().unwrap().nodes[0].node.clone();
+    let outcome = RankOutcome::Exited { code: 0, signal: 15 };
+    b.cmd(Command::JobEnded { job_id: cancelled, token, node, outcome, now });
+    assert_eq!(b.state.jobs[&cancelled].state, JobState::Cancelled);
+    assert_eq!(b.state.recent_runs["alice"], RecentRuns { last_s: 5, before_s: Some(31) });
+    assert!(!b.state.recent_runs.contains_key("bob"));
+}
+
+/// Alice's last two jobs ran 10 s of their 100: her running job is planned to end 10 s after
+/// it started, so the 2-node job blocked behind it is reserved then, not at her limit; once
+/// her job outlives its prediction, it is planned to its limit again. With predictions off,
+/// the limit throughout.
+#[test]
+fn a_running_job_is_planned_to_its_prediction_and_then_to_its_limit() {
+    for predict in [true, false] {
+        let mut b = site(2, predict);
+        let t = history(&mut b, "alice", 0, [10, 10]);
+        b.at(t);
+        let running = job(&mut b, "alice", 1, 100);
+        let wide = job(&mut b, "bob", 2, 50);
+        let p = b.cycle();
+        assert_eq!(started(&p), vec![running]);
+        let want = if predict { t + 10 } else { t + 100 };
+        assert_eq!(estimate_s(&p, wide), Some(want), "predict: {predict}");
+        b.at(t + 11);
+        let p = b.cycle();
+        assert_eq!(estimate_s(&p, wide), Some(t + 100), "past its prediction, its limit (predict: {predict})");
+    }
+}
+
+/// A pending job of a user with history is planned for its prediction: it backfills where its
+/// limit would delay the reservation ahead of it. Bob, without history, is planned at his limit.
+#[test]
+fn a_pending_job_backfills_on_its_prediction_and_one_without_history_on_its_limit() {
+    let run = |predict: bool, user: &str| {
+        let mut b = site(2, predict);
+        let t = history(&mut b, "alice", 0, [20, 30]);
+        b.at(t);
+        let long = job(&mut b, "carol", 1, 100);
+        let wide = job(&mut b, "carol", 2, 50);
+        let short = job(&mut b, user, 1, 150);
+        let p = b.cycle();
+        assert_eq!(estimate_s(&p, wide), Some(t + 100));
+        let _ = long;
+        started(&p).contains(&short)
+    };
+    assert!(run(true, "alice"), "predicted 25 s, it ends before the reservation at 100");
+    assert!(!run(true, "bob"), "bob has no history: his 150 s limit would delay the reservation");
+    assert!(!run(false, "alice"), "without predictions alice's limit counts");
+}
+
+/// Predicted to run 10 s, a job with a 1000 s limit still does not start on a node that an
+/// advance reservation holds from t=500: it starts on the other node.
+#[test]
+fn a_job_never_starts_where_its_limit_would_run_into_an_advance_reservation() {
+    let mut b = site(2, true);
+    let t = history(&mut b, "alice", 0, [10, 10]);
+    b.at(t);
+    let request = ResvRequest {
+        name: "maint".into(),
+        start_ms: Some(T0 + (t + 500) * 1000),
+        end: Some(ResvEnd::After(60)),
+        nodes: Some(vec!["n1".into()]),
+        users: Some(vec!["root".into()]),
+        flags: Some(ResvFlags::parse("MAINT").unwrap()),
+        ..ResvRequest::default()
+    };
+    let now = b.now_ms;
+    let r = b.cmd(Command::CreateReservation { request, user: "root".into(), now });
+    assert!(matches!(r, Response::Reserved { .. }), "{r:?}");
+    let first = job(&mut b, "alice", 1, 1000);
+    let second = job(&mut b, "alice", 1, 1000);
+    let p = b.cycle();
+    assert_eq!(started(&p), vec![first], "only n2 is clear for 1000 s");
+    assert_eq!(b.state.jobs[&first].allocation.as_ref().unwrap().nodes[0].node, "n2");
+    assert_eq!(p.reason(second), Some(PendingReason::ReservedForMaintenance));
+    // A short-limit job of hers still starts on n1, before the window.
+    let short = job(&mut b, "alice", 1, 400);
+    assert_eq!(started(&b.cycle()), vec![short]);
+}
