@@ -4,28 +4,24 @@
 //! (not excluded; in its node list when it has one), has enough GPUs of the
 //! requested type, and its profile keeps the job's share free for the whole interval (an
 //! exclusive job needs the whole node). Among qualifying nodes: the fewest switches when a
-//! topology is known; for a reservation (a start later than now), the nodes busy now first, so
-//! that it hides as little of what is idle now from backfill as its start allows; then the best
-//! fit (least left over), then name order.
+//! topology is known; for a reservation (a start later than now), the nodes busy now first, and
+//! among those the ones that free the job's share last before its start, so that it hides from
+//! backfill as little as its start allows of the time the nodes could run jobs that go past it;
+//! then the best fit (least left over), then name order.
 
 use super::profile::{round_up, Timeline};
 use super::view::{ClusterView, NodeView, PendingJob, Res};
 
-/// How a qualifying node ranks for a job, lowest first: what of the job's share the node has
-/// idle now (GPUs, then CPUs; none for a start now), then what it would have left over.
-pub type Rank = (i64, i64);
+/// How a qualifying node ranks for a job, lowest first: how long before the job's start the
+/// node could already hold its share (what a reservation there hides from backfill; a node
+/// idle now hides the most, none for a start now), then what it would have left over.
+pub type Rank = (u64, i64);
 
 /// The node's rank for `job` starting at `t` (`now` or later), given its `req` and what it has
 /// free from `t` for the job's duration.
 fn rank(profile: &Timeline, req: &Res, free: &Res, t: u64, now: u64) -> Rank {
-    let idle = if t > now {
-        let at_now = profile.free_at(now);
-        // GPUs are the scarcer: hiding one idle GPU weighs more than any count of CPUs.
-        (req.gpus.min(at_now.gpus).max(0) << 32) + req.cpus.min(at_now.cpus).max(0)
-    } else {
-        0
-    };
-    (idle, free.cpus - req.cpus)
+    let hidden = if t > now { t - profile.holds_since(req, t).max(now) } else { 0 };
+    (hidden, free.cpus - req.cpus)
 }
 
 /// What the job needs on `node`: its share, or the whole node when exclusive.

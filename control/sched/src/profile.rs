@@ -117,6 +117,23 @@ impl Timeline {
         None
     }
 
+    /// The earliest time from which `req` stays free until `t` (`t` itself when it is not free
+    /// just before `t`, or `t` is the first step's time): how long before `t` the node could
+    /// already hold it.
+    pub fn holds_since(&self, req: &Res, t: u64) -> u64 {
+        let mut since = t;
+        for &(from, free) in self.steps[..=self.at(t.saturating_sub(1))].iter().rev() {
+            if from >= t {
+                continue;
+            }
+            if !free.fits(req) {
+                break;
+            }
+            since = from;
+        }
+        since
+    }
+
     /// `inside` over `windows` (sorted, disjoint), `outside` at every other time: what a job
     /// that may use both books sees of one node.
     pub fn spliced(outside: &Timeline, inside: &Timeline, windows: &[(u64, u64)]) -> Timeline {
@@ -155,6 +172,19 @@ mod tests {
 
     fn r(cpus: i64) -> Res {
         Res { cpus, mem: 0, gpus: 0 }
+    }
+
+    #[test]
+    fn how_long_a_node_could_hold_a_share_before_a_time() {
+        // 1 CPU free now, 3 at t=10, 1 again at t=20 (taken), 4 from t=30.
+        let mut tl = Timeline::new(0, r(1), vec![(10, r(2)), (30, r(1))]);
+        tl.take(20, 30, &r(2));
+        assert_eq!(tl.holds_since(&r(1), 40), 0, "one CPU was free all along");
+        assert_eq!(tl.holds_since(&r(2), 40), 30, "two only since t=30");
+        assert_eq!(tl.holds_since(&r(2), 20), 10, "and from 10 to 20");
+        assert_eq!(tl.holds_since(&r(4), 40), 30);
+        assert_eq!(tl.holds_since(&r(5), 40), 40, "never");
+        assert_eq!(tl.holds_since(&r(1), 0), 0, "now");
     }
 
     #[test]

@@ -63,26 +63,30 @@ fn conservative_reserves_the_nodes_busy_now_first_and_backfills_the_idle_one() {
     four_jobs(BackfillMode::Conservative, 10);
 }
 
-/// A reservation prefers the node whose GPU is busy now to the one whose GPU is idle, though
-/// the idle one has fewer CPUs left over: an idle GPU hidden is capacity lost to backfill.
+/// Among nodes all busy now, a reservation takes those that free up last before its start: a
+/// node free earlier can run a job past the start in the meantime. n1..n4 run jobs until 50,
+/// 90, 100 and 90; a 2-node job can start at 90 and is reserved n2 and n4, not n1; at 50 a
+/// long job starts on n1.
 #[test]
-fn a_reservation_hides_an_idle_gpu_last() {
-    let nodes = vec![node("g1", 4, 1, "a100", &[]), node("g2", 2, 1, "a100", &[])];
+fn a_reservation_takes_the_nodes_that_free_up_last_before_its_start() {
+    let nodes = (1..=4).map(|i| node(&format!("n{i}"), 1, 0, "", &[])).collect();
     let mut b = Bench::new(nodes, fifo(BackfillMode::Easy, 1));
     b.at(0);
-    let holder = b.submit_with("alice", |s| {
-        (s.gpus_per_node, s.cpus_per_task, s.nodelist, s.time_limit_s) = (1, 1, vec!["g1".into()], Some(100));
-    });
-    let cpus = b.submit_with("alice", |s| {
-        (s.cpus_per_task, s.nodelist, s.time_limit_s) = (2, vec!["g2".into()], Some(100));
-    });
-    assert_eq!(started(&b.cycle()), vec![holder, cpus]);
-    // Needs a GPU and 2 CPUs until t=100 on either node: g1's GPU is busy, g2's CPUs are.
-    let blocked = b.submit_with("alice", |s| {
-        (s.gpus_per_node, s.cpus_per_task, s.time_limit_s) = (1, 2, Some(50));
-    });
+    let running: Vec<u64> = [50, 90, 100, 90].iter().map(|&limit| b.submit(1, limit)).collect();
+    assert_eq!(started(&b.cycle()), running);
+    let on: Vec<String> = running.iter().map(|&j| nodes_of(&b, j)[0].clone()).collect();
+    assert_eq!(on, ["n1", "n2", "n3", "n4"]);
+    let wide = b.submit(2, 50);
     let p = b.cycle();
-    assert!(started(&p).is_empty());
-    assert_eq!(estimate_s(&p, blocked), Some(100));
-    assert_eq!(p.estimates[&blocked].nodes, vec!["g1".to_string()], "g2's GPU is idle now; g1's is not");
+    assert_eq!(estimate_s(&p, wide), Some(90));
+    let mut reserved = p.estimates[&wide].nodes.clone();
+    reserved.sort();
+    assert_eq!(reserved, ["n2", "n4"], "n1 frees at 50, 40 s before the start");
+    b.at(50);
+    b.end(running[0]);
+    let long = b.submit(1, 1000);
+    let p = b.cycle();
+    assert_eq!(started(&p), vec![long], "n1 is not reserved: the long job starts there");
+    assert_eq!(nodes_of(&b, long), ["n1"]);
+    assert_eq!(estimate_s(&p, wide), Some(90));
 }
