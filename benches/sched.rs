@@ -433,6 +433,8 @@ fn state(pending: usize, nodes: usize) -> ClusterState {
                 resv_end: None,
             }),
         );
+        // The view walks the active jobs' index, as the state machine keeps it.
+        s.active.insert(id);
     }
     s
 }
