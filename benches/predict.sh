@@ -32,7 +32,7 @@ PY
   rm -f "$out" "$out.time"
 }
 for spec in "KTH-SP2-1996-2.1-cln.swf.gz whole" "LANL-CM5-1994-4.1-cln.swf.gz whole" \
-  "RICC-2010-2.swf.gz --count=50000"; do
+  "RICC-2010-2.swf.gz --count=10000"; do
   read -r trace slice <<<"$spec"
   args=()
   [[ $slice != whole ]] && args=("$slice")
