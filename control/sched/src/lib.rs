@@ -97,13 +97,12 @@ pub fn profiles(view: &ClusterView, now: u64) -> Vec<Timeline> {
     // all of them, then one per node for its steps.
     let mut releases: Vec<(usize, u64, Res)> = Vec::new();
     for r in &view.running {
-        // A job past its limit is being killed; plan for it to be gone in a second. A job
-        // predicted to end sooner is planned to then, until it outlives the prediction.
-        let end = match r.predicted_end_s {
-            Some(p) if p > now => Some(p),
-            _ if r.end_s == u64::MAX => None,
-            _ => Some(r.end_s.max(now + 1)),
-        };
+        // A job predicted to end before its limit is planned to then, until it outlives the
+        // prediction; a job past its limit is being killed: plan for it to be gone in a second.
+        let limit = (r.end_s != u64::MAX).then(|| r.end_s.saturating_sub(r.start_s));
+        let predicted = r.predicted_end_s.map(|p| p.saturating_sub(r.start_s));
+        let planned = quorum_model::predict::running_s(predicted, limit, now.saturating_sub(r.start_s));
+        let end = planned.map(|d| r.start_s.saturating_add(d).max(now + 1));
         for (i, res) in &r.alloc {
             free[*i] = free[*i].minus(res);
             if let Some(end) = end {

@@ -259,6 +259,12 @@ pub struct ClusterView {
     pub reservations: Vec<quorum_model::reservation::Reservation>,
 }
 
+/// A job's predicted run time from its user's recent runs, when there are some and it is shorter
+/// than its limit (otherwise the limit is what is planned).
+fn shorter_prediction(recent: Option<&quorum_model::predict::RecentRuns>, limit_s: Option<u64>) -> Option<u64> {
+    quorum_model::predict::predicted_s(Some(recent?), limit_s).filter(|&p| limit_s.is_none_or(|l| p < l))
+}
+
 /// FNV-1a: a fast hash for the short node names looked up while taking a view (no
 /// adversary chooses them, so a keyed hash buys nothing).
 #[derive(Default)]
@@ -645,9 +651,7 @@ impl ClusterView {
                     let Some(a) = &j.allocation else { continue };
                     let predicted_end = match (predict, j.start_time, j.state) {
                         (true, Some(start), JobState::Running) => {
-                            let limit = j.limit_from_start_s();
-                            quorum_model::predict::predicted_s(state.recent_runs.get(&j.user), limit)
-                                .filter(|&p| limit.is_none_or(|l| p < l))
+                            shorter_prediction(state.recent_runs.get(&j.user), j.limit_from_start_s())
                                 .map(|p| (start / 1000).saturating_add(p))
                         }
                         _ => None,
@@ -720,11 +724,9 @@ impl ClusterView {
                     *used = generation;
                     // What may change while a job waits.
                     let claim = j.claim.as_ref().map(|c| c.nodes.as_slice()).unwrap_or_default();
-                    let plan = match (predict, state.recent_runs.get(&j.user)) {
-                        (true, Some(recent)) => quorum_model::predict::predicted_s(Some(recent), j.spec.time_limit_s)
-                            .filter(|&p| j.spec.time_limit_s.is_none_or(|l| p < l)),
-                        _ => None,
-                    };
+                    let plan = predict
+                        .then(|| shorter_prediction(state.recent_runs.get(&j.user), j.spec.time_limit_s))
+                        .flatten();
                     if entry.held != j.held
                         || entry.dependency != dependency
                         || entry.dependency_ready_ms != ready_ms

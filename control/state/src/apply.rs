@@ -1474,21 +1474,25 @@ fn record_run(state: &mut ClusterState, job_id: JobId, final_state: JobState) {
     }
     let ran = matches!(final_state, JobState::Completed | JobState::Failed | JobState::Timeout | JobState::OutOfMemory);
     let Some(job) = state.jobs.get(&job_id).filter(|_| ran) else { return };
-    let Some(start) = job.start_time else { return };
-    let suspended = job.suspended_ms + job.suspended_at.map_or(0, |since| state.clock.saturating_sub(since));
-    let run_s = state.clock.saturating_sub(start).saturating_sub(suspended) / 1000;
+    let Some(run_ms) = ran_ms(job, state.clock) else { return };
+    let run_s = run_ms / 1000;
     let previous = state.recent_runs.get(&job.user).copied();
     let user = job.user.clone();
     state.recent_runs.insert(user, quorum_model::predict::RecentRuns::after(previous, run_s));
 }
 
+/// How long a started job has run by `clock`, its time suspended left out.
+fn ran_ms(job: &Job, clock: Millis) -> Option<Millis> {
+    let suspended = job.suspended_ms + job.suspended_at.map_or(0, |since| clock.saturating_sub(since));
+    Some(clock.saturating_sub(job.start_time?).saturating_sub(suspended))
+}
+
 /// Adds what a job used, in billed TRES-seconds, to its account's decayed usage.
 fn charge_usage(state: &mut ClusterState, job_id: JobId) {
     let Some(job) = state.jobs.get(&job_id) else { return };
-    let (Some(start), Some(allocation)) = (job.start_time, &job.allocation) else { return };
     // Time suspended is not charged.
-    let suspended = job.suspended_ms + job.suspended_at.map_or(0, |since| state.clock.saturating_sub(since));
-    let seconds = state.clock.saturating_sub(start).saturating_sub(suspended) as f64 / 1000.0;
+    let (Some(ran), Some(allocation)) = (ran_ms(job, state.clock), &job.allocation) else { return };
+    let seconds = ran as f64 / 1000.0;
     let cpus: u64 = allocation.nodes.iter().map(|n| u64::from(n.cpus)).sum();
     let gpus: u64 = allocation.nodes.iter().map(|n| n.gpus.len() as u64).sum();
     let billed = (cpus + gpus * u64::from(state.policy.gpu_billing_weight)) as f64 * seconds;
