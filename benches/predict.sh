@@ -1,41 +1,55 @@
 #!/usr/bin/env bash
 # Backfill on limits against backfill on predicted run times (issue 29), on the real traces in
-# ../shared/traces: EASY with the users' time limits, then EASY with predictions, each with
-# start estimates. Prints one line per run: trace, slice, planning, mean bounded slowdown, mean
-# and p99 wait, utilization, the start estimates' median and mean absolute error (at submit and
-# the last before the start) and the share within ten minutes, and the wall time.
+# ../shared/traces, each in queue order and shortest planned run time first (SJBF; with
+# predictions, EASY++): EASY with the users' time limits, then with predictions. Prints one
+# line per run: trace, slice, planning, mean bounded slowdown, mean and p99 wait, utilization,
+# the start estimates' median and mean absolute error (at submit and the last before the
+# start) and the share within ten minutes, and the wall time.
 #
-#   benches/predict.sh [TRACE_DIR]
+#   benches/predict.sh [TRACE_DIR] [estimates|whole]
+#
+# `estimates` (default): KTH-SP2 and LANL-CM5 whole and RICC's first 10,000 jobs, with start
+# estimates. `whole`: RICC whole (447,000 jobs), without start estimates (estimating every
+# waiting job's start after every cycle of the whole of RICC takes hours on two cores).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 traces=${1:-../shared/traces}
+part=${2:-estimates}
 cargo build --release --bin quorum --bin quorum-dev >&2
 bin=${CARGO_TARGET_DIR:-target}/release/quorum
-printf '%-30s %-16s %-9s %8s %9s %9s %6s %22s %22s %9s %7s\n' trace slice planning bsld wait_mean \
+printf '%-30s %-16s %-20s %8s %9s %9s %6s %22s %22s %9s %7s\n' trace slice planning bsld wait_mean \
   wait_p99 util 'submit med/mean/10min' 'last med/mean/10min' jobs_est wall_s
 run() {
   local trace=$1 slice=$2 label=$3
   shift 3
   local out
   out=$(mktemp)
-  /usr/bin/time -f '%e' -o "$out.time" "$bin" simulate "$traces/$trace" --policy easy --estimates --json -q "$@" >"$out"
+  /usr/bin/time -f '%e' -o "$out.time" "$bin" simulate "$traces/$trace" --policy easy --json -q "$@" >"$out"
   python3 - "$out" "$(cat "$out.time")" "$trace" "$slice" "$label" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
 wall, trace, slc, label = sys.argv[2:6]
-e = r["estimates"]
+e = r.get("estimates")
 fmt = lambda k: "%d/%d/%.0f%%" % (k["median_abs_s"], round(k["mean_abs_s"]), 100 * k["within_10_min"])
-print("%-30s %-16s %-9s %8.2f %9.0f %9d %5.1f%% %22s %22s %9d %7s" % (
+print("%-30s %-16s %-20s %8.2f %9.0f %9d %5.1f%% %22s %22s %9s %7s" % (
     trace, slc, label, r["bsld_mean"], r["wait_mean_s"], r["wait_p99_s"], 100 * r["utilization"],
-    fmt(e["at_submit"]), fmt(e["last"]), e["last"]["jobs"], wall))
+    fmt(e["at_submit"]) if e else "-", fmt(e["last"]) if e else "-", e["last"]["jobs"] if e else "-", wall))
 PY
   rm -f "$out" "$out.time"
 }
-for spec in "KTH-SP2-1996-2.1-cln.swf.gz whole" "LANL-CM5-1994-4.1-cln.swf.gz whole" \
-  "RICC-2010-2.swf.gz --count=10000"; do
+case $part in
+  estimates) specs=("KTH-SP2-1996-2.1-cln.swf.gz whole" "LANL-CM5-1994-4.1-cln.swf.gz whole"
+    "RICC-2010-2.swf.gz --count=10000") ;;
+  whole) specs=("RICC-2010-2.swf.gz whole") ;;
+  *) echo "usage: $0 [TRACE_DIR] [estimates|whole]" >&2; exit 2 ;;
+esac
+for spec in "${specs[@]}"; do
   read -r trace slice <<<"$spec"
   args=()
   [[ $slice != whole ]] && args=("$slice")
+  [[ $part == estimates ]] && args+=(--estimates)
   run "$trace" "$slice" limits "${args[@]}"
+  run "$trace" "$slice" limits,shortest --backfill-order shortest "${args[@]}"
   run "$trace" "$slice" predicted --predict "${args[@]}"
+  run "$trace" "$slice" predicted,shortest --predict --backfill-order shortest "${args[@]}"
 done

@@ -16,7 +16,7 @@ use quorum_control::model::oversubscribe::OverSubscribe;
 use quorum_control::model::preempt::{PreemptMode, PreemptType};
 use quorum_control::model::reservation::{Reservation, ResvFlags};
 use quorum_control::model::{Account, AssocLimits, Gpu, Job, JobSpec, JobState, Node, NodeAdminState, Program, Shared};
-use quorum_control::model::{BackfillMode, Policy};
+use quorum_control::model::{BackfillMode, BackfillOrder, Policy};
 use quorum_control::model::{Qos, TresLimit, TresMins, Usage};
 use quorum_sched::view::{DepStatus, PartitionView, RunningJob};
 use quorum_sched::{schedule, ClusterView, NodeView, PendingJob, Res};
@@ -272,6 +272,11 @@ fn bench_cycle(c: &mut Criterion) {
     let view = with_predictions(cluster(pending, nodes));
     group.bench_function(format!("{pending}_jobs_{nodes}_nodes_easy_predict"), |b| {
         b.iter(|| black_box(schedule(black_box(&view), NOW_MS, &policy)))
+    });
+    // And those behind the reservation tried shortest predicted run time first (EASY++).
+    let shortest = Policy { backfill_order: BackfillOrder::Shortest, ..policy.clone() };
+    group.bench_function(format!("{pending}_jobs_{nodes}_nodes_easy_predict_shortest"), |b| {
+        b.iter(|| black_box(schedule(black_box(&view), NOW_MS, &shortest)))
     });
     // The largest size again, with preemptable jobs running on the other half of the nodes:
     // preemption on, and off (the same cluster, nothing preempted).

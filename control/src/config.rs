@@ -27,7 +27,7 @@ use serde::{Deserialize, Serialize};
 use crate::model::oversubscribe::OverSubscribe;
 use crate::model::preempt::{PreemptMode, PreemptType};
 use crate::model::{hostlist, parse, Account, AssocLimits, Partition, PartitionAccess, Qos};
-use crate::model::{BackfillMode, Policy, QueueOrder, Weights};
+use crate::model::{BackfillMode, BackfillOrder, Policy, QueueOrder, Weights};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -605,6 +605,18 @@ pub struct SchedulerConfig {
     /// Backfill on run times predicted from each user's last two jobs instead of their time
     /// limits (default false).
     pub predict: Option<bool>,
+    /// In what order backfill tries the jobs behind the reservations: `priority` (default,
+    /// the queue's) or `shortest` (shortest planned run time first).
+    pub backfill_order: Option<String>,
+}
+
+/// A backfill order as the config and `quorum simulate --backfill-order` spell it.
+pub fn parse_backfill_order(s: &str) -> Result<BackfillOrder, String> {
+    match s {
+        "priority" => Ok(BackfillOrder::Priority),
+        "shortest" => Ok(BackfillOrder::Shortest),
+        other => Err(format!("'{other}': expected one of priority, shortest")),
+    }
 }
 
 impl SchedulerConfig {
@@ -656,6 +668,11 @@ impl SchedulerConfig {
                 }
             },
             predict: self.predict.unwrap_or(false),
+            backfill_order: match self.backfill_order.as_deref() {
+                None => BackfillOrder::Priority,
+                Some(o) => parse_backfill_order(o)
+                    .map_err(|e| ConfigError::Invalid(format!("scheduler.backfill_order = {e}")))?,
+            },
         })
     }
 }
@@ -1094,6 +1111,20 @@ mod tests {
         }
         let e = HttpConfig { metrics_allow: vec!["10.0.0.0/40".into()], ..Default::default() }.metrics_allow();
         assert!(e.unwrap_err().to_string().contains("[http] metrics_allow '10.0.0.0/40': '/40' is not 0 to 32"));
+    }
+
+    #[test]
+    fn the_scheduler_section_sets_predictions_and_the_backfill_order() {
+        let read = |text: &str| toml::from_str::<SchedulerConfig>(text).unwrap().to_policy();
+        let p = read("").unwrap();
+        assert!(!p.predict);
+        assert_eq!(p.backfill_order, BackfillOrder::Priority);
+        let p = read("predict = true\nbackfill_order = \"shortest\"").unwrap();
+        assert!(p.predict);
+        assert_eq!(p.backfill_order, BackfillOrder::Shortest);
+        assert_eq!(read("backfill_order = \"priority\"").unwrap().backfill_order, BackfillOrder::Priority);
+        let e = read("backfill_order = \"sjf\"").unwrap_err().to_string();
+        assert!(e.contains("scheduler.backfill_order = 'sjf': expected one of priority, shortest"), "{e}");
     }
 
     #[test]

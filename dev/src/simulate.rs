@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use quorum_control::config::ClusterSettings;
 use quorum_control::model::parse::{format_duration, parse_time_limit};
 use quorum_control::model::reservation::ResvRequest;
+use quorum_control::model::BackfillOrder;
 use quorum_control::sim::metrics::{Metrics, Report};
 use quorum_control::sim::swf::{self, Trace};
 use quorum_control::sim::{svg, PolicyName, Progress, SimOptions, SimResult, Simulation};
@@ -48,6 +49,11 @@ pub struct SimulateArgs {
     /// limit) instead of the limits, as `[scheduler] predict = true` does.
     #[arg(long)]
     pub predict: bool,
+    /// In what order backfill tries the jobs behind the reservation(s): `priority` (the
+    /// queue's) or `shortest` (shortest planned run time first: with --predict, Tsafrir et al.'s
+    /// EASY++), as `[scheduler] backfill_order` does (default: the config's, or priority).
+    #[arg(long, value_name = "ORDER", value_parser = parse_backfill_order)]
+    pub backfill_order: Option<quorum_control::model::BackfillOrder>,
     /// Estimate every waiting job's start after every cycle, and report how close the
     /// estimates came (the one at submit, and the last before the start).
     #[arg(long)]
@@ -119,6 +125,7 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
         samples: args.plot.is_some(),
         reserve,
         predict: args.predict,
+        backfill_order: args.backfill_order,
         estimates: args.estimates,
     };
     let sim = Simulation::new(&trace, &opts)?;
@@ -197,6 +204,10 @@ fn json(name: &str, trace: &Trace, r: &SimResult, report: &Report) -> serde_json
     v
 }
 
+fn parse_backfill_order(s: &str) -> Result<BackfillOrder, String> {
+    quorum_control::config::parse_backfill_order(s)
+}
+
 fn hms(s: f64) -> String {
     format!("{} ({s:.0} s)", format_duration(s.round() as u64))
 }
@@ -229,7 +240,12 @@ fn table(name: &str, trace: &Trace, r: &SimResult, report: &Report) -> String {
             String::new()
         },
         format_duration(p.bf_window_s),
-        if p.predict { ", on predicted run times" } else { "" }
+        match (p.predict, p.backfill_order) {
+            (false, BackfillOrder::Priority) => "",
+            (true, BackfillOrder::Priority) => ", on predicted run times",
+            (false, BackfillOrder::Shortest) => ", backfill shortest limit first",
+            (true, BackfillOrder::Shortest) => ", on predicted run times, backfill shortest first",
+        }
     );
     for v in &r.reservations {
         let names: Vec<&str> = v.nodes.iter().map(String::as_str).collect();

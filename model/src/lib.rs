@@ -72,7 +72,7 @@ pub use units::{JobId, Millis};
 pub use accounts::{Account, AssocLimits, Qos, Tres, TresLimit, TresMins, Usage};
 pub use array::{ArraySpec, ArrayTask, TaskRange};
 pub use env::Env;
-pub use policy::{BackfillMode, Policy, QueueOrder, Weights};
+pub use policy::{BackfillMode, BackfillOrder, Policy, QueueOrder, Weights};
 pub use role::Role;
 pub use usage::JobUsage;
 

@@ -24,6 +24,24 @@ pub enum BackfillMode {
     Conservative,
 }
 
+/// In what order backfill tries the jobs behind the reservations.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum BackfillOrder {
+    /// The queue's order.
+    #[default]
+    Priority,
+    /// Shortest planned run time first (the prediction with `Policy::predict`, else the time
+    /// limit): Tsafrir, Etsion and Feitelson's SJBF, which with predictions is their EASY++.
+    /// The reservations are made in the queue's order all the same.
+    Shortest,
+}
+
+impl BackfillOrder {
+    pub fn is_priority(&self) -> bool {
+        *self == BackfillOrder::Priority
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Weights {
     pub age: u32,
@@ -63,6 +81,10 @@ pub struct Policy {
     /// limit only. Off unless configured.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub predict: bool,
+    /// In what order backfill tries the jobs behind the reservations; the queue's unless
+    /// configured.
+    #[serde(default, skip_serializing_if = "BackfillOrder::is_priority")]
+    pub backfill_order: BackfillOrder,
 }
 
 fn is_off(m: &crate::preempt::PreemptMode) -> bool {
@@ -85,6 +107,7 @@ impl Default for Policy {
             preempt_type: Default::default(),
             preempt_mode: Default::default(),
             predict: false,
+            backfill_order: BackfillOrder::Priority,
         }
     }
 }

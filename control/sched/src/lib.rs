@@ -14,7 +14,9 @@
 //!    ([`placement`]), taking that interval from the profiles so no later job can overlap it;
 //!    a candidate that cannot start gets a reservation at its earliest possible start
 //!    (backfill: the first blocked job under EASY, the first N under conservative), so a
-//!    lower-priority job starts now only where it delays no reservation;
+//!    lower-priority job starts now only where it delays no reservation; with
+//!    `backfill_order = Shortest` the candidates left once the reservations are made are tried
+//!    shortest planned run time first;
 //! 4. [`Plan::assemble`] — the starts, the reservations, and every other job's reason in the
 //!    order considered.
 
@@ -32,7 +34,8 @@ use std::collections::BTreeMap;
 
 use profile::Timeline;
 use quorum_model::{
-    Allocation, BackfillMode, JobId, Millis, NodeAllocation, PendingReason, PlannedStart, Policy, QueueOrder,
+    Allocation, BackfillMode, BackfillOrder, JobId, Millis, NodeAllocation, PendingReason, PlannedStart, Policy,
+    QueueOrder,
 };
 
 /// Where and when backfill expects a pending job to start.
@@ -579,7 +582,9 @@ impl<'v> Licenses<'v> {
 /// availability profiles keep its share free for its whole time limit; one that cannot gets
 /// `Resources` (the first blocked of its partition) or `Priority`, and — while reservations are
 /// left (the first blocked job under EASY, the first N under conservative) — a reservation at
-/// its earliest possible start, which later candidates must not delay.
+/// its earliest possible start, which later candidates must not delay. With
+/// [`BackfillOrder::Shortest`], once the last reservation is made the candidates behind it
+/// are tried shortest planned run time first (Tsafrir et al.'s SJBF), then in queue order.
 pub fn place<'a>(view: &'a ClusterView, candidates: &[Candidate<'a>], now_ms: Millis, policy: &Policy) -> Placed<'a> {
     let now = now_ms / 1000;
     let horizon = now.saturating_add(policy.bf_window_s);
@@ -644,7 +649,19 @@ pub fn place<'a>(view: &'a ClusterView, candidates: &[Candidate<'a>], now_ms: Mi
         }
     }
     placed.resumes = resume_lent(view, &mut capacity);
-    for &Candidate { position, job, partition: part } in candidates {
+    // The candidates in the order they are tried: the queue's; with shortest-first backfill,
+    // those left once the reservations are made go shortest planned run time first.
+    let mut tried: Vec<usize> = (0..candidates.len()).collect();
+    let shortest_first = policy.backfill_order == BackfillOrder::Shortest && policy.reservation_count() > 0;
+    let (mut next, mut reordered) = (0, false);
+    while let Some(&k) = tried.get(next) {
+        if shortest_first && !reordered && reservations_left == 0 {
+            tried[next..].sort_by_key(|&i| (candidates[i].job.duration_s(), i));
+            reordered = true;
+            continue;
+        }
+        next += 1;
+        let Candidate { position, job, partition: part } = candidates[k];
         let wait = |reason| Waiting { position, job, reason };
         let partition = partitions[part];
         match claimed.remove(&position) {
@@ -910,6 +927,10 @@ pub fn place<'a>(view: &'a ClusterView, candidates: &[Candidate<'a>], now_ms: Mi
             reservations_left -= 1;
         }
     }
+    if reordered {
+        // The reasons are merged back into the queue's order.
+        placed.waiting.sort_by_key(|w| w.position);
+    }
     debug_assert_eq!(placed.starts.len() + placed.waiting.len(), candidates.len(), "place must decide every candidate");
     debug_assert!(
         capacity.profiles.iter().all(Timeline::never_overcommitted),
@@ -1029,6 +1050,8 @@ pub fn schedule(view: &ClusterView, now_ms: Millis, policy: &Policy) -> Plan {
     Plan::assemble(ordered.len(), screened.ineligible, placed)
 }
 
+#[cfg(test)]
+mod backfill_order_tests;
 #[cfg(test)]
 mod het_tests;
 #[cfg(test)]

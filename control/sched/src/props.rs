@@ -81,9 +81,14 @@ proptest! {
         advance in 0u64..300,
         conservative in proptest::bool::ANY,
         predicted in proptest::option::of((1u64..300, 1u64..300)),
+        shortest_first in proptest::bool::ANY,
     ) {
         let mode = if conservative { BackfillMode::Conservative } else { BackfillMode::Easy };
         let mut b = bench(&caps, mode);
+        if shortest_first {
+            let policy = Policy { backfill_order: quorum_model::BackfillOrder::Shortest, ..b.state.policy.clone() };
+            b.cmd(quorum_state::Command::SetPolicy { policy, now: 0 });
+        }
         if let Some((last_s, before_s)) = predicted {
             // Backfill on predictions: alice's jobs planned for the mean of two past runs.
             let policy = Policy { predict: true, ..b.state.policy.clone() };

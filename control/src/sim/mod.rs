@@ -109,6 +109,9 @@ pub struct SimOptions {
     /// Backfill on run times predicted from each user's last two jobs (`Policy::predict`),
     /// whatever the config says.
     pub predict: bool,
+    /// In what order backfill tries the jobs behind the reservations (`Policy::backfill_order`),
+    /// whatever the config says.
+    pub backfill_order: Option<crate::model::BackfillOrder>,
     /// Estimate every waiting job's start after every cycle, as conservative backfill would
     /// place it (with predictions when the policy uses them), for the estimates' accuracy.
     pub estimates: bool,
@@ -292,6 +295,9 @@ impl Simulation {
         };
         if opts.predict {
             policy.predict = true;
+        }
+        if let Some(order) = opts.backfill_order {
+            policy.backfill_order = order;
         }
         if policy.backfill == BackfillMode::Conservative {
             // Textbook conservative backfill gives every blocked job a reservation.

@@ -362,6 +362,28 @@ fn predicted_run_times_backfill_what_limits_would_not() {
     assert_eq!(starts(&predicted), BTreeMap::from([(1, 0), (2, 20), (3, 40), (4, 540), (5, 42)]));
 }
 
+/// Three nodes: 1 holds two until 100; 2 needs all three, reserved at 100; 3 (80 s) and 4
+/// (30 s) both fit before it on the one idle node, one at a time. In queue order 3 goes first
+/// and 4 then no longer fits before the reservation; shortest first, 4 goes first and 3 waits.
+#[test]
+fn shortest_first_backfill_reorders_the_jobs_behind_the_reservation() {
+    let t = trace(
+        "; MaxNodes: 3\n",
+        &[
+            line(1, 0, 100, 2, 100, 1, 1),
+            line(2, 1, 50, 3, 50, 1, 1),
+            line(3, 2, 80, 1, 80, 1, 1),
+            line(4, 2, 30, 1, 30, 1, 1),
+        ],
+    );
+    let queue = run(&t, policy(PolicyName::Easy));
+    assert_eq!(queue.policy.backfill_order, crate::model::BackfillOrder::Priority);
+    assert_eq!(starts(&queue), BTreeMap::from([(1, 0), (2, 100), (3, 2), (4, 150)]));
+    let order = Some(crate::model::BackfillOrder::Shortest);
+    let shortest = run(&t, SimOptions { backfill_order: order, ..policy(PolicyName::Easy) });
+    assert_eq!(starts(&shortest), BTreeMap::from([(1, 0), (2, 100), (3, 150), (4, 2)]));
+}
+
 /// Five jobs of one user on one node, each running 100 s of the 1000 it asks. On limits every
 /// last estimate before a start is 900 s late; with predictions, from the second job on (once
 /// one has ended) the last estimates are exact. The estimates at submit come before any job
