@@ -52,8 +52,8 @@ pub struct SimulateArgs {
     /// In what order backfill tries the jobs behind the reservation(s): `priority` (the
     /// queue's) or `shortest` (shortest planned run time first: with --predict, Tsafrir et al.'s
     /// EASY++), as `[scheduler] backfill_order` does (default: the config's, or priority).
-    #[arg(long, value_name = "ORDER", value_parser = parse_backfill_order)]
-    pub backfill_order: Option<quorum_control::model::BackfillOrder>,
+    #[arg(long, value_name = "ORDER", value_parser = quorum_control::config::parse_backfill_order)]
+    pub backfill_order: Option<BackfillOrder>,
     /// Estimate every waiting job's start after every cycle, and report how close the
     /// estimates came (the one at submit, and the last before the start).
     #[arg(long)]
@@ -202,10 +202,6 @@ fn json(name: &str, trace: &Trace, r: &SimResult, report: &Report) -> serde_json
         r.rejected.iter().map(|(n, why)| serde_json::json!({"job": n, "reason": why})).collect(),
     );
     v
-}
-
-fn parse_backfill_order(s: &str) -> Result<BackfillOrder, String> {
-    quorum_control::config::parse_backfill_order(s)
 }
 
 fn hms(s: f64) -> String {
