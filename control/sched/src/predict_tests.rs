@@ -211,3 +211,31 @@ fn a_heterogeneous_job_does_not_break_a_guard_either() {
     assert!(!run("alice"), "promised at 10 s, 90 s late: guarded");
     assert!(run("carol"), "promised at 100 s: not late");
 }
+
+/// `sbatch --test-only` (Slurm's will-run) answers on the same plan: with predictions on, a
+/// 2-node job would start when Alice's running job is predicted to end, not at its limit.
+#[test]
+fn the_will_run_test_answers_on_predictions_too() {
+    for predict in [true, false] {
+        let mut b = site(2, predict);
+        let t = history(&mut b, "alice", 0, [10, 10]);
+        b.at(t);
+        let running = job(&mut b, "alice", 1, 100);
+        assert_eq!(started(&b.cycle()), vec![running]);
+        let spec = quorum_model::JobSpec {
+            nodes: 2,
+            ntasks: 2,
+            cpus_per_task: 1,
+            time_limit_s: Some(60),
+            partition: Some("batch".into()),
+            ..Default::default()
+        };
+        let view = ClusterView::from_state(&b.state);
+        let asked = PendingJob::hypothetical(&view, b.state.next_job_id, &spec, "bob", b.now_ms);
+        let want = T0 + (t + if predict { 10 } else { 100 }) * 1000;
+        match will_run(&view, asked, b.now_ms, &b.state.policy) {
+            WillRun::Later(e) => assert_eq!(e.start_ms, want, "predict: {predict}"),
+            other => panic!("{other:?}"),
+        }
+    }
+}
