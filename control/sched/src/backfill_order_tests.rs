@@ -89,3 +89,27 @@ fn with_predictions_the_shortest_predicted_run_time_goes_first() {
     assert_eq!(run(false, BackfillOrder::Shortest), "bob", "30 s limit against 90 s");
     assert_eq!(run(true, BackfillOrder::Priority), "bob", "queue order");
 }
+
+/// Every waiting job's estimate (`estimate_all`, what the simulator measures) follows the order
+/// the policy serves them. One node, busy until t=100; A (20 s) is reserved from then by the
+/// cycle; C (50 s) and D (10 s) wait behind it. In queue order C follows A at 120 and D at
+/// 170; with shortest-first backfill D is tried first, at 120, and C at 130. A job holding a
+/// reservation keeps it first either way.
+#[test]
+fn every_waiting_jobs_estimate_follows_the_order_backfill_tries_them() {
+    for (order, want) in [(BackfillOrder::Priority, [100, 120, 170]), (BackfillOrder::Shortest, [100, 130, 120])] {
+        let policy = Policy { ordering: QueueOrder::Fifo, backfill_order: order, ..Policy::default() };
+        let mut b = Bench::new(vec![node("n1", 1, 0, "", &[])], policy);
+        b.at(0);
+        let running = b.submit(1, 100);
+        assert_eq!(started(&b.cycle()), vec![running]);
+        let [a, c, d] = [20, 50, 10].map(|limit| b.submit(1, limit));
+        let reserved = b.cycle().estimates;
+        assert_eq!(reserved.keys().copied().collect::<Vec<_>>(), vec![a], "EASY reserves the head only");
+        let view = ClusterView::from_state(&b.state);
+        let all = estimate_all(&view, b.now_ms, &b.state.policy, &reserved);
+        let at = |j: u64| (all.estimates[&j].start_ms - 1_000_000_000) / 1000;
+        assert_eq!([at(a), at(c), at(d)], want, "{order:?}");
+        assert!(all.starts.is_empty());
+    }
+}

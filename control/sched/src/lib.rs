@@ -1119,6 +1119,33 @@ pub fn will_run(view: &ClusterView, job: PendingJob, now_ms: Millis, policy: &Po
     }
 }
 
+/// Where every waiting job would start: conservative backfill's placement of each behind what
+/// runs and what waits ahead of it, in the order the policy serves them. That is the queue's
+/// order; with shortest-first backfill, the jobs that hold reservations (`reserved`: the last
+/// cycle's, earliest start first), then the rest shortest planned run time first, as backfill
+/// tries them. What `squeue --start` would say of each were every job reached: the simulator
+/// measures the estimates' accuracy with it. The plan's starts are the jobs that would start now.
+pub fn estimate_all(view: &ClusterView, now_ms: Millis, policy: &Policy, reserved: &BTreeMap<JobId, Estimate>) -> Plan {
+    let shortest = policy.backfill_order == BackfillOrder::Shortest && policy.backfill != BackfillMode::None;
+    let policy = Policy { backfill: BackfillMode::Conservative, reservations: u32::MAX, ..policy.clone() };
+    let mut ordered = order(view, now_ms, &policy);
+    if shortest {
+        let mut keyed: Vec<((bool, u64, usize), &PendingJob)> = ordered
+            .into_iter()
+            .enumerate()
+            .map(|(k, j)| match reserved.get(&j.id) {
+                Some(e) => ((false, e.start_ms, k), j),
+                None => ((true, j.duration_s(), k), j),
+            })
+            .collect();
+        keyed.sort_unstable_by_key(|(key, _)| *key);
+        ordered = keyed.into_iter().map(|(_, j)| j).collect();
+    }
+    let screened = screen(view, &ordered, now_ms, &policy);
+    let placed = place(view, &screened.candidates, now_ms, &policy);
+    Plan::assemble(ordered.len(), screened.ineligible, placed)
+}
+
 /// One scheduling cycle over a view of the cluster: [`order`], [`screen`], [`place`], and the
 /// [`Plan`] assembled from them.
 pub fn schedule(view: &ClusterView, now_ms: Millis, policy: &Policy) -> Plan {

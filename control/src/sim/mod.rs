@@ -489,14 +489,17 @@ impl Simulation {
     }
 
     /// When each waiting job is estimated to start, as conservative backfill would place every
-    /// one of them in order behind what runs (with predictions when the policy uses them):
-    /// what `squeue --start` would say of each, were every job reached. Outside the cycle, so
-    /// it changes nothing.
-    fn estimate_starts(&self, cache: &mut ViewCache, now_ms: u64) -> Vec<(JobId, u64)> {
+    /// one of them behind what runs, in the order the policy serves them (with predictions
+    /// when the policy uses them; see [`quorum_sched::estimate_all`]), `reserved` being the
+    /// last cycle's reservations. Outside the cycle, so it changes nothing.
+    fn estimate_starts(
+        &self,
+        cache: &mut ViewCache,
+        now_ms: u64,
+        reserved: &BTreeMap<JobId, quorum_sched::Estimate>,
+    ) -> Vec<(JobId, u64)> {
         let view = ClusterView::from_state_cached(&self.state, cache);
-        let policy =
-            Policy { backfill: BackfillMode::Conservative, reservations: u32::MAX, ..self.state.policy.clone() };
-        let plan = quorum_sched::schedule(&view, now_ms, &policy);
+        let plan = quorum_sched::estimate_all(&view, now_ms, &self.state.policy, reserved);
         let now_s = now_ms / 1000;
         plan.starts
             .iter()
@@ -693,7 +696,7 @@ impl Simulation {
             // Every active job without an end coming is still waiting.
             let pending = self.state.active.len() - running;
             if self.estimates && pending > 0 {
-                for (id, start_s) in self.estimate_starts(&mut cache, now) {
+                for (id, start_s) in self.estimate_starts(&mut cache, now, &previous) {
                     let Some(rec) = by_id.get(&id).map(|&i| &mut records[i]) else { continue };
                     if rec.submit_s == t {
                         rec.estimate_at_submit_s = Some(start_s);
