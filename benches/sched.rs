@@ -7,7 +7,6 @@
 //!
 //! `cargo bench --bench sched` (results in benches/RESULTS.md).
 
-use std::collections::BTreeMap;
 use std::hint::black_box;
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,7 +19,7 @@ use quorum_control::model::{Account, AssocLimits, Gpu, Job, JobSpec, JobState, N
 use quorum_control::model::{BackfillMode, BackfillOrder, Policy};
 use quorum_control::model::{Qos, TresLimit, TresMins, Usage};
 use quorum_sched::view::{DepStatus, PartitionView, RunningJob};
-use quorum_sched::{schedule, ClusterView, Estimate, NodeView, PendingJob, Res};
+use quorum_sched::{schedule, ClusterView, NodeView, PendingJob, Res};
 use quorum_state::ClusterState;
 
 /// A small deterministic generator, so every run schedules the same cluster.
@@ -279,12 +278,6 @@ fn bench_cycle(c: &mut Criterion) {
     group.bench_function(format!("{pending}_jobs_{nodes}_nodes_easy_predict_shortest"), |b| {
         b.iter(|| black_box(schedule(black_box(&view), NOW_MS, &shortest)))
     });
-    // And with the reservation late by more than it promised, so that every job that would
-    // backfill onto its nodes is checked against its limit too (the guard's cost).
-    let view = with_late_reservations(view, &shortest);
-    group.bench_function(format!("{pending}_jobs_{nodes}_nodes_easy_predict_shortest_guarded"), |b| {
-        b.iter(|| black_box(schedule(black_box(&view), NOW_MS, &shortest)))
-    });
     // The largest size again, with preemptable jobs running on the other half of the nodes:
     // preemption on, and off (the same cluster, nothing preempted).
     let (pending, nodes) = (100_000, 10_000);
@@ -326,17 +319,6 @@ pub fn with_predictions(mut view: ClusterView) -> ClusterView {
         let left = r.end_s.saturating_sub(now);
         r.predicted_end_s = Some(now + 1 + left * rng.below(10) / 10).filter(|&e| e < r.end_s);
     }
-    view
-}
-
-/// `view` with the last cycle's reservations as if each had been promised at its job's submit:
-/// every one is late by more than the wait it promised, so its nodes are guarded.
-pub fn with_late_reservations(mut view: ClusterView, policy: &Policy) -> ClusterView {
-    let plan = schedule(&view, NOW_MS, policy);
-    let submitted: BTreeMap<u64, u64> = view.pending.iter().map(|p| (p.id, p.submit_ms)).collect();
-    view.previous =
-        plan.estimates.into_iter().map(|(id, e)| (id, Estimate { promised_ms: submitted[&id], ..e })).collect();
-    assert!(view.previous.values().all(|e| e.start_ms > e.promised_ms), "every reservation is late");
     view
 }
 
