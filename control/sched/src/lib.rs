@@ -572,6 +572,16 @@ impl<'v> Capacity<'v> {
         !self.profiles[i].min_free(self.now, self.now.saturating_add(job.limit_s())).fits(&need)
     }
 
+    /// Of `nodes`, those where `job` breaks no guard (and the same as a membership mask).
+    fn clear_of_guards(&self, job: &PendingJob, nodes: &[usize], exclusive: bool) -> (Vec<usize>, Vec<bool>) {
+        let clear: Vec<usize> = nodes.iter().copied().filter(|&i| !self.breaks_guard(job, i, exclusive)).collect();
+        let mut mask = vec![false; self.view.nodes.len()];
+        for &i in &clear {
+            mask[i] = true;
+        }
+        (clear, mask)
+    }
+
     /// Reserves `nodes` for `job` from `start` for its planned run time.
     fn reserve(&mut self, job: &PendingJob, nodes: &[usize], start: u64, exclusive: bool, inside: Book) {
         for &i in nodes {
@@ -901,19 +911,14 @@ pub fn place<'a>(view: &'a ClusterView, candidates: &[Candidate<'a>], now_ms: Mi
             (true, None) => capacity.fit_now(job, &members[part], &partition.nodes, &topology, exclusive),
             (true, Some((nodes, mask))) => capacity.fit_now(job, mask, nodes, &topology, exclusive),
         };
-        // Where it breaks a guard, it is tried again on its limit, everywhere. Under EASY that
-        // loses nothing: where no reservation waits, free room only grows, so a job that fits
-        // now for its prediction fits for its limit too. Under conservative backfill it may
-        // wait where it would have fitted for its prediction before another reservation.
+        // Where it breaks a guard, it may still start on other nodes.
         let guarded = fits_now.as_ref().is_some_and(|on| on.iter().any(|&i| capacity.breaks_guard(job, i, exclusive)));
         let fits_now = match guarded {
             false => fits_now,
             true => {
-                let limited = PendingJob { plan_s: None, ..job.clone() };
-                match &clear {
-                    None => capacity.fit_now(&limited, &members[part], &partition.nodes, &topology, exclusive),
-                    Some((nodes, mask)) => capacity.fit_now(&limited, mask, nodes, &topology, exclusive),
-                }
+                let base = clear.as_ref().map_or(partition.nodes.as_slice(), |(c, _)| c.as_slice());
+                let (nodes, mask) = capacity.clear_of_guards(job, base, exclusive);
+                capacity.fit_now(job, &mask, &nodes, &topology, exclusive)
             }
         };
         if let Some(nodes) = fits_now {
