@@ -698,12 +698,6 @@ pub fn place<'a>(view: &'a ClusterView, candidates: &[Candidate<'a>], now_ms: Mi
     placed.resumes = resume_lent(view, &mut capacity);
     // The start a job was promised: the one its reservation had last cycle kept, else this one.
     let promised = |id: JobId, start_ms: Millis| view.previous.get(&id).map_or(start_ms, |e| e.promised_ms);
-    // Reserved from `t`, late by more than the wait it was promised: it will have waited over
-    // twice that.
-    let late = |job: &PendingJob, t: u64, promised_ms: Millis| {
-        let eligible_ms = job.begin_ms.unwrap_or(0).max(job.submit_ms);
-        t.saturating_mul(1000) > promised_ms.saturating_add(promised_ms.saturating_sub(eligible_ms))
-    };
     // The candidates in the order they are tried: the queue's; with shortest-first backfill,
     // those left once the reservations are made go shortest planned run time first.
     let mut tried: Vec<usize> = (0..candidates.len()).collect();
@@ -846,12 +840,6 @@ pub fn place<'a>(view: &'a ClusterView, candidates: &[Candidate<'a>], now_ms: Mi
             if fits.is_none() && may_fit && clear.is_none() {
                 failed_het.insert(shapes, job.duration_s());
             }
-            // One that would break a guard waits (a search around the guarded nodes is not
-            // worth it for these few).
-            let breaks = |on: &Vec<Vec<usize>>| {
-                job.components().zip(on).any(|(c, nodes)| nodes.iter().any(|&i| capacity.breaks_guard(c, i, exclusive)))
-            };
-            let fits = fits.filter(|on| !breaks(on));
             if let Some(per_component) = fits {
                 let mut allocation = Allocation::default();
                 for (k, (c, nodes)) in job.components().zip(per_component).enumerate() {
@@ -886,14 +874,11 @@ pub fn place<'a>(view: &'a ClusterView, candidates: &[Candidate<'a>], now_ms: Mi
             );
             if let Some((t, per_component)) = found {
                 let mut names = Vec::new();
-                let promised_ms = promised(job.id, t * 1000);
                 for (c, nodes) in job.components().zip(&per_component) {
                     capacity.reserve(c, nodes, t, exclusive, Book::Outside);
-                    if late(job, t, promised_ms) {
-                        capacity.guard(nodes);
-                    }
                     names.extend(nodes.iter().map(|&i| view.nodes[i].name.clone()));
                 }
+                let promised_ms = promised(job.id, t * 1000);
                 placed.estimates.insert(job.id, Estimate { start_ms: t * 1000, nodes: names, promised_ms });
                 reservations_left -= 1;
             }
@@ -998,7 +983,9 @@ pub fn place<'a>(view: &'a ClusterView, candidates: &[Candidate<'a>], now_ms: Mi
         if let Some((t, nodes)) = found {
             capacity.reserve(job, &nodes, t, exclusive, Book::Outside);
             let promised_ms = promised(job.id, t * 1000);
-            if late(job, t, promised_ms) {
+            // Late by more than the wait it was promised: it will have waited over twice that.
+            let eligible_ms = job.begin_ms.unwrap_or(0).max(job.submit_ms);
+            if t * 1000 > promised_ms.saturating_add(promised_ms.saturating_sub(eligible_ms)) {
                 capacity.guard(&nodes);
             }
             let names = nodes.iter().map(|&i| view.nodes[i].name.clone()).collect();

@@ -186,32 +186,6 @@ fn a_reservation_late_by_more_than_the_wait_it_promised_is_guarded_by_limits() {
     assert!(!run("dave", 200, 200), "promised 50 s, 150 s late: guarded");
 }
 
-/// The same for a heterogeneous job: two one-node components, predicted 10 s with a 200 s
-/// limit, fit on the two idle nodes now. Behind a reservation late by more than it promised
-/// they would break its guard, and the job waits whole; behind one on time it starts.
-#[test]
-fn a_heterogeneous_job_does_not_break_a_guard_either() {
-    let run = |runner: &str| {
-        let mut b = site(3, true);
-        let t = history(&mut b, "alice", 0, [10, 10]);
-        b.at(t);
-        let running = job(&mut b, runner, 1, 100);
-        let wide = job(&mut b, "bob", 3, 100);
-        assert_eq!(started(&b.cycle()), vec![running]);
-        b.at(t + 11);
-        assert_eq!(estimate_s(&b.cycle(), wide), Some(t + 100));
-        let het = b.submit_with("alice", |s| {
-            (s.time_limit_s, s.batch_step) = (Some(200), true);
-            s.het.push(quorum_model::het::HetComponent { nodes: 1, ntasks: 1, cpus_per_task: 1, ..Default::default() });
-        });
-        let p = b.cycle();
-        assert_eq!(estimate_s(&p, wide), Some(t + 100), "the reservation does not move");
-        started(&p).contains(&het)
-    };
-    assert!(!run("alice"), "promised at 10 s, 90 s late: guarded");
-    assert!(run("carol"), "promised at 100 s: not late");
-}
-
 /// `sbatch --test-only` (Slurm's will-run) answers on the same plan: with predictions on, a
 /// 2-node job would start when Alice's running job is predicted to end, not at its limit.
 #[test]
