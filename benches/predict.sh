@@ -6,18 +6,15 @@
 # the start estimates' median and mean absolute error (at submit and the last before the
 # start) and the share within ten minutes, and the wall time.
 #
-#   benches/predict.sh [TRACE_DIR] [estimates|whole] [all|predicted]
+#   benches/predict.sh [TRACE_DIR] [estimates|whole]
 #
 # `estimates` (default): KTH-SP2 and LANL-CM5 whole and RICC's first 10,000 jobs, with start
 # estimates. `whole`: RICC whole (447,000 jobs), without start estimates (estimating every
 # waiting job's start after every cycle of the whole of RICC takes hours on two cores).
-# `predicted` runs only the two plannings on predictions (those on limits do not depend on how
-# predictions are planned).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 traces=${1:-../shared/traces}
 part=${2:-estimates}
-which=${3:-all}
 cargo build --release --bin quorum --bin quorum-dev >&2
 bin=${CARGO_TARGET_DIR:-target}/release/quorum
 printf '%-30s %-16s %-20s %8s %9s %9s %6s %22s %22s %9s %7s\n' trace slice planning bsld wait_mean \
@@ -44,21 +41,15 @@ case $part in
   estimates) specs=("KTH-SP2-1996-2.1-cln.swf.gz whole" "LANL-CM5-1994-4.1-cln.swf.gz whole"
     "RICC-2010-2.swf.gz --count=10000") ;;
   whole) specs=("RICC-2010-2.swf.gz whole") ;;
-  *) echo "usage: $0 [TRACE_DIR] [estimates|whole] [all|predicted]" >&2; exit 2 ;;
-esac
-case $which in
-  all | predicted) ;;
-  *) echo "usage: $0 [TRACE_DIR] [estimates|whole] [all|predicted]" >&2; exit 2 ;;
+  *) echo "usage: $0 [TRACE_DIR] [estimates|whole]" >&2; exit 2 ;;
 esac
 for spec in "${specs[@]}"; do
   read -r trace slice <<<"$spec"
   args=()
   [[ $slice != whole ]] && args=("$slice")
   [[ $part == estimates ]] && args+=(--estimates)
-  if [[ $which == all ]]; then
-    run "$trace" "$slice" limits "${args[@]}"
-    run "$trace" "$slice" limits,shortest --backfill-order shortest "${args[@]}"
-  fi
+  run "$trace" "$slice" limits "${args[@]}"
+  run "$trace" "$slice" limits,shortest --backfill-order shortest "${args[@]}"
   run "$trace" "$slice" predicted --predict "${args[@]}"
   run "$trace" "$slice" predicted,shortest --predict --backfill-order shortest "${args[@]}"
 done

@@ -43,12 +43,6 @@ use quorum_model::{
 pub struct Estimate {
     pub start_ms: Millis,
     pub nodes: Vec<String>,
-    /// The start it was given when first reserved, kept while every cycle since has reserved
-    /// it. Planned on predictions, a reservation slips when jobs outlive theirs; once it is
-    /// later than this by more than the wait this promised, jobs that start on its nodes are
-    /// judged by their limits (see `Capacity::guard`), so that only what already runs can push
-    /// it further.
-    pub promised_ms: Millis,
 }
 
 /// The most pending reasons one plan writes; see [`Plan::reasons_to_write`].
@@ -366,9 +360,6 @@ struct Capacity<'v> {
     reservations: reserved::Reservations,
     unreserved: Vec<(usize, Timeline)>,
     inside: Vec<Option<Vec<Timeline>>>,
-    /// Nodes of reservations that slipped past their promised start, where a job planned on
-    /// its prediction must also fit for its limit; empty until one does.
-    guarded: Vec<bool>,
 }
 
 impl<'v> Capacity<'v> {
@@ -383,8 +374,7 @@ impl<'v> Capacity<'v> {
         let max_free = MaxFree::new(&profiles, now);
         let free_gpus = view.nodes.iter().map(|n| n.free_gpus.clone()).collect();
         let inside = vec![None; reservations.held.len()];
-        let guarded = Vec::new();
-        Capacity { view, now, profiles, free_gpus, max_free, index: None, reservations, unreserved, inside, guarded }
+        Capacity { view, now, profiles, free_gpus, max_free, index: None, reservations, unreserved, inside }
     }
 
     /// The profiles the jobs of reservation `k` see (built on first use).
@@ -546,42 +536,6 @@ impl<'v> Capacity<'v> {
         Some((clear, mask))
     }
 
-    /// Guards the nodes of a reservation that slipped far past its promised start: from now on
-    /// in this cycle, a job planned on its prediction starts on them only where its limit fits
-    /// too. A job backfilled there can then no longer push the reservation later; only jobs
-    /// already running can, and they end by their limits. Without this, a job needing many
-    /// nodes can wait for ever: among many jobs planned on predictions, one always outlives
-    /// its prediction, and backfill refills the nodes it frees. (Guarding at the first slip
-    /// costs most of what predictions gain: slips of a few minutes are common.)
-    fn guard(&mut self, nodes: &[usize]) {
-        if self.guarded.is_empty() {
-            self.guarded = vec![false; self.view.nodes.len()];
-        }
-        for &i in nodes {
-            self.guarded[i] = true;
-        }
-    }
-
-    /// Whether `job` starting now on node `i` breaks a guard: planned for less than its limit,
-    /// on a guarded node that has no room for it until its limit.
-    fn breaks_guard(&self, job: &PendingJob, i: usize, exclusive: bool) -> bool {
-        if !self.guarded.get(i).copied().unwrap_or(false) || job.duration_s() >= job.limit_s() {
-            return false;
-        }
-        let need = placement::need(job, &self.view.nodes[i], exclusive);
-        !self.profiles[i].min_free(self.now, self.now.saturating_add(job.limit_s())).fits(&need)
-    }
-
-    /// Of `nodes`, those where `job` breaks no guard (and the same as a membership mask).
-    fn clear_of_guards(&self, job: &PendingJob, nodes: &[usize], exclusive: bool) -> (Vec<usize>, Vec<bool>) {
-        let clear: Vec<usize> = nodes.iter().copied().filter(|&i| !self.breaks_guard(job, i, exclusive)).collect();
-        let mut mask = vec![false; self.view.nodes.len()];
-        for &i in &clear {
-            mask[i] = true;
-        }
-        (clear, mask)
-    }
-
     /// Reserves `nodes` for `job` from `start` for its planned run time.
     fn reserve(&mut self, job: &PendingJob, nodes: &[usize], start: u64, exclusive: bool, inside: Book) {
         for &i in nodes {
@@ -690,14 +644,11 @@ pub fn place<'a>(view: &'a ClusterView, candidates: &[Candidate<'a>], now_ms: Mi
             placement::earliest_on(job, view, &nodes, &capacity.profiles, now, horizon, 1, exclusive)
         {
             capacity.reserve(job, &nodes, t, exclusive, Book::Outside);
-            let promised_ms = view.previous.get(&job.id).map_or(t * 1000, |e| e.promised_ms);
-            placed.estimates.insert(job.id, Estimate { start_ms: t * 1000, nodes: job.claim.clone(), promised_ms });
+            placed.estimates.insert(job.id, Estimate { start_ms: t * 1000, nodes: job.claim.clone() });
             claimed.insert(position, None);
         }
     }
     placed.resumes = resume_lent(view, &mut capacity);
-    // The start a job was promised: the one its reservation had last cycle kept, else this one.
-    let promised = |id: JobId, start_ms: Millis| view.previous.get(&id).map_or(start_ms, |e| e.promised_ms);
     // The candidates in the order they are tried: the queue's; with shortest-first backfill,
     // those left once the reservations are made go shortest planned run time first.
     let mut tried: Vec<usize> = (0..candidates.len()).collect();
@@ -813,8 +764,7 @@ pub fn place<'a>(view: &'a ClusterView, candidates: &[Candidate<'a>], now_ms: Mi
                 if let Some((t, on)) = found {
                     capacity.reserve(&capped, &on, t, exclusive, book);
                     let names = on.iter().map(|&i| view.nodes[i].name.clone()).collect();
-                    let promised_ms = promised(job.id, t * 1000);
-                    placed.estimates.insert(job.id, Estimate { start_ms: t * 1000, nodes: names, promised_ms });
+                    placed.estimates.insert(job.id, Estimate { start_ms: t * 1000, nodes: names });
                     reservations_left -= 1;
                 }
             }
@@ -878,8 +828,7 @@ pub fn place<'a>(view: &'a ClusterView, candidates: &[Candidate<'a>], now_ms: Mi
                     capacity.reserve(c, nodes, t, exclusive, Book::Outside);
                     names.extend(nodes.iter().map(|&i| view.nodes[i].name.clone()));
                 }
-                let promised_ms = promised(job.id, t * 1000);
-                placed.estimates.insert(job.id, Estimate { start_ms: t * 1000, nodes: names, promised_ms });
+                placed.estimates.insert(job.id, Estimate { start_ms: t * 1000, nodes: names });
                 reservations_left -= 1;
             }
             continue;
@@ -896,16 +845,6 @@ pub fn place<'a>(view: &'a ClusterView, candidates: &[Candidate<'a>], now_ms: Mi
             (true, None) => capacity.fit_now(job, &members[part], &partition.nodes, &topology, exclusive),
             (true, Some((nodes, mask))) => capacity.fit_now(job, mask, nodes, &topology, exclusive),
         };
-        // Where it breaks a guard, it may still start on other nodes.
-        let guarded = fits_now.as_ref().is_some_and(|on| on.iter().any(|&i| capacity.breaks_guard(job, i, exclusive)));
-        let fits_now = match guarded {
-            false => fits_now,
-            true => {
-                let base = clear.as_ref().map_or(partition.nodes.as_slice(), |(c, _)| c.as_slice());
-                let (nodes, mask) = capacity.clear_of_guards(job, base, exclusive);
-                capacity.fit_now(job, &mask, &nodes, &topology, exclusive)
-            }
-        };
         if let Some(nodes) = fits_now {
             let (allocation, usage) = capacity.start(job, nodes, exclusive, Book::Outside, job.duration_s());
             limits.add_job(view, job, &usage);
@@ -914,7 +853,7 @@ pub fn place<'a>(view: &'a ClusterView, candidates: &[Candidate<'a>], now_ms: Mi
             placed.backfilled += usize::from(blocked[part]);
             continue;
         }
-        if may_fit && clear.is_none() && !guarded {
+        if may_fit && clear.is_none() {
             failed.insert(shape, dur);
         }
         let first_blocked = !std::mem::replace(&mut blocked[part], true);
@@ -933,8 +872,7 @@ pub fn place<'a>(view: &'a ClusterView, candidates: &[Candidate<'a>], now_ms: Mi
                 }
                 capacity.reserve(job, &found.nodes, found.start_s, exclusive, Book::Outside);
                 let names = found.planned.nodes.clone();
-                let (start_ms, promised_ms) = (found.start_s * 1000, promised(job.id, found.start_s * 1000));
-                placed.estimates.insert(job.id, Estimate { start_ms, nodes: names, promised_ms });
+                placed.estimates.insert(job.id, Estimate { start_ms: found.start_s * 1000, nodes: names });
                 placed.preemptions.push(found.planned);
                 continue;
             }
@@ -943,7 +881,7 @@ pub fn place<'a>(view: &'a ClusterView, candidates: &[Candidate<'a>], now_ms: Mi
             continue;
         }
         let previous: Option<Vec<usize>> =
-            view.previous.get(&job.id).and_then(|e| e.nodes.iter().map(|n| view.node_index(n)).collect());
+            view.previous.get(&job.id).and_then(|names| names.iter().map(|n| view.node_index(n)).collect());
         let found = placement::earliest_sticky(
             &topology,
             job,
@@ -982,14 +920,10 @@ pub fn place<'a>(view: &'a ClusterView, candidates: &[Candidate<'a>], now_ms: Mi
         };
         if let Some((t, nodes)) = found {
             capacity.reserve(job, &nodes, t, exclusive, Book::Outside);
-            let promised_ms = promised(job.id, t * 1000);
-            // Late by more than the wait it was promised: it will have waited over twice that.
-            let eligible_ms = job.begin_ms.unwrap_or(0).max(job.submit_ms);
-            if t * 1000 > promised_ms.saturating_add(promised_ms.saturating_sub(eligible_ms)) {
-                capacity.guard(&nodes);
-            }
-            let names = nodes.iter().map(|&i| view.nodes[i].name.clone()).collect();
-            placed.estimates.insert(job.id, Estimate { start_ms: t * 1000, nodes: names, promised_ms });
+            placed.estimates.insert(
+                job.id,
+                Estimate { start_ms: t * 1000, nodes: nodes.iter().map(|&i| view.nodes[i].name.clone()).collect() },
+            );
             reservations_left -= 1;
         }
     }
@@ -1098,7 +1032,7 @@ pub fn will_run(view: &ClusterView, job: PendingJob, now_ms: Millis, policy: &Po
     let plan = schedule(&view, at, &policy);
     let names = |a: &Allocation| a.nodes.iter().map(|n| n.node.clone()).collect();
     if let Some(s) = plan.starts.iter().find(|s| s.job_id == id) {
-        return WillRun::Now(Estimate { start_ms: at, nodes: names(&s.allocation), promised_ms: at });
+        return WillRun::Now(Estimate { start_ms: at, nodes: names(&s.allocation) });
     }
     match plan.estimates.get(&id) {
         Some(e) => WillRun::Later(e.clone()),

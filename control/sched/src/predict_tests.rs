@@ -143,49 +143,6 @@ fn a_job_never_starts_where_its_limit_would_run_into_an_advance_reservation() {
     let short = job(&mut b, "alice", 1, 400);
     assert_eq!(started(&b.cycle()), vec![short]);
 }
-
-/// Bob's 2-node job is reserved behind a running 1-node job, first for when that job is
-/// predicted to end: Alice's jobs run 10 s, Dave's 50 s, Carol has no history (her limit).
-/// A second after that, the running job has outlived its prediction and the reservation moves
-/// to its limit. Alice then asks for a 1-node job, predicted 10 s: on the idle node, it ends
-/// before the reservation by its prediction. Once the reservation is later than promised by
-/// more than the wait it promised, she starts only where her limit also ends before it; until
-/// then (or where nothing slipped) her prediction is trusted.
-#[test]
-fn a_reservation_late_by_more_than_the_wait_it_promised_is_guarded_by_limits() {
-    let run = |runner: &str, run_limit: u64, short_limit: u64| {
-        let mut b = site(2, true);
-        let t = history(&mut b, "alice", 0, [10, 10]);
-        let t = history(&mut b, "dave", t, [50, 50]);
-        b.at(t);
-        let running = job(&mut b, runner, 1, run_limit);
-        let wide = job(&mut b, "bob", 2, 100);
-        let p = b.cycle();
-        assert_eq!(started(&p), vec![running]);
-        let promised = estimate_s(&p, wide).unwrap();
-        let predicted = match runner {
-            "alice" => 10,
-            "dave" => 50,
-            _ => run_limit,
-        };
-        assert_eq!(promised, t + predicted.min(run_limit));
-        b.at(if predicted < run_limit { promised + 1 } else { t + 1 });
-        let p = b.cycle();
-        assert_eq!(estimate_s(&p, wide), Some(t + run_limit));
-        assert_eq!(p.estimates[&wide].promised_ms, T0 + promised * 1000, "the promise is kept");
-        let short = job(&mut b, "alice", 1, short_limit);
-        let p = b.cycle();
-        assert_eq!(estimate_s(&p, wide), Some(t + run_limit), "the reservation does not move");
-        assert_eq!(p.estimates[&wide].promised_ms, T0 + promised * 1000);
-        started(&p).contains(&short)
-    };
-    assert!(!run("alice", 100, 200), "promised 10 s, 90 s late: her 200 s limit would run into it");
-    assert!(run("alice", 100, 80), "her 80 s limit ends before the reservation too");
-    assert!(run("carol", 100, 200), "promised at 100 s, not late: her 10 s prediction ends before");
-    assert!(run("dave", 80, 200), "promised 50 s, 30 s late: not yet guarded");
-    assert!(!run("dave", 200, 200), "promised 50 s, 150 s late: guarded");
-}
-
 /// `sbatch --test-only` (Slurm's will-run) answers on the same plan: with predictions on, a
 /// 2-node job would start when Alice's running job is predicted to end, not at its limit.
 #[test]

@@ -249,10 +249,10 @@ pub struct ClusterView {
     /// Usage by account, then user; and by QOS.
     pub user_usage: Shared<BTreeMap<String, BTreeMap<String, Usage>>>,
     pub qos_usage: Shared<BTreeMap<String, Usage>>,
-    /// The previous cycle's reservations. A job keeps its reserved nodes while they still hold
-    /// it no later than any others, so that a reservation never moves because best fit broke a
-    /// tie differently; and it keeps the start it was promised (see [`crate::Estimate`]).
-    pub previous: BTreeMap<JobId, crate::Estimate>,
+    /// The previous cycle's reservations (job → node names). A job keeps its reserved nodes
+    /// while they still hold it no later than any others, so that a reservation never moves
+    /// because best fit broke a tie differently.
+    pub previous: BTreeMap<JobId, Vec<String>>,
     /// The cluster's licenses and how many of each there are.
     pub licenses: BTreeMap<String, u32>,
     /// Advance reservations, in name order.

@@ -527,7 +527,7 @@ impl Simulation {
         let mut paused: BTreeMap<JobId, u64> = BTreeMap::new();
         // Jobs running now (`ends` may also hold stale ends).
         let mut running = 0usize;
-        let mut previous: BTreeMap<JobId, quorum_sched::Estimate> = BTreeMap::new();
+        let mut previous: BTreeMap<JobId, Vec<String>> = BTreeMap::new();
         let mut cache = ViewCache::default();
         let mut next = 0usize;
         let mut cycles = 0u64;
@@ -627,7 +627,7 @@ impl Simulation {
                 let policy = self.state.policy.clone();
                 let plan = quorum_sched::schedule(&view, now, &policy);
                 cycles += 1;
-                previous = plan.estimates.clone();
+                previous = plan.estimates.iter().map(|(j, e)| (*j, e.nodes.clone())).collect();
                 let reasons = plan.reasons_to_write();
                 let resumes = plan.resumes.clone();
                 if let Some(command) =
