@@ -30,7 +30,7 @@ pub mod view;
 
 pub use view::{ClusterView, NodeView, PartitionView, PendingJob, Res};
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use profile::Timeline;
 use quorum_model::{
@@ -1043,10 +1043,10 @@ pub fn will_run(view: &ClusterView, job: PendingJob, now_ms: Millis, policy: &Po
 /// Where every waiting job would start: conservative backfill's placement of each behind what
 /// runs and what waits ahead of it, in the order the policy serves them. That is the queue's
 /// order; with shortest-first backfill, the jobs that hold reservations (`reserved`: the last
-/// cycle's, earliest start first), then the rest shortest planned run time first, as backfill
-/// tries them. What `squeue --start` would say of each were every job reached: the simulator
+/// cycle's, in queue order, as they were reserved), then the rest shortest planned run time
+/// first, as backfill tries them. What `squeue --start` would say of each were every job reached: the simulator
 /// measures the estimates' accuracy with it. The plan's starts are the jobs that would start now.
-pub fn estimate_all(view: &ClusterView, now_ms: Millis, policy: &Policy, reserved: &BTreeMap<JobId, Estimate>) -> Plan {
+pub fn estimate_all(view: &ClusterView, now_ms: Millis, policy: &Policy, reserved: &BTreeSet<JobId>) -> Plan {
     let shortest = policy.backfill_order == BackfillOrder::Shortest && policy.backfill != BackfillMode::None;
     let policy = Policy { backfill: BackfillMode::Conservative, reservations: u32::MAX, ..policy.clone() };
     let mut ordered = order(view, now_ms, &policy);
@@ -1054,9 +1054,9 @@ pub fn estimate_all(view: &ClusterView, now_ms: Millis, policy: &Policy, reserve
         let mut keyed: Vec<((bool, u64, usize), &PendingJob)> = ordered
             .into_iter()
             .enumerate()
-            .map(|(k, j)| match reserved.get(&j.id) {
-                Some(e) => ((false, e.start_ms, k), j),
-                None => ((true, j.duration_s(), k), j),
+            .map(|(k, j)| match reserved.contains(&j.id) {
+                true => ((false, 0, k), j),
+                false => ((true, j.duration_s(), k), j),
             })
             .collect();
         keyed.sort_unstable_by_key(|(key, _)| *key);

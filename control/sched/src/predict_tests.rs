@@ -143,6 +143,7 @@ fn a_job_never_starts_where_its_limit_would_run_into_an_advance_reservation() {
     let short = job(&mut b, "alice", 1, 400);
     assert_eq!(started(&b.cycle()), vec![short]);
 }
+
 /// `sbatch --test-only` (Slurm's will-run) answers on the same plan: with predictions on, a
 /// 2-node job would start when Alice's running job is predicted to end, not at its limit.
 #[test]

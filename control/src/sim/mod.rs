@@ -492,12 +492,7 @@ impl Simulation {
     /// one of them behind what runs, in the order the policy serves them (with predictions
     /// when the policy uses them; see [`quorum_sched::estimate_all`]), `reserved` being the
     /// last cycle's reservations. Outside the cycle, so it changes nothing.
-    fn estimate_starts(
-        &self,
-        cache: &mut ViewCache,
-        now_ms: u64,
-        reserved: &BTreeMap<JobId, quorum_sched::Estimate>,
-    ) -> Vec<(JobId, u64)> {
+    fn estimate_starts(&self, cache: &mut ViewCache, now_ms: u64, reserved: &BTreeSet<JobId>) -> Vec<(JobId, u64)> {
         let view = ClusterView::from_state_cached(&self.state, cache);
         let plan = quorum_sched::estimate_all(&view, now_ms, &self.state.policy, reserved);
         let now_s = now_ms / 1000;
@@ -696,7 +691,8 @@ impl Simulation {
             // Every active job without an end coming is still waiting.
             let pending = self.state.active.len() - running;
             if self.estimates && pending > 0 {
-                for (id, start_s) in self.estimate_starts(&mut cache, now, &previous) {
+                let reserved: BTreeSet<JobId> = previous.keys().copied().collect();
+                for (id, start_s) in self.estimate_starts(&mut cache, now, &reserved) {
                     let Some(rec) = by_id.get(&id).map(|&i| &mut records[i]) else { continue };
                     if rec.submit_s == t {
                         rec.estimate_at_submit_s = Some(start_s);
