@@ -1044,10 +1044,12 @@ pub fn will_run(view: &ClusterView, job: PendingJob, now_ms: Millis, policy: &Po
 /// runs and what waits ahead of it, in the order the policy serves them. That is the queue's
 /// order; with shortest-first backfill, the jobs that hold reservations (`reserved`: the last
 /// cycle's, in queue order, as they were reserved), then the rest shortest planned run time
-/// first, as backfill tries them. What `squeue --start` would say of each were every job reached: the simulator
-/// measures the estimates' accuracy with it. The plan's starts are the jobs that would start now.
+/// first, as backfill tries them. What `squeue --start` would say of each were every job
+/// reached: the simulator measures the estimates' accuracy with it. The plan's starts are the
+/// jobs that would start now.
 pub fn estimate_all(view: &ClusterView, now_ms: Millis, policy: &Policy, reserved: &BTreeSet<JobId>) -> Plan {
-    let shortest = policy.backfill_order == BackfillOrder::Shortest && policy.backfill != BackfillMode::None;
+    // The same rule as `place`'s: shortest-first only where there are reservations to go first.
+    let shortest = policy.backfill_order == BackfillOrder::Shortest && policy.reservation_count() > 0;
     let policy = Policy { backfill: BackfillMode::Conservative, reservations: u32::MAX, ..policy.clone() };
     let mut ordered = order(view, now_ms, &policy);
     if shortest {
