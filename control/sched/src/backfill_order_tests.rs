@@ -104,8 +104,8 @@ fn every_waiting_jobs_estimate_follows_the_order_backfill_tries_them() {
         let running = b.submit(1, 100);
         assert_eq!(started(&b.cycle()), vec![running]);
         let [a, c, d] = [20, 50, 10].map(|limit| b.submit(1, limit));
-        let reserved: std::collections::BTreeSet<u64> = b.cycle().estimates.into_keys().collect();
-        assert_eq!(reserved.iter().copied().collect::<Vec<_>>(), vec![a], "EASY reserves the head only");
+        let reserved = b.cycle().estimates;
+        assert_eq!(reserved.keys().copied().collect::<Vec<_>>(), vec![a], "EASY reserves the head only");
         let view = ClusterView::from_state(&b.state);
         let all = estimate_all(&view, b.now_ms, &b.state.policy, &reserved);
         let at = |j: u64| (all.estimates[&j].start_ms - 1_000_000_000) / 1000;

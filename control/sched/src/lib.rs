@@ -28,22 +28,15 @@ pub mod profile;
 pub mod reserved;
 pub mod view;
 
-pub use view::{ClusterView, NodeView, PartitionView, PendingJob, Res};
+pub use view::{ClusterView, Estimate, NodeView, PartitionView, PendingJob, Res};
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use profile::Timeline;
 use quorum_model::{
     Allocation, BackfillMode, BackfillOrder, JobId, Millis, NodeAllocation, PendingReason, PlannedStart, Policy,
     QueueOrder,
 };
-
-/// Where and when backfill expects a pending job to start.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Estimate {
-    pub start_ms: Millis,
-    pub nodes: Vec<String>,
-}
 
 /// The most pending reasons one plan writes; see [`Plan::reasons_to_write`].
 pub const MAX_REASONS_PER_PLAN: usize = 5_000;
@@ -613,6 +606,8 @@ pub fn place<'a>(view: &'a ClusterView, candidates: &[Candidate<'a>], now_ms: Mi
         })
         .collect();
     let mut placed = Placed::default();
+    // The start a job was first promised: the one its reservation kept last cycle, else this.
+    let promised = |id: JobId, start_ms: Millis| view.previous.get(&id).map_or(start_ms, |e| e.promised_ms);
     let mut preemptor = preemption::Preemptor::new(view, policy);
     if let Some(p) = preemptor.as_mut() {
         // A reservation's windows are out of the profiles preemption gives back to.
@@ -644,7 +639,8 @@ pub fn place<'a>(view: &'a ClusterView, candidates: &[Candidate<'a>], now_ms: Mi
             placement::earliest_on(job, view, &nodes, &capacity.profiles, now, horizon, 1, exclusive)
         {
             capacity.reserve(job, &nodes, t, exclusive, Book::Outside);
-            placed.estimates.insert(job.id, Estimate { start_ms: t * 1000, nodes: job.claim.clone() });
+            let promised_ms = promised(job.id, t * 1000);
+            placed.estimates.insert(job.id, Estimate { start_ms: t * 1000, nodes: job.claim.clone(), promised_ms });
             claimed.insert(position, None);
         }
     }
@@ -764,7 +760,8 @@ pub fn place<'a>(view: &'a ClusterView, candidates: &[Candidate<'a>], now_ms: Mi
                 if let Some((t, on)) = found {
                     capacity.reserve(&capped, &on, t, exclusive, book);
                     let names = on.iter().map(|&i| view.nodes[i].name.clone()).collect();
-                    placed.estimates.insert(job.id, Estimate { start_ms: t * 1000, nodes: names });
+                    let promised_ms = promised(job.id, t * 1000);
+                    placed.estimates.insert(job.id, Estimate { start_ms: t * 1000, nodes: names, promised_ms });
                     reservations_left -= 1;
                 }
             }
@@ -828,7 +825,8 @@ pub fn place<'a>(view: &'a ClusterView, candidates: &[Candidate<'a>], now_ms: Mi
                     capacity.reserve(c, nodes, t, exclusive, Book::Outside);
                     names.extend(nodes.iter().map(|&i| view.nodes[i].name.clone()));
                 }
-                placed.estimates.insert(job.id, Estimate { start_ms: t * 1000, nodes: names });
+                let promised_ms = promised(job.id, t * 1000);
+                placed.estimates.insert(job.id, Estimate { start_ms: t * 1000, nodes: names, promised_ms });
                 reservations_left -= 1;
             }
             continue;
@@ -872,7 +870,8 @@ pub fn place<'a>(view: &'a ClusterView, candidates: &[Candidate<'a>], now_ms: Mi
                 }
                 capacity.reserve(job, &found.nodes, found.start_s, exclusive, Book::Outside);
                 let names = found.planned.nodes.clone();
-                placed.estimates.insert(job.id, Estimate { start_ms: found.start_s * 1000, nodes: names });
+                let (start_ms, promised_ms) = (found.start_s * 1000, promised(job.id, found.start_s * 1000));
+                placed.estimates.insert(job.id, Estimate { start_ms, nodes: names, promised_ms });
                 placed.preemptions.push(found.planned);
                 continue;
             }
@@ -881,7 +880,7 @@ pub fn place<'a>(view: &'a ClusterView, candidates: &[Candidate<'a>], now_ms: Mi
             continue;
         }
         let previous: Option<Vec<usize>> =
-            view.previous.get(&job.id).and_then(|names| names.iter().map(|n| view.node_index(n)).collect());
+            view.previous.get(&job.id).and_then(|e| e.nodes.iter().map(|n| view.node_index(n)).collect());
         let found = placement::earliest_sticky(
             &topology,
             job,
@@ -920,10 +919,9 @@ pub fn place<'a>(view: &'a ClusterView, candidates: &[Candidate<'a>], now_ms: Mi
         };
         if let Some((t, nodes)) = found {
             capacity.reserve(job, &nodes, t, exclusive, Book::Outside);
-            placed.estimates.insert(
-                job.id,
-                Estimate { start_ms: t * 1000, nodes: nodes.iter().map(|&i| view.nodes[i].name.clone()).collect() },
-            );
+            let names = nodes.iter().map(|&i| view.nodes[i].name.clone()).collect();
+            let promised_ms = promised(job.id, t * 1000);
+            placed.estimates.insert(job.id, Estimate { start_ms: t * 1000, nodes: names, promised_ms });
             reservations_left -= 1;
         }
     }
@@ -1032,7 +1030,7 @@ pub fn will_run(view: &ClusterView, job: PendingJob, now_ms: Millis, policy: &Po
     let plan = schedule(&view, at, &policy);
     let names = |a: &Allocation| a.nodes.iter().map(|n| n.node.clone()).collect();
     if let Some(s) = plan.starts.iter().find(|s| s.job_id == id) {
-        return WillRun::Now(Estimate { start_ms: at, nodes: names(&s.allocation) });
+        return WillRun::Now(Estimate { start_ms: at, nodes: names(&s.allocation), promised_ms: at });
     }
     match plan.estimates.get(&id) {
         Some(e) => WillRun::Later(e.clone()),
@@ -1044,10 +1042,14 @@ pub fn will_run(view: &ClusterView, job: PendingJob, now_ms: Millis, policy: &Po
 /// runs and what waits ahead of it, in the order the policy serves them. That is the queue's
 /// order; with shortest-first backfill, the jobs that hold reservations (`reserved`: the last
 /// cycle's, in queue order, as they were reserved), then the rest shortest planned run time
-/// first, as backfill tries them. What `squeue --start` would say of each were every job
-/// reached: the simulator measures the estimates' accuracy with it. The plan's starts are the
-/// jobs that would start now.
-pub fn estimate_all(view: &ClusterView, now_ms: Millis, policy: &Policy, reserved: &BTreeSet<JobId>) -> Plan {
+/// first, as backfill tries them. Where the last cycle was planned on limits for a late
+/// reservation ([`schedule`]), so are the estimates. What `squeue --start` would say of each
+/// were every job reached: the simulator measures the estimates' accuracy with it. The plan's
+/// starts are the jobs that would start now.
+pub fn estimate_all(view: &ClusterView, now_ms: Millis, policy: &Policy, reserved: &BTreeMap<JobId, Estimate>) -> Plan {
+    if let Some(limits) = view.late(reserved).then(|| view.on_limits()).flatten() {
+        return estimate_all(&limits, now_ms, policy, reserved);
+    }
     // The same rule as `place`'s: shortest-first only where there are reservations to go first.
     let shortest = policy.backfill_order == BackfillOrder::Shortest && policy.reservation_count() > 0;
     let policy = Policy { backfill: BackfillMode::Conservative, reservations: u32::MAX, ..policy.clone() };
@@ -1056,7 +1058,7 @@ pub fn estimate_all(view: &ClusterView, now_ms: Millis, policy: &Policy, reserve
         let mut keyed: Vec<((bool, u64, usize), &PendingJob)> = ordered
             .into_iter()
             .enumerate()
-            .map(|(k, j)| match reserved.contains(&j.id) {
+            .map(|(k, j)| match reserved.contains_key(&j.id) {
                 true => ((false, 0, k), j),
                 false => ((true, j.duration_s(), k), j),
             })
@@ -1070,9 +1072,20 @@ pub fn estimate_all(view: &ClusterView, now_ms: Millis, policy: &Policy, reserve
 }
 
 /// One scheduling cycle over a view of the cluster: [`order`], [`screen`], [`place`], and the
-/// [`Plan`] assembled from them.
+/// [`Plan`] assembled from them. When the plan has a reservation slipped far past the start it
+/// first promised ([`ClusterView::late`]), the cycle is planned again on limits, not
+/// predictions ([`ClusterView::on_limits`]).
 pub fn schedule(view: &ClusterView, now_ms: Millis, policy: &Policy) -> Plan {
     debug_assert!(view.nodes.windows(2).all(|w| w[0].name < w[1].name), "view nodes must be in name order");
+    let plan = cycle(view, now_ms, policy);
+    match view.late(&plan.estimates).then(|| view.on_limits()).flatten() {
+        Some(limits) => cycle(&limits, now_ms, policy),
+        None => plan,
+    }
+}
+
+/// [`schedule`]'s stages over `view` as it plans the jobs.
+fn cycle(view: &ClusterView, now_ms: Millis, policy: &Policy) -> Plan {
     let ordered = order(view, now_ms, policy);
     let screened = screen(view, &ordered, now_ms, policy);
     let placed = place(view, &screened.candidates, now_ms, policy);

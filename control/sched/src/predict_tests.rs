@@ -45,6 +45,20 @@ fn history(b: &mut Bench, user: &str, at: u64, runs: [u64; 2]) -> u64 {
     t
 }
 
+/// Two one-CPU nodes; Alice's last two jobs ran 10 s each. At `t` her 1-node job (limit 100)
+/// starts and Bob's 2-node job (limit 50) waits behind it: the bench, `t`, Bob's job and the
+/// cycle's plan.
+fn bob_behind_alice(predict: bool) -> (Bench, u64, u64, Plan) {
+    let mut b = site(2, predict);
+    let t = history(&mut b, "alice", 0, [10, 10]);
+    b.at(t);
+    let running = job(&mut b, "alice", 1, 100);
+    let wide = job(&mut b, "bob", 2, 50);
+    let p = b.cycle();
+    assert_eq!(started(&p), vec![running]);
+    (b, t, wide, p)
+}
+
 #[test]
 fn the_state_keeps_each_users_last_two_run_times_of_jobs_that_ran_their_course() {
     let mut b = site(2, true);
@@ -78,13 +92,7 @@ fn the_state_keeps_each_users_last_two_run_times_of_jobs_that_ran_their_course()
 #[test]
 fn a_running_job_is_planned_to_its_prediction_and_then_to_its_limit() {
     for predict in [true, false] {
-        let mut b = site(2, predict);
-        let t = history(&mut b, "alice", 0, [10, 10]);
-        b.at(t);
-        let running = job(&mut b, "alice", 1, 100);
-        let wide = job(&mut b, "bob", 2, 50);
-        let p = b.cycle();
-        assert_eq!(started(&p), vec![running]);
+        let (mut b, t, wide, p) = bob_behind_alice(predict);
         let want = if predict { t + 10 } else { t + 100 };
         assert_eq!(estimate_s(&p, wide), Some(want), "predict: {predict}");
         b.at(t + 11);
@@ -170,4 +178,50 @@ fn the_will_run_test_answers_on_predictions_too() {
             other => panic!("{other:?}"),
         }
     }
+}
+
+/// A reservation that slips past the start it first promised by more than the wait that
+/// promised turns the cycle to limits until its job starts. Alice's jobs are predicted to run
+/// 10 s of their 100. Bob's 2-node job is promised t+10; once Alice's running job outlives its
+/// prediction he is reserved at t+100, a slip of 90 s on a 10 s wait. Planned on predictions,
+/// her next job would backfill (predicted to end at t+21); by its limit it would end at t+111,
+/// after his start, so it waits, in that cycle and the next, and is estimated to start after
+/// him. His promise is kept.
+#[test]
+fn a_reservation_late_by_more_than_its_promised_wait_is_planned_on_limits() {
+    let (mut b, t, wide, p) = bob_behind_alice(true);
+    assert_eq!(estimate_s(&p, wide), Some(t + 10));
+    let promised_ms = T0 + (t + 10) * 1000;
+    b.at(t + 11);
+    let next = job(&mut b, "alice", 1, 100);
+    for at in [t + 11, t + 12] {
+        b.at(at);
+        let p = b.cycle();
+        assert_eq!(started(&p), Vec::<u64>::new(), "at {at}: on limits her job would run past t+100");
+        assert_eq!(p.reason(next), Some(PendingReason::Priority));
+        assert_eq!(estimate_s(&p, wide), Some(t + 100));
+        assert_eq!(p.estimates[&wide].promised_ms, promised_ms, "the promise is kept");
+        // Every waiting job's estimate is planned on limits too: hers after his.
+        let all = estimate_all(&ClusterView::from_state(&b.state), b.now_ms, &b.state.policy, &p.estimates);
+        assert!(all.starts.is_empty(), "{:?}", all.starts);
+        assert_eq!(estimate_s(&all, next), Some(t + 150));
+    }
+}
+
+/// A slip within the wait promised keeps the predictions: Carol's 3-node job is promised t+60,
+/// when Bob's running job is predicted to end (its limit: t+1000); when Alice's job outlives
+/// its 10 s prediction her start moves to t+100, within twice the 60 s she was told, and stays
+/// planned on predictions (on limits it would be t+1000).
+#[test]
+fn a_slip_within_the_promised_wait_keeps_the_predictions() {
+    let mut b = site(3, true);
+    let t = history(&mut b, "alice", 0, [10, 10]);
+    let t = history(&mut b, "bob", t, [60, 60]);
+    b.at(t);
+    let long = job(&mut b, "bob", 1, 1000);
+    let short = job(&mut b, "alice", 1, 100);
+    let wide = job(&mut b, "carol", 3, 50);
+    assert_eq!(started(&b.cycle()), vec![long, short]);
+    b.at(t + 11);
+    assert_eq!(estimate_s(&b.cycle(), wide), Some(t + 100));
 }

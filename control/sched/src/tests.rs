@@ -14,7 +14,7 @@ pub(crate) struct Bench {
     pub now_ms: u64,
     index: u64,
     /// The last plan's reservations, fed to the next cycle as the leader does.
-    previous: BTreeMap<u64, Vec<String>>,
+    previous: BTreeMap<u64, Estimate>,
     cache: crate::view::ViewCache,
 }
 
@@ -106,7 +106,7 @@ impl Bench {
         view.previous = std::mem::take(&mut self.previous);
         let policy = self.state.policy.clone();
         let plan = schedule(&view, self.now_ms, &policy);
-        self.previous = plan.estimates.iter().map(|(j, e)| (*j, e.nodes.clone())).collect();
+        self.previous = plan.estimates.clone();
         assert_eq!(plan, schedule(&view, self.now_ms, &policy), "the same input gives the same plan");
         let now = self.now_ms;
         let r = self.cmd(Command::ApplyPlan {

@@ -75,6 +75,18 @@ pub fn uniform_type(gpus: &[(u32, String)]) -> Option<String> {
     gpus.iter().all(|(_, t)| t == first).then(|| first.clone())
 }
 
+/// Where and when backfill expects a pending job to start.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Estimate {
+    pub start_ms: Millis,
+    pub nodes: Vec<String>,
+    /// The start it was given when first reserved, kept while every cycle since has reserved
+    /// it. Planned on predictions, a reservation slips when jobs outlive theirs; once it has
+    /// slipped by more than the wait this promised, the cycle plans on limits (see
+    /// [`ClusterView::late`]).
+    pub promised_ms: Millis,
+}
+
 /// A running job: what it holds where, and when it will have ended at the latest.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RunningJob {
@@ -249,10 +261,10 @@ pub struct ClusterView {
     /// Usage by account, then user; and by QOS.
     pub user_usage: Shared<BTreeMap<String, BTreeMap<String, Usage>>>,
     pub qos_usage: Shared<BTreeMap<String, Usage>>,
-    /// The previous cycle's reservations (job → node names). A job keeps its reserved nodes
-    /// while they still hold it no later than any others, so that a reservation never moves
-    /// because best fit broke a tie differently.
-    pub previous: BTreeMap<JobId, Vec<String>>,
+    /// The previous cycle's reservations. A job keeps its reserved nodes while they still hold
+    /// it no later than any others, so that a reservation never moves because best fit broke a
+    /// tie differently; and it keeps the start it was first promised.
+    pub previous: BTreeMap<JobId, Estimate>,
     /// The cluster's licenses and how many of each there are.
     pub licenses: BTreeMap<String, u32>,
     /// Advance reservations, in name order.
@@ -555,6 +567,51 @@ impl PendingJob {
 }
 
 impl ClusterView {
+    /// Whether one of `estimates` has slipped later than the start it first promised by more
+    /// than the wait that promised: its job will have waited over twice as long as it was told.
+    /// Planned on predictions, a reservation slips whenever a job outlives its prediction, and
+    /// the nodes that frees go to jobs backfilled on their predictions; a job needing many nodes
+    /// can so wait for ever (44 days on RICC). [`crate::schedule`] then plans the cycle on
+    /// limits ([`ClusterView::on_limits`]): only what already runs can push that job later,
+    /// and only to its limits, as in EASY on limits. Slips of a few minutes are common, so a
+    /// smaller one keeps the predictions; so does a cycle in which the predictions no longer
+    /// put it that late (once a job has ended, say), as they would start it sooner.
+    pub fn late(&self, estimates: &BTreeMap<JobId, Estimate>) -> bool {
+        estimates.iter().any(|(id, e)| {
+            let Ok(k) = self.pending.binary_search_by_key(id, |j| j.id) else {
+                return false;
+            };
+            let eligible_ms = self.pending[k].begin_ms.unwrap_or(0).max(self.pending[k].submit_ms);
+            let promised_wait = e.promised_ms.saturating_sub(eligible_ms);
+            e.start_ms > e.promised_ms.saturating_add(promised_wait)
+        })
+    }
+
+    /// The same view planned on time limits: every running job to its limit, every pending
+    /// job for its limit; `None` when no job is planned on a prediction.
+    pub fn on_limits(&self) -> Option<ClusterView> {
+        let predicted = |j: &PendingJob| j.components().any(|c| c.plan_s.is_some());
+        if !self.running.iter().any(|r| r.predicted_end_s.is_some()) && !self.pending.iter().any(|j| predicted(j)) {
+            return None;
+        }
+        let running = self
+            .running
+            .iter()
+            .map(|r| match r.predicted_end_s {
+                Some(_) => Arc::new(RunningJob { predicted_end_s: None, ..(**r).clone() }),
+                None => Arc::clone(r),
+            })
+            .collect();
+        let limited = |j: &PendingJob| PendingJob {
+            plan_s: None,
+            het: j.het.iter().map(|c| PendingJob { plan_s: None, ..c.clone() }).collect(),
+            ..j.clone()
+        };
+        let pending =
+            self.pending.iter().map(|j| if predicted(j) { Arc::new(limited(j)) } else { Arc::clone(j) }).collect();
+        Some(ClusterView { running, pending, ..self.clone() })
+    }
+
     pub fn from_state(state: &ClusterState) -> Self {
         Self::from_state_cached(state, &mut ViewCache::default())
     }

@@ -62,7 +62,7 @@ pub(super) async fn schedule_loop(replica: Arc<Replica>, leader: Arc<LeaderState
                 applied.state.policy.clone(),
             )
         };
-        view.previous = leader.estimates().into_iter().map(|(j, e)| (j, e.nodes)).collect();
+        view.previous = leader.estimates();
         let started = std::time::Instant::now();
         let plan = quorum_sched::schedule(&view, now_ms(), &policy);
         let cycle_s = started.elapsed().as_secs_f64();

@@ -492,7 +492,12 @@ impl Simulation {
     /// one of them behind what runs, in the order the policy serves them (with predictions
     /// when the policy uses them; see [`quorum_sched::estimate_all`]), `reserved` being the
     /// last cycle's reservations. Outside the cycle, so it changes nothing.
-    fn estimate_starts(&self, cache: &mut ViewCache, now_ms: u64, reserved: &BTreeSet<JobId>) -> Vec<(JobId, u64)> {
+    fn estimate_starts(
+        &self,
+        cache: &mut ViewCache,
+        now_ms: u64,
+        reserved: &BTreeMap<JobId, quorum_sched::Estimate>,
+    ) -> Vec<(JobId, u64)> {
         let view = ClusterView::from_state_cached(&self.state, cache);
         let plan = quorum_sched::estimate_all(&view, now_ms, &self.state.policy, reserved);
         let now_s = now_ms / 1000;
@@ -522,7 +527,7 @@ impl Simulation {
         let mut paused: BTreeMap<JobId, u64> = BTreeMap::new();
         // Jobs running now (`ends` may also hold stale ends).
         let mut running = 0usize;
-        let mut previous: BTreeMap<JobId, Vec<String>> = BTreeMap::new();
+        let mut previous: BTreeMap<JobId, quorum_sched::Estimate> = BTreeMap::new();
         let mut cache = ViewCache::default();
         let mut next = 0usize;
         let mut cycles = 0u64;
@@ -622,7 +627,7 @@ impl Simulation {
                 let policy = self.state.policy.clone();
                 let plan = quorum_sched::schedule(&view, now, &policy);
                 cycles += 1;
-                previous = plan.estimates.iter().map(|(j, e)| (*j, e.nodes.clone())).collect();
+                previous = plan.estimates.clone();
                 let reasons = plan.reasons_to_write();
                 let resumes = plan.resumes.clone();
                 if let Some(command) =
@@ -691,8 +696,7 @@ impl Simulation {
             // Every active job without an end coming is still waiting.
             let pending = self.state.active.len() - running;
             if self.estimates && pending > 0 {
-                let reserved: BTreeSet<JobId> = previous.keys().copied().collect();
-                for (id, start_s) in self.estimate_starts(&mut cache, now, &reserved) {
+                for (id, start_s) in self.estimate_starts(&mut cache, now, &previous) {
                     let Some(rec) = by_id.get(&id).map(|&i| &mut records[i]) else { continue };
                     if rec.submit_s == t {
                         rec.estimate_at_submit_s = Some(start_s);
