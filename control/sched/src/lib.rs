@@ -606,8 +606,8 @@ pub fn place<'a>(view: &'a ClusterView, candidates: &[Candidate<'a>], now_ms: Mi
         })
         .collect();
     let mut placed = Placed::default();
-    // The start a job was first promised: the one its reservation kept last cycle, else this.
-    let promised = |id: JobId, start_ms: Millis| view.previous.get(&id).map_or(start_ms, |e| e.promised_ms);
+    // The start a job was first promised: the one kept while it waits, else this.
+    let promised = |id: JobId, start_ms: Millis| view.promised.get(&id).copied().unwrap_or(start_ms);
     let mut preemptor = preemption::Preemptor::new(view, policy);
     if let Some(p) = preemptor.as_mut() {
         // A reservation's windows are out of the profiles preemption gives back to.
@@ -1082,6 +1082,20 @@ pub fn schedule(view: &ClusterView, now_ms: Millis, policy: &Policy) -> Plan {
         Some(limits) => cycle(&limits, now_ms, policy),
         None => plan,
     }
+}
+
+/// The start each job still waiting after `plan` was first promised ([`ClusterView::promised`]
+/// for the next cycle): those of `view` whose job neither started nor left the queue, and
+/// those of the jobs `plan` reserved for the first time.
+pub fn promises(view: &ClusterView, plan: &Plan) -> BTreeMap<JobId, Millis> {
+    let started: std::collections::BTreeSet<JobId> = plan.starts.iter().map(|s| s.job_id).collect();
+    let waiting = |id: &JobId| view.pending.binary_search_by_key(id, |j| j.id).is_ok() && !started.contains(id);
+    let mut kept: BTreeMap<JobId, Millis> =
+        view.promised.iter().filter(|(id, _)| waiting(id)).map(|(&id, &at)| (id, at)).collect();
+    for (&id, e) in &plan.estimates {
+        kept.entry(id).or_insert(e.promised_ms);
+    }
+    kept
 }
 
 /// [`schedule`]'s stages over `view` as it plans the jobs.

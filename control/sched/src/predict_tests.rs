@@ -225,3 +225,18 @@ fn a_slip_within_the_promised_wait_keeps_the_predictions() {
     b.at(t + 11);
     assert_eq!(estimate_s(&b.cycle(), wide), Some(t + 100));
 }
+
+/// A job's first promise is kept while it waits, whether a reservation holds it this cycle or
+/// not (one of higher priority may have taken it), and dropped once it starts or leaves.
+#[test]
+fn a_promise_is_kept_while_its_job_waits() {
+    let (b, _, wide, p) = bob_behind_alice(true);
+    let mut view = ClusterView::from_state(&b.state);
+    assert_eq!(promises(&view, &p), BTreeMap::from([(wide, p.estimates[&wide].start_ms)]), "first reserved");
+    let gone = wide + 100;
+    view.promised = BTreeMap::from([(wide, 7), (gone, 8)]);
+    assert_eq!(promises(&view, &Plan::default()), BTreeMap::from([(wide, 7)]), "kept without a reservation");
+    assert_eq!(promises(&view, &p)[&wide], 7, "the first promise, not this cycle's");
+    let start = PlannedStart { job_id: wide, allocation: Allocation::default() };
+    assert!(promises(&view, &Plan { starts: vec![start], ..Plan::default() }).is_empty(), "started");
+}

@@ -15,6 +15,7 @@ pub(crate) struct Bench {
     index: u64,
     /// The last plan's reservations, fed to the next cycle as the leader does.
     previous: BTreeMap<u64, Estimate>,
+    promised: BTreeMap<u64, Millis>,
     cache: crate::view::ViewCache,
 }
 
@@ -36,6 +37,7 @@ impl Bench {
             now_ms: 1_000_000_000,
             index: 0,
             previous: BTreeMap::new(),
+            promised: BTreeMap::new(),
             cache: Default::default(),
         };
         let names: Vec<String> = nodes.iter().map(|n| n.name.clone()).collect();
@@ -104,9 +106,11 @@ impl Bench {
             "a view built from the cache equals one built afresh"
         );
         view.previous = std::mem::take(&mut self.previous);
+        view.promised = std::mem::take(&mut self.promised);
         let policy = self.state.policy.clone();
         let plan = schedule(&view, self.now_ms, &policy);
         self.previous = plan.estimates.clone();
+        self.promised = promises(&view, &plan);
         assert_eq!(plan, schedule(&view, self.now_ms, &policy), "the same input gives the same plan");
         let now = self.now_ms;
         let r = self.cmd(Command::ApplyPlan {

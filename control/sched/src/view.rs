@@ -80,8 +80,8 @@ pub fn uniform_type(gpus: &[(u32, String)]) -> Option<String> {
 pub struct Estimate {
     pub start_ms: Millis,
     pub nodes: Vec<String>,
-    /// The start it was given when first reserved, kept while every cycle since has reserved
-    /// it. Planned on predictions, a reservation slips when jobs outlive theirs; once it has
+    /// The start it was given when first reserved, kept while it waits
+    /// ([`ClusterView::promised`]). Planned on predictions, a reservation slips when jobs outlive theirs; once it has
     /// slipped by more than the wait this promised, the cycle plans on limits (see
     /// [`ClusterView::late`]).
     pub promised_ms: Millis,
@@ -265,6 +265,10 @@ pub struct ClusterView {
     /// it no later than any others, so that a reservation never moves because best fit broke a
     /// tie differently; and it keeps the start it was first promised.
     pub previous: BTreeMap<JobId, Estimate>,
+    /// The start each waiting job was first promised by a reservation, kept while it waits,
+    /// whether it holds a reservation now or not (a job of higher priority may take the one it
+    /// had): [`crate::promises`] of the previous cycle.
+    pub promised: BTreeMap<JobId, Millis>,
     /// The cluster's licenses and how many of each there are.
     pub licenses: BTreeMap<String, u32>,
     /// Advance reservations, in name order.

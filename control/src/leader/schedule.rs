@@ -63,6 +63,7 @@ pub(super) async fn schedule_loop(replica: Arc<Replica>, leader: Arc<LeaderState
             )
         };
         view.previous = leader.estimates();
+        view.promised = leader.promised();
         let started = std::time::Instant::now();
         let plan = quorum_sched::schedule(&view, now_ms(), &policy);
         let cycle_s = started.elapsed().as_secs_f64();
@@ -77,6 +78,7 @@ pub(super) async fn schedule_loop(replica: Arc<Replica>, leader: Arc<LeaderState
         );
         let planned = plan.starts.len();
         let reasons = plan.reasons_to_write();
+        leader.set_promised(quorum_sched::promises(&view, &plan));
         leader.set_estimates(plan.estimates);
         // Before the plan is proposed: its starts are launched as soon as it applies.
         if quorum_proto::telemetry::exporting() && !leader.hub.traces.is_empty() {

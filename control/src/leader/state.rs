@@ -19,6 +19,8 @@ pub struct LeaderState {
     pub steps: super::steps::StepRoutes,
     /// The latest plan's reservations, for `quorum queue --start`.
     estimates: Mutex<BTreeMap<JobId, Estimate>>,
+    /// The start each waiting job was first promised ([`quorum_sched::promises`]).
+    promised: Mutex<BTreeMap<JobId, quorum_model::Millis>>,
     pub liveness: Liveness,
     /// Planned starts that apply dropped, by kind of reason, since this replica started.
     dropped: Mutex<BTreeMap<&'static str, u64>>,
@@ -39,6 +41,7 @@ impl LeaderState {
             hub: AgentHub::new(grants, liveness.agent_lease, stats.dispatch_seconds.clone()),
             steps: Default::default(),
             estimates: Mutex::default(),
+            promised: Mutex::default(),
             liveness,
             dropped: Mutex::default(),
             mail_program: None,
@@ -77,6 +80,15 @@ impl LeaderState {
     /// Where backfill expects one pending job to start, if it placed it.
     pub fn estimate(&self, job: JobId) -> Option<Estimate> {
         self.estimates.lock().unwrap_or_else(|p| p.into_inner()).get(&job).cloned()
+    }
+
+    /// The start each waiting job was first promised, as the last cycle left them.
+    pub(super) fn promised(&self) -> BTreeMap<JobId, quorum_model::Millis> {
+        self.promised.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    pub(super) fn set_promised(&self, promised: BTreeMap<JobId, quorum_model::Millis>) {
+        *self.promised.lock().unwrap_or_else(|p| p.into_inner()) = promised;
     }
 
     pub(super) fn set_estimates(&self, estimates: BTreeMap<JobId, Estimate>) {

@@ -528,6 +528,7 @@ impl Simulation {
         // Jobs running now (`ends` may also hold stale ends).
         let mut running = 0usize;
         let mut previous: BTreeMap<JobId, quorum_sched::Estimate> = BTreeMap::new();
+        let mut promised: BTreeMap<JobId, u64> = BTreeMap::new();
         let mut cache = ViewCache::default();
         let mut next = 0usize;
         let mut cycles = 0u64;
@@ -621,13 +622,16 @@ impl Simulation {
             // One cycle, as the leader runs it; with nothing waiting a cycle changes nothing.
             if self.state.active.len() == running && paused.is_empty() {
                 previous.clear();
+                promised.clear();
             } else {
                 let mut view = ClusterView::from_state_cached(&self.state, &mut cache);
                 view.previous = std::mem::take(&mut previous);
+                view.promised = std::mem::take(&mut promised);
                 let policy = self.state.policy.clone();
                 let plan = quorum_sched::schedule(&view, now, &policy);
                 cycles += 1;
                 previous = plan.estimates.clone();
+                promised = quorum_sched::promises(&view, &plan);
                 let reasons = plan.reasons_to_write();
                 let resumes = plan.resumes.clone();
                 if let Some(command) =
