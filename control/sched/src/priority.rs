@@ -254,7 +254,7 @@ impl PriorityContext {
     }
 
     pub fn factors(&self, view: &ClusterView, job: &PendingJob, now_ms: Millis, policy: &Policy) -> Factors {
-        let eligible_since = job.begin_ms.unwrap_or(0).max(job.submit_ms);
+        let eligible_since = job.eligible_ms();
         let age_s = now_ms.saturating_sub(eligible_since) as f64 / 1000.0;
         let age = if policy.max_age_s == 0 { 1.0 } else { (age_s / policy.max_age_s as f64).min(1.0) };
         let fairshare = match self.users.get(&*job.account) {

@@ -81,9 +81,9 @@ pub struct Estimate {
     pub start_ms: Millis,
     pub nodes: Vec<String>,
     /// The start it was given when first reserved, kept while it waits
-    /// ([`ClusterView::promised`]). Planned on predictions, a reservation slips when jobs outlive theirs; once it has
-    /// slipped by more than the wait this promised, the cycle plans on limits (see
-    /// [`ClusterView::late`]).
+    /// ([`ClusterView::promised`]). Planned on predictions, a reservation slips when jobs
+    /// outlive theirs; once it has slipped by more than the wait this promised, the cycle plans
+    /// on limits (see [`ClusterView::late`]).
     pub promised_ms: Millis,
 }
 
@@ -199,6 +199,11 @@ impl PendingJob {
         std::iter::once(self).chain(self.het.iter())
     }
 
+    /// Since when it may start: its submit, or its begin time when that is later.
+    pub fn eligible_ms(&self) -> Millis {
+        self.begin_ms.unwrap_or(0).max(self.submit_ms)
+    }
+
     /// How long to plan for: the prediction, or the time limit, or forever.
     pub fn duration_s(&self) -> u64 {
         self.plan_s.or(self.time_limit_s).unwrap_or(u64::MAX / 4).max(1)
@@ -263,7 +268,7 @@ pub struct ClusterView {
     pub qos_usage: Shared<BTreeMap<String, Usage>>,
     /// The previous cycle's reservations. A job keeps its reserved nodes while they still hold
     /// it no later than any others, so that a reservation never moves because best fit broke a
-    /// tie differently; and it keeps the start it was first promised.
+    /// tie differently.
     pub previous: BTreeMap<JobId, Estimate>,
     /// The start each waiting job was first promised by a reservation, kept while it waits,
     /// whether it holds a reservation now or not (a job of higher priority may take the one it
@@ -585,8 +590,7 @@ impl ClusterView {
             let Ok(k) = self.pending.binary_search_by_key(id, |j| j.id) else {
                 return false;
             };
-            let eligible_ms = self.pending[k].begin_ms.unwrap_or(0).max(self.pending[k].submit_ms);
-            let promised_wait = e.promised_ms.saturating_sub(eligible_ms);
+            let promised_wait = e.promised_ms.saturating_sub(self.pending[k].eligible_ms());
             e.start_ms > e.promised_ms.saturating_add(promised_wait)
         })
     }
@@ -598,22 +602,15 @@ impl ClusterView {
         if !self.running.iter().any(|r| r.predicted_end_s.is_some()) && !self.pending.iter().any(|j| predicted(j)) {
             return None;
         }
-        let running = self
-            .running
-            .iter()
-            .map(|r| match r.predicted_end_s {
-                Some(_) => Arc::new(RunningJob { predicted_end_s: None, ..(**r).clone() }),
-                None => Arc::clone(r),
-            })
-            .collect();
-        let limited = |j: &PendingJob| PendingJob {
-            plan_s: None,
-            het: j.het.iter().map(|c| PendingJob { plan_s: None, ..c.clone() }).collect(),
-            ..j.clone()
-        };
-        let pending =
-            self.pending.iter().map(|j| if predicted(j) { Arc::new(limited(j)) } else { Arc::clone(j) }).collect();
-        Some(ClusterView { running, pending, ..self.clone() })
+        let mut view = self.clone();
+        for r in view.running.iter_mut().filter(|r| r.predicted_end_s.is_some()) {
+            *r = Arc::new(RunningJob { predicted_end_s: None, ..(**r).clone() });
+        }
+        for j in view.pending.iter_mut().filter(|j| predicted(j)) {
+            let het = j.het.iter().map(|c| PendingJob { plan_s: None, ..c.clone() }).collect();
+            *j = Arc::new(PendingJob { plan_s: None, het, ..(**j).clone() });
+        }
+        Some(view)
     }
 
     pub fn from_state(state: &ClusterState) -> Self {
