@@ -69,7 +69,7 @@ fn replays_a_trace_to_json_table_and_pictures() {
     let again = simulate(dir.path(), &["t.swf.gz", "--json", "--policy", "easy"]);
     assert_eq!(again.stdout, easy.stdout);
 
-    let table = simulate(dir.path(), &["t.swf.gz", "--gantt", "g.svg", "--plot", "p.svg"]);
+    let table = simulate(dir.path(), &["t.swf.gz", "--gantt", "g.svg", "--plot", "p.svg", "--jobs", "j.csv"]);
     assert_eq!(table.code, 0, "{}", table.stderr);
     for want in ["4 nodes × 1 CPUs", "policy       easy", "simulated", "recorded", "bsld mean", "u1"] {
         assert!(table.stdout.contains(want), "'{want}' in\n{}", table.stdout);
@@ -80,6 +80,12 @@ fn replays_a_trace_to_json_table_and_pictures() {
     for id in 1..=4 {
         assert!(gantt.contains(&format!("<title>job {id} (trace #{id})")), "job {id} drawn");
     }
+    // The schedule job by job: EASY's starts 0, 100, 2 and 150.
+    let csv = std::fs::read_to_string(dir.path().join("j.csv")).unwrap();
+    let rows: Vec<Vec<&str>> = csv.lines().map(|l| l.split(',').collect()).collect();
+    assert_eq!(rows[0][..8], ["number", "user", "procs", "submit_s", "start_s", "end_s", "wait_s", "run_s"]);
+    let starts: Vec<(&str, &str, &str)> = rows[1..].iter().map(|r| (r[0], r[4], r[6])).collect();
+    assert_eq!(starts, [("1", "0", "0"), ("2", "100", "99"), ("3", "2", "0"), ("4", "150", "147")], "{csv}");
     let plot = std::fs::read_to_string(dir.path().join("p.svg")).unwrap();
     assert!(plot.contains("utilization") && plot.matches("<polyline").count() == 2);
 }

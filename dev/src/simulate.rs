@@ -76,6 +76,12 @@ pub struct SimulateArgs {
     /// How long the Gantt window is.
     #[arg(long, default_value = "2-00:00:00")]
     pub gantt_span: String,
+    /// Write every replayed job's schedule to this CSV file, one line per job in trace order:
+    /// its number, user, processors, submit, start, end, wait, recorded run time and limit (s;
+    /// start, end and wait empty for a job that never started), whether it was killed at its
+    /// limit, and its start estimates (with --estimates).
+    #[arg(long, value_name = "FILE")]
+    pub jobs: Option<PathBuf>,
     /// Draw queue length and utilization over time to this SVG file.
     #[arg(long)]
     pub plot: Option<PathBuf>,
@@ -168,10 +174,40 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<()> {
         std::fs::write(path, svg::gantt(&result, from, from.saturating_add(gantt_span)))
             .map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))?;
     }
+    if let Some(path) = &args.jobs {
+        std::fs::write(path, jobs_csv(&result)).map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))?;
+    }
     if let Some(path) = &args.plot {
         std::fs::write(path, svg::plot(&result)).map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))?;
     }
     Ok(())
+}
+
+/// `--jobs`: the schedule, job by job.
+fn jobs_csv(r: &SimResult) -> String {
+    let opt = |v: Option<u64>| v.map(|v| v.to_string()).unwrap_or_default();
+    let mut out = String::from(
+        "number,user,procs,submit_s,start_s,end_s,wait_s,run_s,limit_s,killed,estimate_at_submit_s,estimate_last_s\n",
+    );
+    for j in &r.jobs {
+        let _ = writeln!(
+            out,
+            "{},{},{},{},{},{},{},{},{},{},{},{}",
+            j.number,
+            j.user,
+            j.procs,
+            j.submit_s,
+            opt(j.start_s),
+            opt(j.end_s),
+            opt(j.wait_s()),
+            j.run_s,
+            j.limit_s,
+            j.killed,
+            opt(j.estimate_at_submit_s),
+            opt(j.estimate_last_s)
+        );
+    }
+    out
 }
 
 fn progress_line(p: &Progress, elapsed: Duration) -> String {
