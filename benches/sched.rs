@@ -273,6 +273,21 @@ fn bench_cycle(c: &mut Criterion) {
     group.bench_function(format!("{pending}_jobs_{nodes}_nodes_easy_predict"), |b| {
         b.iter(|| black_box(schedule(black_box(&view), NOW_MS, &policy)))
     });
+    // And with every reservation late (each waiting job was promised a start when it became
+    // eligible): the cycle planned on predictions up to the late reservation, and again on
+    // limits; then a cycle after it, planned on limits at once while the last one's
+    // reservation is late.
+    let late = with_late_promises(view.clone());
+    let on_limits = late.on_limits().expect("jobs planned on predictions");
+    let plan = schedule(&late, NOW_MS, &policy);
+    assert_eq!(plan.starts, schedule(&on_limits, NOW_MS, &policy).starts, "the late cycle is planned on limits");
+    let again = ClusterView { previous: plan.estimates, ..late.clone() };
+    assert!(again.late(&again.previous), "the reservation stays late");
+    for (label, view) in [("late", &late), ("late_again", &again)] {
+        group.bench_function(format!("{pending}_jobs_{nodes}_nodes_easy_predict_{label}"), |b| {
+            b.iter(|| black_box(schedule(black_box(view), NOW_MS, &policy)))
+        });
+    }
     // And those behind the reservation tried shortest predicted run time first (EASY++).
     let shortest = Policy { backfill_order: BackfillOrder::Shortest, ..policy.clone() };
     group.bench_function(format!("{pending}_jobs_{nodes}_nodes_easy_predict_shortest"), |b| {
@@ -319,6 +334,13 @@ pub fn with_predictions(mut view: ClusterView) -> ClusterView {
         let left = r.end_s.saturating_sub(now);
         r.predicted_end_s = Some(now + 1 + left * rng.below(10) / 10).filter(|&e| e < r.end_s);
     }
+    view
+}
+
+/// `view` with every waiting job promised a start when it became eligible, so that any
+/// reservation is late ([`ClusterView::late`]).
+pub fn with_late_promises(mut view: ClusterView) -> ClusterView {
+    view.promised = view.pending.iter().map(|j| (j.id, j.eligible_ms())).collect();
     view
 }
 

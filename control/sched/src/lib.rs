@@ -285,6 +285,16 @@ pub struct Placed<'a> {
     pub preemptions: Vec<quorum_model::preempt::PlannedPreemption>,
     /// Jobs suspended by preemption resumed now ([`resume_lent`]).
     pub resumes: Vec<JobId>,
+    /// Whether one of `estimates` is late ([`ClusterView::late`]).
+    pub late: bool,
+}
+
+impl Placed<'_> {
+    /// Records `job`'s reservation, and whether it is late.
+    fn reserve(&mut self, view: &ClusterView, job: JobId, estimate: Estimate) {
+        self.late |= view.late_one(job, &estimate);
+        self.estimates.insert(job, estimate);
+    }
 }
 
 /// The shape of a request as far as fitting it now goes: a shape that did not fit for some
@@ -579,6 +589,18 @@ impl<'v> Licenses<'v> {
 /// [`BackfillOrder::Shortest`], once the last reservation is made the candidates behind it
 /// are tried shortest planned run time first (Tsafrir et al.'s SJBF), then in queue order.
 pub fn place<'a>(view: &'a ClusterView, candidates: &[Candidate<'a>], now_ms: Millis, policy: &Policy) -> Placed<'a> {
+    place_until_late(view, candidates, now_ms, policy, false)
+}
+
+/// [`place`]; with `stop_late`, it stops as soon as a reservation is late (`Placed::late`), the
+/// candidates after it undecided: [`schedule`] plans that cycle again on limits.
+fn place_until_late<'a>(
+    view: &'a ClusterView,
+    candidates: &[Candidate<'a>],
+    now_ms: Millis,
+    policy: &Policy,
+    stop_late: bool,
+) -> Placed<'a> {
     let now = now_ms / 1000;
     let horizon = now.saturating_add(policy.bf_window_s);
     let mut capacity = Capacity::new(view, now);
@@ -640,7 +662,7 @@ pub fn place<'a>(view: &'a ClusterView, candidates: &[Candidate<'a>], now_ms: Mi
         {
             capacity.reserve(job, &nodes, t, exclusive, Book::Outside);
             let promised_ms = promised(job.id, t * 1000);
-            placed.estimates.insert(job.id, Estimate { start_ms: t * 1000, nodes: job.claim.clone(), promised_ms });
+            placed.reserve(view, job.id, Estimate { start_ms: t * 1000, nodes: job.claim.clone(), promised_ms });
             claimed.insert(position, None);
         }
     }
@@ -651,6 +673,9 @@ pub fn place<'a>(view: &'a ClusterView, candidates: &[Candidate<'a>], now_ms: Mi
     let shortest_first = policy.backfill_order == BackfillOrder::Shortest && policy.reservation_count() > 0;
     let (mut next, mut reordered) = (0, false);
     while let Some(&k) = tried.get(next) {
+        if stop_late && placed.late {
+            return placed;
+        }
         if shortest_first && !reordered && reservations_left == 0 {
             tried[next..].sort_by_key(|&i| (candidates[i].job.duration_s(), i));
             reordered = true;
@@ -761,7 +786,7 @@ pub fn place<'a>(view: &'a ClusterView, candidates: &[Candidate<'a>], now_ms: Mi
                     capacity.reserve(&capped, &on, t, exclusive, book);
                     let names = on.iter().map(|&i| view.nodes[i].name.clone()).collect();
                     let promised_ms = promised(job.id, t * 1000);
-                    placed.estimates.insert(job.id, Estimate { start_ms: t * 1000, nodes: names, promised_ms });
+                    placed.reserve(view, job.id, Estimate { start_ms: t * 1000, nodes: names, promised_ms });
                     reservations_left -= 1;
                 }
             }
@@ -826,7 +851,7 @@ pub fn place<'a>(view: &'a ClusterView, candidates: &[Candidate<'a>], now_ms: Mi
                     names.extend(nodes.iter().map(|&i| view.nodes[i].name.clone()));
                 }
                 let promised_ms = promised(job.id, t * 1000);
-                placed.estimates.insert(job.id, Estimate { start_ms: t * 1000, nodes: names, promised_ms });
+                placed.reserve(view, job.id, Estimate { start_ms: t * 1000, nodes: names, promised_ms });
                 reservations_left -= 1;
             }
             continue;
@@ -871,7 +896,7 @@ pub fn place<'a>(view: &'a ClusterView, candidates: &[Candidate<'a>], now_ms: Mi
                 capacity.reserve(job, &found.nodes, found.start_s, exclusive, Book::Outside);
                 let names = found.planned.nodes.clone();
                 let (start_ms, promised_ms) = (found.start_s * 1000, promised(job.id, found.start_s * 1000));
-                placed.estimates.insert(job.id, Estimate { start_ms, nodes: names, promised_ms });
+                placed.reserve(view, job.id, Estimate { start_ms, nodes: names, promised_ms });
                 placed.preemptions.push(found.planned);
                 continue;
             }
@@ -921,7 +946,7 @@ pub fn place<'a>(view: &'a ClusterView, candidates: &[Candidate<'a>], now_ms: Mi
             capacity.reserve(job, &nodes, t, exclusive, Book::Outside);
             let names = nodes.iter().map(|&i| view.nodes[i].name.clone()).collect();
             let promised_ms = promised(job.id, t * 1000);
-            placed.estimates.insert(job.id, Estimate { start_ms: t * 1000, nodes: names, promised_ms });
+            placed.reserve(view, job.id, Estimate { start_ms: t * 1000, nodes: names, promised_ms });
             reservations_left -= 1;
         }
     }
@@ -982,7 +1007,7 @@ impl Plan {
     /// The plan from the stages' results: the starts and reservations of `placed`, and the
     /// reasons of `ineligible` and of `placed`'s waiting jobs merged back into the order.
     pub fn assemble(considered: usize, ineligible: Vec<Waiting>, placed: Placed) -> Plan {
-        let Placed { starts, waiting, estimates, backfilled, preemptions, resumes } = placed;
+        let Placed { starts, waiting, estimates, backfilled, preemptions, resumes, late: _ } = placed;
         let mut plan = Plan { starts, estimates, backfilled, preemptions, resumes, ..Plan::default() };
         plan.reasons.reserve(ineligible.len() + waiting.len());
         let (mut a, mut b) = (ineligible.into_iter().peekable(), waiting.into_iter().peekable());
@@ -1072,16 +1097,22 @@ pub fn estimate_all(view: &ClusterView, now_ms: Millis, policy: &Policy, reserve
 }
 
 /// One scheduling cycle over a view of the cluster: [`order`], [`screen`], [`place`], and the
-/// [`Plan`] assembled from them. When the plan has a reservation slipped far past the start it
-/// first promised ([`ClusterView::late`]), the cycle is planned again on limits, not
-/// predictions ([`ClusterView::on_limits`]).
+/// [`Plan`] assembled from them. When a reservation planned on predictions slips far past the
+/// start it first promised ([`ClusterView::late`]), planning stops there and the cycle is
+/// planned again on limits ([`ClusterView::on_limits`]); so are the cycles after it, at once,
+/// while the last cycle's reservations are late.
 pub fn schedule(view: &ClusterView, now_ms: Millis, policy: &Policy) -> Plan {
     debug_assert!(view.nodes.windows(2).all(|w| w[0].name < w[1].name), "view nodes must be in name order");
-    let plan = cycle(view, now_ms, policy);
-    match view.late(&plan.estimates).then(|| view.on_limits()).flatten() {
-        Some(limits) => cycle(&limits, now_ms, policy),
-        None => plan,
+    let predicts = view.predicts();
+    if !predicts || !view.late(&view.previous) {
+        if let Some(plan) = cycle(view, now_ms, policy, predicts) {
+            return plan;
+        }
     }
+    // Only a view with predictions is planned on limits, and a cycle that does not stop at a
+    // late reservation is planned whole.
+    let limits = view.on_limits().unwrap_or_else(|| view.clone());
+    cycle(&limits, now_ms, policy, false).unwrap_or_default()
 }
 
 /// The start each job still waiting after `plan` was first promised ([`ClusterView::promised`]
@@ -1098,12 +1129,16 @@ pub fn promises(view: &ClusterView, plan: &Plan) -> BTreeMap<JobId, Millis> {
     kept
 }
 
-/// [`schedule`]'s stages over `view` as it plans the jobs.
-fn cycle(view: &ClusterView, now_ms: Millis, policy: &Policy) -> Plan {
+/// [`schedule`]'s stages over `view` as it plans the jobs; with `stop_late`, `None` as soon as
+/// a reservation is late ([`ClusterView::late`]), the rest not planned.
+fn cycle(view: &ClusterView, now_ms: Millis, policy: &Policy, stop_late: bool) -> Option<Plan> {
     let ordered = order(view, now_ms, policy);
     let screened = screen(view, &ordered, now_ms, policy);
-    let placed = place(view, &screened.candidates, now_ms, policy);
-    Plan::assemble(ordered.len(), screened.ineligible, placed)
+    let placed = place_until_late(view, &screened.candidates, now_ms, policy, stop_late);
+    if stop_late && placed.late {
+        return None;
+    }
+    Some(Plan::assemble(ordered.len(), screened.ineligible, placed))
 }
 
 #[cfg(test)]

@@ -208,6 +208,34 @@ fn a_reservation_late_by_more_than_its_promised_wait_is_planned_on_limits() {
     }
 }
 
+/// Once late, the cycles after it stay on limits while the last one's reservation is late,
+/// even where predictions alone would no longer put it late. Bob's 2-node job is promised
+/// t+30, when Dave's running job is predicted to end (his limit: t+1000). At t+11 Alice's job
+/// outlives its prediction: Bob's start moves to t+100, late, and the cycle is planned on
+/// limits (t+1000). At t+12 her job ends; on predictions he would be reserved at t+30 again,
+/// but on limits he stays at t+1000 until Dave's job ends, and then starts.
+#[test]
+fn the_cycles_after_a_late_one_stay_on_limits_while_it_is_late() {
+    let mut b = site(2, true);
+    let t = history(&mut b, "alice", 0, [10, 10]);
+    let t = history(&mut b, "dave", t, [30, 30]);
+    b.at(t);
+    let short = job(&mut b, "alice", 1, 100);
+    let long = job(&mut b, "dave", 1, 1000);
+    let wide = job(&mut b, "bob", 2, 50);
+    let p = b.cycle();
+    assert_eq!(started(&p), vec![short, long]);
+    assert_eq!(estimate_s(&p, wide), Some(t + 30));
+    b.at(t + 11);
+    assert_eq!(estimate_s(&b.cycle(), wide), Some(t + 1000), "late: planned on limits");
+    b.at(t + 12);
+    b.end(short);
+    assert_eq!(estimate_s(&b.cycle(), wide), Some(t + 1000), "still on limits");
+    b.at(t + 40);
+    b.end(long);
+    assert_eq!(started(&b.cycle()), vec![wide]);
+}
+
 /// A slip within the wait promised keeps the predictions: Carol's 3-node job is promised t+60,
 /// when Bob's running job is predicted to end (its limit: t+1000); when Alice's job outlives
 /// its 10 s prediction her start moves to t+100, within twice the 60 s she was told, and stays

@@ -286,6 +286,11 @@ fn shorter_prediction(recent: Option<&quorum_model::predict::RecentRuns>, limit_
     quorum_model::predict::predicted_s(Some(recent?), limit_s).filter(|&p| limit_s.is_none_or(|l| p < l))
 }
 
+/// Whether a pending job, or one of its components, is planned on a prediction.
+fn predicted(j: &Arc<PendingJob>) -> bool {
+    j.components().any(|c| c.plan_s.is_some())
+}
+
 /// FNV-1a: a fast hash for the short node names looked up while taking a view (no
 /// adversary chooses them, so a keyed hash buys nothing).
 #[derive(Default)]
@@ -582,24 +587,33 @@ impl ClusterView {
     /// the nodes that frees go to jobs backfilled on their predictions; a job needing many nodes
     /// can so wait for ever (44 days on RICC). [`crate::schedule`] then plans the cycle on
     /// limits ([`ClusterView::on_limits`]): only what already runs can push that job later,
-    /// and only to its limits, as in EASY on limits. Slips of a few minutes are common, so a
-    /// smaller one keeps the predictions; so does a cycle in which the predictions no longer
-    /// put it that late (once a job has ended, say), as they would start it sooner.
+    /// and only to its limits, as in EASY on limits. The cycles after it are planned on limits
+    /// too while the last one's reservations are late ([`ClusterView::previous`]): until that
+    /// job starts, or until limits no longer put it that late. Going back to predictions sooner
+    /// lets the jobs backfilled on them push it later again. Slips of a few minutes are common,
+    /// so a smaller one keeps the predictions.
     pub fn late(&self, estimates: &BTreeMap<JobId, Estimate>) -> bool {
-        estimates.iter().any(|(id, e)| {
-            let Ok(k) = self.pending.binary_search_by_key(id, |j| j.id) else {
-                return false;
-            };
-            let promised_wait = e.promised_ms.saturating_sub(self.pending[k].eligible_ms());
-            e.start_ms > e.promised_ms.saturating_add(promised_wait)
-        })
+        estimates.iter().any(|(&id, e)| self.late_one(id, e))
+    }
+
+    /// Whether job `id`'s reservation `e` is late ([`ClusterView::late`]).
+    pub fn late_one(&self, id: JobId, e: &Estimate) -> bool {
+        let Ok(k) = self.pending.binary_search_by_key(&id, |j| j.id) else {
+            return false;
+        };
+        let promised_wait = e.promised_ms.saturating_sub(self.pending[k].eligible_ms());
+        e.start_ms > e.promised_ms.saturating_add(promised_wait)
+    }
+
+    /// Whether some job, running or pending, is planned on a prediction rather than its limit.
+    pub fn predicts(&self) -> bool {
+        self.running.iter().any(|r| r.predicted_end_s.is_some()) || self.pending.iter().any(predicted)
     }
 
     /// The same view planned on time limits: every running job to its limit, every pending
     /// job for its limit; `None` when no job is planned on a prediction.
     pub fn on_limits(&self) -> Option<ClusterView> {
-        let predicted = |j: &PendingJob| j.components().any(|c| c.plan_s.is_some());
-        if !self.running.iter().any(|r| r.predicted_end_s.is_some()) && !self.pending.iter().any(|j| predicted(j)) {
+        if !self.predicts() {
             return None;
         }
         let mut view = self.clone();
