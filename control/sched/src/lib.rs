@@ -1103,16 +1103,18 @@ pub fn estimate_all(view: &ClusterView, now_ms: Millis, policy: &Policy, reserve
 /// while the last cycle's reservations are late.
 pub fn schedule(view: &ClusterView, now_ms: Millis, policy: &Policy) -> Plan {
     debug_assert!(view.nodes.windows(2).all(|w| w[0].name < w[1].name), "view nodes must be in name order");
-    let predicts = view.predicts();
-    if !predicts || !view.late(&view.previous) {
-        if let Some(plan) = cycle(view, now_ms, policy, predicts) {
+    let whole = |view: &ClusterView| {
+        cycle(view, now_ms, policy, false).expect("a cycle that does not stop at a late reservation is planned whole")
+    };
+    if !view.predicts() {
+        return whole(view);
+    }
+    if !view.late(&view.previous) {
+        if let Some(plan) = cycle(view, now_ms, policy, true) {
             return plan;
         }
     }
-    // Only a view with predictions is planned on limits, and a cycle that does not stop at a
-    // late reservation is planned whole.
-    let limits = view.on_limits().unwrap_or_else(|| view.clone());
-    cycle(&limits, now_ms, policy, false).unwrap_or_default()
+    whole(&view.without_predictions())
 }
 
 /// The start each job still waiting after `plan` was first promised ([`ClusterView::promised`]

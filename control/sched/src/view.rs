@@ -597,7 +597,7 @@ impl ClusterView {
     }
 
     /// Whether job `id`'s reservation `e` is late ([`ClusterView::late`]).
-    pub fn late_one(&self, id: JobId, e: &Estimate) -> bool {
+    pub(crate) fn late_one(&self, id: JobId, e: &Estimate) -> bool {
         let Ok(k) = self.pending.binary_search_by_key(&id, |j| j.id) else {
             return false;
         };
@@ -613,9 +613,11 @@ impl ClusterView {
     /// The same view planned on time limits: every running job to its limit, every pending
     /// job for its limit; `None` when no job is planned on a prediction.
     pub fn on_limits(&self) -> Option<ClusterView> {
-        if !self.predicts() {
-            return None;
-        }
+        self.predicts().then(|| self.without_predictions())
+    }
+
+    /// [`ClusterView::on_limits`] for a view known to plan some job on a prediction.
+    pub(crate) fn without_predictions(&self) -> ClusterView {
         let mut view = self.clone();
         for r in view.running.iter_mut().filter(|r| r.predicted_end_s.is_some()) {
             *r = Arc::new(RunningJob { predicted_end_s: None, ..(**r).clone() });
@@ -624,7 +626,7 @@ impl ClusterView {
             let het = j.het.iter().map(|c| PendingJob { plan_s: None, ..c.clone() }).collect();
             *j = Arc::new(PendingJob { plan_s: None, het, ..(**j).clone() });
         }
-        Some(view)
+        view
     }
 
     pub fn from_state(state: &ClusterState) -> Self {
