@@ -290,9 +290,20 @@ pub struct Placed<'a> {
 }
 
 impl Placed<'_> {
-    /// Records `job`'s reservation, and whether it is late.
-    fn reserve(&mut self, view: &ClusterView, job: JobId, estimate: Estimate) {
-        self.late |= view.late_one(job, &estimate);
+    /// Records `job`'s reservation on `nodes`, and whether it is late; from when it would be
+    /// late, jobs started on their predictions may not run on those nodes ([`Capacity::bet`]).
+    fn reserve(
+        &mut self,
+        view: &ClusterView,
+        capacity: &mut Capacity,
+        job: JobId,
+        nodes: &[usize],
+        estimate: Estimate,
+    ) {
+        if let Some(at) = view.late_at(job, &estimate) {
+            self.late |= estimate.start_ms > at;
+            capacity.bet(nodes, at / 1000);
+        }
         self.estimates.insert(job, estimate);
     }
 }
@@ -363,6 +374,9 @@ struct Capacity<'v> {
     reservations: reserved::Reservations,
     unreserved: Vec<(usize, Timeline)>,
     inside: Vec<Option<Vec<Timeline>>>,
+    /// The nodes this cycle reserved for waiting jobs, each with the earliest time (seconds)
+    /// one of those reservations would be late ([`ClusterView::late_at`]).
+    bets: BTreeMap<usize, u64>,
 }
 
 impl<'v> Capacity<'v> {
@@ -377,7 +391,8 @@ impl<'v> Capacity<'v> {
         let max_free = MaxFree::new(&profiles, now);
         let free_gpus = view.nodes.iter().map(|n| n.free_gpus.clone()).collect();
         let inside = vec![None; reservations.held.len()];
-        Capacity { view, now, profiles, free_gpus, max_free, index: None, reservations, unreserved, inside }
+        let bets = BTreeMap::new();
+        Capacity { view, now, profiles, free_gpus, max_free, index: None, reservations, unreserved, inside, bets }
     }
 
     /// The profiles the jobs of reservation `k` see (built on first use).
@@ -539,6 +554,55 @@ impl<'v> Capacity<'v> {
         Some((clear, mask))
     }
 
+    /// Notes that `nodes` are reserved for a job whose reservation is late after `late_s`.
+    fn bet(&mut self, nodes: &[usize], late_s: u64) {
+        for &i in nodes {
+            let at = self.bets.entry(i).or_insert(late_s);
+            *at = (*at).min(late_s);
+        }
+    }
+
+    /// Whether a job started now on its prediction may not run on node `i`: the node is
+    /// reserved for a waiting job that would be late by the time the job's limit ends, and the
+    /// node cannot hold the job for that whole limit. Started on a prediction, a job bets that it
+    /// ends by then; should it lose, it may push a reservation later only as far as the lateness
+    /// the cycle tolerates. Without this bound, jobs backfilled on short predictions that run to
+    /// long limits delayed a whole-machine job on RICC by 114 hours.
+    fn barred(&self, job: &PendingJob, i: usize, exclusive: bool) -> bool {
+        let end = self.now.saturating_add(job.limit_s());
+        job.duration_s() < job.limit_s()
+            && self.bets.get(&i).is_some_and(|&late| late < end)
+            && !self.profiles[i].min_free(self.now, end).fits(&placement::need(job, &self.view.nodes[i], exclusive))
+    }
+
+    /// [`Capacity::fit_now`] on `nodes` (`members` as a mask) for a job that may start on its
+    /// prediction: nodes where it would be [`Capacity::barred`] are taken out when the first fit
+    /// lands on one. Also whether they were (a failure then says nothing of its shape).
+    fn fit_bounded(
+        &mut self,
+        job: &PendingJob,
+        members: &[bool],
+        nodes: &[usize],
+        topology: &placement::Topology,
+        exclusive: bool,
+    ) -> (Option<Vec<usize>>, bool) {
+        let fit = self.fit_now(job, members, nodes, topology, exclusive);
+        let Some(picked) = fit.as_ref() else {
+            return (fit, false);
+        };
+        if !picked.iter().any(|&i| self.barred(job, i, exclusive)) {
+            return (fit, false);
+        }
+        let barred: Vec<usize> =
+            self.bets.keys().copied().filter(|&i| members[i] && self.barred(job, i, exclusive)).collect();
+        let mut mask = members.to_vec();
+        for &i in &barred {
+            mask[i] = false;
+        }
+        let nodes: Vec<usize> = nodes.iter().copied().filter(|&i| mask[i]).collect();
+        (self.fit_now(job, &mask, &nodes, topology, exclusive), true)
+    }
+
     /// Reserves `nodes` for `job` from `start` for its planned run time.
     fn reserve(&mut self, job: &PendingJob, nodes: &[usize], start: u64, exclusive: bool, inside: Book) {
         for &i in nodes {
@@ -588,6 +652,9 @@ impl<'v> Licenses<'v> {
 /// its earliest possible start, which later candidates must not delay. With
 /// [`BackfillOrder::Shortest`], once the last reservation is made the candidates behind it
 /// are tried shortest planned run time first (Tsafrir et al.'s SJBF), then in queue order.
+/// A candidate planned on its prediction does not start on a node reserved for a waiting job
+/// where its limit would end after that job's reservation would be late
+/// ([`ClusterView::late`]), unless the node holds it beside the reservation for its whole limit.
 pub fn place<'a>(view: &'a ClusterView, candidates: &[Candidate<'a>], now_ms: Millis, policy: &Policy) -> Placed<'a> {
     place_until_late(view, candidates, now_ms, policy, false)
 }
@@ -616,6 +683,9 @@ fn place_until_late<'a>(
     let mut failed: BTreeMap<Shape, u64> = BTreeMap::new();
     // The same for heterogeneous jobs: the shapes of all their components together.
     let mut failed_het: BTreeMap<Vec<Shape>, u64> = BTreeMap::new();
+    // And for a job kept off nodes reserved for others beyond its prediction
+    // ([`Capacity::barred`]): which nodes that is depends on its limit too.
+    let mut failed_bounded: BTreeMap<(Shape, u64), u64> = BTreeMap::new();
     let topology = placement::Topology::new(view);
     let members: Vec<Vec<bool>> = partitions
         .iter()
@@ -662,7 +732,8 @@ fn place_until_late<'a>(
         {
             capacity.reserve(job, &nodes, t, exclusive, Book::Outside);
             let promised_ms = promised(job.id, t * 1000);
-            placed.reserve(view, job.id, Estimate { start_ms: t * 1000, nodes: job.claim.clone(), promised_ms });
+            let estimate = Estimate { start_ms: t * 1000, nodes: job.claim.clone(), promised_ms };
+            placed.reserve(view, &mut capacity, job.id, &nodes, estimate);
             claimed.insert(position, None);
         }
     }
@@ -786,7 +857,8 @@ fn place_until_late<'a>(
                     capacity.reserve(&capped, &on, t, exclusive, book);
                     let names = on.iter().map(|&i| view.nodes[i].name.clone()).collect();
                     let promised_ms = promised(job.id, t * 1000);
-                    placed.reserve(view, job.id, Estimate { start_ms: t * 1000, nodes: names, promised_ms });
+                    let estimate = Estimate { start_ms: t * 1000, nodes: names, promised_ms };
+                    placed.reserve(view, &mut capacity, job.id, &on, estimate);
                     reservations_left -= 1;
                 }
             }
@@ -851,7 +923,8 @@ fn place_until_late<'a>(
                     names.extend(nodes.iter().map(|&i| view.nodes[i].name.clone()));
                 }
                 let promised_ms = promised(job.id, t * 1000);
-                placed.reserve(view, job.id, Estimate { start_ms: t * 1000, nodes: names, promised_ms });
+                let estimate = Estimate { start_ms: t * 1000, nodes: names, promised_ms };
+                placed.reserve(view, &mut capacity, job.id, &per_component.concat(), estimate);
                 reservations_left -= 1;
             }
             continue;
@@ -862,11 +935,13 @@ fn place_until_late<'a>(
         let may_fit = capacity.max_free.bound().fits(&job.per_node)
             && (job.nodes == 1 || capacity.max_free.nodes_with_cpus(job.per_node.cpus) >= job.nodes as usize)
             && failed.get(&shape).is_none_or(|&d| dur < d);
+        let bounded = (shape, job.limit_s());
+        let may_fit = may_fit && failed_bounded.get(&bounded).is_none_or(|&d| dur < d);
         let clear = capacity.clear_to_limit(job, &partition.nodes);
-        let fits_now = match (may_fit, &clear) {
-            (false, _) => None,
-            (true, None) => capacity.fit_now(job, &members[part], &partition.nodes, &topology, exclusive),
-            (true, Some((nodes, mask))) => capacity.fit_now(job, mask, nodes, &topology, exclusive),
+        let (fits_now, barred) = match (may_fit, &clear) {
+            (false, _) => (None, false),
+            (true, None) => capacity.fit_bounded(job, &members[part], &partition.nodes, &topology, exclusive),
+            (true, Some((nodes, mask))) => capacity.fit_bounded(job, mask, nodes, &topology, exclusive),
         };
         if let Some(nodes) = fits_now {
             let (allocation, usage) = capacity.start(job, nodes, exclusive, Book::Outside, job.duration_s());
@@ -877,7 +952,10 @@ fn place_until_late<'a>(
             continue;
         }
         if may_fit && clear.is_none() {
-            failed.insert(shape, dur);
+            match barred {
+                false => failed.insert(shape, dur),
+                true => failed_bounded.insert(bounded, dur),
+            };
         }
         let first_blocked = !std::mem::replace(&mut blocked[part], true);
         let reason = capacity.reservations.reason(part, now, job.limit_s());
@@ -896,7 +974,13 @@ fn place_until_late<'a>(
                 capacity.reserve(job, &found.nodes, found.start_s, exclusive, Book::Outside);
                 let names = found.planned.nodes.clone();
                 let (start_ms, promised_ms) = (found.start_s * 1000, promised(job.id, found.start_s * 1000));
-                placed.reserve(view, job.id, Estimate { start_ms, nodes: names, promised_ms });
+                placed.reserve(
+                    view,
+                    &mut capacity,
+                    job.id,
+                    &found.nodes,
+                    Estimate { start_ms, nodes: names, promised_ms },
+                );
                 placed.preemptions.push(found.planned);
                 continue;
             }
@@ -946,7 +1030,8 @@ fn place_until_late<'a>(
             capacity.reserve(job, &nodes, t, exclusive, Book::Outside);
             let names = nodes.iter().map(|&i| view.nodes[i].name.clone()).collect();
             let promised_ms = promised(job.id, t * 1000);
-            placed.reserve(view, job.id, Estimate { start_ms: t * 1000, nodes: names, promised_ms });
+            let estimate = Estimate { start_ms: t * 1000, nodes: names, promised_ms };
+            placed.reserve(view, &mut capacity, job.id, &nodes, estimate);
             reservations_left -= 1;
         }
     }

@@ -82,8 +82,8 @@ pub struct Estimate {
     pub nodes: Vec<String>,
     /// The start it was given when first reserved, kept while it waits
     /// ([`ClusterView::promised`]). Planned on predictions, a reservation slips when jobs
-    /// outlive theirs; once it has slipped by more than the wait this promised, the cycle plans
-    /// on limits (see [`ClusterView::late`]).
+    /// outlive theirs; once it has slipped by more than [`LATE_SHARE_PERCENT`] of the wait this
+    /// promised, the cycle plans on limits (see [`ClusterView::late`]).
     pub promised_ms: Millis,
 }
 
@@ -580,9 +580,15 @@ impl PendingJob {
     }
 }
 
+/// How far past its first promise a reservation planned on predictions may slip before it is
+/// late, as a share of the wait that promise told ([`ClusterView::late`]); the same bound keeps
+/// a job started on its prediction off the reserved nodes where its limit would end later
+/// ([`crate::place`]).
+pub const LATE_SHARE_PERCENT: u64 = 25;
+
 impl ClusterView {
     /// Whether one of `estimates` has slipped later than the start it first promised by more
-    /// than the wait that promised: its job will have waited over twice as long as it was told.
+    /// than [`LATE_SHARE_PERCENT`] of the wait that promised.
     /// Planned on predictions, a reservation slips whenever a job outlives its prediction, and
     /// the nodes that frees go to jobs backfilled on their predictions; a job needing many nodes
     /// can so wait for ever (44 days on RICC). [`crate::schedule`] then plans the cycle on
@@ -598,11 +604,15 @@ impl ClusterView {
 
     /// Whether job `id`'s reservation `e` is late ([`ClusterView::late`]).
     pub(crate) fn late_one(&self, id: JobId, e: &Estimate) -> bool {
-        let Ok(k) = self.pending.binary_search_by_key(&id, |j| j.id) else {
-            return false;
-        };
+        self.late_at(id, e).is_some_and(|at| e.start_ms > at)
+    }
+
+    /// When job `id`'s reservation `e` becomes late: its first promise plus
+    /// [`LATE_SHARE_PERCENT`] of the wait that promise told (`None` for a job not waiting).
+    pub(crate) fn late_at(&self, id: JobId, e: &Estimate) -> Option<Millis> {
+        let k = self.pending.binary_search_by_key(&id, |j| j.id).ok()?;
         let promised_wait = e.promised_ms.saturating_sub(self.pending[k].eligible_ms());
-        e.start_ms > e.promised_ms.saturating_add(promised_wait)
+        Some(e.promised_ms.saturating_add(promised_wait.saturating_mul(LATE_SHARE_PERCENT) / 100))
     }
 
     /// Whether some job, running or pending, is planned on a prediction rather than its limit.
