@@ -290,8 +290,8 @@ pub struct Placed<'a> {
 }
 
 impl Placed<'_> {
-    /// Records `job`'s reservation on `nodes`, and whether it is late; from when it would be
-    /// late, jobs started on their predictions may not run on those nodes ([`Capacity::bet`]).
+    /// Records `job`'s reservation on `nodes`, and whether it is late; jobs started on their
+    /// predictions may not run on those nodes past the slip a bet may cost it ([`Capacity::bet`]).
     fn reserve(
         &mut self,
         view: &ClusterView,
@@ -300,8 +300,8 @@ impl Placed<'_> {
         nodes: &[usize],
         estimate: Estimate,
     ) {
-        if let Some(at) = view.late_at(job, &estimate) {
-            self.late |= estimate.start_ms > at;
+        self.late |= view.late_one(job, &estimate);
+        if let Some(at) = view.slip_until(job, &estimate, view::BET_SHARE_PERCENT) {
             capacity.bet(nodes, at / 1000);
         }
         self.estimates.insert(job, estimate);
@@ -374,8 +374,8 @@ struct Capacity<'v> {
     reservations: reserved::Reservations,
     unreserved: Vec<(usize, Timeline)>,
     inside: Vec<Option<Vec<Timeline>>>,
-    /// The nodes this cycle reserved for waiting jobs, each with the earliest time (seconds)
-    /// one of those reservations would be late ([`ClusterView::late_at`]).
+    /// The nodes this cycle reserved for waiting jobs, each with the earliest time (seconds) to
+    /// which a lost bet may push one of those reservations ([`view::BET_SHARE_PERCENT`]).
     bets: BTreeMap<usize, u64>,
 }
 
@@ -563,11 +563,12 @@ impl<'v> Capacity<'v> {
     }
 
     /// Whether a job started now on its prediction may not run on node `i`: the node is
-    /// reserved for a waiting job that would be late by the time the job's limit ends, and the
-    /// node cannot hold the job for that whole limit. Started on a prediction, a job bets that it
-    /// ends by then; should it lose, it may push a reservation later only as far as the lateness
-    /// the cycle tolerates. Without this bound, jobs backfilled on short predictions that run to
-    /// long limits delayed a whole-machine job on RICC by 114 hours.
+    /// reserved for a waiting job, the job's limit ends after the slip a lost bet may cost that
+    /// reservation ([`view::BET_SHARE_PERCENT`] of its promised wait), and the node cannot hold
+    /// the job for that whole limit. Started on a prediction, a job bets that it ends by then;
+    /// should it lose, it may push a reservation later only that far. Without this bound, jobs
+    /// backfilled on short predictions that ran to long limits delayed a whole-machine job on
+    /// RICC by 114 hours.
     fn barred(&self, job: &PendingJob, i: usize, exclusive: bool) -> bool {
         let end = self.now.saturating_add(job.limit_s());
         job.duration_s() < job.limit_s()
@@ -653,8 +654,9 @@ impl<'v> Licenses<'v> {
 /// [`BackfillOrder::Shortest`], once the last reservation is made the candidates behind it
 /// are tried shortest planned run time first (Tsafrir et al.'s SJBF), then in queue order.
 /// A candidate planned on its prediction does not start on a node reserved for a waiting job
-/// where its limit would end after that job's reservation would be late
-/// ([`ClusterView::late`]), unless the node holds it beside the reservation for its whole limit.
+/// where its limit would push that reservation past its first promise by more than
+/// [`view::BET_SHARE_PERCENT`] of the wait promised, unless the node holds it beside the
+/// reservation for its whole limit.
 pub fn place<'a>(view: &'a ClusterView, candidates: &[Candidate<'a>], now_ms: Millis, policy: &Policy) -> Placed<'a> {
     place_until_late(view, candidates, now_ms, policy, false)
 }

@@ -107,7 +107,7 @@ fn a_running_job_is_planned_to_its_prediction_and_then_to_its_limit() {
 
 /// A pending job of a user with history is planned for its prediction: it backfills where its
 /// limit would delay the reservation ahead of it (by less than the reservation tolerates,
-/// [`view::LATE_SHARE_PERCENT`] of the 100 s its job waits). Bob, without history, is planned
+/// [`view::BET_SHARE_PERCENT`] of the 100 s its job waits). Bob, without history, is planned
 /// at his limit.
 #[test]
 fn a_pending_job_backfills_on_its_prediction_and_one_without_history_on_its_limit() {
@@ -268,9 +268,10 @@ fn a_slip_within_the_tolerance_keeps_the_predictions() {
 
 /// A job started on its prediction bets that it ends by then; should it lose, it may make no
 /// reservation on its nodes late. Bob's 2-node job is reserved at t+30, when Dave's running job
-/// is predicted to end, and is late after t+30 plus the share tolerated of those 30 s. Alice's
-/// jobs, predicted to run 10 s, would both end before t+30 on the free node: the one whose
-/// limit would end after Bob's job is late waits, the one whose limit ends just then starts.
+/// is predicted to end; a lost bet may push it by a share of those 30 s
+/// ([`view::BET_SHARE_PERCENT`]). Alice's jobs, predicted to run 10 s, would both end before
+/// t+30 on the free node: the one whose limit would push Bob's job further waits, the one whose
+/// limit ends just then starts.
 #[test]
 fn a_job_backfilled_on_its_prediction_cannot_make_a_reservation_late() {
     let mut b = site(2, true);
@@ -279,7 +280,7 @@ fn a_job_backfilled_on_its_prediction_cannot_make_a_reservation_late() {
     b.at(t);
     let long = job(&mut b, "dave", 1, 1000);
     let wide = job(&mut b, "bob", 2, 50);
-    let tolerated = 30 + 30 * view::LATE_SHARE_PERCENT / 100;
+    let tolerated = 30 + 30 * view::BET_SHARE_PERCENT / 100;
     let over = job(&mut b, "alice", 1, tolerated + 1);
     let within = job(&mut b, "alice", 1, tolerated);
     let p = b.cycle();
