@@ -290,20 +290,9 @@ pub struct Placed<'a> {
 }
 
 impl Placed<'_> {
-    /// Records `job`'s reservation on `nodes`, and whether it is late; jobs started on their
-    /// predictions may not run on those nodes past the slip a bet may cost it ([`Capacity::bet`]).
-    fn reserve(
-        &mut self,
-        view: &ClusterView,
-        capacity: &mut Capacity,
-        job: JobId,
-        nodes: &[usize],
-        estimate: Estimate,
-    ) {
+    /// Records `job`'s reservation, and whether it is late.
+    fn reserve(&mut self, view: &ClusterView, job: JobId, estimate: Estimate) {
         self.late |= view.late_one(job, &estimate);
-        if let Some(at) = view.slip_until(job, &estimate, view::BET_SHARE_PERCENT) {
-            capacity.bet(nodes, at / 1000);
-        }
         self.estimates.insert(job, estimate);
     }
 }
@@ -374,9 +363,6 @@ struct Capacity<'v> {
     reservations: reserved::Reservations,
     unreserved: Vec<(usize, Timeline)>,
     inside: Vec<Option<Vec<Timeline>>>,
-    /// The nodes this cycle reserved for waiting jobs, each with the earliest time (seconds) to
-    /// which a lost bet may push one of those reservations ([`view::BET_SHARE_PERCENT`]).
-    bets: BTreeMap<usize, u64>,
 }
 
 impl<'v> Capacity<'v> {
@@ -391,8 +377,7 @@ impl<'v> Capacity<'v> {
         let max_free = MaxFree::new(&profiles, now);
         let free_gpus = view.nodes.iter().map(|n| n.free_gpus.clone()).collect();
         let inside = vec![None; reservations.held.len()];
-        let bets = BTreeMap::new();
-        Capacity { view, now, profiles, free_gpus, max_free, index: None, reservations, unreserved, inside, bets }
+        Capacity { view, now, profiles, free_gpus, max_free, index: None, reservations, unreserved, inside }
     }
 
     /// The profiles the jobs of reservation `k` see (built on first use).
@@ -554,56 +539,6 @@ impl<'v> Capacity<'v> {
         Some((clear, mask))
     }
 
-    /// Notes that `nodes` are reserved for a job whose reservation is late after `late_s`.
-    fn bet(&mut self, nodes: &[usize], late_s: u64) {
-        for &i in nodes {
-            let at = self.bets.entry(i).or_insert(late_s);
-            *at = (*at).min(late_s);
-        }
-    }
-
-    /// Whether a job started now on its prediction may not run on node `i`: the node is
-    /// reserved for a waiting job, the job's limit ends after the slip a lost bet may cost that
-    /// reservation ([`view::BET_SHARE_PERCENT`] of its promised wait), and the node cannot hold
-    /// the job for that whole limit. Started on a prediction, a job bets that it ends by then;
-    /// should it lose, it may push a reservation later only that far. Without this bound, jobs
-    /// backfilled on short predictions that ran to long limits delayed a whole-machine job on
-    /// RICC by 114 hours.
-    fn barred(&self, job: &PendingJob, i: usize, exclusive: bool) -> bool {
-        let end = self.now.saturating_add(job.limit_s());
-        job.duration_s() < job.limit_s()
-            && self.bets.get(&i).is_some_and(|&late| late < end)
-            && !self.profiles[i].min_free(self.now, end).fits(&placement::need(job, &self.view.nodes[i], exclusive))
-    }
-
-    /// [`Capacity::fit_now`] on `nodes` (`members` as a mask) for a job that may start on its
-    /// prediction: nodes where it would be [`Capacity::barred`] are taken out when the first fit
-    /// lands on one. Also whether they were (a failure then says nothing of its shape).
-    fn fit_bounded(
-        &mut self,
-        job: &PendingJob,
-        members: &[bool],
-        nodes: &[usize],
-        topology: &placement::Topology,
-        exclusive: bool,
-    ) -> (Option<Vec<usize>>, bool) {
-        let fit = self.fit_now(job, members, nodes, topology, exclusive);
-        let Some(picked) = fit.as_ref() else {
-            return (fit, false);
-        };
-        if !picked.iter().any(|&i| self.barred(job, i, exclusive)) {
-            return (fit, false);
-        }
-        let barred: Vec<usize> =
-            self.bets.keys().copied().filter(|&i| members[i] && self.barred(job, i, exclusive)).collect();
-        let mut mask = members.to_vec();
-        for &i in &barred {
-            mask[i] = false;
-        }
-        let nodes: Vec<usize> = nodes.iter().copied().filter(|&i| mask[i]).collect();
-        (self.fit_now(job, &mask, &nodes, topology, exclusive), true)
-    }
-
     /// Reserves `nodes` for `job` from `start` for its planned run time.
     fn reserve(&mut self, job: &PendingJob, nodes: &[usize], start: u64, exclusive: bool, inside: Book) {
         for &i in nodes {
@@ -653,10 +588,6 @@ impl<'v> Licenses<'v> {
 /// its earliest possible start, which later candidates must not delay. With
 /// [`BackfillOrder::Shortest`], once the last reservation is made the candidates behind it
 /// are tried shortest planned run time first (Tsafrir et al.'s SJBF), then in queue order.
-/// A candidate planned on its prediction does not start on a node reserved for a waiting job
-/// where its limit would push that reservation past its first promise by more than
-/// [`view::BET_SHARE_PERCENT`] of the wait promised, unless the node holds it beside the
-/// reservation for its whole limit.
 pub fn place<'a>(view: &'a ClusterView, candidates: &[Candidate<'a>], now_ms: Millis, policy: &Policy) -> Placed<'a> {
     place_until_late(view, candidates, now_ms, policy, false)
 }
@@ -685,9 +616,6 @@ fn place_until_late<'a>(
     let mut failed: BTreeMap<Shape, u64> = BTreeMap::new();
     // The same for heterogeneous jobs: the shapes of all their components together.
     let mut failed_het: BTreeMap<Vec<Shape>, u64> = BTreeMap::new();
-    // And for a job kept off nodes reserved for others beyond its prediction
-    // ([`Capacity::barred`]): which nodes that is depends on its limit too.
-    let mut failed_bounded: BTreeMap<(Shape, u64), u64> = BTreeMap::new();
     let topology = placement::Topology::new(view);
     let members: Vec<Vec<bool>> = partitions
         .iter()
@@ -734,8 +662,7 @@ fn place_until_late<'a>(
         {
             capacity.reserve(job, &nodes, t, exclusive, Book::Outside);
             let promised_ms = promised(job.id, t * 1000);
-            let estimate = Estimate { start_ms: t * 1000, nodes: job.claim.clone(), promised_ms };
-            placed.reserve(view, &mut capacity, job.id, &nodes, estimate);
+            placed.reserve(view, job.id, Estimate { start_ms: t * 1000, nodes: job.claim.clone(), promised_ms });
             claimed.insert(position, None);
         }
     }
@@ -859,8 +786,7 @@ fn place_until_late<'a>(
                     capacity.reserve(&capped, &on, t, exclusive, book);
                     let names = on.iter().map(|&i| view.nodes[i].name.clone()).collect();
                     let promised_ms = promised(job.id, t * 1000);
-                    let estimate = Estimate { start_ms: t * 1000, nodes: names, promised_ms };
-                    placed.reserve(view, &mut capacity, job.id, &on, estimate);
+                    placed.reserve(view, job.id, Estimate { start_ms: t * 1000, nodes: names, promised_ms });
                     reservations_left -= 1;
                 }
             }
@@ -925,8 +851,7 @@ fn place_until_late<'a>(
                     names.extend(nodes.iter().map(|&i| view.nodes[i].name.clone()));
                 }
                 let promised_ms = promised(job.id, t * 1000);
-                let estimate = Estimate { start_ms: t * 1000, nodes: names, promised_ms };
-                placed.reserve(view, &mut capacity, job.id, &per_component.concat(), estimate);
+                placed.reserve(view, job.id, Estimate { start_ms: t * 1000, nodes: names, promised_ms });
                 reservations_left -= 1;
             }
             continue;
@@ -937,13 +862,11 @@ fn place_until_late<'a>(
         let may_fit = capacity.max_free.bound().fits(&job.per_node)
             && (job.nodes == 1 || capacity.max_free.nodes_with_cpus(job.per_node.cpus) >= job.nodes as usize)
             && failed.get(&shape).is_none_or(|&d| dur < d);
-        let bounded = (shape, job.limit_s());
-        let may_fit = may_fit && failed_bounded.get(&bounded).is_none_or(|&d| dur < d);
         let clear = capacity.clear_to_limit(job, &partition.nodes);
-        let (fits_now, barred) = match (may_fit, &clear) {
-            (false, _) => (None, false),
-            (true, None) => capacity.fit_bounded(job, &members[part], &partition.nodes, &topology, exclusive),
-            (true, Some((nodes, mask))) => capacity.fit_bounded(job, mask, nodes, &topology, exclusive),
+        let fits_now = match (may_fit, &clear) {
+            (false, _) => None,
+            (true, None) => capacity.fit_now(job, &members[part], &partition.nodes, &topology, exclusive),
+            (true, Some((nodes, mask))) => capacity.fit_now(job, mask, nodes, &topology, exclusive),
         };
         if let Some(nodes) = fits_now {
             let (allocation, usage) = capacity.start(job, nodes, exclusive, Book::Outside, job.duration_s());
@@ -954,10 +877,7 @@ fn place_until_late<'a>(
             continue;
         }
         if may_fit && clear.is_none() {
-            match barred {
-                false => failed.insert(shape, dur),
-                true => failed_bounded.insert(bounded, dur),
-            };
+            failed.insert(shape, dur);
         }
         let first_blocked = !std::mem::replace(&mut blocked[part], true);
         let reason = capacity.reservations.reason(part, now, job.limit_s());
@@ -976,13 +896,7 @@ fn place_until_late<'a>(
                 capacity.reserve(job, &found.nodes, found.start_s, exclusive, Book::Outside);
                 let names = found.planned.nodes.clone();
                 let (start_ms, promised_ms) = (found.start_s * 1000, promised(job.id, found.start_s * 1000));
-                placed.reserve(
-                    view,
-                    &mut capacity,
-                    job.id,
-                    &found.nodes,
-                    Estimate { start_ms, nodes: names, promised_ms },
-                );
+                placed.reserve(view, job.id, Estimate { start_ms, nodes: names, promised_ms });
                 placed.preemptions.push(found.planned);
                 continue;
             }
@@ -1032,8 +946,7 @@ fn place_until_late<'a>(
             capacity.reserve(job, &nodes, t, exclusive, Book::Outside);
             let names = nodes.iter().map(|&i| view.nodes[i].name.clone()).collect();
             let promised_ms = promised(job.id, t * 1000);
-            let estimate = Estimate { start_ms: t * 1000, nodes: names, promised_ms };
-            placed.reserve(view, &mut capacity, job.id, &nodes, estimate);
+            placed.reserve(view, job.id, Estimate { start_ms: t * 1000, nodes: names, promised_ms });
             reservations_left -= 1;
         }
     }

@@ -82,8 +82,8 @@ pub struct Estimate {
     pub nodes: Vec<String>,
     /// The start it was given when first reserved, kept while it waits
     /// ([`ClusterView::promised`]). Planned on predictions, a reservation slips when jobs
-    /// outlive theirs; once it has slipped by more than [`LATE_SHARE_PERCENT`] of the wait this
-    /// promised, the cycle plans on limits (see [`ClusterView::late`]).
+    /// outlive theirs; once it has slipped by more than the wait this promised, the cycle plans
+    /// on limits (see [`ClusterView::late`]).
     pub promised_ms: Millis,
 }
 
@@ -580,22 +580,9 @@ impl PendingJob {
     }
 }
 
-/// How far past its first promise a reservation planned on predictions may slip before it is
-/// late, as a share of the wait that promise told ([`ClusterView::late`]): at 100 % its job
-/// would wait over twice as long as it was first told.
-pub const LATE_SHARE_PERCENT: u64 = 100;
-
-/// How far past its first promise a job started on its prediction may push a reservation if it
-/// runs to its limit, as a share of the wait that promise told: it does not start on a reserved
-/// node where its limit would end later ([`crate::place`]). Smaller than
-/// [`LATE_SHARE_PERCENT`], so that lost bets alone do not make a reservation late. On the
-/// traces (`benches/RESULTS.md`, issue 29 part 6), 25 % keeps most of the gain of predictions
-/// and ends the long slips of jobs that need many nodes.
-pub const BET_SHARE_PERCENT: u64 = 25;
-
 impl ClusterView {
     /// Whether one of `estimates` has slipped later than the start it first promised by more
-    /// than [`LATE_SHARE_PERCENT`] of the wait that promised.
+    /// than the wait that promised: its job will have waited over twice as long as it was told.
     /// Planned on predictions, a reservation slips whenever a job outlives its prediction, and
     /// the nodes that frees go to jobs backfilled on their predictions; a job needing many nodes
     /// can so wait for ever (44 days on RICC). [`crate::schedule`] then plans the cycle on
@@ -611,15 +598,11 @@ impl ClusterView {
 
     /// Whether job `id`'s reservation `e` is late ([`ClusterView::late`]).
     pub(crate) fn late_one(&self, id: JobId, e: &Estimate) -> bool {
-        self.slip_until(id, e, LATE_SHARE_PERCENT).is_some_and(|at| e.start_ms > at)
-    }
-
-    /// Job `id`'s first promise (that of reservation `e`) plus `share` percent of the wait that
-    /// promise told (`None` for a job not waiting).
-    pub(crate) fn slip_until(&self, id: JobId, e: &Estimate, share: u64) -> Option<Millis> {
-        let k = self.pending.binary_search_by_key(&id, |j| j.id).ok()?;
+        let Ok(k) = self.pending.binary_search_by_key(&id, |j| j.id) else {
+            return false;
+        };
         let promised_wait = e.promised_ms.saturating_sub(self.pending[k].eligible_ms());
-        Some(e.promised_ms.saturating_add(promised_wait.saturating_mul(share) / 100))
+        e.start_ms > e.promised_ms.saturating_add(promised_wait)
     }
 
     /// Whether some job, running or pending, is planned on a prediction rather than its limit.
