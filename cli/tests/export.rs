@@ -59,7 +59,7 @@ impl Postgres {
                 std::fs::write(data.join("pg_hba.conf"), "local all all trust\nhostssl all all 127.0.0.1/32 trust\n")
                     .unwrap();
                 chown(&data);
-                let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+                let port = quorum_dev::ports::free_port().unwrap();
                 options.push_str(&format!(" -c listen_addresses=127.0.0.1 -p {port} -c ssl=on"));
                 pg.port = Some(port);
             }

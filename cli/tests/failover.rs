@@ -102,9 +102,10 @@ fn spawn_child(role: &str, log: &Path) -> Child {
         .expect("spawning a child process")
 }
 
+/// Ports outside the ephemeral range, so that a replica killed and started again finds its port
+/// free rather than taken by some client's outgoing connection.
 fn free_ports(n: usize) -> Vec<u16> {
-    let listeners: Vec<_> = (0..n).map(|_| std::net::TcpListener::bind("127.0.0.1:0").expect("bind")).collect();
-    listeners.iter().map(|l| l.local_addr().expect("addr").port()).collect()
+    (0..n).map(|_| quorum_dev::ports::free_port().expect("a free port")).collect()
 }
 
 /// Replica `id`'s configuration; `extra` holds top-level keys (before any table).

@@ -186,7 +186,7 @@ fn api_held(mut s: quorum_proto::api::JobSpec) -> quorum_proto::api::JobSpec {
 fn a_controller_logs_json_lines_when_asked() {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("c.toml");
-    let listen = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let listen = format!("127.0.0.1:{}", quorum_dev::ports::free_port().unwrap());
     std::fs::write(
         &config,
         format!(

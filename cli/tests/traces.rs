@@ -153,7 +153,7 @@ async fn a_controller_process_exports_its_spans_to_the_endpoint_it_is_given() {
     );
     let dir = tempfile::tempdir().expect("a temporary directory");
     let config = dir.path().join("c.toml");
-    let listen = std::net::TcpListener::bind("127.0.0.1:0").expect("a port").local_addr().expect("its address");
+    let listen = format!("127.0.0.1:{}", quorum_dev::ports::free_port().expect("a port"));
     let data = dir.path().join("data");
     let toml = format!(
         "id = 1\nlisten = \"{listen}\"\ndata_dir = \"{}\"\n[[replicas]]\nid = 1\naddr = \"{listen}\"\n\

@@ -4,12 +4,14 @@
 //!
 //! - [`cluster`]: three controller replicas and agents in one process on loopback (`quorum dev`);
 //! - [`simulate`]: `quorum simulate`, trace replay through the production scheduler;
-//! - [`bench`]: `quorum bench`, load generators against a real cluster.
+//! - [`bench`]: `quorum bench`, load generators against a real cluster;
+//! - [`ports`]: loopback ports that a restarted replica can bind again.
 //!
 //! The `quorum` client itself (package `quorum-cli`) links none of this: only `quorum-client`,
 //! `quorum-proto` and `quorum-model`.
 
 pub mod bench;
 pub mod cluster;
+pub mod ports;
 pub mod security;
 pub mod simulate;

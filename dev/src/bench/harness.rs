@@ -233,9 +233,7 @@ impl Replicas {
             dir.disable_cleanup(true);
             eprintln!("bench: replicas' data and logs kept in {}", dir.path().display());
         }
-        let ports: Vec<u16> = (0..3)
-            .map(|_| std::net::TcpListener::bind("127.0.0.1:0").map(|l| l.local_addr().map(|a| a.port())))
-            .collect::<Result<Result<_, _>, _>>()??;
+        let ports: Vec<u16> = (0..3).map(|_| crate::ports::free_port()).collect::<Result<_, _>>()?;
         let addrs: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
         let security = match secure {
             true => Some(Arc::new(DevSecurity::create(&dir.path().join("security"))?)),
