@@ -268,9 +268,12 @@ impl DevCluster {
         for port in &opts.ports {
             let l = match port {
                 // A port outside the ephemeral range, so that a replica restarted on it never finds
-                // it taken by an outgoing connection; another process may take it between the
-                // check and this bind, so a few are tried.
-                0 => bind_free_port().await?,
+                // it taken by an outgoing connection.
+                0 => {
+                    let l = crate::ports::listener()?;
+                    l.set_nonblocking(true)?;
+                    TcpListener::from_std(l)?
+                }
                 port => TcpListener::bind(("127.0.0.1", *port))
                     .await
                     .map_err(|e| anyhow::anyhow!("binding 127.0.0.1:{port}: {e} (is another quorum dev running?)"))?,
@@ -584,7 +587,7 @@ impl DevCluster {
     /// Starts replica `i` again from its data directory on its old address.
     pub async fn restart_controller(&mut self, i: usize) -> anyhow::Result<()> {
         anyhow::ensure!(self.controllers[i].is_none(), "replica {} is running", i + 1);
-        let listener = bind_again(&self.addrs[i]).await?;
+        let listener = crate::ports::bind_again(&self.addrs[i], Duration::from_secs(5)).await?;
         self.controllers[i] = Some(Controller::start(self.configs[i].clone(), listener).await?);
         Ok(())
     }
@@ -614,35 +617,6 @@ impl DevCluster {
         }
         for i in 0..self.controllers.len() {
             self.stop_controller(i).await;
-        }
-    }
-}
-
-/// A listener on a free loopback port from [`crate::ports::free_port`].
-async fn bind_free_port() -> anyhow::Result<TcpListener> {
-    let mut last = None;
-    for _ in 0..8 {
-        let port = crate::ports::free_port()?;
-        match TcpListener::bind(("127.0.0.1", port)).await {
-            Ok(l) => return Ok(l),
-            Err(e) => last = Some(e),
-        }
-    }
-    Err(anyhow::anyhow!("binding a free loopback port: {}", last.map_or_else(String::new, |e| e.to_string())))
-}
-
-/// A listener on `addr` again, for a replica that stopped there: a socket still in the port
-/// (a connection of this process's own clients, closing) lets it go within moments, so "address
-/// in use" is tried again for up to five seconds before it is an error.
-async fn bind_again(addr: &str) -> anyhow::Result<TcpListener> {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    loop {
-        match TcpListener::bind(addr).await {
-            Ok(l) => return Ok(l),
-            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && tokio::time::Instant::now() < deadline => {
-                tokio::time::sleep(Duration::from_millis(50)).await
-            }
-            Err(e) => return Err(anyhow::anyhow!("binding {addr} again: {e}")),
         }
     }
 }

@@ -7,7 +7,11 @@
 //! handed out here lie below that range, where no outgoing connection lands, and one process
 //! never hands out the same port twice while others are left.
 
+use std::net::TcpListener;
+use std::ops::Range;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::OnceLock;
+use std::time::Duration;
 
 /// Lowest port handed out; below it lie the well-known and registered services.
 const FLOOR: u16 = 10_000;
@@ -16,14 +20,26 @@ const FLOOR: u16 = 10_000;
 /// start in different places.
 static NEXT: AtomicUsize = AtomicUsize::new(usize::MAX);
 
-/// A loopback port that is free now and lies outside the kernel's ephemeral range; a port from
-/// that range when the range leaves too little room below it.
-pub fn free_port() -> std::io::Result<u16> {
-    let low = ephemeral_low().unwrap_or(32_768);
-    let Some(span) = low.checked_sub(FLOOR).filter(|s| *s >= 1_000) else {
-        return Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port());
+/// The ports handed out: from [`FLOOR`] to the start of the kernel's ephemeral range
+/// (`net.ipv4.ip_local_port_range`), read once; `None` when that leaves fewer than 1,000.
+fn below_ephemeral() -> Option<Range<u16>> {
+    static RANGE: OnceLock<Option<Range<u16>>> = OnceLock::new();
+    RANGE
+        .get_or_init(|| {
+            let text = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").ok();
+            let low = text.and_then(|t| t.split_whitespace().next()?.parse().ok()).unwrap_or(32_768u16);
+            (low >= FLOOR + 1_000).then_some(FLOOR..low)
+        })
+        .clone()
+}
+
+/// A listener on a loopback port outside the kernel's ephemeral range; on a port from that
+/// range when the range leaves too little room below it.
+pub fn listener() -> std::io::Result<TcpListener> {
+    let Some(range) = below_ephemeral() else {
+        return TcpListener::bind("127.0.0.1:0");
     };
-    let span = usize::from(span);
+    let span = usize::from(range.end - range.start);
     if NEXT.load(Ordering::Relaxed) == usize::MAX {
         let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
         let seed = (std::process::id() as usize).wrapping_mul(7_919).wrapping_add(nanos as usize) % span;
@@ -32,18 +48,33 @@ pub fn free_port() -> std::io::Result<u16> {
     }
     for _ in 0..span {
         let offset = NEXT.fetch_add(1, Ordering::Relaxed) % span;
-        let port = FLOOR + offset as u16;
-        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            return Ok(port);
+        if let Ok(l) = TcpListener::bind(("127.0.0.1", range.start + offset as u16)) {
+            return Ok(l);
         }
     }
-    Err(std::io::Error::new(std::io::ErrorKind::AddrInUse, format!("no free loopback port in {FLOOR}..{low}")))
+    let why = format!("no free loopback port in {}..{}", range.start, range.end);
+    Err(std::io::Error::new(std::io::ErrorKind::AddrInUse, why))
 }
 
-/// The first port of the kernel's ephemeral range (`net.ipv4.ip_local_port_range`).
-fn ephemeral_low() -> Option<u16> {
-    let text = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").ok()?;
-    text.split_whitespace().next()?.parse().ok()
+/// A loopback port that is free now, from [`listener`], for a process started later to bind.
+pub fn free_port() -> std::io::Result<u16> {
+    Ok(listener()?.local_addr()?.port())
+}
+
+/// A listener on `addr` again, for a replica that stopped there: a socket still in the port
+/// (a connection of this process's own clients, closing) lets it go within moments, so "address
+/// in use" is tried again for up to `patience` before it is an error.
+pub async fn bind_again(addr: &str, patience: Duration) -> anyhow::Result<tokio::net::TcpListener> {
+    let deadline = tokio::time::Instant::now() + patience;
+    loop {
+        match tokio::net::TcpListener::bind(addr).await {
+            Ok(l) => return Ok(l),
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && tokio::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await
+            }
+            Err(e) => return Err(anyhow::anyhow!("binding {addr} again: {e}")),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -52,15 +83,32 @@ mod tests {
 
     #[test]
     fn ports_are_free_distinct_and_below_the_ephemeral_range() {
-        let low = ephemeral_low().unwrap_or(32_768);
-        let ports: Vec<u16> = (0..50).map(|_| free_port().unwrap()).collect();
+        let ports: Vec<u16> = (0..50).map(|_| free_port().expect("a free port")).collect();
         let distinct: std::collections::BTreeSet<_> = ports.iter().collect();
         assert_eq!(distinct.len(), ports.len(), "a port handed out twice: {ports:?}");
         for p in &ports {
-            if low >= FLOOR + 1_000 {
-                assert!((FLOOR..low).contains(p), "{p} is not in {FLOOR}..{low}");
+            if let Some(range) = below_ephemeral() {
+                assert!(range.contains(p), "{p} is not in {range:?}");
             }
-            std::net::TcpListener::bind(("127.0.0.1", *p)).expect("a port handed out is free");
+            TcpListener::bind(("127.0.0.1", *p)).expect("a port handed out is free");
         }
+    }
+
+    /// A port still held when the replica starts again is waited for: let go while it waits,
+    /// it is bound; held past the patience, the error names the address.
+    #[tokio::test]
+    async fn a_port_in_use_is_bound_again_once_it_is_let_go() {
+        let held = listener().expect("a free port");
+        let addr = held.local_addr().expect("its address").to_string();
+        let err = bind_again(&addr, Duration::from_millis(200)).await.expect_err("held throughout");
+        assert!(err.to_string().contains(&addr), "{err}");
+        // Let go a moment after the first attempt has failed: the retry is what binds it.
+        let release = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(200));
+            drop(held);
+        });
+        let l = bind_again(&addr, Duration::from_secs(30)).await.expect("bound once let go");
+        assert_eq!(l.local_addr().expect("its address").to_string(), addr);
+        release.join().expect("released");
     }
 }
