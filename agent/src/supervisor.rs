@@ -934,10 +934,26 @@ unsafe fn write_error(message: &[u8], errno: i32) {
     }
 }
 
-/// Opens an output file as the job's user and puts it on `fd`.
+/// How long a job waits for the directory of its output file to appear, in tries
+/// [`OUTPUT_DIR_TRY_US`] apart. Workflow clients make that directory right after `sbatch`
+/// answers (submitit names it after the job's id, so it cannot exist before): on Slurm, whose
+/// launch takes a good part of a second, the directory is there when the job starts; a job
+/// dispatched at once would otherwise fail before the client's `mkdir`.
+const OUTPUT_DIR_TRIES: u32 = 60;
+const OUTPUT_DIR_TRY_US: u32 = 50_000;
+
+/// Opens an output file as the job's user and puts it on `fd`; while a directory of its path
+/// does not exist, tries again for [`OUTPUT_DIR_TRIES`] × [`OUTPUT_DIR_TRY_US`] (3 s).
 unsafe fn open_onto(path: &CString, truncate: bool, fd: RawFd) -> bool {
     let mode = if truncate { libc::O_TRUNC } else { libc::O_APPEND };
-    let opened = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CREAT | libc::O_CLOEXEC | mode, 0o644);
+    let open = || libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CREAT | libc::O_CLOEXEC | mode, 0o644);
+    let mut opened = open();
+    let mut tries = 0;
+    while opened < 0 && errno() == libc::ENOENT && tries < OUTPUT_DIR_TRIES {
+        libc::usleep(OUTPUT_DIR_TRY_US);
+        tries += 1;
+        opened = open();
+    }
     if opened < 0 {
         return false;
     }
@@ -1151,7 +1167,36 @@ mod tests {
         std::fs::create_dir_all(&record4).unwrap();
         let bad_out = Output { stdout: dir.path().join("no/such/out"), stderr: None, truncate: true };
         let p = Prepared::new(&argv, &env, dir.path(), &bad_out, &record4).unwrap();
+        let began = std::time::Instant::now();
         assert_eq!(wait(spawn(&p).unwrap(), &record4).await, Status::LaunchFailed(Step::Output, libc::ENOENT));
+        assert!(began.elapsed() >= Duration::from_secs(3), "it gave up on the directory at once");
+    }
+
+    /// A client that makes the output file's directory just after the job was dispatched (as
+    /// submitit does, after `sbatch` answers) still gets the job run, its output there.
+    #[tokio::test]
+    async fn an_output_directory_made_just_after_the_launch_is_waited_for() {
+        let dir = tempfile::tempdir().unwrap();
+        let record = record_dir(dir.path(), 9, 1);
+        std::fs::create_dir_all(&record).unwrap();
+        let argv = vec!["sh".to_string(), "-c".to_string(), "echo there".to_string()];
+        let env = vec![("PATH".to_string(), "/usr/bin:/bin".to_string())];
+        let late = dir.path().join("made-late");
+        let out = Output { stdout: late.join("out"), stderr: Some(late.join("err")), truncate: false };
+        let p = Prepared::new(&argv, &env, dir.path(), &out, &record).unwrap();
+        // `spawn` answers once the program is started or has failed to: make the directory
+        // meanwhile.
+        let maker = std::thread::spawn({
+            let late = late.clone();
+            move || {
+                std::thread::sleep(Duration::from_millis(300));
+                std::fs::create_dir(&late).unwrap();
+            }
+        });
+        let pids = spawn(&p).unwrap();
+        maker.join().unwrap();
+        assert_eq!(wait(pids, &record).await, Status::Exited(0));
+        assert_eq!(std::fs::read_to_string(late.join("out")).unwrap(), "there\n");
     }
 
     #[test]

@@ -326,7 +326,11 @@ async fn rank_groups(dir: &Path, name: &str, nodes: &[String]) -> Vec<i32> {
 /// agent last gave it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restarted_agent_renews_the_lease_of_the_requeue_jobs_it_finds_again() {
-    let opts = DevOptions { node_timeout: NODE_TIMEOUT, agent_lease: LEASE, ..DevOptions::for_tests() };
+    // Longer than the other tests': two agent restarts must fit in one lease and within the node
+    // timeout on a loaded machine, or the job is rightly killed and requeued. What is tested is
+    // that it lives on past any deadline the old agent gave it, which two leases prove.
+    let (lease, node_timeout) = (Duration::from_secs(4), Duration::from_secs(8));
+    let opts = DevOptions { node_timeout, agent_lease: lease, ..DevOptions::for_tests() };
     let mut cluster = cluster(opts).await;
     let c = client(&cluster.addrs);
     wait_ready(&cluster, &c, 2).await;
@@ -340,12 +344,12 @@ async fn a_restarted_agent_renews_the_lease_of_the_requeue_jobs_it_finds_again()
         let config = cluster.agent_config(i);
         cluster.restart_agent(i, config).await;
     }
-    tokio::time::sleep(LEASE * 3).await;
+    tokio::time::sleep(lease * 2).await;
     assert!(group_alive(group), "the job died after its agent restarted: its lease was not renewed");
     let j = job(&c, one).await;
     assert_eq!((j.state.as_str(), j.requeues, j.alloc_index), ("RUNNING", 0, first.alloc_index), "{j:?}");
     let last = last_tick(&dir.path().join("one-ticks")).unwrap();
-    assert!(now_ns() - last < 1_000_000_000, "the job stopped ticking");
+    assert!(now_ns() - last < 2_000_000_000, "the job stopped ticking");
     cluster.shutdown().await;
 }
 
