@@ -26,6 +26,7 @@ async fn jobs_run_complete_fail_and_record_exit_codes() {
     assert_eq!(j.state, "COMPLETED", "{j:?}");
     assert!(j.has_exit_code);
     assert_eq!(j.exit_code, 0);
+    assert_eq!(j.reason, "", "a completed job shows no reason (Reason=None)");
     assert_eq!(std::fs::read_to_string(dir.path().join("result.txt")).unwrap(), "hello\n");
     let out = std::fs::read_to_string(dir.path().join(format!("quorum-{ok}.out"))).unwrap();
     assert_eq!(out, format!("id={ok} slurm={ok}\n"));
@@ -37,12 +38,14 @@ async fn jobs_run_complete_fail_and_record_exit_codes() {
     let j = wait_state(&c, bad, &["COMPLETED", "FAILED"], T).await;
     assert_eq!(j.state, "FAILED");
     assert_eq!(j.exit_code, 3);
+    // Why it ended, as Slurm's controller says it.
+    assert_eq!(j.reason, "NonZeroExitCode");
     let log = std::fs::read_to_string(dir.path().join(format!("fails-{bad}.log"))).unwrap();
     assert_eq!(log, "oops\n");
 
     let missing = submit(&c, spec(&["/no/such/program"], dir.path())).await;
     let j = wait_state(&c, missing, &["COMPLETED", "FAILED"], T).await;
-    assert_eq!(j.state, "FAILED");
+    assert_eq!((j.state.as_str(), j.reason.as_str()), ("FAILED", "JobLaunchFailure"));
     let out = std::fs::read_to_string(dir.path().join(format!("quorum-{missing}.out"))).unwrap();
     assert!(out.contains("cannot run '/no/such/program'"), "{out}");
 
@@ -100,7 +103,7 @@ async fn a_job_over_its_time_limit_ends_timeout() {
     s.time_limit_s = 2;
     let id = submit(&c, s).await;
     let j = wait_state(&c, id, &["TIMEOUT", "COMPLETED", "FAILED", "CANCELLED"], T).await;
-    assert_eq!(j.state, "TIMEOUT");
+    assert_eq!((j.state.as_str(), j.reason.as_str()), ("TIMEOUT", "TimeLimit"));
     let ran = (j.end_time_ms - j.start_time_ms) as f64 / 1000.0;
     assert!(ran >= 2.0, "ended after {ran}s, before its 2s limit");
     cluster.shutdown().await;

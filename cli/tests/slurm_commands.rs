@@ -325,6 +325,16 @@ async fn sacct_reports_jobs_and_steps_in_the_parsable_form_tools_read() {
         sacct(&["-X", "-n", "-P", "-j", &format!("{good},{failed},{array}"), "-o", "JobID,State,ExitCode"]),
         format!("{good}|COMPLETED|0:0\n{failed}|FAILED|3:0\n{array}_[0-2]|PENDING|0:0\n")
     );
+    // Why it ended, as Slurm's controller sets it, in squeue and scontrol; sacct gives the reason
+    // it last waited for, as Slurm's accounting keeps it (none here).
+    let cmd = |name: &str, args: &[&str]| ok(&cluster, dir.path(), bin.path(), name, args);
+    assert_eq!(
+        cmd("squeue", &["-h", "-t", "failed", "-o", "%i %T %r", "-j", &failed.to_string()]),
+        format!("{failed} FAILED NonZeroExitCode\n")
+    );
+    let shown = cmd("scontrol", &["-o", "show", "job", &failed.to_string()]);
+    assert!(shown.contains(" JobState=FAILED Reason=NonZeroExitCode "), "{shown}");
+    assert_eq!(sacct(&["-X", "-n", "-P", "-j", &failed.to_string(), "-o", "JobID,Reason"]), format!("{failed}|None\n"));
     // Who cancelled a job, by uid, as Slurm's sacct says it.
     ok(&cluster, dir.path(), bin.path(), "scancel", &[&format!("{array}_1")]);
     let uid = quorum_auth::users::current().unwrap().uid;

@@ -209,16 +209,24 @@ pub fn dependency_string(s: &JobSpec) -> String {
     crate::model::dependency_string(&s.dependencies, s.singleton, s.dependency_any)
 }
 
-/// Why a pending job waits (or why it was cancelled unstarted, when its dependency could never
-/// be met). A hold is known at once: a held job does not wake the scheduler, so until a cycle
-/// runs its recorded reason is still None.
-pub fn pending_reason(j: &crate::model::Job) -> String {
+/// The job's `Reason`, as Slurm shows it: why a pending job waits (or why it was cancelled
+/// unstarted, when its dependency could never be met), and why an ended job failed. A hold is
+/// known at once: a held job does not wake the scheduler, so until a cycle runs its recorded
+/// reason is still None. Of the ended jobs, as Slurm's controller sets it: a program that could
+/// not start, or that a signal ended, `JobLaunchFailure`; one that exited nonzero,
+/// `NonZeroExitCode`; `TimeLimit` and `OutOfMemory`; every other end, none.
+pub fn shown_reason(j: &crate::model::Job) -> String {
     use crate::model::{JobState, PendingReason};
+    let launch_failed = || j.rank_outcomes.iter().any(|(_, o)| *o == RankOutcome::LaunchFailed);
     match (j.state, j.held, j.reason) {
         (JobState::Pending, Some(hold), PendingReason::None) => hold.reason().name().to_string(),
         (JobState::Pending, _, r) => r.name().to_string(),
         // Cancelled by `--kill-on-invalid-dep=yes`: why, as Slurm shows it.
         (JobState::Cancelled, _, r @ PendingReason::DependencyNeverSatisfied) => r.name().to_string(),
+        (JobState::Failed, _, _) if launch_failed() || j.signal.is_some_and(|s| s != 0) => "JobLaunchFailure".into(),
+        (JobState::Failed, _, _) if j.exit_code.is_some_and(|c| c != 0) => "NonZeroExitCode".into(),
+        (JobState::Timeout, _, _) => "TimeLimit".into(),
+        (JobState::OutOfMemory, _, _) => "OutOfMemory".into(),
         _ => String::new(),
     }
 }
@@ -233,7 +241,7 @@ pub fn job_to_proto(j: &Job, with_env: bool) -> api::JobInfo {
         user: j.user.clone(),
         partition: j.partition.clone(),
         state: j.state.name().to_string(),
-        reason: pending_reason(j),
+        reason: shown_reason(j),
         spec: Some(spec),
         submit_time_ms: j.submit_time,
         start_time_ms: j.start_time.unwrap_or(0),

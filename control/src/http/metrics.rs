@@ -105,7 +105,7 @@ impl Snapshot {
                 per_user.add(labels([("user", &j.user), ("account", &j.account), ("state", j.state.name())]), 1);
             }
             if j.state == JobState::Pending {
-                let reason = crate::wire::pending_reason(j);
+                let reason = crate::wire::shown_reason(j);
                 pending.add(labels([("partition", &j.partition), ("reason", &reason)]), 1);
             }
         }
