@@ -349,9 +349,9 @@ fn value(field: &str, line: &Line, now_ms: u64) -> String {
             tres.push(format!("node={}", a.len()));
             tres.join(",")
         }
-        // The reason the job last waited for, as Slurm's accounting keeps it; not why it ended
-        // (`scontrol` and `squeue` show that): a job cancelled for a dependency never satisfied
-        // ended waiting for it.
+        // Why a job waits, not why it ended (`scontrol` and `squeue` show that; Slurm's accounting
+        // keeps a waiting reason here): None for an ended job, but one cancelled for a dependency
+        // never satisfied, which ended waiting for it.
         "Reason" => {
             if job.reason.is_empty() || (job.state != "PENDING" && job.reason != "DependencyNeverSatisfied") {
                 "None".into()

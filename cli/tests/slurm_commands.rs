@@ -325,8 +325,8 @@ async fn sacct_reports_jobs_and_steps_in_the_parsable_form_tools_read() {
         sacct(&["-X", "-n", "-P", "-j", &format!("{good},{failed},{array}"), "-o", "JobID,State,ExitCode"]),
         format!("{good}|COMPLETED|0:0\n{failed}|FAILED|3:0\n{array}_[0-2]|PENDING|0:0\n")
     );
-    // Why it ended, as Slurm's controller sets it, in squeue and scontrol; sacct gives the reason
-    // it last waited for, as Slurm's accounting keeps it (none here).
+    // Why it ended, as Slurm's controller sets it, in squeue and scontrol; not in sacct, whose
+    // Reason is a waiting one (none here).
     let cmd = |name: &str, args: &[&str]| ok(&cluster, dir.path(), bin.path(), name, args);
     assert_eq!(
         cmd("squeue", &["-h", "-t", "failed", "-o", "%i %T %r", "-j", &failed.to_string()]),
