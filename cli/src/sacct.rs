@@ -349,11 +349,10 @@ fn value(field: &str, line: &Line, now_ms: u64) -> String {
             tres.push(format!("node={}", a.len()));
             tres.join(",")
         }
-        // Why a job waits, not why it ended (`scontrol` and `squeue` show that; Slurm's accounting
-        // keeps a waiting reason here): None for an ended job, but one cancelled for a dependency
-        // never satisfied, which ended waiting for it.
+        // Why a job waits (or, cancelled for a dependency never satisfied, waited), not why it
+        // ended: `scontrol` and `squeue` show that; Slurm's accounting keeps a waiting reason here.
         "Reason" => {
-            if job.reason.is_empty() || (job.state != "PENDING" && job.reason != "DependencyNeverSatisfied") {
+            if job.reason.is_empty() || quorum_model::EndReason::from_name(&job.reason).is_some() {
                 "None".into()
             } else {
                 job.reason.clone()

@@ -210,24 +210,17 @@ pub fn dependency_string(s: &JobSpec) -> String {
 }
 
 /// The job's `Reason`, as Slurm shows it: why a pending job waits (or why it was cancelled
-/// unstarted, when its dependency could never be met), and why an ended job failed. A hold is
-/// known at once: a held job does not wake the scheduler, so until a cycle runs its recorded
-/// reason is still None. Of the ended jobs, as Slurm's controller sets it: a program that could
-/// not start, or that a signal ended, `JobLaunchFailure`; one that exited nonzero,
-/// `NonZeroExitCode`; `TimeLimit` and `OutOfMemory`; every other end, none.
+/// unstarted, when its dependency could never be met), and why an ended job ended badly
+/// ([`crate::model::EndReason`]). A hold is known at once: a held job does not wake the
+/// scheduler, so until a cycle runs its recorded reason is still None.
 pub fn shown_reason(j: &crate::model::Job) -> String {
-    use crate::model::{JobState, PendingReason};
-    let launch_failed = || j.rank_outcomes.iter().any(|(_, o)| *o == RankOutcome::LaunchFailed);
+    use crate::model::{EndReason, JobState, PendingReason};
     match (j.state, j.held, j.reason) {
         (JobState::Pending, Some(hold), PendingReason::None) => hold.reason().name().to_string(),
         (JobState::Pending, _, r) => r.name().to_string(),
         // Cancelled by `--kill-on-invalid-dep=yes`: why, as Slurm shows it.
         (JobState::Cancelled, _, r @ PendingReason::DependencyNeverSatisfied) => r.name().to_string(),
-        (JobState::Failed, _, _) if launch_failed() || j.signal.is_some_and(|s| s != 0) => "JobLaunchFailure".into(),
-        (JobState::Failed, _, _) if j.exit_code.is_some_and(|c| c != 0) => "NonZeroExitCode".into(),
-        (JobState::Timeout, _, _) => "TimeLimit".into(),
-        (JobState::OutOfMemory, _, _) => "OutOfMemory".into(),
-        _ => String::new(),
+        _ => EndReason::of(j).map_or_else(String::new, |r| r.name().to_string()),
     }
 }
 

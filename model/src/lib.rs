@@ -1248,6 +1248,50 @@ pub enum RankOutcome {
     PrologFailed,
 }
 
+/// Why a job ended badly, as Slurm's controller sets an ended job's `Reason` (what `scontrol`
+/// and `squeue` show where a waiting job shows its [`PendingReason`]). Derived from what the job
+/// recorded, never stored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EndReason {
+    /// A rank's program could not start, or a signal ended the job.
+    JobLaunchFailure,
+    NonZeroExitCode,
+    TimeLimit,
+    OutOfMemory,
+}
+
+impl EndReason {
+    const ALL: [EndReason; 4] =
+        [EndReason::JobLaunchFailure, EndReason::NonZeroExitCode, EndReason::TimeLimit, EndReason::OutOfMemory];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            EndReason::JobLaunchFailure => "JobLaunchFailure",
+            EndReason::NonZeroExitCode => "NonZeroExitCode",
+            EndReason::TimeLimit => "TimeLimit",
+            EndReason::OutOfMemory => "OutOfMemory",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<EndReason> {
+        EndReason::ALL.into_iter().find(|r| r.name() == name)
+    }
+
+    /// Why `job` ended, if it ended badly; `None` for every other end and for a job not ended.
+    pub fn of(job: &Job) -> Option<EndReason> {
+        let launch_failed = || job.rank_outcomes.iter().any(|(_, o)| *o == RankOutcome::LaunchFailed);
+        match job.state {
+            JobState::Failed if launch_failed() || job.signal.is_some_and(|s| s != 0) => {
+                Some(EndReason::JobLaunchFailure)
+            }
+            JobState::Failed if job.exit_code.is_some_and(|c| c != 0) => Some(EndReason::NonZeroExitCode),
+            JobState::Timeout => Some(EndReason::TimeLimit),
+            JobState::OutOfMemory => Some(EndReason::OutOfMemory),
+            _ => None,
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Job {
     pub id: JobId,
@@ -1606,6 +1650,15 @@ pub enum Rejection {
 #[cfg(test)]
 mod bounds_tests {
     use super::*;
+
+    #[test]
+    fn end_reasons_are_read_back_from_their_names() {
+        for r in EndReason::ALL {
+            assert_eq!(EndReason::from_name(r.name()), Some(r));
+        }
+        assert_eq!(EndReason::from_name("DependencyNeverSatisfied"), None);
+        assert_eq!(EndReason::from_name(""), None);
+    }
 
     #[test]
     fn dependencies_parse_as_slurm_writes_them() {
