@@ -138,6 +138,7 @@ pub fn cluster_with(pending: usize, nodes: usize, scavengers: bool) -> ClusterVi
                 users: Default::default(),
                 limits: AssocLimits::default(),
                 user_shares: Default::default(),
+                ..Default::default()
             },
         );
     }

@@ -439,7 +439,8 @@ impl Agent {
     /// How this agent limits its jobs (detected on first use).
     pub fn limits(&self) -> &limits::Limits {
         self.limits.get_or_init(|| {
-            let l = limits::Limits::detect(&self.config.name, self.config.cgroups);
+            let scope = limits::scope(&self.config.name, &self.config.spool_dir);
+            let l = limits::Limits::detect(&scope, self.config.cgroups);
             match &l {
                 limits::Limits::Cgroup(_) => {
                     tracing::info!(node = %self.config.name, limits = %l.describe(), "job limits")

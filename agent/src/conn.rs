@@ -227,10 +227,8 @@ async fn session(
                         // Off the stream's task: a slow disk holds up no heartbeat.
                         let (agent, tx) = (agent.clone(), tx.clone());
                         tokio::spawn(async move {
-                            let chunk = tokio::task::spawn_blocking(move || output::read_output(&agent, &r)).await;
-                            if let Ok(chunk) = chunk {
-                                let _ = tx.send(AgentMessage { msg: Some(agent_message::Msg::Output(chunk)) }).await;
-                            }
+                            let chunk = output::read_output(agent, r).await;
+                            let _ = tx.send(AgentMessage { msg: Some(agent_message::Msg::Output(chunk)) }).await;
                         });
                     }
                     Some(controller_message::Msg::ReadUsage(r)) => {

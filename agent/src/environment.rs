@@ -116,6 +116,25 @@ pub fn job_environment(
     env
 }
 
+/// Takes `SLURM_UMASK` (the submitting process's umask, in octal, as `sbatch` and `srun` send it)
+/// out of `env` and returns it; `None` when it is missing or not a mask (the job then gets
+/// [`crate::supervisor::DEFAULT_UMASK`]). As Slurm's step daemon does, the job runs with it and
+/// does not see the variable.
+pub fn take_umask(env: &mut Vec<(String, String)>) -> Option<u32> {
+    let mut mask = None;
+    env.retain(|(k, v)| {
+        if k != "SLURM_UMASK" {
+            return true;
+        }
+        match u32::from_str_radix(v.trim(), 8) {
+            Ok(m) if m <= 0o777 && !v.trim().is_empty() => mask = Some(m),
+            _ => tracing::debug!(value = %v, "SLURM_UMASK is not an octal mask; the default is used"),
+        }
+        false
+    });
+    mask
+}
+
 /// Sets `QUORUM_<suffix>` and `SLURM_<suffix>` to `value`, replacing what the submit
 /// environment had under either name.
 fn set_both(env: &mut Vec<(String, String)>, suffix: &str, value: String) {
@@ -134,6 +153,25 @@ fn quorum_first_host(nodelist: &str) -> Option<String> {
             let lo = inner.split(['-', ',', ']']).next()?;
             Some(format!("{}{}", &first[..open], lo))
         }
+    }
+}
+
+#[cfg(test)]
+mod umask_tests {
+    use super::*;
+
+    #[test]
+    fn the_submitters_umask_is_taken_out_of_the_environment() {
+        let env = |v: &str| vec![("A".to_string(), "1".to_string()), ("SLURM_UMASK".to_string(), v.to_string())];
+        for (given, want) in [("0027", 0o027), ("077", 0o077), ("0", 0), ("0777", 0o777)] {
+            let mut e = env(given);
+            assert_eq!(take_umask(&mut e), Some(want), "{given}");
+            assert_eq!(e, [("A".to_string(), "1".to_string())], "the job does not see it");
+        }
+        for bad in ["", "8", "01000", "abc", "-1"] {
+            assert_eq!(take_umask(&mut env(bad)), None, "{bad:?}");
+        }
+        assert_eq!(take_umask(&mut vec![]), None);
     }
 }
 

@@ -52,9 +52,10 @@ pub async fn serve(agent: Arc<Agent>, shutdown: watch::Receiver<bool>) {
         tracing::warn!("switching users is off: this agent runs root's jobs only, never another user's as root");
     }
     agent.limits();
-    // The lease file lives there from the first answered heartbeat on, before any job.
-    if let Err(e) = std::fs::create_dir_all(&agent.config.spool_dir) {
-        tracing::warn!(spool = %agent.config.spool_dir.display(), error = %e, "cannot create the spool directory");
+    // The lease file lives there from the first answered heartbeat on, before any job; what an
+    // older agent left readable is made private.
+    if let Err(e) = record::prepare_spool(&agent.config.spool_dir) {
+        tracing::warn!(spool = %agent.config.spool_dir.display(), error = %e, "cannot prepare the spool directory");
     }
     runner::reattach_all(&agent);
     let lease = tokio::spawn(watch_lease(agent.clone(), shutdown.clone()));
@@ -119,15 +120,15 @@ pub async fn run(config: AgentConfig, gpus: Box<dyn gpu::GpuSource>, shutdown: i
 pub async fn run_with_metrics(
     config: AgentConfig,
     gpus: Box<dyn gpu::GpuSource>,
-    metrics: Option<(tokio::net::TcpListener, Vec<quorum_model::Cidr>)>,
+    metrics: Option<(tokio::net::TcpListener, metrics::Exposure)>,
     shutdown: impl std::future::Future<Output = ()>,
 ) {
     let (stop_tx, stop_rx) = watch::channel(false);
     let agent = Agent::with_gpu_source(config, gpus);
-    if let Some((listener, allow)) = metrics {
+    if let Some((listener, exposure)) = metrics {
         let agent = agent.clone();
         tokio::spawn(async move {
-            if let Err(e) = metrics::serve(agent, listener, allow).await {
+            if let Err(e) = metrics::serve(agent, listener, exposure).await {
                 tracing::warn!(error = %e, "serving /metrics");
             }
         });

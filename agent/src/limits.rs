@@ -10,7 +10,10 @@
 //! eBPF device filter.
 //!
 //! Layout under the agent's own cgroup `B` (per controller with v1): jobs live in
-//! `B/quorum-<node>/job<id>.<token>`. With v2, a cgroup with processes cannot hand controllers to
+//! `B/quorum-<scope>/job<id>.<token>`, where the scope is the node's name and a digest of the
+//! agent's spool ([`scope`]): stable across the agent's restarts, and apart for two clusters whose
+//! agents share a host and node names (test clusters side by side). Jobs an older agent started
+//! under `B/quorum-<node>` are still found there. With v2, a cgroup with processes cannot hand controllers to
 //! its children, so the agent first moves itself to `B/quorum-agent`; under systemd that needs
 //! `Delegate=yes`. With v1 there is no such rule.
 
@@ -25,6 +28,28 @@ const CGROUP_SUPER_MAGIC: i64 = 0x0027_e0eb;
 use quorum_proto::CGROUPS_OFF;
 
 use crate::devices::Device;
+
+/// The name of an agent's directory for its jobs in each hierarchy: its node's name and a digest
+/// of its spool directory (FNV-1a, so that it never changes between releases).
+pub fn scope(node: &str, spool: &Path) -> String {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in spool.as_os_str().as_encoded_bytes() {
+        hash = (hash ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("{node}-{:08x}", hash as u32)
+}
+
+/// Where an older agent (before [`scope`]) kept job `name`'s cgroup, given where this one keeps
+/// it: the same, under `quorum-<node>`.
+fn legacy_dir(dir: &Path) -> Option<PathBuf> {
+    let root = dir.parent()?;
+    let root_name = root.file_name()?.to_str()?;
+    let (node_part, digest) = root_name.rsplit_once('-')?;
+    if digest.len() != 8 || !digest.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    Some(root.parent()?.join(node_part).join(dir.file_name()?))
+}
 
 /// How this agent limits its jobs.
 #[derive(Clone, Debug)]
@@ -217,8 +242,19 @@ impl Cgroups {
         Ok(Cgroups::V1 { memory, cpu, cpuset, devices })
     }
 
-    /// The cgroup of one allocation of a job.
+    /// The cgroup of one allocation of a job (where an older agent put it, for a job it started).
     pub fn job(&self, job_id: u64, token: u64) -> JobCgroup {
+        let job = self.job_here(job_id, token);
+        if !job.dirs[0].exists() {
+            let old: Option<Vec<PathBuf>> = job.dirs.iter().map(|d| legacy_dir(d)).collect();
+            if let Some(dirs) = old.filter(|d| d[0].exists()) {
+                return JobCgroup { dirs, v2: job.v2 };
+            }
+        }
+        job
+    }
+
+    fn job_here(&self, job_id: u64, token: u64) -> JobCgroup {
         let name = job_name(job_id, token);
         match self {
             Cgroups::V2 { root, .. } => JobCgroup { dirs: vec![root.join(name)], v2: true },
@@ -232,7 +268,7 @@ impl Cgroups {
     /// Makes the job's cgroup with its limits, refusing its processes the devices `deny` (the
     /// node's other GPUs); the job's first process joins it itself.
     pub fn create(&self, job_id: u64, token: u64, mem_mb: u64, cpus: u32, deny: &[Device]) -> io::Result<JobCgroup> {
-        let job = self.job(job_id, token);
+        let job = self.job_here(job_id, token);
         for dir in &job.dirs {
             std::fs::create_dir_all(dir)?;
         }
@@ -406,6 +442,24 @@ mod tests {
         assert!(!v1.oom_killed());
         std::fs::write(dir.path().join("memory.oom_control"), "oom_kill_disable 0\nunder_oom 0\noom_kill 2\n").unwrap();
         assert!(v1.oom_killed());
+    }
+
+    #[test]
+    fn two_clusters_agents_of_one_node_name_keep_their_jobs_apart_and_old_jobs_are_found() {
+        let a = scope("node01", Path::new("/tmp/quorum-dev-a/agent-node01"));
+        let b = scope("node01", Path::new("/tmp/quorum-dev-b/agent-node01"));
+        assert_ne!(a, b);
+        assert_eq!(a, scope("node01", Path::new("/tmp/quorum-dev-a/agent-node01")), "stable across restarts");
+        assert!(a.starts_with("node01-") && a.len() == "node01-".len() + 8, "{a}");
+        // A job an older agent started, under quorum-<node>, is found there.
+        let tmp = tempfile::tempdir().unwrap();
+        let scoped = format!("quorum-{}", scope("gpu-7", Path::new("/var/spool/quorum")));
+        let cg = Cgroups::V2 { root: tmp.path().join(&scoped), cpuset: false, devices: false };
+        std::fs::create_dir_all(tmp.path().join("quorum-gpu-7/job5.9")).unwrap();
+        assert_eq!(cg.job(5, 9).dirs, [tmp.path().join("quorum-gpu-7/job5.9")]);
+        assert_eq!(cg.job(6, 1).dirs, [tmp.path().join(&scoped).join("job6.1")], "a new job under the scope");
+        std::fs::create_dir_all(tmp.path().join(&scoped).join("job5.9")).unwrap();
+        assert_eq!(cg.job(5, 9).dirs, [tmp.path().join(&scoped).join("job5.9")], "this agent's own first");
     }
 
     #[test]

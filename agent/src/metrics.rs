@@ -4,8 +4,10 @@
 //! health, utilization, memory and temperature from the last check.
 //!
 //! Plain HTTP, as node exporters are, and only to the addresses `--metrics-allow` names (this
-//! host's loopback unless told otherwise): it shows job ids and what they use, never who runs
-//! them or what.
+//! host's loopback unless told otherwise). Loopback is every local user of the node, so what
+//! each job uses (by job id) is shown only with `--metrics-jobs` ([`Exposure::per_job`]), where
+//! the allowed addresses are the monitoring system's alone; without it, the node's totals.
+//! Never who runs a job or what.
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -26,6 +28,17 @@ use crate::agent::Agent;
 
 struct Scrape {
     agent: Arc<Agent>,
+    per_job: bool,
+}
+
+/// Who may read an agent's `/metrics`, and what they see.
+#[derive(Clone, Debug, Default)]
+pub struct Exposure {
+    /// The address ranges that may read it.
+    pub allow: Vec<Cidr>,
+    /// Each running job's CPU time, memory and processes by job id; otherwise only the node's
+    /// totals.
+    pub per_job: bool,
 }
 
 impl fmt::Debug for Scrape {
@@ -42,6 +55,11 @@ impl Scrape {
         let mut cpu = Gauges::new("agent_job_cpu_seconds", "CPU time of a running job's processes here so far");
         let mut rss = Gauges::new("agent_job_resident_bytes", "Resident memory of a running job's processes here now");
         let mut processes = Gauges::new("agent_job_processes", "Processes of a running job here");
+        let mut total_cpu =
+            Gauges::new("agent_jobs_cpu_seconds", "CPU time of the running jobs' processes here so far");
+        let mut total_rss =
+            Gauges::new("agent_jobs_resident_bytes", "Resident memory of the running jobs' processes here now");
+        let (mut cpu_sum, mut rss_sum) = (0i64, 0i64);
         let running: Vec<u64> = agent.lock_jobs().iter().filter(|(_, e)| e.exit.is_none()).map(|(id, _)| *id).collect();
         jobs.set(Vec::new(), running.len() as i64);
         steps.set(Vec::new(), agent.steps.lock().unwrap_or_else(|p| p.into_inner()).len() as i64);
@@ -49,11 +67,19 @@ impl Scrape {
             let read = quorum_proto::agent::ReadUsage { job_id, ..Default::default() };
             let sample = crate::usage::sample(agent, &read);
             let Some(usage) = sample.usage.filter(|_| sample.error.is_empty()) else { continue };
-            let job = labels([("job", &job_id.to_string())]);
-            cpu.set(job.clone(), ((usage.cpu_user_us + usage.cpu_system_us) / 1_000_000) as i64);
-            rss.set(job.clone(), (sample.rss_kb * 1024) as i64);
-            processes.set(job, sample.processes.into());
+            let (job_cpu, job_rss) =
+                (((usage.cpu_user_us + usage.cpu_system_us) / 1_000_000) as i64, (sample.rss_kb * 1024) as i64);
+            cpu_sum = cpu_sum.saturating_add(job_cpu);
+            rss_sum = rss_sum.saturating_add(job_rss);
+            if self.per_job {
+                let job = labels([("job", &job_id.to_string())]);
+                cpu.set(job.clone(), job_cpu);
+                rss.set(job.clone(), job_rss);
+                processes.set(job, sample.processes.into());
+            }
         }
+        total_cpu.set(Vec::new(), cpu_sum);
+        total_rss.set(Vec::new(), rss_sum);
         let mut health = Gauges::new("agent_gpu_health", "Each GPU's health at the last check: 1 for its state");
         let mut util = Gauges::new("agent_gpu_utilization_percent", "How busy each GPU was at the last check");
         let mut memory = Gauges::new("agent_gpu_memory_used_bytes", "Memory in use on each GPU at the last check");
@@ -72,7 +98,12 @@ impl Scrape {
                 memory.set(gpu, (mb * 1024 * 1024) as i64);
             }
         }
-        vec![jobs, steps, cpu, rss, processes, health, util, memory, temperature]
+        let mut all = vec![jobs, steps, total_cpu, total_rss];
+        if self.per_job {
+            all.extend([cpu, rss, processes]);
+        }
+        all.extend([health, util, memory, temperature]);
+        all
     }
 }
 
@@ -108,11 +139,11 @@ async fn scrape(State(served): State<Arc<Served>>, ConnectInfo(peer): ConnectInf
     }
 }
 
-/// Serves `/metrics` of `agent` on `listener` to the addresses in `allow`, until the agent stops.
-pub async fn serve(agent: Arc<Agent>, listener: tokio::net::TcpListener, allow: Vec<Cidr>) -> std::io::Result<()> {
+/// Serves `/metrics` of `agent` on `listener` as `exposure` says, until the agent stops.
+pub async fn serve(agent: Arc<Agent>, listener: tokio::net::TcpListener, exposure: Exposure) -> std::io::Result<()> {
     let mut registry = Registry::with_prefix("quorum");
-    registry.register_collector(Box::new(Scrape { agent: agent.clone() }));
-    let served = Arc::new(Served { registry, allow });
+    registry.register_collector(Box::new(Scrape { agent: agent.clone(), per_job: exposure.per_job }));
+    let served = Arc::new(Served { registry, allow: exposure.allow });
     let router = Router::new().route("/metrics", get(scrape)).with_state(served);
     let mut stopped = agent.stopped.subscribe();
     axum::serve(listener, router.into_make_service_with_connect_info::<SocketAddr>())

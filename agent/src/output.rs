@@ -53,47 +53,135 @@ pub fn output_paths(launch: &Launch, spec: &JobSpec, node: &str) -> (PathBuf, Op
     (stdout, stderr)
 }
 
-/// Reads part of a job's output file for `quorum logs` (blocking). An agent that runs jobs as
-/// their users reads only a file that the job's user owns: the path is the user's to choose,
-/// and the agent must not read for them what they could not.
-pub fn read_output(agent: &Agent, r: &ReadOutput) -> OutputChunk {
-    use std::io::{Read, Seek, SeekFrom};
+/// How many reads of output files may be under way on one node at once. Each runs on a thread of
+/// its own (never on the runtime's blocking pool, which launches need); a read past the cap is
+/// refused at once, so that opens stuck on a user's path (a hung file system) cannot pile up.
+pub const MAX_OUTPUT_READS: usize = 16;
+
+/// How long `quorum logs` waits for a read; a read still stuck then keeps its place under
+/// [`MAX_OUTPUT_READS`] until its open returns.
+pub const OUTPUT_READ_DEADLINE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Reads part of a job's output file for `quorum logs`. The path is the user's to choose, so the
+/// file is opened as the job's user ([`read_as`]): the agent reads for them only what they could
+/// read themselves, and answers only what they would have seen. The open never blocks (a FIFO is
+/// refused), only a regular file is read, and the read is bounded in time and in number
+/// ([`MAX_OUTPUT_READS`], [`OUTPUT_READ_DEADLINE`]).
+pub async fn read_output(agent: std::sync::Arc<Agent>, r: ReadOutput) -> OutputChunk {
+    static READS: std::sync::OnceLock<std::sync::Arc<tokio::sync::Semaphore>> = std::sync::OnceLock::new();
+    let reads = READS.get_or_init(|| std::sync::Arc::new(tokio::sync::Semaphore::new(MAX_OUTPUT_READS)));
     let mut chunk = OutputChunk { request_id: r.request_id, ..Default::default() };
     let Some((launch, spec)) = r.launch.as_ref().and_then(|l| l.spec.as_ref().map(|s| (l, s))) else {
         chunk.error = "the request names no job".into();
         return chunk;
     };
-    if let Err(e) = crate::grants::verify_launch(agent, launch) {
+    if let Err(e) = crate::grants::verify_launch(&agent, launch) {
         chunk.error = format!("read refused: {e}");
         return chunk;
     }
     let (stdout, stderr) = output_paths(launch, spec, &agent.config.name);
     let path = if r.stderr { stderr.unwrap_or(stdout) } else { stdout };
     chunk.path = path.display().to_string();
-    let read = || -> Result<Vec<u8>, String> {
-        let mut file = std::fs::File::open(&path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
-        if let Ok(Some(account)) = identity::job_account(agent.config.switch_user, &launch.user) {
-            use std::os::unix::fs::MetadataExt;
-            let owner = file.metadata().map_err(|e| e.to_string())?.uid();
-            if owner != account.uid {
-                return Err(format!(
-                    "{} belongs to uid {owner}, not to the job's user {} (uid {})",
-                    path.display(),
-                    account.name,
-                    account.uid
-                ));
-            }
+    let account = match identity::job_account(agent.config.switch_user, &launch.user) {
+        Ok(a) => a,
+        Err(e) => {
+            chunk.error = e;
+            return chunk;
         }
-        file.seek(SeekFrom::Start(r.offset)).map_err(|e| e.to_string())?;
-        let mut data = Vec::new();
-        file.take(u64::from(r.max_bytes)).read_to_end(&mut data).map_err(|e| e.to_string())?;
-        Ok(data)
     };
-    match read() {
-        Ok(data) => chunk.data = data,
-        Err(e) => chunk.error = e,
+    let Ok(permit) = reads.clone().try_acquire_owned() else {
+        chunk.error =
+            format!("node {} is busy reading {MAX_OUTPUT_READS} output files; try again shortly", agent.config.name);
+        return chunk;
+    };
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let (offset, max_bytes) = (r.offset, r.max_bytes);
+    let thread = std::thread::Builder::new().name("quorum-output-read".into()).spawn(move || {
+        let read = read_as(account.as_ref(), &path, offset, max_bytes);
+        drop(permit);
+        let _ = tx.send(read);
+    });
+    if let Err(e) = thread {
+        chunk.error = format!("cannot read the output file: {e}");
+        return chunk;
+    }
+    match tokio::time::timeout(OUTPUT_READ_DEADLINE, rx).await {
+        Ok(Ok(Ok(data))) => chunk.data = data,
+        Ok(Ok(Err(e))) => chunk.error = e,
+        Ok(Err(_)) => chunk.error = "the read of the output file ended without an answer".into(),
+        Err(_) => {
+            chunk.error = format!("reading {} took more than {OUTPUT_READ_DEADLINE:?}", chunk.path);
+        }
     }
     chunk
+}
+
+/// Reads up to `max_bytes` of `path` from `offset`, opened as `account` when given: on this
+/// thread alone (it ends after the read), the file-system identity becomes the user's (their
+/// groups, `setfsgid`, `setfsuid`), so that every directory on the path and the file itself are
+/// checked against the user, not root. Only a regular file is read, and the open does not block.
+pub(crate) fn read_as(
+    account: Option<&identity::Account>,
+    path: &Path,
+    offset: u64,
+    max_bytes: u32,
+) -> Result<Vec<u8>, String> {
+    use std::io::{Read, Seek, SeekFrom};
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    if let Some(a) = account {
+        become_for_files(a).map_err(|e| format!("cannot read as user {}: {e}", a.name))?;
+    }
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+    let meta = file.metadata().map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    if !meta.is_file() {
+        return Err(format!("{} is not a regular file", path.display()));
+    }
+    // And one of the user's own: a job's output is written by the job, as its user.
+    if let Some(a) = account.filter(|a| a.uid != meta.uid()) {
+        return Err(format!(
+            "{} belongs to uid {}, not to the job's user {} (uid {})",
+            path.display(),
+            meta.uid(),
+            a.name,
+            a.uid
+        ));
+    }
+    file.seek(SeekFrom::Start(offset)).map_err(|e| e.to_string())?;
+    let mut data = Vec::new();
+    file.take(u64::from(max_bytes)).read_to_end(&mut data).map_err(|e| e.to_string())?;
+    Ok(data)
+}
+
+/// Makes this thread's file-system identity `account`'s: its groups, then its gid and uid for
+/// file access (Linux keeps credentials per thread; the raw system calls, unlike glibc's
+/// wrappers, change this thread alone). Checked afterwards: a thread that could not switch
+/// reads nothing.
+fn become_for_files(account: &identity::Account) -> std::io::Result<()> {
+    if !identity::is_root() {
+        return Ok(());
+    }
+    // SAFETY: plain system calls on this thread's credentials with values owned above.
+    unsafe {
+        if libc::syscall(libc::SYS_setgroups, account.groups.len(), account.groups.as_ptr()) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        libc::syscall(libc::SYS_setfsgid, account.gid);
+        libc::syscall(libc::SYS_setfsuid, account.uid);
+        // Each returns the previous value: asking again with an impossible id reads it back.
+        let fsgid = libc::syscall(libc::SYS_setfsgid, u32::MAX) as u32;
+        let fsuid = libc::syscall(libc::SYS_setfsuid, u32::MAX) as u32;
+        if fsuid != account.uid || fsgid != account.gid {
+            return Err(std::io::Error::other(format!(
+                "file-system identity is uid {fsuid} gid {fsgid}, not uid {} gid {}",
+                account.uid, account.gid
+            )));
+        }
+    }
+    Ok(())
 }
 
 fn resolve(work_dir: &Path, path: &str) -> PathBuf {
@@ -162,5 +250,52 @@ mod tests {
         assert_eq!(expand_pattern("%A_%a", &l, "n"), "42_4294967294");
         let task = array_task();
         assert_eq!(expand_pattern("%x-%A_%a.out", &task, "n"), "train-40_7.out");
+    }
+
+    /// Read as the job's user, a path answers what that user would find out alone: root's
+    /// private file and a missing one alike, a FIFO at once, and their own file in full.
+    #[test]
+    fn a_read_is_made_as_the_jobs_user_and_never_blocks() {
+        use std::os::unix::fs::PermissionsExt;
+        if !identity::is_root() {
+            eprintln!("skipped: reading as another user needs root");
+            return;
+        }
+        let Ok(nobody) = identity::lookup("nobody") else {
+            eprintln!("skipped: no user 'nobody' here");
+            return;
+        };
+        // Each read on a thread of its own, as the agent makes them: the switch holds for the
+        // rest of its thread.
+        let read_as = |who: Option<&identity::Account>, path: &Path, offset: u64, max: u32| {
+            let (who, path) = (who.cloned(), path.to_path_buf());
+            std::thread::spawn(move || read_as(who.as_ref(), &path, offset, max)).join().unwrap()
+        };
+        let private = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(private.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+        std::fs::write(private.path().join("there"), "root's").unwrap();
+        let there = read_as(Some(&nobody), &private.path().join("there"), 0, 100).unwrap_err();
+        let missing = read_as(Some(&nobody), &private.path().join("missing"), 0, 100).unwrap_err();
+        assert!(there.contains("Permission denied"), "{there}");
+        assert_eq!(there.replace("there", "X"), missing.replace("missing", "X"), "the answers tell the files apart");
+        // Root itself (no switch) reads it: the refusal above is the user's, not a missing file.
+        assert_eq!(read_as(None, &private.path().join("there"), 0, 100).unwrap(), b"root's");
+
+        let open = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(open.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+        let fifo = open.path().join("out");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: mkfifo with a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o666) }, 0);
+        let started = std::time::Instant::now();
+        let e = read_as(Some(&nobody), &fifo, 0, 100).unwrap_err();
+        assert!(e.contains("is not a regular file"), "{e}");
+        assert!(started.elapsed() < std::time::Duration::from_secs(2), "the open blocked");
+
+        let own = open.path().join("own.out");
+        std::fs::write(&own, "0123456789").unwrap();
+        std::os::unix::fs::chown(&own, Some(nobody.uid), Some(nobody.gid)).unwrap();
+        std::fs::set_permissions(&own, std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert_eq!(read_as(Some(&nobody), &own, 3, 4).unwrap(), b"3456");
     }
 }

@@ -2,8 +2,16 @@
 //! launch as the leader sent it), `started` (ms since the epoch), `pids` (supervisor pid and job
 //! process group), `reason` (why the agent signalled it, if it did), `status` (written by the
 //! supervisor at the end), `measured` (what the agent measured while it ran: its GPUs' use and
-//! its processes' peak memory together, at each heartbeat) and the batch script. A restarted agent finds its jobs again from their
-//! records ([`scan`]); a record is removed once the leader has acknowledged the job's exit.
+//! its processes' peak memory together, at each heartbeat). A restarted agent finds its jobs
+//! again from their records ([`scan`]); a record is removed once the leader has acknowledged the
+//! job's exit.
+//!
+//! The spool is root's alone ([`prepare_spool`]): a launch holds the job's script and whole
+//! environment, so `jobs/` and every record are 0700 with files 0600. The one thing a job's user
+//! reads there is its own batch script, which its interpreter opens as that user: it lives in
+//! `scripts/<job>.<token>/` ([`script_dir`]), a directory of the user's own (0700) inside
+//! `scripts/`, which others may pass through but not list (0711), as Slurm keeps `slurm_script`
+//! in a job directory of the user's own.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -94,6 +102,43 @@ pub fn record_dir(spool: &Path, job_id: u64, token: u64) -> PathBuf {
     spool.join("jobs").join(format!("{job_id}.{token}"))
 }
 
+/// The directory of the job's user's own that holds its batch script on this node.
+pub fn script_dir(spool: &Path, job_id: u64, token: u64) -> PathBuf {
+    spool.join("scripts").join(format!("{job_id}.{token}"))
+}
+
+/// Makes the spool (and fixes one an older agent left readable): the spool itself and
+/// `scripts/` may be passed through (0711), `jobs/` and everything in it is private (0700 and
+/// 0600), and each job's script directory is its user's alone (0700, the script 0500).
+pub fn prepare_spool(spool: &Path) -> io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    const PASS_THROUGH: u32 = 0o711;
+    std::fs::DirBuilder::new().recursive(true).mode(PASS_THROUGH).create(spool)?;
+    let scripts = spool.join("scripts");
+    for dir in [spool.join("jobs"), scripts.clone()] {
+        match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+            Err(e) if e.kind() != io::ErrorKind::AlreadyExists => return Err(e),
+            _ => {}
+        }
+    }
+    let (jobs, top) = (spool.join("jobs"), spool.to_path_buf());
+    quorum_auth::private::restrict_tree(spool, &|path, is_dir| {
+        if path == top || path == scripts {
+            PASS_THROUGH
+        } else if path.starts_with(&scripts) {
+            if is_dir {
+                0o700
+            } else {
+                0o500
+            }
+        } else if is_dir || path == jobs {
+            0o700
+        } else {
+            0o600
+        }
+    })
+}
+
 /// The node's lease file: the monotonic-clock deadline (ms) until which the agent last heard
 /// the leader, which the supervisors of `--requeue` jobs enforce ([`crate::supervisor`]).
 pub fn lease_file(spool: &Path) -> PathBuf {
@@ -104,7 +149,7 @@ pub fn lease_file(spool: &Path) -> PathBuf {
 pub fn write_lease(spool: &Path, deadline_ms: Option<u64>) -> io::Result<()> {
     let text = deadline_ms.map_or_else(|| "never\n".to_string(), |d| format!("{d}\n"));
     let tmp = spool.join("lease.tmp");
-    std::fs::write(&tmp, text)?;
+    private(&tmp, text.as_bytes())?;
     std::fs::rename(&tmp, lease_file(spool))
 }
 
@@ -139,7 +184,7 @@ pub fn read_usage(record: &Path) -> Option<Usage> {
 /// [`crate::agent::Agent::save_measured`].
 pub fn write_measured(record: &Path, text: &str) -> io::Result<()> {
     let tmp = record.join("measured.tmp");
-    std::fs::write(&tmp, text)?;
+    private(&tmp, text.as_bytes())?;
     std::fs::rename(&tmp, record.join("measured"))
 }
 
@@ -156,9 +201,15 @@ pub(crate) fn alive(pid: i32) -> bool {
 
 /// Creates the record of a job about to start.
 pub fn create_record(record: &Path, launch: &Launch, started_ms: u64) -> io::Result<()> {
-    std::fs::create_dir_all(record)?;
-    std::fs::write(record.join("launch.pb"), launch.encode_to_vec())?;
-    std::fs::write(record.join("started"), started_ms.to_string())
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(record)?;
+    private(&record.join("launch.pb"), &launch.encode_to_vec())?;
+    private(&record.join("started"), started_ms.to_string().as_bytes())
+}
+
+/// Writes a file of the spool, root's alone whatever the umask.
+fn private(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    quorum_auth::private::write(path, bytes)
 }
 
 /// Replaces the launch a running job's record holds (its time limit moved), whole or not at all.
@@ -167,18 +218,18 @@ pub fn rewrite_launch(record: &Path, launch: &Launch) -> io::Result<()> {
         return Ok(());
     }
     let tmp = record.join("launch.pb.tmp");
-    std::fs::write(&tmp, launch.encode_to_vec())?;
+    private(&tmp, &launch.encode_to_vec())?;
     std::fs::rename(&tmp, record.join("launch.pb"))
 }
 
 pub fn write_pids(record: &Path, pids: Pids) -> io::Result<()> {
-    std::fs::write(record.join("pids"), format!("{} {}", pids.supervisor, pids.pgid))
+    private(&record.join("pids"), format!("{} {}", pids.supervisor, pids.pgid).as_bytes())
 }
 
 /// Notes why the agent signalled the job, so that an agent restarted before it ends still
 /// reports it as cancelled, timed out or killed by the lease.
 pub fn write_reason(record: &Path, kind: ExitKind) {
-    let _ = std::fs::write(record.join("reason"), (kind as i32).to_string());
+    let _ = private(&record.join("reason"), (kind as i32).to_string().as_bytes());
 }
 
 /// A job found in the spool when the agent starts.
@@ -230,4 +281,59 @@ fn read_record(record: &Path) -> io::Result<Found> {
         None => Some(read_status(record).unwrap_or(Status::Lost)),
     };
     Ok(Found { launch, record: record.to_path_buf(), started_ms, pids, reason, status })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn mode(p: &Path) -> u32 {
+        std::fs::symlink_metadata(p).unwrap().permissions().mode() & 0o7777
+    }
+
+    /// A spool an older agent left readable (0755 directories, 0644 records) is made private on
+    /// start; a job's script directory stays its user's; new records are private whatever the
+    /// umask.
+    #[test]
+    fn the_spool_is_made_private_and_new_records_are_private() {
+        let tmp = tempfile::tempdir().unwrap();
+        let spool = tmp.path().join("spool");
+        let old = spool.join("jobs").join("6.18");
+        std::fs::create_dir_all(&old).unwrap();
+        std::fs::create_dir_all(spool.join("scripts").join("6.18")).unwrap();
+        std::fs::write(spool.join("scripts/6.18/slurm_script"), "#!/bin/sh\n").unwrap();
+        std::fs::write(old.join("launch.pb"), "alice's environment").unwrap();
+        std::fs::write(spool.join("lease"), "never\n").unwrap();
+        for p in [&spool, &spool.join("jobs"), &old, &spool.join("scripts")] {
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        for p in [old.join("launch.pb"), spool.join("lease")] {
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o644)).unwrap();
+        }
+        prepare_spool(&spool).unwrap();
+        assert_eq!(mode(&spool), 0o711);
+        assert_eq!(mode(&spool.join("jobs")), 0o700);
+        assert_eq!(mode(&old), 0o700);
+        assert_eq!(mode(&old.join("launch.pb")), 0o600);
+        assert_eq!(mode(&spool.join("lease")), 0o600);
+        assert_eq!(mode(&spool.join("scripts")), 0o711);
+        assert_eq!(mode(&spool.join("scripts/6.18")), 0o700);
+        assert_eq!(mode(&spool.join("scripts/6.18/slurm_script")), 0o500);
+
+        let record = record_dir(&spool, 7, 1);
+        create_record(&record, &Launch { job_id: 7, token: 1, ..Default::default() }, 5).unwrap();
+        write_pids(&record, Pids { supervisor: 1, pgid: 2 }).unwrap();
+        write_measured(&record, "x").unwrap();
+        write_lease(&spool, Some(9)).unwrap();
+        assert_eq!(mode(&record), 0o700);
+        for f in ["launch.pb", "started", "pids", "measured"] {
+            assert_eq!(mode(&record.join(f)), 0o600, "{f}");
+        }
+        assert_eq!(mode(&spool.join("lease")), 0o600);
+        // A fresh spool is made so too.
+        let fresh = tmp.path().join("fresh");
+        prepare_spool(&fresh).unwrap();
+        assert_eq!((mode(&fresh), mode(&fresh.join("jobs")), mode(&fresh.join("scripts"))), (0o711, 0o700, 0o711));
+    }
 }

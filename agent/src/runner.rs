@@ -222,7 +222,12 @@ async fn run(agent: &Agent, launch: &Launch, kill_rx: mpsc::Receiver<Order>) -> 
     if let Some(failure) = crate::site::around_job(scripts, launch, node, context, None).await {
         return ((ExitKind::PrologFailed, 0, 0), Prolog::Failed(failure));
     }
-    (start_job(agent, launch, grant, kill_rx).await, Prolog::Passed)
+    let ended = start_job(agent, launch, grant, kill_rx).await;
+    if ended.0 == ExitKind::LaunchFailed {
+        // A launch that failed before its supervisor started leaves nothing behind either.
+        remove_tmpdir(agent, launch);
+    }
+    (ended, Prolog::Passed)
 }
 
 async fn start_job(
@@ -269,8 +274,9 @@ async fn start_job(
         e.record = Some(record.clone());
     }
     let argv = if !spec.script.is_empty() {
-        let path = record.join("script.sh");
-        if let Err(e) = write_script(&path, &spec.script, account.as_ref()) {
+        let dir = record::script_dir(&agent.config.spool_dir, launch.job_id, launch.token);
+        let path = dir.join("slurm_script");
+        if let Err(e) = write_script(&dir, &path, &spec.script, account.as_ref()) {
             return failed(format!("cannot write the job script {}: {e}", path.display()));
         }
         let mut argv = script_argv(&spec.script, &path.display().to_string());
@@ -294,8 +300,9 @@ async fn start_job(
             }
         }
     }
+    let umask = crate::environment::take_umask(&mut env).unwrap_or(supervisor::DEFAULT_UMASK);
     let mut prepared = match Prepared::new(&argv, &env, &work_dir, &output, &record) {
-        Ok(p) => p,
+        Ok(p) => p.umask(umask),
         Err(e) => return failed(format!("cannot run '{}' in {}: {e}", argv[0], work_dir.display())),
     };
     if agent.config.node_hostname {
@@ -379,13 +386,20 @@ pub fn script_argv(script: &str, path: &str) -> Vec<String> {
     argv
 }
 
-/// Writes the batch script, readable by the job's user alone.
-fn write_script(path: &Path, script: &str, account: Option<&identity::Account>) -> std::io::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::write(path, script)?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o700))?;
+/// Writes the batch script into `dir`, a directory of the job's user's own (0700) that nobody
+/// else may read (the spool's `scripts/` is not listable), as Slurm's `slurm_script`; whatever
+/// an earlier run of this allocation left there is removed first.
+fn write_script(dir: &Path, path: &Path, script: &str, account: Option<&identity::Account>) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    if std::fs::symlink_metadata(dir).is_ok() {
+        std::fs::remove_dir_all(dir)?;
+    }
+    std::fs::DirBuilder::new().mode(0o700).create(dir)?;
+    quorum_auth::private::write(path, script.as_bytes())?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o500))?;
     if let Some(a) = account {
         std::os::unix::fs::chown(path, Some(a.uid), Some(a.gid))?;
+        std::os::unix::fs::chown(dir, Some(a.uid), Some(a.gid))?;
     }
     Ok(())
 }
@@ -589,13 +603,16 @@ fn make_tmpdir(path: &Path, account: Option<&identity::Account>) -> std::io::Res
 
 /// Removes the job's temporary directory with all the job left in it (`remove_dir_all` does not
 /// follow links the job made).
+/// The batch script's directory goes with it.
 fn remove_tmpdir(agent: &Agent, launch: &Launch) {
-    let path = tmpdir(agent, launch);
-    match std::fs::remove_dir_all(&path) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => {
-            tracing::warn!(job = launch.job_id, path = %path.display(), error = %e, "cannot remove the job's TMPDIR")
+    let script = record::script_dir(&agent.config.spool_dir, launch.job_id, launch.token);
+    for (path, what) in [(tmpdir(agent, launch), "TMPDIR"), (script, "script directory")] {
+        match std::fs::remove_dir_all(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                tracing::warn!(job = launch.job_id, path = %path.display(), error = %e, "cannot remove the job's {what}")
+            }
         }
     }
 }

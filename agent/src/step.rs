@@ -105,6 +105,7 @@ pub(crate) async fn launch(agent: Arc<Agent>, l: StepLaunch) {
         env.retain(|(k, _)| !own.iter().any(|(o, _)| o == k));
         env.extend(own.into_iter().map(|(k, v)| (k.to_string(), v)));
         agent.tell_leader(&mut env);
+        let umask = crate::environment::take_umask(&mut env).unwrap_or(supervisor::DEFAULT_UMASK);
         if let Some(a) = &account {
             for (name, value) in [("HOME", &a.home), ("USER", &a.name), ("LOGNAME", &a.name)] {
                 if !env.iter().any(|(k, _)| k == name) {
@@ -126,7 +127,7 @@ pub(crate) async fn launch(agent: Arc<Agent>, l: StepLaunch) {
             continue;
         }
         let slave = pty.as_ref().map(|(_, s)| s);
-        let spawned = spawn(&l, &env, account.as_ref(), &cgroup_procs, task == 0, hostname, slave);
+        let spawned = spawn(&l, &env, umask, account.as_ref(), &cgroup_procs, task == 0, hostname, slave);
         match spawned {
             Ok(child) => watch(agent.clone(), l.clone(), task, child, pty.map(|(m, _)| m)),
             Err(e) => {
@@ -173,9 +174,11 @@ fn forget_if_idle(agent: &Agent, key: (u64, u32)) {
 
 /// Starts one task: its own process group, the job's cgroup, the job's user, the step's
 /// directory, then exec (looked up on the task's `PATH`).
+#[allow(clippy::too_many_arguments)]
 fn spawn(
     l: &StepLaunch,
     env: &[(String, String)],
+    umask: u32,
     account: Option<&identity::Account>,
     cgroup_procs: &[std::path::PathBuf],
     takes_stdin: bool,
@@ -217,7 +220,7 @@ fn spawn(
         cmd.stdin(slave.try_clone()?).stdout(slave.try_clone()?).stderr(slave.try_clone()?);
     }
     // SAFETY: between fork and exec only async-signal-safe calls run (setpgid, open, write,
-    // close, setgroups, setgid, setuid, chdir) on memory prepared before the fork.
+    // close, setgroups, setgid, setuid, chdir, umask) on memory prepared before the fork.
     unsafe {
         cmd.pre_exec(move || {
             // On a terminal: a session of its own with the terminal as its controlling one (job
@@ -252,6 +255,7 @@ fn spawn(
             if libc::chdir(cwd.as_ptr()) != 0 {
                 return Err(std::io::Error::last_os_error());
             }
+            libc::umask(umask as libc::mode_t);
             Ok(())
         });
     }

@@ -33,6 +33,10 @@ use std::time::Duration;
 use crate::limits::JobCgroup;
 use crate::record::{alive, read_status, Pids, Status, Step};
 
+/// The umask a job's processes start with when its submitter's is not known (an older client,
+/// the REST API): the usual default, never the agent's own (077).
+pub const DEFAULT_UMASK: u32 = 0o022;
+
 /// Who the job's process becomes before it runs anything.
 #[derive(Clone, Debug)]
 pub struct Credentials {
@@ -86,6 +90,8 @@ pub struct Prepared {
     lease: Option<(CString, u64)>,
     /// The host name the job sees, in a UTS namespace of its own.
     hostname: Option<CString>,
+    /// The umask the job starts with (its submitter's; never the agent's own).
+    umask: u32,
 }
 
 /// The text of every errno, made before any fork (strerror is not async-signal-safe).
@@ -159,6 +165,7 @@ impl Prepared {
             usage: path_cstring("the record path", &record.join("usage"))?,
             lease: None,
             hostname: None,
+            umask: DEFAULT_UMASK,
         })
     }
 
@@ -192,6 +199,12 @@ impl Prepared {
     pub fn hostname(mut self, name: &str) -> io::Result<Prepared> {
         self.hostname = Some(cstring("the host name", name.as_bytes())?);
         Ok(self)
+    }
+
+    /// The job's processes start with `mask` as their umask.
+    pub fn umask(mut self, mask: u32) -> Prepared {
+        self.umask = mask & 0o777;
+        self
     }
 
     /// Without a cgroup: caps the job's data segment.
@@ -322,6 +335,7 @@ impl Prepared {
             w.u64(*deadline);
         }
         w.opt(self.hostname.as_ref());
+        w.u64(u64::from(self.umask));
         w.0
     }
 
@@ -363,6 +377,7 @@ impl Prepared {
             usage: r.cstring()?,
             lease: if r.flag()? { Some((r.cstring()?, r.u64()?)) } else { None },
             hostname: r.opt()?,
+            umask: u32::try_from(r.u64()?).ok().filter(|m| *m <= 0o777)?,
         };
         r.0.is_empty().then_some(p)
     }
@@ -588,7 +603,7 @@ fn status_line(word: &[u8], value: i32, out: &mut [u8; 48]) -> usize {
 unsafe fn write_status(p: &Prepared, word: &[u8], value: i32) {
     let mut line = [0u8; 48];
     let len = status_line(word, value, &mut line);
-    let fd = libc::open(p.status_tmp.as_ptr(), libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_CLOEXEC, 0o644);
+    let fd = libc::open(p.status_tmp.as_ptr(), libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_CLOEXEC, 0o600);
     if fd >= 0 {
         write_all(fd, &line[..len]);
         libc::fsync(fd);
@@ -609,7 +624,7 @@ unsafe fn write_usage(p: &Prepared, usage: &libc::rusage) {
         n += 1;
     }
     line[n - 1] = b'\n';
-    let fd = libc::open(p.usage.as_ptr(), libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_CLOEXEC, 0o644);
+    let fd = libc::open(p.usage.as_ptr(), libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_CLOEXEC, 0o600);
     if fd >= 0 {
         write_all(fd, &line[..n]);
         libc::close(fd);
@@ -943,10 +958,13 @@ const OUTPUT_DIR_TRIES: u32 = 60;
 const OUTPUT_DIR_TRY_US: u32 = 50_000;
 
 /// Opens an output file as the job's user and puts it on `fd`; while a directory of its path
-/// does not exist, tries again for [`OUTPUT_DIR_TRIES`] × [`OUTPUT_DIR_TRY_US`] (3 s).
+/// does not exist, tries again for [`OUTPUT_DIR_TRIES`] × [`OUTPUT_DIR_TRY_US`] (3 s). The open
+/// never blocks: a FIFO that nobody reads fails (ENXIO) instead of holding the launch, and the
+/// descriptor is made blocking again for the job.
 unsafe fn open_onto(path: &CString, truncate: bool, fd: RawFd) -> bool {
     let mode = if truncate { libc::O_TRUNC } else { libc::O_APPEND };
-    let open = || libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CREAT | libc::O_CLOEXEC | mode, 0o644);
+    let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_CLOEXEC | libc::O_NONBLOCK | libc::O_NOCTTY | mode;
+    let open = || libc::open(path.as_ptr(), flags, 0o666);
     let mut opened = open();
     let mut tries = 0;
     while opened < 0 && errno() == libc::ENOENT && tries < OUTPUT_DIR_TRIES {
@@ -955,6 +973,11 @@ unsafe fn open_onto(path: &CString, truncate: bool, fd: RawFd) -> bool {
         opened = open();
     }
     if opened < 0 {
+        return false;
+    }
+    let status = libc::fcntl(opened, libc::F_GETFL);
+    if status < 0 || libc::fcntl(opened, libc::F_SETFL, status & !libc::O_NONBLOCK) < 0 {
+        libc::close(opened);
         return false;
     }
     let ok = libc::dup2(opened, fd) == fd;
@@ -992,6 +1015,7 @@ unsafe fn start_job(p: &Prepared, argv: &[*const libc::c_char], envp: &[*const l
             fail(exec_w, Step::Identity, errno());
         }
     }
+    libc::umask(p.umask as libc::mode_t);
     libc::dup2(p.stdin.as_raw_fd(), 0);
     if !open_onto(&p.stdout, p.truncate, 1) {
         fail(exec_w, Step::Output, errno());

@@ -2,6 +2,13 @@
 //! client asks its host's `munged` for a credential that carries its uid and gid, and the
 //! controller asks its own `munged` (same key) to decode it. `munged` refuses a credential that
 //! expired, was decoded before (replay), or was encoded with another key.
+//!
+//! Other services on the same hosts share the key, so a credential proves only who made it, not
+//! for what. A credential counts for Quorum only when it was made for Quorum ([`Munge::credential`],
+//! [`Munge::check_for_quorum`]): sealed with Quorum's payload ([`QUORUM_PAYLOAD`]), and
+//! restricted to the controllers' uid, so that only they can decode it (as Slurm's auth/munge
+//! restricts its credentials to SlurmUser). One that a user made for another service cannot
+//! be relayed to the controllers, nor one made for the controllers decoded by anyone else.
 
 use std::ffi::{CStr, CString};
 use std::os::raw::{c_char, c_int, c_void};
@@ -12,6 +19,14 @@ type munge_ctx_t = *mut c_void;
 
 /// `munge_opt_t`: the socket to reach `munged` on.
 const MUNGE_OPT_SOCKET: c_int = 8;
+/// `munge_opt_t`: the one uid that may decode a credential (`uid_t`).
+const MUNGE_OPT_UID_RESTRICTION: c_int = 9;
+/// libmunge's `MUNGE_UID_ANY`: no restriction.
+const MUNGE_UID_ANY: libc::uid_t = libc::uid_t::MAX;
+
+/// What a credential made for Quorum carries: its purpose (the controllers' API) and the version
+/// of this form. A credential with any other payload was made for something else.
+pub const QUORUM_PAYLOAD: &[u8] = b"quorum/1 purpose=api";
 
 #[link(name = "munge")]
 extern "C" {
@@ -27,6 +42,7 @@ extern "C" {
     fn munge_ctx_create() -> munge_ctx_t;
     fn munge_ctx_destroy(ctx: munge_ctx_t);
     fn munge_ctx_set(ctx: munge_ctx_t, opt: c_int, ...) -> c_int;
+    fn munge_ctx_get(ctx: munge_ctx_t, opt: c_int, ...) -> c_int;
     fn munge_strerror(e: c_int) -> *const c_char;
 }
 
@@ -41,6 +57,8 @@ pub enum MungeError {
     Rewound,
     #[error("invalid MUNGE credential (forged, damaged, or made with another key)")]
     Invalid,
+    #[error("MUNGE credential not made for Quorum: {0}")]
+    NotForQuorum(String),
     #[error("cannot reach munged at {socket}: {message}")]
     Daemon { socket: String, message: String },
     #[error("MUNGE: {0}")]
@@ -70,10 +88,12 @@ fn strerror(code: c_int) -> String {
     }
 }
 
-/// The socket of the host's `munged`, when not the default.
+/// The socket of the host's `munged`, when not the default, and the one uid that may decode the
+/// credentials made here, when restricted.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Munge {
     socket: Option<PathBuf>,
+    restrict_to: Option<u32>,
 }
 
 /// What a valid credential says of its maker.
@@ -81,6 +101,8 @@ pub struct Munge {
 pub struct Decoded {
     pub uid: u32,
     pub gid: u32,
+    /// The one uid that may decode it, if its maker restricted it.
+    pub restricted_to: Option<u32>,
 }
 
 /// A libmunge context, destroyed on drop.
@@ -96,7 +118,39 @@ impl Drop for Ctx {
 impl Munge {
     /// `munged` at `socket`, or at libmunge's default (`/run/munge/munge.socket.2`).
     pub fn new(socket: Option<&Path>) -> Munge {
-        Munge { socket: socket.map(Path::to_path_buf) }
+        Munge { socket: socket.map(Path::to_path_buf), restrict_to: None }
+    }
+
+    /// The credentials made here may be decoded by `uid` alone (the controllers').
+    pub fn restrict_to(mut self, uid: u32) -> Munge {
+        self.restrict_to = Some(uid);
+        self
+    }
+
+    /// A credential for the controllers: Quorum's payload, restricted to the controllers' uid
+    /// (set with [`Munge::restrict_to`]).
+    pub fn credential(&self) -> Result<String, MungeError> {
+        if self.restrict_to.is_none() {
+            return Err(MungeError::Other("no controller uid to restrict the credential to".into()));
+        }
+        self.encode(QUORUM_PAYLOAD)
+    }
+
+    /// Checks that a credential decoded by this process (its effective uid `me`) was made for
+    /// Quorum: its payload, and its restriction to `me`.
+    pub fn check_for_quorum(decoded: &Decoded, payload: &[u8], me: u32) -> Result<(), MungeError> {
+        if payload != QUORUM_PAYLOAD {
+            return Err(MungeError::NotForQuorum(
+                "its payload is not Quorum's (it was made for another service, or by an older client)".into(),
+            ));
+        }
+        match decoded.restricted_to {
+            Some(uid) if uid == me => Ok(()),
+            Some(uid) => {
+                Err(MungeError::NotForQuorum(format!("it is restricted to uid {uid}, not the controllers' {me}")))
+            }
+            None => Err(MungeError::NotForQuorum(format!("it is not restricted to the controllers' uid {me}"))),
+        }
     }
 
     fn socket_name(&self) -> String {
@@ -126,6 +180,13 @@ impl Munge {
     pub fn encode(&self, payload: &[u8]) -> Result<String, MungeError> {
         let ctx = self.ctx()?;
         let len = c_int::try_from(payload.len()).map_err(|_| MungeError::Other("payload too large".into()))?;
+        if let Some(uid) = self.restrict_to {
+            // SAFETY: MUNGE_OPT_UID_RESTRICTION takes a uid_t by value.
+            let rc = unsafe { munge_ctx_set(ctx.0, MUNGE_OPT_UID_RESTRICTION, uid as libc::uid_t) };
+            if rc != 0 {
+                return Err(error(rc, &self.socket_name()));
+            }
+        }
         let mut cred: *mut c_char = std::ptr::null_mut();
         // SAFETY: libmunge reads `len` bytes of `payload` and mallocs the credential string.
         let rc = unsafe { munge_encode(&mut cred, ctx.0, payload.as_ptr().cast(), len) };
@@ -158,7 +219,15 @@ impl Munge {
         if rc != 0 {
             return Err(error(rc, &self.socket_name()));
         }
-        Ok((Decoded { uid, gid }, payload))
+        // After a decode the context holds the credential's own options, its restriction among them.
+        let mut restriction: libc::uid_t = MUNGE_UID_ANY;
+        // SAFETY: MUNGE_OPT_UID_RESTRICTION writes one uid_t through the pointer.
+        let rc = unsafe { munge_ctx_get(ctx.0, MUNGE_OPT_UID_RESTRICTION, &mut restriction as *mut libc::uid_t) };
+        if rc != 0 {
+            return Err(error(rc, &self.socket_name()));
+        }
+        let restricted_to = (restriction != MUNGE_UID_ANY).then_some(restriction);
+        Ok((Decoded { uid, gid, restricted_to }, payload))
     }
 }
 
@@ -279,5 +348,40 @@ mod tests {
 
         let gone = Munge::new(Some(&dir.path().join("nothing")));
         assert!(matches!(gone.encode(b"").unwrap_err(), MungeError::Daemon { .. }));
+    }
+
+    #[test]
+    fn only_a_credential_made_for_quorum_and_restricted_to_the_controllers_counts() {
+        let dir = tempfile::tempdir().unwrap();
+        let daemon = Daemon::start(dir.path()).unwrap();
+        // SAFETY: geteuid has no failure mode.
+        let me = unsafe { libc::geteuid() };
+        let munge = Munge::new(Some(&daemon.socket));
+        let ours = munge.clone().restrict_to(me);
+        let (who, payload) = munge.decode(&ours.credential().unwrap()).unwrap();
+        assert_eq!(who.restricted_to, Some(me));
+        Munge::check_for_quorum(&who, &payload, me).unwrap();
+        // Another service's credential (its own payload, or none, unrestricted): refused.
+        for (cred, why) in [
+            (munge.encode(b"").unwrap(), "payload"),
+            (munge.encode(b"someservice").unwrap(), "payload"),
+            (munge.encode(QUORUM_PAYLOAD).unwrap(), "not restricted"),
+        ] {
+            let (who, payload) = munge.decode(&cred).unwrap();
+            let err = Munge::check_for_quorum(&who, &payload, me).unwrap_err();
+            assert!(err.to_string().contains(why), "{err}");
+        }
+        // Quorum's payload restricted to another uid: munged itself refuses to decode it here
+        // unless this is root, and the check refuses it either way.
+        let other = if me == 0 { 4242 } else { 0 };
+        let foreign = munge.clone().restrict_to(other).credential().unwrap();
+        match munge.decode(&foreign) {
+            Ok((who, payload)) => {
+                assert_eq!(who.restricted_to, Some(other));
+                assert!(Munge::check_for_quorum(&who, &payload, me).is_err());
+            }
+            Err(e) => assert_eq!(e, MungeError::Invalid),
+        }
+        assert!(munge.credential().is_err(), "no credential without a uid to restrict it to");
     }
 }

@@ -7,8 +7,8 @@ pub use quorum_model::Role;
 pub enum Proof {
     /// A MUNGE credential decoded by this replica's munged.
     Munge,
-    /// A signed token.
-    Token,
+    /// A signed token, valid until `expires_s` (seconds since the epoch).
+    Token { expires_s: u64 },
     /// Another replica (its certificate) vouches for what it verified.
     Forwarded { replica: u64 },
     /// Another replica asking on its own behalf (its certificate).

@@ -27,10 +27,18 @@ pub fn main(args: &[String]) -> ExitCode {
     crate::entry::main_of::<SallocArgs, _, _>("salloc", crate::entry::Threads::Workers, args, run)
 }
 
+/// An interactive allocation: its spec, and with `--uid` (root only) the user it is for.
+pub struct Allocation {
+    pub spec: api::JobSpec,
+    /// `--uid`: the allocation is this user's, and salloc or srun becomes them once it is
+    /// granted ([`become_owner`]).
+    pub run_as: Option<String>,
+}
+
 /// An interactive allocation's spec: `opts`, with `command` as what runs where salloc or srun
 /// runs (nothing of the user's runs on the nodes but steps).
 /// Warnings go to stderr as `who`'s.
-pub fn allocation_spec(opts: SubmitOpts, command: Vec<String>, who: &str) -> anyhow::Result<api::JobSpec> {
+pub fn allocation_spec(opts: SubmitOpts, command: Vec<String>, who: &str) -> anyhow::Result<Allocation> {
     let cwd = std::env::current_dir()?;
     let built = build_spec(opts, Payload::Command(command), &cwd, submit_environment()).map_err(anyhow::Error::msg)?;
     for w in &built.warnings {
@@ -38,18 +46,60 @@ pub fn allocation_spec(opts: SubmitOpts, command: Vec<String>, who: &str) -> any
     }
     let mut spec = built.spec;
     spec.interactive = true;
-    Ok(spec)
+    Ok(Allocation { spec, run_as: built.run_as })
 }
 
-/// Submits `spec` and waits until it runs (saying so on stderr as `who`, as Slurm's commands
-/// do). Interrupted while it waits, it cancels the job.
-pub async fn allocate(client: &Client, spec: api::JobSpec, who: &str, verbose: bool) -> anyhow::Result<JobInfo> {
+/// Submits the allocation and waits until it runs (saying so on stderr as `who`, as Slurm's
+/// commands do). Interrupted while it waits, it cancels the job. With `--uid`, the job is that
+/// user's (the controllers check that root asked), and this process becomes that user once the
+/// allocation is granted, as Slurm's salloc and srun drop their privileges: what it runs then
+/// (salloc's command, srun's step) runs as the job's user, never as root.
+pub async fn allocate(client: &Client, allocation: Allocation, who: &str, verbose: bool) -> anyhow::Result<JobInfo> {
+    let job = allocate_as(client, allocation.spec, allocation.run_as.as_deref().unwrap_or(""), who, verbose).await?;
+    if allocation.run_as.is_some() {
+        if let Err(e) = become_owner(&job) {
+            relinquish(client, job.id, 1).await?;
+            return Err(e);
+        }
+    }
+    Ok(job)
+}
+
+/// Becomes the owner of allocation `job` (its user, with its group when `--gid` named one, or
+/// the user's own), for good, in every thread of this process.
+fn become_owner(job: &JobInfo) -> anyhow::Result<()> {
+    use std::ffi::CString;
+    let user = quorum_auth::users::by_name(&job.user).map_err(|e| anyhow::anyhow!("--uid: {e}"))?;
+    let group = job.spec.as_ref().map(|s| s.group.as_str()).filter(|g| !g.is_empty());
+    let gid = match group {
+        Some(g) => quorum_auth::users::group(g).map_err(|e| anyhow::anyhow!("--gid: {e}"))?.gid,
+        None => user.gid,
+    };
+    let name = CString::new(user.name.clone()).map_err(|_| anyhow::anyhow!("--uid: a user name with a NUL byte"))?;
+    // SAFETY: plain system calls on values made above. glibc applies set*id and setgroups (as
+    // initgroups does) to every thread of the process.
+    let failed =
+        unsafe { libc::initgroups(name.as_ptr(), gid) != 0 || libc::setgid(gid) != 0 || libc::setuid(user.uid) != 0 };
+    // SAFETY: getuid and geteuid have no failure mode.
+    if failed || unsafe { libc::getuid() != user.uid || libc::geteuid() != user.uid } {
+        anyhow::bail!("cannot become user {} (uid {}): {}", user.name, user.uid, std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+async fn allocate_as(
+    client: &Client,
+    spec: api::JobSpec,
+    run_as: &str,
+    who: &str,
+    verbose: bool,
+) -> anyhow::Result<JobInfo> {
     let req = api::SubmitJobRequest {
         spec: Some(spec),
         user: String::new(),
         request_id: uuid::Uuid::new_v4().to_string(),
         test_only: false,
-        run_as: String::new(),
+        run_as: run_as.to_string(),
     };
     let id = client
         .call(|mut c| {
@@ -172,8 +222,11 @@ async fn run(a: SallocArgs) -> anyhow::Result<u8> {
     } else {
         a.command.clone()
     };
-    let spec = allocation_spec(*a.opts, command.clone(), "salloc")?;
-    let job = allocate(&client, spec, "salloc", true).await?;
+    let allocation = allocation_spec(*a.opts, command.clone(), "salloc")?;
+    let became = allocation.run_as.is_some();
+    let job = allocate(&client, allocation, "salloc", true).await?;
+    // Become the job's user (--uid): from here on, requests prove who this process now is.
+    let client = if became { a.controllers.client()? } else { client };
     let id = job.id;
     // Ctrl-C is the command's (a shell ignores it); salloc stays.
     let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;

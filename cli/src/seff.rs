@@ -130,7 +130,14 @@ pub async fn run(a: SeffArgs) -> anyhow::Result<u8> {
         // (Nothing yet in the moment between its start and its agent launching it.)
         "RUNNING" => {
             let req = api::JobUsageRequest { job_id: job.id };
-            ctx.send(req, |mut c, r| async move { c.job_usage(r).await }).await.ok().map(|answer| {
+            let answer = ctx.client.call(|mut c| async move { c.job_usage(req).await }).await;
+            // Another user's job is refused, as sstat refuses it: never a report of zeros.
+            if let Err(e) = &answer {
+                if e.code() == tonic::Code::PermissionDenied {
+                    anyhow::bail!("{}", e.message());
+                }
+            }
+            answer.ok().map(|answer| {
                 let mut sum = api::JobUsage::default();
                 for u in answer.nodes.iter().filter_map(|n| n.usage.as_ref()) {
                     sum.cpu_user_us += u.cpu_user_us;

@@ -97,6 +97,13 @@ pub struct SrunArgs {
     account: Option<String>,
     #[arg(short = 'q', long)]
     qos: Option<String>,
+    /// From outside a job, as root: the allocation is this user's (a name or uid), and srun
+    /// becomes them once it is granted, so the step runs as them.
+    #[arg(long)]
+    uid: Option<String>,
+    /// With --uid: the group the allocation and its step run with (a name or gid).
+    #[arg(long)]
+    gid: Option<String>,
     #[command(flatten)]
     controllers: ControllersArg,
     /// The program and its arguments.
@@ -183,7 +190,10 @@ fn request(a: &SrunArgs, job_id: u64) -> anyhow::Result<StepRequest> {
         gpus_per_task: a.gpus_per_task.as_deref().map(gpu_count).transpose()?.unwrap_or(0),
         nodelist,
         overlap: a.overlap,
-        env: std::env::vars().map(|(name, value)| EnvVar { name, value }).collect(),
+        env: quorum_client::submit::process_environment()
+            .into_iter()
+            .map(|(name, value)| EnvVar { name, value })
+            .collect(),
         work_dir: cwd,
         pty: a.pty,
         window: if a.pty { terminal_size() } else { None },
@@ -328,7 +338,7 @@ fn label(lines: &[u8], task: u32, width: usize) -> Vec<u8> {
 }
 
 /// From outside a job: the allocation srun takes for its step, shaped as the step asks.
-fn outside_spec(a: &SrunArgs) -> anyhow::Result<quorum_proto::api::JobSpec> {
+fn outside_spec(a: &SrunArgs) -> anyhow::Result<crate::salloc::Allocation> {
     let nodes = match &a.nodes {
         Some(n) => Some(
             n.rsplit('-')
@@ -358,6 +368,8 @@ fn outside_spec(a: &SrunArgs) -> anyhow::Result<quorum_proto::api::JobSpec> {
         account: a.account.clone(),
         qos: a.qos.clone(),
         oversubscribe: a.oversubscribe,
+        uid: a.uid.clone(),
+        gid: a.gid.clone(),
         ..Default::default()
     };
     crate::salloc::allocation_spec(opts, a.command.clone(), "srun")
@@ -371,13 +383,20 @@ async fn run(a: SrunArgs) -> anyhow::Result<u8> {
     }
     let client = a.controllers.client()?;
     match a.jobid.or_else(|| std::env::var("SLURM_JOB_ID").ok().and_then(|v| v.trim().parse().ok())) {
+        Some(_) if a.uid.is_some() || a.gid.is_some() => anyhow::bail!(
+            "--uid and --gid take effect only when srun takes an allocation of its own: a job's steps run as the job's user"
+        ),
         Some(id) => step(&a, &client, id).await,
         None if a.het_group.is_some() => {
             anyhow::bail!("--het-group names components of a heterogeneous job: use it inside one (its batch script)")
         }
         None => {
             // From a login node: an allocation of its own for this one step, ended with it.
-            let job = crate::salloc::allocate(&client, outside_spec(&a)?, "srun", false).await?;
+            let allocation = outside_spec(&a)?;
+            let became = allocation.run_as.is_some();
+            let job = crate::salloc::allocate(&client, allocation, "srun", false).await?;
+            // Become the job's user (--uid): from here on, requests prove who this process now is.
+            let client = if became { a.controllers.client()? } else { client };
             let code = match step(&a, &client, job.id).await {
                 Ok(code) => i32::from(code),
                 Err(e) => {
@@ -643,11 +662,19 @@ mod tests {
 
     #[test]
     fn an_allocation_of_its_own_shares_its_cpus_when_srun_asks() {
-        let spec = |args: &[&str]| outside_spec(&SrunArgs::try_parse_from(args).unwrap()).unwrap();
+        let spec = |args: &[&str]| outside_spec(&SrunArgs::try_parse_from(args).unwrap()).unwrap().spec;
         let shared = spec(&["-s", "-p", "asked", "-c", "8", "hostname"]);
         assert!(shared.oversubscribe && !shared.exclusive);
         assert_eq!((shared.partition.as_str(), shared.cpus_per_task), ("asked", 8));
         assert!(!spec(&["hostname"]).oversubscribe);
+    }
+
+    #[test]
+    fn uid_names_the_allocation_srun_takes_for_another_user() {
+        let alloc = |args: &[&str]| outside_spec(&SrunArgs::try_parse_from(args).unwrap()).unwrap();
+        assert_eq!(alloc(&["--uid", "root", "--gid", "root", "id"]).run_as.as_deref(), Some("root"));
+        assert_eq!(alloc(&["--uid", "root", "--gid", "root", "id"]).spec.group, "root");
+        assert_eq!(alloc(&["id"]).run_as, None);
     }
 
     #[test]

@@ -40,6 +40,9 @@ async fn users_meet_their_limits_and_see_their_own_shares() {
         "2",
         "--max-tres-per-job",
         "cpu=4",
+        // Its users may use these QOS (as a Slurm association's QOS=).
+        "--qos",
+        "normal,budget",
     ];
     wait_for(T, "the account with level-20 limits", || async { (root(&account).code == 0).then_some(()) }).await;
     let bad = root(&["admin", "qos", "normal", "--max-tres-per-user", "cpu=4,disk=9"]);

@@ -246,7 +246,13 @@ async fn an_agent_shows_its_jobs_and_gpus_to_allowed_scrapers() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("a port");
     let url = format!("http://{}/metrics", listener.local_addr().expect("its address"));
     let allow = vec![quorum_model::Cidr::parse("127.0.0.1/32").expect("a range")];
-    tokio::spawn(quorum_agent::metrics::serve(agent.clone(), listener, allow));
+    let exposure = quorum_agent::metrics::Exposure { allow: allow.clone(), per_job: true };
+    tokio::spawn(quorum_agent::metrics::serve(agent.clone(), listener, exposure));
+    // Without --metrics-jobs, the node's totals only: no job's usage by its id.
+    let totals_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("a port");
+    let totals_url = format!("http://{}/metrics", totals_listener.local_addr().expect("its address"));
+    let totals = quorum_agent::metrics::Exposure { allow, per_job: false };
+    tokio::spawn(quorum_agent::metrics::serve(agent.clone(), totals_listener, totals));
 
     let dir = tempfile::tempdir().unwrap();
     let mut s = spec(&["sh", "-c", "x=0; while :; do x=$((x+1)); done"], dir.path());
@@ -274,6 +280,13 @@ async fn an_agent_shows_its_jobs_and_gpus_to_allowed_scrapers() {
     assert!(m[&format!("quorum_agent_job_processes{{{job}}}")] >= 1.0, "{m:?}");
     assert_eq!(m.get(r#"quorum_agent_gpu_health{gpu="0",state="ok"}"#), Some(&1.0), "{m:?}");
     assert!(m.keys().any(|k| k.starts_with("quorum_agent_gpu_temperature_celsius{")), "{m:?}");
+
+    let (status, body) = curl(&totals_url, &[]);
+    assert_eq!(status, 200, "{body}");
+    let t = samples(&body);
+    assert!(!body.contains(&job) && !body.contains("quorum_agent_job_cpu_seconds"), "per-job usage shown: {body}");
+    assert!(t.get("quorum_agent_jobs_cpu_seconds").is_some_and(|v| *v >= 1.0), "{t:?}");
+    assert!(t.get("quorum_agent_jobs_resident_bytes").is_some_and(|v| *v > 0.0), "{t:?}");
 
     let (status, body) = curl(&url, &["--interface", "127.0.0.2"]);
     assert_eq!(status, 403, "from an address not allowed: {body}");

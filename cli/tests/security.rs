@@ -3,6 +3,8 @@
 //! duplicate agents.
 
 mod common;
+#[path = "security/local_user.rs"]
+mod local_user;
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -45,19 +47,9 @@ fn quorum_bin() -> &'static Path {
 /// `quorum ARGS` run by Unix user `user` (runuser), proving who it is with its own MUNGE
 /// credential, in `dir`.
 fn as_user(cluster: &DevCluster, user: &str, dir: &Path, args: &[&str]) -> Run {
-    let out = std::process::Command::new("runuser")
-        .args(["-u", user, "--"])
-        .arg(quorum_bin())
-        .args(args)
-        .envs(cluster.env())
-        .current_dir(dir)
-        .output()
-        .expect("runuser");
-    Run {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+    let program = quorum_bin().to_str().expect("a temporary path is UTF-8");
+    let all: Vec<&str> = std::iter::once(program).chain(args.iter().copied()).collect();
+    local_user::run_as(cluster, user, dir, "022", &[], &all)
 }
 
 fn refused(r: &Run, what: &str, want: &str) {
@@ -214,7 +206,7 @@ async fn users_act_on_their_own_jobs_only_and_roles_say_who_may_do_more() {
     refused(&alice(&["hold", &h]), "alice, a user again", "may not change job");
 
     // A token alice asks for works without MUNGE, as alice only.
-    let t = alice(&["token", "--lifespan", "10"]);
+    let t = alice(&["token", "--lifespan", "10m"]);
     let token = t.stdout.trim().strip_prefix("QUORUM_TOKEN=").expect(&t.stdout).to_string();
     let by_token = std::process::Command::new(quorum_bin())
         .arg("whoami")
@@ -277,7 +269,10 @@ async fn impostors_are_refused_at_every_port_and_change_nothing() {
     for _ in 0..5 {
         let mut api = QuorumClient::new(channel(&addr, &tool).await);
         let mut req = tonic::Request::new(api::CampaignRequest {});
-        munge_metadata(&mut req, &quorum_auth::munge::Munge::new(Some(shared.munge_socket())).encode(b"").unwrap());
+        munge_metadata(
+            &mut req,
+            &quorum_auth::munge::Munge::new(Some(shared.munge_socket())).restrict_to(0).credential().unwrap(),
+        );
         assert_eq!(api.campaign(req).await.unwrap_err().code(), Code::PermissionDenied);
     }
     // Plaintext to a TLS port gets no answer at all.
@@ -303,7 +298,7 @@ async fn impostors_are_refused_at_every_port_and_change_nothing() {
     let e = api.who_am_i(api::WhoAmIRequest {}).await.unwrap_err();
     assert_eq!(e.code(), Code::Unauthenticated);
     assert!(e.message().contains("no credential"), "{e:?}");
-    let cred = quorum_auth::munge::Munge::new(Some(shared.munge_socket())).encode(b"").unwrap();
+    let cred = quorum_auth::munge::Munge::new(Some(shared.munge_socket())).restrict_to(0).credential().unwrap();
     let mut once = tonic::Request::new(api::WhoAmIRequest {});
     munge_metadata(&mut once, &cred);
     assert_eq!(api.who_am_i(once).await.unwrap().into_inner().user, "root");

@@ -158,7 +158,10 @@ async fn a_plaintext_cluster_moves_to_tls_one_replica_at_a_time_under_load() {
     let shared = quorum_dev::security::DevSecurity::shared();
     let mut cluster =
         cluster(DevOptions { insecure: true, security: Some(shared.clone()), ..DevOptions::for_tests() }).await;
-    let munge = quorum_client::client::Proof::Munge(quorum_auth::munge::Munge::new(Some(shared.munge_socket())));
+    let munge = quorum_client::client::Proof::Munge(
+        quorum_auth::munge::Munge::new(Some(shared.munge_socket()))
+            .restrict_to(quorum_dev::security::controllers_uid()),
+    );
     let plaintext = quorum_client::client::Security { tls: None, proof: munge.clone() };
     let c = quorum_client::client::Client::new(cluster.addrs.clone(), plaintext.clone()).unwrap();
     wait_ready(&cluster, &c, 2).await;

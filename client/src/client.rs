@@ -36,6 +36,10 @@ pub struct ControllersArg {
     /// This host's munged socket (libmunge's default when unset).
     #[arg(long, env = "QUORUM_MUNGE_SOCKET", global = true)]
     pub munge_socket: Option<PathBuf>,
+    /// The user the controllers run as (a name or uid): MUNGE credentials are made for them
+    /// alone to decode.
+    #[arg(long, env = "QUORUM_CONTROLLER_USER", global = true, default_value = "root")]
+    pub controller_user: String,
     /// A token (`quorum token`) to prove who you are instead of MUNGE, off the cluster.
     #[arg(long, env = "QUORUM_TOKEN", global = true, hide_env_values = true)]
     pub token: Option<String>,
@@ -57,9 +61,22 @@ impl ControllersArg {
         };
         let proof = match &self.token {
             Some(t) if !t.trim().is_empty() => Proof::Token(t.trim().to_string()),
-            _ => Proof::Munge(Munge::new(self.munge_socket.as_deref())),
+            _ => Proof::Munge(Munge::new(self.munge_socket.as_deref()).restrict_to(self.controller_uid()?)),
         };
         Ok(Security { tls, proof })
+    }
+
+    /// The uid `--controller-user` names.
+    fn controller_uid(&self) -> anyhow::Result<u32> {
+        let user = self.controller_user.trim();
+        if let Ok(uid) = user.parse::<u32>() {
+            return Ok(uid);
+        }
+        quorum_auth::users::by_name(user).map(|u| u.uid).map_err(|e| {
+            anyhow::anyhow!(
+                "--controller-user (QUORUM_CONTROLLER_USER) '{user}': {e}; give the name or uid the controllers run as"
+            )
+        })
     }
 
     /// A client for these controllers, asking first the leader `QUORUM_LEADER` names where it
@@ -120,7 +137,7 @@ impl Authenticate {
                 return Ok(cred.clone());
             }
         }
-        let cred = m.encode(b"").map_err(|e| Status::unauthenticated(format!("no MUNGE credential: {e}")))?;
+        let cred = m.credential().map_err(|e| Status::unauthenticated(format!("no MUNGE credential: {e}")))?;
         *cached = Some((cred.clone(), Instant::now()));
         Ok(cred)
     }

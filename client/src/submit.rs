@@ -830,11 +830,36 @@ pub fn host_name() -> String {
 
 /// The environment a job submitted from here starts from: this process's, with
 /// `SLURM_SUBMIT_HOST` naming this host (Slurm tells a job where it was submitted from,
-/// whatever `--export` says, and not where an enclosing job was).
+/// whatever `--export` says, and not where an enclosing job was), without the shell's
+/// credentials ([`quorum_model::env::CREDENTIAL_VARIABLES`]), and with this process's umask
+/// (`SLURM_UMASK`, as `sbatch` sends it) for the job's processes.
 pub fn submit_environment() -> Vec<(String, String)> {
-    let mut env: Vec<(String, String)> = std::env::vars().filter(|(k, _)| k != "SLURM_SUBMIT_HOST").collect();
+    let mut env = process_environment();
+    env.retain(|(k, _)| k != "SLURM_SUBMIT_HOST");
     env.push(("SLURM_SUBMIT_HOST".into(), host_name()));
     env
+}
+
+/// This process's environment as a job or a step gets it: without credentials, with
+/// `SLURM_UMASK` (this process's umask, unless the variable is set already, as Slurm's
+/// commands do).
+pub fn process_environment() -> Vec<(String, String)> {
+    let mut env: Vec<(String, String)> =
+        std::env::vars().filter(|(k, _)| !quorum_model::env::is_credential(k)).collect();
+    if !env.iter().any(|(k, _)| k == "SLURM_UMASK") {
+        if let Some(mask) = process_umask() {
+            env.push(("SLURM_UMASK".into(), format!("{mask:04o}")));
+        }
+    }
+    env
+}
+
+/// This process's umask, from `/proc/self/status` (reading it with umask(2) would change it
+/// for a moment under every thread).
+fn process_umask() -> Option<u32> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find_map(|l| l.strip_prefix("Umask:"))?;
+    u32::from_str_radix(line.trim(), 8).ok()
 }
 
 /// What to run: a script file or a command line.

@@ -309,7 +309,9 @@ const MAX_WORD_BYTES: usize = 256;
 const MAX_CONSTRAINTS: usize = 64;
 
 /// `[limits]`: what a replica accepts in one submit, like Slurm's `max_script_size`; each at
-/// most the built-in ceiling (`quorum_model::limits`), which is also the default.
+/// most the built-in ceiling (`quorum_model::limits`), which is also the default. And what the
+/// cluster holds at once (Slurm's `MaxJobCount`, `MaxArraySize`, and a `MaxSubmitJobs` for every
+/// user whose account and QOS set none): the leader's values count, replicated to all.
 ///
 /// ```toml
 /// [limits]
@@ -318,6 +320,9 @@ const MAX_CONSTRAINTS: usize = 64;
 /// max_env_vars = 16384
 /// max_dependencies = 1000
 /// max_submit_bytes = 8388608    # the whole spec as the replicas store it (escapes counted)
+/// max_job_count = 100000        # jobs pending or running at once (each array task one)
+/// max_array_size = 1001         # array task ids 0 to 1000
+/// max_submit_jobs_per_user = 10000
 /// ```
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields, default)]
@@ -327,7 +332,18 @@ pub struct AdmissionLimits {
     pub max_env_vars: usize,
     pub max_dependencies: usize,
     pub max_submit_bytes: usize,
+    pub max_job_count: u32,
+    pub max_array_size: u32,
+    pub max_submit_jobs_per_user: u32,
 }
+
+/// The default `[limits] max_job_count`: at the few KB a typical job takes in a replica
+/// (benches/RESULTS.md, "Replica memory"), a queue this full holds a few hundred MB.
+pub const DEFAULT_MAX_JOB_COUNT: u32 = 100_000;
+/// The default `[limits] max_array_size`, Slurm's.
+pub const DEFAULT_MAX_ARRAY_SIZE: u32 = 1001;
+/// The default `[limits] max_submit_jobs_per_user`: a tenth of the queue.
+pub const DEFAULT_MAX_SUBMIT_JOBS_PER_USER: u32 = 10_000;
 
 impl Default for AdmissionLimits {
     fn default() -> Self {
@@ -338,6 +354,9 @@ impl Default for AdmissionLimits {
             max_env_vars: MAX_ENV_VARS,
             max_dependencies: MAX_DEPENDENCIES,
             max_submit_bytes: MAX_SPEC_BYTES,
+            max_job_count: DEFAULT_MAX_JOB_COUNT,
+            max_array_size: DEFAULT_MAX_ARRAY_SIZE,
+            max_submit_jobs_per_user: DEFAULT_MAX_SUBMIT_JOBS_PER_USER,
         }
     }
 }
@@ -358,7 +377,35 @@ impl AdmissionLimits {
                 )));
             }
         }
+        for (key, value) in [
+            ("max_job_count", self.max_job_count),
+            ("max_array_size", self.max_array_size),
+            ("max_submit_jobs_per_user", self.max_submit_jobs_per_user),
+        ] {
+            if value == 0 {
+                return Err(ConfigError::Invalid(format!("[limits] {key} = 0: give 1 or more")));
+            }
+        }
         Ok(())
+    }
+
+    /// What the cluster holds at once, as the policy carries it.
+    pub fn queue(&self) -> quorum_model::QueueLimits {
+        quorum_model::QueueLimits {
+            max_job_count: Some(self.max_job_count),
+            max_array_size: Some(self.max_array_size),
+            max_submit_jobs_per_user: Some(self.max_submit_jobs_per_user),
+        }
+    }
+
+    /// No limit on what the cluster holds (benches that fill a replica on purpose).
+    pub fn unbounded_queue(self) -> AdmissionLimits {
+        AdmissionLimits {
+            max_job_count: u32::MAX,
+            max_array_size: u32::MAX,
+            max_submit_jobs_per_user: u32::MAX,
+            ..self
+        }
     }
 
     /// Refuses a spec over a limit, naming it: `(field, reason)`. Besides the configured limits,
@@ -673,6 +720,8 @@ impl SchedulerConfig {
                 Some(o) => parse_backfill_order(o)
                     .map_err(|e| ConfigError::Invalid(format!("scheduler.backfill_order = {e}")))?,
             },
+            // From `[limits]` ([`ControllerConfig::settings`]).
+            queue: Default::default(),
         })
     }
 }
@@ -830,6 +879,12 @@ pub struct AccountConfig {
     /// Users' shares of the account, like `{ alice = 3 }`; a user not named has 1.
     #[serde(default)]
     pub user_shares: std::collections::BTreeMap<String, u32>,
+    /// The QOS its users may use (Slurm's `QOS=`); none: its parent's, and where no account of
+    /// the tree names any, the default QOS (`normal`) alone.
+    #[serde(default)]
+    pub qos: Vec<String>,
+    /// The QOS of its users' jobs that name none (`DefaultQOS=`); none: its parent's, then `normal`.
+    pub default_qos: Option<String>,
 }
 
 fn one() -> u32 {
@@ -865,6 +920,8 @@ impl AccountConfig {
                 grp_tres_mins: tres_mins_of(&format!("account '{}' grp_tres_mins", self.name), &self.grp_tres_mins)?,
             },
             user_shares: self.user_shares.clone(),
+            qos: self.qos.clone(),
+            default_qos: self.default_qos.clone(),
         })
     }
 }
@@ -1011,7 +1068,7 @@ impl ControllerConfig {
             min_job_age: std::time::Duration::from_secs(self.min_job_age_s),
             purge_job_after: std::time::Duration::from_secs(self.accounting.purge_job_after_s),
             partitions: self.partitions()?,
-            policy: self.scheduler.to_policy()?,
+            policy: quorum_model::Policy { queue: self.limits.queue(), ..self.scheduler.to_policy()? },
             switches,
             accounts,
             qos: self.qos.iter().map(QosConfig::to_qos).collect::<Result<Vec<_>, _>>()?,

@@ -92,6 +92,8 @@ pub struct DevOptions {
     pub scheduler: quorum_control::config::SchedulerConfig,
     /// `[[qos]]`.
     pub qos: Vec<quorum_control::config::QosConfig>,
+    /// `[limits]`: what one submit may carry and what the cluster holds at once.
+    pub limits: quorum_control::config::AdmissionLimits,
 }
 
 impl Default for DevOptions {
@@ -135,6 +137,7 @@ impl Default for DevOptions {
             extra_partitions: Vec::new(),
             scheduler: Default::default(),
             qos: Vec::new(),
+            limits: Default::default(),
         }
     }
 }
@@ -243,6 +246,10 @@ impl DevCluster {
                 (Some(t), p)
             }
         };
+        // Other users pass through it (not list it) to the CA, the munged socket and their jobs'
+        // scripts; the replicas' directories and the agents' records in it are private.
+        std::fs::create_dir_all(&data_dir)?;
+        std::fs::set_permissions(&data_dir, std::os::unix::fs::PermissionsExt::from_mode(0o711))?;
         let security = match (&opts.security, opts.insecure) {
             (_, true) => None,
             (Some(s), false) => Some(s.clone()),
@@ -321,7 +328,7 @@ impl DevCluster {
                     licenses: opts.licenses.clone(),
                     emulate_feature_level: opts.emulate_levels.iter().find(|(at, _)| *at == i).map(|(_, l)| *l),
                     security: security_config(r.id)?,
-                    limits: Default::default(),
+                    limits: opts.limits.clone(),
                     submit_filter: opts.submit_filter.clone(),
                     gpu_idle: opts.gpu_idle.clone(),
                     mail_program: opts.mail_program.clone(),

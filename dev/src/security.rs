@@ -109,7 +109,9 @@ impl DevSecurity {
     pub fn client(&self) -> quorum_client::client::Security {
         quorum_client::client::Security {
             tls: Some(ClientTls::anonymous(&self.layout.ca()).expect("the dev CA certificate")),
-            proof: quorum_client::client::Proof::Munge(Munge::new(Some(&self.munged.socket))),
+            proof: quorum_client::client::Proof::Munge(
+                Munge::new(Some(&self.munged.socket)).restrict_to(controllers_uid()),
+            ),
         }
     }
 
@@ -123,11 +125,22 @@ impl DevSecurity {
 
     /// The environment a `quorum` command needs for this cluster, besides QUORUM_CONTROLLERS.
     pub fn env(&self) -> Vec<(&'static str, String)> {
-        vec![
+        let mut env = vec![
             ("QUORUM_CA", self.layout.ca().display().to_string()),
             ("QUORUM_MUNGE_SOCKET", self.munged.socket.display().to_string()),
-        ]
+        ];
+        // Credentials are made for the controllers' uid alone: root's unless said otherwise.
+        if controllers_uid() != 0 {
+            env.push(("QUORUM_CONTROLLER_USER", controllers_uid().to_string()));
+        }
+        env
     }
+}
+
+/// The uid a dev cluster's controllers run as: this process's.
+pub fn controllers_uid() -> u32 {
+    // SAFETY: geteuid has no failure mode.
+    unsafe { libc::geteuid() }
 }
 
 /// For a cluster with `insecure = true`: plaintext, and this process's user named, not proved.

@@ -200,6 +200,15 @@ pub struct Account {
     /// (Slurm's user associations' `Fairshare=`); a user not named has 1. From level 20.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub user_shares: std::collections::BTreeMap<String, u32>,
+    /// The QOS its users may use (Slurm's association `QOS=`), for it and its sub-accounts
+    /// that name none; empty: its parent's. An account tree that names none allows the default
+    /// QOS alone. From level 27.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub qos: Vec<String>,
+    /// The QOS of its users' jobs that name none (`DefaultQOS=`), for it and its sub-accounts
+    /// that name none; `None`: its parent's, and at the top `normal`. From level 27.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_qos: Option<String>,
 }
 
 impl Account {
@@ -211,6 +220,11 @@ impl Account {
     /// Whether it uses what replicas below feature level 20 do not know.
     pub fn uses_level_20(&self) -> bool {
         !self.user_shares.is_empty() || self.limits.uses_level_20()
+    }
+
+    /// Whether it names QOS, which replicas below feature level 27 do not know.
+    pub fn uses_level_27(&self) -> bool {
+        !self.qos.is_empty() || self.default_qos.is_some()
     }
 }
 

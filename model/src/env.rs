@@ -22,6 +22,17 @@ use serde::de::{SeqAccess, Visitor};
 use serde::ser::SerializeSeq;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+/// Variables that hold a credential of the submitting shell: Quorum's token and Slurm's JWT. A
+/// job never carries them (`--export=ALL` means the user's variables, not the client's
+/// credentials): the client leaves them out, and the controllers drop any that a request still
+/// carries, so that no job record, log entry or spool file holds one.
+pub const CREDENTIAL_VARIABLES: [&str; 2] = ["QUORUM_TOKEN", "SLURM_JWT"];
+
+/// Whether variable `name` holds a credential that a job must not carry.
+pub fn is_credential(name: &str) -> bool {
+    CREDENTIAL_VARIABLES.contains(&name)
+}
+
 /// Environment variables in order, as one shared block: each name and value prefixed with its
 /// length (so any string packs unambiguously).
 #[derive(Clone, Default)]

@@ -50,6 +50,13 @@ pub mod limits {
     /// What one submitted spec may take in a Raft entry ([`super::JobSpec::encoded_bytes`]):
     /// bounded, so that one entry ships and is stored within a replication round.
     pub const MAX_SPEC_BYTES: usize = 8 << 20;
+    /// The largest request the controllers' gRPC API decodes: a spec at [`MAX_SPEC_BYTES`] with
+    /// room for the rest of its request (gRPC's own default, 4 MiB, made a 4 MiB script
+    /// impossible to send).
+    pub const MAX_REQUEST_BYTES: usize = MAX_SPEC_BYTES + (1 << 20);
+    /// The largest body the REST API reads: a spec at [`MAX_SPEC_BYTES`] as JSON, whose
+    /// escapes may double a script's bytes.
+    pub const MAX_REST_BODY_BYTES: usize = 2 * MAX_SPEC_BYTES + (1 << 20);
 }
 
 /// The bytes `text` takes as a JSON string: quotes, and escapes for `"`, `\\` and control
@@ -72,7 +79,7 @@ pub use units::{JobId, Millis};
 pub use accounts::{Account, AssocLimits, Qos, Tres, TresLimit, TresMins, Usage};
 pub use array::{ArraySpec, ArrayTask, TaskRange};
 pub use env::Env;
-pub use policy::{BackfillMode, BackfillOrder, Policy, QueueOrder, Weights};
+pub use policy::{BackfillMode, BackfillOrder, Policy, QueueLimits, QueueOrder, Weights};
 pub use role::Role;
 pub use usage::JobUsage;
 
@@ -1607,7 +1614,9 @@ pub enum Rejection {
     UnknownJob { id: JobId },
     #[error("job {id} has already finished ({state})")]
     JobFinished { id: JobId, state: JobState },
-    #[error("user '{user}' may not change job {id} of user '{owner}'")]
+    /// The owner is kept for the record, never shown: a refusal names no other user (Slurm
+    /// answers "Access/permission denied" alike).
+    #[error("user '{user}' may not change job {id}: it is another user's")]
     NotOwner { id: JobId, user: String, owner: String },
     #[error("invalid account '{account}' for user '{user}' ({why})")]
     InvalidAccount { account: String, user: String, why: String },
@@ -1641,6 +1650,10 @@ pub enum Rejection {
     Cron { id: u64, reason: String },
     #[error("job violates accounting/QOS policy: {limit} (user '{user}' has {have} jobs pending or running)")]
     SubmitLimit { user: String, limit: String, have: u32 },
+    #[error("invalid qos specification: user '{user}' may not use QOS '{qos}' (allowed: {allowed})")]
+    QosNotPermitted { user: String, qos: String, allowed: String },
+    #[error("the cluster is full: it holds {have} jobs pending or running and {adding} more would pass its MaxJobCount={max}; try again once jobs end")]
+    QueueFull { have: u64, adding: u32, max: u32 },
     #[error("invalid account or account/partition combination specified: partition '{partition}' does not admit account '{account}' ({rule})")]
     AccountNotAllowed { partition: String, account: String, rule: String },
     #[error("invalid qos specification: partition '{partition}' does not admit QOS '{qos}' ({rule})")]

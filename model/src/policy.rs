@@ -42,6 +42,30 @@ impl BackfillOrder {
     }
 }
 
+/// How much a cluster holds at once, as Slurm's `MaxJobCount`, `MaxArraySize` and a default
+/// `MaxSubmitJobs` per user: what keeps one user (or a script gone wrong) from filling the
+/// replicas' memory. `None` is no limit; a new cluster gets the configured ones (see the
+/// controllers' `[limits]`). From feature level 27.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueueLimits {
+    /// Jobs pending or running at once in the whole cluster (each task of an array counts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_job_count: Option<u32>,
+    /// An array's task ids are below this (Slurm's `MaxArraySize`: 1001 allows 0-1000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_array_size: Option<u32>,
+    /// Jobs pending or running at once per user, where neither the user's account nor the
+    /// job's QOS sets a `MaxSubmitJobs` of its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_submit_jobs_per_user: Option<u32>,
+}
+
+impl QueueLimits {
+    pub fn is_none(&self) -> bool {
+        *self == QueueLimits::default()
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Weights {
     pub age: u32,
@@ -85,6 +109,9 @@ pub struct Policy {
     /// configured.
     #[serde(default, skip_serializing_if = "BackfillOrder::is_priority")]
     pub backfill_order: BackfillOrder,
+    /// What the cluster holds at once. From feature level 27.
+    #[serde(default, skip_serializing_if = "QueueLimits::is_none")]
+    pub queue: QueueLimits,
 }
 
 fn is_off(m: &crate::preempt::PreemptMode) -> bool {
@@ -108,6 +135,7 @@ impl Default for Policy {
             preempt_mode: Default::default(),
             predict: false,
             backfill_order: BackfillOrder::Priority,
+            queue: QueueLimits::default(),
         }
     }
 }

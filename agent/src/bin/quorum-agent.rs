@@ -21,6 +21,11 @@ struct Args {
     /// Address ranges that may read `/metrics`, comma-separated (default: this host's loopback).
     #[arg(long, value_delimiter = ',', default_value = "127.0.0.0/8,::1")]
     metrics_allow: Vec<String>,
+    /// Show each running job's CPU time, memory and processes (by job id) in `/metrics`, not
+    /// only the node's totals. Whoever may read `/metrics` sees them: allow only the monitoring
+    /// system's addresses (loopback is every local user).
+    #[arg(long)]
+    metrics_jobs: bool,
     /// This node's name as the partitions name it (default: the host name).
     #[arg(long)]
     name: Option<String>,
@@ -111,6 +116,9 @@ fn hostname() -> String {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    // The spool holds every job's launch (script, environment): what the agent creates is its own
+    // alone. Each job gets its submitter's umask instead (SLURM_UMASK).
+    quorum_auth::private::restrict_umask();
     let args = Args::parse();
     let _telemetry = quorum_proto::telemetry::init(quorum_proto::telemetry::Logging {
         service: "quorum-agent",
@@ -183,8 +191,8 @@ async fn main() -> anyhow::Result<()> {
             let listener = tokio::net::TcpListener::bind(addr)
                 .await
                 .map_err(|e| anyhow::anyhow!("--metrics-listen {addr}: {e}"))?;
-            tracing::info!(addr = %listener.local_addr()?, "serving /metrics");
-            Some((listener, allow))
+            tracing::info!(addr = %listener.local_addr()?, per_job = args.metrics_jobs, "serving /metrics");
+            Some((listener, quorum_agent::metrics::Exposure { allow, per_job: args.metrics_jobs }))
         }
         None => None,
     };

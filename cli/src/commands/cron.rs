@@ -46,7 +46,8 @@ pub async fn run(ctx: &Context, args: Args) -> anyhow::Result<ExitCode> {
             for w in &built.warnings {
                 eprintln!("quorum: warning: {w}");
             }
-            let req = api::AddCronRequest { schedule, zone, spec: Some(spec) };
+            let run_as = built.run_as.clone().unwrap_or_default();
+            let req = api::AddCronRequest { schedule, zone, spec: Some(spec), run_as };
             let r = ctx.send(req, |mut c, r| async move { c.add_cron(r).await }).await?;
             let e = r.entry.unwrap_or_default();
             println!("Added cron entry {}: next at {} ({})", e.id, display::local_time_or(e.next_ms, "never"), e.zone);

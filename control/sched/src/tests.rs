@@ -414,6 +414,7 @@ fn qos_and_association_limits() {
         users: ["alice".to_string(), "bob".to_string()].into(),
         limits,
         user_shares: Default::default(),
+        ..Default::default()
     };
     b.cmd(Command::SeedAccounts {
         accounts: vec![account("physics", AssocLimits { max_jobs: Some(2), ..Default::default() })],
@@ -469,6 +470,7 @@ fn association_limits_count_memory_nodes_and_gpus_by_type() {
         users: [user.to_string()].into(),
         limits: l,
         user_shares: Default::default(),
+        ..Default::default()
     };
     let typed: std::collections::BTreeMap<String, u32> = [("h100".to_string(), 2)].into();
     b.cmd(Command::SeedAccounts {
@@ -565,6 +567,7 @@ fn fairshare_ranks_the_light_account_first_and_converges() {
         users: [user.to_string()].into(),
         limits: AssocLimits::default(),
         user_shares: Default::default(),
+        ..Default::default()
     };
     b.cmd(Command::SeedAccounts { accounts: vec![acct("heavy", "hana"), acct("light", "lee")], qos: vec![], now: 0 });
     // hana uses all ten nodes for two hours

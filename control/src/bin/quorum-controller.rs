@@ -21,6 +21,9 @@ struct Args {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    // The data directory holds every job's script and environment: what the replica creates
+    // (RocksDB's files, snapshots) is its own alone.
+    quorum_auth::private::restrict_umask();
     let args = Args::parse();
     let _telemetry = quorum_proto::telemetry::init(quorum_proto::telemetry::Logging {
         service: "quorum-controller",

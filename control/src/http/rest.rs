@@ -49,6 +49,9 @@ pub fn routes() -> Router<Arc<Http>> {
         .route("/api/v1/shares", get(shares))
         .route("/api/v1/cluster", get(cluster))
         .route("/api/v1/whoami", get(who_am_i))
+        // A submit may carry a script and an environment up to the admission limits; axum's
+        // default (2 MB) refused them before they were checked.
+        .layer(axum::extract::DefaultBodyLimit::max(crate::model::limits::MAX_REST_BODY_BYTES))
 }
 
 /// The OpenAPI document of the REST API.

@@ -47,6 +47,11 @@ fn settings_commands(replica: &Replica, settings: &ClusterSettings) -> Vec<Comma
             p.oversubscribe = Default::default();
         }
     }
+    // What the cluster holds at once needs every replica at level 27: until then there is no
+    // such limit ([`settings_wait`]).
+    if state.cluster_level() < quorum_state::QUEUE_LIMITS_LEVEL {
+        policy.queue = Default::default();
+    }
     if current != wanted {
         commands.push(Command::SetPartitions { partitions: wanted, now });
     }
@@ -90,6 +95,7 @@ fn settings_wait(replica: &Replica, settings: &ClusterSettings) -> bool {
         || (settings.partitions.iter().any(|p| !p.access.is_open()) && level < quorum_state::PARTITION_ACCESS_LEVEL)
         || (suspend && level < quorum_state::PREEMPT_SUSPEND_LEVEL)
         || (settings.partitions.iter().any(|p| !p.oversubscribe.is_no()) && level < quorum_state::OVERSUBSCRIBE_LEVEL)
+        || (!settings.policy.queue.is_none() && level < quorum_state::QUEUE_LIMITS_LEVEL)
 }
 
 pub(super) async fn sync_settings(replica: Arc<Replica>, settings: ClusterSettings, mut stop: watch::Receiver<bool>) {

@@ -196,9 +196,14 @@ impl Replica {
         faults: &Faults,
         dialer: quorum_raft::network::Dialer,
     ) -> anyhow::Result<(Arc<Replica>, Arc<rocksdb::DB>)> {
-        std::fs::create_dir_all(&config.data_dir)
-            .map_err(|e| anyhow::anyhow!("creating data directory {}: {e}", config.data_dir.display()))?;
+        // The log and snapshots hold every job's script and environment: the directory is the
+        // controller's alone, and what an older release left readable is made private.
+        quorum_auth::private::make_private(&config.data_dir)
+            .map_err(|e| anyhow::anyhow!("preparing data directory {}: {e}", config.data_dir.display()))?;
         let db = quorum_raft::open_db(&config.data_dir.join("db"), &[store::CF_SNAPSHOT, history::CF_HISTORY])?;
+        // Again, now that RocksDB made its directory and files (with the process's umask).
+        quorum_auth::private::make_private(&config.data_dir)
+            .map_err(|e| anyhow::anyhow!("preparing data directory {}: {e}", config.data_dir.display()))?;
         let log_store = LogStore::<TypeConfig>::new(db.clone())?;
         let committed = log_store.committed_index();
         let entry_cache = log_store.entry_cache();

@@ -33,6 +33,8 @@ pub(super) async fn upsert_account(
             grp_tres_mins: crate::wire::tres_mins(a.grp_tres_mins),
         },
         user_shares: a.user_shares.into_iter().collect(),
+        qos: a.qos,
+        default_qos: (!a.default_qos.is_empty()).then_some(a.default_qos),
     };
     match api.replica.write(Command::UpsertAccount { account, now: now_ms() }).await.map_err(write_status)?.1 {
         Response::Rejected(rej) => Err(rejection_status(&rej)),

@@ -85,6 +85,8 @@ pub fn rejection_status(r: &Rejection) -> Status {
         Rejection::NotChangeable { .. } => Status::failed_precondition(msg),
         Rejection::AdminHold { .. } | Rejection::OperatorOnly { .. } => Status::permission_denied(msg),
         Rejection::NotOwner { .. } => Status::permission_denied(msg),
+        Rejection::QueueFull { .. } => Status::resource_exhausted(msg),
+        Rejection::QosNotPermitted { .. } => Status::permission_denied(msg),
         _ => Status::invalid_argument(msg),
     }
 }

@@ -225,7 +225,13 @@ impl Authenticator {
         if let Some(cred) = auth.strip_prefix(quorum_proto::MUNGE_PREFIX) {
             let cred = cred.trim();
             let (user, uid, gid) = peer.session.prove(cred, SESSION_REUSE, || {
-                let (who, _) = self.security.munge.decode(cred).map_err(|e| Status::unauthenticated(e.to_string()))?;
+                let (who, payload) =
+                    self.security.munge.decode(cred).map_err(|e| Status::unauthenticated(e.to_string()))?;
+                // Made for Quorum and for these controllers, not for another service.
+                // SAFETY: geteuid has no failure mode.
+                let me = unsafe { libc::geteuid() };
+                quorum_auth::munge::Munge::check_for_quorum(&who, &payload, me)
+                    .map_err(|e| Status::unauthenticated(e.to_string()))?;
                 let user = users::by_uid(who.uid).map_err(Status::unauthenticated)?;
                 Ok::<_, Status>((user.name, who.uid, who.gid))
             })?;
@@ -242,7 +248,8 @@ impl Authenticator {
                 tokens.verify(token.trim(), now_s(), skew).map_err(|e| Status::unauthenticated(e.to_string()))?;
             let user = self.users.by_name(&claims.sub).map_err(Status::unauthenticated)?;
             let role = self.role_of(&user.name, user.uid);
-            return Ok(Caller { user: user.name, uid: user.uid, gid: user.gid, role, proof: Proof::Token });
+            let proof = Proof::Token { expires_s: claims.exp };
+            return Ok(Caller { user: user.name, uid: user.uid, gid: user.gid, role, proof });
         }
         if let Some(claim) = auth.strip_prefix(quorum_proto::CLAIM_PREFIX) {
             if !self.security.config.insecure {

@@ -7,7 +7,7 @@ use quorum_proto::api::*;
 use tonic::Status;
 
 use super::api::{acting_as, read_barrier, rejection_status, write_status, Api};
-use super::jobs::prepared_spec;
+use super::jobs::{job_owner, prepared_spec};
 use crate::model::cron::{CronEntry, Schedule, Zone};
 use crate::replica::now_ms;
 use crate::wire;
@@ -42,6 +42,8 @@ pub(super) async fn add_cron(api: &Api, caller: &Caller, r: AddCronRequest) -> R
     })?;
     let spec = r.spec.ok_or_else(|| Status::invalid_argument("missing job spec"))?;
     let spec = prepared_spec(api, caller, spec).await?;
+    // Whose entry it is, and so whose jobs it submits, decided as a submit's is.
+    let user = job_owner(caller, &r.run_as)?;
     let cluster = api.replica.shared.read().state.cluster_level();
     if cluster < quorum_state::CRON_LEVEL {
         let what = "recurring jobs (quorum cron)";
@@ -50,7 +52,7 @@ pub(super) async fn add_cron(api: &Api, caller: &Caller, r: AddCronRequest) -> R
     }
     let entry = CronEntry {
         id: 0,
-        user: caller.user.clone(),
+        user,
         schedule: schedule_text,
         zone: zone.name(),
         spec,

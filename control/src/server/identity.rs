@@ -11,7 +11,7 @@ use quorum_state::{Command, Response};
 
 /// A token's lifetime unless asked otherwise, and the longest one.
 const DEFAULT_LIFESPAN_S: u64 = 24 * 3600;
-const MAX_LIFESPAN_S: u64 = 365 * 24 * 3600;
+const MAX_LIFESPAN_S: u64 = 30 * 24 * 3600;
 
 /// A token for the caller, or for another user when an admin asks. Any replica answers: all
 /// hold the same keys. A token cannot mint another token for anyone but its own user.
@@ -26,7 +26,7 @@ pub(super) fn issue_token(api: &Api, caller: &Caller, r: IssueTokenRequest) -> R
     }
     let user = if r.user.is_empty() || r.user == caller.user {
         caller.user.clone()
-    } else if caller.at_least(Role::Admin) && caller.proof != Proof::Token {
+    } else if caller.at_least(Role::Admin) && !matches!(caller.proof, Proof::Token { .. }) {
         users::by_name(&r.user).map_err(Status::invalid_argument)?.name
     } else {
         return Err(Status::permission_denied(format!(
@@ -39,9 +39,20 @@ pub(super) fn issue_token(api: &Api, caller: &Caller, r: IssueTokenRequest) -> R
     }
     let lifespan = if r.lifespan_s == 0 { DEFAULT_LIFESPAN_S } else { r.lifespan_s };
     if lifespan > MAX_LIFESPAN_S {
-        return Err(Status::invalid_argument(format!("lifespan {lifespan}s is above the most, a year")));
+        return Err(Status::invalid_argument(format!(
+            "lifespan {lifespan} s is above the most, {MAX_LIFESPAN_S} s (30 days)"
+        )));
     }
     let now_s = now_ms() / 1000;
+    // A token never mints one that outlives it: renewing cannot turn a short token into a long one.
+    if let Proof::Token { expires_s } = caller.proof {
+        if now_s.saturating_add(lifespan) > expires_s {
+            return Err(Status::permission_denied(format!(
+                "a token may mint only a token that ends before it does: this one ends in {} s, and {lifespan} s were asked; ask with MUNGE for a longer one",
+                expires_s.saturating_sub(now_s)
+            )));
+        }
+    }
     let token = tokens.mint(&user, now_s, lifespan);
     tracing::info!(by = caller.user, user, lifespan_s = lifespan, "token issued");
     Ok(IssueTokenResponse { token, user, expires_at_s: now_s + lifespan })
@@ -68,7 +79,7 @@ pub(super) async fn set_role(api: &Api, caller: &Caller, r: SetRoleRequest) -> R
 pub(super) fn who_am_i(caller: &Caller) -> WhoAmIResponse {
     let proof = match &caller.proof {
         Proof::Munge => "munge".to_string(),
-        Proof::Token => "token".to_string(),
+        Proof::Token { .. } => "token".to_string(),
         Proof::Forwarded { replica } => format!("munge or token, verified by replica {replica}"),
         Proof::Replica(id) => format!("replica {id}'s certificate"),
         Proof::Claimed => "claimed".to_string(),

@@ -24,12 +24,15 @@ fn gpu_type_as_registered(api: &Api, asked: &str) -> String {
     types().find(|t| t.eq_ignore_ascii_case(asked)).unwrap_or(asked).to_string()
 }
 
-/// A job is submitted as its caller (the request's `user` field is not read), or as the user
-/// `run_as` names when root asks (`sbatch --uid`).
 /// A submitted spec checked as every submit's is (shape, feature level, limits, who may ask
 /// for a priority or a group): what a submit or a cron entry records.
 pub(super) async fn prepared_spec(api: &Api, caller: &Caller, spec: JobSpec) -> Result<crate::model::JobSpec, Status> {
     let mut spec = wire::spec_from_proto(spec).map_err(|e| rejection_status(&e))?;
+    // A credential of the submitting shell never becomes part of a job (an older client, or a
+    // REST request, may still send one).
+    if spec.env.iter().any(|(k, _)| crate::model::env::is_credential(k)) {
+        spec.env = crate::model::Env::new(spec.env.iter().filter(|(k, _)| !crate::model::env::is_credential(k)));
+    }
     spec.check_shape().map_err(|e| rejection_status(&e))?;
     // The site's filter sees a well-formed job; what it changes is checked again.
     if let Some(filter) = &api.submit_filter {
@@ -55,6 +58,12 @@ pub(super) async fn prepared_spec(api: &Api, caller: &Caller, spec: JobSpec) -> 
     }
     if let Some(group) = &spec.run_group {
         spec.run_group = Some(job_group(caller, group)?);
+    }
+    // Which QOS a user may name is their account's to say; operators may use any.
+    if !caller.at_least(quorum_auth::Role::Operator) {
+        let applied = api.replica.shared.read();
+        quorum_state::qos_access::check(&applied.state, &caller.user, spec.account.as_deref(), spec.qos.as_deref())
+            .map_err(|r| rejection_status(&r))?;
     }
     Ok(spec)
 }
@@ -159,8 +168,9 @@ fn test_only(api: &Api, spec: crate::model::JobSpec, user: &str) -> Result<Submi
 
 /// Whose job a submit makes: the caller's, or with `sbatch --uid` (`run_as`) that user's, which
 /// only root may ask for (the job's processes run as that user) and which must be in the
-/// controllers' user database.
-fn job_owner(caller: &Caller, run_as: &str) -> Result<String, Status> {
+/// controllers' user database. The one place `--uid` is decided, for every entry point that
+/// takes it: a submit (sbatch, salloc, srun, REST) and a cron entry.
+pub(super) fn job_owner(caller: &Caller, run_as: &str) -> Result<String, Status> {
     if run_as.is_empty() || run_as == caller.user {
         return Ok(caller.user.clone());
     }
@@ -271,6 +281,22 @@ pub(super) async fn update_job(api: &Api, caller: &Caller, r: UpdateJobRequest) 
     };
     let mut results = Vec::new();
     for job_id in targets {
+        // A user moves their job only to a QOS their account allows (operators: any).
+        if (update.qos.is_some() || update.account.is_some()) && !caller.at_least(quorum_auth::Role::Operator) {
+            let allowed = {
+                let applied = api.replica.shared.read();
+                let state = &applied.state;
+                state.jobs.get(&job_id).map_or(Ok(()), |job| {
+                    let account = update.account.as_deref().unwrap_or(&job.account);
+                    let qos = update.qos.as_deref().unwrap_or(&job.qos);
+                    quorum_state::qos_access::check(state, &job.user, Some(account), Some(qos))
+                })
+            };
+            if let Err(rej) = allowed {
+                results.push(refused(job_id, &rej));
+                continue;
+            }
+        }
         let command = Command::UpdateJob { job_id, user: acting_as(caller), update: update.clone(), now: now_ms() };
         let result = match api.replica.write(command).await.map_err(write_status)?.1 {
             Response::Updated { .. } => done(job_id, false),
@@ -641,7 +667,7 @@ async fn signal_jobs(api: &Api, caller: &Caller, r: CancelJobRequest) -> Result<
                 None => Err((tonic::Code::NotFound, format!("job {job_id} does not exist"))),
                 Some(j) if !caller.may_act_on(&j.user) => Err((
                     tonic::Code::PermissionDenied,
-                    format!("user '{}' may not signal job {job_id} of user '{}'", caller.user, j.user),
+                    format!("user '{}' may not signal job {job_id}: it is another user's", caller.user),
                 )),
                 Some(j) if j.state != crate::model::JobState::Running => {
                     Err((tonic::Code::FailedPrecondition, format!("job {job_id} is not running ({})", j.state.name())))
@@ -692,4 +718,49 @@ fn array_task(state: &quorum_state::ClusterState, array_id: u64, task: u32) -> R
         .ok_or_else(|| {
             Status::not_found(format!("array {array_id} has no task {task} (its tasks are {}-{})", a.min, a.max))
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use quorum_auth::{Proof, Role};
+
+    fn caller(user: &str, uid: u32, role: Role) -> Caller {
+        Caller { user: user.into(), uid, gid: uid, role, proof: Proof::Munge }
+    }
+
+    /// Every request that names whose job it makes (`run_as`, from `--uid`) is one this table
+    /// knows, and [`job_owner`] decides it alike for all: a new one fails here until it is added.
+    #[test]
+    fn every_request_that_takes_a_uid_is_decided_by_job_owner() {
+        let text = include_str!("../../../proto/proto/api.proto");
+        let mut message = "";
+        let mut taking = Vec::new();
+        for line in text.lines().map(str::trim) {
+            if let Some(m) = line.strip_prefix("message ") {
+                message = m.trim_end_matches('{').trim();
+            }
+            if line.starts_with("string run_as = ") {
+                taking.push(message);
+            }
+        }
+        // SubmitJob: sbatch, quorum submit, salloc, srun, the REST API; AddCron: quorum cron add.
+        assert_eq!(taking, ["SubmitJobRequest", "AddCronRequest"], "a request takes a uid: decide it with job_owner");
+        let root = caller("root", 0, Role::Admin);
+        let admin = caller("boss", 1000, Role::Admin);
+        let operator = caller("qop", 1001, Role::Operator);
+        let user = caller("mallory", 1002, Role::User);
+        for c in [&root, &admin, &operator, &user] {
+            assert_eq!(job_owner(c, "").unwrap(), c.user, "no --uid: the caller's own");
+            assert_eq!(job_owner(c, &c.user).unwrap(), c.user);
+        }
+        for c in [&admin, &operator, &user] {
+            let e = job_owner(c, "root").unwrap_err();
+            assert_eq!(e.code(), tonic::Code::PermissionDenied, "{e:?}");
+            assert!(e.message().contains("only root may submit a job as another user"), "{e:?}");
+        }
+        assert_eq!(job_owner(&root, "root").unwrap(), "root");
+        let e = job_owner(&root, "no-such-user-here").unwrap_err();
+        assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+    }
 }

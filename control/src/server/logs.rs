@@ -28,8 +28,8 @@ pub(super) async fn job_logs(api: &Api, caller: &Caller, r: JobLogsRequest) -> R
             state.jobs.get(&r.job_id).ok_or_else(|| Status::not_found(format!("there is no job {}", r.job_id)))?;
         if !caller.may_act_on(&job.user) {
             return Err(Status::permission_denied(format!(
-                "job {} belongs to {}: only its owner or an operator may read its output",
-                r.job_id, job.user
+                "job {} is another user's: only its owner or an operator may read its output",
+                r.job_id
             )));
         }
         let Some(allocation) = job.allocation.as_ref() else {
@@ -82,8 +82,8 @@ pub(super) async fn job_usage(api: &Api, caller: &Caller, r: JobUsageRequest) ->
             .ok_or_else(|| Status::not_found(format!("there is no job {}", r.job_id)))?;
         if !caller.may_act_on(&job.user) {
             return Err(Status::permission_denied(format!(
-                "job {} belongs to {}: only its owner or an operator may see what it uses",
-                r.job_id, job.user
+                "job {} is another user's: only its owner or an operator may see what it uses",
+                r.job_id
             )));
         }
         match (&job.allocation, job.state) {

@@ -55,7 +55,7 @@ pub async fn serve(
     tonic::transport::Server::builder()
         .layer(auth::AuthLayer(authenticator))
         .add_service(raft)
-        .add_service(QuorumServer::from_arc(api))
+        .add_service(QuorumServer::from_arc(api).max_decoding_message_size(crate::model::limits::MAX_REQUEST_BYTES))
         .add_service(agents::service(replica, leader, security))
         .serve_with_incoming_shutdown(incoming, async move {
             let _ = stop.wait_for(|s| *s).await;

@@ -47,10 +47,12 @@ pub(super) async fn run_step(api: &Api, caller: Caller, mut input: Streaming<Ste
     if !api.replica.is_leader() {
         return Err(not_leader(api.replica.leader_addr().as_deref()));
     }
-    let start = match input.message().await? {
+    let mut start = match input.message().await? {
         Some(StepInput { msg: Some(step_input::Msg::Start(s)) }) => s,
         _ => return Err(Status::invalid_argument("the first message of a step must be its start")),
     };
+    // The tasks never get a credential of the shell that started the step.
+    start.env.retain(|e| !crate::model::env::is_credential(&e.name));
     let argv = start.argv.clone();
     let Some(program) = argv.first().filter(|p| !p.is_empty()) else {
         return Err(Status::invalid_argument("invalid step: no command given"));

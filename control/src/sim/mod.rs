@@ -282,6 +282,8 @@ impl Simulation {
         let machine = Machine { nodes, cpus_per_node, whole_nodes: opts.whole_nodes };
 
         let mut policy = settings.map(|s| s.policy.clone()).unwrap_or_default();
+        // A trace's queue is what it was: no submit of it is refused for the queue's size.
+        policy.queue = Default::default();
         let name = match (opts.policy, settings) {
             (Some(p), _) => {
                 p.apply(&mut policy);

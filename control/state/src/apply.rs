@@ -189,7 +189,7 @@ pub fn apply(state: &mut ClusterState, index: u64, command: Command) -> Response
                 None => Response::Rejected(Rejection::Cron { id, reason: "no such entry".into() }),
                 Some(e) if e.user != user && user != "root" => Response::Rejected(Rejection::Cron {
                     id,
-                    reason: format!("it is user '{}''s; '{user}' may not remove it", e.user),
+                    reason: format!("it is another user's; '{user}' may not remove it"),
                 }),
                 Some(_) => {
                     state.cron.remove(&id);
@@ -420,6 +420,9 @@ fn update_job(state: &mut ClusterState, job_id: JobId, user: &str, update: &JobU
         }
         if let Some(q) = &update.qos {
             spec.qos = Some(q.clone());
+        } else if state.cluster_level() >= crate::commands::QOS_ACCESS_LEVEL {
+            // It keeps its QOS, whatever the default of the account it moves to.
+            spec.qos = Some(job.qos.clone());
         }
         spec.account = Some(update.account.clone().unwrap_or_else(|| account.clone()));
         // The partition's time limit binds the owner, not an operator (Slurm's rule for
@@ -542,7 +545,9 @@ fn submit(state: &mut ClusterState, mut spec: JobSpec, user: String, request_id:
         Err(rejection) => return Response::Rejected(rejection),
     };
     let adding = array.as_ref().map_or(1, |a| a.tasks().len() as u32);
-    if let Err(rejection) = check_submit_limits(state, &user, &account, &qos, adding, None) {
+    if let Err(rejection) = check_queue_limits(state, array.as_ref(), adding)
+        .and_then(|()| check_submit_limits(state, &user, &account, &qos, adding, None))
+    {
         return Response::Rejected(rejection);
     }
     let first = state.next_job_id;
@@ -568,6 +573,7 @@ fn submit(state: &mut ClusterState, mut spec: JobSpec, user: String, request_id:
         let id = state.next_job_id;
         state.next_job_id += components;
         state.active.insert(id);
+        state.active_by_user.add(&user, 1);
         let job = Job {
             id,
             spec: spec.clone(),
@@ -605,6 +611,36 @@ fn submit(state: &mut ClusterState, mut spec: JobSpec, user: String, request_id:
         state.jobs.insert(id, Shared::new(job));
     }
     Response::Submitted { job_id: first, duplicate: false }
+}
+
+/// What the whole cluster holds at once ([`quorum_model::QueueLimits`]): `MaxArraySize` (task
+/// ids below it) and `MaxJobCount` (active jobs, each array task one), as Slurm's controller
+/// refuses a submit past them.
+fn check_queue_limits(
+    state: &ClusterState,
+    array: Option<&quorum_model::ArraySpec>,
+    adding: u32,
+) -> Result<(), Rejection> {
+    let limits = state.policy.queue;
+    if let (Some(max), Some(a)) = (limits.max_array_size, array) {
+        let highest = a.tasks().last().copied().unwrap_or(0);
+        if highest >= max {
+            return Err(Rejection::InvalidSpec {
+                field: "array".into(),
+                reason: format!(
+                    "task id {highest} is not below this cluster's MaxArraySize={max} (task ids 0 to {})",
+                    max.saturating_sub(1)
+                ),
+            });
+        }
+    }
+    if let Some(max) = limits.max_job_count {
+        let have = state.active.len();
+        if have.saturating_add(adding as usize) > max as usize {
+            return Err(Rejection::QueueFull { have: have as u64, adding, max });
+        }
+    }
+    Ok(())
 }
 
 /// Whether partition `name` admits jobs of `account` and `qos` (its `AllowAccounts` and the
@@ -652,6 +688,16 @@ fn check_submit_limits(
     }
     let by_qos = state.qos.get(qos).and_then(|q| q.max_submit_jobs_per_user);
     if by_account.is_none() && by_qos.is_none() {
+        // The cluster's default cap on each user, unless the job only moves (its user keeps
+        // as many jobs).
+        let Some(m) = state.policy.queue.max_submit_jobs_per_user.filter(|_| moving.is_none()) else {
+            return Ok(());
+        };
+        let have = state.active_by_user.of(user);
+        if have.saturating_add(adding) > m {
+            let limit = format!("MaxSubmitJobs={m} per user of this cluster");
+            return Err(Rejection::SubmitLimit { user: user.into(), limit, have });
+        }
         return Ok(());
     }
     let (mut in_account, mut in_qos) = (0u32, 0u32);
@@ -727,8 +773,16 @@ fn admit_association(state: &ClusterState, spec: &JobSpec, user: &str) -> Result
                 )?,
             }
         };
-    let qos = spec.qos.clone().unwrap_or_else(|| DEFAULT_QOS.to_string());
-    if !state.qos.is_empty() && !state.qos.contains_key(&qos) {
+    // From level 27 a job that names no QOS gets its account's default, and the default QOS
+    // is there whatever QOS are defined (defining the first one no longer takes it away).
+    let level_27 = state.cluster_level() >= crate::commands::QOS_ACCESS_LEVEL;
+    let qos = match &spec.qos {
+        Some(q) => q.clone(),
+        None if level_27 => crate::qos_access::default_qos(state, &account).to_string(),
+        None => DEFAULT_QOS.to_string(),
+    };
+    let known = state.qos.is_empty() || state.qos.contains_key(&qos) || (level_27 && qos == DEFAULT_QOS);
+    if !known {
         return Err(Rejection::InvalidQos { qos, known: state.qos.keys().cloned().collect::<Vec<_>>().join(", ") });
     }
     crate::reserve::admit(state, spec, user, &account)?;
@@ -745,6 +799,9 @@ pub fn check_submit(state: &ClusterState, mut spec: JobSpec, user: &str) -> Resu
     let partition = admit(state, &mut spec)?;
     let (account, qos) = admit_association(state, &spec, user)?;
     check_partition_access(state, &partition, &account, &qos)?;
+    let adding = spec.array.as_ref().map_or(1, |a| a.tasks().len() as u32);
+    check_queue_limits(state, spec.array.as_ref(), adding)?;
+    check_submit_limits(state, user, &account, &qos, adding, None)?;
     (spec.account, spec.qos) = (Some(account), Some(qos));
     Ok(spec)
 }
@@ -1370,7 +1427,11 @@ fn finish_job(
 ) {
     charge_usage(state, job_id);
     record_run(state, job_id, final_state);
-    state.active.remove(&job_id);
+    if state.active.remove(&job_id) {
+        if let Some(job) = state.jobs.get(&job_id) {
+            state.active_by_user.remove(&job.user);
+        }
+    }
     let Some(job) = state.jobs.get_mut(&job_id) else { return };
     let lent = job.lends_cpus();
     if let Some(since) = job.suspended_at.take() {

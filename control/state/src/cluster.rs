@@ -83,6 +83,47 @@ pub struct ClusterState {
     /// what backfill on predicted run times plans with. From feature level 26.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub recent_runs: BTreeMap<String, quorum_model::predict::RecentRuns>,
+    /// How many active jobs each user has: derived from `jobs` and `active`, never stored
+    /// (rebuilt when a snapshot is decoded), so that the per-user submit limit costs a lookup,
+    /// not a walk of the queue.
+    #[serde(skip)]
+    pub active_by_user: ActiveByUser,
+}
+
+/// Active jobs by user ([`ClusterState::active_by_user`]). A cache of what `jobs` says, so it
+/// takes no part in comparing states: two states with the same jobs are equal whatever it holds.
+#[derive(Clone, Debug, Default)]
+pub struct ActiveByUser(BTreeMap<String, u32>);
+
+impl PartialEq for ActiveByUser {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl ActiveByUser {
+    /// The active jobs of `user`.
+    pub fn of(&self, user: &str) -> u32 {
+        self.0.get(user).copied().unwrap_or(0)
+    }
+
+    pub(crate) fn add(&mut self, user: &str, n: u32) {
+        match self.0.get_mut(user) {
+            Some(count) => *count = count.saturating_add(n),
+            None => {
+                self.0.insert(user.to_string(), n);
+            }
+        }
+    }
+
+    pub(crate) fn remove(&mut self, user: &str) {
+        if let Some(count) = self.0.get_mut(user) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                self.0.remove(user);
+            }
+        }
+    }
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -92,6 +133,15 @@ fn is_zero(n: &u64) -> bool {
 impl ClusterState {
     /// The tasks of an array share one spec in memory, as they did when submitted; a decoded
     /// snapshot gives each its own copy, which this undoes (only where it is the same).
+    /// Counts the active jobs of each user again ([`ClusterState::active_by_user`]).
+    pub fn count_active_by_user(&mut self) {
+        let mut counts = ActiveByUser::default();
+        for job in self.active.iter().filter_map(|id| self.jobs.get(id)) {
+            counts.add(&job.user, 1);
+        }
+        self.active_by_user = counts;
+    }
+
     pub fn share_array_specs(&mut self) {
         let mut shared: Vec<(JobId, Shared<JobSpec>)> = Vec::new();
         for j in self.jobs.values() {

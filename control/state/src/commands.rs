@@ -70,7 +70,16 @@ pub struct NodeRegistration {
 /// 25. heterogeneous jobs (components after the first in a spec, allocations that name each
 ///     node's component, steps that name the components they run on).
 /// 26. each user's last two run times, kept as jobs end, for backfill on predicted run times.
-pub const FEATURE_LEVEL: u32 = 26;
+/// 27. what the cluster holds at once (`MaxJobCount`, `MaxArraySize`, a default per-user
+///     `MaxSubmitJobs`, in the policy), which QOS each account may use (`QOS=`, `DefQOS=`),
+///     and the default QOS `normal` that is there whatever QOS are defined.
+pub const FEATURE_LEVEL: u32 = 27;
+
+/// The queue's limits (`Policy::queue`).
+pub const QUEUE_LIMITS_LEVEL: u32 = 27;
+
+/// Accounts' QOS lists and default QOS; `normal` always usable.
+pub const QOS_ACCESS_LEVEL: u32 = 27;
 
 /// Users' recent run times (`ClusterState::recent_runs`).
 pub const PREDICT_LEVEL: u32 = 26;
@@ -584,6 +593,15 @@ impl Command {
             | Command::DeleteReservation { .. } => (RESERVATION_LEVEL, "advance reservations"),
             Command::AddCron { .. } | Command::RemoveCron { .. } | Command::FireCron { .. } => {
                 (CRON_LEVEL, "recurring jobs (quorum cron)")
+            }
+            Command::UpsertAccount { account, .. } if account.uses_level_27() => {
+                (QOS_ACCESS_LEVEL, "an account that names the QOS its users may use (QOS=, DefaultQOS=)")
+            }
+            Command::SeedAccounts { accounts, .. } if accounts.iter().any(|a| a.uses_level_27()) => {
+                (QOS_ACCESS_LEVEL, "accounts that name the QOS their users may use")
+            }
+            Command::SetPolicy { policy, .. } if !policy.queue.is_none() => {
+                (QUEUE_LIMITS_LEVEL, "limits on what the cluster holds (MaxJobCount, MaxArraySize, MaxSubmitJobs)")
             }
             Command::UpsertAccount { account, .. } if account.uses_level_20() => {
                 (USER_SHARES_LEVEL, "an account with user shares, MaxTRESPerJob, MaxSubmitJobs or GrpTRESMins")

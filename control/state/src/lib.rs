@@ -10,6 +10,7 @@ mod cluster;
 mod commands;
 mod digest;
 mod purge;
+pub mod qos_access;
 mod reserve;
 pub mod snapshot;
 #[cfg(any(test, feature = "testing"))]
@@ -23,8 +24,8 @@ pub use commands::{
     CANCELLED_BY_LEVEL, COMPRESSED_SNAPSHOT_LEVEL, CRON_LEVEL, DEPENDENCY_FORMS_LEVEL, EARLY_STEP_LEVEL, FEATURE_LEVEL,
     FLEX_RESERVATION_LEVEL, FORGET_HISTORY_LEVEL, GPU_USAGE_LEVEL, HET_LEVEL, HISTORY_LEVEL, NODE_CHOICE_LEVEL,
     NODE_LIST_PART_LEVEL, OVERSUBSCRIBE_LEVEL, PARTITION_ACCESS_LEVEL, PREDICT_LEVEL, PREEMPTION_LEVEL,
-    PREEMPT_SUSPEND_LEVEL, PROLOG_LEVEL, REQUEUE_LEVEL, RESERVATION_LEVEL, STEP_USAGE_LEVEL, SUBMIT_JOBS_LEVEL,
-    UPDATE_LEVEL, USER_SHARES_LEVEL,
+    PREEMPT_SUSPEND_LEVEL, PROLOG_LEVEL, QOS_ACCESS_LEVEL, QUEUE_LIMITS_LEVEL, REQUEUE_LEVEL, RESERVATION_LEVEL,
+    STEP_USAGE_LEVEL, SUBMIT_JOBS_LEVEL, UPDATE_LEVEL, USER_SHARES_LEVEL,
 };
 pub use digest::digest;
 pub use purge::{aged, tombstones};
@@ -32,5 +33,7 @@ pub use tombstone::{Departed, Outcome};
 
 #[cfg(test)]
 mod props;
+#[cfg(test)]
+mod queue_tests;
 #[cfg(test)]
 mod tests;

@@ -55,6 +55,7 @@ pub fn decode(bytes: &[u8]) -> Result<ClusterState, serde_json::Error> {
         None => serde_json::from_slice(bytes)?,
     };
     state.share_array_specs();
+    state.count_active_by_user();
     Ok(state)
 }
 

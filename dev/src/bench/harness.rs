@@ -155,6 +155,8 @@ pub(super) async fn own_cluster(agents: usize, insecure: bool) -> anyhow::Result
         agents,
         cgroups: std::env::var_os("QUORUM_BENCH_NO_CGROUPS").is_none(),
         insecure,
+        // The benches fill the queue on purpose.
+        limits: quorum_control::config::AdmissionLimits::default().unbounded_queue(),
         ..DevOptions::default()
     })
     .await?;
@@ -251,6 +253,11 @@ impl Replicas {
             }
             text.push_str(&format!(
                 "[[partitions]]\nname = \"batch\"\nnodes = \"{nodes}\"\ndefault = true\nmax_time = \"1:00:00\"\n"
+            ));
+            // The benches fill the queue on purpose (a million jobs in arrays of 100,000).
+            let most = u32::MAX;
+            text.push_str(&format!(
+                "[limits]\nmax_job_count = {most}\nmax_array_size = {most}\nmax_submit_jobs_per_user = {most}\n"
             ));
             match &security {
                 Some(s) => text.push_str(&s.controller_toml(i as u64 + 1)?),

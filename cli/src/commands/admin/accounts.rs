@@ -45,6 +45,13 @@ pub struct AccountArgs {
     /// A user's shares of the account: USER=N, repeatable (others have 1).
     #[arg(long = "user-shares", value_delimiter = ',')]
     pub user_shares: Vec<String>,
+    /// The QOS its users may use, comma-separated (Slurm's QOS=); none given: its parent's,
+    /// and where no account names any, the default QOS alone. Operators may use any.
+    #[arg(long, value_delimiter = ',')]
+    pub qos: Vec<String>,
+    /// The QOS of its users' jobs that name none (DefaultQOS=; default: its parent's, then normal).
+    #[arg(long)]
+    pub default_qos: Option<String>,
 }
 
 #[derive(clap::Args)]
@@ -120,6 +127,8 @@ pub async fn account(ctx: &Context, args: AccountArgs) -> anyhow::Result<ExitCod
         max_submit_jobs,
         grp_tres_mins,
         user_shares,
+        qos,
+        default_qos,
     } = args;
     let mut shares_of_users = std::collections::HashMap::new();
     for t in &user_shares {
@@ -158,6 +167,8 @@ pub async fn account(ctx: &Context, args: AccountArgs) -> anyhow::Result<ExitCod
             max_submit_jobs,
             grp_tres_mins: tres_mins("grp-tres-mins", &grp_tres_mins)?,
             user_shares: shares_of_users,
+            qos,
+            default_qos: default_qos.unwrap_or_default(),
         }),
         user: current_user(),
     };

@@ -14,7 +14,7 @@ use super::Context;
 #[derive(Subcommand)]
 pub enum Command {
     /// Add or change an account, like sacctmgr add/modify account.
-    Account(accounts::AccountArgs),
+    Account(Box<accounts::AccountArgs>),
     /// Add a controller replica: it joins as a learner, catches up (by snapshot if it lags far),
     /// then becomes a voter. Start it first with `join = true` in its config.
     AddReplica {
@@ -89,7 +89,7 @@ pub enum Command {
 
 pub async fn run(ctx: &Context, command: Command) -> anyhow::Result<ExitCode> {
     match command {
-        Command::Account(args) => accounts::account(ctx, args).await,
+        Command::Account(args) => accounts::account(ctx, *args).await,
         Command::Qos(args) => accounts::qos(ctx, args).await,
         Command::AddReplica { id, addr } => replicas::add(ctx, id, addr).await,
         Command::TransferLeader { id } => replicas::transfer_leader(ctx, id).await,
