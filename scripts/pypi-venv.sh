@@ -2,8 +2,8 @@
 # scripts/pypi-venv.sh PACKAGE VERSION MODULE: prints the path of a Python that has PACKAGE at
 # VERSION from PyPI (MODULE imports), making a virtual environment for it under
 # ~/.cache/quorum on first use. The tests run real Python clients this way: submitit, which
-# drives Slurm through its commands (cli/tests/slurm_commands.rs), and Prometheus's own client,
-# whose strict OpenMetrics parser reads the controllers' /metrics (cli/tests/observe.rs).
+# drives Slurm through its commands (cli/tests/it/slurm_commands.rs), and Prometheus's own client,
+# whose strict OpenMetrics parser reads the controllers' /metrics (cli/tests/it/observe.rs).
 set -euo pipefail
 package=$1 version=$2 module=$3
 dir="${XDG_CACHE_HOME:-$HOME/.cache}/quorum/$package-$version"

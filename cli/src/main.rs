@@ -5,9 +5,11 @@
 //! and each run pays for what the binary loads. `quorum dev`, `quorum simulate` and `quorum
 //! bench`, which embed the controller, are served by `quorum-dev`, which this process becomes.
 
+mod args;
 mod commands;
 mod entry;
 mod format;
+mod man;
 mod sacct;
 mod sacct_json;
 mod salloc;
@@ -27,137 +29,23 @@ mod sstat;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use args::{Cli, Command};
+use clap::Parser;
 use commands::Context;
-
-#[derive(Parser)]
-#[command(name = "quorum", version, about = "Quorum: a batch scheduler with a replicated control plane")]
-struct Cli {
-    #[command(flatten)]
-    controllers: quorum_client::client::ControllersArg,
-    /// Answer reads (queue, show, nodes) from the first replica that answers, at once, without
-    /// confirming with the leader that nothing newer was committed; the index answered at is
-    /// printed on standard error. For when there is no leader, or to spare it.
-    #[arg(long, global = true)]
-    stale: bool,
-    #[command(subcommand)]
-    command: Command,
-}
-
-#[derive(Subcommand)]
-enum Command {
-    /// Submit a batch script or a command: `quorum submit job.sh` or `quorum submit -- CMD ARGS`.
-    Submit(commands::submit::Args),
-    /// The job queue, like squeue.
-    Queue(commands::queue::Args),
-    /// One job in detail, like scontrol show job.
-    Show(commands::show::Args),
-    /// Cancel jobs.
-    Cancel(commands::cancel::Args),
-    /// Print a job's output, read on its node (the first by default); -f follows a running
-    /// job until it ends, like kubectl logs -f.
-    Logs(commands::logs::Args),
-    /// Hold pending jobs so that they do not start.
-    Hold(commands::hold::Args),
-    /// Release held jobs.
-    Release(commands::hold::Args),
-    /// Send running jobs back to the queue (their processes are killed; they start again).
-    Requeue(commands::hold::Args),
-    /// Change jobs after their submit, like scontrol update: `quorum update 12 TimeLimit=30
-    /// Partition=short` (a running job: its time limit, name and comment only).
-    Update(commands::update::Args),
-    /// Freeze running jobs where they run, keeping their nodes, like scontrol suspend
-    /// (operators); their time limits wait.
-    Suspend(commands::hold::Args),
-    /// Thaw suspended jobs, like scontrol resume (operators).
-    Resume(commands::hold::Args),
-    /// Recurring jobs, like scrontab: `quorum cron add "0 2 * * *" --tz local nightly.sh`,
-    /// `quorum cron list`, `quorum cron remove ID`.
-    #[command(subcommand)]
-    Cron(commands::cron::Args),
-    /// Advance reservations, like scontrol create|update|delete|show reservation (the same
-    /// KEY=VALUE words): `quorum reservation create ReservationName=maint StartTime=now+1hour
-    /// Duration=120 Nodes=n[1-4] Users=root Flags=MAINT`.
-    #[command(subcommand)]
-    Reservation(commands::reservation::Args),
-    /// Each pending job's priority and its factors, like sprio.
-    Prio(commands::prio::Args),
-    /// The account tree with shares, usage and fairshare factors, like sshare.
-    Share(commands::share::Args),
-    /// A token that proves who you are where MUNGE cannot (off the cluster), like scontrol token.
-    Token(commands::token::Args),
-    /// Who the cluster takes you for, and your role.
-    Whoami(commands::whoami::Args),
-    /// Operator and admin commands.
-    Admin {
-        #[command(subcommand)]
-        command: commands::admin::Command,
-    },
-    /// The nodes, like sinfo.
-    Nodes(commands::nodes::Args),
-    /// Jobs as accounting records them, ended ones from the job history included, like sacct
-    /// (the same options: `quorum acct -j 12 -o JobID,State,Elapsed --parsable2`).
-    #[command(disable_help_flag = true)]
-    Acct {
-        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-        args: Vec<String>,
-    },
-    /// What a running job uses now, like sstat (the same options: `quorum stat -j 12`).
-    #[command(disable_help_flag = true)]
-    Stat {
-        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-        args: Vec<String>,
-    },
-    /// How efficiently a job used its CPUs and memory, like seff (`quorum eff 12`).
-    #[command(disable_help_flag = true)]
-    Eff {
-        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-        args: Vec<String>,
-    },
-    /// CPU and GPU time by account and user over a period, like sreport (`quorum report
-    /// cluster AccountUtilizationByUser start=2026-11-01`, `quorum report user TopUsage`).
-    #[command(disable_help_flag = true)]
-    Report {
-        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-        args: Vec<String>,
-    },
-    /// Each controller replica's Raft status.
-    Cluster(commands::cluster::Args),
-    /// Link the Slurm command names this program answers to (`scontrol show hostnames`, ...)
-    /// into DIR; an agent started with `--slurm-commands DIR` puts DIR on its jobs' PATH.
-    InstallSlurmCommands {
-        /// Where the links go, such as /usr/local/lib/quorum/slurm.
-        dir: PathBuf,
-    },
-    /// Replay a workload trace (SWF) through the scheduler in virtual time and report waits,
-    /// slowdown and utilization (run by quorum-dev; `quorum simulate --help`).
-    #[command(disable_help_flag = true)]
-    Simulate {
-        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-        args: Vec<String>,
-    },
-    /// Load generators against a real cluster (its own unless told otherwise): submit,
-    /// dispatch, agents, memory, failover (run by quorum-dev; `quorum bench --help`).
-    #[command(disable_help_flag = true)]
-    Bench {
-        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-        args: Vec<String>,
-    },
-    /// Run three controller replicas and two agents in one process, on loopback (run by
-    /// quorum-dev; `quorum dev --help`).
-    #[command(disable_help_flag = true)]
-    Dev {
-        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-        args: Vec<String>,
-    },
-}
 
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     if let Command::Admin { command: commands::admin::Command::Certs(args) } = cli.command {
         return commands::admin::identity::certs(args);
     }
-    if let Command::InstallSlurmCommands { dir } = &cli.command {
-        return slurm::install(dir);
+    if let Command::InstallSlurmCommands { dir, man } = &cli.command {
+        let linked = slurm::install(dir)?;
+        return match man {
+            Some(man) => man::write_all(man),
+            None => Ok(linked),
+        };
+    }
+    if let Command::Man { dir } = &cli.command {
+        return man::write_all(dir);
     }
     let mut client = cli.controllers.client()?;
     if matches!(cli.command, Command::Admin { command: commands::admin::Command::AddReplica { .. } }) {
@@ -193,7 +81,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Acct { .. } | Command::Stat { .. } | Command::Eff { .. } | Command::Report { .. } => {
             unreachable!("main runs them as sacct, sstat, seff and sreport")
         }
-        Command::InstallSlurmCommands { .. } => unreachable!("answered above"),
+        Command::InstallSlurmCommands { .. } | Command::Man { .. } => unreachable!("answered above"),
     }
 }
 
@@ -224,7 +112,7 @@ fn main() -> ExitCode {
     // Called by a Slurm command's name (a link made by `quorum install-slurm-commands`).
     let mut argv = std::env::args();
     let name = argv.next().and_then(|a| std::path::Path::new(&a).file_name().map(|n| n.to_string_lossy().into_owned()));
-    if let Some(name) = name.filter(|n| slurm::NAMES.contains(&n.as_str())) {
+    if let Some(name) = name.filter(|n| slurm::names().any(|known| known == n)) {
         let args: Vec<String> = argv.collect();
         return slurm::run(&name, &args).unwrap_or(ExitCode::FAILURE);
     }

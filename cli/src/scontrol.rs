@@ -71,8 +71,9 @@ pub fn main(args: &[String]) -> ExitCode {
             on_runtime(move |client| async move { update(client, words).await })
         }
         _ => Err(format!(
-            "'{}' is not supported: Quorum's scontrol supports show job|node|partition [NAME], show hostnames|hostlist|hostlistsorted LIST, hold|release|requeue|suspend|resume JOBS, update JobId=JOBS KEY=VALUE..., update NodeName=NODES State=DRAIN|RESUME [Reason=TEXT], create reservation KEY=VALUE..., update ReservationName=NAME KEY=VALUE..., delete ReservationName=NAME, show reservation [NAME]",
-            args.join(" ")
+            "'{}' is not supported: Quorum's scontrol supports {}",
+            args.join(" "),
+            FORMS.iter().map(|(form, _)| *form).collect::<Vec<_>>().join(", ")
         )),
     };
     match result {
@@ -85,6 +86,62 @@ pub fn main(args: &[String]) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// What this scontrol answers to: each form, and what it does. Its error for
+/// anything else lists the forms, and its man page ([`command`]) describes them.
+const FORMS: &[(&str, &str)] = &[
+    ("show job|node|partition|reservation [NAME]", "Print jobs, nodes, partitions or reservations as Slurm's Key=Value records (-o: one line each; -d is accepted)."),
+    ("show hostnames|hostlist|hostlistsorted [LIST]", "Expand a host list into names, one a line (SLURM_JOB_NODELIST without a list), or fold names into a list."),
+    ("hold|uhold|release|requeue|suspend|resume JOBS", "Hold or release pending jobs, send running ones back to the queue, freeze or thaw them (operators); jobs by id or array task (12_3), comma-separated or several."),
+    ("update JobId=JOBS KEY=VALUE...", "Change jobs as `quorum update` does (TimeLimit, Partition, QOS, Account, Nice, NumNodes, Name, Comment, Dependency, ...)."),
+    ("update NodeName=NODES State=DRAIN|RESUME [Reason=TEXT]", "Drain or resume nodes (operators), as `quorum admin drain|resume`."),
+    ("create reservation KEY=VALUE...", "Create an advance reservation (ReservationName, StartTime, Duration or EndTime, Nodes or NodeCnt, PartitionName, Users, Accounts, Flags), as `quorum reservation create`."),
+    ("update ReservationName=NAME KEY=VALUE...", "Change a reservation."),
+    ("delete ReservationName=NAME", "Delete a reservation (refused while a job is in it)."),
+];
+
+/// scontrol's words as a parser, for its man page and the manual's checks: a subcommand per
+/// verb of [`FORMS`], its forms as its description. (scontrol itself reads its words as
+/// Slurm's does, case-insensitively, with `-o` anywhere; see [`main`].)
+pub fn command() -> clap::Command {
+    let mut cmd = clap::Command::new("scontrol")
+        .about("Show and change jobs, nodes, partitions and reservations (Quorum's scontrol)")
+        .arg(
+            clap::Arg::new("oneliner")
+                .short('o')
+                .long("oneliner")
+                .global(true)
+                .action(clap::ArgAction::SetTrue)
+                .help("One line per record."),
+        )
+        .arg(
+            clap::Arg::new("details")
+                .short('d')
+                .long("details")
+                .global(true)
+                .action(clap::ArgAction::SetTrue)
+                .help("Accepted, as Slurm's; records are shown whole."),
+        )
+        .subcommand_required(true);
+    let mut verbs: Vec<&str> = Vec::new();
+    for (form, _) in FORMS {
+        for verb in form.split(' ').next().unwrap_or_default().split('|') {
+            if !verbs.contains(&verb) {
+                verbs.push(verb);
+            }
+        }
+    }
+    for verb in verbs {
+        let forms: Vec<_> = FORMS
+            .iter()
+            .filter(|(form, _)| form.split(' ').next().is_some_and(|w| w.split('|').any(|x| x == verb)))
+            .collect();
+        let about = forms.iter().map(|(form, what)| format!("{form}: {what}")).collect::<Vec<_>>().join("\n");
+        let words = clap::Arg::new("words").num_args(1..).required(true).help("The words of the forms above.");
+        cmd = cmd.subcommand(clap::Command::new(verb).about(about).arg(words));
+    }
+    cmd
 }
 
 /// The controllers as the environment names them (scontrol's words are not clap's).

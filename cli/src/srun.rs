@@ -27,6 +27,7 @@ pub struct SrunArgs {
     /// Tasks (default: the job's SLURM_NTASKS, or one per node).
     #[arg(short = 'n', long)]
     ntasks: Option<u32>,
+    /// Tasks on each node (Slurm's --ntasks-per-node; --tasks-per-node too).
     #[arg(long = "ntasks-per-node", alias = "tasks-per-node")]
     ntasks_per_node: Option<u32>,
     /// CPUs per task (default: the job's SLURM_CPUS_PER_TASK).
@@ -93,8 +94,10 @@ pub struct SrunArgs {
     /// From outside a job: the job's name (default: the program's).
     #[arg(short = 'J', long = "job-name")]
     job_name: Option<String>,
+    /// From outside a job: the account the allocation is charged to.
     #[arg(short = 'A', long)]
     account: Option<String>,
+    /// From outside a job: the allocation's QOS.
     #[arg(short = 'q', long)]
     qos: Option<String>,
     /// From outside a job, as root: the allocation is this user's (a name or uid), and srun

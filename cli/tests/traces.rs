@@ -3,6 +3,7 @@
 //! node, each with the job's id. The spans go over OTLP (gRPC) to a collector in this test, which
 //! keeps what it receives, as the OpenTelemetry Collector's receiver would.
 
+#[path = "it/common/mod.rs"]
 mod common;
 
 use std::sync::{Arc, Mutex};

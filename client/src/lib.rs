@@ -5,12 +5,14 @@
 //! - [`submit`]: turns command-line options and `#SBATCH` lines into a job spec;
 //! - [`display`]: squeue/sinfo/scontrol-like tables and `--json` output;
 //! - [`digest`]: `quorum admin digest`, every replica's state digest at one log index;
-//! - [`logs`]: `quorum logs [-f]`, a job's output read on its node through the leader.
+//! - [`logs`]: `quorum logs [-f]`, a job's output read on its node through the leader;
+//! - [`manual`]: man pages generated from the parsers, and the checks that keep the manual true.
 
 pub mod client;
 pub mod digest;
 pub mod display;
 pub mod logs;
+pub mod manual;
 pub mod submit;
 
 /// Runs a command's future on `runtime` and turns its outcome into the process's exit code,

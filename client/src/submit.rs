@@ -194,11 +194,13 @@ pub struct SubmitOpts {
     /// Run only inside this advance reservation (`scontrol show reservation` lists them).
     #[arg(long)]
     pub reservation: Option<String>,
-    /// Events to mail about (`BEGIN`, `END`, `FAIL`, `ALL`, ...): recorded and shown; mail is
-    /// not sent (no mail program is configured).
+    /// Events to mail about (`BEGIN`, `END`, `FAIL`, `REQUEUE`, `TIME_LIMIT`, `ARRAY_TASKS`,
+    /// `ALL`, `NONE`): mailed through the controllers' `mail_program`, once per change the
+    /// leader sees; recorded and shown, and not mailed, where no `mail_program` is configured.
+    /// `TIME_LIMIT_50`/`_80`/`_90`, `INVALID_DEPEND` and `STAGE_OUT` are accepted, never mailed.
     #[arg(long)]
     pub mail_type: Option<String>,
-    /// Who gets the job's mail (recorded and shown).
+    /// Who gets the job's mail (the submitting user by default).
     #[arg(long)]
     pub mail_user: Option<String>,
     /// `truncate` (the default) or `append`: how the output files are opened.
@@ -213,8 +215,8 @@ pub struct SubmitOpts {
     /// Accepted: a job's nodes all start it together.
     #[arg(long)]
     pub wait_all_nodes: Option<String>,
-    /// `no` is what happens here; `yes` is accepted with a warning (a job whose dependency can
-    /// never be met stays pending until cancelled).
+    /// `yes`: cancel the job once its dependency can never be met (reason
+    /// `DependencyNeverSatisfied`); `no` (the default): it waits with that reason until cancelled.
     #[arg(long)]
     pub kill_on_invalid_dep: Option<String>,
     #[command(flatten)]

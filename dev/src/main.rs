@@ -25,6 +25,10 @@ enum Command {
     /// Load generators against a real cluster (its own unless told otherwise): submit,
     /// dispatch, agents, memory, failover.
     Bench(quorum_dev::bench::BenchArgs),
+    /// Write the man pages of `quorum dev`, `simulate` and `bench` into DIR/man1 (`quorum man`
+    /// runs this for them).
+    #[command(hide = true)]
+    Man { dir: PathBuf },
     /// Run three controller replicas and agents in this process, on loopback.
     Dev {
         /// Keep data here instead of a temporary directory.
@@ -80,8 +84,16 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             quorum_dev::bench::run(args, &cli.controllers).await?;
             Ok(ExitCode::SUCCESS)
         }
+        Command::Man { dir } => {
+            use clap::CommandFactory;
+            quorum_client::manual::write_subcommand_pages(Cli::command(), &dir, OF_QUORUM_DEV)?;
+            Ok(ExitCode::SUCCESS)
+        }
     }
 }
+
+/// The `quorum` subcommands this program serves.
+const OF_QUORUM_DEV: &[&str] = &["dev", "simulate", "bench"];
 
 async fn dev(
     data: Option<PathBuf>,
@@ -172,4 +184,56 @@ fn main() -> ExitCode {
         let _ = tokio::task::spawn_blocking(move || drop(telemetry)).await;
         code
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn every_subcommand_and_option_is_documented() {
+        let missing = quorum_client::manual::undocumented(&Cli::command());
+        assert!(missing.is_empty(), "without a description, so missing from the man pages:\n{}", missing.join("\n"));
+    }
+
+    /// Every `quorum dev|simulate|bench` command the README, the manual and the runbook show
+    /// parses (`quorum`'s own test checks the other commands).
+    #[test]
+    fn every_command_shown_in_the_docs_parses() {
+        let root = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
+        let files = quorum_client::manual::manual_files(root);
+        let mut checked = 0;
+        let mut wrong = Vec::new();
+        for file in &files {
+            let text = std::fs::read_to_string(file).unwrap();
+            let file = file.display();
+            for (line, words) in quorum_client::manual::shell_commands(&text, &["quorum"]) {
+                if !words.get(1).is_some_and(|w| OF_QUORUM_DEV.contains(&w.as_str())) {
+                    continue;
+                }
+                checked += 1;
+                if let Err(e) = Cli::try_parse_from(&words) {
+                    if e.kind() != clap::error::ErrorKind::DisplayHelp {
+                        let first = e.to_string().lines().next().unwrap_or_default().to_string();
+                        wrong.push(format!("{file}:{line}: `{}`: {first}", words.join(" ")));
+                    }
+                }
+            }
+        }
+        assert!(wrong.is_empty(), "commands in the docs that do not parse:\n{}", wrong.join("\n"));
+        assert!(checked >= 5, "only {checked} quorum dev/simulate/bench commands found");
+    }
+
+    #[test]
+    fn pages_are_written_for_dev_simulate_and_bench_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let written = quorum_client::manual::write_subcommand_pages(Cli::command(), dir.path(), OF_QUORUM_DEV).unwrap();
+        let names: Vec<String> =
+            written.iter().map(|p| p.file_name().unwrap().to_string_lossy().into_owned()).collect();
+        for name in ["quorum-dev.1", "quorum-simulate.1", "quorum-bench.1", "quorum-bench-submit.1"] {
+            assert!(names.contains(&name.to_string()), "{name} not among {names:?}");
+        }
+        assert!(!names.contains(&"quorum.1".to_string()), "quorum's own page is quorum's to write");
+    }
 }

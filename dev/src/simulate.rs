@@ -64,6 +64,7 @@ pub struct SimulateArgs {
     /// Replay this many jobs.
     #[arg(long)]
     pub count: Option<usize>,
+    /// Print the results as JSON (the keys are in the manual's simulator page).
     #[arg(long)]
     pub json: bool,
     /// Draw the schedule (nodes × time) to this SVG file.

@@ -1,5 +1,5 @@
 //! What each fuzz target does with its input, kept apart from libFuzzer so that the project's
-//! own tests replay the kept corpus through the same code (`cli/tests/fuzz_corpus.rs`, which
+//! own tests replay the kept corpus through the same code (`cli/tests/it/fuzz_corpus.rs`, which
 //! includes this file): a crash found here becomes a file in `corpus/<target>/` and so a
 //! regression test.
 //!
@@ -12,7 +12,7 @@ use quorum_model::{hostlist, parse};
 // The controller's config file and its proto <-> model conversions live in `quorum-control`,
 // which links RocksDB. Under `cargo fuzz` (which sets `--cfg fuzzing`) their two source files
 // are compiled into this crate, beside the `model` name they import from their crate's root;
-// the project's own test of the corpus (`cli/tests/fuzz_corpus.rs`) takes them from
+// the project's own test of the corpus (`cli/tests/it/fuzz_corpus.rs`) takes them from
 // `quorum-control` itself.
 #[cfg(fuzzing)]
 pub use quorum_model as model;

@@ -8,6 +8,7 @@ use super::{print_json, replica_statuses, Context};
 
 #[derive(clap::Args)]
 pub struct Args {
+    /// Print JSON instead of a table, for scripts.
     #[arg(long)]
     json: bool,
 }

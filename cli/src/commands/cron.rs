@@ -17,6 +17,8 @@ pub enum Args {
     /// COMMAND...)`. The schedule has cron's five fields (minute hour day-of-month month
     /// day-of-week), or six with seconds first, or @hourly, @daily, @weekly, @monthly, @yearly.
     Add {
+        /// When it fires: cron's five fields, six with seconds first, or @hourly, @daily, @weekly,
+        /// @monthly, @yearly (quote it).
         schedule: String,
         /// UTC (the default), local (the controllers' time zone), or an offset such as +05:30.
         #[arg(long = "tz", default_value = "UTC")]
@@ -31,11 +33,15 @@ pub enum Args {
     },
     /// Your entries (every user's, for operators).
     List {
+        /// Print JSON instead of a table, for scripts.
         #[arg(long)]
         json: bool,
     },
     /// Remove an entry (yours; operators: any).
-    Remove { id: u64 },
+    Remove {
+        /// The entry's id, as `quorum cron list` shows it.
+        id: u64,
+    },
 }
 
 pub async fn run(ctx: &Context, args: Args) -> anyhow::Result<ExitCode> {

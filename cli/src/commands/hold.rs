@@ -11,6 +11,7 @@ use super::{current_user, Context};
 
 #[derive(clap::Args)]
 pub struct Args {
+    /// The jobs, by id.
     #[arg(required = true)]
     jobs: Vec<u64>,
 }

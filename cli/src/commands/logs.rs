@@ -10,6 +10,7 @@ use super::{current_user, status_error, Context};
 pub struct Args {
     /// A job id, or ARRAY_TASK such as 12_3.
     job: JobRef,
+    /// Wait for a pending job to start, and follow its output until it ends.
     #[arg(long, short = 'f')]
     follow: bool,
     /// Read the file on this node of the job's allocation.

@@ -9,6 +9,7 @@ use super::{note_stale, print_json, Context};
 
 #[derive(clap::Args)]
 pub struct Args {
+    /// Print JSON instead of a table, for scripts.
     #[arg(long)]
     json: bool,
 }

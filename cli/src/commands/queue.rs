@@ -18,6 +18,7 @@ pub struct Args {
     /// Only this user's jobs.
     #[arg(long, short)]
     user: Option<String>,
+    /// Print JSON instead of a table, for scripts.
     #[arg(long)]
     json: bool,
 }

@@ -16,18 +16,24 @@ pub enum Args {
     /// [D-]H:M:S|UNLIMITED (or EndTime=TIME) Nodes=LIST (or NodeCnt=N [PartitionName=P])
     /// Users=a,b and/or Accounts=x,y [Flags=MAINT,IGNORE_JOBS,DAILY,WEEKLY] (operators).
     Create {
+        /// KEY=VALUE words, as scontrol takes them.
         #[arg(required = true)]
         words: Vec<String>,
     },
     /// Change one: ReservationName=NAME and what changes, as for create (operators).
     Update {
+        /// ReservationName=NAME and the KEY=VALUE words to change.
         #[arg(required = true)]
         words: Vec<String>,
     },
     /// Delete one, refused while a job is in it (operators).
-    Delete { name: String },
+    Delete {
+        /// The reservation's name.
+        name: String,
+    },
     /// The reservations not yet over (or one), as scontrol show reservation prints them.
     Show {
+        /// Only this reservation.
         name: Option<String>,
         /// One line each.
         #[arg(short = 'o', long)]

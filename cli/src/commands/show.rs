@@ -12,6 +12,7 @@ use super::{note_stale, print_json, Context};
 pub struct Args {
     /// A job id, or ARRAY_TASK such as 12_3.
     job: JobRef,
+    /// Print JSON instead of a table, for scripts.
     #[arg(long)]
     json: bool,
 }

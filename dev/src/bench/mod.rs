@@ -28,6 +28,7 @@ pub enum BenchCommand {
     /// Concurrent clients submitting held jobs: throughput and latency of acknowledged (committed
     /// and durable) submits.
     Submit {
+        /// Concurrent clients, each submitting one job at a time.
         #[arg(long, default_value_t = 64)]
         clients: usize,
         /// Submits in all.
@@ -42,17 +43,20 @@ pub enum BenchCommand {
         /// their word), to measure what security costs.
         #[arg(long)]
         insecure: bool,
+        /// Print the results as JSON.
         #[arg(long)]
         json: bool,
     },
     /// On an idle cluster, the time from sending a submit to the job's process starting (the job
     /// records its own start time), one job at a time.
     Dispatch {
+        /// Jobs, one after another.
         #[arg(long, default_value_t = 200)]
         jobs: usize,
         /// Start the cluster without TLS, authentication and signed launches.
         #[arg(long)]
         insecure: bool,
+        /// Print the results as JSON.
         #[arg(long)]
         json: bool,
     },
@@ -60,6 +64,7 @@ pub enum BenchCommand {
     /// second to three quorum-controller processes: heartbeat round trips, the leader's CPU,
     /// and whether any node was falsely declared DOWN.
     Agents {
+        /// Simulated agents (nodes).
         #[arg(long, default_value_t = 10_000)]
         agents: usize,
         /// Seconds of steady heartbeats measured once every agent is registered.
@@ -68,12 +73,14 @@ pub enum BenchCommand {
         /// The controller binary (default: quorum-controller next to this program).
         #[arg(long)]
         controller_bin: Option<PathBuf>,
+        /// Print the results as JSON.
         #[arg(long)]
         json: bool,
     },
     /// The resident memory of each replica (three quorum-controller processes) holding this
     /// many pending (held) jobs, submitted one by one (or as job arrays, --arrays).
     Memory {
+        /// Held jobs to submit and hold.
         #[arg(long, default_value_t = 1_000_000)]
         jobs: usize,
         #[command(flatten)]
@@ -88,19 +95,23 @@ pub enum BenchCommand {
         /// The controller binary (default: quorum-controller next to this program).
         #[arg(long)]
         controller_bin: Option<PathBuf>,
+        /// Print the results as JSON.
         #[arg(long)]
         json: bool,
     },
     /// Kills the leader's process with SIGKILL under submit load, run after run: the time from
     /// the kill to the first acknowledged submit sent after it.
     Failover {
+        /// Kills of the leader, one after another.
         #[arg(long, default_value_t = 10)]
         runs: usize,
+        /// Concurrent clients submitting while the leader is killed.
         #[arg(long, default_value_t = 4)]
         clients: usize,
         /// The controller binary (default: quorum-controller next to this program).
         #[arg(long)]
         controller_bin: Option<PathBuf>,
+        /// Print the results as JSON.
         #[arg(long)]
         json: bool,
     },

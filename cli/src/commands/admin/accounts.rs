@@ -9,25 +9,33 @@ use crate::commands::{current_user, Context};
 
 #[derive(clap::Args)]
 pub struct AccountArgs {
+    /// The account's name; it is made if missing, else changed.
     pub name: String,
+    /// Its parent in the account tree (root by default).
     #[arg(long)]
     pub parent: Option<String>,
+    /// Its fairshare shares among its siblings.
     #[arg(long, default_value_t = 1)]
     pub shares: u32,
     /// Users who may charge it, comma-separated.
     #[arg(long, value_delimiter = ',')]
     pub users: Vec<String>,
+    /// Jobs of its users that may run at once (MaxJobs).
     #[arg(long)]
     pub max_jobs: Option<u32>,
+    /// GPUs all its running jobs may hold together.
     #[arg(long)]
     pub grp_gpus: Option<u32>,
+    /// CPUs all its running jobs may hold together.
     #[arg(long)]
     pub grp_cpus: Option<u32>,
+    /// The longest time limit one of its jobs may have, like 2-00:00:00 (MaxWall).
     #[arg(long)]
     pub max_wall: Option<String>,
     /// Memory of all its running jobs, like 512G.
     #[arg(long)]
     pub grp_mem: Option<String>,
+    /// Nodes all its running jobs may hold together.
     #[arg(long)]
     pub grp_nodes: Option<u32>,
     /// GPUs of a type for all its running jobs: TYPE=N, repeatable.
@@ -56,13 +64,18 @@ pub struct AccountArgs {
 
 #[derive(clap::Args)]
 pub struct QosArgs {
+    /// The QOS's name; it is made if missing, else changed.
     pub name: String,
+    /// Its priority, weighted by weight_qos in a job's priority.
     #[arg(long, default_value_t = 0)]
     pub priority: u32,
+    /// The longest time limit one of its jobs may have, like 1:00:00 (MaxWall).
     #[arg(long)]
     pub max_wall: Option<String>,
+    /// GPUs one user's running jobs of this QOS may hold together.
     #[arg(long)]
     pub max_gpus_per_user: Option<u32>,
+    /// Jobs of this QOS one user may have running at once.
     #[arg(long)]
     pub max_jobs_per_user: Option<u32>,
     /// What one job may ask for, a TRES list: cpu=16,mem=64G,node=2,gres/gpu=4.

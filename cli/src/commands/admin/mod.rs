@@ -18,6 +18,7 @@ pub enum Command {
     /// Add a controller replica: it joins as a learner, catches up (by snapshot if it lags far),
     /// then becomes a voter. Start it first with `join = true` in its config.
     AddReplica {
+        /// The new replica's id (its config's `id`).
         id: u64,
         /// host:port the other replicas and agents reach it at.
         addr: String,
@@ -25,6 +26,7 @@ pub enum Command {
     /// Drain nodes: no new job lands there, running ones go on (like scontrol update
     /// state=drain). Comma-separated names.
     Drain {
+        /// The nodes, comma-separated.
         #[arg(value_delimiter = ',', required = true)]
         nodes: Vec<String>,
         /// Why; shown in `quorum nodes`.
@@ -33,6 +35,7 @@ pub enum Command {
     },
     /// Return drained nodes to service.
     Resume {
+        /// The nodes, comma-separated.
         #[arg(value_delimiter = ',', required = true)]
         nodes: Vec<String>,
     },
@@ -40,21 +43,37 @@ pub enum Command {
     /// failing GPU does: xid:N, ecc-uncorrectable[:N], ecc-correctable:N, temperature:C,
     /// retired-pages:N, pcie-replay:N, remapped-rows:N, remap-pending, remap-failed, or clear
     /// (the GPU is healthy again).
-    GpuFault { node: String, gpu: u32, kind: String },
+    GpuFault {
+        /// The node whose agent simulates the GPU.
+        node: String,
+        /// The GPU's index on that node.
+        gpu: u32,
+        /// The fault, or clear.
+        kind: String,
+    },
     /// Hand leadership to replica ID (default: the most caught-up other voter).
-    TransferLeader { id: Option<u64> },
+    TransferLeader {
+        /// The voter to lead next.
+        id: Option<u64>,
+    },
     /// Remove a controller replica from the cluster (stop its process afterwards).
-    RemoveReplica { id: u64 },
+    RemoveReplica {
+        /// The replica's id.
+        id: u64,
+    },
     /// What each replica runs and the cluster's feature level (the lowest among the voters):
     /// commands newer than it are refused until every replica is upgraded.
     Versions {
+        /// Print JSON instead of a table, for scripts.
         #[arg(long)]
         json: bool,
     },
     /// Wait until replica ID answers from a process started after --started-after (epoch ms)
     /// and has applied everything the leader had committed by then; for upgrade scripts.
     WaitReplica {
+        /// The replica's id.
         id: u64,
+        /// Only a process started after this time counts (milliseconds since the epoch; 0: any).
         #[arg(long, default_value_t = 0)]
         started_after: u64,
         /// Give up after this many seconds (exit 1).
@@ -64,7 +83,9 @@ pub enum Command {
     /// Wait until NODE's agent is connected from a process started after --started-after
     /// (epoch ms); for upgrade scripts.
     WaitNode {
+        /// The node's name.
         node: String,
+        /// Only a process started after this time counts (milliseconds since the epoch; 0: any).
         #[arg(long, default_value_t = 0)]
         started_after: u64,
         /// Give up after this many seconds (exit 1).
@@ -74,6 +95,7 @@ pub enum Command {
     /// Each replica's state digest at one log index (a digest point committed through Raft);
     /// exits 1 if any two differ.
     Digest {
+        /// Print JSON instead of a table, for scripts.
         #[arg(long)]
         json: bool,
     },
@@ -82,7 +104,12 @@ pub enum Command {
     /// Give a user a role at run time: user, operator (any job; drain and resume nodes) or
     /// admin (accounts, QOS, roles, tokens for others, membership). `user` takes back what was
     /// given; roles in the controllers' configuration stay.
-    Role { user: String, role: String },
+    Role {
+        /// The user's name.
+        user: String,
+        /// user, operator or admin.
+        role: String,
+    },
     /// Make the cluster's CA, keys and certificates in a directory (no cluster needed).
     Certs(identity::CertsArgs),
 }
