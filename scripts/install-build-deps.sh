@@ -3,7 +3,8 @@
 # generation), libclang (bindgen for the rocksdb crate), and MUNGE (libmunge to link against,
 # munged for `quorum dev` and the tests), which every Slurm site already runs, and Python's venv
 # for the tests' workflow client, and PostgreSQL's server, which the tests start to check what
-# quorum-dbd exports, and what jepsen/ needs (iproute2, nftables, libfaketime). RocksDB itself is compiled from
+# quorum-dbd exports, and what jepsen/ needs (iproute2, nftables, libfaketime), and what
+# containers need (squashfuse, squashfs-tools) and their tests (a registry, skopeo, umoci). RocksDB itself is compiled from
 # source by the rocksdb crate; see README.md, "Building".
 set -euo pipefail
 need=()
@@ -31,6 +32,17 @@ command -v nft >/dev/null 2>&1 || command -v /usr/sbin/nft >/dev/null 2>&1 || ne
 compgen -G '/usr/lib/*-linux-gnu/faketime/libfaketimeMT.so.1' >/dev/null || need+=(faketime)
 # The tests scrape the controllers' /metrics with curl, as an operator would.
 command -v curl >/dev/null 2>&1 || need+=(curl)
+# Containers (--container-image): nodes mount squashfs images with squashfuse and save them with
+# mksquashfs; the tests run a real OCI registry (docker-registry, htpasswd logins, TLS from
+# openssl), build their image from busybox-static with umoci and push it with skopeo.
+command -v squashfuse >/dev/null 2>&1 || need+=(squashfuse)
+command -v mksquashfs >/dev/null 2>&1 || need+=(squashfs-tools)
+command -v docker-registry >/dev/null 2>&1 || need+=(docker-registry)
+command -v skopeo >/dev/null 2>&1 || need+=(skopeo)
+command -v umoci >/dev/null 2>&1 || need+=(umoci)
+command -v htpasswd >/dev/null 2>&1 || need+=(apache2-utils)
+command -v openssl >/dev/null 2>&1 || need+=(openssl)
+[ -x /bin/busybox ] && /bin/busybox --list >/dev/null 2>&1 && ! ldd /bin/busybox >/dev/null 2>&1 || need+=(busybox-static)
 # The dashboard's tests drive a real browser: headless Chromium through its WebDriver.
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 command -v chromedriver >/dev/null 2>&1 || need+=(chromium-driver)

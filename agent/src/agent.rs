@@ -60,6 +60,8 @@ pub struct AgentConfig {
     /// its own; needs root): for several agents on one host, as `quorum dev` runs them, so that
     /// `hostname` and launchers that use it tell the nodes apart.
     pub node_hostname: bool,
+    /// Containers (`--container-image`): whether allowed, the image cache, the registries.
+    pub containers: crate::container::ContainerConfig,
 }
 
 impl AgentConfig {
@@ -88,6 +90,7 @@ impl AgentConfig {
             slurm_commands: None,
             tmp_base: std::env::temp_dir(),
             node_hostname: false,
+            containers: Default::default(),
         }
     }
 
@@ -186,6 +189,8 @@ pub(crate) struct StepEntry {
     /// Task 0's input queue while task 0 is not started yet: what `srun` sends meanwhile waits
     /// in it, and the task's writer takes it over when the task starts.
     pub early_input: Option<crate::input::Queue>,
+    /// The step's container here, until the last of its tasks here is done with it.
+    pub container: Option<crate::step::StepContainer>,
 }
 
 /// The agent's lease on its jobs: the send time of the newest heartbeat the leader answered,
@@ -234,6 +239,8 @@ pub struct Agent {
     /// The most resident memory each running job's and step task's process group held
     /// together at a heartbeat's sample (KiB), from its start to its end.
     rss_peaks: Mutex<HashMap<i32, u64>>,
+    /// The node's image cache and the jobs' containers.
+    pub containers: crate::container::Containers,
 }
 
 impl Agent {
@@ -247,7 +254,9 @@ impl Agent {
     pub fn with_gpu_source(config: AgentConfig, source: Box<dyn gpu::GpuSource>) -> Arc<Agent> {
         let (exits_tx, exits_rx) = mpsc::unbounded_channel();
         let (outbox, outbox_rx) = mpsc::channel(1024);
+        let containers = crate::container::Containers::new(config.containers.clone(), &config.spool_dir);
         Arc::new(Agent {
+            containers,
             config,
             jobs: Mutex::new(HashMap::new()),
             exits_tx,

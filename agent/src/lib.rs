@@ -8,6 +8,7 @@
 
 mod agent;
 pub mod conn;
+pub mod container;
 pub mod devices;
 pub mod environment;
 pub mod gpu;
@@ -58,6 +59,10 @@ pub async fn serve(agent: Arc<Agent>, shutdown: watch::Receiver<bool>) {
         tracing::warn!(spool = %agent.config.spool_dir.display(), error = %e, "cannot prepare the spool directory");
     }
     runner::reattach_all(&agent);
+    // What containers an earlier agent left of jobs that ended meanwhile go.
+    let running: Vec<u64> = agent.lock_jobs().keys().copied().collect();
+    let sweeper = agent.clone();
+    let _ = tokio::task::spawn_blocking(move || sweeper.containers.sweep_except(&running)).await;
     let lease = tokio::spawn(watch_lease(agent.clone(), shutdown.clone()));
     let health = tokio::spawn(watch_health(agent.clone(), shutdown.clone()));
     agent.check_gpus().await;
@@ -67,6 +72,8 @@ pub async fn serve(agent: Arc<Agent>, shutdown: watch::Receiver<bool>) {
     lease.abort();
     let _ = health.await;
     agent.stopped.send_replace(true);
+    let stopping = agent.clone();
+    let _ = tokio::task::spawn_blocking(move || stopping.containers.stop()).await;
 }
 
 async fn watch_lease(agent: Arc<Agent>, mut shutdown: watch::Receiver<bool>) {

@@ -160,7 +160,7 @@ pub(crate) fn read_as(
 /// file access (Linux keeps credentials per thread; the raw system calls, unlike glibc's
 /// wrappers, change this thread alone). Checked afterwards: a thread that could not switch
 /// reads nothing.
-fn become_for_files(account: &identity::Account) -> std::io::Result<()> {
+pub(crate) fn become_for_files(account: &identity::Account) -> std::io::Result<()> {
     if !identity::is_root() {
         return Ok(());
     }

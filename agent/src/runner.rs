@@ -62,7 +62,7 @@ async fn epilog(agent: &Agent, launch: &Launch, (_, code, _): Ended) -> Option<S
     crate::site::around_job(scripts, launch, &agent.config.name, crate::site::Context::Epilog, Some(code)).await
 }
 
-fn finish(agent: &Agent, launch: &Launch, (kind, code, signal): Ended, problem: Option<String>) {
+fn finish(agent: &Arc<Agent>, launch: &Launch, (kind, code, signal): Ended, problem: Option<String>) {
     let (job_id, token) = (launch.job_id, launch.token);
     let mut usage = usage_of(&record::record_dir(&agent.config.spool_dir, job_id, token));
     tracing::info!(job = job_id, ?kind, code, signal, "job ended");
@@ -82,6 +82,11 @@ fn finish(agent: &Agent, launch: &Launch, (kind, code, signal): Ended, problem: 
         }
     }
     let _ = agent.exits_tx.send(job_id);
+    // Its containers here go with it (a named one lasts as long as the job).
+    if let Ok(rt) = tokio::runtime::Handle::try_current() {
+        let agent_containers = agent.clone();
+        rt.spawn_blocking(move || agent_containers.containers.end_job(job_id));
+    }
 }
 
 fn now_ms() -> u64 {
@@ -301,6 +306,38 @@ async fn start_job(
         }
     }
     let umask = crate::environment::take_umask(&mut env).unwrap_or(supervisor::DEFAULT_UMASK);
+    // `#SBATCH --container-image`: the batch step runs in the container, as pyxis runs it.
+    let mut argv = argv;
+    let mut work_dir = work_dir;
+    let mut enter = None;
+    if let Some(c) = &spec.container {
+        let script_dir = record::script_dir(&agent.config.spool_dir, launch.job_id, launch.token);
+        let request = crate::container::Request {
+            job_id: launch.job_id,
+            key: "batch".into(),
+            account: account.as_ref(),
+            env: &env,
+            same_path: [tmp.clone(), script_dir].into_iter().filter(|p| p.is_dir()).collect(),
+            gpus: launch.gpus.iter().filter_map(|&i| agent.config.gpu_devices.get(i as usize).copied()).collect(),
+        };
+        let live = match agent.containers.open(c, request).await {
+            Ok(live) => live,
+            Err(e) => {
+                write_launch_error(&output, account.as_ref(), &format!("quorum: container: {e}\n"));
+                return failed(format!("container: {e}"));
+            }
+        };
+        env = live.environment(env, &c.env);
+        argv = live.argv(c, &argv);
+        work_dir = PathBuf::from(live.workdir(c));
+        // SAFETY: getuid and getgid cannot fail.
+        let (uid, gid) =
+            account.as_ref().map_or_else(|| unsafe { (libc::getuid(), libc::getgid()) }, |a| (a.uid, a.gid));
+        enter = match live.enter(uid, gid) {
+            Ok(e) => Some(e),
+            Err(e) => return failed(format!("cannot enter the container: {e}")),
+        };
+    }
     let mut prepared = match Prepared::new(&argv, &env, &work_dir, &output, &record) {
         Ok(p) => p.umask(umask),
         Err(e) => return failed(format!("cannot run '{}' in {}: {e}", argv[0], work_dir.display())),
@@ -313,6 +350,9 @@ async fn start_job(
     }
     if let Some(a) = &account {
         prepared = prepared.run_as(supervisor::Credentials { uid: a.uid, gid: a.gid, groups: a.groups.clone() });
+    }
+    if let Some(e) = enter {
+        prepared = prepared.container(e);
     }
     prepared = match agent.limits().cgroups() {
         Some(cg) => {
@@ -361,6 +401,29 @@ async fn start_job(
         "job started"
     );
     watch(agent, launch, &record, pids, started_ms, None, kill_rx).await
+}
+
+/// Appends `message` to the job's error file (its output file without one), written as the
+/// job's user, so that why the job could not start is where its output would have been.
+fn write_launch_error(output: &supervisor::Output, account: Option<&identity::Account>, message: &str) {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = output.stderr.clone().unwrap_or_else(|| output.stdout.clone());
+    let (account, message) = (account.cloned(), message.to_string());
+    let _ = std::thread::spawn(move || {
+        if let Some(a) = &account {
+            crate::output::become_for_files(a).ok()?;
+        }
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .mode(0o644)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+            .open(&path)
+            .ok()?;
+        f.write_all(message.as_bytes()).ok()
+    })
+    .join();
 }
 
 /// How a batch script is started: by the interpreter its `#!` line names, with that line's one

@@ -81,7 +81,40 @@ pub(crate) async fn launch(agent: Arc<Agent>, l: StepLaunch) {
         None => Vec::new(),
     };
     let tmpdir = crate::runner::tmpdir_of(&agent, l.job_id, l.token);
-    agent.lock_steps().entry((l.job_id, l.step_id)).or_default();
+    // `--container-image`: the one container every task of the step here enters.
+    let container = match &l.container {
+        None => None,
+        Some(spec) => {
+            let job_env: Vec<(String, String)> = l.env.iter().map(|e| (e.name.clone(), e.value.clone())).collect();
+            let request = crate::container::Request {
+                job_id: l.job_id,
+                key: format!("step.{}", l.step_id),
+                account: account.as_ref(),
+                env: &job_env,
+                same_path: [tmpdir.clone()].into_iter().filter(|p| p.is_dir()).collect(),
+                gpus: l.gpus.iter().filter_map(|&i| agent.config.gpu_devices.get(i as usize).copied()).collect(),
+            };
+            match agent.containers.open(spec, request).await {
+                Ok(live) => Some((live, spec.clone())),
+                Err(e) => return refuse(format!("container: {e}")).await,
+            }
+        }
+    };
+    {
+        let mut steps = agent.lock_steps();
+        let entry = steps.entry((l.job_id, l.step_id)).or_default();
+        if let Some((live, spec)) = &container {
+            live.users.fetch_add(l.tasks as usize, Ordering::Relaxed);
+            entry.container = Some(StepContainer {
+                live: live.clone(),
+                spec: spec.clone(),
+                left: l.tasks as usize,
+                // One node saves (`--container-save`): the step's first.
+                save: l.node_id == 0,
+                account: account.clone(),
+            });
+        }
+    }
     for task in tasks {
         let local = task - l.first_task;
         let gpus: Vec<String> = if l.gpus_per_task == 0 {
@@ -127,15 +160,99 @@ pub(crate) async fn launch(agent: Arc<Agent>, l: StepLaunch) {
             continue;
         }
         let slave = pty.as_ref().map(|(_, s)| s);
-        let spawned = spawn(&l, &env, umask, account.as_ref(), &cgroup_procs, task == 0, hostname, slave);
+        let inside = match &container {
+            None => None,
+            Some((live, spec)) => {
+                env = live.environment(env, &spec.env);
+                let argv = live.argv(spec, &l.argv);
+                let (uid, gid) = account.as_ref().map_or_else(
+                    // SAFETY: getuid and getgid cannot fail.
+                    || unsafe { (libc::getuid(), libc::getgid()) },
+                    |a| (a.uid, a.gid),
+                );
+                match (live.find_program(&argv[0], &env), live.enter(uid, gid)) {
+                    (Some(program), Ok(enter)) => Some(Inside { argv, program, cwd: live.workdir(spec), enter }),
+                    (None, _) => {
+                        let path = env.iter().find(|(k, _)| k == "PATH").map(|(_, v)| v.clone()).unwrap_or_default();
+                        let error = format!("'{}' is not found on the container's PATH ({path})", argv[0]);
+                        task_failed(&agent, &l, task, error).await;
+                        container_task_gone(&agent, &l).await;
+                        continue;
+                    }
+                    (_, Err(e)) => {
+                        task_failed(&agent, &l, task, format!("cannot enter the container: {e}")).await;
+                        container_task_gone(&agent, &l).await;
+                        continue;
+                    }
+                }
+            }
+        };
+        let spawned =
+            spawn(&l, &env, umask, account.as_ref(), &cgroup_procs, task == 0, hostname, slave, inside.as_ref());
         match spawned {
             Ok(child) => watch(agent.clone(), l.clone(), task, child, pty.map(|(m, _)| m)),
             Err(e) => {
-                task_failed(&agent, &l, task, format!("cannot run '{}' in {}: {e}", l.argv[0], l.work_dir)).await;
+                let (program, cwd) = inside
+                    .as_ref()
+                    .map_or((l.argv[0].as_str(), l.work_dir.as_str()), |i| (i.argv[0].as_str(), i.cwd.as_str()));
+                let place = if inside.is_some() { " (in the container)" } else { "" };
+                task_failed(&agent, &l, task, format!("cannot run '{program}' in {cwd}{place}: {e}")).await;
+                container_task_gone(&agent, &l).await;
             }
         }
     }
     forget_if_idle(&agent, (l.job_id, l.step_id));
+}
+
+/// A step's container on this node, and what is to be done when its tasks here are all done.
+pub(crate) struct StepContainer {
+    live: Arc<crate::container::Live>,
+    spec: quorum_proto::api::Container,
+    /// Tasks here not done yet.
+    left: usize,
+    save: bool,
+    account: Option<identity::Account>,
+}
+
+impl std::fmt::Debug for StepContainer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "StepContainer({}, {} left)", self.live.root.display(), self.left)
+    }
+}
+
+/// What a task runs in its container.
+struct Inside {
+    argv: Vec<String>,
+    program: String,
+    cwd: String,
+    enter: crate::container::Enter,
+}
+
+/// One of the step's tasks here is done with its container (ended, or never started); the last
+/// one saves it (`--container-save`) and lets it go. Then an error of the save, if any.
+async fn container_task_gone(agent: &Arc<Agent>, l: &StepLaunch) -> Option<String> {
+    let done = {
+        let mut steps = agent.lock_steps();
+        let entry = steps.get_mut(&(l.job_id, l.step_id))?;
+        let c = entry.container.as_mut()?;
+        c.left = c.left.saturating_sub(1);
+        c.live.users.fetch_sub(1, Ordering::Relaxed);
+        if c.left > 0 {
+            return None;
+        }
+        entry.container.take()?
+    };
+    let (agent, job) = (agent.clone(), l.job_id);
+    let released = tokio::task::spawn_blocking(move || {
+        let save = done.save.then_some((done.spec.save.as_str(), done.account.as_ref()));
+        agent.containers.release(job, &done.live, save)
+    })
+    .await;
+    match released {
+        Ok(Ok(())) => None,
+        Ok(Err(e)) => Some(e),
+        Err(e) => Some(e.to_string()),
+    }
 }
 
 /// Registers a step whose launch came, before the launch is handled: a kill right behind it is
@@ -184,11 +301,15 @@ fn spawn(
     takes_stdin: bool,
     node_hostname: Option<&str>,
     pty: Option<&std::os::fd::OwnedFd>,
+    inside: Option<&Inside>,
 ) -> std::io::Result<std::process::Child> {
     use std::ffi::CString;
-    let program = l.argv.first().ok_or_else(|| std::io::Error::other("no command"))?;
+    let argv = inside.map_or(l.argv.as_slice(), |i| i.argv.as_slice());
+    let program = argv.first().ok_or_else(|| std::io::Error::other("no command"))?;
     let path = env.iter().find(|(k, _)| k == "PATH").map(|(_, v)| v.as_str()).unwrap_or("/usr/bin:/bin");
-    let resolved = if program.contains('/') {
+    let resolved = if let Some(i) = inside {
+        std::path::PathBuf::from(&i.program)
+    } else if program.contains('/') {
         std::path::PathBuf::from(program)
     } else {
         path.split(':')
@@ -201,7 +322,8 @@ fn spawn(
         .iter()
         .map(|p| CString::new(p.as_os_str().as_encoded_bytes()).map_err(std::io::Error::other))
         .collect::<Result<_, _>>()?;
-    let cwd = CString::new(l.work_dir.as_bytes()).map_err(std::io::Error::other)?;
+    let cwd = CString::new(inside.map_or(l.work_dir.as_str(), |i| i.cwd.as_str())).map_err(std::io::Error::other)?;
+    let enter = inside.map(|i| i.enter.clone());
     let ids = account.map(|a| (a.uid, a.gid, a.groups.clone()));
     let hostname = match node_hostname {
         Some(n) => Some(CString::new(n).map_err(std::io::Error::other)?),
@@ -209,7 +331,7 @@ fn spawn(
     };
     let mut cmd = std::process::Command::new(&resolved);
     cmd.arg0(program)
-        .args(&l.argv[1..])
+        .args(&argv[1..])
         .env_clear()
         .envs(env.iter().map(|(k, v)| (k, v)))
         .stdin(if takes_stdin { std::process::Stdio::piped() } else { std::process::Stdio::null() })
@@ -244,11 +366,21 @@ fn spawn(
                 }
                 libc::close(fd);
             }
+            if let Some(e) = &enter {
+                if !e.root() {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
             if let Some((uid, gid, groups)) = &ids {
                 if libc::setgroups(groups.len(), groups.as_ptr()) != 0
                     || libc::setgid(*gid) != 0
                     || libc::setuid(*uid) != 0
                 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            if let Some(e) = &enter {
+                if !e.user() {
                     return Err(std::io::Error::last_os_error());
                 }
             }
@@ -434,8 +566,10 @@ fn watch(agent: Arc<Agent>, l: StepLaunch, task: u32, mut child: std::process::C
             }
         }
         tracing::debug!(job = l.job_id, step = l.step_id, task, exit_code, signal, "step task ended");
-        let exit =
-            StepTaskExit { job_id: l.job_id, step_id: l.step_id, task, exit_code, signal, error: String::new(), usage };
+        // The last task here saves the container (`--container-save`) before its exit is told,
+        // so that the file is there when srun returns.
+        let error = container_task_gone(&agent, &l).await.unwrap_or_default();
+        let exit = StepTaskExit { job_id: l.job_id, step_id: l.step_id, task, exit_code, signal, error, usage };
         send(&agent, agent_message::Msg::StepExit(exit)).await;
         forget_if_idle(&agent, key);
     });

@@ -92,6 +92,9 @@ pub struct Prepared {
     hostname: Option<CString>,
     /// The umask the job starts with (its submitter's; never the agent's own).
     umask: u32,
+    /// The container the job runs in (`--container-image`): entered after its output files
+    /// are open, before it becomes its user.
+    container: Option<crate::container::Enter>,
 }
 
 /// The text of every errno, made before any fork (strerror is not async-signal-safe).
@@ -166,7 +169,14 @@ impl Prepared {
             lease: None,
             hostname: None,
             umask: DEFAULT_UMASK,
+            container: None,
         })
+    }
+
+    /// The job runs in this container.
+    pub fn container(mut self, enter: crate::container::Enter) -> Prepared {
+        self.container = Some(enter);
+        self
     }
 
     /// Runs the job as this user instead of the agent's.
@@ -336,6 +346,12 @@ impl Prepared {
         }
         w.opt(self.hostname.as_ref());
         w.u64(u64::from(self.umask));
+        w.flag(self.container.is_some());
+        if let Some(c) = &self.container {
+            w.bytes(c.root.as_bytes());
+            w.opt(c.maps.as_ref().map(|m| &m.0));
+            w.opt(c.maps.as_ref().map(|m| &m.1));
+        }
         w.0
     }
 
@@ -378,6 +394,17 @@ impl Prepared {
             lease: if r.flag()? { Some((r.cstring()?, r.u64()?)) } else { None },
             hostname: r.opt()?,
             umask: u32::try_from(r.u64()?).ok().filter(|m| *m <= 0o777)?,
+            container: if r.flag()? {
+                let root = r.cstring()?;
+                let maps = match (r.opt()?, r.opt()?) {
+                    (Some(u), Some(g)) => Some((u, g)),
+                    (None, None) => None,
+                    _ => return None,
+                };
+                Some(crate::container::Enter { root, maps })
+            } else {
+                None
+            },
         };
         r.0.is_empty().then_some(p)
     }
@@ -1007,6 +1034,24 @@ unsafe fn start_job(p: &Prepared, argv: &[*const libc::c_char], envp: &[*const l
             fail(exec_w, Step::Limits, errno());
         }
     }
+    // In a container, the output files are opened on the node's paths first, as the user (their
+    // file-system identity only: the process stays root to enter the container), then entered.
+    if let Some(enter) = &p.container {
+        if let Some(c) = &p.credentials {
+            if libc::setgroups(c.groups.len(), c.groups.as_ptr()) != 0 {
+                fail(exec_w, Step::Identity, errno());
+            }
+            libc::setfsgid(c.gid);
+            libc::setfsuid(c.uid);
+        }
+        libc::umask(p.umask as libc::mode_t);
+        open_outputs(p, exec_w);
+        libc::setfsuid(0);
+        libc::setfsgid(0);
+        if !enter.root() {
+            fail(exec_w, Step::Limits, errno());
+        }
+    }
     if let Some(c) = &p.credentials {
         if libc::setgroups(c.groups.len(), c.groups.as_ptr()) != 0
             || libc::setgid(c.gid) != 0
@@ -1016,19 +1061,13 @@ unsafe fn start_job(p: &Prepared, argv: &[*const libc::c_char], envp: &[*const l
         }
     }
     libc::umask(p.umask as libc::mode_t);
-    libc::dup2(p.stdin.as_raw_fd(), 0);
-    if !open_onto(&p.stdout, p.truncate, 1) {
-        fail(exec_w, Step::Output, errno());
-    }
-    match &p.stderr {
-        Some(path) => {
-            if !open_onto(path, p.truncate, 2) {
-                fail(exec_w, Step::Output, errno());
+    match &p.container {
+        Some(enter) => {
+            if !enter.user() {
+                fail(exec_w, Step::Identity, errno());
             }
         }
-        None => {
-            libc::dup2(1, 2);
-        }
+        None => open_outputs(p, exec_w),
     }
     if libc::chdir(p.cwd.as_ptr()) == -1 {
         let e = errno();
@@ -1056,6 +1095,24 @@ unsafe fn start_job(p: &Prepared, argv: &[*const libc::c_char], envp: &[*const l
         write_error(&p.exec_message, failed);
     }
     fail(exec_w, Step::Exec, failed);
+}
+
+/// The job's stdin, stdout and stderr. Async-signal-safe.
+unsafe fn open_outputs(p: &Prepared, exec_w: RawFd) {
+    libc::dup2(p.stdin.as_raw_fd(), 0);
+    if !open_onto(&p.stdout, p.truncate, 1) {
+        fail(exec_w, Step::Output, errno());
+    }
+    match &p.stderr {
+        Some(path) => {
+            if !open_onto(path, p.truncate, 2) {
+                fail(exec_w, Step::Output, errno());
+            }
+        }
+        None => {
+            libc::dup2(1, 2);
+        }
+    }
 }
 
 /// Enters a UTS namespace of its own named `name`. Async-signal-safe: unshare, sethostname.

@@ -65,7 +65,21 @@ pub fn launch_digest(spec: Option<&quorum_proto::api::JobSpec>) -> String {
         parts.push(b"group");
         parts.push(s.group.as_bytes());
     }
+    let container = s.container.as_ref().map(container_parts).unwrap_or_default();
+    parts.extend(container.iter().map(|p| p.as_slice()));
     spec_digest(parts)
+}
+
+/// What a grant covers of a container: every field (only when there is one, so that a job
+/// without one has the digest it had before containers).
+fn container_parts(c: &quorum_proto::api::Container) -> Vec<Vec<u8>> {
+    let mut parts: Vec<Vec<u8>> = vec![b"container".to_vec(), c.image.clone().into_bytes()];
+    parts.push(c.mounts.len().to_le_bytes().to_vec());
+    parts.extend(c.mounts.iter().map(|m| m.clone().into_bytes()));
+    parts.extend([c.workdir.clone(), c.name.clone(), c.save.clone()].map(String::into_bytes));
+    parts.push(vec![u8::from(c.mount_home), u8::from(c.remap_root), u8::from(c.readonly), u8::from(c.entrypoint)]);
+    parts.extend(c.env.iter().map(|e| e.clone().into_bytes()));
+    parts
 }
 
 /// What a step launch's grant covers: the step, what its tasks run, where and with what
@@ -83,6 +97,8 @@ pub fn step_digest(s: &quorum_proto::agent::StepLaunch) -> String {
         parts.push(e.name.as_bytes());
         parts.push(e.value.as_bytes());
     }
+    let container = s.container.as_ref().map(container_parts).unwrap_or_default();
+    parts.extend(container.iter().map(|p| p.as_slice()));
     spec_digest(parts)
 }
 

@@ -108,6 +108,8 @@ pub struct SrunArgs {
     #[arg(long)]
     gid: Option<String>,
     #[command(flatten)]
+    container: quorum_client::container::ContainerOpts,
+    #[command(flatten)]
     controllers: ControllersArg,
     /// The program and its arguments.
     #[arg(trailing_var_arg = true, required = true)]
@@ -183,6 +185,7 @@ fn request(a: &SrunArgs, job_id: u64) -> anyhow::Result<StepRequest> {
         Some(d) => std::env::current_dir()?.join(d).display().to_string(),
         None => std::env::current_dir()?.display().to_string(),
     };
+    let container = a.container.spec(std::path::Path::new(&cwd)).map_err(anyhow::Error::msg)?;
     Ok(StepRequest {
         job_id,
         argv: a.command.clone(),
@@ -201,6 +204,7 @@ fn request(a: &SrunArgs, job_id: u64) -> anyhow::Result<StepRequest> {
         pty: a.pty,
         window: if a.pty { terminal_size() } else { None },
         het_groups,
+        container,
     })
 }
 

@@ -9,6 +9,7 @@
 //! - [`manual`]: man pages generated from the parsers, and the checks that keep the manual true.
 
 pub mod client;
+pub mod container;
 pub mod digest;
 pub mod display;
 pub mod logs;

@@ -220,6 +220,8 @@ pub struct SubmitOpts {
     #[arg(long)]
     pub kill_on_invalid_dep: Option<String>,
     #[command(flatten)]
+    pub container: crate::container::ContainerOpts,
+    #[command(flatten)]
     pub tolerated: Tolerated,
 }
 
@@ -391,6 +393,7 @@ impl SubmitOpts {
             get_user_env: self.get_user_env.or(other.get_user_env),
             wait_all_nodes: self.wait_all_nodes.or(other.wait_all_nodes),
             kill_on_invalid_dep: self.kill_on_invalid_dep.or(other.kill_on_invalid_dep),
+            container: self.container.or(other.container),
             tolerated: self.tolerated.or(other.tolerated),
         }
     }
@@ -1314,6 +1317,7 @@ pub fn build_spec(cli: SubmitOpts, payload: Payload, cwd: &Path, env: Vec<(Strin
         interactive: false,
         // Its other components, when heterogeneous, are added by the caller.
         het: Vec::new(),
+        container: opts.container.spec(cwd)?,
     };
     Ok(Built { spec, warnings, wait, run_as })
 }

@@ -62,6 +62,7 @@ pub fn spec_from_proto(p: api::JobSpec) -> Result<JobSpec, Rejection> {
         kill_on_invalid_dep: p.kill_on_invalid_dep,
         run_group: opt(p.group),
         reservation: opt(p.reservation),
+        container: p.container.map(container_from_proto),
         exclusive: p.exclusive,
         oversubscribe: p.oversubscribe,
         hold: p.hold,
@@ -190,6 +191,37 @@ pub fn spec_to_proto(s: &JobSpec, with_env: bool) -> api::JobSpec {
         exclude: s.exclude.clone(),
         nodelist: s.nodelist.clone(),
         het: s.het.iter().map(component_to_proto).collect(),
+        container: s.container.as_ref().map(container_to_proto),
+    }
+}
+
+pub fn container_from_proto(c: api::Container) -> crate::model::container::Container {
+    crate::model::container::Container {
+        image: c.image,
+        mounts: c.mounts,
+        workdir: c.workdir,
+        name: c.name,
+        save: c.save,
+        mount_home: c.mount_home,
+        remap_root: c.remap_root,
+        readonly: c.readonly,
+        env: c.env,
+        entrypoint: c.entrypoint,
+    }
+}
+
+pub fn container_to_proto(c: &crate::model::container::Container) -> api::Container {
+    api::Container {
+        image: c.image.clone(),
+        mounts: c.mounts.clone(),
+        workdir: c.workdir.clone(),
+        name: c.name.clone(),
+        save: c.save.clone(),
+        mount_home: c.mount_home,
+        remap_root: c.remap_root,
+        readonly: c.readonly,
+        env: c.env.clone(),
+        entrypoint: c.entrypoint,
     }
 }
 

@@ -94,6 +94,8 @@ pub struct DevOptions {
     pub qos: Vec<quorum_control::config::QosConfig>,
     /// `[limits]`: what one submit may carry and what the cluster holds at once.
     pub limits: quorum_control::config::AdmissionLimits,
+    /// The agents' containers: allowed or not, registries, their CAs, the image cache's bound.
+    pub containers: quorum_agent::container::ContainerConfig,
 }
 
 impl Default for DevOptions {
@@ -133,6 +135,7 @@ impl Default for DevOptions {
             min_job_age: Duration::from_secs(300),
             metrics_allow: Vec::new(),
             purge_job_after: Duration::ZERO,
+            containers: Default::default(),
             node_features: Vec::new(),
             extra_partitions: Vec::new(),
             scheduler: Default::default(),
@@ -376,6 +379,7 @@ impl DevCluster {
                 node_hostname: opts.switch_user && is_root(),
                 tmp_base: job_tmp.path().to_path_buf(),
                 features: opts.node_features.get(i).cloned().unwrap_or_default(),
+                containers: opts.containers.clone(),
                 ..AgentConfig::new(node_name(i), addrs.clone(), data_dir.join(format!("agent-{}", node_name(i))))
             })
             .collect();
@@ -458,6 +462,19 @@ impl DevCluster {
                 if config.node_hostname {
                     command.arg("--node-hostname");
                 }
+                let c = &config.containers;
+                if !c.enabled {
+                    command.arg("--no-containers");
+                }
+                for (flag, list) in [("--registries", &c.registries), ("--http-registries", &c.http_registries)] {
+                    if !list.is_empty() {
+                        command.arg(flag).arg(list.join(","));
+                    }
+                }
+                for ca in &c.registry_ca {
+                    command.arg("--registry-ca").arg(ca);
+                }
+                command.arg("--image-cache-size").arg(format!("{}M", c.cache_bytes >> 20));
                 let scripts = &config.job_scripts;
                 for (flag, program) in [("--prolog", &scripts.prolog), ("--epilog", &scripts.epilog)] {
                     if let Some(p) = program {

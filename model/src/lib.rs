@@ -8,6 +8,7 @@
 pub mod accounts;
 pub mod array;
 pub mod cidr;
+pub mod container;
 pub mod cron;
 pub mod env;
 pub mod gpu_fault;
@@ -230,6 +231,10 @@ pub struct JobSpec {
     /// the job itself is component 0. From feature level 25.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub het: Vec<het::HetComponent>,
+    /// `--container-image` and the other pyxis options: the batch step runs in this container.
+    /// From feature level 28.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container: Option<container::Container>,
 }
 
 impl Job {
@@ -767,6 +772,9 @@ impl JobSpec {
                 "reservation",
                 format!("a reservation's name has 1 to {} bytes", reservation::MAX_NAME_LEN),
             );
+        }
+        if let Some(c) = &self.container {
+            c.check().or_else(|reason| invalid("container", reason))?;
         }
         if self.ntasks == 0 {
             return invalid("ntasks", "must be at least 1".into());

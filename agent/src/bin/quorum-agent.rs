@@ -106,6 +106,29 @@ struct Args {
     /// own: for several agents on one host (needs root).
     #[arg(long)]
     node_hostname: bool,
+    /// Refuse jobs and steps in containers (`--container-image`) on this node.
+    #[arg(long)]
+    no_containers: bool,
+    /// Where container images are cached, each layer once for every image and user (default:
+    /// `images/` in the spool). Root's alone.
+    #[arg(long)]
+    image_cache: Option<PathBuf>,
+    /// The image cache's size bound, like 50G: past it the least recently used images that no
+    /// container uses are removed.
+    #[arg(long, default_value = "50G")]
+    image_cache_size: String,
+    /// The registries images may come from (`host[:port]`, comma-separated); any when not given.
+    #[arg(long, value_delimiter = ',')]
+    registries: Vec<String>,
+    /// The registry of an image named without `REGISTRY#` (Docker Hub's, as enroot's default).
+    #[arg(long, default_value = "registry-1.docker.io")]
+    default_registry: String,
+    /// A CA certificate (PEM) trusted for registries beside the system's; repeat for more.
+    #[arg(long)]
+    registry_ca: Vec<PathBuf>,
+    /// Registries reached over plain HTTP (`host:port`, comma-separated): only on a private network.
+    #[arg(long, value_delimiter = ',')]
+    http_registries: Vec<String>,
 }
 
 fn hostname() -> String {
@@ -151,6 +174,17 @@ async fn main() -> anyhow::Result<()> {
         slurm_commands: args.slurm_commands.is_dir().then_some(args.slurm_commands),
         tmp_base: args.tmp_base,
         node_hostname: args.node_hostname,
+        containers: quorum_agent::container::ContainerConfig {
+            enabled: !args.no_containers,
+            cache_dir: args.image_cache,
+            cache_bytes: parse_mem(&args.image_cache_size)
+                .map_err(|e| anyhow::anyhow!("--image-cache-size: {e}"))?
+                .saturating_mul(1 << 20),
+            registries: args.registries,
+            default_registry: args.default_registry,
+            registry_ca: args.registry_ca,
+            http_registries: args.http_registries,
+        },
         ..AgentConfig::new(args.name.unwrap_or_else(hostname), args.controllers, args.spool)
     };
     if args.insecure {

@@ -6,6 +6,7 @@
 mod cli;
 mod cluster;
 mod common;
+mod containers;
 mod cron;
 mod dashboard;
 mod export;

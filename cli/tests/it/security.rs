@@ -6,8 +6,7 @@ use crate::common;
 #[path = "security/local_user.rs"]
 mod local_user;
 
-use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::path::Path;
 use std::time::Duration;
 
 use common::*;
@@ -27,21 +26,6 @@ const T: Duration = Duration::from_secs(30);
 fn is_root() -> bool {
     // SAFETY: geteuid has no failure mode.
     unsafe { libc::geteuid() == 0 }
-}
-
-/// The `quorum` binary where every user may run it (the build's own is under root's home).
-fn quorum_bin() -> &'static Path {
-    static BIN: OnceLock<(tempfile::TempDir, PathBuf)> = OnceLock::new();
-    &BIN.get_or_init(|| {
-        use std::os::unix::fs::PermissionsExt;
-        let dir = tempfile::Builder::new().prefix("quorum-bin-").tempdir().unwrap();
-        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-        let bin = dir.path().join("quorum");
-        std::fs::copy(env!("CARGO_BIN_EXE_quorum"), &bin).unwrap();
-        std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
-        (dir, bin)
-    })
-    .1
 }
 
 /// `quorum ARGS` run by Unix user `user` (runuser), proving who it is with its own MUNGE

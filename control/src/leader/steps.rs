@@ -169,5 +169,8 @@ pub fn step_launch(job: &Job, step: &Step, node_id: usize, start: &quorum_proto:
         pty: start.pty && node.first_task == 0,
         window: start.window,
         group: job.spec.run_group.clone().unwrap_or_default(),
+        // Without options of its own, a step runs in the job's container (salloc's or sbatch's
+        // --container-image), as pyxis passes a job's options on to its steps.
+        container: start.container.clone().or_else(|| job.spec.container.as_ref().map(crate::wire::container_to_proto)),
     }
 }

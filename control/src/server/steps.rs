@@ -75,6 +75,11 @@ pub(super) async fn run_step(api: &Api, caller: Caller, mut input: Streaming<Ste
             crate::model::het::MAX_COMPONENTS
         )));
     }
+    if let Some(c) = &start.container {
+        crate::wire::container_from_proto(c.clone())
+            .check()
+            .map_err(|reason| Status::invalid_argument(format!("invalid step: {reason}")))?;
+    }
     if start.nodelist.len() > MAX_NODELIST || !start.work_dir.starts_with('/') {
         return Err(Status::invalid_argument(format!(
             "invalid step: {}",

@@ -73,7 +73,12 @@ pub struct NodeRegistration {
 /// 27. what the cluster holds at once (`MaxJobCount`, `MaxArraySize`, a default per-user
 ///     `MaxSubmitJobs`, in the policy), which QOS each account may use (`QOS=`, `DefQOS=`),
 ///     and the default QOS `normal` that is there whatever QOS are defined.
-pub const FEATURE_LEVEL: u32 = 27;
+/// 28. jobs whose batch step runs in a container (`--container-image` and pyxis's other
+///     options).
+pub const FEATURE_LEVEL: u32 = 28;
+
+/// Jobs in containers (`JobSpec::container`).
+pub const CONTAINER_LEVEL: u32 = 28;
 
 /// The queue's limits (`Policy::queue`).
 pub const QUEUE_LIMITS_LEVEL: u32 = 27;
@@ -194,7 +199,9 @@ pub struct Submit {
 
 /// The level a replica needs to apply a submit of this job, and what in the job needs it.
 pub fn spec_level(spec: &JobSpec) -> (u32, &'static str) {
-    if !spec.het.is_empty() {
+    if spec.container.is_some() {
+        (CONTAINER_LEVEL, "a job in a container (--container-image)")
+    } else if !spec.het.is_empty() {
         (HET_LEVEL, "a heterogeneous job (hetjob components)")
     } else if spec.oversubscribe {
         (OVERSUBSCRIBE_LEVEL, "a job with --oversubscribe")

@@ -365,3 +365,22 @@ pub fn curl(url: &str, args: &[&str]) -> (u16, String) {
     let status = status.trim().parse().unwrap_or(0);
     (status, format!("{body}{}", String::from_utf8_lossy(&out.stderr)))
 }
+
+/// The `quorum` binary where every user may run it (the build's is under root's home), with
+/// `srun` and `sbatch` linked beside it.
+pub fn quorum_bin() -> &'static Path {
+    use std::os::unix::fs::PermissionsExt;
+    static BIN: std::sync::OnceLock<(tempfile::TempDir, std::path::PathBuf)> = std::sync::OnceLock::new();
+    &BIN.get_or_init(|| {
+        let dir = tempfile::Builder::new().prefix("quorum-bin-").tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let bin = dir.path().join("quorum");
+        std::fs::copy(env!("CARGO_BIN_EXE_quorum"), &bin).unwrap();
+        std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+        for name in ["srun", "sbatch", "salloc"] {
+            std::os::unix::fs::symlink("quorum", dir.path().join(name)).unwrap();
+        }
+        (dir, bin)
+    })
+    .1
+}
