@@ -459,6 +459,7 @@ fn state(pending: usize, nodes: usize) -> ClusterState {
                 suspended_at: None,
                 suspended_ms: 0,
                 resv_end: None,
+                failure: None,
             }),
         );
         // The view walks the active jobs' index, as the state machine keeps it.

@@ -2,6 +2,7 @@
 # step-launch.sh — how long a job step takes to start, run inside an allocation of 2 nodes:
 #
 #   salloc -N2 benches/step-launch.sh [REPS]       # Slurm's salloc and srun, or Quorum's
+#   STEP_OPTS=--container-image=IMAGE salloc -N2 benches/step-launch.sh [REPS]   # in a container
 #
 # Each repetition runs `srun -N2 date +%s%N` (one task per node, each printing the wall clock
 # when it starts) and records, from the moment srun is started: the latest task start (every
@@ -13,10 +14,12 @@ srun_bin=$(command -v srun)
 [[ -n ${SLURM_JOB_ID:-} ]] || { echo "run it inside an allocation: salloc -N2 $0 $reps" >&2; exit 2; }
 out=$(mktemp)
 trap 'rm -f "$out" "$out".t' EXIT
-srun -N2 true >/dev/null 2>&1 || true  # warm up (caches, connections)
+# Options for every step (STEP_OPTS, split on spaces), such as --container-image=IMAGE.
+read -r -a opts <<<"${STEP_OPTS:-}"
+srun -N2 "${opts[@]}" true >/dev/null 2>&1 || true  # warm up (caches, connections)
 for _ in $(seq "$reps"); do
     t0=$(date +%s%N)
-    srun -N2 date +%s%N >"$out".t
+    srun -N2 "${opts[@]}" date +%s%N >"$out".t
     t1=$(date +%s%N)
     last=$(sort -n "$out".t | tail -1)
     [[ $(wc -l <"$out".t) == 2 ]] || { echo "a step printed $(wc -l <"$out".t) lines, not 2" >&2; exit 1; }

@@ -153,6 +153,8 @@ pub(crate) struct JobEntry {
     /// The GPUs it holds here, and what they did while it ran.
     pub gpus: Vec<u32>,
     pub gpu_use: gpu::GpuUse,
+    /// Why its launch failed here, for its exit report.
+    pub launch_error: Option<String>,
 }
 
 impl JobEntry {
@@ -171,6 +173,7 @@ impl JobEntry {
             record: None,
             gpus: Vec::new(),
             gpu_use: Default::default(),
+            launch_error: None,
         }
     }
 }

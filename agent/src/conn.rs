@@ -95,6 +95,12 @@ fn register(agent: &Agent) -> AgentMessage {
             features: c.features.clone(),
             started_at_ms: agent.started_at_ms,
             limits: agent.limits().describe(),
+            // An agent that could never make a container says so: the leader then fails a
+            // container job sent here instead of running it on the node itself.
+            capabilities: (c.containers.enabled && crate::identity::is_root())
+                .then(|| crate::container::CAPABILITY.to_string())
+                .into_iter()
+                .collect(),
         })),
     }
 }
@@ -165,11 +171,14 @@ async fn session(
                 }
                 unanswered.push_back((seq, Instant::now()));
                 let running = agent.running_reports();
+                let (image_cache_bytes, images) = agent.containers.cache_usage();
                 let hb = AgentMessage { msg: Some(agent_message::Msg::Heartbeat(Heartbeat {
                     seq,
                     running,
                     gpus: agent.gpu_health(),
                     health_check: agent.health_check_failure(),
+                    image_cache_bytes,
+                    images_cached: images as u32,
                 })) };
                 if tx.send(hb).await.is_err() {
                     return SessionEnd::Lost;

@@ -98,7 +98,30 @@ impl Scrape {
                 memory.set(gpu, (mb * 1024 * 1024) as i64);
             }
         }
-        let mut all = vec![jobs, steps, total_cpu, total_rss];
+        let c = &agent.containers;
+        let count = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed) as i64;
+        let mut pulls = Gauges::new("agent_image_pulls", "Images pulled from a registry since the agent started");
+        pulls.set(Vec::new(), count(&c.metrics.pulls));
+        let mut pulled =
+            Gauges::new("agent_image_pull_bytes", "Bytes of image layers downloaded since the agent started");
+        pulled.set(Vec::new(), count(&c.metrics.pull_bytes));
+        let mut pull_seconds =
+            Gauges::new("agent_image_pull_seconds", "Seconds spent pulling images since the agent started");
+        pull_seconds.set(Vec::new(), count(&c.metrics.pull_ms) / 1000);
+        let mut hits = Gauges::new("agent_image_cache_hits", "Containers whose image was in the cache already");
+        hits.set(Vec::new(), count(&c.metrics.cache_hits));
+        let mut failures =
+            Gauges::new("agent_container_failures", "Containers that could not be made (pulls that failed too)");
+        failures.set(Vec::new(), count(&c.metrics.failures));
+        let (bytes, images) = c.cache_usage();
+        let mut cache = Gauges::new("agent_image_cache_bytes", "Bytes the image cache's layers take on disk");
+        cache.set(Vec::new(), bytes as i64);
+        let mut cached = Gauges::new("agent_images_cached", "Images in the cache");
+        cached.set(Vec::new(), images as i64);
+        let mut live = Gauges::new("agent_containers", "Containers on this node now");
+        live.set(Vec::new(), c.live_count() as i64);
+        let mut all =
+            vec![jobs, steps, total_cpu, total_rss, pulls, pulled, pull_seconds, hits, failures, cache, cached, live];
         if self.per_job {
             all.extend([cpu, rss, processes]);
         }

@@ -77,7 +77,10 @@ fn finish(agent: &Arc<Agent>, launch: &Launch, (kind, code, signal): Ended, prob
                 u.max_rss_kb = u.max_rss_kb.max(peak);
             }
             let node_problem = problem.unwrap_or_default();
-            e.exit = Some(JobExit { job_id, token, kind: kind as i32, exit_code: code, signal, usage, node_problem });
+            let error =
+                if kind == ExitKind::LaunchFailed { e.launch_error.take().unwrap_or_default() } else { String::new() };
+            e.exit =
+                Some(JobExit { job_id, token, kind: kind as i32, exit_code: code, signal, usage, node_problem, error });
             e.kill = None;
         }
     }
@@ -244,6 +247,9 @@ async fn start_job(
     let node = agent.config.name.as_str();
     let failed = |message: String| {
         tracing::warn!(job = launch.job_id, user = %launch.user, "job launch failed: {message}");
+        if let Some(e) = agent.lock_jobs().get_mut(&launch.job_id).filter(|e| e.token == launch.token) {
+            e.launch_error = Some(message);
+        }
         (ExitKind::LaunchFailed, 127, 0)
     };
     let Some(spec) = launch.spec.as_ref() else {
@@ -310,7 +316,9 @@ async fn start_job(
     let mut argv = argv;
     let mut work_dir = work_dir;
     let mut enter = None;
-    if let Some(c) = &spec.container {
+    // (An allocation's placeholder — salloc's, srun's own — runs on the node: its steps enter the
+    // container.)
+    if let Some(c) = spec.container.as_ref().filter(|_| !spec.interactive) {
         let script_dir = record::script_dir(&agent.config.spool_dir, launch.job_id, launch.token);
         let request = crate::container::Request {
             job_id: launch.job_id,
@@ -320,7 +328,13 @@ async fn start_job(
             same_path: [tmp.clone(), script_dir].into_iter().filter(|p| p.is_dir()).collect(),
             gpus: launch.gpus.iter().filter_map(|&i| agent.config.gpu_devices.get(i as usize).copied()).collect(),
         };
-        let live = match agent.containers.open(c, request).await {
+        let progress = crate::container::Progress {
+            tx: agent.outbox.clone(),
+            job_id: launch.job_id,
+            token: launch.token,
+            launch: true,
+        };
+        let live = match agent.containers.open(c, request, Some(progress)).await {
             Ok(live) => live,
             Err(e) => {
                 write_launch_error(&output, account.as_ref(), &format!("quorum: container: {e}\n"));

@@ -94,7 +94,13 @@ pub(crate) async fn launch(agent: Arc<Agent>, l: StepLaunch) {
                 same_path: [tmpdir.clone()].into_iter().filter(|p| p.is_dir()).collect(),
                 gpus: l.gpus.iter().filter_map(|&i| agent.config.gpu_devices.get(i as usize).copied()).collect(),
             };
-            match agent.containers.open(spec, request).await {
+            let progress = crate::container::Progress {
+                tx: agent.outbox.clone(),
+                job_id: l.job_id,
+                token: l.token,
+                launch: false,
+            };
+            match agent.containers.open(spec, request, Some(progress)).await {
                 Ok(live) => Some((live, spec.clone())),
                 Err(e) => return refuse(format!("container: {e}")).await,
             }

@@ -352,7 +352,10 @@ fn value(field: &str, line: &Line, now_ms: u64) -> String {
         // Why a job waits (or, cancelled for a dependency never satisfied, waited), not why it
         // ended: `scontrol` and `squeue` show that; Slurm's accounting keeps a waiting reason here.
         "Reason" => {
-            if job.reason.is_empty() || quorum_model::EndReason::from_name(&job.reason).is_some() {
+            if job.reason.is_empty()
+                || job.state == "FAILED"
+                || quorum_model::EndReason::from_name(&job.reason).is_some()
+            {
                 "None".into()
             } else {
                 job.reason.clone()

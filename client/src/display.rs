@@ -194,7 +194,11 @@ pub fn elapsed(j: &JobInfo, now_ms: u64) -> String {
 }
 
 pub fn short_state(state: &str) -> &'static str {
-    quorum_model::JobState::from_name(state).map(|s| s.short()).unwrap_or("?")
+    match state {
+        // A running job whose nodes are getting ready (its image pulled), as Slurm's CF.
+        "CONFIGURING" => "CF",
+        _ => quorum_model::JobState::from_name(state).map(|s| s.short()).unwrap_or("?"),
+    }
 }
 
 /// A plain left-aligned table.
@@ -455,11 +459,18 @@ pub fn nodes_table(nodes: &[NodeInfo]) -> String {
                 format!("{}/{}", n.alloc_gpus, n.gpus),
                 if n.gpu_types.is_empty() { "-".into() } else { n.gpu_types.clone() },
                 if n.limits.is_empty() { "-".into() } else { limits_word(&n.limits) },
+                if n.images_cached == 0 {
+                    "-".into()
+                } else {
+                    format!("{}/{}", n.images_cached, mem(n.image_cache_bytes >> 20))
+                },
                 reason,
             ]
         })
         .collect();
-    table(&["NODE", "PARTITION", "STATE", "CPUS(A/T)", "MEM(A/T)", "GPUS(A/T)", "GPU_TYPES", "LIMITS", "REASON"], &rows)
+    let header =
+        ["NODE", "PARTITION", "STATE", "CPUS(A/T)", "MEM(A/T)", "GPUS(A/T)", "GPU_TYPES", "LIMITS", "IMAGES", "REASON"];
+    table(&header, &rows)
 }
 
 /// Why nodes have no cgroups (too long for a column), a line per reason; for standard error, so

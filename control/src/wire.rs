@@ -252,6 +252,8 @@ pub fn shown_reason(j: &crate::model::Job) -> String {
         (JobState::Pending, _, r) => r.name().to_string(),
         // Cancelled by `--kill-on-invalid-dep=yes`: why, as Slurm shows it.
         (JobState::Cancelled, _, r @ PendingReason::DependencyNeverSatisfied) => r.name().to_string(),
+        // Why it could not start, as its node said (Slurm's state description).
+        (JobState::Failed, _, _) if j.failure.is_some() => j.failure.clone().unwrap_or_default(),
         _ => EndReason::of(j).map_or_else(String::new, |r| r.name().to_string()),
     }
 }

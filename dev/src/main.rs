@@ -59,12 +59,31 @@ enum Command {
         /// (`insecure = true`): to measure what TLS costs. Not for use.
         #[arg(long, hide = true)]
         insecure: bool,
+        /// A CA certificate (PEM) the agents trust for container registries beside the
+        /// system's (`quorum-agent --registry-ca`); repeat for more.
+        #[arg(long)]
+        registry_ca: Vec<PathBuf>,
+        /// Container registries the agents reach in plain HTTP, `host:port` comma-separated
+        /// (`quorum-agent --http-registries`): a test registry on loopback.
+        #[arg(long, value_delimiter = ',')]
+        http_registries: Vec<String>,
     },
 }
 
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
-        Command::Dev { data, port, agents, cpus, no_cgroups, agent_processes, min_job_age, insecure } => {
+        Command::Dev {
+            data,
+            port,
+            agents,
+            cpus,
+            no_cgroups,
+            agent_processes,
+            min_job_age,
+            insecure,
+            registry_ca,
+            http_registries,
+        } => {
             let agent_binary = if agent_processes {
                 let binary = std::env::current_exe()?.with_file_name("quorum-agent");
                 anyhow::ensure!(binary.is_file(), "--agent-processes: no quorum-agent program at {}", binary.display());
@@ -73,7 +92,28 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 None
             };
             let min_job_age = std::time::Duration::from_secs(min_job_age);
-            dev(data, port, agents, cpus, !no_cgroups, agent_binary, min_job_age, insecure).await
+            let opts = DevOptions {
+                insecure,
+                containers: quorum_agent::container::ContainerConfig {
+                    registry_ca,
+                    http_registries,
+                    ..Default::default()
+                },
+                min_job_age,
+                data_dir: data,
+                ports: vec![port, port + 1, port + 2],
+                agents,
+                cpus_per_agent: cpus,
+                cgroups: !no_cgroups,
+                agent_binary,
+                // Jobs find `scontrol` and the other Slurm names, as on a node that has them installed.
+                quorum_program: std::env::current_exe()
+                    .ok()
+                    .map(|p| p.with_file_name("quorum"))
+                    .filter(|p| p.is_file()),
+                ..DevOptions::default()
+            };
+            dev(opts).await
         }
         Command::Simulate(args) => {
             // Pure computation: off the async runtime's workers.
@@ -95,29 +135,8 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 /// The `quorum` subcommands this program serves.
 const OF_QUORUM_DEV: &[&str] = &["dev", "simulate", "bench"];
 
-async fn dev(
-    data: Option<PathBuf>,
-    port: u16,
-    agents: usize,
-    cpus: u32,
-    cgroups: bool,
-    agent_binary: Option<PathBuf>,
-    min_job_age: std::time::Duration,
-    insecure: bool,
-) -> anyhow::Result<ExitCode> {
-    let opts = DevOptions {
-        insecure,
-        min_job_age,
-        data_dir: data,
-        ports: vec![port, port + 1, port + 2],
-        agents,
-        cpus_per_agent: cpus,
-        cgroups,
-        agent_binary,
-        // Jobs find `scontrol` and the other Slurm names, as on a node that has them installed.
-        quorum_program: std::env::current_exe().ok().map(|p| p.with_file_name("quorum")).filter(|p| p.is_file()),
-        ..DevOptions::default()
-    };
+async fn dev(opts: DevOptions) -> anyhow::Result<ExitCode> {
+    let (agents, cpus) = (opts.agents, opts.cpus_per_agent);
     let cluster = DevCluster::start(opts).await?;
     println!(
         "Quorum dev cluster: 3 controller replicas, {agents} agents ({cpus} CPUs, 32G, 4 simulated h100 GPUs each)"

@@ -1378,6 +1378,10 @@ pub struct Job {
     /// The end of the reservation window it started in: it is stopped there (level 18).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resv_end: Option<Millis>,
+    /// Why it could not start, as its node said (an image that could not be pulled, a program
+    /// not found): its reason once it ended (level 28).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<String>,
 }
 
 fn is_zero(n: &u32) -> bool {

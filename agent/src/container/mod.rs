@@ -32,6 +32,9 @@ use cache::{Cache, Compression, ImageRecord};
 pub use enter::Enter;
 use mounts::{Kind, MOUNT_ATTR_NODEV, MOUNT_ATTR_NOEXEC, MOUNT_ATTR_NOSUID, MOUNT_ATTR_RDONLY};
 
+/// What an agent that runs containers says it can do when it registers.
+pub const CAPABILITY: &str = "containers";
+
 /// What the operator allows and where images go (`quorum-agent --containers ...`).
 #[derive(Clone, Debug)]
 pub struct ContainerConfig {
@@ -164,6 +167,35 @@ impl Live {
     }
 }
 
+/// Where a pull tells the leader how far it got (`JobProgress`), for `squeue` and `scontrol`.
+pub struct Progress {
+    pub tx: tokio::sync::mpsc::Sender<quorum_proto::agent::AgentMessage>,
+    pub job_id: u64,
+    pub token: u64,
+    /// The job's own start waits (its batch step), not one of its steps.
+    pub launch: bool,
+}
+
+impl Progress {
+    fn tell(&self, text: String) {
+        use quorum_proto::agent::{agent_message, AgentMessage, JobProgress};
+        let p = JobProgress { job_id: self.job_id, token: self.token, text, launch: self.launch };
+        // Never held up by a full queue: progress is only a hint.
+        let _ = self.tx.try_send(AgentMessage { msg: Some(agent_message::Msg::Progress(p)) });
+    }
+}
+
+/// Says "no longer waiting" when dropped, however the pull ends.
+struct Told<'a>(Option<&'a Progress>);
+
+impl Drop for Told<'_> {
+    fn drop(&mut self) {
+        if let Some(p) = self.0 {
+            p.tell(String::new());
+        }
+    }
+}
+
 /// What [`Containers::open`] needs besides the container spec.
 pub struct Request<'a> {
     pub job_id: u64,
@@ -190,6 +222,8 @@ pub struct Containers {
     live: Mutex<HashMap<(u64, String), Arc<Live>>>,
     /// One async lock per container being made (job, name): a second asker waits for the first.
     making: Mutex<HashMap<(u64, String), Turn>>,
+    /// The cache's use as last counted.
+    usage: Mutex<Option<(u64, usize)>>,
     pub metrics: ContainerMetrics,
 }
 
@@ -204,6 +238,7 @@ impl Containers {
             registries: OnceLock::new(),
             live: Mutex::new(HashMap::new()),
             making: Mutex::new(HashMap::new()),
+            usage: Mutex::new(None),
             metrics: ContainerMetrics::default(),
         }
     }
@@ -225,17 +260,38 @@ impl Containers {
             .map_err(|e| e.clone())
     }
 
-    /// Bytes the cache's layers take, and its images, for `quorum nodes` and `/metrics`.
+    /// Containers on this node now.
+    pub fn live_count(&self) -> usize {
+        self.live.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    /// Bytes the cache's layers take, and its images, for `quorum nodes` and `/metrics`: as last
+    /// counted (after each pull), without touching the disk when no container was ever asked for.
     pub fn cache_usage(&self) -> (u64, usize) {
-        match self.cache() {
-            Ok(c) => c.usage(),
-            Err(_) => (0, 0),
+        if self.cache.get().is_none() && !self.cache_dir.join("layers").exists() {
+            return (0, 0);
         }
+        let mut counted = self.usage.lock().unwrap_or_else(|p| p.into_inner());
+        if counted.is_none() {
+            *counted = Some(self.cache().map(|c| c.usage()).unwrap_or((0, 0)));
+        }
+        counted.unwrap_or((0, 0))
+    }
+
+    /// Counts the cache again (after a pull).
+    fn recount(&self) {
+        let now = self.cache().map(|c| c.usage()).unwrap_or((0, 0));
+        *self.usage.lock().unwrap_or_else(|p| p.into_inner()) = Some(now);
     }
 
     /// The container `spec` asks for: the job's of that name when it has one already, else a
     /// new one (its image pulled or found in the cache first).
-    pub async fn open(&self, spec: &api::Container, req: Request<'_>) -> Result<Arc<Live>, String> {
+    pub async fn open(
+        &self,
+        spec: &api::Container,
+        req: Request<'_>,
+        progress: Option<Progress>,
+    ) -> Result<Arc<Live>, String> {
         let named = !spec.name.is_empty();
         let key = (req.job_id, if named { format!("name.{}", spec.name) } else { req.key.clone() });
         let making = {
@@ -262,7 +318,7 @@ impl Containers {
         let (image, pinned, squash_file) = if spec.image.starts_with('/') {
             (ImageRecord::default(), None, Some(PathBuf::from(&spec.image)))
         } else {
-            let (hex, record) = self.pull(&spec.image, &req).await.inspect_err(|_| {
+            let (hex, record) = self.pull(&spec.image, &req, progress.as_ref()).await.inspect_err(|_| {
                 self.metrics.failures.fetch_add(1, Ordering::Relaxed);
             })?;
             (record, Some(hex), None)
@@ -317,7 +373,12 @@ impl Containers {
 
     /// Pulls `image` for the user (or finds it cached after the registry said they may have it):
     /// its digest (hex) and record, pinned.
-    async fn pull(&self, image: &str, req: &Request<'_>) -> Result<(String, ImageRecord), String> {
+    async fn pull(
+        &self,
+        image: &str,
+        req: &Request<'_>,
+        progress: Option<&Progress>,
+    ) -> Result<(String, ImageRecord), String> {
         let named = |e: String| format!("image '{image}': {e}");
         let r = ImageRef::parse(image, &self.config.default_registry)?;
         if !self.config.registries.is_empty() && !self.config.registries.contains(&r.registry) {
@@ -343,6 +404,10 @@ impl Containers {
         };
         let auth = registry::auth(login.as_ref());
         let started = Instant::now();
+        let _told = Told(progress);
+        if let Some(p) = progress {
+            p.tell(format!("pulling image {image}"));
+        }
         let (manifest, digest, config) =
             client.pull_manifest_and_config(&reference, &auth).await.map_err(|e| named(registry::explain(&e)))?;
         let hex = digest.strip_prefix("sha256:").unwrap_or(&digest).to_string();
@@ -355,10 +420,18 @@ impl Containers {
             self.metrics.cache_hits.fetch_add(1, Ordering::Relaxed);
             return Ok((hex, record));
         }
+        let total: i64 = manifest.layers.iter().map(|l| l.size.max(0)).sum();
+        let mb = |b: i64| format!("{:.1} MB", b as f64 / 1e6);
         let fetched = async {
             let mut layers = Vec::new();
             let mut bytes = 0u64;
-            for layer in &manifest.layers {
+            let mut done: i64 = 0;
+            for (i, layer) in manifest.layers.iter().enumerate() {
+                if let Some(p) = progress {
+                    let n = manifest.layers.len();
+                    p.tell(format!("pulling image {image}: layer {} of {n}, {} of {}", i + 1, mb(done), mb(total)));
+                }
+                done += layer.size.max(0);
                 let lhex = layer.digest.strip_prefix("sha256:").unwrap_or("").to_string();
                 if lhex.len() != 64 || !lhex.chars().all(|c| c.is_ascii_hexdigit()) {
                     return Err(format!("a layer's digest '{}' is not a sha256 one", layer.digest));
@@ -399,6 +472,7 @@ impl Containers {
         tracing::info!(image, digest = %digest, bytes, ms = started.elapsed().as_millis() as u64, "image pulled");
         let c = cache.clone();
         let _ = tokio::task::spawn_blocking(move || c.evict()).await;
+        self.recount();
         Ok((hex, record))
     }
 

@@ -48,5 +48,7 @@ fn node_json(n: &api::NodeInfo) -> serde_json::Value {
             "index": g.index, "state": g.state, "detail": g.detail,
         })).collect::<Vec<_>>(),
         "health_check": n.health_check,
+        "image_cache_bytes": n.image_cache_bytes,
+        "images_cached": n.images_cached,
     })
 }

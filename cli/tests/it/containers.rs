@@ -209,6 +209,8 @@ fn build_image(dir: &Path) -> PathBuf {
         "--config.env=PATH=/bin",
         "--config.env=IMAGE_VAR=from-the-image",
         "--config.workingdir=/srv",
+        "--config.entrypoint=/bin/env",
+        "--config.entrypoint=FROM_ENTRYPOINT=yes",
     ]));
     // Tag 2: one more layer on the same base.
     let second = dir.join("bundle2");
@@ -272,12 +274,18 @@ fn slurm_command(name: &str) -> PathBuf {
 
 /// `NAME ARGS` (srun, sbatch) as `user` in their directory, with their enroot configuration.
 fn as_user(cluster: &DevCluster, s: &Setup, user: &str, name: &str, args: &[&str]) -> Run {
+    as_user_with(cluster, s, user, name, args, &[])
+}
+
+/// [`as_user`] with `env` too.
+fn as_user_with(cluster: &DevCluster, s: &Setup, user: &str, name: &str, args: &[&str], env: &[(&str, &str)]) -> Run {
     let home = s.home(user);
     let out = Command::new("runuser")
         .args(["-u", user, "--"])
         .arg(slurm_command(name))
         .args(args)
         .envs(cluster.env())
+        .envs(env.iter().copied())
         .env("ENROOT_CONFIG_PATH", &home)
         .current_dir(&home)
         .output()
@@ -322,6 +330,14 @@ async fn a_step_runs_in_its_image_as_its_user() {
     // Nothing of the node's root: only the image's directories and the mount points.
     let root: Vec<&str> = lines[5..].iter().flat_map(|l| l.split_whitespace()).collect();
     assert!(!root.contains(&"home") && !root.contains(&"usr") && root.contains(&"bin"), "{out}");
+    // --container-entrypoint runs the image's first; --container-env keeps the job's value.
+    let probe = "echo entry=$FROM_ENTRYPOINT var=$IMAGE_VAR";
+    let env = [("IMAGE_VAR", "from-the-job")];
+    let plain = as_user_with(&cluster, &s, "alice", "srun", &[&image_arg, "sh", "-c", probe], &env).success();
+    assert_eq!(plain, "entry= var=from-the-image\n");
+    let args = [image_arg.as_str(), "--container-entrypoint", "--container-env=IMAGE_VAR", "sh", "-c", probe];
+    let kept = as_user_with(&cluster, &s, "alice", "srun", &args, &env).success();
+    assert_eq!(kept, "entry=yes var=from-the-job\n");
     // Root inside with --container-remap-root, and still alice outside: a file made on a mount
     // is hers. --container-workdir is where it starts.
     let shared = s.home("alice").join("shared");
@@ -398,6 +414,15 @@ async fn each_node_pulls_an_image_once_for_all_its_tasks_and_users() {
     assert!(m.cache_hits.load(std::sync::atomic::Ordering::Relaxed) >= 1);
     let (bytes, images) = agent.containers.cache_usage();
     assert!(bytes > 1_000_000 && images == 2, "{bytes} bytes, {images} images");
+    // `quorum nodes` shows each node's cache, from its heartbeats.
+    let c = client(&cluster.addrs);
+    wait_for(T, "both nodes' caches shown", || {
+        let c = &c;
+        async move { nodes(c).await.iter().all(|n| n.images_cached == 2 && n.image_cache_bytes > 1_000_000).then_some(()) }
+    })
+    .await;
+    let table = run(Command::new(quorum_bin()).arg("nodes").envs(cluster.env()));
+    assert!(table.contains("IMAGES") && table.contains(" 2/"), "{table}");
     cluster.shutdown().await;
 }
 
@@ -463,6 +488,28 @@ async fn a_batch_script_runs_in_its_container() {
     assert_eq!(j.state, "COMPLETED", "{j:?}: {out}");
     assert_eq!(out, format!("NAME=\"Quorum test image\"\nID=quorum-test\n{}\n/tmp\n{id}\n", uid("alice")));
     assert_eq!(std::fs::metadata(home.join("batch.out")).unwrap().uid(), uid("alice"));
+    // While its node pulls the image, the job is CONFIGURING and says what it waits for: the
+    // registry is stopped (SIGSTOP) until the job shows it.
+    let pid = s.registry.child.id() as i32;
+    // SAFETY: signals our own child.
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    let slow = format!("#!/bin/sh\n#SBATCH --container-image={}\ntrue\n", s.registry.image("2"));
+    std::fs::write(home.join("slow.sh"), slow).unwrap();
+    chown_tree(&home, "alice");
+    let slow: u64 =
+        as_user(&cluster, &s, "alice", "sbatch", &["--parsable", "slow.sh"]).success().trim().parse().unwrap();
+    let waiting = wait_for(T, "the job configuring", || {
+        let c = &c;
+        async move { Some(job(c, slow).await).filter(|j| j.state == "CONFIGURING") }
+    })
+    .await;
+    let squeue = run(Command::new(slurm_command("squeue")).args(["-o", "%i %t %r"]).envs(cluster.env()));
+    // SAFETY: as above.
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+    let r = &waiting.reason;
+    assert!(r.contains("pulling image") && r.contains("test/busybox:2") && r.contains("node01"), "{waiting:?}");
+    assert!(squeue.contains(&format!("{slow} CF pulling image")), "{squeue}");
+    assert_eq!(wait_state(&c, slow, &["COMPLETED", "FAILED"], T).await.state, "COMPLETED");
     cluster.shutdown().await;
 }
 
@@ -521,6 +568,8 @@ async fn a_failed_pull_names_the_image_and_the_cause() {
     let c = client(&cluster.addrs);
     let j = wait_state(&c, id, &["COMPLETED", "FAILED"], T).await;
     assert_eq!(j.state, "FAILED");
+    // Its reason (scontrol's, squeue's) is why, naming the image.
+    assert!(j.reason.contains("test/busybox:9") && j.reason.contains("no such image or tag"), "{j:?}");
     let said = std::fs::read_to_string(home.join("bad.out")).unwrap_or_default();
     assert!(said.contains("test/busybox:9") && said.contains("no such image or tag"), "{said}");
     cluster.shutdown().await;
@@ -568,5 +617,34 @@ async fn limits_and_gpus_hold_inside_as_outside() {
     assert!(!over.stderr.contains("1+0 records in"), "{over:?} ({limits})");
     let within = dd("--mem=64M", "bs=8M");
     assert_eq!(within.code, 0, "{within:?} ({limits})");
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_without_containers_never_runs_a_container_job_outside_one() {
+    if !ready() {
+        return;
+    }
+    let s = Setup::new();
+    let off = quorum_agent::container::ContainerConfig { enabled: false, ..s.containers() };
+    let opts = DevOptions { agents: 1, containers: off, switch_user: true, ..DevOptions::for_tests() };
+    let cluster = cluster(opts).await;
+    let c = client(&cluster.addrs);
+    wait_ready(&cluster, &c, 1).await;
+    let image_arg = format!("--container-image={}", s.registry.image("1"));
+    let step = as_user(&cluster, &s, "alice", "srun", &[&image_arg, "cat", "/etc/os-release"]);
+    assert_ne!(step.code, 0, "{step:?}");
+    assert!(step.stderr.contains("cannot run containers") && !step.stdout.contains("ID="), "{step:?}");
+    let home = s.home("alice");
+    std::fs::write(home.join("off.sh"), format!("#!/bin/sh\n#SBATCH {image_arg}\ncat /etc/os-release\n")).unwrap();
+    chown_tree(&home, "alice");
+    let id: u64 = as_user(&cluster, &s, "alice", "sbatch", &["--parsable", "-o", "off.out", "off.sh"])
+        .success()
+        .trim()
+        .parse()
+        .unwrap();
+    let j = wait_state(&c, id, &["COMPLETED", "FAILED"], T).await;
+    assert_eq!(j.state, "FAILED", "{j:?}");
+    assert!(j.reason.contains("cannot run containers"), "{j:?}");
     cluster.shutdown().await;
 }

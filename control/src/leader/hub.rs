@@ -36,6 +36,17 @@ pub struct AgentInfo {
     pub gpus: Vec<GpuHealth>,
     /// The health check's output while it fails.
     pub health_check: String,
+    /// Its image cache: bytes, images.
+    pub image_cache: (u64, u32),
+    /// What it can run beyond plain jobs (`containers`).
+    pub capabilities: Vec<String>,
+}
+
+impl AgentInfo {
+    /// Whether it makes containers (an agent of an older release, or with them off, does not).
+    pub fn runs_containers(&self) -> bool {
+        self.capabilities.iter().any(|c| c == "containers")
+    }
 }
 
 struct Conn {
@@ -79,6 +90,26 @@ struct Inner {
     usage_reads: HashMap<u64, oneshot::Sender<UsageSample>>,
     next_read: u64,
     held: HashMap<String, Held>,
+    /// What each job's start waits for on its nodes (an image pulled), as their agents said.
+    progress: HashMap<JobId, Progress>,
+    /// Container jobs not launched on a node whose agent makes no containers, as (node, job,
+    /// token), for the leader to end as failed launches ([`AgentHub::refused`]).
+    refused: HashSet<(String, JobId, u64)>,
+    /// Those already handed over.
+    refused_told: HashSet<(JobId, u64)>,
+}
+
+/// The most jobs whose progress the leader keeps at once.
+const MAX_PROGRESS: usize = 100_000;
+
+/// What a job's start waits for on a node (`JobProgress`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Progress {
+    pub token: u64,
+    pub node: String,
+    pub text: String,
+    /// The job's own start waits (it shows CONFIGURING), not one of its steps.
+    pub launch: bool,
 }
 
 /// The agents connected to this replica while it leads.
@@ -242,12 +273,13 @@ impl AgentHub {
         }
     }
 
-    pub fn heartbeat(&self, node: &str, conn_id: u64, running: Vec<(JobId, u64)>, gpus: Vec<GpuHealth>, check: String) {
+    pub fn heartbeat(&self, node: &str, conn_id: u64, running: Vec<(JobId, u64)>, hb: quorum_proto::agent::Heartbeat) {
         let mut inner = self.lock();
         if let Some(c) = inner.conns.get_mut(node).filter(|c| c.id == conn_id) {
             c.reported = running;
-            c.agent.gpus = gpus;
-            c.agent.health_check = check;
+            c.agent.gpus = hb.gpus;
+            c.agent.health_check = hb.health_check;
+            c.agent.image_cache = (hb.image_cache_bytes, hb.images_cached);
             inner.heard.insert(node.to_string(), Instant::now());
         }
     }
@@ -329,6 +361,27 @@ impl AgentHub {
     }
 
     /// An agent's answer to [`AgentHub::read_usage`].
+    /// An agent said what a job waits for on its node (or that it no longer does).
+    pub fn progress(&self, node: &str, p: quorum_proto::agent::JobProgress) {
+        let mut inner = self.lock();
+        if p.text.is_empty() {
+            inner.progress.remove(&p.job_id);
+        } else {
+            if inner.progress.len() >= MAX_PROGRESS && !inner.progress.contains_key(&p.job_id) {
+                return;
+            }
+            let text: String = p.text.chars().take(512).collect();
+            inner
+                .progress
+                .insert(p.job_id, Progress { token: p.token, node: node.to_string(), text, launch: p.launch });
+        }
+    }
+
+    /// What `job` waits for, while it runs under allocation `token`.
+    pub fn progress_of(&self, job: JobId, token: u64) -> Option<Progress> {
+        self.lock().progress.get(&job).filter(|p| p.token == token).cloned()
+    }
+
     pub fn usage_read(&self, sample: UsageSample) {
         if let Some(tx) = self.lock().usage_reads.remove(&sample.request_id) {
             let _ = tx.send(sample);
@@ -411,23 +464,34 @@ impl AgentHub {
             h.jobs.retain(|key| runs_here(state, node, *key));
             !h.jobs.is_empty()
         });
-        let (conns, held) = (&mut inner.conns, &inner.held);
+        let (conns, held, refused) = (&mut inner.conns, &inner.held, &mut inner.refused);
         if let Some(name) = only {
             if let Some(conn) = conns.get_mut(name) {
-                self.reconcile_node(state, name, conn, held.get(name));
+                self.reconcile_node(state, name, conn, held.get(name), refused);
             }
             return;
         }
         for (name, _) in state.nodes.iter().filter(|(_, n)| !n.jobs.is_empty()) {
             if let Some(conn) = conns.get_mut(name) {
-                self.reconcile_node(state, name, conn, held.get(name));
+                self.reconcile_node(state, name, conn, held.get(name), refused);
             }
         }
         for (name, conn) in conns.iter_mut().filter(|(_, c)| !c.reported.is_empty()) {
             if state.nodes.get(name).is_none_or(|n| n.jobs.is_empty()) {
-                self.reconcile_node(state, name, conn, held.get(name));
+                self.reconcile_node(state, name, conn, held.get(name), refused);
             }
         }
+    }
+
+    /// Container jobs whose node's agent makes no containers, each once, as (node, job, token):
+    /// the leader ends them as failed launches, never runs them outside their container.
+    pub fn refused(&self, state: &ClusterState) -> Vec<(String, JobId, u64)> {
+        let mut inner = self.lock();
+        let inner = &mut *inner;
+        inner.refused.retain(|(node, job, token)| runs_here(state, node, (*job, *token)));
+        inner.refused_told.retain(|key| state.jobs.get(&key.0).is_some_and(|j| j.alloc_index == key.1));
+        let told = &mut inner.refused_told;
+        inner.refused.iter().filter(|(_, job, token)| told.insert((*job, *token))).cloned().collect()
     }
 
     /// The held jobs that the node's current session has not reported a lease after the session
@@ -448,12 +512,29 @@ impl AgentHub {
         overdue
     }
 
-    fn reconcile_node(&self, state: &ClusterState, name: &str, conn: &mut Conn, held: Option<&Held>) {
+    fn reconcile_node(
+        &self,
+        state: &ClusterState,
+        name: &str,
+        conn: &mut Conn,
+        held: Option<&Held>,
+        refused: &mut HashSet<(String, JobId, u64)>,
+    ) {
         let dispatched = |job: &crate::model::Job| {
             let since = crate::replica::now_ms().saturating_sub(job.start_time.unwrap_or(u64::MAX));
             self.dispatch_seconds.observe(since as f64 / 1000.0);
         };
-        reconcile_node(state, name, conn, held, |job_id| self.traced_launch(state, job_id, name), dispatched);
+        let containers = conn.agent.runs_containers();
+        let launch = |job_id: JobId| {
+            let job = state.jobs.get(&job_id)?;
+            // A container job is never sent to an agent that would run it on the node itself.
+            if job.spec.container.is_some() && !job.spec.interactive && !containers {
+                refused.insert((name.to_string(), job_id, job.alloc_index));
+                return None;
+            }
+            self.traced_launch(state, job_id, name)
+        };
+        reconcile_node(state, name, conn, held, launch, dispatched);
     }
 }
 
@@ -475,7 +556,7 @@ fn reconcile_node(
     name: &str,
     conn: &mut Conn,
     held: Option<&Held>,
-    launch_for: impl Fn(JobId) -> Option<Launch>,
+    mut launch_for: impl FnMut(JobId) -> Option<Launch>,
     dispatched: impl Fn(&crate::model::Job),
 ) {
     if let Some(node) = state.nodes.get(name) {

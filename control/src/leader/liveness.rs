@@ -46,6 +46,28 @@ async fn end_overdue_held(replica: &Replica, leader: &LeaderState) {
     }
 }
 
+/// Ends, as failed launches, the container jobs placed on nodes whose agents make no
+/// containers (an older release, or containers off there), saying why.
+async fn end_refused_containers(replica: &Replica, leader: &LeaderState) {
+    let refused = leader.hub.refused(&replica.shared.read().state);
+    for (node, job_id, token) in refused {
+        let why = format!(
+            "node {node} cannot run containers (its agent is older than this release, or runs with --no-containers)"
+        );
+        let outcome = crate::model::RankOutcome::LaunchFailed;
+        let ended = Command::JobEnded { job_id, token, node: node.clone(), outcome, now: now_ms() };
+        let command = if replica.shared.read().state.cluster_level() >= quorum_state::CONTAINER_LEVEL {
+            Command::Batch { commands: vec![Command::JobFailure { job_id, token, why: why.clone() }, ended] }
+        } else {
+            ended
+        };
+        tracing::warn!(node, job = job_id, "{why}: the job fails rather than run outside its container");
+        if let Err(e) = replica.write(command).await {
+            tracing::warn!(node, job = job_id, error = %e, "ending a container job its node cannot run");
+        }
+    }
+}
+
 /// Ends the running steps no `srun` is served for here (theirs went with a previous leader),
 /// and has their agents kill their tasks.
 async fn end_orphan_steps(replica: &Replica, leader: &LeaderState) {
@@ -107,6 +129,7 @@ pub(super) async fn liveness_loop(replica: Arc<Replica>, leader: Arc<LeaderState
             _ = stop.changed() => return,
         }
         end_overdue_held(&replica, &leader).await;
+        end_refused_containers(&replica, &leader).await;
         end_orphan_steps(&replica, &leader).await;
         for (node, silent) in silent_nodes(&replica, &leader, leading_since) {
             let reason = format!("not responding: no heartbeat for {:.1}s", silent.as_secs_f64());

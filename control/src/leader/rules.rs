@@ -108,6 +108,23 @@ pub fn job_ended(
     }
 }
 
+/// `ended` after why the job could not start, when its agent said and the cluster's level
+/// records it.
+pub fn with_failure(state: &ClusterState, ended: Command, exit: &quorum_proto::agent::JobExit) -> Command {
+    let failed = exit.kind == quorum_proto::agent::ExitKind::LaunchFailed as i32;
+    if !failed || exit.error.is_empty() || state.cluster_level() < quorum_state::CONTAINER_LEVEL {
+        return ended;
+    }
+    let why = Command::JobFailure { job_id: exit.job_id, token: exit.token, why: exit.error.clone() };
+    match ended {
+        Command::Batch { mut commands } => {
+            commands.insert(0, why);
+            Command::Batch { commands }
+        }
+        one => Command::Batch { commands: vec![why, one] },
+    }
+}
+
 fn ended_at_level(
     state: &ClusterState,
     job_id: u64,

@@ -110,6 +110,7 @@ impl AgentService for Agents {
             version: register.version.clone(),
             started_at_ms: register.started_at_ms,
             limits: register.limits.clone(),
+            capabilities: register.capabilities.clone(),
             ..Default::default()
         };
         let registration = NodeRegistration {
@@ -156,6 +157,7 @@ impl AgentService for Agents {
                     agent_message::Msg::Register(_) => {}
                     agent_message::Msg::Output(chunk) => leader.hub.output_read(chunk),
                     agent_message::Msg::Usage(sample) => leader.hub.usage_read(sample),
+                    agent_message::Msg::Progress(p) => leader.hub.progress(&node, p),
                     agent_message::Msg::StepOutput(o) => {
                         let (job, step) = (o.job_id, o.step_id);
                         leader.steps.deliver(job, step, FromAgent::Output(o)).await;
@@ -185,7 +187,8 @@ impl AgentService for Agents {
                         watch_gpu_idle(&replica, &leader, &reports, &node, &hb.running);
                         let running = hb.running.iter().map(|r| (r.job_id, r.token)).collect();
                         let problem = rules::health_problem(&hb.gpus, &hb.health_check);
-                        leader.hub.heartbeat(&node, conn_id, running, hb.gpus, hb.health_check);
+                        let seq = hb.seq;
+                        leader.hub.heartbeat(&node, conn_id, running, hb);
                         let actions = {
                             let applied = replica.shared.read();
                             leader.hub.reconcile(&applied.state, Some(&node));
@@ -211,7 +214,7 @@ impl AgentService for Agents {
                         }
                         let ack = ControllerMessage {
                             msg: Some(controller_message::Msg::HeartbeatAck(HeartbeatAck {
-                                seq: hb.seq,
+                                seq,
                                 lease_ms: leader.liveness.agent_lease.as_millis() as u64,
                             })),
                         };
@@ -224,16 +227,20 @@ impl AgentService for Agents {
                         let tx = tx.clone();
                         let node = node.clone();
                         tokio::spawn(async move {
-                            let command = rules::job_ended(
-                                &replica.shared.read().state,
-                                exit.job_id,
-                                exit.token,
-                                node,
-                                wire::outcome(&exit),
-                                wire::usage(exit.usage.as_ref()),
-                                &exit.node_problem,
-                                now_ms(),
-                            );
+                            let command = {
+                                let state = &replica.shared.read().state;
+                                let ended = rules::job_ended(
+                                    state,
+                                    exit.job_id,
+                                    exit.token,
+                                    node,
+                                    wire::outcome(&exit),
+                                    wire::usage(exit.usage.as_ref()),
+                                    &exit.node_problem,
+                                    now_ms(),
+                                );
+                                rules::with_failure(state, ended, &exit)
+                            };
                             match reports.write(command).await {
                                 Ok(_) => {
                                     let ack = ControllerMessage {

@@ -424,11 +424,27 @@ pub(super) async fn get_job(api: &Api, caller: &Caller, r: GetJobRequest) -> Res
     }
     let mut info = job_for(caller, &job, true);
     info.gpu_idle_since_ms = api.leader.gpu_idle_since(&job, crate::replica::now_ms()).unwrap_or(0);
+    waiting_on(api, &job, &mut info);
     if let Some(e) = api.leader.estimate(job.id).filter(|_| job.state == JobState::Pending) {
         info.expected_start_ms = e.start_ms;
         info.expected_nodes = crate::model::hostlist::compress(&e.nodes);
     }
     Ok(GetJobResponse { job: Some(info), applied_index })
+}
+
+/// A running job whose start waits on a node (its image pulled): CONFIGURING, as Slurm shows a
+/// job whose nodes are not ready yet, with what it waits for as its reason; a step's pull shows
+/// in the reason alone.
+fn waiting_on(api: &Api, job: &crate::model::Job, info: &mut JobInfo) {
+    if job.state != JobState::Running {
+        return;
+    }
+    if let Some(p) = api.leader.hub.progress_of(job.id, job.alloc_index) {
+        info.reason = format!("{} on {}", p.text, p.node);
+        if p.launch {
+            info.state = "CONFIGURING".into();
+        }
+    }
 }
 
 /// A job (or task `task` of the array `job_id`) from the job history.
@@ -494,6 +510,7 @@ pub(super) async fn list_jobs(api: &Api, caller: &Caller, r: ListJobsRequest) ->
                 |j| {
                     let mut info = wire::listed(job_for(caller, j, false));
                     info.gpu_idle_since_ms = api.leader.gpu_idle_since(j, now).unwrap_or(0);
+                    waiting_on(api, j, &mut info);
                     if let Some(e) = estimates.get(&j.id).filter(|_| j.state == JobState::Pending) {
                         info.expected_start_ms = e.start_ms;
                         info.expected_nodes = crate::model::hostlist::compress(&e.nodes);

@@ -245,6 +245,8 @@ fn node_to_proto(n: &Node, partitions: Vec<String>, agent: Option<AgentInfo>) ->
                     .collect()
             })
             .unwrap_or_default(),
+        image_cache_bytes: agent.as_ref().map_or(0, |a| a.image_cache.0),
+        images_cached: agent.as_ref().map_or(0, |a| a.image_cache.1),
         health_check: agent.map(|a| a.health_check).unwrap_or_default(),
     }
 }

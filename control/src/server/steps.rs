@@ -119,6 +119,16 @@ pub(super) async fn run_step(api: &Api, caller: Caller, mut input: Streaming<Ste
     };
     if let Some(planned) = planned {
         let (job, step) = planned.map_err(|r| refused(&r))?;
+        // A step in a container never goes to an agent that would run it on the node itself.
+        if start.container.is_some() || job.spec.container.is_some() {
+            let hub = &api.leader.hub;
+            if let Some(n) = step.nodes.iter().find(|n| hub.agent(&n.node).is_some_and(|a| !a.runs_containers())) {
+                return Err(Status::failed_precondition(format!(
+                    "node {} cannot run containers (its agent is older than this release, or runs with --no-containers)",
+                    n.node
+                )));
+            }
+        }
         let from_agents = routes.open(job_id, step.id);
         let unreachable = launch(api, &job, &step, &start);
         let expect = Placement { id: step.id, nodes: step.nodes.clone() };

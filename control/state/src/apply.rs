@@ -43,6 +43,13 @@ pub fn apply(state: &mut ClusterState, index: u64, command: Command) -> Response
                 other => other,
             }
         }
+        Command::JobFailure { job_id, token, why } => match state.jobs.get_mut(&job_id) {
+            Some(job) if job.alloc_index == token && job.failure.is_none() => {
+                job.failure = Some(why.chars().take(MAX_FAILURE_CHARS).collect());
+                Response::Ok
+            }
+            _ => Response::Ignored,
+        },
         Command::SetNodeHealth { node, problem, now } => {
             advance_clock(state, now);
             set_node_health(state, &node, problem)
@@ -247,6 +254,9 @@ fn check_account(state: &ClusterState, account: &Account) -> Result<(), Rejectio
     }
     Ok(())
 }
+
+/// The longest reason a job's failure keeps.
+const MAX_FAILURE_CHARS: usize = 512;
 
 fn owned_pending_job<'a>(state: &'a mut ClusterState, job_id: JobId, user: &str) -> Result<&'a mut Job, Rejection> {
     let job = state.jobs.get_mut(&job_id).ok_or(Rejection::UnknownJob { id: job_id })?;
@@ -607,6 +617,7 @@ fn submit(state: &mut ClusterState, mut spec: JobSpec, user: String, request_id:
             suspended_at: None,
             suspended_ms: 0,
             resv_end: None,
+            failure: None,
         };
         state.jobs.insert(id, Shared::new(job));
     }

@@ -358,6 +358,13 @@ pub enum Command {
         drain: Option<String>,
         now: Millis,
     },
+    /// Why a job's launch failed on a node (its first reason is kept): said with its
+    /// `JobEnded` (level 28).
+    JobFailure {
+        job_id: JobId,
+        token: u64,
+        why: String,
+    },
     /// The leader saw a node's health change: `Some(problem)` (a GPU in FAILURE, the health
     /// check failing) drains a node that is up, `None` resumes a node its health drained.
     /// An operator's drain is left alone either way.
@@ -582,6 +589,7 @@ impl Command {
                 (PARTITION_ACCESS_LEVEL, "a partition that admits only some accounts or QOS")
             }
             Command::SetNodeHealth { .. } => (4, "draining a node for its health"),
+            Command::JobFailure { .. } => (CONTAINER_LEVEL, "why a job could not start"),
             Command::CancelJob { whole_array: true, .. } => (4, "cancelling a job array"),
             Command::SubmitJob { spec, .. } => spec_level(spec),
             Command::SetRole { .. } => (8, "giving a role"),

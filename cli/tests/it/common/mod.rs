@@ -377,7 +377,7 @@ pub fn quorum_bin() -> &'static Path {
         let bin = dir.path().join("quorum");
         std::fs::copy(env!("CARGO_BIN_EXE_quorum"), &bin).unwrap();
         std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
-        for name in ["srun", "sbatch", "salloc"] {
+        for name in ["srun", "sbatch", "salloc", "squeue"] {
             std::os::unix::fs::symlink("quorum", dir.path().join(name)).unwrap();
         }
         (dir, bin)
