@@ -193,7 +193,7 @@ pub(crate) struct StepEntry {
     /// in it, and the task's writer takes it over when the task starts.
     pub early_input: Option<crate::input::Queue>,
     /// The step's container here, until the last of its tasks here is done with it.
-    pub container: Option<crate::step::StepContainer>,
+    pub container: Option<crate::container::StepUse>,
 }
 
 /// The agent's lease on its jobs: the send time of the newest heartbeat the leader answered,

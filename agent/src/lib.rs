@@ -7,6 +7,7 @@
 //! of controller addresses and follows it when it changes.
 
 mod agent;
+pub mod as_user;
 pub mod conn;
 pub mod container;
 pub mod devices;

@@ -63,7 +63,8 @@ pub const MAX_OUTPUT_READS: usize = 16;
 pub const OUTPUT_READ_DEADLINE: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Reads part of a job's output file for `quorum logs`. The path is the user's to choose, so the
-/// file is opened as the job's user ([`read_as`]): the agent reads for them only what they could
+/// file is opened as the job's user ([`crate::as_user::read_as`]): the agent reads for them only
+/// what they could
 /// read themselves, and answers only what they would have seen. The open never blocks (a FIFO is
 /// refused), only a regular file is read, and the read is bounded in time and in number
 /// ([`MAX_OUTPUT_READS`], [`OUTPUT_READ_DEADLINE`]).
@@ -97,7 +98,7 @@ pub async fn read_output(agent: std::sync::Arc<Agent>, r: ReadOutput) -> OutputC
     let (tx, rx) = tokio::sync::oneshot::channel();
     let (offset, max_bytes) = (r.offset, r.max_bytes);
     let thread = std::thread::Builder::new().name("quorum-output-read".into()).spawn(move || {
-        let read = read_as(account.as_ref(), &path, offset, max_bytes);
+        let read = crate::as_user::read_as(account.as_ref(), &path, offset, max_bytes);
         drop(permit);
         let _ = tx.send(read);
     });
@@ -114,74 +115,6 @@ pub async fn read_output(agent: std::sync::Arc<Agent>, r: ReadOutput) -> OutputC
         }
     }
     chunk
-}
-
-/// Reads up to `max_bytes` of `path` from `offset`, opened as `account` when given: on this
-/// thread alone (it ends after the read), the file-system identity becomes the user's (their
-/// groups, `setfsgid`, `setfsuid`), so that every directory on the path and the file itself are
-/// checked against the user, not root. Only a regular file is read, and the open does not block.
-pub(crate) fn read_as(
-    account: Option<&identity::Account>,
-    path: &Path,
-    offset: u64,
-    max_bytes: u32,
-) -> Result<Vec<u8>, String> {
-    use std::io::{Read, Seek, SeekFrom};
-    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
-    if let Some(a) = account {
-        become_for_files(a).map_err(|e| format!("cannot read as user {}: {e}", a.name))?;
-    }
-    let mut file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
-        .open(path)
-        .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
-    let meta = file.metadata().map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    if !meta.is_file() {
-        return Err(format!("{} is not a regular file", path.display()));
-    }
-    // And one of the user's own: a job's output is written by the job, as its user.
-    if let Some(a) = account.filter(|a| a.uid != meta.uid()) {
-        return Err(format!(
-            "{} belongs to uid {}, not to the job's user {} (uid {})",
-            path.display(),
-            meta.uid(),
-            a.name,
-            a.uid
-        ));
-    }
-    file.seek(SeekFrom::Start(offset)).map_err(|e| e.to_string())?;
-    let mut data = Vec::new();
-    file.take(u64::from(max_bytes)).read_to_end(&mut data).map_err(|e| e.to_string())?;
-    Ok(data)
-}
-
-/// Makes this thread's file-system identity `account`'s: its groups, then its gid and uid for
-/// file access (Linux keeps credentials per thread; the raw system calls, unlike glibc's
-/// wrappers, change this thread alone). Checked afterwards: a thread that could not switch
-/// reads nothing.
-pub(crate) fn become_for_files(account: &identity::Account) -> std::io::Result<()> {
-    if !identity::is_root() {
-        return Ok(());
-    }
-    // SAFETY: plain system calls on this thread's credentials with values owned above.
-    unsafe {
-        if libc::syscall(libc::SYS_setgroups, account.groups.len(), account.groups.as_ptr()) != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        libc::syscall(libc::SYS_setfsgid, account.gid);
-        libc::syscall(libc::SYS_setfsuid, account.uid);
-        // Each returns the previous value: asking again with an impossible id reads it back.
-        let fsgid = libc::syscall(libc::SYS_setfsgid, u32::MAX) as u32;
-        let fsuid = libc::syscall(libc::SYS_setfsuid, u32::MAX) as u32;
-        if fsuid != account.uid || fsgid != account.gid {
-            return Err(std::io::Error::other(format!(
-                "file-system identity is uid {fsuid} gid {fsgid}, not uid {} gid {}",
-                account.uid, account.gid
-            )));
-        }
-    }
-    Ok(())
 }
 
 fn resolve(work_dir: &Path, path: &str) -> PathBuf {
@@ -269,7 +202,7 @@ mod tests {
         // rest of its thread.
         let read_as = |who: Option<&identity::Account>, path: &Path, offset: u64, max: u32| {
             let (who, path) = (who.cloned(), path.to_path_buf());
-            std::thread::spawn(move || read_as(who.as_ref(), &path, offset, max)).join().unwrap()
+            std::thread::spawn(move || crate::as_user::read_as(who.as_ref(), &path, offset, max)).join().unwrap()
         };
         let private = tempfile::tempdir().unwrap();
         std::fs::set_permissions(private.path(), std::fs::Permissions::from_mode(0o700)).unwrap();

@@ -426,7 +426,7 @@ fn write_launch_error(output: &supervisor::Output, account: Option<&identity::Ac
     let (account, message) = (account.cloned(), message.to_string());
     let _ = std::thread::spawn(move || {
         if let Some(a) = &account {
-            crate::output::become_for_files(a).ok()?;
+            crate::as_user::become_for_files(a).ok()?;
         }
         let mut f = std::fs::OpenOptions::new()
             .append(true)

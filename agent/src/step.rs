@@ -111,7 +111,7 @@ pub(crate) async fn launch(agent: Arc<Agent>, l: StepLaunch) {
         let entry = steps.entry((l.job_id, l.step_id)).or_default();
         if let Some((live, spec)) = &container {
             live.users.fetch_add(l.tasks as usize, Ordering::Relaxed);
-            entry.container = Some(StepContainer {
+            entry.container = Some(crate::container::StepUse {
                 live: live.clone(),
                 spec: spec.clone(),
                 left: l.tasks as usize,
@@ -208,22 +208,6 @@ pub(crate) async fn launch(agent: Arc<Agent>, l: StepLaunch) {
         }
     }
     forget_if_idle(&agent, (l.job_id, l.step_id));
-}
-
-/// A step's container on this node, and what is to be done when its tasks here are all done.
-pub(crate) struct StepContainer {
-    live: Arc<crate::container::Live>,
-    spec: quorum_proto::api::Container,
-    /// Tasks here not done yet.
-    left: usize,
-    save: bool,
-    account: Option<identity::Account>,
-}
-
-impl std::fmt::Debug for StepContainer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "StepContainer({}, {} left)", self.live.root.display(), self.left)
-    }
 }
 
 /// What a task runs in its container.

@@ -196,6 +196,22 @@ impl Drop for Told<'_> {
     }
 }
 
+/// A step's container on this node, and what is to be done when its tasks here are all done.
+pub struct StepUse {
+    pub live: Arc<Live>,
+    pub spec: api::Container,
+    /// Tasks here not done yet.
+    pub left: usize,
+    pub save: bool,
+    pub account: Option<Account>,
+}
+
+impl std::fmt::Debug for StepUse {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "StepUse({}, {} left)", self.live.root.display(), self.left)
+    }
+}
+
 /// What [`Containers::open`] needs besides the container spec.
 pub struct Request<'a> {
     pub job_id: u64,
@@ -604,7 +620,7 @@ fn open_as(account: Option<&Account>, paths: Vec<PathBuf>) -> Result<Vec<OwnedFd
     let account = account.cloned();
     std::thread::spawn(move || {
         if let Some(a) = &account {
-            crate::output::become_for_files(a).map_err(|e| format!("cannot act as user {}: {e}", a.name))?;
+            crate::as_user::become_for_files(a).map_err(|e| format!("cannot act as user {}: {e}", a.name))?;
         }
         paths
             .iter()
@@ -921,7 +937,7 @@ fn save_squashfs(live: &Live, path: &Path, account: Option<&Account>) -> Result<
         use std::os::unix::fs::OpenOptionsExt;
         let mut src = std::fs::File::open(&from).map_err(|e| e.to_string())?;
         if let Some(a) = &account {
-            crate::output::become_for_files(a).map_err(|e| e.to_string())?;
+            crate::as_user::become_for_files(a).map_err(|e| e.to_string())?;
         }
         let mut dst = std::fs::OpenOptions::new()
             .write(true)

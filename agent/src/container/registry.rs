@@ -93,7 +93,7 @@ pub fn user_login(
     let path = credentials_path(env, &home);
     let account = account.cloned();
     let read = std::thread::spawn(move || {
-        crate::output::read_as(account.as_ref(), &path, 0, MAX_CREDENTIALS as u32).map(|d| (path, d))
+        crate::as_user::read_as(account.as_ref(), &path, 0, MAX_CREDENTIALS as u32).map(|d| (path, d))
     })
     .join()
     .map_err(|_| "reading the credentials failed".to_string())?;
