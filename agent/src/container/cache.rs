@@ -409,6 +409,37 @@ mod tests {
     }
 
     #[test]
+    fn past_its_bound_the_cache_drops_the_least_recently_used_images_not_in_use() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Cache::open(dir.path(), 250).unwrap();
+        let layer = |hex: &str, bytes: u64| {
+            std::fs::create_dir(cache.layer_dir(hex)).unwrap();
+            std::fs::write(dir.path().join("layers").join(format!("{hex}.bytes")), bytes.to_string()).unwrap();
+        };
+        // Three images of a layer of their own (100 bytes each) over a shared base (50).
+        for (hex, bytes) in [("base", 50), ("a", 100), ("b", 100), ("c", 100)] {
+            layer(hex, bytes);
+        }
+        for (i, (image, own)) in [("ia", "a"), ("ib", "b"), ("ic", "c")].into_iter().enumerate() {
+            let record = ImageRecord { layers: vec!["base".into(), own.into()], ..Default::default() };
+            cache.save_image(image, &record).unwrap();
+            let used = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1000 + i as u64);
+            let file = dir.path().join("images").join(format!("{image}.json"));
+            std::fs::File::options().append(true).open(file).unwrap().set_modified(used).unwrap();
+        }
+        assert_eq!(cache.usage(), (350, 3));
+        // The oldest is in use: the next oldest goes, with its own layer alone.
+        cache.pin("ia");
+        assert_eq!(cache.evict(), ["ib"]);
+        assert!(!cache.has_layer("b") && cache.has_layer("a") && cache.has_layer("base") && cache.has_layer("c"));
+        assert!(cache.image("ib").is_none() && cache.image("ic").is_some());
+        assert_eq!(cache.usage(), (250, 2));
+        // Within the bound: nothing more goes.
+        cache.unpin("ia");
+        assert!(cache.evict().is_empty());
+    }
+
+    #[test]
     fn whiteouts_become_overlayfs_whiteouts() {
         use std::os::unix::fs::FileTypeExt;
         if !crate::identity::is_root() {
