@@ -52,6 +52,11 @@ pub fn resolve(files: &[PathBuf], gpus: usize) -> Result<Vec<Device>, String> {
     files.iter().map(|f| Device::of(f)).collect()
 }
 
+/// The device files of the GPUs `own` (indexes), where known: what a job's container shows.
+pub fn own(devices: &[Device], own: &[u32]) -> Vec<Device> {
+    own.iter().filter_map(|&i| devices.get(i as usize).copied()).collect()
+}
+
 /// The devices of the node's GPUs that a job holding `own` (GPU indices) may not open.
 pub fn others(devices: &[Device], own: &[u32]) -> Vec<Device> {
     devices.iter().enumerate().filter(|(i, _)| !own.contains(&(*i as u32))).map(|(_, d)| *d).collect()

@@ -326,7 +326,7 @@ async fn start_job(
             account: account.as_ref(),
             env: &env,
             same_path: [tmp.clone(), script_dir].into_iter().filter(|p| p.is_dir()).collect(),
-            gpus: launch.gpus.iter().filter_map(|&i| agent.config.gpu_devices.get(i as usize).copied()).collect(),
+            gpus: crate::devices::own(&agent.config.gpu_devices, &launch.gpus),
         };
         let progress = crate::container::Progress {
             tx: agent.outbox.clone(),
@@ -344,10 +344,7 @@ async fn start_job(
         env = live.environment(env, &c.env);
         argv = live.argv(c, &argv);
         work_dir = PathBuf::from(live.workdir(c));
-        // SAFETY: getuid and getgid cannot fail.
-        let (uid, gid) =
-            account.as_ref().map_or_else(|| unsafe { (libc::getuid(), libc::getgid()) }, |a| (a.uid, a.gid));
-        enter = match live.enter(uid, gid) {
+        enter = match live.enter(account.as_ref()) {
             Ok(e) => Some(e),
             Err(e) => return failed(format!("cannot enter the container: {e}")),
         };

@@ -92,7 +92,7 @@ pub(crate) async fn launch(agent: Arc<Agent>, l: StepLaunch) {
                 account: account.as_ref(),
                 env: &job_env,
                 same_path: [tmpdir.clone()].into_iter().filter(|p| p.is_dir()).collect(),
-                gpus: l.gpus.iter().filter_map(|&i| agent.config.gpu_devices.get(i as usize).copied()).collect(),
+                gpus: crate::devices::own(&agent.config.gpu_devices, &l.gpus),
             };
             let progress = crate::container::Progress {
                 tx: agent.outbox.clone(),
@@ -171,12 +171,7 @@ pub(crate) async fn launch(agent: Arc<Agent>, l: StepLaunch) {
             Some((live, spec)) => {
                 env = live.environment(env, &spec.env);
                 let argv = live.argv(spec, &l.argv);
-                let (uid, gid) = account.as_ref().map_or_else(
-                    // SAFETY: getuid and getgid cannot fail.
-                    || unsafe { (libc::getuid(), libc::getgid()) },
-                    |a| (a.uid, a.gid),
-                );
-                match (live.find_program(&argv[0], &env), live.enter(uid, gid)) {
+                match (live.find_program(&argv[0], &env), live.enter(account.as_ref())) {
                     (Some(program), Ok(enter)) => Some(Inside { argv, program, cwd: live.workdir(spec), enter }),
                     (None, _) => {
                         let path = env.iter().find(|(k, _)| k == "PATH").map(|(_, v)| v.clone()).unwrap_or_default();

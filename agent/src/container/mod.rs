@@ -161,10 +161,17 @@ impl Live {
         )
     }
 
-    /// How a task of `uid`:`gid` enters it.
-    pub fn enter(&self, uid: u32, gid: u32) -> std::io::Result<Enter> {
+    /// How a task of `account` (the agent's own user without one) enters it.
+    pub fn enter(&self, account: Option<&Account>) -> std::io::Result<Enter> {
+        let (uid, gid) = ids(account);
         Enter::new(&self.root, uid, gid, self.remap_root)
     }
+}
+
+/// The uid and gid a job of `account` runs with: the agent's own without one.
+fn ids(account: Option<&Account>) -> (u32, u32) {
+    // SAFETY: getuid and getgid cannot fail.
+    account.map_or_else(|| unsafe { (libc::getuid(), libc::getgid()) }, |a| (a.uid, a.gid))
 }
 
 /// Where a pull tells the leader how far it got (`JobProgress`), for `squeue` and `scontrol`.
@@ -357,8 +364,7 @@ impl Containers {
             readonly: spec.readonly,
             gpus: req.gpus.clone(),
             account: req.account.cloned(),
-            // SAFETY: getuid and getgid cannot fail.
-            ids: Some(req.account.map_or_else(|| unsafe { (libc::getuid(), libc::getgid()) }, |a| (a.uid, a.gid))),
+            ids: Some(ids(req.account)),
             base: self.base.clone(),
         };
         let built = tokio::task::spawn_blocking(move || build(&plan)).await.map_err(|e| e.to_string())?;

@@ -365,7 +365,9 @@ impl AgentHub {
     pub fn progress(&self, node: &str, p: quorum_proto::agent::JobProgress) {
         let mut inner = self.lock();
         if p.text.is_empty() {
-            inner.progress.remove(&p.job_id);
+            if inner.progress.get(&p.job_id).is_some_and(|q| q.node == node) {
+                inner.progress.remove(&p.job_id);
+            }
         } else {
             if inner.progress.len() >= MAX_PROGRESS && !inner.progress.contains_key(&p.job_id) {
                 return;

@@ -115,7 +115,9 @@ pub fn with_failure(state: &ClusterState, ended: Command, exit: &quorum_proto::a
     if !failed || exit.error.is_empty() || state.cluster_level() < quorum_state::CONTAINER_LEVEL {
         return ended;
     }
-    let why = Command::JobFailure { job_id: exit.job_id, token: exit.token, why: exit.error.clone() };
+    // Bounded before it is replicated (apply keeps as much again).
+    let why: String = exit.error.chars().take(512).collect();
+    let why = Command::JobFailure { job_id: exit.job_id, token: exit.token, why };
     match ended {
         Command::Batch { mut commands } => {
             commands.insert(0, why);

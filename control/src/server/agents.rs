@@ -157,7 +157,16 @@ impl AgentService for Agents {
                     agent_message::Msg::Register(_) => {}
                     agent_message::Msg::Output(chunk) => leader.hub.output_read(chunk),
                     agent_message::Msg::Usage(sample) => leader.hub.usage_read(sample),
-                    agent_message::Msg::Progress(p) => leader.hub.progress(&node, p),
+                    agent_message::Msg::Progress(p) => {
+                        // Only for an allocation this node runs: no agent speaks for another's jobs.
+                        let ours = replica.shared.read().state.jobs.get(&p.job_id).is_some_and(|j| {
+                            j.alloc_index == p.token
+                                && j.allocation.as_ref().is_some_and(|a| a.nodes.iter().any(|n| n.node == node))
+                        });
+                        if ours || p.text.is_empty() {
+                            leader.hub.progress(&node, p);
+                        }
+                    }
                     agent_message::Msg::StepOutput(o) => {
                         let (job, step) = (o.job_id, o.step_id);
                         leader.steps.deliver(job, step, FromAgent::Output(o)).await;
