@@ -194,6 +194,8 @@ pub(crate) struct StepEntry {
     pub early_input: Option<crate::input::Queue>,
     /// The step's container here, until the last of its tasks here is done with it.
     pub container: Option<crate::container::StepUse>,
+    /// The step's PMI here (`srun --mpi=pmi2`), from its launch on.
+    pub pmi: Option<Arc<crate::pmi::StepPmi>>,
 }
 
 /// The agent's lease on its jobs: the send time of the newest heartbeat the leader answered,

@@ -19,6 +19,7 @@ mod input;
 pub mod limits;
 pub mod metrics;
 pub mod output;
+mod pmi;
 pub mod record;
 pub mod resources;
 pub mod runner;

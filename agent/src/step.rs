@@ -80,6 +80,18 @@ pub(crate) async fn launch(agent: Arc<Agent>, l: StepLaunch) {
         Some(cg) => cg.job(l.job_id, l.token).procs_files(),
         None => Vec::new(),
     };
+    // `--mpi=pmi2`: its PMI, made when the launch came.
+    let pmi = match l.mpi.as_str() {
+        "" => None,
+        crate::pmi::CAPABILITY => {
+            let made = agent.lock_steps().get(&(l.job_id, l.step_id)).and_then(|e| e.pmi.clone());
+            match made {
+                Some(pmi) => Some(pmi),
+                None => return refuse(format!("no PMI for the step's layout {:?}", l.node_tasks)).await,
+            }
+        }
+        other => return refuse(format!("--mpi={other} is not served by this node's agent")).await,
+    };
     let tmpdir = crate::runner::tmpdir_of(&agent, l.job_id, l.token);
     // `--container-image`: the one container every task of the step here enters.
     let container = match &l.container {
@@ -143,6 +155,23 @@ pub(crate) async fn launch(agent: Arc<Agent>, l: StepLaunch) {
         ];
         env.retain(|(k, _)| !own.iter().any(|(o, _)| o == k));
         env.extend(own.into_iter().map(|(k, v)| (k.to_string(), v)));
+        // PMI on a socket the task inherits; the agent serves its end.
+        let pmi_socket = match &pmi {
+            None => None,
+            Some(pmi) => match crate::pmi::socket_pair() {
+                Ok((ours, theirs)) => {
+                    let vars = pmi.environment(task, theirs.as_raw_fd());
+                    env.retain(|(k, _)| !vars.iter().any(|(o, _)| o == k));
+                    env.extend(vars);
+                    tokio::spawn(pmi.clone().serve(task, ours));
+                    Some(theirs)
+                }
+                Err(e) => {
+                    task_failed(&agent, &l, task, format!("cannot make the task's PMI socket: {e}")).await;
+                    continue;
+                }
+            },
+        };
         agent.tell_leader(&mut env);
         let umask = crate::environment::take_umask(&mut env).unwrap_or(supervisor::DEFAULT_UMASK);
         if let Some(a) = &account {
@@ -188,8 +217,19 @@ pub(crate) async fn launch(agent: Arc<Agent>, l: StepLaunch) {
                 }
             }
         };
-        let spawned =
-            spawn(&l, &env, umask, account.as_ref(), &cgroup_procs, task == 0, hostname, slave, inside.as_ref());
+        let spawned = spawn(
+            &l,
+            &env,
+            umask,
+            account.as_ref(),
+            &cgroup_procs,
+            task == 0,
+            hostname,
+            slave,
+            inside.as_ref(),
+            pmi_socket.as_ref().map(|s| s.as_raw_fd()),
+        );
+        drop(pmi_socket);
         match spawned {
             Ok(child) => watch(agent.clone(), l.clone(), task, child, pty.map(|(m, _)| m)),
             Err(e) => {
@@ -246,6 +286,13 @@ async fn container_task_gone(agent: &Arc<Agent>, l: &StepLaunch) -> Option<Strin
 pub(crate) fn expect(agent: &Agent, l: &StepLaunch) {
     let mut steps = agent.lock_steps();
     let entry = steps.entry((l.job_id, l.step_id)).or_default();
+    // Its PMI from now on: the other nodes' fence contributions may come before its tasks start.
+    if l.mpi == crate::pmi::CAPABILITY && entry.pmi.is_none() {
+        match crate::pmi::StepPmi::new(l, agent.outbox.clone()) {
+            Ok(pmi) => entry.pmi = Some(pmi),
+            Err(e) => tracing::warn!(job = l.job_id, step = l.step_id, "no PMI for the step: {e}"),
+        }
+    }
     if l.first_task == 0 && l.tasks > 0 && entry.stdin.is_none() {
         let (input, rx, waiting) = TaskInput::new();
         entry.stdin = Some(input);
@@ -270,7 +317,9 @@ fn input_queue(entry: &mut crate::agent::StepEntry) -> crate::input::Queue {
 fn forget_if_idle(agent: &Agent, key: (u64, u32)) {
     let mut steps = agent.lock_steps();
     if steps.get(&key).is_some_and(|e| e.pgids.is_empty() && (e.stdin.is_none() || e.early_input.is_some())) {
-        steps.remove(&key);
+        if let Some(pmi) = steps.remove(&key).and_then(|e| e.pmi) {
+            pmi.close();
+        }
     }
 }
 
@@ -287,6 +336,7 @@ fn spawn(
     node_hostname: Option<&str>,
     pty: Option<&std::os::fd::OwnedFd>,
     inside: Option<&Inside>,
+    pmi_fd: Option<i32>,
 ) -> std::io::Result<std::process::Child> {
     use std::ffi::CString;
     let argv = inside.map_or(l.argv.as_slice(), |i| i.argv.as_slice());
@@ -373,6 +423,12 @@ fn spawn(
                 return Err(std::io::Error::last_os_error());
             }
             libc::umask(umask as libc::mode_t);
+            // The task's end of its PMI socket stays open across exec, at the number PMI_FD says.
+            if let Some(fd) = pmi_fd {
+                if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
             Ok(())
         });
     }
@@ -620,6 +676,11 @@ pub(crate) fn io(agent: &Agent, io: StepIo) {
         Some(step_io::Msg::Window(w)) => {
             if let Some(pty) = &entry.pty {
                 resize(pty, &w);
+            }
+        }
+        Some(step_io::Msg::Pmi(x)) => {
+            if let Some(pmi) = &entry.pmi {
+                pmi.arrive(x.node_id, x.seq, x.pairs.into_iter().map(|p| (p.key, p.value)).collect());
             }
         }
         Some(step_io::Msg::Signal(signal)) if (1..=64).contains(&signal) => {

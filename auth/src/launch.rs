@@ -99,6 +99,13 @@ pub fn step_digest(s: &quorum_proto::agent::StepLaunch) -> String {
     }
     let container = s.container.as_ref().map(container_parts).unwrap_or_default();
     parts.extend(container.iter().map(|p| p.as_slice()));
+    // Only when set, so that a step without PMI has the digest it had before `--mpi`.
+    let layout: Vec<[u8; 4]> = s.node_tasks.iter().map(|t| t.to_le_bytes()).collect();
+    if !s.mpi.is_empty() || !layout.is_empty() {
+        parts.push(b"mpi");
+        parts.push(s.mpi.as_bytes());
+        parts.extend(layout.iter().map(|n| n.as_slice()));
+    }
     spec_digest(parts)
 }
 

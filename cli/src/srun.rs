@@ -107,13 +107,159 @@ pub struct SrunArgs {
     /// With --uid: the group the allocation and its step run with (a name or gid).
     #[arg(long)]
     gid: Option<String>,
+    /// The process-management interface the tasks get: `pmi2` (PMI-1 and PMI-2 on PMI_FD, for
+    /// MPICH and Intel MPI), `none`; `list` prints what this cluster offers. Default: the
+    /// cluster's MpiDefault (or SLURM_MPI_TYPE).
+    #[arg(long)]
+    mpi: Option<String>,
+    /// Where srun's stdin goes: `0` (task 0, the default here) or `none`.
+    #[arg(short = 'i', long)]
+    input: Option<String>,
+    /// Which variables of srun's environment the tasks get: `ALL` (the default), `NONE`, or
+    /// names (with `ALL,` first: on top of all), `NAME=value` setting one.
+    #[arg(long)]
+    export: Option<String>,
+    /// Task binding (Slurm's --cpu-bind): `none` and `quiet`/`verbose` are honoured as given;
+    /// other types are accepted with a warning (tasks use all of the step's CPUs).
+    #[arg(long = "cpu-bind", alias = "cpu_bind")]
+    cpu_bind: Option<String>,
+    /// Steps get exactly the CPUs they ask for (always so here).
+    #[arg(long)]
+    exact: bool,
+    /// Don't print srun's informational messages.
+    #[arg(short = 'Q', long)]
+    quiet: bool,
+    /// More of srun's messages (accepted; srun says what it does only on errors here).
+    #[arg(short = 'v', long, action = clap::ArgAction::Count)]
+    verbose: u8,
+    /// Don't end the step when one of its nodes fails (accepted: a failed node's tasks end
+    /// with an error, the others run on).
+    #[arg(short = 'k', long = "no-kill", num_args = 0..=1, default_missing_value = "", require_equals = true)]
+    no_kill: Option<String>,
+    #[command(flatten)]
+    tolerated: StepTolerated,
     #[command(flatten)]
     container: quorum_client::container::ContainerOpts,
     #[command(flatten)]
     controllers: ControllersArg,
     /// The program and its arguments.
-    #[arg(trailing_var_arg = true, required = true)]
+    #[arg(trailing_var_arg = true, required_unless_present = "mpi")]
     command: Vec<String>,
+}
+
+/// srun's options that Slurm has and this cluster accepts but cannot honour: each is accepted
+/// with a warning naming it, so that launchers (Open MPI's and MPICH's `mpirun`) and scripts
+/// written for other sites run.
+#[derive(clap::Args, Debug, Default)]
+struct StepTolerated {
+    #[arg(long)]
+    hint: Option<String>,
+    #[arg(long)]
+    gpu_bind: Option<String>,
+    #[arg(long)]
+    mem_bind: Option<String>,
+    #[arg(short = 'm', long)]
+    distribution: Option<String>,
+    #[arg(long)]
+    cpu_freq: Option<String>,
+    #[arg(long)]
+    accel_bind: Option<String>,
+    #[arg(long)]
+    network: Option<String>,
+    #[arg(long, num_args = 0..=1, default_missing_value = "", require_equals = true)]
+    propagate: Option<String>,
+    #[arg(long = "mem-per-cpu")]
+    mem_per_cpu: Option<String>,
+    #[arg(long)]
+    gres: Option<String>,
+    #[arg(long)]
+    gpus: Option<String>,
+    #[arg(long = "gpus-per-node")]
+    gpus_per_node: Option<String>,
+    #[arg(long = "threads-per-core")]
+    threads_per_core: Option<String>,
+    #[arg(long = "ntasks-per-core")]
+    ntasks_per_core: Option<String>,
+    #[arg(short = 'T', long)]
+    threads: Option<String>,
+    #[arg(long)]
+    whole: bool,
+}
+
+impl StepTolerated {
+    fn warnings(&self) -> Vec<String> {
+        let given = [
+            ("--hint", &self.hint, "tasks are not bound to cores or threads here"),
+            ("--gpu-bind", &self.gpu_bind, "each task sees the GPUs of its --gpus-per-task, or all of the step's"),
+            ("--mem-bind", &self.mem_bind, "memory is not bound to NUMA nodes"),
+            ("--distribution", &self.distribution, "tasks are laid out in blocks, filling each node in turn"),
+            ("--cpu-freq", &self.cpu_freq, "CPU frequencies are not managed"),
+            ("--accel-bind", &self.accel_bind, "tasks are not bound to accelerators"),
+            ("--network", &self.network, "no network resources are managed"),
+            ("--propagate", &self.propagate, "resource limits come from the job's request"),
+            ("--mem-per-cpu", &self.mem_per_cpu, "a step shares its job's memory"),
+            ("--gres", &self.gres, "a step sees its job's GPUs (--gpus-per-task divides them)"),
+            ("--gpus", &self.gpus, "a step sees its job's GPUs (--gpus-per-task divides them)"),
+            ("--gpus-per-node", &self.gpus_per_node, "a step sees its job's GPUs (--gpus-per-task divides them)"),
+            ("--threads-per-core", &self.threads_per_core, "nodes offer CPUs, without cores or threads"),
+            ("--ntasks-per-core", &self.ntasks_per_core, "nodes offer CPUs, without cores or threads"),
+            ("--threads", &self.threads, "srun's own threads are not configurable"),
+        ];
+        let mut out: Vec<String> = given
+            .into_iter()
+            .filter_map(|(name, value, why)| {
+                let v = value.as_ref()?;
+                let shown = if v.is_empty() { String::new() } else { format!("={v}") };
+                // Block distribution is what steps do.
+                let block = name == "--distribution" && v.split([':', ',']).next() == Some("block");
+                (!block).then(|| format!("{name}{shown} is accepted but not honoured: {why}"))
+            })
+            .collect();
+        if self.whole {
+            out.push("--whole is accepted but not honoured: a step gets the CPUs it asks for".into());
+        }
+        out
+    }
+}
+
+/// `--cpu-bind`'s warning, when it asks for a binding this cluster does not make.
+fn cpu_bind_warning(bind: &str) -> Option<String> {
+    let types: Vec<&str> = bind.split(',').map(str::trim).filter(|t| !t.is_empty()).collect();
+    let honoured = |t: &&str| matches!(*t, "none" | "no" | "q" | "quiet" | "v" | "verbose");
+    let rest: Vec<&str> = types.iter().filter(|t| !honoured(t)).copied().collect();
+    (!rest.is_empty()).then(|| {
+        format!(
+            "--cpu-bind={} is accepted but not honoured: tasks are not bound to CPUs within the step's",
+            rest.join(",")
+        )
+    })
+}
+
+/// srun's environment as `--export` passes it on: everything (ALL, the default), or only the
+/// `SLURM_*` variables and those named (NONE, or names without ALL), with `NAME=value` set.
+fn exported(export: Option<&str>, all: Vec<(String, String)>) -> anyhow::Result<Vec<(String, String)>> {
+    let Some(export) = export else { return Ok(all) };
+    let mut keep_all = false;
+    let mut names = Vec::new();
+    let mut set = Vec::new();
+    for item in export.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+        match item {
+            "ALL" => keep_all = true,
+            "NONE" | "NIL" => {}
+            _ => match item.split_once('=') {
+                Some((k, v)) if !k.is_empty() => set.push((k.to_string(), v.to_string())),
+                Some(_) => anyhow::bail!("invalid --export item '{item}': give NAME or NAME=value"),
+                None => names.push(item.to_string()),
+            },
+        }
+    }
+    let mut env: Vec<(String, String)> = all
+        .into_iter()
+        .filter(|(k, _)| keep_all || k.starts_with("SLURM_") || names.contains(k))
+        .filter(|(k, _)| !set.iter().any(|(s, _)| s == k))
+        .collect();
+    env.extend(set);
+    Ok(env)
 }
 
 /// `srun ARGS...`.
@@ -196,7 +342,7 @@ fn request(a: &SrunArgs, job_id: u64) -> anyhow::Result<StepRequest> {
         gpus_per_task: a.gpus_per_task.as_deref().map(gpu_count).transpose()?.unwrap_or(0),
         nodelist,
         overlap: a.overlap,
-        env: quorum_client::submit::process_environment()
+        env: exported(a.export.as_deref(), quorum_client::submit::process_environment())?
             .into_iter()
             .map(|(name, value)| EnvVar { name, value })
             .collect(),
@@ -205,6 +351,11 @@ fn request(a: &SrunArgs, job_id: u64) -> anyhow::Result<StepRequest> {
         window: if a.pty { terminal_size() } else { None },
         het_groups,
         container,
+        mpi: match a.mpi.clone().or_else(|| std::env::var("SLURM_MPI_TYPE").ok().filter(|m| !m.is_empty())) {
+            // Checked here to say what is wrong before anything is asked; the leader checks again.
+            Some(m) => quorum_model::mpi::Mpi::parse(&m).map_err(anyhow::Error::msg)?.to_string(),
+            None => String::new(),
+        },
     })
 }
 
@@ -383,6 +534,27 @@ fn outside_spec(a: &SrunArgs) -> anyhow::Result<crate::salloc::Allocation> {
 }
 
 async fn run(a: SrunArgs) -> anyhow::Result<u8> {
+    if a.mpi.as_deref() == Some("list") {
+        println!("MPI plugin types are...");
+        for t in quorum_model::mpi::OFFERED {
+            println!("\t{t}");
+        }
+        return Ok(0);
+    }
+    if a.command.is_empty() {
+        anyhow::bail!("no command given: srun [OPTIONS] PROGRAM [ARGS...]");
+    }
+    match a.input.as_deref().map(str::trim) {
+        None | Some("none") | Some("0") => {}
+        Some(other) => anyhow::bail!(
+            "--input={other} is not supported here: srun's stdin goes to task 0 (--input=0) or nowhere (--input=none)"
+        ),
+    }
+    if !a.quiet {
+        for w in a.tolerated.warnings().into_iter().chain(a.cpu_bind.as_deref().and_then(cpu_bind_warning)) {
+            eprintln!("srun: warning: {w}");
+        }
+    }
     if a.command.first().is_some_and(|c| c == ":") {
         anyhow::bail!(
             "a heterogeneous step or allocation (srun A : B) is not supported here: submit the job with sbatch (#SBATCH hetjob) and run one srun per component with --het-group"
@@ -465,7 +637,11 @@ async fn step(a: &SrunArgs, client: &quorum_client::client::Client, job_id: u64)
     };
     // With --pty, srun's terminal passes every key on (raw) until srun ends.
     let _raw = if a.pty { RawTerminal::enter() } else { None };
-    forward_stdin(input.clone());
+    if a.input.as_deref().map(str::trim) == Some("none") {
+        let _ = input.send(StepInput { msg: Some(step_input::Msg::StdinEof(true)) }).await;
+    } else {
+        forward_stdin(input.clone());
+    }
     let mut signals = Signals::new()?;
     let mut resized = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::window_change())?;
     let kill_on_bad_exit = a.kill_on_bad_exit.is_some_and(|k| k != 0);

@@ -275,6 +275,10 @@ pub struct ControllerConfig {
     /// good, as Slurm's 0 does. The leader's value is the one that counts.
     #[serde(default = "default_min_job_age_s")]
     pub min_job_age_s: u64,
+    /// The process-management interface steps get when `srun` names none (`--mpi`), like
+    /// Slurm's `MpiDefault`: "none" (the default) or "pmi2". The leader's value counts.
+    #[serde(default)]
+    pub mpi_default: Option<String>,
     /// What the job history keeps.
     #[serde(default)]
     pub accounting: AccountingConfig,
@@ -1075,9 +1079,20 @@ impl ControllerConfig {
         })
     }
 
+    /// `mpi_default`, checked by [`ControllerConfig::validate`].
+    pub fn mpi_default(&self) -> crate::model::mpi::Mpi {
+        self.mpi_default
+            .as_deref()
+            .and_then(|m| crate::model::mpi::Mpi::parse(m).ok())
+            .unwrap_or(crate::model::mpi::Mpi::None)
+    }
+
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.security.validate()?;
         self.limits.validate()?;
+        if let Some(m) = &self.mpi_default {
+            crate::model::mpi::Mpi::parse(m).map_err(|e| ConfigError::Invalid(format!("mpi_default: {e}")))?;
+        }
         self.http.metrics_allow()?;
         if !self.replicas.iter().any(|r| r.id == self.id) {
             return Err(ConfigError::Invalid(format!(

@@ -336,6 +336,7 @@ impl DevCluster {
                     gpu_idle: opts.gpu_idle.clone(),
                     mail_program: opts.mail_program.clone(),
                     min_job_age_s: opts.min_job_age.as_secs(),
+                    mpi_default: None,
                     accounting: AccountingConfig {
                         purge_job_after_s: opts.purge_job_after.as_secs(),
                         ..Default::default()

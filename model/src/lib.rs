@@ -15,6 +15,7 @@ pub mod gpu_fault;
 pub mod het;
 mod het_spec;
 pub mod hostlist;
+pub mod mpi;
 mod node_cpus;
 pub mod oversubscribe;
 pub mod parse;

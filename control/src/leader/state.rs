@@ -32,6 +32,8 @@ pub struct LeaderState {
     /// cancelled where it says so).
     pub gpu_idle: Option<super::gpu_idle::GpuIdlePolicy>,
     pub idle_gpus: super::gpu_idle::IdleGpus,
+    /// The config's `mpi_default`: what a step gets when its `srun` names no `--mpi`.
+    pub mpi_default: crate::model::mpi::Mpi,
 }
 
 impl LeaderState {
@@ -48,7 +50,14 @@ impl LeaderState {
             stats,
             gpu_idle: None,
             idle_gpus: Default::default(),
+            mpi_default: crate::model::mpi::Mpi::None,
         }
+    }
+
+    /// Steps whose `srun` names no `--mpi` get `mpi`.
+    pub fn mpi_default(mut self, mpi: crate::model::mpi::Mpi) -> LeaderState {
+        self.mpi_default = mpi;
+        self
     }
 
     /// Watches jobs' GPUs for idleness by `policy` while leading.

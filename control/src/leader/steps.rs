@@ -11,7 +11,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use quorum_model::step::{Step, StepState};
-use quorum_proto::agent::{StepLaunch, StepOutput, StepTaskExit};
+use quorum_proto::agent::{PmiExchange, StepLaunch, StepOutput, StepTaskExit};
 use quorum_proto::api::EnvVar;
 use tokio::sync::mpsc;
 
@@ -22,6 +22,8 @@ use crate::model::{Job, JobId};
 pub enum FromAgent {
     Output(StepOutput),
     Exit(StepTaskExit),
+    /// A node's PMI fence contribution, from the agent of the node named.
+    Pmi(String, PmiExchange),
 }
 
 /// How much of a step's output may wait for a slow `srun` before its agents' streams are held up.
@@ -172,5 +174,8 @@ pub fn step_launch(job: &Job, step: &Step, node_id: usize, start: &quorum_proto:
         // Without options of its own, a step runs in the job's container (salloc's or sbatch's
         // --container-image), as pyxis passes a job's options on to its steps.
         container: start.container.clone().or_else(|| job.spec.container.as_ref().map(crate::wire::container_to_proto)),
+        // With PMI, every node knows the step's layout (PMI_process_mapping, fences).
+        node_tasks: if start.mpi.is_empty() { Vec::new() } else { step.nodes.iter().map(|n| n.tasks).collect() },
+        mpi: start.mpi.clone(),
     }
 }

@@ -175,6 +175,10 @@ impl AgentService for Agents {
                         let (job, step) = (e.job_id, e.step_id);
                         leader.steps.deliver(job, step, FromAgent::Exit(e)).await;
                     }
+                    agent_message::Msg::Pmi(x) => {
+                        let (job, step) = (x.job_id, x.step_id);
+                        leader.steps.deliver(job, step, FromAgent::Pmi(node.clone(), x)).await;
+                    }
                     agent_message::Msg::Heartbeat(hb) => {
                         // Only the leader answers heartbeats: an answer extends the agent's lease,
                         // and a deposed leader's would keep jobs running on a node the real leader

@@ -75,6 +75,13 @@ pub(super) async fn run_step(api: &Api, caller: Caller, mut input: Streaming<Ste
             crate::model::het::MAX_COMPONENTS
         )));
     }
+    // `--mpi`, or the cluster's MpiDefault; carried to the agents by name ("" for none).
+    let mpi = if start.mpi.is_empty() {
+        api.leader.mpi_default
+    } else {
+        crate::model::mpi::Mpi::parse(&start.mpi).map_err(|e| Status::invalid_argument(format!("invalid step: {e}")))?
+    };
+    start.mpi = mpi.wire().to_string();
     if let Some(c) = &start.container {
         crate::wire::container_from_proto(c.clone())
             .check()
@@ -125,6 +132,15 @@ pub(super) async fn run_step(api: &Api, caller: Caller, mut input: Streaming<Ste
             if let Some(n) = step.nodes.iter().find(|n| hub.agent(&n.node).is_some_and(|a| !a.runs_containers())) {
                 return Err(Status::failed_precondition(format!(
                     "node {} cannot run containers (its agent is older than this release, or runs with --no-containers)",
+                    n.node
+                )));
+            }
+        }
+        if mpi != crate::model::mpi::Mpi::None {
+            let hub = &api.leader.hub;
+            if let Some(n) = step.nodes.iter().find(|n| hub.agent(&n.node).is_some_and(|a| !a.serves_pmi2())) {
+                return Err(Status::failed_precondition(format!(
+                    "node {} cannot serve --mpi={mpi} (its agent is older than this release)",
                     n.node
                 )));
             }
@@ -227,6 +243,23 @@ impl Pump {
         }
     }
 
+    /// Passes a node's PMI fence contribution on to every node of the step, the sender's own
+    /// included (each completes the fence once it holds every node's). Only from the agent of
+    /// the node it names: no agent speaks for another node of the step.
+    fn pmi(&self, node: &str, x: quorum_proto::agent::PmiExchange) {
+        if self.step.nodes.get(x.node_id as usize).is_none_or(|n| n.node != node) {
+            tracing::warn!(
+                job = self.job_id,
+                step = self.step.id,
+                node,
+                claimed = x.node_id,
+                "a PMI fence contribution for another node was dropped"
+            );
+            return;
+        }
+        self.to_nodes(0..self.step.nodes.len(), step_io::Msg::Pmi(x));
+    }
+
     fn signal_all(&self, signal: i32) {
         self.to_nodes(0..self.step.nodes.len(), step_io::Msg::Signal(signal));
     }
@@ -297,6 +330,7 @@ impl Pump {
                             break Some("srun went away".to_string());
                         }
                     }
+                    Some(FromAgent::Pmi(node, x)) => self.pmi(&node, x),
                     Some(FromAgent::Exit(e)) => {
                         self.usage = crate::model::JobUsage::total(self.usage, crate::wire::usage(e.usage.as_ref()));
                         let exit = TaskExit { task: e.task, exit_code: e.exit_code, signal: e.signal, error: e.error };

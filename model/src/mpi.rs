@@ -1,0 +1,106 @@
+//! The process-management interfaces a step's tasks may get (`srun --mpi`, `MpiDefault`), and
+//! what PMI tells every task of a step's layout.
+
+use std::fmt;
+
+/// `srun --mpi=TYPE`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mpi {
+    /// No PMI: the tasks start as they are (`mpirun`'s own daemons, non-MPI programs).
+    None,
+    /// PMI-2 (and PMI-1, which the same socket serves) on `PMI_FD`: MPICH, Intel MPI, Open MPI's
+    /// `s1`/`s2`.
+    Pmi2,
+}
+
+/// What `srun --mpi=list` prints, and what `--mpi` accepts.
+pub const OFFERED: &[&str] = &["none", "pmi2"];
+
+impl Mpi {
+    /// `none`, `pmi2` (and Slurm's `pmi1`/`pmi`, which the PMI-2 server also serves). Slurm's
+    /// other plugins are refused by name.
+    pub fn parse(text: &str) -> Result<Mpi, String> {
+        match text.trim().to_ascii_lowercase().as_str() {
+            "none" | "" => Ok(Mpi::None),
+            "pmi2" | "pmi1" | "pmi" => Ok(Mpi::Pmi2),
+            "pmix" | "pmix_v2" | "pmix_v3" | "pmix_v4" | "pmix_v5" => Err(format!(
+                "--mpi={text}: PMIx is not offered by this cluster yet; use --mpi=pmi2 (MPICH, Intel MPI) or mpirun inside the allocation (Open MPI)"
+            )),
+            other => Err(format!("--mpi={other}: unknown MPI type; this cluster offers {}", OFFERED.join(", "))),
+        }
+    }
+
+    /// The name a step launch carries: empty for none.
+    pub fn wire(self) -> &'static str {
+        match self {
+            Mpi::None => "",
+            Mpi::Pmi2 => "pmi2",
+        }
+    }
+}
+
+impl fmt::Display for Mpi {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Mpi::None => "none",
+            Mpi::Pmi2 => "pmi2",
+        })
+    }
+}
+
+/// PMI's `PMI_process_mapping` of a step whose nodes run `node_tasks[i]` consecutive tasks each
+/// (tasks are placed in blocks, node by node): `(vector,(first node,nodes,tasks each),...)`, one
+/// triple per run of nodes with the same count, as MPICH reads it to find which ranks share a node.
+pub fn process_mapping(node_tasks: &[u32]) -> String {
+    let mut out = String::from("(vector");
+    let mut i = 0;
+    while i < node_tasks.len() {
+        let n = node_tasks[i];
+        let run = node_tasks[i..].iter().take_while(|&&t| t == n).count();
+        out.push_str(&format!(",({i},{run},{n})"));
+        i += run;
+    }
+    out.push(')');
+    out
+}
+
+/// Which node of the step runs `task` (tasks in blocks, node by node), when it is one of them.
+pub fn node_of(node_tasks: &[u32], task: u32) -> Option<usize> {
+    let mut first = 0u64;
+    for (i, &n) in node_tasks.iter().enumerate() {
+        if u64::from(task) < first + u64::from(n) {
+            return Some(i);
+        }
+        first += u64::from(n);
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_mapping_groups_runs_of_nodes_with_the_same_count() {
+        assert_eq!(process_mapping(&[2, 2]), "(vector,(0,2,2))");
+        assert_eq!(process_mapping(&[3, 3, 1]), "(vector,(0,2,3),(2,1,1))");
+        assert_eq!(process_mapping(&[1, 2, 1]), "(vector,(0,1,1),(1,1,2),(2,1,1))");
+        assert_eq!(process_mapping(&[]), "(vector)");
+    }
+
+    #[test]
+    fn a_task_is_on_the_node_whose_block_holds_it() {
+        assert_eq!(node_of(&[2, 3], 0), Some(0));
+        assert_eq!(node_of(&[2, 3], 2), Some(1));
+        assert_eq!(node_of(&[2, 3], 4), Some(1));
+        assert_eq!(node_of(&[2, 3], 5), None);
+    }
+
+    #[test]
+    fn types_are_parsed_and_unknown_ones_named() {
+        assert_eq!(Mpi::parse("pmi2"), Ok(Mpi::Pmi2));
+        assert_eq!(Mpi::parse("NONE"), Ok(Mpi::None));
+        assert!(Mpi::parse("pmix").unwrap_err().contains("PMIx"));
+        assert!(Mpi::parse("cray_shasta").unwrap_err().contains("unknown MPI type"));
+    }
+}
