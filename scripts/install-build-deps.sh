@@ -43,6 +43,10 @@ command -v umoci >/dev/null 2>&1 || need+=(umoci)
 command -v htpasswd >/dev/null 2>&1 || need+=(apache2-utils)
 command -v openssl >/dev/null 2>&1 || need+=(openssl)
 [ -x /bin/busybox ] && /bin/busybox --list >/dev/null 2>&1 && ! ldd /bin/busybox >/dev/null 2>&1 || need+=(busybox-static)
+# MPI (srun --mpi=pmi2, mpirun inside allocations): the tests build a program with Debian's
+# MPICH and Open MPI and run it as users do.
+command -v mpicc.mpich >/dev/null 2>&1 || need+=(mpich libmpich-dev)
+command -v mpicc.openmpi >/dev/null 2>&1 || need+=(openmpi-bin libopenmpi-dev)
 # The dashboard's tests drive a real browser: headless Chromium through its WebDriver.
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 command -v chromedriver >/dev/null 2>&1 || need+=(chromium-driver)

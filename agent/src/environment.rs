@@ -109,9 +109,14 @@ pub fn job_environment(
             set_both(&mut env, suffix, value);
         }
     }
-    env.retain(|(k, _)| k != "QUORUM_MASTER_ADDR" && k != "CUDA_VISIBLE_DEVICES" && k != "SLURMD_NODENAME");
+    env.retain(|(k, _)| {
+        !matches!(k.as_str(), "QUORUM_MASTER_ADDR" | "CUDA_VISIBLE_DEVICES" | "GPU_DEVICE_ORDINAL" | "SLURMD_NODENAME")
+    });
     env.push(("QUORUM_MASTER_ADDR".into(), first_node));
     env.push(("SLURMD_NODENAME".into(), node.to_string()));
+    if !gpus.is_empty() {
+        env.push(("GPU_DEVICE_ORDINAL".into(), gpus.clone()));
+    }
     env.push(("CUDA_VISIBLE_DEVICES".into(), gpus));
     env
 }
@@ -202,6 +207,7 @@ mod tests {
         assert_eq!(get("QUORUM_NODEID"), Some("1"));
         assert_eq!(get("QUORUM_MASTER_ADDR"), Some("gpu03"));
         assert_eq!(get("CUDA_VISIBLE_DEVICES"), Some("2,5"));
+        assert_eq!(get("GPU_DEVICE_ORDINAL"), Some("2,5"));
         assert_eq!(get("SLURM_CPUS_PER_TASK"), Some("3"));
         assert_eq!(get("SLURM_JOBID"), Some("42"));
         assert_eq!(get("SLURM_NODELIST"), Some("gpu[03-04]"));

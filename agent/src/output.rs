@@ -11,25 +11,39 @@ use crate::{identity, Agent};
 /// What `%a` stands for in a job that is no task of an array (Slurm's NO_VAL).
 const NO_ARRAY_TASK: &str = "4294967294";
 
+/// The widest zero padding a pattern may ask for (`%5j`).
+const MAX_PAD: usize = 10;
+
 /// Expands `%j` (job id), `%x` (name), `%u` (user), `%N` (node), `%A`/`%a` (the array's id and
 /// the task id, for a task of a job array; for any other job, as Slurm does, its id and
-/// 4294967294) and `%%`.
+/// 4294967294), what the batch step is among steps as Slurm names it (`%J` the job id, `%s`
+/// "batch", `%n` and `%t` 0) and `%%`; a width between `%` and a number's letter pads it with
+/// zeros (`%5j`: 00042).
 pub fn expand_pattern(pattern: &str, launch: &Launch, node: &str) -> String {
     let name = launch.spec.as_ref().map(|s| s.name.as_str()).unwrap_or("");
     let mut out = String::new();
-    let mut chars = pattern.chars();
+    let mut chars = pattern.chars().peekable();
     while let Some(c) = chars.next() {
         if c != '%' {
             out.push(c);
             continue;
         }
+        let mut width = String::new();
+        while let Some(d) = chars.peek().filter(|d| d.is_ascii_digit()) {
+            width.push(*d);
+            chars.next();
+        }
+        let width = width.parse::<usize>().unwrap_or(0).min(MAX_PAD);
+        let number = |n: u64| format!("{n:0width$}");
         match chars.next() {
-            Some('j') => out.push_str(&launch.job_id.to_string()),
-            Some('A') => out.push_str(&launch.array.as_ref().map_or(launch.job_id, |a| a.array_job_id).to_string()),
+            Some('j') | Some('J') => out.push_str(&number(launch.job_id)),
+            Some('A') => out.push_str(&number(launch.array.as_ref().map_or(launch.job_id, |a| a.array_job_id))),
             Some('a') => match &launch.array {
-                Some(a) => out.push_str(&a.task_id.to_string()),
+                Some(a) => out.push_str(&number(a.task_id.into())),
                 None => out.push_str(NO_ARRAY_TASK),
             },
+            Some('s') => out.push_str("batch"),
+            Some('n') | Some('t') => out.push_str(&number(0)),
             Some('x') => out.push_str(name),
             Some('u') => out.push_str(&launch.user),
             Some('N') => out.push_str(node),
@@ -181,6 +195,9 @@ mod tests {
         assert_eq!(expand_pattern("%x-%j.%u.%N.out", &l, "gpu04"), "train-42.alice.gpu04.out");
         assert_eq!(expand_pattern("100%%-%q", &l, "n"), "100%-%q");
         assert_eq!(expand_pattern("%A_%a", &l, "n"), "42_4294967294");
+        // As Slurm 22.05 names its batch step's files (`-o pat-%J-%s-%n-%t-%5j.out`).
+        assert_eq!(expand_pattern("pat-%J-%s-%n-%t-%5j.out", &l, "n"), "pat-42-batch-0-0-00042.out");
+        assert_eq!(expand_pattern("%3x-%99j", &l, "n"), "train-0000000042");
         let task = array_task();
         assert_eq!(expand_pattern("%x-%A_%a.out", &task, "n"), "train-40_7.out");
     }

@@ -150,6 +150,8 @@ pub(crate) async fn launch(agent: Arc<Agent>, l: StepLaunch) {
             ("SLURM_STEP_NODEID", l.node_id.to_string()),
             ("SLURMD_NODENAME", node),
             ("SLURM_GPUS_ON_NODE", l.gpus.len().to_string()),
+            ("SLURM_STEP_GPUS", l.gpus.iter().map(u32::to_string).collect::<Vec<_>>().join(",")),
+            ("GPU_DEVICE_ORDINAL", gpus.join(",")),
             ("CUDA_VISIBLE_DEVICES", gpus.join(",")),
             ("TMPDIR", tmpdir.display().to_string()),
         ];

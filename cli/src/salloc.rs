@@ -182,7 +182,6 @@ pub async fn relinquish(client: &Client, id: u64, exit_code: i32) -> anyhow::Res
 pub fn allocation_env(job: &JobInfo) -> Vec<(String, String)> {
     let spec = job.spec.clone().unwrap_or_default();
     let nodes = job.allocation.len().max(1) as u32;
-    let cpus: Vec<String> = job.allocation.iter().map(|a| a.cpus.to_string()).collect();
     let mut vars = vec![
         ("SLURM_JOB_ID", job.id.to_string()),
         ("SLURM_JOBID", job.id.to_string()),
@@ -195,7 +194,7 @@ pub fn allocation_env(job: &JobInfo) -> Vec<(String, String)> {
         ("SLURM_NPROCS", spec.ntasks.to_string()),
         ("SLURM_CPUS_PER_TASK", spec.cpus_per_task.to_string()),
         ("SLURM_TASKS_PER_NODE", quorum_model::step::tasks_per_node(spec.ntasks, nodes)),
-        ("SLURM_JOB_CPUS_PER_NODE", cpus.join(",")),
+        ("SLURM_JOB_CPUS_PER_NODE", quorum_model::step::run_lengths(job.allocation.iter().map(|a| a.cpus))),
         ("SLURM_JOB_PARTITION", job.partition.clone()),
         ("SLURM_JOB_USER", job.user.clone()),
         ("SLURM_SUBMIT_DIR", spec.submit_dir.clone()),
@@ -206,6 +205,20 @@ pub fn allocation_env(job: &JobInfo) -> Vec<(String, String)> {
         if !v.is_empty() {
             vars.push((k, v.clone()));
         }
+    }
+    // What the batch step gets of its first node, as salloc's shell runs where Slurm's would.
+    if let Some(first) = job.allocation.first() {
+        vars.push(("SLURM_CPUS_ON_NODE", first.cpus.to_string()));
+        vars.push(("SLURM_MEM_PER_NODE", first.mem_mb.to_string()));
+        if !first.gpus.is_empty() {
+            vars.push(("SLURM_GPUS_ON_NODE", first.gpus.len().to_string()));
+            vars.push(("SLURM_GPUS_PER_NODE", first.gpus.len().to_string()));
+            let ids: Vec<String> = first.gpus.iter().map(u32::to_string).collect();
+            vars.push(("SLURM_JOB_GPUS", ids.join(",")));
+        }
+    }
+    if spec.ntasks > 0 && spec.ntasks.is_multiple_of(nodes) {
+        vars.push(("SLURM_NTASKS_PER_NODE", (spec.ntasks / nodes).to_string()));
     }
     vars.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
 }

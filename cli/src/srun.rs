@@ -63,8 +63,9 @@ pub struct SrunArgs {
     /// Write the tasks' errors here (default: with the output).
     #[arg(short = 'e', long)]
     error: Option<String>,
-    /// End the step when a task exits with a non-zero code (`-K0` turns it off).
-    #[arg(short = 'K', long = "kill-on-bad-exit", num_args = 0..=1, default_missing_value = "1", require_equals = false)]
+    /// End the step when a task exits with a non-zero code (`--kill-on-bad-exit=0` turns it
+    /// off). A value only after `=`, as Slurm's: `-K ./app` runs ./app.
+    #[arg(short = 'K', long = "kill-on-bad-exit", num_args = 0..=1, default_missing_value = "1", require_equals = true)]
     kill_on_bad_exit: Option<u8>,
     /// Seconds to let the other tasks run once one has exited, then kill them (0: no limit).
     #[arg(short = 'W', long)]
@@ -408,16 +409,24 @@ impl Sink {
                 out.push(c);
                 continue;
             }
+            // A width pads a number with zeros (`%5t`), as Slurm does.
+            let mut width = String::new();
+            while let Some(d) = chars.peek().filter(|d| d.is_ascii_digit()) {
+                width.push(*d);
+                chars.next();
+            }
+            let width = width.parse::<usize>().unwrap_or(0).min(10);
+            let number = |n: u64| format!("{n:0width$}");
             match chars.next() {
-                Some('t') => out.push_str(&task.to_string()),
-                Some('n') => out.push_str(&node_index.to_string()),
+                Some('t') => out.push_str(&number(task.into())),
+                Some('n') => out.push_str(&number(node_index as u64)),
                 Some('N') => out.push_str(node),
-                Some('j') => out.push_str(&self.started.job_id.to_string()),
-                Some('s') => out.push_str(&self.started.step_id.to_string()),
-                Some('J') => out.push_str(&format!("{}.{}", self.started.job_id, self.started.step_id)),
+                Some('j') => out.push_str(&number(self.started.job_id)),
+                Some('s') => out.push_str(&number(self.started.step_id.into())),
+                Some('J') => out.push_str(&format!("{}.{}", number(self.started.job_id), self.started.step_id)),
                 Some('A') => match &self.job.array {
-                    Some((array, _)) => out.push_str(array),
-                    None => out.push_str(&self.started.job_id.to_string()),
+                    Some((array, _)) => out.push_str(&format!("{array:0>width$}")),
+                    None => out.push_str(&number(self.started.job_id)),
                 },
                 Some('a') => out.push_str(self.job.array.as_ref().map_or(NO_ARRAY_TASK, |(_, task)| task)),
                 Some('u') => out.push_str(&self.job.user),
@@ -868,6 +877,58 @@ mod tests {
         assert_eq!(super::exit_code(&ended(&[(0, (0, 9, true)), (1, (3, 0, false))])), Some(3));
         assert_eq!(super::exit_code(&ended(&[(0, (0, 9, false)), (1, (3, 0, false))])), Some(137));
         assert_eq!(super::exit_code(&ended(&[(0, (0, 9, true))])), None);
+    }
+
+    #[test]
+    fn the_options_are_consistent() {
+        use clap::CommandFactory;
+        SrunArgs::command().debug_assert();
+    }
+
+    /// What Open MPI's (4 and 5) and MPICH's Slurm launchers pass to srun parses, and the command
+    /// after them is the program's.
+    #[test]
+    fn mpi_launchers_options_are_accepted() {
+        let ompi4 = [
+            "--ntasks-per-node=1",
+            "--kill-on-bad-exit",
+            "--mpi=none",
+            "--nodes=2",
+            "--nodelist=node01,node02",
+            "--ntasks=2",
+            "orted",
+            "-mca",
+            "ess",
+            "slurm",
+        ];
+        let a = SrunArgs::try_parse_from(ompi4).unwrap();
+        assert_eq!((a.mpi.as_deref(), a.ntasks, a.command[0].as_str()), (Some("none"), Some(2), "orted"));
+        assert_eq!(a.command.len(), 4);
+        let ompi5 = ["--ntasks-per-node=1", "--kill-on-bad-exit", "--cpu-bind=none", "--mpi=none", "-N", "2", "prted"];
+        assert_eq!(SrunArgs::try_parse_from(ompi5).unwrap().cpu_bind.as_deref(), Some("none"));
+        let hydra = ["-N", "2", "-n", "2", "--input", "none", "hydra_pmi_proxy", "--control-port", "x"];
+        let a = SrunArgs::try_parse_from(hydra).unwrap();
+        assert_eq!((a.input.as_deref(), a.command[0].as_str()), (Some("none"), "hydra_pmi_proxy"));
+        let snakemake = ["-n1", "--cpu-bind=q", "--cpus-per-task=1", "bash", "-c", "true"];
+        let a = SrunArgs::try_parse_from(snakemake).unwrap();
+        assert_eq!(super::cpu_bind_warning(a.cpu_bind.as_deref().unwrap()), None);
+        assert!(super::cpu_bind_warning("cores,verbose").unwrap().contains("--cpu-bind=cores"));
+        assert!(SrunArgs::try_parse_from(["--mpi=list"]).is_ok());
+        assert!(SrunArgs::try_parse_from(["-N2"]).is_err());
+    }
+
+    #[test]
+    fn export_passes_all_none_or_the_names_given() {
+        let env = || vec![("A".to_string(), "1".to_string()), ("SLURM_X".into(), "2".into()), ("B".into(), "3".into())];
+        assert_eq!(super::exported(None, env()).unwrap(), env());
+        assert_eq!(super::exported(Some("ALL"), env()).unwrap(), env());
+        let none = super::exported(Some("NONE"), env()).unwrap();
+        assert_eq!(none, vec![("SLURM_X".to_string(), "2".to_string())]);
+        let some = super::exported(Some("B,C=4"), env()).unwrap();
+        assert_eq!(some.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>(), ["SLURM_X", "B", "C"]);
+        let over = super::exported(Some("ALL,A=9"), env()).unwrap();
+        assert!(over.contains(&("A".to_string(), "9".to_string())) && over.len() == 3);
+        assert!(super::exported(Some("=x"), env()).is_err());
     }
 
     #[test]

@@ -70,6 +70,8 @@ pub struct DevOptions {
     pub quorum_program: Option<PathBuf>,
     /// The replicas' `mail_program` (Slurm's MailProg).
     pub mail_program: Option<PathBuf>,
+    /// The replicas' `mpi_default` (Slurm's MpiDefault): what steps get without `srun --mpi`.
+    pub mpi_default: Option<String>,
     /// The replicas' submit filter (`[submit_filter]`).
     pub submit_filter: Option<quorum_control::server::filter::SubmitFilterConfig>,
     /// The replicas' GPU idle policy (`[gpu_idle]`).
@@ -129,6 +131,7 @@ impl Default for DevOptions {
             agent_binary: None,
             quorum_program: None,
             mail_program: None,
+            mpi_default: None,
             submit_filter: None,
             gpu_idle: None,
             licenses: Default::default(),
@@ -336,7 +339,7 @@ impl DevCluster {
                     gpu_idle: opts.gpu_idle.clone(),
                     mail_program: opts.mail_program.clone(),
                     min_job_age_s: opts.min_job_age.as_secs(),
-                    mpi_default: None,
+                    mpi_default: opts.mpi_default.clone(),
                     accounting: AccountingConfig {
                         purge_job_after_s: opts.purge_job_after.as_secs(),
                         ..Default::default()

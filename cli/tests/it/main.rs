@@ -18,6 +18,7 @@ mod hostile;
 mod jobs;
 mod limits;
 mod liveness;
+mod mpi;
 mod observe;
 mod preempt;
 mod reservation;
