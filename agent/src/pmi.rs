@@ -146,14 +146,12 @@ impl StepPmi {
     }
 
     fn put(&self, key: &str, value: &str) -> Result<(), &'static str> {
-        if key.is_empty() || key.len() > MAX_KEY || value.len() > MAX_VALUE {
-            return Err("key or value too long");
-        }
+        let size = pair_size(key, value)?;
         let mut inner = self.lock();
-        if inner.put_bytes + key.len() + value.len() > MAX_NODE_PUTS {
+        if inner.put_bytes + size > MAX_NODE_PUTS {
             return Err("too much put before a fence");
         }
-        inner.put_bytes += key.len() + value.len();
+        inner.put_bytes += size;
         inner.puts.push((key.to_string(), value.to_string()));
         Ok(())
     }
@@ -163,15 +161,13 @@ impl StepPmi {
     }
 
     fn put_node_attr(&self, key: &str, value: &str) -> Result<(), &'static str> {
-        if key.is_empty() || key.len() > MAX_KEY || value.len() > MAX_VALUE {
-            return Err("key or value too long");
-        }
+        let size = pair_size(key, value)?;
         {
             let mut inner = self.lock();
-            if inner.attr_bytes + key.len() + value.len() > MAX_NODE_ATTRS {
+            if inner.attr_bytes + size > MAX_NODE_ATTRS {
                 return Err("too many node attributes");
             }
-            inner.attr_bytes += key.len() + value.len();
+            inner.attr_bytes += size;
             inner.node_attrs.insert(key.to_string(), value.to_string());
         }
         self.attrs_changed.notify_waiters();
@@ -407,6 +403,14 @@ impl StepPmi {
         }
         Ok(())
     }
+}
+
+/// A key and value a task may put, and what they take.
+fn pair_size(key: &str, value: &str) -> Result<usize, &'static str> {
+    if key.is_empty() || key.len() > MAX_KEY || value.len() > MAX_VALUE {
+        return Err("key or value too long");
+    }
+    Ok(key.len() + value.len())
 }
 
 fn bad(message: String) -> std::io::Error {
