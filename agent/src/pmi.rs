@@ -22,8 +22,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
 use tokio::sync::{mpsc, watch, Notify};
 
-/// What an agent that serves PMI tells the leader it can do.
-pub const CAPABILITY: &str = "pmi2";
+/// What an agent that serves PMI tells the leader it can do, and the name launches give it.
+pub const CAPABILITY: &str = quorum_model::mpi::Mpi::Pmi2.wire();
 
 /// The longest key and value a task may put (PMI-2's limits; PMI-1 is told the same).
 const MAX_KEY: usize = 64;

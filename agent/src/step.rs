@@ -135,12 +135,14 @@ pub(crate) async fn launch(agent: Arc<Agent>, l: StepLaunch) {
     }
     for task in tasks {
         let local = task - l.first_task;
+        // The GPUs this task sees.
         let gpus: Vec<String> = if l.gpus_per_task == 0 {
             l.gpus.iter().map(u32::to_string).collect()
         } else {
             let from = (local * l.gpus_per_task) as usize;
             l.gpus.iter().skip(from).take(l.gpus_per_task as usize).map(u32::to_string).collect()
         };
+        let gpus = gpus.join(",");
         let mut env: Vec<(String, String)> = l.env.iter().map(|e| (e.name.clone(), e.value.clone())).collect();
         let node = agent.config.name.clone();
         let own = [
@@ -151,8 +153,8 @@ pub(crate) async fn launch(agent: Arc<Agent>, l: StepLaunch) {
             ("SLURMD_NODENAME", node),
             ("SLURM_GPUS_ON_NODE", l.gpus.len().to_string()),
             ("SLURM_STEP_GPUS", l.gpus.iter().map(u32::to_string).collect::<Vec<_>>().join(",")),
-            ("GPU_DEVICE_ORDINAL", gpus.join(",")),
-            ("CUDA_VISIBLE_DEVICES", gpus.join(",")),
+            ("GPU_DEVICE_ORDINAL", gpus.clone()),
+            ("CUDA_VISIBLE_DEVICES", gpus),
             ("TMPDIR", tmpdir.display().to_string()),
         ];
         env.retain(|(k, _)| !own.iter().any(|(o, _)| o == k));

@@ -137,6 +137,10 @@ pub struct SrunArgs {
     /// with an error, the others run on).
     #[arg(short = 'k', long = "no-kill", num_args = 0..=1, default_missing_value = "", require_equals = true)]
     no_kill: Option<String>,
+    /// Task layout (Slurm's --distribution): block, the layout steps have, is honoured; other
+    /// layouts are accepted with a warning.
+    #[arg(short = 'm', long)]
+    distribution: Option<String>,
     #[command(flatten)]
     tolerated: StepTolerated,
     #[command(flatten)]
@@ -148,79 +152,44 @@ pub struct SrunArgs {
     command: Vec<String>,
 }
 
-/// srun's options that Slurm has and this cluster accepts but cannot honour: each is accepted
-/// with a warning naming it, so that launchers (Open MPI's and MPICH's `mpirun`) and scripts
-/// written for other sites run.
-#[derive(clap::Args, Debug, Default)]
-struct StepTolerated {
+quorum_client::tolerated! { StepTolerated {
     #[arg(long)]
-    hint: Option<String>,
+    hint: "--hint" => "tasks are not bound to cores or threads here";
     #[arg(long)]
-    gpu_bind: Option<String>,
+    gpu_bind: "--gpu-bind" => "each task sees the GPUs of its --gpus-per-task, or all of the step's";
     #[arg(long)]
-    mem_bind: Option<String>,
-    #[arg(short = 'm', long)]
-    distribution: Option<String>,
+    mem_bind: "--mem-bind" => "memory is not bound to NUMA nodes";
     #[arg(long)]
-    cpu_freq: Option<String>,
+    cpu_freq: "--cpu-freq" => "CPU frequencies are not managed";
     #[arg(long)]
-    accel_bind: Option<String>,
+    accel_bind: "--accel-bind" => "tasks are not bound to accelerators";
     #[arg(long)]
-    network: Option<String>,
+    network: "--network" => "no network resources are managed";
     #[arg(long, num_args = 0..=1, default_missing_value = "", require_equals = true)]
-    propagate: Option<String>,
+    propagate: "--propagate" => "resource limits come from the job's request";
     #[arg(long = "mem-per-cpu")]
-    mem_per_cpu: Option<String>,
+    mem_per_cpu: "--mem-per-cpu" => "a step shares its job's memory";
     #[arg(long)]
-    gres: Option<String>,
+    gres: "--gres" => "a step sees its job's GPUs (--gpus-per-task divides them)";
     #[arg(long)]
-    gpus: Option<String>,
+    gpus: "--gpus" => "a step sees its job's GPUs (--gpus-per-task divides them)";
     #[arg(long = "gpus-per-node")]
-    gpus_per_node: Option<String>,
+    gpus_per_node: "--gpus-per-node" => "a step sees its job's GPUs (--gpus-per-task divides them)";
     #[arg(long = "threads-per-core")]
-    threads_per_core: Option<String>,
+    threads_per_core: "--threads-per-core" => "nodes offer CPUs, without cores or threads";
     #[arg(long = "ntasks-per-core")]
-    ntasks_per_core: Option<String>,
+    ntasks_per_core: "--ntasks-per-core" => "nodes offer CPUs, without cores or threads";
     #[arg(short = 'T', long)]
-    threads: Option<String>,
-    #[arg(long)]
-    whole: bool,
-}
+    threads: "--threads" => "srun's own threads are not configurable";
+    #[arg(long, num_args = 0, default_missing_value = "")]
+    whole: "--whole" => "a step gets the CPUs it asks for";
+} }
 
-impl StepTolerated {
-    fn warnings(&self) -> Vec<String> {
-        let given = [
-            ("--hint", &self.hint, "tasks are not bound to cores or threads here"),
-            ("--gpu-bind", &self.gpu_bind, "each task sees the GPUs of its --gpus-per-task, or all of the step's"),
-            ("--mem-bind", &self.mem_bind, "memory is not bound to NUMA nodes"),
-            ("--distribution", &self.distribution, "tasks are laid out in blocks, filling each node in turn"),
-            ("--cpu-freq", &self.cpu_freq, "CPU frequencies are not managed"),
-            ("--accel-bind", &self.accel_bind, "tasks are not bound to accelerators"),
-            ("--network", &self.network, "no network resources are managed"),
-            ("--propagate", &self.propagate, "resource limits come from the job's request"),
-            ("--mem-per-cpu", &self.mem_per_cpu, "a step shares its job's memory"),
-            ("--gres", &self.gres, "a step sees its job's GPUs (--gpus-per-task divides them)"),
-            ("--gpus", &self.gpus, "a step sees its job's GPUs (--gpus-per-task divides them)"),
-            ("--gpus-per-node", &self.gpus_per_node, "a step sees its job's GPUs (--gpus-per-task divides them)"),
-            ("--threads-per-core", &self.threads_per_core, "nodes offer CPUs, without cores or threads"),
-            ("--ntasks-per-core", &self.ntasks_per_core, "nodes offer CPUs, without cores or threads"),
-            ("--threads", &self.threads, "srun's own threads are not configurable"),
-        ];
-        let mut out: Vec<String> = given
-            .into_iter()
-            .filter_map(|(name, value, why)| {
-                let v = value.as_ref()?;
-                let shown = if v.is_empty() { String::new() } else { format!("={v}") };
-                // Block distribution is what steps do.
-                let block = name == "--distribution" && v.split([':', ',']).next() == Some("block");
-                (!block).then(|| format!("{name}{shown} is accepted but not honoured: {why}"))
-            })
-            .collect();
-        if self.whole {
-            out.push("--whole is accepted but not honoured: a step gets the CPUs it asks for".into());
-        }
-        out
-    }
+/// `--distribution`'s warning, unless it asks for the block layout steps have.
+fn distribution_warning(distribution: &str) -> Option<String> {
+    (distribution.split([':', ',']).next() != Some("block")).then(|| {
+        format!("--distribution={distribution} is accepted but not honoured: tasks are laid out in blocks, filling each node in turn")
+    })
 }
 
 /// `--cpu-bind`'s warning, when it asks for a binding this cluster does not make.
@@ -560,7 +529,9 @@ async fn run(a: SrunArgs) -> anyhow::Result<u8> {
         ),
     }
     if !a.quiet {
-        for w in a.tolerated.warnings().into_iter().chain(a.cpu_bind.as_deref().and_then(cpu_bind_warning)) {
+        let chosen = a.cpu_bind.as_deref().and_then(cpu_bind_warning);
+        let layout = a.distribution.as_deref().and_then(distribution_warning);
+        for w in a.tolerated.warnings().into_iter().chain(chosen).chain(layout) {
             eprintln!("srun: warning: {w}");
         }
     }
@@ -914,6 +885,12 @@ mod tests {
         assert_eq!(super::cpu_bind_warning(a.cpu_bind.as_deref().unwrap()), None);
         assert!(super::cpu_bind_warning("cores,verbose").unwrap().contains("--cpu-bind=cores"));
         assert!(SrunArgs::try_parse_from(["--mpi=list"]).is_ok());
+        let a = SrunArgs::try_parse_from(["--whole", "--gres=gpu:1", "-m", "block:cyclic", "true"]).unwrap();
+        let warned = a.tolerated.warnings();
+        assert!(warned.iter().any(|w| w.starts_with("--whole is accepted but not honoured")), "{warned:?}");
+        assert!(warned.iter().any(|w| w.starts_with("--gres=gpu:1 is accepted")), "{warned:?}");
+        assert_eq!(super::distribution_warning(a.distribution.as_deref().unwrap()), None);
+        assert!(super::distribution_warning("cyclic").unwrap().contains("--distribution=cyclic"));
         assert!(SrunArgs::try_parse_from(["-N2"]).is_err());
     }
 

@@ -225,19 +225,23 @@ pub struct SubmitOpts {
     pub tolerated: Tolerated,
 }
 
-/// Declares the options Quorum understands and accepts but cannot honour on this cluster (the
-/// hardware layout or configuration they need is not modelled): each is accepted with a warning
-/// that names it, so that scripts written for other sites run.
+/// Declares a struct `$name` of the options Quorum understands and accepts but cannot honour on
+/// this cluster (the hardware layout or configuration they need is not modelled): each is
+/// accepted with a warning that names it, so that scripts written for other sites run. `sbatch`'s
+/// here, `srun`'s in the CLI.
+#[macro_export]
 macro_rules! tolerated {
-    ($( $(#[$attr:meta])* $field:ident: $what:literal => $why:literal; )*) => {
+    ($name:ident { $( $(#[$attr:meta])* $field:ident: $what:literal => $why:literal; )* }) => {
         #[derive(clap::Args, Debug, Default, Clone)]
-        pub struct Tolerated {
+        pub struct $name {
             $( $(#[$attr])* pub $field: Option<String>, )*
         }
 
-        impl Tolerated {
-            fn or(self, other: Tolerated) -> Tolerated {
-                Tolerated { $( $field: self.$field.or(other.$field), )* }
+        impl $name {
+            /// `self`, with every option it lacks taken from `other`.
+            #[allow(dead_code)]
+            fn or(self, other: $name) -> $name {
+                $name { $( $field: self.$field.or(other.$field), )* }
             }
 
             /// One warning for each option given that is accepted but not honoured.
@@ -253,7 +257,7 @@ macro_rules! tolerated {
     };
 }
 
-tolerated! {
+tolerated! { Tolerated {
     /// Accepted, not honoured (no CPU binding hints).
     #[arg(long)]
     hint: "--hint" => "tasks are not bound to cores or threads here";
@@ -329,7 +333,7 @@ tolerated! {
     /// Accepted, not honoured (no burst buffers).
     #[arg(long)]
     bb: "--bb" => "this cluster has no burst buffers";
-}
+} }
 
 #[derive(Parser, Debug)]
 #[command(no_binary_name = true, disable_help_flag = true, disable_version_flag = true, infer_long_args = true)]

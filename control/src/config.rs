@@ -278,7 +278,7 @@ pub struct ControllerConfig {
     /// The process-management interface steps get when `srun` names none (`--mpi`), like
     /// Slurm's `MpiDefault`: "none" (the default) or "pmi2". The leader's value counts.
     #[serde(default)]
-    pub mpi_default: Option<String>,
+    pub mpi_default: crate::model::mpi::Mpi,
     /// What the job history keeps.
     #[serde(default)]
     pub accounting: AccountingConfig,
@@ -1079,20 +1079,9 @@ impl ControllerConfig {
         })
     }
 
-    /// `mpi_default`, checked by [`ControllerConfig::validate`].
-    pub fn mpi_default(&self) -> crate::model::mpi::Mpi {
-        self.mpi_default
-            .as_deref()
-            .and_then(|m| crate::model::mpi::Mpi::parse(m).ok())
-            .unwrap_or(crate::model::mpi::Mpi::None)
-    }
-
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.security.validate()?;
         self.limits.validate()?;
-        if let Some(m) = &self.mpi_default {
-            crate::model::mpi::Mpi::parse(m).map_err(|e| ConfigError::Invalid(format!("mpi_default: {e}")))?;
-        }
         self.http.metrics_allow()?;
         if !self.replicas.iter().any(|r| r.id == self.id) {
             return Err(ConfigError::Invalid(format!(

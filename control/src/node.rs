@@ -52,7 +52,7 @@ impl Controller {
             LeaderState::new(config.liveness(), grants)
                 .mail_through(config.mail_program.clone())
                 .watch_gpu_idle(gpu_idle)
-                .mpi_default(config.mpi_default()),
+                .mpi_default(config.mpi_default),
         );
         let (stop, stop_rx) = watch::channel(false);
         let limits = Arc::new(config.limits.clone());

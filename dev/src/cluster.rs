@@ -71,7 +71,7 @@ pub struct DevOptions {
     /// The replicas' `mail_program` (Slurm's MailProg).
     pub mail_program: Option<PathBuf>,
     /// The replicas' `mpi_default` (Slurm's MpiDefault): what steps get without `srun --mpi`.
-    pub mpi_default: Option<String>,
+    pub mpi_default: quorum_control::model::mpi::Mpi,
     /// The replicas' submit filter (`[submit_filter]`).
     pub submit_filter: Option<quorum_control::server::filter::SubmitFilterConfig>,
     /// The replicas' GPU idle policy (`[gpu_idle]`).
@@ -131,7 +131,7 @@ impl Default for DevOptions {
             agent_binary: None,
             quorum_program: None,
             mail_program: None,
-            mpi_default: None,
+            mpi_default: Default::default(),
             submit_filter: None,
             gpu_idle: None,
             licenses: Default::default(),
@@ -339,7 +339,7 @@ impl DevCluster {
                     gpu_idle: opts.gpu_idle.clone(),
                     mail_program: opts.mail_program.clone(),
                     min_job_age_s: opts.min_job_age.as_secs(),
-                    mpi_default: opts.mpi_default.clone(),
+                    mpi_default: opts.mpi_default,
                     accounting: AccountingConfig {
                         purge_job_after_s: opts.purge_job_after.as_secs(),
                         ..Default::default()

@@ -3,10 +3,13 @@
 
 use std::fmt;
 
-/// `srun --mpi=TYPE`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// `srun --mpi=TYPE`, and the controllers' `mpi_default` (read from its name, checked as it is
+/// read).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(try_from = "String", into = "String")]
 pub enum Mpi {
     /// No PMI: the tasks start as they are (`mpirun`'s own daemons, non-MPI programs).
+    #[default]
     None,
     /// PMI-2 (and PMI-1, which the same socket serves) on `PMI_FD`: MPICH, Intel MPI, Open MPI's
     /// `s1`/`s2`.
@@ -30,12 +33,26 @@ impl Mpi {
         }
     }
 
-    /// The name a step launch carries: empty for none.
-    pub fn wire(self) -> &'static str {
+    /// The name a step launch carries (and an agent that serves it advertises): empty for none.
+    pub const fn wire(self) -> &'static str {
         match self {
             Mpi::None => "",
             Mpi::Pmi2 => "pmi2",
         }
+    }
+}
+
+impl TryFrom<String> for Mpi {
+    type Error = String;
+
+    fn try_from(text: String) -> Result<Mpi, String> {
+        Mpi::parse(&text)
+    }
+}
+
+impl From<Mpi> for String {
+    fn from(m: Mpi) -> String {
+        m.to_string()
     }
 }
 
@@ -64,18 +81,6 @@ pub fn process_mapping(node_tasks: &[u32]) -> String {
     out
 }
 
-/// Which node of the step runs `task` (tasks in blocks, node by node), when it is one of them.
-pub fn node_of(node_tasks: &[u32], task: u32) -> Option<usize> {
-    let mut first = 0u64;
-    for (i, &n) in node_tasks.iter().enumerate() {
-        if u64::from(task) < first + u64::from(n) {
-            return Some(i);
-        }
-        first += u64::from(n);
-    }
-    None
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -86,14 +91,6 @@ mod tests {
         assert_eq!(process_mapping(&[3, 3, 1]), "(vector,(0,2,3),(2,1,1))");
         assert_eq!(process_mapping(&[1, 2, 1]), "(vector,(0,1,1),(1,1,2),(2,1,1))");
         assert_eq!(process_mapping(&[]), "(vector)");
-    }
-
-    #[test]
-    fn a_task_is_on_the_node_whose_block_holds_it() {
-        assert_eq!(node_of(&[2, 3], 0), Some(0));
-        assert_eq!(node_of(&[2, 3], 2), Some(1));
-        assert_eq!(node_of(&[2, 3], 4), Some(1));
-        assert_eq!(node_of(&[2, 3], 5), None);
     }
 
     #[test]

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use common::*;
 use quorum_dev::cluster::{DevCluster, DevOptions};
+use quorum_model::mpi::Mpi;
 
 const T: Duration = Duration::from_secs(90);
 
@@ -54,13 +55,13 @@ fn build(dir: &Path, compiler: &str, name: &str) -> PathBuf {
     out
 }
 
-fn options(mpi_default: Option<&str>) -> DevOptions {
+fn options(mpi_default: Mpi) -> DevOptions {
     resolvable_nodes(&["node01", "node02"]);
     DevOptions {
         quorum_program: Some(env!("CARGO_BIN_EXE_quorum").into()),
         agent_binary: Some(agent_binary()),
         cpus_per_agent: 4,
-        mpi_default: mpi_default.map(str::to_string),
+        mpi_default,
         ..DevOptions::for_tests()
     }
 }
@@ -118,7 +119,7 @@ fn assert_world(out: &str, err: &str) {
 /// server garbage harms no one else.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn srun_direct_launch_serves_pmi2_to_mpich_across_nodes() {
-    let cluster = cluster(options(Some("pmi2"))).await;
+    let cluster = cluster(options(Mpi::Pmi2)).await;
     let c = client(&cluster.addrs);
     wait_ready(&cluster, &c, 2).await;
     let dir = tempfile::tempdir().unwrap();
@@ -156,7 +157,7 @@ async fn srun_direct_launch_serves_pmi2_to_mpich_across_nodes() {
 
     // A task that feeds its PMI server an endless line, then one that speaks out of turn: each
     // loses its own connection; the agents serve the next step as before.
-    let hostile = "printf 'cmd=init pmi_version=2 pmi_subversion=0\\n' >&\\$PMI_FD; head -c 100000 /dev/zero | tr '\\0' 9 >&\\$PMI_FD; sleep 0.2; echo alive";
+    let hostile = "printf 'cmd=init pmi_version=2 pmi_subversion=0\\n' >&\\$PMI_FD; head -c 100000 /dev/zero | tr '\\0' 9 >&\\$PMI_FD; echo alive";
     let (code, out, err) = salloc(&format!(
         "srun --mpi=pmi2 -n1 bash -c \"{hostile}\"; srun --mpi=pmi2 -n1 bash -c 'echo cmd=barrier_out >&$PMI_FD; echo alive'; srun --mpi=pmi2 ./allreduce_mpich"
     ));
@@ -175,7 +176,7 @@ async fn srun_direct_launch_serves_pmi2_to_mpich_across_nodes() {
 /// the allocation and start their daemons through `srun` with the options they pass.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mpirun_and_mpiexec_run_inside_allocations() {
-    let cluster = cluster(options(None)).await;
+    let cluster = cluster(options(Mpi::None)).await;
     let c = client(&cluster.addrs);
     wait_ready(&cluster, &c, 2).await;
     let dir = tempfile::tempdir().unwrap();

@@ -44,13 +44,13 @@ pub struct AgentInfo {
 
 impl AgentInfo {
     /// Whether it makes containers (an agent of an older release, or with them off, does not).
-    /// Whether the agent serves PMI to steps' tasks (`srun --mpi=pmi2`).
-    pub fn serves_pmi2(&self) -> bool {
-        self.capabilities.iter().any(|c| c == "pmi2")
+    pub fn runs_containers(&self) -> bool {
+        self.can("containers")
     }
 
-    pub fn runs_containers(&self) -> bool {
-        self.capabilities.iter().any(|c| c == "containers")
+    /// Whether it said it can do `capability` when it registered ("containers", "pmi2").
+    pub fn can(&self, capability: &str) -> bool {
+        self.capabilities.iter().any(|c| c == capability)
     }
 }
 

@@ -126,10 +126,13 @@ pub(super) async fn run_step(api: &Api, caller: Caller, mut input: Streaming<Ste
     };
     if let Some(planned) = planned {
         let (job, step) = planned.map_err(|r| refused(&r))?;
+        // A node of the step whose agent cannot do what the step needs.
+        let lacking = |capability: &str| {
+            step.nodes.iter().find(|n| api.leader.hub.agent(&n.node).is_some_and(|a| !a.can(capability)))
+        };
         // A step in a container never goes to an agent that would run it on the node itself.
         if start.container.is_some() || job.spec.container.is_some() {
-            let hub = &api.leader.hub;
-            if let Some(n) = step.nodes.iter().find(|n| hub.agent(&n.node).is_some_and(|a| !a.runs_containers())) {
+            if let Some(n) = lacking("containers") {
                 return Err(Status::failed_precondition(format!(
                     "node {} cannot run containers (its agent is older than this release, or runs with --no-containers)",
                     n.node
@@ -137,8 +140,7 @@ pub(super) async fn run_step(api: &Api, caller: Caller, mut input: Streaming<Ste
             }
         }
         if mpi != crate::model::mpi::Mpi::None {
-            let hub = &api.leader.hub;
-            if let Some(n) = step.nodes.iter().find(|n| hub.agent(&n.node).is_some_and(|a| !a.serves_pmi2())) {
+            if let Some(n) = lacking(mpi.wire()) {
                 return Err(Status::failed_precondition(format!(
                     "node {} cannot serve --mpi={mpi} (its agent is older than this release)",
                     n.node
