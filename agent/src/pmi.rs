@@ -38,6 +38,11 @@ const MAX_NODE_PUTS: usize = 2 << 20;
 const MAX_FENCES_AHEAD: u32 = 2;
 /// Node attributes the tasks here may put, together.
 const MAX_NODE_ATTRS: usize = 1 << 20;
+/// The step's whole key-value space as a node holds it: pairs that would take it past this are
+/// dropped, the same ones on every node (each merges the nodes' parts in node order). MPICH puts
+/// a few hundred bytes per rank, so 64 MiB holds 100,000 ranks; without a bound, a step that
+/// puts new keys before every fence would grow the agent without end.
+const MAX_KVS: usize = 64 << 20;
 
 /// One step's PMI on this node.
 pub struct StepPmi {
@@ -60,8 +65,9 @@ pub struct StepPmi {
 
 #[derive(Default)]
 struct Inner {
-    /// What every fence so far made visible.
+    /// What every fence so far made visible, and its size.
     kvs: HashMap<String, String>,
+    kvs_bytes: usize,
     /// What the tasks here put since the last fence, and its size.
     puts: Vec<(String, String)>,
     put_bytes: usize,
@@ -236,12 +242,28 @@ impl StepPmi {
         let mut inner = self.lock();
         inner.arrived.entry(seq).or_default().insert(node, pairs);
         let mut completed = completed;
+        let mut dropped = 0usize;
         while inner.arrived.get(&(completed + 1)).is_some_and(|n| n.len() == self.node_tasks.len()) {
             let nodes = inner.arrived.remove(&(completed + 1)).unwrap_or_default();
             for (key, value) in nodes.into_values().flatten() {
+                let old = inner.kvs.get(&key).map_or(0, |v| key.len() + v.len());
+                let bytes = inner.kvs_bytes - old + key.len() + value.len();
+                if bytes > MAX_KVS {
+                    dropped += 1;
+                    continue;
+                }
+                inner.kvs_bytes = bytes;
                 inner.kvs.insert(key, value);
             }
             completed += 1;
+        }
+        if dropped > 0 {
+            tracing::warn!(
+                job = self.job_id,
+                step = self.step_id,
+                dropped,
+                "PMI pairs past the key-value space's {MAX_KVS} bytes were dropped"
+            );
         }
         drop(inner);
         self.done.send_if_modified(|d| {
@@ -590,6 +612,29 @@ mod tests {
         pmi.arrive(1, 1, vec![("b".into(), "stale".into())]);
         assert_eq!(pmi.get("b").as_deref(), Some("2"));
         assert_eq!(pmi.get("PMI_process_mapping").as_deref(), Some("(vector,(0,2,1))"));
+    }
+
+    /// Fence after fence of new keys: the space stops growing at its bound, and a key already
+    /// there may still change.
+    #[test]
+    fn the_key_value_space_is_bounded_across_fences() {
+        let (tx, _rx) = mpsc::channel(4);
+        let pmi = StepPmi::new(&launch(0, 0, 1, vec![1]), tx).unwrap();
+        let value = "v".repeat(MAX_VALUE);
+        let per_fence = MAX_NODE_PUTS / (MAX_VALUE + 8) - 1;
+        let fences = MAX_KVS / (per_fence * (MAX_VALUE + 8)) + 2;
+        for f in 0..fences as u32 {
+            let pairs = (0..per_fence).map(|i| (format!("{f:04}.{i:06}"), value.clone())).collect();
+            pmi.arrive(0, f + 1, pairs);
+        }
+        assert_eq!(*pmi.done.borrow(), fences as u32, "every fence completes");
+        let inner = pmi.lock();
+        assert!(inner.kvs_bytes <= MAX_KVS && inner.kvs_bytes > MAX_KVS - 2 * (MAX_VALUE + 8), "{}", inner.kvs_bytes);
+        assert_eq!(inner.kvs_bytes, inner.kvs.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>());
+        let first = "0000.000000".to_string();
+        drop(inner);
+        pmi.arrive(0, fences as u32 + 1, vec![(first.clone(), "short".into())]);
+        assert_eq!(pmi.get(&first).as_deref(), Some("short"));
     }
 
     #[test]

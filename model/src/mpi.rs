@@ -23,6 +23,13 @@ impl Mpi {
     /// `none`, `pmi2` (and Slurm's `pmi1`/`pmi`, which the PMI-2 server also serves). Slurm's
     /// other plugins are refused by name.
     pub fn parse(text: &str) -> Result<Mpi, String> {
+        if text.len() > 32 {
+            return Err(format!(
+                "--mpi: unknown MPI type ({} bytes); this cluster offers {}",
+                text.len(),
+                OFFERED.join(", ")
+            ));
+        }
         match text.trim().to_ascii_lowercase().as_str() {
             "none" | "" => Ok(Mpi::None),
             "pmi2" | "pmi1" | "pmi" => Ok(Mpi::Pmi2),
@@ -99,5 +106,7 @@ mod tests {
         assert_eq!(Mpi::parse("NONE"), Ok(Mpi::None));
         assert!(Mpi::parse("pmix").unwrap_err().contains("PMIx"));
         assert!(Mpi::parse("cray_shasta").unwrap_err().contains("unknown MPI type"));
+        let long = Mpi::parse(&"x".repeat(1 << 20)).unwrap_err();
+        assert!(long.len() < 200 && long.contains("1048576 bytes"), "{long}");
     }
 }
