@@ -153,34 +153,49 @@ pub struct SrunArgs {
 }
 
 quorum_client::tolerated! { StepTolerated {
+    /// Accepted, not honoured (tasks are not bound to cores or threads here).
     #[arg(long)]
     hint: "--hint" => "tasks are not bound to cores or threads here";
+    /// Accepted, not honoured (each task sees the GPUs of its --gpus-per-task, or all of the step's).
     #[arg(long)]
     gpu_bind: "--gpu-bind" => "each task sees the GPUs of its --gpus-per-task, or all of the step's";
+    /// Accepted, not honoured (memory is not bound to NUMA nodes).
     #[arg(long)]
     mem_bind: "--mem-bind" => "memory is not bound to NUMA nodes";
+    /// Accepted, not honoured (CPU frequencies are not managed).
     #[arg(long)]
     cpu_freq: "--cpu-freq" => "CPU frequencies are not managed";
+    /// Accepted, not honoured (tasks are not bound to accelerators).
     #[arg(long)]
     accel_bind: "--accel-bind" => "tasks are not bound to accelerators";
+    /// Accepted, not honoured (no network resources are managed).
     #[arg(long)]
     network: "--network" => "no network resources are managed";
+    /// Accepted, not honoured (resource limits come from the job's request).
     #[arg(long, num_args = 0..=1, default_missing_value = "", require_equals = true)]
     propagate: "--propagate" => "resource limits come from the job's request";
+    /// Accepted, not honoured (a step shares its job's memory).
     #[arg(long = "mem-per-cpu")]
     mem_per_cpu: "--mem-per-cpu" => "a step shares its job's memory";
+    /// Accepted, not honoured (a step sees its job's GPUs (--gpus-per-task divides them)).
     #[arg(long)]
     gres: "--gres" => "a step sees its job's GPUs (--gpus-per-task divides them)";
+    /// Accepted, not honoured (a step sees its job's GPUs (--gpus-per-task divides them)).
     #[arg(long)]
     gpus: "--gpus" => "a step sees its job's GPUs (--gpus-per-task divides them)";
+    /// Accepted, not honoured (a step sees its job's GPUs (--gpus-per-task divides them)).
     #[arg(long = "gpus-per-node")]
     gpus_per_node: "--gpus-per-node" => "a step sees its job's GPUs (--gpus-per-task divides them)";
+    /// Accepted, not honoured (nodes offer CPUs, without cores or threads).
     #[arg(long = "threads-per-core")]
     threads_per_core: "--threads-per-core" => "nodes offer CPUs, without cores or threads";
+    /// Accepted, not honoured (nodes offer CPUs, without cores or threads).
     #[arg(long = "ntasks-per-core")]
     ntasks_per_core: "--ntasks-per-core" => "nodes offer CPUs, without cores or threads";
+    /// Accepted, not honoured (srun's own threads are not configurable).
     #[arg(short = 'T', long)]
     threads: "--threads" => "srun's own threads are not configurable";
+    /// Accepted, not honoured (a step gets the CPUs it asks for).
     #[arg(long, num_args = 0, default_missing_value = "")]
     whole: "--whole" => "a step gets the CPUs it asks for";
 } }
