@@ -293,3 +293,35 @@ fn signal_child(child: &tokio::process::Child, signal: i32) {
         unsafe { libc::kill(pid as i32, signal) };
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use quorum_proto::api::{JobInfo, JobSpec, NodeAllocation};
+
+    /// What launchers read of an allocation (Open MPI's and MPICH's `mpirun` among them), as
+    /// Slurm writes it: CPUs per node with repeats folded, the first node's share.
+    #[test]
+    fn the_allocation_is_described_as_slurm_writes_it() {
+        let node = |name: &str, cpus, gpus: Vec<u32>| NodeAllocation {
+            node: name.into(),
+            cpus,
+            mem_mb: 2048,
+            gpus,
+            ..Default::default()
+        };
+        let job = JobInfo {
+            id: 9,
+            spec: Some(JobSpec { ntasks: 6, ..Default::default() }),
+            allocation: vec![node("n1", 4, vec![0, 1]), node("n2", 4, vec![2, 3]), node("n3", 2, vec![0, 1])],
+            ..Default::default()
+        };
+        let env = super::allocation_env(&job);
+        let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+        assert_eq!(get("SLURM_JOB_CPUS_PER_NODE"), Some("4(x2),2"));
+        assert_eq!(get("SLURM_NTASKS_PER_NODE"), Some("2"));
+        assert_eq!((get("SLURM_CPUS_ON_NODE"), get("SLURM_MEM_PER_NODE")), (Some("4"), Some("2048")));
+        assert_eq!((get("SLURM_GPUS_ON_NODE"), get("SLURM_JOB_GPUS")), (Some("2"), Some("0,1")));
+        let uneven = JobInfo { spec: Some(JobSpec { ntasks: 4, ..Default::default() }), ..job };
+        assert_eq!(super::allocation_env(&uneven).iter().find(|(k, _)| k == "SLURM_NTASKS_PER_NODE"), None);
+    }
+}

@@ -923,6 +923,29 @@ mod tests {
         assert!(super::exported(Some("=x"), env()).is_err());
     }
 
+    /// srun's file names: task, node and step numbers padded to the width asked, as Slurm's.
+    #[test]
+    fn output_patterns_pad_numbers_to_their_width() {
+        let sink = super::Sink {
+            label_width: None,
+            output: None,
+            error: None,
+            started: quorum_proto::api::StepStarted {
+                job_id: 42,
+                step_id: 3,
+                nodelist: "n[1-2]".into(),
+                ntasks: 4,
+                nodes: vec!["n1".into(), "n2".into()],
+                first_task: vec![0, 2],
+            },
+            job: super::JobNames { array: None, user: "alice".into(), name: "x".into() },
+            files: Default::default(),
+            partial: Default::default(),
+        };
+        assert_eq!(sink.expand("o-%J-%s-%n-%t-%N", 3), "o-42.3-3-1-3-n2");
+        assert_eq!(sink.expand("%5j.%3t.%2n.%4J", 2), "00042.002.01.0042.3");
+    }
+
     #[test]
     fn labels_prefix_every_line_with_the_task_id_padded_to_the_widest() {
         assert_eq!(label(b"a\nb\n", 3, 2), b" 3: a\n 3: b\n");

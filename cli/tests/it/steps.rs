@@ -61,7 +61,7 @@ async fn a_batch_script_runs_once_on_the_first_node_and_srun_spreads_tasks_over_
     let dir = tempfile::tempdir().unwrap();
     let agents: Vec<u32> = (0..2).map(|i| cluster.agent_pid(i).unwrap()).collect();
     // Each task also reports its parent: the agent that started it.
-    let task_line = r#"echo $SLURM_PROCID $SLURM_LOCALID $SLURM_NODEID $(hostname) $SLURMD_NODENAME "[$CUDA_VISIBLE_DEVICES]" $SLURM_STEP_ID $SLURM_STEP_NUM_TASKS $SLURM_STEP_NUM_NODES $SLURM_STEP_NODELIST $SLURM_TASKS_PER_NODE $PPID"#;
+    let task_line = r#"echo $SLURM_PROCID $SLURM_LOCALID $SLURM_NODEID $(hostname) $SLURMD_NODENAME "[$CUDA_VISIBLE_DEVICES]" $SLURM_STEP_ID $SLURM_STEP_NUM_TASKS $SLURM_STEP_NUM_NODES $SLURM_STEP_NODELIST $SLURM_TASKS_PER_NODE $PPID $GPU_DEVICE_ORDINAL $SLURM_STEP_GPUS"#;
     let script = format!(
         "#!/bin/bash\n\
          hostname >> batch-hosts\n\
@@ -112,6 +112,13 @@ async fn a_batch_script_runs_once_on_the_first_node_and_srun_spreads_tasks_over_
         assert_eq!(&row[6..11], ["1", "4", "2", "node[01-02]", "2(x2)"], "the step's variables: {row:?}");
         let parent: u32 = row[11].parse().unwrap();
         assert_eq!(parent, agents[node], "task {rank} was not started by {}'s agent", nodes[node]);
+        // GPU_DEVICE_ORDINAL is the task's GPU too; SLURM_STEP_GPUS the step's on its node.
+        assert_eq!(row.get(12).map(String::as_str), Some(gpu), "GPU_DEVICE_ORDINAL: {row:?}");
+        let mut step_gpus: Vec<u32> = row[13].split(',').map(|g| g.parse().unwrap()).collect();
+        step_gpus.sort_unstable();
+        let mut alloc_sorted = alloc.to_vec();
+        alloc_sorted.sort_unstable();
+        assert_eq!(step_gpus, alloc_sorted, "SLURM_STEP_GPUS: {row:?}");
     }
 
     // The steps are recorded with their nodes, tasks and exits, and shown.
