@@ -100,7 +100,7 @@ fn register(agent: &Agent) -> AgentMessage {
             capabilities: (c.containers.enabled && crate::identity::is_root())
                 .then(|| crate::container::CAPABILITY.to_string())
                 .into_iter()
-                .chain([crate::pmi::CAPABILITY.to_string()])
+                .chain([crate::pmi::CAPABILITY, quorum_model::cpu_bind::CAPABILITY].map(String::from))
                 .collect(),
         })),
     }

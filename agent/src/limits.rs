@@ -354,6 +354,17 @@ impl JobCgroup {
         self.dirs.iter().map(|d| d.join("cgroup.procs")).collect()
     }
 
+    /// The CPUs the job's cpuset gives it, where it has one (v2's `cpuset.cpus.effective`, v1's
+    /// `cpuset.effective_cpus`, else `cpuset.cpus`).
+    pub fn cpus(&self) -> Option<Vec<u32>> {
+        ["cpuset.cpus.effective", "cpuset.effective_cpus", "cpuset.cpus"].iter().find_map(|file| {
+            self.dirs
+                .iter()
+                .find_map(|d| read(&d.join(file)).ok())
+                .and_then(|text| quorum_model::cpu_bind::parse_list(&text).filter(|cpus| !cpus.is_empty()))
+        })
+    }
+
     /// Freezes (or thaws) every process in the job's cgroup (v2's freezer).
     pub fn freeze(&self, frozen: bool) -> io::Result<()> {
         if !self.v2 {

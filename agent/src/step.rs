@@ -133,8 +133,31 @@ pub(crate) async fn launch(agent: Arc<Agent>, l: StepLaunch) {
             });
         }
     }
+    // `--cpu-bind`: the job's CPUs here, each task bound to its share.
+    let binding = match quorum_model::cpu_bind::CpuBind::parse(&l.cpu_bind) {
+        _ if l.cpu_bind.is_empty() => None,
+        Ok(Some(b)) => Some(b),
+        Ok(None) => return refuse(format!("--cpu-bind={} is not made by this node's agent", l.cpu_bind)).await,
+        Err(e) => return refuse(e).await,
+    };
+    let job_cpus = binding.as_ref().map(|_| {
+        let cpus = agent.limits().cgroups().and_then(|cg| cg.job(l.job_id, l.token).cpus()).unwrap_or_else(own_cpus);
+        places(&cpus)
+    });
+    let cpus_per_task =
+        l.env.iter().find(|e| e.name == "SLURM_CPUS_PER_TASK").and_then(|e| e.value.parse::<u32>().ok()).unwrap_or(1);
     for task in tasks {
         let local = task - l.first_task;
+        let bound = match (&binding, &job_cpus) {
+            (Some(b), Some(cpus)) => match b.cpus(cpus, local, cpus_per_task) {
+                Ok(mine) => Some(Binding::new(b, &mine, &agent.config.name, task, local)),
+                Err(e) => {
+                    task_failed(&agent, &l, task, format!("{e} on {}", agent.config.name)).await;
+                    continue;
+                }
+            },
+            _ => None,
+        };
         // The GPUs this task sees.
         let gpus: Vec<String> = if l.gpus_per_task == 0 {
             l.gpus.iter().map(u32::to_string).collect()
@@ -157,6 +180,7 @@ pub(crate) async fn launch(agent: Arc<Agent>, l: StepLaunch) {
             ("CUDA_VISIBLE_DEVICES", gpus),
             ("TMPDIR", tmpdir.display().to_string()),
         ];
+        let own: Vec<(&str, String)> = own.into_iter().chain(bound.iter().flat_map(|b| b.environment())).collect();
         env.retain(|(k, _)| !own.iter().any(|(o, _)| o == k));
         env.extend(own.into_iter().map(|(k, v)| (k.to_string(), v)));
         // PMI on a socket the task inherits; the agent serves its end.
@@ -232,6 +256,7 @@ pub(crate) async fn launch(agent: Arc<Agent>, l: StepLaunch) {
             slave,
             inside.as_ref(),
             pmi_socket.as_ref().map(|s| s.as_raw_fd()),
+            bound.as_ref(),
         );
         drop(pmi_socket);
         match spawned {
@@ -341,6 +366,7 @@ fn spawn(
     pty: Option<&std::os::fd::OwnedFd>,
     inside: Option<&Inside>,
     pmi_fd: Option<i32>,
+    bound: Option<&Binding>,
 ) -> std::io::Result<std::process::Child> {
     use std::ffi::CString;
     let argv = inside.map_or(l.argv.as_slice(), |i| i.argv.as_slice());
@@ -363,6 +389,7 @@ fn spawn(
         .collect::<Result<_, _>>()?;
     let cwd = CString::new(inside.map_or(l.work_dir.as_str(), |i| i.cwd.as_str())).map_err(std::io::Error::other)?;
     let enter = inside.map(|i| i.enter.clone());
+    let affinity = bound.map(|b| (b.set, b.report.clone()));
     let ids = account.map(|a| (a.uid, a.gid, a.groups.clone()));
     let hostname = match node_hostname {
         Some(n) => Some(CString::new(n).map_err(std::io::Error::other)?),
@@ -381,7 +408,8 @@ fn spawn(
         cmd.stdin(slave.try_clone()?).stdout(slave.try_clone()?).stderr(slave.try_clone()?);
     }
     // SAFETY: between fork and exec only async-signal-safe calls run (setpgid, open, write,
-    // close, setgroups, setgid, setuid, chdir, umask) on memory prepared before the fork.
+    // close, setgroups, setgid, setuid, chdir, umask, sched_setaffinity, getpid) on memory
+    // prepared before the fork.
     unsafe {
         cmd.pre_exec(move || {
             // On a terminal: a session of its own with the terminal as its controlling one (job
@@ -427,6 +455,19 @@ fn spawn(
                 return Err(std::io::Error::last_os_error());
             }
             libc::umask(umask as libc::mode_t);
+            // `--cpu-bind`: the task's CPUs, said on its stderr when asked (`verbose`).
+            if let Some((set, report)) = &affinity {
+                if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), set) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                if let Some((before, after)) = report {
+                    let mut digits = [0u8; 12];
+                    let pid = decimal(libc::getpid() as u32, &mut digits);
+                    for part in [before.as_slice(), pid, after.as_slice()] {
+                        libc::write(2, part.as_ptr().cast(), part.len());
+                    }
+                }
+            }
             // The task's end of its PMI socket stays open across exec, at the number PMI_FD says.
             if let Some(fd) = pmi_fd {
                 if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
@@ -437,6 +478,88 @@ fn spawn(
         });
     }
     cmd.spawn()
+}
+
+/// A task's `--cpu-bind`: its CPUs as the kernel takes them, the variables Slurm sets, and with
+/// `verbose` the line it writes (Slurm's words, the task's pid between the two parts).
+pub(crate) struct Binding {
+    set: libc::cpu_set_t,
+    cpus: Vec<u32>,
+    kind: String,
+    verbose: bool,
+    report: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl Binding {
+    fn new(b: &quorum_model::cpu_bind::CpuBind, cpus: &[u32], node: &str, task: u32, local: u32) -> Binding {
+        use quorum_model::cpu_bind::mask_text;
+        // SAFETY: a cpu_set_t is plain bits; CPU_ZERO and CPU_SET only write within it.
+        let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+        for c in cpus.iter().filter(|c| (**c as usize) < libc::CPU_SETSIZE as usize) {
+            unsafe { libc::CPU_SET(*c as usize, &mut set) };
+        }
+        let shown = quorum_model::cpu_bind::CpuBind { verbose: false, ..b.clone() }.to_string();
+        let label = if b.binds() { "MASK" } else { "NONE" };
+        let report = b.verbose.then(|| {
+            (
+                format!("cpu-bind={label} - {node}, task {task:2} {local:2} [").into_bytes(),
+                format!("]: mask {} set\n", mask_text(cpus)).into_bytes(),
+            )
+        });
+        Binding { set, cpus: cpus.to_vec(), kind: shown, verbose: b.verbose, report }
+    }
+
+    /// `SLURM_CPU_BIND*`, as Slurm's task/affinity sets them for each task.
+    fn environment(&self) -> Vec<(&'static str, String)> {
+        let verbose = if self.verbose { "verbose" } else { "quiet" };
+        let mask = quorum_model::cpu_bind::mask_text(&self.cpus);
+        vec![
+            ("SLURM_CPU_BIND", format!("{verbose},{}", self.kind)),
+            ("SLURM_CPU_BIND_TYPE", format!("{},", self.kind.split(':').next().unwrap_or_default())),
+            ("SLURM_CPU_BIND_LIST", mask),
+            ("SLURM_CPU_BIND_VERBOSE", verbose.into()),
+        ]
+    }
+}
+
+/// `n` in decimal, written into `buf` without allocating (between fork and exec).
+fn decimal(mut n: u32, buf: &mut [u8; 12]) -> &[u8] {
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            return &buf[i..];
+        }
+    }
+}
+
+/// The CPUs this agent may run on (where the job has no cpuset of its own).
+fn own_cpus() -> Vec<u32> {
+    // SAFETY: sched_getaffinity fills the set it is given, which lives here.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    if unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) } != 0 {
+        return Vec::new();
+    }
+    (0..libc::CPU_SETSIZE as usize).filter(|c| unsafe { libc::CPU_ISSET(*c, &set) }).map(|c| c as u32).collect()
+}
+
+/// Each CPU with its socket and core, from sysfs (a CPU it does not describe is a core of its
+/// own).
+fn places(cpus: &[u32]) -> Vec<(u32, quorum_model::cpu_bind::Place)> {
+    let read = |cpu: u32, file: &str| {
+        std::fs::read_to_string(format!("/sys/devices/system/cpu/cpu{cpu}/topology/{file}"))
+            .ok()
+            .and_then(|t| t.trim().parse::<u32>().ok())
+    };
+    cpus.iter()
+        .map(|c| {
+            let socket = read(*c, "physical_package_id").unwrap_or(0);
+            let core = read(*c, "core_id").map_or(u32::MAX - *c, |k| k);
+            (*c, quorum_model::cpu_bind::Place { socket, core })
+        })
+        .collect()
 }
 
 /// Waits for task `pid` to end and reaps it: its wait status and what it used (itself and every

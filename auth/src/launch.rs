@@ -106,6 +106,11 @@ pub fn step_digest(s: &quorum_proto::agent::StepLaunch) -> String {
         parts.push(s.mpi.as_bytes());
         parts.extend(layout.iter().map(|n| n.as_slice()));
     }
+    // Likewise the binding, only when set.
+    if !s.cpu_bind.is_empty() {
+        parts.push(b"cpu_bind");
+        parts.push(s.cpu_bind.as_bytes());
+    }
     spec_digest(parts)
 }
 

@@ -12,6 +12,7 @@ mod format;
 mod man;
 mod sacct;
 mod sacct_json;
+mod sacctmgr;
 mod salloc;
 mod sbatch;
 mod scancel;

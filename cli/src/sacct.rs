@@ -28,9 +28,13 @@ const DEFAULT_FIELDS: &str = "JobID,JobName,Partition,Account,AllocCPUS,State,Ex
 pub struct SacctArgs {
     #[command(flatten)]
     controllers: ControllersArg,
-    /// Only these jobs (comma-separated: 12, 12_3).
+    /// Only these jobs (comma-separated: 12, 12_3), or only one of a job's steps (12.0,
+    /// 12.batch).
     #[arg(short = 'j', long = "jobs", value_delimiter = ',')]
     jobs: Vec<String>,
+    /// The clusters to report on: `all`, or this cluster's name (`quorum`).
+    #[arg(short = 'M', long = "clusters", value_delimiter = ',')]
+    clusters: Vec<String>,
     #[command(flatten)]
     report: ReportArgs,
     /// Jobs only, not their steps.
@@ -137,17 +141,18 @@ const FIELDS: &[(&str, usize)] = &[
     ("GPUEnergy", 10),
 ];
 
-/// The fields of a `--format`: each name (any case) with a width (`Name%20`, else its own).
-fn parse_fields(format: &str) -> Result<Vec<(&'static str, usize)>, String> {
+/// The fields of a `--format`: each name (any case) with a width (`Name%20`, else its own; a
+/// negative one, `Name%-20`, leans left).
+fn parse_fields(format: &str) -> Result<Vec<(&'static str, isize)>, String> {
     parse_fields_of(format, FIELDS)
 }
 
 /// The fields of a `--format` among `known` (sacct's, sstat's): each name in any case, with
-/// its width (`Name%20`, else its own).
+/// its width (`Name%20`, else its own; negative leans left, as Slurm's).
 pub(crate) fn parse_fields_of(
     format: &str,
     known: &'static [(&'static str, usize)],
-) -> Result<Vec<(&'static str, usize)>, String> {
+) -> Result<Vec<(&'static str, isize)>, String> {
     format
         .split(',')
         .map(str::trim)
@@ -157,9 +162,9 @@ pub(crate) fn parse_fields_of(
                 Some((n, w)) => (
                     n,
                     Some(
-                        w.parse::<usize>()
+                        w.parse::<isize>()
                             .ok()
-                            .filter(|w| *w <= 1024)
+                            .filter(|w| w.unsigned_abs() <= 1024)
                             .ok_or_else(|| format!("invalid width in --format field '{f}'"))?,
                     ),
                 ),
@@ -169,7 +174,7 @@ pub(crate) fn parse_fields_of(
                 let names: Vec<&str> = known.iter().map(|(n, _)| *n).collect();
                 format!("invalid --format field '{name}' (known: {})", names.join(", "))
             })?;
-            Ok((*field, width.unwrap_or(*own)))
+            Ok((*field, width.unwrap_or(*own as isize)))
         })
         .collect()
 }
@@ -378,7 +383,7 @@ fn cancelled_by(job: &JobInfo) -> Option<String> {
 
 /// The report: a header (and, in a table, its underline), then a line per job and step.
 fn render(
-    fields: &[(&'static str, usize)],
+    fields: &[(&'static str, isize)],
     lines: &[Line],
     now_ms: u64,
     parsable: Option<bool>,
@@ -390,9 +395,10 @@ fn render(
 
 /// Rows as sacct and sstat print them: `|`-separated with `--parsable2` (`Some(false)`) or
 /// `--parsable` (`Some(true)`, one after each field too), else a table of the fields' widths,
-/// a value longer than its column cut with `+`; a header (and a table's underline) first.
+/// a value longer than its column cut with `+`; a header (and a table's underline) first. A
+/// negative width leans left, as does the job id; the rest lean right.
 pub(crate) fn table(
-    fields: &[(&'static str, usize)],
+    fields: &[(&'static str, isize)],
     rows: impl Iterator<Item = Vec<String>>,
     parsable: Option<bool>,
     header: bool,
@@ -413,15 +419,16 @@ pub(crate) fn table(
                 .zip(fields)
                 .enumerate()
                 .map(|(i, (c, (_, w)))| {
+                    let (left, w) = (*w < 0, w.unsigned_abs());
                     // A value longer than its column ends in `+` where it is cut, as sacct's.
                     let c = quorum_client::display::escape(c);
-                    let c: String = if c.chars().count() > *w {
+                    let c: String = if c.chars().count() > w {
                         c.chars().take(w.saturating_sub(1)).chain(std::iter::once('+')).collect()
                     } else {
                         c.into_owned()
                     };
                     // The job id leans left, the rest right, as sacct's table does.
-                    if i == 0 && fields[0].0 == "JobID" {
+                    if left || (i == 0 && fields[0].0 == "JobID") {
                         format!("{c:<w$} ")
                     } else {
                         format!("{c:>w$} ")
@@ -434,7 +441,7 @@ pub(crate) fn table(
         out.push_str(&row(fields.iter().map(|(n, _)| n.to_string()).collect()));
         out.push('\n');
         if parsable.is_none() {
-            out.push_str(&fields.iter().map(|(_, w)| format!("{} ", "-".repeat(*w))).collect::<String>());
+            out.push_str(&fields.iter().map(|(_, w)| format!("{} ", "-".repeat(w.unsigned_abs()))).collect::<String>());
             out.push('\n');
         }
     }
@@ -496,9 +503,26 @@ pub(crate) fn midnight(now_ms: u64) -> u64 {
 
 pub async fn run(a: SacctArgs) -> anyhow::Result<u8> {
     let fields = parse_fields(a.report.format.as_deref().unwrap_or(DEFAULT_FIELDS)).map_err(anyhow::Error::msg)?;
+    // One cluster answers here: `all`, `-1` (Slurm's all) or its own name.
+    if let Some(other) = a.clusters.iter().map(|c| c.trim()).find(|c| !matches!(*c, "all" | "-1" | "quorum" | "")) {
+        anyhow::bail!("unknown cluster '{other}': this is cluster 'quorum' (-M all or -M quorum)");
+    }
     let mut named = Vec::new();
+    // A step named (`12.0`, `12.batch`): that job's lines are that step's alone.
+    let mut steps: Vec<(u64, String)> = Vec::new();
     for j in &a.jobs {
-        named.push(j.parse::<quorum_client::client::JobRef>().map_err(anyhow::Error::msg)?);
+        let (job, step) = match j.split_once('.') {
+            Some((job, step)) => (job, Some(step)),
+            None => (j.as_str(), None),
+        };
+        let r = job.parse::<quorum_client::client::JobRef>().map_err(anyhow::Error::msg)?;
+        if let Some(step) = step {
+            if step != "batch" && step != "extern" && step.parse::<u32>().is_err() {
+                anyhow::bail!("invalid step '{j}': give a job and step such as 12.0 or 12.batch");
+            }
+            steps.push((r.id, step.to_string()));
+        }
+        named.push(r);
     }
     let states: Vec<String> = a
         .states
@@ -613,8 +637,29 @@ pub async fn run(a: SacctArgs) -> anyhow::Result<u8> {
         }
         lines.extend(j.steps.iter().map(|s| Line::Step { job: j, step: s }));
     }
+    if !steps.is_empty() {
+        lines.retain(|l| step_named(l, &steps, &a.jobs));
+    }
     print!("{}", render(&fields, &lines, now_ms, a.report.form.parsable(), !a.report.form.noheader));
     Ok(0)
+}
+
+/// Whether `line` is shown when steps are named (`-j 12.0`): a job named with a step shows that
+/// step's line alone; one named (also) without shows all of its lines.
+fn step_named(line: &Line, steps: &[(u64, String)], jobs: &[String]) -> bool {
+    let job = match line {
+        Line::Job { job, .. } | Line::Batch { job } | Line::Step { job, .. } => *job,
+    };
+    let mine: Vec<&str> = steps.iter().filter(|(id, _)| *id == job.id).map(|(_, s)| s.as_str()).collect();
+    let whole = jobs.iter().any(|j| !j.contains('.') && j.split('_').next() == Some(&job.id.to_string()));
+    if mine.is_empty() || whole {
+        return true;
+    }
+    match line {
+        Line::Job { .. } => false,
+        Line::Batch { .. } => mine.contains(&"batch"),
+        Line::Step { step, .. } => mine.contains(&step.id.to_string().as_str()),
+    }
 }
 
 pub fn main(args: &[String]) -> std::process::ExitCode {

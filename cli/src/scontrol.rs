@@ -240,6 +240,16 @@ async fn job_info(ctx: &Context, id: u64, task: Option<u32>) -> Result<JobInfo, 
     r.job.ok_or_else(|| "empty answer".to_string())
 }
 
+/// `scontrol show config` as Slurm prints it: a dated first line, then `Key = Value` with the
+/// keys in one column (only `key` when one is named, matched in any case).
+fn config_text(entries: &[api::ConfigEntry], now_ms: u64, key: Option<&str>) -> String {
+    let mut out = format!("Configuration data as of {}\n", quorum_client::display::local_time_or(now_ms, "Unknown"));
+    for e in entries.iter().filter(|e| key.is_none_or(|k| e.key.eq_ignore_ascii_case(k))) {
+        out.push_str(&format!("{:<23} = {}\n", e.key, e.value));
+    }
+    out
+}
+
 async fn show(client: Client, entity: &str, name: Option<String>, one_line: bool) -> Result<String, String> {
     let ctx = Context { client, stale: false };
     let records: Vec<Vec<String>> = match entity {
@@ -316,8 +326,17 @@ async fn show(client: Client, entity: &str, name: Option<String>, one_line: bool
         "reservation" | "reservations" | "res" | "reservationname" => {
             return crate::commands::reservation::show(&ctx, name.as_deref(), one_line).await;
         }
+        "config" | "conf" | "configuration" => {
+            let r = ctx
+                .send(api::ConfigRequest {}, |mut c, r| async move { c.config(r).await })
+                .await
+                .map_err(|e| format!("{e:#}"))?;
+            return Ok(config_text(&r.entries, crate::format::now_ms(), name.as_deref()));
+        }
         other => {
-            return Err(format!("'show {other}' is not supported: show job, node, partition, licenses or reservation"))
+            return Err(format!(
+                "'show {other}' is not supported: show job, node, partition, licenses, reservation or config"
+            ))
         }
     };
     Ok(records.iter().map(|lines| record_text(lines, one_line)).collect())
@@ -485,6 +504,19 @@ fn natural_key(name: &str) -> (&str, u64, &str) {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn the_configuration_prints_as_slurms_does() {
+        let entry = |k: &str, v: &str| api::ConfigEntry { key: k.into(), value: v.into() };
+        let all = [entry("MinJobAge", "300 sec"), entry("PriorityWeightFairshare", "10000")];
+        let text = super::config_text(&all, 1, None);
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[0].starts_with("Configuration data as of "), "{text}");
+        assert_eq!(lines[1], "MinJobAge               = 300 sec");
+        assert_eq!(lines[2], "PriorityWeightFairshare = 10000");
+        assert_eq!(super::config_text(&all, 1, Some("minjobage")).lines().count(), 2);
+    }
+
     use super::*;
 
     #[test]

@@ -1,7 +1,7 @@
 //! The Slurm commands `quorum` answers to when it is called by their names (one multi-call
 //! program; `quorum install-slurm-commands DIR` makes the links): `sbatch` ([`crate::sbatch`]),
 //! `scancel` ([`crate::scancel`]), `squeue` ([`crate::squeue`]), `sinfo` ([`crate::sinfo`]),
-//! `sacct` ([`crate::sacct`]), `scontrol` ([`crate::scontrol`]), `sprio` ([`crate::sprio`]),
+//! `sacct` ([`crate::sacct`]), `sacctmgr` ([`crate::sacctmgr`]), `scontrol` ([`crate::scontrol`]), `sprio` ([`crate::sprio`]),
 //! `sshare` ([`crate::sshare`]), `sstat` ([`crate::sstat`]), `seff` ([`crate::seff`]),
 //! `sreport` ([`crate::sreport`]), `srun` (job steps,
 //! [`crate::srun`]) and `salloc` ([`crate::salloc`]).
@@ -16,6 +16,7 @@ type Main = fn(&[String]) -> ExitCode;
 /// links, what [`run`] runs, and what gets a man page, from this one table.
 const MAINS: &[(&str, Main)] = &[
     ("sacct", crate::sacct::main),
+    ("sacctmgr", crate::sacctmgr::main),
     ("salloc", crate::salloc::main),
     ("sbatch", crate::sbatch::main),
     ("scancel", crate::scancel::main),
@@ -48,6 +49,7 @@ pub fn command(name: &str) -> Option<clap::Command> {
     let name = names().find(|n| *n == name)?;
     let cmd = match name {
         "sacct" => crate::sacct::SacctArgs::command(),
+        "sacctmgr" => crate::sacctmgr::SacctmgrArgs::command(),
         "sbatch" => crate::sbatch::SbatchArgs::command(),
         "scancel" => crate::scancel::ScancelArgs::command(),
         "scontrol" => crate::scontrol::command(),

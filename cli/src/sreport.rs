@@ -164,7 +164,7 @@ fn render(
     parsable: Option<bool>,
     header: bool,
 ) -> String {
-    let fields: Vec<(&'static str, usize)> = match ask.report {
+    let fields: Vec<(&'static str, isize)> = match ask.report {
         Report::AccountsByUser => vec![("Cluster", 9), ("Account", 15), ("Login", 9), ("Proper Name", 15)],
         Report::TopUsers => vec![("Cluster", 9), ("Login", 9), ("Proper Name", 15), ("Account", 15)],
     };

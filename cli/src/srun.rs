@@ -120,8 +120,9 @@ pub struct SrunArgs {
     /// names (with `ALL,` first: on top of all), `NAME=value` setting one.
     #[arg(long)]
     export: Option<String>,
-    /// Task binding (Slurm's --cpu-bind): `none` and `quiet`/`verbose` are honoured as given;
-    /// other types are accepted with a warning (tasks use all of the step's CPUs).
+    /// Task binding (Slurm's --cpu-bind): `[verbose,]TYPE`, TYPE one of none, rank, threads,
+    /// cores, sockets, map_cpu:IDS, mask_cpu:MASKS; each task is bound to its CPUs among the
+    /// job's on its node (`verbose` says which). Default: $SLURM_CPU_BIND, else none.
     #[arg(long = "cpu-bind", alias = "cpu_bind")]
     cpu_bind: Option<String>,
     /// Steps get exactly the CPUs they ask for (always so here).
@@ -207,16 +208,22 @@ fn distribution_warning(distribution: &str) -> Option<String> {
     })
 }
 
-/// `--cpu-bind`'s warning, when it asks for a binding this cluster does not make.
-fn cpu_bind_warning(bind: &str) -> Option<String> {
-    let types: Vec<&str> = bind.split(',').map(str::trim).filter(|t| !t.is_empty()).collect();
-    let honoured = |t: &&str| matches!(*t, "none" | "no" | "q" | "quiet" | "v" | "verbose");
-    let rest: Vec<&str> = types.iter().filter(|t| !honoured(t)).copied().collect();
-    (!rest.is_empty()).then(|| {
-        format!(
-            "--cpu-bind={} is accepted but not honoured: tasks are not bound to CPUs within the step's",
-            rest.join(",")
-        )
+/// `--cpu-bind`, else srun's input variable `SLURM_CPU_BIND` (which a step's tasks have).
+fn bind_option(a: &SrunArgs) -> Option<String> {
+    a.cpu_bind.clone().or_else(|| std::env::var("SLURM_CPU_BIND").ok())
+}
+
+/// `--cpu-bind` (or srun's input variable `SLURM_CPU_BIND`) as the step carries it, and a
+/// warning for a type Slurm has that this cluster does not make (its tasks are then not bound).
+fn cpu_bind(bind: Option<&str>) -> anyhow::Result<(String, Option<String>)> {
+    let Some(bind) = bind.map(str::trim).filter(|b| !b.is_empty()) else { return Ok((String::new(), None)) };
+    Ok(match quorum_model::cpu_bind::CpuBind::parse(bind).map_err(anyhow::Error::msg)? {
+        Some(b) if b.binds() || b.verbose => (b.to_string(), None),
+        Some(_) => (String::new(), None),
+        None => (
+            String::new(),
+            Some(format!("--cpu-bind={bind} is accepted but not honoured: locality domains and boards are not bound here (use cores, threads, sockets, map_cpu or mask_cpu)")),
+        ),
     })
 }
 
@@ -341,6 +348,7 @@ fn request(a: &SrunArgs, job_id: u64) -> anyhow::Result<StepRequest> {
             Some(m) => quorum_model::mpi::Mpi::parse(&m).map_err(anyhow::Error::msg)?.to_string(),
             None => String::new(),
         },
+        cpu_bind: cpu_bind(bind_option(a).as_deref())?.0,
     })
 }
 
@@ -543,8 +551,9 @@ async fn run(a: SrunArgs) -> anyhow::Result<u8> {
             "--input={other} is not supported here: srun's stdin goes to task 0 (--input=0) or nowhere (--input=none)"
         ),
     }
+    let (_, unbound) = cpu_bind(bind_option(&a).as_deref())?;
     if !a.quiet {
-        let chosen = a.cpu_bind.as_deref().and_then(cpu_bind_warning);
+        let chosen = unbound;
         let layout = a.distribution.as_deref().and_then(distribution_warning);
         for w in a.tolerated.warnings().into_iter().chain(chosen).chain(layout) {
             eprintln!("srun: warning: {w}");
@@ -897,8 +906,10 @@ mod tests {
         assert_eq!((a.input.as_deref(), a.command[0].as_str()), (Some("none"), "hydra_pmi_proxy"));
         let snakemake = ["-n1", "--cpu-bind=q", "--cpus-per-task=1", "bash", "-c", "true"];
         let a = SrunArgs::try_parse_from(snakemake).unwrap();
-        assert_eq!(super::cpu_bind_warning(a.cpu_bind.as_deref().unwrap()), None);
-        assert!(super::cpu_bind_warning("cores,verbose").unwrap().contains("--cpu-bind=cores"));
+        assert_eq!(super::cpu_bind(a.cpu_bind.as_deref()).unwrap(), (String::new(), None));
+        assert_eq!(super::cpu_bind(Some("cores,verbose")).unwrap(), ("verbose,cores".to_string(), None));
+        assert!(super::cpu_bind(Some("map_ldom:0")).unwrap().1.unwrap().contains("not honoured"));
+        assert!(super::cpu_bind(Some("bogus")).unwrap_err().to_string().contains("'bogus'"));
         assert!(SrunArgs::try_parse_from(["--mpi=list"]).is_ok());
         let a = SrunArgs::try_parse_from(["--whole", "--gres=gpu:1", "-m", "block:cyclic", "true"]).unwrap();
         let warned = a.tolerated.warnings();

@@ -123,17 +123,7 @@ pub fn utc_time(ms: u64) -> String {
 
 /// Sorted ids as Slurm writes a list of array tasks: `0-3,5,7-9`.
 pub fn id_ranges(ids: &[u32]) -> String {
-    let mut out: Vec<String> = Vec::new();
-    let mut i = 0;
-    while i < ids.len() {
-        let mut j = i;
-        while j + 1 < ids.len() && ids[j + 1] == ids[j] + 1 {
-            j += 1;
-        }
-        out.push(if i == j { ids[i].to_string() } else { format!("{}-{}", ids[i], ids[j]) });
-        i = j + 1;
-    }
-    out.join(",")
+    quorum_model::parse::ranges(ids)
 }
 
 /// An array's pending `tasks` as squeue and sacct write them on one line: `0-3,7%2` (with the

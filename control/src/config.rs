@@ -524,7 +524,9 @@ pub struct SecurityConfig {
     /// Users with the operator role.
     #[serde(default)]
     pub operators: Vec<String>,
-    /// What users see only of themselves, like Slurm's PrivateData: `jobs`, `usage`.
+    /// What users see only of themselves, like Slurm's PrivateData: `jobs`, `usage`,
+    /// `accounts` (only the accounts they belong to), `users` (only themselves among an
+    /// account's users).
     #[serde(default)]
     pub private_data: Vec<String>,
     /// How far apart hosts' clocks may be: launch grants, tokens and credentials are judged
@@ -579,8 +581,10 @@ impl SecurityConfig {
             ));
         }
         for p in &self.private_data {
-            if !matches!(p.as_str(), "jobs" | "usage") {
-                return Err(ConfigError::Invalid(format!("[security] private_data: unknown '{p}' (jobs, usage)")));
+            if !matches!(p.as_str(), "jobs" | "usage" | "accounts" | "users") {
+                return Err(ConfigError::Invalid(format!(
+                    "[security] private_data: unknown '{p}' (jobs, usage, accounts, users)"
+                )));
             }
         }
         Ok(())

@@ -58,7 +58,8 @@ impl Controller {
         let limits = Arc::new(config.limits.clone());
         let api = Arc::new(
             server::Api::new(replica.clone(), leader.clone(), security.clone(), limits)
-                .with_submit_filter(config.submit_filter.clone()),
+                .with_submit_filter(config.submit_filter.clone())
+                .with_shown_config(server::shown::from_config(&config)),
         );
         let http_addr = match &config.http.listen {
             Some(addr) => {

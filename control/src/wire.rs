@@ -400,6 +400,59 @@ pub fn outcome(exit: &JobExit) -> RankOutcome {
     }
 }
 
+/// A TRES limit for the API (absent when it limits nothing).
+pub fn tres_limit_to_proto(t: &crate::model::TresLimit) -> Option<api::TresLimit> {
+    let out = api::TresLimit { cpus: t.cpus, gpus: t.gpus, mem_mb: t.mem_mb, nodes: t.nodes };
+    (out != api::TresLimit::default()).then_some(out)
+}
+
+/// A budget of TRES-minutes for the API (absent when there is none).
+pub fn tres_mins_to_proto(t: &crate::model::TresMins) -> Option<api::TresMins> {
+    (t.cpu.is_some() || t.gpu.is_some()).then_some(api::TresMins { cpu: t.cpu, gpu: t.gpu })
+}
+
+/// An account as the API shows it (`sacctmgr show account`).
+pub fn account_to_proto(a: &crate::model::Account) -> api::AccountSpec {
+    let l = &a.limits;
+    api::AccountSpec {
+        name: a.name.clone(),
+        parent: a.parent.clone().unwrap_or_default(),
+        shares: a.shares,
+        users: a.users.iter().cloned().collect(),
+        max_jobs: l.max_jobs,
+        grp_gpus: l.grp_gpus,
+        grp_cpus: l.grp_cpus,
+        max_wall_s: l.max_wall_s,
+        grp_mem_mb: l.grp_mem_mb,
+        grp_nodes: l.grp_nodes,
+        grp_gpus_by_type: l.grp_gpus_by_type.clone().into_iter().collect(),
+        max_tres_per_job: tres_limit_to_proto(&l.max_tres_per_job),
+        max_submit_jobs: l.max_submit_jobs,
+        grp_tres_mins: tres_mins_to_proto(&l.grp_tres_mins),
+        user_shares: a.user_shares.clone().into_iter().collect(),
+        qos: a.qos.clone(),
+        default_qos: a.default_qos.clone().unwrap_or_default(),
+    }
+}
+
+/// A QOS as the API shows it (`sacctmgr show qos`).
+pub fn qos_to_proto(q: &crate::model::Qos) -> api::QosSpec {
+    api::QosSpec {
+        name: q.name.clone(),
+        priority: q.priority,
+        max_wall_s: q.max_wall_s,
+        max_gpus_per_user: q.max_gpus_per_user,
+        max_jobs_per_user: q.max_jobs_per_user,
+        max_tres_per_job: tres_limit_to_proto(&q.max_tres_per_job),
+        max_tres_per_user: tres_limit_to_proto(&q.max_tres_per_user),
+        grp_tres: tres_limit_to_proto(&q.grp_tres),
+        grp_jobs: q.grp_jobs,
+        grp_tres_mins: tres_mins_to_proto(&q.grp_tres_mins),
+        max_submit_jobs_per_user: q.max_submit_jobs_per_user,
+        no_decay: q.no_decay,
+    }
+}
+
 /// A TRES limit from the API; absent: no limit.
 pub fn tres_limit(t: Option<api::TresLimit>) -> crate::model::TresLimit {
     let t = t.unwrap_or_default();

@@ -9,6 +9,7 @@ pub mod accounts;
 pub mod array;
 pub mod cidr;
 pub mod container;
+pub mod cpu_bind;
 pub mod cron;
 pub mod env;
 pub mod gpu_fault;

@@ -114,6 +114,21 @@ pub fn format_mem_mb(mb: u64) -> String {
     }
 }
 
+/// Sorted ids as Slurm writes a list of them: `0-3,5,7-9` (array tasks, CPUs).
+pub fn ranges(ids: &[u32]) -> String {
+    let mut out: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < ids.len() {
+        let mut j = i;
+        while j + 1 < ids.len() && ids[j + 1] == ids[j] + 1 {
+            j += 1;
+        }
+        out.push(if i == j { ids[i].to_string() } else { format!("{}-{}", ids[i], ids[j]) });
+        i = j + 1;
+    }
+    out.join(",")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

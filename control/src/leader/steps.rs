@@ -134,6 +134,8 @@ pub fn step_launch(job: &Job, step: &Step, node_id: usize, start: &quorum_proto:
         ("SLURM_JOB_NUM_NODES", num_job_nodes.to_string()),
         ("SLURM_JOB_USER", job.user.clone()),
         ("SLURM_JOB_PARTITION", job.partition.clone()),
+        ("SLURM_JOB_ACCOUNT", job.account.clone()),
+        ("SLURM_JOB_QOS", job.qos.clone()),
         ("SLURM_STEP_ID", step.id.to_string()),
         ("SLURM_STEPID", step.id.to_string()),
         ("SLURM_STEP_NODELIST", nodelist),
@@ -150,7 +152,7 @@ pub fn step_launch(job: &Job, step: &Step, node_id: usize, start: &quorum_proto:
     vars.retain(|e| !set.iter().any(|(k, _)| *k == e.name));
     vars.extend(
         set.into_iter()
-            .filter(|(k, v)| *k != "SLURM_GPUS_PER_TASK" || v != "0")
+            .filter(|(k, v)| (*k != "SLURM_GPUS_PER_TASK" || v != "0") && !v.is_empty())
             .map(|(k, v)| EnvVar { name: k.to_string(), value: v }),
     );
     StepLaunch {
@@ -177,5 +179,6 @@ pub fn step_launch(job: &Job, step: &Step, node_id: usize, start: &quorum_proto:
         // With PMI, every node knows the step's layout (PMI_process_mapping, fences).
         node_tasks: if start.mpi.is_empty() { Vec::new() } else { step.nodes.iter().map(|n| n.tasks).collect() },
         mpi: start.mpi.clone(),
+        cpu_bind: start.cpu_bind.clone(),
     }
 }

@@ -108,3 +108,37 @@ pub(super) async fn shares(api: &Api, caller: &Caller, _r: SharesRequest) -> Res
         .collect();
     Ok(SharesResponse { accounts, users })
 }
+
+pub(super) async fn list_accounts(
+    api: &Api,
+    caller: &Caller,
+    _r: ListAccountsRequest,
+) -> Result<ListAccountsResponse, Status> {
+    api.replica.linearizable().await.map_err(write_status)?;
+    let applied = api.replica.shared.read();
+    let operator = caller.at_least(quorum_auth::Role::Operator);
+    // PrivateData=accounts: a user sees the accounts they belong to; users: only themselves
+    // among an account's users.
+    let (accounts_private, users_private) =
+        (api.security.config.private("accounts") && !operator, api.security.config.private("users") && !operator);
+    let accounts = applied
+        .state
+        .accounts
+        .values()
+        .filter(|a| !accounts_private || a.users.contains(&caller.user))
+        .map(|a| {
+            let mut spec = crate::wire::account_to_proto(a);
+            if users_private {
+                spec.users.retain(|u| *u == caller.user);
+                spec.user_shares.retain(|u, _| *u == caller.user);
+            }
+            spec
+        })
+        .collect();
+    let mut qos: Vec<QosSpec> = applied.state.qos.values().map(crate::wire::qos_to_proto).collect();
+    // The default QOS is there whether or not it was ever defined.
+    if !applied.state.qos.contains_key(quorum_state::DEFAULT_QOS) {
+        qos.insert(0, QosSpec { name: quorum_state::DEFAULT_QOS.into(), ..Default::default() });
+    }
+    Ok(ListAccountsResponse { accounts, qos })
+}

@@ -26,6 +26,8 @@ pub struct Api {
     pub(super) limits: Arc<crate::config::AdmissionLimits>,
     /// The site's submit filter (`[submit_filter]`), which every submit passes first.
     pub(super) submit_filter: Option<super::filter::SubmitFilterConfig>,
+    /// What `scontrol show config` shows of the replica's configuration ([`super::shown`]).
+    pub(super) shown_config: Vec<(String, String)>,
 }
 
 impl Api {
@@ -37,7 +39,13 @@ impl Api {
     ) -> Api {
         let submits = SubmitBatcher::submits(replica.clone());
         let peers = Peers::new(replica.dialer.clone(), None);
-        Api { peers, replica, leader, submits, security, limits, submit_filter: None }
+        Api { peers, replica, leader, submits, security, limits, submit_filter: None, shown_config: Vec::new() }
+    }
+
+    /// `scontrol show config` shows these (with the replicated policy).
+    pub fn with_shown_config(mut self, shown: Vec<(String, String)>) -> Api {
+        self.shown_config = shown;
+        self
     }
 
     /// Every submit passes the site's filter first.

@@ -21,6 +21,7 @@ mod identity;
 mod jobs;
 pub mod logs;
 mod nodes;
+pub mod shown;
 mod steps;
 
 use std::sync::Arc;
@@ -93,6 +94,19 @@ impl Quorum for Api {
     async fn shares(&self, req: Request<SharesRequest>) -> Result<Response<SharesResponse>, Status> {
         let (caller, r) = at_leader!(self, req, shares);
         accounts::shares(self, &caller, r).await.map(Response::new)
+    }
+
+    async fn list_accounts(&self, req: Request<ListAccountsRequest>) -> Result<Response<ListAccountsResponse>, Status> {
+        let (caller, r) = at_leader!(self, req, list_accounts);
+        accounts::list_accounts(self, &caller, r).await.map(Response::new)
+    }
+
+    async fn config(&self, req: Request<ConfigRequest>) -> Result<Response<ConfigResponse>, Status> {
+        let (_caller, _r) = at_leader!(self, req, config);
+        let policy = self.replica.shared.read().state.policy.clone();
+        let entries =
+            shown::merged(&self.shown_config, &policy).into_iter().map(|(key, value)| ConfigEntry { key, value });
+        Ok(Response::new(ConfigResponse { entries: entries.collect() }))
     }
 
     async fn upsert_account(&self, req: Request<UpsertAccountRequest>) -> Result<Response<AdminResponse>, Status> {

@@ -82,6 +82,14 @@ pub(super) async fn run_step(api: &Api, caller: Caller, mut input: Streaming<Ste
         crate::model::mpi::Mpi::parse(&start.mpi).map_err(|e| Status::invalid_argument(format!("invalid step: {e}")))?
     };
     start.mpi = mpi.wire().to_string();
+    // `--cpu-bind`, checked and carried in its canonical form ("" when tasks are not bound and
+    // nothing is reported, so that the launch is what it was before binding).
+    let binding = match crate::model::cpu_bind::CpuBind::parse(&start.cpu_bind) {
+        Ok(Some(b)) if b.binds() || b.verbose => Some(b),
+        Ok(_) => None,
+        Err(e) => return Err(Status::invalid_argument(format!("invalid step: {e}"))),
+    };
+    start.cpu_bind = binding.as_ref().map(ToString::to_string).unwrap_or_default();
     if let Some(c) = &start.container {
         crate::wire::container_from_proto(c.clone())
             .check()
@@ -143,6 +151,14 @@ pub(super) async fn run_step(api: &Api, caller: Caller, mut input: Streaming<Ste
             if let Some(n) = lacking(mpi.wire()) {
                 return Err(Status::failed_precondition(format!(
                     "node {} cannot serve --mpi={mpi} (its agent is older than this release)",
+                    n.node
+                )));
+            }
+        }
+        if binding.is_some() {
+            if let Some(n) = lacking(crate::model::cpu_bind::CAPABILITY) {
+                return Err(Status::failed_precondition(format!(
+                    "node {} cannot bind tasks to CPUs (--cpu-bind; its agent is older than this release)",
                     n.node
                 )));
             }

@@ -263,9 +263,15 @@ pub fn versions(addrs: &[String]) -> serde_json::Value {
 /// A Python that has `package` at `version` from PyPI (`module` imports), made by
 /// `scripts/pypi-venv.sh` on first use.
 pub fn pypi_python(package: &str, version: &str, module: &str) -> String {
+    pypi_python_with(package, version, module, &[])
+}
+
+/// [`pypi_python`] with further requirements (`name==version`) in the same environment.
+pub fn pypi_python_with(package: &str, version: &str, module: &str, extra: &[&str]) -> String {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/pypi-venv.sh");
     let out = std::process::Command::new(script)
         .args([package, version, module])
+        .args(extra)
         .stderr(std::process::Stdio::inherit())
         .output()
         .expect("running scripts/pypi-venv.sh");
