@@ -72,6 +72,14 @@ pub enum Command {
     },
     /// The nodes, like sinfo.
     Nodes(commands::nodes::Args),
+    /// Copy a file to every node of a job's allocation, like sbcast (the same options:
+    /// `quorum bcast -f ./app /tmp/app` inside salloc or sbatch).
+    #[command(disable_help_flag = true)]
+    Bcast {
+        /// sbcast's options and arguments (see sbcast(1)).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
     /// Jobs as accounting records them, ended ones from the job history included, like sacct
     /// (the same options: `quorum acct -j 12 -o JobID,State,Elapsed --parsable2`).
     #[command(disable_help_flag = true)]

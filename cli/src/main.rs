@@ -15,6 +15,7 @@ mod sacct_json;
 mod sacctmgr;
 mod salloc;
 mod sbatch;
+mod sbcast;
 mod scancel;
 mod scontrol;
 mod seff;
@@ -79,8 +80,12 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Dev { .. } | Command::Simulate { .. } | Command::Bench { .. } => {
             unreachable!("main hands these to quorum-dev")
         }
-        Command::Acct { .. } | Command::Stat { .. } | Command::Eff { .. } | Command::Report { .. } => {
-            unreachable!("main runs them as sacct, sstat, seff and sreport")
+        Command::Acct { .. }
+        | Command::Bcast { .. }
+        | Command::Stat { .. }
+        | Command::Eff { .. }
+        | Command::Report { .. } => {
+            unreachable!("main runs them as sacct, sbcast, sstat, seff and sreport")
         }
         Command::InstallSlurmCommands { .. } | Command::Man { .. } => unreachable!("answered above"),
     }
@@ -120,6 +125,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let slurm_named = match &cli.command {
         Command::Acct { args } => Some(("sacct", args)),
+        Command::Bcast { args } => Some(("sbcast", args)),
         Command::Stat { args } => Some(("sstat", args)),
         Command::Eff { args } => Some(("seff", args)),
         Command::Report { args } => Some(("sreport", args)),

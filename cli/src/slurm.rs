@@ -1,6 +1,6 @@
 //! The Slurm commands `quorum` answers to when it is called by their names (one multi-call
 //! program; `quorum install-slurm-commands DIR` makes the links): `sbatch` ([`crate::sbatch`]),
-//! `scancel` ([`crate::scancel`]), `squeue` ([`crate::squeue`]), `sinfo` ([`crate::sinfo`]),
+//! `sbcast` ([`crate::sbcast`]), `scancel` ([`crate::scancel`]), `squeue` ([`crate::squeue`]), `sinfo` ([`crate::sinfo`]),
 //! `sacct` ([`crate::sacct`]), `sacctmgr` ([`crate::sacctmgr`]), `scontrol` ([`crate::scontrol`]), `sprio` ([`crate::sprio`]),
 //! `sshare` ([`crate::sshare`]), `sstat` ([`crate::sstat`]), `seff` ([`crate::seff`]),
 //! `sreport` ([`crate::sreport`]), `srun` (job steps,
@@ -19,6 +19,7 @@ const MAINS: &[(&str, Main)] = &[
     ("sacctmgr", crate::sacctmgr::main),
     ("salloc", crate::salloc::main),
     ("sbatch", crate::sbatch::main),
+    ("sbcast", crate::sbcast::main),
     ("scancel", crate::scancel::main),
     ("scontrol", crate::scontrol::main),
     ("seff", crate::seff::main),
@@ -51,6 +52,7 @@ pub fn command(name: &str) -> Option<clap::Command> {
         "sacct" => crate::sacct::SacctArgs::command(),
         "sacctmgr" => crate::sacctmgr::SacctmgrArgs::command(),
         "sbatch" => crate::sbatch::SbatchArgs::command(),
+        "sbcast" => crate::sbcast::SbcastArgs::command(),
         "scancel" => crate::scancel::ScancelArgs::command(),
         "scontrol" => crate::scontrol::command(),
         "seff" => crate::seff::SeffArgs::command(),

@@ -138,6 +138,11 @@ pub struct SrunArgs {
     /// with an error, the others run on).
     #[arg(short = 'k', long = "no-kill", num_args = 0..=1, default_missing_value = "", require_equals = true)]
     no_kill: Option<String>,
+    /// Copy the program to every node of the step's job first (sbcast) and run that copy:
+    /// `--bcast=PATH`, or a directory (`/tmp/`; default: the working directory) where it is
+    /// named slurm_bcast_JOBID.PROGRAM.
+    #[arg(long, num_args = 0..=1, default_missing_value = "", require_equals = true)]
+    bcast: Option<String>,
     /// Task layout (Slurm's --distribution): block, the layout steps have, is honoured; other
     /// layouts are accepted with a warning.
     #[arg(short = 'm', long)]
@@ -350,6 +355,40 @@ fn request(a: &SrunArgs, job_id: u64) -> anyhow::Result<StepRequest> {
         },
         cpu_bind: cpu_bind(bind_option(a).as_deref())?.0,
     })
+}
+
+/// `--bcast`: copies `program` (found on this PATH) to every node of the job with sbcast, and
+/// says where it is there.
+fn broadcast(to: &str, program: &str, work_dir: &str, job_id: u64) -> anyhow::Result<String> {
+    use std::os::unix::process::CommandExt;
+    let path = std::env::var("PATH").unwrap_or_default();
+    let local = if program.contains('/') {
+        std::path::PathBuf::from(program)
+    } else {
+        path.split(':')
+            .map(|d| std::path::Path::new(d).join(program))
+            .find(|p| p.is_file())
+            .ok_or_else(|| anyhow::anyhow!("--bcast: '{program}' is not found on PATH"))?
+    };
+    let name = local.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let dest = match to {
+        "" => format!("{work_dir}/slurm_bcast_{job_id}.{name}"),
+        dir if dir.ends_with('/') => format!("{dir}slurm_bcast_{job_id}.{name}"),
+        file => file.to_string(),
+    };
+    let dest = if dest.starts_with('/') { dest } else { format!("{work_dir}/{dest}") };
+    let program = std::env::current_exe().map_err(|e| anyhow::anyhow!("cannot find this program: {e}"))?;
+    let done = std::process::Command::new(&program)
+        .arg0("sbcast")
+        .args(["--jobid", &job_id.to_string(), "--force"])
+        .arg(&local)
+        .arg(&dest)
+        .status()
+        .map_err(|e| anyhow::anyhow!("--bcast: running sbcast: {e}"))?;
+    if !done.success() {
+        anyhow::bail!("--bcast: {} could not be copied to the job's nodes (sbcast said why above)", local.display());
+    }
+    Ok(dest)
 }
 
 /// What `%a` stands for outside a job array (Slurm's NO_VAL), as in the batch step's files.
@@ -594,7 +633,10 @@ async fn run(a: SrunArgs) -> anyhow::Result<u8> {
 }
 
 async fn step(a: &SrunArgs, client: &quorum_client::client::Client, job_id: u64) -> anyhow::Result<u8> {
-    let start = request(a, job_id)?;
+    let mut start = request(a, job_id)?;
+    if let Some(to) = &a.bcast {
+        start.argv[0] = broadcast(to, &start.argv[0], &start.work_dir, job_id)?;
+    }
     let slot: Arc<Mutex<Option<mpsc::Sender<StepInput>>>> = Arc::default();
     let mut told_busy = false;
     let mut events = loop {

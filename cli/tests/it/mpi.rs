@@ -209,3 +209,155 @@ async fn mpirun_and_mpiexec_run_inside_allocations() {
     }
     cluster.shutdown().await;
 }
+
+/// The cores (socket, core) of `cpus`, from this host's sysfs (where the agents run).
+fn cores_of(cpus: &[u32]) -> std::collections::BTreeSet<(String, String)> {
+    let read = |c: u32, f: &str| {
+        std::fs::read_to_string(format!("/sys/devices/system/cpu/cpu{c}/topology/{f}"))
+            .unwrap_or_else(|_| c.to_string())
+    };
+    cpus.iter().map(|c| (read(*c, "physical_package_id"), read(*c, "core_id"))).collect()
+}
+
+/// `srun --cpu-bind` binds each task to its own CPUs within the job's (what the kernel says a
+/// task may run on, `Cpus_allowed_list`, against what an unbound step of the job may): `threads`
+/// one CPU each, `cores` a core each, `verbose` says so in Slurm's words; `SLURM_CPU_BIND*` tell
+/// the task; a `map_cpu` naming a CPU that is not the job's ends that task with the reason; an
+/// unknown type is refused before anything runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn srun_binds_tasks_to_cpus_within_the_jobs() {
+    let cluster = cluster(options(Mpi::None)).await;
+    let c = client(&cluster.addrs);
+    wait_ready(&cluster, &c, 2).await;
+    let dir = tempfile::tempdir().unwrap();
+    let bin = slurm_bin();
+    let allowed = "grep Cpus_allowed_list /proc/self/status | cut -f2";
+    let script = format!(
+        "srun -n1 --overlap bash -c 'echo job $({allowed})'; \
+         srun -n2 --cpu-bind=threads bash -c 'echo threads $SLURM_PROCID $({allowed}) $SLURM_CPU_BIND_TYPE'; \
+         srun -n2 --cpu-bind=verbose,cores bash -c 'echo cores $SLURM_PROCID $({allowed}) $SLURM_CPU_BIND_LIST'"
+    );
+    let (code, out, err) = run(&cluster, bin.path(), dir.path(), "salloc", &["-N1", "-n2", "bash", "-c", &script]);
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    let set = |text: &str| quorum_model::cpu_bind::parse_list(text).unwrap_or_else(|| panic!("a CPU list: {text}"));
+    let job_line = out.lines().find(|l| l.starts_with("job ")).unwrap_or_else(|| panic!("{out}\n{err}"));
+    let job = set(job_line.split_whitespace().nth(1).unwrap());
+    let tasks = |kind: &str| -> Vec<(Vec<u32>, String)> {
+        let mut lines: Vec<Vec<&str>> = out
+            .lines()
+            .filter(|l| l.starts_with(&format!("{kind} ")))
+            .map(|l| l.split_whitespace().collect())
+            .collect();
+        lines.sort();
+        assert_eq!(lines.len(), 2, "{out}\n{err}");
+        lines.iter().map(|w| (set(w[2]), w[3].to_string())).collect()
+    };
+    let threads = tasks("threads");
+    for (cpus, kind) in &threads {
+        assert_eq!(cpus.len(), 1, "one CPU each: {out}");
+        assert!(cpus.iter().all(|c| job.contains(c)), "within the job's {job:?}: {out}");
+        assert_eq!(kind, "threads,");
+    }
+    if job.len() >= 2 {
+        assert_ne!(threads[0].0, threads[1].0, "a CPU of its own: {out}");
+    }
+    let cores = tasks("cores");
+    for (cpus, mask) in &cores {
+        assert!(!cpus.is_empty() && cpus.iter().all(|c| job.contains(c)), "within the job's {job:?}: {out}");
+        assert_eq!(mask, &quorum_model::cpu_bind::mask_text(cpus), "{out}");
+        assert_eq!(cores_of(cpus).len(), 1, "one core: {out}");
+    }
+    if cores_of(&job).len() >= 2 {
+        assert_ne!(cores_of(&cores[0].0), cores_of(&cores[1].0), "a core of its own: {out}");
+    }
+    for task in 0..2 {
+        let said = format!("cpu-bind=MASK - node01, task {task:2} {task:2} [");
+        assert!(err.lines().any(|l| l.starts_with(&said) && l.ends_with(" set")), "{said}: {err}");
+    }
+
+    // A CPU the job does not have: that task fails, saying which and what the job has.
+    let (code, out, err) =
+        run(&cluster, bin.path(), dir.path(), "salloc", &["-N1", "-n1", "srun", "--cpu-bind=map_cpu:16000", "true"]);
+    assert_ne!(code, Some(0), "{out}");
+    assert!(err.contains("CPU 16000 of --cpu-bind is not one of the job's CPUs"), "{err}");
+    let (code, _, err) = run(&cluster, bin.path(), dir.path(), "salloc", &["-N1", "srun", "--cpu-bind=bogus", "true"]);
+    assert_ne!(code, Some(0));
+    assert!(err.contains("unknown type 'bogus'"), "{err}");
+    cluster.shutdown().await;
+}
+
+/// `salloc ARGS` run by Unix user `user` in `dir`, the Slurm commands (a copy every user may run)
+/// first on its PATH: (exit code, stdout, stderr).
+fn salloc_as(cluster: &DevCluster, user: &str, dir: &Path, args: &[&str]) -> (Option<i32>, String, String) {
+    ensure_user(user);
+    let bin = quorum_bin().parent().unwrap();
+    let out = Command::new("runuser")
+        .args(["-u", user, "--"])
+        .arg(bin.join("salloc"))
+        .args(args)
+        .envs(cluster.env())
+        .env("PATH", format!("{}:/usr/sbin:/usr/bin:/sbin:/bin", bin.display()))
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `sbcast` copies a file to every node of the allocation as the job's user, with the source's
+/// mode (and with `-p` its time): one step on each node writes it (sacct shows them); a path the
+/// user may not write is refused with the node and the reason; an existing file is kept without
+/// `-f`; `srun --bcast` runs the copy it made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sbcast_copies_a_file_to_every_node_as_the_jobs_user() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let cluster = cluster(DevOptions { quorum_program: Some(quorum_bin().to_path_buf()), ..options(Mpi::None) }).await;
+    let c = client(&cluster.addrs);
+    wait_ready(&cluster, &c, 2).await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let tool = dir.path().join("tool.sh");
+    std::fs::write(&tool, "#!/bin/sh\necho tool $SLURMD_NODENAME $(id -un) $0\n").unwrap();
+    std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o750)).unwrap();
+    let when = std::fs::File::options().write(true).open(&tool).unwrap();
+    let an_hour_ago = std::time::SystemTime::now() - Duration::from_secs(3600);
+    when.set_times(std::fs::FileTimes::new().set_modified(an_hour_ago)).unwrap();
+    ensure_user("alice");
+    let uid = quorum_auth::users::by_name("alice").unwrap().uid;
+    std::os::unix::fs::chown(&tool, Some(uid), None).unwrap();
+
+    let script = "sbcast -f -p tool.sh copy/tool && sacct -j $SLURM_JOB_ID -P -n -o JobID,NodeList,State; \
+                  sbcast tool.sh copy/tool; echo kept=$?; \
+                  sbcast tool.sh /root/tool; echo denied=$?; \
+                  srun --bcast=copy/run.sh ./tool.sh";
+    std::fs::create_dir(dir.path().join("copy")).unwrap();
+    std::fs::set_permissions(dir.path().join("copy"), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let (code, out, err) =
+        salloc_as(&cluster, "alice", dir.path(), &["-N2", "--ntasks-per-node=1", "bash", "-c", script]);
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    let copy = std::fs::metadata(dir.path().join("copy/tool")).unwrap();
+    assert_eq!((copy.mode() & 0o777, copy.uid()), (0o750, uid), "the source's mode, written as alice");
+    assert_eq!(copy.mtime(), std::fs::metadata(&tool).unwrap().mtime(), "-p keeps its time");
+    assert_eq!(std::fs::read(dir.path().join("copy/tool")).unwrap(), std::fs::read(&tool).unwrap());
+    // One step on each node wrote it.
+    let steps: Vec<&str> = out.lines().filter(|l| l.contains('.') && l.ends_with("|COMPLETED")).collect();
+    for node in ["node01", "node02"] {
+        assert!(steps.iter().any(|l| l.contains(&format!("|{node}|"))), "a step on {node}: {out}");
+    }
+    assert!(out.contains("kept=1") && err.contains("exists (--force replaces it)"), "{out}\n{err}");
+    assert!(out.contains("denied=1"), "{out}");
+    assert!(
+        err.lines().any(|l| l.starts_with("sbcast: error: node0")
+            && l.contains("/root/tool")
+            && l.contains("Permission denied")),
+        "{err}"
+    );
+    let mut ran: Vec<&str> = out.lines().filter(|l| l.starts_with("tool ")).collect();
+    ran.sort_unstable();
+    let path = format!("{}/copy/run.sh", dir.path().display());
+    assert_eq!(ran, [format!("tool node01 alice {path}"), format!("tool node02 alice {path}")], "{out}\n{err}");
+    cluster.shutdown().await;
+}

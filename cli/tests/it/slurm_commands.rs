@@ -406,6 +406,111 @@ async fn submitit_runs_python_functions_through_the_slurm_commands() {
     cluster.shutdown().await;
 }
 
+/// A Python with Snakemake and its Slurm executor plugin (from PyPI).
+fn snakemake_python() -> String {
+    pypi_python_with(
+        "snakemake",
+        "9.27.1",
+        "snakemake_executor_plugin_slurm",
+        &["snakemake-executor-plugin-slurm==2.8.0"],
+    )
+}
+
+/// Four rules fanned out and one gathering them; each writes what its job was told (`set -u`, as
+/// Snakemake's shell runs, fails on a variable the step lacks).
+const SNAKEFILE: &str = r#"SAMPLES = ["a", "b", "c", "d"]
+
+rule all:
+    input: "gathered.txt"
+
+rule part:
+    output: "parts/{s}.txt"
+    shell: "echo {wildcards.s} $SLURMD_NODENAME $SLURM_JOB_ID $SLURM_JOB_ACCOUNT > {output}"
+
+rule gather:
+    input: expand("parts/{s}.txt", s=SAMPLES)
+    output: "gathered.txt"
+    shell: "cat {input} > {output}; echo gather $SLURM_JOB_ID $SLURM_JOB_ACCOUNT >> {output}"
+"#;
+
+/// Snakemake's Slurm executor (plugin 2.8), unmodified, runs a workflow to the end: it checks the
+/// account with `sacctmgr -n -s list user NAME format=account%256`, reads `MinJobAge` and
+/// `MaxArraySize` from `scontrol show config`, submits each rule with `sbatch --parsable`, runs
+/// it in the job with `srun -n1 --cpu-bind=q`, and polls `sacct -X --parsable2 --clusters all
+/// --name RUN` until every job has ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn snakemake_runs_a_workflow_through_its_slurm_executor() {
+    let python = snakemake_python();
+    let (cluster, _c, dir, bin) = site(DevOptions { cpus_per_agent: 4, ..DevOptions::for_tests() }).await;
+    for name in ["sbatch", "srun", "sacct", "sacctmgr", "scancel", "scontrol", "squeue", "sinfo", "sshare"] {
+        slurm_command(bin.path(), name);
+    }
+    let made = Command::new(env!("CARGO_BIN_EXE_quorum"))
+        .args(["admin", "account", "lab", "--users", "root"])
+        .envs(cluster.env())
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+    // What the executor reads, as it reads it.
+    assert_eq!(
+        ok(&cluster, dir.path(), bin.path(), "sacctmgr", &["-n", "-s", "list", "user", "root", "format=account%256"])
+            .trim(),
+        "lab"
+    );
+    let config = ok(&cluster, dir.path(), bin.path(), "scontrol", &["show", "config"]);
+    assert!(config.lines().any(|l| l == "MinJobAge               = 300 sec"), "{config}");
+    std::fs::write(dir.path().join("Snakefile"), SNAKEFILE).unwrap();
+    let snakemake = Path::new(&python).with_file_name("snakemake");
+    let path = format!(
+        "{}:{}:{}",
+        bin.path().display(),
+        snakemake.parent().unwrap().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let env: Vec<(String, String)> = cluster.env().into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+    let work = dir.path().to_path_buf();
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new("timeout")
+            .arg("600")
+            .arg(&snakemake)
+            .args(["--executor", "slurm", "--jobs", "4", "--default-resources", "slurm_account=lab", "mem_mb=500"])
+            .args(["runtime=5", "--slurm-init-seconds-before-status-checks", "1"])
+            .envs(env)
+            .env("PATH", path)
+            .current_dir(work)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "snakemake failed:\n{stdout}\n{stderr}");
+    let gathered = std::fs::read_to_string(dir.path().join("gathered.txt")).unwrap();
+    let lines: Vec<Vec<&str>> = gathered.lines().map(|l| l.split_whitespace().collect()).collect();
+    assert_eq!(lines.len(), 5, "{gathered}");
+    let mut ids: Vec<&str> = lines.iter().map(|w| w[w.len() - 2]).collect();
+    for (line, sample) in lines.iter().zip(["a", "b", "c", "d"]) {
+        assert_eq!((line[0], line.len(), line[3]), (sample, 4, "lab"), "{gathered}");
+        assert!(line[1].starts_with("node0"), "{gathered}");
+    }
+    assert_eq!(lines[4][0], "gather");
+    // Each rule a job of its own, and every one COMPLETED as sacct tells it.
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len(), 5, "{gathered}");
+    let states = ok(
+        &cluster,
+        dir.path(),
+        bin.path(),
+        "sacct",
+        &["-X", "-P", "-n", "-a", "-S", "now-1day", "-o", "JobIDRaw,State,Account"],
+    );
+    for id in ids {
+        assert!(states.lines().any(|l| l == format!("{id}|COMPLETED|lab")), "{id}: {states}");
+    }
+    cluster.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sinfo_scontrol_and_the_options_scripts_use_answer_as_slurm_does() {
     let (cluster, c, dir, bin) = site(DevOptions { cpus_per_agent: 4, ..DevOptions::for_tests() }).await;

@@ -373,7 +373,7 @@ pub fn curl(url: &str, args: &[&str]) -> (u16, String) {
 }
 
 /// The `quorum` binary where every user may run it (the build's is under root's home), with
-/// `srun` and `sbatch` linked beside it.
+/// `srun`, `sbatch`, `salloc`, `squeue`, `sbcast` and `sacct` linked beside it.
 pub fn quorum_bin() -> &'static Path {
     use std::os::unix::fs::PermissionsExt;
     static BIN: std::sync::OnceLock<(tempfile::TempDir, std::path::PathBuf)> = std::sync::OnceLock::new();
@@ -383,7 +383,7 @@ pub fn quorum_bin() -> &'static Path {
         let bin = dir.path().join("quorum");
         std::fs::copy(env!("CARGO_BIN_EXE_quorum"), &bin).unwrap();
         std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
-        for name in ["srun", "sbatch", "salloc", "squeue"] {
+        for name in ["srun", "sbatch", "salloc", "squeue", "sbcast", "sacct"] {
             std::os::unix::fs::symlink("quorum", dir.path().join(name)).unwrap();
         }
         (dir, bin)
