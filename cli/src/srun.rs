@@ -125,6 +125,10 @@ pub struct SrunArgs {
     /// job's on its node (`verbose` says which). Default: $SLURM_CPU_BIND, else none.
     #[arg(long = "cpu-bind", alias = "cpu_bind")]
     cpu_bind: Option<String>,
+    /// More tasks than CPUs: on each node the step needs one task's CPUs, and its tasks share
+    /// what it holds there.
+    #[arg(short = 'O', long)]
+    overcommit: bool,
     /// Steps get exactly the CPUs they ask for (always so here).
     #[arg(long)]
     exact: bool,
@@ -354,6 +358,7 @@ fn request(a: &SrunArgs, job_id: u64) -> anyhow::Result<StepRequest> {
             None => String::new(),
         },
         cpu_bind: cpu_bind(bind_option(a).as_deref())?.0,
+        overcommit: a.overcommit,
     })
 }
 

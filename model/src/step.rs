@@ -47,6 +47,10 @@ pub struct StepRequest {
     /// (empty: component 0). From feature level 25.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub het_groups: Vec<u32>,
+    /// `-O`/`--overcommit`: more tasks than CPUs; on each node the step needs one task's CPUs
+    /// and holds what is free of what its tasks would need. From feature level 29.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub overcommit: bool,
 }
 
 /// The step's share of one node.
@@ -237,6 +241,16 @@ pub fn layout(shares: &[NodeShare], running: &[Step], req: &StepRequest) -> Resu
     let cpt = req.cpus_per_task.max(1);
     let gpt = req.gpus_per_task;
     let need = |tasks: u32| (u64::from(tasks) * u64::from(cpt), u64::from(tasks) * u64::from(gpt));
+    // The CPUs it takes on a node with `have` of them: its tasks' own, or overcommitted, one
+    // task's at least and what its tasks would need at most.
+    let want = |tasks: u32, have: u64| {
+        let (c, _) = need(tasks);
+        if req.overcommit {
+            c.min(have).max(u64::from(cpt))
+        } else {
+            c
+        }
+    };
 
     // Never: on the allocation as a whole, ignoring other steps.
     let total = |i: usize| {
@@ -244,9 +258,9 @@ pub fn layout(shares: &[NodeShare], running: &[Step], req: &StepRequest) -> Resu
         (u64::from(a.cpus), a.gpus.len() as u64)
     };
     if let Err(count) = place(&counts, &candidates, required, |i, tasks| {
-        let (c, g) = need(tasks);
+        let (_, g) = need(tasks);
         let (tc, tg) = total(i);
-        c <= tc && g <= tg
+        want(tasks, tc) <= tc && g <= tg
     }) {
         let (c, g) = need(count);
         let most = shares.iter().map(|a| a.cpus).max().unwrap_or(0);
@@ -283,9 +297,9 @@ pub fn layout(shares: &[NodeShare], running: &[Step], req: &StepRequest) -> Resu
         (u64::from(a.cpus).saturating_sub(cpus), a.gpus.iter().copied().filter(|g| !gpus.contains(g)).collect())
     };
     let placed = place(&counts, &candidates, required, |i, tasks| {
-        let (c, g) = need(tasks);
+        let (_, g) = need(tasks);
         let (fc, fg) = free(i);
-        c <= fc && g <= fg.len() as u64
+        want(tasks, fc) <= fc && g <= fg.len() as u64
     })
     .map_err(|count| {
         let (c, g) = need(count);
@@ -299,7 +313,7 @@ pub fn layout(shares: &[NodeShare], running: &[Step], req: &StepRequest) -> Resu
         .into_iter()
         .zip(&counts)
         .map(|(i, &tasks)| {
-            let (c, _) = need(tasks);
+            let c = want(tasks, free(i).0);
             let gpus = if gpt == 0 {
                 shares[i].gpus.to_vec()
             } else {
@@ -448,6 +462,18 @@ mod tests {
             "cannot spread",
         );
         never(req(|r| r.ntasks = MAX_STEP_TASKS + 1), "a step runs 1 to");
+        // --overcommit: 16 tasks on 2 nodes of 4 CPUs, each node's CPUs held once.
+        let over = StepRequest { ntasks: 16, overcommit: true, ..Default::default() };
+        let nodes = layout(&a.shares(), &[], &over).unwrap();
+        assert_eq!(nodes.iter().map(|n| (n.tasks, n.cpus)).collect::<Vec<_>>(), [(8, 4), (8, 4)]);
+        // It needs one task's CPUs free on a node, and takes what is free up to its tasks' need.
+        let busy =
+            step(1, vec![StepNode { node: "n1".into(), first_task: 0, tasks: 3, cpus: 3, gpus: vec![] }], 0, false);
+        let one =
+            StepRequest { ntasks: 5, nodes: 1, nodelist: vec!["n1".into()], overcommit: true, ..Default::default() };
+        assert_eq!(layout(&a.shares(), &[busy.clone()], &one).unwrap()[0].cpus, 1);
+        let wide = StepRequest { cpus_per_task: 2, ..one };
+        assert!(matches!(layout(&a.shares(), &[busy], &wide), Err(StepRefusal::Busy(_))));
     }
 
     #[test]

@@ -223,7 +223,7 @@ fn cores_of(cpus: &[u32]) -> std::collections::BTreeSet<(String, String)> {
 /// task may run on, `Cpus_allowed_list`, against what an unbound step of the job may): `threads`
 /// one CPU each, `cores` a core each, `verbose` says so in Slurm's words; `SLURM_CPU_BIND*` tell
 /// the task; a `map_cpu` naming a CPU that is not the job's ends that task with the reason; an
-/// unknown type is refused before anything runs.
+/// unknown type is refused before anything runs. `srun -O` runs more tasks than the job has CPUs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn srun_binds_tasks_to_cpus_within_the_jobs() {
     let cluster = cluster(options(Mpi::None)).await;
@@ -235,7 +235,8 @@ async fn srun_binds_tasks_to_cpus_within_the_jobs() {
     let script = format!(
         "srun -n1 --overlap bash -c 'echo job $({allowed})'; \
          srun -n2 --cpu-bind=threads bash -c 'echo threads $SLURM_PROCID $({allowed}) $SLURM_CPU_BIND_TYPE'; \
-         srun -n2 --cpu-bind=verbose,cores bash -c 'echo cores $SLURM_PROCID $({allowed}) $SLURM_CPU_BIND_LIST'"
+         srun -n2 --cpu-bind=verbose,cores bash -c 'echo cores $SLURM_PROCID $({allowed}) $SLURM_CPU_BIND_LIST'; \
+         srun -O -n6 bash -c 'echo over $SLURM_PROCID'; srun -n6 true; echo plain=$?"
     );
     let (code, out, err) = run(&cluster, bin.path(), dir.path(), "salloc", &["-N1", "-n2", "bash", "-c", &script]);
     assert_eq!(code, Some(0), "{out}\n{err}");
@@ -270,6 +271,9 @@ async fn srun_binds_tasks_to_cpus_within_the_jobs() {
     if cores_of(&job).len() >= 2 {
         assert_ne!(cores_of(&cores[0].0), cores_of(&cores[1].0), "a core of its own: {out}");
     }
+    // --overcommit: six tasks on the job's two CPUs; without it, refused for want of CPUs.
+    assert_eq!(out.lines().filter(|l| l.starts_with("over ")).count(), 6, "{out}\n{err}");
+    assert!(out.contains("plain=1") && err.contains("6 CPUs on a node"), "{out}\n{err}");
     for task in 0..2 {
         let said = format!("cpu-bind=MASK - node01, task {task:2} {task:2} [");
         assert!(err.lines().any(|l| l.starts_with(&said) && l.ends_with(" set")), "{said}: {err}");

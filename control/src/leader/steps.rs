@@ -147,6 +147,14 @@ pub fn step_launch(job: &Job, step: &Step, node_id: usize, start: &quorum_proto:
         ("SLURM_NPROCS", step.ntasks.to_string()),
         ("SLURM_NNODES", step.nodes.len().to_string()),
         ("SLURM_CPUS_PER_TASK", step.cpus_per_task.to_string()),
+        // The job's CPUs on this node, not srun's (which names its own node's).
+        (
+            "SLURM_CPUS_ON_NODE",
+            allocation
+                .and_then(|a| a.nodes.iter().find(|n| n.node == node.node))
+                .map(|n| n.cpus.to_string())
+                .unwrap_or_default(),
+        ),
         ("SLURM_GPUS_PER_TASK", step.gpus_per_task.to_string()),
     ];
     vars.retain(|e| !set.iter().any(|(k, _)| *k == e.name));

@@ -115,7 +115,17 @@ pub(super) async fn run_step(api: &Api, caller: Caller, mut input: Streaming<Ste
         nodelist: start.nodelist.clone(),
         overlap: start.overlap,
         het_groups: start.het_groups.clone(),
+        overcommit: start.overcommit,
     };
+    if start.overcommit {
+        let level = api.replica.shared.read().state.cluster_level();
+        if level < quorum_state::OVERCOMMIT_LEVEL {
+            return Err(Status::failed_precondition(format!(
+                "--overcommit needs every replica at feature level {} (the cluster is at {level}: finish the upgrade first)",
+                quorum_state::OVERCOMMIT_LEVEL
+            )));
+        }
+    }
     let job_id = start.job_id;
     let user = acting_as(&caller);
     let routes = &api.leader.steps;

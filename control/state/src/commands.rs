@@ -75,7 +75,11 @@ pub struct NodeRegistration {
 ///     and the default QOS `normal` that is there whatever QOS are defined.
 /// 28. jobs whose batch step runs in a container (`--container-image` and pyxis's other
 ///     options).
-pub const FEATURE_LEVEL: u32 = 28;
+/// 29. steps that run more tasks than they have CPUs (`srun --overcommit`).
+pub const FEATURE_LEVEL: u32 = 29;
+
+/// Steps with more tasks than CPUs (`StepRequest::overcommit`).
+pub const OVERCOMMIT_LEVEL: u32 = 29;
 
 /// Jobs in containers (`JobSpec::container`).
 pub const CONTAINER_LEVEL: u32 = 28;
