@@ -471,7 +471,7 @@ mod tests {
             step(1, vec![StepNode { node: "n1".into(), first_task: 0, tasks: 3, cpus: 3, gpus: vec![] }], 0, false);
         let one =
             StepRequest { ntasks: 5, nodes: 1, nodelist: vec!["n1".into()], overcommit: true, ..Default::default() };
-        assert_eq!(layout(&a.shares(), &[busy.clone()], &one).unwrap()[0].cpus, 1);
+        assert_eq!(layout(&a.shares(), std::slice::from_ref(&busy), &one).unwrap()[0].cpus, 1);
         let wide = StepRequest { cpus_per_task: 2, ..one };
         assert!(matches!(layout(&a.shares(), &[busy], &wide), Err(StepRefusal::Busy(_))));
     }
