@@ -1,12 +1,14 @@
 //! `sbcast SOURCE DEST`: copies a file to every node of the job's allocation, as Slurm's sbcast
-//! does, through the paths a job's user already has: one step per node (`srun --overlap -w NODE
-//! -n1`, the step's standard input the file) runs `quorum bcast --receive DEST` there, as the
-//! job's user, in the caller's directory. So it writes only where the user may, with the user's
-//! own permissions checked by the node's kernel; nothing runs with more. The copy lands whole or
-//! not at all (a temporary file beside DEST, renamed), with the source's mode (`-p`: and its
-//! times); an existing DEST is kept unless `-f`.
+//! does, through the paths a job's user already has: on each node, steps (`srun --overlap -w
+//! NODE -n1`, each step's standard input a part of the file of at most [`PART`] bytes, under the
+//! agent's bound on a task's unread input) run `quorum bcast --receive DEST` there, as the job's
+//! user, in the caller's directory. So it writes only where the user may, with the user's own
+//! permissions checked by the node's kernel; nothing runs with more. Each part's length is
+//! checked as it lands, and the whole file's at the end: the copy lands whole or not at all (a
+//! temporary file beside DEST, renamed), with the source's mode (`-p`: and its times); an
+//! existing DEST is kept unless `-f`.
 
-use std::io::Write;
+use std::io::{Read, Write};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
@@ -55,6 +57,12 @@ pub struct SbcastArgs {
     /// With --receive: its modification and access times (seconds since the epoch).
     #[arg(long, requires = "receive", num_args = 2, value_names = ["MTIME", "ATIME"])]
     times: Vec<i64>,
+    /// With --receive: this part's place in the file, its length, and the file's (bytes).
+    #[arg(long, requires = "receive", num_args = 3, value_names = ["OFFSET", "LENGTH", "SIZE"])]
+    part: Vec<u64>,
+    /// With --receive: the name this copy's temporary file shares across its parts.
+    #[arg(long = "copy-id", requires = "receive")]
+    copy_id: Option<String>,
     /// The file to copy (with --receive: the DEST to write).
     source: Option<PathBuf>,
     /// Where it goes on each node (relative: to this directory there).
@@ -68,7 +76,10 @@ pub fn main(args: &[String]) -> std::process::ExitCode {
 pub async fn run(a: SbcastArgs) -> anyhow::Result<u8> {
     if a.receive {
         let dest = a.source.as_deref().ok_or_else(|| anyhow::anyhow!("--receive needs DEST"))?;
-        receive(dest, a.force, a.mode.as_deref(), &a.times)?;
+        let [offset, length, size] = a.part[..] else { anyhow::bail!("--receive needs --part OFFSET LENGTH SIZE") };
+        let token = a.copy_id.as_deref().ok_or_else(|| anyhow::anyhow!("--receive needs --copy-id"))?;
+        let part = Part { offset, length, size, token };
+        receive(dest, a.force, a.mode.as_deref(), &a.times, &part)?;
         return Ok(0);
     }
     let (Some(source), Some(dest)) = (&a.source, &a.dest) else {
@@ -99,26 +110,24 @@ pub async fn run(a: SbcastArgs) -> anyhow::Result<u8> {
     if a.preserve {
         receive_args.extend(["--times".into(), meta.mtime().to_string(), meta.atime().to_string()]);
     }
-    receive_args.extend(["--".into(), dest.display().to_string()]);
     let program = std::env::current_exe().map_err(|e| anyhow::anyhow!("cannot find this program: {e}"))?;
+    let size = meta.len();
     let mut failed = 0;
     for batch in nodes.chunks(a.fanout.max(1)) {
-        let mut children = Vec::new();
-        for node in batch {
-            let file =
-                std::fs::File::open(source).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", source.display()))?;
-            let child = step(&program, job, node, &receive_args, file)
-                .map_err(|e| anyhow::anyhow!("cannot start srun for {node}: {e}"))?;
-            children.push((node, child));
-        }
-        for (node, child) in children {
-            let out = child.wait_with_output()?;
-            if !out.status.success() {
+        // Each node's parts in order, the nodes side by side.
+        let results: Vec<(String, Result<(), String>)> = std::thread::scope(|scope| {
+            let sends: Vec<_> = batch
+                .iter()
+                .map(|node| {
+                    let (program, args) = (&program, &receive_args);
+                    scope.spawn(move || (node.clone(), send(program, job, node, args, source, dest, size)))
+                })
+                .collect();
+            sends.into_iter().map(|h| h.join().unwrap_or_else(|_| (String::new(), Err("panicked".into())))).collect()
+        });
+        for (node, result) in results {
+            if let Err(why) = result {
                 failed += 1;
-                let said = String::from_utf8_lossy(&out.stderr);
-                // The receiver's own words (`sbcast: error: ...`), without srun's about the task.
-                let why: Vec<&str> = said.lines().filter(|l| !l.starts_with("srun: ")).collect();
-                let why = if why.is_empty() { said.trim().to_string() } else { why.join("; ") };
                 eprintln!("sbcast: error: {node}: {}", why.trim_start_matches("sbcast: error: "));
             }
         }
@@ -126,49 +135,115 @@ pub async fn run(a: SbcastArgs) -> anyhow::Result<u8> {
     Ok(if failed > 0 { 1 } else { 0 })
 }
 
-/// `srun --jobid JOB --overlap -w NODE -N1 -n1 -Q PROGRAM ARGS` with `input` as its standard input.
-fn step(
+/// The most bytes one step carries: under the 4 MiB of a task's input an agent holds unread.
+pub const PART: u64 = 3 << 20;
+
+/// `source` to `node`, part by part: one step each, the receiver's words on failure.
+fn send(
     program: &Path,
     job: u64,
     node: &str,
     args: &[String],
-    input: std::fs::File,
-) -> std::io::Result<std::process::Child> {
+    source: &Path,
+    dest: &Path,
+    size: u64,
+) -> Result<(), String> {
+    use std::io::Seek;
+    let mut file = std::fs::File::open(source).map_err(|e| format!("cannot read {}: {e}", source.display()))?;
+    let mut offset = 0;
+    loop {
+        let length = PART.min(size - offset);
+        let mut buf = vec![0u8; length as usize];
+        file.seek(std::io::SeekFrom::Start(offset))
+            .and_then(|_| file.read_exact(&mut buf))
+            .map_err(|e| format!("cannot read {}: {e}", source.display()))?;
+        let mut all = args.to_vec();
+        // One temporary file per copy and node: nodes that share DEST's file system each make
+        // their own (and each puts its own whole copy in place).
+        all.extend(["--copy-id".into(), format!("{job}.{}.{node}", std::process::id())]);
+        all.extend(["--part".into(), offset.to_string(), length.to_string(), size.to_string()]);
+        all.extend(["--".into(), dest.display().to_string()]);
+        let mut child = step(program, job, node, &all).map_err(|e| format!("cannot start srun: {e}"))?;
+        let mut input = child.stdin.take().ok_or("srun has no standard input")?;
+        // Written from here while srun runs; its end closes the task's input.
+        let writer = std::thread::spawn(move || input.write_all(&buf));
+        let out = child.wait_with_output().map_err(|e| e.to_string())?;
+        let _ = writer.join();
+        if !out.status.success() {
+            let said = String::from_utf8_lossy(&out.stderr);
+            // The receiver's own words (`sbcast: error: ...`), without srun's about the task.
+            let why: Vec<&str> = said.lines().filter(|l| !l.starts_with("srun: ")).collect();
+            return Err(if why.is_empty() { said.trim().to_string() } else { why.join("; ") });
+        }
+        offset += length;
+        if offset >= size {
+            return Ok(());
+        }
+    }
+}
+
+/// `srun --jobid JOB --overlap -w NODE -N1 -n1 -Q PROGRAM ARGS`, its standard input a pipe.
+fn step(program: &Path, job: u64, node: &str, args: &[String]) -> std::io::Result<std::process::Child> {
     use std::os::unix::process::CommandExt;
     std::process::Command::new(program)
         .arg0("srun")
         .args(["--jobid", &job.to_string(), "--overlap", "-w", node, "-N1", "-n1", "-Q", "--export=ALL"])
         .arg(program)
         .args(args)
-        .stdin(input)
+        .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .spawn()
 }
 
-/// On a node: standard input into `dest`, whole: a temporary file beside it (created by this
-/// process, so as the step's user, with the user's rights), given `mode` and `times`, then put in
-/// place (without `force`, only where nothing is).
-fn receive(dest: &Path, force: bool, mode: Option<&str>, times: &[i64]) -> anyhow::Result<()> {
+/// Where one part goes: its place and length, the whole file's size, and the copy's token.
+struct Part<'a> {
+    offset: u64,
+    length: u64,
+    size: u64,
+    token: &'a str,
+}
+
+/// On a node: standard input, one part of the file, into the copy's temporary file beside
+/// `dest` (made by the first part, as the step's user, with the user's rights); the last part
+/// gives it `mode` and `times` and puts it in place (without `force`, only where nothing is).
+/// A part that is not all there (or out of order) ends the copy, its temporary file removed.
+fn receive(dest: &Path, force: bool, mode: Option<&str>, times: &[i64], part: &Part) -> anyhow::Result<()> {
     let mode = match mode {
         Some(m) => u32::from_str_radix(m, 8).map_err(|_| anyhow::anyhow!("invalid --mode '{m}'"))? & 0o777,
         None => 0o644,
     };
     let name = dest.file_name().ok_or_else(|| anyhow::anyhow!("{} names no file", dest.display()))?;
+    if part.token.contains('/') || part.token.len() > 64 {
+        anyhow::bail!("invalid --copy-id");
+    }
     let dir = dest.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    if !force && std::fs::symlink_metadata(dest).is_ok() {
+    if !force && part.offset == 0 && std::fs::symlink_metadata(dest).is_ok() {
         anyhow::bail!("{} exists (--force replaces it)", dest.display());
     }
-    let temp = dir.join(format!(".{}.sbcast.{}", name.to_string_lossy(), std::process::id()));
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&temp)
-        .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", dest.display()))?;
+    let temp = dir.join(format!(".{}.sbcast.{}", name.to_string_lossy(), part.token));
+    let opened = if part.offset == 0 {
+        std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&temp)
+    } else {
+        std::fs::OpenOptions::new().append(true).custom_flags(libc::O_NOFOLLOW).open(&temp)
+    };
+    let mut file = opened.map_err(|e| anyhow::anyhow!("cannot write {}: {e}", dest.display()))?;
     let written = (|| -> std::io::Result<()> {
-        std::io::copy(&mut std::io::stdin().lock(), &mut file)?;
+        let at = file.metadata()?.len();
+        if at != part.offset {
+            return Err(std::io::Error::other(format!("a part for byte {} came when {at} were there", part.offset)));
+        }
+        let got = std::io::copy(&mut std::io::stdin().lock().take(part.length + 1), &mut file)?;
+        if got != part.length {
+            return Err(std::io::Error::other(format!("{got} of a part's {} bytes came", part.length)));
+        }
+        if part.offset + part.length < part.size {
+            return Ok(());
+        }
         file.flush()?;
+        if file.metadata()?.len() != part.size {
+            return Err(std::io::Error::other("the copy's length is not the file's"));
+        }
         file.set_permissions(std::fs::Permissions::from_mode(mode))?;
         if let [mtime, atime] = times {
             let at = |s: i64| std::time::UNIX_EPOCH + std::time::Duration::from_secs(s.max(0) as u64);
@@ -196,6 +271,12 @@ mod tests {
     #[test]
     fn sbcast_reads_slurms_options() {
         let a = SbcastArgs::try_parse_from(["-f", "-p", "--compress=lz4", "-F", "2", "app", "/tmp/app"]).unwrap();
+        let r =
+            SbcastArgs::try_parse_from(["--receive", "--part", "0", "3", "3", "--copy-id", "1.2", "--", "x"]).unwrap();
+        assert_eq!(
+            (r.part, r.copy_id.as_deref(), r.source.as_deref()),
+            (vec![0, 3, 3], Some("1.2"), Some(Path::new("x")))
+        );
         assert!(a.force && a.preserve && a.fanout == 2);
         assert_eq!(a.dest.as_deref(), Some(Path::new("/tmp/app")));
         assert!(SbcastArgs::try_parse_from(["--mode", "755", "x"]).is_err(), "--mode only with --receive");
@@ -206,10 +287,16 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let dest = dir.path().join("kept");
         std::fs::write(&dest, "old").unwrap();
-        let e = receive(&dest, false, Some("755"), &[]).unwrap_err().to_string();
+        let part = Part { offset: 0, length: 3, size: 3, token: "1.2" };
+        let e = receive(&dest, false, Some("755"), &[], &part).unwrap_err().to_string();
         assert!(e.contains("exists") && e.contains("--force"), "{e}");
         assert_eq!(std::fs::read_to_string(&dest).unwrap(), "old");
-        assert!(receive(Path::new("/"), false, None, &[]).unwrap_err().to_string().contains("names no file"));
+        assert!(receive(Path::new("/"), false, None, &[], &part).unwrap_err().to_string().contains("names no file"));
+        let bad = Part { token: "../x", ..part };
+        assert!(receive(&dest, true, None, &[], &bad).unwrap_err().to_string().contains("--copy-id"));
+        // A later part with no first one before it: refused, nothing left behind.
+        let later = Part { offset: 3, length: 3, size: 6, token: "1.2" };
+        assert!(receive(&dir.path().join("new"), false, None, &[], &later).is_err());
         let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
         assert_eq!(left.len(), 1, "no temporary file left");
     }
