@@ -333,7 +333,12 @@ async fn sbcast_copies_a_file_to_every_node_as_the_jobs_user() {
     let uid = quorum_auth::users::by_name("alice").unwrap().uid;
     std::os::unix::fs::chown(&tool, Some(uid), None).unwrap();
 
+    // More than one part (a step's input carries at most 3 MiB), so parts must come whole and
+    // in order.
+    let big: Vec<u8> = (0..7_340_033u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+    std::fs::write(dir.path().join("big.bin"), &big).unwrap();
     let script = "sbcast -f -p tool.sh copy/tool && sacct -j $SLURM_JOB_ID -P -n -o JobID,NodeList,State; \
+                  sbcast -f big.bin copy/big.bin; echo big=$?; \
                   sbcast tool.sh copy/tool; echo kept=$?; \
                   sbcast tool.sh /root/tool; echo denied=$?; \
                   srun --bcast=copy/run.sh ./tool.sh";
@@ -351,6 +356,8 @@ async fn sbcast_copies_a_file_to_every_node_as_the_jobs_user() {
     for node in ["node01", "node02"] {
         assert!(steps.iter().any(|l| l.contains(&format!("|{node}|"))), "a step on {node}: {out}");
     }
+    assert!(out.contains("big=0"), "{out}\n{err}");
+    assert!(std::fs::read(dir.path().join("copy/big.bin")).unwrap() == big, "the 7 MiB copy is the file");
     assert!(out.contains("kept=1") && err.contains("exists (--force replaces it)"), "{out}\n{err}");
     assert!(out.contains("denied=1"), "{out}");
     assert!(
