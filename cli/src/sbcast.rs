@@ -63,6 +63,9 @@ pub struct SbcastArgs {
     /// With --receive: the name this copy's temporary file shares across its parts.
     #[arg(long = "copy-id", requires = "receive")]
     copy_id: Option<String>,
+    /// With --receive: the copy failed; remove its temporary file.
+    #[arg(long, requires = "receive")]
+    abandon: bool,
     /// The file to copy (with --receive: the DEST to write).
     source: Option<PathBuf>,
     /// Where it goes on each node (relative: to this directory there).
@@ -76,6 +79,11 @@ pub fn main(args: &[String]) -> std::process::ExitCode {
 pub async fn run(a: SbcastArgs) -> anyhow::Result<u8> {
     if a.receive {
         let dest = a.source.as_deref().ok_or_else(|| anyhow::anyhow!("--receive needs DEST"))?;
+        if a.abandon {
+            let id = a.copy_id.as_deref().ok_or_else(|| anyhow::anyhow!("--abandon needs --copy-id"))?;
+            let _ = std::fs::remove_file(temp_of(dest, id)?);
+            return Ok(0);
+        }
         let [offset, length, size] = a.part[..] else { anyhow::bail!("--receive needs --part OFFSET LENGTH SIZE") };
         let token = a.copy_id.as_deref().ok_or_else(|| anyhow::anyhow!("--receive needs --copy-id"))?;
         let part = Part { offset, length, size, token };
@@ -151,6 +159,9 @@ fn send(
     use std::io::Seek;
     let mut file = std::fs::File::open(source).map_err(|e| format!("cannot read {}: {e}", source.display()))?;
     let mut offset = 0;
+    // One temporary file per copy and node: nodes that share DEST's file system each make their
+    // own (and each puts its own whole copy in place).
+    let id = format!("{job}.{}.{node}", std::process::id());
     loop {
         let length = PART.min(size - offset);
         let mut buf = vec![0u8; length as usize];
@@ -158,9 +169,7 @@ fn send(
             .and_then(|_| file.read_exact(&mut buf))
             .map_err(|e| format!("cannot read {}: {e}", source.display()))?;
         let mut all = args.to_vec();
-        // One temporary file per copy and node: nodes that share DEST's file system each make
-        // their own (and each puts its own whole copy in place).
-        all.extend(["--copy-id".into(), format!("{job}.{}.{node}", std::process::id())]);
+        all.extend(["--copy-id".into(), id.clone()]);
         all.extend(["--part".into(), offset.to_string(), length.to_string(), size.to_string()]);
         all.extend(["--".into(), dest.display().to_string()]);
         let mut child = step(program, job, node, &all).map_err(|e| format!("cannot start srun: {e}"))?;
@@ -170,6 +179,16 @@ fn send(
         let out = child.wait_with_output().map_err(|e| e.to_string())?;
         let _ = writer.join();
         if !out.status.success() {
+            // What earlier parts wrote goes too (a failed part removes it itself, when it ran).
+            if offset > 0 {
+                let mut abandon: Vec<String> =
+                    ["bcast", "--receive", "--abandon", "--copy-id"].map(String::from).to_vec();
+                abandon.extend([id.clone(), "--".into(), dest.display().to_string()]);
+                if let Ok(mut cleanup) = step(program, job, node, &abandon) {
+                    drop(cleanup.stdin.take());
+                    let _ = cleanup.wait();
+                }
+            }
             let said = String::from_utf8_lossy(&out.stderr);
             // The receiver's own words (`sbcast: error: ...`), without srun's about the task.
             let why: Vec<&str> = said.lines().filter(|l| !l.starts_with("srun: ")).collect();
@@ -204,6 +223,16 @@ struct Part<'a> {
     token: &'a str,
 }
 
+/// The temporary file of copy `id` of `dest`, beside it.
+fn temp_of(dest: &Path, id: &str) -> anyhow::Result<PathBuf> {
+    let name = dest.file_name().ok_or_else(|| anyhow::anyhow!("{} names no file", dest.display()))?;
+    if id.contains('/') || id.len() > 300 {
+        anyhow::bail!("invalid --copy-id");
+    }
+    let dir = dest.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    Ok(dir.join(format!(".{}.sbcast.{id}", name.to_string_lossy())))
+}
+
 /// On a node: standard input, one part of the file, into the copy's temporary file beside
 /// `dest` (made by the first part, as the step's user, with the user's rights); the last part
 /// gives it `mode` and `times` and puts it in place (without `force`, only where nothing is).
@@ -213,15 +242,10 @@ fn receive(dest: &Path, force: bool, mode: Option<&str>, times: &[i64], part: &P
         Some(m) => u32::from_str_radix(m, 8).map_err(|_| anyhow::anyhow!("invalid --mode '{m}'"))? & 0o777,
         None => 0o644,
     };
-    let name = dest.file_name().ok_or_else(|| anyhow::anyhow!("{} names no file", dest.display()))?;
-    if part.token.contains('/') || part.token.len() > 64 {
-        anyhow::bail!("invalid --copy-id");
-    }
-    let dir = dest.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let temp = temp_of(dest, part.token)?;
     if !force && part.offset == 0 && std::fs::symlink_metadata(dest).is_ok() {
         anyhow::bail!("{} exists (--force replaces it)", dest.display());
     }
-    let temp = dir.join(format!(".{}.sbcast.{}", name.to_string_lossy(), part.token));
     let opened = if part.offset == 0 {
         std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&temp)
     } else {
