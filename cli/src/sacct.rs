@@ -159,15 +159,7 @@ pub(crate) fn parse_fields_of(
         .filter(|f| !f.is_empty())
         .map(|f| {
             let (name, width) = match f.split_once('%') {
-                Some((n, w)) => (
-                    n,
-                    Some(
-                        w.parse::<isize>()
-                            .ok()
-                            .filter(|w| w.unsigned_abs() <= 1024)
-                            .ok_or_else(|| format!("invalid width in --format field '{f}'"))?,
-                    ),
-                ),
+                Some((n, w)) => (n, Some(width(w).ok_or_else(|| format!("invalid width in --format field '{f}'"))?)),
                 None => (f, None),
             };
             let (field, own) = known.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).ok_or_else(|| {
@@ -177,6 +169,12 @@ pub(crate) fn parse_fields_of(
             Ok((*field, width.unwrap_or(*own as isize)))
         })
         .collect()
+}
+
+/// A field's width as Slurm's commands write it after `%` (`20`; `-20` leans left), at most
+/// 1024 either way.
+pub(crate) fn width(text: &str) -> Option<isize> {
+    text.parse::<isize>().ok().filter(|w| w.unsigned_abs() <= 1024)
 }
 
 /// A duration as sacct prints it: `00:01:02`, `1-00:00:00`.

@@ -186,11 +186,7 @@ fn parse_format(text: &str) -> Result<Vec<(&'static str, isize)>, String> {
             })?;
             let width = match width {
                 None => own,
-                Some(w) => w
-                    .parse::<isize>()
-                    .ok()
-                    .filter(|w| w.unsigned_abs() <= 1024)
-                    .ok_or_else(|| format!("invalid width in format field '{f}'"))?,
+                Some(w) => crate::sacct::width(w).ok_or_else(|| format!("invalid width in format field '{f}'"))?,
             };
             Ok((header, width))
         })
@@ -299,15 +295,7 @@ fn tres(t: Option<&api::TresLimit>, gpus: Option<u32>, by_type: &[(String, u32)]
 }
 
 fn tres_mins(t: Option<&api::TresMins>) -> String {
-    let Some(t) = t else { return String::new() };
-    let mut parts = Vec::new();
-    if let Some(c) = t.cpu {
-        parts.push(format!("cpu={c}"));
-    }
-    if let Some(g) = t.gpu {
-        parts.push(format!("gres/gpu={g}"));
-    }
-    parts.join(",")
+    t.map(|t| quorum_model::TresMins { cpu: t.cpu, gpu: t.gpu }.to_slurm()).unwrap_or_default()
 }
 
 fn opt<T: ToString>(v: Option<T>) -> String {

@@ -101,11 +101,9 @@ fn fields(format: &[String]) -> Result<Vec<(usize, usize, bool)>, String> {
             let (width, left) = match width {
                 None => (HEADERS[i].1, i == 0),
                 Some(w) => {
-                    let n: i64 = w.parse().map_err(|_| format!("invalid width in --format field '{f}'"))?;
-                    if n.unsigned_abs() > 1024 {
-                        return Err(format!("invalid width in --format field '{f}' (at most 1024)"));
-                    }
-                    (n.unsigned_abs() as usize, n < 0)
+                    let n = crate::sacct::width(w)
+                        .ok_or_else(|| format!("invalid width in --format field '{f}' (at most 1024)"))?;
+                    (n.unsigned_abs(), n < 0)
                 }
             };
             Ok((i, width, left))
