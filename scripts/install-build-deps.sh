@@ -47,6 +47,8 @@ command -v openssl >/dev/null 2>&1 || need+=(openssl)
 # MPICH and Open MPI and run it as users do.
 command -v mpicc.mpich >/dev/null 2>&1 || need+=(mpich libmpich-dev)
 command -v mpicc.openmpi >/dev/null 2>&1 || need+=(openmpi-bin libopenmpi-dev)
+# srun --mpi=pmix: the agent loads OpenPMIx's server library when a step asks for it.
+ldconfig -p 2>/dev/null | grep -q 'libpmix\.so\.2 ' || need+=(libpmix2)
 # The dashboard's tests drive a real browser: headless Chromium through its WebDriver.
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 command -v chromedriver >/dev/null 2>&1 || need+=(chromium-driver)

@@ -196,6 +196,8 @@ pub(crate) struct StepEntry {
     pub container: Option<crate::container::StepUse>,
     /// The step's PMI here (`srun --mpi=pmi2`), from its launch on.
     pub pmi: Option<Arc<crate::pmi::StepPmi>>,
+    /// The step's PMIx here (`srun --mpi=pmix`), from its launch on.
+    pub pmix: Option<Arc<crate::pmix::StepPmix>>,
 }
 
 /// The agent's lease on its jobs: the send time of the newest heartbeat the leader answered,

@@ -101,6 +101,8 @@ fn register(agent: &Agent) -> AgentMessage {
                 .then(|| crate::container::CAPABILITY.to_string())
                 .into_iter()
                 .chain([crate::pmi::CAPABILITY, quorum_model::cpu_bind::CAPABILITY].map(String::from))
+                // PMIx where its library is installed.
+                .chain(crate::pmix::available().then(|| crate::pmix::CAPABILITY.to_string()))
                 .collect(),
         })),
     }

@@ -20,6 +20,7 @@ pub mod limits;
 pub mod metrics;
 pub mod output;
 mod pmi;
+pub mod pmix;
 pub mod record;
 pub mod resources;
 pub mod runner;

@@ -89,22 +89,29 @@ impl std::fmt::Debug for StepPmi {
     }
 }
 
+/// That a launch's `node_tasks` hold its own tasks where it says, and number fewer ranks than
+/// PMI's and PMIx's reserved ones.
+pub(crate) fn check_layout(launch: &quorum_proto::agent::StepLaunch) -> Result<(), String> {
+    let total: u64 = launch.node_tasks.iter().map(|&t| u64::from(t)).sum();
+    let mine = launch.node_tasks.get(launch.node_id as usize).copied();
+    let first: u64 = launch.node_tasks.iter().take(launch.node_id as usize).map(|&t| u64::from(t)).sum();
+    if total > u64::from(u32::MAX - 2) || mine != Some(launch.tasks) || first != u64::from(launch.first_task) {
+        return Err(format!(
+            "the step's layout ({:?} tasks per node) does not hold this node's tasks {}..{}",
+            launch.node_tasks,
+            launch.first_task,
+            launch.first_task.saturating_add(launch.tasks)
+        ));
+    }
+    Ok(())
+}
+
 impl StepPmi {
     pub fn new(
         launch: &quorum_proto::agent::StepLaunch,
         outbox: mpsc::Sender<AgentMessage>,
     ) -> Result<Arc<StepPmi>, String> {
-        let total: u64 = launch.node_tasks.iter().map(|&t| u64::from(t)).sum();
-        let mine = launch.node_tasks.get(launch.node_id as usize).copied();
-        let first: u64 = launch.node_tasks.iter().take(launch.node_id as usize).map(|&t| u64::from(t)).sum();
-        if total > u64::from(u32::MAX) || mine != Some(launch.tasks) || first != u64::from(launch.first_task) {
-            return Err(format!(
-                "the step's layout ({:?} tasks per node) does not hold this node's tasks {}..{}",
-                launch.node_tasks,
-                launch.first_task,
-                launch.first_task.saturating_add(launch.tasks)
-            ));
-        }
+        check_layout(launch)?;
         Ok(Arc::new(StepPmi {
             job_id: launch.job_id,
             step_id: launch.step_id,

@@ -90,9 +90,26 @@ pub(crate) async fn launch(agent: Arc<Agent>, l: StepLaunch) {
                 None => return refuse(format!("no PMI for the step's layout {:?}", l.node_tasks)).await,
             }
         }
+        crate::pmix::CAPABILITY => None,
         other => return refuse(format!("--mpi={other} is not served by this node's agent")).await,
     };
     let tmpdir = crate::runner::tmpdir_of(&agent, l.job_id, l.token);
+    // `--mpi=pmix`: the step's PMIx server here, started before its tasks.
+    let pmix_env = if l.mpi == crate::pmix::CAPABILITY {
+        let made = agent.lock_steps().get(&(l.job_id, l.step_id)).and_then(|e| e.pmix.clone());
+        let Some(pmix) = made else {
+            return refuse(format!("no PMIx for the step's layout {:?}", l.node_tasks)).await;
+        };
+        if !crate::pmix::available() {
+            return refuse(format!("--mpi=pmix: {} has no PMIx library (libpmix2)", agent.config.name)).await;
+        }
+        match pmix.start(&agent, account.as_ref(), &cgroup_procs, &tmpdir).await {
+            Ok(envs) => Some(envs),
+            Err(e) => return refuse(format!("--mpi=pmix on {}: {e}", agent.config.name)).await,
+        }
+    } else {
+        None
+    };
     // `--container-image`: the one container every task of the step here enters.
     let container = match &l.container {
         None => None,
@@ -166,7 +183,12 @@ pub(crate) async fn launch(agent: Arc<Agent>, l: StepLaunch) {
             l.gpus.iter().skip(from).take(l.gpus_per_task as usize).map(u32::to_string).collect()
         };
         let gpus = gpus.join(",");
-        let mut env: Vec<(String, String)> = l.env.iter().map(|e| (e.name.clone(), e.value.clone())).collect();
+        let mut env: Vec<(String, String)> = l
+            .env
+            .iter()
+            .filter(|e| e.name != quorum_model::mpi::PMIX_SECRET_ENV)
+            .map(|e| (e.name.clone(), e.value.clone()))
+            .collect();
         let node = agent.config.name.clone();
         let own = [
             ("SLURM_PROCID", task.to_string()),
@@ -200,6 +222,10 @@ pub(crate) async fn launch(agent: Arc<Agent>, l: StepLaunch) {
                 }
             },
         };
+        if let Some(vars) = pmix_env.as_ref().and_then(|e| e.get(&task)) {
+            env.retain(|(k, _)| !vars.iter().any(|(o, _)| o == k));
+            env.extend(vars.iter().cloned());
+        }
         agent.tell_leader(&mut env);
         let umask = crate::environment::take_umask(&mut env).unwrap_or(supervisor::DEFAULT_UMASK);
         if let Some(a) = &account {
@@ -322,6 +348,12 @@ pub(crate) fn expect(agent: &Agent, l: &StepLaunch) {
             Err(e) => tracing::warn!(job = l.job_id, step = l.step_id, "no PMI for the step: {e}"),
         }
     }
+    if l.mpi == crate::pmix::CAPABILITY && entry.pmix.is_none() {
+        match crate::pmix::StepPmix::new(l, agent.outbox.clone()) {
+            Ok(pmix) => entry.pmix = Some(pmix),
+            Err(e) => tracing::warn!(job = l.job_id, step = l.step_id, "no PMIx for the step: {e}"),
+        }
+    }
     if l.first_task == 0 && l.tasks > 0 && entry.stdin.is_none() {
         let (input, rx, waiting) = TaskInput::new();
         entry.stdin = Some(input);
@@ -346,10 +378,49 @@ fn input_queue(entry: &mut crate::agent::StepEntry) -> crate::input::Queue {
 fn forget_if_idle(agent: &Agent, key: (u64, u32)) {
     let mut steps = agent.lock_steps();
     if steps.get(&key).is_some_and(|e| e.pgids.is_empty() && (e.stdin.is_none() || e.early_input.is_some())) {
-        if let Some(pmi) = steps.remove(&key).and_then(|e| e.pmi) {
-            pmi.close();
+        if let Some(e) = steps.remove(&key) {
+            if let Some(pmi) = e.pmi {
+                pmi.close();
+            }
+            if let Some(pmix) = e.pmix {
+                pmix.close();
+            }
         }
     }
+}
+
+/// The `cgroup.procs` files a child joins, as C strings made before the fork.
+pub(crate) fn cgroup_files(paths: &[std::path::PathBuf]) -> std::io::Result<Vec<std::ffi::CString>> {
+    paths
+        .iter()
+        .map(|p| std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).map_err(std::io::Error::other))
+        .collect()
+}
+
+/// Between fork and exec: the child joins each cgroup (async-signal-safe calls only).
+pub(crate) fn join_cgroups(procs: &[std::ffi::CString]) -> std::io::Result<()> {
+    for p in procs {
+        // SAFETY: open, write and close on a C string made before the fork.
+        unsafe {
+            let fd = libc::open(p.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+            if fd < 0 || libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            libc::close(fd);
+        }
+    }
+    Ok(())
+}
+
+/// Between fork and exec: the child becomes (uid, gid, supplementary groups).
+pub(crate) fn become_ids((uid, gid, groups): &(u32, u32, Vec<u32>)) -> std::io::Result<()> {
+    // SAFETY: setgroups, setgid and setuid on memory made before the fork.
+    unsafe {
+        if libc::setgroups(groups.len(), groups.as_ptr()) != 0 || libc::setgid(*gid) != 0 || libc::setuid(*uid) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
 }
 
 /// Starts one task: its own process group, the job's cgroup, the job's user, the step's
@@ -383,10 +454,7 @@ fn spawn(
             .find(|p| p.is_file())
             .ok_or_else(|| std::io::Error::other(format!("'{program}' is not found on the task's PATH ({path})")))?
     };
-    let procs: Vec<CString> = cgroup_procs
-        .iter()
-        .map(|p| CString::new(p.as_os_str().as_encoded_bytes()).map_err(std::io::Error::other))
-        .collect::<Result<_, _>>()?;
+    let procs = cgroup_files(cgroup_procs)?;
     let cwd = CString::new(inside.map_or(l.work_dir.as_str(), |i| i.cwd.as_str())).map_err(std::io::Error::other)?;
     let enter = inside.map(|i| i.enter.clone());
     let affinity = bound.map(|b| (b.set, b.report.clone()));
@@ -426,25 +494,14 @@ fn spawn(
                     return Err(std::io::Error::last_os_error());
                 }
             }
-            for p in &procs {
-                let fd = libc::open(p.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
-                if fd < 0 || libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                libc::close(fd);
-            }
+            join_cgroups(&procs)?;
             if let Some(e) = &enter {
                 if !e.root() {
                     return Err(std::io::Error::last_os_error());
                 }
             }
-            if let Some((uid, gid, groups)) = &ids {
-                if libc::setgroups(groups.len(), groups.as_ptr()) != 0
-                    || libc::setgid(*gid) != 0
-                    || libc::setuid(*uid) != 0
-                {
-                    return Err(std::io::Error::last_os_error());
-                }
+            if let Some(ids) = &ids {
+                become_ids(ids)?;
             }
             if let Some(e) = &enter {
                 if !e.user() {
@@ -806,7 +863,9 @@ pub(crate) fn io(agent: &Agent, io: StepIo) {
             }
         }
         Some(step_io::Msg::Pmi(x)) => {
-            if let Some(pmi) = &entry.pmi {
+            if let Some(pmix) = &entry.pmix {
+                pmix.arrive_exchange(x);
+            } else if let Some(pmi) = &entry.pmi {
                 pmi.arrive(x.node_id, x.seq, x.pairs.into_iter().map(|p| (p.key, p.value)).collect());
             }
         }

@@ -584,6 +584,7 @@ async fn run(a: SrunArgs) -> anyhow::Result<u8> {
         for t in quorum_model::mpi::OFFERED {
             println!("\t{t}");
         }
+        println!("specific pmix plugin versions available: {}", quorum_model::mpi::PMIX_VERSIONS.join(","));
         return Ok(0);
     }
     if a.command.is_empty() {

@@ -14,14 +14,26 @@ pub enum Mpi {
     /// PMI-2 (and PMI-1, which the same socket serves) on `PMI_FD`: MPICH, Intel MPI, Open MPI's
     /// `s1`/`s2`.
     Pmi2,
+    /// PMIx, served by OpenPMIx's server library for each step on each node: Open MPI 4 and 5,
+    /// and any PMIx client.
+    Pmix,
 }
 
 /// What `srun --mpi=list` prints, and what `--mpi` accepts.
-pub const OFFERED: &[&str] = &["none", "pmi2"];
+pub const OFFERED: &[&str] = &["none", "pmi2", "pmix"];
+
+/// The variable a `--mpi=pmix` step's launch carries its secret in (hexadecimal, chosen by the
+/// leader for each step, the same on every node): the step's PMIx namespace ends with it, so no
+/// process of another user that reaches a node's PMIx server can name the step. The agent takes
+/// it out of the tasks' environment.
+pub const PMIX_SECRET_ENV: &str = "QUORUM_PMIX_SECRET";
+
+/// The PMIx versions `--mpi` also names (Slurm's `pmix_vN` plugins): one server serves them all.
+pub const PMIX_VERSIONS: &[&str] = &["pmix_v2", "pmix_v3", "pmix_v4", "pmix_v5"];
 
 impl Mpi {
-    /// `none`, `pmi2` (and Slurm's `pmi1`/`pmi`, which the PMI-2 server also serves). Slurm's
-    /// other plugins are refused by name.
+    /// `none`, `pmi2` (and Slurm's `pmi1`/`pmi`, which the PMI-2 server also serves), `pmix`
+    /// (and `pmix_v2` to `pmix_v5`). Slurm's other plugins are refused by name.
     pub fn parse(text: &str) -> Result<Mpi, String> {
         if text.len() > 32 {
             return Err(format!(
@@ -33,9 +45,8 @@ impl Mpi {
         match text.trim().to_ascii_lowercase().as_str() {
             "none" | "" => Ok(Mpi::None),
             "pmi2" | "pmi1" | "pmi" => Ok(Mpi::Pmi2),
-            "pmix" | "pmix_v2" | "pmix_v3" | "pmix_v4" | "pmix_v5" => Err(format!(
-                "--mpi={text}: PMIx is not offered by this cluster yet; use --mpi=pmi2 (MPICH, Intel MPI) or mpirun inside the allocation (Open MPI)"
-            )),
+            "pmix" => Ok(Mpi::Pmix),
+            v if PMIX_VERSIONS.contains(&v) => Ok(Mpi::Pmix),
             other => Err(format!("--mpi={other}: unknown MPI type; this cluster offers {}", OFFERED.join(", "))),
         }
     }
@@ -45,6 +56,7 @@ impl Mpi {
         match self {
             Mpi::None => "",
             Mpi::Pmi2 => "pmi2",
+            Mpi::Pmix => "pmix",
         }
     }
 }
@@ -68,6 +80,7 @@ impl fmt::Display for Mpi {
         f.write_str(match self {
             Mpi::None => "none",
             Mpi::Pmi2 => "pmi2",
+            Mpi::Pmix => "pmix",
         })
     }
 }
@@ -104,7 +117,9 @@ mod tests {
     fn types_are_parsed_and_unknown_ones_named() {
         assert_eq!(Mpi::parse("pmi2"), Ok(Mpi::Pmi2));
         assert_eq!(Mpi::parse("NONE"), Ok(Mpi::None));
-        assert!(Mpi::parse("pmix").unwrap_err().contains("PMIx"));
+        assert_eq!(Mpi::parse("pmix"), Ok(Mpi::Pmix));
+        assert_eq!(Mpi::parse("pmix_v4"), Ok(Mpi::Pmix));
+        assert_eq!(Mpi::parse("pmix_v4").map(Mpi::wire), Ok("pmix"));
         assert!(Mpi::parse("cray_shasta").unwrap_err().contains("unknown MPI type"));
         let long = Mpi::parse(&"x".repeat(1 << 20)).unwrap_err();
         assert!(long.len() < 200 && long.contains("1048576 bytes"), "{long}");

@@ -137,8 +137,16 @@ fn hostname() -> String {
         .unwrap_or_else(|_| "localhost".into())
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
+    // `--pmix-server`: this binary as one step's PMIx server on this node, started by the agent
+    // as the job's user (see `quorum_agent::pmix`); not for people.
+    if std::env::args_os().nth(1).is_some_and(|a| a == quorum_agent::pmix::HELPER_FLAG) {
+        quorum_agent::pmix::helper_main();
+    }
+    tokio::runtime::Builder::new_multi_thread().enable_all().build()?.block_on(agent_main())
+}
+
+async fn agent_main() -> anyhow::Result<()> {
     // The spool holds every job's launch (script, environment): what the agent creates is its own
     // alone. Each job gets its submitter's umask instead (SLURM_UMASK).
     quorum_auth::private::restrict_umask();

@@ -16,7 +16,8 @@ use quorum_model::mpi::Mpi;
 const T: Duration = Duration::from_secs(90);
 
 /// Rank, size, host, an MPI_Allreduce of rank + 1 and a barrier; with an argument N, rank N
-/// exits with code 7 after the reduction while the others wait in a barrier that never ends.
+/// exits with code 7 after the reduction while the others wait in a barrier that never ends
+/// (with a second argument `abort`, it calls MPI_Abort with code 5 instead).
 const PROGRAM: &str = r#"
 #include <mpi.h>
 #include <stdio.h>
@@ -33,6 +34,7 @@ int main(int argc, char **argv) {
     MPI_Allreduce(&mine, &sum, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
     if (argc > 1 && rank == atoi(argv[1])) {
         fflush(stdout);
+        if (argc > 2) MPI_Abort(MPI_COMM_WORLD, 5);
         _exit(7);
     }
     MPI_Barrier(MPI_COMM_WORLD);
@@ -169,6 +171,70 @@ async fn srun_direct_launch_serves_pmi2_to_mpich_across_nodes() {
     let (code, _, err) = salloc("srun --mpi=cray_shasta true");
     assert_ne!(code, Some(0));
     assert!(err.contains("--mpi=cray_shasta") && err.contains("pmi2"), "{err}");
+    cluster.shutdown().await;
+}
+
+/// `srun --mpi=pmix` starts Open MPI's ranks as one world across both nodes through each node's
+/// PMIx server (OpenPMIx, run by the agent as the job's user); the step's namespace carries its
+/// secret and the tasks do not see the secret's variable; MPI_Abort ends the step; a task that
+/// sends its server garbage harms no later step.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn srun_direct_launch_serves_pmix_to_open_mpi_across_nodes() {
+    let cluster = cluster(options(Mpi::None)).await;
+    let c = client(&cluster.addrs);
+    wait_ready(&cluster, &c, 2).await;
+    let dir = tempfile::tempdir().unwrap();
+    let bin = slurm_bin();
+    build(dir.path(), "mpicc.openmpi", "allreduce_ompi");
+
+    let (code, out, err) = run(&cluster, bin.path(), dir.path(), "srun", &["--mpi=list"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("\tpmix") && out.contains("pmix_v4"), "{out}");
+
+    let salloc =
+        |cmd: &str| run(&cluster, bin.path(), dir.path(), "salloc", &["-N2", "--ntasks-per-node=2", "bash", "-c", cmd]);
+    let (code, out, err) = salloc("srun --mpi=pmix -N2 -n4 ./allreduce_ompi");
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    assert_world(&out, &err);
+    for line in out.lines().filter(|l| l.starts_with("rank ")) {
+        let w: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(w[5], w[7], "srun tells each rank its node: {line}");
+    }
+    // Slurm's versioned name, twice in a row on the same agents.
+    let (code, out, err) = salloc("srun --mpi=pmix_v4 ./allreduce_ompi && srun --mpi=pmix ./allreduce_ompi");
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    assert_eq!(out.lines().filter(|l| l.starts_with("rank ")).count(), 8, "{out}\n{err}");
+
+    // The namespace is the step's and its secret's; the secret's variable is not the task's.
+    let (code, out, err) = salloc(
+        "srun --mpi=pmix -N1 -n1 bash -c 'echo ns=$PMIX_NAMESPACE rank=$PMIX_RANK secret=${QUORUM_PMIX_SECRET:-none}'",
+    );
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    let line = out.lines().find(|l| l.starts_with("ns=")).unwrap_or_else(|| panic!("{out}\n{err}"));
+    let w: Vec<&str> = line.split_whitespace().collect();
+    let ns: Vec<&str> = w[0].trim_start_matches("ns=").split('.').collect();
+    assert_eq!(ns.len(), 4, "{line}");
+    assert_eq!((ns[0], ns[2]), ("quorum", "0"), "{line}");
+    assert!(ns[3].len() == 32 && ns[3].bytes().all(|b| b.is_ascii_hexdigit()), "{line}");
+    assert_eq!(&w[1..], ["rank=0", "secret=none"], "{line}");
+
+    // Rank 3 calls MPI_Abort: its server tells the agent, which kills the step's tasks there;
+    // --kill-on-bad-exit ends the rest.
+    let started = std::time::Instant::now();
+    let (code, out, err) = salloc("srun --mpi=pmix --kill-on-bad-exit ./allreduce_ompi 3 abort; echo srun=$?");
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    assert!(!out.contains("srun=0") && out.contains("srun="), "{out}\n{err}");
+    assert!(err.contains("PMIx_Abort"), "{out}\n{err}");
+    assert!(started.elapsed() < T);
+
+    // A task that sends its server garbage on the server's own connection: the next step runs.
+    let hostile =
+        "port=${PMIX_SERVER_URI4##*:}; exec 3<>/dev/tcp/127.0.0.1/$port; head -c 200000 /dev/urandom >&3; echo alive";
+    let (code, out, err) =
+        salloc(&format!("srun --mpi=pmix -n1 bash -c '{hostile}'; srun --mpi=pmix ./allreduce_ompi"));
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    assert!(out.lines().any(|l| l == "alive"), "{out}\n{err}");
+    assert_world(&out, &err);
     cluster.shutdown().await;
 }
 

@@ -82,6 +82,19 @@ pub(super) async fn run_step(api: &Api, caller: Caller, mut input: Streaming<Ste
         crate::model::mpi::Mpi::parse(&start.mpi).map_err(|e| Status::invalid_argument(format!("invalid step: {e}")))?
     };
     start.mpi = mpi.wire().to_string();
+    // PMIx: the step's secret, which names its namespace on every node (what srun sent under
+    // that name is not kept).
+    start.env.retain(|e| e.name != crate::model::mpi::PMIX_SECRET_ENV);
+    if mpi == crate::model::mpi::Mpi::Pmix {
+        let mut secret = [0u8; 16];
+        // SAFETY: fills the buffer given, of the length given.
+        let filled = unsafe { libc::getrandom(secret.as_mut_ptr().cast(), secret.len(), 0) };
+        if filled != secret.len() as isize {
+            return Err(Status::unavailable("no randomness for the step's PMIx secret"));
+        }
+        let value = secret.iter().map(|b| format!("{b:02x}")).collect();
+        start.env.push(quorum_proto::api::EnvVar { name: crate::model::mpi::PMIX_SECRET_ENV.into(), value });
+    }
     // `--cpu-bind`, checked and carried in its canonical form ("" when tasks are not bound and
     // nothing is reported, so that the launch is what it was before binding).
     let binding = match crate::model::cpu_bind::CpuBind::parse(&start.cpu_bind) {
@@ -160,8 +173,13 @@ pub(super) async fn run_step(api: &Api, caller: Caller, mut input: Streaming<Ste
         if mpi != crate::model::mpi::Mpi::None {
             if let Some(n) = lacking(mpi.wire()) {
                 return Err(Status::failed_precondition(format!(
-                    "node {} cannot serve --mpi={mpi} (its agent is older than this release)",
-                    n.node
+                    "node {} cannot serve --mpi={mpi} (its agent is older than this release{})",
+                    n.node,
+                    if mpi == crate::model::mpi::Mpi::Pmix {
+                        ", or finds no PMIx library: install libpmix2 there"
+                    } else {
+                        ""
+                    }
                 )));
             }
         }
