@@ -61,6 +61,10 @@ pub fn job_environment(
     if launch.restart_count > 0 {
         more.push(("RESTART_COUNT", launch.restart_count.to_string()));
     }
+    // `--overcommit`: its steps overcommit too, as srun reads it.
+    if spec.overcommit {
+        more.push(("OVERCOMMIT", "1".into()));
+    }
     more.extend(
         [("JOB_ACCOUNT", &spec.account), ("JOB_QOS", &spec.qos)]
             .into_iter()

@@ -220,6 +220,9 @@ pub fn allocation_env(job: &JobInfo) -> Vec<(String, String)> {
     if spec.ntasks > 0 && spec.ntasks.is_multiple_of(nodes) {
         vars.push(("SLURM_NTASKS_PER_NODE", (spec.ntasks / nodes).to_string()));
     }
+    if spec.overcommit {
+        vars.push(("SLURM_OVERCOMMIT", "1".to_string()));
+    }
     vars.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
 }
 

@@ -358,7 +358,10 @@ fn request(a: &SrunArgs, job_id: u64) -> anyhow::Result<StepRequest> {
             None => String::new(),
         },
         cpu_bind: cpu_bind(bind_option(a).as_deref())?.0,
-        overcommit: a.overcommit,
+        // Inside an allocation made with --overcommit, its steps overcommit too (Slurm's
+        // SLURM_OVERCOMMIT, which salloc and the batch step set).
+        overcommit: a.overcommit
+            || std::env::var("SLURM_OVERCOMMIT").is_ok_and(|v| matches!(v.as_str(), "1" | "yes" | "true")),
     })
 }
 
@@ -571,6 +574,7 @@ fn outside_spec(a: &SrunArgs) -> anyhow::Result<crate::salloc::Allocation> {
         account: a.account.clone(),
         qos: a.qos.clone(),
         oversubscribe: a.oversubscribe,
+        overcommit: a.overcommit,
         uid: a.uid.clone(),
         gid: a.gid.clone(),
         ..Default::default()

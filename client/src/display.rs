@@ -484,14 +484,21 @@ pub fn nodes_notes(nodes: &[NodeInfo]) -> String {
 /// What the job holds (running) or asks for (pending) as Slurm's `TRES=` writes it: CPUs,
 /// memory in megabytes, nodes and GPUs, all jobs' totals.
 fn tres(j: &JobInfo, spec: &quorum_proto::api::JobSpec) -> String {
-    let (cpus, mem, nodes, gpus) = if j.allocation.is_empty() {
+    let (cpus, mem, nodes, gpus) = resources(j, spec);
+    let gpus = if gpus > 0 { format!(",gres/gpu={gpus}") } else { String::new() };
+    format!("cpu={cpus},mem={mem}M,node={nodes}{gpus}")
+}
+
+/// What the job holds (running) or asks for (pending): CPUs, memory in megabytes, nodes and
+/// GPUs, all its nodes' together. An overcommitted job asks for one task's CPUs per node.
+fn resources(j: &JobInfo, spec: &quorum_proto::api::JobSpec) -> (u64, u64, u64, u64) {
+    if j.allocation.is_empty() {
         let nodes = u64::from(spec.nodes);
-        (
-            u64::from(spec.ntasks) * u64::from(spec.cpus_per_task),
-            spec.mem_per_node_mb * nodes,
-            nodes,
-            u64::from(spec.gpus_per_node) * nodes,
-        )
+        let cpus = match spec.overcommit {
+            true => nodes * u64::from(spec.cpus_per_task),
+            false => u64::from(spec.ntasks) * u64::from(spec.cpus_per_task),
+        };
+        (cpus, spec.mem_per_node_mb * nodes, nodes, u64::from(spec.gpus_per_node) * nodes)
     } else {
         let a = &j.allocation;
         (
@@ -500,9 +507,7 @@ fn tres(j: &JobInfo, spec: &quorum_proto::api::JobSpec) -> String {
             a.len() as u64,
             a.iter().map(|n| n.gpus.len() as u64).sum(),
         )
-    };
-    let gpus = if gpus > 0 { format!(",gres/gpu={gpus}") } else { String::new() };
-    format!("cpu={cpus},mem={mem}M,node={nodes}{gpus}")
+    }
 }
 
 /// Slurm's word for an unset text field.
@@ -561,6 +566,11 @@ pub fn het_component(j: &JobInfo, k: usize) -> JobInfo {
         spec.exclusive = own.exclusive;
         spec.exclude = own.exclude.clone();
         spec.nodelist = own.nodelist.clone();
+        // Its own partition, where it has one.
+        if !own.partition.is_empty() {
+            spec.partition = own.partition.clone();
+            c.partition = own.partition.clone();
+        }
     }
     c.allocation.retain(|n| n.het_group as usize == k);
     if k > 0 {
@@ -650,8 +660,9 @@ fn show_one_job(j: &JobInfo, now_ms: u64, priority: Option<u64>, het: Option<(us
         ),
         format!("SubmitTime={} StartTime={} EndTime={}", ms(j.submit_time_ms), ms(j.start_time_ms), ms(j.end_time_ms)),
         format!(
-            "NumNodes={} NumTasks={} CPUs/Task={} MinMemoryNode={} Gpus/Node={}{}",
+            "NumNodes={} NumCPUs={} NumTasks={} CPUs/Task={} MinMemoryNode={} Gpus/Node={}{}",
             spec.nodes,
+            resources(j, &spec).0,
             spec.ntasks,
             spec.cpus_per_task,
             mem(spec.mem_per_node_mb),

@@ -148,6 +148,10 @@ pub struct SubmitOpts {
     /// Memory and GPUs are never shared.
     #[arg(short = 's', long, conflicts_with = "exclusive")]
     pub oversubscribe: bool,
+    /// Allocate as if one task ran on each node: --cpus-per-task CPUs per node, whatever
+    /// --ntasks says (the tasks then share them); steps inside overcommit too (SLURM_OVERCOMMIT).
+    #[arg(short = 'O', long)]
+    pub overcommit: bool,
     /// Back to the queue if a node it runs on fails (default: it ends NODE_FAIL).
     #[arg(long, conflicts_with = "no_requeue")]
     pub requeue: bool,
@@ -377,6 +381,7 @@ impl SubmitOpts {
             // The command line's choice between sharing and whole nodes wins over the script's.
             exclusive: self.exclusive || (other.exclusive && !self.oversubscribe),
             oversubscribe: self.oversubscribe || (other.oversubscribe && !self.exclusive),
+            overcommit: self.overcommit || other.overcommit,
             requeue: self.requeue || (other.requeue && !self.no_requeue),
             no_requeue: self.no_requeue || (other.no_requeue && !self.requeue),
             signal: self.signal.or(other.signal),
@@ -767,9 +772,10 @@ pub fn script_sections(path: &str, script: &str) -> Result<Vec<SubmitOpts>, Stri
 
 /// The options of a heterogeneous job's components after the first: each component's own
 /// (`cli[k-1]` from `sbatch A : B`, then its script section), then what Slurm carries over from
-/// the component before it (`--mem`, `--exclude`, and what is the job's: partition, account,
-/// QOS). Empty for a job of one component. A component that names another partition, account
-/// or QOS than component 0 is refused: they are the job's here.
+/// the component before it (`--mem`, `--exclude`, its partition, and what is the job's: account,
+/// QOS). Empty for a job of one component. Each component may have a partition of its own, as
+/// on Slurm; one that names another account or QOS than component 0 is refused: they are the
+/// job's here.
 pub fn component_options(
     first: &SubmitOpts,
     cli: Vec<SubmitOpts>,
@@ -790,11 +796,7 @@ pub fn component_options(
             ..SubmitOpts::default()
         };
         let merged = own.or(carried);
-        for (what, mine, job) in [
-            ("partition", &merged.partition, &first.partition),
-            ("account", &merged.account, &first.account),
-            ("qos", &merged.qos, &first.qos),
-        ] {
+        for (what, mine, job) in [("account", &merged.account, &first.account), ("qos", &merged.qos, &first.qos)] {
             if mine != job {
                 return Err(format!(
                     "component {k} of the heterogeneous job asks for {what} '{}', component 0 for '{}': the components of a job share one {what} here",
@@ -827,6 +829,7 @@ pub fn component_spec(opts: SubmitOpts, cwd: &Path) -> Result<api::HetComponent,
         exclusive: s.exclusive,
         exclude: s.exclude,
         nodelist: s.nodelist,
+        partition: s.partition,
     })
 }
 
@@ -1295,6 +1298,7 @@ pub fn build_spec(cli: SubmitOpts, payload: Payload, cwd: &Path, env: Vec<(Strin
         constraint_counts: constraint.counts,
         exclusive: opts.exclusive,
         oversubscribe: opts.oversubscribe,
+        overcommit: opts.overcommit,
         requeue: opts.requeue,
         signal: opts.signal.clone().unwrap_or_default(),
         array: opts.array.clone().unwrap_or_default(),
@@ -1347,10 +1351,15 @@ mod tests {
         assert_eq!((rest[1].mem.as_deref(), rest[1].mem_per_cpu.as_deref()), (None, Some("100")));
         let c = component_spec(rest[0].clone(), Path::new("/home/a")).unwrap();
         assert_eq!((c.nodes, c.ntasks, c.cpus_per_task, c.mem_per_node_mb), (2, 6, 1, 1024));
-        // A component in another partition is refused, naming both.
-        let other = vec![SubmitOpts { partition: Some("gpu".into()), ..Default::default() }];
+        // A component in another partition keeps it (and the next carries it on); one in
+        // another account is refused, naming both.
+        let other = vec![SubmitOpts { partition: Some("gpu".into()), ..Default::default() }, SubmitOpts::default()];
+        let rest = component_options(first, other, Vec::new()).unwrap();
+        assert_eq!((rest[0].partition.as_deref(), rest[1].partition.as_deref()), (Some("gpu"), Some("gpu")));
+        assert_eq!(component_spec(rest[0].clone(), Path::new("/home/a")).unwrap().partition, "gpu");
+        let other = vec![SubmitOpts { account: Some("physics".into()), ..Default::default() }];
         let e = component_options(first, other, Vec::new()).unwrap_err();
-        assert!(e.contains("component 1") && e.contains("'gpu'") && e.contains("'batch'"), "{e}");
+        assert!(e.contains("component 1") && e.contains("'physics'"), "{e}");
         // One section for a script without separators.
         assert_eq!(script_sections("job.sh", "#!/bin/sh\n#SBATCH -n2\ntrue\n").unwrap().len(), 1);
     }

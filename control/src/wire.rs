@@ -25,7 +25,13 @@ pub fn spec_from_proto(p: api::JobSpec) -> Result<JobSpec, Rejection> {
     }
     // One more than a job may have is enough for admission to refuse it by name.
     let limit = crate::model::het::MAX_COMPONENTS + 1;
-    let het: Vec<_> = p.het.into_iter().take(limit).map(component_from_proto).collect();
+    let mut het: Vec<_> = p.het.into_iter().take(limit).map(component_from_proto).collect();
+    // A component names a partition of its own only where it is not the job's.
+    for c in &mut het {
+        if c.partition.as_deref() == Some(p.partition.as_str()) {
+            c.partition = None;
+        }
+    }
     Ok(JobSpec {
         // A heterogeneous job runs its script once too, on component 0's first node.
         batch_step: (p.nodes > 1 || !het.is_empty()) && !p.every_node,
@@ -65,6 +71,7 @@ pub fn spec_from_proto(p: api::JobSpec) -> Result<JobSpec, Rejection> {
         container: p.container.map(container_from_proto),
         exclusive: p.exclusive,
         oversubscribe: p.oversubscribe,
+        overcommit: p.overcommit,
         hold: p.hold,
         requeue: p.requeue,
         warn_signal: match p.signal.trim() {
@@ -113,6 +120,7 @@ fn component_from_proto(c: api::HetComponent) -> crate::model::het::HetComponent
         exclusive: c.exclusive,
         exclude: c.exclude,
         nodelist: c.nodelist,
+        partition: (!c.partition.is_empty()).then_some(c.partition),
     }
 }
 
@@ -132,6 +140,7 @@ fn component_to_proto(c: &crate::model::het::HetComponent) -> api::HetComponent 
         exclusive: c.exclusive,
         exclude: c.exclude.clone(),
         nodelist: c.nodelist.clone(),
+        partition: c.partition.clone().unwrap_or_default(),
     }
 }
 
@@ -178,6 +187,7 @@ pub fn spec_to_proto(s: &JobSpec, with_env: bool) -> api::JobSpec {
         reservation: s.reservation.clone().unwrap_or_default(),
         exclusive: s.exclusive,
         oversubscribe: s.oversubscribe,
+        overcommit: s.overcommit,
         requeue: s.requeue,
         signal: s.warn_signal.map(|w| w.to_spec()).unwrap_or_default(),
         array: s.array.as_ref().map(|a| a.to_spec()).unwrap_or_default(),

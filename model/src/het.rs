@@ -39,6 +39,9 @@ pub struct HetComponent {
     pub exclude: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub nodelist: Vec<String>,
+    /// Its own partition, when it is not the job's (component 0's); `None` in the same one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partition: Option<String>,
 }
 
 /// A heterogeneous job's component as Slurm names it: `JOB+K`.

@@ -21,6 +21,7 @@ impl HetComponent {
             exclusive: spec.exclusive,
             exclude: spec.exclude.clone(),
             nodelist: spec.nodelist.clone(),
+            partition: spec.partition.clone(),
         }
     }
 
@@ -38,6 +39,9 @@ impl HetComponent {
         spec.exclusive = self.exclusive;
         spec.exclude = self.exclude.clone();
         spec.nodelist = self.nodelist.clone();
+        if self.partition.is_some() {
+            spec.partition = self.partition.clone();
+        }
     }
 }
 
@@ -57,7 +61,8 @@ impl JobSpec {
         Some(spec)
     }
 
-    /// Replaces component `k`'s resources with `spec`'s (as admission resolves them).
+    /// Replaces component `k`'s resources with `spec`'s (as admission resolves them). A
+    /// component's partition is kept only where it is not the job's.
     pub fn set_component(&mut self, k: usize, spec: &JobSpec) {
         match k {
             0 => {
@@ -66,11 +71,28 @@ impl JobSpec {
                 self.het = het;
             }
             k => {
+                let job = self.partition.clone();
                 if let Some(c) = self.het.get_mut(k - 1) {
                     *c = HetComponent::of(spec);
+                    if c.partition == job {
+                        c.partition = None;
+                    }
                 }
             }
         }
+    }
+
+    /// Component `k`'s partition: its own, or the job's.
+    pub fn partition_of(&self, k: usize) -> Option<&str> {
+        match k {
+            0 => self.partition.as_deref(),
+            k => self.het.get(k - 1).and_then(|c| c.partition.as_deref()).or(self.partition.as_deref()),
+        }
+    }
+
+    /// Whether a component runs in a partition of its own (not the job's).
+    pub fn spans_partitions(&self) -> bool {
+        self.het.iter().any(|c| c.partition.as_ref().is_some_and(|p| Some(p) != self.partition.as_ref()))
     }
 
     /// What a heterogeneous job may not be, checked at admission beside each component's own
@@ -145,7 +167,7 @@ impl JobSpec {
                 ("JOB_NAME", spec.name.clone()),
                 ("JOB_NODELIST", allocation.group_nodelist(group)),
                 ("JOB_NUM_NODES", nodes.to_string()),
-                ("JOB_PARTITION", partition.to_string()),
+                ("JOB_PARTITION", c.partition.clone().filter(|_| k > 0).unwrap_or_else(|| partition.to_string())),
                 ("NTASKS", c.ntasks.to_string()),
                 ("NPROCS", c.ntasks.to_string()),
                 ("CPUS_PER_TASK", c.cpus_per_task.to_string()),

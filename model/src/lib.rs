@@ -175,6 +175,10 @@ pub struct JobSpec {
     /// (`--oversubscribe`, `-s`). From feature level 24.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub oversubscribe: bool,
+    /// Allocated as if one task ran on each node (`--overcommit`, `-O`): `cpus_per_task` CPUs
+    /// per node whatever `ntasks` says, as Slurm allocates it. From feature level 30.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub overcommit: bool,
     /// Submitted held (`--hold`).
     #[serde(default)]
     pub hold: bool,
@@ -693,6 +697,9 @@ impl JobSpec {
     /// CPUs the job needs on each of its nodes: its tasks spread evenly, rounded up. Bounded by
     /// [`JobSpec::check_shape`] at admission (saturating, should an unchecked spec reach it).
     pub fn cpus_per_node(&self) -> u32 {
+        if self.overcommit {
+            return self.cpus_per_task;
+        }
         self.ntasks.div_ceil(self.nodes.max(1)).saturating_mul(self.cpus_per_task)
     }
 

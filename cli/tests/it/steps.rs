@@ -575,3 +575,111 @@ async fn a_heterogeneous_job_runs_its_script_once_and_its_steps_on_the_component
     assert_ne!(never.code, 0);
     assert!(never.stderr.contains("component 1"), "{never:?}");
 }
+
+/// A heterogeneous job whose components ask for partitions of their own (`-p` after `#SBATCH
+/// hetjob`, or in `sbatch A : B`) runs each component on its partition's nodes, tells each
+/// its partition (`SLURM_JOB_PARTITION_HET_GROUP_K`, and a step on a component its own), and
+/// `squeue` lists each component in its partition; a component in a partition the cluster lacks
+/// is refused naming it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn heterogeneous_components_run_in_their_own_partitions() {
+    let part = |name: &str, nodes: &str| quorum_control::config::PartitionConfig {
+        name: name.into(),
+        nodes: nodes.into(),
+        ..Default::default()
+    };
+    let opts = DevOptions { extra_partitions: vec![part("small", "node01"), part("highmem", "node02")], ..options() };
+    let cluster = cluster(opts).await;
+    let c = client(&cluster.addrs);
+    wait_ready(&cluster, &c, 2).await;
+    let dir = tempfile::tempdir().unwrap();
+    let bin = tempfile::tempdir().unwrap();
+    let slurm = |name: &str, args: &[&str]| slurm_as(&cluster, bin.path(), name, "root", args);
+    let script = "#!/bin/bash\n\
+         #SBATCH -p small -N1 -n1 -o out-%j\n\
+         #SBATCH hetjob\n\
+         #SBATCH -p highmem -N1 -n2\n\
+         env | grep -E '^SLURM_JOB_PARTITION(_HET_GROUP_[01])?=' | sort > parts\n\
+         srun --het-group=1 bash -c 'echo $SLURMD_NODENAME $SLURM_JOB_PARTITION' | sort > g1\n\
+         while [ ! -e go ]; do sleep 0.2; done\n";
+    std::fs::write(dir.path().join("het.sh"), script).unwrap();
+    let sbatch = slurm_command(bin.path(), "sbatch");
+    // Taken once every replica has told its feature level (30).
+    let id: u64 = wait_for(T, "the heterogeneous job submitted", || async {
+        let out = program_as(&sbatch, &cluster.controllers_env(), Some("root"), dir.path(), &["het.sh"]);
+        out.stdout.split_whitespace().last().and_then(|w| w.parse().ok())
+    })
+    .await;
+    let j = wait_state(&c, id, &["RUNNING"], T).await;
+    let groups: Vec<(String, u32)> = j.allocation.iter().map(|a| (a.node.clone(), a.het_group)).collect();
+    assert_eq!(groups, vec![("node01".to_string(), 0), ("node02".to_string(), 1)], "{j:?}");
+    let listed = slurm("squeue", &["-h", "-o", "%i %P %N"]).success();
+    assert_eq!(listed, format!("{id}+0 small node01\n{id}+1 highmem node02\n"));
+    std::fs::write(dir.path().join("go"), "").unwrap();
+    let j = wait_state(&c, id, &["COMPLETED", "FAILED", "CANCELLED"], T).await;
+    let out = std::fs::read_to_string(dir.path().join(format!("out-{id}"))).unwrap_or_default();
+    assert_eq!(j.state, "COMPLETED", "{j:?}\noutput:\n{out}");
+    assert_eq!(
+        read(dir.path(), "parts"),
+        "SLURM_JOB_PARTITION=small\nSLURM_JOB_PARTITION_HET_GROUP_0=small\nSLURM_JOB_PARTITION_HET_GROUP_1=highmem\n"
+    );
+    assert_eq!(read(dir.path(), "g1"), "node02 highmem\nnode02 highmem\n", "output:\n{out}");
+
+    // The other way round, from the command line: the partitions, not the order, decide.
+    let wrapped =
+        slurm("sbatch", &["--parsable", "-p", "highmem", "-n1", ":", "-p", "small", "-n1", "--wrap", "true"]).success();
+    let id: u64 = wrapped.trim().parse().unwrap_or_else(|_| panic!("{wrapped}"));
+    let j = wait_state(&c, id, &["COMPLETED", "FAILED", "CANCELLED"], T).await;
+    assert_eq!(j.state, "COMPLETED", "{j:?}");
+    let groups: Vec<(String, u32)> = j.allocation.iter().map(|a| (a.node.clone(), a.het_group)).collect();
+    assert_eq!(groups, vec![("node02".to_string(), 0), ("node01".to_string(), 1)], "{j:?}");
+    // Two components of one node each cannot share highmem's one node.
+    let never = slurm("sbatch", &["-p", "highmem", "-n1", ":", "-p", "highmem", "-n1", "--wrap", "true"]);
+    assert_ne!(never.code, 0);
+    assert!(never.stderr.contains("highmem"), "{never:?}");
+    let unknown = slurm("sbatch", &["-n1", ":", "-p", "nosuch", "-n1", "--wrap", "true"]);
+    assert_ne!(unknown.code, 0);
+    assert!(unknown.stderr.contains("'nosuch'"), "{unknown:?}");
+    cluster.shutdown().await;
+}
+
+/// `--overcommit` on an allocation: it holds one task's CPUs per node whatever `-n` says, as
+/// Slurm allocates it (8 tasks on a 4-CPU node), tells its processes `SLURM_OVERCOMMIT=1`, and
+/// its steps run all their tasks on those CPUs; without it, the same request never fits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_overcommitted_allocation_holds_one_tasks_cpus_per_node() {
+    let cluster = cluster(options()).await;
+    let c = client(&cluster.addrs);
+    wait_ready(&cluster, &c, 2).await;
+    let dir = tempfile::tempdir().unwrap();
+    let bin = tempfile::tempdir().unwrap();
+    let slurm = |name: &str, args: &[&str]| slurm_as(&cluster, bin.path(), name, "root", args);
+    let (scontrol, srun) = (slurm_command(bin.path(), "scontrol"), slurm_command(bin.path(), "srun"));
+    let cmd = format!(
+        "echo ntasks=$SLURM_NTASKS oc=$SLURM_OVERCOMMIT tpn=$SLURM_TASKS_PER_NODE; \
+         {} show job $SLURM_JOB_ID | grep -o 'NumCPUs=[0-9][0-9]*'; {} hostname | wc -l",
+        scontrol.display(),
+        srun.display()
+    );
+    let out = wait_for(T, "the overcommitted allocation", || async {
+        let run = slurm("salloc", &["-O", "-N1", "-n8", "bash", "-c", &cmd]);
+        (run.code == 0).then_some(run.stdout)
+    })
+    .await;
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines, ["ntasks=8 oc=1 tpn=8", "NumCPUs=1", "8"], "{out}");
+
+    std::fs::write(dir.path().join("oc.sh"), format!("#!/bin/bash\n#SBATCH -O -N1 -n8 -o oc.out\n{cmd}\n")).unwrap();
+    let sbatch = slurm_command(bin.path(), "sbatch");
+    let run = program_as(&sbatch, &cluster.controllers_env(), Some("root"), dir.path(), &["--parsable", "oc.sh"]);
+    let id: u64 = run.stdout.trim().parse().unwrap_or_else(|_| panic!("{run:?}"));
+    let j = wait_state(&c, id, &["COMPLETED", "FAILED", "CANCELLED"], T).await;
+    let out = read(dir.path(), "oc.out");
+    assert_eq!(j.state, "COMPLETED", "{j:?}\n{out}");
+    assert_eq!(out.lines().collect::<Vec<_>>(), ["ntasks=8 oc=1 tpn=8", "NumCPUs=1", "8"], "{out}");
+
+    // Without -O, 8 tasks of one CPU never fit a node of 4.
+    let never = slurm("sbatch", &["-N1", "-n8", "--wrap", "true"]);
+    assert_ne!(never.code, 0, "{never:?}");
+    cluster.shutdown().await;
+}

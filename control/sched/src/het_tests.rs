@@ -171,3 +171,98 @@ fn apply_checks_each_component_and_steps_run_on_the_components_they_name() {
     let e = step(vec![2], 1).unwrap_err().to_string();
     assert!(e.contains("--het-group 2") && e.contains("2 component"), "{e}");
 }
+
+/// Components in partitions of their own (feature level 30): each runs on its partition's
+/// nodes whatever their order, waits while that partition is full (the job starting whole
+/// when it frees), and a component whose partition the cluster lacks is refused at submit.
+#[test]
+fn components_run_on_their_own_partitions_nodes() {
+    let nodes = vec![node("n1", 2, 0, "", &[]), node("n2", 2, 0, "", &[]), node("n3", 2, 0, "", &[])];
+    let mut b = Bench::new(nodes, fifo(BackfillMode::Easy, 1));
+    let versions =
+        BTreeMap::from([(1, quorum_state::ReplicaVersion { level: quorum_state::FEATURE_LEVEL, version: "x".into() })]);
+    b.cmd(Command::SetReplicaVersions { versions, now: 0 });
+    let mut all = b.state.partitions["batch"].clone();
+    let only = |name: &str, members: &[&str]| {
+        let mut p = quorum_state::testing::partition(name, "x", false);
+        p.node_names = members.iter().map(|n| n.to_string()).collect();
+        p.nodes = members.join(",");
+        p
+    };
+    all.default = true;
+    b.cmd(Command::SetPartitions { partitions: vec![all, only("small", &["n1"]), only("big", &["n2", "n3"])], now: 0 });
+    b.at(0);
+    // A job that fills small's one node until t=40.
+    let filler = b.submit_with("bob", |s| {
+        (s.partition, s.cpus_per_task, s.time_limit_s) = (Some("small".into()), 2, Some(40));
+    });
+    assert_eq!(started(&b.cycle()), vec![filler]);
+    // Component 0 in big, component 1 in small: small is full, so nothing of it starts.
+    let het = b.submit_with("alice", |s| {
+        (s.partition, s.batch_step, s.time_limit_s) = (Some("big".into()), true, Some(100));
+        s.het.push(HetComponent {
+            nodes: 1,
+            ntasks: 1,
+            cpus_per_task: 1,
+            partition: Some("small".into()),
+            ..Default::default()
+        });
+    });
+    let spec = &b.state.jobs[&het].spec;
+    assert_eq!((spec.partition_of(0), spec.partition_of(1)), (Some("big"), Some("small")));
+    let p = b.cycle();
+    assert!(started(&p).is_empty(), "component 1's partition is full: {p:?}");
+    assert_eq!((p.estimates[&het].start_ms - 1_000_000_000) / 1000, 40, "reserved for when small frees");
+    b.at(40);
+    b.end(filler);
+    assert_eq!(started(&b.cycle()), vec![het]);
+    let a = b.state.jobs[&het].allocation.clone().unwrap();
+    let placed: Vec<(&str, u32)> = a.nodes.iter().map(|n| (n.node.as_str(), n.het_group)).collect();
+    assert_eq!(placed, vec![("n2", 0), ("n1", 1)], "each component on its partition's nodes");
+
+    // A component in the job's own partition names none of its own.
+    let same = b.submit_with("alice", |s| {
+        (s.partition, s.batch_step) = (Some("big".into()), true);
+        s.het.push(HetComponent {
+            nodes: 1,
+            ntasks: 1,
+            cpus_per_task: 1,
+            partition: Some("big".into()),
+            ..Default::default()
+        });
+    });
+    assert_eq!(b.state.jobs[&same].spec.het[0].partition, None);
+
+    let mut spec = JobSpec {
+        nodes: 1,
+        ntasks: 1,
+        cpus_per_task: 1,
+        batch_step: true,
+        program: quorum_model::Program::Argv(vec!["true".into()]),
+        ..Default::default()
+    };
+    spec.het.push(HetComponent {
+        nodes: 1,
+        ntasks: 1,
+        cpus_per_task: 1,
+        partition: Some("nosuch".into()),
+        ..Default::default()
+    });
+    let r = b.cmd(Command::SubmitJob { spec: Box::new(spec), user: "alice".into(), now: 0, request_id: String::new() });
+    let Response::Rejected(why) = r else { panic!("expected a refusal, got {r:?}") };
+    assert!(why.to_string().contains("nosuch"), "{why}");
+}
+
+/// `--overcommit` (feature level 30): a job of 8 tasks holds one task's CPUs on its node.
+#[test]
+fn an_overcommitted_job_holds_one_tasks_cpus_per_node() {
+    let mut b = Bench::new(vec![node("n1", 2, 0, "", &[])], fifo(BackfillMode::Easy, 1));
+    let versions =
+        BTreeMap::from([(1, quorum_state::ReplicaVersion { level: quorum_state::FEATURE_LEVEL, version: "x".into() })]);
+    b.cmd(Command::SetReplicaVersions { versions, now: 0 });
+    b.at(0);
+    let job = b.submit_with("alice", |s| (s.ntasks, s.overcommit) = (8, true));
+    assert_eq!(started(&b.cycle()), vec![job]);
+    assert_eq!(b.state.nodes["n1"].alloc_cpus, 1);
+    assert_eq!(b.state.jobs[&job].spec.ntasks, 8);
+}

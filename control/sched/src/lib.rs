@@ -239,6 +239,24 @@ pub struct Screened<'a> {
     pub ineligible: Vec<Waiting<'a>>,
 }
 
+/// Where each component of heterogeneous `job` may run, and whether its partition books whole
+/// nodes: those in the job's partition among `here`, the others on their own partition's nodes
+/// (none when it is gone).
+fn het_places<'v>(
+    job: &'v PendingJob,
+    view: &'v ClusterView,
+    here: &'v [usize],
+    exclusive: bool,
+) -> Vec<(&'v [usize], bool)> {
+    job.components()
+        .map(|c| match (c.partition != job.partition).then(|| view.partitions.get(&*c.partition)) {
+            Some(Some(p)) => (p.nodes.as_slice(), p.exclusive),
+            Some(None) => (&[][..], exclusive),
+            None => (here, exclusive),
+        })
+        .collect()
+}
+
 /// Stage 2, **screen**: the reasons that depend on the job and the view alone — holds,
 /// dependencies, begin time, partition, QOS and account limits on its size and time
 /// ([`eligibility::static_reason`]), a partition without nodes, or a request no node of the
@@ -260,6 +278,21 @@ pub fn screen<'a>(view: &'a ClusterView, ordered: &[&'a PendingJob], now_ms: Mil
                 }
                 Some(_) => None,
             });
+        // A heterogeneous job's components in partitions of their own: each must be able to
+        // run there too.
+        let reason = reason.or_else(|| {
+            job.het.iter().filter(|c| c.partition != job.partition).find_map(|c| {
+                let p = view.partitions.get(&*c.partition);
+                eligibility::static_reason(c, view, p, qos, now_ms, &cycle).or(match p {
+                    None => Some(PendingReason::PartitionNoNodes),
+                    Some(p) if p.nodes.is_empty() => Some(PendingReason::PartitionNoNodes),
+                    Some(p) if !p.nodes.iter().any(|&i| placement::could_hold(c, &view.nodes[i])) => {
+                        Some(PendingReason::BadConstraints)
+                    }
+                    Some(_) => None,
+                })
+            })
+        });
         match (reason, found) {
             (Some(reason), _) => out.ineligible.push(Waiting { position, job, reason }),
             (None, Some((partition, _))) => out.candidates.push(Candidate { position, job, partition }),
@@ -799,13 +832,20 @@ fn place_until_late<'a>(
                 continue;
             }
             let exclusive = partition.exclusive;
-            let shapes: Vec<Shape> = job.components().map(|c| Shape::of(part, c)).collect();
+            // Each component on its own partition's nodes, booked as that partition books them;
+            // those in the job's partition on the job's candidates.
+            let part_of = |c: &PendingJob| match c.partition != job.partition {
+                true => view.partitions.keys().position(|k| **k == *c.partition).unwrap_or(part),
+                false => part,
+            };
+            let shapes: Vec<Shape> = job.components().map(|c| Shape::of(part_of(c), c)).collect();
             let clear = capacity.clear_to_limit(job, &partition.nodes);
             let may_fit = failed_het.get(&shapes).is_none_or(|&d| job.duration_s() < d);
             let books = (capacity.profiles.as_slice(), capacity.free_gpus.as_slice());
             let candidates = clear.as_ref().map_or(partition.nodes.as_slice(), |(c, _)| c.as_slice());
+            let places = het_places(job, view, candidates, exclusive);
             let fits = match may_fit {
-                true => placement::fit_het(&topology, job, view, candidates, books, now, exclusive),
+                true => placement::fit_het(&topology, job, view, &places, books, now),
                 false => None,
             };
             // What failed on fewer nodes says nothing of a job that may have all of them.
@@ -815,7 +855,7 @@ fn place_until_late<'a>(
             if let Some(per_component) = fits {
                 let mut allocation = Allocation::default();
                 for (k, (c, nodes)) in job.components().zip(per_component).enumerate() {
-                    let (a, usage) = capacity.start(c, nodes, exclusive, Book::Outside, job.duration_s());
+                    let (a, usage) = capacity.start(c, nodes, places[k].1, Book::Outside, job.duration_s());
                     limits.add_job(view, c, &usage);
                     allocation.cpu_ways = a.cpu_ways;
                     allocation.nodes.extend(a.nodes.into_iter().map(|n| NodeAllocation { het_group: k as u32, ..n }));
@@ -835,18 +875,18 @@ fn place_until_late<'a>(
             if reservations_left == 0 {
                 continue;
             }
+            let places = het_places(job, view, &partition.nodes, exclusive);
             let found = placement::earliest_het(
                 &topology,
                 job,
                 view,
-                &partition.nodes,
+                &places,
                 &capacity.profiles,
                 (now, horizon, policy.bf_resolution_s),
-                exclusive,
             );
             if let Some((t, per_component)) = found {
                 let mut names = Vec::new();
-                for (c, nodes) in job.components().zip(&per_component) {
+                for ((c, nodes), &(_, exclusive)) in job.components().zip(&per_component).zip(&places) {
                     capacity.reserve(c, nodes, t, exclusive, Book::Outside);
                     names.extend(nodes.iter().map(|&i| view.nodes[i].name.clone()));
                 }

@@ -457,24 +457,24 @@ fn fits_from(
     free.fits(&req).then(|| (i, rank(&profiles[i], &req, &free, t, now)))
 }
 
-/// The nodes of each component of a heterogeneous job that can all start now and run its whole
-/// duration, no node given to two components; `None` unless every component fits. Each
-/// component, in order, gets the nodes [`fit_now`] would give it among those left.
+/// Where each component of a heterogeneous job starts now, on nodes no two components share:
+/// component k among `places[k].0` (its partition's candidates), booked as its partition says
+/// (`places[k].1`: whole nodes). `None` when any component finds none.
 pub fn fit_het(
     topology: &Topology,
     job: &PendingJob,
     view: &ClusterView,
-    candidates: &[usize],
+    places: &[(&[usize], bool)],
     (profiles, free_gpus): (&[Timeline], &[Vec<u32>]),
     now: u64,
-    partition_exclusive: bool,
 ) -> Option<Vec<Vec<usize>>> {
-    let mut left: Vec<usize> = candidates.to_vec();
+    let mut used: Vec<usize> = Vec::new();
     let mut out = Vec::new();
     // Each component carries the job's time limit (a component's spec is the job's).
-    for c in job.components() {
-        let nodes = fit_now(topology, c, view, &left, profiles, free_gpus, now, partition_exclusive)?;
-        left.retain(|i| !nodes.contains(i));
+    for (c, &(candidates, exclusive)) in job.components().zip(places) {
+        let left: Vec<usize> = candidates.iter().copied().filter(|i| !used.contains(i)).collect();
+        let nodes = fit_now(topology, c, view, &left, profiles, free_gpus, now, exclusive)?;
+        used.extend(&nodes);
         out.push(nodes);
     }
     Some(out)
@@ -486,42 +486,43 @@ pub const HET_TRIES: usize = 64;
 
 /// The earliest time within `[now, horizon]` (on a grid of `resolution`) at which every
 /// component of a heterogeneous job holds its share together for the job's whole duration, on
-/// nodes no two components share, and those nodes per component. Times tried: from the latest
-/// of the components' own earliest starts, each time a candidate node's availability changes.
+/// nodes no two components share, each among its own `places` (as in [`fit_het`]), and those
+/// nodes per component. Times tried: from the latest of the components' own earliest starts,
+/// each time a candidate node's availability changes.
 pub fn earliest_het(
     topology: &Topology,
     job: &PendingJob,
     view: &ClusterView,
-    candidates: &[usize],
+    places: &[(&[usize], bool)],
     profiles: &[Timeline],
     (now, horizon, resolution): (u64, u64, u64),
-    partition_exclusive: bool,
 ) -> Option<(u64, Vec<Vec<usize>>)> {
     let dur = job.duration_s();
     let mut lower = now;
-    for c in job.components() {
-        let (t, _) = earliest(topology, c, view, candidates, profiles, now, horizon, resolution, partition_exclusive)?;
+    for (c, &(candidates, exclusive)) in job.components().zip(places) {
+        let (t, _) = earliest(topology, c, view, candidates, profiles, now, horizon, resolution, exclusive)?;
         lower = lower.max(t);
     }
     let mut times: Vec<u64> = std::iter::once(lower)
-        .chain(candidates.iter().flat_map(|&i| profiles[i].change_times()))
+        .chain(places.iter().flat_map(|(candidates, _)| candidates.iter().flat_map(|&i| profiles[i].change_times())))
         .map(|t| round_up(t, resolution))
         .filter(|t| *t >= lower && *t <= horizon)
         .collect();
     times.sort_unstable();
     times.dedup();
     times.into_iter().take(HET_TRIES).find_map(|t| {
-        let mut left: Vec<usize> = candidates.to_vec();
+        let mut used: Vec<usize> = Vec::new();
         let mut out = Vec::new();
-        for c in job.components() {
-            let fitting: Vec<(usize, Rank)> = left
+        for (c, &(candidates, exclusive)) in job.components().zip(places) {
+            let fitting: Vec<(usize, Rank)> = candidates
                 .iter()
                 .copied()
+                .filter(|i| !used.contains(i))
                 .filter(|&i| could_hold(c, &view.nodes[i]))
-                .filter_map(|i| fits_from(c, view, profiles, i, (now, t, dur), partition_exclusive))
+                .filter_map(|i| fits_from(c, view, profiles, i, (now, t, dur), exclusive))
                 .collect();
             let nodes = choose_for(topology, c, view, fitting, c.nodes as usize)?;
-            left.retain(|i| !nodes.contains(i));
+            used.extend(&nodes);
             out.push(nodes);
         }
         Some((t, out))

@@ -508,7 +508,7 @@ fn booked(job: &PendingJob, cpu_parts: i64, honours: bool) -> Vec<PendingJob> {
             user: job.user.clone(),
             account: job.account.clone(),
             qos: job.qos.clone(),
-            partition: job.partition.clone(),
+            // Its own partition (the job's unless it names another).
             submit_ms: job.submit_ms,
             ..c.clone()
         })

@@ -133,7 +133,14 @@ pub fn step_launch(job: &Job, step: &Step, node_id: usize, start: &quorum_proto:
         ("SLURM_NODELIST", job_nodes),
         ("SLURM_JOB_NUM_NODES", num_job_nodes.to_string()),
         ("SLURM_JOB_USER", job.user.clone()),
-        ("SLURM_JOB_PARTITION", job.partition.clone()),
+        // A step on one component of a heterogeneous job: that component's partition.
+        (
+            "SLURM_JOB_PARTITION",
+            match groups {
+                [g] if het => job.spec.partition_of(*g as usize).unwrap_or(&job.partition).to_string(),
+                _ => job.partition.clone(),
+            },
+        ),
         ("SLURM_JOB_ACCOUNT", job.account.clone()),
         ("SLURM_JOB_QOS", job.qos.clone()),
         ("SLURM_STEP_ID", step.id.to_string()),

@@ -12,7 +12,8 @@ use quorum_model::{
 
 use crate::cluster::{ClusterState, DEFAULT_ACCOUNT, DEFAULT_QOS};
 use crate::commands::{
-    Command, DropReason, NodeRegistration, Response, CANCELLED_BY_LEVEL, NODE_CHOICE_LEVEL, NODE_LIST_PART_LEVEL,
+    Command, DropReason, NodeRegistration, Response, CANCELLED_BY_LEVEL, HET_PARTITIONS_LEVEL, NODE_CHOICE_LEVEL,
+    NODE_LIST_PART_LEVEL,
 };
 use crate::digest::digest;
 
@@ -449,7 +450,7 @@ fn update_job(state: &mut ClusterState, job_id: JobId, user: &str, update: &JobU
         let owner = job.user.clone();
         let nice = std::mem::take(&mut spec.nice);
         (account, qos) = admit_association(state, &spec, &owner)?;
-        check_partition_access(state, &partition, &account, &qos)?;
+        check_partitions_access(state, &partition, &spec, &account, &qos)?;
         spec.nice = nice;
         // Moved to another account or QOS: its submit limits hold there too, as Slurm's do.
         if (account.as_str(), qos.as_str()) != (job.account.as_str(), job.qos.as_str()) {
@@ -548,7 +549,7 @@ fn submit(state: &mut ClusterState, mut spec: JobSpec, user: String, request_id:
     }
     let (partition, account, qos) = match admit(state, &mut spec).and_then(|p| {
         let (account, qos) = admit_association(state, &spec, &user)?;
-        check_partition_access(state, &p, &account, &qos)?;
+        check_partitions_access(state, &p, &spec, &account, &qos)?;
         Ok((p, account, qos))
     }) {
         Ok(admitted) => admitted,
@@ -809,7 +810,7 @@ pub fn check_submit(state: &ClusterState, mut spec: JobSpec, user: &str) -> Resu
     }
     let partition = admit(state, &mut spec)?;
     let (account, qos) = admit_association(state, &spec, user)?;
-    check_partition_access(state, &partition, &account, &qos)?;
+    check_partitions_access(state, &partition, &spec, &account, &qos)?;
     let adding = spec.array.as_ref().map_or(1, |a| a.tasks().len() as u32);
     check_queue_limits(state, spec.array.as_ref(), adding)?;
     check_submit_limits(state, user, &account, &qos, adding, None)?;
@@ -820,6 +821,13 @@ pub fn check_submit(state: &ClusterState, mut spec: JobSpec, user: &str) -> Resu
 /// Resolves the partition and its defaults into `spec` and checks that the job could ever run
 /// there; returns the partition's name.
 fn admit(state: &ClusterState, spec: &mut JobSpec) -> Result<String, Rejection> {
+    let level = state.cluster_level();
+    if spec.overcommit && level < HET_PARTITIONS_LEVEL {
+        return Err(Rejection::InvalidSpec {
+            field: "overcommit".into(),
+            reason: format!("--overcommit waits until every replica runs feature level {HET_PARTITIONS_LEVEL}"),
+        });
+    }
     if spec.het.is_empty() {
         return admit_one(state, spec);
     }
@@ -829,22 +837,53 @@ fn admit(state: &ClusterState, spec: &mut JobSpec) -> Result<String, Rejection> 
         let mut component = spec.component(k).expect("k is below components()");
         let name = admit_one(state, &mut component).map_err(|r| in_component(k, r))?;
         spec.set_component(k, &component);
-        (spec.partition, spec.time_limit_s) = (component.partition.clone(), component.time_limit_s);
-        partition = Some(name);
+        spec.time_limit_s = component.time_limit_s;
+        // The job's partition is its component 0's; the others keep theirs where it differs.
+        if k == 0 {
+            spec.partition = component.partition.clone();
+            partition = Some(name);
+        }
     }
     let name = partition.expect("a heterogeneous job has components");
-    // No node holds two components: the partition needs their nodes together.
-    let have = state.partitions.get(&name).map_or(0, |p| state.partition_nodes(p).count());
-    let total = spec.total_nodes();
-    if have > 0 && (have as u64) < u64::from(total) {
-        return Err(Rejection::NeverFits {
-            detail: format!(
-                "the {} components ask for {total} nodes together (no node holds two), and partition '{name}' has {have}",
-                spec.components()
+    if spec.spans_partitions() && level < HET_PARTITIONS_LEVEL {
+        return Err(Rejection::InvalidSpec {
+            field: "het".into(),
+            reason: format!(
+                "components in partitions of their own wait until every replica runs feature level {HET_PARTITIONS_LEVEL}"
             ),
         });
     }
+    // No node holds two components: each partition needs its components' nodes together.
+    let mut wanted: std::collections::BTreeMap<&str, u64> = std::collections::BTreeMap::new();
+    for k in 0..spec.components() {
+        *wanted.entry(spec.partition_of(k).unwrap_or(&name)).or_default() += u64::from(spec.node_count_of(k));
+    }
+    for (part, total) in wanted {
+        let have = state.partitions.get(part).map_or(0, |p| state.partition_nodes(p).count());
+        if have > 0 && (have as u64) < total {
+            return Err(Rejection::NeverFits {
+                detail: format!(
+                    "the components in partition '{part}' ask for {total} nodes together (no node holds two), and it has {have}"
+                ),
+            });
+        }
+    }
     Ok(name)
+}
+
+/// [`check_partition_access`] for the job's partition and each of its components' own.
+fn check_partitions_access(
+    state: &ClusterState,
+    name: &str,
+    spec: &JobSpec,
+    account: &str,
+    qos: &str,
+) -> Result<(), Rejection> {
+    check_partition_access(state, name, account, qos)?;
+    for part in spec.het.iter().filter_map(|c| c.partition.as_deref()) {
+        check_partition_access(state, part, account, qos)?;
+    }
+    Ok(())
 }
 
 /// `rejection`, saying which component of a heterogeneous job it is about.
@@ -1201,8 +1240,15 @@ fn check_start(state: &ClusterState, start: &PlannedStart) -> Result<Option<Mill
         if allocs[..i].iter().any(|b| b.node == a.node) {
             return Err(DropReason::NodeTwice { node: node() });
         }
-        if !partition.node_names.contains(&a.node) {
-            return Err(DropReason::NodeNotInPartition { node: node(), partition: partition.name.clone() });
+        // A component in a partition of its own runs on that partition's nodes.
+        let own = match spec.partition.as_deref() {
+            Some(name) if name != partition.name => {
+                state.partitions.get(name).ok_or_else(|| DropReason::PartitionGone { partition: name.to_string() })?
+            }
+            _ => partition,
+        };
+        if !own.node_names.contains(&a.node) {
+            return Err(DropReason::NodeNotInPartition { node: node(), partition: own.name.clone() });
         }
         let n = state.nodes.get(&a.node).ok_or_else(|| DropReason::NodeUnknown { node: node() })?;
         if !n.schedulable() {

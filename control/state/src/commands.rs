@@ -76,7 +76,13 @@ pub struct NodeRegistration {
 /// 28. jobs whose batch step runs in a container (`--container-image` and pyxis's other
 ///     options).
 /// 29. steps that run more tasks than they have CPUs (`srun --overcommit`).
-pub const FEATURE_LEVEL: u32 = 29;
+/// 30. heterogeneous jobs whose components run in partitions of their own, and jobs allocated
+///     as if one task ran on each node (`sbatch --overcommit`).
+pub const FEATURE_LEVEL: u32 = 30;
+
+/// Components in partitions of their own (`HetComponent::partition`) and jobs allocated with
+/// `--overcommit` (`JobSpec::overcommit`).
+pub const HET_PARTITIONS_LEVEL: u32 = 30;
 
 /// Steps with more tasks than CPUs (`StepRequest::overcommit`).
 pub const OVERCOMMIT_LEVEL: u32 = 29;
@@ -203,7 +209,11 @@ pub struct Submit {
 
 /// The level a replica needs to apply a submit of this job, and what in the job needs it.
 pub fn spec_level(spec: &JobSpec) -> (u32, &'static str) {
-    if spec.container.is_some() {
+    if spec.overcommit {
+        (HET_PARTITIONS_LEVEL, "a job with --overcommit")
+    } else if spec.het.iter().any(|c| c.partition.is_some()) {
+        (HET_PARTITIONS_LEVEL, "a heterogeneous job whose components name partitions of their own")
+    } else if spec.container.is_some() {
         (CONTAINER_LEVEL, "a job in a container (--container-image)")
     } else if !spec.het.is_empty() {
         (HET_LEVEL, "a heterogeneous job (hetjob components)")
