@@ -73,3 +73,37 @@ pub fn become_for_files(account: &identity::Account) -> std::io::Result<()> {
     }
     Ok(())
 }
+
+/// The `cgroup.procs` files a child joins, as C strings made before the fork.
+pub(crate) fn cgroup_files(paths: &[std::path::PathBuf]) -> std::io::Result<Vec<std::ffi::CString>> {
+    paths
+        .iter()
+        .map(|p| std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).map_err(std::io::Error::other))
+        .collect()
+}
+
+/// Between fork and exec: the child joins each cgroup (async-signal-safe calls only).
+pub(crate) fn join_cgroups(procs: &[std::ffi::CString]) -> std::io::Result<()> {
+    for p in procs {
+        // SAFETY: open, write and close on a C string made before the fork.
+        unsafe {
+            let fd = libc::open(p.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+            if fd < 0 || libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            libc::close(fd);
+        }
+    }
+    Ok(())
+}
+
+/// Between fork and exec: the child becomes (uid, gid, supplementary groups).
+pub(crate) fn become_ids((uid, gid, groups): &(u32, u32, Vec<u32>)) -> std::io::Result<()> {
+    // SAFETY: setgroups, setgid and setuid on memory made before the fork.
+    unsafe {
+        if libc::setgroups(groups.len(), groups.as_ptr()) != 0 || libc::setgid(*gid) != 0 || libc::setuid(*uid) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}

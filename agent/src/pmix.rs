@@ -168,7 +168,7 @@ impl StepPmix {
     /// variables.
     pub async fn start(
         self: &Arc<Self>,
-        agent: &Arc<crate::agent::Agent>,
+        on_abort: impl Fn() + Send + 'static,
         account: Option<&crate::identity::Account>,
         cgroup_procs: &[std::path::PathBuf],
         tmpdir: &std::path::Path,
@@ -248,7 +248,7 @@ impl StepPmix {
             inner.helper = Some(child);
         }
         // Fences already complete here (every other node's came first) are sent by the next one.
-        let (me, agent) = (self.clone(), agent.clone());
+        let me = self.clone();
         tokio::spawn(async move {
             loop {
                 match lines.next().await {
@@ -264,7 +264,7 @@ impl StepPmix {
                             status = abort,
                             "a task called PMIx_Abort: {message}"
                         );
-                        me.abort_here(&agent);
+                        me.abort_here(&on_abort);
                     }
                     Ok(Some(other)) => {
                         tracing::warn!(job = me.job_id, step = me.step_id, "PMIx server: unexpected {other:?}")
@@ -373,7 +373,7 @@ impl StepPmix {
 
     /// `PMIx_Abort` from a task here: every task of the step here is killed (the step then ends
     /// as its tasks' ends say; `--kill-on-bad-exit` ends the other nodes' too).
-    fn abort_here(&self, agent: &crate::agent::Agent) {
+    fn abort_here(&self, kill: &impl Fn()) {
         let _ = self.outbox.try_send(AgentMessage {
             msg: Some(agent_message::Msg::StepOutput(quorum_proto::agent::StepOutput {
                 job_id: self.job_id,
@@ -383,13 +383,7 @@ impl StepPmix {
                 data: b"quorum-agent: a task called PMIx_Abort: the step's tasks on this node are killed\n".to_vec(),
             })),
         });
-        let mut steps = agent.lock_steps();
-        if let Some(entry) = steps.get_mut(&(self.job_id, self.step_id)) {
-            entry.killed = true;
-            for &pgid in &entry.pgids {
-                crate::supervisor::signal_group(pgid, libc::SIGKILL);
-            }
-        }
+        kill();
     }
 
     /// Ends the step's server here.
@@ -438,7 +432,7 @@ fn spawn_helper(
     cwd: &std::path::Path,
 ) -> std::io::Result<tokio::process::Child> {
     let exe = std::env::current_exe()?;
-    let procs = crate::step::cgroup_files(cgroup_procs)?;
+    let procs = crate::as_user::cgroup_files(cgroup_procs)?;
     let ids = account.map(|a| (a.uid, a.gid, a.groups.clone()));
     let mut cmd = tokio::process::Command::new(exe);
     cmd.arg(HELPER_FLAG)
@@ -460,9 +454,9 @@ fn spawn_helper(
             if libc::setpgid(0, 0) != 0 {
                 return Err(std::io::Error::last_os_error());
             }
-            crate::step::join_cgroups(&procs)?;
+            crate::as_user::join_cgroups(&procs)?;
             if let Some(ids) = &ids {
-                crate::step::become_ids(ids)?;
+                crate::as_user::become_ids(ids)?;
             }
             libc::umask(0o077);
             Ok(())

@@ -103,7 +103,19 @@ pub(crate) async fn launch(agent: Arc<Agent>, l: StepLaunch) {
         if !crate::pmix::available() {
             return refuse(format!("--mpi=pmix: {} has no PMIx library (libpmix2)", agent.config.name)).await;
         }
-        match pmix.start(&agent, account.as_ref(), &cgroup_procs, &tmpdir).await {
+        // `PMIx_Abort`: the step's tasks here are killed.
+        let kill = {
+            let (agent, key) = (agent.clone(), (l.job_id, l.step_id));
+            move || {
+                if let Some(entry) = agent.lock_steps().get_mut(&key) {
+                    entry.killed = true;
+                    for &pgid in &entry.pgids {
+                        supervisor::signal_group(pgid, libc::SIGKILL);
+                    }
+                }
+            }
+        };
+        match pmix.start(kill, account.as_ref(), &cgroup_procs, &tmpdir).await {
             Ok(envs) => Some(envs),
             Err(e) => return refuse(format!("--mpi=pmix on {}: {e}", agent.config.name)).await,
         }
@@ -389,40 +401,6 @@ fn forget_if_idle(agent: &Agent, key: (u64, u32)) {
     }
 }
 
-/// The `cgroup.procs` files a child joins, as C strings made before the fork.
-pub(crate) fn cgroup_files(paths: &[std::path::PathBuf]) -> std::io::Result<Vec<std::ffi::CString>> {
-    paths
-        .iter()
-        .map(|p| std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).map_err(std::io::Error::other))
-        .collect()
-}
-
-/// Between fork and exec: the child joins each cgroup (async-signal-safe calls only).
-pub(crate) fn join_cgroups(procs: &[std::ffi::CString]) -> std::io::Result<()> {
-    for p in procs {
-        // SAFETY: open, write and close on a C string made before the fork.
-        unsafe {
-            let fd = libc::open(p.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
-            if fd < 0 || libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
-                return Err(std::io::Error::last_os_error());
-            }
-            libc::close(fd);
-        }
-    }
-    Ok(())
-}
-
-/// Between fork and exec: the child becomes (uid, gid, supplementary groups).
-pub(crate) fn become_ids((uid, gid, groups): &(u32, u32, Vec<u32>)) -> std::io::Result<()> {
-    // SAFETY: setgroups, setgid and setuid on memory made before the fork.
-    unsafe {
-        if libc::setgroups(groups.len(), groups.as_ptr()) != 0 || libc::setgid(*gid) != 0 || libc::setuid(*uid) != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-    }
-    Ok(())
-}
-
 /// Starts one task: its own process group, the job's cgroup, the job's user, the step's
 /// directory, then exec (looked up on the task's `PATH`).
 #[allow(clippy::too_many_arguments)]
@@ -454,7 +432,7 @@ fn spawn(
             .find(|p| p.is_file())
             .ok_or_else(|| std::io::Error::other(format!("'{program}' is not found on the task's PATH ({path})")))?
     };
-    let procs = cgroup_files(cgroup_procs)?;
+    let procs = crate::as_user::cgroup_files(cgroup_procs)?;
     let cwd = CString::new(inside.map_or(l.work_dir.as_str(), |i| i.cwd.as_str())).map_err(std::io::Error::other)?;
     let enter = inside.map(|i| i.enter.clone());
     let affinity = bound.map(|b| (b.set, b.report.clone()));
@@ -494,14 +472,14 @@ fn spawn(
                     return Err(std::io::Error::last_os_error());
                 }
             }
-            join_cgroups(&procs)?;
+            crate::as_user::join_cgroups(&procs)?;
             if let Some(e) = &enter {
                 if !e.root() {
                     return Err(std::io::Error::last_os_error());
                 }
             }
             if let Some(ids) = &ids {
-                become_ids(ids)?;
+                crate::as_user::become_ids(ids)?;
             }
             if let Some(e) = &enter {
                 if !e.user() {

@@ -487,6 +487,18 @@ async fn each_step_records_what_its_tasks_used_and_sacct_shows_it_per_step() {
     cluster.shutdown().await;
 }
 
+/// Submits `script` (as `het.sh` in `dir`) with `sbatch` as root until the cluster takes it (a
+/// new kind of job waits for every replica's feature level); its job id.
+async fn sbatch_once_taken(cluster: &DevCluster, bin: &Path, dir: &Path, script: &str) -> u64 {
+    std::fs::write(dir.join("het.sh"), script).unwrap();
+    let sbatch = slurm_command(bin, "sbatch");
+    wait_for(T, "the heterogeneous job submitted", || async {
+        let out = program_as(&sbatch, &cluster.controllers_env(), Some("root"), dir, &["het.sh"]);
+        out.stdout.split_whitespace().last().and_then(|w| w.parse().ok())
+    })
+    .await
+}
+
 /// A heterogeneous job (`#SBATCH hetjob`): its components start together on nodes of their own
 /// (a 3-CPU launcher cannot share a 4-CPU node with 2 workers of 2 CPUs), its script runs once,
 /// on component 0's node, told of each component (`SLURM_*_HET_GROUP_K`, component 0's as its
@@ -510,14 +522,8 @@ async fn a_heterogeneous_job_runs_its_script_once_and_its_steps_on_the_component
          srun bash -c 'echo g0 $SLURMD_NODENAME $SLURM_PROCID' > g0\n\
          srun --het-group=1 bash -c 'echo g1 $SLURMD_NODENAME $SLURM_PROCID $SLURM_JOB_NODELIST' | sort > g1\n\
          while [ ! -e go ]; do sleep 0.2; done\n";
-    std::fs::write(dir.path().join("het.sh"), script).unwrap();
-    let sbatch = slurm_command(bin.path(), "sbatch");
     // Heterogeneous jobs are taken once every replica has told its feature level (25).
-    let id: u64 = wait_for(T, "the heterogeneous job submitted", || async {
-        let out = program_as(&sbatch, &cluster.controllers_env(), Some("root"), dir.path(), &["het.sh"]);
-        out.stdout.split_whitespace().last().and_then(|w| w.parse().ok())
-    })
-    .await;
+    let id = sbatch_once_taken(&cluster, bin.path(), dir.path(), script).await;
     let j = wait_state(&c, id, &["RUNNING"], T).await;
     let groups: Vec<(String, u32, u32)> = j.allocation.iter().map(|a| (a.node.clone(), a.cpus, a.het_group)).collect();
     assert_eq!(groups.len(), 2, "{groups:?}");
@@ -602,14 +608,8 @@ async fn heterogeneous_components_run_in_their_own_partitions() {
          env | grep -E '^SLURM_JOB_PARTITION(_HET_GROUP_[01])?=' | sort > parts\n\
          srun --het-group=1 bash -c 'echo $SLURMD_NODENAME $SLURM_JOB_PARTITION' | sort > g1\n\
          while [ ! -e go ]; do sleep 0.2; done\n";
-    std::fs::write(dir.path().join("het.sh"), script).unwrap();
-    let sbatch = slurm_command(bin.path(), "sbatch");
     // Taken once every replica has told its feature level (30).
-    let id: u64 = wait_for(T, "the heterogeneous job submitted", || async {
-        let out = program_as(&sbatch, &cluster.controllers_env(), Some("root"), dir.path(), &["het.sh"]);
-        out.stdout.split_whitespace().last().and_then(|w| w.parse().ok())
-    })
-    .await;
+    let id = sbatch_once_taken(&cluster, bin.path(), dir.path(), script).await;
     let j = wait_state(&c, id, &["RUNNING"], T).await;
     let groups: Vec<(String, u32)> = j.allocation.iter().map(|a| (a.node.clone(), a.het_group)).collect();
     assert_eq!(groups, vec![("node01".to_string(), 0), ("node02".to_string(), 1)], "{j:?}");
