@@ -628,14 +628,12 @@ mod server {
     struct Infos<'a> {
         api: &'a Api,
         list: *mut c_void,
-        /// What the values point at, alive until the list is converted.
-        keep: Vec<Box<dyn std::any::Any>>,
     }
 
     impl<'a> Infos<'a> {
         fn new(api: &'a Api) -> Infos<'a> {
             // SAFETY: starts an empty list.
-            Infos { api, list: unsafe { (api.list_start)() }, keep: Vec::new() }
+            Infos { api, list: unsafe { (api.list_start)() } }
         }
 
         fn add_raw(&mut self, key: &str, value: *const c_void, kind: u16) -> Result<(), String> {
@@ -650,9 +648,8 @@ mod server {
 
         fn string(&mut self, key: &str, value: &str) -> Result<(), String> {
             let v = CString::new(value).map_err(|e| e.to_string())?;
-            self.add_raw(key, v.as_ptr().cast(), PMIX_STRING)?;
-            self.keep.push(Box::new(v));
-            Ok(())
+            // The list copies the value: `v` may go when this returns.
+            self.add_raw(key, v.as_ptr().cast(), PMIX_STRING)
         }
 
         /// A regular expression the library generated (`PMIx_generate_regex`/`_ppn`).
