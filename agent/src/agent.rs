@@ -60,6 +60,10 @@ pub struct AgentConfig {
     /// its own; needs root): for several agents on one host, as `quorum dev` runs them, so that
     /// `hostname` and launchers that use it tell the nodes apart.
     pub node_hostname: bool,
+    /// With `node_hostname`: the file jobs and step tasks see as `/etc/hosts` (each in a mount
+    /// namespace of its own), naming the cluster's nodes where no name service does, as
+    /// `quorum dev` writes it.
+    pub hosts_file: Option<PathBuf>,
     /// Containers (`--container-image`): whether allowed, the image cache, the registries.
     pub containers: crate::container::ContainerConfig,
 }
@@ -90,6 +94,7 @@ impl AgentConfig {
             slurm_commands: None,
             tmp_base: std::env::temp_dir(),
             node_hostname: false,
+            hosts_file: None,
             containers: Default::default(),
         }
     }

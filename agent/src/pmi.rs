@@ -51,6 +51,8 @@ pub struct StepPmi {
     node_id: u32,
     /// Tasks on each node of the step, in node order.
     node_tasks: Vec<u32>,
+    /// Its tasks numbered round-robin over the nodes.
+    cyclic: bool,
     local_tasks: u32,
     outbox: mpsc::Sender<AgentMessage>,
     inner: Mutex<Inner>,
@@ -92,18 +94,38 @@ impl std::fmt::Debug for StepPmi {
 /// That a launch's `node_tasks` hold its own tasks where it says, and number fewer ranks than
 /// PMI's and PMIx's reserved ones.
 pub(crate) fn check_layout(launch: &quorum_proto::agent::StepLaunch) -> Result<(), String> {
-    let total: u64 = launch.node_tasks.iter().map(|&t| u64::from(t)).sum();
-    let mine = launch.node_tasks.get(launch.node_id as usize).copied();
-    let first: u64 = launch.node_tasks.iter().take(launch.node_id as usize).map(|&t| u64::from(t)).sum();
-    if total > u64::from(u32::MAX - 2) || mine != Some(launch.tasks) || first != u64::from(launch.first_task) {
-        return Err(format!(
-            "the step's layout ({:?} tasks per node) does not hold this node's tasks {}..{}",
-            launch.node_tasks,
-            launch.first_task,
-            launch.first_task.saturating_add(launch.tasks)
-        ));
+    if launch.node_tasks.is_empty() {
+        return Err("the launch carries no layout of the step".into());
     }
-    Ok(())
+    local_ranks(launch).map(drop)
+}
+
+/// The tasks of a launch that run here, in order: `first_task`, `first_task + 1`, ... in
+/// blocks; with the cyclic numbering, this node's share of the step's layout (`node_tasks`),
+/// checked against `first_task` and `tasks`.
+pub(crate) fn local_ranks(launch: &quorum_proto::agent::StepLaunch) -> Result<Vec<u32>, String> {
+    let block = || launch.first_task..launch.first_task.saturating_add(launch.tasks);
+    if launch.node_tasks.is_empty() && !launch.cyclic {
+        return Ok(block().collect());
+    }
+    let total: u64 = launch.node_tasks.iter().map(|&t| u64::from(t)).sum();
+    let wrong = || {
+        Err(format!(
+            "the step's layout ({:?} tasks per node{}) does not hold this node's {} tasks from {}",
+            launch.node_tasks,
+            if launch.cyclic { ", cyclic" } else { "" },
+            launch.tasks,
+            launch.first_task
+        ))
+    };
+    if total > u64::from(u32::MAX - 2) || launch.node_tasks.get(launch.node_id as usize) != Some(&launch.tasks) {
+        return wrong();
+    }
+    let mine = quorum_model::step::task_ranks(&launch.node_tasks, launch.cyclic).swap_remove(launch.node_id as usize);
+    if mine.first().is_some_and(|&f| f != launch.first_task) {
+        return wrong();
+    }
+    Ok(mine)
 }
 
 impl StepPmi {
@@ -117,6 +139,7 @@ impl StepPmi {
             step_id: launch.step_id,
             node_id: launch.node_id,
             node_tasks: launch.node_tasks.clone(),
+            cyclic: launch.cyclic,
             local_tasks: launch.tasks,
             outbox,
             inner: Mutex::new(Inner::default()),
@@ -152,7 +175,7 @@ impl StepPmi {
     /// A step attribute (PMI-2 `info-getjobattr`; PMI-1 reads them as keys).
     fn attribute(&self, key: &str) -> Option<String> {
         match key {
-            "PMI_process_mapping" => Some(quorum_model::mpi::process_mapping(&self.node_tasks)),
+            "PMI_process_mapping" => Some(quorum_model::mpi::process_mapping(&self.node_tasks, self.cyclic)),
             "universeSize" => Some(self.size().to_string()),
             _ => None,
         }
@@ -588,7 +611,20 @@ mod tests {
         let (tx, _rx) = mpsc::channel(4);
         assert!(StepPmi::new(&launch(1, 2, 2, vec![2, 2]), tx.clone()).is_ok());
         assert!(StepPmi::new(&launch(1, 1, 2, vec![2, 2]), tx.clone()).is_err());
-        assert!(StepPmi::new(&launch(2, 4, 1, vec![2, 2]), tx).is_err());
+        assert!(StepPmi::new(&launch(2, 4, 1, vec![2, 2]), tx.clone()).is_err());
+        // Cyclic: node 1 runs tasks 1 and 3.
+        let cyclic = |node_id, first_task, tasks, node_tasks| quorum_proto::agent::StepLaunch {
+            cyclic: true,
+            ..launch(node_id, first_task, tasks, node_tasks)
+        };
+        assert_eq!(local_ranks(&cyclic(1, 1, 2, vec![2, 2])), Ok(vec![1, 3]));
+        assert_eq!(local_ranks(&cyclic(0, 0, 3, vec![3, 1])), Ok(vec![0, 2, 3]));
+        assert!(local_ranks(&cyclic(1, 2, 2, vec![2, 2])).is_err());
+        assert!(local_ranks(&cyclic(1, 1, 2, vec![])).is_err());
+        let pmi = StepPmi::new(&cyclic(1, 1, 2, vec![2, 2]), tx).unwrap();
+        assert_eq!(pmi.get("PMI_process_mapping").as_deref(), Some("(vector,(0,2,1))"));
+        // Without a layout, blocks from first_task.
+        assert_eq!(local_ranks(&launch(0, 4, 2, vec![])), Ok(vec![4, 5]));
     }
 
     /// Two nodes' fences: each completes only when both nodes' contributions are in, and then

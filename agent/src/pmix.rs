@@ -64,21 +64,19 @@ struct Layout {
     hosts: Vec<String>,
     node_id: u32,
     node_tasks: Vec<u32>,
+    /// The tasks numbered round-robin over the nodes (`--distribution=cyclic`).
+    #[serde(default)]
+    cyclic: bool,
     job_id: u64,
     uid: u32,
     gid: u32,
 }
 
 impl Layout {
-    /// The first rank on each node, and the total.
-    fn firsts(&self) -> (Vec<u32>, u32) {
-        let mut firsts = Vec::with_capacity(self.node_tasks.len());
-        let mut total = 0u32;
-        for &t in &self.node_tasks {
-            firsts.push(total);
-            total = total.saturating_add(t);
-        }
-        (firsts, total)
+    /// The ranks on each node, and the total.
+    fn ranks(&self) -> (Vec<Vec<u32>>, u32) {
+        let total = self.node_tasks.iter().fold(0u32, |t, &n| t.saturating_add(n));
+        (quorum_model::step::task_ranks(&self.node_tasks, self.cyclic), total)
     }
 }
 
@@ -106,6 +104,7 @@ pub struct StepPmix {
     step_id: u32,
     node_id: u32,
     node_tasks: Vec<u32>,
+    cyclic: bool,
     hosts: Vec<String>,
     outbox: mpsc::Sender<AgentMessage>,
     inner: Mutex<Inner>,
@@ -153,6 +152,7 @@ impl StepPmix {
             step_id: l.step_id,
             node_id: l.node_id,
             node_tasks: l.node_tasks.clone(),
+            cyclic: l.cyclic,
             hosts,
             outbox,
             inner: Mutex::new(Inner::default()),
@@ -187,6 +187,7 @@ impl StepPmix {
             hosts: self.hosts.clone(),
             node_id: self.node_id,
             node_tasks: self.node_tasks.clone(),
+            cyclic: self.cyclic,
             job_id: self.job_id,
             uid,
             gid,
@@ -378,7 +379,10 @@ impl StepPmix {
             msg: Some(agent_message::Msg::StepOutput(quorum_proto::agent::StepOutput {
                 job_id: self.job_id,
                 step_id: self.step_id,
-                task: self.node_tasks.iter().take(self.node_id as usize).sum(),
+                task: quorum_model::step::task_ranks(&self.node_tasks, self.cyclic)
+                    .get(self.node_id as usize)
+                    .and_then(|r| r.first().copied())
+                    .unwrap_or(0),
                 stderr: true,
                 data: b"quorum-agent: a task called PMIx_Abort: the step's tasks on this node are killed\n".to_vec(),
             })),
@@ -819,9 +823,10 @@ mod server {
         std::io::stdin().lock().read_line(&mut first).map_err(|e| e.to_string())?;
         let layout: Layout = serde_json::from_str(&first).map_err(|e| format!("the step's layout: {e}"))?;
         let api = Api::load()?;
-        let (firsts, total) = layout.firsts();
+        let (ranks, total) = layout.ranks();
         let node = layout.node_id as usize;
-        let (Some(&mine), Some(&first_rank)) = (layout.node_tasks.get(node), firsts.get(node)) else {
+        let (Some(&mine), Some(&first_rank)) = (layout.node_tasks.get(node), ranks.get(node).and_then(|r| r.first()))
+        else {
             return Err("this node is not among the step's".into());
         };
         if layout.hosts.len() != layout.node_tasks.len() {
@@ -857,12 +862,8 @@ mod server {
 
         // The step: its size, maps, this node's peers, and every rank's place.
         let node_map = generated(api.generate_regex, &layout.hosts.join(","))?;
-        let ppn: Vec<String> = layout
-            .node_tasks
-            .iter()
-            .zip(&firsts)
-            .map(|(&n, &f)| (f..f + n).map(|r| r.to_string()).collect::<Vec<_>>().join(","))
-            .collect();
+        let ppn: Vec<String> =
+            ranks.iter().map(|r| r.iter().map(u32::to_string).collect::<Vec<_>>().join(",")).collect();
         let proc_map = generated(api.generate_ppn, &ppn.join(";"))?;
         let mut job = Infos::new(&api);
         // The job id without the secret: tools print it.
@@ -884,9 +885,8 @@ mod server {
         job.u32("pmix.num.slots", mine)?;
         job.string("pmix.tmpdir", &layout.dir)?;
         job.string("pmix.nsdir", &layout.dir)?;
-        for (n, (&tasks, &f)) in layout.node_tasks.iter().zip(&firsts).enumerate() {
-            for local in 0..tasks {
-                let rank = f + local;
+        for (n, here) in ranks.iter().enumerate() {
+            for (local, &rank) in (0u32..).zip(here) {
                 let mut p = Infos::new(&api);
                 p.rank("pmix.rank", rank)?;
                 p.u32("pmix.appnum", 0)?;
@@ -906,7 +906,7 @@ mod server {
         })?;
 
         // Each task here: its rank, its user, and the variables that lead it to this server.
-        for rank in first_rank..first_rank + mine {
+        for &rank in &ranks[node] {
             let proc_ = Proc { nspace, rank };
             completed("PMIx_server_register_client", |cb, cbdata| unsafe {
                 // SAFETY: the proc outlives the call.

@@ -358,6 +358,12 @@ async fn start_job(
             Ok(p) => p,
             Err(e) => return failed(format!("cannot name the job's host: {e}")),
         };
+        if let Some(hosts) = &agent.config.hosts_file {
+            prepared = match prepared.hosts(hosts) {
+                Ok(p) => p,
+                Err(e) => return failed(format!("cannot give the job the cluster's hosts file: {e}")),
+            };
+        }
     }
     if let Some(a) = &account {
         prepared = prepared.run_as(supervisor::Credentials { uid: a.uid, gid: a.gid, groups: a.groups.clone() });

@@ -42,16 +42,23 @@ async fn task_failed(agent: &Agent, l: &StepLaunch, task: u32, error: String) {
 
 /// Starts this node's tasks of a step.
 pub(crate) async fn launch(agent: Arc<Agent>, l: StepLaunch) {
-    let tasks = l.first_task..l.first_task.saturating_add(l.tasks);
+    // This node's tasks: in blocks, or its share of the cyclic numbering.
+    let (tasks, layout_error) = match crate::pmi::local_ranks(&l) {
+        Ok(tasks) => (tasks, None),
+        Err(e) => ((l.first_task..l.first_task.saturating_add(l.tasks)).collect(), Some(e)),
+    };
     let refuse = |error: String| {
-        let (agent, l) = (agent.clone(), l.clone());
+        let (agent, l, tasks) = (agent.clone(), l.clone(), tasks.clone());
         async move {
-            for task in l.first_task..l.first_task.saturating_add(l.tasks) {
+            for task in tasks {
                 task_failed(&agent, &l, task, error.clone()).await;
             }
             forget_if_idle(&agent, (l.job_id, l.step_id));
         }
     };
+    if let Some(e) = layout_error {
+        return refuse(format!("step launch refused: {e}")).await;
+    }
     let grant = match crate::grants::verify_step(&agent, &l) {
         Ok(g) => g,
         Err(e) => return refuse(format!("step launch refused: {e}")).await,
@@ -175,8 +182,7 @@ pub(crate) async fn launch(agent: Arc<Agent>, l: StepLaunch) {
     });
     let cpus_per_task =
         l.env.iter().find(|e| e.name == "SLURM_CPUS_PER_TASK").and_then(|e| e.value.parse::<u32>().ok()).unwrap_or(1);
-    for task in tasks {
-        let local = task - l.first_task;
+    for (local, &task) in (0u32..).zip(&tasks) {
         let bound = match (&binding, &job_cpus) {
             (Some(b), Some(cpus)) => match b.cpus(cpus, local, cpus_per_task) {
                 Ok(mine) => Some(Binding::new(b, &mine, &agent.config.name, task, local)),
@@ -291,6 +297,7 @@ pub(crate) async fn launch(agent: Arc<Agent>, l: StepLaunch) {
             &cgroup_procs,
             task == 0,
             hostname,
+            hostname.and(agent.config.hosts_file.as_deref()),
             slave,
             inside.as_ref(),
             pmi_socket.as_ref().map(|s| s.as_raw_fd()),
@@ -412,6 +419,7 @@ fn spawn(
     cgroup_procs: &[std::path::PathBuf],
     takes_stdin: bool,
     node_hostname: Option<&str>,
+    agent_hosts_file: Option<&std::path::Path>,
     pty: Option<&std::os::fd::OwnedFd>,
     inside: Option<&Inside>,
     pmi_fd: Option<i32>,
@@ -441,6 +449,10 @@ fn spawn(
         Some(n) => Some(CString::new(n).map_err(std::io::Error::other)?),
         None => None,
     };
+    let hosts = match agent_hosts_file {
+        Some(f) => Some(CString::new(f.as_os_str().as_encoded_bytes()).map_err(std::io::Error::other)?),
+        None => None,
+    };
     let mut cmd = std::process::Command::new(&resolved);
     cmd.arg0(program)
         .args(&argv[1..])
@@ -468,7 +480,7 @@ fn spawn(
                 return Err(std::io::Error::last_os_error());
             }
             if let Some(name) = &hostname {
-                if !supervisor::set_hostname(name) {
+                if !supervisor::set_hostname(name, hosts.as_ref()) {
                     return Err(std::io::Error::last_os_error());
                 }
             }

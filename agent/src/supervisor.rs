@@ -90,6 +90,9 @@ pub struct Prepared {
     lease: Option<(CString, u64)>,
     /// The host name the job sees, in a UTS namespace of its own.
     hostname: Option<CString>,
+    /// With the host name: the file the job sees as `/etc/hosts`, in a mount namespace of its
+    /// own (the cluster's node names, where no name service knows them).
+    hosts: Option<CString>,
     /// The umask the job starts with (its submitter's; never the agent's own).
     umask: u32,
     /// The container the job runs in (`--container-image`): entered after its output files
@@ -168,6 +171,7 @@ impl Prepared {
             usage: path_cstring("the record path", &record.join("usage"))?,
             lease: None,
             hostname: None,
+            hosts: None,
             umask: DEFAULT_UMASK,
             container: None,
         })
@@ -208,6 +212,12 @@ impl Prepared {
     /// The job sees `name` as its host name (a UTS namespace of its own).
     pub fn hostname(mut self, name: &str) -> io::Result<Prepared> {
         self.hostname = Some(cstring("the host name", name.as_bytes())?);
+        Ok(self)
+    }
+
+    /// With a host name, the job sees `file` as `/etc/hosts` (a mount namespace of its own).
+    pub fn hosts(mut self, file: &Path) -> io::Result<Prepared> {
+        self.hosts = Some(path_cstring("the hosts file", file)?);
         Ok(self)
     }
 
@@ -345,6 +355,7 @@ impl Prepared {
             w.u64(*deadline);
         }
         w.opt(self.hostname.as_ref());
+        w.opt(self.hosts.as_ref());
         w.u64(u64::from(self.umask));
         w.flag(self.container.is_some());
         if let Some(c) = &self.container {
@@ -393,6 +404,7 @@ impl Prepared {
             usage: r.cstring()?,
             lease: if r.flag()? { Some((r.cstring()?, r.u64()?)) } else { None },
             hostname: r.opt()?,
+            hosts: r.opt()?,
             umask: u32::try_from(r.u64()?).ok().filter(|m| *m <= 0o777)?,
             container: if r.flag()? {
                 let root = r.cstring()?;
@@ -1030,7 +1042,7 @@ unsafe fn start_job(p: &Prepared, argv: &[*const libc::c_char], envp: &[*const l
         }
     }
     if let Some(name) = &p.hostname {
-        if !set_hostname(name) {
+        if !set_hostname(name, p.hosts.as_ref()) {
             fail(exec_w, Step::Limits, errno());
         }
     }
@@ -1115,12 +1127,28 @@ unsafe fn open_outputs(p: &Prepared, exec_w: RawFd) {
     }
 }
 
-/// Enters a UTS namespace of its own named `name`. Async-signal-safe: unshare, sethostname.
+/// Enters a UTS namespace of its own named `name`, and with `hosts` a mount namespace of its
+/// own whose `/etc/hosts` is that file (bound over it; nothing it mounts reaches the node's
+/// namespace). Async-signal-safe: unshare, sethostname, mount.
 ///
 /// # Safety
-/// Between fork and exec only; `name` was made before the fork.
-pub unsafe fn set_hostname(name: &CString) -> bool {
-    libc::unshare(libc::CLONE_NEWUTS) == 0 && libc::sethostname(name.as_ptr(), name.as_bytes().len()) == 0
+/// Between fork and exec only; `name` and `hosts` were made before the fork.
+pub unsafe fn set_hostname(name: &CString, hosts: Option<&CString>) -> bool {
+    if libc::unshare(libc::CLONE_NEWUTS) != 0 || libc::sethostname(name.as_ptr(), name.as_bytes().len()) != 0 {
+        return false;
+    }
+    let Some(hosts) = hosts else { return true };
+    let root = c"/";
+    let target = c"/etc/hosts";
+    libc::unshare(libc::CLONE_NEWNS) == 0
+        && libc::mount(
+            std::ptr::null(),
+            root.as_ptr(),
+            std::ptr::null(),
+            libc::MS_REC | libc::MS_SLAVE,
+            std::ptr::null(),
+        ) == 0
+        && libc::mount(hosts.as_ptr(), target.as_ptr(), std::ptr::null(), libc::MS_BIND, std::ptr::null()) == 0
 }
 
 /// Sends a signal to a whole process group; a group that is already gone is fine.
@@ -1293,6 +1321,8 @@ mod tests {
             .lease(&dir.path().join("lease"), u64::MAX - 1)
             .unwrap()
             .hostname("node07")
+            .unwrap()
+            .hosts(&dir.path().join("hosts"))
             .unwrap();
         p.cgroup_procs = vec![CString::new("/sys/fs/cgroup/a/cgroup.procs").unwrap()];
         p.cgroup_kill = Some(CString::new("/sys/fs/cgroup/a/cgroup.kill").unwrap());
@@ -1305,7 +1335,7 @@ mod tests {
         assert_eq!(back.credentials.as_ref().map(|c| c.groups.clone()), Some(vec![1002, 27, 4_000_000_000]));
         assert_eq!((back.rlimit_data, back.truncate, back.searched), (Some(1 << 40), false, true));
         assert_eq!(back.lease.as_ref().map(|l| l.1), Some(u64::MAX - 1));
-        assert_eq!(back.hostname, p.hostname);
+        assert_eq!((&back.hostname, &back.hosts), (&p.hostname, &p.hosts));
         assert_eq!(back.cgroup_sweep, None);
         // Cut anywhere, or with anything after it, it is refused rather than half read.
         for n in 0..bytes.len() {

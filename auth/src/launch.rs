@@ -111,6 +111,10 @@ pub fn step_digest(s: &quorum_proto::agent::StepLaunch) -> String {
         parts.push(b"cpu_bind");
         parts.push(s.cpu_bind.as_bytes());
     }
+    // And the cyclic numbering of its tasks.
+    if s.cyclic {
+        parts.push(b"cyclic");
+    }
     spec_digest(parts)
 }
 
@@ -235,5 +239,24 @@ mod tests {
         let (bytes, sig) = Signer::load(&other_layout.launch_key()).unwrap().sign(&grant(10_000));
         assert_eq!(verifier.verify(&bytes, &sig, 9_000, 0), Err(LaunchError::BadSignature));
         assert_ne!(spec_digest([b"ab".as_slice(), b"c"]), spec_digest([b"a".as_slice(), b"bc"]));
+    }
+
+    #[test]
+    fn a_step_digest_covers_its_layout() {
+        let launch = quorum_proto::agent::StepLaunch {
+            step_id: 1,
+            node_id: 1,
+            first_task: 1,
+            tasks: 2,
+            node_tasks: vec![2, 2],
+            argv: vec!["hostname".into()],
+            ..Default::default()
+        };
+        let digest = step_digest(&launch);
+        let cyclic = quorum_proto::agent::StepLaunch { cyclic: true, ..launch.clone() };
+        assert_ne!(step_digest(&cyclic), digest, "the numbering of the tasks");
+        let moved = quorum_proto::agent::StepLaunch { node_tasks: vec![3, 1], ..launch.clone() };
+        assert_ne!(step_digest(&moved), digest, "the tasks per node");
+        assert_eq!(step_digest(&launch.clone()), digest);
     }
 }

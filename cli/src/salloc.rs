@@ -238,6 +238,8 @@ async fn run(a: SallocArgs) -> anyhow::Result<u8> {
     } else {
         a.command.clone()
     };
+    // `-m`: the command's sruns read it, as under Slurm's salloc.
+    let layout = a.opts.distribution.clone().map(|d| ("SLURM_DISTRIBUTION", d));
     let allocation = allocation_spec(*a.opts, command.clone(), "salloc")?;
     let became = allocation.run_as.is_some();
     let job = allocate(&client, allocation, "salloc", true).await?;
@@ -251,6 +253,7 @@ async fn run(a: SallocArgs) -> anyhow::Result<u8> {
     let mut child = match tokio::process::Command::new(&command[0])
         .args(&command[1..])
         .envs(allocation_env(&job))
+        .envs(layout)
         .env(quorum_proto::LEADER_ENV, client.preferred())
         .spawn()
     {

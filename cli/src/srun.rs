@@ -147,8 +147,9 @@ pub struct SrunArgs {
     /// named slurm_bcast_JOBID.PROGRAM.
     #[arg(long, num_args = 0..=1, default_missing_value = "", require_equals = true)]
     bcast: Option<String>,
-    /// Task layout (Slurm's --distribution): block, the layout steps have, is honoured; other
-    /// layouts are accepted with a warning.
+    /// How tasks are numbered over the step's nodes (Slurm's --distribution): block (the
+    /// default) or cyclic; plane=N, arbitrary and the levels after ':' (sockets, cores) are
+    /// accepted with a warning. Default: $SLURM_DISTRIBUTION.
     #[arg(short = 'm', long)]
     distribution: Option<String>,
     #[command(flatten)]
@@ -210,11 +211,15 @@ quorum_client::tolerated! { StepTolerated {
     whole: "--whole" => "a step gets the CPUs it asks for";
 } }
 
-/// `--distribution`'s warning, unless it asks for the block layout steps have.
-fn distribution_warning(distribution: &str) -> Option<String> {
-    (distribution.split([':', ',']).next() != Some("block")).then(|| {
-        format!("--distribution={distribution} is accepted but not honoured: tasks are laid out in blocks, filling each node in turn")
-    })
+/// `--distribution` (`-m`): whether tasks are numbered cyclic over the nodes, and a warning for
+/// what is accepted but not honoured.
+fn distribution(text: &str) -> anyhow::Result<(bool, Option<String>)> {
+    quorum_model::step::parse_distribution(text).map_err(anyhow::Error::msg)
+}
+
+/// `--distribution`, else srun's input variable `SLURM_DISTRIBUTION` (which a step's tasks have).
+fn distribution_option(a: &SrunArgs) -> Option<String> {
+    a.distribution.clone().or_else(|| std::env::var("SLURM_DISTRIBUTION").ok().filter(|d| !d.trim().is_empty()))
 }
 
 /// `--cpu-bind`, else srun's input variable `SLURM_CPU_BIND` (which a step's tasks have).
@@ -345,6 +350,9 @@ fn request(a: &SrunArgs, job_id: u64) -> anyhow::Result<StepRequest> {
         overlap: a.overlap,
         env: exported(a.export.as_deref(), quorum_client::submit::process_environment())?
             .into_iter()
+            .filter(|(name, _)| name != "SLURM_DISTRIBUTION")
+            // Slurm's tasks see the distribution srun was given, as given.
+            .chain(distribution_option(a).map(|d| ("SLURM_DISTRIBUTION".to_string(), d)))
             .map(|(name, value)| EnvVar { name, value })
             .collect(),
         work_dir: cwd,
@@ -362,6 +370,10 @@ fn request(a: &SrunArgs, job_id: u64) -> anyhow::Result<StepRequest> {
         // SLURM_OVERCOMMIT, which salloc and the batch step set).
         overcommit: a.overcommit
             || std::env::var("SLURM_OVERCOMMIT").is_ok_and(|v| matches!(v.as_str(), "1" | "yes" | "true")),
+        cyclic: match distribution_option(a) {
+            Some(d) => distribution(&d)?.0,
+            None => false,
+        },
     })
 }
 
@@ -435,7 +447,15 @@ struct Sink {
 
 impl Sink {
     fn node_of(&self, task: u32) -> (usize, &str) {
-        let i = self.started.first_task.iter().rposition(|&f| f <= task).unwrap_or(0);
+        let i = if self.started.cyclic {
+            // Round-robin: find the node whose share holds the task.
+            quorum_model::step::task_ranks(&self.started.node_tasks, true)
+                .iter()
+                .position(|r| r.binary_search(&task).is_ok())
+                .unwrap_or(0)
+        } else {
+            self.started.first_task.iter().rposition(|&f| f <= task).unwrap_or(0)
+        };
         (i, self.started.nodes.get(i).map(String::as_str).unwrap_or(""))
     }
 
@@ -603,7 +623,10 @@ async fn run(a: SrunArgs) -> anyhow::Result<u8> {
     let (_, unbound) = cpu_bind(bind_option(&a).as_deref())?;
     if !a.quiet {
         let chosen = unbound;
-        let layout = a.distribution.as_deref().and_then(distribution_warning);
+        let layout = match distribution_option(&a) {
+            Some(d) => distribution(&d)?.1,
+            None => None,
+        };
         for w in a.tolerated.warnings().into_iter().chain(chosen).chain(layout) {
             eprintln!("srun: warning: {w}");
         }
@@ -967,8 +990,17 @@ mod tests {
         let warned = a.tolerated.warnings();
         assert!(warned.iter().any(|w| w.starts_with("--whole is accepted but not honoured")), "{warned:?}");
         assert!(warned.iter().any(|w| w.starts_with("--gres=gpu:1 is accepted")), "{warned:?}");
-        assert_eq!(super::distribution_warning(a.distribution.as_deref().unwrap()), None);
-        assert!(super::distribution_warning("cyclic").unwrap().contains("--distribution=cyclic"));
+        assert!(!super::distribution(a.distribution.as_deref().unwrap()).unwrap().0);
+        assert_eq!(super::distribution("block").unwrap(), (false, None));
+        assert_eq!(super::distribution("cyclic").unwrap(), (true, None));
+        assert_eq!(super::distribution("cyclic,NoPack").unwrap(), (true, None));
+        let (cyclic, warning) = super::distribution("cyclic:block").unwrap();
+        assert!(cyclic && warning.unwrap().contains("levels within a node"));
+        assert!(super::distribution("plane=4").unwrap().1.unwrap().contains("plane"));
+        for bad in ["bogus", "plane=0", "block:x", "block:block:block:block", "cyclic,loose"] {
+            let e = super::distribution(bad).unwrap_err().to_string();
+            assert!(e.contains(&format!("invalid --distribution '{bad}'")), "{e}");
+        }
         assert!(SrunArgs::try_parse_from(["-N2"]).is_err());
     }
 
@@ -989,7 +1021,7 @@ mod tests {
     /// srun's file names: task, node and step numbers padded to the width asked, as Slurm's.
     #[test]
     fn output_patterns_pad_numbers_to_their_width() {
-        let sink = super::Sink {
+        let mut sink = super::Sink {
             label_width: None,
             output: None,
             error: None,
@@ -1000,6 +1032,8 @@ mod tests {
                 ntasks: 4,
                 nodes: vec!["n1".into(), "n2".into()],
                 first_task: vec![0, 2],
+                node_tasks: vec![2, 2],
+                cyclic: false,
             },
             job: super::JobNames { array: None, user: "alice".into(), name: "x".into() },
             files: Default::default(),
@@ -1007,6 +1041,11 @@ mod tests {
         };
         assert_eq!(sink.expand("o-%J-%s-%n-%t-%N", 3), "o-42.3-3-1-3-n2");
         assert_eq!(sink.expand("%5j.%3t.%2n.%4J", 2), "00042.002.01.0042.3");
+        // Cyclic: task 2 on the first node, 3 on the second.
+        sink.started.cyclic = true;
+        sink.started.first_task = vec![0, 1];
+        assert_eq!(sink.expand("%t-%N", 2), "2-n1");
+        assert_eq!(sink.expand("%t-%n", 3), "3-1");
     }
 
     #[test]

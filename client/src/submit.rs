@@ -152,6 +152,11 @@ pub struct SubmitOpts {
     /// --ntasks says (the tasks then share them); steps inside overcommit too (SLURM_OVERCOMMIT).
     #[arg(short = 'O', long)]
     pub overcommit: bool,
+    /// How the job's steps number their tasks over their nodes: block or cyclic (Slurm's
+    /// `NODES[:SOCKETS[:CORES]]`; see srun). The job gets it as SLURM_DISTRIBUTION, which srun
+    /// reads.
+    #[arg(short = 'm', long)]
+    pub distribution: Option<String>,
     /// Back to the queue if a node it runs on fails (default: it ends NODE_FAIL).
     #[arg(long, conflicts_with = "no_requeue")]
     pub requeue: bool,
@@ -280,9 +285,6 @@ tolerated! { Tolerated {
     /// Accepted, not honoured (no memory binding).
     #[arg(long)]
     mem_bind: "--mem-bind" => "memory is not bound to NUMA nodes";
-    /// Accepted, not honoured (tasks are laid out in blocks).
-    #[arg(short = 'm', long)]
-    distribution: "--distribution" => "tasks are laid out in blocks, filling each node in turn";
     /// Accepted, not honoured (no network topology is configured).
     #[arg(long)]
     switches: "--switches" => "no switch topology limits placement here";
@@ -382,6 +384,7 @@ impl SubmitOpts {
             exclusive: self.exclusive || (other.exclusive && !self.oversubscribe),
             oversubscribe: self.oversubscribe || (other.oversubscribe && !self.exclusive),
             overcommit: self.overcommit || other.overcommit,
+            distribution: self.distribution.or(other.distribution),
             requeue: self.requeue || (other.requeue && !self.no_requeue),
             no_requeue: self.no_requeue || (other.no_requeue && !self.requeue),
             signal: self.signal.or(other.signal),
@@ -1210,7 +1213,14 @@ pub fn build_spec(cli: SubmitOpts, payload: Payload, cwd: &Path, env: Vec<(Strin
         Some(b) => parse_begin(b, now_ms)?,
         None => 0,
     };
-    let env = apply_export(opts.export.as_deref().unwrap_or("ALL"), env)?;
+    let mut env = apply_export(opts.export.as_deref().unwrap_or("ALL"), env)?;
+    let mut layout_warning = None;
+    if let Some(d) = &opts.distribution {
+        // As Slurm's sbatch does: the script gets it, and its sruns read it.
+        layout_warning = quorum_model::step::parse_distribution(d)?.1;
+        env.retain(|(k, _)| k != "SLURM_DISTRIBUTION");
+        env.push(("SLURM_DISTRIBUTION".into(), d.clone()));
+    }
     let append_output = match opts.open_mode.as_deref().map(str::to_ascii_lowercase).as_deref() {
         None | Some("truncate") | Some("t") => false,
         Some("append") | Some("a") => true,
@@ -1222,6 +1232,7 @@ pub fn build_spec(cli: SubmitOpts, payload: Payload, cwd: &Path, env: Vec<(Strin
         }
     };
     let mut warnings = opts.tolerated.warnings();
+    warnings.extend(layout_warning);
     if let Some(NodeCount { min, max }) = opts.nodes.filter(|n| n.max > n.min) {
         warnings.push(format!(
             "--nodes={min}-{max} is accepted as {min}: a job gets exactly its minimum number of nodes here"

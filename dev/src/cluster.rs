@@ -242,6 +242,37 @@ pub fn node_name(i: usize) -> String {
     format!("node{:02}", i + 1)
 }
 
+/// The loopback address node `i` of a dev cluster has in its jobs' `/etc/hosts`: 127.0.1.1,
+/// 127.0.1.2, ... (every 127.x.y.z reaches this host).
+pub fn node_address(i: usize) -> std::net::Ipv4Addr {
+    let i = i as u32;
+    std::net::Ipv4Addr::new(127, (i / 254 / 254 % 254) as u8, (1 + i / 254 % 254) as u8, (1 + i % 254) as u8)
+}
+
+/// The `/etc/hosts` the jobs of a dev cluster of `agents` nodes see: this host's, its lines for
+/// the nodes' names left out, and one line for each node.
+fn write_hosts_file(data_dir: &std::path::Path, agents: usize) -> anyhow::Result<std::path::PathBuf> {
+    let names: Vec<String> = (0..agents).map(node_name).collect();
+    let host = std::fs::read_to_string("/etc/hosts").unwrap_or_default();
+    let mut text = String::new();
+    for line in host.lines() {
+        let named =
+            line.split('#').next().unwrap_or("").split_whitespace().skip(1).any(|n| names.iter().any(|m| m == n));
+        if !named {
+            text.push_str(line);
+            text.push('\n');
+        }
+    }
+    text.push_str("# quorum dev: this cluster's nodes\n");
+    for (i, name) in names.iter().enumerate() {
+        text.push_str(&format!("{}\t{name}\n", node_address(i)));
+    }
+    let path = data_dir.join("hosts");
+    std::fs::write(&path, text)?;
+    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o644))?;
+    Ok(path)
+}
+
 impl DevCluster {
     pub async fn start(opts: DevOptions) -> anyhow::Result<DevCluster> {
         let (tmp, data_dir) = match &opts.data_dir {
@@ -367,6 +398,13 @@ impl DevCluster {
             false => quorum_agent::devices::resolve(&opts.gpu_files, opts.gpus_per_agent as usize)
                 .map_err(anyhow::Error::msg)?,
         };
+        // Several nodes on one host: each job sees its own node's name (as root), and every
+        // node's name resolves inside jobs (MASTER_ADDR, mpirun's and hydra's daemons).
+        let node_hostname = opts.switch_user && is_root();
+        let hosts_file = match node_hostname {
+            true => Some(write_hosts_file(&data_dir, opts.agents)?),
+            false => None,
+        };
         let mut agent_configs: Vec<AgentConfig> = (0..opts.agents)
             .map(|i| AgentConfig {
                 cpus: opts.cpus_per_agent,
@@ -379,8 +417,8 @@ impl DevCluster {
                 health_check: opts.health_check.clone(),
                 job_scripts: opts.job_scripts.clone(),
                 slurm_commands: slurm_commands.clone(),
-                // Several nodes on one host: each job sees its own node's name (as root).
-                node_hostname: opts.switch_user && is_root(),
+                node_hostname,
+                hosts_file: hosts_file.clone(),
                 tmp_base: job_tmp.path().to_path_buf(),
                 features: opts.node_features.get(i).cloned().unwrap_or_default(),
                 containers: opts.containers.clone(),
@@ -465,6 +503,9 @@ impl DevCluster {
                 }
                 if config.node_hostname {
                     command.arg("--node-hostname");
+                    if let Some(f) = &config.hosts_file {
+                        command.arg("--hosts-file").arg(f);
+                    }
                 }
                 let c = &config.containers;
                 if !c.enabled {

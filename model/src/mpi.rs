@@ -85,17 +85,39 @@ impl fmt::Display for Mpi {
     }
 }
 
-/// PMI's `PMI_process_mapping` of a step whose nodes run `node_tasks[i]` consecutive tasks each
-/// (tasks are placed in blocks, node by node): `(vector,(first node,nodes,tasks each),...)`, one
-/// triple per run of nodes with the same count, as MPICH reads it to find which ranks share a node.
-pub fn process_mapping(node_tasks: &[u32]) -> String {
+/// PMI's `PMI_process_mapping` of a step whose nodes run `node_tasks[i]` tasks each, numbered
+/// in blocks or cyclic ([`crate::step::task_ranks`]): `(vector,(first node,nodes,tasks each),...)`,
+/// each triple a run of consecutive nodes taking the same number of consecutive ranks, as MPICH
+/// reads it to find which ranks share a node. A list that repeats (an even cyclic layout: one
+/// rank per node, round after round) is written once: readers repeat it until every rank has
+/// its node.
+pub fn process_mapping(node_tasks: &[u32], cyclic: bool) -> String {
+    // Runs of consecutive ranks on one node: (node, ranks).
+    let ranks = crate::step::task_ranks(node_tasks, cyclic);
+    let mut node_of: Vec<(u32, usize)> =
+        ranks.iter().enumerate().flat_map(|(n, r)| r.iter().map(move |&r| (r, n))).collect();
+    node_of.sort_unstable();
+    let mut runs: Vec<(usize, u32)> = Vec::new();
+    for (_, n) in node_of {
+        match runs.last_mut() {
+            Some((node, count)) if *node == n => *count += 1,
+            _ => runs.push((n, 1)),
+        }
+    }
+    // Consecutive nodes with the same run: (first node, nodes, ranks each).
+    let mut triples: Vec<(usize, usize, u32)> = Vec::new();
+    for (n, count) in runs {
+        match triples.last_mut() {
+            Some((first, nodes, each)) if *each == count && *first + *nodes == n => *nodes += 1,
+            _ => triples.push((n, 1, count)),
+        }
+    }
+    let period = (1..=triples.len())
+        .find(|&p| triples.len().is_multiple_of(p) && triples.chunks(p).all(|c| c == &triples[..p]))
+        .unwrap_or(0);
     let mut out = String::from("(vector");
-    let mut i = 0;
-    while i < node_tasks.len() {
-        let n = node_tasks[i];
-        let run = node_tasks[i..].iter().take_while(|&&t| t == n).count();
-        out.push_str(&format!(",({i},{run},{n})"));
-        i += run;
+    for (first, nodes, each) in &triples[..period] {
+        out.push_str(&format!(",({first},{nodes},{each})"));
     }
     out.push(')');
     out
@@ -107,10 +129,15 @@ mod tests {
 
     #[test]
     fn the_mapping_groups_runs_of_nodes_with_the_same_count() {
-        assert_eq!(process_mapping(&[2, 2]), "(vector,(0,2,2))");
-        assert_eq!(process_mapping(&[3, 3, 1]), "(vector,(0,2,3),(2,1,1))");
-        assert_eq!(process_mapping(&[1, 2, 1]), "(vector,(0,1,1),(1,1,2),(2,1,1))");
-        assert_eq!(process_mapping(&[]), "(vector)");
+        assert_eq!(process_mapping(&[2, 2], false), "(vector,(0,2,2))");
+        assert_eq!(process_mapping(&[3, 3, 1], false), "(vector,(0,2,3),(2,1,1))");
+        assert_eq!(process_mapping(&[1, 2, 1], false), "(vector,(0,1,1),(1,1,2),(2,1,1))");
+        assert_eq!(process_mapping(&[], false), "(vector)");
+        // Cyclic: one rank per node a round, written once when every round is the same.
+        assert_eq!(process_mapping(&[2, 2], true), "(vector,(0,2,1))");
+        assert_eq!(process_mapping(&[3, 3, 3], true), "(vector,(0,3,1))");
+        assert_eq!(process_mapping(&[2, 1], true), "(vector,(0,2,1),(0,1,1))");
+        assert_eq!(process_mapping(&[1, 1], true), "(vector,(0,2,1))");
     }
 
     #[test]

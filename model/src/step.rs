@@ -51,13 +51,19 @@ pub struct StepRequest {
     /// and holds what is free of what its tasks would need. From feature level 29.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub overcommit: bool,
+    /// `--distribution=cyclic`: tasks numbered round-robin over the step's nodes (rank 0 on the
+    /// first, rank 1 on the second, ...) instead of in blocks; each node runs as many as it
+    /// would in blocks. From feature level 31.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cyclic: bool,
 }
 
 /// The step's share of one node.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StepNode {
     pub node: String,
-    /// Its tasks here: `first_task`, `first_task + 1`, ... (block distribution).
+    /// Its first task here: with the block distribution its tasks are `first_task`,
+    /// `first_task + 1`, ...; with the cyclic one, see [`task_ranks`].
     pub first_task: u32,
     pub tasks: u32,
     /// CPUs it holds here (`tasks × cpus_per_task`).
@@ -69,12 +75,12 @@ pub struct StepNode {
 }
 
 impl StepNode {
-    /// The GPUs task `task` (a global task id of this node) sees.
-    pub fn task_gpus(&self, task: u32, gpus_per_task: u32) -> &[u32] {
+    /// The GPUs the node's `local`-th task (0, 1, ... in rank order) sees.
+    pub fn task_gpus(&self, local: u32, gpus_per_task: u32) -> &[u32] {
         if gpus_per_task == 0 {
             return &self.gpus;
         }
-        let local = (task.saturating_sub(self.first_task) * gpus_per_task) as usize;
+        let local = (local * gpus_per_task) as usize;
         self.gpus.get(local..local + gpus_per_task as usize).unwrap_or(&[])
     }
 }
@@ -126,6 +132,9 @@ pub struct Step {
     /// agent measured them when they ended (from feature level 16).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<crate::usage::JobUsage>,
+    /// Its tasks numbered round-robin over its nodes (`--distribution=cyclic`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cyclic: bool,
 }
 
 impl Step {
@@ -134,10 +143,43 @@ impl Step {
         self.nodes.iter().map(|n| n.node.as_str()).collect()
     }
 
+    /// The tasks on each of its nodes, in node order.
+    pub fn ranks(&self) -> Vec<Vec<u32>> {
+        let counts: Vec<u32> = self.nodes.iter().map(|n| n.tasks).collect();
+        task_ranks(&counts, self.cyclic)
+    }
+
     /// `SLURM_STEP_TASKS_PER_NODE` / `SLURM_TASKS_PER_NODE` as Slurm writes it: `2(x3)`, `3,2`.
     pub fn tasks_per_node(&self) -> String {
         run_lengths(self.nodes.iter().map(|n| n.tasks))
     }
+}
+
+/// The tasks each node runs, given how many (`counts`, in node order): in blocks (node 0 takes
+/// `0..counts[0]`, node 1 the next, ...) or cyclic (task 0 on node 0, task 1 on node 1, ...,
+/// round after round, a node leaving the rounds once it has its count), as Slurm's
+/// `--distribution=block|cyclic` number them.
+pub fn task_ranks(counts: &[u32], cyclic: bool) -> Vec<Vec<u32>> {
+    let mut ranks: Vec<Vec<u32>> = counts.iter().map(|&c| Vec::with_capacity(c as usize)).collect();
+    let mut next = 0u32;
+    if !cyclic {
+        for (here, &c) in ranks.iter_mut().zip(counts) {
+            here.extend(next..next.saturating_add(c));
+            next = next.saturating_add(c);
+        }
+        return ranks;
+    }
+    let mut open: Vec<usize> = (0..counts.len()).filter(|&i| counts[i] > 0).collect();
+    let mut round = 0;
+    while !open.is_empty() {
+        for &i in &open {
+            ranks[i].push(next);
+            next = next.saturating_add(1);
+        }
+        round += 1;
+        open.retain(|&i| counts[i] > round);
+    }
+    ranks
 }
 
 /// Counts per node as Slurm writes them: runs of equal counts as `N(xK)`, e.g. `3,2(x2)`.
@@ -160,6 +202,55 @@ pub fn tasks_per_node(ntasks: u32, nodes: u32) -> String {
     let nodes = nodes.max(1);
     let (base, extra) = (ntasks / nodes, ntasks % nodes);
     run_lengths((0..nodes).map(|i| base + u32::from(i < extra)))
+}
+
+/// `--distribution` (`-m`) of srun, sbatch and salloc, Slurm's `NODES[:SOCKETS[:CORES]][,Pack|NoPack]`: whether tasks are
+/// numbered cyclic over the nodes, and a warning for what is accepted but not honoured. What
+/// Slurm would refuse is refused.
+pub fn parse_distribution(text: &str) -> Result<(bool, Option<String>), String> {
+    let invalid = |why: &str| format!("invalid --distribution '{text}': {why}");
+    let (levels, pack) = match text.split_once(',') {
+        Some((levels, pack)) => (levels, Some(pack)),
+        None => (text, None),
+    };
+    let mut parts = levels.split(':');
+    let nodes = parts.next().unwrap_or("").trim().to_ascii_lowercase();
+    let within: Vec<String> = parts.map(|p| p.trim().to_ascii_lowercase()).collect();
+    let mut unhonoured = Vec::new();
+    let cyclic = match nodes.as_str() {
+        "block" | "*" => false,
+        "cyclic" => true,
+        "arbitrary" => {
+            unhonoured.push("arbitrary (tasks are numbered in blocks)");
+            false
+        }
+        p if p.strip_prefix("plane=").is_some_and(|n| n.parse::<u32>().is_ok_and(|n| n > 0)) => {
+            unhonoured.push("plane (tasks are numbered in blocks)");
+            false
+        }
+        _ => return Err(invalid("the first level is block, cyclic, plane=SIZE, arbitrary or *")),
+    };
+    if within.len() > 2 {
+        return Err(invalid("at most three levels, NODES:SOCKETS:CORES"));
+    }
+    for level in &within {
+        if !matches!(level.as_str(), "block" | "cyclic" | "fcyclic" | "*") {
+            return Err(invalid("the second and third levels are block, cyclic, fcyclic or *"));
+        }
+    }
+    if within.iter().any(|l| l != "*") {
+        unhonoured.push("the levels within a node (tasks are bound to CPUs as --cpu-bind says)");
+    }
+    match pack.map(|p| p.trim().to_ascii_lowercase()) {
+        None => {}
+        // Steps spread their tasks as evenly as they go already.
+        Some(p) if p == "nopack" => {}
+        Some(p) if p == "pack" => unhonoured.push("Pack (tasks are spread over the step's nodes evenly)"),
+        Some(_) => return Err(invalid("after ',' comes Pack or NoPack")),
+    }
+    let warning = (!unhonoured.is_empty())
+        .then(|| format!("--distribution={text}: {} accepted but not honoured", unhonoured.join("; ")));
+    Ok((cyclic, warning))
 }
 
 /// Why a step cannot start.
@@ -308,20 +399,20 @@ pub fn layout(shares: &[NodeShare], running: &[Step], req: &StepRequest) -> Resu
             if g > 0 { format!(" and {g} GPUs") } else { String::new() }
         ))
     })?;
-    let mut first_task = 0;
+    let ranks = task_ranks(&counts, req.cyclic);
     Ok(placed
         .into_iter()
         .zip(&counts)
-        .map(|(i, &tasks)| {
+        .zip(&ranks)
+        .map(|((i, &tasks), ranks)| {
             let c = want(tasks, free(i).0);
             let gpus = if gpt == 0 {
                 shares[i].gpus.to_vec()
             } else {
                 free(i).1.into_iter().take((tasks * gpt) as usize).collect()
             };
-            let node = StepNode { node: names[i].to_string(), first_task, tasks, cpus: c as u32, gpus };
-            first_task += tasks;
-            node
+            let first_task = ranks.first().copied().unwrap_or(0);
+            StepNode { node: names[i].to_string(), first_task, tasks, cpus: c as u32, gpus }
         })
         .collect())
 }
@@ -398,6 +489,7 @@ mod tests {
             exit_code: None,
             signal: None,
             usage: None,
+            cyclic: false,
         }
     }
 
@@ -503,5 +595,28 @@ mod tests {
 
     fn first_gpus(nodes: &[StepNode]) -> Vec<u32> {
         nodes[0].task_gpus(0, 1).to_vec()
+    }
+
+    #[test]
+    fn cyclic_numbers_tasks_round_robin_and_keeps_each_nodes_count() {
+        assert_eq!(task_ranks(&[2, 2], false), vec![vec![0, 1], vec![2, 3]]);
+        assert_eq!(task_ranks(&[2, 2], true), vec![vec![0, 2], vec![1, 3]]);
+        assert_eq!(task_ranks(&[3, 1, 2], true), vec![vec![0, 3, 5], vec![1], vec![2, 4]]);
+        assert_eq!(task_ranks(&[], true), Vec::<Vec<u32>>::new());
+        // Every task once, whatever the counts.
+        for counts in [vec![5, 1, 1, 3], vec![1], vec![4, 4, 4]] {
+            let mut all: Vec<u32> = task_ranks(&counts, true).concat();
+            all.sort_unstable();
+            assert_eq!(all, (0..counts.iter().sum::<u32>()).collect::<Vec<_>>());
+        }
+
+        let alloc = allocation(&[("n1", 4, &[]), ("n2", 4, &[])]);
+        let req = StepRequest { ntasks: 3, cyclic: true, ..Default::default() };
+        let nodes = layout(&alloc.shares(), &[], &req).unwrap();
+        assert_eq!(shape(&nodes), vec![("n1", 0, 2, vec![]), ("n2", 1, 1, vec![])]);
+        let mut s = step(1, nodes, 0, false);
+        s.cyclic = true;
+        assert_eq!(s.ranks(), vec![vec![0, 2], vec![1]]);
+        assert_eq!(s.tasks_per_node(), "2,1");
     }
 }

@@ -106,6 +106,10 @@ struct Args {
     /// own: for several agents on one host (needs root).
     #[arg(long)]
     node_hostname: bool,
+    /// With --node-hostname: the file jobs see as /etc/hosts, each in a mount namespace of its
+    /// own (node names where no name service knows them, as `quorum dev` writes it).
+    #[arg(long, requires = "node_hostname")]
+    hosts_file: Option<PathBuf>,
     /// Refuse jobs and steps in containers (`--container-image`) on this node.
     #[arg(long)]
     no_containers: bool,
@@ -159,6 +163,9 @@ async fn agent_main() -> anyhow::Result<()> {
         otlp_endpoint: args.otlp_endpoint.as_deref(),
     })
     .map_err(|e| anyhow::anyhow!(e))?;
+    if let Some(f) = args.hosts_file.as_ref().filter(|f| !f.is_file()) {
+        anyhow::bail!("--hosts-file {}: not a file", f.display());
+    }
     let mem_mb = match &args.mem {
         Some(m) => parse_mem(m)?,
         None => resources::detect_mem_mb(),
@@ -182,6 +189,7 @@ async fn agent_main() -> anyhow::Result<()> {
         slurm_commands: args.slurm_commands.is_dir().then_some(args.slurm_commands),
         tmp_base: args.tmp_base,
         node_hostname: args.node_hostname,
+        hosts_file: args.hosts_file.clone(),
         containers: quorum_agent::container::ContainerConfig {
             enabled: !args.no_containers,
             cache_dir: args.image_cache,

@@ -103,6 +103,16 @@ fn run(cluster: &DevCluster, bin: &Path, dir: &Path, program: &str, args: &[&str
 /// that srun started are also told their node (`SLURMD_NODENAME`); `mpirun` passes its own
 /// environment on to the ranks it starts, as it does on Slurm.
 fn assert_world(out: &str, err: &str) {
+    assert_layout(out, err, [(0, "node01"), (1, "node01"), (2, "node02"), (3, "node02")]);
+}
+
+/// As [`assert_world`], with the ranks numbered round-robin over the nodes
+/// (`--distribution=cyclic`).
+fn assert_cyclic_world(out: &str, err: &str) {
+    assert_layout(out, err, [(0, "node01"), (1, "node02"), (2, "node01"), (3, "node02")]);
+}
+
+fn assert_layout(out: &str, err: &str, layout: [(u32, &str); 4]) {
     let mut ranks: Vec<(u32, String)> = Vec::new();
     for line in out.lines().filter(|l| l.starts_with("rank ")) {
         let w: Vec<&str> = line.split_whitespace().collect();
@@ -110,8 +120,7 @@ fn assert_world(out: &str, err: &str) {
         ranks.push((w[1].parse().unwrap(), w[5].to_string()));
     }
     ranks.sort();
-    let expected: Vec<(u32, String)> =
-        [(0, "node01"), (1, "node01"), (2, "node02"), (3, "node02")].map(|(r, n)| (r, n.to_string())).to_vec();
+    let expected: Vec<(u32, String)> = layout.map(|(r, n)| (r, n.to_string())).to_vec();
     assert_eq!(ranks, expected, "stdout:\n{out}\nstderr:\n{err}");
 }
 
@@ -145,6 +154,37 @@ async fn srun_direct_launch_serves_pmi2_to_mpich_across_nodes() {
     let (code, out, err) = salloc("srun ./allreduce_mpich");
     assert_eq!(code, Some(0), "{out}\n{err}");
     assert_world(&out, &err);
+    // Cyclic: ranks 0 and 2 on the first node, 1 and 3 on the second, and MPICH's map of
+    // which ranks share a node (PMI_process_mapping) says so: its reduction and barrier run.
+    let (code, out, err) = salloc("srun --mpi=pmi2 -m cyclic -N2 -n4 ./allreduce_mpich");
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    assert_cyclic_world(&out, &err);
+    // Also from SLURM_DISTRIBUTION, which salloc -m sets; each task's output file is named
+    // after its own node, and tasks see the distribution asked for.
+    let (code, out, err) = run(
+        &cluster,
+        bin.path(),
+        dir.path(),
+        "salloc",
+        &[
+            "-N2",
+            "--ntasks-per-node=2",
+            "-m",
+            "cyclic",
+            "bash",
+            "-c",
+            "srun --mpi=none -n4 -o 'task.%t.%N' bash -c 'echo $SLURM_PROCID $SLURM_LOCALID $SLURMD_NODENAME $SLURM_DISTRIBUTION'",
+        ],
+    );
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    for (task, local, node) in [(0, 0, "node01"), (1, 0, "node02"), (2, 1, "node01"), (3, 1, "node02")] {
+        let file = dir.path().join(format!("task.{task}.{node}"));
+        let text = std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{}: {e}\n{out}\n{err}", file.display()));
+        assert_eq!(text.trim(), format!("{task} {local} {node} cyclic"));
+    }
+    let (code, _, err) = salloc("srun -m diagonal true");
+    assert_ne!(code, Some(0));
+    assert!(err.contains("invalid --distribution 'diagonal'"), "{err}");
     // --mpi=none: four worlds of one, as without PMI.
     let (code, out, err) = salloc("srun --mpi=none ./allreduce_mpich");
     assert_eq!(code, Some(0), "{out}\n{err}");
@@ -200,6 +240,10 @@ async fn srun_direct_launch_serves_pmix_to_open_mpi_across_nodes() {
         let w: Vec<&str> = line.split_whitespace().collect();
         assert_eq!(w[5], w[7], "srun tells each rank its node: {line}");
     }
+    // Cyclic: Open MPI's node and process maps (PMIx_generate_ppn) and local ranks follow it.
+    let (code, out, err) = salloc("srun --mpi=pmix --distribution=cyclic ./allreduce_ompi");
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    assert_cyclic_world(&out, &err);
     // Slurm's versioned name, twice in a row on the same agents.
     let (code, out, err) = salloc("srun --mpi=pmix_v4 ./allreduce_ompi && srun --mpi=pmix ./allreduce_ompi");
     assert_eq!(code, Some(0), "{out}\n{err}");
@@ -261,7 +305,9 @@ async fn mpirun_and_mpiexec_run_inside_allocations() {
                   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1\n\
                   mpirun.openmpi ./allreduce_ompi > ompi.out\n\
                   mpiexec.mpich ./allreduce_mpich > mpich.out\n\
-                  srun --mpi=pmi2 ./allreduce_mpich > direct.out\n";
+                  srun --mpi=pmi2 ./allreduce_mpich > direct.out\n\
+                  getent hosts node02 > hosts.out\n\
+                  srun -N2 -n2 bash -c 'echo $(hostname) $(grep -c \"^# quorum dev\" /etc/hosts) $(getent hosts node01)' | sort >> hosts.out\n";
     std::fs::write(dir.path().join("job.sh"), script).unwrap();
     let (code, out, err) = run(&cluster, bin.path(), dir.path(), "sbatch", &["-o", "batch.out", "job.sh"]);
     assert_eq!(code, Some(0), "{out}\n{err}");
@@ -273,6 +319,20 @@ async fn mpirun_and_mpiexec_run_inside_allocations() {
         let out = std::fs::read_to_string(dir.path().join(name)).unwrap();
         assert_world(&out, &format!("{name}; the job's output:\n{log}"));
     }
+    // Inside the job (the batch step and each step's tasks) the nodes' names resolve through
+    // the cluster's own /etc/hosts, which the host's is not.
+    let hosts = std::fs::read_to_string(dir.path().join("hosts.out")).unwrap();
+    let lines: Vec<Vec<&str>> = hosts.lines().map(|l| l.split_whitespace().collect()).collect();
+    assert_eq!(
+        lines,
+        [
+            vec!["127.0.1.2", "node02"],
+            vec!["node01", "1", "127.0.1.1", "node01"],
+            vec!["node02", "1", "127.0.1.1", "node01"]
+        ],
+        "{hosts}\n{log}"
+    );
+    assert!(!std::fs::read_to_string("/etc/hosts").unwrap().contains("# quorum dev"));
     cluster.shutdown().await;
 }
 

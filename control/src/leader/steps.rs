@@ -191,8 +191,14 @@ pub fn step_launch(job: &Job, step: &Step, node_id: usize, start: &quorum_proto:
         // Without options of its own, a step runs in the job's container (salloc's or sbatch's
         // --container-image), as pyxis passes a job's options on to its steps.
         container: start.container.clone().or_else(|| job.spec.container.as_ref().map(crate::wire::container_to_proto)),
-        // With PMI, every node knows the step's layout (PMI_process_mapping, fences).
-        node_tasks: if start.mpi.is_empty() { Vec::new() } else { step.nodes.iter().map(|n| n.tasks).collect() },
+        // With PMI or the cyclic numbering, every node knows the step's layout (PMI_process_mapping,
+        // fences, which tasks are its own).
+        node_tasks: if start.mpi.is_empty() && !step.cyclic {
+            Vec::new()
+        } else {
+            step.nodes.iter().map(|n| n.tasks).collect()
+        },
+        cyclic: step.cyclic,
         mpi: start.mpi.clone(),
         cpu_bind: start.cpu_bind.clone(),
     }

@@ -129,13 +129,16 @@ pub(super) async fn run_step(api: &Api, caller: Caller, mut input: Streaming<Ste
         overlap: start.overlap,
         het_groups: start.het_groups.clone(),
         overcommit: start.overcommit,
+        cyclic: start.cyclic,
     };
-    if start.overcommit {
+    for (asked, needs, what) in [
+        (start.overcommit, quorum_state::OVERCOMMIT_LEVEL, "--overcommit"),
+        (start.cyclic, quorum_state::CYCLIC_LEVEL, "--distribution=cyclic"),
+    ] {
         let level = api.replica.shared.read().state.cluster_level();
-        if level < quorum_state::OVERCOMMIT_LEVEL {
+        if asked && level < needs {
             return Err(Status::failed_precondition(format!(
-                "--overcommit needs every replica at feature level {} (the cluster is at {level}: finish the upgrade first)",
-                quorum_state::OVERCOMMIT_LEVEL
+                "{what} needs every replica at feature level {needs} (the cluster is at {level}: finish the upgrade first)"
             )));
         }
     }
@@ -244,6 +247,8 @@ pub(super) async fn run_step(api: &Api, caller: Caller, mut input: Streaming<Ste
         ntasks: step.ntasks,
         nodes: step.nodes.iter().map(|n| n.node.clone()).collect(),
         first_task: step.nodes.iter().map(|n| n.first_task).collect(),
+        node_tasks: step.nodes.iter().map(|n| n.tasks).collect(),
+        cyclic: step.cyclic,
     };
     let _ = tx.send(event(step_event::Msg::Started(started))).await;
     let handles = Handles { replica: api.replica.clone(), leader: api.leader.clone() };
@@ -340,9 +345,10 @@ impl Pump {
         mut from_agents: mpsc::Receiver<FromAgent>,
         unreachable: Vec<usize>,
     ) {
+        let ranks = self.step.ranks();
         for i in unreachable {
             let n = self.step.nodes[i].clone();
-            for task in n.first_task..n.first_task + n.tasks {
+            for &task in &ranks[i] {
                 let error = format!("node {} has no agent connected", n.node);
                 self.task_exit(TaskExit { task, exit_code: 1, signal: 0, error }).await;
             }

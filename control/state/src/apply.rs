@@ -1364,6 +1364,7 @@ pub fn plan_step(job: &Job, user: &str, request: &step::StepRequest) -> Result<s
         exit_code: None,
         signal: None,
         usage: None,
+        cyclic: request.cyclic,
     })
 }
 

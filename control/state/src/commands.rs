@@ -78,7 +78,11 @@ pub struct NodeRegistration {
 /// 29. steps that run more tasks than they have CPUs (`srun --overcommit`).
 /// 30. heterogeneous jobs whose components run in partitions of their own, and jobs allocated
 ///     as if one task ran on each node (`sbatch --overcommit`).
-pub const FEATURE_LEVEL: u32 = 30;
+/// 31. steps whose tasks are numbered round-robin over their nodes (`srun -m cyclic`).
+pub const FEATURE_LEVEL: u32 = 31;
+
+/// Steps numbered cyclic (`StepRequest::cyclic`).
+pub const CYCLIC_LEVEL: u32 = 31;
 
 /// Components in partitions of their own (`HetComponent::partition`) and jobs allocated with
 /// `--overcommit` (`JobSpec::overcommit`).
@@ -646,6 +650,12 @@ impl Command {
             Command::SuspendJob { .. } => (UPDATE_LEVEL, "suspending or resuming a job (scontrol suspend|resume)"),
             Command::ApplyPlan { preemptions, .. } if !preemptions.is_empty() => {
                 (PREEMPTION_LEVEL, "preempting jobs to make room for another")
+            }
+            Command::StartStep { request, .. } if request.cyclic => {
+                (CYCLIC_LEVEL, "a job step with --distribution=cyclic")
+            }
+            Command::StartStep { request, .. } if request.overcommit => {
+                (OVERCOMMIT_LEVEL, "a job step with --overcommit")
             }
             Command::StartStep { expect: Some(_), .. } => (EARLY_STEP_LEVEL, "a job step launched as it commits"),
             Command::EndStep { usage: Some(_), .. } => (STEP_USAGE_LEVEL, "what a job step used"),

@@ -658,6 +658,27 @@ fn steps_are_recorded_hold_their_cpus_and_end_with_their_job() {
     assert_eq!(apply(&mut s, 20, end), Response::Ok);
     let job = &s.jobs[&1];
     assert_eq!((job.steps.last().unwrap().usage, job.step_usage, job.usage), (Some(used), Some(used), None));
+    // Cyclic (level 31): recorded so, the tasks numbered round-robin over the step's nodes.
+    let cyclic = StepRequest { name: "x".into(), ntasks: 2, overlap: true, cyclic: true, ..Default::default() };
+    let command = Command::StartStep { job_id: 1, user: "alice".into(), request: cyclic, now: 4700, expect: None };
+    assert_eq!(command.level().0, crate::CYCLIC_LEVEL);
+    match apply(&mut s, 21, command) {
+        Response::StepStarted { step, .. } => {
+            assert!(step.cyclic);
+            assert_eq!(step.ranks(), vec![vec![0], vec![1]]);
+        }
+        other => panic!("{other:?}"),
+    }
+    let end = Command::EndStep {
+        job_id: 1,
+        step_id: 3,
+        exit_code: 0,
+        signal: None,
+        cancelled: false,
+        now: 4800,
+        usage: None,
+    };
+    assert_eq!(apply(&mut s, 22, end), Response::Ok);
     assert!(matches!(step(&mut s, 27, "alice", 0), Response::StepStarted { .. }), "ended steps hold nothing");
     // The second node's end (its holder killed) decides nothing; the first node's does.
     let ended = |node: &str, code: i32| Command::JobEnded {
