@@ -13,6 +13,7 @@ mod man;
 mod sacct;
 mod sacct_json;
 mod sacctmgr;
+mod sacctmgr_change;
 mod salloc;
 mod sbatch;
 mod sbcast;

@@ -1,8 +1,8 @@
 //! `sacctmgr`: the account tree, users, associations and QOS as Slurm's sacctmgr lists them
 //! (`sacctmgr -n -s list user alice format=account%256`, `sacctmgr -P show assoc`,
 //! `sacctmgr show qos`). Quorum keeps associations as accounts with their users: each account is
-//! an association of its own, and each of its users another, under it. Changes go through
-//! `quorum admin account|qos`.
+//! an association of its own, and each of its users another, under it. `add`, `modify` and
+//! `delete` ([`crate::sacctmgr_change`]) send what `quorum admin account|qos` sends.
 
 use clap::Parser;
 use quorum_client::client::ControllersArg;
@@ -19,7 +19,9 @@ use crate::sacct::{hms, table, FormArgs};
     after_help = "Commands: show|list ENTITY [where] [SPEC...] [format=FIELD[%WIDTH],...]\n\
                   Entities: account, user, association, qos, cluster (plural forms too).\n\
                   Specs: names=, accounts=, users=, clusters=, parent=, withassoc.\n\
-                  Changes: quorum admin account, quorum admin qos."
+                  Changes: add|modify|delete account|user|qos NAME [where SPEC...] [set KEY=VALUE...]\n\
+                  (add account lab parent=root fairshare=10; add user alice account=lab;\n\
+                  modify qos high set priority=100); asked to commit unless -i."
 )]
 pub struct SacctmgrArgs {
     #[command(flatten)]
@@ -29,7 +31,7 @@ pub struct SacctmgrArgs {
     /// With users and accounts, a line for each of their associations (`withassoc`).
     #[arg(short = 's', long = "associations")]
     associations: bool,
-    /// Commit changes without asking (accepted: this sacctmgr only reads).
+    /// Commit changes without asking.
     #[arg(short = 'i', long)]
     immediate: bool,
     /// Print no messages but errors (accepted).
@@ -214,9 +216,9 @@ fn parse(words: &[String]) -> Result<(Entity, Query), String> {
     let Some(command) = words.first() else { return Err(format!("no command: {usage}")) };
     match command.to_ascii_lowercase().as_str() {
         "show" | "list" => {}
-        "add" | "create" | "modify" | "update" | "delete" | "remove" | "archive" | "load" | "dump" => {
+        "archive" | "load" | "dump" => {
             return Err(format!(
-                "'{command}' is not done by sacctmgr here: change accounts and users with 'quorum admin account', QOS with 'quorum admin qos'"
+                "'{command}' is not done by sacctmgr here: the job history is kept by the controllers (sacct reads it)"
             ))
         }
         other => return Err(format!("unknown command '{other}': {usage}")),
@@ -439,7 +441,54 @@ fn rows(
     }
 }
 
+/// Whether the command changes something.
+fn changes(words: &[String]) -> bool {
+    words.first().is_some_and(|w| {
+        matches!(w.to_ascii_lowercase().as_str(), "add" | "create" | "modify" | "update" | "delete" | "remove")
+    })
+}
+
+/// `add|modify|delete`: says what would change, asks unless `-i`, then sends it.
+async fn change(a: &SacctmgrArgs) -> anyhow::Result<u8> {
+    use std::io::Write;
+    let entity = a.words.get(1).ok_or_else(|| anyhow::anyhow!("{} what? account, user or qos", a.words[0]))?;
+    let ctx = Context { client: a.controllers.client()?, stale: false };
+    let have = ctx.send(api::ListAccountsRequest {}, |mut c, r| async move { c.list_accounts(r).await }).await?;
+    let plan = crate::sacctmgr_change::plan(&a.words[0], entity, &a.words[2..], &have).map_err(anyhow::Error::msg)?;
+    if !a.quiet {
+        for line in &plan.said {
+            println!("{line}");
+        }
+    }
+    if !a.immediate {
+        print!("Would you like to commit changes? (You have 30 seconds to decide)\n(N/y): ");
+        std::io::stdout().flush()?;
+        let mut answer = String::new();
+        std::io::stdin().read_line(&mut answer)?;
+        if !matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes") {
+            println!(" Changes Discarded");
+            return Ok(1);
+        }
+    }
+    for c in plan.changes {
+        match c {
+            crate::sacctmgr_change::Change::Account(account) => {
+                let req = api::UpsertAccountRequest { account: Some(account), user: crate::commands::current_user() };
+                ctx.send(req, |mut c, r| async move { c.upsert_account(r).await }).await?;
+            }
+            crate::sacctmgr_change::Change::Qos(qos) => {
+                let req = api::UpsertQosRequest { qos: Some(qos), user: crate::commands::current_user() };
+                ctx.send(req, |mut c, r| async move { c.upsert_qos(r).await }).await?;
+            }
+        }
+    }
+    Ok(0)
+}
+
 pub async fn run(a: SacctmgrArgs) -> anyhow::Result<u8> {
+    if changes(&a.words) {
+        return change(&a).await;
+    }
     let (entity, q) = parse(&a.words).map_err(anyhow::Error::msg)?;
     let withassoc = a.associations || q.withassoc;
     let fields = match &q.format {
@@ -521,7 +570,8 @@ mod tests {
     #[test]
     fn what_it_cannot_do_is_named() {
         let words = |w: &[&str]| w.iter().map(|x| x.to_string()).collect::<Vec<_>>();
-        assert!(parse(&words(&["add", "account", "x"])).unwrap_err().contains("quorum admin account"));
+        assert!(parse(&words(&["dump", "cluster"])).unwrap_err().contains("'dump'"));
+        assert!(changes(&words(&["add", "account", "x"])) && !changes(&words(&["show", "account"])));
         assert!(parse(&words(&["show", "bogus"])).unwrap_err().contains("'bogus'"));
         assert!(parse(&words(&["show", "user", "color=red"])).unwrap_err().contains("'color='"));
         assert!(parse(&words(&["show", "user", "cluster=other"])).unwrap_err().contains("'other'"));

@@ -971,6 +971,16 @@ impl ClusterSettings {
 
     /// [`ClusterSettings::load`] of a file's text; `name` names it in errors.
     pub fn parse(name: &str, text: &str) -> Result<Self, ConfigError> {
+        ControllerConfig::parse_site(name, text)?.settings()
+    }
+}
+
+impl ControllerConfig {
+    /// A controller config file's text whose replica's own fields (`id`, `listen`, `data_dir`,
+    /// `replicas`) may be left out, for what runs a cluster of its own from the file's
+    /// cluster-wide sections (`quorum dev --config`, the simulator); those fields, if left out,
+    /// are placeholders the caller replaces. Not validated: the caller validates what it makes.
+    pub fn parse_site(name: &str, text: &str) -> Result<ControllerConfig, ConfigError> {
         let name = name.to_string();
         let mut table: toml::Table =
             toml::from_str(text).map_err(|e| ConfigError::Parse { path: name.clone(), message: e.to_string() })?;
@@ -983,9 +993,7 @@ impl ClusterSettings {
             r.insert("addr".into(), toml::Value::String("127.0.0.1:0".into()));
             toml::Value::Array(vec![toml::Value::Table(r)])
         });
-        let config: ControllerConfig =
-            table.try_into().map_err(|e: toml::de::Error| ConfigError::Parse { path: name, message: e.to_string() })?;
-        config.settings()
+        table.try_into().map_err(|e: toml::de::Error| ConfigError::Parse { path: name, message: e.to_string() })
     }
 }
 

@@ -98,6 +98,13 @@ pub struct DevOptions {
     pub limits: quorum_control::config::AdmissionLimits,
     /// The agents' containers: allowed or not, registries, their CAs, the image cache's bound.
     pub containers: quorum_agent::container::ContainerConfig,
+    /// A controller config file's cluster-wide sections (`quorum dev --config`): partitions,
+    /// scheduler and preemption, QOS, accounts, switches, licenses, limits, the submit filter,
+    /// `[gpu_idle]`, mail, `mpi_default`, accounting, roles and private data, `min_job_age_s`,
+    /// node timeouts and `[http] metrics_allow` replace this cluster's own; the replica's own
+    /// fields (id, addresses, data directory, certificates, Raft timings) stay the dev
+    /// cluster's. Its partitions and switches name the dev cluster's nodes, node01, node02, ...
+    pub site: Option<ControllerConfig>,
 }
 
 impl Default for DevOptions {
@@ -139,6 +146,7 @@ impl Default for DevOptions {
             metrics_allow: Vec::new(),
             purge_job_after: Duration::ZERO,
             containers: Default::default(),
+            site: None,
             node_features: Vec::new(),
             extra_partitions: Vec::new(),
             scheduler: Default::default(),
@@ -242,6 +250,58 @@ pub fn node_name(i: usize) -> String {
     format!("node{:02}", i + 1)
 }
 
+/// `config` (a dev replica's) with `site`'s cluster-wide sections in place of its own.
+fn with_site(config: ControllerConfig, site: Option<&ControllerConfig>) -> ControllerConfig {
+    let Some(site) = site else { return config };
+    let mut security = config.security;
+    security.admins = site.security.admins.clone();
+    security.operators = site.security.operators.clone();
+    security.private_data = site.security.private_data.clone();
+    security.clock_skew_s = site.security.clock_skew_s;
+    ControllerConfig {
+        partitions: if site.partitions.is_empty() { config.partitions } else { site.partitions.clone() },
+        scheduler: site.scheduler.clone(),
+        qos: site.qos.clone(),
+        accounts: site.accounts.clone(),
+        switches: site.switches.clone(),
+        licenses: site.licenses.clone(),
+        security,
+        limits: site.limits.clone(),
+        submit_filter: site.submit_filter.clone(),
+        gpu_idle: site.gpu_idle.clone(),
+        mail_program: site.mail_program.clone(),
+        min_job_age_s: site.min_job_age_s,
+        mpi_default: site.mpi_default,
+        accounting: site.accounting.clone(),
+        node_timeout_ms: site.node_timeout_ms,
+        agent_lease_ms: site.agent_lease_ms,
+        http: HttpConfig { listen: config.http.listen, metrics_allow: site.http.metrics_allow.clone() },
+        ..config
+    }
+}
+
+/// That every node `site`'s partitions and switches name is one of the `agents` nodes of the
+/// dev cluster: a partition of nodes that never come would hold its jobs for ever.
+fn check_site_nodes(site: &ControllerConfig, agents: usize) -> anyhow::Result<()> {
+    let ours: Vec<String> = (0..agents.max(1)).map(node_name).collect();
+    let named = site
+        .partitions
+        .iter()
+        .map(|p| (format!("partition {}", p.name), &p.nodes))
+        .chain(site.switches.iter().map(|s| (format!("switch {}", s.name), &s.nodes)));
+    for (what, nodes) in named {
+        let names = quorum_control::model::hostlist::expand(nodes)
+            .map_err(|e| anyhow::anyhow!("{what}: nodes = \"{nodes}\": {e}"))?;
+        if let Some(other) = names.iter().find(|n| !ours.contains(n)) {
+            anyhow::bail!(
+                "{what} names node {other}, which this dev cluster does not have: its nodes are {} (--agents {agents}); name them in the file",
+                quorum_control::model::hostlist::compress(&ours.iter().map(String::as_str).collect::<Vec<_>>())
+            );
+        }
+    }
+    Ok(())
+}
+
 /// The loopback address node `i` of a dev cluster has in its jobs' `/etc/hosts`: 127.0.1.1,
 /// 127.0.1.2, ... (every 127.x.y.z reaches this host).
 pub fn node_address(i: usize) -> std::net::Ipv4Addr {
@@ -328,6 +388,9 @@ impl DevCluster {
         let replicas: Vec<ReplicaConfig> =
             addrs.iter().enumerate().map(|(i, a)| ReplicaConfig { id: i as u64 + 1, addr: a.clone() }).collect();
         let nodes = if opts.agents == 0 { "node01".to_string() } else { format!("node[01-{:02}]", opts.agents) };
+        if let Some(site) = &opts.site {
+            check_site_nodes(site, opts.agents)?;
+        }
         let configs: Vec<ControllerConfig> = replicas
             .iter()
             .enumerate()
@@ -379,6 +442,7 @@ impl DevCluster {
                     http: HttpConfig { listen: Some("127.0.0.1:0".into()), metrics_allow: opts.metrics_allow.clone() },
                 })
             })
+            .map(|c| c.map(|c| with_site(c, opts.site.as_ref())))
             .collect::<anyhow::Result<_>>()?;
         let mut controllers = Vec::new();
         for (config, listener) in configs.iter().zip(listeners) {

@@ -34,6 +34,13 @@ enum Command {
         /// Keep data here instead of a temporary directory.
         #[arg(long)]
         data: Option<PathBuf>,
+        /// A controller config file (TOML, as quorum-controller reads it): its partitions,
+        /// scheduler and preemption, QOS, accounts, switches, licenses, limits, [gpu_idle],
+        /// mpi_default, roles and the rest of its cluster-wide sections replace the dev
+        /// cluster's; its replica's own fields (id, addresses, data_dir, certificates) are
+        /// ignored. Partitions name the dev cluster's nodes: node01, node02, ...
+        #[arg(long, short)]
+        config: Option<PathBuf>,
         /// First controller port; the replicas use it and the next two.
         #[arg(long, default_value_t = 7101)]
         port: u16,
@@ -52,9 +59,10 @@ enum Command {
         #[arg(long)]
         agent_processes: bool,
         /// Seconds an ended job stays in the hot state (`quorum queue --all`) before it moves
-        /// to the job history (`sacct`), like Slurm's MinJobAge; 0 keeps ended jobs there.
-        #[arg(long, default_value_t = 300)]
-        min_job_age: u64,
+        /// to the job history (`sacct`), like Slurm's MinJobAge; 0 keeps ended jobs there
+        /// (default: --config's min_job_age_s, else 300).
+        #[arg(long)]
+        min_job_age: Option<u64>,
         /// Plaintext, and names taken from the host's munged at its default socket without TLS
         /// (`insecure = true`): to measure what TLS costs. Not for use.
         #[arg(long, hide = true)]
@@ -74,6 +82,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Dev {
             data,
+            config,
             port,
             agents,
             cpus,
@@ -91,8 +100,21 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             } else {
                 None
             };
-            let min_job_age = std::time::Duration::from_secs(min_job_age);
+            let mut site = match &config {
+                Some(path) => {
+                    let text = std::fs::read_to_string(path)
+                        .map_err(|e| anyhow::anyhow!("--config {}: {e}", path.display()))?;
+                    Some(quorum_control::ControllerConfig::parse_site(&path.display().to_string(), &text)?)
+                }
+                None => None,
+            };
+            let min_job_age =
+                std::time::Duration::from_secs(min_job_age.or(site.as_ref().map(|s| s.min_job_age_s)).unwrap_or(300));
+            if let Some(s) = &mut site {
+                s.min_job_age_s = min_job_age.as_secs();
+            }
             let opts = DevOptions {
+                site,
                 insecure,
                 containers: quorum_agent::container::ContainerConfig {
                     registry_ca,
@@ -137,11 +159,16 @@ const OF_QUORUM_DEV: &[&str] = &["dev", "simulate", "bench"];
 
 async fn dev(opts: DevOptions) -> anyhow::Result<ExitCode> {
     let (agents, cpus) = (opts.agents, opts.cpus_per_agent);
+    let partitions: Option<Vec<String>> =
+        opts.site.as_ref().map(|s| s.partitions.iter().map(|p| p.name.clone()).collect());
     let cluster = DevCluster::start(opts).await?;
     println!(
         "Quorum dev cluster: 3 controller replicas, {agents} agents ({cpus} CPUs, 32G, 4 simulated h100 GPUs each)"
     );
     println!("data: {}", cluster.data_dir.display());
+    if let Some(p) = partitions.filter(|p| !p.is_empty()) {
+        println!("partitions (from --config): {}", p.join(", "));
+    }
     println!();
     println!("In another terminal (any user of this machine; each is who the kernel says):");
     let env: Vec<String> = cluster.env().into_iter().map(|(k, v)| format!("{k}={v}")).collect();

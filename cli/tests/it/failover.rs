@@ -21,6 +21,9 @@ use quorum_proto::api;
 
 const T: Duration = Duration::from_secs(30);
 const CHILD_ENV: &str = "QUORUM_TEST_CHILD";
+/// A replica child's start, as the binary's flags say it: `restore=FILE` (`--restore FILE`) or
+/// `force` (`--force-new-cluster`).
+const START_ENV: &str = "QUORUM_TEST_START";
 const CLIENTS: usize = 4;
 
 /// An acknowledged submit: request id, job id, when it was sent and when it was answered.
@@ -41,6 +44,17 @@ fn child_process() {
         match role.split_once(':') {
             Some(("controller", path)) => {
                 let config = quorum_control::ControllerConfig::load(Path::new(path)).expect("config");
+                let start = match std::env::var(START_ENV).as_deref() {
+                    Ok("force") => quorum_control::replica::backup::Start { force_new_cluster: true, restore: None },
+                    Ok(other) => quorum_control::replica::backup::Start {
+                        restore: other.strip_prefix("restore=").map(PathBuf::from),
+                        force_new_cluster: false,
+                    },
+                    Err(_) => Default::default(),
+                };
+                if let Some(said) = quorum_control::replica::backup::prepare(&config, &start).await.expect("prepare") {
+                    println!("{said}");
+                }
                 let listener = tokio::net::TcpListener::bind(&config.listen).await.expect("bind");
                 // SIGTERM shuts the replica down gracefully, as the real binary does.
                 let mut term =
@@ -96,10 +110,15 @@ fn this_test(name: &str) -> String {
 }
 
 fn spawn_child(role: &str, log: &Path) -> Child {
-    let out = std::fs::File::create(log).expect("log file");
+    spawn_child_with(role, log, None)
+}
+
+fn spawn_child_with(role: &str, log: &Path, start: Option<&str>) -> Child {
+    let out = std::fs::OpenOptions::new().create(true).append(true).open(log).expect("log file");
     Command::new(std::env::current_exe().expect("test binary"))
         .args([&this_test("child_process"), "--exact", "--ignored", "--nocapture", "--test-threads=1"])
         .env(CHILD_ENV, role)
+        .env(START_ENV, start.unwrap_or_default())
         .env("QUORUM_CERTS", DevSecurity::shared().certs_dir())
         .env("RUST_LOG", "info,openraft=error")
         .stdout(Stdio::from(out.try_clone().expect("log file")))
@@ -202,8 +221,13 @@ impl ProcCluster {
 
     /// Starts replica `i` and writes its pid to `controller-<id>.pid`.
     fn spawn_controller(&self, i: usize) -> Child {
+        self.spawn_controller_with(i, None)
+    }
+
+    /// Starts replica `i` with `start` ([`START_ENV`]).
+    fn spawn_controller_with(&self, i: usize, start: Option<&str>) -> Child {
         let log = self.dir.path().join(format!("controller-{}.log", i + 1));
-        let child = spawn_child(&format!("controller:{}", self.configs[i].display()), &log);
+        let child = spawn_child_with(&format!("controller:{}", self.configs[i].display()), &log, start);
         std::fs::write(self.dir.path().join(format!("controller-{}.pid", i + 1)), child.id().to_string()).unwrap();
         child
     }
@@ -467,6 +491,17 @@ async fn rolling_upgrade_of_every_replica_under_load_fails_no_request() {
     assert_eq!(std::fs::read_to_string(work.join("long.starts")).unwrap().lines().count(), 1);
 }
 
+/// A job that ran to its end and left the hot state for the job history (with `min_job_age_s = 1`).
+async fn job_in_history(c: &quorum_client::client::Client, work: &Path) -> u64 {
+    let aged = submit(c, spec(&["true"], work)).await;
+    wait_state(c, aged, &["COMPLETED"], T).await;
+    wait_for(T, "the job to leave the hot state", || async {
+        (!all_jobs(c).await.iter().any(|j| j.id == aged)).then_some(())
+    })
+    .await;
+    aged
+}
+
 fn membership_request(user: &str, id: u64, addr: &str) -> api::MembershipChangeRequest {
     api::MembershipChangeRequest { user: user.into(), id, addr: addr.into() }
 }
@@ -479,12 +514,7 @@ async fn grow_3_to_5_under_load_by_snapshot_and_shrink_back_to_3_leader_included
     let c = client(&addrs);
     // A job that runs and leaves the hot state for the job history before the new replicas
     // join: they install a snapshot without it, and must copy it from a peer's history.
-    let aged = submit(&c, spec(&["true"], &work)).await;
-    wait_state(&c, aged, &["COMPLETED"], T).await;
-    wait_for(T, "the job to leave the hot state", || async {
-        (!all_jobs(&c).await.iter().any(|j| j.id == aged)).then_some(())
-    })
-    .await;
+    let aged = job_in_history(&c, &work).await;
     let load = Load::start(&addrs, &work);
     wait_for(Duration::from_secs(60), "two thousand acknowledged submits", || async {
         (load.acked_so_far() >= 2000).then_some(())
@@ -647,4 +677,168 @@ async fn jobs_outlive_an_agent_killed_and_restarted() {
 
 async fn job_state(c: &quorum_client::client::Client, id: u64) -> String {
     job(c, id).await.state
+}
+
+/// A job's record from any replica, the job history included.
+async fn any_job(c: &quorum_client::client::Client, id: u64) -> Option<api::JobInfo> {
+    c.call(
+        |mut cl| async move { cl.get_job(api::GetJobRequest { job_id: id, stale: true, array_task_id: None }).await },
+    )
+    .await
+    .ok()?
+    .job
+}
+
+/// `quorum admin backup` while clients submit; a new three-replica cluster restored from the
+/// file (`--restore` on each replica) holds every job acknowledged before the backup began,
+/// held as it was, and the job history; job ids go on from where they were; the restored
+/// replicas' digests agree. A flipped byte or a cut file is refused before anything is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backup_under_load_restores_into_a_new_cluster() {
+    let extra = "min_job_age_s = 1\n";
+    let mut cluster = ProcCluster::start_with(extra).await;
+    let (addrs, work) = (cluster.addrs.clone(), cluster.work.clone());
+    let c = client(&addrs);
+    // A job that ran and moved to the job history.
+    let aged = job_in_history(&c, &work).await;
+
+    let load = Load::start(&addrs, &work);
+    wait_for(T, "a hundred acknowledged submits", || async { (load.acked_so_far() >= 100).then_some(()) }).await;
+    let began = Instant::now();
+    let file = cluster.dir.path().join("cluster.backup");
+    let out = quorum(&addrs.join(","), &work, &["admin", "backup", file.to_str().unwrap()]);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(out.stdout.contains("backup of replica") && out.stdout.contains("history records"), "{out:?}");
+    let (acked, failed) = load.finish().await;
+    assert!(failed.is_empty(), "{failed:?}");
+    let before: Vec<u64> = acked.iter().filter(|a| a.3 < began).map(|a| a.1).collect();
+    assert!(before.len() >= 100);
+    let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&file).unwrap().permissions());
+    assert_eq!(mode & 0o777, 0o600, "a backup holds every job's script and environment");
+    let highest = acked.iter().map(|a| a.1).max().unwrap();
+
+    // Damaged copies are refused, and nothing is written.
+    let bytes = std::fs::read(&file).unwrap();
+    let level = quorum_state::FEATURE_LEVEL;
+    let damaged = cluster.dir.path().join("damaged.backup");
+    let mut flipped = bytes.clone();
+    flipped[bytes.len() / 2] ^= 1;
+    std::fs::write(&damaged, &flipped).unwrap();
+    let e = quorum_control::replica::backup::verify(&damaged, level).unwrap_err();
+    assert!(e.contains("checksum") || e.contains("decode") || e.contains("damaged"), "{e}");
+    let fresh = cluster.dir.path().join("fresh");
+    let mut config = quorum_control::ControllerConfig::load(&cluster.configs[0]).unwrap();
+    config.data_dir = fresh.clone();
+    assert!(quorum_control::replica::backup::restore(&config, &damaged).await.is_err());
+    std::fs::write(&damaged, &bytes[..bytes.len() - 100]).unwrap();
+    let e = quorum_control::replica::backup::restore(&config, &damaged).await.unwrap_err().to_string();
+    assert!(e.contains("cut short"), "{e}");
+    assert!(!fresh.join("db").exists(), "a refused backup wrote nothing");
+    assert!(quorum_control::replica::backup::verify(&file, level).is_ok());
+
+    // The old cluster goes; a new one, on other ports and directories, starts from the file.
+    for i in 0..3 {
+        cluster.stop_controller(i, true);
+    }
+    if let Some(mut agent) = cluster.procs.agent.take() {
+        let _ = agent.kill();
+        let _ = agent.wait();
+    }
+    let new_dir = tempfile::tempdir().unwrap();
+    let new_addrs: Vec<String> = free_ports(3).into_iter().map(|p| format!("127.0.0.1:{p}")).collect();
+    let configs: Vec<PathBuf> = (0..3)
+        .map(|i| {
+            let path = new_dir.path().join(format!("controller-{}.toml", i + 1));
+            std::fs::write(&path, controller_config(i, &new_addrs, new_dir.path(), extra)).unwrap();
+            path
+        })
+        .collect();
+    let mut restored =
+        ProcCluster { dir: new_dir, work: work.clone(), addrs: new_addrs.clone(), configs, procs: Procs::default() };
+    let start = format!("restore={}", file.display());
+    for i in 0..3 {
+        let child = restored.spawn_controller_with(i, Some(&start));
+        restored.procs.controllers.push(Some(child));
+    }
+    restored.start_agent();
+    let c2 = client(&new_addrs);
+    for id in &before {
+        let j = wait_for(T, "an acknowledged job in the restored cluster", || async { any_job(&c2, *id).await }).await;
+        assert!(!j.held.is_empty() && j.state == "PENDING", "{j:?}");
+    }
+    let old = any_job(&c2, aged).await.expect("the job history came with the backup");
+    assert_eq!(old.state, "COMPLETED");
+    // Ids go on; a new job runs on the agent that joined the restored cluster.
+    let next = submit(&c2, spec(&["true"], &work)).await;
+    assert!(next > aged && next > before.iter().copied().max().unwrap(), "{next} after {highest}");
+    wait_state(&c2, next, &["COMPLETED"], T).await;
+    assert_digests_agree(&c2).await;
+}
+
+/// Two of three replicas lost with their disks: the survivor, started with
+/// `--force-new-cluster`, becomes a cluster of one with everything it had (refused while another
+/// old member answers), runs a new job, and grows back to three with `add-replica`; the three
+/// agree, and no job it had is missing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lone_survivor_becomes_a_new_cluster_and_grows_back() {
+    let mut cluster = ProcCluster::start().await;
+    let (addrs, work) = (cluster.addrs.clone(), cluster.work.clone());
+    let c = client(&addrs);
+    let mut ids = Vec::new();
+    for _ in 0..5 {
+        ids.push(submit(&c, spec(&["true"], &work)).await);
+    }
+    for id in &ids {
+        wait_state(&c, *id, &["COMPLETED"], T).await;
+    }
+    // Every replica has every entry before the majority goes.
+    assert_digests_agree(&c).await;
+
+    // While replica 2 still answers, the survivor refuses.
+    let mut config1 = quorum_control::ControllerConfig::load(&cluster.configs[0]).unwrap();
+    cluster.stop_controller(0, true);
+    let refused = quorum_control::replica::backup::force_new_cluster(&config1).await.unwrap_err().to_string();
+    assert!(refused.contains("answers at"), "{refused}");
+    for i in 1..3 {
+        cluster.stop_controller(i, false);
+        std::fs::remove_dir_all(cluster.dir.path().join(format!("controller-{}", i + 1))).unwrap();
+    }
+    let child = cluster.spawn_controller_with(0, Some("force"));
+    cluster.procs.controllers[0] = Some(child);
+    let alone = client(&addrs[..1]);
+    let next = submit(&alone, spec(&["true"], &work)).await;
+    wait_state(&alone, next, &["COMPLETED"], T).await;
+    for id in &ids {
+        let j = wait_for(T, "the survivor's jobs", || async { any_job(&alone, *id).await }).await;
+        assert_eq!(j.state, "COMPLETED");
+    }
+    let log = std::fs::read_to_string(cluster.dir.path().join("controller-1.log")).unwrap();
+    assert!(log.contains("is now a cluster of one at index"), "{log}");
+
+    // Fresh replicas 2 and 3 join on their old addresses, with empty disks.
+    for i in 1..3 {
+        std::fs::write(&cluster.configs[i], controller_config(i, &addrs, cluster.dir.path(), "join = true\n")).unwrap();
+        let child = cluster.spawn_controller(i);
+        cluster.procs.controllers[i] = Some(child);
+    }
+    for (id, addr) in [(2u64, &addrs[1]), (3, &addrs[2])] {
+        let req = membership_request("root", id, addr);
+        alone
+            .call(|mut cl| {
+                let req = req.clone();
+                async move { cl.add_replica(req).await }
+            })
+            .await
+            .unwrap_or_else(|e| panic!("add-replica {id}: {e:?}"));
+    }
+    let c = client(&addrs);
+    assert_digests_agree(&c).await;
+    assert_eq!(any_job(&c, next).await.map(|j| j.state).as_deref(), Some("COMPLETED"));
+    config1.data_dir = cluster.dir.path().join("controller-1");
+    let kept: Vec<_> = std::fs::read_dir(&config1.data_dir)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with("db.before-recovery-"))
+        .collect();
+    assert_eq!(kept.len(), 1, "the old data is kept beside the new");
 }

@@ -244,3 +244,62 @@ async fn a_job_opens_only_its_own_gpus_device_files() {
     assert_eq!(read("both"), format!("cvd=0,1\ngpu0: {open}\ngpu1: {open}\n"));
     cluster.shutdown().await;
 }
+
+/// `quorum dev --config FILE`: a site's controller config (the example in deploy/examples/dev)
+/// gives the dev cluster its partitions, QOS, accounts and licenses, while the replicas keep
+/// their own addresses and data; a file that names nodes the dev cluster lacks, or a key no
+/// controller reads, is refused before anything starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dev_cluster_runs_with_a_sites_controller_config() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/examples/dev/site.toml");
+    let text = std::fs::read_to_string(path).unwrap();
+    let site = quorum_control::ControllerConfig::parse_site(path, &text).unwrap();
+    let cluster = cluster(DevOptions { site: Some(site.clone()), ..DevOptions::for_tests() }).await;
+    let c = client(&cluster.addrs);
+    wait_ready(&cluster, &c, 2).await;
+    let env = cluster.controllers_env();
+    let work = tempfile::tempdir().unwrap();
+    let q = |args: &[&str]| quorum(&env, work.path(), args);
+
+    // The file's default partition, on the node it names.
+    let id = submitted(q(&["submit", "--", "true"]));
+    let j = wait_state(&c, id, &["COMPLETED", "FAILED"], T).await;
+    assert_eq!((j.state.as_str(), j.partition.as_str(), j.nodelist.as_str()), ("COMPLETED", "debug", "node01"));
+    // Its limit: an hour is more than debug's 30 minutes.
+    let long = q(&["submit", "-t", "1:00:00", "--", "true"]);
+    assert!(long.code != 0 && long.stderr.contains("debug"), "{long:?}");
+    // Both nodes in scavenger.
+    let id = submitted(q(&["submit", "-p", "scavenger", "-N", "2", "--", "true"]));
+    let j = wait_state(&c, id, &["COMPLETED", "FAILED"], T).await;
+    assert_eq!((j.state.as_str(), j.allocation.len()), ("COMPLETED", 2));
+    // The file's licenses: 3 of 2 can never be had.
+    let greedy = q(&["submit", "-L", "matlab:3", "--", "true"]);
+    assert_ne!(greedy.code, 0, "{greedy:?}");
+    assert!(greedy.stderr.contains("matlab"), "{greedy:?}");
+    // Its QOS and accounts.
+    let bin = tempfile::tempdir().unwrap();
+    let qos = slurm_as(&cluster, bin.path(), "sacctmgr", "root", &["-P", "-n", "show", "qos", "format=name,priority"]);
+    assert!(qos.stdout.lines().any(|l| l == "short|100"), "{qos:?}");
+    let accounts =
+        slurm_as(&cluster, bin.path(), "sacctmgr", "root", &["-P", "-n", "show", "account", "format=account"]);
+    assert!(accounts.stdout.lines().any(|l| l == "vision"), "{accounts:?}");
+    cluster.shutdown().await;
+
+    // Nodes the dev cluster does not have.
+    let mut elsewhere = site.clone();
+    elsewhere.partitions[0].nodes = "node[01-07]".into();
+    let refused =
+        quorum_dev::cluster::DevCluster::start(DevOptions { site: Some(elsewhere), ..DevOptions::for_tests() })
+            .await
+            .err()
+            .expect("a partition of nodes the dev cluster lacks is refused");
+    let message = refused.to_string();
+    assert!(message.contains("partition scavenger names node node03") && message.contains("node[01-02]"), "{message}");
+    // A key no controller reads, through the command itself.
+    let bad = work.path().join("bad.toml");
+    std::fs::write(&bad, format!("bogus_key = 1\n{text}")).unwrap();
+    let out =
+        std::process::Command::new(env!("CARGO_BIN_EXE_quorum")).args(["dev", "--config"]).arg(&bad).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && stderr.contains("bogus_key"), "{stderr}");
+}

@@ -892,3 +892,71 @@ async fn constraint_node_counts_pick_that_many_nodes_of_each_feature() {
     }
     cluster.shutdown().await;
 }
+
+/// `sacctmgr add|modify|delete` in Slurm's syntax, as sites script it: an account and a user in
+/// it with their fairshare, then changed and taken out, each read back with `sacctmgr show`; a
+/// change not confirmed is discarded; another user may not change accounts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sacctmgr_adds_modifies_and_deletes_as_slurms_does() {
+    let (cluster, _c, dir, bin) = site(DevOptions::for_tests()).await;
+    let sacctmgr = |args: &[&str]| ok(&cluster, dir.path(), bin.path(), "sacctmgr", args);
+    let out = sacctmgr(&["-i", "add", "account", "lab", "parent=root", "fairshare=10", "maxjobs=4"]);
+    assert!(out.contains("Adding Account(s)") && out.contains("lab"), "{out}");
+    sacctmgr(&["-i", "add", "user", "alice", "account=lab", "fairshare=3"]);
+    sacctmgr(&["-i", "add", "qos", "high", "priority=100", "maxjobsperuser=2"]);
+    let assoc = |cluster: &quorum_dev::cluster::DevCluster| {
+        let (code, out, err) = run_command(
+            cluster,
+            dir.path(),
+            &slurm_command(bin.path(), "sacctmgr"),
+            &["-P", "-n", "show", "assoc", "where", "account=lab", "format=account,user,fairshare,maxjobs"],
+            "",
+        );
+        assert_eq!(code, Some(0), "{err}");
+        out
+    };
+    assert_eq!(assoc(&cluster), "lab||10|4\nlab|alice|3|\n");
+    let qos = sacctmgr(&["-P", "-n", "show", "qos", "format=name,priority,maxjobspu"]);
+    assert!(qos.lines().any(|l| l == "high|100|2"), "{qos}");
+
+    sacctmgr(&["-i", "modify", "user", "where", "name=alice", "account=lab", "set", "fairshare=5"]);
+    sacctmgr(&["-i", "modify", "account", "where", "name=lab", "set", "maxjobs=-1", "qos=+high"]);
+    assert_eq!(assoc(&cluster), "lab||10|\nlab|alice|5|\n");
+
+    // Not confirmed: nothing changes.
+    let (code, out, _) = run_command(
+        &cluster,
+        dir.path(),
+        &slurm_command(bin.path(), "sacctmgr"),
+        &["delete", "user", "alice", "account=lab"],
+        "n\n",
+    );
+    assert_eq!(code, Some(1));
+    assert!(out.contains("Changes Discarded"), "{out}");
+    assert_eq!(assoc(&cluster), "lab||10|\nlab|alice|5|\n");
+    let (code, _, err) = run_command(
+        &cluster,
+        dir.path(),
+        &slurm_command(bin.path(), "sacctmgr"),
+        &["delete", "user", "alice", "account=lab"],
+        "y\n",
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(assoc(&cluster), "lab||10|\n");
+
+    // What is not kept is refused by name; a user who is not an admin changes nothing.
+    let (code, _, err) = run_command(
+        &cluster,
+        dir.path(),
+        &slurm_command(bin.path(), "sacctmgr"),
+        &["-i", "add", "account", "x", "wckey=a"],
+        "",
+    );
+    assert_ne!(code, Some(0));
+    assert!(err.contains("wckey="), "{err}");
+    ensure_user("mallory");
+    let denied = slurm_as(&cluster, bin.path(), "sacctmgr", "mallory", &["-i", "add", "account", "evil"]);
+    assert_ne!(denied.code, 0);
+    assert!(denied.stderr.contains("admin"), "{denied:?}");
+    cluster.shutdown().await;
+}

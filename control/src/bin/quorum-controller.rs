@@ -17,6 +17,20 @@ struct Args {
     /// Export spans to this OTLP (gRPC) endpoint, e.g. `http://collector:4317`.
     #[arg(long, env = quorum_proto::telemetry::OTLP_ENDPOINT_ENV)]
     otlp_endpoint: Option<String>,
+    /// Start this replica of a new cluster (the config's replicas) from a backup that `quorum
+    /// admin backup` wrote, checked whole first; its data directory must be empty. Restore the
+    /// same file on every replica of the new cluster, then start them as usual.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["verify_backup", "force_new_cluster"])]
+    restore: Option<PathBuf>,
+    /// Check a backup (its checksum, that it is whole, that this release can restore it), say
+    /// what it holds, and exit.
+    #[arg(long, value_name = "FILE")]
+    verify_backup: Option<PathBuf>,
+    /// After losing a majority of replicas for good: make this replica, its disk intact, a new
+    /// cluster of one with everything in its log, then serve. Refused while another replica of
+    /// the config answers. Add fresh replicas afterwards with `quorum admin add-replica`.
+    #[arg(long)]
+    force_new_cluster: bool,
 }
 
 #[tokio::main]
@@ -34,6 +48,19 @@ async fn main() -> anyhow::Result<()> {
     })
     .map_err(|e| anyhow::anyhow!(e))?;
     let config = ControllerConfig::load(&args.config)?;
+    if let Some(file) = &args.verify_backup {
+        let s = quorum_control::replica::backup::verify(file, config.feature_level())
+            .map_err(|e| anyhow::anyhow!("{} is refused: {e}", file.display()))?;
+        println!("{}: {}", file.display(), s.describe());
+        return Ok(());
+    }
+    let start = quorum_control::replica::backup::Start {
+        restore: args.restore.clone(),
+        force_new_cluster: args.force_new_cluster,
+    };
+    if let Some(said) = quorum_control::replica::backup::prepare(&config, &start).await? {
+        println!("{said}");
+    }
     let listener = tokio::net::TcpListener::bind(&config.listen)
         .await
         .map_err(|e| anyhow::anyhow!("binding {}: {e}", config.listen))?;

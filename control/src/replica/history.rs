@@ -298,6 +298,30 @@ impl History {
         Ok((out, last, true))
     }
 
+    /// Calls `taken` once a point-in-time view of the history exists (a RocksDB snapshot), then
+    /// `read` with every record of that view in id order, as stored: what a backup copies. Later
+    /// writes and deletions do not change what `read` sees.
+    pub fn with_view<T>(
+        &self,
+        taken: impl FnOnce(),
+        read: impl FnOnce(&mut dyn Iterator<Item = std::result::Result<Vec<u8>, String>>) -> T,
+    ) -> T {
+        let snapshot = self.db.snapshot();
+        taken();
+        let Ok(cf) = self.cf() else {
+            let mut failed = std::iter::once(Err::<Vec<u8>, String>(format!("missing column family {CF_HISTORY}")));
+            return read(&mut failed);
+        };
+        let mut opts = rocksdb::ReadOptions::default();
+        opts.set_snapshot(&snapshot);
+        let iter = self.db.iterator_cf_opt(cf, opts, IteratorMode::From(&[JOB], Direction::Forward));
+        let mut records = iter
+            .map(|item| item.map_err(|e| format!("reading the job history: {e}")))
+            .take_while(|item| item.as_ref().map_or(true, |(key, _)| key.first() == Some(&JOB) && key.len() == 9))
+            .map(|item| item.map(|(_, value)| value.to_vec()));
+        read(&mut records)
+    }
+
     /// Writes records a peer sent ([`History::page_after`]), indexing them as its own, each at
     /// the index it entered the peer's history at.
     pub fn write_records(&self, records: &[Vec<u8>]) -> Result<()> {

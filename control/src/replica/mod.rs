@@ -5,6 +5,7 @@
 //! agents, the scheduler's estimates, gRPC statuses or the services: the composition root
 //! (`node.rs`) wires those.
 
+pub mod backup;
 pub mod batch;
 pub mod catch_up;
 pub mod history;

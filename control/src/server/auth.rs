@@ -52,7 +52,7 @@ pub fn rule(path: &str) -> Option<Rule> {
                 "SetNodesDrained" | "FollowHistory" | "CreateReservation" | "UpdateReservation"
                 | "DeleteReservation" => Rule::Operator,
                 "UpsertAccount" | "UpsertQos" | "InjectGpuFault" | "Digest" | "ReplicaDigest" | "AddReplica"
-                | "RemoveReplica" | "TransferLeader" | "SetRole" => Rule::Admin,
+                | "Backup" | "RemoveReplica" | "TransferLeader" | "SetRole" => Rule::Admin,
                 "Campaign" | "HistoryPage" => Rule::Replica,
                 _ => return None,
             }

@@ -304,3 +304,77 @@ impl Api {
         }
     }
 }
+
+/// What a backup streams.
+pub type BackupStream = std::pin::Pin<Box<dyn tokio_stream::Stream<Item = Result<BackupChunk, Status>> + Send>>;
+
+/// Bytes of the file per message.
+const BACKUP_CHUNK: usize = 1 << 20;
+
+/// Sends what a backup writes as it is written, a chunk a message, in order.
+struct ToStream {
+    tx: tokio::sync::mpsc::Sender<Result<BackupChunk, Status>>,
+    buf: Vec<u8>,
+}
+
+impl std::io::Write for ToStream {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        self.buf.extend_from_slice(data);
+        if self.buf.len() >= BACKUP_CHUNK {
+            self.flush()?;
+        }
+        Ok(data.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        let data = std::mem::take(&mut self.buf);
+        self.tx
+            .blocking_send(Ok(BackupChunk { data, summary: None }))
+            .map_err(|_| std::io::Error::other("the caller went away"))
+    }
+}
+
+/// `quorum admin backup`: this replica's state and job history at one index, written on a
+/// thread of its own as the caller reads it (a slow reader slows the writing, never fills
+/// memory), the cluster serving meanwhile.
+pub(super) fn backup(api: &Api, caller: &Caller) -> Result<BackupStream, Status> {
+    let shared = api.replica.shared.clone();
+    let id = api.replica.id;
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    tracing::info!(replica = id, by = %caller.user, "backup started");
+    std::thread::Builder::new()
+        .name("backup".into())
+        .spawn(move || {
+            let mut out = ToStream { tx: tx.clone(), buf: Vec::new() };
+            let last = match crate::replica::backup::write(&shared, id, &mut out) {
+                Ok(s) => {
+                    tracing::info!(
+                        replica = id,
+                        index = s.header.index,
+                        bytes = s.bytes,
+                        jobs = s.jobs,
+                        "backup written"
+                    );
+                    Ok(BackupChunk {
+                        data: std::mem::take(&mut out.buf),
+                        summary: Some(BackupSummary {
+                            index: s.header.index,
+                            feature_level: s.header.feature_level,
+                            jobs: s.jobs,
+                            history_records: s.history_records,
+                            bytes: s.bytes,
+                            sha256: s.sha256,
+                            replica: id,
+                        }),
+                    })
+                }
+                Err(e) => Err(Status::failed_precondition(format!("backup: {e}"))),
+            };
+            let _ = tx.blocking_send(last);
+        })
+        .map_err(|e| Status::internal(format!("backup: {e}")))?;
+    Ok(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx)))
+}

@@ -67,6 +67,12 @@ pub async fn serve(
 #[tonic::async_trait]
 impl Quorum for Api {
     type RunStepStream = steps::StepStream;
+    type BackupStream = cluster::BackupStream;
+
+    async fn backup(&self, req: Request<BackupRequest>) -> Result<Response<Self::BackupStream>, Status> {
+        let caller = auth::caller(&req)?;
+        cluster::backup(self, &caller).map(Response::new)
+    }
 
     async fn run_step(
         &self,

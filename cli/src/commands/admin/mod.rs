@@ -99,6 +99,17 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Write a backup of the cluster (its replicated state and job history at one log index,
+    /// with a checksum) to FILE, from the replica the client reaches first (or --replica), while
+    /// the cluster serves; `quorum-controller --restore FILE` starts a new cluster from it. The
+    /// file holds every job's script and environment: it is made readable by its owner only.
+    Backup {
+        /// Where to write it (written beside it first, then renamed: never half a file).
+        file: std::path::PathBuf,
+        /// The replica to take it from (host:port).
+        #[arg(long)]
+        replica: Option<String>,
+    },
     /// Add or change a QOS.
     Qos(accounts::QosArgs),
     /// Give a user a role at run time: user, operator (any job; drain and resume nodes) or
@@ -123,6 +134,7 @@ pub async fn run(ctx: &Context, command: Command) -> anyhow::Result<ExitCode> {
         Command::RemoveReplica { id } => replicas::remove(ctx, id).await,
         Command::Versions { json } => replicas::versions(ctx, json).await,
         Command::Digest { json } => replicas::digest(ctx, json).await,
+        Command::Backup { file, replica } => replicas::backup(ctx, &file, replica.as_deref()).await,
         Command::WaitReplica { id, started_after, timeout } => {
             replicas::wait_replica(&ctx.client, id, started_after, std::time::Duration::from_secs(timeout)).await
         }

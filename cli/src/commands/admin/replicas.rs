@@ -104,3 +104,62 @@ pub async fn wait_replica(
 fn voters_line(members: &[api::ReplicaStatus]) -> String {
     members.iter().map(|m| format!("{} ({})", m.id, m.address)).collect::<Vec<_>>().join(", ")
 }
+
+/// `quorum admin backup FILE`: streams a replica's backup into FILE (through a temporary file
+/// beside it, mode 0600, synced, then renamed), and says what it holds.
+pub async fn backup(ctx: &Context, file: &std::path::Path, replica: Option<&str>) -> anyhow::Result<ExitCode> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut stream = match replica {
+        Some(addr) => ctx.client.replica(addr)?.backup(api::BackupRequest {}).await.map_err(status_error)?.into_inner(),
+        None => {
+            ctx.client.call(|mut c| async move { c.backup(api::BackupRequest {}).await }).await.map_err(status_error)?
+        }
+    };
+    let name = file.file_name().ok_or_else(|| anyhow::anyhow!("{}: not a file name", file.display()))?;
+    let tmp = file.with_file_name(format!(".{}.partial", name.to_string_lossy()));
+    let mut out = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", tmp.display()))?;
+    let result: anyhow::Result<api::BackupSummary> = async {
+        loop {
+            match stream.message().await.map_err(status_error)? {
+                Some(chunk) => {
+                    out.write_all(&chunk.data)?;
+                    if let Some(summary) = chunk.summary {
+                        return Ok(summary);
+                    }
+                }
+                None => anyhow::bail!("the replica ended the backup before its end"),
+            }
+        }
+    }
+    .await;
+    let summary = match result.and_then(|s| {
+        out.sync_all()?;
+        std::fs::rename(&tmp, file)?;
+        Ok(s)
+    }) {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(e);
+        }
+    };
+    println!(
+        "backup of replica {} at index {} (feature level {}): {} jobs, {} history records, {} bytes, sha256 {}",
+        summary.replica,
+        summary.index,
+        summary.feature_level,
+        summary.jobs,
+        summary.history_records,
+        summary.bytes,
+        summary.sha256
+    );
+    println!("written to {}", file.display());
+    Ok(ExitCode::SUCCESS)
+}
