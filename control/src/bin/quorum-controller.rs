@@ -6,7 +6,7 @@ use clap::Parser;
 use quorum_control::ControllerConfig;
 
 #[derive(Parser)]
-#[command(version, about = "A Quorum controller replica")]
+#[command(name = "quorum-controller", version, about = "A Quorum controller replica")]
 struct Args {
     /// The replica's TOML configuration file.
     #[arg(long, short, env = "QUORUM_CONFIG")]
