@@ -51,8 +51,8 @@ pub struct StepPmi {
     node_id: u32,
     /// Tasks on each node of the step, in node order.
     node_tasks: Vec<u32>,
-    /// Its tasks numbered round-robin over the nodes.
-    cyclic: bool,
+    /// `PMI_process_mapping`, made once: every rank asks for it.
+    mapping: String,
     local_tasks: u32,
     outbox: mpsc::Sender<AgentMessage>,
     inner: Mutex<Inner>,
@@ -139,7 +139,7 @@ impl StepPmi {
             step_id: launch.step_id,
             node_id: launch.node_id,
             node_tasks: launch.node_tasks.clone(),
-            cyclic: launch.cyclic,
+            mapping: quorum_model::mpi::process_mapping(&launch.node_tasks, launch.cyclic),
             local_tasks: launch.tasks,
             outbox,
             inner: Mutex::new(Inner::default()),
@@ -175,7 +175,7 @@ impl StepPmi {
     /// A step attribute (PMI-2 `info-getjobattr`; PMI-1 reads them as keys).
     fn attribute(&self, key: &str) -> Option<String> {
         match key {
-            "PMI_process_mapping" => Some(quorum_model::mpi::process_mapping(&self.node_tasks, self.cyclic)),
+            "PMI_process_mapping" => Some(self.mapping.clone()),
             "universeSize" => Some(self.size().to_string()),
             _ => None,
         }

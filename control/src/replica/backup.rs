@@ -417,7 +417,9 @@ pub async fn force_new_cluster(config: &crate::config::ControllerConfig) -> anyh
             );
         }
     }
-    // Everything in the log, committed as far as this replica knows or not, applied.
+    // Everything in the log, committed as far as this replica knows or not, applied, then
+    // written as a backup beside the data.
+    let path = config.data_dir.join(format!(".recovery-{}.backup", std::process::id()));
     let (committed, last) = {
         let (db, history) = open(config)?;
         let mut log = quorum_raft::log_store::LogStore::<super::types::TypeConfig>::new(db.clone())?;
@@ -433,7 +435,6 @@ pub async fn force_new_cluster(config: &crate::config::ControllerConfig) -> anyh
             let entries = log.try_get_log_entries(from..last.index + 1).await.map_err(|e| anyhow::anyhow!("{e}"))?;
             sm.apply(entries).await.map_err(|e| anyhow::anyhow!("applying the log: {e}"))?;
         }
-        let path = config.data_dir.join(format!(".recovery-{}.backup", std::process::id()));
         let out = std::fs::File::create(&path)?;
         let summary = {
             let shared = shared.clone();
@@ -456,7 +457,6 @@ pub async fn force_new_cluster(config: &crate::config::ControllerConfig) -> anyh
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0)
     ));
     std::fs::rename(config.data_dir.join("db"), &moved_to)?;
-    let path = config.data_dir.join(format!(".recovery-{}.backup", std::process::id()));
     let alone = crate::config::ControllerConfig {
         replicas: config.replicas.iter().filter(|r| r.id == config.id).cloned().collect(),
         ..config.clone()
