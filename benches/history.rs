@@ -91,6 +91,7 @@ fn main() {
         preempt_mode: None,
         grace_time_s: 0,
         access: Default::default(),
+        state: Default::default(),
     };
     log.apply(Command::SetPartitions { partitions: vec![partition], now: START_MS });
     for name in &names {

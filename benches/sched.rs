@@ -76,6 +76,7 @@ pub fn cluster_with(pending: usize, nodes: usize, scavengers: bool) -> ClusterVi
         view.nodes.push(Arc::new(NodeView {
             name,
             schedulable: true,
+            weight: 1,
             features: vec![],
             switch: Some(format!("sw{}", i / 32)),
             capacity: Res { cpus: 64, mem: 512 * 1024, gpus: 8 },
@@ -110,6 +111,7 @@ pub fn cluster_with(pending: usize, nodes: usize, scavengers: bool) -> ClusterVi
                 preempt_mode: Some(PreemptMode::Requeue),
                 grace_s: 60,
                 access: Default::default(),
+                holds_back: None,
             },
         );
     }
@@ -126,6 +128,7 @@ pub fn cluster_with(pending: usize, nodes: usize, scavengers: bool) -> ClusterVi
             preempt_mode: None,
             grace_s: 0,
             access: Default::default(),
+            holds_back: None,
         },
     );
     for a in 0..10 {
@@ -398,6 +401,8 @@ fn state(pending: usize, nodes: usize) -> ClusterState {
                 jobs: Default::default(),
                 agent_version: String::new(),
                 registered_at: 0,
+                weight: 1,
+                features_set: None,
             },
         );
     }

@@ -1,7 +1,10 @@
 #!/bin/sh
 # Builds Quorum's container image from scratch (no base image is pulled): a root file system of
-# the five release binaries (stripped), exactly the shared libraries they link (as ldd finds
-# them on this machine), CA certificates, and /etc files for a `quorum` user (uid 999). The
+# the five release binaries (stripped), MUNGE's daemon and tools (how users prove who they are:
+# run munged beside the programs, sharing its socket, as deploy/compose does), exactly the shared
+# libraries they all link (as ldd finds them on this machine), a busybox shell and tools for the
+# jobs a node container runs, the Slurm commands' names, CA certificates, and /etc files
+# for a `quorum` user (uid 999) and a `munge` user (uid 998). The
 # result is an OCI image layout (umoci), which podman, skopeo and any registry take:
 #
 #   cargo build --release --bins && scripts/build-image.sh [OUT_DIR]      # default: target/image
@@ -22,18 +25,43 @@ for p in $programs; do
     [ -x "$bin/$p" ] || { echo "build-image: no $bin/$p: run cargo build --release --bins first" >&2; exit 1; }
 done
 command -v umoci >/dev/null || { echo "build-image: needs umoci (apt install umoci)" >&2; exit 1; }
+munge_programs="/usr/sbin/munged /usr/sbin/mungekey /usr/bin/munge /usr/bin/unmunge"
+for p in $munge_programs /bin/busybox; do
+    [ -x "$p" ] || { echo "build-image: needs $p (apt install munge busybox-static)" >&2; exit 1; }
+done
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 fs=$work/rootfs
-install -d "$fs/usr/bin" "$fs/etc/quorum" "$fs/var/lib/quorum" "$fs/var/spool/quorum" "$fs/tmp" "$fs/etc/ssl/certs"
+install -d "$fs/usr/bin" "$fs/usr/sbin" "$fs/etc/quorum" "$fs/var/lib/quorum" "$fs/var/spool/quorum" "$fs/tmp" \
+    "$fs/etc/ssl/certs" "$fs/etc/munge" "$fs/var/lib/munge" "$fs/var/log/munge" "$fs/run/munge"
 chmod 1777 "$fs/tmp"
+chmod 0700 "$fs/etc/munge" "$fs/var/lib/munge" "$fs/var/log/munge"
+[ "$(id -u)" != 0 ] || chown 998:998 "$fs/etc/munge" "$fs/var/lib/munge" "$fs/var/log/munge" "$fs/run/munge"
 for p in $programs; do
     objcopy --strip-debug --strip-unneeded "$bin/$p" "$fs/usr/bin/$p"
 done
+for p in $munge_programs; do
+    cp "$p" "$fs$p"
+done
+# A shell and the basic tools for the jobs a node runs (busybox, statically linked), and the
+# Slurm command names on their PATH (the agent's --slurm-commands), each the quorum program.
+install -d "$fs/bin" "$fs/usr/local/lib/quorum/slurm"
+cp /bin/busybox "$fs/bin/busybox"
+for applet in $(/bin/busybox --list); do
+    [ -e "$fs/bin/$applet" ] || [ -e "$fs/usr/bin/$applet" ] || ln -s busybox "$fs/bin/$applet"
+done
+names=$(mktemp -d)
+"$bin/quorum" install-slurm-commands "$names/slurm" >/dev/null
+for name in $(ls "$names/slurm"); do
+    ln -s /usr/bin/quorum "$fs/usr/local/lib/quorum/slurm/$name"
+done
+rm -rf "$names"
 # Every library the programs load, at the path the loader looks for it, and the loader.
-for p in $programs; do
-    ldd "$bin/$p" | awk '/=> \// { print $3 } /^\t\/lib/ { print $1 }'
+{
+for p in $programs; do echo "$bin/$p"; done; for p in $munge_programs; do echo "$p"; done
+} | while read -r p; do
+    ldd "$p" | awk '/=> \// { print $3 } /^\t\/lib/ { print $1 }'
 done | sort -u | while read -r lib; do
     install -d "$fs$(dirname "$lib")"
     cp -L "$lib" "$fs$lib"
@@ -43,8 +71,8 @@ for lib in /lib/x86_64-linux-gnu/libnss_files.so.2 /lib/x86_64-linux-gnu/libnss_
     [ -e "$lib" ] && install -D "$lib" "$fs$lib"
 done
 [ -e /etc/ssl/certs/ca-certificates.crt ] && cp /etc/ssl/certs/ca-certificates.crt "$fs/etc/ssl/certs/"
-printf 'root:x:0:0:root:/root:/usr/sbin/nologin\nquorum:x:999:999:Quorum:/var/lib/quorum:/usr/sbin/nologin\n' > "$fs/etc/passwd"
-printf 'root:x:0:\nquorum:x:999:\n' > "$fs/etc/group"
+printf 'root:x:0:0:root:/root:/usr/sbin/nologin\nquorum:x:999:999:Quorum:/var/lib/quorum:/usr/sbin/nologin\nmunge:x:998:998:MUNGE:/var/lib/munge:/usr/sbin/nologin\n' > "$fs/etc/passwd"
+printf 'root:x:0:\nquorum:x:999:\nmunge:x:998:\n' > "$fs/etc/group"
 printf 'passwd: files\ngroup: files\nhosts: files dns\n' > "$fs/etc/nsswitch.conf"
 
 image=$out/quorum
@@ -52,12 +80,16 @@ rm -rf "$image"
 install -d "$out"
 umoci init --layout "$image"
 umoci new --image "$image:latest"
-umoci unpack --rootless --image "$image:latest" "$work/bundle" >/dev/null
+# As root the layer keeps the files' owners (munge's directories are munge's); rootless, every
+# file is root's.
+rootless=--rootless
+[ "$(id -u)" = 0 ] && rootless=
+umoci unpack $rootless --image "$image:latest" "$work/bundle" >/dev/null
 cp -a "$fs/." "$work/bundle/rootfs/"
-umoci repack --image "$image:latest" "$work/bundle"
+umoci repack $rootless --image "$image:latest" "$work/bundle"
 umoci config --image "$image:latest" \
     --config.cmd=/usr/bin/quorum-controller --config.cmd=--config --config.cmd=/etc/quorum/controller.toml \
-    --config.env PATH=/usr/bin \
+    --config.env PATH=/usr/local/lib/quorum/slurm:/usr/bin:/usr/sbin:/bin \
     --config.volume /var/lib/quorum \
     --config.label org.opencontainers.image.title=quorum \
     --config.label "org.opencontainers.image.version=$version" \

@@ -43,6 +43,33 @@ pub fn main(args: &[String]) -> ExitCode {
             let jobs = words[1..].to_vec();
             on_runtime(move |client| async move { act(client, jobs, action).await })
         }
+        // `create partition PartitionName=NAME ...` or `create PartitionName=NAME ...`.
+        (Some("create"), Some(e)) if e.starts_with("partition") => {
+            let words = words[if e == "partition" { 2 } else { 1 }..].to_vec();
+            on_runtime(move |client| async move { partition(client, words, true).await })
+        }
+        (Some("update"), _) if lower.iter().any(|w| w.starts_with("partitionname=")) => {
+            let words = words[1..].to_vec();
+            on_runtime(move |client| async move { partition(client, words, false).await })
+        }
+        (Some("delete"), Some(e)) if e.starts_with("partition") => {
+            // `delete PartitionName=NAME`, or `delete partition NAME`.
+            let name = match words[1].split_once('=') {
+                Some((_, v)) => Some(v.to_string()),
+                None => words.get(2).cloned(),
+            };
+            match name {
+                Some(name) => on_runtime(move |client| async move {
+                    let ctx = Context { client, stale: false };
+                    let req = api::DeletePartitionRequest { name };
+                    ctx.send(req, |mut c, r| async move { c.delete_partition(r).await })
+                        .await
+                        .map_err(|e| format!("{e:#}"))?;
+                    Ok(String::new())
+                }),
+                None => Err("delete: name the partition: delete PartitionName=NAME".to_string()),
+            }
+        }
         (Some("create"), Some(e)) if e.starts_with("res") => {
             let words = words[2..].to_vec();
             on_runtime(move |client| async move { reservation(client, words, false).await })
@@ -95,7 +122,10 @@ const FORMS: &[(&str, &str)] = &[
     ("show hostnames|hostlist|hostlistsorted [LIST]", "Expand a host list into names, one a line (SLURM_JOB_NODELIST without a list), or fold names into a list."),
     ("hold|uhold|release|requeue|suspend|resume JOBS", "Hold or release pending jobs, send running ones back to the queue, freeze or thaw them (operators); jobs by id or array task (12_3), comma-separated or several."),
     ("update JobId=JOBS KEY=VALUE...", "Change jobs as `quorum update` does (TimeLimit, Partition, QOS, Account, Nice, NumNodes, Name, Comment, Dependency, ...)."),
-    ("update NodeName=NODES State=DRAIN|RESUME [Reason=TEXT]", "Drain or resume nodes (operators), as `quorum admin drain|resume`."),
+    ("update NodeName=NODES State=DRAIN|DOWN|RESUME [Reason=TEXT] [Weight=N] [Features=LIST]", "Drain, down or resume nodes, set their weight (lower first) or the features in force (operators)."),
+    ("create partition PartitionName=NAME KEY=VALUE...", "Create a partition (admins): Nodes, Default, State (UP, DOWN, DRAIN, INACTIVE), MaxTime, DefaultTime, DefMemPerCPU, PriorityTier, MaxNodes, OverSubscribe, PreemptMode, GraceTime, AllowAccounts, DenyAccounts, AllowQos, DenyQos."),
+    ("update PartitionName=NAME KEY=VALUE...", "Change a partition; what is not named stays."),
+    ("delete PartitionName=NAME", "Delete a partition (refused while a job pending or running is in it)."),
     ("create reservation KEY=VALUE...", "Create an advance reservation (ReservationName, StartTime, Duration or EndTime, Nodes or NodeCnt, PartitionName, Users, Accounts, Flags), as `quorum reservation create`."),
     ("update ReservationName=NAME KEY=VALUE...", "Change a reservation."),
     ("delete ReservationName=NAME", "Delete a reservation (refused while a job is in it)."),
@@ -197,12 +227,36 @@ async fn reservation(client: Client, words: Vec<String>, update: bool) -> Result
     crate::commands::reservation::create(&ctx, &words, update).await
 }
 
+/// `create|update PartitionName=NAME KEY=VALUE...`; the leader reads the settings, as it reads
+/// a partition of the configuration.
+async fn partition(client: Client, words: Vec<String>, create: bool) -> Result<String, String> {
+    let ctx = Context { client, stale: false };
+    let mut name = None;
+    let mut settings = Vec::new();
+    for w in &words {
+        let Some((k, v)) = w.split_once('=') else {
+            return Err(format!("'{w}' is not KEY=VALUE"));
+        };
+        if k.eq_ignore_ascii_case("partitionname") {
+            name = Some(v.to_string());
+        } else {
+            settings.push(api::ConfigEntry { key: k.to_string(), value: v.to_string() });
+        }
+    }
+    let Some(name) = name else {
+        return Err("name the partition: PartitionName=NAME".to_string());
+    };
+    let req = api::PutPartitionRequest { name, create, settings };
+    ctx.send(req, |mut c, r| async move { c.put_partition(r).await }).await.map_err(|e| format!("{e:#}"))?;
+    Ok(String::new())
+}
+
 async fn update(client: Client, words: Vec<String>) -> Result<String, String> {
     let ctx = Context { client, stale: false };
     let key = |w: &String| w.split_once('=').map(|(k, v)| (k.to_ascii_lowercase(), v.to_string()));
     let entity = words.iter().position(|w| key(w).is_some_and(|(k, _)| matches!(k.as_str(), "jobid" | "nodename")));
     let Some(at) = entity else {
-        return Err("update: name JobId=JOBS or NodeName=NODES".to_string());
+        return Err("update: name JobId=JOBS, NodeName=NODES, PartitionName=NAME or ReservationName=NAME".to_string());
     };
     let (which, names) = key(&words[at]).expect("found above");
     let rest: Vec<String> = words.iter().enumerate().filter(|(i, _)| *i != at).map(|(_, w)| w.clone()).collect();
@@ -210,27 +264,48 @@ async fn update(client: Client, words: Vec<String>) -> Result<String, String> {
         let errors = crate::commands::update::update(&ctx, &names, &rest).await.map_err(|e| format!("{e:#}"))?;
         return if errors.is_empty() { Ok(String::new()) } else { Err(errors.join("\nscontrol: error: ")) };
     }
-    let (mut state, mut reason) = (None, None);
+    let (mut state, mut reason, mut weight, mut features) = (None, None, None, None);
     for word in &rest {
         match key(word) {
             Some((k, v)) if k == "state" => state = Some(v.to_ascii_lowercase()),
             Some((k, v)) if k == "reason" => reason = Some(v),
-            _ => return Err(format!("update of a node: '{word}' is not supported (State=DRAIN|RESUME, Reason=TEXT)")),
+            Some((k, v)) if k == "weight" => {
+                weight = Some(v.parse::<u32>().map_err(|_| format!("Weight={v}: not a whole number"))?)
+            }
+            Some((k, v)) if matches!(k.as_str(), "features" | "availablefeatures" | "activefeatures") => {
+                features = Some(v)
+            }
+            _ => {
+                return Err(format!(
+                    "update of a node: '{word}' is not supported (State=DRAIN|DOWN|RESUME, Reason=TEXT, Weight=N, Features=LIST)"
+                ))
+            }
         }
     }
     let nodes = hostlist::expand(&names).map_err(|e| format!("NodeName={names}: {e}"))?;
-    let drain = match (state.as_deref(), reason) {
-        (Some("drain"), Some(r)) if !r.is_empty() => Some(r),
-        (Some("drain"), _) => return Err("you must specify a reason when changing a node's state to DRAIN".to_string()),
-        (Some("resume" | "undrain"), _) => None,
-        (other, _) => {
+    let with_reason = |what: &str| match &reason {
+        Some(r) if !r.is_empty() => Ok(r.clone()),
+        _ => Err(format!("you must specify a reason when changing a node's state to {what}")),
+    };
+    let (drain, down) = match state.as_deref() {
+        Some("drain") => (Some(Some(with_reason("DRAIN")?)), None),
+        Some("down") => (None, Some(with_reason("DOWN")?)),
+        Some("resume" | "undrain") => (Some(None), None),
+        None if weight.is_some() || features.is_some() => (None, None),
+        other => {
             return Err(format!(
-                "update of a node: State={} is not supported (DRAIN with a Reason, or RESUME)",
+                "update of a node: State={} is not supported (DRAIN or DOWN with a Reason, or RESUME)",
                 other.unwrap_or("")
             ))
         }
     };
-    crate::commands::admin::nodes::set_drained_quietly(&ctx, nodes, drain).await.map_err(|e| format!("{e:#}"))?;
+    if weight.is_some() || features.is_some() || down.is_some() {
+        let req = api::UpdateNodesRequest { nodes: nodes.clone(), weight, features, down_reason: down };
+        ctx.send(req, |mut c, r| async move { c.update_nodes(r).await }).await.map_err(|e| format!("{e:#}"))?;
+    }
+    if let Some(drain) = drain {
+        crate::commands::admin::nodes::set_drained_quietly(&ctx, nodes, drain).await.map_err(|e| format!("{e:#}"))?;
+    }
     Ok(String::new())
 }
 
@@ -401,7 +476,7 @@ fn node_record(n: &NodeInfo) -> Vec<String> {
         format!("ActiveFeatures={}", null_or(&n.features.join(","))),
         format!("Gres={gres}"),
         format!("RealMemory={} AllocMem={}", n.mem_mb, n.alloc_mem_mb),
-        format!("State={}", node_state(n)),
+        format!("State={} Weight={}", node_state(n), n.weight.max(1)),
         format!("Partitions={}", n.partitions.join(",")),
         format!(
             "CfgTRES=cpu={},mem={}M{} AllocTRES={}",
@@ -464,7 +539,8 @@ fn partition_record(p: &PartitionInfo, nodes: &[NodeInfo]) -> Vec<String> {
             if p.preempt_mode.is_empty() { "OFF" } else { &p.preempt_mode }
         ),
         format!(
-            "State=UP TotalCPUs={} TotalNodes={}",
+            "State={} TotalCPUs={} TotalNodes={}",
+            if p.state.is_empty() { "UP" } else { &p.state },
             members.iter().map(|n| u64::from(n.cpus)).sum::<u64>(),
             members.len()
         ),

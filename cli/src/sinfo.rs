@@ -156,12 +156,22 @@ fn time_limit(seconds: u64, none: &str) -> String {
     }
 }
 
+/// A partition's AVAIL as Slurm's sinfo writes it: `up`, `down`, `drain` or `inact`.
+pub fn avail(p: &PartitionInfo) -> &'static str {
+    match p.state.as_str() {
+        "DOWN" => "down",
+        "DRAIN" => "drain",
+        "INACTIVE" => "inact",
+        _ => "up",
+    }
+}
+
 /// A node's value of `code` in partition `p` (group codes excepted).
 fn node_value(code: char, p: &PartitionInfo, n: &NodeInfo) -> String {
     match code {
         'P' if p.default => format!("{}*", p.name),
         'P' | 'R' => p.name.clone(),
-        'a' => "up".into(),
+        'a' => avail(p).into(),
         'l' => time_limit(p.max_time_s, "infinite"),
         'L' => time_limit(p.default_time_s, "n/a"),
         't' => state(n, false),

@@ -95,6 +95,10 @@ pub struct PartitionConfig {
     /// Jobs of these QOS may not use it (`DenyQos`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub deny_qos: Vec<String>,
+    /// `UP` (the default), `DOWN` (takes jobs, starts none), `DRAIN` (takes no new jobs, starts
+    /// those it has) or `INACTIVE` (neither), as Slurm's partition `State=`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<String>,
 }
 
 impl PartitionConfig {
@@ -152,6 +156,10 @@ impl PartitionConfig {
                 };
                 access.check().map_err(bad)?;
                 access
+            },
+            state: match &self.state {
+                Some(s) => quorum_model::PartitionState::parse(s).map_err(bad)?,
+                None => Default::default(),
             },
         })
     }
@@ -1167,6 +1175,52 @@ pub struct Liveness {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The controllers' files of deploy/compose and of the Kubernetes ConfigMap are valid, one
+    /// replica each of the same three, seeding the same partitions.
+    #[test]
+    fn the_compose_and_kubernetes_controller_files_are_valid_replicas_of_one_cluster() {
+        let deploy = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy");
+        let compose: Vec<String> = (1..=3)
+            .map(|i| std::fs::read_to_string(format!("{deploy}/compose/controller-{i}.toml")).unwrap())
+            .collect();
+        // The ConfigMap's files: each `ctl-N.toml: |` block, its lines indented four spaces.
+        let manifest = std::fs::read_to_string(format!("{deploy}/kubernetes/quorum.yaml")).unwrap();
+        let mut kubernetes: Vec<String> = Vec::new();
+        let mut lines = manifest.lines().peekable();
+        while let Some(line) = lines.next() {
+            if line.trim_start().starts_with("ctl-") && line.trim_end().ends_with(".toml: |") {
+                let mut text = String::new();
+                while let Some(l) = lines.next_if(|l| l.starts_with("    ")) {
+                    text.push_str(&l[4..]);
+                    text.push('\n');
+                }
+                kubernetes.push(text);
+            }
+        }
+        for (what, files) in [("compose", compose), ("kubernetes", kubernetes)] {
+            assert_eq!(files.len(), 3, "{what}");
+            let configs: Vec<ControllerConfig> = files
+                .iter()
+                .map(|t| ControllerConfig::parse(what, t).unwrap_or_else(|e| panic!("{what}: {e}")))
+                .collect();
+            for (i, c) in configs.iter().enumerate() {
+                assert_eq!(c.id, i as u64 + 1, "{what}");
+                assert_eq!(
+                    c.replicas.iter().map(|r| &r.addr).collect::<Vec<_>>(),
+                    configs[0].replicas.iter().map(|r| &r.addr).collect::<Vec<_>>()
+                );
+                assert_eq!(
+                    c.advertise.as_deref(),
+                    Some(c.replicas[i].addr.as_str()),
+                    "{what}: replica {} advertises its own address",
+                    i + 1
+                );
+                assert_eq!(c.partitions().unwrap(), configs[0].partitions().unwrap(), "{what}");
+                assert!(c.security.certs_dir.is_some() && !c.security.insecure, "{what}: the secure path");
+            }
+        }
+    }
 
     #[test]
     fn address_ranges_hold_what_they_name() {

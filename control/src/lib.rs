@@ -17,6 +17,7 @@ pub mod replica;
 pub mod security;
 pub mod server;
 pub mod sim;
+pub mod site;
 pub mod wire;
 
 pub use config::ControllerConfig;

@@ -1139,6 +1139,10 @@ pub enum PendingReason {
     AccountNotAllowed,
     /// Its partition no longer admits its QOS (`AllowQos`/`DenyQos` changed).
     QOSNotAllowed,
+    /// Its partition is DOWN: it takes jobs but starts none. From feature level 32.
+    PartitionDown,
+    /// Its partition is INACTIVE: it neither takes nor starts jobs. From feature level 32.
+    PartitionInactive,
 }
 
 impl PendingReason {
@@ -1193,6 +1197,8 @@ impl PendingReason {
             PendingReason::QOSGrpGRESMinutes => "QOSGrpGRESMinutes",
             PendingReason::AccountNotAllowed => "AccountNotAllowed",
             PendingReason::QOSNotAllowed => "QOSNotAllowed",
+            PendingReason::PartitionDown => "PartitionDown",
+            PendingReason::PartitionInactive => "PartitionInactive",
         }
     }
 }
@@ -1417,6 +1423,10 @@ pub enum NodeAdminState {
     },
     Down {
         reason: String,
+        /// Set DOWN by an operator (`scontrol update state=down`), not found silent: it stays
+        /// DOWN when its agent is heard, until an operator resumes it. From feature level 32.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        operator: bool,
     },
 }
 
@@ -1461,6 +1471,22 @@ pub struct Node {
     pub jobs: BTreeSet<JobId>,
     pub agent_version: String,
     pub registered_at: Millis,
+    /// Lower weights are allocated first, all else equal (Slurm's `Weight`; 1 unless an
+    /// operator set it). From feature level 32.
+    #[serde(default = "one_u32", skip_serializing_if = "is_one_u32")]
+    pub weight: u32,
+    /// Features an operator set (`scontrol update nodename=... features=...`), in force over
+    /// those its agent reports until cleared. From feature level 32.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub features_set: Option<Vec<String>>,
+}
+
+fn one_u32() -> u32 {
+    1
+}
+
+fn is_one_u32(n: &u32) -> bool {
+    *n == 1
 }
 
 impl Node {
@@ -1483,7 +1509,7 @@ impl Node {
     pub fn reason(&self) -> &str {
         match &self.admin {
             NodeAdminState::Up => "",
-            NodeAdminState::Drain { reason, .. } | NodeAdminState::Down { reason } => reason,
+            NodeAdminState::Drain { reason, .. } | NodeAdminState::Down { reason, .. } => reason,
         }
     }
 
@@ -1549,6 +1575,64 @@ pub struct Partition {
     /// Which accounts and QOS it admits (all, unless it says).
     #[serde(default, skip_serializing_if = "PartitionAccess::is_open")]
     pub access: PartitionAccess,
+    /// Whether it takes and starts jobs (Slurm's partition `State`). From feature level 32.
+    #[serde(default, skip_serializing_if = "PartitionState::is_up")]
+    pub state: PartitionState,
+}
+
+/// Whether a partition takes jobs and starts them, as Slurm's partition `State=`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PartitionState {
+    /// Takes jobs and starts them.
+    #[default]
+    Up,
+    /// Takes jobs, starts none (they wait, `PartitionDown`).
+    Down,
+    /// Takes no new jobs; those it has start as usual.
+    Drain,
+    /// Takes no new jobs and starts none.
+    Inactive,
+}
+
+impl PartitionState {
+    pub fn is_up(&self) -> bool {
+        *self == PartitionState::Up
+    }
+
+    /// New jobs may be submitted to it.
+    pub fn takes_jobs(self) -> bool {
+        matches!(self, PartitionState::Up | PartitionState::Down)
+    }
+
+    /// Why its jobs may not start, if they may not.
+    pub fn holds_back(self) -> Option<PendingReason> {
+        match self {
+            PartitionState::Up | PartitionState::Drain => None,
+            PartitionState::Down => Some(PendingReason::PartitionDown),
+            PartitionState::Inactive => Some(PendingReason::PartitionInactive),
+        }
+    }
+
+    /// As Slurm writes it: `UP`, `DOWN`, `DRAIN`, `INACTIVE`.
+    pub fn name(self) -> &'static str {
+        match self {
+            PartitionState::Up => "UP",
+            PartitionState::Down => "DOWN",
+            PartitionState::Drain => "DRAIN",
+            PartitionState::Inactive => "INACTIVE",
+        }
+    }
+
+    /// A state as Slurm takes it, in any case.
+    pub fn parse(s: &str) -> Result<PartitionState, String> {
+        match s.to_ascii_uppercase().as_str() {
+            "UP" => Ok(PartitionState::Up),
+            "DOWN" => Ok(PartitionState::Down),
+            "DRAIN" => Ok(PartitionState::Drain),
+            "INACTIVE" => Ok(PartitionState::Inactive),
+            _ => Err(format!("'{s}' is not a partition state (UP, DOWN, DRAIN or INACTIVE)")),
+        }
+    }
 }
 
 /// Who may use a partition, as Slurm's `AllowAccounts`, `DenyAccounts`, `AllowQos` and
@@ -1679,6 +1763,10 @@ pub enum Rejection {
     AccountNotAllowed { partition: String, account: String, rule: String },
     #[error("invalid qos specification: partition '{partition}' does not admit QOS '{qos}' ({rule})")]
     QosNotAllowed { partition: String, qos: String, rule: String },
+    #[error("required partition not available (inactive or drain): partition '{partition}' is {state}")]
+    PartitionClosed { partition: String, state: String },
+    #[error("partition '{name}': {reason}")]
+    Partition { name: String, reason: String },
 }
 
 #[cfg(test)]

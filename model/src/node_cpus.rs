@@ -85,6 +85,8 @@ mod tests {
             jobs: Default::default(),
             agent_version: String::new(),
             registered_at: 0,
+            weight: 1,
+            features_set: None,
         }
     }
 

@@ -17,6 +17,7 @@ mod history;
 mod hostile;
 mod jobs;
 mod limits;
+mod live_config;
 mod liveness;
 mod mpi;
 mod observe;

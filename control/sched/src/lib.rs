@@ -272,6 +272,7 @@ pub fn screen<'a>(view: &'a ClusterView, ordered: &[&'a PendingJob], now_ms: Mil
         let reason =
             eligibility::static_reason(job, view, found.map(|(_, p)| p), qos, now_ms, &cycle).or_else(|| match found {
                 None => Some(PendingReason::PartitionNoNodes),
+                Some((_, p)) if p.holds_back.is_some() => p.holds_back,
                 Some((_, p)) if p.nodes.is_empty() => Some(PendingReason::PartitionNoNodes),
                 Some((_, p)) if !p.nodes.iter().any(|&i| placement::could_hold(job, &view.nodes[i])) => {
                     Some(PendingReason::BadConstraints)
@@ -285,6 +286,7 @@ pub fn screen<'a>(view: &'a ClusterView, ordered: &[&'a PendingJob], now_ms: Mil
                 let p = view.partitions.get(&*c.partition);
                 eligibility::static_reason(c, view, p, qos, now_ms, &cycle).or(match p {
                     None => Some(PendingReason::PartitionNoNodes),
+                    Some(p) if p.holds_back.is_some() => p.holds_back,
                     Some(p) if p.nodes.is_empty() => Some(PendingReason::PartitionNoNodes),
                     Some(p) if !p.nodes.iter().any(|&i| placement::could_hold(c, &view.nodes[i])) => {
                         Some(PendingReason::BadConstraints)
@@ -424,7 +426,7 @@ impl<'v> Capacity<'v> {
     /// now (by preemption: what is free now, which `max_free` counts, is unchanged).
     fn refresh(&mut self, i: usize) {
         if let Some(index) = self.index.as_mut() {
-            index.update(i, &self.profiles, self.now);
+            index.update(self.view, i, &self.profiles, self.now);
         }
     }
 
@@ -476,7 +478,7 @@ impl<'v> Capacity<'v> {
         self.profiles[i].take(from, to, req);
         self.max_free.change(before, self.profiles[i].free_at(self.now));
         if let Some(index) = self.index.as_mut() {
-            index.update(i, &self.profiles, self.now);
+            index.update(self.view, i, &self.profiles, self.now);
         }
     }
 

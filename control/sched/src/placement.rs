@@ -12,16 +12,17 @@
 use super::profile::{round_up, Timeline};
 use super::view::{ClusterView, NodeView, PendingJob, Res};
 
-/// How a qualifying node ranks for a job, lowest first: how long before the job's start the
-/// node could already hold its share (what a reservation there hides from backfill; a node
-/// idle now hides the most, none for a start now), then what it would have left over.
-pub type Rank = (u64, i64);
+/// How a qualifying node ranks for a job, lowest first: its weight (Slurm's: the lightest nodes
+/// are allocated first), how long before the job's start the node could already hold its share
+/// (what a reservation there hides from backfill; a node idle now hides the most, none for a
+/// start now), then what it would have left over.
+pub type Rank = (u32, u64, i64);
 
 /// The node's rank for `job` starting at `t` (`now` or later), given its `req` and what it has
 /// free from `t` for the job's duration.
-fn rank(profile: &Timeline, req: &Res, free: &Res, t: u64, now: u64) -> Rank {
+fn rank(weight: u32, profile: &Timeline, req: &Res, free: &Res, t: u64, now: u64) -> Rank {
     let hidden = if t > now { t - profile.holds_since(req, t).max(now) } else { 0 };
-    (hidden, free.cpus - req.cpus)
+    (weight, hidden, free.cpus - req.cpus)
 }
 
 /// What the job needs on `node`: its share, or the whole node when exclusive.
@@ -154,36 +155,42 @@ fn free_gpus_of_type<'a>(job: &'a PendingJob, node: &'a NodeView, free: &'a [u32
 }
 
 /// Single-node jobs find their node through an ordered index of free capacity now, keyed by
-/// (free GPUs, free CPUs, node): walking it from the job's needs upward yields the tightest
-/// fit first (fewest GPUs left, then fewest CPUs), without scanning the whole partition.
+/// (weight, free GPUs, free CPUs, node): walking it from the job's needs upward, lightest nodes
+/// first, yields the tightest fit first (fewest GPUs left, then fewest CPUs), without scanning
+/// the whole partition.
 #[derive(Debug, Default)]
 pub struct FreeIndex {
-    entries: std::collections::BTreeSet<(i64, i64, usize)>,
-    keys: Vec<Option<(i64, i64)>>,
+    entries: std::collections::BTreeSet<(u32, i64, i64, usize)>,
+    keys: Vec<Option<(u32, i64, i64)>>,
+    /// At least the most free GPUs of any entry (what the walk goes up to).
+    max_gpus: i64,
 }
 
 impl FreeIndex {
     pub fn new(view: &ClusterView, profiles: &[Timeline], now: u64) -> FreeIndex {
-        let mut index = FreeIndex { entries: Default::default(), keys: vec![None; view.nodes.len()] };
+        let mut index = FreeIndex { entries: Default::default(), keys: vec![None; view.nodes.len()], max_gpus: 0 };
         for i in 0..view.nodes.len() {
             if view.nodes[i].schedulable {
-                index.update(i, profiles, now);
+                index.update(view, i, profiles, now);
             }
         }
         index
     }
 
     /// Re-reads node `i`'s free capacity now.
-    pub fn update(&mut self, i: usize, profiles: &[Timeline], now: u64) {
-        if let Some((g, c)) = self.keys[i].take() {
-            self.entries.remove(&(g, c, i));
+    pub fn update(&mut self, view: &ClusterView, i: usize, profiles: &[Timeline], now: u64) {
+        if let Some((w, g, c)) = self.keys[i].take() {
+            self.entries.remove(&(w, g, c, i));
         }
         let f = profiles[i].free_at(now);
-        self.entries.insert((f.gpus, f.cpus, i));
-        self.keys[i] = Some((f.gpus, f.cpus));
+        let w = view.nodes[i].weight;
+        self.entries.insert((w, f.gpus, f.cpus, i));
+        self.max_gpus = self.max_gpus.max(f.gpus);
+        self.keys[i] = Some((w, f.gpus, f.cpus));
     }
 
-    /// The tightest node of `member` that holds `job` from now for its whole duration.
+    /// The tightest node of `member` that holds `job` from now for its whole duration, among
+    /// the lightest that do.
     #[allow(clippy::too_many_arguments)]
     pub fn fit_single(
         &self,
@@ -196,19 +203,26 @@ impl FreeIndex {
     ) -> Option<usize> {
         let end = now.saturating_add(job.duration_s());
         let need = job.per_node;
-        let max_gpus = self.entries.last().map(|e| e.0).unwrap_or(0);
-        for g in need.gpus..=max_gpus {
-            for &(_, _, i) in self.entries.range((g, need.cpus, 0)..=(g, i64::MAX, usize::MAX)) {
-                let node = &view.nodes[i];
-                if !member[i] || !could_hold(job, node) {
-                    continue;
-                }
-                if profiles[i].min_free(now, end).fits(&need)
-                    && (free_gpus_of_type(job, node, &free_gpus[i]).count() as i64) >= need.gpus
-                {
-                    return Some(i);
+        let max_gpus = self.max_gpus;
+        let mut weight = self.entries.first().map(|e| e.0);
+        while let Some(w) = weight {
+            for g in need.gpus..=max_gpus {
+                for &(_, _, _, i) in self.entries.range((w, g, need.cpus, 0)..=(w, g, i64::MAX, usize::MAX)) {
+                    let node = &view.nodes[i];
+                    if !member[i] || !could_hold(job, node) {
+                        continue;
+                    }
+                    if profiles[i].min_free(now, end).fits(&need)
+                        && (free_gpus_of_type(job, node, &free_gpus[i]).count() as i64) >= need.gpus
+                    {
+                        return Some(i);
+                    }
                 }
             }
+            weight = w
+                .checked_add(1)
+                .and_then(|next| self.entries.range((next, i64::MIN, i64::MIN, 0)..).next())
+                .map(|e| e.0);
         }
         None
     }
@@ -305,7 +319,7 @@ pub fn fit_now(
             if !free.fits(&req) || (free_gpus_of_type(job, node, &free_gpus[i]).count() as i64) < job.per_node.gpus {
                 return None;
             }
-            Some((i, (0, free.cpus - req.cpus)))
+            Some((i, (node.weight, 0, free.cpus - req.cpus)))
         })
         .collect();
     choose_for(topology, job, view, fitting, job.nodes as usize)
@@ -454,7 +468,7 @@ fn fits_from(
 ) -> Option<(usize, Rank)> {
     let req = need(job, &view.nodes[i], partition_exclusive);
     let free = profiles[i].min_free(t, t.saturating_add(dur));
-    free.fits(&req).then(|| (i, rank(&profiles[i], &req, &free, t, now)))
+    free.fits(&req).then(|| (i, rank(view.nodes[i].weight, &profiles[i], &req, &free, t, now)))
 }
 
 /// Where each component of a heterogeneous job starts now, on nodes no two components share:

@@ -1635,3 +1635,59 @@ mod reservation_scenarios {
         assert_eq!(b.cmd(Command::DeleteReservation { name: "m".into(), user: "root".into(), now }), Response::Ok);
     }
 }
+
+/// Slurm's node `Weight`: the lightest nodes that fit are allocated first, before the tightest
+/// fit, for one node and for several; equal weights leave placement as it was. A DOWN or
+/// INACTIVE partition starts nothing (`PartitionDown`, `PartitionInactive`).
+#[test]
+fn the_lightest_nodes_go_first_and_a_down_partition_starts_nothing() {
+    use quorum_model::{PartitionState, PendingReason};
+    use quorum_state::NodeUpdate;
+    let nodes = vec![node("n1", 4, 0, "", &[]), node("n2", 4, 0, "", &[]), node("n3", 4, 0, "", &[])];
+    let mut b = Bench::new(nodes, fifo(BackfillMode::Easy, 5));
+    let on = |plan: &Plan| -> Vec<Vec<String>> {
+        plan.starts
+            .iter()
+            .map(|s| {
+                let mut names: Vec<String> = s.allocation.nodes.iter().map(|n| n.node.clone()).collect();
+                names.sort();
+                names
+            })
+            .collect()
+    };
+    let weigh = |b: &mut Bench, node: &str, weight: u32| {
+        let update = NodeUpdate { weight: Some(weight), ..Default::default() };
+        assert_eq!(b.cmd(Command::UpdateNodes { nodes: vec![node.into()], update, now: 1 }), Response::Ok);
+    };
+    // Equal weights: the first node of the tightest fit, as before.
+    let one = b.submit(1, 600);
+    let p = b.cycle();
+    assert_eq!(on(&p), vec![vec!["n1".to_string()]]);
+    b.end(one);
+    weigh(&mut b, "n1", 10);
+    weigh(&mut b, "n2", 5);
+    let one = b.submit(1, 600);
+    let p = b.cycle();
+    assert_eq!(on(&p), vec![vec!["n3".to_string()]], "the lightest, not the first");
+    b.end(one);
+    let two = b.submit(2, 600);
+    let p = b.cycle();
+    assert_eq!(on(&p), vec![vec!["n2".to_string(), "n3".to_string()]], "the two lightest");
+    b.end(two);
+    for (state, reason) in [
+        (PartitionState::Down, PendingReason::PartitionDown),
+        (PartitionState::Inactive, PendingReason::PartitionInactive),
+    ] {
+        let mut part = b.state.partitions["batch"].clone();
+        let previous = Some(part.clone());
+        part.state = state;
+        assert_eq!(b.cmd(Command::PutPartition { partition: part.clone(), previous, now: 2 }), Response::Ok);
+        b.state.partitions.get_mut("batch").unwrap().state = PartitionState::Up;
+        let waiting = b.submit(1, 600);
+        b.state.partitions.get_mut("batch").unwrap().state = state;
+        let p = b.cycle();
+        assert!(p.starts.is_empty());
+        assert_eq!(p.reason(waiting), Some(reason));
+        b.cmd(Command::CancelJob { job_id: waiting, user: "root".into(), now: 3, whole_array: false });
+    }
+}

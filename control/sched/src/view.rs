@@ -39,6 +39,8 @@ impl Res {
 pub struct NodeView {
     pub name: String,
     pub schedulable: bool,
+    /// Lower first, all else equal (Slurm's node `Weight`).
+    pub weight: u32,
     pub features: Vec<String>,
     /// The switch the node hangs off, when a topology is configured.
     pub switch: Option<String>,
@@ -242,6 +244,8 @@ pub struct PartitionView {
     pub grace_s: u64,
     /// Which accounts and QOS it admits.
     pub access: quorum_model::PartitionAccess,
+    /// Why its jobs may not start (it is DOWN or INACTIVE), if they may not.
+    pub holds_back: Option<quorum_model::PendingReason>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -350,6 +354,7 @@ fn free_gpus(node: &Node) -> impl Iterator<Item = u32> + '_ {
 fn node_matches(v: &NodeView, node: &Node, switch: Option<&String>, parts: i64) -> bool {
     v.name == node.name
         && v.schedulable == node.schedulable()
+        && v.weight == node.weight
         && v.capacity == in_parts(res_of(node.cpus, node.mem_mb, node.gpus.len()), parts)
         && v.features == node.features
         && v.switch.as_ref() == switch
@@ -368,6 +373,7 @@ fn node_view(node: &Node, switch: Option<&String>, parts: i64) -> NodeView {
     NodeView {
         name: node.name.clone(),
         schedulable: node.schedulable(),
+        weight: node.weight,
         features: node.features.clone(),
         switch: switch.cloned(),
         capacity: in_parts(res_of(node.cpus, node.mem_mb, node.gpus.len()), parts),
@@ -695,6 +701,7 @@ impl ClusterView {
                     preempt_mode: p.preempt_mode,
                     grace_s: p.grace_time_s,
                     access: p.access.clone(),
+                    holds_back: p.state.holds_back(),
                 },
             );
         }

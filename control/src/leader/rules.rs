@@ -65,7 +65,7 @@ pub fn on_heartbeat(
     let health = health_changed
         .then(|| Command::SetNodeHealth { node: node.clone(), problem: problem.clone(), now })
         .filter(|c| c.level().0 <= state.cluster_level());
-    let return_to_service = matches!(admin, Some(NodeAdminState::Down { .. }))
+    let return_to_service = matches!(admin, Some(NodeAdminState::Down { operator: false, .. }))
         .then(|| Command::RegisterNode { node: registration.clone(), now });
     HeartbeatActions { health, return_to_service }
 }

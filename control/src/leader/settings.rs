@@ -1,6 +1,7 @@
-//! The replicated settings follow the leader's configuration file: partitions, policy and
-//! topology on every new leadership, accounts and QOS once (after that they change through the
-//! API).
+//! The replicated settings follow the leader's configuration file: policy and topology on
+//! every new leadership; partitions, accounts and QOS once (after that they change at run time,
+//! through the API: `scontrol create|update|delete partition`, `sacctmgr`). Before the cluster's
+//! level records partitions changed at run time (32), partitions too follow every new leader.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -52,7 +53,13 @@ fn settings_commands(replica: &Replica, settings: &ClusterSettings) -> Vec<Comma
     if state.cluster_level() < quorum_state::QUEUE_LIMITS_LEVEL {
         policy.queue = Default::default();
     }
-    if current != wanted {
+    if state.cluster_level() >= quorum_state::LIVE_CONFIG_LEVEL {
+        // Seeded once, from whichever leader first sees the level: after that the replicated
+        // partitions are the truth.
+        if !state.partitions_seeded {
+            commands.push(Command::SeedPartitions { partitions: wanted, now });
+        }
+    } else if current != wanted {
         commands.push(Command::SetPartitions { partitions: wanted, now });
     }
     if state.policy != policy {
@@ -91,14 +98,34 @@ fn settings_wait(replica: &Replica, settings: &ClusterSettings) -> bool {
     let suspend = settings.policy.preempt_mode == PreemptMode::Suspend
         || settings.partitions.iter().any(|p| p.preempt_mode == Some(PreemptMode::Suspend))
         || (applied.state.qos.is_empty() && settings.qos.iter().any(suspends));
-    (applied.state.licenses != settings.licenses && level < quorum_state::DEPENDENCY_FORMS_LEVEL)
+    (!applied.state.partitions_seeded && level < quorum_state::LIVE_CONFIG_LEVEL)
+        || (applied.state.licenses != settings.licenses && level < quorum_state::DEPENDENCY_FORMS_LEVEL)
         || (settings.partitions.iter().any(|p| !p.access.is_open()) && level < quorum_state::PARTITION_ACCESS_LEVEL)
         || (suspend && level < quorum_state::PREEMPT_SUSPEND_LEVEL)
         || (settings.partitions.iter().any(|p| !p.oversubscribe.is_no()) && level < quorum_state::OVERSUBSCRIBE_LEVEL)
         || (!settings.policy.queue.is_none() && level < quorum_state::QUEUE_LIMITS_LEVEL)
 }
 
+/// Says, once a leadership, when this replica's configured partitions are not the cluster's:
+/// its file seeded a cluster that has since changed them, or another replica's file did.
+fn warn_partitions_differ(replica: &Replica, settings: &ClusterSettings) {
+    let applied = replica.shared.read();
+    if !applied.state.partitions_seeded {
+        return;
+    }
+    let mut wanted = settings.partitions.clone();
+    wanted.sort_by(|a, b| a.name.cmp(&b.name));
+    let current: Vec<_> = applied.state.partitions.values().cloned().collect();
+    if current != wanted {
+        tracing::warn!(
+            "the partitions in this replica's configuration are not the cluster's; the cluster's are in force \
+             (they change with scontrol create|update|delete partition; quorum admin config prints them)"
+        );
+    }
+}
+
 pub(super) async fn sync_settings(replica: Arc<Replica>, settings: ClusterSettings, mut stop: watch::Receiver<bool>) {
+    warn_partitions_differ(&replica, &settings);
     loop {
         let commands = settings_commands(&replica, &settings);
         if commands.is_empty() {

@@ -43,20 +43,19 @@ pub fn rule(path: &str) -> Option<Rule> {
     Some(match (service, method) {
         ("quorum.raft.RaftService", "AppendEntries" | "Vote" | "InstallSnapshot") => Rule::Replica,
         ("quorum.agent.AgentService", "Session") => Rule::Agent,
-        ("quorum.api.Quorum", m) => {
-            match m {
-                "SubmitJob" | "CancelJob" | "HoldJob" | "UpdateJob" | "GetJob" | "ListJobs" | "JobLogs"
-                | "JobUsage" | "ListNodes" | "Priorities" | "Shares" | "ListAccounts" | "Config"
-                | "GetReplicaStatus" | "ClusterMembers" | "IssueToken" | "WhoAmI" | "RunStep" | "AddCron"
-                | "ListCron" | "RemoveCron" => Rule::User,
-                "SetNodesDrained" | "FollowHistory" | "CreateReservation" | "UpdateReservation"
-                | "DeleteReservation" => Rule::Operator,
-                "UpsertAccount" | "UpsertQos" | "InjectGpuFault" | "Digest" | "ReplicaDigest" | "AddReplica"
-                | "Backup" | "RemoveReplica" | "TransferLeader" | "SetRole" => Rule::Admin,
-                "Campaign" | "HistoryPage" => Rule::Replica,
-                _ => return None,
+        ("quorum.api.Quorum", m) => match m {
+            "SubmitJob" | "CancelJob" | "HoldJob" | "UpdateJob" | "GetJob" | "ListJobs" | "JobLogs" | "JobUsage"
+            | "ListNodes" | "Priorities" | "Shares" | "ListAccounts" | "Config" | "GetReplicaStatus"
+            | "ClusterMembers" | "IssueToken" | "WhoAmI" | "RunStep" | "AddCron" | "ListCron" | "RemoveCron" => {
+                Rule::User
             }
-        }
+            "SetNodesDrained" | "FollowHistory" | "CreateReservation" | "UpdateReservation" | "DeleteReservation"
+            | "UpdateNodes" | "ClusterConfig" => Rule::Operator,
+            "UpsertAccount" | "UpsertQos" | "PutPartition" | "DeletePartition" | "InjectGpuFault" | "Digest"
+            | "ReplicaDigest" | "AddReplica" | "Backup" | "RemoveReplica" | "TransferLeader" | "SetRole" => Rule::Admin,
+            "Campaign" | "HistoryPage" => Rule::Replica,
+            _ => return None,
+        },
         _ => return None,
     })
 }

@@ -21,6 +21,7 @@ mod identity;
 mod jobs;
 pub mod logs;
 mod nodes;
+mod partitions;
 pub mod shown;
 mod steps;
 
@@ -167,6 +168,29 @@ impl Quorum for Api {
     async fn set_nodes_drained(&self, req: Request<SetNodesDrainedRequest>) -> Result<Response<AdminResponse>, Status> {
         let (caller, r) = at_leader!(self, req, set_nodes_drained);
         nodes::set_nodes_drained(self, &caller, r).await.map(Response::new)
+    }
+
+    async fn put_partition(&self, req: Request<PutPartitionRequest>) -> Result<Response<AdminResponse>, Status> {
+        let (caller, r) = at_leader!(self, req, put_partition);
+        partitions::put_partition(self, &caller, r).await.map(Response::new)
+    }
+
+    async fn delete_partition(&self, req: Request<DeletePartitionRequest>) -> Result<Response<AdminResponse>, Status> {
+        let (caller, r) = at_leader!(self, req, delete_partition);
+        partitions::delete_partition(self, &caller, r).await.map(Response::new)
+    }
+
+    async fn update_nodes(&self, req: Request<UpdateNodesRequest>) -> Result<Response<UpdateNodesResponse>, Status> {
+        let (caller, r) = at_leader!(self, req, update_nodes);
+        partitions::update_nodes(self, &caller, r).await.map(Response::new)
+    }
+
+    async fn cluster_config(
+        &self,
+        req: Request<ClusterConfigRequest>,
+    ) -> Result<Response<ClusterConfigResponse>, Status> {
+        let (caller, r) = at_leader!(self, req, cluster_config);
+        partitions::cluster_config(self, &caller, r).await.map(Response::new)
     }
 
     async fn submit_job(&self, req: Request<SubmitJobRequest>) -> Result<Response<SubmitJobResponse>, Status> {

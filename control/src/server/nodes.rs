@@ -41,6 +41,7 @@ pub(super) async fn list_nodes(api: &Api, _caller: &Caller, r: ListNodesRequest)
             preempt_mode: p.preempt_mode.unwrap_or(applied.state.policy.preempt_mode).name().to_string(),
             grace_time_s: p.grace_time_s,
             oversubscribe: p.oversubscribe.to_string(),
+            state: p.state.name().to_string(),
         })
         .collect();
     let mut used: std::collections::BTreeMap<&str, u32> = std::collections::BTreeMap::new();
@@ -220,6 +221,7 @@ fn node_to_proto(n: &Node, partitions: Vec<String>, agent: Option<AgentInfo>) ->
         state: n.state().name().to_string(),
         reason: n.reason().to_string(),
         features: n.features.clone(),
+        weight: n.weight,
         cpus: n.cpus,
         alloc_cpus: n.cpus_in_use(),
         mem_mb: n.mem_mb,

@@ -388,6 +388,7 @@ impl Simulation {
                 preempt_mode: None,
                 grace_time_s: 0,
                 access: Default::default(),
+                state: Default::default(),
             }],
         };
         sim.partitions = partitions.iter().map(|p| p.name.clone()).collect();

@@ -7,13 +7,13 @@ use quorum_model::preempt::{Claim, PlannedPreemption, PreemptMode, Preempting, V
 use quorum_model::update::JobUpdate;
 use quorum_model::{
     step, Account, Allocation, ArrayTask, HoldKind, Job, JobId, JobSpec, JobState, Millis, Node, NodeAdminState,
-    PendingReason, PlannedStart, RankOutcome, Rejection, Shared,
+    Partition, PendingReason, PlannedStart, RankOutcome, Rejection, Shared,
 };
 
 use crate::cluster::{ClusterState, DEFAULT_ACCOUNT, DEFAULT_QOS};
 use crate::commands::{
-    Command, DropReason, NodeRegistration, Response, CANCELLED_BY_LEVEL, HET_PARTITIONS_LEVEL, NODE_CHOICE_LEVEL,
-    NODE_LIST_PART_LEVEL,
+    Command, DropReason, NodeRegistration, NodeUpdate, Response, CANCELLED_BY_LEVEL, HET_PARTITIONS_LEVEL,
+    NODE_CHOICE_LEVEL, NODE_LIST_PART_LEVEL,
 };
 use crate::digest::digest;
 
@@ -76,6 +76,27 @@ pub fn apply(state: &mut ClusterState, index: u64, command: Command) -> Response
             advance_clock(state, now);
             state.partitions = partitions.into_iter().map(|p| (p.name.clone(), p)).collect();
             Response::Ok
+        }
+        Command::SeedPartitions { partitions, now } => {
+            advance_clock(state, now);
+            if state.partitions_seeded {
+                return Response::Ignored;
+            }
+            state.partitions = partitions.into_iter().map(|p| (p.name.clone(), p)).collect();
+            state.partitions_seeded = true;
+            Response::Ok
+        }
+        Command::PutPartition { partition, previous, now } => {
+            advance_clock(state, now);
+            put_partition(state, partition, previous)
+        }
+        Command::DeletePartition { name, now } => {
+            advance_clock(state, now);
+            delete_partition(state, &name)
+        }
+        Command::UpdateNodes { nodes, update, now } => {
+            advance_clock(state, now);
+            update_nodes(state, &nodes, update)
         }
         Command::SetPolicy { policy, now } => {
             advance_clock(state, now);
@@ -907,6 +928,12 @@ fn admit_one(state: &ClusterState, spec: &mut JobSpec) -> Result<String, Rejecti
         })?,
         None => state.default_partition().ok_or(Rejection::NoDefaultPartition)?,
     };
+    if !partition.state.takes_jobs() {
+        return Err(Rejection::PartitionClosed {
+            partition: partition.name.clone(),
+            state: partition.state.name().into(),
+        });
+    }
     spec.partition = Some(partition.name.clone());
     for (name, &count) in &spec.licenses {
         let reason = match state.licenses.get(name) {
@@ -1571,7 +1598,7 @@ fn node_down(state: &mut ClusterState, name: &str, reason: String) -> Response {
     if matches!(node.admin, NodeAdminState::Down { .. }) {
         return Response::Ignored;
     }
-    node.admin = NodeAdminState::Down { reason };
+    node.admin = NodeAdminState::Down { reason, operator: false };
     let jobs: Vec<JobId> = node.jobs.iter().copied().collect();
     let (mut ended, mut requeued) = (Vec::new(), Vec::new());
     for job_id in jobs {
@@ -1582,6 +1609,81 @@ fn node_down(state: &mut ClusterState, name: &str, reason: String) -> Response {
         }
     }
     Response::NodeDowned { ended, requeued }
+}
+
+/// Creates or changes a partition ([`Command::PutPartition`]).
+fn put_partition(state: &mut ClusterState, partition: Partition, previous: Option<Partition>) -> Response {
+    let name = partition.name.clone();
+    let refuse = |reason: &str| Response::Rejected(Rejection::Partition { name: name.clone(), reason: reason.into() });
+    match (state.partitions.get(&name), &previous) {
+        (Some(_), None) => return refuse("a partition of that name already exists"),
+        (None, Some(_)) => return refuse("no such partition"),
+        (Some(now), Some(was)) if now != was => return refuse("it changed meanwhile; try again"),
+        _ => {}
+    }
+    if name.is_empty() || name.contains(|c: char| c.is_whitespace() || c == ',') {
+        return refuse("a partition name must be non-empty without spaces or commas");
+    }
+    if let Err(reason) = partition.access.check() {
+        return refuse(&reason);
+    }
+    if partition.default {
+        for p in state.partitions.values_mut() {
+            p.default = false;
+        }
+    }
+    state.partitions.insert(name, partition);
+    Response::Ok
+}
+
+/// Deletes a partition no active job is in ([`Command::DeletePartition`]).
+fn delete_partition(state: &mut ClusterState, name: &str) -> Response {
+    let refuse = |reason: &str| Response::Rejected(Rejection::Partition { name: name.into(), reason: reason.into() });
+    if !state.partitions.contains_key(name) {
+        return refuse("no such partition");
+    }
+    let in_use = state.active.iter().filter_map(|id| state.jobs.get(id)).find(|job| {
+        job.spec.partition.as_deref() == Some(name) || job.spec.het.iter().any(|c| c.partition.as_deref() == Some(name))
+    });
+    if let Some(job) = in_use {
+        return refuse(&format!("partition is in use (job {} is {})", job.id, job.state));
+    }
+    state.partitions.remove(name);
+    Response::Ok
+}
+
+/// Changes nodes as an operator asks ([`Command::UpdateNodes`]): all of them, or none when one
+/// is unknown.
+fn update_nodes(state: &mut ClusterState, nodes: &[String], update: NodeUpdate) -> Response {
+    if let Some(name) = nodes.iter().find(|n| !state.nodes.contains_key(*n)) {
+        return Response::Rejected(Rejection::UnknownNode { name: name.clone() });
+    }
+    let (mut ended, mut requeued) = (Vec::new(), Vec::new());
+    for name in nodes {
+        let Some(node) = state.nodes.get_mut(name) else { continue };
+        if let Some(weight) = update.weight {
+            node.weight = weight;
+        }
+        if let Some(features) = &update.features {
+            node.features_set = Some(features.clone());
+            node.features.clone_from(features);
+        }
+        if let Some(reason) = &update.down {
+            if let Response::NodeDowned { ended: e, requeued: r } = node_down(state, name, reason.clone()) {
+                ended.extend(e);
+                requeued.extend(r);
+            }
+            if let Some(Node { admin: NodeAdminState::Down { operator, reason: r }, .. }) = state.nodes.get_mut(name) {
+                *operator = true;
+                r.clone_from(reason);
+            }
+        }
+    }
+    if update.down.is_some() {
+        Response::NodeDowned { ended, requeued }
+    } else {
+        Response::Ok
+    }
 }
 
 /// Keeps the run time of a job that ended by itself or at its limit as its user's latest, for
@@ -1789,7 +1891,9 @@ fn set_drained(state: &mut ClusterState, nodes: &[String], drain: Option<String>
     for name in nodes {
         match state.nodes.get(name) {
             None => return Response::Rejected(Rejection::UnknownNode { name: name.clone() }),
-            Some(Node { admin: NodeAdminState::Down { reason }, .. }) => {
+            // An operator's DOWN is resumed as a drain is; a silent node's is its own.
+            Some(Node { admin: NodeAdminState::Down { operator: true, .. }, .. }) if drain.is_none() => {}
+            Some(Node { admin: NodeAdminState::Down { reason, .. }, .. }) => {
                 return Response::Rejected(Rejection::NodeIsDown { name: name.clone(), reason: reason.clone() })
             }
             Some(_) => {}
@@ -1799,6 +1903,7 @@ fn set_drained(state: &mut ClusterState, nodes: &[String], drain: Option<String>
         let Some(node) = state.nodes.get_mut(name) else { continue };
         node.admin = match &drain {
             Some(reason) => NodeAdminState::Drain { reason: reason.clone(), auto: false },
+            None if matches!(node.admin, NodeAdminState::Down { operator: false, .. }) => continue,
             None => NodeAdminState::Up,
         };
     }
@@ -1841,16 +1946,18 @@ fn register_node(state: &mut ClusterState, reg: NodeRegistration) {
         jobs: Default::default(),
         agent_version: String::new(),
         registered_at: clock,
+        weight: 1,
+        features_set: None,
     });
     node.cpus = reg.cpus;
     node.mem_mb = reg.mem_mb;
     let mut gpus = reg.gpus;
     gpus.sort();
     node.gpus = gpus;
-    node.features = reg.features;
+    node.features = node.features_set.clone().unwrap_or(reg.features);
     node.agent_version = reg.version;
     node.registered_at = clock;
-    if matches!(node.admin, NodeAdminState::Down { .. }) {
+    if matches!(node.admin, NodeAdminState::Down { operator: false, .. }) {
         node.admin = NodeAdminState::Up;
     }
 }

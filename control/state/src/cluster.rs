@@ -33,6 +33,10 @@ pub struct ClusterState {
     pub active: BTreeSet<JobId>,
     pub nodes: BTreeMap<String, Node>,
     pub partitions: BTreeMap<String, Partition>,
+    /// The configuration's partitions were seeded (`SeedPartitions`): from then on they change
+    /// only at run time, and the leader's configuration no longer says what they are. Level 32.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub partitions_seeded: bool,
     /// Request ids of accepted submits, so that a retried submit returns the same job. Shared
     /// strings: a snapshot's copy of a million of them copies pointers, not strings.
     pub request_ids: BTreeMap<std::sync::Arc<str>, JobId>,

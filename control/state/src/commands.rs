@@ -19,6 +19,19 @@ pub struct NodeRegistration {
     pub version: String,
 }
 
+/// What an operator changes on nodes ([`Command::UpdateNodes`]); `None` leaves it be.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeUpdate {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight: Option<u32>,
+    /// These features, whatever the agent reports.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub features: Option<Vec<String>>,
+    /// DOWN, for this reason.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub down: Option<String>,
+}
+
 /// The feature level of the commands this release applies. Each level adds commands or fields
 /// that a replica of an older release cannot apply; the leader proposes nothing above the
 /// cluster's level, the lowest among the voters (DESIGN.md, "Upgrades").
@@ -79,7 +92,13 @@ pub struct NodeRegistration {
 /// 30. heterogeneous jobs whose components run in partitions of their own, and jobs allocated
 ///     as if one task ran on each node (`sbatch --overcommit`).
 /// 31. steps whose tasks are numbered round-robin over their nodes (`srun -m cyclic`).
-pub const FEATURE_LEVEL: u32 = 31;
+/// 32. partitions and nodes changed at run time (`SeedPartitions`, `PutPartition`,
+///     `DeletePartition`, `UpdateNodes`; partition states, node weights, features set by an
+///     operator, nodes an operator set DOWN).
+pub const FEATURE_LEVEL: u32 = 32;
+
+/// Partitions and nodes changed at run time; the configuration seeds partitions once.
+pub const LIVE_CONFIG_LEVEL: u32 = 32;
 
 /// Steps numbered cyclic (`StepRequest::cyclic`).
 pub const CYCLIC_LEVEL: u32 = 31;
@@ -307,6 +326,35 @@ pub enum Command {
     },
     SetPartitions {
         partitions: Vec<Partition>,
+        now: Millis,
+    },
+    /// The partitions of a new cluster (or of one reaching level 32), from the leader's
+    /// configuration: applied once; after that partitions change only at run time
+    /// (`PutPartition`, `DeletePartition`). Level 32.
+    SeedPartitions {
+        partitions: Vec<Partition>,
+        now: Millis,
+    },
+    /// An operator creates a partition (`previous` is `None`) or changes one (`previous` is
+    /// what the change was made from: refused if the partition is no longer that, so that two
+    /// changes at once do not lose one). A partition made the default makes the others not.
+    /// Level 32 (`scontrol create|update partition`).
+    PutPartition {
+        partition: Partition,
+        previous: Option<Partition>,
+        now: Millis,
+    },
+    /// An operator deletes a partition no pending or running job is in. Level 32.
+    DeletePartition {
+        name: String,
+        now: Millis,
+    },
+    /// An operator changes nodes (`scontrol update nodename=...`): their weight, the features
+    /// in force, or DOWN (their jobs end NODE_FAIL or go back to the queue; the node stays
+    /// DOWN until resumed). All or nothing. Level 32.
+    UpdateNodes {
+        nodes: Vec<String>,
+        update: NodeUpdate,
         now: Millis,
     },
     SetPolicy {
@@ -594,6 +642,12 @@ impl Command {
                 if request.flags.as_ref().is_some_and(|f| f.flex) =>
             {
                 (FLEX_RESERVATION_LEVEL, "a reservation whose jobs may run outside it (Flags=FLEX)")
+            }
+            Command::SeedPartitions { .. } | Command::PutPartition { .. } | Command::DeletePartition { .. } => {
+                (LIVE_CONFIG_LEVEL, "partitions changed at run time (scontrol create|update|delete partition)")
+            }
+            Command::UpdateNodes { .. } => {
+                (LIVE_CONFIG_LEVEL, "nodes changed at run time (scontrol update nodename=... weight|features|state=down)")
             }
             Command::NodeDown { .. } => (2, "marking a silent node DOWN"),
             Command::Digest { .. } => (2, "a digest point"),

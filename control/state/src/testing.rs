@@ -22,6 +22,7 @@ pub fn partition(name: &str, nodes: &str, default: bool) -> Partition {
         preempt_mode: None,
         grace_time_s: 0,
         access: Default::default(),
+        state: Default::default(),
     }
 }
 

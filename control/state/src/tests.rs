@@ -1317,3 +1317,89 @@ fn shared_cpus_count_a_part_of_a_cpu_each_and_need_level_24() {
     assert_eq!(started(start(&mut s, 30, 7, "n2", 1, vec![])), vec![7]);
     assert!(started(start(&mut s, 31, 8, "n2", 1, vec![])).is_empty());
 }
+
+#[test]
+fn partitions_and_nodes_change_at_run_time_and_the_configuration_seeds_partitions_once() {
+    use crate::testing::partition;
+    let mut s = cluster();
+    at_feature_level(&mut s, 4);
+    // The configuration seeds once; a second seed (another leader's file) changes nothing.
+    let seed = |parts| Command::SeedPartitions { partitions: parts, now: 5 };
+    assert_eq!(seed(vec![]).level().0, LIVE_CONFIG_LEVEL);
+    assert_eq!(apply(&mut s, 5, seed(vec![partition("gpu", "n[1-2]", true)])), Response::Ok);
+    assert!(s.partitions_seeded);
+    assert_eq!(apply(&mut s, 6, seed(vec![partition("other", "n1", true)])), Response::Ignored);
+    assert_eq!(s.partitions.keys().collect::<Vec<_>>(), ["gpu"]);
+    // Create: a name taken is refused; the new default takes over from the old one.
+    let mut live = partition("live", "n2", true);
+    let put = |p: &quorum_model::Partition, previous: Option<quorum_model::Partition>| Command::PutPartition {
+        partition: p.clone(),
+        previous,
+        now: 7,
+    };
+    assert!(matches!(
+        apply(&mut s, 7, put(&live, Some(live.clone()))),
+        Response::Rejected(Rejection::Partition { .. })
+    ));
+    assert_eq!(apply(&mut s, 8, put(&live, None)), Response::Ok);
+    assert!(matches!(apply(&mut s, 9, put(&live, None)), Response::Rejected(Rejection::Partition { .. })));
+    assert_eq!(s.default_partition().map(|p| p.name.as_str()), Some("live"));
+    assert!(!s.partitions["gpu"].default);
+    // A change made from what the partition no longer is, is refused (two changes at once).
+    let stale = live.clone();
+    live.state = PartitionState::Drain;
+    assert_eq!(apply(&mut s, 10, put(&live, Some(stale.clone()))), Response::Ok);
+    let r = apply(&mut s, 11, put(&partition("live", "n1", false), Some(stale)));
+    assert!(
+        matches!(&r, Response::Rejected(Rejection::Partition { reason, .. }) if reason.contains("meanwhile")),
+        "{r:?}"
+    );
+    // DRAIN takes no new job; DOWN takes them, and the scheduler holds them back.
+    let mut sp = spec(&["true"]);
+    sp.partition = Some("live".into());
+    let r = submit(&mut s, 12, sp.clone(), "drained");
+    assert!(matches!(r, Response::Rejected(Rejection::PartitionClosed { .. })), "{r:?}");
+    let was = live.clone();
+    live.state = PartitionState::Down;
+    assert_eq!(apply(&mut s, 13, put(&live, Some(was))), Response::Ok);
+    let Response::Submitted { job_id, .. } = submit(&mut s, 14, sp, "down") else {
+        panic!("a DOWN partition takes jobs")
+    };
+    // A partition a pending job is in is not deleted; one none is in is.
+    let delete = |name: &str| Command::DeletePartition { name: name.into(), now: 15 };
+    let r = apply(&mut s, 15, delete("live"));
+    assert!(
+        matches!(&r, Response::Rejected(Rejection::Partition { reason, .. }) if reason.contains("in use")),
+        "{r:?}"
+    );
+    apply(&mut s, 16, Command::CancelJob { job_id, user: "alice".into(), now: 16, whole_array: false });
+    assert_eq!(apply(&mut s, 17, delete("live")), Response::Ok);
+    assert!(matches!(apply(&mut s, 18, delete("live")), Response::Rejected(Rejection::Partition { .. })));
+    // Nodes: weight and features stay over what the agent reports when it registers again;
+    // an operator's DOWN stays DOWN until resumed.
+    let update = |nodes: &[&str], update: NodeUpdate| Command::UpdateNodes {
+        nodes: nodes.iter().map(|n| n.to_string()).collect(),
+        update,
+        now: 19,
+    };
+    let weigh = NodeUpdate { weight: Some(5), features: Some(vec!["fast".into()]), down: None };
+    assert!(matches!(
+        apply(&mut s, 19, update(&["n1", "nx"], weigh.clone())),
+        Response::Rejected(Rejection::UnknownNode { .. })
+    ));
+    assert_eq!(s.nodes["n1"].weight, 1, "all or nothing");
+    assert_eq!(apply(&mut s, 20, update(&["n1"], weigh)), Response::Ok);
+    apply(&mut s, 21, register("n1", 8, 4));
+    assert_eq!((s.nodes["n1"].weight, s.nodes["n1"].features.clone()), (5, vec!["fast".to_string()]));
+    let down = NodeUpdate { down: Some("bad fan".into()), ..Default::default() };
+    assert!(matches!(apply(&mut s, 22, update(&["n2"], down)), Response::NodeDowned { .. }));
+    apply(&mut s, 23, register("n2", 8, 4));
+    assert_eq!(s.nodes["n2"].state(), NodeState::Down, "an operator's DOWN outlasts the agent's return");
+    assert_eq!(s.nodes["n2"].reason(), "bad fan");
+    let resume = Command::SetNodesDrained { nodes: vec!["n2".into()], drain: None, now: 24 };
+    assert_eq!(apply(&mut s, 24, resume), Response::Ok);
+    assert_eq!(s.nodes["n2"].state(), NodeState::Idle);
+    // Every replica agrees on all of it: a snapshot reproduces it.
+    let copy: ClusterState = serde_json::from_slice(&serde_json::to_vec(&s).unwrap()).unwrap();
+    assert_eq!(digest(&copy), digest(&s));
+}

@@ -110,6 +110,10 @@ pub enum Command {
         #[arg(long)]
         replica: Option<String>,
     },
+    /// Print the cluster's replicated settings (partitions, QOS, accounts, licenses, topology)
+    /// as the controllers' TOML: what they are now, after every change made at run time; it
+    /// seeds a new cluster the same (`quorum dev --config`, a new cluster's replicas).
+    Config,
     /// Add or change a QOS.
     Qos(accounts::QosArgs),
     /// Give a user a role at run time: user, operator (any job; drain and resume nodes) or
@@ -134,6 +138,7 @@ pub async fn run(ctx: &Context, command: Command) -> anyhow::Result<ExitCode> {
         Command::RemoveReplica { id } => replicas::remove(ctx, id).await,
         Command::Versions { json } => replicas::versions(ctx, json).await,
         Command::Digest { json } => replicas::digest(ctx, json).await,
+        Command::Config => nodes::config(ctx).await,
         Command::Backup { file, replica } => replicas::backup(ctx, &file, replica.as_deref()).await,
         Command::WaitReplica { id, started_after, timeout } => {
             replicas::wait_replica(&ctx.client, id, started_after, std::time::Duration::from_secs(timeout)).await

@@ -73,3 +73,10 @@ pub async fn wait_node(
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
 }
+
+/// `quorum admin config`: the replicated settings as the controllers' TOML.
+pub async fn config(ctx: &Context) -> anyhow::Result<ExitCode> {
+    let r = ctx.send(api::ClusterConfigRequest {}, |mut c, r| async move { c.cluster_config(r).await }).await?;
+    print!("{}", r.toml);
+    Ok(ExitCode::SUCCESS)
+}
