@@ -578,7 +578,7 @@ async fn sinfo_scontrol_and_the_options_scripts_use_answer_as_slurm_does() {
     assert!(one.contains(" EndTime=Unknown"), "{one}");
     let node = cmd("scontrol", &["show", "node", "node02"]);
     assert!(
-        node.starts_with("NodeName=node02\n   CPUAlloc=1 CPUTot=4\n") && node.contains("   State=MIXED\n"),
+        node.starts_with("NodeName=node02\n   CPUAlloc=1 CPUTot=4\n") && node.contains("   State=MIXED Weight=1\n"),
         "{node}"
     );
     let part = cmd("scontrol", &["show", "partition", "gpu", "-o"]);
