@@ -613,3 +613,58 @@ impl Agent {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use tokio::sync::mpsc;
+
+    use super::{Agent, AgentConfig, JobEntry, Order};
+    use quorum_proto::agent::ExitKind;
+
+    /// The agent's own lease check, apart from the supervisors': once no heartbeat was answered
+    /// within the lease, each running `--requeue` job is told to die, once; the other jobs run
+    /// on, and nothing is killed while the lease holds or when the leader gives none.
+    #[test]
+    fn the_agent_kills_only_its_leased_jobs_and_only_once_its_lease_ran_out() {
+        let spool = tempfile::tempdir().unwrap();
+        let agent = Agent::new(AgentConfig {
+            switch_user: false,
+            cgroups: false,
+            ..AgentConfig::new("node01", vec!["127.0.0.1:1".into()], spool.path().to_path_buf())
+        });
+        let (leased_tx, mut leased) = mpsc::channel(4);
+        let (plain_tx, mut plain) = mpsc::channel(4);
+        {
+            let mut jobs = agent.lock_jobs();
+            let mut entry = JobEntry::new(1, Some(leased_tx));
+            entry.leased = true;
+            jobs.insert(1, entry);
+            jobs.insert(2, JobEntry::new(1, Some(plain_tx)));
+        }
+        let five_ago = Instant::now().checked_sub(Duration::from_secs(5)).expect("a monotonic clock past 5 s");
+        // Answered 5 s ago with a 10 s lease: it holds.
+        agent.heartbeat_answered(five_ago, Duration::from_secs(10));
+        agent.enforce_lease();
+        assert!(leased.try_recv().is_err() && plain.try_recv().is_err(), "nothing killed while the lease holds");
+        // The leader gives none: nothing is killed however long the silence.
+        agent.heartbeat_answered(five_ago, Duration::ZERO);
+        agent.enforce_lease();
+        assert!(leased.try_recv().is_err(), "no lease, no kill");
+        // A 1 s lease, 5 s of silence: the --requeue job is killed, the other runs on.
+        agent.heartbeat_answered(five_ago, Duration::from_secs(1));
+        agent.enforce_lease();
+        assert_eq!(leased.try_recv().ok(), Some(Order::Kill(ExitKind::LeaseExpired)));
+        assert!(plain.try_recv().is_err(), "a job without --requeue runs through the outage");
+        assert!(agent.lock_jobs()[&1].lease_killed);
+        // Asked once: the next checks do not ask again.
+        agent.enforce_lease();
+        assert!(leased.try_recv().is_err());
+        // The lease file the supervisors follow says the lease ran out 4 s ago.
+        let text = std::fs::read_to_string(crate::record::lease_file(spool.path())).expect("a lease file");
+        let deadline: u64 = text.trim().parse().expect("a deadline in ms");
+        let now = crate::supervisor::monotonic_ms();
+        assert!(deadline < now && now - deadline >= 3_000, "{deadline} at {now}");
+    }
+}

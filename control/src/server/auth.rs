@@ -377,4 +377,45 @@ mod tests {
         assert_eq!(rule("/quorum.api.Quorum/FollowHistory"), Some(Rule::Operator));
         assert_eq!(rule("/quorum.api.Quorum/NoSuchThing"), None);
     }
+
+    /// The golden table (`rules.golden`): every RPC has exactly the rule it lists, and each role
+    /// may call exactly what its rule allows. Widening a rule (an admin's RPC opened to
+    /// operators, an operator's to users) fails here until the table says so too.
+    #[test]
+    fn every_rpc_is_allowed_to_exactly_the_roles_of_the_golden_table() {
+        let golden: std::collections::BTreeMap<&str, &str> = include_str!("rules.golden")
+            .lines()
+            .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
+            .map(|l| l.split_once(' ').expect("PATH RULE"))
+            .collect();
+        let rpcs = every_rpc();
+        let listed: Vec<&str> = golden.keys().copied().collect();
+        let mut found: Vec<&str> = rpcs.iter().map(String::as_str).collect();
+        found.sort_unstable();
+        assert_eq!(listed, found, "the golden table lists every RPC of the protocol files, and only those");
+        let caller = |role: Role| Caller { user: format!("{role}"), uid: 1000, gid: 1000, role, proof: Proof::Munge };
+        for (path, expected) in &golden {
+            let rule = rule(path).unwrap_or_else(|| panic!("{path} has no rule"));
+            let named = match rule {
+                Rule::User => "user",
+                Rule::Operator => "operator",
+                Rule::Admin => "admin",
+                Rule::Replica => "replica",
+                Rule::Agent => "agent",
+            };
+            assert_eq!(named, *expected, "{path}: its rule is {named}, the golden table says {expected}");
+            if matches!(rule, Rule::Replica | Rule::Agent) {
+                continue;
+            }
+            for (role, rank) in [(Role::User, 0), (Role::Operator, 1), (Role::Admin, 2)] {
+                let needed = match *expected {
+                    "user" => 0,
+                    "operator" => 1,
+                    _ => 2,
+                };
+                let allowed = may_call(&caller(role), rule, path).is_ok();
+                assert_eq!(allowed, rank >= needed, "{path} for a caller of role {role}");
+            }
+        }
+    }
 }
