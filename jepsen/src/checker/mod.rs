@@ -5,6 +5,7 @@ pub mod ended;
 pub mod jobs;
 pub mod linear;
 pub mod runs;
+pub mod starts;
 
 use std::collections::BTreeMap;
 
@@ -28,5 +29,6 @@ pub fn check(e: &Evidence) -> Vec<String> {
     problems.extend(linear::check(e.events, e.registers));
     let known = jobs::submitted_ids(e.events, e.finals);
     problems.extend(runs::check(e.runs, e.node_cpus, &known));
+    problems.extend(starts::check(e.events, e.finals, e.runs));
     problems
 }

@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use quorum_jepsen::checker::{jobs, linear, runs, Final};
+use quorum_jepsen::checker::{jobs, linear, runs, starts, Final};
 use quorum_jepsen::history::{Event, Op, Outcome, Seen};
 
 /// Builds a history: each step is (process, time, invoke or complete).
@@ -204,4 +204,53 @@ fn a_run_record_is_read_as_the_job_script_writes_it() {
     let r = runs::parse(7, "7.124", "start 3.00 a1  0\ntick 3.20\n").unwrap();
     assert!(r.gpus.is_empty() && !r.ended && r.last == 3.2);
     assert!(runs::parse(7, "7.125", "").is_none());
+}
+
+/// A job without --requeue that started twice, even one after the other, is caught; a --requeue
+/// job may; a job submitted held that nobody released must not run, and may once a release was
+/// asked, answered or not.
+#[test]
+fn a_second_start_without_requeue_and_a_held_job_that_ran_unreleased_are_caught() {
+    let requeue = |name: &str| Op::Submit { name: name.into(), held: false, requeue: true, gpus: 0, long: false };
+    let h = H::new()
+        .op(0, 1.0, submit("once", false), Outcome::Submitted { job: 1 })
+        .op(0, 1.1, requeue("again"), Outcome::Submitted { job: 2 })
+        .op(0, 1.2, submit("held", true), Outcome::Submitted { job: 3 })
+        // Never answered: its job is known by name from the final read.
+        .call(1, 1.3, submit("held-unanswered", true))
+        .op(0, 1.4, Op::Release { job: 5 }, Outcome::Unknown { error: "timeout".into() })
+        .call(0, 1.5, submit("released", true))
+        .0;
+    let mut h = h;
+    h.push(Event::Complete { process: 0, time: 1.6, outcome: Outcome::Submitted { job: 5 } });
+    let finals = finals(&[
+        (1, "once", "COMPLETED", false),
+        (2, "again", "COMPLETED", false),
+        (3, "held", "CANCELLED", true),
+        (4, "held-unanswered", "CANCELLED", true),
+        (5, "released", "COMPLETED", false),
+    ]);
+    // One run each where allowed; a requeued --requeue job twice, one after the other.
+    let fine = vec![
+        run(1, "a1", &[], 0, 2.0, 3.0),
+        run(2, "a1", &[], 0, 2.0, 3.0),
+        run(2, "a2", &[], 1, 4.0, 5.0),
+        run(5, "a2", &[], 0, 2.0, 3.0),
+    ];
+    assert!(starts::check(&h, &finals, &fine).is_empty(), "{:?}", starts::check(&h, &finals, &fine));
+    let mut twice = fine.clone();
+    twice.push(run(1, "a2", &[], 1, 4.0, 5.0));
+    let found = starts::check(&h, &finals, &twice);
+    assert!(found.len() == 1 && found[0].contains("job 1 ('once', without --requeue) started 2 times"), "{found:?}");
+    for held in [3, 4] {
+        let mut ran = fine.clone();
+        ran.push(run(held, "a1", &[], 0, 6.0, 7.0));
+        let found = starts::check(&h, &finals, &ran);
+        assert!(
+            found.len() == 1
+                && found[0].contains(&format!("job {held} ("))
+                && found[0].contains("submitted held, no client released it"),
+            "{found:?}"
+        );
+    }
 }
