@@ -53,9 +53,10 @@ async fn a_preempted_job_is_requeued_and_runs_again_once_at_a_time() {
     let scavenger = |n: usize| {
         let marker = dir.path().join(format!("running-{n}"));
         let script = format!(
-            "m={m}; [ -e $m ] && echo TWICE {n} >> {log}; touch $m; echo start {n} ${{SLURM_RESTART_COUNT:-0}} >> {log}; \
-             trap 'echo usr1 {n} >> {log}' USR1; \
-             trap 'rm -f $m; echo term {n} >> {log}; exit 0' TERM; while true; do sleep 0.1; done",
+            "m={m}; trap 'echo usr1 {n} >> {log}' USR1; \
+             trap 'rm -f $m; echo term {n} >> {log}; exit 0' TERM; \
+             [ -e $m ] && echo TWICE {n} >> {log}; touch $m; echo start {n} ${{SLURM_RESTART_COUNT:-0}} >> {log}; \
+             while true; do sleep 0.1; done",
             m = marker.display(),
             log = log.display()
         );
@@ -65,16 +66,20 @@ async fn a_preempted_job_is_requeued_and_runs_again_once_at_a_time() {
         s.signal = "B:USR1@60".into();
         s
     };
+    let read = || std::fs::read_to_string(&log).unwrap_or_default();
+    // RUNNING is the controllers' word; the scripts' own lines say their traps are set (a
+    // SIGTERM before that would end bash without a word, as it would under Slurm).
     let first = submit(&c, scavenger(1)).await;
     wait_state(&c, first, &["RUNNING"], T).await;
+    wait_for(T, "the first scavenger job's start", || async { read().contains("start 1 0").then_some(()) }).await;
     let second = submit(&c, scavenger(2)).await;
     let latest = wait_state(&c, second, &["RUNNING"], T).await;
     let node = latest.allocation[0].node.clone();
+    wait_for(T, "the latest scavenger job's start", || async { read().contains("start 2 0").then_some(()) }).await;
 
     let mut urgent = spec(&["bash", "-c", "sleep 1"], dir.path());
     (urgent.partition, urgent.cpus_per_task) = ("prod".into(), 8);
     let urgent = submit(&c, urgent).await;
-    let read = || std::fs::read_to_string(&log).unwrap_or_default();
     wait_for(T, "the latest scavenger job's SIGTERM", || async { read().contains("term 2").then_some(()) }).await;
     let ran = wait_state(&c, urgent, &["COMPLETED", "FAILED", "CANCELLED"], T).await;
     assert_eq!(ran.state, "COMPLETED", "{ran:?}");
