@@ -1678,13 +1678,15 @@ fn the_lightest_nodes_go_first_and_a_down_partition_starts_nothing() {
         (PartitionState::Down, PendingReason::PartitionDown),
         (PartitionState::Inactive, PendingReason::PartitionInactive),
     ] {
-        let mut part = b.state.partitions["batch"].clone();
-        let previous = Some(part.clone());
-        part.state = state;
-        assert_eq!(b.cmd(Command::PutPartition { partition: part.clone(), previous, now: 2 }), Response::Ok);
-        b.state.partitions.get_mut("batch").unwrap().state = PartitionState::Up;
+        let set = |b: &mut Bench, state: PartitionState| {
+            let previous = b.state.partitions["batch"].clone();
+            let partition = quorum_model::Partition { state, ..previous.clone() };
+            assert_eq!(b.cmd(Command::PutPartition { partition, previous: Some(previous), now: 2 }), Response::Ok);
+        };
+        // Submitted while DOWN (which takes jobs), then put in the state under test.
+        set(&mut b, PartitionState::Down);
         let waiting = b.submit(1, 600);
-        b.state.partitions.get_mut("batch").unwrap().state = state;
+        set(&mut b, state);
         let p = b.cycle();
         assert!(p.starts.is_empty());
         assert_eq!(p.reason(waiting), Some(reason));

@@ -20,8 +20,7 @@ fn settings_commands(replica: &Replica, settings: &ClusterSettings) -> Vec<Comma
     let now = now_ms();
     let mut commands = Vec::new();
     let current: Vec<_> = state.partitions.values().cloned().collect();
-    let mut wanted = settings.partitions.clone();
-    wanted.sort_by(|a, b| a.name.cmp(&b.name));
+    let mut wanted = configured_partitions(settings);
     // Who may use a partition needs every replica at level 22: until then the partitions are
     // open to all, and the rest of their settings apply ([`settings_wait`]).
     if state.cluster_level() < quorum_state::PARTITION_ACCESS_LEVEL {
@@ -85,6 +84,13 @@ fn settings_commands(replica: &Replica, settings: &ClusterSettings) -> Vec<Comma
     commands
 }
 
+/// This replica's configured partitions in name order, as the replicated ones are kept.
+fn configured_partitions(settings: &ClusterSettings) -> Vec<quorum_model::Partition> {
+    let mut wanted = settings.partitions.clone();
+    wanted.sort_by(|a, b| a.name.cmp(&b.name));
+    wanted
+}
+
 /// Whether a QOS's jobs are suspended when preempted.
 fn suspends(qos: &quorum_model::Qos) -> bool {
     qos.preempt_mode == Some(PreemptMode::Suspend)
@@ -113,10 +119,7 @@ fn warn_partitions_differ(replica: &Replica, settings: &ClusterSettings) {
     if !applied.state.partitions_seeded {
         return;
     }
-    let mut wanted = settings.partitions.clone();
-    wanted.sort_by(|a, b| a.name.cmp(&b.name));
-    let current: Vec<_> = applied.state.partitions.values().cloned().collect();
-    if current != wanted {
+    if !applied.state.partitions.values().eq(configured_partitions(settings).iter()) {
         tracing::warn!(
             "the partitions in this replica's configuration are not the cluster's; the cluster's are in force \
              (they change with scontrol create|update|delete partition; quorum admin config prints them)"

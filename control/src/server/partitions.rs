@@ -15,6 +15,23 @@ use quorum_state::{Command, NodeUpdate, Response, LIVE_CONFIG_LEVEL};
 
 /// How often a change made from a partition that another change overtook is made again.
 const PUT_TRIES: usize = 5;
+/// The longest partition, node or feature name accepted (as a submit's words).
+const MAX_NAME_BYTES: usize = 256;
+/// The most settings one partition change may carry, and the longest value of one.
+const MAX_SETTINGS: usize = 64;
+const MAX_VALUE_BYTES: usize = 64 * 1024;
+/// The most features one node update may set.
+const MAX_FEATURES: usize = 64;
+
+/// `what` is a name of at most [`MAX_NAME_BYTES`] without control characters.
+fn check_name(what: &str, name: &str) -> Result<(), Status> {
+    if name.len() > MAX_NAME_BYTES || name.chars().any(char::is_control) {
+        return Err(Status::invalid_argument(format!(
+            "{what}: at most {MAX_NAME_BYTES} bytes without control characters"
+        )));
+    }
+    Ok(())
+}
 
 /// A partition's settings after Slurm's `Key=Value` words, checked as its TOML section is.
 pub fn partition_after(
@@ -106,6 +123,16 @@ pub(super) async fn put_partition(
     if name.is_empty() {
         return Err(Status::invalid_argument("name the partition (PartitionName=NAME)"));
     }
+    check_name("PartitionName", &name)?;
+    if r.settings.len() > MAX_SETTINGS {
+        return Err(Status::invalid_argument(format!("{} settings: at most {MAX_SETTINGS}", r.settings.len())));
+    }
+    if let Some(e) = r.settings.iter().find(|e| e.key.len() > MAX_NAME_BYTES || e.value.len() > MAX_VALUE_BYTES) {
+        return Err(Status::invalid_argument(format!(
+            "a setting's key is at most {MAX_NAME_BYTES} bytes and its value {MAX_VALUE_BYTES}: '{}' is longer",
+            e.key.chars().take(64).collect::<String>()
+        )));
+    }
     let settings = settings_of(&r);
     for _ in 0..PUT_TRIES {
         let previous = api.replica.shared.read().state.partitions.get(&name).cloned();
@@ -137,6 +164,7 @@ pub(super) async fn delete_partition(
 ) -> Result<AdminResponse, Status> {
     level_check(api)?;
     let name = r.name.trim().to_string();
+    check_name("PartitionName", &name)?;
     match api.replica.write(Command::DeletePartition { name, now: now_ms() }).await.map_err(write_status)?.1 {
         Response::Ok => Ok(AdminResponse {}),
         Response::Rejected(r) => Err(rejection_status(&r)),
@@ -154,6 +182,19 @@ pub(super) async fn update_nodes(
     if nodes.is_empty() {
         return Err(Status::invalid_argument("name at least one node"));
     }
+    if nodes.len() > crate::model::hostlist::MAX_EXPANDED {
+        return Err(Status::invalid_argument(format!(
+            "{} nodes: at most {}",
+            nodes.len(),
+            crate::model::hostlist::MAX_EXPANDED
+        )));
+    }
+    for n in &nodes {
+        check_name("NodeName", n)?;
+    }
+    if r.down_reason.as_ref().is_some_and(|d| d.len() > MAX_VALUE_BYTES) {
+        return Err(Status::invalid_argument(format!("Reason: at most {MAX_VALUE_BYTES} bytes")));
+    }
     let down = match r.down_reason.as_deref().map(str::trim) {
         Some("") => return Err(Status::invalid_argument("you must specify a reason when DOWNING a node")),
         other => other.map(String::from),
@@ -162,10 +203,17 @@ pub(super) async fn update_nodes(
         .features
         .as_deref()
         .map(|f| f.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect::<Vec<_>>());
-    if let Some(bad) =
-        features.iter().flatten().find(|f| !f.chars().all(|c| c.is_ascii_alphanumeric() || "_-.".contains(c)))
+    if features.as_ref().is_some_and(|f| f.len() > MAX_FEATURES) {
+        return Err(Status::invalid_argument(format!("Features: at most {MAX_FEATURES}")));
+    }
+    if let Some(bad) = features
+        .iter()
+        .flatten()
+        .find(|f| f.len() > MAX_NAME_BYTES || !f.chars().all(|c| c.is_ascii_alphanumeric() || "_-.".contains(c)))
     {
-        return Err(Status::invalid_argument(format!("'{bad}' is not a feature name (letters, digits, _ - .)")));
+        return Err(Status::invalid_argument(format!(
+            "'{bad}' is not a feature name (at most {MAX_NAME_BYTES} of letters, digits, _ - .)"
+        )));
     }
     if r.weight.is_none() && features.is_none() && down.is_none() {
         return Err(Status::invalid_argument("nothing to change: Weight=, Features= or State=DOWN"));
@@ -195,6 +243,16 @@ mod tests {
 
     fn words(w: &[(&str, &str)]) -> Vec<(String, String)> {
         w.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn names_are_bounded_and_free_of_control_characters() {
+        assert!(check_name("PartitionName", "gpu-a100").is_ok());
+        assert!(check_name("PartitionName", &"p".repeat(MAX_NAME_BYTES)).is_ok());
+        for bad in ["p".repeat(MAX_NAME_BYTES + 1), "a\nb".to_string(), "x\u{7}".to_string()] {
+            let e = check_name("NodeName", &bad).unwrap_err();
+            assert!(e.message().contains("NodeName: at most 256 bytes without control characters"), "{e:?}");
+        }
     }
 
     #[test]

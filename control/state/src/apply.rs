@@ -164,7 +164,7 @@ pub fn apply(state: &mut ClusterState, index: u64, command: Command) -> Response
         }
         Command::NodeDown { node, reason, now } => {
             advance_clock(state, now);
-            node_down(state, &node, reason)
+            node_down(state, &node, reason, false)
         }
         // The state is left exactly as it was, clock included.
         Command::Digest { now: _ } => Response::Digest { digest: digest(state) },
@@ -1591,14 +1591,20 @@ fn lose_node(state: &mut ClusterState, job_id: JobId) -> bool {
     }
 }
 
-fn node_down(state: &mut ClusterState, name: &str, reason: String) -> Response {
+/// Marks a node DOWN (by an operator, or found silent) and ends or requeues its jobs. A node
+/// already DOWN keeps its jobs' fate; an operator's DOWN over a silent one makes it the
+/// operator's (it then stays DOWN when its agent is heard).
+fn node_down(state: &mut ClusterState, name: &str, reason: String, operator: bool) -> Response {
     let Some(node) = state.nodes.get_mut(name) else {
         return Response::Rejected(Rejection::UnknownNode { name: name.to_string() });
     };
     if matches!(node.admin, NodeAdminState::Down { .. }) {
+        if operator {
+            node.admin = NodeAdminState::Down { reason, operator };
+        }
         return Response::Ignored;
     }
-    node.admin = NodeAdminState::Down { reason, operator: false };
+    node.admin = NodeAdminState::Down { reason, operator };
     let jobs: Vec<JobId> = node.jobs.iter().copied().collect();
     let (mut ended, mut requeued) = (Vec::new(), Vec::new());
     for job_id in jobs {
@@ -1669,13 +1675,9 @@ fn update_nodes(state: &mut ClusterState, nodes: &[String], update: NodeUpdate) 
             node.features.clone_from(features);
         }
         if let Some(reason) = &update.down {
-            if let Response::NodeDowned { ended: e, requeued: r } = node_down(state, name, reason.clone()) {
+            if let Response::NodeDowned { ended: e, requeued: r } = node_down(state, name, reason.clone(), true) {
                 ended.extend(e);
                 requeued.extend(r);
-            }
-            if let Some(Node { admin: NodeAdminState::Down { operator, reason: r }, .. }) = state.nodes.get_mut(name) {
-                *operator = true;
-                r.clone_from(reason);
             }
         }
     }
@@ -1903,7 +1905,6 @@ fn set_drained(state: &mut ClusterState, nodes: &[String], drain: Option<String>
         let Some(node) = state.nodes.get_mut(name) else { continue };
         node.admin = match &drain {
             Some(reason) => NodeAdminState::Drain { reason: reason.clone(), auto: false },
-            None if matches!(node.admin, NodeAdminState::Down { operator: false, .. }) => continue,
             None => NodeAdminState::Up,
         };
     }
