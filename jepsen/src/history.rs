@@ -25,6 +25,12 @@ pub enum Op {
         requeue: bool,
         gpus: u32,
         long: bool,
+        /// How many nodes it asks for (one unless said).
+        #[serde(default = "one", skip_serializing_if = "is_one")]
+        nodes: u32,
+        /// `--dependency=afterok:JOB`: it may start only after that job completed.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        after: Option<u64>,
     },
     Hold {
         job: u64,
@@ -43,6 +49,14 @@ pub enum Op {
     StaleRead {
         job: u64,
     },
+}
+
+fn one() -> u32 {
+    1
+}
+
+fn is_one(n: &u32) -> bool {
+    *n == 1
 }
 
 impl Op {

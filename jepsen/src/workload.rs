@@ -164,7 +164,10 @@ impl Workload {
             let name = format!("reg-{w}-{}", pool.names);
             let held = rng.chance(0.5);
             let spec = self.job_spec(&name, 100_000, held, false, 0);
-            return Some((Op::Submit { name, held, requeue: false, gpus: 0, long: true }, Some(spec)));
+            return Some((
+                Op::Submit { name, held, requeue: false, gpus: 0, long: true, nodes: 1, after: None },
+                Some(spec),
+            ));
         }
         // A register that has had its share is cancelled and retired.
         if let Some(i) = pool.active.iter().position(|(_, ops)| *ops >= REGISTER_OPS) {
@@ -177,8 +180,19 @@ impl Workload {
                 let name = format!("job-{w}-{}", pool.names);
                 let requeue = rng.chance(0.3);
                 let gpus = u32::from(rng.chance(0.3));
-                let spec = self.job_spec(&name, short_ticks(rng), false, requeue, gpus);
-                (Op::Submit { name, held: false, requeue, gpus, long: false }, Some(spec))
+                // Some jobs span two nodes (the batch script, which records the run, runs on the
+                // first); some wait for another short job to complete (afterok), and of those half
+                // are cancelled once it cannot (--kill-on-invalid-dep).
+                let nodes = if rng.chance(0.15) { 2 } else { 1 };
+                let after = if rng.chance(0.2) { rng.pick(&pool.short).copied() } else { None };
+                let mut spec = self.job_spec(&name, short_ticks(rng), false, requeue, gpus);
+                spec.nodes = nodes;
+                spec.ntasks = nodes;
+                if let Some(job) = after {
+                    spec.dependency = format!("afterok:{job}");
+                    spec.kill_on_invalid_dep = rng.chance(0.5);
+                }
+                (Op::Submit { name, held: false, requeue, gpus, long: false, nodes, after }, Some(spec))
             }
             25..=39 => (Op::Hold { job: register(&mut pool, rng)? }, None),
             40..=54 => (Op::Release { job: register(&mut pool, rng)? }, None),

@@ -41,6 +41,30 @@ pub fn now_ms() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
 
+/// What a write answers when this replica stopped leading the term it proposed in before the
+/// entry was applied: it may still be committed by the next leader, or never.
+pub const DEPOSED: &str =
+    "this replica stopped leading before the write was applied; it may or may not have been committed";
+
+/// Completes once `raft` (replica `id`) no longer leads term `term`. openraft answers a deposed
+/// leader's pending write when a new leader's log replaces the entry, but not when a snapshot
+/// does (the entry is purged, never truncated): such a write would wait for ever, and with it
+/// the leader loop that made it, found by the simulator (`jepsen/RESULTS.md`). It looks every
+/// 100 ms rather than waiting on the metrics channel: a watch channel wakes its many waiters in
+/// an order of chance, which the simulator's one seed could not replay.
+pub async fn deposed<C: openraft::RaftTypeConfig<NodeId = u64>>(raft: &openraft::Raft<C>, id: u64, term: u64) {
+    loop {
+        {
+            let metrics = raft.metrics();
+            let m = metrics.borrow();
+            if m.current_term != term || m.current_leader != Some(id) || m.running_state.is_err() {
+                return;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// Why a write was not committed. Cloned to every write of a group that failed together.
 #[derive(Clone, Debug, thiserror::Error)]
 pub enum WriteError {
@@ -100,7 +124,12 @@ impl Replica {
         if needs > cluster {
             return Err(WriteError::TooNew { what, needs, cluster });
         }
-        match self.raft.client_write(command).await {
+        let term = self.raft.metrics().borrow().current_term;
+        let written = tokio::select! {
+            written = self.raft.client_write(command) => written,
+            () = deposed(&self.raft, self.id, term) => return Err(WriteError::Raft(DEPOSED.into())),
+        };
+        match written {
             Ok(r) => Ok((r.log_id.index, r.data)),
             Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
                 Err(WriteError::NotLeader { leader: f.leader_node.map(|n| n.addr) })

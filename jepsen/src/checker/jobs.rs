@@ -29,6 +29,21 @@ pub fn submitted_ids(events: &[Event], finals: &BTreeMap<u64, Final>) -> BTreeSe
     ids
 }
 
+/// Ids of the jobs whose submit asked for more than one node (answered, or found by name in the
+/// final read).
+pub fn multi_node(events: &[Event], finals: &BTreeMap<u64, Final>) -> BTreeSet<u64> {
+    let Ok(pairs) = pairs(events) else { return BTreeSet::new() };
+    let by_name: BTreeMap<&str, u64> = finals.values().map(|f| (f.name.as_str(), f.id)).collect();
+    pairs
+        .iter()
+        .filter_map(|p| match (&p.op, &p.completed) {
+            (Op::Submit { nodes, .. }, Some((_, Outcome::Submitted { job }))) if *nodes > 1 => Some(*job),
+            (Op::Submit { nodes, name, .. }, _) if *nodes > 1 => by_name.get(name.as_str()).copied(),
+            _ => None,
+        })
+        .collect()
+}
+
 pub fn check(events: &[Event], finals: &BTreeMap<u64, Final>, runs: &[Run]) -> Vec<String> {
     let mut problems = Vec::new();
     let pairs = match pairs(events) {

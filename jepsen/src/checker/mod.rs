@@ -1,6 +1,7 @@
 //! The checkers: each reads the recorded history (and what the cluster and the jobs showed at
 //! the end) and returns one line per violation it finds.
 
+pub mod deps;
 pub mod ended;
 pub mod jobs;
 pub mod linear;
@@ -28,7 +29,8 @@ pub fn check(e: &Evidence) -> Vec<String> {
     let mut problems = jobs::check(e.events, e.finals, e.runs);
     problems.extend(linear::check(e.events, e.registers));
     let known = jobs::submitted_ids(e.events, e.finals);
-    problems.extend(runs::check(e.runs, e.node_cpus, &known));
+    problems.extend(runs::check(e.runs, e.node_cpus, &known, &jobs::multi_node(e.events, e.finals)));
     problems.extend(starts::check(e.events, e.finals, e.runs));
+    problems.extend(deps::check(e.events, e.finals, e.runs));
     problems
 }

@@ -13,6 +13,7 @@ struct Asked<'a> {
     name: &'a str,
     held: bool,
     requeue: bool,
+    nodes: u32,
 }
 
 pub fn check(events: &[Event], finals: &BTreeMap<u64, Final>, runs: &[Run]) -> Vec<String> {
@@ -29,8 +30,8 @@ pub fn check(events: &[Event], finals: &BTreeMap<u64, Final>, runs: &[Run]) -> V
     let mut released: BTreeSet<u64> = BTreeSet::new();
     for p in &pairs {
         match (&p.op, &p.completed) {
-            (Op::Submit { name, held, requeue, .. }, done) => {
-                by_name.insert(name, Asked { name, held: *held, requeue: *requeue });
+            (Op::Submit { name, held, requeue, nodes, .. }, done) => {
+                by_name.insert(name, Asked { name, held: *held, requeue: *requeue, nodes: *nodes });
                 if let Some((_, Outcome::Submitted { job })) = done {
                     names.insert(*job, name);
                 }
@@ -49,11 +50,15 @@ pub fn check(events: &[Event], finals: &BTreeMap<u64, Final>, runs: &[Run]) -> V
     for (job, rs) in &by_job {
         let Some(asked) = names.get(job).and_then(|n| by_name.get(n)) else { continue };
         let files = || rs.iter().map(|r| r.file.as_str()).collect::<Vec<_>>();
-        if !asked.requeue && rs.len() > 1 {
+        // A job of several nodes starts once on each of them: each attempt counts once.
+        let starts = match asked.nodes > 1 {
+            true => rs.iter().map(|r| r.restarts).collect::<BTreeSet<_>>().len(),
+            false => rs.len(),
+        };
+        if !asked.requeue && starts > 1 {
             problems.push(format!(
-                "starts: job {job} ('{}', without --requeue) started {} times: {:?}",
+                "starts: job {job} ('{}', without --requeue) started {starts} times: {:?}",
                 asked.name,
-                rs.len(),
                 files()
             ));
         }

@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use quorum_jepsen::checker::{jobs, linear, runs, starts, Final};
+use quorum_jepsen::checker::{deps, jobs, linear, runs, starts, Final};
 use quorum_jepsen::history::{Event, Op, Outcome, Seen};
 
 /// Builds a history: each step is (process, time, invoke or complete).
@@ -28,7 +28,7 @@ impl H {
 }
 
 fn submit(name: &str, held: bool) -> Op {
-    Op::Submit { name: name.into(), held, requeue: false, gpus: 0, long: true }
+    Op::Submit { name: name.into(), held, requeue: false, gpus: 0, long: true, nodes: 1, after: None }
 }
 
 fn read(state: &str, held: bool, cancelled: bool) -> Outcome {
@@ -183,17 +183,58 @@ fn a_cancel_undone_is_caught_but_a_launch_already_on_its_way_is_not() {
 #[test]
 fn runs_twice_at_once_over_capacity_and_shared_gpus_are_caught() {
     let known: BTreeSet<u64> = (1..=4).collect();
+    let none = BTreeSet::new();
     let fine = [run(1, "a1", &[0], 0, 1.0, 3.0), run(2, "a1", &[1], 0, 2.0, 4.0), run(1, "a2", &[], 1, 3.5, 5.0)];
-    assert!(runs::check(&fine, 2, &known).is_empty(), "{:?}", runs::check(&fine, 2, &known));
+    assert!(runs::check(&fine, 2, &known, &none).is_empty(), "{:?}", runs::check(&fine, 2, &known, &none));
 
     let twice = [run(1, "a1", &[], 0, 1.0, 3.0), run(1, "a2", &[], 1, 2.0, 4.0)];
-    assert!(runs::check(&twice, 2, &known).iter().any(|p| p.contains("ran twice at once")));
+    assert!(runs::check(&twice, 2, &known, &none).iter().any(|p| p.contains("ran twice at once")));
     let crowded = [run(1, "a1", &[], 0, 1.0, 3.0), run(2, "a1", &[], 0, 1.5, 4.0), run(3, "a1", &[], 0, 2.0, 4.0)];
-    assert!(runs::check(&crowded, 2, &known).iter().any(|p| p.contains("3 jobs at once")));
+    assert!(runs::check(&crowded, 2, &known, &none).iter().any(|p| p.contains("3 jobs at once")));
     let gpu = [run(1, "a1", &[1], 0, 1.0, 3.0), run(2, "a1", &[1], 0, 2.0, 4.0)];
-    assert!(runs::check(&gpu, 2, &known).iter().any(|p| p.contains("GPU 1 of a1")));
+    assert!(runs::check(&gpu, 2, &known, &none).iter().any(|p| p.contains("GPU 1 of a1")));
     let stranger = [run(9, "a1", &[], 0, 1.0, 2.0)];
-    assert!(runs::check(&stranger, 2, &known).iter().any(|p| p.contains("no client's submit")));
+    assert!(runs::check(&stranger, 2, &known, &none).iter().any(|p| p.contains("no client's submit")));
+    // A job of two nodes runs its one attempt on both at once; two attempts at once are twice.
+    let wide: BTreeSet<u64> = [1].into();
+    let one_attempt = [run(1, "a1", &[], 0, 1.0, 3.0), run(1, "a2", &[], 0, 1.0, 3.0)];
+    assert!(runs::check(&one_attempt, 2, &known, &wide).is_empty());
+    assert!(runs::check(&one_attempt, 2, &known, &none).iter().any(|p| p.contains("ran twice at once")));
+    assert!(runs::check(&twice, 2, &known, &wide).iter().any(|p| p.contains("ran twice at once")));
+}
+
+/// A job with `afterok:X` starts only after X completed, and never when X ended otherwise.
+#[test]
+fn a_dependent_job_started_before_its_dependency_completed_is_caught() {
+    let after = |name: &str, x: u64| Op::Submit {
+        name: name.into(),
+        held: false,
+        requeue: false,
+        gpus: 0,
+        long: false,
+        nodes: 1,
+        after: Some(x),
+    };
+    let h = H::new()
+        .op(0, 1.0, submit("x", false), Outcome::Submitted { job: 1 })
+        .op(0, 1.1, after("d", 1), Outcome::Submitted { job: 2 })
+        // Never answered: known by name from the final read.
+        .call(1, 1.2, after("d2", 1))
+        .0;
+    let done = finals(&[(1, "x", "COMPLETED", false), (2, "d", "COMPLETED", false), (3, "d2", "COMPLETED", false)]);
+    let fine = [run(1, "a1", &[], 0, 2.0, 4.0), run(2, "a2", &[], 0, 4.5, 5.0), run(3, "a1", &[], 0, 4.2, 5.0)];
+    assert!(deps::check(&h, &done, &fine).is_empty(), "{:?}", deps::check(&h, &done, &fine));
+    let early = [run(1, "a1", &[], 0, 2.0, 4.0), run(2, "a2", &[], 0, 3.0, 5.0), run(3, "a1", &[], 0, 4.2, 5.0)];
+    let found = deps::check(&h, &done, &early);
+    assert!(
+        found.len() == 1 && found[0].contains("job 2 (afterok:1) started at 3.00, before job 1 ended at 4.00"),
+        "{found:?}"
+    );
+    let failed = finals(&[(1, "x", "FAILED", false), (2, "d", "COMPLETED", false), (3, "d2", "CANCELLED", true)]);
+    let found = deps::check(&h, &failed, &fine);
+    assert!(found.len() == 2 && found.iter().all(|p| p.contains("ended FAILED, not COMPLETED")), "{found:?}");
+    // A dependent that never ran is no violation, whatever its dependency did.
+    assert!(deps::check(&h, &failed, &fine[..1]).is_empty());
 }
 
 #[test]
@@ -211,7 +252,15 @@ fn a_run_record_is_read_as_the_job_script_writes_it() {
 /// asked, answered or not.
 #[test]
 fn a_second_start_without_requeue_and_a_held_job_that_ran_unreleased_are_caught() {
-    let requeue = |name: &str| Op::Submit { name: name.into(), held: false, requeue: true, gpus: 0, long: false };
+    let requeue = |name: &str| Op::Submit {
+        name: name.into(),
+        held: false,
+        requeue: true,
+        gpus: 0,
+        long: false,
+        nodes: 1,
+        after: None,
+    };
     let h = H::new()
         .op(0, 1.0, submit("once", false), Outcome::Submitted { job: 1 })
         .op(0, 1.1, requeue("again"), Outcome::Submitted { job: 2 })

@@ -1,0 +1,263 @@
+//! The clients: `jepsen/`'s workload (short jobs, some with `--requeue` or a GPU, some on two
+//! nodes, some waiting on another with `afterok`; register jobs
+//! whose holds, releases, cancels and reads the linearizability checker judges; stale reads),
+//! each client bound to one replica, which forwards to the leader as a controller does. A
+//! submit that gets no answer is sent again with the same request id within the operation's
+//! deadline, as `quorum` does; an operation without an answer in 4 s is unknown, and its
+//! client continues as a new process.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use quorum_jepsen::history::{Op, Outcome};
+use quorum_jepsen::rng::Rng;
+use quorum_model::{Dependency, DependencyKind, JobSpec, Program};
+use tokio::sync::watch;
+
+use crate::leader::{self, Request};
+use crate::net::{Host, CLIENT_BASE};
+use crate::world::{Bug, World};
+
+const OP_TIMEOUT: Duration = Duration::from_secs(4);
+const ACTIVE_REGISTERS: usize = 3;
+const REGISTER_OPS: u32 = 24;
+
+#[derive(Default)]
+pub struct Pool {
+    active: Vec<(u64, u32)>,
+    registers: Vec<u64>,
+    short: Vec<u64>,
+    names: u64,
+    submitting: usize,
+}
+
+impl Pool {
+    pub fn registers(&self) -> Vec<u64> {
+        self.registers.clone()
+    }
+}
+
+pub fn spec(name: &str, secs: f64, held: bool, requeue: bool, gpus: u32) -> JobSpec {
+    JobSpec {
+        name: name.into(),
+        nodes: 1,
+        ntasks: 1,
+        cpus_per_task: 1,
+        gpus_per_node: gpus,
+        program: Program::Argv(vec!["sleep".into(), format!("{secs:.1}")]),
+        work_dir: "/tmp".into(),
+        submit_dir: "/tmp".into(),
+        hold: held,
+        requeue,
+        ..Default::default()
+    }
+}
+
+fn choose(pool: &Mutex<Pool>, rng: &mut Rng, w: usize, multi_node: bool) -> Option<(Op, Option<JobSpec>)> {
+    let mut pool = pool.lock().unwrap_or_else(|p| p.into_inner());
+    let register = |pool: &mut Pool, rng: &mut Rng| -> Option<u64> {
+        let i = rng.below(pool.active.len() as u64) as usize;
+        let (job, ops) = pool.active.get_mut(i)?;
+        *ops += 1;
+        Some(*job)
+    };
+    if pool.active.len() + pool.submitting < ACTIVE_REGISTERS {
+        pool.names += 1;
+        pool.submitting += 1;
+        let name = format!("reg-{w}-{}", pool.names);
+        let held = rng.chance(0.5);
+        let spec = spec(&name, 100_000.0, held, false, 0);
+        return Some((
+            Op::Submit { name, held, requeue: false, gpus: 0, long: true, nodes: 1, after: None },
+            Some(spec),
+        ));
+    }
+    if let Some(i) = pool.active.iter().position(|(_, ops)| *ops >= REGISTER_OPS) {
+        let (job, _) = pool.active.remove(i);
+        return Some((Op::Cancel { job }, None));
+    }
+    Some(match rng.below(100) {
+        0..=24 => {
+            pool.names += 1;
+            let name = format!("job-{w}-{}", pool.names);
+            let requeue = rng.chance(0.3);
+            let gpus = u32::from(rng.chance(0.3));
+            let secs = match rng.chance(0.33) {
+                true => rng.between(30, 120) as f64 / 10.0,
+                false => rng.between(4, 30) as f64 / 10.0,
+            };
+            // Some jobs span two nodes; some wait for another job to complete (afterok), and of
+            // those half are cancelled once it cannot (--kill-on-invalid-dep).
+            let nodes = if multi_node && rng.chance(0.15) { 2 } else { 1 };
+            let after = if rng.chance(0.2) { rng.pick(&pool.short).copied() } else { None };
+            let mut spec = spec(&name, secs, false, requeue, gpus);
+            spec.nodes = nodes;
+            spec.ntasks = nodes;
+            if let Some(job) = after {
+                spec.dependencies = vec![Dependency { kind: DependencyKind::AfterOk, job, delay_min: 0 }];
+                spec.kill_on_invalid_dep = rng.chance(0.5);
+            }
+            (Op::Submit { name, held: false, requeue, gpus, long: false, nodes, after }, Some(spec))
+        }
+        25..=39 => (Op::Hold { job: register(&mut pool, rng)? }, None),
+        40..=54 => (Op::Release { job: register(&mut pool, rng)? }, None),
+        55..=59 => (Op::Cancel { job: register(&mut pool, rng)? }, None),
+        60..=64 => (Op::Cancel { job: *rng.pick(&pool.short)? }, None),
+        65..=89 => (Op::Read { job: register(&mut pool, rng)? }, None),
+        _ => {
+            let job = match rng.chance(0.5) {
+                true => *rng.pick(&pool.short)?,
+                false => *rng.pick(&pool.registers)?,
+            };
+            (Op::StaleRead { job }, None)
+        }
+    })
+}
+
+fn learn(pool: &Mutex<Pool>, op: &Op, outcome: &Outcome) {
+    let mut pool = pool.lock().unwrap_or_else(|p| p.into_inner());
+    if let Op::Submit { long, .. } = op {
+        if *long {
+            pool.submitting -= 1;
+        }
+        if let Outcome::Submitted { job } = outcome {
+            match long {
+                true => {
+                    pool.active.push((*job, 0));
+                    pool.registers.push(*job);
+                }
+                false => pool.short.push(*job),
+            }
+        }
+    }
+}
+
+pub async fn worker(world: Arc<World>, w: usize, mut rng: Rng, pool: Arc<Mutex<Pool>>, stop: watch::Receiver<bool>) {
+    let workers = world.opts.clients as u64;
+    let bound = (w as u64 % world.opts.replicas as u64) + 1;
+    let host = CLIENT_BASE + w as u64;
+    let mut process = w as u64;
+    let mut submits = 0u64;
+    while !*stop.borrow() {
+        let Some((op, spec)) = choose(&pool, &mut rng, w, world.opts.multi_node) else {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        };
+        world.invoke(process, op.clone());
+        submits += 1;
+        let request_id = format!("sim-{process}-{submits}");
+        let outcome = perform(&world, host, bound, &op, spec, request_id).await;
+        world.complete(process, outcome.clone());
+        learn(&pool, &op, &outcome);
+        if matches!(outcome, Outcome::Unknown { .. }) {
+            process += workers;
+        }
+        tokio::time::sleep(Duration::from_millis(rng.between(20, 200))).await;
+    }
+}
+
+/// One operation from client `host` through replica `bound`, within the deadline.
+pub async fn perform(
+    world: &Arc<World>,
+    host: Host,
+    bound: u64,
+    op: &Op,
+    spec: Option<JobSpec>,
+    request_id: String,
+) -> Outcome {
+    let request = match (op, spec) {
+        (Op::Submit { .. }, Some(spec)) => Request::Submit { spec: Box::new(spec), request_id },
+        (Op::Hold { job }, _) => Request::Hold { job: *job },
+        (Op::Release { job }, _) => Request::Release { job: *job },
+        (Op::Cancel { job }, _) => Request::Cancel { job: *job },
+        (Op::Read { job } | Op::StaleRead { job }, _) => Request::Read { job: *job },
+        (Op::Submit { .. }, None) => return Outcome::Failed { error: "a submit without a job".into() },
+    };
+    let stale = matches!(op, Op::StaleRead { .. });
+    let deadline = tokio::time::Instant::now() + OP_TIMEOUT;
+    let mut request = request;
+    loop {
+        // A submit is tried again after a second and a half without an answer; others wait.
+        let patience = match request {
+            Request::Submit { .. } => Duration::from_millis(1500),
+            _ => OP_TIMEOUT,
+        };
+        let attempt =
+            tokio::time::timeout_at(deadline, once(world, host, bound, request.clone(), stale, patience)).await;
+        match attempt {
+            Ok(Some(outcome)) => return outcome,
+            // No answer to a submit: sent again while the deadline allows, with its request id
+            // (or, in the broken build, a new one).
+            Ok(None) if matches!(request, Request::Submit { .. }) => {
+                if let Request::Submit { request_id, .. } = &mut request {
+                    if world.bug(Bug::NoDedup) {
+                        request_id.push('+');
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Ok(None) => {
+                tokio::time::sleep_until(deadline).await;
+                return Outcome::Unknown { error: format!("no answer within {OP_TIMEOUT:?}") };
+            }
+            Err(_) => return Outcome::Unknown { error: format!("no answer within {OP_TIMEOUT:?}") },
+        }
+    }
+}
+
+/// One attempt: `None` when it was not answered within `patience` (lost on the way, or the
+/// replica asked knows no leader), `Some` with what came back.
+async fn once(
+    world: &Arc<World>,
+    host: Host,
+    bound: u64,
+    request: Request,
+    stale: bool,
+    patience: Duration,
+) -> Option<Outcome> {
+    let trip = async {
+        if !world.net.hop(host, bound).await {
+            return futures::future::pending().await;
+        }
+        let Some(r) = world.replica(bound) else {
+            return Some(Outcome::Failed { error: "connection refused".into() });
+        };
+        let outcome = if stale {
+            let Request::Read { job } = request else { unreachable!("a stale read is a read") };
+            Some(leader::read_local(&r, job))
+        } else if leader::leads(&r) || (world.bug(Bug::StaleReads) && matches!(request, Request::Read { .. })) {
+            Some(leader::serve(world, &r, request).await)
+        } else {
+            match leader::leader_hint(&r).filter(|l| *l != r.id) {
+                // Forwarded to the leader the replica knows.
+                Some(l) => {
+                    if !world.net.hop(r.id, l).await {
+                        return futures::future::pending().await;
+                    }
+                    let Some(leader) = world.replica(l) else { return futures::future::pending().await };
+                    let outcome = match leader::leads(&leader) {
+                        true => Some(leader::serve(world, &leader, request).await),
+                        false => None,
+                    };
+                    if !world.net.hop(l, r.id).await {
+                        return futures::future::pending().await;
+                    }
+                    outcome
+                }
+                None => None,
+            }
+        };
+        if !world.net.hop(bound, host).await {
+            return futures::future::pending().await;
+        }
+        outcome
+    };
+    match tokio::time::timeout(patience, trip).await {
+        Ok(Some(outcome)) => Some(outcome),
+        Ok(None) => {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            None
+        }
+        Err(_) => None,
+    }
+}

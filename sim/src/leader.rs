@@ -1,0 +1,483 @@
+//! What a replica does while it leads, as the controller's leader loops do, on the real pure
+//! parts: the scheduler (`quorum_sched::schedule`, the plan proposed as one `ApplyPlan`), the
+//! leader's rules for agents' registrations and exit reports (`quorum_control::leader::rules`),
+//! node liveness (DOWN after the node timeout, a new leader giving every node a full timeout of
+//! grace), launches and kills sent to agents until they say they have them, and the answers to
+//! clients and agents.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use openraft::error::{ClientWriteError, RaftError};
+use openraft::ServerState;
+use quorum_jepsen::history::{Outcome, Seen};
+use quorum_model::{Job, JobSpec, JobState, NodeAdminState, Program, RankOutcome, Rejection};
+use quorum_state::{Command, ReplicaVersion, Response};
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::agent::{Heartbeat, Launch};
+use crate::disk::read;
+use crate::world::{Bug, Replica, World};
+
+/// A node silent this long is DOWN.
+pub const NODE_TIMEOUT: Duration = Duration::from_secs(5);
+/// The lease a leader gives with each answered heartbeat: shorter than the node timeout, so a
+/// node cut off has stopped its `--requeue` jobs before they are requeued.
+pub const LEASE: Duration = Duration::from_secs(3);
+/// A leader answers agents only while a quorum acknowledged it this recently.
+const QUORUM_FRESHNESS_MS: u64 = 1000;
+/// A launch or kill not yet confirmed is sent again after this.
+const RESEND: Duration = Duration::from_secs(1);
+
+/// What a leader keeps in memory only.
+pub struct Lead {
+    pub term: u64,
+    heard: BTreeMap<String, Instant>,
+    sent: BTreeMap<(u64, u64, String), Instant>,
+    /// What each agent last said it runs or ran: (job, allocation).
+    known: BTreeMap<String, BTreeSet<(u64, u64)>>,
+    /// What each agent last said it runs.
+    running: BTreeMap<String, BTreeSet<(u64, u64)>>,
+}
+
+fn lead(r: &Replica) -> std::sync::MutexGuard<'_, Option<Lead>> {
+    r.lead.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Whether `r` leads (as far as it knows).
+pub fn leads(r: &Replica) -> bool {
+    let m = r.raft.metrics().borrow().clone();
+    m.state == ServerState::Leader && m.current_leader == Some(r.id) && m.running_state.is_ok()
+}
+
+/// The replica `r` believes leads.
+pub fn leader_hint(r: &Replica) -> Option<u64> {
+    r.raft.metrics().borrow().current_leader
+}
+
+pub async fn write(r: &Replica, command: Command) -> Result<(u64, Response), WriteError> {
+    // As the controller's `Replica::write`, by its own function: a write is given up once this
+    // replica no longer leads the term it proposed in (openraft never answers one whose entry a
+    // snapshot replaced).
+    let term = r.raft.metrics().borrow().current_term;
+    let written = tokio::select! {
+        biased;
+        written = r.raft.client_write(command) => written,
+        () = quorum_control::replica::deposed(&r.raft, r.id, term) => {
+            return Err(WriteError::Other(quorum_control::replica::DEPOSED.into()))
+        }
+    };
+    match written {
+        Ok(w) => Ok((w.log_id.index, w.data)),
+        Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => Err(WriteError::NotLeader(f.leader_id)),
+        Err(e) => Err(WriteError::Other(e.to_string())),
+    }
+}
+
+#[derive(Debug)]
+pub enum WriteError {
+    NotLeader(Option<u64>),
+    Other(String),
+}
+
+impl std::fmt::Display for WriteError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            WriteError::NotLeader(l) => write!(f, "not the leader (leader: {l:?})"),
+            WriteError::Other(e) => f.write_str(e),
+        }
+    }
+}
+
+/// The partition every agent's node is in (the state's own test builder: a day's time limit,
+/// 1 GiB per CPU).
+pub fn partition(world: &World) -> quorum_model::Partition {
+    quorum_state::testing::partition("jepsen", &format!("a[1-{}]", world.opts.agents), true)
+}
+
+/// The leader loops of one incarnation, until it stops.
+pub async fn duties(world: Arc<World>, r: Arc<Replica>, mut stop: watch::Receiver<bool>) {
+    loop {
+        tokio::select! {
+            biased;
+            _ = stop.changed() => return,
+            _ = r.kick.notified() => tokio::time::sleep(Duration::from_millis(20)).await,
+            _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+        }
+        if *stop.borrow() {
+            return;
+        }
+        let m = r.raft.metrics().borrow().clone();
+        if let Err(e) = &m.running_state {
+            // A fatal error (the disk failed): the controller exits, and is restarted when the
+            // fault heals.
+            world.trace(format!("r{} stopped: {e}", r.id));
+            if world.replica(r.id).is_some_and(|live| Arc::ptr_eq(&live, &r)) {
+                world.crash_now(r.id, "on a fatal error");
+            }
+            return;
+        }
+        if !leads(&r) {
+            *lead(&r) = None;
+            continue;
+        }
+        let fresh = lead(&r).as_ref().is_none_or(|l| l.term != m.current_term);
+        if fresh {
+            let now = Instant::now();
+            let heard = read(&r.applied).state.nodes.keys().map(|n| (n.clone(), now)).collect();
+            *lead(&r) = Some(Lead {
+                term: m.current_term,
+                heard,
+                sent: BTreeMap::new(),
+                known: BTreeMap::new(),
+                running: BTreeMap::new(),
+            });
+            world.trace(format!("r{} leads term {}", r.id, m.current_term));
+        }
+        if let Err(e) = cycle(&world, &r).await {
+            world.trace(format!("r{} cycle: {e}", r.id));
+        }
+    }
+}
+
+async fn cycle(world: &Arc<World>, r: &Replica) -> Result<(), WriteError> {
+    let now = world.wall_ms(r.id);
+    // What every leader makes sure of first: the replicas' versions, and the partition.
+    let (versions_known, partitioned) = {
+        let a = read(&r.applied);
+        (a.state.replica_versions.len() == world.opts.replicas, !a.state.partitions.is_empty())
+    };
+    if !versions_known {
+        let versions = world
+            .replica_ids()
+            .into_iter()
+            .map(|id| (id, ReplicaVersion { level: quorum_state::FEATURE_LEVEL, version: "sim".into() }))
+            .collect();
+        write(r, Command::SetReplicaVersions { versions, now }).await?;
+    }
+    if !partitioned {
+        write(r, Command::SetPartitions { partitions: vec![partition(world)], now }).await?;
+    }
+
+    // Liveness: a node not heard from for the node timeout is DOWN.
+    let silent: Vec<String> = {
+        let a = read(&r.applied);
+        let mut l = lead(r);
+        let Some(l) = l.as_mut() else { return Ok(()) };
+        let now = Instant::now();
+        a.state
+            .nodes
+            .iter()
+            .filter(|(_, n)| !matches!(n.admin, NodeAdminState::Down { .. }))
+            // A node this leader has not yet heard of gets a full timeout from now.
+            .filter(|(name, _)| now.duration_since(*l.heard.entry((*name).clone()).or_insert(now)) > NODE_TIMEOUT)
+            .map(|(name, _)| name.clone())
+            .collect()
+    };
+    for node in silent {
+        world.trace(format!("r{} declares {node} down", r.id));
+        write(r, Command::NodeDown { node, reason: "not responding".into(), now }).await?;
+    }
+
+    // A scheduling cycle.
+    let (view, base, policy) = {
+        let a = read(&r.applied);
+        (quorum_sched::ClusterView::from_state(&a.state), a.index(), a.state.policy.clone())
+    };
+    let plan = quorum_sched::schedule(&view, now, &policy);
+    let reasons = plan.reasons_to_write();
+    if let Some(command) = Command::apply_plan(base, now, plan.starts, reasons, plan.preemptions, plan.resumes) {
+        if let (_, Response::PlanApplied { started, .. }) = write(r, command).await? {
+            if !started.is_empty() {
+                world.trace(format!("r{} started {started:?}", r.id));
+                if r.fuse.blow(crate::world::Point::Launch) {
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    dispatch(world, r);
+    Ok(())
+}
+
+/// How long a job of the workload runs: its program is `sleep SECONDS`.
+pub fn duration(spec: &JobSpec) -> Duration {
+    let secs = match &spec.program {
+        Program::Argv(argv) => argv.get(1).and_then(|s| s.parse::<f64>().ok()).unwrap_or(1.0),
+        _ => 1.0,
+    };
+    Duration::from_secs_f64(secs.clamp(0.0, 1e6))
+}
+
+/// What each node's agent should be told, in order on the leader's stream to it: kills of what
+/// it runs that the state no longer places there (a job ended, cancelled or requeued elsewhere),
+/// then launches of running jobs it does not have yet and kills of cancelled ones. Each is sent
+/// again until the agent says it has it (or the job has ended), as the controller's
+/// reconciliation does.
+fn dispatch(world: &Arc<World>, r: &Replica) {
+    let mut messages = Vec::new();
+    {
+        let a = read(&r.applied);
+        let mut l = lead(r);
+        let Some(l) = l.as_mut() else { return };
+        let now = Instant::now();
+        let mut live = BTreeSet::new();
+        let runs_here = |node: &str, (job, token): (u64, u64)| {
+            a.state.jobs.get(&job).is_some_and(|j| {
+                j.alloc_index == token
+                    && matches!(j.state, JobState::Running | JobState::Suspended)
+                    && j.allocation.as_ref().is_some_and(|al| al.nodes.iter().any(|n| n.node == node))
+            })
+        };
+        for (node, running) in &l.running {
+            for &(job, token) in running.iter().filter(|key| !runs_here(node, **key)) {
+                let key = (job, token, node.clone());
+                live.insert(key.clone());
+                if l.sent.get(&key).is_some_and(|t| now.duration_since(*t) < RESEND) {
+                    continue;
+                }
+                l.sent.insert(key, now);
+                messages.push(Launch {
+                    job,
+                    token,
+                    node: node.clone(),
+                    gpus: Vec::new(),
+                    restarts: 0,
+                    leased: false,
+                    run_for: Duration::ZERO,
+                    kill: true,
+                });
+            }
+        }
+        for job in a.state.jobs.values().filter(|j| j.state == JobState::Running) {
+            let Some(alloc) = &job.allocation else { continue };
+            for n in &alloc.nodes {
+                let key = (job.id, job.alloc_index, n.node.clone());
+                live.insert(key.clone());
+                let has = l.known.get(&n.node).is_some_and(|k| k.contains(&(job.id, job.alloc_index)));
+                if has && !job.cancel_requested {
+                    continue;
+                }
+                if l.sent.get(&key).is_some_and(|t| now.duration_since(*t) < RESEND) {
+                    continue;
+                }
+                l.sent.insert(key, now);
+                messages.push(Launch {
+                    job: job.id,
+                    token: job.alloc_index,
+                    node: n.node.clone(),
+                    gpus: n.gpus.clone(),
+                    restarts: job.requeues,
+                    leased: job.spec.requeue,
+                    run_for: duration(&job.spec),
+                    kill: job.cancel_requested,
+                });
+            }
+        }
+        l.sent.retain(|k, _| live.contains(k));
+    }
+    let mut by_node: BTreeMap<String, Vec<Launch>> = BTreeMap::new();
+    for m in messages {
+        by_node.entry(m.node.clone()).or_default().push(m);
+    }
+    for (node, batch) in by_node {
+        let from = r.id;
+        let Some(host) = crate::agent::host_of(&node) else { continue };
+        let Some(agent) = world.agents.get(&host).cloned() else { continue };
+        let w = world.clone();
+        tokio::spawn(async move {
+            if w.net.hop_in_order(from, host).await {
+                for m in batch {
+                    agent.receive(m, w.now_s());
+                }
+            }
+        });
+    }
+}
+
+/// What a leader answers an agent's heartbeat.
+pub enum HeartbeatAnswer {
+    NotLeader(Option<u64>),
+    /// The jobs the state has running on the node at `index`: the agent kills any other of an
+    /// allocation at or below it.
+    Ok {
+        index: u64,
+        runs: BTreeSet<(u64, u64)>,
+    },
+}
+
+pub async fn heartbeat(world: &World, r: &Replica, hb: &Heartbeat) -> HeartbeatAnswer {
+    let m = r.raft.metrics().borrow().clone();
+    if !leads(r) {
+        return HeartbeatAnswer::NotLeader(m.current_leader.filter(|l| *l != r.id));
+    }
+    // A leader cut off from a quorum gives no lease.
+    if m.millis_since_quorum_ack.is_none_or(|ms| ms >= QUORUM_FRESHNESS_MS) {
+        return HeartbeatAnswer::NotLeader(None);
+    }
+    if let Some(l) = lead(r).as_mut() {
+        l.heard.insert(hb.node.name.clone(), Instant::now());
+        l.known.insert(hb.node.name.clone(), hb.has.clone());
+        l.running.insert(hb.node.name.clone(), hb.running.clone());
+    }
+    let register = quorum_control::leader::rules::needs_registration(&read(&r.applied).state, &hb.node);
+    if register {
+        let now = world.wall_ms(r.id);
+        world.trace(format!("r{} registers {}", r.id, hb.node.name));
+        if let Err(e) = write(r, Command::RegisterNode { node: hb.node.clone(), now }).await {
+            return HeartbeatAnswer::NotLeader(match e {
+                WriteError::NotLeader(l) => l,
+                WriteError::Other(_) => None,
+            });
+        }
+    }
+    let a = read(&r.applied);
+    let runs = a
+        .state
+        .jobs
+        .values()
+        .filter(|j| matches!(j.state, JobState::Running | JobState::Suspended))
+        .filter(|j| j.allocation.as_ref().is_some_and(|al| al.nodes.iter().any(|n| n.node == hb.node.name)))
+        .map(|j| (j.id, j.alloc_index))
+        .collect();
+    HeartbeatAnswer::Ok { index: a.index(), runs }
+}
+
+/// An agent's report that a run ended: committed as the leader's rules say.
+pub async fn exit(world: &World, r: &Replica, job: u64, token: u64, node: &str, outcome: RankOutcome) -> bool {
+    if !leads(r) {
+        return false;
+    }
+    let now = world.wall_ms(r.id);
+    let command = {
+        let a = read(&r.applied);
+        // The broken build: the report ends whatever allocation the job now has, wherever it is.
+        let current = a.state.jobs.get(&job).filter(|_| world.bug(Bug::NoFence));
+        let (token, node) = match current.and_then(|j| Some((j.alloc_index, j.allocation.as_ref()?.nodes.first()?))) {
+            Some((token, first)) => (token, first.node.clone()),
+            None => (token, node.to_string()),
+        };
+        quorum_control::leader::rules::job_ended(&a.state, job, token, node, outcome, None, "", now)
+    };
+    match write(r, command).await {
+        Ok((_, response)) => {
+            world.trace(format!("r{} exit of {job}.{token} on {node}: {}", r.id, kind(&response)));
+            true
+        }
+        Err(_) => false,
+    }
+}
+
+fn kind(response: &Response) -> String {
+    match response {
+        Response::JobFinished { state, .. } => state.name().to_string(),
+        Response::Batch(all) => all.iter().map(kind).collect::<Vec<_>>().join(","),
+        other => format!("{other:?}").chars().take(40).collect(),
+    }
+}
+
+/// A client's request, as a replica receives it.
+#[derive(Clone, Debug)]
+pub enum Request {
+    Submit { spec: Box<JobSpec>, request_id: String },
+    Hold { job: u64 },
+    Release { job: u64 },
+    Cancel { job: u64 },
+    Read { job: u64 },
+}
+
+pub fn seen(job: &Job) -> Seen {
+    Seen {
+        name: job.spec.name.clone(),
+        state: job.state.name().to_string(),
+        held: job.held.is_some(),
+        cancelled: job.state == JobState::Cancelled || job.cancel_requested || job.cancelled_by.is_some(),
+    }
+}
+
+fn refused(rejection: &Rejection) -> Outcome {
+    match rejection {
+        Rejection::UnknownJob { .. } => Outcome::Missing,
+        other => Outcome::Refused { reason: other.to_string() },
+    }
+}
+
+fn unknown(e: WriteError) -> Outcome {
+    Outcome::Unknown { error: e.to_string() }
+}
+
+/// Serves a client's request at the leader `r` (which may crash between committing a change and
+/// answering: the [`crate::world::Point::Reply`] crash point).
+pub async fn serve(world: &World, r: &Replica, request: Request) -> Outcome {
+    let changes = !matches!(request, Request::Read { .. });
+    let outcome = answer(world, r, request).await;
+    if changes && r.fuse.blow(crate::world::Point::Reply) {
+        return futures::future::pending().await;
+    }
+    outcome
+}
+
+async fn answer(world: &World, r: &Replica, request: Request) -> Outcome {
+    let now = world.wall_ms(r.id);
+    let user = "alice".to_string();
+    match request {
+        Request::Submit { spec, request_id } => {
+            let command = Command::SubmitJob { spec, user, now, request_id };
+            if world.bug(Bug::EarlyAck) {
+                // The broken build: the id the entry is expected to get, before it commits.
+                let expected = read(&r.applied).state.next_job_id;
+                let raft = r.raft.clone();
+                tokio::spawn(async move {
+                    let _ = raft.client_write(command).await;
+                });
+                return Outcome::Submitted { job: expected };
+            }
+            match write(r, command).await {
+                Ok((_, Response::Submitted { job_id, .. })) => Outcome::Submitted { job: job_id },
+                Ok((_, Response::Rejected(why))) => Outcome::Failed { error: why.to_string() },
+                Ok((_, other)) => Outcome::Unknown { error: format!("{other:?}") },
+                Err(e) => unknown(e),
+            }
+        }
+        Request::Hold { job } | Request::Release { job } => {
+            let hold = matches!(request, Request::Hold { .. });
+            let command = match hold {
+                true => Command::HoldJob { job_id: job, user, now },
+                false => Command::ReleaseJob { job_id: job, user, now },
+            };
+            match write(r, command).await {
+                Ok((_, Response::Held { .. } | Response::Released { .. })) => Outcome::Done,
+                Ok((_, Response::Rejected(why))) => refused(&why),
+                Ok((_, other)) => Outcome::Refused { reason: format!("{other:?}") },
+                Err(e) => unknown(e),
+            }
+        }
+        Request::Cancel { job } => {
+            match write(r, Command::CancelJob { job_id: job, user, now, whole_array: false }).await {
+                Ok((_, Response::Cancelled { was_running, .. })) => Outcome::Cancelled { was_running },
+                Ok((_, Response::Rejected(why))) => refused(&why),
+                Ok((_, other)) => Outcome::Refused { reason: format!("{other:?}") },
+                Err(e) => unknown(e),
+            }
+        }
+        Request::Read { job } => {
+            if !world.bug(Bug::StaleReads) {
+                if let Err(e) = r.raft.ensure_linearizable().await {
+                    return Outcome::Unknown { error: e.to_string() };
+                }
+            }
+            read_local(r, job)
+        }
+    }
+}
+
+/// A read from what `r` has applied.
+pub fn read_local(r: &Replica, job: u64) -> Outcome {
+    match read(&r.applied).state.jobs.get(&job) {
+        Some(j) => Outcome::Read { job: seen(j) },
+        None => Outcome::Missing,
+    }
+}

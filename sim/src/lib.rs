@@ -1,0 +1,379 @@
+//! `quorum-sim`: a deterministic simulation of Quorum's control plane.
+//!
+//! Three (or five) replicas run real openraft over the controller's real entries: each applies
+//! them with `quorum_state::apply` and snapshots with its real encoding; the leader schedules
+//! with `quorum_sched::schedule` and answers agents by `quorum_control::leader::rules`. Agents,
+//! their jobs, the network, the disks and the clocks are simulated. Everything runs on one
+//! thread of a tokio runtime whose time is virtual (it jumps to the next timer whenever every
+//! task waits), and every choice — faults, delays, losses, operations, openraft's election
+//! timeouts — comes from the seed: the same seed runs the same run, and prints the same trace,
+//! byte for byte. The history is `jepsen/`'s, judged by `jepsen/`'s checkers.
+//!
+//! See `jepsen/README.md` ("The simulator") for what is real and what is simulated.
+
+pub mod agent;
+pub mod client;
+pub mod disk;
+pub mod leader;
+pub mod nemesis;
+pub mod net;
+pub mod runtime;
+pub mod world;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use quorum_jepsen::checker::{self, terminal, Evidence, Final};
+use quorum_jepsen::history::{Event, Op, Outcome};
+use quorum_jepsen::rng::Rng;
+use quorum_model::JobState;
+use quorum_state::{Command, Response};
+
+use crate::disk::read;
+pub use crate::nemesis::Fault;
+pub use crate::world::Bug;
+use crate::world::World;
+
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub seed: u64,
+    /// Simulated seconds of clients and faults.
+    pub time_s: f64,
+    pub replicas: usize,
+    pub agents: usize,
+    pub clients: usize,
+    pub faults: Vec<Fault>,
+    pub bug: Option<Bug>,
+    /// Chance that a message is lost, and that a Raft message arrives twice.
+    pub loss: f64,
+    pub duplicate: f64,
+    pub snapshot_every: u64,
+    /// A run that completes fewer operations than this checks too little: it fails.
+    pub min_ops: usize,
+    /// Some jobs span two nodes. Off by default: it finds the open bug of `RESULTS.md` (a job
+    /// of several nodes ended by one rank frees its other nodes while their ranks still run).
+    pub multi_node: bool,
+    /// Prints the trace as it goes.
+    pub verbose: bool,
+}
+
+impl Options {
+    pub fn new(seed: u64) -> Options {
+        Options {
+            seed,
+            time_s: 20.0,
+            replicas: 3,
+            agents: 3,
+            clients: 5,
+            faults: Fault::ALL.to_vec(),
+            bug: None,
+            loss: 0.01,
+            duplicate: 0.02,
+            snapshot_every: 200,
+            min_ops: 40,
+            multi_node: false,
+            verbose: false,
+        }
+    }
+}
+
+/// What one run found.
+pub struct Report {
+    pub seed: u64,
+    pub problems: Vec<String>,
+    /// FNV-1a of the trace: equal for two runs of one seed.
+    pub trace_digest: u64,
+    pub trace: Vec<String>,
+    pub ops: usize,
+    pub ok: usize,
+    pub unknown: usize,
+    pub jobs: usize,
+    pub simulated: Duration,
+}
+
+impl Report {
+    pub fn valid(&self) -> bool {
+        self.problems.is_empty()
+    }
+
+    /// One line: the seed, the verdict and the trace's digest.
+    pub fn line(&self) -> String {
+        let verdict = if self.valid() { "VALID".to_string() } else { format!("INVALID ({})", self.problems.len()) };
+        format!(
+            "seed {} {verdict} trace {:016x} ops {} ok {} unknown {} jobs {} simulated {:.1} s",
+            self.seed,
+            self.trace_digest,
+            self.ops,
+            self.ok,
+            self.unknown,
+            self.jobs,
+            self.simulated.as_secs_f64()
+        )
+    }
+}
+
+fn fnv1a(lines: &[String]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for line in lines {
+        for b in line.bytes().chain(std::iter::once(b'\n')) {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+    h
+}
+
+/// Runs one seed to its verdict.
+pub fn run(opts: Options) -> anyhow::Result<Report> {
+    runtime::seed(opts.seed);
+    let rt = tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build()?;
+    let report = rt.block_on(simulate(opts));
+    rt.shutdown_background();
+    report
+}
+
+async fn simulate(opts: Options) -> anyhow::Result<Report> {
+    let world = World::new(opts.clone());
+    let root = Rng::new(opts.seed);
+    for id in world.replica_ids() {
+        world.start_replica(id, true).await?;
+    }
+    for agent in world.agents.values() {
+        agent::start(&world, agent.clone());
+    }
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let pool = Arc::new(Mutex::new(client::Pool::default()));
+    let workers: Vec<_> = (0..opts.clients)
+        .map(|w| {
+            tokio::spawn(client::worker(world.clone(), w, root.fork(1000 + w as u64), pool.clone(), stopped.clone()))
+        })
+        .collect();
+    let mut nemesis_rng = root.fork(3);
+    let steps = nemesis::schedule(&mut nemesis_rng, &opts.faults, opts.time_s);
+    let faults = tokio::spawn(nemesis::run(world.clone(), steps, nemesis_rng, opts.time_s));
+
+    tokio::time::sleep(Duration::from_secs_f64(opts.time_s)).await;
+    let _ = stop.send(true);
+    for w in workers {
+        let _ = w.await;
+    }
+    faults.abort();
+    let _ = faults.await;
+    let what = nemesis::heal(&world).await;
+    world.nemesis(format!("final {what}"));
+
+    let mut problems = Vec::new();
+    let finals = settle(&world, &mut problems).await;
+
+    // Every replica's digest at one index.
+    digests(&world, &mut problems).await;
+
+    // Nothing the cluster says has ended still runs.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let finished = world.now_s() - 6.0;
+    let runs: Vec<_> = world.agents.values().flat_map(|a| a.runs()).collect();
+    for r in runs.iter().filter(|r| !r.ended) {
+        problems.push(format!(
+            "runs: job {} still ran on {} (allocation {}) 6 s after the cluster said every job had ended at {finished:.2}",
+            r.job, r.node, r.file
+        ));
+    }
+    // Every job the cluster says COMPLETED ran its last attempt to its end somewhere (not an
+    // earlier attempt's end taken for the last one's).
+    let finished: std::collections::BTreeSet<(u64, u32)> = world.agents.values().flat_map(|a| a.finished()).collect();
+    let attempts: BTreeMap<u64, u32> = world
+        .leader()
+        .map(|l| read(&l.applied).state.jobs.values().map(|j| (j.id, j.requeues)).collect())
+        .unwrap_or_default();
+    for f in finals.values().filter(|f| f.state == JobState::Completed.name()) {
+        let last = attempts.get(&f.id).copied().unwrap_or(0);
+        if !finished.contains(&(f.id, last)) {
+            problems.push(format!(
+                "outcome: job {} ({}) is COMPLETED, but its last attempt (restart {last}) did not run to its end",
+                f.id, f.name
+            ));
+        }
+    }
+
+    let events = world.events();
+    let registers = pool.lock().unwrap_or_else(|p| p.into_inner()).registers();
+    problems.extend(checker::check(&Evidence {
+        events: &events,
+        finals: &finals,
+        runs: &runs,
+        registers: &registers,
+        node_cpus: agent::CPUS,
+    }));
+    let (mut ops, mut ok, mut unknown) = (0, 0, 0);
+    for e in &events {
+        if let Event::Complete { outcome, .. } = e {
+            ops += 1;
+            match outcome {
+                Outcome::Unknown { .. } => unknown += 1,
+                Outcome::Failed { .. } => {}
+                _ => ok += 1,
+            }
+        }
+    }
+    if ok < opts.min_ops {
+        problems.push(format!("workload: only {ok} operations were answered (at least {} expected)", opts.min_ops));
+    }
+    for r in world.alive() {
+        let _ = r.stop.send(true);
+        let _ = r.raft.shutdown().await;
+    }
+    let trace = world.trace_lines();
+    Ok(Report {
+        seed: opts.seed,
+        problems,
+        trace_digest: fnv1a(&trace),
+        trace,
+        ops,
+        ok,
+        unknown,
+        jobs: finals.len(),
+        simulated: world.start.elapsed(),
+    })
+}
+
+fn finals_of(jobs: &BTreeMap<u64, quorum_jepsen::history::Seen>) -> BTreeMap<u64, Final> {
+    jobs.iter()
+        .map(|(id, s)| (*id, Final { id: *id, name: s.name.clone(), state: s.state.clone(), cancelled: s.cancelled }))
+        .collect()
+}
+
+const RECOVERY_BOUND: Duration = Duration::from_secs(30);
+const SETTLE_BOUND: Duration = Duration::from_secs(60);
+
+/// As `jepsen/` ends a run: a probe submitted until one is acknowledged (the cluster serves
+/// again), then whatever is still open cancelled until every job has ended. The final state of
+/// every job, as the leader has it.
+async fn settle(world: &Arc<World>, problems: &mut Vec<String>) -> BTreeMap<u64, Final> {
+    let healed = tokio::time::Instant::now();
+    let mut process = 10_000_000;
+    let host = net::CLIENT_BASE + 99;
+    let probe = loop {
+        let name = format!("probe-{process}");
+        let spec = client::spec(&name, 0.5, false, false, 0);
+        let op = Op::Submit { name, held: false, requeue: false, gpus: 0, long: false, nodes: 1, after: None };
+        world.invoke(process, op.clone());
+        let outcome = client::perform(world, host, 1, &op, Some(spec), format!("probe-{process}")).await;
+        world.complete(process, outcome.clone());
+        if let Outcome::Submitted { job } = outcome {
+            break Some(job);
+        }
+        process += 1;
+        if healed.elapsed() > RECOVERY_BOUND {
+            problems.push(format!("recovery: no submit was acknowledged within {RECOVERY_BOUND:?} of the last heal"));
+            break None;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+
+    let settle = tokio::time::Instant::now();
+    let mut process = 20_000_000;
+    let mut cancelled = std::collections::BTreeSet::new();
+    loop {
+        let jobs = world
+            .leader()
+            .map(|l| read(&l.applied).state.jobs.values().map(|j| (j.id, leader::seen(j))).collect::<BTreeMap<_, _>>());
+        if let Some(jobs) = &jobs {
+            let open: Vec<u64> = jobs.iter().filter(|(_, s)| !terminal(&s.state)).map(|(id, _)| *id).collect();
+            let probe_done = probe.is_none_or(|p| jobs.get(&p).is_some_and(|s| terminal(&s.state)));
+            if open.is_empty() {
+                let finals = finals_of(jobs);
+                if let Some(p) = probe {
+                    if finals.get(&p).is_none_or(|f| f.state != "COMPLETED") {
+                        problems.push(format!("recovery: the probe job {p} did not complete: {:?}", finals.get(&p)));
+                    }
+                }
+                return finals;
+            }
+            for id in open {
+                if Some(id) == probe && !probe_done || cancelled.contains(&id) {
+                    continue;
+                }
+                let op = Op::Cancel { job: id };
+                world.invoke(process, op.clone());
+                let outcome = client::perform(world, host, 1, &op, None, String::new()).await;
+                world.complete(process, outcome.clone());
+                if !matches!(outcome, Outcome::Unknown { .. }) {
+                    cancelled.insert(id);
+                }
+                process += 1;
+            }
+        }
+        if settle.elapsed() > SETTLE_BOUND {
+            let open: Vec<String> = jobs
+                .as_ref()
+                .map(|js| {
+                    js.iter().filter(|(_, s)| !terminal(&s.state)).map(|(id, s)| format!("{id}: {s:?}")).collect()
+                })
+                .unwrap_or_default();
+            problems.push(format!(
+                "terminal: jobs were still open {SETTLE_BOUND:?} after the cluster served again: {open:?}"
+            ));
+            for r in world.alive() {
+                let m = r.raft.metrics().borrow().clone();
+                problems.push(format!(
+                    "replica r{}: {:?} term {} vote {} last log {:?} applied {:?} leader {:?} {:?}",
+                    r.id,
+                    m.state,
+                    m.current_term,
+                    m.vote,
+                    m.last_log_index,
+                    m.last_applied,
+                    m.current_leader,
+                    m.running_state
+                ));
+            }
+            return jobs.map(|js| finals_of(&js)).unwrap_or_default();
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+/// A digest point committed, and every replica's digest where it applied it compared. A
+/// replica that reached the point by a snapshot has no digest of it: another point is committed.
+async fn digests(world: &Arc<World>, problems: &mut Vec<String>) {
+    let began = tokio::time::Instant::now();
+    let mut last = String::new();
+    while began.elapsed() < Duration::from_secs(30) {
+        let Some(l) = world.leader() else {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            continue;
+        };
+        let now = world.wall_ms(l.id);
+        let Ok((index, Response::Digest { .. })) = leader::write(&l, Command::Digest { now }).await else {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            continue;
+        };
+        let point = tokio::time::Instant::now();
+        while point.elapsed() < Duration::from_secs(10) {
+            let mut passed = false;
+            let seen: BTreeMap<u64, Option<u64>> = world
+                .replica_ids()
+                .into_iter()
+                .map(|id| {
+                    let applied = world.replica(id).map(|r| read(&r.applied).clone());
+                    passed |= applied.as_ref().is_some_and(|a| a.index() >= index && !a.digests.contains_key(&index));
+                    (id, applied.and_then(|a| a.digests.get(&index).copied()))
+                })
+                .collect();
+            if passed {
+                break;
+            }
+            if seen.values().all(Option::is_some) {
+                let distinct: std::collections::BTreeSet<u64> = seen.values().flatten().copied().collect();
+                if distinct.len() > 1 {
+                    problems.push(format!("digest: replicas differ at index {index}: {seen:?}"));
+                }
+                return;
+            }
+            last = format!("at index {index}: {seen:?}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    problems.push(format!("digest: not every replica applied one digest point within 30 s ({last})"));
+}
