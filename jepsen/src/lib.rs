@@ -2,6 +2,7 @@
 //! recorded, and checkers that judge the whole history (see `jepsen/README.md`).
 
 pub mod checker;
+pub mod choice;
 pub mod cluster;
 pub mod history;
 pub mod nemesis;

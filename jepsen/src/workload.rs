@@ -1,7 +1,9 @@
 //! The clients: concurrent workers doing what users do, each bound to one replica as a user's
 //! `quorum` would be to the first address it is given, every operation recorded as invoked and
-//! as answered. Short jobs (some `--requeue`, some with a GPU) fill the nodes; long jobs serve as
-//! the registers whose holds, releases, cancels and reads the linearizability checker judges.
+//! as answered. What they do is chosen by [`crate::choice`], shared with the simulator: short
+//! jobs (some `--requeue`, some with a GPU, some waiting on another) fill the nodes; long jobs
+//! serve as the registers whose holds, releases, cancels and reads the linearizability checker
+//! judges.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -11,13 +13,10 @@ use quorum_client::client::{Api, Client};
 use quorum_proto::api;
 use tonic::Code;
 
+use crate::choice::Pool;
 use crate::history::{Op, Outcome, Recorder, Seen};
 use crate::rng::Rng;
 
-/// Operations on one register job before it is retired (cancelled): the linearizability
-/// search grows with the operations of one job.
-const REGISTER_OPS: u32 = 24;
-const ACTIVE_REGISTERS: usize = 3;
 /// A client's patience with one operation; past it the operation's fate is unknown.
 const OP_TIMEOUT: Duration = Duration::from_secs(4);
 
@@ -37,34 +36,12 @@ read up _ < /proc/uptime
 echo "end $up" >> "$f"
 "#;
 
-#[derive(Default)]
-struct Pool {
-    /// Acknowledged short jobs.
-    short: Vec<u64>,
-    /// Register jobs in use, with the operations each has had.
-    active: Vec<(u64, u32)>,
-    /// Every job used as a register.
-    registers: Vec<u64>,
-    /// Register submits in flight.
-    submitting: usize,
-    names: u64,
-}
-
 pub struct Workload {
     pub recorder: Arc<Recorder>,
     addrs: Vec<String>,
     security: quorum_client::client::Security,
     runs_dir: PathBuf,
     pool: Mutex<Pool>,
-}
-
-/// How long a short job runs, in ticks of 0.2 s: mostly under 3 s, some up to 12 s, long
-/// enough to outlast the node timeout while a fault cuts their node off.
-fn short_ticks(rng: &mut Rng) -> u64 {
-    match rng.chance(0.3) {
-        true => rng.between(15, 60),
-        false => rng.between(2, 15),
-    }
 }
 
 impl Workload {
@@ -84,7 +61,7 @@ impl Workload {
 
     /// Jobs used as registers.
     pub fn registers(&self) -> Vec<u64> {
-        self.pool.lock().unwrap_or_else(|p| p.into_inner()).registers.clone()
+        self.pool().registers()
     }
 
     fn pool(&self) -> std::sync::MutexGuard<'_, Pool> {
@@ -149,83 +126,25 @@ impl Workload {
         }
     }
 
+    /// The next operation of worker `w` (the workload shared with the simulator, without jobs
+    /// of several nodes: see `RESULTS.md`), with its job as this cluster runs it.
     fn choose(&self, rng: &mut Rng, w: usize) -> Option<(Op, Option<api::JobSpec>)> {
-        let mut pool = self.pool();
-        let roll = rng.below(100);
-        let register = |pool: &mut Pool, rng: &mut Rng| -> Option<u64> {
-            let i = rng.below(pool.active.len() as u64) as usize;
-            let (job, ops) = pool.active.get_mut(i)?;
-            *ops += 1;
-            Some(*job)
-        };
-        if pool.active.len() + pool.submitting < ACTIVE_REGISTERS {
-            pool.names += 1;
-            pool.submitting += 1;
-            let name = format!("reg-{w}-{}", pool.names);
-            let held = rng.chance(0.5);
-            let spec = self.job_spec(&name, 100_000, held, false, 0);
-            return Some((
-                Op::Submit { name, held, requeue: false, gpus: 0, long: true, nodes: 1, after: None },
-                Some(spec),
-            ));
-        }
-        // A register that has had its share is cancelled and retired.
-        if let Some(i) = pool.active.iter().position(|(_, ops)| *ops >= REGISTER_OPS) {
-            let (job, _) = pool.active.remove(i);
-            return Some((Op::Cancel { job }, None));
-        }
-        Some(match roll {
-            0..=24 => {
-                pool.names += 1;
-                let name = format!("job-{w}-{}", pool.names);
-                let requeue = rng.chance(0.3);
-                let gpus = u32::from(rng.chance(0.3));
-                // Some jobs span two nodes (the batch script, which records the run, runs on the
-                // first); some wait for another short job to complete (afterok), and of those half
-                // are cancelled once it cannot (--kill-on-invalid-dep).
-                let nodes = if rng.chance(0.15) { 2 } else { 1 };
-                let after = if rng.chance(0.2) { rng.pick(&pool.short).copied() } else { None };
-                let mut spec = self.job_spec(&name, short_ticks(rng), false, requeue, gpus);
-                spec.nodes = nodes;
-                spec.ntasks = nodes;
-                if let Some(job) = after {
-                    spec.dependency = format!("afterok:{job}");
-                    spec.kill_on_invalid_dep = rng.chance(0.5);
-                }
-                (Op::Submit { name, held: false, requeue, gpus, long: false, nodes, after }, Some(spec))
+        let (op, job) = self.pool().choose(rng, w, false)?;
+        let spec = job.map(|j| {
+            let mut spec = self.job_spec(&j.name, j.ticks, j.held, j.requeue, j.gpus);
+            spec.nodes = j.nodes;
+            spec.ntasks = j.nodes;
+            if let Some(after) = j.after {
+                spec.dependency = format!("afterok:{after}");
+                spec.kill_on_invalid_dep = j.kill_on_invalid_dep;
             }
-            25..=39 => (Op::Hold { job: register(&mut pool, rng)? }, None),
-            40..=54 => (Op::Release { job: register(&mut pool, rng)? }, None),
-            55..=59 => (Op::Cancel { job: register(&mut pool, rng)? }, None),
-            60..=64 => (Op::Cancel { job: *rng.pick(&pool.short)? }, None),
-            65..=89 => (Op::Read { job: register(&mut pool, rng)? }, None),
-            _ => {
-                let job = match rng.chance(0.5) {
-                    true => *rng.pick(&pool.short)?,
-                    false => *rng.pick(&pool.registers)?,
-                };
-                (Op::StaleRead { job }, None)
-            }
-        })
+            spec
+        });
+        Some((op, spec))
     }
 
-    /// Keeps what later choices need: the ids of acknowledged jobs.
     fn learn(&self, op: &Op, outcome: &Outcome) {
-        let mut pool = self.pool();
-        if let Op::Submit { long, .. } = op {
-            if *long {
-                pool.submitting -= 1;
-            }
-            if let Outcome::Submitted { job } = outcome {
-                match long {
-                    true => {
-                        pool.active.push((*job, 0));
-                        pool.registers.push(*job);
-                    }
-                    false => pool.short.push(*job),
-                }
-            }
-        }
+        self.pool().learn(op, outcome);
     }
 
     async fn perform(&self, mut api: Api, op: &Op, spec: Option<api::JobSpec>, process: u64) -> Outcome {

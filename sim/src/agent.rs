@@ -226,8 +226,10 @@ fn next_replica(world: &World, s: &mut State) {
 }
 
 async fn heartbeats(world: Arc<World>, agent: Arc<Agent>) {
+    let mut wait = HEARTBEAT;
     loop {
-        tokio::time::sleep(HEARTBEAT).await;
+        tokio::time::sleep(wait).await;
+        wait = HEARTBEAT;
         let (to, hb) = {
             let s = agent.state();
             if s.frozen {
@@ -281,7 +283,12 @@ async fn heartbeats(world: Arc<World>, agent: Arc<Agent>) {
                         s.unreported.insert(key, RankOutcome::Cancelled { code: 0, signal: 9 });
                     }
                 }
-                Ok(HeartbeatAnswer::NotLeader(Some(l))) => s.leader = l,
+                // Told where the leader is: a session there begins at once (the real agent
+                // registers and heartbeats as soon as its stream is up).
+                Ok(HeartbeatAnswer::NotLeader(Some(l))) => {
+                    s.leader = l;
+                    wait = Duration::from_millis(10);
+                }
                 Ok(HeartbeatAnswer::NotLeader(None)) | Err(_) => next_replica(&world, &mut s),
             }
         }

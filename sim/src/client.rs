@@ -1,5 +1,6 @@
-//! The clients: `jepsen/`'s workload (short jobs, some with `--requeue` or a GPU, some on two
-//! nodes, some waiting on another with `afterok`; register jobs
+//! The clients: `jepsen/`'s workload, chosen by its own `choice` module (short jobs, some with
+//! `--requeue` or a GPU, some on two nodes with `--multi-node`, some waiting on another with
+//! `afterok`; register jobs
 //! whose holds, releases, cancels and reads the linearizability checker judges; stale reads),
 //! each client bound to one replica, which forwards to the leader as a controller does. A
 //! submit that gets no answer is sent again with the same request id within the operation's
@@ -9,6 +10,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use quorum_jepsen::choice::{Job, Pool, TICK_S};
 use quorum_jepsen::history::{Op, Outcome};
 use quorum_jepsen::rng::Rng;
 use quorum_model::{Dependency, DependencyKind, JobSpec, Program};
@@ -19,22 +21,16 @@ use crate::net::{Host, CLIENT_BASE};
 use crate::world::{Bug, World};
 
 const OP_TIMEOUT: Duration = Duration::from_secs(4);
-const ACTIVE_REGISTERS: usize = 3;
-const REGISTER_OPS: u32 = 24;
-
-#[derive(Default)]
-pub struct Pool {
-    active: Vec<(u64, u32)>,
-    registers: Vec<u64>,
-    short: Vec<u64>,
-    names: u64,
-    submitting: usize,
-}
-
-impl Pool {
-    pub fn registers(&self) -> Vec<u64> {
-        self.registers.clone()
+/// A submit's job as the simulated cluster runs it: `sleep` for its ticks.
+pub fn spec_of(job: &Job) -> JobSpec {
+    let mut spec = spec(&job.name, job.ticks as f64 * TICK_S, job.held, job.requeue, job.gpus);
+    spec.nodes = job.nodes;
+    spec.ntasks = job.nodes;
+    if let Some(after) = job.after {
+        spec.dependencies = vec![Dependency { kind: DependencyKind::AfterOk, job: after, delay_min: 0 }];
+        spec.kill_on_invalid_dep = job.kill_on_invalid_dep;
     }
+    spec
 }
 
 pub fn spec(name: &str, secs: f64, held: bool, requeue: bool, gpus: u32) -> JobSpec {
@@ -53,85 +49,6 @@ pub fn spec(name: &str, secs: f64, held: bool, requeue: bool, gpus: u32) -> JobS
     }
 }
 
-fn choose(pool: &Mutex<Pool>, rng: &mut Rng, w: usize, multi_node: bool) -> Option<(Op, Option<JobSpec>)> {
-    let mut pool = pool.lock().unwrap_or_else(|p| p.into_inner());
-    let register = |pool: &mut Pool, rng: &mut Rng| -> Option<u64> {
-        let i = rng.below(pool.active.len() as u64) as usize;
-        let (job, ops) = pool.active.get_mut(i)?;
-        *ops += 1;
-        Some(*job)
-    };
-    if pool.active.len() + pool.submitting < ACTIVE_REGISTERS {
-        pool.names += 1;
-        pool.submitting += 1;
-        let name = format!("reg-{w}-{}", pool.names);
-        let held = rng.chance(0.5);
-        let spec = spec(&name, 100_000.0, held, false, 0);
-        return Some((
-            Op::Submit { name, held, requeue: false, gpus: 0, long: true, nodes: 1, after: None },
-            Some(spec),
-        ));
-    }
-    if let Some(i) = pool.active.iter().position(|(_, ops)| *ops >= REGISTER_OPS) {
-        let (job, _) = pool.active.remove(i);
-        return Some((Op::Cancel { job }, None));
-    }
-    Some(match rng.below(100) {
-        0..=24 => {
-            pool.names += 1;
-            let name = format!("job-{w}-{}", pool.names);
-            let requeue = rng.chance(0.3);
-            let gpus = u32::from(rng.chance(0.3));
-            let secs = match rng.chance(0.33) {
-                true => rng.between(30, 120) as f64 / 10.0,
-                false => rng.between(4, 30) as f64 / 10.0,
-            };
-            // Some jobs span two nodes; some wait for another job to complete (afterok), and of
-            // those half are cancelled once it cannot (--kill-on-invalid-dep).
-            let nodes = if multi_node && rng.chance(0.15) { 2 } else { 1 };
-            let after = if rng.chance(0.2) { rng.pick(&pool.short).copied() } else { None };
-            let mut spec = spec(&name, secs, false, requeue, gpus);
-            spec.nodes = nodes;
-            spec.ntasks = nodes;
-            if let Some(job) = after {
-                spec.dependencies = vec![Dependency { kind: DependencyKind::AfterOk, job, delay_min: 0 }];
-                spec.kill_on_invalid_dep = rng.chance(0.5);
-            }
-            (Op::Submit { name, held: false, requeue, gpus, long: false, nodes, after }, Some(spec))
-        }
-        25..=39 => (Op::Hold { job: register(&mut pool, rng)? }, None),
-        40..=54 => (Op::Release { job: register(&mut pool, rng)? }, None),
-        55..=59 => (Op::Cancel { job: register(&mut pool, rng)? }, None),
-        60..=64 => (Op::Cancel { job: *rng.pick(&pool.short)? }, None),
-        65..=89 => (Op::Read { job: register(&mut pool, rng)? }, None),
-        _ => {
-            let job = match rng.chance(0.5) {
-                true => *rng.pick(&pool.short)?,
-                false => *rng.pick(&pool.registers)?,
-            };
-            (Op::StaleRead { job }, None)
-        }
-    })
-}
-
-fn learn(pool: &Mutex<Pool>, op: &Op, outcome: &Outcome) {
-    let mut pool = pool.lock().unwrap_or_else(|p| p.into_inner());
-    if let Op::Submit { long, .. } = op {
-        if *long {
-            pool.submitting -= 1;
-        }
-        if let Outcome::Submitted { job } = outcome {
-            match long {
-                true => {
-                    pool.active.push((*job, 0));
-                    pool.registers.push(*job);
-                }
-                false => pool.short.push(*job),
-            }
-        }
-    }
-}
-
 pub async fn worker(world: Arc<World>, w: usize, mut rng: Rng, pool: Arc<Mutex<Pool>>, stop: watch::Receiver<bool>) {
     let workers = world.opts.clients as u64;
     let bound = (w as u64 % world.opts.replicas as u64) + 1;
@@ -139,16 +56,17 @@ pub async fn worker(world: Arc<World>, w: usize, mut rng: Rng, pool: Arc<Mutex<P
     let mut process = w as u64;
     let mut submits = 0u64;
     while !*stop.borrow() {
-        let Some((op, spec)) = choose(&pool, &mut rng, w, world.opts.multi_node) else {
+        let chosen = pool.lock().unwrap_or_else(|p| p.into_inner()).choose(&mut rng, w, world.opts.multi_node);
+        let Some((op, job)) = chosen else {
             tokio::time::sleep(Duration::from_millis(50)).await;
             continue;
         };
         world.invoke(process, op.clone());
         submits += 1;
         let request_id = format!("sim-{process}-{submits}");
-        let outcome = perform(&world, host, bound, &op, spec, request_id).await;
+        let outcome = perform(&world, host, bound, &op, job.as_ref().map(spec_of), request_id).await;
         world.complete(process, outcome.clone());
-        learn(&pool, &op, &outcome);
+        pool.lock().unwrap_or_else(|p| p.into_inner()).learn(&op, &outcome);
         if matches!(outcome, Outcome::Unknown { .. }) {
             process += workers;
         }

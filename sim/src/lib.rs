@@ -49,8 +49,9 @@ pub struct Options {
     pub loss: f64,
     pub duplicate: f64,
     pub snapshot_every: u64,
-    /// A run that completes fewer operations than this checks too little: it fails.
-    pub min_ops: usize,
+    /// A run whose clients had fewer operations answered than this per simulated second checks
+    /// too little: it fails.
+    pub min_ops_per_s: f64,
     /// Some jobs span two nodes. Off by default: it finds the open bug of `RESULTS.md` (a job
     /// of several nodes ended by one rank frees its other nodes while their ranks still run).
     pub multi_node: bool,
@@ -71,7 +72,7 @@ impl Options {
             loss: 0.01,
             duplicate: 0.02,
             snapshot_every: 200,
-            min_ops: 40,
+            min_ops_per_s: 2.0,
             multi_node: false,
             verbose: false,
         }
@@ -143,7 +144,7 @@ async fn simulate(opts: Options) -> anyhow::Result<Report> {
         agent::start(&world, agent.clone());
     }
     let (stop, stopped) = tokio::sync::watch::channel(false);
-    let pool = Arc::new(Mutex::new(client::Pool::default()));
+    let pool = Arc::new(Mutex::new(quorum_jepsen::choice::Pool::default()));
     let workers: Vec<_> = (0..opts.clients)
         .map(|w| {
             tokio::spawn(client::worker(world.clone(), w, root.fork(1000 + w as u64), pool.clone(), stopped.clone()))
@@ -216,8 +217,9 @@ async fn simulate(opts: Options) -> anyhow::Result<Report> {
             }
         }
     }
-    if ok < opts.min_ops {
-        problems.push(format!("workload: only {ok} operations were answered (at least {} expected)", opts.min_ops));
+    let min_ops = (opts.min_ops_per_s * opts.time_s) as usize;
+    if ok < min_ops {
+        problems.push(format!("workload: only {ok} operations were answered (at least {min_ops} expected)"));
     }
     for r in world.alive() {
         let _ = r.stop.send(true);
@@ -274,7 +276,40 @@ async fn settle(world: &Arc<World>, problems: &mut Vec<String>) -> BTreeMap<u64,
     let settle = tokio::time::Instant::now();
     let mut process = 20_000_000;
     let mut cancelled = std::collections::BTreeSet::new();
+    let mut probe = probe;
+    let mut probes = 1;
     loop {
+        // A probe lost with a node that was declared DOWN only after the heal (one silent through
+        // the faults) proves nothing either way: another is submitted, up to five.
+        let lost = probe.filter(|p| {
+            world.leader().is_some_and(|l| {
+                read(&l.applied)
+                    .state
+                    .jobs
+                    .get(p)
+                    .is_some_and(|j| j.state.is_finished() && j.state != JobState::Completed)
+            })
+        });
+        if lost.is_some() && probes < 5 {
+            probes += 1;
+            let name = format!("reprobe-{probes}");
+            let op = Op::Submit {
+                name: name.clone(),
+                held: false,
+                requeue: false,
+                gpus: 0,
+                long: false,
+                nodes: 1,
+                after: None,
+            };
+            let spec = client::spec(&name, 0.5, false, false, 0);
+            world.invoke(15_000_000 + probes, op.clone());
+            let outcome = client::perform(world, host, 1, &op, Some(spec), name).await;
+            world.complete(15_000_000 + probes, outcome.clone());
+            if let Outcome::Submitted { job } = outcome {
+                probe = Some(job);
+            }
+        }
         let jobs = world
             .leader()
             .map(|l| read(&l.applied).state.jobs.values().map(|j| (j.id, leader::seen(j))).collect::<BTreeMap<_, _>>());

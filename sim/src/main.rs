@@ -67,7 +67,7 @@ fn main() -> ExitCode {
         (None, Some(r)) => r,
         (None, None) => (1, 2),
     };
-    let mut invalid = 0u64;
+    let (mut invalid, mut runs) = (0u64, 0u64);
     let began = Instant::now();
     let mut simulated = 0.0;
     for seed in from..to {
@@ -92,6 +92,7 @@ fn main() -> ExitCode {
             }
         };
         simulated += report.simulated.as_secs_f64();
+        runs += 1;
         println!("{}", report.line());
         if !report.valid() {
             invalid += 1;
@@ -106,7 +107,6 @@ fn main() -> ExitCode {
     }
     let wall = began.elapsed().as_secs_f64();
     if to - from > 1 {
-        let runs = to - from;
         println!(
             "{runs} seeds, {invalid} invalid; {:.0} simulated s in {wall:.1} s ({:.1} simulated s per s, {:.1} seeds per minute)",
             simulated,

@@ -1244,6 +1244,10 @@ fn check_start(state: &ClusterState, start: &PlannedStart) -> Result<Option<Mill
     if job.state != JobState::Pending || job.cancel_requested {
         return Err(DropReason::JobNotPending { job: job.id, state: job.state });
     }
+    // Held between the plan's view and now: its hold was acknowledged, so it does not start.
+    if job.held.is_some() && state.cluster_level() >= crate::commands::HOLD_FENCE_LEVEL {
+        return Err(DropReason::Held { job: job.id });
+    }
     let allocs = &start.allocation.nodes;
     // Each component of a heterogeneous job on as many nodes as it asks for (one for others).
     let components: Vec<JobSpec> = (0..job.spec.components()).filter_map(|k| job.spec.component(k)).collect();

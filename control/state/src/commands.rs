@@ -95,7 +95,12 @@ pub struct NodeUpdate {
 /// 32. partitions and nodes changed at run time (`SeedPartitions`, `PutPartition`,
 ///     `DeletePartition`, `UpdateNodes`; partition states, node weights, features set by an
 ///     operator, nodes an operator set DOWN).
-pub const FEATURE_LEVEL: u32 = 32;
+/// 33. a planned start of a job held since the plan was made is dropped at apply.
+pub const FEATURE_LEVEL: u32 = 33;
+
+/// A plan's start of a job that was held after the plan's view was taken is dropped at apply
+/// (below it, such a job started though its hold was acknowledged: found by the simulator).
+pub const HOLD_FENCE_LEVEL: u32 = 33;
 
 /// Partitions and nodes changed at run time; the configuration seeds partitions once.
 pub const LIVE_CONFIG_LEVEL: u32 = 32;
@@ -742,6 +747,8 @@ pub enum DropReason {
     JobGone { job: JobId },
     #[error("job {job} is {state}")]
     JobNotPending { job: JobId, state: JobState },
+    #[error("job {job} was held after the plan was made")]
+    Held { job: JobId },
     #[error("job {job} needs {wanted} nodes, plan gave {planned}")]
     NodeCount { job: JobId, wanted: u32, planned: usize },
     #[error("partition {partition} no longer exists")]
@@ -776,6 +783,7 @@ impl DropReason {
         match self {
             DropReason::JobGone { .. } => "job_gone",
             DropReason::JobNotPending { .. } => "job_not_pending",
+            DropReason::Held { .. } => "held",
             DropReason::NodeCount { .. } => "node_count",
             DropReason::PartitionGone { .. } => "partition_gone",
             DropReason::Reservation { .. } => "reservation",

@@ -139,3 +139,35 @@ fn queue_limits_and_account_qos_lists_wait_for_level_27() {
     let account = Account { name: "a".into(), qos: vec!["vip".into()], ..Default::default() };
     assert_eq!(Command::UpsertAccount { account, now: 0 }.level().0, QOS_ACCESS_LEVEL);
 }
+
+/// A plan made while a job was pending and unheld, applied after a hold of it was acknowledged,
+/// starts nothing of it (from level 33; before, the held job started: found by the simulator).
+#[test]
+fn a_plan_does_not_start_a_job_held_since_it_was_made() {
+    for (level, starts) in [(HOLD_FENCE_LEVEL, false), (HOLD_FENCE_LEVEL - 1, true)] {
+        let mut s = cluster();
+        at_level(&mut s, level);
+        let Response::Submitted { job_id, .. } = crate::testing::submit(&mut s, 10, spec(&["true"]), "r") else {
+            panic!("submitted")
+        };
+        let base = 10;
+        let start = PlannedStart {
+            job_id,
+            allocation: Allocation {
+                nodes: vec![NodeAllocation { node: "n1".into(), cpus: 1, mem_mb: 1024, gpus: vec![], het_group: 0 }],
+                cpu_ways: None,
+            },
+        };
+        assert_eq!(
+            apply(&mut s, 11, Command::HoldJob { job_id, user: "alice".into(), now: 1011 }),
+            Response::Held { job_id }
+        );
+        let plan = Command::apply_plan(base, 1012, vec![start], vec![], vec![], vec![]).expect("a plan");
+        let Response::PlanApplied { started, dropped, .. } = apply(&mut s, 12, plan) else { panic!("applied") };
+        assert_eq!(started.contains(&job_id), starts, "level {level}: {dropped:?}");
+        if !starts {
+            assert_eq!(dropped, vec![(job_id, DropReason::Held { job: job_id })]);
+            assert_eq!(s.jobs[&job_id].state, JobState::Pending);
+        }
+    }
+}

@@ -1,0 +1,142 @@
+//! What the clients do, whichever cluster they do it to: `jepsen/`'s real processes or the
+//! simulator's (`sim/`). Each side turns a chosen [`Job`] into its own submit.
+
+use crate::history::{Op, Outcome};
+use crate::rng::Rng;
+
+/// A register job is cancelled and replaced after this many operations on it, which keeps each
+/// job's history small enough for the linearizability search.
+pub const REGISTER_OPS: u32 = 24;
+/// Register jobs in use at once.
+pub const ACTIVE_REGISTERS: usize = 3;
+/// How long a job runs, in ticks of 0.2 s (a register job: past any run).
+pub const TICK_S: f64 = 0.2;
+pub const REGISTER_TICKS: u64 = 100_000;
+
+/// A job to submit.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Job {
+    pub name: String,
+    pub ticks: u64,
+    pub held: bool,
+    pub requeue: bool,
+    pub gpus: u32,
+    pub nodes: u32,
+    /// `--dependency=afterok:JOB`.
+    pub after: Option<u64>,
+    /// `--kill-on-invalid-dep=yes`.
+    pub kill_on_invalid_dep: bool,
+}
+
+/// 0.4–3 s, and 3–12 s for a third of them (to outlast the node timeout).
+fn short_ticks(rng: &mut Rng) -> u64 {
+    match rng.chance(0.3) {
+        true => rng.between(15, 60),
+        false => rng.between(2, 15),
+    }
+}
+
+/// What the clients have learnt so far, shared by them all.
+#[derive(Default)]
+pub struct Pool {
+    /// Acknowledged short jobs.
+    short: Vec<u64>,
+    /// Register jobs in use, with the operations each has had.
+    active: Vec<(u64, u32)>,
+    /// Every job used as a register.
+    registers: Vec<u64>,
+    /// Register submits in flight.
+    submitting: usize,
+    names: u64,
+}
+
+impl Pool {
+    /// Jobs used as registers.
+    pub fn registers(&self) -> Vec<u64> {
+        self.registers.clone()
+    }
+
+    /// Client `w`'s next operation, with the job when it is a submit. `multi_node`: some short
+    /// jobs span two nodes.
+    pub fn choose(&mut self, rng: &mut Rng, w: usize, multi_node: bool) -> Option<(Op, Option<Job>)> {
+        let roll = rng.below(100);
+        let register = |pool: &mut Pool, rng: &mut Rng| -> Option<u64> {
+            let i = rng.below(pool.active.len() as u64) as usize;
+            let (job, ops) = pool.active.get_mut(i)?;
+            *ops += 1;
+            Some(*job)
+        };
+        if self.active.len() + self.submitting < ACTIVE_REGISTERS {
+            self.names += 1;
+            self.submitting += 1;
+            let name = format!("reg-{w}-{}", self.names);
+            let held = rng.chance(0.5);
+            let job = Job {
+                name: name.clone(),
+                ticks: REGISTER_TICKS,
+                held,
+                requeue: false,
+                gpus: 0,
+                nodes: 1,
+                after: None,
+                kill_on_invalid_dep: false,
+            };
+            return Some((
+                Op::Submit { name, held, requeue: false, gpus: 0, long: true, nodes: 1, after: None },
+                Some(job),
+            ));
+        }
+        // A register that has had its share is cancelled and retired.
+        if let Some(i) = self.active.iter().position(|(_, ops)| *ops >= REGISTER_OPS) {
+            let (job, _) = self.active.remove(i);
+            return Some((Op::Cancel { job }, None));
+        }
+        Some(match roll {
+            0..=24 => {
+                self.names += 1;
+                let name = format!("job-{w}-{}", self.names);
+                let requeue = rng.chance(0.3);
+                let gpus = u32::from(rng.chance(0.3));
+                // Some wait for another short job to complete (afterok), and of those half are
+                // cancelled once it cannot.
+                let nodes = if multi_node && rng.chance(0.15) { 2 } else { 1 };
+                let after = if rng.chance(0.2) { rng.pick(&self.short).copied() } else { None };
+                let kill_on_invalid_dep = after.is_some() && rng.chance(0.5);
+                let ticks = short_ticks(rng);
+                let job =
+                    Job { name: name.clone(), ticks, held: false, requeue, gpus, nodes, after, kill_on_invalid_dep };
+                (Op::Submit { name, held: false, requeue, gpus, long: false, nodes, after }, Some(job))
+            }
+            25..=39 => (Op::Hold { job: register(self, rng)? }, None),
+            40..=54 => (Op::Release { job: register(self, rng)? }, None),
+            55..=59 => (Op::Cancel { job: register(self, rng)? }, None),
+            60..=64 => (Op::Cancel { job: *rng.pick(&self.short)? }, None),
+            65..=89 => (Op::Read { job: register(self, rng)? }, None),
+            _ => {
+                let job = match rng.chance(0.5) {
+                    true => *rng.pick(&self.short)?,
+                    false => *rng.pick(&self.registers)?,
+                };
+                (Op::StaleRead { job }, None)
+            }
+        })
+    }
+
+    /// Keeps what later choices need: the ids of acknowledged jobs.
+    pub fn learn(&mut self, op: &Op, outcome: &Outcome) {
+        if let Op::Submit { long, .. } = op {
+            if *long {
+                self.submitting -= 1;
+            }
+            if let Outcome::Submitted { job } = outcome {
+                match long {
+                    true => {
+                        self.active.push((*job, 0));
+                        self.registers.push(*job);
+                    }
+                    false => self.short.push(*job),
+                }
+            }
+        }
+    }
+}
