@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use openraft::error::{ClientWriteError, RaftError};
 use openraft::ServerState;
+use quorum_control::leader::hub::runs_here;
 use quorum_jepsen::history::{Outcome, Seen};
 use quorum_model::{Job, JobSpec, JobState, NodeAdminState, Program, RankOutcome, Rejection};
 use quorum_state::{Command, ReplicaVersion, Response};
@@ -225,15 +226,8 @@ fn dispatch(world: &Arc<World>, r: &Replica) {
         let Some(l) = l.as_mut() else { return };
         let now = Instant::now();
         let mut live = BTreeSet::new();
-        let runs_here = |node: &str, (job, token): (u64, u64)| {
-            a.state.jobs.get(&job).is_some_and(|j| {
-                j.alloc_index == token
-                    && matches!(j.state, JobState::Running | JobState::Suspended)
-                    && j.allocation.as_ref().is_some_and(|al| al.nodes.iter().any(|n| n.node == node))
-            })
-        };
         for (node, running) in &l.running {
-            for &(job, token) in running.iter().filter(|key| !runs_here(node, **key)) {
+            for &(job, token) in running.iter().filter(|key| !runs_here(&a.state, node, **key)) {
                 let key = (job, token, node.clone());
                 live.insert(key.clone());
                 if l.sent.get(&key).is_some_and(|t| now.duration_since(*t) < RESEND) {
@@ -335,13 +329,10 @@ pub async fn heartbeat(world: &World, r: &Replica, hb: &Heartbeat) -> HeartbeatA
         }
     }
     let a = read(&r.applied);
-    let runs = a
-        .state
-        .jobs
-        .values()
-        .filter(|j| matches!(j.state, JobState::Running | JobState::Suspended))
-        .filter(|j| j.allocation.as_ref().is_some_and(|al| al.nodes.iter().any(|n| n.node == hb.node.name)))
-        .map(|j| (j.id, j.alloc_index))
+    let placed = a.state.nodes.get(&hb.node.name).map(|n| n.jobs.iter()).into_iter().flatten();
+    let runs = placed
+        .filter_map(|id| a.state.jobs.get(id).map(|j| (j.id, j.alloc_index)))
+        .filter(|key| runs_here(&a.state, &hb.node.name, *key))
         .collect();
     HeartbeatAnswer::Ok { index: a.index(), runs }
 }

@@ -248,21 +248,29 @@ fn finals_of(jobs: &BTreeMap<u64, quorum_jepsen::history::Seen>) -> BTreeMap<u64
 const RECOVERY_BOUND: Duration = Duration::from_secs(30);
 const SETTLE_BOUND: Duration = Duration::from_secs(60);
 
+/// The harness's probe: a short job named `name`, submitted by `process` through replica 1
+/// (its name is its request id), recorded as any operation is.
+async fn submit_probe(world: &Arc<World>, process: u64, name: String) -> Outcome {
+    let spec = client::spec(&name, 0.5, false, false, 0);
+    let op =
+        Op::Submit { name: name.clone(), held: false, requeue: false, gpus: 0, long: false, nodes: 1, after: None };
+    world.invoke(process, op.clone());
+    let outcome = client::perform(world, PROBE_HOST, 1, &op, Some(spec), name).await;
+    world.complete(process, outcome.clone());
+    outcome
+}
+
+/// Where the harness's own requests come from.
+const PROBE_HOST: net::Host = net::CLIENT_BASE + 99;
+
 /// As `jepsen/` ends a run: a probe submitted until one is acknowledged (the cluster serves
 /// again), then whatever is still open cancelled until every job has ended. The final state of
 /// every job, as the leader has it.
 async fn settle(world: &Arc<World>, problems: &mut Vec<String>) -> BTreeMap<u64, Final> {
     let healed = tokio::time::Instant::now();
     let mut process = 10_000_000;
-    let host = net::CLIENT_BASE + 99;
     let probe = loop {
-        let name = format!("probe-{process}");
-        let spec = client::spec(&name, 0.5, false, false, 0);
-        let op = Op::Submit { name, held: false, requeue: false, gpus: 0, long: false, nodes: 1, after: None };
-        world.invoke(process, op.clone());
-        let outcome = client::perform(world, host, 1, &op, Some(spec), format!("probe-{process}")).await;
-        world.complete(process, outcome.clone());
-        if let Outcome::Submitted { job } = outcome {
+        if let Outcome::Submitted { job } = submit_probe(world, process, format!("probe-{process}")).await {
             break Some(job);
         }
         process += 1;
@@ -292,21 +300,8 @@ async fn settle(world: &Arc<World>, problems: &mut Vec<String>) -> BTreeMap<u64,
         });
         if lost.is_some() && probes < 5 {
             probes += 1;
-            let name = format!("reprobe-{probes}");
-            let op = Op::Submit {
-                name: name.clone(),
-                held: false,
-                requeue: false,
-                gpus: 0,
-                long: false,
-                nodes: 1,
-                after: None,
-            };
-            let spec = client::spec(&name, 0.5, false, false, 0);
-            world.invoke(15_000_000 + probes, op.clone());
-            let outcome = client::perform(world, host, 1, &op, Some(spec), name).await;
-            world.complete(15_000_000 + probes, outcome.clone());
-            if let Outcome::Submitted { job } = outcome {
+            let reprobe = submit_probe(world, 15_000_000 + probes, format!("reprobe-{probes}")).await;
+            if let Outcome::Submitted { job } = reprobe {
                 probe = Some(job);
             }
         }
@@ -331,7 +326,7 @@ async fn settle(world: &Arc<World>, problems: &mut Vec<String>) -> BTreeMap<u64,
                 }
                 let op = Op::Cancel { job: id };
                 world.invoke(process, op.clone());
-                let outcome = client::perform(world, host, 1, &op, None, String::new()).await;
+                let outcome = client::perform(world, PROBE_HOST, 1, &op, None, String::new()).await;
                 world.complete(process, outcome.clone());
                 if !matches!(outcome, Outcome::Unknown { .. }) {
                     cancelled.insert(id);

@@ -196,10 +196,6 @@ impl World {
         }
     }
 
-    pub fn chance(&self, p: f64) -> bool {
-        self.rng.lock().unwrap_or_else(|p| p.into_inner()).chance(p)
-    }
-
     pub fn between(&self, lo: u64, hi: u64) -> u64 {
         self.rng.lock().unwrap_or_else(|p| p.into_inner()).between(lo, hi)
     }
@@ -346,39 +342,52 @@ impl RaftNetworkFactory<SimConfig> for SimNetwork {
 }
 
 impl SimConnection {
-    /// Carries a request to the target, runs `call` there, and carries the answer back, within
-    /// `ttl`; duplicates the request now and then (`again`, delivered later, its answer unread).
-    async fn rpc<T: Send + 'static, E: Send + 'static>(
+    /// Carries `request` to the target, runs `call` with it there, and carries the answer back,
+    /// within `ttl`. When `duplicable`, the request is now and then delivered twice (the copy
+    /// later, its answer unread). A lost or cut message is the deadline missed.
+    async fn rpc<Req, T, E, F, Fut>(
         &self,
         ttl: Duration,
-        call: BoxedCall<T, E>,
-        again: Option<BoxedCall<T, E>>,
-    ) -> Result<T, Option<E>> {
-        let Some(world) = self.world.upgrade() else { return Err(None) };
+        request: Req,
+        duplicable: bool,
+        call: F,
+    ) -> Result<T, RPCError<u64, BasicNode, E>>
+    where
+        Req: Clone + Send + 'static,
+        T: Send + 'static,
+        E: std::error::Error + Send + 'static,
+        F: Fn(Raft, Req) -> Fut + Clone + Send + 'static,
+        Fut: std::future::Future<Output = Result<T, E>> + Send + 'static,
+    {
+        let lost = || {
+            let e = SimError(format!("r{} -> r{}: no answer in time", self.from, self.to));
+            RPCError::Network(NetworkError::new(&e))
+        };
+        let Some(world) = self.world.upgrade() else { return Err(lost()) };
         let (from, to) = (self.from, self.to);
         let trip = async move {
             if !world.net.hop(from, to).await {
                 return futures::future::pending().await;
             }
             let Some(target) = world.replica(to) else { return futures::future::pending().await };
-            if let Some(again) = again.filter(|_| world.net.chance(world.net.duplicate)) {
-                let (w, raft) = (world.clone(), target.raft.clone());
+            if duplicable && world.net.chance(world.net.duplicate) {
+                let (w, raft, copy, again) = (world.clone(), target.raft.clone(), request.clone(), call.clone());
                 tokio::spawn(async move {
                     tokio::time::sleep(w.net.delay()).await;
-                    let _ = again(raft).await;
+                    let _ = again(raft, copy).await;
                 });
             }
-            let answer = call(target.raft.clone()).await;
+            let answer = call(target.raft.clone(), request).await;
             if !world.net.hop(to, from).await {
                 return futures::future::pending().await;
             }
-            answer.map_err(Some)
+            answer
         };
-        tokio::time::timeout(ttl, trip).await.unwrap_or(Err(None))
-    }
-
-    fn lost<E: std::error::Error>(&self) -> RPCError<u64, BasicNode, E> {
-        RPCError::Network(NetworkError::new(&SimError(format!("r{} -> r{}: no answer in time", self.from, self.to))))
+        match tokio::time::timeout(ttl, trip).await {
+            Ok(Ok(answer)) => Ok(answer),
+            Ok(Err(e)) => Err(RPCError::RemoteError(RemoteError::new(to, e))),
+            Err(_) => Err(lost()),
+        }
     }
 }
 
@@ -388,15 +397,7 @@ impl RaftNetwork<SimConfig> for SimConnection {
         rpc: AppendEntriesRequest<SimConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<u64>, RPCError<u64, BasicNode, RaftError<u64>>> {
-        let copy = rpc.clone();
-        let call: BoxedCall<_, _> = Box::new(move |raft: Raft| Box::pin(async move { raft.append_entries(rpc).await }));
-        let again: BoxedCall<_, _> =
-            Box::new(move |raft: Raft| Box::pin(async move { raft.append_entries(copy).await }));
-        match self.rpc(option.hard_ttl(), call, Some(again)).await {
-            Ok(r) => Ok(r),
-            Err(Some(e)) => Err(RPCError::RemoteError(RemoteError::new(self.to, e))),
-            Err(None) => Err(self.lost()),
-        }
+        self.rpc(option.hard_ttl(), rpc, true, |raft: Raft, r| async move { raft.append_entries(r).await }).await
     }
 
     async fn install_snapshot(
@@ -404,13 +405,7 @@ impl RaftNetwork<SimConfig> for SimConnection {
         rpc: InstallSnapshotRequest<SimConfig>,
         option: RPCOption,
     ) -> Result<InstallSnapshotResponse<u64>, RPCError<u64, BasicNode, RaftError<u64, InstallSnapshotError>>> {
-        let call: BoxedCall<_, _> =
-            Box::new(move |raft: Raft| Box::pin(async move { raft.install_snapshot(rpc).await }));
-        match self.rpc(option.hard_ttl(), call, None).await {
-            Ok(r) => Ok(r),
-            Err(Some(e)) => Err(RPCError::RemoteError(RemoteError::new(self.to, e))),
-            Err(None) => Err(self.lost()),
-        }
+        self.rpc(option.hard_ttl(), rpc, false, |raft: Raft, r| async move { raft.install_snapshot(r).await }).await
     }
 
     async fn vote(
@@ -418,16 +413,6 @@ impl RaftNetwork<SimConfig> for SimConnection {
         rpc: VoteRequest<u64>,
         option: RPCOption,
     ) -> Result<VoteResponse<u64>, RPCError<u64, BasicNode, RaftError<u64>>> {
-        let copy = rpc.clone();
-        let call: BoxedCall<_, _> = Box::new(move |raft: Raft| Box::pin(async move { raft.vote(rpc).await }));
-        let again: BoxedCall<_, _> = Box::new(move |raft: Raft| Box::pin(async move { raft.vote(copy).await }));
-        match self.rpc(option.hard_ttl(), call, Some(again)).await {
-            Ok(r) => Ok(r),
-            Err(Some(e)) => Err(RPCError::RemoteError(RemoteError::new(self.to, e))),
-            Err(None) => Err(self.lost()),
-        }
+        self.rpc(option.hard_ttl(), rpc, true, |raft: Raft, r| async move { raft.vote(r).await }).await
     }
 }
-
-type CallFuture<T, E> = std::pin::Pin<Box<dyn std::future::Future<Output = Result<T, E>> + Send>>;
-type BoxedCall<T, E> = Box<dyn FnOnce(Raft) -> CallFuture<T, E> + Send>;

@@ -546,7 +546,9 @@ impl AgentHub {
 }
 
 /// Whether the state runs allocation `key` (job, token) on `node`.
-fn runs_here(state: &ClusterState, node: &str, (job_id, token): (JobId, u64)) -> bool {
+/// Whether the state has allocation `token` of `job_id` on `node` (anything else an agent runs
+/// there is a stray).
+pub fn runs_here(state: &ClusterState, node: &str, (job_id, token): (JobId, u64)) -> bool {
     state.jobs.get(&job_id).is_some_and(|j| {
         j.alloc_index == token
             && j.state.is_allocated()
