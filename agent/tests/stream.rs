@@ -239,6 +239,12 @@ async fn forged_expired_misdirected_and_replayed_launches_on_the_stream_run_noth
     agent.send(good).await;
     let older = launch(11, 4, &marker(11), dir.path());
     agent.send(signed(&signer, older.clone(), &grant(&older, "node01", later))).await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // A signed launch of another job behind them on the stream: once it has run and ended, the
+    // agent has handled the two before it (in order), and anything they started has run too.
+    let after = launch(12, 6, &marker(12), dir.path());
+    agent.send(signed(&signer, after.clone(), &grant(&after, "node01", later))).await;
+    let exit = agent.exit_of(12, Duration::from_secs(20)).await.expect("the job after them ends");
+    assert_eq!(exit.kind, ExitKind::Exited as i32, "{exit:?}");
+    assert_eq!(lines(&marker(12)), 1);
     assert_eq!(lines(&marker(11)), 1, "a replayed or older launch ran the job again");
 }
