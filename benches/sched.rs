@@ -83,6 +83,7 @@ pub fn cluster_with(pending: usize, nodes: usize, scavengers: bool) -> ClusterVi
             gpus: (0..8).map(|g| (g, "h100".to_string())).collect(),
             free_gpus: (0..8).collect(),
             uniform_gpu_type: Some("h100".into()),
+            completing: Res::default(),
         }));
     }
     // Half the nodes run a whole-node job ending within a day.
@@ -403,6 +404,7 @@ fn state(pending: usize, nodes: usize) -> ClusterState {
                 registered_at: 0,
                 weight: 1,
                 features_set: None,
+                completing: Vec::new(),
             },
         );
     }

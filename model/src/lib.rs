@@ -1479,6 +1479,28 @@ pub struct Node {
     /// those its agent reports until cleared. From feature level 32.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub features_set: Option<Vec<String>>,
+    /// What ended allocations still hold here until this node's agent reports their processes
+    /// gone (Slurm's COMPLETING): a job ends when its first rank decides it, or its node is
+    /// declared DOWN, while its other ranks are still being killed. Counted in `alloc_cpus`,
+    /// `shared_cpus`, `alloc_mem_mb` and `alloc_gpus` until then, so that no new job shares a
+    /// CPU or GPU with them. From feature level 34.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub completing: Vec<Completing>,
+}
+
+/// One ended allocation's share of a node, held until the node's agent reports its processes
+/// there gone ([`Node::completing`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Completing {
+    pub job_id: JobId,
+    /// The allocation's fencing token.
+    pub token: u64,
+    /// CPUs held: 0 for a job suspended by preemption, which had lent its CPUs.
+    pub cpus: u32,
+    /// The ways those CPUs were shared (`OverSubscribe`).
+    pub ways: u32,
+    pub mem_mb: u64,
+    pub gpus: Vec<u32>,
 }
 
 fn one_u32() -> u32 {
@@ -1494,7 +1516,7 @@ impl Node {
         match self.admin {
             NodeAdminState::Down { .. } => NodeState::Down,
             NodeAdminState::Drain { .. } => NodeState::Drain,
-            NodeAdminState::Up if self.jobs.is_empty() => NodeState::Idle,
+            NodeAdminState::Up if self.jobs.is_empty() && self.completing.is_empty() => NodeState::Idle,
             NodeAdminState::Up
                 if self.cpus_in_use() >= self.cpus
                     || (self.alloc_mem_mb >= self.mem_mb)
@@ -1511,6 +1533,29 @@ impl Node {
             NodeAdminState::Up => "",
             NodeAdminState::Drain { reason, .. } | NodeAdminState::Down { reason, .. } => reason,
         }
+    }
+
+    /// Gives back what ended allocation `token` of `job_id` still held here, once its processes
+    /// here are gone; whether it held anything.
+    pub fn release_completing(&mut self, job_id: JobId, token: u64) -> bool {
+        let Some(i) = self.completing.iter().position(|c| c.job_id == job_id && c.token == token) else {
+            return false;
+        };
+        let c = self.completing.swap_remove(i);
+        self.release_cpus(c.cpus, c.ways);
+        self.alloc_mem_mb = self.alloc_mem_mb.saturating_sub(c.mem_mb);
+        for g in &c.gpus {
+            self.alloc_gpus.remove(g);
+        }
+        true
+    }
+
+    /// What ended allocations still hold here ([`Node::completing`]): CPUs (each shared CPU
+    /// counted as its share), memory and GPUs.
+    pub fn completing_held(&self) -> (f64, u64, usize) {
+        self.completing.iter().fold((0.0, 0, 0), |(c, m, g), x| {
+            (c + f64::from(x.cpus) / f64::from(x.ways.max(1)), m + x.mem_mb, g + x.gpus.len())
+        })
     }
 
     /// New work may be placed here.

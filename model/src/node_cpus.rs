@@ -87,6 +87,7 @@ mod tests {
             registered_at: 0,
             weight: 1,
             features_set: None,
+            completing: Vec::new(),
         }
     }
 

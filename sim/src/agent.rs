@@ -261,13 +261,15 @@ async fn heartbeats(world: Arc<World>, agent: Arc<Agent>) {
                 continue;
             }
             match answer {
-                Ok(HeartbeatAnswer::Ok { index, runs }) => {
-                    if s.lease_from.is_none_or(|t| t < sent) {
-                        s.lease_from = Some(sent);
-                    }
-                    for run in s.runs.values_mut() {
-                        if let Some(d) = run.deadline.as_mut() {
-                            *d = (*d).max(sent + LEASE);
+                Ok(HeartbeatAnswer::Ok { index, runs, lease }) => {
+                    if lease {
+                        if s.lease_from.is_none_or(|t| t < sent) {
+                            s.lease_from = Some(sent);
+                        }
+                        for run in s.runs.values_mut() {
+                            if let Some(d) = run.deadline.as_mut() {
+                                *d = (*d).max(sent + LEASE);
+                            }
                         }
                     }
                     // Runs of allocations the leader no longer has are strays: killed.
@@ -289,6 +291,7 @@ async fn heartbeats(world: Arc<World>, agent: Arc<Agent>) {
                     s.leader = l;
                     wait = Duration::from_millis(10);
                 }
+                Ok(HeartbeatAnswer::Unanswered) => {}
                 Ok(HeartbeatAnswer::NotLeader(None)) | Err(_) => next_replica(&world, &mut s),
             }
         }

@@ -12,6 +12,7 @@ use std::time::Duration;
 use openraft::error::{ClientWriteError, RaftError};
 use openraft::ServerState;
 use quorum_control::leader::hub::runs_here;
+use quorum_control::leader::liveness::Heard;
 use quorum_jepsen::history::{Outcome, Seen};
 use quorum_model::{Job, JobSpec, JobState, NodeAdminState, Program, RankOutcome, Rejection};
 use quorum_state::{Command, ReplicaVersion, Response};
@@ -35,7 +36,10 @@ const RESEND: Duration = Duration::from_secs(1);
 /// What a leader keeps in memory only.
 pub struct Lead {
     pub term: u64,
-    heard: BTreeMap<String, Instant>,
+    /// When it began leading: a node not heard from since has a full timeout from then.
+    since: std::time::Instant,
+    /// The controller's own record of heartbeats and of nodes being declared DOWN.
+    heard: Heard,
     sent: BTreeMap<(u64, u64, String), Instant>,
     /// What each agent last said it runs or ran: (job, allocation).
     known: BTreeMap<String, BTreeSet<(u64, u64)>>,
@@ -126,11 +130,10 @@ pub async fn duties(world: Arc<World>, r: Arc<Replica>, mut stop: watch::Receive
         }
         let fresh = lead(&r).as_ref().is_none_or(|l| l.term != m.current_term);
         if fresh {
-            let now = Instant::now();
-            let heard = read(&r.applied).state.nodes.keys().map(|n| (n.clone(), now)).collect();
             *lead(&r) = Some(Lead {
                 term: m.current_term,
-                heard,
+                since: Instant::now().into_std(),
+                heard: Heard::default(),
                 sent: BTreeMap::new(),
                 known: BTreeMap::new(),
                 running: BTreeMap::new(),
@@ -162,24 +165,35 @@ async fn cycle(world: &Arc<World>, r: &Replica) -> Result<(), WriteError> {
         write(r, Command::SetPartitions { partitions: vec![partition(world)], now }).await?;
     }
 
-    // Liveness: a node not heard from for the node timeout is DOWN.
+    // Liveness: a node not heard from for the node timeout is DOWN; as the controller's
+    // liveness loop, judged and marked in one step, no lease for it until the write is over.
     let silent: Vec<String> = {
         let a = read(&r.applied);
-        let mut l = lead(r);
-        let Some(l) = l.as_mut() else { return Ok(()) };
-        let now = Instant::now();
+        let l = lead(r);
+        let Some(l) = l.as_ref() else { return Ok(()) };
+        let now = Instant::now().into_std();
         a.state
             .nodes
             .iter()
             .filter(|(_, n)| !matches!(n.admin, NodeAdminState::Down { .. }))
-            // A node this leader has not yet heard of gets a full timeout from now.
-            .filter(|(name, _)| now.duration_since(*l.heard.entry((*name).clone()).or_insert(now)) > NODE_TIMEOUT)
+            .filter(|(name, _)| l.heard.silence(name, l.since, now) >= NODE_TIMEOUT)
             .map(|(name, _)| name.clone())
             .collect()
     };
     for node in silent {
+        let begun = lead(r).as_mut().and_then(|l| {
+            let since = l.since;
+            l.heard.begin_down(&node, since, Instant::now().into_std(), NODE_TIMEOUT)
+        });
+        if begun.is_none() {
+            continue;
+        }
         world.trace(format!("r{} declares {node} down", r.id));
-        write(r, Command::NodeDown { node, reason: "not responding".into(), now }).await?;
+        let written = write(r, Command::NodeDown { node: node.clone(), reason: "not responding".into(), now }).await;
+        if let Some(l) = lead(r).as_mut() {
+            l.heard.down_ended(&node);
+        }
+        written?;
     }
 
     // A scheduling cycle.
@@ -246,6 +260,18 @@ fn dispatch(world: &Arc<World>, r: &Replica) {
                 });
             }
         }
+        // What ended allocations still hold on a node is killed there until its agent reports
+        // the end (which frees it), as the controller's reconciliation does.
+        for (node, c) in a.state.nodes.values().flat_map(|n| n.completing.iter().map(move |c| (&n.name, c))) {
+            let key = (c.job_id, c.token, node.clone());
+            if !live.insert(key.clone()) || l.sent.get(&key).is_some_and(|t| now.duration_since(*t) < RESEND) {
+                continue;
+            }
+            l.sent.insert(key, now);
+            let (job, token, node) = (c.job_id, c.token, node.clone());
+            let (gpus, restarts, leased, run_for) = (Vec::new(), 0, false, Duration::ZERO);
+            messages.push(Launch { job, token, node, gpus, restarts, leased, run_for, kill: true });
+        }
         for job in a.state.jobs.values().filter(|j| j.state == JobState::Running) {
             let Some(alloc) = &job.allocation else { continue };
             for n in &alloc.nodes {
@@ -295,11 +321,16 @@ fn dispatch(world: &Arc<World>, r: &Replica) {
 /// What a leader answers an agent's heartbeat.
 pub enum HeartbeatAnswer {
     NotLeader(Option<u64>),
+    /// Not answered: the leader has not yet applied an entry of its own term
+    /// (`quorum_control::replica::may_lease`).
+    Unanswered,
     /// The jobs the state has running on the node at `index`: the agent kills any other of an
-    /// allocation at or below it.
+    /// allocation at or below it; and whether the answer is a lease (not while the leader is
+    /// declaring the node DOWN).
     Ok {
         index: u64,
         runs: BTreeSet<(u64, u64)>,
+        lease: bool,
     },
 }
 
@@ -312,8 +343,12 @@ pub async fn heartbeat(world: &World, r: &Replica, hb: &Heartbeat) -> HeartbeatA
     if m.millis_since_quorum_ack.is_none_or(|ms| ms >= QUORUM_FRESHNESS_MS) {
         return HeartbeatAnswer::NotLeader(None);
     }
+    if !world.bug(Bug::EarlyLease) && !quorum_control::replica::may_lease(&m, r.id) {
+        return HeartbeatAnswer::Unanswered;
+    }
+    let mut lease = false;
     if let Some(l) = lead(r).as_mut() {
-        l.heard.insert(hb.node.name.clone(), Instant::now());
+        lease = l.heard.heard(&hb.node.name, Instant::now().into_std()) || world.bug(Bug::EarlyLease);
         l.known.insert(hb.node.name.clone(), hb.has.clone());
         l.running.insert(hb.node.name.clone(), hb.running.clone());
     }
@@ -334,7 +369,7 @@ pub async fn heartbeat(world: &World, r: &Replica, hb: &Heartbeat) -> HeartbeatA
         .filter_map(|id| a.state.jobs.get(id).map(|j| (j.id, j.alloc_index)))
         .filter(|key| runs_here(&a.state, &hb.node.name, *key))
         .collect();
-    HeartbeatAnswer::Ok { index: a.index(), runs }
+    HeartbeatAnswer::Ok { index: a.index(), runs, lease }
 }
 
 /// An agent's report that a run ended: committed as the leader's rules say.

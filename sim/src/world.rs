@@ -58,6 +58,10 @@ pub enum Bug {
     /// A submit retried after no answer is sent with a new request id, so that the cluster
     /// cannot know it for the same submit.
     NoDedup,
+    /// The leader answers a heartbeat with a lease while it is declaring the node DOWN, and
+    /// before it applied what older terms left in its log (the controller before the fix of
+    /// seed 20919, `quorum_control::leader::liveness::Heard`).
+    EarlyLease,
 }
 
 /// A place in the simulated shells where a replica can be made to crash, as a failpoint would:

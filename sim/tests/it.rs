@@ -123,3 +123,36 @@ fn a_retried_submit_without_its_request_id_is_caught() {
     let r = caught(Bug::NoDedup, &faults, 0..50).expect("caught within 50 seeds");
     assert!(r.problems.iter().any(|p| p.contains("duplicate")), "{}", explain(&r, "--bug no-dedup"));
 }
+
+/// Seed 20919 (`jepsen/RESULTS.md`): a node's heartbeat answered with a lease while the leader's
+/// `NodeDown` of it was in flight let a `--requeue` job run on beside its requeued copy. The
+/// build before the fix (`--bug early-lease`) still fails that way; this one does not.
+#[test]
+fn a_lease_is_not_given_while_the_node_is_being_declared_down() {
+    let mut broken = opts(20919, 20.0);
+    broken.bug = Some(Bug::EarlyLease);
+    let r = run(broken).expect("a run");
+    assert!(
+        r.problems.iter().any(|p| p.contains("twice at once")),
+        "the broken build runs a job twice at once: {}",
+        explain(&r, "--bug early-lease")
+    );
+    let r = run(opts(20919, 20.0)).expect("a run");
+    assert!(r.valid(), "{}", explain(&r, "--time 20"));
+}
+
+/// Jobs of several nodes, ended by one rank while the others still run, and nodes declared
+/// DOWN with jobs on them: the share of each node is held until its rank there is gone, so no
+/// node runs more than it has (seeds 17, 25, 74 and 86 of the build before the fix ran a new
+/// job beside a rank being killed; seed 21674 beside a returning node's stray).
+#[test]
+fn jobs_of_several_nodes_never_overcommit_a_node_while_their_ranks_end() {
+    for seed in [17, 25, 74, 86].into_iter().chain(300..360) {
+        let mut o = opts(seed, 20.0);
+        o.multi_node = true;
+        let r = run(o).expect("a run");
+        assert!(r.valid(), "{}", explain(&r, "--time 20 --multi-node"));
+    }
+    let r = run(opts(21674, 20.0)).expect("a run");
+    assert!(r.valid(), "{}", explain(&r, "--time 20"));
+}

@@ -88,10 +88,14 @@ impl Plan {
 
 /// Builds every node's availability profile from what is free now and when running jobs end.
 pub fn profiles(view: &ClusterView, now: u64) -> Vec<Timeline> {
-    let mut free: Vec<Res> = view.nodes.iter().map(|n| n.capacity).collect();
+    let mut free: Vec<Res> = view.nodes.iter().map(|n| n.capacity.minus(&n.completing)).collect();
     // Every release of every node in one list, sorted by node and time: one allocation for
-    // all of them, then one per node for its steps.
-    let mut releases: Vec<(usize, u64, Res)> = Vec::new();
+    // all of them, then one per node for its steps. What ended jobs still hold while their
+    // processes are killed is planned gone in a second, as a job past its limit is.
+    let mut releases: Vec<(usize, u64, Res)> = (view.nodes.iter().enumerate())
+        .filter(|(_, n)| n.completing != Res::default())
+        .map(|(i, n)| (i, now + 1, n.completing))
+        .collect();
     for r in &view.running {
         // A job predicted to end before its limit is planned to then, until it outlives the
         // prediction; a job past its limit is being killed: plan for it to be gone in a second.

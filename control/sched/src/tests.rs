@@ -1693,3 +1693,31 @@ fn the_lightest_nodes_go_first_and_a_down_partition_starts_nothing() {
         b.cmd(Command::CancelJob { job_id: waiting, user: "root".into(), now: 3, whole_array: false });
     }
 }
+
+/// What an ended job still holds on a node while its rank there is killed (`Node::completing`)
+/// is not planned for anyone: neither its GPU nor, for an exclusive job, the node. Planned free
+/// in a second, it is taken once the node's agent reports the rank gone.
+#[test]
+fn a_nodes_share_held_by_an_ended_job_is_planned_for_nobody_until_released() {
+    let mut b = Bench::new(vec![node("n1", 4, 1, "h100", &[])], fifo(BackfillMode::Easy, 1));
+    let versions =
+        BTreeMap::from([(1, quorum_state::ReplicaVersion { level: quorum_state::FEATURE_LEVEL, version: "t".into() })]);
+    b.cmd(Command::SetReplicaVersions { versions, now: 0 });
+    let first = b.submit_with("alice", |s| (s.gpus_per_node, s.requeue) = (1, true));
+    b.cycle();
+    let token = b.state.jobs[&first].alloc_index;
+    // Requeued by its owner: the agent is told to kill it, and holds its GPU until it is gone.
+    let requeue = Command::RequeueJob { job_id: first, user: "alice".into(), now: b.now_ms };
+    assert_eq!(b.cmd(requeue), Response::Requeued { job_id: first });
+    let gpu = b.submit_with("bob", |s| s.gpus_per_node = 1);
+    let whole = b.submit_with("carol", |s| s.exclusive = true);
+    let plan = b.cycle();
+    assert!(plan.starts.is_empty(), "nothing fits beside the ended job's share: {:?}", plan.starts);
+    let view = ClusterView::from_state(&b.state);
+    assert_eq!(view.nodes[0].completing, Res { cpus: 1, mem: 100, gpus: 1 });
+    let killed = quorum_model::RankOutcome::Cancelled { code: 0, signal: 9 };
+    let now = b.now_ms;
+    b.cmd(Command::JobEnded { job_id: first, token, node: "n1".into(), outcome: killed, now });
+    let started: Vec<u64> = b.cycle().starts.iter().map(|s| s.job_id).collect();
+    assert_eq!(started, vec![first], "the first in line takes the GPU back: {started:?} (then {gpu}, {whole})");
+}

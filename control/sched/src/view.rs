@@ -53,6 +53,9 @@ pub struct NodeView {
     /// The type of every GPU when they are all of one type (the usual case), which lets
     /// placement skip per-GPU type checks.
     pub uniform_gpu_type: Option<String>,
+    /// What ended allocations still hold here while their processes are killed
+    /// (`Node::completing`), CPUs in parts: not free now, planned free in a second.
+    pub completing: Res,
 }
 
 impl NodeView {
@@ -361,6 +364,18 @@ fn node_matches(v: &NodeView, node: &Node, switch: Option<&String>, parts: i64) 
         && v.gpus.len() == node.gpus.len()
         && v.gpus.iter().zip(&node.gpus).all(|((i, t), g)| *i == g.index && *t == g.gpu_type)
         && v.free_gpus.iter().copied().eq(free_gpus(node))
+        && v.completing == completing(node, parts)
+}
+
+/// What ended allocations still hold on `node` ([`NodeView::completing`]), each one's CPUs
+/// counted as a running job's are.
+fn completing(node: &Node, parts: i64) -> Res {
+    node.completing.iter().fold(Res::default(), |sum, c| {
+        let ways = i64::from(c.ways.max(1));
+        let cpu_parts = if parts % ways == 0 { parts / ways } else { parts };
+        let held = Res { cpus: i64::from(c.cpus) * cpu_parts, mem: c.mem_mb as i64, gpus: c.gpus.len() as i64 };
+        Res { cpus: sum.cpus + held.cpus, mem: sum.mem + held.mem, gpus: sum.gpus + held.gpus }
+    })
 }
 
 /// `res` with its CPUs counted in `parts` parts each.
@@ -380,6 +395,7 @@ fn node_view(node: &Node, switch: Option<&String>, parts: i64) -> NodeView {
         uniform_gpu_type: uniform_type(&gpus),
         gpus,
         free_gpus: free_gpus(node).collect(),
+        completing: completing(node, parts),
     }
 }
 

@@ -19,6 +19,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tonic::Status;
 
 use super::grants::Grants;
+use super::liveness::Heard;
 use crate::model::JobId;
 use crate::wire;
 use quorum_state::ClusterState;
@@ -87,8 +88,9 @@ struct Inner {
     conns: HashMap<String, Conn>,
     next_id: u64,
     /// When each node's agent was last heard from while this replica leads (kept after its
-    /// stream ends, so that a node that disconnected is judged from its last heartbeat).
-    heard: HashMap<String, Instant>,
+    /// stream ends, so that a node that disconnected is judged from its last heartbeat), and
+    /// the nodes being declared DOWN.
+    heard: Heard,
     /// Output reads sent to agents and not yet answered, by request id.
     reads: HashMap<u64, oneshot::Sender<OutputChunk>>,
     /// Usage reads (`sstat`) likewise; their ids come from the same counter.
@@ -234,7 +236,7 @@ impl AgentHub {
         let mut inner = self.lock();
         inner.next_id += 1;
         let id = inner.next_id;
-        inner.heard.insert(node.to_string(), Instant::now());
+        inner.heard.heard(node, Instant::now());
         let (superseded, superseded_rx) = watch::channel(false);
         let old = inner.conns.insert(
             node.to_string(),
@@ -278,20 +280,40 @@ impl AgentHub {
         }
     }
 
-    pub fn heartbeat(&self, node: &str, conn_id: u64, running: Vec<(JobId, u64)>, hb: quorum_proto::agent::Heartbeat) {
+    /// Records a heartbeat of `node`'s session `conn_id`. Whether it may be answered with a
+    /// lease: not from a replaced session, nor while the node is being declared DOWN
+    /// ([`Heard`]).
+    #[must_use]
+    pub fn heartbeat(
+        &self,
+        node: &str,
+        conn_id: u64,
+        running: Vec<(JobId, u64)>,
+        hb: quorum_proto::agent::Heartbeat,
+    ) -> bool {
         let mut inner = self.lock();
-        if let Some(c) = inner.conns.get_mut(node).filter(|c| c.id == conn_id) {
-            c.reported = running;
-            c.agent.gpus = hb.gpus;
-            c.agent.health_check = hb.health_check;
-            c.agent.image_cache = (hb.image_cache_bytes, hb.images_cached);
-            inner.heard.insert(node.to_string(), Instant::now());
-        }
+        let Some(c) = inner.conns.get_mut(node).filter(|c| c.id == conn_id) else { return false };
+        c.reported = running;
+        c.agent.gpus = hb.gpus;
+        c.agent.health_check = hb.health_check;
+        c.agent.image_cache = (hb.image_cache_bytes, hb.images_cached);
+        inner.heard.heard(node, Instant::now())
     }
 
-    /// When `node`'s agent was last heard from since this replica began leading.
-    pub fn last_heard(&self, node: &str) -> Option<Instant> {
-        self.lock().heard.get(node).copied()
+    /// How long `node`'s agent has been silent, counted from `since` (when this replica began
+    /// leading) if it was not heard from since.
+    pub fn silence(&self, node: &str, since: Instant, now: Instant) -> Duration {
+        self.lock().heard.silence(node, since, now)
+    }
+
+    /// See [`Heard::begin_down`] (now).
+    pub fn begin_down(&self, node: &str, since: Instant, timeout: Duration) -> Option<Duration> {
+        self.lock().heard.begin_down(node, since, Instant::now(), timeout)
+    }
+
+    /// See [`Heard::down_ended`].
+    pub fn down_ended(&self, node: &str) {
+        self.lock().heard.down_ended(node);
     }
 
     /// Ends every stream: the replica stopped leading or is shutting down.
@@ -450,7 +472,7 @@ impl AgentHub {
     /// Each connected node with its agent and when it was last heard, read under one lock.
     pub fn sessions(&self) -> Vec<(String, AgentInfo, Option<Instant>)> {
         let inner = self.lock();
-        inner.conns.iter().map(|(n, c)| (n.clone(), c.agent.clone(), inner.heard.get(n).copied())).collect()
+        inner.conns.iter().map(|(n, c)| (n.clone(), c.agent.clone(), inner.heard.last(n))).collect()
     }
 
     pub fn connected_nodes(&self) -> Vec<String> {
@@ -478,13 +500,13 @@ impl AgentHub {
             }
             return;
         }
-        for (name, _) in state.nodes.iter().filter(|(_, n)| !n.jobs.is_empty()) {
+        for (name, _) in state.nodes.iter().filter(|(_, n)| !n.jobs.is_empty() || !n.completing.is_empty()) {
             if let Some(conn) = conns.get_mut(name) {
                 self.reconcile_node(state, name, conn, held.get(name), refused);
             }
         }
         for (name, conn) in conns.iter_mut().filter(|(_, c)| !c.reported.is_empty()) {
-            if state.nodes.get(name).is_none_or(|n| n.jobs.is_empty()) {
+            if state.nodes.get(name).is_none_or(|n| n.jobs.is_empty() && n.completing.is_empty()) {
                 self.reconcile_node(state, name, conn, held.get(name), refused);
             }
         }
@@ -630,8 +652,12 @@ fn reconcile_node(
         }
     }
     // Anything the agent runs that the state does not place here (ended, cancelled, or from an
-    // older allocation) is killed.
-    let stray: Vec<(JobId, u64)> = conn.reported.iter().copied().filter(|key| !runs_here(state, name, *key)).collect();
+    // older allocation) is killed; so is what an ended allocation still holds here, whether
+    // the agent said it runs it or not (it reports the end even of one never launched, and
+    // that frees the share).
+    let completing = state.nodes.get(name).into_iter().flat_map(|n| n.completing.iter().map(|c| (c.job_id, c.token)));
+    let reported = conn.reported.iter().copied().filter(|key| !runs_here(state, name, *key));
+    let stray: Vec<(JobId, u64)> = completing.chain(reported).collect();
     for key in stray {
         if !conn.killed.contains(&key)
             && send(

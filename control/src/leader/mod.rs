@@ -22,7 +22,7 @@ mod cron;
 pub mod gpu_idle;
 pub mod grants;
 pub mod hub;
-mod liveness;
+pub mod liveness;
 pub mod mail;
 mod purge;
 pub mod rules;

@@ -65,6 +65,19 @@ pub async fn deposed<C: openraft::RaftTypeConfig<NodeId = u64>>(raft: &openraft:
     }
 }
 
+/// Whether replica `id`, with these metrics, may answer agents' heartbeats with a lease: it leads,
+/// a quorum acknowledged it within [`QUORUM_FRESHNESS`], and it has applied an entry of its own
+/// term. The last holds back what an older term left in the log: a `NodeDown` proposed by a
+/// leader deposed before its commit is committed by the next one, and must be applied (the
+/// node's jobs requeued, so its heartbeat's reconciliation kills their copies there) before any
+/// lease is given to the node, else that copy would run on under the lease beside the new one.
+/// Shared with the simulator.
+pub fn may_lease<N: openraft::Node>(m: &openraft::RaftMetrics<u64, N>, id: u64) -> bool {
+    m.current_leader == Some(id)
+        && m.millis_since_quorum_ack.is_some_and(|ms| ms <= QUORUM_FRESHNESS.as_millis() as u64)
+        && m.last_applied.is_some_and(|applied| applied.leader_id.term == m.current_term)
+}
+
 /// Why a write was not committed. Cloned to every write of a group that failed together.
 #[derive(Clone, Debug, thiserror::Error)]
 pub enum WriteError {
@@ -188,6 +201,11 @@ impl Replica {
         let m = m.borrow();
         m.current_leader == Some(self.id)
             && m.millis_since_quorum_ack.is_some_and(|ms| ms <= QUORUM_FRESHNESS.as_millis() as u64)
+    }
+
+    /// See [`may_lease`].
+    pub fn may_lease(&self) -> bool {
+        may_lease(&self.raft.metrics().borrow(), self.id)
     }
 
     /// The current leader's address as this replica knows it.

@@ -189,8 +189,9 @@ impl AgentService for Agents {
                         }
                         // A leader no quorum has heard from lately answers nothing: the agent's
                         // lease runs out (and it looks for another leader) before the majority's
-                        // leader may declare the node DOWN.
-                        if !replica.leads_with_quorum() {
+                        // leader may declare the node DOWN. Nor does one that has not yet applied
+                        // what older terms left in its log (`replica::may_lease`).
+                        if !replica.may_lease() {
                             continue;
                         }
                         // A replaced session's heartbeats are not answered: its lease runs out.
@@ -201,7 +202,9 @@ impl AgentService for Agents {
                         let running = hb.running.iter().map(|r| (r.job_id, r.token)).collect();
                         let problem = rules::health_problem(&hb.gpus, &hb.health_check);
                         let seq = hb.seq;
-                        leader.hub.heartbeat(&node, conn_id, running, hb);
+                        // No lease while the node is being declared DOWN (the strays are
+                        // still killed below, and the next heartbeat is answered).
+                        let lease = leader.hub.heartbeat(&node, conn_id, running, hb);
                         let actions = {
                             let applied = replica.shared.read();
                             leader.hub.reconcile(&applied.state, Some(&node));
@@ -224,6 +227,9 @@ impl AgentService for Agents {
                             if let Err(e) = reports.write(command).await {
                                 tracing::warn!(node, error = %e, "returning a node to service");
                             }
+                        }
+                        if !lease {
+                            continue;
                         }
                         let ack = ControllerMessage {
                             msg: Some(controller_message::Msg::HeartbeatAck(HeartbeatAck {

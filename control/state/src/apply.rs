@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use quorum_model::preempt::{Claim, PlannedPreemption, PreemptMode, Preempting, Victim};
 use quorum_model::update::JobUpdate;
 use quorum_model::{
-    step, Account, Allocation, ArrayTask, HoldKind, Job, JobId, JobSpec, JobState, Millis, Node, NodeAdminState,
-    Partition, PendingReason, PlannedStart, RankOutcome, Rejection, Shared,
+    step, Account, Allocation, ArrayTask, Completing, HoldKind, Job, JobId, JobSpec, JobState, Millis, Node,
+    NodeAdminState, Partition, PendingReason, PlannedStart, RankOutcome, Rejection, Shared,
 };
 
 use crate::cluster::{ClusterState, DEFAULT_ACCOUNT, DEFAULT_QOS};
@@ -1521,6 +1521,7 @@ fn finish_job(
             state.active_by_user.remove(&job.user);
         }
     }
+    let hold = state.cluster_level() >= crate::commands::COMPLETING_LEVEL;
     let Some(job) = state.jobs.get_mut(&job_id) else { return };
     let lent = job.lends_cpus();
     if let Some(since) = job.suspended_at.take() {
@@ -1539,23 +1540,31 @@ fn finish_job(
     };
     end_running_steps(job, state.clock, steps_end);
     if let Some(allocation) = &job.allocation {
-        free_nodes(&mut state.nodes, job_id, allocation, lent);
+        free_nodes(&mut state.nodes, job, allocation, lent, hold);
     }
 }
 
 /// Gives back what an allocation holds on its nodes (its CPUs only when it holds them: not
-/// `lent` by a job suspended by preemption).
-fn free_nodes(nodes: &mut BTreeMap<String, Node>, job_id: JobId, allocation: &Allocation, lent: bool) {
+/// `lent` by a job suspended by preemption). With `hold` (feature level 34), a node whose rank
+/// has not reported its end keeps the share as [`Node::completing`] until it does: the rank
+/// may still be running there, being killed.
+fn free_nodes(nodes: &mut BTreeMap<String, Node>, job: &Job, allocation: &Allocation, lent: bool, hold: bool) {
+    let ways = allocation.ways();
     for a in &allocation.nodes {
-        if let Some(node) = nodes.get_mut(&a.node) {
-            if !lent {
-                node.release_cpus(a.cpus, allocation.ways());
-            }
-            node.alloc_mem_mb = node.alloc_mem_mb.saturating_sub(a.mem_mb);
-            for g in &a.gpus {
-                node.alloc_gpus.remove(g);
-            }
-            node.jobs.remove(&job_id);
+        let Some(node) = nodes.get_mut(&a.node) else { continue };
+        node.jobs.remove(&job.id);
+        if hold && !job.rank_outcomes.iter().any(|(n, _)| *n == a.node) {
+            let cpus = if lent { 0 } else { a.cpus };
+            let (mem_mb, gpus) = (a.mem_mb, a.gpus.clone());
+            node.completing.push(Completing { job_id: job.id, token: job.alloc_index, cpus, ways, mem_mb, gpus });
+            continue;
+        }
+        if !lent {
+            node.release_cpus(a.cpus, ways);
+        }
+        node.alloc_mem_mb = node.alloc_mem_mb.saturating_sub(a.mem_mb);
+        for g in &a.gpus {
+            node.alloc_gpus.remove(g);
         }
     }
 }
@@ -1565,10 +1574,11 @@ fn free_nodes(nodes: &mut BTreeMap<String, Node>, job_id: JobId, allocation: &Al
 /// nothing sent for the old one is obeyed again.
 fn requeue_job(state: &mut ClusterState, job_id: JobId) {
     charge_usage(state, job_id);
+    let hold = state.cluster_level() >= crate::commands::COMPLETING_LEVEL;
     let Some(job) = state.jobs.get_mut(&job_id) else { return };
     let lent = job.lends_cpus();
     if let Some(allocation) = job.allocation.take() {
-        free_nodes(&mut state.nodes, job_id, &allocation, lent);
+        free_nodes(&mut state.nodes, job, &allocation, lent, hold);
     }
     job.state = JobState::Pending;
     job.reason = PendingReason::None;
@@ -1740,6 +1750,18 @@ fn charge_usage(state: &mut ClusterState, job_id: JobId) {
 }
 
 fn job_ended(state: &mut ClusterState, job_id: JobId, token: u64, node: &str, outcome: RankOutcome) -> Response {
+    let response = rank_ended(state, job_id, token, node, outcome);
+    // An agent's report of a rank's end (not the leader's of lost contact) says its processes
+    // on the node are gone: what the allocation still held there is free.
+    if outcome != RankOutcome::LostContact {
+        if let Some(n) = state.nodes.get_mut(node) {
+            n.release_completing(job_id, token);
+        }
+    }
+    response
+}
+
+fn rank_ended(state: &mut ClusterState, job_id: JobId, token: u64, node: &str, outcome: RankOutcome) -> Response {
     let Some(job) = state.jobs.get_mut(&job_id) else {
         return Response::Rejected(Rejection::UnknownJob { id: job_id });
     };
@@ -1953,6 +1975,7 @@ fn register_node(state: &mut ClusterState, reg: NodeRegistration) {
         registered_at: clock,
         weight: 1,
         features_set: None,
+        completing: Vec::new(),
     });
     node.cpus = reg.cpus;
     node.mem_mb = reg.mem_mb;

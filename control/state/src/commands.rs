@@ -96,7 +96,14 @@ pub struct NodeUpdate {
 ///     `DeletePartition`, `UpdateNodes`; partition states, node weights, features set by an
 ///     operator, nodes an operator set DOWN).
 /// 33. a planned start of a job held since the plan was made is dropped at apply.
-pub const FEATURE_LEVEL: u32 = 33;
+/// 34. an ended allocation's share of a node is held until the node's agent reports its rank
+///     there gone (`Node::completing`).
+pub const FEATURE_LEVEL: u32 = 34;
+
+/// An ended allocation's share of each node whose rank has not reported its end is held until
+/// it does (below it, the share was freed at once, and a new job could share a CPU or GPU with
+/// a rank still being killed: found by the simulator).
+pub const COMPLETING_LEVEL: u32 = 34;
 
 /// A plan's start of a job that was held after the plan's view was taken is dropped at apply
 /// (below it, such a job started though its hold was acknowledged: found by the simulator).

@@ -171,3 +171,78 @@ fn a_plan_does_not_start_a_job_held_since_it_was_made() {
         }
     }
 }
+
+/// A job of two nodes ended by its first rank holds its share of the other node until that
+/// node's agent reports its rank gone; a node declared DOWN holds its jobs' shares likewise
+/// until its agent, back, reports them (from level 34; before, both were freed at once, and a
+/// new job could share a CPU or GPU with a rank still being killed: found by the simulator).
+#[test]
+fn an_ended_jobs_share_of_a_node_is_held_until_its_rank_there_is_gone() {
+    let on = |node: &str| NodeAllocation { node: node.into(), cpus: 2, mem_mb: 1024, gpus: vec![0], het_group: 0 };
+    // Made from the state just before the entry `index` applies it.
+    let plan = |index: u64, job_id: JobId, nodes: Vec<NodeAllocation>| {
+        let start = PlannedStart { job_id, allocation: Allocation { nodes, cpu_ways: None } };
+        Command::apply_plan(index - 1, 1000 + index, vec![start], vec![], vec![], vec![]).expect("a plan")
+    };
+    let ended =
+        |job_id, node: &str, outcome| Command::JobEnded { job_id, token: 11, node: node.into(), outcome, now: 5000 };
+    let bad = RankOutcome::Exited { code: 1, signal: 0 };
+    let killed = RankOutcome::Cancelled { code: 0, signal: 9 };
+    for (level, holds) in [(COMPLETING_LEVEL, true), (COMPLETING_LEVEL - 1, false)] {
+        let mut s = cluster();
+        at_level(&mut s, level);
+        let mut two = spec(&["true"]);
+        (two.nodes, two.ntasks, two.cpus_per_task, two.gpus_per_node, two.mem_per_node_mb) = (2, 2, 2, 1, Some(1024));
+        let Response::Submitted { job_id, .. } = crate::testing::submit(&mut s, 10, two, "a") else { panic!() };
+        let Response::PlanApplied { started, .. } = apply(&mut s, 11, plan(11, job_id, vec![on("n1"), on("n2")]))
+        else {
+            panic!()
+        };
+        assert_eq!(started, vec![job_id]);
+        assert_eq!(
+            apply(&mut s, 12, ended(job_id, "n1", bad)),
+            Response::JobFinished { job_id, state: JobState::Failed }
+        );
+        let n2 = &s.nodes["n2"];
+        assert_eq!((s.nodes["n1"].alloc_cpus, s.nodes["n1"].alloc_gpus.len()), (0, 0), "the rank that ended freed n1");
+        assert!(n2.jobs.is_empty(), "level {level}: the job no longer runs on n2 (its rank there is a stray to kill)");
+        let held = (n2.alloc_cpus, n2.alloc_gpus.len(), n2.alloc_mem_mb, n2.completing.len());
+        assert_eq!(held, if holds { (2, 1, 1024, 1) } else { (0, 0, 0, 0) }, "level {level}");
+        assert_eq!(n2.state() == NodeState::Idle, !holds, "level {level}: {:?}", n2.state());
+
+        // Another job for n2's GPU 0 starts only once the rank there is gone.
+        let Response::Submitted { job_id: next, .. } = crate::testing::submit(&mut s, 13, spec(&["true"]), "b") else {
+            panic!()
+        };
+        let one = NodeAllocation { node: "n2".into(), cpus: 1, mem_mb: 1024, gpus: vec![0], het_group: 0 };
+        let Response::PlanApplied { started, dropped, .. } = apply(&mut s, 14, plan(14, next, vec![one.clone()]))
+        else {
+            panic!()
+        };
+        assert_eq!(started.is_empty(), holds, "level {level}: {dropped:?}");
+        if holds {
+            assert_eq!(dropped, vec![(next, DropReason::GpuTaken { node: "n2".into(), gpu: 0 })]);
+            // The agent's report of the killed rank (ignored for the job, which ended) frees it.
+            assert_eq!(apply(&mut s, 15, ended(job_id, "n2", killed)), Response::Ignored);
+            let n2 = &s.nodes["n2"];
+            assert_eq!((n2.alloc_cpus, n2.alloc_gpus.len(), n2.alloc_mem_mb, n2.completing.len()), (0, 0, 0, 0));
+            let Response::PlanApplied { started, .. } = apply(&mut s, 16, plan(16, next, vec![one])) else { panic!() };
+            assert_eq!(started, vec![next]);
+        }
+    }
+
+    // A node declared DOWN: its job's share stays until its agent reports the job's end there;
+    // the leader's own report of lost contact frees nothing.
+    let mut s = cluster();
+    at_level(&mut s, COMPLETING_LEVEL);
+    let mut one = spec(&["true"]);
+    (one.cpus_per_task, one.gpus_per_node, one.mem_per_node_mb) = (2, 1, Some(1024));
+    let Response::Submitted { job_id, .. } = crate::testing::submit(&mut s, 10, one, "a") else { panic!() };
+    apply(&mut s, 11, plan(11, job_id, vec![on("n1")]));
+    let down = Command::NodeDown { node: "n1".into(), reason: "not responding".into(), now: 3000 };
+    assert_eq!(apply(&mut s, 12, down), Response::NodeDowned { ended: vec![job_id], requeued: vec![] });
+    assert_eq!(apply(&mut s, 13, ended(job_id, "n1", RankOutcome::LostContact)), Response::Ignored);
+    assert_eq!((s.nodes["n1"].alloc_cpus, s.nodes["n1"].completing.len()), (2, 1));
+    assert_eq!(apply(&mut s, 14, ended(job_id, "n1", killed)), Response::Ignored);
+    assert_eq!((s.nodes["n1"].alloc_cpus, s.nodes["n1"].alloc_gpus.len(), s.nodes["n1"].completing.len()), (0, 0, 0));
+}

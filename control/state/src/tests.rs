@@ -791,7 +791,7 @@ fn a_job_is_admitted_only_if_enough_nodes_have_its_features_and_are_not_excluded
 }
 
 #[test]
-fn a_requeued_job_goes_back_to_the_queue_and_frees_its_node() {
+fn a_requeued_job_goes_back_to_the_queue_and_frees_its_node_once_its_agent_says_it_ended() {
     let mut s = cluster();
     at_feature_level(&mut s, 4);
     submit(&mut s, 10, spec(&["sleep", "100"]), "a");
@@ -801,7 +801,12 @@ fn a_requeued_job_goes_back_to_the_queue_and_frees_its_node() {
     assert_eq!(apply(&mut s, 13, requeue("alice")), Response::Requeued { job_id: 1 });
     let job = &s.jobs[&1];
     assert_eq!((job.state, job.requeues, job.allocation.is_none()), (JobState::Pending, 1, true));
-    assert_eq!((s.nodes["n1"].alloc_cpus, s.nodes["n1"].jobs.len()), (0, 0));
+    // Its CPU is held until the agent, told to kill it, reports its end there.
+    assert_eq!((s.nodes["n1"].alloc_cpus, s.nodes["n1"].jobs.len(), s.nodes["n1"].completing.len()), (1, 0, 1));
+    let killed = RankOutcome::Cancelled { code: 0, signal: 9 };
+    let ended = Command::JobEnded { job_id: 1, token: 11, node: "n1".into(), outcome: killed, now: 3050 };
+    assert_eq!(apply(&mut s, 13, ended), Response::Ignored);
+    assert_eq!((s.nodes["n1"].alloc_cpus, s.nodes["n1"].jobs.len(), s.nodes["n1"].completing.len()), (0, 0, 0));
     // A pending job stays queued; root may requeue anyone's.
     assert_eq!(apply(&mut s, 14, requeue("root")), Response::Requeued { job_id: 1 });
     assert_eq!(s.jobs[&1].requeues, 1);
