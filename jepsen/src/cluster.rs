@@ -64,10 +64,18 @@ pub struct Daemon {
     log: PathBuf,
     child: Option<Child>,
     paused: bool,
+    /// An agent's cgroup (v2), which it starts in: its jobs' cgroups are made under it, so
+    /// freezing it freezes the whole node ([`Cluster::freeze_node`]).
+    cgroup: Option<PathBuf>,
 }
 
 impl Daemon {
     fn spawn(&mut self) -> anyhow::Result<()> {
+        self.spawn_with(&[])
+    }
+
+    /// Starts it, if it is not running, with `extra` added to its environment this once.
+    fn spawn_with(&mut self, extra: &[(String, String)]) -> anyhow::Result<()> {
         if self.child.is_some() {
             return Ok(());
         }
@@ -75,15 +83,43 @@ impl Daemon {
         let mut command = Command::new(&self.program);
         command
             .args(&self.args)
-            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .envs(self.env.iter().chain(extra).map(|(k, v)| (k.as_str(), v.as_str())))
             .stdin(Stdio::null())
             .stdout(Stdio::from(log.try_clone()?))
             .stderr(Stdio::from(log));
-        // SAFETY: the closure only calls setns(2).
-        unsafe { std::os::unix::process::CommandExt::pre_exec(&mut command, net::enter(&self.namespace)?) };
+        let mut enter = net::enter(&self.namespace)?;
+        let procs = match &self.cgroup {
+            Some(dir) => {
+                std::fs::create_dir_all(dir).with_context(|| format!("cgroup {}", dir.display()))?;
+                Some(std::fs::OpenOptions::new().write(true).open(dir.join("cgroup.procs"))?)
+            }
+            None => None,
+        };
+        let pre_exec = move || {
+            enter()?;
+            if let Some(f) = &procs {
+                use std::os::fd::AsRawFd;
+                // SAFETY: write(2) of a static buffer to a descriptor the closure owns.
+                if unsafe { libc::write(f.as_raw_fd(), b"0".as_ptr().cast(), 1) } != 1 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        };
+        // SAFETY: the closure only calls setns(2) and write(2), both async-signal-safe.
+        unsafe { std::os::unix::process::CommandExt::pre_exec(&mut command, pre_exec) };
         self.child = Some(command.spawn().with_context(|| format!("starting {}", self.program.display()))?);
         self.paused = false;
         Ok(())
+    }
+
+    /// Whether its process ended by itself (reaped then): a crash, as a crash point makes one.
+    pub fn crashed(&mut self) -> bool {
+        let ended = self.child.as_mut().is_some_and(|c| c.try_wait().ok().flatten().is_some());
+        if ended {
+            self.child = None;
+        }
+        ended
     }
 
     pub fn program(&self) -> &Path {
@@ -151,6 +187,9 @@ pub struct Cluster {
     pub addrs: Vec<String>,
     /// Whether replicas' wall clocks can be moved (libfaketime is installed).
     pub clocks: bool,
+    /// Where each agent's cgroup is made, when the host has cgroup v2 (alone, or beside v1 at
+    /// /sys/fs/cgroup/unified): a node can then be frozen whole, agent and jobs.
+    pub cgroups: Option<PathBuf>,
     pub bins: Binaries,
     /// The previous release's binaries, for the upgrade nemesis.
     pub old: Option<Binaries>,
@@ -179,6 +218,7 @@ impl Cluster {
             agents: Vec::new(),
             addrs: addrs.clone(),
             clocks: faketime.is_some(),
+            cgroups: node_cgroups(dir),
             bins: bins.clone(),
             old: old.cloned(),
         };
@@ -215,6 +255,7 @@ impl Cluster {
                 log: dir.join(format!("r{id}.log")),
                 child: None,
                 paused: false,
+                cgroup: None,
             });
         }
         for i in 0..agents {
@@ -244,6 +285,7 @@ impl Cluster {
                 log: dir.join(format!("{name}.log")),
                 child: None,
                 paused: false,
+                cgroup: cluster.cgroups.as_ref().map(|c| c.join(&name)),
             });
         }
         for d in cluster.replicas.iter_mut().chain(cluster.agents.iter_mut()) {
@@ -283,6 +325,15 @@ impl Cluster {
 
     pub fn restart(&mut self, who: Who) -> anyhow::Result<()> {
         self.daemon(who).spawn()
+    }
+
+    /// Kills replica `i` and starts it again with crash point `point` armed once
+    /// (`FAILPOINTS=point=1*return`, read by a controller built with quorum-raft's `failpoints`,
+    /// as every test build is): it aborts the first time it passes there.
+    pub fn arm_crash(&mut self, i: usize, point: &str) -> anyhow::Result<()> {
+        let d = self.daemon(Who::Replica(i));
+        d.kill();
+        d.spawn_with(&[("FAILPOINTS".into(), format!("{point}=1*return"))])
     }
 
     /// Stops `who` (SIGTERM, as an operator's upgrade does) and starts it again with the
@@ -341,6 +392,31 @@ impl Cluster {
         anyhow::ensure!(self.clocks, "libfaketime is not installed (apt install faketime)");
         std::fs::write(self.clock_file(i), format!("{offset:+}\n"))?;
         Ok(())
+    }
+
+    /// Sets how fast replica `i`'s wall clock runs, `percent` of the host's (libfaketime's
+    /// speed; 100 is true). The switch may move it too (libfaketime counts the speed from the
+    /// process's start); healing puts it back at the host's time and speed.
+    pub fn set_clock_rate(&self, i: usize, percent: u32) -> anyhow::Result<()> {
+        anyhow::ensure!(self.clocks, "libfaketime is not installed (apt install faketime)");
+        std::fs::write(self.clock_file(i), format!("+0 x{:.2}\n", f64::from(percent) / 100.0))?;
+        Ok(())
+    }
+
+    /// Freezes agent `i`'s whole node, the agent and every job it runs (cgroup v2's
+    /// `cgroup.freeze`), or thaws it; waits until the kernel says it is done (at most 5 s).
+    pub fn freeze_node(&self, i: usize, frozen: bool) -> anyhow::Result<()> {
+        let dir = self.agents[i].cgroup.as_ref().context("no cgroup v2 here to freeze a node with")?;
+        std::fs::write(dir.join("cgroup.freeze"), if frozen { "1" } else { "0" })?;
+        let want = format!("frozen {}", u8::from(frozen));
+        let began = std::time::Instant::now();
+        while began.elapsed() < Duration::from_secs(5) {
+            if std::fs::read_to_string(dir.join("cgroup.events"))?.lines().any(|l| l == want) {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        anyhow::bail!("{}: not {want} after 5 s", dir.display())
     }
 
     /// A client of every replica, as the harness's user (root, by MUNGE).
@@ -409,6 +485,11 @@ impl Cluster {
 
     /// Every daemon stopped; the namespaces go with `net`.
     pub fn kill_all(&mut self) {
+        for i in 0..self.agents.len() {
+            if self.agents[i].cgroup.is_some() {
+                let _ = self.freeze_node(i, false);
+            }
+        }
         for d in self.replicas.iter_mut().chain(self.agents.iter_mut()) {
             d.resume();
             d.kill();
@@ -419,7 +500,52 @@ impl Cluster {
 impl Drop for Cluster {
     fn drop(&mut self) {
         self.kill_all();
+        // Whatever the agents' jobs left running goes with their nodes' cgroups.
+        if let Some(base) = &self.cgroups {
+            remove_cgroup(base);
+        }
     }
+}
+
+/// Where this run's agents' cgroups go: under cgroup v2's root (alone, or at
+/// /sys/fs/cgroup/unified beside v1), named after the run's directory; `None` without v2.
+fn node_cgroups(dir: &Path) -> Option<PathBuf> {
+    let root = ["/sys/fs/cgroup", "/sys/fs/cgroup/unified"]
+        .into_iter()
+        .map(PathBuf::from)
+        .find(|r| r.join("cgroup.controllers").exists() && r.join("cgroup.procs").exists())?;
+    let run = dir.file_name()?.to_string_lossy().replace(|c: char| !c.is_ascii_alphanumeric() && c != '-', "_");
+    let base = root.join(format!("quorum-jepsen-{run}"));
+    // A run of this directory before this one (or one killed midway) leaves nothing behind.
+    remove_cgroup(&base);
+    std::fs::create_dir_all(&base).ok()?;
+    base.join("cgroup.freeze").exists().then_some(base)
+}
+
+/// Kills everything in cgroup `dir` and below (`cgroup.kill`), then removes it, deepest first.
+fn remove_cgroup(dir: &Path) {
+    if !dir.exists() {
+        return;
+    }
+    let _ = std::fs::write(dir.join("cgroup.freeze"), "0");
+    let _ = std::fs::write(dir.join("cgroup.kill"), "1");
+    for _ in 0..50 {
+        if remove_tree(dir) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn remove_tree(dir: &Path) -> bool {
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for e in entries.flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                remove_tree(&e.path());
+            }
+        }
+    }
+    std::fs::remove_dir(dir).is_ok() || !dir.exists()
 }
 
 /// Compiles the slow-disk shim (`jepsen/slowdisk.c`, preloaded into each controller) into `dir`.

@@ -19,7 +19,7 @@ struct Args {
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
     time: Duration,
     /// Faults, comma-separated, or `all`: partition, one-way, isolate-leader, kill, kill-agent,
-    /// pause, clock, transfer, all-down, membership, slow-disk, upgrade; `none` for a run
+    /// pause, clock, clock-rate, freeze-node, crash-point, transfer, all-down, membership, slow-disk, upgrade; `none` for a run
     /// without faults.
     #[arg(long, default_value = "all")]
     nemesis: String,

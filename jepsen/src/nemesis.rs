@@ -12,7 +12,7 @@ use crate::cluster::{within, Cluster, Who};
 use crate::rng::Rng;
 
 /// The kinds of fault `--nemesis` names.
-pub const KINDS: [&str; 12] = [
+pub const KINDS: [&str; 15] = [
     "partition",
     "one-way",
     "isolate-leader",
@@ -20,6 +20,9 @@ pub const KINDS: [&str; 12] = [
     "kill-agent",
     "pause",
     "clock",
+    "clock-rate",
+    "freeze-node",
+    "crash-point",
     "transfer",
     "all-down",
     "membership",
@@ -52,6 +55,23 @@ pub enum Fault {
     Clock {
         replica: usize,
         offset: i64,
+    },
+    /// Replica `replica`'s wall clock running at `percent` of the true speed.
+    ClockRate {
+        replica: usize,
+        percent: u32,
+    },
+    /// Agent `agent`'s whole node frozen: the agent and every job it runs (cgroup freezer).
+    FreezeNode {
+        agent: usize,
+    },
+    /// A replica restarted with one of the controller's crash points armed
+    /// (`quorum_raft::CRASH_POINTS`): it aborts the first time it passes there. `replica` is
+    /// `None` for the points only a leader passes: the leader then, handed its leadership back
+    /// after the restart.
+    CrashPoint {
+        replica: Option<usize>,
+        point: &'static str,
     },
     TransferLeader {
         to: usize,
@@ -130,6 +150,16 @@ pub fn schedule(rng: &mut Rng, kinds: &[String], time: f64, replicas: usize, age
                     let offset = if rng.chance(0.5) { offset } else { -offset };
                     Fault::Clock { replica: rng.below(replicas as u64) as usize, offset }
                 }
+                "clock-rate" => {
+                    let percent = if rng.chance(0.5) { rng.between(50, 90) } else { rng.between(120, 200) } as u32;
+                    Fault::ClockRate { replica: rng.below(replicas as u64) as usize, percent }
+                }
+                "freeze-node" => Fault::FreezeNode { agent: rng.below(agents as u64) as usize },
+                "crash-point" => {
+                    let point = *rng.pick(&quorum_raft::CRASH_POINTS).expect("crash points");
+                    let replica = (!LEADER_POINTS.contains(&point)).then(|| rng.below(replicas as u64) as usize);
+                    Fault::CrashPoint { replica, point }
+                }
                 "transfer" => Fault::TransferLeader { to: rng.below(replicas as u64) as usize },
                 "membership" => Fault::Replace { replica: rng.below(replicas as u64) as usize },
                 "upgrade" => {
@@ -167,6 +197,9 @@ pub fn schedule(rng: &mut Rng, kinds: &[String], time: f64, replicas: usize, age
     steps
 }
 
+/// The crash points only a leader passes: armed on the leader.
+const LEADER_POINTS: [&str; 3] = ["write-before-reply", "plan-before-launch", "membership-change"];
+
 /// What is in force now, so that healing undoes exactly it.
 #[derive(Default)]
 pub struct Active {
@@ -174,6 +207,9 @@ pub struct Active {
     killed: Vec<Who>,
     paused: Vec<Who>,
     clocks: Vec<usize>,
+    frozen: Vec<usize>,
+    /// Replicas restarted with a crash point armed, and the point.
+    armed: Vec<(usize, &'static str)>,
     /// Replicas removed, to be added back.
     removed: Vec<usize>,
     slow: Vec<usize>,
@@ -273,6 +309,54 @@ pub async fn apply(
             active.clocks.push(*replica);
             format!("clock of r{} moved {offset:+}s", replica + 1)
         }
+        Fault::ClockRate { replica, percent } => {
+            if !cluster.clocks {
+                return Ok("clock-rate: libfaketime is not installed; skipped".into());
+            }
+            cluster.set_clock_rate(*replica, *percent)?;
+            active.clocks.push(*replica);
+            format!("clock of r{} runs at {percent}%", replica + 1)
+        }
+        Fault::FreezeNode { agent } => {
+            if cluster.cgroups.is_none() {
+                return Ok("freeze-node: no cgroup v2 here; skipped".into());
+            }
+            if active.frozen.contains(agent) {
+                return Ok(format!("freeze-node: a{} is frozen already", agent + 1));
+            }
+            cluster.freeze_node(*agent, true)?;
+            active.frozen.push(*agent);
+            format!("node a{} frozen whole (agent and jobs)", agent + 1)
+        }
+        Fault::CrashPoint { replica, point } => {
+            let r = match replica {
+                Some(r) => *r,
+                None => match leader(cluster).await {
+                    Some(l) => l,
+                    None => return Ok(format!("crash-point {point}: no leader")),
+                },
+            };
+            if active.armed.iter().any(|(a, _)| *a == r) || active.killed.contains(&Who::Replica(r)) {
+                return Ok(format!("crash-point {point}: r{} is armed or down already", r + 1));
+            }
+            cluster.arm_crash(r, point)?;
+            active.armed.push((r, point));
+            let mut what = format!("r{} restarted with crash point {point} armed", r + 1);
+            if replica.is_none() {
+                // Its leadership back, so that it passes the leader's points.
+                let req = api::TransferLeaderRequest { to: r as u64 + 1, ..Default::default() };
+                let answer = within(client, Duration::from_secs(10), |mut cl| {
+                    let req = req.clone();
+                    async move { cl.transfer_leader(req).await }
+                })
+                .await;
+                what.push_str(match answer {
+                    Ok(_) => ", leading again",
+                    Err(_) => ", not leading again",
+                });
+            }
+            what
+        }
         Fault::Replace { replica } => {
             let id = *replica as u64 + 1;
             let req = api::MembershipChangeRequest { id, ..Default::default() };
@@ -342,6 +426,21 @@ pub async fn heal(cluster: &mut Cluster, client: &Client, active: &mut Active) -
         cluster.net.block(&active.cut)?;
         done.push("network healed".to_string());
     }
+    for (r, point) in std::mem::take(&mut active.armed) {
+        let d = cluster.daemon(Who::Replica(r));
+        let crashed = d.crashed();
+        // Disarmed: started again without FAILPOINTS.
+        d.kill();
+        cluster.restart(Who::Replica(r))?;
+        done.push(match crashed {
+            true => format!("r{} crashed at {point}, restarted", r + 1),
+            false => format!("r{} did not pass {point}, restarted unarmed", r + 1),
+        });
+    }
+    for a in active.frozen.drain(..) {
+        cluster.freeze_node(a, false)?;
+        done.push(format!("node a{} thawed", a + 1));
+    }
     for w in active.paused.drain(..) {
         cluster.daemon(w).resume();
         done.push(format!("SIGCONT {}", cluster.daemon(w).name));
@@ -351,7 +450,8 @@ pub async fn heal(cluster: &mut Cluster, client: &Client, active: &mut Active) -
         done.push(format!("restarted {}", cluster.daemon(w).name));
     }
     for r in active.clocks.drain(..) {
-        cluster.set_clock(r, 0)?;
+        // True time at true speed (libfaketime keeps a speed that a later line does not name).
+        cluster.set_clock_rate(r, 100)?;
         done.push(format!("clock of r{} true", r + 1));
     }
     // Back to this release, one at a time, as a rolling upgrade.

@@ -126,10 +126,10 @@ impl Workload {
         }
     }
 
-    /// The next operation of worker `w` (the workload shared with the simulator, without jobs
-    /// of several nodes: see `RESULTS.md`), with its job as this cluster runs it.
+    /// The next operation of worker `w` (the workload shared with the simulator, some jobs on
+    /// two nodes), with its job as this cluster runs it.
     fn choose(&self, rng: &mut Rng, w: usize) -> Option<(Op, Option<api::JobSpec>)> {
-        let (op, job) = self.pool().choose(rng, w, false)?;
+        let (op, job) = self.pool().choose(rng, w, true)?;
         let spec = job.map(|j| {
             let mut spec = self.job_spec(&j.name, j.ticks, j.held, j.requeue, j.gpus);
             spec.nodes = j.nodes;

@@ -18,6 +18,56 @@ pub mod service;
 pub use openraft;
 pub use openraft::BasicNode;
 
+/// A place where a replica can be made to crash, as a power cut or `kill -9` would there: with
+/// the `failpoints` feature (only tests build it), `FAILPOINTS=NAME=return` (or `1*return`,
+/// `20%return`) in the controller's environment, read by [`arm_crash_points`], aborts the
+/// process the next time (the first time, a fifth of the times) it passes; without the feature
+/// it does nothing. The names are [`CRASH_POINTS`]. The `fail` crate keeps the registry and
+/// parses the actions, as etcd's and TiKV's failpoints do.
+#[inline]
+pub fn crash_point(name: &'static str) {
+    #[cfg(feature = "failpoints")]
+    if fail::eval(name, |_| ()).is_some() {
+        eprintln!("crash point {name}: aborting, as FAILPOINTS asked");
+        std::process::abort();
+    }
+    #[cfg(not(feature = "failpoints"))]
+    let _ = name;
+}
+
+/// Arms the crash points `FAILPOINTS` names (with the `failpoints` feature; otherwise says, when
+/// it is set, that this build has none). Called once, at the controller's start.
+pub fn arm_crash_points() {
+    let Ok(asked) = std::env::var("FAILPOINTS") else { return };
+    #[cfg(feature = "failpoints")]
+    {
+        tracing::warn!(failpoints = %asked, "crash points armed");
+        std::mem::forget(fail::FailScenario::setup());
+    }
+    #[cfg(not(feature = "failpoints"))]
+    tracing::warn!(failpoints = %asked, "FAILPOINTS is set, but this build has no crash points (a release build)");
+}
+
+/// Every crash point of the controller, for the harnesses that arm them.
+pub const CRASH_POINTS: [&str; 7] = [
+    // Entries synced to the log, before openraft hears so (raft/src/log_store.rs).
+    "raft-after-append",
+    // Committed entries about to be applied (control/src/replica/store.rs).
+    "apply-before",
+    // A client's command committed and applied, before the answer goes back (Replica::write).
+    "write-before-reply",
+    // A plan that starts jobs committed, before its launches are sent (leader/schedule.rs).
+    "plan-before-launch",
+    // A snapshot received, before it is installed (control/src/replica/store.rs).
+    "snapshot-install",
+    // A replica added as a learner, before the membership change that makes it a voter
+    // (control/src/server/cluster.rs).
+    "membership-change",
+    // Job history records written, before the last applied index is recorded with them
+    // (control/src/replica/history.rs).
+    "history-write",
+];
+
 /// The shape of type config every Quorum replica uses: `u64` node ids, nodes known by their
 /// address, the standard log entry (of commands that can be cloned, so that the log store hands
 /// out entries it holds in memory) and snapshots held in memory as bytes.

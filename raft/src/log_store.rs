@@ -195,6 +195,9 @@ fn run_writer<C: QuorumTypeConfig>(db: Arc<DB>, cache: EntryCache<C>, ops: mpsc:
             }
         };
         if result.is_ok() {
+            if done.iter().any(|d| matches!(d, Done::Flushed(..))) {
+                crate::crash_point("raft-after-append");
+            }
             let mut guard = cache.lock();
             for d in &done {
                 if let Done::Flushed(_, written) = d {

@@ -1,5 +1,5 @@
 //! The clients: `jepsen/`'s workload, chosen by its own `choice` module (short jobs, some with
-//! `--requeue` or a GPU, some on two nodes with `--multi-node`, some waiting on another with
+//! `--requeue` or a GPU, some on two nodes (not with `--single-node`), some waiting on another with
 //! `afterok`; register jobs
 //! whose holds, releases, cancels and reads the linearizability checker judges; stale reads),
 //! each client bound to one replica, which forwards to the leader as a controller does. A

@@ -52,8 +52,7 @@ pub struct Options {
     /// A run whose clients had fewer operations answered than this per simulated second checks
     /// too little: it fails.
     pub min_ops_per_s: f64,
-    /// Some jobs span two nodes. Off by default: it finds the open bug of `RESULTS.md` (a job
-    /// of several nodes ended by one rank frees its other nodes while their ranks still run).
+    /// Some jobs span two nodes (on by default; off, the workload of the first simulator).
     pub multi_node: bool,
     /// Prints the trace as it goes.
     pub verbose: bool,
@@ -73,7 +72,7 @@ impl Options {
             duplicate: 0.02,
             snapshot_every: 200,
             min_ops_per_s: 2.0,
-            multi_node: false,
+            multi_node: true,
             verbose: false,
         }
     }

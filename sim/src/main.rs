@@ -42,9 +42,9 @@ struct Args {
     /// Prints every line of the trace.
     #[arg(long)]
     trace: bool,
-    /// Some jobs span two nodes (see RESULTS.md: this finds an open bug).
+    /// Every job on one node (by default some span two).
     #[arg(long)]
-    multi_node: bool,
+    single_node: bool,
     /// With --seeds: stops at the first seed that finds a violation.
     #[arg(long)]
     first: bool,
@@ -78,7 +78,7 @@ fn main() -> ExitCode {
         opts.loss = args.loss;
         opts.duplicate = args.duplicate;
         opts.verbose = args.trace;
-        opts.multi_node = args.multi_node;
+        opts.multi_node = !args.single_node;
         if args.no_faults {
             opts.faults.clear();
         } else if let Some(f) = &args.faults {
@@ -130,8 +130,8 @@ fn replay(args: &Args, seed: u64) -> String {
     if args.no_faults {
         cmd.push_str(" --no-faults");
     }
-    if args.multi_node {
-        cmd.push_str(" --multi-node");
+    if args.single_node {
+        cmd.push_str(" --single-node");
     }
     if let Some(f) = &args.faults {
         let names: Vec<String> = f

@@ -148,11 +148,11 @@ fn a_lease_is_not_given_while_the_node_is_being_declared_down() {
 #[test]
 fn jobs_of_several_nodes_never_overcommit_a_node_while_their_ranks_end() {
     for seed in [17, 25, 74, 86].into_iter().chain(300..360) {
-        let mut o = opts(seed, 20.0);
-        o.multi_node = true;
-        let r = run(o).expect("a run");
-        assert!(r.valid(), "{}", explain(&r, "--time 20 --multi-node"));
+        let r = run(opts(seed, 20.0)).expect("a run");
+        assert!(r.valid(), "{}", explain(&r, "--time 20"));
     }
-    let r = run(opts(21674, 20.0)).expect("a run");
-    assert!(r.valid(), "{}", explain(&r, "--time 20"));
+    let mut single = opts(21674, 20.0);
+    single.multi_node = false;
+    let r = run(single).expect("a run");
+    assert!(r.valid(), "{}", explain(&r, "--time 20 --single-node"));
 }

@@ -47,6 +47,8 @@ async fn main() -> anyhow::Result<()> {
         otlp_endpoint: args.otlp_endpoint.as_deref(),
     })
     .map_err(|e| anyhow::anyhow!(e))?;
+    // Tests' builds only (the `failpoints` feature): FAILPOINTS arms crash points.
+    quorum_raft::arm_crash_points();
     let config = ControllerConfig::load(&args.config)?;
     if let Some(file) = &args.verify_backup {
         let s = quorum_control::replica::backup::verify(file, config.feature_level())

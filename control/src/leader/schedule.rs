@@ -103,6 +103,9 @@ pub(super) async fn schedule_loop(replica: Arc<Replica>, leader: Arc<LeaderState
         };
         match replica.write(command).await {
             Ok((index, Response::PlanApplied { started, dropped, preempted })) => {
+                if !started.is_empty() {
+                    quorum_raft::crash_point("plan-before-launch");
+                }
                 tracing::debug!(index, planned, started = started.len(), dropped = dropped.len(), "plan applied");
                 for (job, by) in preempted {
                     leader.stats.preempted.inc();

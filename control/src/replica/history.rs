@@ -411,7 +411,9 @@ impl History {
         for job in jobs {
             longest = longest.max(self.put(&mut batch, cf, job, index)?);
         }
-        self.commit(batch, cf, longest)
+        self.commit(batch, cf, longest)?;
+        quorum_raft::crash_point("history-write");
+        Ok(())
     }
 
     /// A job's record and index entries, into `batch`: how long it took from submit to end.

@@ -143,7 +143,10 @@ impl Replica {
             () = deposed(&self.raft, self.id, term) => return Err(WriteError::Raft(DEPOSED.into())),
         };
         match written {
-            Ok(r) => Ok((r.log_id.index, r.data)),
+            Ok(r) => {
+                quorum_raft::crash_point("write-before-reply");
+                Ok((r.log_id.index, r.data))
+            }
             Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
                 Err(WriteError::NotLeader { leader: f.leader_node.map(|n| n.addr) })
             }

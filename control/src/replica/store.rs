@@ -219,6 +219,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         I: IntoIterator<Item = Entry<TypeConfig>> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
+        quorum_raft::crash_point("apply-before");
         let mut responses = Vec::new();
         let mut wake = false;
         let index = {
@@ -302,6 +303,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         meta: &SnapshotMeta<u64, BasicNode>,
         snapshot: Box<Cursor<Vec<u8>>>,
     ) -> StorageResult<()> {
+        quorum_raft::crash_point("snapshot-install");
         let data = snapshot.into_inner();
         // The entries this snapshot stands for wrote history records this replica never got:
         // marked before the snapshot is saved, so that a crash cannot lose the mark.

@@ -213,6 +213,7 @@ pub(super) async fn add_replica(
                 )))
             }
         }
+        quorum_raft::crash_point("membership-change");
         let mut voters = membership(api).0;
         voters.insert(r.id);
         api.replica.raft.change_membership(voters, false).await.map_err(membership_status)?;
