@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use openraft::error::{ClientWriteError, RaftError};
 use openraft::ServerState;
+use quorum_control::leader::heard::Heard;
 use quorum_control::leader::hub::runs_here;
-use quorum_control::leader::liveness::Heard;
 use quorum_jepsen::history::{Outcome, Seen};
 use quorum_model::{Job, JobSpec, JobState, NodeAdminState, Program, RankOutcome, Rejection};
 use quorum_state::{Command, ReplicaVersion, Response};

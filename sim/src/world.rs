@@ -60,7 +60,7 @@ pub enum Bug {
     NoDedup,
     /// The leader answers a heartbeat with a lease while it is declaring the node DOWN, and
     /// before it applied what older terms left in its log (the controller before the fix of
-    /// seed 20919, `quorum_control::leader::liveness::Heard`).
+    /// seed 20919, `quorum_control::leader::heard::Heard`).
     EarlyLease,
 }
 

@@ -129,16 +129,22 @@ fn a_retried_submit_without_its_request_id_is_caught() {
 /// build before the fix (`--bug early-lease`) still fails that way; this one does not.
 #[test]
 fn a_lease_is_not_given_while_the_node_is_being_declared_down() {
-    let mut broken = opts(20919, 20.0);
+    // The seed of the workload of one-node jobs, which found it.
+    let single = || {
+        let mut o = opts(20919, 20.0);
+        o.multi_node = false;
+        o
+    };
+    let mut broken = single();
     broken.bug = Some(Bug::EarlyLease);
     let r = run(broken).expect("a run");
     assert!(
         r.problems.iter().any(|p| p.contains("twice at once")),
         "the broken build runs a job twice at once: {}",
-        explain(&r, "--bug early-lease")
+        explain(&r, "--single-node --bug early-lease")
     );
-    let r = run(opts(20919, 20.0)).expect("a run");
-    assert!(r.valid(), "{}", explain(&r, "--time 20"));
+    let r = run(single()).expect("a run");
+    assert!(r.valid(), "{}", explain(&r, "--time 20 --single-node"));
 }
 
 /// Jobs of several nodes, ended by one rank while the others still run, and nodes declared

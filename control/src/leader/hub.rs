@@ -19,7 +19,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tonic::Status;
 
 use super::grants::Grants;
-use super::liveness::Heard;
+use super::heard::Heard;
 use crate::model::JobId;
 use crate::wire;
 use quorum_state::ClusterState;

@@ -21,8 +21,9 @@
 mod cron;
 pub mod gpu_idle;
 pub mod grants;
+pub mod heard;
 pub mod hub;
-pub mod liveness;
+mod liveness;
 pub mod mail;
 mod purge;
 pub mod rules;
