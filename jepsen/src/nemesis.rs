@@ -348,17 +348,23 @@ pub async fn apply(
             active.armed.push((r, point));
             let mut what = format!("r{} restarted with crash point {point} armed", r + 1);
             if replica.is_none() {
-                // Its leadership back, so that it passes the leader's points.
+                // Its leadership back, so that it passes the leader's points: tried until it
+                // has restarted and caught up (a transfer to a replica behind is refused).
                 let req = api::TransferLeaderRequest { to: r as u64 + 1, ..Default::default() };
-                let answer = within(client, Duration::from_secs(10), |mut cl| {
-                    let req = req.clone();
-                    async move { cl.transfer_leader(req).await }
-                })
-                .await;
-                what.push_str(match answer {
-                    Ok(_) => ", leading again",
-                    Err(_) => ", not leading again",
-                });
+                let began = std::time::Instant::now();
+                let led = loop {
+                    let answer = within(client, Duration::from_secs(5), |mut cl| {
+                        let req = req.clone();
+                        async move { cl.transfer_leader(req).await }
+                    })
+                    .await;
+                    match answer {
+                        Ok(_) => break true,
+                        Err(_) if began.elapsed() > Duration::from_secs(15) => break false,
+                        Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
+                    }
+                };
+                what.push_str(if led { ", leading again" } else { ", not leading again" });
             }
             what
         }
