@@ -353,18 +353,24 @@ pub async fn apply(
                 let req = api::TransferLeaderRequest { to: r as u64 + 1, ..Default::default() };
                 let began = std::time::Instant::now();
                 let led = loop {
+                    if cluster.leader().await == Some(r) {
+                        break Ok(());
+                    }
                     let answer = within(client, Duration::from_secs(5), |mut cl| {
                         let req = req.clone();
                         async move { cl.transfer_leader(req).await }
                     })
                     .await;
                     match answer {
-                        Ok(_) => break true,
-                        Err(_) if began.elapsed() > Duration::from_secs(15) => break false,
+                        Ok(_) => break Ok(()),
+                        Err(e) if began.elapsed() > Duration::from_secs(15) => break Err(e),
                         Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
                     }
                 };
-                what.push_str(if led { ", leading again" } else { ", not leading again" });
+                what.push_str(&match led {
+                    Ok(()) => ", leading again".to_string(),
+                    Err(e) => format!(", not leading again ({e})"),
+                });
             }
             what
         }
