@@ -519,6 +519,12 @@ fn node_cgroups(dir: &Path) -> Option<PathBuf> {
     // A run of this directory before this one (or one killed midway) leaves nothing behind.
     remove_cgroup(&base);
     std::fs::create_dir_all(&base).ok()?;
+    // The controllers the root hands down, handed on to the agents' cgroups (with v2 alone, an
+    // agent makes its jobs' cgroups with them; beside v1 there are none here).
+    let controllers = std::fs::read_to_string(root.join("cgroup.subtree_control")).unwrap_or_default();
+    for c in controllers.split_whitespace() {
+        let _ = std::fs::write(base.join("cgroup.subtree_control"), format!("+{c}"));
+    }
     base.join("cgroup.freeze").exists().then_some(base)
 }
 
