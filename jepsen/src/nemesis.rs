@@ -348,26 +348,7 @@ pub async fn apply(
             active.armed.push((r, point));
             let mut what = format!("r{} restarted with crash point {point} armed", r + 1);
             if replica.is_none() {
-                // Its leadership back, so that it passes the leader's points: tried until it
-                // has restarted and caught up (a transfer to a replica behind is refused).
-                let req = api::TransferLeaderRequest { to: r as u64 + 1, ..Default::default() };
-                let began = std::time::Instant::now();
-                let led = loop {
-                    if cluster.leader().await == Some(r) {
-                        break Ok(());
-                    }
-                    let answer = within(client, Duration::from_secs(5), |mut cl| {
-                        let req = req.clone();
-                        async move { cl.transfer_leader(req).await }
-                    })
-                    .await;
-                    match answer {
-                        Ok(_) => break Ok(()),
-                        Err(e) if began.elapsed() > Duration::from_secs(15) => break Err(e),
-                        Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
-                    }
-                };
-                what.push_str(&match led {
+                what.push_str(&match lead_again(cluster, client, r).await {
                     Ok(()) => ", leading again".to_string(),
                     Err(e) => format!(", not leading again ({e})"),
                 });
@@ -417,21 +398,39 @@ pub async fn apply(
                 replicas.iter().map(|r| format!("r{}", r + 1)).collect::<Vec<_>>()
             )
         }
-        Fault::TransferLeader { to } => {
-            let to_id = *to as u64 + 1;
-            let req = api::TransferLeaderRequest { to: to_id, ..Default::default() };
-            let answer = within(client, Duration::from_secs(5), |mut cl| {
-                let req = req.clone();
-                async move { cl.transfer_leader(req).await }
-            })
-            .await;
-            match answer {
-                Ok(r) => format!("leadership to r{to_id}: r{} leads", r.leader),
-                Err(e) => format!("leadership to r{to_id}: {e}"),
-            }
-        }
+        Fault::TransferLeader { to } => match transfer(client, *to).await {
+            Ok(r) => format!("leadership to r{}: r{} leads", to + 1, r.leader),
+            Err(e) => format!("leadership to r{}: {e}", to + 1),
+        },
     };
     Ok(what)
+}
+
+/// Asks the cluster to hand its leadership to replica `to` (an index), waiting 5 s at most.
+async fn transfer(client: &Client, to: usize) -> Result<api::TransferLeaderResponse, String> {
+    let req = api::TransferLeaderRequest { to: to as u64 + 1, ..Default::default() };
+    within(client, Duration::from_secs(5), |mut cl| {
+        let req = req.clone();
+        async move { cl.transfer_leader(req).await }
+    })
+    .await
+}
+
+/// Gives replica `r`, just restarted, its leadership back, so that it passes the leader's crash
+/// points: tried for 15 s, until it has started and caught up (a transfer to a replica behind is
+/// refused), unless it already won the election itself.
+async fn lead_again(cluster: &Cluster, client: &Client, r: usize) -> Result<(), String> {
+    let began = std::time::Instant::now();
+    loop {
+        if cluster.leader().await == Some(r) {
+            return Ok(());
+        }
+        match transfer(client, r).await {
+            Ok(_) => return Ok(()),
+            Err(e) if began.elapsed() > Duration::from_secs(15) => return Err(e),
+            Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
+        }
+    }
 }
 
 /// Undoes everything in force: the network whole, the dead restarted, the paused resumed,

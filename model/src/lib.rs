@@ -1542,20 +1542,17 @@ impl Node {
             return false;
         };
         let c = self.completing.swap_remove(i);
-        self.release_cpus(c.cpus, c.ways);
-        self.alloc_mem_mb = self.alloc_mem_mb.saturating_sub(c.mem_mb);
-        for g in &c.gpus {
-            self.alloc_gpus.remove(g);
-        }
+        self.release(c.cpus, c.ways, c.mem_mb, &c.gpus);
         true
     }
 
-    /// What ended allocations still hold here ([`Node::completing`]): CPUs (each shared CPU
-    /// counted as its share), memory and GPUs.
-    pub fn completing_held(&self) -> (f64, u64, usize) {
-        self.completing.iter().fold((0.0, 0, 0), |(c, m, g), x| {
-            (c + f64::from(x.cpus) / f64::from(x.ways.max(1)), m + x.mem_mb, g + x.gpus.len())
-        })
+    /// Gives back a share: `cpus` shared `ways` ways, memory and GPUs.
+    pub fn release(&mut self, cpus: u32, ways: u32, mem_mb: u64, gpus: &[u32]) {
+        self.release_cpus(cpus, ways);
+        self.alloc_mem_mb = self.alloc_mem_mb.saturating_sub(mem_mb);
+        for g in gpus {
+            self.alloc_gpus.remove(g);
+        }
     }
 
     /// New work may be placed here.

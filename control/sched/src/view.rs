@@ -371,11 +371,21 @@ fn node_matches(v: &NodeView, node: &Node, switch: Option<&String>, parts: i64) 
 /// counted as a running job's are.
 fn completing(node: &Node, parts: i64) -> Res {
     node.completing.iter().fold(Res::default(), |sum, c| {
-        let ways = i64::from(c.ways.max(1));
-        let cpu_parts = if parts % ways == 0 { parts / ways } else { parts };
-        let held = Res { cpus: i64::from(c.cpus) * cpu_parts, mem: c.mem_mb as i64, gpus: c.gpus.len() as i64 };
-        Res { cpus: sum.cpus + held.cpus, mem: sum.mem + held.mem, gpus: sum.gpus + held.gpus }
+        let held = res_of(c.cpus, c.mem_mb, c.gpus.len());
+        sum.plus(&Res { cpus: held.cpus * cpu_parts_per_cpu(parts, c.ways), ..held })
     })
+}
+
+/// How many of a node's `parts` parts each CPU shared `ways` ways takes. A share the parts do
+/// not divide (its partition changed since it started) is booked as not shared: more than it
+/// holds, never less.
+fn cpu_parts_per_cpu(parts: i64, ways: u32) -> i64 {
+    let ways = i64::from(ways.max(1));
+    if parts % ways == 0 {
+        parts / ways
+    } else {
+        parts
+    }
 }
 
 /// `res` with its CPUs counted in `parts` parts each.
@@ -407,10 +417,7 @@ fn running_job(
     parts: i64,
     predicted_end_s: Option<u64>,
 ) -> RunningJob {
-    // A job that shares its CPUs in a way the parts do not divide (its partition changed
-    // since it started) is booked as not sharing them: more than it holds, never less.
-    let ways = i64::from(a.ways());
-    let cpu_parts = if parts % ways == 0 { parts / ways } else { parts };
+    let cpu_parts = cpu_parts_per_cpu(parts, a.ways());
     let start_s = j.start_time.unwrap_or(state.clock) / 1000;
     let mut end_s = match j.limit_from_start_s() {
         Some(limit) if j.state != JobState::Suspended => start_s.saturating_add(limit),

@@ -567,7 +567,6 @@ impl AgentHub {
     }
 }
 
-/// Whether the state runs allocation `key` (job, token) on `node`.
 /// Whether the state has allocation `token` of `job_id` on `node` (anything else an agent runs
 /// there is a stray).
 pub fn runs_here(state: &ClusterState, node: &str, (job_id, token): (JobId, u64)) -> bool {

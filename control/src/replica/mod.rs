@@ -73,9 +73,14 @@ pub async fn deposed<C: openraft::RaftTypeConfig<NodeId = u64>>(raft: &openraft:
 /// lease is given to the node, else that copy would run on under the lease beside the new one.
 /// Shared with the simulator.
 pub fn may_lease<N: openraft::Node>(m: &openraft::RaftMetrics<u64, N>, id: u64) -> bool {
+    leads_with_quorum(m, id) && m.last_applied.is_some_and(|applied| applied.leader_id.term == m.current_term)
+}
+
+/// Whether replica `id`, with these metrics, leads and a quorum acknowledged it within
+/// [`QUORUM_FRESHNESS`] ([`Replica::leads_with_quorum`]).
+fn leads_with_quorum<N: openraft::Node>(m: &openraft::RaftMetrics<u64, N>, id: u64) -> bool {
     m.current_leader == Some(id)
         && m.millis_since_quorum_ack.is_some_and(|ms| ms <= QUORUM_FRESHNESS.as_millis() as u64)
-        && m.last_applied.is_some_and(|applied| applied.leader_id.term == m.current_term)
 }
 
 /// Why a write was not committed. Cloned to every write of a group that failed together.
@@ -200,10 +205,7 @@ impl Replica {
     /// not extend its agents' leases: their jobs would run on while the majority's leader
     /// declares the nodes DOWN and requeues the jobs elsewhere.
     pub fn leads_with_quorum(&self) -> bool {
-        let m = self.raft.metrics();
-        let m = m.borrow();
-        m.current_leader == Some(self.id)
-            && m.millis_since_quorum_ack.is_some_and(|ms| ms <= QUORUM_FRESHNESS.as_millis() as u64)
+        leads_with_quorum(&self.raft.metrics().borrow(), self.id)
     }
 
     /// See [`may_lease`].

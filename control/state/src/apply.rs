@@ -1559,13 +1559,7 @@ fn free_nodes(nodes: &mut BTreeMap<String, Node>, job: &Job, allocation: &Alloca
             node.completing.push(Completing { job_id: job.id, token: job.alloc_index, cpus, ways, mem_mb, gpus });
             continue;
         }
-        if !lent {
-            node.release_cpus(a.cpus, ways);
-        }
-        node.alloc_mem_mb = node.alloc_mem_mb.saturating_sub(a.mem_mb);
-        for g in &a.gpus {
-            node.alloc_gpus.remove(g);
-        }
+        node.release(if lent { 0 } else { a.cpus }, ways, a.mem_mb, &a.gpus);
     }
 }
 

@@ -56,7 +56,7 @@ fn a_run_of_clock_rates_and_crash_points_finds_no_violation() {
     let seed = match std::env::var("QUORUM_JEPSEN_FAULTS_SEED") {
         Ok(s) => s,
         Err(_) => {
-            let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+            let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("after 1970").as_secs();
             (now..).find(|s| has_all(*s)).expect("a seed").to_string()
         }
     };
