@@ -1,7 +1,7 @@
 //! What the clients do, whichever cluster they do it to: `jepsen/`'s real processes or the
 //! simulator's (`sim/`). Each side turns a chosen [`Job`] into its own submit.
 
-use crate::history::{Op, Outcome};
+use crate::history::{Array, Op, Outcome};
 use crate::rng::Rng;
 
 /// A register job is cancelled and replaced after this many operations on it, which keeps each
@@ -26,6 +26,20 @@ pub struct Job {
     pub after: Option<u64>,
     /// `--kill-on-invalid-dep=yes`.
     pub kill_on_invalid_dep: bool,
+    /// `--array`.
+    pub array: Option<Array>,
+}
+
+/// Which workload: each adds to the one before, and a seed of an earlier one replays as it did
+/// when that was all there was (its choices draw nothing the later ones added).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum)]
+pub enum Mix {
+    /// One-node jobs: the workload of the first weeks.
+    SingleNode,
+    /// Some jobs on two nodes.
+    MultiNode,
+    /// Every feature the workload has: job arrays with a throttle as well.
+    Full,
 }
 
 /// 0.4–3 s, and 3–12 s for a third of them (to outlast the node timeout).
@@ -56,9 +70,8 @@ impl Pool {
         self.registers.clone()
     }
 
-    /// Client `w`'s next operation, with the job when it is a submit. `multi_node`: some short
-    /// jobs span two nodes.
-    pub fn choose(&mut self, rng: &mut Rng, w: usize, multi_node: bool) -> Option<(Op, Option<Job>)> {
+    /// Client `w`'s next operation, with the job when it is a submit, from the workload `mix`.
+    pub fn choose(&mut self, rng: &mut Rng, w: usize, mix: Mix) -> Option<(Op, Option<Job>)> {
         let roll = rng.below(100);
         let register = |pool: &mut Pool, rng: &mut Rng| -> Option<u64> {
             let i = rng.below(pool.active.len() as u64) as usize;
@@ -80,9 +93,10 @@ impl Pool {
                 nodes: 1,
                 after: None,
                 kill_on_invalid_dep: false,
+                array: None,
             };
             return Some((
-                Op::Submit { name, held, requeue: false, gpus: 0, long: true, nodes: 1, after: None },
+                Op::Submit { name, held, requeue: false, gpus: 0, long: true, nodes: 1, after: None, array: None },
                 Some(job),
             ));
         }
@@ -94,18 +108,30 @@ impl Pool {
         Some(match roll {
             0..=24 => {
                 self.names += 1;
+                if mix >= Mix::Full && rng.chance(0.1) {
+                    return Some(array(format!("array-{w}-{}", self.names), rng));
+                }
                 let name = format!("job-{w}-{}", self.names);
                 let requeue = rng.chance(0.3);
                 let gpus = u32::from(rng.chance(0.3));
                 // Some wait for another short job to complete (afterok), and of those half are
                 // cancelled once it cannot.
-                let nodes = if multi_node && rng.chance(0.15) { 2 } else { 1 };
+                let nodes = if mix >= Mix::MultiNode && rng.chance(0.15) { 2 } else { 1 };
                 let after = if rng.chance(0.2) { rng.pick(&self.short).copied() } else { None };
                 let kill_on_invalid_dep = after.is_some() && rng.chance(0.5);
                 let ticks = short_ticks(rng);
-                let job =
-                    Job { name: name.clone(), ticks, held: false, requeue, gpus, nodes, after, kill_on_invalid_dep };
-                (Op::Submit { name, held: false, requeue, gpus, long: false, nodes, after }, Some(job))
+                let job = Job {
+                    name: name.clone(),
+                    ticks,
+                    held: false,
+                    requeue,
+                    gpus,
+                    nodes,
+                    after,
+                    kill_on_invalid_dep,
+                    array: None,
+                };
+                (Op::Submit { name, held: false, requeue, gpus, long: false, nodes, after, array: None }, Some(job))
             }
             25..=39 => (Op::Hold { job: register(self, rng)? }, None),
             40..=54 => (Op::Release { job: register(self, rng)? }, None),
@@ -122,9 +148,10 @@ impl Pool {
         })
     }
 
-    /// Keeps what later choices need: the ids of acknowledged jobs.
+    /// Keeps what later choices need: the ids of acknowledged jobs (not arrays': a dependency
+    /// on, or a cancel of, an array's id is of the whole array).
     pub fn learn(&mut self, op: &Op, outcome: &Outcome) {
-        if let Op::Submit { long, .. } = op {
+        if let Op::Submit { long, array: None, .. } = op {
             if *long {
                 self.submitting -= 1;
             }
@@ -139,4 +166,35 @@ impl Pool {
             }
         }
     }
+}
+
+/// An array of 3-6 short tasks, at most one or two running at once. Its tasks are `--requeue`:
+/// a task on a node cut off stops itself when its lease runs out, before the node is declared
+/// DOWN and the task requeued, so the throttle holds for the processes, not only in the books
+/// (a task that is not would run on there after the next started).
+fn array(name: String, rng: &mut Rng) -> (Op, Option<Job>) {
+    let array = Array { tasks: rng.between(3, 6) as u32, throttle: rng.between(1, 2) as u32 };
+    let ticks = rng.between(2, 15);
+    let job = Job {
+        name: name.clone(),
+        ticks,
+        held: false,
+        requeue: true,
+        gpus: 0,
+        nodes: 1,
+        after: None,
+        kill_on_invalid_dep: false,
+        array: Some(array),
+    };
+    let op = Op::Submit {
+        name,
+        held: false,
+        requeue: true,
+        gpus: 0,
+        long: false,
+        nodes: 1,
+        after: None,
+        array: Some(array),
+    };
+    (op, Some(job))
 }

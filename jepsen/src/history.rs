@@ -31,6 +31,9 @@ pub enum Op {
         /// `--dependency=afterok:JOB`: it may start only after that job completed.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         after: Option<u64>,
+        /// A job array: one job per task, with consecutive ids from the one answered.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        array: Option<Array>,
     },
     Hold {
         job: u64,
@@ -49,6 +52,20 @@ pub enum Op {
     StaleRead {
         job: u64,
     },
+}
+
+/// `--array=0-N%K`: `tasks` tasks (ids 0 to `tasks - 1`), at most `throttle` running at once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Array {
+    pub tasks: u32,
+    pub throttle: u32,
+}
+
+impl Array {
+    /// As `--array` says it.
+    pub fn arg(&self) -> String {
+        format!("0-{}%{}", self.tasks.saturating_sub(1), self.throttle)
+    }
 }
 
 fn one() -> u32 {
@@ -78,6 +95,9 @@ pub struct Seen {
     pub held: bool,
     /// Cancelled, or a cancel asked of it while it ran.
     pub cancelled: bool,
+    /// Its task id, when it is a task of an array.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task: Option<u32>,
 }
 
 /// What came back.

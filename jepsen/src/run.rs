@@ -120,7 +120,8 @@ pub async fn run(opts: &Options) -> anyhow::Result<Verdict> {
     let probe = loop {
         let name = format!("probe-{process}");
         let spec = workload.job_spec(&name, 1, false, false, 0);
-        let op = Op::Submit { name, held: false, requeue: false, gpus: 0, long: false, nodes: 1, after: None };
+        let op =
+            Op::Submit { name, held: false, requeue: false, gpus: 0, long: false, nodes: 1, after: None, array: None };
         recorder.invoke(process, op);
         let req = api::SubmitJobRequest {
             spec: Some(spec),
@@ -236,7 +237,7 @@ pub async fn run(opts: &Options) -> anyhow::Result<Verdict> {
         .iter()
         .map(|j| {
             let s = crate::workload::seen(j);
-            (j.id, Final { id: j.id, name: s.name, state: s.state, cancelled: s.cancelled })
+            (j.id, Final { id: j.id, name: s.name, state: s.state, cancelled: s.cancelled, task: s.task })
         })
         .collect();
     let registers = workload.registers();

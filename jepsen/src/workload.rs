@@ -13,7 +13,7 @@ use quorum_client::client::{Api, Client};
 use quorum_proto::api;
 use tonic::Code;
 
-use crate::choice::Pool;
+use crate::choice::{Mix, Pool};
 use crate::history::{Op, Outcome, Recorder, Seen};
 use crate::rng::Rng;
 
@@ -129,7 +129,7 @@ impl Workload {
     /// The next operation of worker `w` (the workload shared with the simulator, some jobs on
     /// two nodes), with its job as this cluster runs it.
     fn choose(&self, rng: &mut Rng, w: usize) -> Option<(Op, Option<api::JobSpec>)> {
-        let (op, job) = self.pool().choose(rng, w, true)?;
+        let (op, job) = self.pool().choose(rng, w, Mix::Full)?;
         let spec = job.map(|j| {
             let mut spec = self.job_spec(&j.name, j.ticks, j.held, j.requeue, j.gpus);
             spec.nodes = j.nodes;
@@ -137,6 +137,9 @@ impl Workload {
             if let Some(after) = j.after {
                 spec.dependency = format!("afterok:{after}");
                 spec.kill_on_invalid_dep = j.kill_on_invalid_dep;
+            }
+            if let Some(a) = j.array {
+                spec.array = a.arg();
             }
             spec
         });
@@ -196,6 +199,7 @@ pub fn seen(j: &api::JobInfo) -> Seen {
         state: j.state.clone(),
         held: !j.held.is_empty(),
         cancelled: j.state == "CANCELLED" || j.cancel_requested || !j.cancelled_by.is_empty(),
+        task: j.array.as_ref().map(|a| a.task_id),
     }
 }
 

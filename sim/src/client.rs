@@ -1,6 +1,6 @@
 //! The clients: `jepsen/`'s workload, chosen by its own `choice` module (short jobs, some with
-//! `--requeue` or a GPU, some on two nodes (not with `--single-node`), some waiting on another with
-//! `afterok`; register jobs
+//! `--requeue` or a GPU, some on two nodes, some waiting on another with `afterok`, job arrays
+//! with a throttle (not in `--workload single-node` or `multi-node`); register jobs
 //! whose holds, releases, cancels and reads the linearizability checker judges; stale reads),
 //! each client bound to one replica, which forwards to the leader as a controller does. A
 //! submit that gets no answer is sent again with the same request id within the operation's
@@ -13,7 +13,7 @@ use std::time::Duration;
 use quorum_jepsen::choice::{Job, Pool, TICK_S};
 use quorum_jepsen::history::{Op, Outcome};
 use quorum_jepsen::rng::Rng;
-use quorum_model::{Dependency, DependencyKind, JobSpec, Program};
+use quorum_model::{ArraySpec, Dependency, DependencyKind, JobSpec, Program, TaskRange};
 use tokio::sync::watch;
 
 use crate::leader::{self, Request};
@@ -30,6 +30,10 @@ pub fn spec_of(job: &Job) -> JobSpec {
         spec.dependencies = vec![Dependency { kind: DependencyKind::AfterOk, job: after, delay_min: 0 }];
         spec.kill_on_invalid_dep = job.kill_on_invalid_dep;
     }
+    spec.array = job.array.map(|a| ArraySpec {
+        ranges: vec![TaskRange { first: 0, last: a.tasks.saturating_sub(1), step: 1 }],
+        throttle: a.throttle,
+    });
     spec
 }
 
@@ -56,7 +60,7 @@ pub async fn worker(world: Arc<World>, w: usize, mut rng: Rng, pool: Arc<Mutex<P
     let mut process = w as u64;
     let mut submits = 0u64;
     while !*stop.borrow() {
-        let chosen = pool.lock().unwrap_or_else(|p| p.into_inner()).choose(&mut rng, w, world.opts.multi_node);
+        let chosen = pool.lock().unwrap_or_else(|p| p.into_inner()).choose(&mut rng, w, world.opts.workload);
         let Some((op, job)) = chosen else {
             tokio::time::sleep(Duration::from_millis(50)).await;
             continue;

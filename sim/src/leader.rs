@@ -199,7 +199,11 @@ async fn cycle(world: &Arc<World>, r: &Replica) -> Result<(), WriteError> {
     // A scheduling cycle.
     let (view, base, policy) = {
         let a = read(&r.applied);
-        (quorum_sched::ClusterView::from_state(&a.state), a.index(), a.state.policy.clone())
+        let mut view = quorum_sched::ClusterView::from_state(&a.state);
+        if world.bug(Bug::NoThrottle) {
+            unthrottled(&mut view, &a.state);
+        }
+        (view, a.index(), a.state.policy.clone())
     };
     let plan = quorum_sched::schedule(&view, now, &policy);
     let reasons = plan.reasons_to_write();
@@ -216,6 +220,20 @@ async fn cycle(world: &Arc<World>, r: &Replica) -> Result<(), WriteError> {
 
     dispatch(world, r);
     Ok(())
+}
+
+/// The broken build's view: of each throttled array, as many pending tasks may start as its
+/// throttle, however many run.
+fn unthrottled(view: &mut quorum_sched::ClusterView, state: &quorum_state::ClusterState) {
+    let mut room: BTreeMap<u64, u32> = BTreeMap::new();
+    for p in view.pending.iter_mut() {
+        let Some(a) = state.jobs.get(&p.id).and_then(|j| j.array).filter(|a| a.throttle > 0) else { continue };
+        let left = room.entry(a.array_job_id).or_insert(a.throttle);
+        if *left > 0 && p.dependency == quorum_sched::view::DepStatus::ArrayThrottled {
+            Arc::make_mut(p).dependency = quorum_sched::view::DepStatus::Satisfied;
+        }
+        *left = left.saturating_sub(1);
+    }
 }
 
 /// How long a job of the workload runs: its program is `sleep SECONDS`.
@@ -421,6 +439,7 @@ pub fn seen(job: &Job) -> Seen {
         state: job.state.name().to_string(),
         held: job.held.is_some(),
         cancelled: job.state == JobState::Cancelled || job.cancel_requested || job.cancelled_by.is_some(),
+        task: job.array.as_ref().map(|a| a.task_id),
     }
 }
 

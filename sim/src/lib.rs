@@ -25,6 +25,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use quorum_jepsen::checker::{self, terminal, Evidence, Final};
+pub use quorum_jepsen::choice::Mix;
 use quorum_jepsen::history::{Event, Op, Outcome};
 use quorum_jepsen::rng::Rng;
 use quorum_model::JobState;
@@ -52,8 +53,9 @@ pub struct Options {
     /// A run whose clients had fewer operations answered than this per simulated second checks
     /// too little: it fails.
     pub min_ops_per_s: f64,
-    /// Some jobs span two nodes (on by default; off, the workload of the first simulator).
-    pub multi_node: bool,
+    /// Which workload the clients run: by default every feature it has; an earlier one replays
+    /// the seeds found on it.
+    pub workload: Mix,
     /// Prints the trace as it goes.
     pub verbose: bool,
 }
@@ -72,7 +74,7 @@ impl Options {
             duplicate: 0.02,
             snapshot_every: 200,
             min_ops_per_s: 2.0,
-            multi_node: true,
+            workload: Mix::Full,
             verbose: false,
         }
     }
@@ -240,7 +242,9 @@ async fn simulate(opts: Options) -> anyhow::Result<Report> {
 
 fn finals_of(jobs: &BTreeMap<u64, quorum_jepsen::history::Seen>) -> BTreeMap<u64, Final> {
     jobs.iter()
-        .map(|(id, s)| (*id, Final { id: *id, name: s.name.clone(), state: s.state.clone(), cancelled: s.cancelled }))
+        .map(|(id, s)| {
+            (*id, Final { id: *id, name: s.name.clone(), state: s.state.clone(), cancelled: s.cancelled, task: s.task })
+        })
         .collect()
 }
 
@@ -251,8 +255,16 @@ const SETTLE_BOUND: Duration = Duration::from_secs(60);
 /// (its name is its request id), recorded as any operation is.
 async fn submit_probe(world: &Arc<World>, process: u64, name: String) -> Outcome {
     let spec = client::spec(&name, 0.5, false, false, 0);
-    let op =
-        Op::Submit { name: name.clone(), held: false, requeue: false, gpus: 0, long: false, nodes: 1, after: None };
+    let op = Op::Submit {
+        name: name.clone(),
+        held: false,
+        requeue: false,
+        gpus: 0,
+        long: false,
+        nodes: 1,
+        after: None,
+        array: None,
+    };
     world.invoke(process, op.clone());
     let outcome = client::perform(world, PROBE_HOST, 1, &op, Some(spec), name).await;
     world.complete(process, outcome.clone());

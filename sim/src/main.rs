@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use clap::Parser;
-use quorum_sim::{Bug, Fault, Options};
+use quorum_sim::{Bug, Fault, Mix, Options};
 
 #[derive(Parser)]
 #[command(
@@ -42,8 +42,12 @@ struct Args {
     /// Prints every line of the trace.
     #[arg(long)]
     trace: bool,
-    /// Every job on one node (by default some span two).
-    #[arg(long)]
+    /// Which workload: `full` (every feature it has), or an earlier one, whose seeds replay as
+    /// they ran when it was all there was: `multi-node` (before job arrays), `single-node`.
+    #[arg(long, value_enum, default_value_t = Mix::Full)]
+    workload: Mix,
+    /// The same as `--workload single-node`.
+    #[arg(long, conflicts_with = "workload")]
     single_node: bool,
     /// With --seeds: stops at the first seed that finds a violation.
     #[arg(long)]
@@ -78,7 +82,7 @@ fn main() -> ExitCode {
         opts.loss = args.loss;
         opts.duplicate = args.duplicate;
         opts.verbose = args.trace;
-        opts.multi_node = !args.single_node;
+        opts.workload = workload(&args);
         if args.no_faults {
             opts.faults.clear();
         } else if let Some(f) = &args.faults {
@@ -121,6 +125,13 @@ fn main() -> ExitCode {
     }
 }
 
+fn workload(args: &Args) -> Mix {
+    match args.single_node {
+        true => Mix::SingleNode,
+        false => args.workload,
+    }
+}
+
 /// The command that replays one seed of this invocation.
 fn replay(args: &Args, seed: u64) -> String {
     let mut cmd = format!("jepsen/sim --seed {seed} --time {}", args.time);
@@ -130,8 +141,10 @@ fn replay(args: &Args, seed: u64) -> String {
     if args.no_faults {
         cmd.push_str(" --no-faults");
     }
-    if args.single_node {
-        cmd.push_str(" --single-node");
+    if workload(args) != Mix::Full {
+        let name =
+            clap::ValueEnum::to_possible_value(&workload(args)).map_or(String::new(), |v| v.get_name().to_string());
+        cmd.push_str(&format!(" --workload {name}"));
     }
     if let Some(f) = &args.faults {
         let names: Vec<String> = f

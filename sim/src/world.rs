@@ -62,6 +62,10 @@ pub enum Bug {
     /// before it applied what older terms left in its log (the controller before the fix of
     /// seed 20919, `quorum_control::leader::heard::Heard`).
     EarlyLease,
+    /// The scheduler counts none of an array's running tasks against its throttle, so that each
+    /// cycle starts a throttle's worth more (as `jepsen/bugs/array-throttle.patch` does to the
+    /// real scheduler's view).
+    NoThrottle,
 }
 
 /// A place in the simulated shells where a replica can be made to crash, as a failpoint would:

@@ -1,7 +1,7 @@
 //! The simulator's own tests: a seed replays its run exactly, seeds with every fault are valid,
 //! and each deliberately broken build is caught within a bounded number of seeds.
 
-use quorum_sim::{run, Bug, Fault, Options};
+use quorum_sim::{run, Bug, Fault, Mix, Options};
 
 fn opts(seed: u64, time_s: f64) -> Options {
     let mut o = Options::new(seed);
@@ -124,6 +124,16 @@ fn a_retried_submit_without_its_request_id_is_caught() {
     assert!(r.problems.iter().any(|p| p.contains("duplicate")), "{}", explain(&r, "--bug no-dedup"));
 }
 
+#[test]
+fn an_array_throttle_that_does_not_count_running_tasks_is_caught() {
+    let r = caught(Bug::NoThrottle, &Fault::ALL, 0..20).expect("caught within 20 seeds");
+    assert!(
+        r.problems.iter().any(|p| p.starts_with("arrays") && p.contains("at once")),
+        "{}",
+        explain(&r, "--bug no-throttle")
+    );
+}
+
 /// Seed 20919 (`jepsen/RESULTS.md`): a node's heartbeat answered with a lease while the leader's
 /// `NodeDown` of it was in flight let a `--requeue` job run on beside its requeued copy. The
 /// build before the fix (`--bug early-lease`) still fails that way; this one does not.
@@ -132,7 +142,7 @@ fn a_lease_is_not_given_while_the_node_is_being_declared_down() {
     // The seed of the workload of one-node jobs, which found it.
     let single = || {
         let mut o = opts(20919, 20.0);
-        o.multi_node = false;
+        o.workload = Mix::SingleNode;
         o
     };
     let mut broken = single();
@@ -153,12 +163,19 @@ fn a_lease_is_not_given_while_the_node_is_being_declared_down() {
 /// job beside a rank being killed; seed 21674 beside a returning node's stray).
 #[test]
 fn jobs_of_several_nodes_never_overcommit_a_node_while_their_ranks_end() {
-    for seed in [17, 25, 74, 86].into_iter().chain(300..360) {
+    // The seeds on the workload they were found on (before job arrays), then the whole workload.
+    for seed in [17, 25, 74, 86] {
+        let mut o = opts(seed, 20.0);
+        o.workload = Mix::MultiNode;
+        let r = run(o).expect("a run");
+        assert!(r.valid(), "{}", explain(&r, "--time 20 --workload multi-node"));
+    }
+    for seed in 300..360 {
         let r = run(opts(seed, 20.0)).expect("a run");
         assert!(r.valid(), "{}", explain(&r, "--time 20"));
     }
     let mut single = opts(21674, 20.0);
-    single.multi_node = false;
+    single.workload = Mix::SingleNode;
     let r = run(single).expect("a run");
     assert!(r.valid(), "{}", explain(&r, "--time 20 --single-node"));
 }

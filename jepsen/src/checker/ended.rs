@@ -8,6 +8,8 @@ pub struct Final {
     pub state: String,
     /// Cancelled, or a cancel asked of it while it ran.
     pub cancelled: bool,
+    /// Its task id, when it is a task of an array.
+    pub task: Option<u32>,
 }
 
 pub fn terminal(state: &str) -> bool {

@@ -100,13 +100,13 @@ pub fn check(events: &[Event], finals: &BTreeMap<u64, Final>, runs: &[Run]) -> V
             _ => {}
         }
     }
-    // Each submit made one job at most, and every job was some client's.
-    let mut seen_names: BTreeMap<&str, u64> = BTreeMap::new();
+    // Each submit made one job at most (an array one per task), and every job was some client's.
+    let mut seen_names: BTreeMap<(&str, Option<u32>), u64> = BTreeMap::new();
     for f in finals.values() {
         if !names.contains(f.name.as_str()) {
             problems.push(format!("phantom: job {} ('{}') was never submitted", f.id, f.name));
         }
-        if let Some(other) = seen_names.insert(&f.name, f.id) {
+        if let Some(other) = seen_names.insert((&f.name, f.task), f.id) {
             problems.push(format!(
                 "duplicate: '{}' was submitted once and queued twice, as jobs {other} and {}",
                 f.name, f.id

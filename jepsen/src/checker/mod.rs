@@ -1,6 +1,7 @@
 //! The checkers: each reads the recorded history (and what the cluster and the jobs showed at
 //! the end) and returns one line per violation it finds.
 
+pub mod arrays;
 pub mod deps;
 pub mod ended;
 pub mod jobs;
@@ -32,5 +33,6 @@ pub fn check(e: &Evidence) -> Vec<String> {
     problems.extend(runs::check(e.runs, e.node_cpus, &known, &jobs::multi_node(e.events, e.finals)));
     problems.extend(starts::check(e.events, e.finals, e.runs));
     problems.extend(deps::check(e.events, e.finals, e.runs));
+    problems.extend(arrays::check(e.events, e.finals, e.runs));
     problems
 }

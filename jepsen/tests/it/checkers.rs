@@ -3,8 +3,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use quorum_jepsen::checker::{deps, jobs, linear, runs, starts, Final};
-use quorum_jepsen::history::{Event, Op, Outcome, Seen};
+use quorum_jepsen::checker::{arrays, deps, jobs, linear, runs, starts, Final};
+use quorum_jepsen::history::{Array, Event, Op, Outcome, Seen};
 
 /// Builds a history: each step is (process, time, invoke or complete).
 struct H(Vec<Event>);
@@ -28,11 +28,11 @@ impl H {
 }
 
 fn submit(name: &str, held: bool) -> Op {
-    Op::Submit { name: name.into(), held, requeue: false, gpus: 0, long: true, nodes: 1, after: None }
+    Op::Submit { name: name.into(), held, requeue: false, gpus: 0, long: true, nodes: 1, after: None, array: None }
 }
 
 fn read(state: &str, held: bool, cancelled: bool) -> Outcome {
-    Outcome::Read { job: Seen { name: "reg".into(), state: state.into(), held, cancelled } }
+    Outcome::Read { job: Seen { name: "reg".into(), state: state.into(), held, cancelled, task: None } }
 }
 
 #[test]
@@ -105,7 +105,10 @@ fn a_job_that_ended_by_itself_never_comes_back() {
 fn finals(jobs: &[(u64, &str, &str, bool)]) -> BTreeMap<u64, Final> {
     jobs.iter()
         .map(|(id, name, state, cancelled)| {
-            (*id, Final { id: *id, name: name.to_string(), state: state.to_string(), cancelled: *cancelled })
+            (
+                *id,
+                Final { id: *id, name: name.to_string(), state: state.to_string(), cancelled: *cancelled, task: None },
+            )
         })
         .collect()
 }
@@ -214,6 +217,7 @@ fn a_dependent_job_started_before_its_dependency_completed_is_caught() {
         long: false,
         nodes: 1,
         after: Some(x),
+        array: None,
     };
     let h = H::new()
         .op(0, 1.0, submit("x", false), Outcome::Submitted { job: 1 })
@@ -260,6 +264,7 @@ fn a_second_start_without_requeue_and_a_held_job_that_ran_unreleased_are_caught(
         long: false,
         nodes: 1,
         after: None,
+        array: None,
     };
     let h = H::new()
         .op(0, 1.0, submit("once", false), Outcome::Submitted { job: 1 })
@@ -302,4 +307,46 @@ fn a_second_start_without_requeue_and_a_held_job_that_ran_unreleased_are_caught(
             "{found:?}"
         );
     }
+}
+
+/// An array's tasks never run more at once than its throttle, judged on what the tasks recorded;
+/// an acknowledged array has every task, each once, on consecutive ids.
+#[test]
+fn an_array_past_its_throttle_or_missing_a_task_is_caught() {
+    let array = Array { tasks: 3, throttle: 1 };
+    let submit = Op::Submit {
+        name: "arr".into(),
+        held: false,
+        requeue: true,
+        gpus: 0,
+        long: false,
+        nodes: 1,
+        after: None,
+        array: Some(array),
+    };
+    let h = H::new().op(0, 1.0, submit, Outcome::Submitted { job: 4 }).0;
+    let task = |id: u64, t: u32| {
+        (id, Final { id, name: "arr".into(), state: "COMPLETED".into(), cancelled: false, task: Some(t) })
+    };
+    let whole: BTreeMap<u64, Final> = [task(4, 0), task(5, 1), task(6, 2)].into_iter().collect();
+    // One after another, on two nodes, with a task requeued: within the throttle.
+    let in_turn = [
+        run(4, "a1", &[], 0, 2.0, 3.0),
+        run(5, "a2", &[], 0, 3.005, 4.0),
+        run(5, "a1", &[], 1, 4.5, 5.0),
+        run(6, "a2", &[], 0, 5.0, 6.0),
+    ];
+    assert_eq!(arrays::check(&h, &whole, &in_turn), Vec::<String>::new());
+    let together = [run(4, "a1", &[], 0, 2.0, 3.0), run(6, "a2", &[], 0, 2.5, 3.5)];
+    let found = arrays::check(&h, &whole, &together);
+    assert!(found.iter().any(|p| p.contains("ran 2 tasks at once")), "{found:?}");
+    // A task lost, or made twice.
+    let mut missing = whole.clone();
+    missing.remove(&5);
+    assert!(arrays::check(&h, &missing, &in_turn).iter().any(|p| p.contains("final read")));
+    let mut twice = whole.clone();
+    twice.insert(7, task(7, 2).1);
+    assert!(arrays::check(&h, &twice, &in_turn).iter().any(|p| p.contains("final read")));
+    // Tasks share the array's name: that is not a duplicate submit.
+    assert!(jobs::check(&h, &whole, &in_turn).iter().all(|p| !p.contains("duplicate")));
 }
