@@ -28,7 +28,31 @@ pub struct Job {
     pub kill_on_invalid_dep: bool,
     /// `--array`.
     pub array: Option<Array>,
+    /// `--partition`, when not the default one.
+    pub partition: Option<String>,
 }
+
+impl Job {
+    /// Its submit as the history records it (`long`: a register job).
+    pub fn submit(&self, long: bool) -> Op {
+        Op::Submit {
+            name: self.name.clone(),
+            held: self.held,
+            requeue: self.requeue,
+            gpus: self.gpus,
+            long,
+            nodes: self.nodes,
+            after: self.after,
+            array: self.array,
+            partition: self.partition.clone(),
+        }
+    }
+}
+
+/// The partition of the default one's nodes whose jobs the default one's preempt: a lower
+/// priority tier, its jobs requeued when preempted (`PreemptType=preempt/partition_prio`,
+/// `PreemptMode=REQUEUE`). The default partition's jobs are not preemptable.
+pub const SCAVENGER: &str = "scavenger";
 
 /// Which workload: each adds to the one before, and a seed of an earlier one replays as it did
 /// when that was all there was (its choices draw nothing the later ones added).
@@ -38,7 +62,8 @@ pub enum Mix {
     SingleNode,
     /// Some jobs on two nodes.
     MultiNode,
-    /// Every feature the workload has: job arrays with a throttle as well.
+    /// Every feature the workload has: job arrays with a throttle, and jobs of a lower tier
+    /// that the others preempt, as well.
     Full,
 }
 
@@ -94,11 +119,9 @@ impl Pool {
                 after: None,
                 kill_on_invalid_dep: false,
                 array: None,
+                partition: None,
             };
-            return Some((
-                Op::Submit { name, held, requeue: false, gpus: 0, long: true, nodes: 1, after: None, array: None },
-                Some(job),
-            ));
+            return Some((job.submit(true), Some(job)));
         }
         // A register that has had its share is cancelled and retired.
         if let Some(i) = self.active.iter().position(|(_, ops)| *ops >= REGISTER_OPS) {
@@ -109,7 +132,12 @@ impl Pool {
             0..=24 => {
                 self.names += 1;
                 if mix >= Mix::Full && rng.chance(0.1) {
-                    return Some(array(format!("array-{w}-{}", self.names), rng));
+                    let job = array(format!("array-{w}-{}", self.names), rng);
+                    return Some((job.submit(false), Some(job)));
+                }
+                if mix >= Mix::Full && rng.chance(0.2) {
+                    let job = scavenger(format!("scav-{w}-{}", self.names), rng);
+                    return Some((job.submit(false), Some(job)));
                 }
                 let name = format!("job-{w}-{}", self.names);
                 let requeue = rng.chance(0.3);
@@ -130,8 +158,9 @@ impl Pool {
                     after,
                     kill_on_invalid_dep,
                     array: None,
+                    partition: None,
                 };
-                (Op::Submit { name, held: false, requeue, gpus, long: false, nodes, after, array: None }, Some(job))
+                (job.submit(false), Some(job))
             }
             25..=39 => (Op::Hold { job: register(self, rng)? }, None),
             40..=54 => (Op::Release { job: register(self, rng)? }, None),
@@ -172,11 +201,11 @@ impl Pool {
 /// a task on a node cut off stops itself when its lease runs out, before the node is declared
 /// DOWN and the task requeued, so the throttle holds for the processes, not only in the books
 /// (a task that is not would run on there after the next started).
-fn array(name: String, rng: &mut Rng) -> (Op, Option<Job>) {
+fn array(name: String, rng: &mut Rng) -> Job {
     let array = Array { tasks: rng.between(3, 6) as u32, throttle: rng.between(1, 2) as u32 };
     let ticks = rng.between(2, 15);
-    let job = Job {
-        name: name.clone(),
+    Job {
+        name,
         ticks,
         held: false,
         requeue: true,
@@ -185,16 +214,26 @@ fn array(name: String, rng: &mut Rng) -> (Op, Option<Job>) {
         after: None,
         kill_on_invalid_dep: false,
         array: Some(array),
-    };
-    let op = Op::Submit {
+        partition: None,
+    }
+}
+
+/// A job of the scavenger partition, which a job of the default one that finds no room
+/// preempts: 3-12 s (long enough to be in the way), a third with a GPU, `--requeue` (as such
+/// jobs are: requeued when preempted, and stopped with the lease on a node cut off).
+fn scavenger(name: String, rng: &mut Rng) -> Job {
+    let gpus = u32::from(rng.chance(0.3));
+    let ticks = rng.between(15, 60);
+    Job {
         name,
+        ticks,
         held: false,
         requeue: true,
-        gpus: 0,
-        long: false,
+        gpus,
         nodes: 1,
         after: None,
-        array: Some(array),
-    };
-    (op, Some(job))
+        kill_on_invalid_dep: false,
+        array: None,
+        partition: Some(SCAVENGER.to_string()),
+    }
 }

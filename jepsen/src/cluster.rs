@@ -13,6 +13,7 @@ use quorum_client::client::Client;
 use quorum_dev::security::DevSecurity;
 use quorum_proto::api;
 
+use crate::choice::SCAVENGER;
 use crate::net::{self, Net};
 
 pub const PORT: u16 = 7101;
@@ -595,8 +596,14 @@ fn controller_toml(dir: &Path, id: u64, addrs: &[String], agents: usize, securit
     for (j, a) in addrs.iter().enumerate() {
         text.push_str(&format!("[[replicas]]\nid = {}\naddr = \"{a}\"\n", j + 1));
     }
+    // The default partition's jobs preempt the scavenger's (the same nodes, a lower tier), which
+    // go back to the queue.
     text.push_str(&format!(
-        "[[partitions]]\nname = \"{PARTITION}\"\nnodes = \"a[1-{agents}]\"\ndefault = true\nmax_time = \"1:00:00\"\n"
+        "[[partitions]]\nname = \"{PARTITION}\"\nnodes = \"a[1-{agents}]\"\ndefault = true\nmax_time = \"1:00:00\"\n\
+         priority_tier = 1\n\
+         [[partitions]]\nname = \"{SCAVENGER}\"\nnodes = \"a[1-{agents}]\"\nmax_time = \"1:00:00\"\n\
+         priority_tier = 0\npreempt_mode = \"requeue\"\n\
+         [scheduler]\npreempt_type = \"partition_prio\"\n"
     ));
     text.push_str(security);
     text

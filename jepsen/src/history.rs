@@ -34,6 +34,9 @@ pub enum Op {
         /// A job array: one job per task, with consecutive ids from the one answered.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         array: Option<Array>,
+        /// Its partition, when not the default one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        partition: Option<String>,
     },
     Hold {
         job: u64,

@@ -120,8 +120,17 @@ pub async fn run(opts: &Options) -> anyhow::Result<Verdict> {
     let probe = loop {
         let name = format!("probe-{process}");
         let spec = workload.job_spec(&name, 1, false, false, 0);
-        let op =
-            Op::Submit { name, held: false, requeue: false, gpus: 0, long: false, nodes: 1, after: None, array: None };
+        let op = Op::Submit {
+            name,
+            held: false,
+            requeue: false,
+            gpus: 0,
+            long: false,
+            nodes: 1,
+            after: None,
+            array: None,
+            partition: None,
+        };
         recorder.invoke(process, op);
         let req = api::SubmitJobRequest {
             spec: Some(spec),

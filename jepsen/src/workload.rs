@@ -141,6 +141,7 @@ impl Workload {
             if let Some(a) = j.array {
                 spec.array = a.arg();
             }
+            spec.partition = j.partition.unwrap_or_default();
             spec
         });
         Some((op, spec))

@@ -30,6 +30,7 @@ pub fn spec_of(job: &Job) -> JobSpec {
         spec.dependencies = vec![Dependency { kind: DependencyKind::AfterOk, job: after, delay_min: 0 }];
         spec.kill_on_invalid_dep = job.kill_on_invalid_dep;
     }
+    spec.partition = job.partition.clone();
     spec.array = job.array.map(|a| ArraySpec {
         ranges: vec![TaskRange { first: 0, last: a.tasks.saturating_sub(1), step: 1 }],
         throttle: a.throttle,

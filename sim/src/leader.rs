@@ -13,7 +13,9 @@ use openraft::error::{ClientWriteError, RaftError};
 use openraft::ServerState;
 use quorum_control::leader::heard::Heard;
 use quorum_control::leader::hub::runs_here;
+use quorum_jepsen::choice::{Mix, SCAVENGER};
 use quorum_jepsen::history::{Outcome, Seen};
+use quorum_model::preempt::{PreemptMode, PreemptType};
 use quorum_model::{Job, JobSpec, JobState, NodeAdminState, Program, RankOutcome, Rejection};
 use quorum_state::{Command, ReplicaVersion, Response};
 use tokio::sync::watch;
@@ -96,10 +98,19 @@ impl std::fmt::Display for WriteError {
     }
 }
 
-/// The partition every agent's node is in (the state's own test builder: a day's time limit,
-/// 1 GiB per CPU).
-pub fn partition(world: &World) -> quorum_model::Partition {
-    quorum_state::testing::partition("jepsen", &format!("a[1-{}]", world.opts.agents), true)
+/// The partitions of the agents' nodes (the state's own test builder: a day's time limit, 1 GiB
+/// per CPU): the default one, and with the whole workload the scavenger partition of a lower tier,
+/// whose jobs the default one's preempt and requeue (as `jepsen/` configures its controllers).
+pub fn partitions(world: &World) -> Vec<quorum_model::Partition> {
+    let nodes = format!("a[1-{}]", world.opts.agents);
+    let mut default = quorum_state::testing::partition("jepsen", &nodes, true);
+    if world.opts.workload < Mix::Full {
+        return vec![default];
+    }
+    default.priority_tier = 1;
+    let mut scavenger = quorum_state::testing::partition(SCAVENGER, &nodes, false);
+    scavenger.preempt_mode = Some(PreemptMode::Requeue);
+    vec![default, scavenger]
 }
 
 /// The leader loops of one incarnation, until it stops.
@@ -149,9 +160,10 @@ pub async fn duties(world: Arc<World>, r: Arc<Replica>, mut stop: watch::Receive
 async fn cycle(world: &Arc<World>, r: &Replica) -> Result<(), WriteError> {
     let now = world.wall_ms(r.id);
     // What every leader makes sure of first: the replicas' versions, and the partition.
-    let (versions_known, partitioned) = {
+    let (versions_known, partitioned, preempting) = {
         let a = read(&r.applied);
-        (a.state.replica_versions.len() == world.opts.replicas, !a.state.partitions.is_empty())
+        let preempting = world.opts.workload < Mix::Full || !a.state.policy.preempt_type.is_off();
+        (a.state.replica_versions.len() == world.opts.replicas, !a.state.partitions.is_empty(), preempting)
     };
     if !versions_known {
         let versions = world
@@ -162,7 +174,12 @@ async fn cycle(world: &Arc<World>, r: &Replica) -> Result<(), WriteError> {
         write(r, Command::SetReplicaVersions { versions, now }).await?;
     }
     if !partitioned {
-        write(r, Command::SetPartitions { partitions: vec![partition(world)], now }).await?;
+        write(r, Command::SetPartitions { partitions: partitions(world), now }).await?;
+    }
+    if !preempting {
+        let mut policy = read(&r.applied).state.policy.clone();
+        policy.preempt_type = PreemptType::PartitionPrio;
+        write(r, Command::SetPolicy { policy, now }).await?;
     }
 
     // Liveness: a node not heard from for the node timeout is DOWN; as the controller's
@@ -208,7 +225,13 @@ async fn cycle(world: &Arc<World>, r: &Replica) -> Result<(), WriteError> {
     let plan = quorum_sched::schedule(&view, now, &policy);
     let reasons = plan.reasons_to_write();
     if let Some(command) = Command::apply_plan(base, now, plan.starts, reasons, plan.preemptions, plan.resumes) {
-        if let (_, Response::PlanApplied { started, .. }) = write(r, command).await? {
+        if let (_, Response::PlanApplied { started, preempted, .. }) = write(r, command).await? {
+            if !preempted.is_empty() {
+                world.trace(format!("r{} preempts {preempted:?}", r.id));
+                if world.bug(Bug::PreemptNoWait) {
+                    end_at_once(world, r, &preempted).await?;
+                }
+            }
             if !started.is_empty() {
                 world.trace(format!("r{} started {started:?}", r.id));
                 if r.fuse.blow(crate::world::Point::Launch) {
@@ -234,6 +257,42 @@ fn unthrottled(view: &mut quorum_sched::ClusterView, state: &quorum_state::Clust
         }
         *left = left.saturating_sub(1);
     }
+}
+
+/// The broken build: each preempted job's end on each of its nodes, committed now, as its
+/// agents would report it once they had stopped it.
+async fn end_at_once(world: &World, r: &Replica, preempted: &[(u64, u64)]) -> Result<(), WriteError> {
+    let now = world.wall_ms(r.id);
+    let ends: Vec<Command> = {
+        let a = read(&r.applied);
+        preempted
+            .iter()
+            .filter_map(|(victim, _)| a.state.jobs.get(victim))
+            .flat_map(|j| {
+                let nodes = j.allocation.iter().flat_map(|al| al.nodes.iter().map(|n| n.node.clone()));
+                let state = &a.state;
+                nodes
+                    .map(|node| {
+                        let outcome = RankOutcome::Cancelled { code: 0, signal: 15 };
+                        quorum_control::leader::rules::job_ended(
+                            state,
+                            j.id,
+                            j.alloc_index,
+                            node,
+                            outcome,
+                            None,
+                            "",
+                            now,
+                        )
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    };
+    for command in ends {
+        write(r, command).await?;
+    }
+    Ok(())
 }
 
 /// How long a job of the workload runs: its program is `sleep SECONDS`.
@@ -296,7 +355,9 @@ fn dispatch(world: &Arc<World>, r: &Replica) {
                 let key = (job.id, job.alloc_index, n.node.clone());
                 live.insert(key.clone());
                 let has = l.known.get(&n.node).is_some_and(|k| k.contains(&(job.id, job.alloc_index)));
-                if has && !job.cancel_requested {
+                // Cancelled, or preempted to be requeued: stopped (with no grace time).
+                let stop = job.cancel_requested || job.preempting.as_ref().is_some_and(|p| p.mode.stops());
+                if has && !stop {
                     continue;
                 }
                 if l.sent.get(&key).is_some_and(|t| now.duration_since(*t) < RESEND) {
@@ -311,7 +372,7 @@ fn dispatch(world: &Arc<World>, r: &Replica) {
                     restarts: job.requeues,
                     leased: job.spec.requeue,
                     run_for: duration(&job.spec),
-                    kill: job.cancel_requested,
+                    kill: stop,
                 });
             }
         }

@@ -264,6 +264,7 @@ async fn submit_probe(world: &Arc<World>, process: u64, name: String) -> Outcome
         nodes: 1,
         after: None,
         array: None,
+        partition: None,
     };
     world.invoke(process, op.clone());
     let outcome = client::perform(world, PROBE_HOST, 1, &op, Some(spec), name).await;

@@ -66,6 +66,10 @@ pub enum Bug {
     /// cycle starts a throttle's worth more (as `jepsen/bugs/array-throttle.patch` does to the
     /// real scheduler's view).
     NoThrottle,
+    /// The leader ends a preempted job's allocation as soon as it plans the preemption, as if
+    /// every rank had reported its end, instead of when its agents say its processes are gone:
+    /// the job that preempted it may start beside them.
+    PreemptNoWait,
 }
 
 /// A place in the simulated shells where a replica can be made to crash, as a failpoint would:

@@ -134,6 +134,22 @@ fn an_array_throttle_that_does_not_count_running_tasks_is_caught() {
     );
 }
 
+/// The scavenger partition's jobs are preempted by the default one's and requeued; the job that
+/// preempted one starts only once its processes are gone (the broken build ends it as soon as
+/// the preemption is planned, and is caught).
+#[test]
+fn a_preempted_job_is_requeued_and_its_preemptor_waits_for_its_processes() {
+    let mut preemptions = 0;
+    for seed in 400..420 {
+        let r = run(opts(seed, 20.0)).expect("a run");
+        assert!(r.valid(), "{}", explain(&r, "--time 20"));
+        preemptions += r.trace.iter().filter(|l| l.contains(" preempts ")).count();
+    }
+    assert!(preemptions >= 10, "only {preemptions} preemptions in 20 seeds");
+    let r = caught(Bug::PreemptNoWait, &Fault::ALL, 0..20).expect("caught within 20 seeds");
+    assert!(r.problems.iter().any(|p| p.contains("at once")), "{}", explain(&r, "--bug preempt-no-wait"));
+}
+
 /// Seed 20919 (`jepsen/RESULTS.md`): a node's heartbeat answered with a lease while the leader's
 /// `NodeDown` of it was in flight let a `--requeue` job run on beside its requeued copy. The
 /// build before the fix (`--bug early-lease`) still fails that way; this one does not.

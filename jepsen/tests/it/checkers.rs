@@ -28,7 +28,17 @@ impl H {
 }
 
 fn submit(name: &str, held: bool) -> Op {
-    Op::Submit { name: name.into(), held, requeue: false, gpus: 0, long: true, nodes: 1, after: None, array: None }
+    Op::Submit {
+        name: name.into(),
+        held,
+        requeue: false,
+        gpus: 0,
+        long: true,
+        nodes: 1,
+        after: None,
+        array: None,
+        partition: None,
+    }
 }
 
 fn read(state: &str, held: bool, cancelled: bool) -> Outcome {
@@ -218,6 +228,7 @@ fn a_dependent_job_started_before_its_dependency_completed_is_caught() {
         nodes: 1,
         after: Some(x),
         array: None,
+        partition: None,
     };
     let h = H::new()
         .op(0, 1.0, submit("x", false), Outcome::Submitted { job: 1 })
@@ -265,6 +276,7 @@ fn a_second_start_without_requeue_and_a_held_job_that_ran_unreleased_are_caught(
         nodes: 1,
         after: None,
         array: None,
+        partition: None,
     };
     let h = H::new()
         .op(0, 1.0, submit("once", false), Outcome::Submitted { job: 1 })
@@ -323,6 +335,7 @@ fn an_array_past_its_throttle_or_missing_a_task_is_caught() {
         nodes: 1,
         after: None,
         array: Some(array),
+        partition: None,
     };
     let h = H::new().op(0, 1.0, submit, Outcome::Submitted { job: 4 }).0;
     let task = |id: u64, t: u32| {
