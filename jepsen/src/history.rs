@@ -80,6 +80,21 @@ fn is_one(n: &u32) -> bool {
 }
 
 impl Op {
+    /// The submit of the harness's probe, a plain short job, when the faults have healed.
+    pub fn probe(name: String) -> Op {
+        Op::Submit {
+            name,
+            held: false,
+            requeue: false,
+            gpus: 0,
+            long: false,
+            nodes: 1,
+            after: None,
+            array: None,
+            partition: None,
+        }
+    }
+
     pub fn job(&self) -> Option<u64> {
         match self {
             Op::Submit { .. } => None,

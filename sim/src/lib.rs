@@ -255,17 +255,7 @@ const SETTLE_BOUND: Duration = Duration::from_secs(60);
 /// (its name is its request id), recorded as any operation is.
 async fn submit_probe(world: &Arc<World>, process: u64, name: String) -> Outcome {
     let spec = client::spec(&name, 0.5, false, false, 0);
-    let op = Op::Submit {
-        name: name.clone(),
-        held: false,
-        requeue: false,
-        gpus: 0,
-        long: false,
-        nodes: 1,
-        after: None,
-        array: None,
-        partition: None,
-    };
+    let op = Op::probe(name.clone());
     world.invoke(process, op.clone());
     let outcome = client::perform(world, PROBE_HOST, 1, &op, Some(spec), name).await;
     world.complete(process, outcome.clone());
