@@ -53,6 +53,10 @@ impl Job {
 /// priority tier, its jobs requeued when preempted (`PreemptType=preempt/partition_prio`,
 /// `PreemptMode=REQUEUE`). The default partition's jobs are not preemptable.
 pub const SCAVENGER: &str = "scavenger";
+/// The other partition of a lower tier: its jobs are suspended when preempted
+/// (`PreemptMode=SUSPEND`), frozen with their memory and GPUs and lending their CPUs to the job
+/// that preempted them until it ends.
+pub const STANDBY: &str = "standby";
 
 /// Which workload: each adds to the one before, and a seed of an earlier one replays as it did
 /// when that was all there was (its choices draw nothing the later ones added).
@@ -218,12 +222,14 @@ fn array(name: String, rng: &mut Rng) -> Job {
     }
 }
 
-/// A job of the scavenger partition, which a job of the default one that finds no room
-/// preempts: 3-12 s (long enough to be in the way), a third with a GPU, `--requeue` (as such
-/// jobs are: requeued when preempted, and stopped with the lease on a node cut off).
+/// A job of a lower tier (the scavenger or the standby partition, as likely), which a job of the
+/// default one that finds no room preempts: 3-12 s (long enough to be in the way), a third with
+/// a GPU, `--requeue` (as such jobs are: requeued when preempted, and stopped with the lease on
+/// a node cut off).
 fn scavenger(name: String, rng: &mut Rng) -> Job {
     let gpus = u32::from(rng.chance(0.3));
     let ticks = rng.between(15, 60);
+    let partition = if rng.chance(0.5) { SCAVENGER } else { STANDBY };
     Job {
         name,
         ticks,
@@ -234,6 +240,6 @@ fn scavenger(name: String, rng: &mut Rng) -> Job {
         after: None,
         kill_on_invalid_dep: false,
         array: None,
-        partition: Some(SCAVENGER.to_string()),
+        partition: Some(partition.to_string()),
     }
 }

@@ -13,7 +13,7 @@ use quorum_client::client::Client;
 use quorum_dev::security::DevSecurity;
 use quorum_proto::api;
 
-use crate::choice::SCAVENGER;
+use crate::choice::{SCAVENGER, STANDBY};
 use crate::net::{self, Net};
 
 pub const PORT: u16 = 7101;
@@ -596,13 +596,16 @@ fn controller_toml(dir: &Path, id: u64, addrs: &[String], agents: usize, securit
     for (j, a) in addrs.iter().enumerate() {
         text.push_str(&format!("[[replicas]]\nid = {}\naddr = \"{a}\"\n", j + 1));
     }
-    // The default partition's jobs preempt the scavenger's (the same nodes, a lower tier), which
-    // go back to the queue.
+    // The default partition's jobs preempt the scavenger's and the standby's (the same nodes, a
+    // lower tier): the first go back to the queue, the others are suspended until the CPUs they
+    // lent are free again.
     text.push_str(&format!(
         "[[partitions]]\nname = \"{PARTITION}\"\nnodes = \"a[1-{agents}]\"\ndefault = true\nmax_time = \"1:00:00\"\n\
          priority_tier = 1\n\
          [[partitions]]\nname = \"{SCAVENGER}\"\nnodes = \"a[1-{agents}]\"\nmax_time = \"1:00:00\"\n\
          priority_tier = 0\npreempt_mode = \"requeue\"\n\
+         [[partitions]]\nname = \"{STANDBY}\"\nnodes = \"a[1-{agents}]\"\nmax_time = \"1:00:00\"\n\
+         priority_tier = 0\npreempt_mode = \"suspend\"\n\
          [scheduler]\npreempt_type = \"partition_prio\"\n"
     ));
     text.push_str(security);

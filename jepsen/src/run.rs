@@ -205,7 +205,14 @@ pub async fn run(opts: &Options) -> anyhow::Result<Verdict> {
     }
 
     // Nothing the cluster says has ended still runs (the quiet spell has waited).
-    let runs = checker::runs::read(&runs_dir)?;
+    let mut runs = checker::runs::read(&runs_dir)?;
+    // A job suspended by preemption lends its CPUs: when it was frozen, as its agent's log says.
+    let offset = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_secs_f64() - now_s();
+    for a in 1..=opts.agents {
+        let node = format!("a{a}");
+        let log = std::fs::read_to_string(opts.dir.join(format!("{node}.log"))).unwrap_or_default();
+        checker::runs::apply_pauses(&mut runs, &node, &checker::runs::pauses(&log, offset));
+    }
     for r in runs.iter().filter(|r| r.last > finished_at + 5.0) {
         problems.push(format!(
             "runs: job {} still ran on {} at {:.2}, {:.1} s after the cluster said every job had ended ({})",
@@ -261,8 +268,10 @@ async fn sleep_until(began: Instant, at: f64) {
     tokio::time::sleep_until(target.into()).await;
 }
 
+/// Cancels `job` alone: an array's first task is not the whole array (seed 4011: a whole array
+/// cancelled by its id ended the first task's cancel COMPLETED, as it had been).
 async fn cancel(client: &Client, job: u64) -> Outcome {
-    let req = api::CancelJobRequest { job_ids: vec![job], ..Default::default() };
+    let req = api::CancelJobRequest { task_job_ids: vec![job], ..Default::default() };
     let answer = within(client, Duration::from_secs(10), |mut cl| {
         let req = req.clone();
         async move { cl.cancel_job(req).await }
@@ -274,7 +283,6 @@ async fn cancel(client: &Client, job: u64) -> Outcome {
     }
 }
 
-/// Every job, page by page, read linearizably.
 /// Every job ended: the probe (if any) runs to completion, whatever else is open is cancelled,
 /// until the cluster shows no job open or [`SETTLE_BOUND`] passes. Every job, as it then shows.
 async fn settle(
@@ -320,6 +328,7 @@ async fn settle(
     }
 }
 
+/// Every job, page by page, read linearizably.
 async fn all_jobs(client: &Client) -> Result<Vec<api::JobInfo>, tonic::Status> {
     let mut jobs = Vec::new();
     let mut after = 0;

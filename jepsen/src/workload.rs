@@ -171,7 +171,8 @@ impl Workload {
                     api.hold_job(req).await.map(|r| per_job(r.into_inner().results, false))
                 }
                 Op::Cancel { job } => {
-                    let req = api::CancelJobRequest { job_ids: vec![*job], ..Default::default() };
+                    // The job alone, never a whole array.
+                    let req = api::CancelJobRequest { task_job_ids: vec![*job], ..Default::default() };
                     api.cancel_job(req).await.map(|r| per_job(r.into_inner().results, true))
                 }
                 Op::Read { job } | Op::StaleRead { job } => {

@@ -42,6 +42,8 @@ pub struct Launch {
     pub leased: bool,
     pub run_for: Duration,
     pub kill: bool,
+    /// Not a launch: `Some(true)` freezes the run (suspended by preemption), `Some(false)` thaws it.
+    pub suspend: Option<bool>,
 }
 
 pub struct Heartbeat {
@@ -59,6 +61,8 @@ struct Running {
     /// A `--requeue` job's lease: killed once past it (renewed by each answered heartbeat).
     deadline: Option<Instant>,
     ends_at: Instant,
+    /// Frozen since: it neither runs nor nears its end until thawed.
+    suspended_at: Option<Instant>,
 }
 
 /// The lease a `--requeue` job launched before any heartbeat was answered starts with.
@@ -125,13 +129,36 @@ impl Agent {
         self.state().runs.values().map(|r| r.record.clone()).collect()
     }
 
-    /// A launch or kill from a leader.
-    pub fn receive(&self, m: Launch, world_time: f64) {
+    /// A launch, kill, suspend or resume from a leader; what it did, when the trace should say.
+    pub fn receive(&self, m: Launch, world_time: f64) -> Option<String> {
         let mut s = self.state();
         if s.frozen {
-            return;
+            return None;
         }
         let key = (m.job, m.token);
+        if let Some(freeze) = m.suspend {
+            let now = Instant::now();
+            let run = s.runs.get_mut(&key).filter(|r| !r.record.ended)?;
+            return match (freeze, run.suspended_at) {
+                (true, None) => {
+                    run.suspended_at = Some(now);
+                    // Frozen the instant it was launched (the launch and the suspend of a job
+                    // preempted before its launch arrived come together): it has not run yet.
+                    if run.record.active == [(world_time, world_time)] {
+                        run.record.active.clear();
+                    }
+                    Some(format!("{} suspends {}.{}", self.name, m.job, m.token))
+                }
+                (false, Some(since)) => {
+                    run.ends_at += now - since;
+                    run.suspended_at = None;
+                    // Running again from now: a stretch of its own, however short the pause.
+                    run.record.active.push((world_time, world_time));
+                    Some(format!("{} resumes {}.{}", self.name, m.job, m.token))
+                }
+                _ => None,
+            };
+        }
         if m.kill {
             let now = Instant::now();
             match s.runs.get_mut(&key) {
@@ -147,10 +174,10 @@ impl Agent {
                     s.unreported.insert(key, RankOutcome::Cancelled { code: 0, signal: 15 });
                 }
             }
-            return;
+            return None;
         }
         if s.runs.contains_key(&key) || s.killed_unlaunched.contains(&key) {
-            return;
+            return None;
         }
         let now = Instant::now();
         let deadline = m.leased.then(|| s.lease_from.map_or(now + FIRST_LEASE, |from| from + LEASE));
@@ -167,11 +194,14 @@ impl Agent {
                     start: world_time,
                     last: world_time,
                     ended: false,
+                    active: vec![(world_time, world_time)],
                 },
                 deadline,
                 ends_at: now + m.run_for,
+                suspended_at: None,
             },
         );
+        None
     }
 }
 
@@ -201,14 +231,16 @@ async fn processes(world: Arc<World>, agent: Arc<Agent>) {
                     run.record.ended = true;
                     ended.push((*key, RankOutcome::Exited { code: 0, signal: 9 }));
                     lines.push(format!("{} kills {}.{}: lease ran out", agent.name, key.0, key.1));
+                } else if run.suspended_at.is_some() {
+                    // Frozen: no sign of life.
                 } else if run.ends_at <= now {
                     run.record.ended = true;
-                    run.record.last = t;
+                    run.record.seen_at(t);
                     run.finished = true;
                     ended.push((*key, RankOutcome::Exited { code: 0, signal: 0 }));
                     lines.push(format!("{} run {}.{} ended", agent.name, key.0, key.1));
                 } else {
-                    run.record.last = t;
+                    run.record.seen_at(t);
                 }
             }
             s.unreported.extend(ended);

@@ -13,7 +13,7 @@ use openraft::error::{ClientWriteError, RaftError};
 use openraft::ServerState;
 use quorum_control::leader::heard::Heard;
 use quorum_control::leader::hub::runs_here;
-use quorum_jepsen::choice::{Mix, SCAVENGER};
+use quorum_jepsen::choice::{Mix, SCAVENGER, STANDBY};
 use quorum_jepsen::history::{Outcome, Seen};
 use quorum_model::preempt::{PreemptMode, PreemptType};
 use quorum_model::{Job, JobSpec, JobState, NodeAdminState, Program, RankOutcome, Rejection};
@@ -47,6 +47,8 @@ pub struct Lead {
     known: BTreeMap<String, BTreeSet<(u64, u64)>>,
     /// What each agent last said it runs.
     running: BTreeMap<String, BTreeSet<(u64, u64)>>,
+    /// The (job, allocation, node)s it has told to freeze (and maybe thaw since).
+    told: BTreeSet<(u64, u64, String)>,
 }
 
 fn lead(r: &Replica) -> std::sync::MutexGuard<'_, Option<Lead>> {
@@ -99,8 +101,9 @@ impl std::fmt::Display for WriteError {
 }
 
 /// The partitions of the agents' nodes (the state's own test builder: a day's time limit, 1 GiB
-/// per CPU): the default one, and with the whole workload the scavenger partition of a lower tier,
-/// whose jobs the default one's preempt and requeue (as `jepsen/` configures its controllers).
+/// per CPU): the default one, and with the whole workload the scavenger and standby partitions of
+/// a lower tier, whose jobs the default one's preempt and requeue or suspend (as `jepsen/`
+/// configures its controllers).
 pub fn partitions(world: &World) -> Vec<quorum_model::Partition> {
     let nodes = format!("a[1-{}]", world.opts.agents);
     let mut default = quorum_state::testing::partition("jepsen", &nodes, true);
@@ -110,7 +113,9 @@ pub fn partitions(world: &World) -> Vec<quorum_model::Partition> {
     default.priority_tier = 1;
     let mut scavenger = quorum_state::testing::partition(SCAVENGER, &nodes, false);
     scavenger.preempt_mode = Some(PreemptMode::Requeue);
-    vec![default, scavenger]
+    let mut standby = quorum_state::testing::partition(STANDBY, &nodes, false);
+    standby.preempt_mode = Some(PreemptMode::Suspend);
+    vec![default, scavenger, standby]
 }
 
 /// The leader loops of one incarnation, until it stops.
@@ -148,6 +153,7 @@ pub async fn duties(world: Arc<World>, r: Arc<Replica>, mut stop: watch::Receive
                 sent: BTreeMap::new(),
                 known: BTreeMap::new(),
                 running: BTreeMap::new(),
+                told: BTreeSet::new(),
             });
             world.trace(format!("r{} leads term {}", r.id, m.current_term));
         }
@@ -311,6 +317,7 @@ pub fn duration(spec: &JobSpec) -> Duration {
 /// reconciliation does.
 fn dispatch(world: &Arc<World>, r: &Replica) {
     let mut messages = Vec::new();
+    let mut suspends = Vec::new();
     {
         let a = read(&r.applied);
         let mut l = lead(r);
@@ -334,6 +341,7 @@ fn dispatch(world: &Arc<World>, r: &Replica) {
                     leased: false,
                     run_for: Duration::ZERO,
                     kill: true,
+                    suspend: None,
                 });
             }
         }
@@ -347,9 +355,9 @@ fn dispatch(world: &Arc<World>, r: &Replica) {
             l.sent.insert(key, now);
             let (job, token, node) = (c.job_id, c.token, node.clone());
             let (gpus, restarts, leased, run_for) = (Vec::new(), 0, false, Duration::ZERO);
-            messages.push(Launch { job, token, node, gpus, restarts, leased, run_for, kill: true });
+            messages.push(Launch { job, token, node, gpus, restarts, leased, run_for, kill: true, suspend: None });
         }
-        for job in a.state.jobs.values().filter(|j| j.state == JobState::Running) {
+        for job in a.state.jobs.values().filter(|j| matches!(j.state, JobState::Running | JobState::Suspended)) {
             let Some(alloc) = &job.allocation else { continue };
             for n in &alloc.nodes {
                 let key = (job.id, job.alloc_index, n.node.clone());
@@ -357,6 +365,27 @@ fn dispatch(world: &Arc<World>, r: &Replica) {
                 let has = l.known.get(&n.node).is_some_and(|k| k.contains(&(job.id, job.alloc_index)));
                 // Cancelled, or preempted to be requeued: stopped (with no grace time).
                 let stop = job.cancel_requested || job.preempting.as_ref().is_some_and(|p| p.mode.stops());
+                // Suspended (by preemption) or resumed: said as soon as the state says so (and its
+                // launch is sent, as the controller does), and again first in every batch to the
+                // node, so that nothing sent there after it arrives without it. (The controller's
+                // one stream to an agent delivers every message in order or breaks; the
+                // simulator's loses one now and then, which an order said once would not survive.)
+                let suspend = job.state == JobState::Suspended;
+                let order = Launch {
+                    job: job.id,
+                    token: job.alloc_index,
+                    node: n.node.clone(),
+                    gpus: Vec::new(),
+                    restarts: job.requeues,
+                    leased: false,
+                    run_for: Duration::ZERO,
+                    kill: false,
+                    suspend: Some(suspend),
+                };
+                if !stop && (suspend || l.told.contains(&key)) && !world.bug(Bug::NoFreeze) {
+                    l.told.insert(key.clone());
+                    suspends.push(order.clone());
+                }
                 if has && !stop {
                     continue;
                 }
@@ -373,13 +402,19 @@ fn dispatch(world: &Arc<World>, r: &Replica) {
                     leased: job.spec.requeue,
                     run_for: duration(&job.spec),
                     kill: stop,
+                    suspend: None,
                 });
+                // Suspended before its launch got there: frozen right after it.
+                if !stop && suspend {
+                    messages.push(order);
+                }
             }
         }
         l.sent.retain(|k, _| live.contains(k));
+        l.told.retain(|k| live.contains(k));
     }
     let mut by_node: BTreeMap<String, Vec<Launch>> = BTreeMap::new();
-    for m in messages {
+    for m in suspends.into_iter().chain(messages) {
         by_node.entry(m.node.clone()).or_default().push(m);
     }
     for (node, batch) in by_node {
@@ -390,7 +425,9 @@ fn dispatch(world: &Arc<World>, r: &Replica) {
         tokio::spawn(async move {
             if w.net.hop_in_order(from, host).await {
                 for m in batch {
-                    agent.receive(m, w.now_s());
+                    if let Some(line) = agent.receive(m, w.now_s()) {
+                        w.trace(line);
+                    }
                 }
             }
         });

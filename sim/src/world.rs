@@ -70,6 +70,9 @@ pub enum Bug {
     /// every rank had reported its end, instead of when its agents say its processes are gone:
     /// the job that preempted it may start beside them.
     PreemptNoWait,
+    /// The leader never tells an agent to freeze a job suspended by preemption, which runs on
+    /// beside the job it lent its CPUs to.
+    NoFreeze,
 }
 
 /// A place in the simulated shells where a replica can be made to crash, as a failpoint would:

@@ -134,18 +134,22 @@ fn an_array_throttle_that_does_not_count_running_tasks_is_caught() {
     );
 }
 
-/// The scavenger partition's jobs are preempted by the default one's and requeued; the job that
-/// preempted one starts only once its processes are gone (the broken build ends it as soon as
-/// the preemption is planned, and is caught).
+/// The scavenger partition's jobs are preempted by the default one's and requeued, the standby
+/// partition's suspended; the job that preempted one starts only once its processes are gone or
+/// frozen (the broken builds end it as soon as the preemption is planned, or never freeze it,
+/// and are caught).
 #[test]
-fn a_preempted_job_is_requeued_and_its_preemptor_waits_for_its_processes() {
-    let mut preemptions = 0;
+fn a_preempted_job_is_requeued_or_frozen_before_its_preemptor_runs() {
+    let (mut preemptions, mut suspends) = (0, 0);
     for seed in 400..420 {
         let r = run(opts(seed, 20.0)).expect("a run");
         assert!(r.valid(), "{}", explain(&r, "--time 20"));
         preemptions += r.trace.iter().filter(|l| l.contains(" preempts ")).count();
+        suspends += r.trace.iter().filter(|l| l.contains(" suspends ")).count();
     }
-    assert!(preemptions >= 10, "only {preemptions} preemptions in 20 seeds");
+    assert!(preemptions >= 10 && suspends >= 5, "only {preemptions} preemptions, {suspends} suspends in 20 seeds");
+    let r = caught(Bug::NoFreeze, &Fault::ALL, 0..20).expect("caught within 20 seeds");
+    assert!(r.problems.iter().any(|p| p.contains("at once")), "{}", explain(&r, "--bug no-freeze"));
     let r = caught(Bug::PreemptNoWait, &Fault::ALL, 0..20).expect("caught within 20 seeds");
     assert!(r.problems.iter().any(|p| p.contains("at once")), "{}", explain(&r, "--bug preempt-no-wait"));
 }

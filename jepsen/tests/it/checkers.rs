@@ -163,6 +163,7 @@ fn run(job: u64, node: &str, gpus: &[u32], restarts: u32, start: f64, last: f64)
         start,
         last,
         ended: true,
+        active: vec![(start, last)],
     }
 }
 
@@ -362,4 +363,71 @@ fn an_array_past_its_throttle_or_missing_a_task_is_caught() {
     assert!(arrays::check(&h, &twice, &in_turn).iter().any(|p| p.contains("final read")));
     // Tasks share the array's name: that is not a duplicate submit.
     assert!(jobs::check(&h, &whole, &in_turn).iter().all(|p| !p.contains("duplicate")));
+}
+
+/// A job suspended by preemption lends its CPU: the run that had it meanwhile is not an
+/// overcommit, judged on the pause in the suspended job's ticks; one that ran while the other
+/// still ticked is. Its GPU stays its own while suspended.
+#[test]
+fn a_suspended_job_lends_its_cpu_but_not_its_gpu() {
+    let record = |text: &str| runs::parse(1, "1.1", text).expect("a record");
+    let ticks = |from: f64, to: f64| {
+        let mut t = from;
+        let mut s = String::new();
+        while t <= to + 1e-9 {
+            s.push_str(&format!("tick {t:.2}\n"));
+            t += 0.2;
+        }
+        s
+    };
+    // Suspended from 2.0 to 5.0: two stretches of running.
+    let suspended = record(&format!("start 1.00 a1 0 0\n{}{}end 6.00\n", ticks(1.2, 2.0), ticks(5.2, 6.0)));
+    assert_eq!(suspended.active.len(), 2, "{:?}", suspended.active);
+    assert!((suspended.active[0].1 - 2.0).abs() < 1e-6 && (suspended.active[1].0 - 5.2).abs() < 1e-6);
+    let other = |job: u64, start: f64, last: f64, gpus: &[u32]| {
+        let mut r = run(job, "a1", gpus, 0, start, last);
+        r.file = format!("{job}.x");
+        r
+    };
+    let known: BTreeSet<u64> = [1, 2, 3].into();
+    let none = BTreeSet::new();
+    // One CPU: the preemptor ran in the pause.
+    let fine = [suspended.clone(), other(2, 2.5, 4.5, &[])];
+    assert_eq!(runs::check(&fine, 1, &known, &none), Vec::<String>::new());
+    let during = [suspended.clone(), other(2, 1.5, 4.5, &[])];
+    assert!(runs::check(&during, 1, &known, &none).iter().any(|p| p.contains("2 jobs at once")));
+    // Its GPU is still its own in the pause.
+    let mut gpu = suspended.clone();
+    gpu.gpus = vec![0];
+    let shared = [gpu, other(3, 2.5, 4.5, &[0])];
+    assert!(runs::check(&shared, 2, &known, &none).iter().any(|p| p.contains("GPU 0")));
+}
+
+/// When a job was frozen comes from its agent's log, colours and all: the run counts as running
+/// around the pause, not in it; a suspend never resumed lasts to the end.
+#[test]
+fn an_agents_log_says_when_a_job_was_frozen() {
+    let line = |at: &str, what: &str, job: u64| {
+        format!(
+            "\x1b[2m{at}\x1b[0m \x1b[32m INFO\x1b[0m \x1b[1mjob\x1b[0m\x1b[1m{{\x1b[0m\x1b[3mjob_id\x1b[0m\x1b[2m=\x1b[0m{job} \x1b[3mnode\x1b[0m\x1b[2m=\x1b[0ma1 \x1b[3mrank\x1b[0m\x1b[2m=\x1b[0m0\x1b[1m}}\x1b[0m\x1b[2m:\x1b[0m \x1b[2mquorum_agent::runner\x1b[0m\x1b[2m:\x1b[0m {what} the job \x1b[3mjob\x1b[0m\x1b[2m=\x1b[0m{job}\n"
+        )
+    };
+    let log = [
+        line("1970-01-02T00:00:10.000000Z", "suspending", 7),
+        line("1970-01-02T00:00:11.000000Z", "suspending", 8),
+        line("1970-01-02T00:00:12.500000Z", "resuming", 7),
+    ]
+    .concat();
+    let spans = runs::pauses(&log, 86_400.0);
+    assert_eq!(spans.len(), 2, "{spans:?}");
+    assert_eq!((spans[0].0, spans[0].1), (7, 10.0));
+    assert!((spans[0].2 - 12.55).abs() < 1e-6, "{spans:?}");
+    assert_eq!((spans[1].0, spans[1].1, spans[1].2), (8, 11.0, f64::INFINITY));
+    let mut rs = [run(7, "a1", &[], 0, 9.0, 14.0), run(8, "a1", &[], 0, 9.0, 14.0), run(7, "a2", &[], 1, 9.0, 14.0)];
+    runs::apply_pauses(&mut rs, "a1", &spans);
+    assert_eq!(rs[0].active.len(), 2);
+    assert_eq!(rs[0].active[0], (9.0, 10.0));
+    assert!((rs[0].active[1].0 - 12.55).abs() < 1e-6 && rs[0].active[1].1 == 14.0);
+    assert_eq!(rs[1].active, vec![(9.0, 11.0)]);
+    assert_eq!(rs[2].active, vec![(9.0, 14.0)], "another node's run of the job is not paused");
 }
