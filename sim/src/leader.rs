@@ -310,10 +310,11 @@ pub fn duration(spec: &JobSpec) -> Duration {
     Duration::from_secs_f64(secs.clamp(0.0, 1e6))
 }
 
-/// What each node's agent should be told, in order on the leader's stream to it: kills of what
-/// it runs that the state no longer places there (a job ended, cancelled or requeued elsewhere),
-/// then launches of running jobs it does not have yet and kills of cancelled ones. Each is sent
-/// again until the agent says it has it (or the job has ended), as the controller's
+/// What each node's agent should be told, in order on the leader's stream to it: whether each job
+/// ever suspended by preemption is frozen or not, then kills of what it runs that the state no
+/// longer places there (a job ended, cancelled or requeued elsewhere), then launches of running
+/// jobs it does not have yet and kills of cancelled or preempted ones. Each launch and kill is
+/// sent again until the agent says it has it (or the job has ended), as the controller's
 /// reconciliation does.
 fn dispatch(world: &Arc<World>, r: &Replica) {
     let mut messages = Vec::new();
