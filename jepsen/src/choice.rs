@@ -30,6 +30,9 @@ pub struct Job {
     pub array: Option<Array>,
     /// `--partition`, when not the default one.
     pub partition: Option<String>,
+    /// A heterogeneous job: one node as asked, then (`sbatch A : B`) a component of one node with
+    /// one GPU, on another node.
+    pub het: bool,
 }
 
 impl Job {
@@ -45,6 +48,7 @@ impl Job {
             after: self.after,
             array: self.array,
             partition: self.partition.clone(),
+            het: self.het,
         }
     }
 }
@@ -66,8 +70,8 @@ pub enum Mix {
     SingleNode,
     /// Some jobs on two nodes.
     MultiNode,
-    /// Every feature the workload has: job arrays with a throttle, and jobs of a lower tier
-    /// that the others preempt, as well.
+    /// Every feature the workload has: job arrays with a throttle, jobs of a lower tier that the
+    /// others preempt, and heterogeneous jobs, as well.
     Full,
 }
 
@@ -124,6 +128,7 @@ impl Pool {
                 kill_on_invalid_dep: false,
                 array: None,
                 partition: None,
+                het: false,
             };
             return Some((job.submit(true), Some(job)));
         }
@@ -141,6 +146,10 @@ impl Pool {
                 }
                 if mix >= Mix::Full && rng.chance(0.2) {
                     let job = scavenger(format!("scav-{w}-{}", self.names), rng);
+                    return Some((job.submit(false), Some(job)));
+                }
+                if mix >= Mix::Full && rng.chance(0.1) {
+                    let job = het(format!("het-{w}-{}", self.names), rng);
                     return Some((job.submit(false), Some(job)));
                 }
                 let name = format!("job-{w}-{}", self.names);
@@ -163,6 +172,7 @@ impl Pool {
                     kill_on_invalid_dep,
                     array: None,
                     partition: None,
+                    het: false,
                 };
                 (job.submit(false), Some(job))
             }
@@ -219,6 +229,7 @@ fn array(name: String, rng: &mut Rng) -> Job {
         kill_on_invalid_dep: false,
         array: Some(array),
         partition: None,
+        het: false,
     }
 }
 
@@ -241,5 +252,28 @@ fn scavenger(name: String, rng: &mut Rng) -> Job {
         kill_on_invalid_dep: false,
         array: None,
         partition: Some(partition.to_string()),
+        het: false,
+    }
+}
+
+/// A heterogeneous job of 0.4-12 s (as short jobs run): a component of one node, with a GPU for a
+/// third of them, and one of one node with a GPU, on two nodes that start together; a third with
+/// `--requeue`.
+fn het(name: String, rng: &mut Rng) -> Job {
+    let requeue = rng.chance(0.3);
+    let gpus = u32::from(rng.chance(0.3));
+    let ticks = short_ticks(rng);
+    Job {
+        name,
+        ticks,
+        held: false,
+        requeue,
+        gpus,
+        nodes: 2,
+        after: None,
+        kill_on_invalid_dep: false,
+        array: None,
+        partition: None,
+        het: true,
     }
 }

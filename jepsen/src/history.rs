@@ -37,6 +37,10 @@ pub enum Op {
         /// Its partition, when not the default one.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         partition: Option<String>,
+        /// A heterogeneous job: its first component as the fields above say (one node), and a
+        /// second of one node with a GPU; `nodes` counts both.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        het: bool,
     },
     Hold {
         job: u64,
@@ -92,6 +96,7 @@ impl Op {
             after: None,
             array: None,
             partition: None,
+            het: false,
         }
     }
 

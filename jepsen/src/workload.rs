@@ -134,6 +134,18 @@ impl Workload {
             let mut spec = self.job_spec(&j.name, j.ticks, j.held, j.requeue, j.gpus);
             spec.nodes = j.nodes;
             spec.ntasks = j.nodes;
+            if j.het {
+                // Its first component on one node, the second (`sbatch A : B`) on another, with a GPU.
+                (spec.nodes, spec.ntasks) = (1, 1);
+                spec.het = vec![api::HetComponent {
+                    nodes: 1,
+                    ntasks: 1,
+                    cpus_per_task: 1,
+                    mem_per_node_mb: 64,
+                    gpus_per_node: 1,
+                    ..Default::default()
+                }];
+            }
             if let Some(after) = j.after {
                 spec.dependency = format!("afterok:{after}");
                 spec.kill_on_invalid_dep = j.kill_on_invalid_dep;

@@ -44,6 +44,9 @@ pub struct Launch {
     pub kill: bool,
     /// Not a launch: `Some(true)` freezes the run (suspended by preemption), `Some(false)` thaws it.
     pub suspend: Option<bool>,
+    /// A node of a job whose script runs once, on its first node: held for the job's steps, no
+    /// process runs here (nothing is recorded) until the job ends and the leader stops it.
+    pub held: bool,
 }
 
 pub struct Heartbeat {
@@ -63,6 +66,8 @@ struct Running {
     ends_at: Instant,
     /// Frozen since: it neither runs nor nears its end until thawed.
     suspended_at: Option<Instant>,
+    /// Held for steps: no process, no record.
+    held: bool,
 }
 
 /// The lease a `--requeue` job launched before any heartbeat was answered starts with.
@@ -124,9 +129,9 @@ impl Agent {
         self.state().runs.values().filter(|r| r.finished).map(|r| (r.record.job, r.record.restarts)).collect()
     }
 
-    /// Every run recorded here.
+    /// Every run recorded here (a node held for steps runs nothing, and records nothing).
     pub fn runs(&self) -> Vec<Run> {
-        self.state().runs.values().map(|r| r.record.clone()).collect()
+        self.state().runs.values().filter(|r| !r.held).map(|r| r.record.clone()).collect()
     }
 
     /// A launch, kill, suspend or resume from a leader; what it did, when the trace should say.
@@ -199,6 +204,7 @@ impl Agent {
                 deadline,
                 ends_at: now + m.run_for,
                 suspended_at: None,
+                held: m.held,
             },
         );
         None

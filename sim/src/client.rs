@@ -13,6 +13,7 @@ use std::time::Duration;
 use quorum_jepsen::choice::{Job, Pool, TICK_S};
 use quorum_jepsen::history::{Op, Outcome};
 use quorum_jepsen::rng::Rng;
+use quorum_model::het::HetComponent;
 use quorum_model::{ArraySpec, Dependency, DependencyKind, JobSpec, Program, TaskRange};
 use tokio::sync::watch;
 
@@ -26,6 +27,15 @@ pub fn spec_of(job: &Job) -> JobSpec {
     let mut spec = spec(&job.name, job.ticks as f64 * TICK_S, job.held, job.requeue, job.gpus);
     spec.nodes = job.nodes;
     spec.ntasks = job.nodes;
+    if job.het {
+        // Its first component on one node, the second on another, with a GPU; the script runs
+        // once, on the first node (the batch step), as a heterogeneous job's must.
+        (spec.nodes, spec.ntasks) = (1, 1);
+        spec.batch_step = true;
+        let mut second = HetComponent::of(&spec);
+        second.gpus_per_node = 1;
+        spec.het = vec![second];
+    }
     if let Some(after) = job.after {
         spec.dependencies = vec![Dependency { kind: DependencyKind::AfterOk, job: after, delay_min: 0 }];
         spec.kill_on_invalid_dep = job.kill_on_invalid_dep;

@@ -301,6 +301,10 @@ async fn end_at_once(world: &World, r: &Replica, preempted: &[(u64, u64)]) -> Re
     Ok(())
 }
 
+/// How long a node of a job whose script runs once, on its first node (the batch step), is held
+/// by the run there: until the job ends and the leader stops it.
+const HELD_FOR_STEPS: Duration = Duration::from_secs(1_000_000);
+
 /// How long a job of the workload runs: its program is `sleep SECONDS`.
 pub fn duration(spec: &JobSpec) -> Duration {
     let secs = match &spec.program {
@@ -343,6 +347,7 @@ fn dispatch(world: &Arc<World>, r: &Replica) {
                     run_for: Duration::ZERO,
                     kill: true,
                     suspend: None,
+                    held: false,
                 });
             }
         }
@@ -356,7 +361,18 @@ fn dispatch(world: &Arc<World>, r: &Replica) {
             l.sent.insert(key, now);
             let (job, token, node) = (c.job_id, c.token, node.clone());
             let (gpus, restarts, leased, run_for) = (Vec::new(), 0, false, Duration::ZERO);
-            messages.push(Launch { job, token, node, gpus, restarts, leased, run_for, kill: true, suspend: None });
+            messages.push(Launch {
+                job,
+                token,
+                node,
+                gpus,
+                restarts,
+                leased,
+                run_for,
+                kill: true,
+                suspend: None,
+                held: false,
+            });
         }
         for job in a.state.jobs.values().filter(|j| matches!(j.state, JobState::Running | JobState::Suspended)) {
             let Some(alloc) = &job.allocation else { continue };
@@ -382,6 +398,7 @@ fn dispatch(world: &Arc<World>, r: &Replica) {
                     run_for: Duration::ZERO,
                     kill: false,
                     suspend: Some(suspend),
+                    held: false,
                 };
                 if !stop && (suspend || l.told.contains(&key)) && !world.bug(Bug::NoFreeze) {
                     l.told.insert(key.clone());
@@ -394,6 +411,9 @@ fn dispatch(world: &Arc<World>, r: &Replica) {
                     continue;
                 }
                 l.sent.insert(key, now);
+                // A node of a job whose script runs once, on its first node: held for its steps
+                // (none here) until the job ends.
+                let held = job.spec.batch_step && alloc.nodes.first().is_some_and(|f| f.node != n.node);
                 messages.push(Launch {
                     job: job.id,
                     token: job.alloc_index,
@@ -401,9 +421,13 @@ fn dispatch(world: &Arc<World>, r: &Replica) {
                     gpus: n.gpus.clone(),
                     restarts: job.requeues,
                     leased: job.spec.requeue,
-                    run_for: duration(&job.spec),
+                    run_for: match held {
+                        true => HELD_FOR_STEPS,
+                        false => duration(&job.spec),
+                    },
                     kill: stop,
                     suspend: None,
+                    held,
                 });
                 // Suspended before its launch got there: frozen right after it.
                 if !stop && suspend {

@@ -38,6 +38,7 @@ fn submit(name: &str, held: bool) -> Op {
         after: None,
         array: None,
         partition: None,
+        het: false,
     }
 }
 
@@ -230,6 +231,7 @@ fn a_dependent_job_started_before_its_dependency_completed_is_caught() {
         after: Some(x),
         array: None,
         partition: None,
+        het: false,
     };
     let h = H::new()
         .op(0, 1.0, submit("x", false), Outcome::Submitted { job: 1 })
@@ -278,6 +280,7 @@ fn a_second_start_without_requeue_and_a_held_job_that_ran_unreleased_are_caught(
         after: None,
         array: None,
         partition: None,
+        het: false,
     };
     let h = H::new()
         .op(0, 1.0, submit("once", false), Outcome::Submitted { job: 1 })
@@ -337,6 +340,7 @@ fn an_array_past_its_throttle_or_missing_a_task_is_caught() {
         after: None,
         array: Some(array),
         partition: None,
+        het: false,
     };
     let h = H::new().op(0, 1.0, submit, Outcome::Submitted { job: 4 }).0;
     let task = |id: u64, t: u32| {
