@@ -33,6 +33,8 @@ pub struct Job {
     /// A heterogeneous job: one node as asked, then (`sbatch A : B`) a component of one node with
     /// one GPU, on another node.
     pub het: bool,
+    /// `--reservation`.
+    pub reservation: Option<String>,
 }
 
 impl Job {
@@ -49,6 +51,7 @@ impl Job {
             array: self.array,
             partition: self.partition.clone(),
             het: self.het,
+            reservation: self.reservation.clone(),
         }
     }
 }
@@ -95,6 +98,8 @@ pub struct Pool {
     /// Register submits in flight.
     submitting: usize,
     names: u64,
+    /// The advance reservation the operator made, once it exists: some short jobs run in it.
+    pub reservation: Option<String>,
 }
 
 impl Pool {
@@ -129,6 +134,7 @@ impl Pool {
                 array: None,
                 partition: None,
                 het: false,
+                reservation: None,
             };
             return Some((job.submit(true), Some(job)));
         }
@@ -152,6 +158,10 @@ impl Pool {
                     let job = het(format!("het-{w}-{}", self.names), rng);
                     return Some((job.submit(false), Some(job)));
                 }
+                if let Some(resv) = self.reservation.clone().filter(|_| rng.chance(0.15)) {
+                    let job = reserved(format!("resv-{w}-{}", self.names), resv, rng);
+                    return Some((job.submit(false), Some(job)));
+                }
                 let name = format!("job-{w}-{}", self.names);
                 let requeue = rng.chance(0.3);
                 let gpus = u32::from(rng.chance(0.3));
@@ -173,6 +183,7 @@ impl Pool {
                     array: None,
                     partition: None,
                     het: false,
+                    reservation: None,
                 };
                 (job.submit(false), Some(job))
             }
@@ -230,6 +241,7 @@ fn array(name: String, rng: &mut Rng) -> Job {
         array: Some(array),
         partition: None,
         het: false,
+        reservation: None,
     }
 }
 
@@ -253,6 +265,7 @@ fn scavenger(name: String, rng: &mut Rng) -> Job {
         array: None,
         partition: Some(partition.to_string()),
         het: false,
+        reservation: None,
     }
 }
 
@@ -275,5 +288,26 @@ fn het(name: String, rng: &mut Rng) -> Job {
         array: None,
         partition: None,
         het: true,
+        reservation: None,
+    }
+}
+
+/// A job of 0.4-3 s in the advance reservation `resv`: it waits for the window and runs on the
+/// reservation's nodes, which no other job may use in it.
+fn reserved(name: String, resv: String, rng: &mut Rng) -> Job {
+    let ticks = rng.between(2, 15);
+    Job {
+        name,
+        ticks,
+        held: false,
+        requeue: false,
+        gpus: 0,
+        nodes: 1,
+        after: None,
+        kill_on_invalid_dep: false,
+        array: None,
+        partition: None,
+        het: false,
+        reservation: Some(resv),
     }
 }

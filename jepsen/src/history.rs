@@ -41,6 +41,9 @@ pub enum Op {
         /// second of one node with a GPU; `nodes` counts both.
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         het: bool,
+        /// `--reservation`: it runs only inside this advance reservation.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reservation: Option<String>,
     },
     Hold {
         job: u64,
@@ -97,6 +100,7 @@ impl Op {
             array: None,
             partition: None,
             het: false,
+            reservation: None,
         }
     }
 

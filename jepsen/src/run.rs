@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use quorum_client::client::Client;
 use quorum_proto::api;
 
+use crate::checker::resv::{Placed, Resv};
 use crate::checker::{self, terminal, Evidence, Final};
 use crate::cluster::{within, Binaries, Cluster, AGENT_CPUS};
 use crate::history::{self, now_s, Op, Outcome, Recorder};
@@ -85,6 +86,7 @@ pub async fn run(opts: &Options) -> anyhow::Result<Verdict> {
     let recorder = Arc::new(Recorder::default());
     let workload =
         Arc::new(Workload::new(recorder.clone(), cluster.addrs.clone(), cluster.security.client(), &runs_dir));
+    let reservations: Vec<Resv> = operate(&client, &workload).await.into_iter().collect();
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let workers: Vec<_> = (0..opts.workers)
         .map(|w| tokio::spawn(workload.clone().worker(w, opts.workers, rng.fork(100 + w as u64), stopped.clone())))
@@ -230,7 +232,23 @@ pub async fn run(opts: &Options) -> anyhow::Result<Verdict> {
         .iter()
         .map(|j| {
             let s = crate::workload::seen(j);
-            (j.id, Final { id: j.id, name: s.name, state: s.state, cancelled: s.cancelled, task: s.task })
+            let placed = Placed {
+                reservation: j.spec.as_ref().map(|s| s.reservation.clone()).filter(|r| !r.is_empty()),
+                start_ms: j.start_time_ms,
+                end_ms: j.end_time_ms,
+                nodes: j.allocation.iter().map(|a| a.node.clone()).collect(),
+            };
+            (
+                j.id,
+                Final {
+                    id: j.id,
+                    name: s.name,
+                    state: s.state,
+                    cancelled: s.cancelled,
+                    task: s.task,
+                    placed: Some(placed),
+                },
+            )
         })
         .collect();
     let registers = workload.registers();
@@ -240,6 +258,7 @@ pub async fn run(opts: &Options) -> anyhow::Result<Verdict> {
         runs: &runs,
         registers: &registers,
         node_cpus: AGENT_CPUS,
+        reservations: &reservations,
     }));
     cluster.kill_all();
     let completions = events.iter().filter_map(|e| match e {
@@ -266,6 +285,48 @@ fn without_spec(j: &api::JobInfo) -> api::JobInfo {
 async fn sleep_until(began: Instant, at: f64) {
     let target = began + Duration::from_secs_f64(at.max(0.0));
     tokio::time::sleep_until(target.into()).await;
+}
+
+/// The operator's advance reservation.
+const RESV: &str = "jepsen-resv";
+
+/// The operator, before the clients begin: an advance reservation of one node for the clients'
+/// user (root), its window from 10 s to 30 s after it is asked for (by this machine's clock),
+/// asked for until it is made or 20 s passed; some of the clients' short jobs then run in it.
+/// The reservation as the cluster made it.
+async fn operate(client: &Client, workload: &Workload) -> Option<Resv> {
+    let began = Instant::now();
+    while began.elapsed() < Duration::from_secs(20) {
+        let wall_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).ok()?.as_millis() as u64;
+        let req = api::ReservationRequest {
+            name: RESV.into(),
+            start_ms: Some(wall_ms + 10_000),
+            duration_s: Some(20),
+            node_count: Some(1),
+            users: Some("root".into()),
+            ..Default::default()
+        };
+        let made = within(client, Duration::from_secs(5), |mut cl| {
+            let req = req.clone();
+            async move { cl.create_reservation(req).await }
+        })
+        .await;
+        // Made, or made by an attempt whose answer was lost: as the cluster has it.
+        if made.as_ref().is_ok() || made.as_ref().is_err_and(|e| e.contains("exists already")) {
+            let listed = within(client, Duration::from_secs(5), |mut cl| async move {
+                cl.list_nodes(api::ListNodesRequest::default()).await
+            })
+            .await;
+            if let Some(r) = listed.ok().and_then(|l| l.reservations.into_iter().find(|r| r.name == RESV)) {
+                workload.reserve(RESV);
+                let nodes = r.nodes.split(',').map(String::from).collect();
+                let end_ms = if r.end_ms == 0 { u64::MAX } else { r.end_ms };
+                return Some(Resv { name: r.name, nodes, start_ms: r.start_ms, end_ms });
+            }
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    None
 }
 
 /// Cancels `job` alone: an array's first task is not the whole array (seed 4011: a whole array

@@ -59,6 +59,11 @@ impl Workload {
         Client::new(vec![addr.to_string()], self.security.clone()).ok()?.replica(addr).ok()
     }
 
+    /// From now on some short jobs run in the advance reservation `name`.
+    pub fn reserve(&self, name: &str) {
+        self.pool().reservation = Some(name.to_string());
+    }
+
     /// Jobs used as registers.
     pub fn registers(&self) -> Vec<u64> {
         self.pool().registers()
@@ -154,6 +159,7 @@ impl Workload {
                 spec.array = a.arg();
             }
             spec.partition = j.partition.unwrap_or_default();
+            spec.reservation = j.reservation.unwrap_or_default();
             spec
         });
         Some((op, spec))

@@ -14,6 +14,7 @@ use quorum_jepsen::choice::{Job, Pool, TICK_S};
 use quorum_jepsen::history::{Op, Outcome};
 use quorum_jepsen::rng::Rng;
 use quorum_model::het::HetComponent;
+use quorum_model::reservation::ResvRequest;
 use quorum_model::{ArraySpec, Dependency, DependencyKind, JobSpec, Program, TaskRange};
 use tokio::sync::watch;
 
@@ -41,6 +42,7 @@ pub fn spec_of(job: &Job) -> JobSpec {
         spec.kill_on_invalid_dep = job.kill_on_invalid_dep;
     }
     spec.partition = job.partition.clone();
+    spec.reservation = job.reservation.clone();
     spec.array = job.array.map(|a| ArraySpec {
         ranges: vec![TaskRange { first: 0, last: a.tasks.saturating_sub(1), step: 1 }],
         throttle: a.throttle,
@@ -87,6 +89,13 @@ pub async fn worker(world: Arc<World>, w: usize, mut rng: Rng, pool: Arc<Mutex<P
         }
         tokio::time::sleep(Duration::from_millis(rng.between(20, 200))).await;
     }
+}
+
+/// An operator's `scontrol create reservation` from `host` through replica `bound`: `None` when
+/// it had no answer within the operation's deadline.
+pub async fn reserve(world: &Arc<World>, host: Host, bound: u64, request: ResvRequest) -> Option<Outcome> {
+    let request = Request::Reserve { request: Box::new(request) };
+    tokio::time::timeout(OP_TIMEOUT, once(world, host, bound, request, false, OP_TIMEOUT)).await.ok().flatten()
 }
 
 /// One operation from client `host` through replica `bound`, within the deadline.

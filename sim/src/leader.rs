@@ -42,7 +42,8 @@ pub struct Lead {
     since: std::time::Instant,
     /// The controller's own record of heartbeats and of nodes being declared DOWN.
     heard: Heard,
-    sent: BTreeMap<(u64, u64, String), Instant>,
+    /// When it last sent each (job, allocation, node) a launch (`false`) or a kill (`true`).
+    sent: BTreeMap<(u64, u64, String), (Instant, bool)>,
     /// What each agent last said it runs or ran: (job, allocation).
     known: BTreeMap<String, BTreeSet<(u64, u64)>>,
     /// What each agent last said it runs.
@@ -226,6 +227,9 @@ async fn cycle(world: &Arc<World>, r: &Replica) -> Result<(), WriteError> {
         if world.bug(Bug::NoThrottle) {
             unthrottled(&mut view, &a.state);
         }
+        if world.bug(Bug::NoReservations) {
+            view.reservations.clear();
+        }
         (view, a.index(), a.state.policy.clone())
     };
     let plan = quorum_sched::schedule(&view, now, &policy);
@@ -333,10 +337,10 @@ fn dispatch(world: &Arc<World>, r: &Replica) {
             for &(job, token) in running.iter().filter(|key| !runs_here(&a.state, node, **key)) {
                 let key = (job, token, node.clone());
                 live.insert(key.clone());
-                if l.sent.get(&key).is_some_and(|t| now.duration_since(*t) < RESEND) {
+                if l.sent.get(&key).is_some_and(|(t, _)| now.duration_since(*t) < RESEND) {
                     continue;
                 }
-                l.sent.insert(key, now);
+                l.sent.insert(key, (now, true));
                 messages.push(Launch {
                     job,
                     token,
@@ -355,10 +359,10 @@ fn dispatch(world: &Arc<World>, r: &Replica) {
         // the end (which frees it), as the controller's reconciliation does.
         for (node, c) in a.state.nodes.values().flat_map(|n| n.completing.iter().map(move |c| (&n.name, c))) {
             let key = (c.job_id, c.token, node.clone());
-            if !live.insert(key.clone()) || l.sent.get(&key).is_some_and(|t| now.duration_since(*t) < RESEND) {
+            if !live.insert(key.clone()) || l.sent.get(&key).is_some_and(|(t, _)| now.duration_since(*t) < RESEND) {
                 continue;
             }
-            l.sent.insert(key, now);
+            l.sent.insert(key, (now, true));
             let (job, token, node) = (c.job_id, c.token, node.clone());
             let (gpus, restarts, leased, run_for) = (Vec::new(), 0, false, Duration::ZERO);
             messages.push(Launch {
@@ -407,10 +411,16 @@ fn dispatch(world: &Arc<World>, r: &Replica) {
                 if has && !stop {
                     continue;
                 }
-                if l.sent.get(&key).is_some_and(|t| now.duration_since(*t) < RESEND) {
+                // A kill goes at once, however recently the launch went (as the controller's
+                // does); each is sent again after a while. (The earlier workloads' seeds replay as
+                // they were found, when a kill waited for the launch's time to be sent again.)
+                let prompt = world.opts.workload >= Mix::Full;
+                let recent =
+                    |(t, kill): &(Instant, bool)| (*kill == stop || !prompt) && now.duration_since(*t) < RESEND;
+                if l.sent.get(&key).is_some_and(recent) {
                     continue;
                 }
-                l.sent.insert(key, now);
+                l.sent.insert(key, (now, stop));
                 // A node of a job whose script runs once, on its first node: held for its steps
                 // (none here) until the job ends.
                 let held = job.spec.batch_step && alloc.nodes.first().is_some_and(|f| f.node != n.node);
@@ -549,11 +559,26 @@ fn kind(response: &Response) -> String {
 /// A client's request, as a replica receives it.
 #[derive(Clone, Debug)]
 pub enum Request {
-    Submit { spec: Box<JobSpec>, request_id: String },
-    Hold { job: u64 },
-    Release { job: u64 },
-    Cancel { job: u64 },
-    Read { job: u64 },
+    Submit {
+        spec: Box<JobSpec>,
+        request_id: String,
+    },
+    Hold {
+        job: u64,
+    },
+    Release {
+        job: u64,
+    },
+    Cancel {
+        job: u64,
+    },
+    Read {
+        job: u64,
+    },
+    /// An operator's new advance reservation.
+    Reserve {
+        request: Box<quorum_model::reservation::ResvRequest>,
+    },
 }
 
 pub fn seen(job: &Job) -> Seen {
@@ -628,6 +653,13 @@ async fn answer(world: &World, r: &Replica, request: Request) -> Outcome {
                 Ok((_, Response::Cancelled { was_running, .. })) => Outcome::Cancelled { was_running },
                 Ok((_, Response::Rejected(why))) => refused(&why),
                 Ok((_, other)) => Outcome::Refused { reason: format!("{other:?}") },
+                Err(e) => unknown(e),
+            }
+        }
+        Request::Reserve { request } => {
+            match write(r, Command::CreateReservation { request: *request, user: "root".into(), now }).await {
+                Ok((_, Response::Rejected(why))) => Outcome::Refused { reason: why.to_string() },
+                Ok(_) => Outcome::Done,
                 Err(e) => unknown(e),
             }
         }

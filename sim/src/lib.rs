@@ -24,10 +24,12 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use quorum_jepsen::checker::resv::{Placed, Resv};
 use quorum_jepsen::checker::{self, terminal, Evidence, Final};
 pub use quorum_jepsen::choice::Mix;
 use quorum_jepsen::history::{Event, Op, Outcome};
 use quorum_jepsen::rng::Rng;
+use quorum_model::reservation::{ResvEnd, ResvRequest};
 use quorum_model::JobState;
 use quorum_state::{Command, Response};
 
@@ -146,6 +148,9 @@ async fn simulate(opts: Options) -> anyhow::Result<Report> {
     }
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let pool = Arc::new(Mutex::new(quorum_jepsen::choice::Pool::default()));
+    if opts.workload >= Mix::Full {
+        operate(&world, &pool).await;
+    }
     let workers: Vec<_> = (0..opts.clients)
         .map(|w| {
             tokio::spawn(client::worker(world.clone(), w, root.fork(1000 + w as u64), pool.clone(), stopped.clone()))
@@ -162,11 +167,13 @@ async fn simulate(opts: Options) -> anyhow::Result<Report> {
     }
     faults.abort();
     let _ = faults.await;
+
     let what = nemesis::heal(&world).await;
     world.nemesis(format!("final {what}"));
 
     let mut problems = Vec::new();
-    let finals = settle(&world, &mut problems).await;
+    let mut finals = settle(&world, &mut problems).await;
+    let reservations = placements(&world, &mut finals);
 
     // Every replica's digest at one index.
     digests(&world, &mut problems).await;
@@ -206,6 +213,7 @@ async fn simulate(opts: Options) -> anyhow::Result<Report> {
         runs: &runs,
         registers: &registers,
         node_cpus: agent::CPUS,
+        reservations: &reservations,
     }));
     let (mut ops, mut ok, mut unknown) = (0, 0, 0);
     for e in &events {
@@ -243,7 +251,17 @@ async fn simulate(opts: Options) -> anyhow::Result<Report> {
 fn finals_of(jobs: &BTreeMap<u64, quorum_jepsen::history::Seen>) -> BTreeMap<u64, Final> {
     jobs.iter()
         .map(|(id, s)| {
-            (*id, Final { id: *id, name: s.name.clone(), state: s.state.clone(), cancelled: s.cancelled, task: s.task })
+            (
+                *id,
+                Final {
+                    id: *id,
+                    name: s.name.clone(),
+                    state: s.state.clone(),
+                    cancelled: s.cancelled,
+                    task: s.task,
+                    placed: None,
+                },
+            )
         })
         .collect()
 }
@@ -264,6 +282,67 @@ async fn submit_probe(world: &Arc<World>, process: u64, name: String) -> Outcome
 
 /// Where the harness's own requests come from.
 const PROBE_HOST: net::Host = net::CLIENT_BASE + 99;
+/// Where the operator's come from.
+const OPERATOR_HOST: net::Host = net::CLIENT_BASE + 98;
+/// The operator's advance reservation.
+const RESV: &str = "resv";
+
+/// The operator, before the clients begin: an advance reservation of one node for the clients'
+/// user, its window from 4 s to 12 s after it is asked for (by replica 1's clock, which the
+/// operator's is), asked for until it is made (a leader, and the nodes registered) or 10 s
+/// passed; the clients then submit some jobs into it.
+async fn operate(world: &Arc<World>, pool: &Mutex<quorum_jepsen::choice::Pool>) {
+    let began = tokio::time::Instant::now();
+    loop {
+        if began.elapsed() > Duration::from_secs(10) {
+            world.trace("operator: no reservation".to_string());
+            return;
+        }
+        let request = ResvRequest {
+            name: RESV.into(),
+            start_ms: Some(world.wall_ms(1) + 4000),
+            end: Some(ResvEnd::After(8)),
+            node_count: Some(1),
+            users: Some(vec!["alice".into()]),
+            ..Default::default()
+        };
+        let outcome = client::reserve(world, OPERATOR_HOST, 1, request).await;
+        world.trace(format!("operator reserves: {outcome:?}"));
+        match outcome {
+            Some(Outcome::Done) => break,
+            // Made by an attempt whose answer was lost.
+            Some(Outcome::Refused { reason }) if reason.contains("exists already") => break,
+            _ => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
+    pool.lock().unwrap_or_else(|p| p.into_inner()).reservation = Some(RESV.into());
+}
+
+/// The reservations the cluster has, and where and when each job's last attempt ran, by its
+/// clock (for the reservations checker).
+fn placements(world: &World, finals: &mut BTreeMap<u64, Final>) -> Vec<Resv> {
+    let Some(l) = world.leader() else { return Vec::new() };
+    let a = read(&l.applied);
+    for (id, f) in finals.iter_mut() {
+        let Some(j) = a.state.jobs.get(id) else { continue };
+        f.placed = Some(Placed {
+            reservation: j.spec.reservation.clone(),
+            start_ms: j.start_time.unwrap_or(0),
+            end_ms: j.end_time.unwrap_or(0),
+            nodes: j.allocation.iter().flat_map(|al| al.nodes.iter().map(|n| n.node.clone())).collect(),
+        });
+    }
+    a.state
+        .reservations
+        .values()
+        .map(|r| Resv {
+            name: r.name.clone(),
+            nodes: r.nodes.clone(),
+            start_ms: r.start_ms,
+            end_ms: r.end_ms.unwrap_or(u64::MAX),
+        })
+        .collect()
+}
 
 /// As `jepsen/` ends a run: a probe submitted until one is acknowledged (the cluster serves
 /// again), then whatever is still open cancelled until every job has ended. The final state of

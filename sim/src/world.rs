@@ -73,6 +73,9 @@ pub enum Bug {
     /// The leader never tells an agent to freeze a job suspended by preemption, which runs on
     /// beside the job it lent its CPUs to.
     NoFreeze,
+    /// The scheduler's view leaves out the advance reservations, so that any job may take a
+    /// reserved node in its window.
+    NoReservations,
 }
 
 /// A place in the simulated shells where a replica can be made to crash, as a failpoint would:

@@ -154,6 +154,21 @@ fn a_preempted_job_is_requeued_or_frozen_before_its_preemptor_runs() {
     assert!(r.problems.iter().any(|p| p.contains("at once")), "{}", explain(&r, "--bug preempt-no-wait"));
 }
 
+/// The operator's advance reservation: jobs outside it never use its node in its window (the
+/// broken build's scheduler does not see it, and is caught); jobs in it run there and then.
+#[test]
+fn a_reservations_node_is_used_by_no_other_job_in_its_window() {
+    let mut made = 0;
+    for seed in 420..440 {
+        let r = run(opts(seed, 20.0)).expect("a run");
+        assert!(r.valid(), "{}", explain(&r, "--time 20"));
+        made += usize::from(r.trace.iter().any(|l| l.contains("operator reserves: Some(Done)")));
+    }
+    assert!(made >= 15, "the reservation was made in {made} of 20 seeds");
+    let r = caught(Bug::NoReservations, &Fault::ALL, 0..20).expect("caught within 20 seeds");
+    assert!(r.problems.iter().any(|p| p.starts_with("reservations")), "{}", explain(&r, "--bug no-reservations"));
+}
+
 /// Seed 20919 (`jepsen/RESULTS.md`): a node's heartbeat answered with a lease while the leader's
 /// `NodeDown` of it was in flight let a `--requeue` job run on beside its requeued copy. The
 /// build before the fix (`--bug early-lease`) still fails that way; this one does not.

@@ -10,6 +10,8 @@ pub struct Final {
     pub cancelled: bool,
     /// Its task id, when it is a task of an array.
     pub task: Option<u32>,
+    /// Where and when its last attempt ran, by the cluster's clock (`None` when not known).
+    pub placed: Option<super::resv::Placed>,
 }
 
 pub fn terminal(state: &str) -> bool {

@@ -6,6 +6,7 @@ pub mod deps;
 pub mod ended;
 pub mod jobs;
 pub mod linear;
+pub mod resv;
 pub mod runs;
 pub mod starts;
 
@@ -23,6 +24,8 @@ pub struct Evidence<'a> {
     /// The jobs clients used as registers (holds, releases, cancels and reads).
     pub registers: &'a [u64],
     pub node_cpus: u32,
+    /// The advance reservations the run made.
+    pub reservations: &'a [resv::Resv],
 }
 
 /// Every checker's findings, each line naming its checker.
@@ -34,5 +37,6 @@ pub fn check(e: &Evidence) -> Vec<String> {
     problems.extend(starts::check(e.events, e.finals, e.runs));
     problems.extend(deps::check(e.events, e.finals, e.runs));
     problems.extend(arrays::check(e.events, e.finals, e.runs));
+    problems.extend(resv::check(e.reservations, e.finals));
     problems
 }

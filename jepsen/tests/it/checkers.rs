@@ -39,6 +39,7 @@ fn submit(name: &str, held: bool) -> Op {
         array: None,
         partition: None,
         het: false,
+        reservation: None,
     }
 }
 
@@ -118,7 +119,14 @@ fn finals(jobs: &[(u64, &str, &str, bool)]) -> BTreeMap<u64, Final> {
         .map(|(id, name, state, cancelled)| {
             (
                 *id,
-                Final { id: *id, name: name.to_string(), state: state.to_string(), cancelled: *cancelled, task: None },
+                Final {
+                    id: *id,
+                    name: name.to_string(),
+                    state: state.to_string(),
+                    cancelled: *cancelled,
+                    task: None,
+                    placed: None,
+                },
             )
         })
         .collect()
@@ -232,6 +240,7 @@ fn a_dependent_job_started_before_its_dependency_completed_is_caught() {
         array: None,
         partition: None,
         het: false,
+        reservation: None,
     };
     let h = H::new()
         .op(0, 1.0, submit("x", false), Outcome::Submitted { job: 1 })
@@ -281,6 +290,7 @@ fn a_second_start_without_requeue_and_a_held_job_that_ran_unreleased_are_caught(
         array: None,
         partition: None,
         het: false,
+        reservation: None,
     };
     let h = H::new()
         .op(0, 1.0, submit("once", false), Outcome::Submitted { job: 1 })
@@ -341,10 +351,11 @@ fn an_array_past_its_throttle_or_missing_a_task_is_caught() {
         array: Some(array),
         partition: None,
         het: false,
+        reservation: None,
     };
     let h = H::new().op(0, 1.0, submit, Outcome::Submitted { job: 4 }).0;
     let task = |id: u64, t: u32| {
-        (id, Final { id, name: "arr".into(), state: "COMPLETED".into(), cancelled: false, task: Some(t) })
+        (id, Final { id, name: "arr".into(), state: "COMPLETED".into(), cancelled: false, task: Some(t), placed: None })
     };
     let whole: BTreeMap<u64, Final> = [task(4, 0), task(5, 1), task(6, 2)].into_iter().collect();
     // One after another, on two nodes, with a task requeued: within the throttle.
@@ -434,4 +445,39 @@ fn an_agents_log_says_when_a_job_was_frozen() {
     assert!((rs[0].active[1].0 - 12.55).abs() < 1e-6 && rs[0].active[1].1 == 14.0);
     assert_eq!(rs[1].active, vec![(9.0, 11.0)]);
     assert_eq!(rs[2].active, vec![(9.0, 14.0)], "another node's run of the job is not paused");
+}
+
+/// No job outside a reservation uses its nodes in its window (by the cluster's clock), and a job
+/// in it runs only there and then.
+#[test]
+fn a_reservations_nodes_used_by_another_job_in_its_window_are_caught() {
+    use quorum_jepsen::checker::resv::{self, Placed, Resv};
+    let r = Resv { name: "r".into(), nodes: vec!["a2".into()], start_ms: 1000, end_ms: 2000 };
+    let job = |id: u64, resv: Option<&str>, node: &str, start_ms: u64, end_ms: u64| {
+        let placed = Placed { reservation: resv.map(String::from), start_ms, end_ms, nodes: vec![node.into()] };
+        let name = format!("j{id}");
+        (id, Final { id, name, state: "COMPLETED".into(), cancelled: false, task: None, placed: Some(placed) })
+    };
+    let fine: BTreeMap<u64, Final> = [
+        job(2, None, "a2", 2500, 2600),
+        job(3, Some("r"), "a2", 1200, 1300),
+        job(5, None, "a1", 1500, 1600),
+        job(7, None, "a2", 500, 900),
+    ]
+    .into_iter()
+    .collect();
+    assert_eq!(resv::check(std::slice::from_ref(&r), &fine), Vec::<String>::new());
+    for (bad, why) in [
+        (job(1, None, "a2", 1500, 1600), "not in 'r'"),
+        (job(6, None, "a2", 500, 1100), "not in 'r'"),
+        (job(8, None, "a2", 1900, 0), "not in 'r'"),
+        (job(4, Some("r"), "a2", 900, 1100), "not in its window"),
+        (job(9, Some("r"), "a1", 1200, 1300), "not in its window"),
+    ] {
+        let mut finals = fine.clone();
+        let id = bad.0;
+        finals.insert(bad.0, bad.1);
+        let found = resv::check(std::slice::from_ref(&r), &finals);
+        assert!(found.len() == 1 && found[0].contains(why), "job {id}: {found:?}");
+    }
 }
