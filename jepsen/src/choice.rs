@@ -38,6 +38,24 @@ pub struct Job {
 }
 
 impl Job {
+    /// A job of one node and one CPU running `ticks`, nothing else asked; the others start from it.
+    pub fn plain(name: String, ticks: u64) -> Job {
+        Job {
+            name,
+            ticks,
+            held: false,
+            requeue: false,
+            gpus: 0,
+            nodes: 1,
+            after: None,
+            kill_on_invalid_dep: false,
+            array: None,
+            partition: None,
+            het: false,
+            reservation: None,
+        }
+    }
+
     /// Its submit as the history records it (`long`: a register job).
     pub fn submit(&self, long: bool) -> Op {
         Op::Submit {
@@ -122,20 +140,7 @@ impl Pool {
             self.submitting += 1;
             let name = format!("reg-{w}-{}", self.names);
             let held = rng.chance(0.5);
-            let job = Job {
-                name: name.clone(),
-                ticks: REGISTER_TICKS,
-                held,
-                requeue: false,
-                gpus: 0,
-                nodes: 1,
-                after: None,
-                kill_on_invalid_dep: false,
-                array: None,
-                partition: None,
-                het: false,
-                reservation: None,
-            };
+            let job = Job { held, ..Job::plain(name, REGISTER_TICKS) };
             return Some((job.submit(true), Some(job)));
         }
         // A register that has had its share is cancelled and retired.
@@ -171,20 +176,7 @@ impl Pool {
                 let after = if rng.chance(0.2) { rng.pick(&self.short).copied() } else { None };
                 let kill_on_invalid_dep = after.is_some() && rng.chance(0.5);
                 let ticks = short_ticks(rng);
-                let job = Job {
-                    name: name.clone(),
-                    ticks,
-                    held: false,
-                    requeue,
-                    gpus,
-                    nodes,
-                    after,
-                    kill_on_invalid_dep,
-                    array: None,
-                    partition: None,
-                    het: false,
-                    reservation: None,
-                };
+                let job = Job { requeue, gpus, nodes, after, kill_on_invalid_dep, ..Job::plain(name, ticks) };
                 (job.submit(false), Some(job))
             }
             25..=39 => (Op::Hold { job: register(self, rng)? }, None),
@@ -229,20 +221,7 @@ impl Pool {
 fn array(name: String, rng: &mut Rng) -> Job {
     let array = Array { tasks: rng.between(3, 6) as u32, throttle: rng.between(1, 2) as u32 };
     let ticks = rng.between(2, 15);
-    Job {
-        name,
-        ticks,
-        held: false,
-        requeue: true,
-        gpus: 0,
-        nodes: 1,
-        after: None,
-        kill_on_invalid_dep: false,
-        array: Some(array),
-        partition: None,
-        het: false,
-        reservation: None,
-    }
+    Job { requeue: true, array: Some(array), ..Job::plain(name, ticks) }
 }
 
 /// A job of a lower tier (the scavenger or the standby partition, as likely), which a job of the
@@ -253,20 +232,7 @@ fn scavenger(name: String, rng: &mut Rng) -> Job {
     let gpus = u32::from(rng.chance(0.3));
     let ticks = rng.between(15, 60);
     let partition = if rng.chance(0.5) { SCAVENGER } else { STANDBY };
-    Job {
-        name,
-        ticks,
-        held: false,
-        requeue: true,
-        gpus,
-        nodes: 1,
-        after: None,
-        kill_on_invalid_dep: false,
-        array: None,
-        partition: Some(partition.to_string()),
-        het: false,
-        reservation: None,
-    }
+    Job { requeue: true, gpus, partition: Some(partition.to_string()), ..Job::plain(name, ticks) }
 }
 
 /// A heterogeneous job of 0.4-12 s (as short jobs run): a component of one node, with a GPU for a
@@ -276,38 +242,12 @@ fn het(name: String, rng: &mut Rng) -> Job {
     let requeue = rng.chance(0.3);
     let gpus = u32::from(rng.chance(0.3));
     let ticks = short_ticks(rng);
-    Job {
-        name,
-        ticks,
-        held: false,
-        requeue,
-        gpus,
-        nodes: 2,
-        after: None,
-        kill_on_invalid_dep: false,
-        array: None,
-        partition: None,
-        het: true,
-        reservation: None,
-    }
+    Job { requeue, gpus, nodes: 2, het: true, ..Job::plain(name, ticks) }
 }
 
 /// A job of 0.4-3 s in the advance reservation `resv`: it waits for the window and runs on the
 /// reservation's nodes, which no other job may use in it.
 fn reserved(name: String, resv: String, rng: &mut Rng) -> Job {
     let ticks = rng.between(2, 15);
-    Job {
-        name,
-        ticks,
-        held: false,
-        requeue: false,
-        gpus: 0,
-        nodes: 1,
-        after: None,
-        kill_on_invalid_dep: false,
-        array: None,
-        partition: None,
-        het: false,
-        reservation: Some(resv),
-    }
+    Job { reservation: Some(resv), ..Job::plain(name, ticks) }
 }
