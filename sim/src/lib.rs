@@ -295,7 +295,7 @@ async fn operate(world: &Arc<World>, pool: &Mutex<quorum_jepsen::choice::Pool>) 
     let began = tokio::time::Instant::now();
     loop {
         if began.elapsed() > Duration::from_secs(10) {
-            world.trace("operator: no reservation".to_string());
+            world.trace("operator: no reservation");
             return;
         }
         let request = ResvRequest {
