@@ -235,6 +235,7 @@ impl Cluster {
                 ("RUST_LOG".to_string(), "info,openraft=warn".to_string()),
                 ("LD_PRELOAD".into(), preload.join(":")),
                 ("QUORUM_SLOWDISK_FILE".into(), disk.display().to_string()),
+                ("QUORUM_SYNCED_FILE".into(), cluster.synced_file(i).display().to_string()),
             ];
             if faketime.is_some() {
                 let clock = cluster.clock_file(i);
@@ -301,6 +302,61 @@ impl Cluster {
 
     fn disk_file(&self, replica: usize) -> PathBuf {
         self.dir.join(format!("disk-r{}", replica + 1))
+    }
+
+    /// Where replica `replica`'s syncs are journaled (`slowdisk.c`): device, inode and size.
+    fn synced_file(&self, replica: usize) -> PathBuf {
+        self.dir.join(format!("synced-r{}", replica + 1))
+    }
+
+    /// Replica `i` killed as by a power cut: its process killed, then each file of its data cut
+    /// back to the size its last sync began with, and a file never synced emptied (what the page
+    /// cache held is lost). Optimistic where the journal cannot tell: a rename or a new name is
+    /// kept whether its directory was synced or not. Returns the names of the files cut back and
+    /// the bytes lost.
+    pub fn lose_unsynced(&mut self, i: usize) -> anyhow::Result<(Vec<String>, u64)> {
+        use std::os::unix::fs::MetadataExt;
+        self.replicas[i].kill();
+        let journal = self.synced_file(i);
+        let text = std::fs::read_to_string(&journal).unwrap_or_default();
+        let mut synced: std::collections::HashMap<(u64, u64), u64> = Default::default();
+        for line in text.lines() {
+            let mut w = line.split(' ').map(str::parse::<u64>);
+            if let (Some(Ok(dev)), Some(Ok(ino)), Some(Ok(size))) = (w.next(), w.next(), w.next()) {
+                synced.insert((dev, ino), size);
+            }
+        }
+        let (mut files, mut lost) = (Vec::new(), 0);
+        let mut kept = String::new();
+        let mut dirs = vec![self.dir.join(format!("r{}", i + 1))];
+        while let Some(d) = dirs.pop() {
+            let Ok(entries) = std::fs::read_dir(&d) else { continue };
+            for entry in entries.flatten() {
+                let meta = entry.metadata()?;
+                if meta.is_dir() {
+                    dirs.push(entry.path());
+                    continue;
+                }
+                if !meta.is_file() {
+                    continue;
+                }
+                let keep = synced.get(&(meta.dev(), meta.ino())).copied().unwrap_or(0).min(meta.len());
+                if keep < meta.len() {
+                    std::fs::OpenOptions::new().write(true).open(entry.path())?.set_len(keep)?;
+                    files.push(format!(
+                        "{} ({} of {} bytes kept)",
+                        entry.file_name().to_string_lossy(),
+                        keep,
+                        meta.len()
+                    ));
+                    lost += meta.len() - keep;
+                }
+                // What survived is on the disk now, whatever a new file takes its inode later.
+                kept.push_str(&format!("{} {} {keep}\n", meta.dev(), meta.ino()));
+            }
+        }
+        std::fs::write(&journal, kept)?;
+        Ok((files, lost))
     }
 
     /// Makes every sync of replica `i`'s disk take `ms` milliseconds longer (0: as fast as it is).
@@ -382,6 +438,7 @@ impl Cluster {
         if data.exists() {
             std::fs::remove_dir_all(&data)?;
         }
+        let _ = std::fs::remove_file(self.synced_file(i));
         let agents = self.agents.len();
         let toml = controller_toml(&self.dir, id, &self.addrs, agents, &self.security.controller_toml(id)?, true);
         std::fs::write(self.dir.join(format!("r{id}.toml")), toml)?;

@@ -18,8 +18,9 @@ struct Args {
     /// How long clients and faults run, like 60s or 2m.
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
     time: Duration,
-    /// Faults, comma-separated, or `all`: partition, one-way, isolate-leader, kill, kill-agent,
-    /// pause, clock, clock-rate, crash-point, transfer, all-down, membership, slow-disk, upgrade;
+    /// Faults, comma-separated, or `all`: partition, one-way, isolate-leader, kill, lose-unsynced,
+    /// kill-agent, pause, clock, clock-rate, crash-point, transfer, all-down, membership,
+    /// slow-disk, upgrade;
     /// freeze-node only by name (it finds an open problem, RESULTS.md); `none` for a run without
     /// faults.
     #[arg(long, default_value = "all")]

@@ -17,11 +17,12 @@ use crate::rng::Rng;
 pub const NOT_IN_ALL: [&str; 1] = ["freeze-node"];
 
 /// The kinds of fault `--nemesis` names.
-pub const KINDS: [&str; 15] = [
+pub const KINDS: [&str; 16] = [
     "partition",
     "one-way",
     "isolate-leader",
     "kill",
+    "lose-unsynced",
     "kill-agent",
     "pause",
     "clock",
@@ -94,6 +95,11 @@ pub enum Fault {
         order: Vec<usize>,
         agents: bool,
     },
+    /// Replica `replica` killed as by a power cut: what it wrote and had not synced is lost
+    /// (`Cluster::lose_unsynced`); started again when it heals.
+    LoseUnsynced {
+        replica: usize,
+    },
     /// Every sync of these replicas' disks made `ms` milliseconds slower.
     SlowDisk {
         replicas: Vec<usize>,
@@ -145,6 +151,7 @@ pub fn schedule(rng: &mut Rng, kinds: &[String], time: f64, replicas: usize, age
                     Fault::Kill { who: rng.subset(replicas, k).into_iter().map(Who::Replica).collect() }
                 }
                 "kill-agent" => Fault::Kill { who: vec![Who::Agent(rng.below(agents as u64) as usize)] },
+                "lose-unsynced" => Fault::LoseUnsynced { replica: rng.below(replicas as u64) as usize },
                 "pause" => match rng.below(3) {
                     0 => Fault::PauseLeader,
                     1 => Fault::Pause { who: vec![Who::Replica(rng.below(replicas as u64) as usize)] },
@@ -285,6 +292,11 @@ pub async fn apply(
                 active.killed.push(*w);
             }
             format!("kill -9 {:?}", who.iter().map(|w| cluster.daemon(*w).name.clone()).collect::<Vec<_>>())
+        }
+        Fault::LoseUnsynced { replica } => {
+            let (files, bytes) = cluster.lose_unsynced(*replica)?;
+            active.killed.push(Who::Replica(*replica));
+            format!("power cut r{}: {bytes} bytes not synced lost, files cut back: {}", replica + 1, files.join(", "))
         }
         Fault::AllDown => {
             for i in 0..replicas {
