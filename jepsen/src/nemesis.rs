@@ -95,10 +95,11 @@ pub enum Fault {
         order: Vec<usize>,
         agents: bool,
     },
-    /// Replica `replica` killed as by a power cut: what it wrote and had not synced is lost
-    /// (`Cluster::lose_unsynced`); started again when it heals.
+    /// These replicas killed as by a power cut (one, or all of them: the machine room's):
+    /// what each wrote and had not synced is lost (`Cluster::lose_unsynced`); started again
+    /// when it heals.
     LoseUnsynced {
-        replica: usize,
+        replicas: Vec<usize>,
     },
     /// Every sync of these replicas' disks made `ms` milliseconds slower.
     SlowDisk {
@@ -151,7 +152,10 @@ pub fn schedule(rng: &mut Rng, kinds: &[String], time: f64, replicas: usize, age
                     Fault::Kill { who: rng.subset(replicas, k).into_iter().map(Who::Replica).collect() }
                 }
                 "kill-agent" => Fault::Kill { who: vec![Who::Agent(rng.below(agents as u64) as usize)] },
-                "lose-unsynced" => Fault::LoseUnsynced { replica: rng.below(replicas as u64) as usize },
+                "lose-unsynced" => {
+                    let k = if rng.chance(0.3) { replicas } else { 1 };
+                    Fault::LoseUnsynced { replicas: rng.subset(replicas, k) }
+                }
                 "pause" => match rng.below(3) {
                     0 => Fault::PauseLeader,
                     1 => Fault::Pause { who: vec![Who::Replica(rng.below(replicas as u64) as usize)] },
@@ -293,10 +297,14 @@ pub async fn apply(
             }
             format!("kill -9 {:?}", who.iter().map(|w| cluster.daemon(*w).name.clone()).collect::<Vec<_>>())
         }
-        Fault::LoseUnsynced { replica } => {
-            let (files, bytes) = cluster.lose_unsynced(*replica)?;
-            active.killed.push(Who::Replica(*replica));
-            format!("power cut r{}: {bytes} bytes not synced lost, files cut back: {}", replica + 1, files.join(", "))
+        Fault::LoseUnsynced { replicas } => {
+            let mut cut = Vec::new();
+            for r in replicas {
+                let (files, bytes) = cluster.lose_unsynced(*r)?;
+                active.killed.push(Who::Replica(*r));
+                cut.push(format!("r{}: {bytes} bytes not synced lost, files cut back: {}", r + 1, files.join(", ")));
+            }
+            format!("power cut {}", cut.join("; "))
         }
         Fault::AllDown => {
             for i in 0..replicas {
