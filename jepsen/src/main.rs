@@ -21,7 +21,7 @@ struct Args {
     /// Faults, comma-separated, or `all`: partition, one-way, isolate-leader, kill, lose-unsynced,
     /// kill-agent, pause, clock, clock-rate, crash-point, transfer, all-down, membership,
     /// slow-disk, upgrade;
-    /// freeze-node only by name (it finds an open problem, RESULTS.md); `none` for a run without
+    /// freeze-node only by name (it finds a known bound, RESULTS.md); `none` for a run without
     /// faults.
     #[arg(long, default_value = "all")]
     nemesis: String,

@@ -41,7 +41,7 @@ fn a_short_randomized_run_with_every_nemesis_finds_no_violation() {
 /// armed (this test build has them). The seed is the first from the clock's whose schedule has
 /// both, with a crash point every replica passes (entries appended or applied); the run must be
 /// valid, and its history must show each fault done, not skipped. (The third, `freeze-node`,
-/// finds an open problem: `jepsen/RESULTS.md`.)
+/// finds a known bound: `jepsen/RESULTS.md`.)
 #[test]
 fn a_run_of_clock_rates_and_crash_points_finds_no_violation() {
     use quorum_jepsen::nemesis::{schedule, Fault};
