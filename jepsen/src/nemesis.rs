@@ -11,9 +11,10 @@ use quorum_proto::api;
 use crate::cluster::{within, Cluster, Who};
 use crate::rng::Rng;
 
-/// The kinds that `--nemesis all` leaves out: `freeze-node` finds a known bound, kept as Slurm has it (a `--requeue`
-/// job whose node was frozen whole past its lease runs for an instant after the thaw, before its
-/// supervisor, thawed with it, kills it, beside the copy started elsewhere; `RESULTS.md`).
+/// The kinds that `--nemesis all` leaves out: `freeze-node` finds a known bound, kept as Slurm
+/// has it (a `--requeue` job whose node was frozen whole past its lease runs for an instant after
+/// the thaw, before its supervisor, thawed with it, kills it, beside the copy started elsewhere;
+/// `RESULTS.md`).
 pub const NOT_IN_ALL: [&str; 1] = ["freeze-node"];
 
 /// The kinds of fault `--nemesis` names.
