@@ -646,7 +646,8 @@ fn controller_toml(dir: &Path, id: u64, addrs: &[String], agents: usize, securit
     let mut text = format!(
         "id = {id}\nlisten = \"{addr}\"\ndata_dir = \"{data}\"\njoin = {join}\n\
          node_timeout_ms = {NODE_TIMEOUT_MS}\nagent_lease_ms = {AGENT_LEASE_MS}\n\
-         # every job stays in the queue for the final reads\nmin_job_age_s = 86400\n",
+         # jobs leave the queue for the history 10 s after they end: the final reads read both\n\
+         min_job_age_s = 10\n",
         addr = addrs[id as usize - 1],
         data = dir.join(format!("r{id}")).display(),
     );

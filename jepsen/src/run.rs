@@ -165,8 +165,9 @@ pub async fn run(opts: &Options) -> anyhow::Result<Verdict> {
     for _ in 0..3 {
         tokio::time::sleep(QUIET).await;
         let ids = |jobs: &[api::JobInfo]| jobs.iter().map(|j| j.id).collect::<std::collections::BTreeSet<u64>>();
+        // (Jobs that left the queue for the history meanwhile are not new.)
         match all_jobs(&client).await {
-            Ok(again) if ids(&again) != ids(&finals) => {
+            Ok(again) if !ids(&again).is_subset(&ids(&finals)) => {
                 let late: Vec<u64> = ids(&again).difference(&ids(&finals)).copied().collect();
                 recorder.nemesis(format!("late: jobs {late:?} appeared after the final read"));
                 finals = settle(&client, &recorder, None, &mut process, &mut problems).await;
@@ -251,6 +252,13 @@ pub async fn run(opts: &Options) -> anyhow::Result<Verdict> {
             )
         })
         .collect();
+    // The history: jobs that left the queue, judged with those still in it; every replica's the
+    // same.
+    let (history_problems, archived) = history(&cluster, &client).await;
+    problems.extend(history_problems);
+    eprintln!("quorum-jepsen: {} jobs had left the queue for the history", archived.len());
+    let mut finals = finals;
+    finals.extend(archived.into_iter().map(|f| (f.id, f)));
     let registers = workload.registers();
     problems.extend(checker::check(&Evidence {
         events: &events,
@@ -285,6 +293,49 @@ fn without_spec(j: &api::JobInfo) -> api::JobInfo {
 async fn sleep_until(began: Instant, at: f64) {
     let target = began + Duration::from_secs_f64(at.max(0.0));
     tokio::time::sleep_until(target.into()).await;
+}
+
+/// Every replica's job history, judged with the queue read after it (`checker::archive`), read
+/// again (up to five times, 2 s apart) while the replicas' differ: one that installed a snapshot
+/// copies the records it lacks from the others in the background.
+async fn history(cluster: &Cluster, client: &Client) -> (Vec<String>, Vec<Final>) {
+    let mut last = (Vec::new(), Vec::new());
+    for attempt in 0..5 {
+        let mut histories = Vec::new();
+        for (i, addr) in cluster.addrs.iter().enumerate() {
+            if let Some(records) = history_of(cluster, addr).await {
+                histories.push((format!("r{}", i + 1), records));
+            }
+        }
+        let queue: std::collections::BTreeSet<u64> =
+            all_jobs(client).await.map(|js| js.iter().map(|j| j.id).collect()).unwrap_or_default();
+        last = checker::archive::check(&histories, &queue);
+        if last.0.iter().all(|p| !p.contains("hold other jobs")) {
+            return last;
+        }
+        tokio::time::sleep(Duration::from_secs(2 * (attempt + 1))).await;
+    }
+    last
+}
+
+/// One replica's whole history (`FollowHistory`, page by page); `None` when it cannot be read.
+async fn history_of(cluster: &Cluster, addr: &str) -> Option<Vec<Vec<u8>>> {
+    let mut api = cluster.client().ok()?.replica(addr).ok()?;
+    let (mut after_index, mut after_job_id) = (0, 0);
+    let mut records = Vec::new();
+    loop {
+        let req = api::FollowHistoryRequest { after_index, after_job_id, limit: 1000 };
+        let page =
+            tokio::time::timeout(Duration::from_secs(10), api.follow_history(req)).await.ok()?.ok()?.into_inner();
+        if let Some(last) = page.records.last() {
+            (after_index, after_job_id) = (last.index, last.job_id);
+        }
+        let empty = page.records.is_empty();
+        records.extend(page.records.into_iter().map(|r| r.job));
+        if page.done || empty {
+            return Some(records);
+        }
+    }
 }
 
 /// The operator's advance reservation.

@@ -1,6 +1,7 @@
 //! The checkers: each reads the recorded history (and what the cluster and the jobs showed at
 //! the end) and returns one line per violation it finds.
 
+pub mod archive;
 pub mod arrays;
 pub mod deps;
 pub mod ended;

@@ -481,3 +481,34 @@ fn a_reservations_nodes_used_by_another_job_in_its_window_are_caught() {
         assert!(found.len() == 1 && found[0].contains(why), "job {id}: {found:?}");
     }
 }
+
+/// A history record is read as the checkers see jobs; the replicas' histories must hold the same
+/// jobs, none still in the queue, none unended.
+#[test]
+fn the_replicas_histories_agree_and_hold_only_ended_jobs_out_of_the_queue() {
+    use quorum_jepsen::checker::archive;
+    let record = |id: u64, state: &str| {
+        format!(
+            r#"{{"id":{id},"spec":{{"name":"j{id}","reservation":"r"}},"state":"{state}","cancel_requested":false,"cancelled_by":null,"array":{{"task_id":2}},"allocation":{{"nodes":[{{"node":"a2"}}]}},"start_time":1000,"end_time":2000,"archived":7}}"#
+        )
+        .into_bytes()
+    };
+    let f = archive::final_of(&record(5, "NodeFail")).expect("a job");
+    assert_eq!((f.id, f.name.as_str(), f.state.as_str(), f.cancelled, f.task), (5, "j5", "NODE_FAIL", false, Some(2)));
+    let placed = f.placed.expect("placed");
+    assert_eq!((placed.reservation.as_deref(), placed.start_ms, placed.end_ms), (Some("r"), 1000, 2000));
+    assert_eq!(placed.nodes, vec!["a2".to_string()]);
+
+    let queue: BTreeSet<u64> = [9].into();
+    let same = vec![("r1".to_string(), vec![record(5, "Completed")]), ("r2".to_string(), vec![record(5, "Completed")])];
+    let (problems, jobs) = archive::check(&same, &queue);
+    assert!(problems.is_empty(), "{problems:?}");
+    assert_eq!(jobs.len(), 1);
+    let other =
+        vec![("r1".to_string(), vec![record(5, "Completed")]), ("r2".to_string(), vec![record(6, "Completed")])];
+    assert!(archive::check(&other, &queue).0.iter().any(|p| p.contains("hold other jobs")));
+    let twice = vec![("r1".to_string(), vec![record(9, "Completed")])];
+    assert!(archive::check(&twice, &queue).0.iter().any(|p| p.contains("was in the history, then in the queue")));
+    let unended = vec![("r1".to_string(), vec![record(7, "Running")])];
+    assert!(archive::check(&unended, &queue).0.iter().any(|p| p.contains("in the history RUNNING")));
+}
