@@ -87,6 +87,19 @@ impl SequentialSpec for JobRegister {
             (self.exists, self.held) = (true, *held);
             return true;
         }
+        // A job that ended may have left the queue for the history (`min_job_age`): a hold,
+        // release or cancel then finds no such job, as Slurm's `scontrol` past `MinJobAge` does,
+        // while a read still finds it there. An open job answered so ended by itself (a held one
+        // never runs, so never ends so).
+        if self.exists && *ret == JobRet::Missing && *op != JobOp::Read {
+            if !self.cancelled && !self.ended {
+                if self.held {
+                    return false;
+                }
+                self.ended = true;
+            }
+            return true;
+        }
         if !self.exists || *ret == JobRet::Missing {
             return !self.exists && *ret == JobRet::Missing;
         }

@@ -512,3 +512,28 @@ fn the_replicas_histories_agree_and_hold_only_ended_jobs_out_of_the_queue() {
     let unended = vec![("r1".to_string(), vec![record(7, "Running")])];
     assert!(archive::check(&unended, &queue).0.iter().any(|p| p.contains("in the history RUNNING")));
 }
+
+/// A job that ended may leave the queue for the history: a hold, release or cancel then finds no
+/// such job while a read still finds it ended; a job still pending and held cannot be gone so.
+#[test]
+fn a_job_gone_to_the_history_is_missing_to_changes_but_not_to_reads() {
+    let gone = H::new()
+        .op(0, 1.0, submit("reg", false), Outcome::Submitted { job: 1 })
+        .op(1, 2.0, Op::Cancel { job: 1 }, Outcome::Cancelled { was_running: false })
+        .op(2, 13.0, Op::Hold { job: 1 }, Outcome::Missing)
+        .op(3, 14.0, Op::Read { job: 1 }, read("CANCELLED", false, true))
+        .op(2, 15.0, Op::Cancel { job: 1 }, Outcome::Missing);
+    assert_eq!(linear::check(&gone.0, &[1]), Vec::<String>::new());
+    let held = H::new().op(0, 1.0, submit("reg", true), Outcome::Submitted { job: 1 }).op(
+        2,
+        13.0,
+        Op::Release { job: 1 },
+        Outcome::Missing,
+    );
+    assert_eq!(linear::check(&held.0, &[1]).len(), 1, "a held job never ends by itself");
+    let read_lost = H::new()
+        .op(0, 1.0, submit("reg", false), Outcome::Submitted { job: 1 })
+        .op(1, 2.0, Op::Cancel { job: 1 }, Outcome::Cancelled { was_running: false })
+        .op(3, 14.0, Op::Read { job: 1 }, Outcome::Missing);
+    assert_eq!(linear::check(&read_lost.0, &[1]).len(), 1, "a read finds it in the history");
+}
