@@ -47,46 +47,53 @@ static void slow(void) {
     }
 }
 
-/* The size of `fd`'s file as its sync begins (-1: not a regular file, or no journal). */
-static long long size_before(int fd) {
-    struct stat st;
-    if (getenv("QUORUM_SYNCED_FILE") == NULL || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return -1;
-    return (long long)st.st_size;
+/* The journal's descriptor, opened on the first sync that needs it (-1: none, or it could not be
+ * opened; -2: not tried yet). One descriptor for the process, so that a sync costs one write. */
+static _Atomic int journal = -2;
+
+static int journal_fd(void) {
+    int fd = atomic_load(&journal);
+    if (fd != -2) return fd;
+    const char *path = getenv("QUORUM_SYNCED_FILE");
+    int opened = path == NULL ? -1 : open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+    int expected = -2;
+    if (!atomic_compare_exchange_strong(&journal, &expected, opened)) {
+        /* Another thread opened it first. */
+        if (opened >= 0) close(opened);
+        return expected;
+    }
+    return opened;
 }
 
-/* Its sync succeeded: at least `size` bytes of `fd`'s file are on the disk. */
-static void synced(int fd, long long size) {
-    const char *path = getenv("QUORUM_SYNCED_FILE");
-    struct stat st;
-    if (path == NULL || size < 0 || fstat(fd, &st) != 0) return;
-    char line[96];
-    int n = snprintf(line, sizeof line, "%llu %llu %lld\n", (unsigned long long)st.st_dev,
-                     (unsigned long long)st.st_ino, size);
-    int out = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
-    if (out < 0) return;
-    ssize_t written = write(out, line, (size_t)n);
-    (void)written;
-    close(out);
+/* `real` (fsync or fdatasync) of `fd`, slowed as the slow disk says; once it succeeded, the
+ * file's device, inode and size as the sync began go to the journal: at least that much of it is
+ * on the disk. */
+static int durable(int (*real)(int), int fd) {
+    slow();
+    int out = journal_fd();
+    struct stat before;
+    int regular = out >= 0 && fstat(fd, &before) == 0 && S_ISREG(before.st_mode);
+    int r = real(fd);
+    if (r == 0 && regular) {
+        char line[96];
+        int n = snprintf(line, sizeof line, "%llu %llu %lld\n", (unsigned long long)before.st_dev,
+                         (unsigned long long)before.st_ino, (long long)before.st_size);
+        ssize_t written = write(out, line, (size_t)n);
+        (void)written;
+    }
+    return r;
 }
 
 int fsync(int fd) {
     static int (*real)(int);
     if (real == NULL) real = (int (*)(int))dlsym(RTLD_NEXT, "fsync");
-    slow();
-    long long size = size_before(fd);
-    int r = real(fd);
-    if (r == 0) synced(fd, size);
-    return r;
+    return durable(real, fd);
 }
 
 int fdatasync(int fd) {
     static int (*real)(int);
     if (real == NULL) real = (int (*)(int))dlsym(RTLD_NEXT, "fdatasync");
-    slow();
-    long long size = size_before(fd);
-    int r = real(fd);
-    if (r == 0) synced(fd, size);
-    return r;
+    return durable(real, fd);
 }
 
 int sync_file_range(int fd, off64_t offset, off64_t nbytes, unsigned int flags) {

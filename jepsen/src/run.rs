@@ -254,11 +254,11 @@ pub async fn run(opts: &Options) -> anyhow::Result<Verdict> {
         .collect();
     // The history: jobs that left the queue, judged with those still in it; every replica's the
     // same.
-    let (history_problems, archived) = history(&cluster, &client).await;
-    problems.extend(history_problems);
-    eprintln!("quorum-jepsen: {} jobs had left the queue for the history", archived.len());
+    let archived = history(&cluster, &client).await;
+    problems.extend(archived.problems);
+    eprintln!("quorum-jepsen: {} jobs had left the queue for the history", archived.jobs.len());
     let mut finals = finals;
-    finals.extend(archived.into_iter().map(|f| (f.id, f)));
+    finals.extend(archived.jobs.into_iter().map(|f| (f.id, f)));
     let registers = workload.registers();
     problems.extend(checker::check(&Evidence {
         events: &events,
@@ -298,9 +298,9 @@ async fn sleep_until(began: Instant, at: f64) {
 /// Every replica's job history, judged with the queue read after it (`checker::archive`), read
 /// again (up to five times, 2 s apart) while the replicas' differ: one that installed a snapshot
 /// copies the records it lacks from the others in the background.
-async fn history(cluster: &Cluster, client: &Client) -> (Vec<String>, Vec<Final>) {
-    let mut last = (Vec::new(), Vec::new());
-    for attempt in 0..5 {
+async fn history(cluster: &Cluster, client: &Client) -> checker::archive::Judged {
+    let mut attempt = 0;
+    loop {
         let mut histories = Vec::new();
         for (i, addr) in cluster.addrs.iter().enumerate() {
             if let Some(records) = history_of(cluster, addr).await {
@@ -309,13 +309,13 @@ async fn history(cluster: &Cluster, client: &Client) -> (Vec<String>, Vec<Final>
         }
         let queue: std::collections::BTreeSet<u64> =
             all_jobs(client).await.map(|js| js.iter().map(|j| j.id).collect()).unwrap_or_default();
-        last = checker::archive::check(&histories, &queue);
-        if last.0.iter().all(|p| !p.contains("hold other jobs")) {
-            return last;
+        let judged = checker::archive::check(&histories, &queue);
+        attempt += 1;
+        if judged.agree || attempt == 5 {
+            return judged;
         }
-        tokio::time::sleep(Duration::from_secs(2 * (attempt + 1))).await;
+        tokio::time::sleep(Duration::from_secs(2 * attempt)).await;
     }
-    last
 }
 
 /// One replica's whole history (`FollowHistory`, page by page); `None` when it cannot be read.

@@ -392,7 +392,7 @@ fn dispatch(world: &Arc<World>, r: &Replica) {
                 // one stream to an agent delivers every message in order or breaks; the
                 // simulator's loses one now and then, which an order said once would not survive.)
                 let suspend = job.state == JobState::Suspended;
-                let order = Launch {
+                let order = || Launch {
                     job: job.id,
                     token: job.alloc_index,
                     node: n.node.clone(),
@@ -406,7 +406,7 @@ fn dispatch(world: &Arc<World>, r: &Replica) {
                 };
                 if !stop && (suspend || l.told.contains(&key)) && !world.bug(Bug::NoFreeze) {
                     l.told.insert(key.clone());
-                    suspends.push(order.clone());
+                    suspends.push(order());
                 }
                 if has && !stop {
                     continue;
@@ -441,7 +441,7 @@ fn dispatch(world: &Arc<World>, r: &Replica) {
                 });
                 // Suspended before its launch got there: frozen right after it.
                 if !stop && suspend {
-                    messages.push(order);
+                    messages.push(order());
                 }
             }
         }

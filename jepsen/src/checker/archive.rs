@@ -48,10 +48,18 @@ fn state_name(variant: &str) -> String {
     out
 }
 
-/// What the replicas' histories and the queue read after them say together: the problems, and
-/// every job of the history (as the first replica that could be read holds it).
-pub fn check(histories: &[(String, Vec<Vec<u8>>)], queue_after: &BTreeSet<u64>) -> (Vec<String>, Vec<Final>) {
+/// What the replicas' histories and the queue read after them say together.
+pub struct Judged {
+    pub problems: Vec<String>,
+    /// Every job of the history, as the first replica that could be read holds it.
+    pub jobs: Vec<Final>,
+    /// Every replica read holds the same jobs.
+    pub agree: bool,
+}
+
+pub fn check(histories: &[(String, Vec<Vec<u8>>)], queue_after: &BTreeSet<u64>) -> Judged {
     let mut problems = Vec::new();
+    let mut agree = true;
     let mut first: Option<(&str, BTreeMap<u64, Final>)> = None;
     for (replica, records) in histories {
         let mut jobs = BTreeMap::new();
@@ -68,6 +76,7 @@ pub fn check(histories: &[(String, Vec<Vec<u8>>)], queue_after: &BTreeSet<u64>) 
             Some((other, theirs)) => {
                 let (a, b): (BTreeSet<&u64>, BTreeSet<&u64>) = (theirs.keys().collect(), jobs.keys().collect());
                 if a != b {
+                    agree = false;
                     let only_a: Vec<&&u64> = a.difference(&b).collect();
                     let only_b: Vec<&&u64> = b.difference(&a).collect();
                     problems.push(format!(
@@ -86,5 +95,5 @@ pub fn check(histories: &[(String, Vec<Vec<u8>>)], queue_after: &BTreeSet<u64>) 
             problems.push(format!("history: job {} ('{}') is in the history {}", f.id, f.name, f.state));
         }
     }
-    (problems, jobs)
+    Judged { problems, jobs, agree }
 }

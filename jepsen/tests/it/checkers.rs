@@ -4,6 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use quorum_jepsen::checker::{arrays, deps, jobs, linear, runs, starts, Final};
+use quorum_jepsen::choice::Job;
 use quorum_jepsen::history::{Array, Event, Op, Outcome, Seen};
 
 /// Builds a history: each step is (process, time, invoke or complete).
@@ -27,20 +28,14 @@ impl H {
     }
 }
 
+/// A register job's submit.
 fn submit(name: &str, held: bool) -> Op {
-    Op::Submit {
-        name: name.into(),
-        held,
-        requeue: false,
-        gpus: 0,
-        long: true,
-        nodes: 1,
-        after: None,
-        array: None,
-        partition: None,
-        het: false,
-        reservation: None,
-    }
+    Job { held, ..Job::plain(name.into(), 1) }.submit(true)
+}
+
+/// A short job's submit, as `job` changes a plain one.
+fn short(name: &str, job: impl FnOnce(Job) -> Job) -> Op {
+    job(Job::plain(name.into(), 1)).submit(false)
 }
 
 fn read(state: &str, held: bool, cancelled: bool) -> Outcome {
@@ -229,19 +224,7 @@ fn runs_twice_at_once_over_capacity_and_shared_gpus_are_caught() {
 /// A job with `afterok:X` starts only after X completed, and never when X ended otherwise.
 #[test]
 fn a_dependent_job_started_before_its_dependency_completed_is_caught() {
-    let after = |name: &str, x: u64| Op::Submit {
-        name: name.into(),
-        held: false,
-        requeue: false,
-        gpus: 0,
-        long: false,
-        nodes: 1,
-        after: Some(x),
-        array: None,
-        partition: None,
-        het: false,
-        reservation: None,
-    };
+    let after = |name: &str, x: u64| short(name, |j| Job { after: Some(x), ..j });
     let h = H::new()
         .op(0, 1.0, submit("x", false), Outcome::Submitted { job: 1 })
         .op(0, 1.1, after("d", 1), Outcome::Submitted { job: 2 })
@@ -279,19 +262,7 @@ fn a_run_record_is_read_as_the_job_script_writes_it() {
 /// asked, answered or not.
 #[test]
 fn a_second_start_without_requeue_and_a_held_job_that_ran_unreleased_are_caught() {
-    let requeue = |name: &str| Op::Submit {
-        name: name.into(),
-        held: false,
-        requeue: true,
-        gpus: 0,
-        long: false,
-        nodes: 1,
-        after: None,
-        array: None,
-        partition: None,
-        het: false,
-        reservation: None,
-    };
+    let requeue = |name: &str| short(name, |j| Job { requeue: true, ..j });
     let h = H::new()
         .op(0, 1.0, submit("once", false), Outcome::Submitted { job: 1 })
         .op(0, 1.1, requeue("again"), Outcome::Submitted { job: 2 })
@@ -340,19 +311,7 @@ fn a_second_start_without_requeue_and_a_held_job_that_ran_unreleased_are_caught(
 #[test]
 fn an_array_past_its_throttle_or_missing_a_task_is_caught() {
     let array = Array { tasks: 3, throttle: 1 };
-    let submit = Op::Submit {
-        name: "arr".into(),
-        held: false,
-        requeue: true,
-        gpus: 0,
-        long: false,
-        nodes: 1,
-        after: None,
-        array: Some(array),
-        partition: None,
-        het: false,
-        reservation: None,
-    };
+    let submit = short("arr", |j| Job { requeue: true, array: Some(array), ..j });
     let h = H::new().op(0, 1.0, submit, Outcome::Submitted { job: 4 }).0;
     let task = |id: u64, t: u32| {
         (id, Final { id, name: "arr".into(), state: "COMPLETED".into(), cancelled: false, task: Some(t), placed: None })
@@ -501,16 +460,20 @@ fn the_replicas_histories_agree_and_hold_only_ended_jobs_out_of_the_queue() {
 
     let queue: BTreeSet<u64> = [9].into();
     let same = vec![("r1".to_string(), vec![record(5, "Completed")]), ("r2".to_string(), vec![record(5, "Completed")])];
-    let (problems, jobs) = archive::check(&same, &queue);
-    assert!(problems.is_empty(), "{problems:?}");
-    assert_eq!(jobs.len(), 1);
+    let judged = archive::check(&same, &queue);
+    assert!(judged.problems.is_empty() && judged.agree, "{:?}", judged.problems);
+    assert_eq!(judged.jobs.len(), 1);
     let other =
         vec![("r1".to_string(), vec![record(5, "Completed")]), ("r2".to_string(), vec![record(6, "Completed")])];
-    assert!(archive::check(&other, &queue).0.iter().any(|p| p.contains("hold other jobs")));
+    let judged = archive::check(&other, &queue);
+    assert!(!judged.agree && judged.problems.iter().any(|p| p.contains("hold other jobs")));
     let twice = vec![("r1".to_string(), vec![record(9, "Completed")])];
-    assert!(archive::check(&twice, &queue).0.iter().any(|p| p.contains("was in the history, then in the queue")));
+    assert!(archive::check(&twice, &queue)
+        .problems
+        .iter()
+        .any(|p| p.contains("was in the history, then in the queue")));
     let unended = vec![("r1".to_string(), vec![record(7, "Running")])];
-    assert!(archive::check(&unended, &queue).0.iter().any(|p| p.contains("in the history RUNNING")));
+    assert!(archive::check(&unended, &queue).problems.iter().any(|p| p.contains("in the history RUNNING")));
 }
 
 /// A job that ended may leave the queue for the history: a hold, release or cancel then finds no
