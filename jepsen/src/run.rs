@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 use quorum_client::client::Client;
 use quorum_proto::api;
 
-use crate::checker::resv::{Placed, Resv};
+use crate::checker::ended::Placed;
+use crate::checker::resv::Resv;
 use crate::checker::{self, terminal, Evidence, Final};
 use crate::cluster::{within, Binaries, Cluster, AGENT_CPUS};
 use crate::history::{self, now_s, Op, Outcome, Recorder};

@@ -24,7 +24,8 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use quorum_jepsen::checker::resv::{Placed, Resv};
+use quorum_jepsen::checker::ended::Placed;
+use quorum_jepsen::checker::resv::Resv;
 use quorum_jepsen::checker::{self, terminal, Evidence, Final};
 pub use quorum_jepsen::choice::Mix;
 use quorum_jepsen::history::{Event, Op, Outcome};

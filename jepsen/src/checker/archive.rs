@@ -6,8 +6,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::ended::{terminal, Final};
-use super::resv::Placed;
+use super::ended::{terminal, Final, Placed};
 
 /// A job as a history record keeps it (the JSON of the controller's job), as the checkers see
 /// jobs; `None` when the record cannot be read.

@@ -11,7 +11,16 @@ pub struct Final {
     /// Its task id, when it is a task of an array.
     pub task: Option<u32>,
     /// Where and when its last attempt ran, by the cluster's clock (`None` when not known).
-    pub placed: Option<super::resv::Placed>,
+    pub placed: Option<Placed>,
+}
+
+/// Where and when a job's last attempt ran, by the cluster's clock (`end_ms` 0: still running).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Placed {
+    pub reservation: Option<String>,
+    pub start_ms: u64,
+    pub end_ms: u64,
+    pub nodes: Vec<String>,
 }
 
 pub fn terminal(state: &str) -> bool {

@@ -17,15 +17,6 @@ pub struct Resv {
     pub end_ms: u64,
 }
 
-/// Where and when a job's last attempt ran, by the cluster's clock (`end_ms` 0: still running).
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Placed {
-    pub reservation: Option<String>,
-    pub start_ms: u64,
-    pub end_ms: u64,
-    pub nodes: Vec<String>,
-}
-
 pub fn check(reservations: &[Resv], finals: &BTreeMap<u64, Final>) -> Vec<String> {
     let mut problems = Vec::new();
     for r in reservations {

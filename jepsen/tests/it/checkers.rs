@@ -410,7 +410,8 @@ fn an_agents_log_says_when_a_job_was_frozen() {
 /// in it runs only there and then.
 #[test]
 fn a_reservations_nodes_used_by_another_job_in_its_window_are_caught() {
-    use quorum_jepsen::checker::resv::{self, Placed, Resv};
+    use quorum_jepsen::checker::ended::Placed;
+    use quorum_jepsen::checker::resv::{self, Resv};
     let r = Resv { name: "r".into(), nodes: vec!["a2".into()], start_ms: 1000, end_ms: 2000 };
     let job = |id: u64, resv: Option<&str>, node: &str, start_ms: u64, end_ms: u64| {
         let placed = Placed { reservation: resv.map(String::from), start_ms, end_ms, nodes: vec![node.into()] };
