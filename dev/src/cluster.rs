@@ -230,7 +230,7 @@ pub struct DevCluster {
 }
 
 /// Links the Slurm command names in `dir` to `quorum`, with `quorum install-slurm-commands`.
-fn link_slurm_commands(quorum: &std::path::Path, dir: &std::path::Path) -> anyhow::Result<PathBuf> {
+pub fn link_slurm_commands(quorum: &std::path::Path, dir: &std::path::Path) -> anyhow::Result<PathBuf> {
     let out = std::process::Command::new(quorum)
         .arg("install-slurm-commands")
         .arg(dir)

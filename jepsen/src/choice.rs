@@ -35,6 +35,9 @@ pub struct Job {
     pub het: bool,
     /// `--reservation`.
     pub reservation: Option<String>,
+    /// Steps its script starts, one after another (`srun -n1`), each running `ticks`; 0: none,
+    /// the script runs `ticks` itself.
+    pub steps: u32,
 }
 
 impl Job {
@@ -53,6 +56,7 @@ impl Job {
             partition: None,
             het: false,
             reservation: None,
+            steps: 0,
         }
     }
 
@@ -92,7 +96,8 @@ pub enum Mix {
     /// Some jobs on two nodes.
     MultiNode,
     /// Every feature the workload has: job arrays with a throttle, jobs of a lower tier that the
-    /// others preempt, and heterogeneous jobs, as well.
+    /// others preempt, heterogeneous jobs, jobs that start steps, an advance reservation and a
+    /// recurring job (the last two the operator's), as well.
     Full,
 }
 
@@ -161,6 +166,10 @@ impl Pool {
                 }
                 if mix >= Mix::Full && rng.chance(0.1) {
                     let job = het(format!("het-{w}-{}", self.names), rng);
+                    return Some((job.submit(false), Some(job)));
+                }
+                if mix >= Mix::Full && rng.chance(0.1) {
+                    let job = stepped(format!("steps-{w}-{}", self.names), rng);
                     return Some((job.submit(false), Some(job)));
                 }
                 if let Some(resv) = self.reservation.clone().filter(|_| rng.chance(0.15)) {
@@ -243,6 +252,15 @@ fn het(name: String, rng: &mut Rng) -> Job {
     let gpus = u32::from(rng.chance(0.3));
     let ticks = short_ticks(rng);
     Job { requeue, gpus, nodes: 2, het: true, ..Job::plain(name, ticks) }
+}
+
+/// A job whose script starts one or two steps (`srun -n1`) of 0.4-3 s each, one after the other;
+/// a third with `--requeue`. (The simulator, which has no steps, runs it as one job of that long.)
+fn stepped(name: String, rng: &mut Rng) -> Job {
+    let requeue = rng.chance(0.3);
+    let steps = rng.between(1, 2) as u32;
+    let ticks = rng.between(2, 15);
+    Job { requeue, steps, ..Job::plain(name, ticks) }
 }
 
 /// A job of 0.4-3 s in the advance reservation `resv`: it waits for the window and runs on the

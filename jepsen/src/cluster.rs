@@ -32,11 +32,14 @@ const FAKETIME_LIBS: [&str; 2] =
 pub struct Binaries {
     pub controller: PathBuf,
     pub agent: PathBuf,
+    /// `quorum`, whose Slurm names (`srun`) the jobs' steps use: where it is built beside them.
+    pub quorum: Option<PathBuf>,
 }
 
 impl Binaries {
     pub fn in_dir(dir: &Path) -> anyhow::Result<Binaries> {
-        let b = Binaries { controller: dir.join("quorum-controller"), agent: dir.join("quorum-agent") };
+        let quorum = Some(dir.join("quorum")).filter(|q| q.exists());
+        let b = Binaries { controller: dir.join("quorum-controller"), agent: dir.join("quorum-agent"), quorum };
         for p in [&b.controller, &b.agent] {
             anyhow::ensure!(
                 p.exists(),
@@ -210,6 +213,10 @@ impl Cluster {
         let security = Arc::new(DevSecurity::create(&dir.join("security"))?);
         let addrs: Vec<String> = net.hosts[..replicas].iter().map(|h| format!("{}:{PORT}", h.ip)).collect();
         let faketime = FAKETIME_LIBS.iter().map(Path::new).find(|p| p.exists());
+        let slurm_commands = match &bins.quorum {
+            Some(quorum) => quorum_dev::cluster::link_slurm_commands(quorum, &dir.join("slurm"))?,
+            None => PathBuf::from("/nonexistent"),
+        };
         let slowdisk = build_slowdisk(dir)?;
         let mut cluster = Cluster {
             dir: dir.to_path_buf(),
@@ -275,7 +282,7 @@ impl Cluster {
                 format!("--tmp-base={}", home.join("tmp").display()),
                 "--kill-wait=2".into(),
                 format!("--certs={}", security.certs_dir().display()),
-                "--slurm-commands=/nonexistent".into(),
+                format!("--slurm-commands={}", slurm_commands.display()),
             ];
             cluster.agents.push(Daemon {
                 who: Who::Agent(i),
@@ -639,6 +646,20 @@ where
         Ok(Ok(r)) => Ok(r),
         Ok(Err(s)) => Err(s.message().to_string()),
         Err(_) => Err(format!("no answer within {limit:?}")),
+    }
+}
+
+impl Cluster {
+    /// What a job's `srun` needs to reach this cluster, as a user's environment would give it
+    /// (the agents put the Slurm names first on its `PATH`); `None` without `quorum`.
+    pub fn step_env(&self) -> Option<Vec<(String, String)>> {
+        self.bins.quorum.as_ref()?;
+        let mut env = vec![
+            ("PATH".to_string(), "/usr/local/bin:/usr/bin:/bin".to_string()),
+            ("QUORUM_CONTROLLERS".to_string(), self.addrs.join(",")),
+        ];
+        env.extend(self.security.env().into_iter().map(|(k, v)| (k.to_string(), v)));
+        Some(env)
     }
 }
 

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use quorum_client::client::Client;
 use quorum_proto::api;
 
+use crate::checker::cron::Cron;
 use crate::checker::ended::Placed;
 use crate::checker::resv::Resv;
 use crate::checker::{self, terminal, Evidence, Final};
@@ -85,9 +86,13 @@ pub async fn run(opts: &Options) -> anyhow::Result<Verdict> {
     std::fs::write(opts.dir.join("schedule.txt"), format!("{schedule:#?}\n"))?;
 
     let recorder = Arc::new(Recorder::default());
-    let workload =
-        Arc::new(Workload::new(recorder.clone(), cluster.addrs.clone(), cluster.security.client(), &runs_dir));
+    let mut workload = Workload::new(recorder.clone(), cluster.addrs.clone(), cluster.security.client(), &runs_dir);
+    if let Some(env) = cluster.step_env() {
+        workload = workload.with_steps(env);
+    }
+    let workload = Arc::new(workload);
     let reservations: Vec<Resv> = operate(&client, &workload).await.into_iter().collect();
+    let cron_added = add_cron(&client, &workload).await;
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let workers: Vec<_> = (0..opts.workers)
         .map(|w| tokio::spawn(workload.clone().worker(w, opts.workers, rng.fork(100 + w as u64), stopped.clone())))
@@ -119,9 +124,11 @@ pub async fn run(opts: &Options) -> anyhow::Result<Verdict> {
     let what = nemesis::heal(&mut cluster, &client, &mut active).await?;
     recorder.nemesis(format!("final heal: {what}"));
 
-    // The cluster serves again: a submit acknowledged within the bound of the last heal.
+    // The cluster serves again: a submit acknowledged within the bound of the last heal (and the
+    // operator's recurring job removed before it).
     let healed = Instant::now();
     let mut problems = Vec::new();
+    let cron_removed = cron_added && remove_cron(&client).await;
     let mut process = 10_000_000;
     let probe = loop {
         let name = format!("probe-{process}");
@@ -261,6 +268,10 @@ pub async fn run(opts: &Options) -> anyhow::Result<Verdict> {
     let mut finals = finals;
     finals.extend(archived.jobs.into_iter().map(|f| (f.id, f)));
     let registers = workload.registers();
+    // Every probe was submitted after the recurring job was removed: none of its jobs comes after
+    // the first.
+    let first_probe = finals.values().filter(|f| f.name.starts_with("probe-")).map(|f| f.id).min();
+    let cron = Cron { name: CRON.into(), period_s: CRON_EVERY_S, removed_before: first_probe.filter(|_| cron_removed) };
     problems.extend(checker::check(&Evidence {
         events: &events,
         finals: &finals,
@@ -268,6 +279,7 @@ pub async fn run(opts: &Options) -> anyhow::Result<Verdict> {
         registers: &registers,
         node_cpus: AGENT_CPUS,
         reservations: &reservations,
+        cron: cron_added.then_some(&cron),
     }));
     cluster.kill_all();
     let completions = events.iter().filter_map(|e| match e {
@@ -379,6 +391,69 @@ async fn operate(client: &Client, workload: &Workload) -> Option<Resv> {
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
     None
+}
+
+/// The name of the operator's recurring job.
+const CRON: &str = "jepsen-cron";
+/// It fires every this many seconds.
+const CRON_EVERY_S: u64 = 2;
+
+/// The operator's recurring job, before the clients begin: a job of 0.2 s every two seconds
+/// (`*/2 * * * * *`, UTC), asked for until the cluster lists it (an add whose answer was lost may
+/// have been applied: the operator looks before asking again) or 20 s passed. Whether it was made.
+async fn add_cron(client: &Client, workload: &Workload) -> bool {
+    let req = api::AddCronRequest {
+        schedule: format!("*/{CRON_EVERY_S} * * * * *"),
+        zone: "UTC".into(),
+        spec: Some(workload.job_spec(CRON, 1, false, false, 0)),
+        run_as: String::new(),
+    };
+    let began = Instant::now();
+    while began.elapsed() < Duration::from_secs(20) {
+        if cron_ids(client).await.is_some_and(|ids| !ids.is_empty()) {
+            return true;
+        }
+        let added = within(client, Duration::from_secs(5), |mut cl| {
+            let req = req.clone();
+            async move { cl.add_cron(req).await }
+        })
+        .await;
+        if added.is_ok() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    false
+}
+
+/// The recurring jobs the cluster has (`quorum cron list`): `None` when it did not answer.
+async fn cron_ids(client: &Client) -> Option<Vec<u64>> {
+    let listed = within(client, Duration::from_secs(5), |mut cl| async move {
+        cl.list_cron(api::ListCronRequest { stale: false }).await
+    })
+    .await;
+    listed.ok().map(|l| l.entries.iter().map(|e| e.id).collect())
+}
+
+/// The operator removes every recurring job once the faults heal, until none is listed or the
+/// recovery bound passed; whether it was done.
+async fn remove_cron(client: &Client) -> bool {
+    let began = Instant::now();
+    while began.elapsed() < RECOVERY_BOUND {
+        match cron_ids(client).await {
+            Some(ids) if ids.is_empty() => return true,
+            Some(ids) => {
+                for id in ids {
+                    let _ = within(client, Duration::from_secs(5), |mut cl| async move {
+                        cl.remove_cron(api::RemoveCronRequest { id }).await
+                    })
+                    .await;
+                }
+            }
+            None => tokio::time::sleep(Duration::from_millis(500)).await,
+        }
+    }
+    false
 }
 
 /// Cancels `job` alone: an array's first task is not the whole array (seed 4011: a whole array

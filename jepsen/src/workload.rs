@@ -20,16 +20,43 @@ use crate::rng::Rng;
 /// A client's patience with one operation; past it the operation's fate is unknown.
 const OP_TIMEOUT: Duration = Duration::from_secs(4);
 
-/// What each run of a job records (see `checker::runs`): $1 the directory, $2 how many ticks
-/// of 0.2 s it runs.
-const JOB_SCRIPT: &str = r#"f="$1/$SLURM_JOB_ID.$$"
+/// What each run of a job, or of a step's task, records (see `checker::runs`), in a file of its
+/// own (`JOB.PID`, a step's `JOB.sSTEP.PID`): $1 the directory, $2 how many ticks of 0.2 s it
+/// runs.
+const JOB_SCRIPT: &str = r#"f="$1/$SLURM_JOB_ID${SLURM_STEP_ID:+.s$SLURM_STEP_ID}.$$"
 read up _ < /proc/uptime
-echo "start $up $SLURMD_NODENAME $CUDA_VISIBLE_DEVICES ${SLURM_RESTART_COUNT:-0}" > "$f"
+echo "start $up $SLURMD_NODENAME $CUDA_VISIBLE_DEVICES ${SLURM_RESTART_COUNT:-0} ${QUORUM_CRON_ID:+$QUORUM_CRON_ID@$QUORUM_CRON_TIME}${SLURM_STEP_ID:+step=$SLURM_STEP_ID}" > "$f"
 i=0
 while [ "$i" -lt "$2" ]; do
   sleep 0.2
   read up _ < /proc/uptime
   echo "tick $up" >> "$f"
+  i=$((i + 1))
+done
+read up _ < /proc/uptime
+echo "end $up" >> "$f"
+"#;
+
+/// A job of steps: its script records its run as [`JOB_SCRIPT`] does, but starts $3 steps one
+/// after the other (`srun -n1`, each running $4, [`JOB_SCRIPT`], with $1 and $2), ticking
+/// while each runs (so that its record spans its life), and records when each `srun` returned and
+/// with what status (`srun <uptime> <rc>`).
+const STEPS_SCRIPT: &str = r#"f="$1/$SLURM_JOB_ID.$$"
+read up _ < /proc/uptime
+echo "start $up $SLURMD_NODENAME $CUDA_VISIBLE_DEVICES ${SLURM_RESTART_COUNT:-0} " > "$f"
+i=0
+while [ "$i" -lt "$3" ]; do
+  srun -n1 bash -c "$4" jepsen "$1" "$2" &
+  pid=$!
+  while kill -0 "$pid" 2> /dev/null; do
+    sleep 0.2
+    read up _ < /proc/uptime
+    echo "tick $up" >> "$f"
+  done
+  wait "$pid"
+  rc=$?
+  read up _ < /proc/uptime
+  echo "srun $up $rc" >> "$f"
   i=$((i + 1))
 done
 read up _ < /proc/uptime
@@ -42,6 +69,10 @@ pub struct Workload {
     security: quorum_client::client::Security,
     runs_dir: PathBuf,
     pool: Mutex<Pool>,
+    /// What a job's `srun` needs to reach the cluster (the Slurm commands first on its `PATH`,
+    /// the controllers, the CA, MUNGE's socket), as `quorum submit` passes the user's
+    /// environment on; `None` where there is no `quorum` to run as `srun`, and no job starts steps.
+    step_env: Option<Vec<api::EnvVar>>,
 }
 
 impl Workload {
@@ -51,7 +82,20 @@ impl Workload {
         security: quorum_client::client::Security,
         runs_dir: &Path,
     ) -> Workload {
-        Workload { recorder, addrs, security, runs_dir: runs_dir.to_path_buf(), pool: Mutex::new(Pool::default()) }
+        Workload {
+            recorder,
+            addrs,
+            security,
+            runs_dir: runs_dir.to_path_buf(),
+            pool: Mutex::new(Pool::default()),
+            step_env: None,
+        }
+    }
+
+    /// Jobs may start steps, with this environment (see `step_env`).
+    pub fn with_steps(mut self, env: Vec<(String, String)>) -> Workload {
+        self.step_env = Some(env.into_iter().map(|(name, value)| api::EnvVar { name, value }).collect());
+        self
     }
 
     /// A connection to `addr` proving itself afresh.
@@ -122,7 +166,8 @@ impl Workload {
             }
             // A replica that restarted refuses the credential this connection proved before (it
             // may have seen it): a new connection proves a new one, as `quorum` does.
-            if matches!(&outcome, Outcome::Failed { error } if error.contains("replayed")) {
+            if matches!(&outcome, Outcome::Failed { error } | Outcome::Unknown { error } if error.contains("replayed"))
+            {
                 if let Some(fresh) = self.connect(addr) {
                     api = fresh;
                 }
@@ -151,6 +196,13 @@ impl Workload {
                     ..Default::default()
                 }];
             }
+            if let (true, Some(env)) = (j.steps > 0, &self.step_env) {
+                let dir = self.runs_dir.display().to_string();
+                let (ticks, steps) = (j.ticks.to_string(), j.steps.to_string());
+                spec.argv =
+                    ["bash", "-c", STEPS_SCRIPT, "jepsen", &dir, &ticks, &steps, JOB_SCRIPT].map(String::from).to_vec();
+                spec.env = env.clone();
+            }
             if let Some(after) = j.after {
                 spec.dependency = format!("afterok:{after}");
                 spec.kill_on_invalid_dep = j.kill_on_invalid_dep;
@@ -178,7 +230,7 @@ impl Workload {
                         request_id: format!("jepsen-{process}-{}", uuid::Uuid::new_v4()),
                         ..Default::default()
                     };
-                    api.submit_job(req).await.map(|r| Outcome::Submitted { job: r.into_inner().job_id })
+                    submit(&mut api, req).await
                 }
                 Op::Hold { job } | Op::Release { job } => {
                     let req = api::HoldJobRequest {
@@ -212,6 +264,40 @@ impl Workload {
     }
 }
 
+/// How long a submit waits for an answer before it is sent again.
+const SUBMIT_PATIENCE: Duration = Duration::from_millis(1500);
+
+/// A submit as `quorum submit` makes it: sent again, with the same request id, while the replica
+/// does not answer or answers that it cannot now (its request id makes it one job however many
+/// times it arrives), until `perform`'s deadline. Once an attempt may have been applied, an
+/// error is no longer a refusal: the outcome is unknown.
+async fn submit(api: &mut Api, req: api::SubmitJobRequest) -> Result<Outcome, tonic::Status> {
+    let mut sent = false;
+    loop {
+        let status = match tokio::time::timeout(SUBMIT_PATIENCE, api.submit_job(req.clone())).await {
+            Ok(Ok(r)) => return Ok(Outcome::Submitted { job: r.into_inner().job_id }),
+            Ok(Err(s)) if !retryable(&s) && !sent => return Err(s),
+            Ok(Err(s)) if !retryable(&s) => {
+                return Ok(Outcome::Unknown { error: format!("{:?}: {}", s.code(), s.message()) })
+            }
+            Ok(Err(s)) => s,
+            Err(_) => tonic::Status::deadline_exceeded("no answer"),
+        };
+        sent |= !never_sent(&status);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Whether the same request may be sent again (as the client library's `Client::call` judges).
+fn retryable(status: &tonic::Status) -> bool {
+    matches!(status.code(), Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled | Code::Unknown)
+}
+
+/// No connection: the request was never sent.
+fn never_sent(status: &tonic::Status) -> bool {
+    status.code() == Code::Unavailable && status.message().contains("tcp connect error")
+}
+
 /// A job as a read shows it to the checkers.
 pub fn seen(j: &api::JobInfo) -> Seen {
     Seen {
@@ -237,8 +323,7 @@ pub(crate) fn per_job(results: Vec<api::CancelResult>, cancel: bool) -> Outcome 
 fn classify(status: &tonic::Status) -> Outcome {
     let error = format!("{:?}: {}", status.code(), status.message());
     match status.code() {
-        // No connection: the request was never sent.
-        Code::Unavailable if status.message().contains("tcp connect error") => Outcome::Failed { error },
+        _ if never_sent(status) => Outcome::Failed { error },
         Code::InvalidArgument | Code::PermissionDenied | Code::Unauthenticated | Code::FailedPrecondition => {
             Outcome::Failed { error }
         }

@@ -47,6 +47,9 @@ pub struct Launch {
     /// A node of a job whose script runs once, on its first node: held for the job's steps, no
     /// process runs here (nothing is recorded) until the job ends and the leader stops it.
     pub held: bool,
+    /// A recurring job's entry and firing (its `QUORUM_CRON_ID` and `QUORUM_CRON_TIME`), which
+    /// its run records.
+    pub cron: Option<(u64, u64)>,
 }
 
 pub struct Heartbeat {
@@ -200,6 +203,9 @@ impl Agent {
                     last: world_time,
                     ended: false,
                     active: vec![(world_time, world_time)],
+                    cron: m.cron,
+                    step: None,
+                    sruns: Vec::new(),
                 },
                 deadline,
                 ends_at: now + m.run_for,

@@ -25,7 +25,9 @@ use crate::world::{Bug, World};
 const OP_TIMEOUT: Duration = Duration::from_secs(4);
 /// A submit's job as the simulated cluster runs it: `sleep` for its ticks.
 pub fn spec_of(job: &Job) -> JobSpec {
-    let mut spec = spec(&job.name, job.ticks as f64 * TICK_S, job.held, job.requeue, job.gpus);
+    // A job of steps runs here as one job as long as its steps (the simulator has no steps).
+    let ticks = job.ticks * u64::from(job.steps.max(1));
+    let mut spec = spec(&job.name, ticks as f64 * TICK_S, job.held, job.requeue, job.gpus);
     spec.nodes = job.nodes;
     spec.ntasks = job.nodes;
     if job.het {
@@ -94,7 +96,12 @@ pub async fn worker(world: Arc<World>, w: usize, mut rng: Rng, pool: Arc<Mutex<P
 /// An operator's `scontrol create reservation` from `host` through replica `bound`: `None` when
 /// it had no answer within the operation's deadline.
 pub async fn reserve(world: &Arc<World>, host: Host, bound: u64, request: ResvRequest) -> Option<Outcome> {
-    let request = Request::Reserve { request: Box::new(request) };
+    operator(world, host, bound, Request::Reserve { request: Box::new(request) }).await
+}
+
+/// An operator's request (sent once) from `host` through replica `bound`: `None` when it had no
+/// answer within the operation's deadline.
+pub async fn operator(world: &Arc<World>, host: Host, bound: u64, request: Request) -> Option<Outcome> {
     tokio::time::timeout(OP_TIMEOUT, once(world, host, bound, request, false, OP_TIMEOUT)).await.ok().flatten()
 }
 

@@ -31,6 +31,10 @@ use crate::world::{Fuse, Point};
 
 type StorageResult<T> = Result<T, StorageError<u64>>;
 
+/// When the kernel writes back what was written and never synced (Linux's
+/// `dirty_expire_centisecs`, 30 s).
+const WRITEBACK: Duration = Duration::from_secs(30);
+
 /// A disk fault in force.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DiskFault {
@@ -47,6 +51,8 @@ pub struct Disk {
     log: BTreeMap<u64, Entry<SimConfig>>,
     /// Entries written and not yet synced, each with the epoch that wrote it.
     unsynced: BTreeMap<u64, Entry<SimConfig>>,
+    /// A vote written and not yet synced (only the broken build `log-no-sync` answers before).
+    unsynced_vote: Option<Vote<u64>>,
     purged: Option<LogId<u64>>,
     snapshot: Option<(SnapshotMeta<u64, BasicNode>, Vec<u8>)>,
     /// When the last sync queued completes: syncs complete in order.
@@ -62,6 +68,7 @@ impl Default for Disk {
             vote: None,
             log: BTreeMap::new(),
             unsynced: BTreeMap::new(),
+            unsynced_vote: None,
             purged: None,
             snapshot: None,
             sync_free_at: None,
@@ -77,6 +84,7 @@ impl Disk {
     pub fn crash(&mut self, keep: usize) -> usize {
         self.epoch += 1;
         self.sync_free_at = None;
+        self.unsynced_vote = None;
         let unsynced = std::mem::take(&mut self.unsynced);
         let lost = unsynced.len().saturating_sub(keep);
         // A prefix only: the log is written in order, and a contiguous log is what openraft may
@@ -137,12 +145,17 @@ pub struct LogStore {
     disk: SharedDisk,
     epoch: u64,
     fuse: Fuse,
+    /// The broken build (`--bug log-no-sync`, as `jepsen/bugs/log-no-sync.patch`): appends and
+    /// votes are answered when written and never synced, durable only once the kernel writes
+    /// them back (a power cut before then loses them, as the shim of `jepsen/`'s power cuts
+    /// loses what was not synced).
+    no_sync: bool,
 }
 
 impl LogStore {
-    pub fn open(disk: SharedDisk, fuse: Fuse) -> Self {
+    pub fn open(disk: SharedDisk, fuse: Fuse, no_sync: bool) -> Self {
         let epoch = lock(&disk).epoch;
-        LogStore { disk, epoch, fuse }
+        LogStore { disk, epoch, fuse, no_sync }
     }
 
     /// Whether this incarnation still owns the disk: a crashed one writes nothing more (its
@@ -156,6 +169,34 @@ impl LogStore {
         let at = lock(&self.disk).sync_at();
         tokio::time::sleep_until(at).await;
         lock(&self.disk).epoch == self.epoch
+    }
+
+    /// Waits for the kernel's writeback of what was written now and never synced (dirty pages
+    /// older than 30 s), and says whether this incarnation still owns the disk.
+    async fn written_back(&self) -> bool {
+        tokio::time::sleep(WRITEBACK).await;
+        lock(&self.disk).epoch == self.epoch
+    }
+
+    /// Makes the entries `ids` durable (those still as written move to the synced log): by a
+    /// sync, or (the broken build, which syncs nothing) by the kernel's writeback; says whether
+    /// this incarnation still owns the disk.
+    async fn sync_entries(&self, ids: &[LogId<u64>]) -> bool {
+        let durable = match self.no_sync {
+            true => self.written_back().await,
+            false => self.sync().await,
+        };
+        if !durable {
+            return false;
+        }
+        let mut disk = lock(&self.disk);
+        for id in ids {
+            if disk.unsynced.get(&id.index).is_some_and(|e| e.log_id == *id) {
+                let entry = disk.unsynced.remove(&id.index).expect("just seen");
+                disk.log.insert(id.index, entry);
+            }
+        }
+        true
     }
 }
 
@@ -195,6 +236,22 @@ impl RaftLogStorage<SimConfig> for LogStore {
         if let Some(e) = failure {
             return Err(e);
         }
+        if self.no_sync {
+            // Written and answered, never synced: durable once the kernel writes it back.
+            lock(&self.disk).unsynced_vote = Some(*vote);
+            let store = self.clone();
+            let vote = *vote;
+            tokio::spawn(async move {
+                if store.written_back().await {
+                    let mut disk = lock(&store.disk);
+                    if disk.unsynced_vote == Some(vote) {
+                        disk.unsynced_vote = None;
+                        disk.vote = Some(vote);
+                    }
+                }
+            });
+            return Ok(());
+        }
         if self.sync().await {
             lock(&self.disk).vote = Some(*vote);
             Ok(())
@@ -205,7 +262,8 @@ impl RaftLogStorage<SimConfig> for LogStore {
     }
 
     async fn read_vote(&mut self) -> StorageResult<Option<Vote<u64>>> {
-        Ok(lock(&self.disk).vote)
+        let disk = lock(&self.disk);
+        Ok(disk.unsynced_vote.or(disk.vote))
     }
 
     // The committed index is a hint: not kept, as a crash may lose it.
@@ -243,20 +301,15 @@ impl RaftLogStorage<SimConfig> for LogStore {
             return futures::future::pending().await;
         }
         let store = self.clone();
-        tokio::spawn(async move {
-            if !store.sync().await {
-                return;
-            }
-            {
-                let mut disk = lock(&store.disk);
-                for id in &ids {
-                    if disk.unsynced.get(&id.index).is_some_and(|e| e.log_id == *id) {
-                        let entry = disk.unsynced.remove(&id.index).expect("just seen");
-                        disk.log.insert(id.index, entry);
-                    }
-                }
-            }
+        if self.no_sync {
             callback.log_io_completed(Ok(()));
+            tokio::spawn(async move { store.sync_entries(&ids).await });
+            return Ok(());
+        }
+        tokio::spawn(async move {
+            if store.sync_entries(&ids).await {
+                callback.log_io_completed(Ok(()));
+            }
         });
         Ok(())
     }

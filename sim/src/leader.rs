@@ -220,6 +220,18 @@ async fn cycle(world: &Arc<World>, r: &Replica) -> Result<(), WriteError> {
         written?;
     }
 
+    // Recurring jobs: each firing due, as the controller's cron loop proposes it (apply fires
+    // an entry only at the firing it waits for).
+    let due = quorum_control::leader::cron::due(&read(&r.applied).state, now);
+    for command in due {
+        let (_, response) = write(r, command).await?;
+        let what = match response {
+            Response::CronFired { id, job: Some(job), .. } => format!("entry {id} submitted job {job}"),
+            other => kind(&other),
+        };
+        world.trace(format!("r{} fires cron: {what}", r.id));
+    }
+
     // A scheduling cycle.
     let (view, base, policy) = {
         let a = read(&r.applied);
@@ -309,6 +321,13 @@ async fn end_at_once(world: &World, r: &Replica, preempted: &[(u64, u64)]) -> Re
 /// by the run there: until the job ends and the leader stops it.
 const HELD_FOR_STEPS: Duration = Duration::from_secs(1_000_000);
 
+/// A recurring job's entry and firing, as the firing's submit told it (`QUORUM_CRON_ID`,
+/// `QUORUM_CRON_TIME`).
+fn cron_of(spec: &JobSpec) -> Option<(u64, u64)> {
+    let number = |name: &str| spec.env.get(name)?.parse().ok();
+    Some((number("QUORUM_CRON_ID")?, number("QUORUM_CRON_TIME")?))
+}
+
 /// How long a job of the workload runs: its program is `sleep SECONDS`.
 pub fn duration(spec: &JobSpec) -> Duration {
     let secs = match &spec.program {
@@ -352,6 +371,7 @@ fn dispatch(world: &Arc<World>, r: &Replica) {
                     kill: true,
                     suspend: None,
                     held: false,
+                    cron: None,
                 });
             }
         }
@@ -376,6 +396,7 @@ fn dispatch(world: &Arc<World>, r: &Replica) {
                 kill: true,
                 suspend: None,
                 held: false,
+                cron: None,
             });
         }
         for job in a.state.jobs.values().filter(|j| matches!(j.state, JobState::Running | JobState::Suspended)) {
@@ -403,6 +424,7 @@ fn dispatch(world: &Arc<World>, r: &Replica) {
                     kill: false,
                     suspend: Some(suspend),
                     held: false,
+                    cron: None,
                 };
                 if !stop && (suspend || l.told.contains(&key)) && !world.bug(Bug::NoFreeze) {
                     l.told.insert(key.clone());
@@ -438,6 +460,7 @@ fn dispatch(world: &Arc<World>, r: &Replica) {
                     kill: stop,
                     suspend: None,
                     held,
+                    cron: cron_of(&job.spec),
                 });
                 // Suspended before its launch got there: frozen right after it.
                 if !stop && suspend {
@@ -579,6 +602,14 @@ pub enum Request {
     Reserve {
         request: Box<quorum_model::reservation::ResvRequest>,
     },
+    /// An operator's new recurring job.
+    AddCron {
+        entry: Box<quorum_model::cron::CronEntry>,
+    },
+    /// An operator removes a recurring job.
+    RemoveCron {
+        id: u64,
+    },
 }
 
 pub fn seen(job: &Job) -> Seen {
@@ -663,6 +694,20 @@ async fn answer(world: &World, r: &Replica, request: Request) -> Outcome {
                 Err(e) => unknown(e),
             }
         }
+        Request::AddCron { mut entry } => {
+            entry.added_ms = now;
+            match write(r, Command::AddCron { entry, now }).await {
+                Ok((_, Response::CronAdded { .. })) => Outcome::Done,
+                Ok((_, Response::Rejected(why))) => Outcome::Refused { reason: why.to_string() },
+                Ok((_, other)) => Outcome::Refused { reason: format!("{other:?}") },
+                Err(e) => unknown(e),
+            }
+        }
+        Request::RemoveCron { id } => match write(r, Command::RemoveCron { id, user: "root".into(), now }).await {
+            Ok((_, Response::Rejected(why))) => refused(&why),
+            Ok(_) => Outcome::Done,
+            Err(e) => unknown(e),
+        },
         Request::Read { job } => {
             if !world.bug(Bug::StaleReads) {
                 if let Err(e) = r.raft.ensure_linearizable().await {

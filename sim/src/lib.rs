@@ -24,17 +24,20 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use quorum_jepsen::checker::cron::Cron;
 use quorum_jepsen::checker::ended::Placed;
 use quorum_jepsen::checker::resv::Resv;
 use quorum_jepsen::checker::{self, terminal, Evidence, Final};
 pub use quorum_jepsen::choice::Mix;
 use quorum_jepsen::history::{Event, Op, Outcome};
 use quorum_jepsen::rng::Rng;
+use quorum_model::cron::{CronEntry, Schedule, Zone};
 use quorum_model::reservation::{ResvEnd, ResvRequest};
 use quorum_model::JobState;
 use quorum_state::{Command, Response};
 
 use crate::disk::read;
+use crate::leader::Request;
 pub use crate::nemesis::Fault;
 pub use crate::world::Bug;
 use crate::world::World;
@@ -173,7 +176,12 @@ async fn simulate(opts: Options) -> anyhow::Result<Report> {
     world.nemesis(format!("final {what}"));
 
     let mut problems = Vec::new();
+    let cron_removed = opts.workload >= Mix::Full && remove_cron(&world).await;
     let mut finals = settle(&world, &mut problems).await;
+    // Every probe was submitted after the removal was done: none of the entry's jobs comes after
+    // the first.
+    let first_probe = finals.values().filter(|f| f.name.starts_with("probe-")).map(|f| f.id).min();
+    let cron = Cron { name: CRON.into(), period_s: CRON_EVERY_S, removed_before: first_probe.filter(|_| cron_removed) };
     let reservations = placements(&world, &mut finals);
 
     // Every replica's digest at one index.
@@ -215,6 +223,7 @@ async fn simulate(opts: Options) -> anyhow::Result<Report> {
         registers: &registers,
         node_cpus: agent::CPUS,
         reservations: &reservations,
+        cron: (opts.workload >= Mix::Full).then_some(&cron),
     }));
     let (mut ops, mut ok, mut unknown) = (0, 0, 0);
     for e in &events {
@@ -321,6 +330,71 @@ async fn operate(world: &Arc<World>, pool: &Mutex<quorum_jepsen::choice::Pool>) 
         }
     }
     pool.lock().unwrap_or_else(|p| p.into_inner()).reservation = Some(RESV.into());
+    add_cron(world).await;
+}
+
+/// The name of the operator's recurring job.
+const CRON: &str = "cron";
+
+/// The operator's recurring job: a job of 0.2 s every two seconds (`*/2 * * * * *`, UTC), for
+/// the clients' user, asked for until the cluster has it (the operator looks, as `quorum cron
+/// list` would, before asking again) or 10 s passed.
+async fn add_cron(world: &Arc<World>) {
+    let schedule = format!("*/{} * * * * *", CRON_EVERY_S);
+    let began = tokio::time::Instant::now();
+    while began.elapsed() < Duration::from_secs(10) {
+        if !cron_ids(world).is_empty() {
+            return;
+        }
+        let now = world.wall_ms(1);
+        let Ok(parsed) = Schedule::parse(&schedule) else { return };
+        let entry = CronEntry {
+            id: 0,
+            user: "alice".into(),
+            schedule: schedule.clone(),
+            zone: "UTC".into(),
+            spec: client::spec(CRON, 0.2, false, false, 0),
+            next_ms: parsed.next_after(now, Zone::Utc).unwrap_or(u64::MAX),
+            added_ms: now,
+            fired: 0,
+            last_fired_ms: None,
+            last_job: None,
+            last_error: None,
+        };
+        let outcome = client::operator(world, OPERATOR_HOST, 1, Request::AddCron { entry: Box::new(entry) }).await;
+        world.trace(format!("operator adds a cron entry: {outcome:?}"));
+        if outcome.is_none() {
+            continue;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    world.trace("operator: no cron entry");
+}
+
+/// The recurring job fires every this many seconds.
+const CRON_EVERY_S: u64 = 2;
+
+/// The cron entries the cluster has (as its leader knows them).
+fn cron_ids(world: &World) -> Vec<u64> {
+    world.leader().map(|l| read(&l.applied).state.cron.keys().copied().collect()).unwrap_or_default()
+}
+
+/// The operator removes every cron entry once the faults heal, until none is left or the
+/// recovery bound passed; whether it was done.
+async fn remove_cron(world: &Arc<World>) -> bool {
+    let began = tokio::time::Instant::now();
+    while began.elapsed() < RECOVERY_BOUND {
+        let ids = cron_ids(world);
+        if ids.is_empty() && world.leader().is_some() {
+            return true;
+        }
+        for id in ids {
+            let outcome = client::operator(world, OPERATOR_HOST, 1, Request::RemoveCron { id }).await;
+            world.trace(format!("operator removes cron entry {id}: {outcome:?}"));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    false
 }
 
 /// The reservations the cluster has, and where and when each job's last attempt ran, by its
@@ -407,7 +481,13 @@ async fn settle(world: &Arc<World>, problems: &mut Vec<String>) -> BTreeMap<u64,
                 }
                 return finals;
             }
+            // The bound is kept within a pass too: a cluster that answers no cancel (a broken
+            // build's, say) costs each open job the operation's deadline.
+            let pass_bound = bound.max(SETTLE_PER_JOB * open.len() as u32);
             for id in open {
+                if settle.elapsed() > pass_bound {
+                    break;
+                }
                 if Some(id) == probe && !probe_done || cancelled.contains(&id) {
                     continue;
                 }
@@ -464,7 +544,9 @@ async fn digests(world: &Arc<World>, problems: &mut Vec<String>) {
             continue;
         };
         let now = world.wall_ms(l.id);
-        let Ok((index, Response::Digest { .. })) = leader::write(&l, Command::Digest { now }).await else {
+        // (A leader that cannot commit, as a broken build's may not, is given up after a while.)
+        let written = tokio::time::timeout(Duration::from_secs(5), leader::write(&l, Command::Digest { now })).await;
+        let Ok(Ok((index, Response::Digest { .. }))) = written else {
             tokio::time::sleep(Duration::from_millis(200)).await;
             continue;
         };

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use quorum_jepsen::choice::Mix;
 use quorum_jepsen::rng::Rng;
 
 use crate::disk::{self, DiskFault};
@@ -20,7 +21,8 @@ pub enum Fault {
     /// The leader cut from every other host.
     IsolateLeader,
     /// A minority of replicas crash (what their disks had not synced is lost, but for a torn
-    /// part), and restart when it heals.
+    /// part), and restart when it heals; with the whole workload, 3 times in 10 every replica
+    /// at once (a power cut).
     Kill,
     /// A node frozen whole (its agent and its jobs), thawed when it heals.
     Freeze,
@@ -120,7 +122,11 @@ pub async fn begin(world: &Arc<World>, fault: Fault, rng: &mut Rng) -> String {
             None => "isolate-leader: no leader".into(),
         },
         Fault::Kill => {
-            let k = rng.between(1, ((n - 1) / 2) as u64) as usize;
+            // With the whole workload, 3 in 10 a power cut: every replica at once.
+            let k = match world.opts.workload >= Mix::Full && rng.chance(0.3) {
+                true => n,
+                false => rng.between(1, ((n - 1) / 2) as u64) as usize,
+            };
             let victims: Vec<u64> = rng.subset(n, k).into_iter().map(|i| ids[i]).collect();
             for id in &victims {
                 world.crash_now(*id, "(killed)");

@@ -76,6 +76,10 @@ pub enum Bug {
     /// The scheduler's view leaves out the advance reservations, so that any job may take a
     /// reserved node in its window.
     NoReservations,
+    /// The Raft log store answers appends and votes when they are written, before they are
+    /// synced (as `jepsen/bugs/log-no-sync.patch` does to the real one): a power cut of every
+    /// replica loses entries a majority acknowledged, and votes.
+    LogNoSync,
 }
 
 /// A place in the simulated shells where a replica can be made to crash, as a failpoint would:
@@ -295,7 +299,14 @@ impl World {
         }
         .validate()?;
         let network = SimNetwork { world: Arc::downgrade(self), from: id };
-        let raft = Raft::new(id, Arc::new(config), network, LogStore::open(disk, fuse.clone()), machine).await?;
+        let raft = Raft::new(
+            id,
+            Arc::new(config),
+            network,
+            LogStore::open(disk, fuse.clone(), self.bug(Bug::LogNoSync)),
+            machine,
+        )
+        .await?;
         if initialize {
             let members: BTreeMap<u64, BasicNode> =
                 self.replica_ids().into_iter().map(|r| (r, BasicNode::new(format!("r{r}")))).collect();

@@ -214,3 +214,29 @@ fn jobs_of_several_nodes_never_overcommit_a_node_while_their_ranks_end() {
     let r = run(single).expect("a run");
     assert!(r.valid(), "{}", explain(&r, "--time 20 --single-node"));
 }
+
+/// A log store that answers appends and votes before it syncs them (`jepsen/bugs/log-no-sync.patch`
+/// in the simulator) is caught by power cuts (the kill fault, with the whole workload, 3 times in
+/// 10 crashes every replica at once): acknowledged entries are lost.
+#[test]
+fn a_log_store_that_acknowledges_before_it_syncs_is_caught_by_a_power_cut() {
+    let r = caught(Bug::LogNoSync, &[Fault::Kill], 0..50).expect("caught within 50 seeds");
+    assert!(!r.problems.is_empty(), "{}", explain(&r, "--faults kill --bug log-no-sync"));
+    // The same seed with the log store as it is: valid.
+    let mut o = opts(r.seed, 20.0);
+    o.faults = vec![Fault::Kill];
+    let fixed = run(o).expect("a run");
+    assert!(fixed.valid(), "{}", explain(&fixed, "--time 20 --faults kill"));
+}
+
+/// The operator's recurring job (every 2 s) fires through every fault: its jobs run, one per
+/// firing, none after it is removed (`checker::cron`, in every seed's verdict).
+#[test]
+fn a_recurring_job_fires_once_per_firing_through_faults() {
+    for seed in 440..450 {
+        let r = run(opts(seed, 20.0)).expect("a run");
+        assert!(r.valid(), "{}", explain(&r, "--time 20"));
+        let fired = r.trace.iter().filter(|l| l.contains("fires cron: entry")).count();
+        assert!(fired >= 3, "seed {seed}: the entry fired {fired} times in 20 s");
+    }
+}

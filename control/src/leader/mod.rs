@@ -18,7 +18,7 @@
 //! What an agent's heartbeat or exit report turns into is decided by the plain functions of
 //! [`rules`]. [`LeaderState`] is what only a leader keeps in memory, beside the replica.
 
-mod cron;
+pub mod cron;
 pub mod gpu_idle;
 pub mod grants;
 pub mod heard;

@@ -1,5 +1,5 @@
-//! What the jobs themselves recorded: each run of a job writes `start <uptime> <node> <gpus>
-//! <restart count>`,
+//! What the jobs themselves recorded: each run of a job (or of a step's task, `step=<id>`) writes
+//! `start <uptime> <node> <gpus> <restart count> [<cron entry>@<firing> | step=<id>]`,
 //! then `tick <uptime>` every 0.2 s, then `end <uptime>`, to a file of its own (job id and
 //! pid). A run's recorded span lies within the span its processes really had, so two recorded
 //! spans that overlap did overlap.
@@ -30,6 +30,12 @@ pub struct Run {
     /// When it ran, between pauses (see [`PAUSE`]): from `start` to `last` unless it was
     /// suspended.
     pub active: Vec<(f64, f64)>,
+    /// A recurring job's entry and the firing (in seconds since the epoch) it ran for.
+    pub cron: Option<(u64, u64)>,
+    /// A step's task: the step's id (the others are the job's script).
+    pub step: Option<u32>,
+    /// When each `srun` the script ran returned, and its exit status.
+    pub sruns: Vec<(f64, i32)>,
 }
 
 /// Every run recorded under `dir`.
@@ -58,13 +64,33 @@ pub fn parse(job: u64, file: &str, text: &str) -> Option<Run> {
     let node = first.next().unwrap_or("").to_string();
     let gpus = first.next().unwrap_or("").split(',').filter_map(|g| g.parse().ok()).collect();
     let restarts = first.next().and_then(|r| r.parse().ok()).unwrap_or(0);
+    let last = first.next().unwrap_or("");
+    let step = last.strip_prefix("step=").and_then(|s| s.parse().ok());
+    let cron = last.split_once('@').and_then(|(e, t)| Some((e.parse().ok()?, t.parse().ok()?)));
     let active = vec![(start, start)];
-    let mut run = Run { job, file: file.to_string(), node, gpus, restarts, start, last: start, ended: false, active };
+    let file = file.to_string();
+    let mut run = Run {
+        job,
+        file,
+        node,
+        gpus,
+        restarts,
+        start,
+        last: start,
+        ended: false,
+        active,
+        cron,
+        step,
+        sruns: Vec::new(),
+    };
     for line in lines {
         let mut words = line.split(' ');
         let (Some(kind), Some(Ok(t))) = (words.next(), words.next().map(str::parse::<f64>)) else { continue };
-        run.seen_at(t);
         run.ended |= kind == "end";
+        if kind == "srun" {
+            run.sruns.push((t, words.next().and_then(|rc| rc.parse().ok()).unwrap_or(-1)));
+        }
+        run.seen_at(t);
     }
     Some(run)
 }

@@ -168,6 +168,9 @@ fn run(job: u64, node: &str, gpus: &[u32], restarts: u32, start: f64, last: f64)
         last,
         ended: true,
         active: vec![(start, last)],
+        cron: None,
+        step: None,
+        sruns: Vec::new(),
     }
 }
 
@@ -255,6 +258,56 @@ fn a_run_record_is_read_as_the_job_script_writes_it() {
     let r = runs::parse(7, "7.124", "start 3.00 a1  0\ntick 3.20\n").unwrap();
     assert!(r.gpus.is_empty() && !r.ended && r.last == 3.2);
     assert!(runs::parse(7, "7.125", "").is_none());
+    // A recurring job's firing: its entry, and when it was due.
+    let r = runs::parse(
+        8,
+        "8.1",
+        "start 4.00 a3  0 2@1764500000
+end 4.20
+",
+    )
+    .unwrap();
+    assert_eq!(r.cron, Some((2, 1_764_500_000)));
+    assert_eq!(runs::parse(8, "8.2", "start 4.00 a3  0 \n").unwrap().cron, None);
+}
+
+/// The recurring job's checker: one job per firing, each on the schedule, none after the entry
+/// was removed, each started once and ended; and its jobs are no client's, so no other checker
+/// calls them phantoms or duplicates of one another.
+#[test]
+fn a_cron_firing_submitted_twice_off_schedule_or_after_removal_is_caught() {
+    use quorum_jepsen::checker::cron::{self, Cron};
+    use quorum_jepsen::checker::{check, Evidence};
+    let c = Cron { name: "cron".into(), period_s: 2, removed_before: Some(20) };
+    let fired = |job: u64, due: u64, start: f64| runs::Run {
+        cron: Some((1, due)),
+        ..run(job, "a1", &[], 0, start, start + 0.2)
+    };
+    let mut all =
+        finals(&[(10, "cron", "COMPLETED", false), (11, "cron", "COMPLETED", false), (12, "cron", "CANCELLED", true)]);
+    let good = vec![fired(10, 100, 1.0), fired(11, 102, 3.0)];
+    assert_eq!(cron::check(&c, &all, &good), Vec::<String>::new());
+    let no_one = Evidence {
+        events: &[],
+        finals: &all,
+        runs: &good,
+        registers: &[],
+        node_cpus: 4,
+        reservations: &[],
+        cron: Some(&c),
+    };
+    assert_eq!(check(&no_one), Vec::<String>::new(), "the entry's jobs are not phantoms or duplicates");
+
+    let twice = vec![fired(10, 100, 1.0), fired(11, 100, 3.0)];
+    assert!(cron::check(&c, &all, &twice).iter().any(|p| p.contains("due at 100 submitted 2 jobs")));
+    let off = vec![fired(10, 101, 1.0)];
+    assert!(cron::check(&c, &all, &off).iter().any(|p| p.contains("off its entry's schedule")));
+    let again = vec![fired(10, 100, 1.0), fired(10, 100, 5.0)];
+    assert!(cron::check(&c, &all, &again).iter().any(|p| p.contains("started 2 times")));
+    all.insert(21, finals(&[(21, "cron", "PENDING", false)]).remove(&21).unwrap());
+    let problems = cron::check(&c, &all, &good);
+    assert!(problems.iter().any(|p| p.contains("job 21 was submitted after the entry was removed")), "{problems:?}");
+    assert!(problems.iter().any(|p| p.contains("job 21 is still PENDING")), "{problems:?}");
 }
 
 /// A job without --requeue that started twice, even one after the other, is caught; a --requeue
@@ -500,4 +553,36 @@ fn a_job_gone_to_the_history_is_missing_to_changes_but_not_to_reads() {
         .op(1, 2.0, Op::Cancel { job: 1 }, Outcome::Cancelled { was_running: false })
         .op(3, 14.0, Op::Read { job: 1 }, Outcome::Missing);
     assert_eq!(linear::check(&read_lost.0, &[1]).len(), 1, "a read finds it in the history");
+}
+
+/// Steps: a step's task inside its job's script on its node, each step once, each srun that
+/// said success backed by a task that ran to its end; a step before or long after its script,
+/// one run twice, or a success with no task behind it are caught.
+#[test]
+fn a_step_outside_its_job_run_twice_or_claimed_without_a_task_is_caught() {
+    use quorum_jepsen::checker::steps;
+    let script = |sruns: &[(f64, i32)]| runs::Run { sruns: sruns.to_vec(), ..run(5, "a1", &[], 0, 10.0, 14.0) };
+    let step = |id: u32, start: f64, last: f64| runs::Run {
+        step: Some(id),
+        file: format!("5.s{id}.{}", (start * 100.0) as u64),
+        ..run(5, "a1", &[], 0, start, last)
+    };
+    let good = vec![script(&[(11.5, 0), (13.5, 0)]), step(0, 10.2, 11.4), step(1, 11.6, 13.4)];
+    assert_eq!(steps::check(&good), Vec::<String>::new());
+    // The records as the scripts write them.
+    let s = runs::parse(5, "5.1", "start 10.00 a1  0 \nsrun 11.50 0\nsrun 13.50 1\nend 14.00\n").unwrap();
+    assert_eq!((s.sruns.clone(), s.step, s.ended), (vec![(11.5, 0), (13.5, 1)], None, true));
+    assert_eq!(runs::parse(5, "5.s1.9", "start 11.60 a1  0 step=1\nend 13.4\n").unwrap().step, Some(1));
+
+    let elsewhere = vec![script(&[]), runs::Run { node: "a2".into(), ..step(0, 10.2, 11.4) }];
+    assert!(steps::check(&elsewhere).iter().any(|p| p.contains("outside any run of its job's script")));
+    let outlived = vec![script(&[]), step(0, 10.2, 20.0)];
+    assert!(steps::check(&outlived).iter().any(|p| p.contains("after its job's script last did")));
+    let twice = vec![script(&[]), step(0, 10.2, 11.0), step(0, 11.2, 12.0)];
+    assert!(steps::check(&twice).iter().any(|p| p.contains("ran 2 times")));
+    let claimed = vec![script(&[(11.5, 0), (13.5, 0)]), step(0, 10.2, 11.4)];
+    assert!(steps::check(&claimed).iter().any(|p| p.contains("returned 0 at 13.50")));
+    // A failed srun claims nothing.
+    let failed = vec![script(&[(11.5, 0), (13.5, 1)]), step(0, 10.2, 11.4)];
+    assert_eq!(steps::check(&failed), Vec::<String>::new());
 }
