@@ -256,6 +256,7 @@ pub async fn run(opts: &Options) -> anyhow::Result<Verdict> {
                     cancelled: s.cancelled,
                     task: s.task,
                     placed: Some(placed),
+                    restarts: Some(j.requeues),
                 },
             )
         })

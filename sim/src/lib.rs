@@ -270,6 +270,8 @@ fn finals_of(jobs: &BTreeMap<u64, quorum_jepsen::history::Seen>) -> BTreeMap<u64
                     cancelled: s.cancelled,
                     task: s.task,
                     placed: None,
+                    // (The simulator judges this itself: its runs end when killed, too.)
+                    restarts: None,
                 },
             )
         })

@@ -32,7 +32,8 @@ pub fn final_of(record: &[u8]) -> Option<Final> {
         end_ms: v.get("end_time").and_then(|t| t.as_u64()).unwrap_or(0),
         nodes,
     };
-    Some(Final { id, name, state, cancelled, task, placed: Some(placed) })
+    let restarts = v.get("requeues").and_then(|r| r.as_u64()).map(|r| r as u32);
+    Some(Final { id, name, state, cancelled, task, placed: Some(placed), restarts })
 }
 
 /// `NodeFail` as Slurm names it: `NODE_FAIL`.

@@ -12,6 +12,9 @@ pub struct Final {
     pub task: Option<u32>,
     /// Where and when its last attempt ran, by the cluster's clock (`None` when not known).
     pub placed: Option<Placed>,
+    /// How many times it went back to the queue: its last attempt's restart count (`None` when
+    /// not known).
+    pub restarts: Option<u32>,
 }
 
 /// Where and when a job's last attempt ran, by the cluster's clock (`end_ms` 0: still running).

@@ -51,6 +51,7 @@ pub fn check(e: &Evidence) -> Vec<String> {
     problems.extend(deps::check(e.events, &submitted, &scripts));
     problems.extend(arrays::check(e.events, &submitted, &scripts));
     problems.extend(resv::check(e.reservations, e.finals));
+    problems.extend(runs::completed(e.finals, &scripts));
     problems.extend(steps::check(e.runs));
     if let Some(c) = e.cron {
         problems.extend(cron::check(c, e.finals, &scripts));

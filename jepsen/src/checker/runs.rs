@@ -95,6 +95,23 @@ pub fn parse(job: u64, file: &str, text: &str) -> Option<Run> {
     Some(run)
 }
 
+/// Every job the cluster says COMPLETED ran its last attempt to its end (a script writes `end`
+/// only then): an exit report of an earlier attempt, or of another node, taken for the last
+/// one's ends it COMPLETED while it runs on, or before it ran at all.
+pub fn completed(finals: &BTreeMap<u64, super::Final>, runs: &[Run]) -> Vec<String> {
+    let mut problems = Vec::new();
+    for f in finals.values().filter(|f| f.state == "COMPLETED") {
+        let Some(last) = f.restarts else { continue };
+        if !runs.iter().any(|r| r.job == f.id && r.restarts == last && r.ended) {
+            problems.push(format!(
+                "outcome: job {} ('{}') is COMPLETED, but no run of its last attempt (restart {last}) ran to its end",
+                f.id, f.name
+            ));
+        }
+    }
+    problems
+}
+
 impl Run {
     /// It wrote at `t`: its span, and the stretch of it running that `t` is in, reach `t`.
     pub fn seen_at(&mut self, t: f64) {

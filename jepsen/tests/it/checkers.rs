@@ -121,6 +121,7 @@ fn finals(jobs: &[(u64, &str, &str, bool)]) -> BTreeMap<u64, Final> {
                     cancelled: *cancelled,
                     task: None,
                     placed: None,
+                    restarts: None,
                 },
             )
         })
@@ -367,7 +368,18 @@ fn an_array_past_its_throttle_or_missing_a_task_is_caught() {
     let submit = short("arr", |j| Job { requeue: true, array: Some(array), ..j });
     let h = H::new().op(0, 1.0, submit, Outcome::Submitted { job: 4 }).0;
     let task = |id: u64, t: u32| {
-        (id, Final { id, name: "arr".into(), state: "COMPLETED".into(), cancelled: false, task: Some(t), placed: None })
+        (
+            id,
+            Final {
+                id,
+                name: "arr".into(),
+                state: "COMPLETED".into(),
+                cancelled: false,
+                task: Some(t),
+                placed: None,
+                restarts: None,
+            },
+        )
     };
     let whole: BTreeMap<u64, Final> = [task(4, 0), task(5, 1), task(6, 2)].into_iter().collect();
     // One after another, on two nodes, with a task requeued: within the throttle.
@@ -469,7 +481,18 @@ fn a_reservations_nodes_used_by_another_job_in_its_window_are_caught() {
     let job = |id: u64, resv: Option<&str>, node: &str, start_ms: u64, end_ms: u64| {
         let placed = Placed { reservation: resv.map(String::from), start_ms, end_ms, nodes: vec![node.into()] };
         let name = format!("j{id}");
-        (id, Final { id, name, state: "COMPLETED".into(), cancelled: false, task: None, placed: Some(placed) })
+        (
+            id,
+            Final {
+                id,
+                name,
+                state: "COMPLETED".into(),
+                cancelled: false,
+                task: None,
+                placed: Some(placed),
+                restarts: None,
+            },
+        )
     };
     let fine: BTreeMap<u64, Final> = [
         job(2, None, "a2", 2500, 2600),
@@ -585,4 +608,18 @@ fn a_step_outside_its_job_run_twice_or_claimed_without_a_task_is_caught() {
     // A failed srun claims nothing.
     let failed = vec![script(&[(11.5, 0), (13.5, 1)]), step(0, 10.2, 11.4)];
     assert_eq!(steps::check(&failed), Vec::<String>::new());
+}
+
+/// A job the cluster says COMPLETED ran its last attempt to its end; one whose last attempt was
+/// cut short (an earlier attempt's exit report taken for it) is caught.
+#[test]
+fn a_completed_job_whose_last_attempt_did_not_run_to_its_end_is_caught() {
+    let mut all = finals(&[(3, "job-1", "COMPLETED", false)]);
+    all.get_mut(&3).unwrap().restarts = Some(1);
+    let first = run(3, "a1", &[], 0, 1.0, 2.0);
+    let second = run(3, "a2", &[], 1, 3.0, 4.0);
+    assert_eq!(runs::completed(&all, &[first.clone(), second.clone()]), Vec::<String>::new());
+    let cut = runs::Run { ended: false, ..second };
+    let problems = runs::completed(&all, &[first, cut]);
+    assert!(problems.iter().any(|p| p.contains("job 3 ('job-1') is COMPLETED")), "{problems:?}");
 }
