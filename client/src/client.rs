@@ -250,7 +250,7 @@ impl Client {
     /// HTTP/2 stream a replica dropped as it shut down: tonic calls that `Internal`), not sent by
     /// a replica; the request may or may not have been applied, which every call allows for, as
     /// submits carry their request id.
-    fn retryable(status: &Status) -> bool {
+    pub fn retryable(status: &Status) -> bool {
         match status.code() {
             Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled | Code::Unknown => true,
             Code::Internal => std::error::Error::source(status).is_some(),

@@ -276,8 +276,8 @@ async fn submit(api: &mut Api, req: api::SubmitJobRequest) -> Result<Outcome, to
     loop {
         let status = match tokio::time::timeout(SUBMIT_PATIENCE, api.submit_job(req.clone())).await {
             Ok(Ok(r)) => return Ok(Outcome::Submitted { job: r.into_inner().job_id }),
-            Ok(Err(s)) if !retryable(&s) && !sent => return Err(s),
-            Ok(Err(s)) if !retryable(&s) => {
+            Ok(Err(s)) if !Client::retryable(&s) && !sent => return Err(s),
+            Ok(Err(s)) if !Client::retryable(&s) => {
                 return Ok(Outcome::Unknown { error: format!("{:?}: {}", s.code(), s.message()) })
             }
             Ok(Err(s)) => s,
@@ -286,11 +286,6 @@ async fn submit(api: &mut Api, req: api::SubmitJobRequest) -> Result<Outcome, to
         sent |= !never_sent(&status);
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-}
-
-/// Whether the same request may be sent again (as the client library's `Client::call` judges).
-fn retryable(status: &tonic::Status) -> bool {
-    matches!(status.code(), Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled | Code::Unknown)
 }
 
 /// No connection: the request was never sent.
