@@ -391,6 +391,14 @@ async fn start_job(
     // by its supervisor's own clock, whatever this agent does meanwhile.
     if spec.requeue {
         if let Some(deadline) = agent.launch_deadline_ms() {
+            // The lease ran out before the launch was read (it waited on a stream this agent did
+            // not read: the agent frozen, or its answers cut off): the leader may have declared
+            // this node DOWN and started the job elsewhere, so it does not start here even for a
+            // moment. Its end says so, as a lease kill's does.
+            if deadline <= supervisor::monotonic_ms() {
+                tracing::warn!(job = launch.job_id, "not starting a --requeue job: the node's lease ran out");
+                return (ExitKind::LeaseExpired, 0, 0);
+            }
             prepared = match prepared.lease(&record::lease_file(&agent.config.spool_dir), deadline) {
                 Ok(p) => p,
                 Err(e) => return failed(format!("cannot watch the node's lease: {e}")),

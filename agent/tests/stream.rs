@@ -4,7 +4,8 @@
 //! for another node or has expired runs nothing and is answered LAUNCH_FAILED; a launch the
 //! agent already ran, sent again (a replay), runs nothing again; an older allocation's launch is
 //! refused. The signed launch beside them runs once, which shows the refusals are not merely
-//! launches going nowhere.
+//! launches going nowhere. A `--requeue` job's launch read after the node's lease ran out starts
+//! nothing (the leader may have started it elsewhere).
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -131,7 +132,23 @@ impl Agent {
     }
 }
 
-async fn connect(dir: &std::path::Path, verifier: Verifier) -> (Agent, tokio::sync::oneshot::Sender<()>) {
+/// How the test's leader answers heartbeats: with this lease, while `answering` is on.
+struct Answers {
+    lease_ms: u64,
+    answering: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Default for Answers {
+    fn default() -> Answers {
+        Answers { lease_ms: 30_000, answering: std::sync::Arc::new(true.into()) }
+    }
+}
+
+async fn connect(
+    dir: &std::path::Path,
+    verifier: Verifier,
+    policy: Answers,
+) -> (Agent, tokio::sync::oneshot::Sender<()>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap().to_string();
     let (from_tx, mut from_rx) = mpsc::unbounded_channel();
@@ -172,7 +189,10 @@ async fn connect(dir: &std::path::Path, verifier: Verifier) -> (Agent, tokio::sy
         while let Some(m) = from_rx.recv().await {
             let reply = match m.msg {
                 Some(agent_message::Msg::Heartbeat(h)) => {
-                    controller_message::Msg::HeartbeatAck(HeartbeatAck { seq: h.seq, lease_ms: 30_000 })
+                    if !policy.answering.load(std::sync::atomic::Ordering::SeqCst) {
+                        continue;
+                    }
+                    controller_message::Msg::HeartbeatAck(HeartbeatAck { seq: h.seq, lease_ms: policy.lease_ms })
                 }
                 Some(agent_message::Msg::Exit(e)) => {
                     let ack = quorum_proto::agent::ExitAck { job_id: e.job_id };
@@ -200,7 +220,7 @@ async fn forged_expired_misdirected_and_replayed_launches_on_the_stream_run_noth
     layout.init().unwrap();
     let signer = Signer::load(&layout.launch_key()).unwrap();
     let verifier = Verifier::load(&layout.launch_pub()).unwrap();
-    let (mut agent, _stop) = connect(dir.path(), verifier).await;
+    let (mut agent, _stop) = connect(dir.path(), verifier, Answers::default()).await;
     let later = now_ms() + 60_000;
     let marker = |job: u64| dir.path().join(format!("ran-{job}"));
 
@@ -247,4 +267,48 @@ async fn forged_expired_misdirected_and_replayed_launches_on_the_stream_run_noth
     assert_eq!(exit.kind, ExitKind::Exited as i32, "{exit:?}");
     assert_eq!(lines(&marker(12)), 1);
     assert_eq!(lines(&marker(11)), 1, "a replayed or older launch ran the job again");
+}
+
+/// A `--requeue` job's launch that the agent reads only after its lease ran out (its leader's
+/// answers stopped: cut off, or the agent frozen with the launch waiting on its stream) starts
+/// nothing, and its end says the lease expired: the leader may already have declared the node
+/// DOWN and started the job elsewhere. A job without `--requeue` sent with it runs, as it runs
+/// through any outage.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_requeue_jobs_launch_read_after_the_lease_ran_out_starts_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let layout = Layout::new(dir.path().join("pki"));
+    layout.init().unwrap();
+    let signer = Signer::load(&layout.launch_key()).unwrap();
+    let verifier = Verifier::load(&layout.launch_pub()).unwrap();
+    let answers = Answers { lease_ms: 400, ..Answers::default() };
+    let answering = answers.answering.clone();
+    let (mut agent, _stop) = connect(dir.path(), verifier, answers).await;
+    let later = now_ms() + 60_000;
+    let marker = |job: u64| dir.path().join(format!("ran-{job}"));
+
+    // Under a lease, a --requeue job runs.
+    let mut leased = launch(20, 1, &marker(20), dir.path());
+    leased.spec.as_mut().unwrap().requeue = true;
+    agent.send(signed(&signer, leased.clone(), &grant(&leased, "node01", later))).await;
+    let exit = agent.exit_of(20, Duration::from_secs(20)).await.expect("the leased job ends");
+    assert_eq!(exit.kind, ExitKind::Exited as i32, "{exit:?}");
+    assert_eq!(lines(&marker(20)), 1);
+
+    // Heartbeats go unanswered: the lease (400 ms from the last answered one's send) runs out
+    // a second before the agent gives the stream up (3 heartbeats of 200 ms and a second).
+    answering.store(false, std::sync::atomic::Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let mut late = launch(21, 1, &marker(21), dir.path());
+    late.spec.as_mut().unwrap().requeue = true;
+    agent.send(signed(&signer, late.clone(), &grant(&late, "node01", later))).await;
+    let exit = agent.exit_of(21, Duration::from_secs(20)).await.expect("the late launch is answered");
+    // Not a process started and killed at once by its supervisor (which is signal 9).
+    assert_eq!((exit.kind, exit.signal), (ExitKind::LeaseExpired as i32, 0), "started, then killed: {exit:?}");
+    let plain = launch(22, 1, &marker(22), dir.path());
+    agent.send(signed(&signer, plain.clone(), &grant(&plain, "node01", later))).await;
+    let exit = agent.exit_of(22, Duration::from_secs(20)).await.expect("the job without --requeue ends");
+    assert_eq!(exit.kind, ExitKind::Exited as i32, "{exit:?}");
+    assert_eq!(lines(&marker(22)), 1, "the job without --requeue ran");
+    assert!(!marker(21).exists(), "a --requeue job started after its node's lease ran out");
 }
