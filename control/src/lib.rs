@@ -6,6 +6,7 @@
 //! leader, [`leader`] loops read that state, call the pure scheduler [`quorum_sched::schedule`],
 //! propose its plan, and push launches and kills to the agents.
 
+pub mod clock;
 pub mod config;
 pub mod faults;
 pub mod http;

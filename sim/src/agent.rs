@@ -1,8 +1,12 @@
 //! Simulated agents: a node with 2 CPUs and two GPUs whose jobs are simulated processes. Each
-//! heartbeats the replica it believes leads every half second (its registration and the runs it
-//! has), takes the lease the answer gives, kills the runs of allocations the leader no longer
-//! has, and reports each run's end until a leader commits it. A `--requeue` job runs under the
-//! lease: killed when the lease runs out. A frozen node does nothing at all until thawed.
+//! holds a session with the replica it believes leads, as a real agent holds its stream
+//! ([`crate::session`]): it registers when the session opens, heartbeats on it every half second
+//! (the runs it has), and does what the leader's agent hub sends on it (launches, kills, suspends
+//! and resumes, the answers to its heartbeats). It takes the lease each answered heartbeat gives,
+//! and reports each run's end until a leader commits it. A `--requeue` job runs under the lease:
+//! killed when the lease runs out. A session that breaks, ends, or whose leader stops answering
+//! is given up for another. A frozen node does nothing at all until thawed (what reaches it
+//! meanwhile waits, in order, as on a socket nobody reads).
 //!
 //! Every run is recorded as `jepsen/`'s jobs record theirs (start, last sign of life, end), for
 //! the same checkers.
@@ -14,11 +18,13 @@ use std::time::Duration;
 use quorum_jepsen::checker::runs::Run;
 use quorum_jepsen::rng::Rng;
 use quorum_model::{Gpu, RankOutcome};
+use quorum_proto::agent::{controller_message::Msg, ControllerMessage};
 use quorum_state::NodeRegistration;
 use tokio::time::Instant;
 
-use crate::leader::{self, HeartbeatAnswer, LEASE};
+use crate::leader::{self, LEASE};
 use crate::net::{Host, AGENT_BASE};
+use crate::session::{self, Opened, Stream};
 use crate::world::{Bug, World};
 
 pub const CPUS: u32 = 2;
@@ -26,38 +32,29 @@ const GPUS: u32 = 2;
 const TICK: Duration = Duration::from_millis(100);
 const HEARTBEAT: Duration = Duration::from_millis(500);
 const RPC_DEADLINE: Duration = Duration::from_secs(1);
+/// A session whose leader answered none of this many heartbeats (and a second more) is given
+/// up, as the real agent's is.
+const MISSED_HEARTBEATS: u32 = 3;
+/// The program the hub sends the nodes of a job whose script runs once, on its first node: held
+/// for the job's steps, no job's process (nothing is recorded) until the job ends.
+const HOLD: &str = "/bin/sleep";
 
 pub fn host_of(node: &str) -> Option<Host> {
     node.strip_prefix('a')?.parse::<u64>().ok().map(|i| AGENT_BASE + i)
 }
 
-/// A launch (or, `kill`, an end) of one job's allocation on one node.
-#[derive(Clone, Debug)]
-pub struct Launch {
-    pub job: u64,
-    pub token: u64,
-    pub node: String,
-    pub gpus: Vec<u32>,
-    pub restarts: u32,
-    pub leased: bool,
-    pub run_for: Duration,
-    pub kill: bool,
-    /// Not a launch: `Some(true)` freezes the run (suspended by preemption), `Some(false)` thaws it.
-    pub suspend: Option<bool>,
-    /// A node of a job whose script runs once, on its first node: held for the job's steps, no
-    /// process runs here (nothing is recorded) until the job ends and the leader stops it.
-    pub held: bool,
-    /// A recurring job's entry and firing (its `QUORUM_CRON_ID` and `QUORUM_CRON_TIME`), which
-    /// its run records.
-    pub cron: Option<(u64, u64)>,
+/// How long a job of the workload runs: its program is `sleep SECONDS` (the hub's hold, a very
+/// long sleep).
+pub fn duration(argv: &[String]) -> Duration {
+    let secs = argv.get(1).and_then(|s| s.parse::<f64>().ok()).unwrap_or(1.0);
+    Duration::from_secs_f64(secs.clamp(0.0, 1e6))
 }
 
-pub struct Heartbeat {
-    pub node: NodeRegistration,
-    /// The runs it has or had: (job, allocation).
-    pub has: BTreeSet<(u64, u64)>,
-    /// Those of them still running.
-    pub running: BTreeSet<(u64, u64)>,
+/// A recurring job's entry and firing, as the firing's submit told it (`QUORUM_CRON_ID`,
+/// `QUORUM_CRON_TIME`).
+fn cron_of(env: &[quorum_proto::api::EnvVar]) -> Option<(u64, u64)> {
+    let number = |name: &str| env.iter().find(|e| e.name == name)?.value.parse().ok();
+    Some((number("QUORUM_CRON_ID")?, number("QUORUM_CRON_TIME")?))
 }
 
 struct Running {
@@ -77,10 +74,20 @@ struct Running {
 const FIRST_LEASE: Duration = Duration::from_secs(2);
 
 struct State {
+    /// The replica it asks to open its next session.
     leader: u64,
+    /// Its session, while it has one.
+    stream: Option<Arc<Stream>>,
+    seq: u64,
+    /// The send times of the heartbeats on this session not yet answered.
+    unanswered: BTreeMap<u64, Instant>,
+    /// When this session began, or its last heartbeat was answered.
+    last_ack: Instant,
     /// The send time of the newest heartbeat a leader answered.
     lease_from: Option<Instant>,
     frozen: bool,
+    /// What reached it while frozen, handled in order once thawed.
+    inbox: Vec<(Arc<Stream>, ControllerMessage)>,
     runs: BTreeMap<(u64, u64), Running>,
     /// Allocations killed before their launch arrived: a late launch of one is not started.
     killed_unlaunched: BTreeSet<(u64, u64)>,
@@ -88,24 +95,44 @@ struct State {
     rng: Rng,
 }
 
+impl State {
+    /// Whether `stream` is this agent's session, still up.
+    fn on(&self, stream: &Arc<Stream>) -> bool {
+        self.stream.as_ref().is_some_and(|s| Arc::ptr_eq(s, stream)) && stream.up()
+    }
+}
+
 pub struct Agent {
     pub host: Host,
     pub name: String,
+    /// Whether `--requeue` jobs are fenced by the lease (not in the broken build
+    /// [`Bug::LeaseFence`]).
+    fence: bool,
+    /// Whether a `--requeue` job's launch read after the lease ran out starts nothing (not in
+    /// the broken builds [`Bug::LeaseFence`] and [`Bug::LateLaunch`]).
+    refuse_late: bool,
     state: Mutex<State>,
 }
 
 impl Agent {
-    pub fn new(index: u64, rng: Rng) -> Agent {
+    pub fn new(index: u64, rng: Rng, bug: Option<Bug>) -> Agent {
+        let fence = bug != Some(Bug::LeaseFence);
+        let refuse_late = fence && bug != Some(Bug::LateLaunch);
         let state = State {
             leader: 1,
+            stream: None,
+            seq: 0,
+            unanswered: BTreeMap::new(),
+            last_ack: Instant::now(),
             lease_from: None,
             frozen: false,
+            inbox: Vec::new(),
             runs: BTreeMap::new(),
             killed_unlaunched: BTreeSet::new(),
             unreported: BTreeMap::new(),
             rng,
         };
-        Agent { host: AGENT_BASE + index, name: format!("a{index}"), state: Mutex::new(state) }
+        Agent { host: AGENT_BASE + index, name: format!("a{index}"), fence, refuse_late, state: Mutex::new(state) }
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
@@ -116,7 +143,7 @@ impl Agent {
         self.state().frozen = on;
     }
 
-    fn registration(&self) -> NodeRegistration {
+    pub fn registration(&self) -> NodeRegistration {
         NodeRegistration {
             name: self.name.clone(),
             cpus: CPUS,
@@ -137,87 +164,136 @@ impl Agent {
         self.state().runs.values().filter(|r| !r.held).map(|r| r.record.clone()).collect()
     }
 
-    /// A launch, kill, suspend or resume from a leader; what it did, when the trace should say.
-    pub fn receive(&self, m: Launch, world_time: f64) -> Option<String> {
+    /// A message of the leader's on `stream`; what it did, when the trace should say. Nothing of
+    /// a session given up is read.
+    pub fn receive(&self, stream: &Arc<Stream>, m: ControllerMessage, world_time: f64) -> Option<String> {
         let mut s = self.state();
-        if s.frozen {
+        if !s.on(stream) {
             return None;
         }
-        let key = (m.job, m.token);
-        if let Some(freeze) = m.suspend {
-            let now = Instant::now();
-            let run = s.runs.get_mut(&key).filter(|r| !r.record.ended)?;
-            return match (freeze, run.suspended_at) {
-                (true, None) => {
-                    run.suspended_at = Some(now);
-                    // Frozen the instant it was launched (the launch and the suspend of a job
-                    // preempted before its launch arrived come together): it has not run yet.
-                    if run.record.active == [(world_time, world_time)] {
-                        run.record.active.clear();
-                    }
-                    Some(format!("{} suspends {}.{}", self.name, m.job, m.token))
-                }
-                (false, Some(since)) => {
-                    run.ends_at += now - since;
-                    run.suspended_at = None;
-                    // Running again from now: a stretch of its own, however short the pause.
-                    run.record.active.push((world_time, world_time));
-                    Some(format!("{} resumes {}.{}", self.name, m.job, m.token))
-                }
-                _ => None,
-            };
+        if s.frozen {
+            s.inbox.push((stream.clone(), m));
+            return None;
         }
-        if m.kill {
-            let now = Instant::now();
-            match s.runs.get_mut(&key) {
-                Some(run) if !run.record.ended => {
-                    run.record.ended = true;
-                    run.ends_at = now;
-                    s.unreported.insert(key, RankOutcome::Cancelled { code: 0, signal: 15 });
+        self.handle(&mut s, m, world_time)
+    }
+
+    fn handle(&self, s: &mut State, m: ControllerMessage, world_time: f64) -> Option<String> {
+        match m.msg? {
+            Msg::HeartbeatAck(ack) => {
+                s.last_ack = Instant::now();
+                let lease = Duration::from_millis(ack.lease_ms);
+                let answered: Vec<u64> = s.unanswered.range(..=ack.seq).map(|(seq, _)| *seq).collect();
+                for seq in answered {
+                    let Some(sent) = s.unanswered.remove(&seq) else { continue };
+                    if seq != ack.seq {
+                        continue;
+                    }
+                    if s.lease_from.is_none_or(|t| t < sent) {
+                        s.lease_from = Some(sent);
+                    }
+                    for run in s.runs.values_mut() {
+                        if let Some(d) = run.deadline.as_mut() {
+                            *d = (*d).max(sent + lease);
+                        }
+                    }
                 }
-                Some(_) => {}
-                // Never launched here: nothing to kill, and it has ended as far as this node goes.
-                None => {
-                    s.killed_unlaunched.insert(key);
-                    s.unreported.insert(key, RankOutcome::Cancelled { code: 0, signal: 15 });
+                None
+            }
+            Msg::Suspend(order) => self.suspend((order.job_id, order.token), !order.resume, s, world_time),
+            Msg::Kill(k) => {
+                let key = (k.job_id, k.token);
+                let now = Instant::now();
+                match s.runs.get_mut(&key) {
+                    Some(run) if !run.record.ended => {
+                        run.record.ended = true;
+                        run.ends_at = now;
+                        s.unreported.insert(key, RankOutcome::Cancelled { code: 0, signal: 15 });
+                        Some(format!("{} kills {}.{}", self.name, key.0, key.1))
+                    }
+                    Some(_) => None,
+                    // Never launched here: nothing to kill, and it has ended as far as this node goes.
+                    None => {
+                        s.killed_unlaunched.insert(key);
+                        s.unreported.insert(key, RankOutcome::Cancelled { code: 0, signal: 15 });
+                        None
+                    }
                 }
             }
-            return None;
+            Msg::Launch(l) => {
+                let key = (l.job_id, l.token);
+                if s.runs.contains_key(&key) || s.killed_unlaunched.contains(&key) {
+                    return None;
+                }
+                let spec = l.spec.unwrap_or_default();
+                let held = spec.argv.first().is_some_and(|p| p == HOLD);
+                let now = Instant::now();
+                let deadline = spec.requeue.then(|| s.lease_from.map_or(now + FIRST_LEASE, |from| from + LEASE));
+                // A `--requeue` job's launch read after the lease ran out (it waited while the
+                // node was frozen) starts nothing, as the real agent's: the leader may have
+                // started it elsewhere.
+                if deadline.is_some_and(|d| d <= now) && self.refuse_late {
+                    s.killed_unlaunched.insert(key);
+                    s.unreported.insert(key, RankOutcome::LostContact);
+                    return Some(format!("{} refuses {}.{}: lease ran out", self.name, key.0, key.1));
+                }
+                s.runs.insert(
+                    key,
+                    Running {
+                        finished: false,
+                        record: Run {
+                            job: l.job_id,
+                            file: format!("{}.{}", l.job_id, l.token),
+                            node: self.name.clone(),
+                            gpus: l.gpus,
+                            restarts: l.restart_count,
+                            start: world_time,
+                            last: world_time,
+                            ended: false,
+                            active: vec![(world_time, world_time)],
+                            cron: cron_of(&spec.env),
+                            step: None,
+                            sruns: Vec::new(),
+                        },
+                        deadline,
+                        ends_at: now + duration(&spec.argv),
+                        suspended_at: None,
+                        held,
+                    },
+                );
+                None
+            }
+            _ => None,
         }
-        if s.runs.contains_key(&key) || s.killed_unlaunched.contains(&key) {
-            return None;
-        }
+    }
+
+    /// Freezes (suspended by preemption) or thaws one run.
+    fn suspend(&self, key: (u64, u64), freeze: bool, s: &mut State, world_time: f64) -> Option<String> {
         let now = Instant::now();
-        let deadline = m.leased.then(|| s.lease_from.map_or(now + FIRST_LEASE, |from| from + LEASE));
-        s.runs.insert(
-            key,
-            Running {
-                finished: false,
-                record: Run {
-                    job: m.job,
-                    file: format!("{}.{}", m.job, m.token),
-                    node: m.node,
-                    gpus: m.gpus,
-                    restarts: m.restarts,
-                    start: world_time,
-                    last: world_time,
-                    ended: false,
-                    active: vec![(world_time, world_time)],
-                    cron: m.cron,
-                    step: None,
-                    sruns: Vec::new(),
-                },
-                deadline,
-                ends_at: now + m.run_for,
-                suspended_at: None,
-                held: m.held,
-            },
-        );
-        None
+        let run = s.runs.get_mut(&key).filter(|r| !r.record.ended)?;
+        match (freeze, run.suspended_at) {
+            (true, None) => {
+                run.suspended_at = Some(now);
+                // Frozen the instant it was launched (the launch and the suspend of a job
+                // preempted before its launch arrived come together): it has not run yet.
+                if run.record.active == [(world_time, world_time)] {
+                    run.record.active.clear();
+                }
+                Some(format!("{} suspends {}.{}", self.name, key.0, key.1))
+            }
+            (false, Some(since)) => {
+                run.ends_at += now - since;
+                run.suspended_at = None;
+                // Running again from now: a stretch of its own, however short the pause.
+                run.record.active.push((world_time, world_time));
+                Some(format!("{} resumes {}.{}", self.name, key.0, key.1))
+            }
+            _ => None,
+        }
     }
 }
 
-/// An agent's loops: its processes, its heartbeats and its exit reports.
+/// An agent's loops: its processes, its session and heartbeats, and its exit reports.
 pub fn start(world: &Arc<World>, agent: Arc<Agent>) {
     tokio::spawn(processes(world.clone(), agent.clone()));
     tokio::spawn(heartbeats(world.clone(), agent.clone()));
@@ -235,13 +311,20 @@ async fn processes(world: Arc<World>, agent: Arc<Agent>) {
             if s.frozen {
                 continue;
             }
-            let fence = !world.bug(Bug::LeaseFence);
+            // Thawed: what reached it meanwhile, in order.
+            for (stream, m) in std::mem::take(&mut s.inbox) {
+                if s.on(&stream) {
+                    lines.extend(agent.handle(&mut s, m, t));
+                }
+            }
+            let fence = agent.fence;
             let mut ended = Vec::new();
             for (key, run) in s.runs.iter_mut().filter(|(_, r)| !r.record.ended) {
                 if run.deadline.is_some_and(|d| now > d) && fence {
                     // Killed as it was: its last sign of life stays the last tick.
                     run.record.ended = true;
-                    ended.push((*key, RankOutcome::Exited { code: 0, signal: 9 }));
+                    // Reported as the real agent's lease kill is (LEASE_EXPIRED: lost contact).
+                    ended.push((*key, RankOutcome::LostContact));
                     lines.push(format!("{} kills {}.{}: lease ran out", agent.name, key.0, key.1));
                 } else if run.suspended_at.is_some() {
                     // Frozen: no sign of life.
@@ -269,78 +352,94 @@ fn next_replica(world: &World, s: &mut State) {
     s.leader = s.rng.between(1, n);
 }
 
+/// What the session loop does next.
+enum Next {
+    Open(u64),
+    Beat(Arc<Stream>, u64, Vec<(u64, u64)>),
+}
+
 async fn heartbeats(world: Arc<World>, agent: Arc<Agent>) {
     let mut wait = HEARTBEAT;
     loop {
         tokio::time::sleep(wait).await;
         wait = HEARTBEAT;
-        let (to, hb) = {
-            let s = agent.state();
-            if s.frozen {
-                continue;
-            }
-            let has = s.runs.keys().chain(&s.killed_unlaunched).copied().collect();
-            let running = s.runs.iter().filter(|(_, r)| !r.record.ended).map(|(k, _)| *k).collect();
-            (s.leader, Heartbeat { node: agent.registration(), has, running })
-        };
-        let sent = Instant::now();
-        let from = agent.host;
-        let w = world.clone();
-        let trip = async move {
-            if !w.net.hop(from, to).await {
-                return futures::future::pending().await;
-            }
-            let Some(r) = w.replica(to) else { return futures::future::pending().await };
-            let answer = leader::heartbeat(&w, &r, &hb).await;
-            if !w.net.hop(to, from).await {
-                return futures::future::pending().await;
-            }
-            answer
-        };
-        let answer = tokio::time::timeout(RPC_DEADLINE, trip).await;
-        let mut lines = Vec::new();
-        {
+        let next = {
             let mut s = agent.state();
             if s.frozen {
                 continue;
             }
-            match answer {
-                Ok(HeartbeatAnswer::Ok { index, runs, lease }) => {
-                    if lease {
-                        if s.lease_from.is_none_or(|t| t < sent) {
-                            s.lease_from = Some(sent);
-                        }
-                        for run in s.runs.values_mut() {
-                            if let Some(d) = run.deadline.as_mut() {
-                                *d = (*d).max(sent + LEASE);
-                            }
-                        }
-                    }
-                    // Runs of allocations the leader no longer has are strays: killed.
-                    let mut strays = Vec::new();
-                    for (key, run) in s.runs.iter_mut().filter(|(_, r)| !r.record.ended) {
-                        if key.1 <= index && !runs.contains(key) {
-                            run.record.ended = true;
-                            strays.push(*key);
-                            lines.push(format!("{} kills stray {}.{}", agent.name, key.0, key.1));
-                        }
-                    }
-                    for key in strays {
-                        s.unreported.insert(key, RankOutcome::Cancelled { code: 0, signal: 9 });
-                    }
+            let silent = s.last_ack.elapsed() > HEARTBEAT * MISSED_HEARTBEATS + Duration::from_secs(1);
+            match s.stream.clone() {
+                Some(stream) if stream.up() && !silent && session::replica_of(&world, &stream).is_some() => {
+                    s.seq += 1;
+                    let seq = s.seq;
+                    s.unanswered.insert(seq, Instant::now());
+                    let running = s.runs.iter().filter(|(_, r)| !r.record.ended).map(|(k, _)| *k).collect();
+                    Next::Beat(stream, seq, running)
                 }
-                // Told where the leader is: a session there begins at once (the real agent
-                // registers and heartbeats as soon as its stream is up).
-                Ok(HeartbeatAnswer::NotLeader(Some(l))) => {
-                    s.leader = l;
-                    wait = Duration::from_millis(10);
+                Some(stream) => {
+                    // Given up: redirected to the leader it named, or another replica.
+                    stream.break_off();
+                    s.stream = None;
+                    match stream.hint() {
+                        Some(l) => {
+                            s.leader = l;
+                            wait = Duration::from_millis(10);
+                        }
+                        None => next_replica(&world, &mut s),
+                    }
+                    world.trace(format!("{} leaves session {} with r{}", agent.name, stream.conn, stream.replica));
+                    continue;
                 }
-                Ok(HeartbeatAnswer::Unanswered) => {}
-                Ok(HeartbeatAnswer::NotLeader(None)) | Err(_) => next_replica(&world, &mut s),
+                None => Next::Open(s.leader),
             }
-        }
-        for line in lines {
-            world.trace(line);
+        };
+        match next {
+            Next::Beat(stream, seq, running) => stream.beat(seq, running),
+            Next::Open(to) => {
+                let (from, registration) = (agent.host, agent.registration());
+                let w = world.clone();
+                // The stream the replica opened, whether or not its answer comes back in time:
+                // one that does not is given up.
+                let opened_slot: Arc<Mutex<Option<Arc<Stream>>>> = Arc::default();
+                let slot = opened_slot.clone();
+                let trip = async move {
+                    if !w.net.hop(from, to).await {
+                        return futures::future::pending().await;
+                    }
+                    let Some(r) = w.replica(to) else { return futures::future::pending().await };
+                    let opened = session::open(&w, &r, from, registration).await;
+                    if let Opened::Stream(stream) = &opened {
+                        *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(stream.clone());
+                    }
+                    if !w.net.hop(to, from).await {
+                        return futures::future::pending().await;
+                    }
+                    opened
+                };
+                let opened = tokio::time::timeout(RPC_DEADLINE, trip).await;
+                let mut s = agent.state();
+                match opened {
+                    Ok(Opened::Stream(stream)) => {
+                        stream.adopt();
+                        s.stream = Some(stream);
+                        s.unanswered.clear();
+                        s.last_ack = Instant::now();
+                        wait = Duration::from_millis(10);
+                    }
+                    // Told where the leader is: a session there begins at once.
+                    Ok(Opened::NotLeader(Some(l))) => {
+                        s.leader = l;
+                        wait = Duration::from_millis(10);
+                    }
+                    Ok(Opened::NotLeader(None)) | Err(_) => {
+                        if let Some(orphan) = opened_slot.lock().unwrap_or_else(|p| p.into_inner()).take() {
+                            orphan.break_off();
+                        }
+                        next_replica(&world, &mut s);
+                    }
+                }
+            }
         }
     }
 }
@@ -354,7 +453,7 @@ async fn reports(world: Arc<World>, agent: Arc<Agent>) {
                 continue;
             }
             let Some((key, outcome)) = s.unreported.iter().next() else { continue };
-            (s.leader, (*key, *outcome))
+            (s.stream.as_ref().map_or(s.leader, |stream| stream.replica), (*key, *outcome))
         };
         let ((job, token), outcome) = report;
         let (from, node) = (agent.host, agent.name.clone());

@@ -2,26 +2,22 @@
 //! parts: the scheduler (`quorum_sched::schedule`, the plan proposed as one `ApplyPlan`), the
 //! leader's rules for agents' registrations and exit reports (`quorum_control::leader::rules`),
 //! node liveness (DOWN after the node timeout, a new leader giving every node a full timeout of
-//! grace), launches and kills sent to agents until they say they have them, and the answers to
-//! clients and agents.
+//! grace, judged by the agent hub's record of heartbeats), the controller's own agent hub
+//! deciding what each node is sent ([`crate::session`]), and the answers to clients and agents.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use openraft::error::{ClientWriteError, RaftError};
 use openraft::ServerState;
-use quorum_control::leader::heard::Heard;
-use quorum_control::leader::hub::runs_here;
 use quorum_jepsen::choice::{Mix, SCAVENGER, STANDBY};
 use quorum_jepsen::history::{Outcome, Seen};
 use quorum_model::preempt::{PreemptMode, PreemptType};
-use quorum_model::{Job, JobSpec, JobState, NodeAdminState, Program, RankOutcome, Rejection};
+use quorum_model::{Job, JobSpec, JobState, NodeAdminState, RankOutcome, Rejection};
 use quorum_state::{Command, ReplicaVersion, Response};
 use tokio::sync::watch;
-use tokio::time::Instant;
 
-use crate::agent::{Heartbeat, Launch};
 use crate::disk::read;
 use crate::world::{Bug, Replica, World};
 
@@ -30,26 +26,13 @@ pub const NODE_TIMEOUT: Duration = Duration::from_secs(5);
 /// The lease a leader gives with each answered heartbeat: shorter than the node timeout, so a
 /// node cut off has stopped its `--requeue` jobs before they are requeued.
 pub const LEASE: Duration = Duration::from_secs(3);
-/// A leader answers agents only while a quorum acknowledged it this recently.
-const QUORUM_FRESHNESS_MS: u64 = 1000;
-/// A launch or kill not yet confirmed is sent again after this.
-const RESEND: Duration = Duration::from_secs(1);
 
-/// What a leader keeps in memory only.
+/// What a leader keeps in memory only, beside its agent hub (which it empties when it stops
+/// leading).
 pub struct Lead {
     pub term: u64,
     /// When it began leading: a node not heard from since has a full timeout from then.
     since: std::time::Instant,
-    /// The controller's own record of heartbeats and of nodes being declared DOWN.
-    heard: Heard,
-    /// When it last sent each (job, allocation, node) a launch (`false`) or a kill (`true`).
-    sent: BTreeMap<(u64, u64, String), (Instant, bool)>,
-    /// What each agent last said it runs or ran: (job, allocation).
-    known: BTreeMap<String, BTreeSet<(u64, u64)>>,
-    /// What each agent last said it runs.
-    running: BTreeMap<String, BTreeSet<(u64, u64)>>,
-    /// The (job, allocation, node)s it has told to freeze (and maybe thaw since).
-    told: BTreeSet<(u64, u64, String)>,
 }
 
 fn lead(r: &Replica) -> std::sync::MutexGuard<'_, Option<Lead>> {
@@ -142,20 +125,18 @@ pub async fn duties(world: Arc<World>, r: Arc<Replica>, mut stop: watch::Receive
             return;
         }
         if !leads(&r) {
-            *lead(&r) = None;
+            // No longer leading: every agent's session ends, as the controller's do.
+            if lead(&r).take().is_some() {
+                crate::session::close_all(&world, &r);
+            }
             continue;
         }
         let fresh = lead(&r).as_ref().is_none_or(|l| l.term != m.current_term);
         if fresh {
-            *lead(&r) = Some(Lead {
-                term: m.current_term,
-                since: Instant::now().into_std(),
-                heard: Heard::default(),
-                sent: BTreeMap::new(),
-                known: BTreeMap::new(),
-                running: BTreeMap::new(),
-                told: BTreeSet::new(),
-            });
+            if lead(&r).take().is_some() {
+                crate::session::close_all(&world, &r);
+            }
+            *lead(&r) = Some(Lead { term: m.current_term, since: quorum_control::clock::monotonic() });
             world.trace(format!("r{} leads term {}", r.id, m.current_term));
         }
         if let Err(e) = cycle(&world, &r).await {
@@ -164,7 +145,7 @@ pub async fn duties(world: Arc<World>, r: Arc<Replica>, mut stop: watch::Receive
     }
 }
 
-async fn cycle(world: &Arc<World>, r: &Replica) -> Result<(), WriteError> {
+async fn cycle(world: &Arc<World>, r: &Arc<Replica>) -> Result<(), WriteError> {
     let now = world.wall_ms(r.id);
     // What every leader makes sure of first: the replicas' versions, and the partition.
     let (versions_known, partitioned, preempting) = {
@@ -191,33 +172,41 @@ async fn cycle(world: &Arc<World>, r: &Replica) -> Result<(), WriteError> {
 
     // Liveness: a node not heard from for the node timeout is DOWN; as the controller's
     // liveness loop, judged and marked in one step, no lease for it until the write is over.
+    let Some(since) = lead(r).as_ref().map(|l| l.since) else { return Ok(()) };
     let silent: Vec<String> = {
         let a = read(&r.applied);
-        let l = lead(r);
-        let Some(l) = l.as_ref() else { return Ok(()) };
-        let now = Instant::now().into_std();
+        let now = quorum_control::clock::monotonic();
         a.state
             .nodes
             .iter()
             .filter(|(_, n)| !matches!(n.admin, NodeAdminState::Down { .. }))
-            .filter(|(name, _)| l.heard.silence(name, l.since, now) >= NODE_TIMEOUT)
+            .filter(|(name, _)| r.hub.silence(name, since, now) >= NODE_TIMEOUT)
             .map(|(name, _)| name.clone())
             .collect()
     };
     for node in silent {
-        let begun = lead(r).as_mut().and_then(|l| {
-            let since = l.since;
-            l.heard.begin_down(&node, since, Instant::now().into_std(), NODE_TIMEOUT)
-        });
-        if begun.is_none() {
+        if r.hub.begin_down(&node, since, NODE_TIMEOUT).is_none() {
             continue;
         }
         world.trace(format!("r{} declares {node} down", r.id));
         let written = write(r, Command::NodeDown { node: node.clone(), reason: "not responding".into(), now }).await;
-        if let Some(l) = lead(r).as_mut() {
-            l.heard.down_ended(&node);
-        }
+        r.hub.down_ended(&node);
         written?;
+    }
+
+    // The jobs held back from a node's replaced session that its new session has not reported
+    // within a lease: ended as lost contact, as the controller's liveness loop ends them (the
+    // hub's set has no order of the seed's: sorted).
+    let mut overdue = r.hub.overdue_held(&read(&r.applied).state);
+    overdue.sort();
+    for (node, job_id, token) in overdue {
+        let outcome = RankOutcome::LostContact;
+        let (_, response) = write(r, Command::JobEnded { job_id, token, node: node.clone(), outcome, now }).await?;
+        world.trace(format!(
+            "r{} ends {job_id}.{token} held from {node}'s replaced session: {}",
+            r.id,
+            kind(&response)
+        ));
     }
 
     // Recurring jobs: each firing due, as the controller's cron loop proposes it (apply fires
@@ -317,233 +306,11 @@ async fn end_at_once(world: &World, r: &Replica, preempted: &[(u64, u64)]) -> Re
     Ok(())
 }
 
-/// How long a node of a job whose script runs once, on its first node (the batch step), is held
-/// by the run there: until the job ends and the leader stops it.
-const HELD_FOR_STEPS: Duration = Duration::from_secs(1_000_000);
-
-/// A recurring job's entry and firing, as the firing's submit told it (`QUORUM_CRON_ID`,
-/// `QUORUM_CRON_TIME`).
-fn cron_of(spec: &JobSpec) -> Option<(u64, u64)> {
-    let number = |name: &str| spec.env.get(name)?.parse().ok();
-    Some((number("QUORUM_CRON_ID")?, number("QUORUM_CRON_TIME")?))
-}
-
-/// How long a job of the workload runs: its program is `sleep SECONDS`.
-pub fn duration(spec: &JobSpec) -> Duration {
-    let secs = match &spec.program {
-        Program::Argv(argv) => argv.get(1).and_then(|s| s.parse::<f64>().ok()).unwrap_or(1.0),
-        _ => 1.0,
-    };
-    Duration::from_secs_f64(secs.clamp(0.0, 1e6))
-}
-
-/// What each node's agent should be told, in order on the leader's stream to it: whether each job
-/// ever suspended by preemption is frozen or not, then kills of what it runs that the state no
-/// longer places there (a job ended, cancelled or requeued elsewhere), then launches of running
-/// jobs it does not have yet and kills of cancelled or preempted ones. Each launch and kill is
-/// sent again until the agent says it has it (or the job has ended), as the controller's
-/// reconciliation does.
-fn dispatch(world: &Arc<World>, r: &Replica) {
-    let mut messages = Vec::new();
-    let mut suspends = Vec::new();
-    {
-        let a = read(&r.applied);
-        let mut l = lead(r);
-        let Some(l) = l.as_mut() else { return };
-        let now = Instant::now();
-        let mut live = BTreeSet::new();
-        for (node, running) in &l.running {
-            for &(job, token) in running.iter().filter(|key| !runs_here(&a.state, node, **key)) {
-                let key = (job, token, node.clone());
-                live.insert(key.clone());
-                if l.sent.get(&key).is_some_and(|(t, _)| now.duration_since(*t) < RESEND) {
-                    continue;
-                }
-                l.sent.insert(key, (now, true));
-                messages.push(Launch {
-                    job,
-                    token,
-                    node: node.clone(),
-                    gpus: Vec::new(),
-                    restarts: 0,
-                    leased: false,
-                    run_for: Duration::ZERO,
-                    kill: true,
-                    suspend: None,
-                    held: false,
-                    cron: None,
-                });
-            }
-        }
-        // What ended allocations still hold on a node is killed there until its agent reports
-        // the end (which frees it), as the controller's reconciliation does.
-        for (node, c) in a.state.nodes.values().flat_map(|n| n.completing.iter().map(move |c| (&n.name, c))) {
-            let key = (c.job_id, c.token, node.clone());
-            if !live.insert(key.clone()) || l.sent.get(&key).is_some_and(|(t, _)| now.duration_since(*t) < RESEND) {
-                continue;
-            }
-            l.sent.insert(key, (now, true));
-            let (job, token, node) = (c.job_id, c.token, node.clone());
-            let (gpus, restarts, leased, run_for) = (Vec::new(), 0, false, Duration::ZERO);
-            messages.push(Launch {
-                job,
-                token,
-                node,
-                gpus,
-                restarts,
-                leased,
-                run_for,
-                kill: true,
-                suspend: None,
-                held: false,
-                cron: None,
-            });
-        }
-        for job in a.state.jobs.values().filter(|j| matches!(j.state, JobState::Running | JobState::Suspended)) {
-            let Some(alloc) = &job.allocation else { continue };
-            for n in &alloc.nodes {
-                let key = (job.id, job.alloc_index, n.node.clone());
-                live.insert(key.clone());
-                let has = l.known.get(&n.node).is_some_and(|k| k.contains(&(job.id, job.alloc_index)));
-                // Cancelled, or preempted to be requeued: stopped (with no grace time).
-                let stop = job.cancel_requested || job.preempting.as_ref().is_some_and(|p| p.mode.stops());
-                // Suspended (by preemption) or resumed: said as soon as the state says so (and its
-                // launch is sent, as the controller does), and again first in every batch to the
-                // node, so that nothing sent there after it arrives without it. (The controller's
-                // one stream to an agent delivers every message in order or breaks; the
-                // simulator's loses one now and then, which an order said once would not survive.)
-                let suspend = job.state == JobState::Suspended;
-                let order = || Launch {
-                    job: job.id,
-                    token: job.alloc_index,
-                    node: n.node.clone(),
-                    gpus: Vec::new(),
-                    restarts: job.requeues,
-                    leased: false,
-                    run_for: Duration::ZERO,
-                    kill: false,
-                    suspend: Some(suspend),
-                    held: false,
-                    cron: None,
-                };
-                if !stop && (suspend || l.told.contains(&key)) && !world.bug(Bug::NoFreeze) {
-                    l.told.insert(key.clone());
-                    suspends.push(order());
-                }
-                if has && !stop {
-                    continue;
-                }
-                // A kill goes at once, however recently the launch went (as the controller's
-                // does); each is sent again after a while. (The earlier workloads' seeds replay as
-                // they were found, when a kill waited for the launch's time to be sent again.)
-                let prompt = world.opts.workload >= Mix::Full;
-                let recent =
-                    |(t, kill): &(Instant, bool)| (*kill == stop || !prompt) && now.duration_since(*t) < RESEND;
-                if l.sent.get(&key).is_some_and(recent) {
-                    continue;
-                }
-                l.sent.insert(key, (now, stop));
-                // A node of a job whose script runs once, on its first node: held for its steps
-                // (none here) until the job ends.
-                let held = job.spec.batch_step && alloc.nodes.first().is_some_and(|f| f.node != n.node);
-                messages.push(Launch {
-                    job: job.id,
-                    token: job.alloc_index,
-                    node: n.node.clone(),
-                    gpus: n.gpus.clone(),
-                    restarts: job.requeues,
-                    leased: job.spec.requeue,
-                    run_for: match held {
-                        true => HELD_FOR_STEPS,
-                        false => duration(&job.spec),
-                    },
-                    kill: stop,
-                    suspend: None,
-                    held,
-                    cron: cron_of(&job.spec),
-                });
-                // Suspended before its launch got there: frozen right after it.
-                if !stop && suspend {
-                    messages.push(order());
-                }
-            }
-        }
-        l.sent.retain(|k, _| live.contains(k));
-        l.told.retain(|k| live.contains(k));
-    }
-    let mut by_node: BTreeMap<String, Vec<Launch>> = BTreeMap::new();
-    for m in suspends.into_iter().chain(messages) {
-        by_node.entry(m.node.clone()).or_default().push(m);
-    }
-    for (node, batch) in by_node {
-        let from = r.id;
-        let Some(host) = crate::agent::host_of(&node) else { continue };
-        let Some(agent) = world.agents.get(&host).cloned() else { continue };
-        let w = world.clone();
-        tokio::spawn(async move {
-            if w.net.hop_in_order(from, host).await {
-                for m in batch {
-                    if let Some(line) = agent.receive(m, w.now_s()) {
-                        w.trace(line);
-                    }
-                }
-            }
-        });
-    }
-}
-
-/// What a leader answers an agent's heartbeat.
-pub enum HeartbeatAnswer {
-    NotLeader(Option<u64>),
-    /// Not answered: the leader has not yet applied an entry of its own term
-    /// (`quorum_control::replica::may_lease`).
-    Unanswered,
-    /// The jobs the state has running on the node at `index`: the agent kills any other of an
-    /// allocation at or below it; and whether the answer is a lease (not while the leader is
-    /// declaring the node DOWN).
-    Ok {
-        index: u64,
-        runs: BTreeSet<(u64, u64)>,
-        lease: bool,
-    },
-}
-
-pub async fn heartbeat(world: &World, r: &Replica, hb: &Heartbeat) -> HeartbeatAnswer {
-    let m = r.raft.metrics().borrow().clone();
-    if !leads(r) {
-        return HeartbeatAnswer::NotLeader(m.current_leader.filter(|l| *l != r.id));
-    }
-    // A leader cut off from a quorum gives no lease.
-    if m.millis_since_quorum_ack.is_none_or(|ms| ms >= QUORUM_FRESHNESS_MS) {
-        return HeartbeatAnswer::NotLeader(None);
-    }
-    if !world.bug(Bug::EarlyLease) && !quorum_control::replica::may_lease(&m, r.id) {
-        return HeartbeatAnswer::Unanswered;
-    }
-    let mut lease = false;
-    if let Some(l) = lead(r).as_mut() {
-        lease = l.heard.heard(&hb.node.name, Instant::now().into_std()) || world.bug(Bug::EarlyLease);
-        l.known.insert(hb.node.name.clone(), hb.has.clone());
-        l.running.insert(hb.node.name.clone(), hb.running.clone());
-    }
-    let register = quorum_control::leader::rules::needs_registration(&read(&r.applied).state, &hb.node);
-    if register {
-        let now = world.wall_ms(r.id);
-        world.trace(format!("r{} registers {}", r.id, hb.node.name));
-        if let Err(e) = write(r, Command::RegisterNode { node: hb.node.clone(), now }).await {
-            return HeartbeatAnswer::NotLeader(match e {
-                WriteError::NotLeader(l) => l,
-                WriteError::Other(_) => None,
-            });
-        }
-    }
-    let a = read(&r.applied);
-    let placed = a.state.nodes.get(&hb.node.name).map(|n| n.jobs.iter()).into_iter().flatten();
-    let runs = placed
-        .filter_map(|id| a.state.jobs.get(id).map(|j| (j.id, j.alloc_index)))
-        .filter(|key| runs_here(&a.state, &hb.node.name, *key))
-        .collect();
-    HeartbeatAnswer::Ok { index: a.index(), runs, lease }
+/// What each connected node lacks to match the state, sent by the controller's agent hub (as
+/// its dispatch loop does after every applied change).
+fn dispatch(world: &Arc<World>, r: &Arc<Replica>) {
+    r.hub.reconcile(&read(&r.applied).state, None);
+    crate::session::pump(world, r);
 }
 
 /// An agent's report that a run ended: committed as the leader's rules say.

@@ -18,6 +18,7 @@ pub mod leader;
 pub mod nemesis;
 pub mod net;
 pub mod runtime;
+pub mod session;
 pub mod world;
 
 use std::collections::BTreeMap;

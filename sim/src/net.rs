@@ -19,8 +19,6 @@ pub struct Net {
     rng: Mutex<Rng>,
     /// Directed pairs (from, to) whose messages are dropped.
     cut: Mutex<BTreeSet<(Host, Host)>>,
-    /// When the last message of each stream (from, to) arrives: a stream delivers in order.
-    streams: Mutex<std::collections::BTreeMap<(Host, Host), tokio::time::Instant>>,
     /// Chance that a message is lost, and that a Raft message is delivered twice.
     pub loss: f64,
     pub duplicate: f64,
@@ -28,7 +26,7 @@ pub struct Net {
 
 impl Net {
     pub fn new(rng: Rng, loss: f64, duplicate: f64) -> Net {
-        Net { rng: Mutex::new(rng), cut: Mutex::new(BTreeSet::new()), streams: Default::default(), loss, duplicate }
+        Net { rng: Mutex::new(rng), cut: Mutex::new(BTreeSet::new()), loss, duplicate }
     }
 
     fn rng(&self) -> std::sync::MutexGuard<'_, Rng> {
@@ -56,23 +54,6 @@ impl Net {
 
     pub fn is_cut(&self, from: Host, to: Host) -> bool {
         self.cut.lock().unwrap_or_else(|p| p.into_inner()).contains(&(from, to))
-    }
-
-    /// As [`Net::hop`], on a stream from `from` to `to` (the leader's to an agent): a message
-    /// never overtakes one sent before it.
-    pub async fn hop_in_order(&self, from: Host, to: Host) -> bool {
-        if self.is_cut(from, to) || self.chance(self.loss) {
-            return false;
-        }
-        let arrive = {
-            let earliest = tokio::time::Instant::now() + self.delay();
-            let mut streams = self.streams.lock().unwrap_or_else(|p| p.into_inner());
-            let at = streams.get(&(from, to)).map_or(earliest, |last| earliest.max(*last));
-            streams.insert((from, to), at);
-            at
-        };
-        tokio::time::sleep_until(arrive).await;
-        !self.is_cut(from, to)
     }
 
     /// Carries one message from `from` to `to`: true once it arrived, false if it was lost or

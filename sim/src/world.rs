@@ -71,7 +71,8 @@ pub enum Bug {
     /// the job that preempted it may start beside them.
     PreemptNoWait,
     /// The leader never tells an agent to freeze a job suspended by preemption, which runs on
-    /// beside the job it lent its CPUs to.
+    /// beside the job it lent its CPUs to (the hub's suspends and resumes are dropped on the way
+    /// to the agents).
     NoFreeze,
     /// The scheduler's view leaves out the advance reservations, so that any job may take a
     /// reserved node in its window.
@@ -80,6 +81,10 @@ pub enum Bug {
     /// synced (as `jepsen/bugs/log-no-sync.patch` does to the real one): a power cut of every
     /// replica loses entries a majority acknowledged, and votes.
     LogNoSync,
+    /// The agent starts a `--requeue` job whose launch it read after its lease ran out (it
+    /// waited on the stream of a frozen node), as the agent before 3b77c20d did: the leader may
+    /// have declared the node DOWN and started the job elsewhere.
+    LateLaunch,
 }
 
 /// A place in the simulated shells where a replica can be made to crash, as a failpoint would:
@@ -143,6 +148,10 @@ pub struct Replica {
     pub kick: Arc<tokio::sync::Notify>,
     /// What this incarnation knows as leader (nothing while it follows).
     pub lead: Mutex<Option<crate::leader::Lead>>,
+    /// The controller's agent hub: what this incarnation sends each node while it leads.
+    pub hub: quorum_control::leader::hub::AgentHub,
+    /// The agents' sessions with it.
+    pub sessions: crate::session::Sessions,
     pub stop: watch::Sender<bool>,
 }
 
@@ -171,7 +180,10 @@ impl World {
         let clocks =
             ids.iter().map(|&id| (id, Clock { base: Duration::ZERO, base_wall: EPOCH_MS, rate: 1.0 })).collect();
         let agents = (1..=opts.agents as u64)
-            .map(|i| (crate::net::AGENT_BASE + i, Arc::new(crate::agent::Agent::new(i, root.fork(100 + i)))))
+            .map(|i| {
+                let agent = crate::agent::Agent::new(i, root.fork(100 + i), opts.bug);
+                (crate::net::AGENT_BASE + i, Arc::new(agent))
+            })
             .collect();
         Arc::new(World {
             start: Instant::now(),
@@ -315,7 +327,18 @@ impl World {
             }
         }
         let (stop, stopped) = watch::channel(false);
-        let replica = Arc::new(Replica { id, incarnation, fuse, raft, applied, kick, lead: Mutex::new(None), stop });
+        let replica = Arc::new(Replica {
+            id,
+            incarnation,
+            fuse,
+            raft,
+            applied,
+            kick,
+            lead: Mutex::new(None),
+            hub: crate::session::hub(),
+            sessions: Mutex::new(BTreeMap::new()),
+            stop,
+        });
         self.replicas.lock().unwrap_or_else(|p| p.into_inner()).insert(id, replica.clone());
         tokio::spawn(crate::leader::duties(self.clone(), replica, stopped));
         self.trace(format!("r{id} started"));

@@ -208,7 +208,10 @@ impl Snapshot {
         connected.set(Vec::new(), sessions.len() as i64);
         for (node, agent, last_heard) in &sessions {
             if let Some(at) = last_heard {
-                heard.set(labels([("node", node)]), at.elapsed().as_secs() as i64);
+                heard.set(
+                    labels([("node", node)]),
+                    crate::clock::monotonic().saturating_duration_since(*at).as_secs() as i64,
+                );
             }
             for g in &agent.gpus {
                 let state = crate::wire::gpu_state_name(g.state);

@@ -20,6 +20,7 @@ use tonic::Status;
 
 use super::grants::Grants;
 use super::heard::Heard;
+use crate::clock::monotonic;
 use crate::model::JobId;
 use crate::wire;
 use quorum_state::ClusterState;
@@ -236,7 +237,7 @@ impl AgentHub {
         let mut inner = self.lock();
         inner.next_id += 1;
         let id = inner.next_id;
-        inner.heard.heard(node, Instant::now());
+        inner.heard.heard(node, monotonic());
         let (superseded, superseded_rx) = watch::channel(false);
         let old = inner.conns.insert(
             node.to_string(),
@@ -260,7 +261,7 @@ impl AgentHub {
                 jobs.extend(prev.jobs);
             }
             if !jobs.is_empty() {
-                inner.held.insert(node.to_string(), Held { since: Instant::now(), jobs, ended: HashSet::new() });
+                inner.held.insert(node.to_string(), Held { since: monotonic(), jobs, ended: HashSet::new() });
             }
         }
         let mut generation = self.generation.subscribe();
@@ -297,7 +298,7 @@ impl AgentHub {
         c.agent.gpus = hb.gpus;
         c.agent.health_check = hb.health_check;
         c.agent.image_cache = (hb.image_cache_bytes, hb.images_cached);
-        inner.heard.heard(node, Instant::now())
+        inner.heard.heard(node, monotonic())
     }
 
     /// How long `node`'s agent has been silent, counted from `since` (when this replica began
@@ -308,7 +309,7 @@ impl AgentHub {
 
     /// See [`Heard::begin_down`] (now).
     pub fn begin_down(&self, node: &str, since: Instant, timeout: Duration) -> Option<Duration> {
-        self.lock().heard.begin_down(node, since, Instant::now(), timeout)
+        self.lock().heard.begin_down(node, since, monotonic(), timeout)
     }
 
     /// See [`Heard::down_ended`].
@@ -530,7 +531,9 @@ impl AgentHub {
         let mut inner = self.lock();
         let inner = &mut *inner;
         let mut overdue = Vec::new();
-        for (node, held) in inner.held.iter_mut().filter(|(_, h)| h.since.elapsed() >= self.lease) {
+        for (node, held) in
+            inner.held.iter_mut().filter(|(_, h)| monotonic().saturating_duration_since(h.since) >= self.lease)
+        {
             let reported = inner.conns.get(node).map(|c| c.reported.as_slice()).unwrap_or_default();
             for key in held.jobs.iter().copied() {
                 if !reported.contains(&key) && runs_here(state, node, key) && held.ended.insert(key) {
@@ -640,6 +643,21 @@ fn reconcile_node(
                 if let Some(launch) = launch_for(job.id) {
                     if send(conn, Msg::Launch(launch)) {
                         conn.launched.insert(key, job.limit_from_start_s().unwrap_or(0));
+                        // Suspended before this session had it (preempted before its first
+                        // launch reached the node, or across a reconnect): frozen right behind
+                        // its launch on the stream, not a reconciliation later, so that it does
+                        // not run on the CPUs it lent meanwhile.
+                        if job.state == crate::model::JobState::Suspended {
+                            let order = quorum_proto::agent::Suspend {
+                                job_id: job.id,
+                                token: job.alloc_index,
+                                resume: false,
+                                time_limit_s: job.limit_from_start_s().unwrap_or(0),
+                            };
+                            if send(conn, Msg::Suspend(order)) {
+                                conn.frozen.insert(key, true);
+                            }
+                        }
                         // A first launch: not one sent again to a new session of an agent
                         // that runs it already.
                         if !conn.reported.contains(&key) {
@@ -714,4 +732,71 @@ fn unsigned_launch(state: &ClusterState, job_id: JobId, node: &str) -> Option<La
         signature: Vec::new(),
         traceparent: String::new(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use quorum_state::{apply, testing, Command, Response};
+
+    /// n1 runs job 1 (started by the scheduler's plan), then an operator suspends it.
+    fn suspended() -> (ClusterState, JobId) {
+        let mut s = testing::cluster();
+        let Response::Submitted { job_id, .. } = testing::submit(&mut s, 4, testing::spec(&["sleep", "100"]), "r1")
+        else {
+            panic!("submitted")
+        };
+        let plan = quorum_sched::schedule(&quorum_sched::ClusterView::from_state(&s), 2000, &s.policy);
+        let plan = Command::apply_plan(4, 2000, plan.starts, Vec::new(), Vec::new(), Vec::new()).expect("a start");
+        apply(&mut s, 5, plan);
+        let suspend = Command::SuspendJob { job_id, user: "root".into(), resume: false, now: 3000 };
+        let r = apply(&mut s, 6, suspend);
+        assert_eq!(s.jobs[&job_id].state, crate::model::JobState::Suspended, "{r:?}");
+        (s, job_id)
+    }
+
+    fn hub() -> AgentHub {
+        AgentHub::new(
+            Grants::new(None),
+            Duration::from_secs(3),
+            prometheus_client::metrics::histogram::Histogram::new([1.0]),
+        )
+    }
+
+    fn drain(rx: &mut mpsc::Receiver<Result<ControllerMessage, Status>>) -> Vec<String> {
+        let mut out = Vec::new();
+        while let Ok(Ok(m)) = rx.try_recv() {
+            out.push(match m.msg {
+                Some(Msg::Launch(l)) => format!("launch {}.{}", l.job_id, l.token),
+                Some(Msg::Suspend(s)) => {
+                    format!("{} {}.{}", if s.resume { "resume" } else { "suspend" }, s.job_id, s.token)
+                }
+                Some(Msg::Kill(k)) => format!("kill {}.{}", k.job_id, k.token),
+                other => format!("{other:?}"),
+            });
+        }
+        out
+    }
+
+    /// A job suspended before a session of its node had it is frozen right behind its launch on
+    /// that session's stream (not a reconciliation later: it would run meanwhile on the CPUs it
+    /// lent), once; resumed, it is thawed.
+    #[test]
+    fn a_suspended_jobs_launch_on_a_new_session_is_followed_by_its_suspend() {
+        let (mut s, job) = suspended();
+        let token = s.jobs[&job].alloc_index;
+        let hub = hub();
+        let (tx, mut rx) = mpsc::channel(16);
+        let _session = hub.attach("n1", tx, AgentInfo::default());
+        hub.reconcile(&s, Some("n1"));
+        assert_eq!(drain(&mut rx), [format!("launch {job}.{token}"), format!("suspend {job}.{token}")]);
+        hub.reconcile(&s, None);
+        assert_eq!(drain(&mut rx), Vec::<String>::new(), "told once a session");
+        apply(&mut s, 7, Command::SuspendJob { job_id: job, user: "root".into(), resume: true, now: 4000 });
+        hub.reconcile(&s, None);
+        // (Its time limit moved by the time it was suspended: the launch again says so.)
+        let told = drain(&mut rx);
+        assert_eq!(told.first(), Some(&format!("resume {job}.{token}")), "{told:?}");
+        assert!(!told.iter().any(|m| m.starts_with("suspend")), "{told:?}");
+    }
 }

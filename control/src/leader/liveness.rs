@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 use super::state::LeaderState;
+use crate::clock::monotonic;
 use crate::model::NodeAdminState;
 use crate::replica::{now_ms, Replica, WriteError};
 use quorum_state::{Command, Response};
@@ -15,7 +16,7 @@ use quorum_state::{Command, Response};
 fn silent_nodes(replica: &Replica, leader: &LeaderState, leading_since: Instant) -> Vec<String> {
     let timeout = leader.liveness.node_timeout;
     let applied = replica.shared.read();
-    let now = Instant::now();
+    let now = monotonic();
     applied
         .state
         .nodes
@@ -118,7 +119,7 @@ async fn end_orphan_steps(replica: &Replica, leader: &LeaderState) {
 
 /// Proposes DOWN each node silent for `node_timeout`, checking every tenth of it.
 pub(super) async fn liveness_loop(replica: Arc<Replica>, leader: Arc<LeaderState>, mut stop: watch::Receiver<bool>) {
-    let leading_since = Instant::now();
+    let leading_since = monotonic();
     let mut told_too_new = false;
     let tick = (leader.liveness.node_timeout / 10).clamp(Duration::from_millis(50), Duration::from_secs(1));
     loop {

@@ -78,7 +78,7 @@ pub fn may_lease<N: openraft::Node>(m: &openraft::RaftMetrics<u64, N>, id: u64) 
 
 /// Whether replica `id`, with these metrics, leads and a quorum acknowledged it within
 /// [`QUORUM_FRESHNESS`] ([`Replica::leads_with_quorum`]).
-fn leads_with_quorum<N: openraft::Node>(m: &openraft::RaftMetrics<u64, N>, id: u64) -> bool {
+pub fn leads_with_quorum<N: openraft::Node>(m: &openraft::RaftMetrics<u64, N>, id: u64) -> bool {
     m.current_leader == Some(id)
         && m.millis_since_quorum_ack.is_some_and(|ms| ms <= QUORUM_FRESHNESS.as_millis() as u64)
 }
