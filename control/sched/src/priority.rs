@@ -32,7 +32,8 @@ pub struct AccountShare {
     pub raw_shares: u32,
     /// Its fraction of the whole cluster: shares normalised per level, multiplied down the tree.
     pub norm_shares: f64,
-    /// Decayed usage of it and its sub-accounts, in billed TRES-seconds.
+    /// Decayed usage of it and its sub-accounts, in billed TRES-seconds, with what their
+    /// running jobs have run so far ([`crate::view::Charge`]).
     pub raw_usage: f64,
     pub norm_usage: f64,
     /// `2^(-norm_usage / norm_shares)`.
@@ -42,7 +43,8 @@ pub struct AccountShare {
 /// The fairshare factor of every account at `now`.
 ///
 /// Usage is normalised by the larger of the total decayed usage and what the cluster could
-/// deliver in one half-life, so that when usage decays away every factor returns to 1.
+/// deliver in one half-life, so that when usage decays away every factor returns to 1. Running
+/// jobs count as they run: their owners' usage grows by what they have run so far.
 pub fn fairshare(view: &ClusterView, now_ms: Millis, policy: &Policy) -> BTreeMap<String, AccountShare> {
     account_shares(view, now_ms, policy, usage_denominator(view, now_ms, policy))
 }
@@ -60,6 +62,27 @@ pub fn fairshare_tree(
     (accounts, users)
 }
 
+/// What the running jobs have run so far (billed TRES-seconds, [`crate::view::Charge`]): by
+/// account, and by account and user. Charged to them when they end; counted meanwhile.
+struct Running<'a> {
+    accounts: BTreeMap<&'a str, f64>,
+    users: BTreeMap<(&'a str, &'a str), f64>,
+    total: f64,
+}
+
+fn running(view: &ClusterView, now_ms: Millis, policy: &Policy) -> Running<'_> {
+    let mut r = Running { accounts: BTreeMap::new(), users: BTreeMap::new(), total: 0.0 };
+    for j in &view.running {
+        let billed = j.charge.billed_at(now_ms, policy.gpu_billing_weight);
+        if billed > 0.0 {
+            *r.accounts.entry(j.account.as_str()).or_default() += billed;
+            *r.users.entry((j.account.as_str(), j.user.as_str())).or_default() += billed;
+            r.total += billed;
+        }
+    }
+    r
+}
+
 fn account_shares(
     view: &ClusterView,
     now_ms: Millis,
@@ -67,8 +90,11 @@ fn account_shares(
     denominator: f64,
 ) -> BTreeMap<String, AccountShare> {
     let half_life_ms = policy.half_life_s * 1000;
-    let decayed: BTreeMap<&str, f64> =
+    let mut decayed: BTreeMap<&str, f64> =
         view.usage.iter().map(|(a, u)| (a.as_str(), u.at(now_ms, half_life_ms))).collect();
+    for (account, billed) in running(view, now_ms, policy).accounts {
+        *decayed.entry(account).or_default() += billed;
+    }
 
     let mut out = BTreeMap::new();
     // Sibling share sums, by parent (None for top-level accounts).
@@ -122,7 +148,8 @@ pub struct UserShare {
     /// The account's fraction times the user's part of it (its shares over those of the
     /// account's users and sub-accounts together).
     pub norm_shares: f64,
-    /// The user's decayed usage under the account, in billed TRES-seconds.
+    /// The user's decayed usage under the account, in billed TRES-seconds, with what the
+    /// user's running jobs there have run so far.
     pub raw_usage: f64,
     /// Slurm's effective usage: the user's own normalised usage, plus the part of the account's
     /// usage beyond it in proportion to the user's shares among its siblings, so that a busy
@@ -175,12 +202,20 @@ fn users_of(
         }
     }
     let none = BTreeMap::new();
+    let running = running(view, now_ms, policy);
     let mut out: BTreeMap<String, AccountUsers> = BTreeMap::new();
     for (name, account_share) in accounts {
         let acc = view.accounts.get(name);
         let used = view.user_usage.get(name).unwrap_or(&none);
         let mut users: Vec<&str> = acc.map(|a| a.users.iter().map(String::as_str).collect()).unwrap_or_default();
         users.extend(used.keys().map(String::as_str).filter(|u| !acc.is_some_and(|a| a.users.contains(*u))));
+        let runs = running.users.range((name.as_str(), "")..).take_while(|((a, _), _)| *a == name.as_str());
+        let runs: Vec<(&str, f64)> = runs.map(|((_, u), billed)| (*u, *billed)).collect();
+        for (u, _) in &runs {
+            if !users.contains(u) {
+                users.push(*u);
+            }
+        }
         let shares_of = |u: &str| acc.map_or(1, |a| a.user_shares_of(u));
         let siblings: u64 = users.iter().map(|u| u64::from(shares_of(u))).sum::<u64>()
             + child_shares.get(name.as_str()).copied().unwrap_or(0);
@@ -195,7 +230,8 @@ fn users_of(
         for user in users {
             let raw_shares = shares_of(user);
             let part = if siblings == 0 { 0.0 } else { f64::from(raw_shares) / siblings as f64 };
-            let raw_usage = used.get(user).map_or(0.0, |u| u.at(now_ms, half_life_ms));
+            let ran = runs.iter().find(|(u, _)| *u == user).map_or(0.0, |(_, billed)| *billed);
+            let raw_usage = used.get(user).map_or(0.0, |u| u.at(now_ms, half_life_ms)) + ran;
             let (norm_shares, effective_usage, fairshare) = factor(part, raw_usage / denominator);
             row.users.insert(
                 user.to_string(),
@@ -219,7 +255,8 @@ fn users_of(
 /// could deliver in one half-life.
 fn usage_denominator(view: &ClusterView, now_ms: Millis, policy: &Policy) -> f64 {
     let half_life_ms = policy.half_life_s * 1000;
-    let total: f64 = view.usage.values().map(|u| u.at(now_ms, half_life_ms)).sum();
+    let total: f64 =
+        view.usage.values().map(|u| u.at(now_ms, half_life_ms)).sum::<f64>() + running(view, now_ms, policy).total;
     let cap = view.total_capacity();
     let capacity = (cap.cpus + cap.gpus * i64::from(policy.gpu_billing_weight)) as f64 * policy.half_life_s as f64;
     total.max(capacity).max(1.0)

@@ -599,6 +599,55 @@ fn fairshare_ranks_the_light_account_first_and_converges() {
     assert!((shares["heavy"].fairshare - shares["light"].fairshare).abs() < 0.01, "{shares:?}");
 }
 
+/// Fairshare charges running jobs as they run, as Slurm's decay does every
+/// `PriorityCalcPeriod`: a user whose long job has run for an hour ranks below one who has run
+/// nothing, before that job ends; and when it ends, its charge moves from the running job to the
+/// account's usage without a jump.
+#[test]
+fn fairshare_charges_a_running_job_as_it_runs() {
+    let mut b = Bench::new(ten_nodes(), Policy { half_life_s: 7 * 86_400, ..Policy::default() });
+    let acct = |name: &str, user: &str| Account {
+        name: name.into(),
+        parent: None,
+        shares: 1,
+        users: [user.to_string()].into(),
+        ..Default::default()
+    };
+    b.cmd(Command::SeedAccounts { accounts: vec![acct("heavy", "hana"), acct("light", "lee")], qos: vec![], now: 0 });
+    b.at(0);
+    let long = b.submit_with("hana", |s| {
+        s.nodes = 5;
+        s.ntasks = 5;
+        s.time_limit_s = Some(86_400);
+    });
+    let short = b.submit_with("lee", |s| s.time_limit_s = Some(60));
+    assert_eq!(started(&b.cycle()), vec![long, short]);
+    // An hour on: hana's job still runs, and has charged her account what it has run; lee's
+    // ran past its limit (its end not yet heard) and is charged its limit, no more.
+    b.at(3600);
+    let wide = |s: &mut JobSpec| {
+        s.nodes = 10;
+        s.ntasks = 10;
+    };
+    let h = b.submit_with("hana", wide);
+    let l = b.submit_with("lee", wide);
+    let view = ClusterView::from_state(&b.state);
+    let shares = priority::fairshare(&view, b.now_ms, &b.state.policy);
+    assert_eq!(shares["heavy"].raw_usage, 5.0 * 3600.0, "{:?}", shares["heavy"]);
+    assert_eq!(shares["light"].raw_usage, 60.0, "{:?}", shares["light"]);
+    let f = priority::breakdown(&view, b.now_ms, &b.state.policy);
+    assert!(f[&h].fairshare < f[&l].fairshare, "hana {:?}, lee {:?}", f[&h], f[&l]);
+    assert!(f[&h].total < f[&l].total, "lee's job ranks first although submitted later");
+    // Its end charges what it ran: the account's usage is what the running job counted.
+    b.at(7200);
+    let running = priority::fairshare(&ClusterView::from_state(&b.state), b.now_ms, &b.state.policy);
+    b.end(long);
+    let ended = priority::fairshare(&ClusterView::from_state(&b.state), b.now_ms, &b.state.policy);
+    assert_eq!(running["heavy"].raw_usage, 5.0 * 7200.0);
+    assert!((ended["heavy"].raw_usage - running["heavy"].raw_usage).abs() < 1e-6, "{ended:?} {running:?}");
+    assert!((ended["heavy"].fairshare - running["heavy"].fairshare).abs() < 1e-9);
+}
+
 #[test]
 fn pending_jobs_in_the_cached_view_share_one_copy_of_each_name() {
     let mut b = Bench::new(ten_nodes(), fifo(BackfillMode::Easy, 1));

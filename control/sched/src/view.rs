@@ -125,6 +125,36 @@ pub struct RunningJob {
     pub lent_cpus: Vec<(usize, i64)>,
     /// What is left of its time limit once resumed (when it lent its CPUs); `u64::MAX`: none.
     pub left_s: u64,
+    /// What it is charged for fairshare while it runs.
+    pub charge: Charge,
+}
+
+/// What a running job is charged for fairshare as it runs, as Slurm charges running jobs every
+/// `PriorityCalcPeriod`: the billed TRES-seconds it has run so far, which are what its account
+/// and user are charged when it ends (`quorum_state`'s `charge_usage`), so that its owner's
+/// fairshare falls while it runs and does not jump when it ends. From the view's `now` (the
+/// leader-stamped time of the cycle), never a clock read.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Charge {
+    /// The CPUs and GPUs of its allocation (all of them, as its end charges them).
+    pub cpus: u64,
+    pub gpus: u64,
+    /// Its start, moved later by the time it spent suspended before, in ms.
+    pub from_ms: Millis,
+    /// Suspended since (its time suspended is not charged).
+    pub until_ms: Option<Millis>,
+    /// Its time limit: it is not counted past it (its agent kills it there).
+    pub limit_ms: Option<Millis>,
+}
+
+impl Charge {
+    /// The billed TRES-seconds it has run by `now` (each GPU weighs `gpu_weight` CPUs).
+    pub fn billed_at(&self, now: Millis, gpu_weight: u32) -> f64 {
+        let end = self.until_ms.map_or(now, |until| until.min(now));
+        let ran = end.saturating_sub(self.from_ms);
+        let seconds = self.limit_ms.map_or(ran, |limit| ran.min(limit)) as f64 / 1000.0;
+        (self.cpus + self.gpus * u64::from(gpu_weight)) as f64 * seconds
+    }
 }
 
 /// How long past its grace time a preempted job is planned to hold its nodes: the SIGKILL,
@@ -476,6 +506,13 @@ fn running_job(
             .filter_map(|n| by_name.get(n.node.as_str()).map(|&i| (i, i64::from(n.cpus) * cpu_parts)))
             .collect(),
         left_s,
+        charge: Charge {
+            cpus: a.nodes.iter().map(|n| u64::from(n.cpus)).sum(),
+            gpus: a.nodes.iter().map(|n| n.gpus.len() as u64).sum(),
+            from_ms: j.start_time.unwrap_or(state.clock).saturating_add(j.suspended_ms),
+            until_ms: j.suspended_at,
+            limit_ms: j.limit_from_start_s().map(|s| s.saturating_mul(1000).saturating_sub(j.suspended_ms)),
+        },
     }
 }
 
