@@ -59,7 +59,13 @@ fn whole_node_job(base: u64, i: usize, partition: &str, start_s: u64, end_s: u64
         lent_cpus: vec![],
         left_s: u64::MAX,
         // Charged from its start, as the state's running jobs are.
-        charge: quorum_sched::view::Charge { cpus: 64, gpus: 8, from_ms: start_s * 1000, until_ms: None, limit_ms: None },
+        charge: quorum_sched::view::Charge {
+            cpus: 64,
+            gpus: 8,
+            from_ms: start_s * 1000,
+            until_ms: None,
+            limit_ms: None,
+        },
     }
 }
 

@@ -1,6 +1,6 @@
 //! `sprio`: pending jobs' priorities and their weighted factors, as Slurm's prints them (a
 //! column for each factor whose weight is not zero; `-l` all of them, `-n` the factors
-//! normalized, `-w` the weights).
+//! normalized, `-w` the weights), in job id order or `-S`'s (`-S -Y`: highest priority first).
 
 use clap::Parser;
 use quorum_client::client::ControllersArg;
@@ -40,6 +40,11 @@ pub struct SprioArgs {
     /// The weights only.
     #[arg(short = 'w', long = "weights")]
     weights: bool,
+    /// The order of the jobs: sprio's field letters, each `+` (increasing, the default) or `-`
+    /// (decreasing), comma-separated: `i` job id (the default), `r` partition, `u` user, `Y`
+    /// priority, `A` age, `F` fairshare, `J` job size, `P` partition factor, `Q` QOS, `N` nice.
+    #[arg(short = 'S', long = "sort")]
+    sort: Option<String>,
     /// Print help.
     #[arg(long, action = clap::ArgAction::Help)]
     help: Option<bool>,
@@ -123,6 +128,49 @@ fn render(r: &PriorityResponse, jobs: &[&JobPriority], a: &SprioArgs) -> String 
     out
 }
 
+/// Reads `-S` and puts `jobs` in its order (jobs equal on every key stay in job id order).
+fn sort_jobs(jobs: &mut [&JobPriority], sort: &str) -> Result<(), String> {
+    enum Key {
+        Number(fn(&JobPriority) -> f64),
+        Text(fn(&JobPriority) -> &str),
+    }
+    let mut keys = Vec::new();
+    for part in sort.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (decreasing, rest) = match part.strip_prefix('-') {
+            Some(rest) => (true, rest),
+            None => (false, part.strip_prefix('+').unwrap_or(part)),
+        };
+        let key = match rest.strip_prefix('%').unwrap_or(rest) {
+            "i" => Key::Number(|j| j.job_id as f64),
+            "r" => Key::Text(|j| &j.partition),
+            "u" => Key::Text(|j| &j.user),
+            "Y" | "y" => Key::Number(|j| j.total),
+            "A" | "a" => Key::Number(|j| j.age),
+            "F" | "f" => Key::Number(|j| j.fairshare),
+            "J" | "j" => Key::Number(|j| j.job_size),
+            "P" | "p" => Key::Number(|j| j.partition_factor),
+            "Q" | "q" => Key::Number(|j| j.qos),
+            "N" => Key::Number(|j| f64::from(j.nice)),
+            _ => return Err(format!("invalid --sort key '{part}' (fields: i r u Y A F J P Q N)")),
+        };
+        keys.push((key, decreasing));
+    }
+    jobs.sort_by(|a, b| {
+        for (key, decreasing) in &keys {
+            let order = match key {
+                Key::Number(f) => f(a).total_cmp(&f(b)),
+                Key::Text(f) => f(a).cmp(f(b)),
+            };
+            let order = if *decreasing { order.reverse() } else { order };
+            if order.is_ne() {
+                return order;
+            }
+        }
+        std::cmp::Ordering::Equal
+    });
+    Ok(())
+}
+
 fn cut(text: &str, width: usize) -> String {
     quorum_client::display::escape(text).chars().take(width).collect()
 }
@@ -139,6 +187,7 @@ pub async fn run(a: SprioArgs) -> anyhow::Result<u8> {
         .filter(|j| a.partitions.is_empty() || a.partitions.contains(&j.partition))
         .collect();
     jobs.sort_by_key(|j| j.job_id);
+    sort_jobs(&mut jobs, a.sort.as_deref().unwrap_or("i")).map_err(anyhow::Error::msg)?;
     print!("{}", render(&r, &jobs, &a));
     Ok(0)
 }
@@ -171,6 +220,15 @@ mod tests {
         );
         let long = render(&r, &jobs, &args(&["-l", "-h"]));
         assert_eq!(long, "              7 gpu          alice       1500          0        500          0        500          0          0          0\n");
+        // -S: highest priority first, then by user.
+        let three = [(3, "bob", 10.0), (4, "alice", 30.0), (5, "carol", 10.0)]
+            .map(|(job_id, user, total)| JobPriority { job_id, user: user.into(), total, ..Default::default() });
+        let mut sorted: Vec<&JobPriority> = three.iter().collect();
+        sort_jobs(&mut sorted, "-Y,u").unwrap();
+        assert_eq!(sorted.iter().map(|j| j.job_id).collect::<Vec<_>>(), [4, 3, 5]);
+        sort_jobs(&mut sorted, "i").unwrap();
+        assert_eq!(sorted.iter().map(|j| j.job_id).collect::<Vec<_>>(), [3, 4, 5]);
+        assert!(sort_jobs(&mut sorted, "Z").unwrap_err().contains("'Z'"));
         assert_eq!(
             render(&r, &jobs, &args(&["-w"])),
             "          JOBID PARTITION   PRIORITY       SITE        AGE    JOBSIZE\n        Weights                               1       1000       2000\n"

@@ -2,7 +2,8 @@
 //! `-h`, `-j`, `-u`, `--me`, `-t`, `-p`, `-n`, `-o` with Slurm's `%` codes and widths (`%.18i`
 //! right-aligned in 18 columns, `%-8j` left-aligned, a value longer than its width cut), `-O`
 //! with field names (`JobID:10,State`), `-r` for one line per array task. Without `-r`, the
-//! pending tasks of an array share one line, `12_[3-9%2]`, as on Slurm.
+//! pending tasks of an array share one line, `12_[3-9%2]`, as on Slurm. Lines are in Slurm's
+//! order (`-S P,t,-p`: by partition, pending first, highest priority first) or `-S`'s.
 
 use clap::Parser;
 use quorum_client::client::ControllersArg;
@@ -21,6 +22,9 @@ const DEFAULT_FORMAT: &str = "%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R";
 const LONG_FORMAT: &str = "%.18i %.9P %.8j %.8u %.8T %.10M %.9l %.6D %R";
 /// `--start`.
 const START_FORMAT: &str = "%.18i %.9P %.8j %.8u %.2t %.19S %.6D %20Y %R";
+/// Slurm's default order of jobs: by partition, then state (pending first), then priority,
+/// highest first.
+const DEFAULT_SORT: &str = "P,t,-p";
 
 #[derive(Parser, Debug)]
 #[command(name = "squeue", no_binary_name = true, infer_long_args = true, about = "The job queue (Quorum's squeue)")]
@@ -48,7 +52,7 @@ pub struct SqueueArgs {
     /// Only jobs of these names.
     #[arg(short = 'n', long = "name", value_delimiter = ',')]
     names: Vec<String>,
-    /// Fields as `%` codes: `%i %P %j %u %T %t %M %l %L %D %C %R %r %N %S %e %V %a %q %A %F %K %Z %o %E %Y`.
+    /// Fields as `%` codes: `%i %P %j %u %T %t %M %l %L %D %C %R %r %N %S %e %V %a %q %A %F %K %Z %o %E %Y %Q %p`.
     #[arg(short = 'o', long = "format")]
     format: Option<String>,
     /// Fields by name, each with an optional `:width` (`JobID:10,Name,State`).
@@ -66,6 +70,10 @@ pub struct SqueueArgs {
     /// Pending jobs with when and where they are expected to start.
     #[arg(long)]
     start: bool,
+    /// The order of the lines: `%` codes, each `+` (increasing, the default) or `-`
+    /// (decreasing), comma-separated (default `P,t,-p`: partition, state, priority highest first).
+    #[arg(short = 'S', long = "sort")]
+    sort: Option<String>,
 }
 
 /// What `-o` may name, with its header.
@@ -99,6 +107,8 @@ const CODES: &[(char, &str)] = &[
     ('k', "COMMENT"),
     ('v', "RESERVATION"),
     ('w', "WCKEY"),
+    ('Q', "PRIORITY"),
+    ('p', "PRIORITY"),
 ];
 
 /// What `-O` may name (case does not matter), and the `%` code it is.
@@ -130,6 +140,8 @@ const NAMES: &[(&str, char)] = &[
     ("dependency", 'E'),
     ("comment", 'k'),
     ("wckey", 'w'),
+    ("priority", 'p'),
+    ("prioritylong", 'Q'),
 ];
 
 /// Parses a `-O` format: comma-separated names, each 20 wide unless `:width` says otherwise, and
@@ -166,6 +178,10 @@ struct Row<'a> {
     het: Option<usize>,
     /// The task ids of an array's pending tasks on this line (empty: the job alone).
     tasks: Vec<u32>,
+    /// Its priority (a pending job's; 0 for the others), and that over the most any job can
+    /// have (the weights' sum), in [0, 1].
+    priority: f64,
+    norm: f64,
 }
 
 /// A field's value for `row`.
@@ -235,6 +251,8 @@ fn value(code: char, row: &Row, now_ms: u64) -> String {
         'E' => spec.map_or_else(String::new, |s| s.dependency.clone()),
         'Y' if j.expected_nodes.is_empty() => "(null)".into(),
         'Y' => j.expected_nodes.clone(),
+        'Q' => format!("{:.0}", row.priority),
+        'p' => format!("{:.8}", row.norm),
         _ => String::new(),
     }
 }
@@ -266,7 +284,8 @@ fn state_names(states: &[String]) -> Result<Vec<String>, String> {
     Ok(out)
 }
 
-/// The lines of the queue, in Slurm's order (pending first, then the others; by id within).
+/// The lines of the queue, pending first, then the others, by id within (before `-S` sorts
+/// them; a sort keeps this order among equal lines).
 fn rows(jobs: &[JobInfo], expand: bool) -> Vec<Row<'_>> {
     let mut rows: Vec<Row> = Vec::new();
     for j in jobs {
@@ -285,15 +304,118 @@ fn rows(jobs: &[JobInfo], expand: bool) -> Vec<Row<'_>> {
             // A heterogeneous job: a line per component, as Slurm lists them.
             for k in 0..display::het_size(j) {
                 let job = std::borrow::Cow::Owned(display::het_component(j, k));
-                rows.push(Row { job, het: Some(k), tasks: Vec::new() });
+                rows.push(Row { job, het: Some(k), tasks: Vec::new(), priority: 0.0, norm: 0.0 });
             }
             continue;
         }
         let tasks = array.map(|a| vec![a.task_id]).unwrap_or_default();
-        rows.push(Row { job: std::borrow::Cow::Borrowed(j), het: None, tasks });
+        rows.push(Row { job: std::borrow::Cow::Borrowed(j), het: None, tasks, priority: 0.0, norm: 0.0 });
     }
     rows.sort_by_key(|r| (r.job.state != "PENDING", r.job.id, r.het));
     rows
+}
+
+/// One key of `-S`: a field's `%` code, increasing or not.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct SortKey {
+    code: char,
+    decreasing: bool,
+}
+
+/// Reads `-S`: `%` codes (the `%` optional), each with `+` or `-` before it, comma-separated.
+fn parse_sort(text: &str) -> Result<Vec<SortKey>, String> {
+    let mut keys = Vec::new();
+    for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (decreasing, rest) = match part.strip_prefix('-') {
+            Some(rest) => (true, rest),
+            None => (false, part.strip_prefix('+').unwrap_or(part)),
+        };
+        let rest = rest.strip_prefix('%').unwrap_or(rest);
+        let mut chars = rest.chars();
+        let (Some(code), None) = (chars.next(), chars.next()) else {
+            return Err(format!("invalid --sort key '{part}': one field's letter, as -o's % codes"));
+        };
+        if !CODES.iter().any(|(c, _)| *c == code) {
+            let known: String = CODES.iter().map(|(c, _)| *c).collect();
+            return Err(format!("invalid --sort key '{part}' (fields: {known})"));
+        }
+        keys.push(SortKey { code, decreasing });
+    }
+    Ok(keys)
+}
+
+/// Slurm's order of job states (its `job_states` enum): pending first.
+fn state_rank(state: &str) -> u32 {
+    const ORDER: [&str; 12] = [
+        "PENDING",
+        "RUNNING",
+        "SUSPENDED",
+        "COMPLETED",
+        "CANCELLED",
+        "FAILED",
+        "TIMEOUT",
+        "NODE_FAIL",
+        "PREEMPTED",
+        "BOOT_FAIL",
+        "DEADLINE",
+        "OUT_OF_MEMORY",
+    ];
+    ORDER.iter().position(|s| *s == state).map_or(ORDER.len() as u32, |p| p as u32)
+}
+
+/// How `-S` compares a field: numbers as numbers, states in Slurm's order, the rest as shown.
+#[derive(PartialEq, PartialOrd)]
+enum Sortable {
+    Number(f64),
+    Text(String),
+}
+
+fn sortable(code: char, row: &Row, now_ms: u64) -> Sortable {
+    let j = &*row.job;
+    let n = |v: u64| Sortable::Number(v as f64);
+    match code {
+        'i' | 'A' => n(j.id),
+        'F' => n(j.array.as_ref().map_or(j.id, |a| a.array_job_id)),
+        'K' => n(j.array.as_ref().map_or(0, |a| u64::from(a.task_id))),
+        't' | 'T' => n(u64::from(state_rank(&j.state))),
+        'Q' | 'p' => Sortable::Number(row.priority),
+        'D' | 'C' => value(code, row, now_ms).parse().map_or_else(|_| Sortable::Text(String::new()), Sortable::Number),
+        'M' => n(if j.start_time_ms == 0 { 0 } else { now_ms.saturating_sub(j.start_time_ms) }),
+        'l' => n(if j.time_limit_s == 0 { u64::MAX } else { j.time_limit_s }),
+        'S' => n(if j.start_time_ms == 0 { j.expected_start_ms } else { j.start_time_ms }),
+        'e' => n(j.end_time_ms),
+        'V' => n(j.submit_time_ms),
+        _ => Sortable::Text(value(code, row, now_ms)),
+    }
+}
+
+/// Puts `rows` in `keys`' order; lines equal on every key keep theirs (by job id).
+fn sort_rows(rows: &mut [Row], keys: &[SortKey], now_ms: u64) {
+    rows.sort_by(|a, b| {
+        for k in keys {
+            let (x, y) = (sortable(k.code, a, now_ms), sortable(k.code, b, now_ms));
+            let order = x.partial_cmp(&y).unwrap_or(std::cmp::Ordering::Equal);
+            let order = if k.decreasing { order.reverse() } else { order };
+            if order != std::cmp::Ordering::Equal {
+                return order;
+            }
+        }
+        std::cmp::Ordering::Equal
+    });
+}
+
+/// Gives each pending line its job's priority, from the controllers' (sprio's) answer; a held
+/// job's is 0, as `scontrol show job` shows it (and Slurm's).
+fn set_priorities(rows: &mut [Row], r: &api::PriorityResponse) {
+    let weights = [r.weight_age, r.weight_fairshare, r.weight_job_size, r.weight_partition, r.weight_qos];
+    let most = weights.iter().map(|w| f64::from(*w)).sum::<f64>().max(1.0);
+    let of: std::collections::HashMap<u64, f64> = r.jobs.iter().map(|j| (j.job_id, j.total)).collect();
+    for row in rows.iter_mut().filter(|row| row.job.held.is_empty()) {
+        if let Some(&total) = of.get(&row.job.id) {
+            row.priority = total;
+            row.norm = (total / most).clamp(0.0, 1.0);
+        }
+    }
 }
 
 pub async fn run(a: SqueueArgs) -> anyhow::Result<u8> {
@@ -305,6 +427,7 @@ pub async fn run(a: SqueueArgs) -> anyhow::Result<u8> {
         (None, None) => parse_format(DEFAULT_FORMAT, CODES, "squeue"),
     }
     .map_err(anyhow::Error::msg)?;
+    let sort = parse_sort(a.sort.as_deref().unwrap_or(DEFAULT_SORT)).map_err(anyhow::Error::msg)?;
     let named: Vec<quorum_client::client::JobRef> =
         a.jobs.iter().map(|j| j.parse()).collect::<Result<_, String>>().map_err(anyhow::Error::msg)?;
     let mut states = state_names(&a.states).map_err(anyhow::Error::msg)?;
@@ -336,11 +459,23 @@ pub async fn run(a: SqueueArgs) -> anyhow::Result<u8> {
         })
         .collect();
     let _ = a.all;
+    let mut lines = rows(&jobs, a.array);
+    let asks_priority = |code: char| code == 'p' || code == 'Q';
+    let shown = pieces.iter().any(|p| matches!(p, Piece::Field { code, .. } if asks_priority(*code)));
+    if (shown || sort.iter().any(|k| asks_priority(k.code))) && jobs.iter().any(|j| j.state == "PENDING") {
+        // As scontrol's records: without an answer (an older controller), no priorities, and
+        // the lines stay in id order among equals.
+        let req = api::PriorityRequest::default();
+        if let Ok(r) = ctx.send(req, |mut c, r| async move { c.priorities(r).await }).await {
+            set_priorities(&mut lines, &r);
+        }
+    }
+    sort_rows(&mut lines, &sort, now_ms);
     if a.long && !a.noheader {
         // As Slurm's, the long table starts with the time it shows.
         println!("{}", format::ctime(now_ms));
     }
-    print!("{}", render(&pieces, &rows(&jobs, a.array), now_ms, !a.noheader));
+    print!("{}", render(&pieces, &lines, now_ms, !a.noheader));
     Ok(0)
 }
 
@@ -380,7 +515,7 @@ mod tests {
                 Piece::Field { code: 'T', width: None, right: false },
             ]
         );
-        assert!(parse_format("%Q", CODES, "squeue").unwrap_err().contains("%Q is not a field"));
+        assert!(parse_format("%z", CODES, "squeue").unwrap_err().contains("%z is not a field"));
         assert!(parse_format("%.1", CODES, "squeue").unwrap_err().contains("middle of a field"));
         assert!(parse_long_format("JobID:10,Bogus").unwrap_err().contains("'Bogus'"));
 
@@ -440,6 +575,40 @@ mod tests {
             render(&parse_format("%Y", CODES, "squeue").unwrap(), &rows(std::slice::from_ref(&j), false), 0, false);
         assert_eq!(out, "node[01-02]\n");
         assert_eq!(format::ctime(0).len(), "Thu Jan  1 00:00:00 1970".len());
+    }
+
+    /// Slurm's default order: by partition, pending before running, and among pending jobs the
+    /// highest priority first (not the lowest id); `-S` any other, `-` for decreasing.
+    #[test]
+    fn lines_are_in_slurms_order_or_sorts() {
+        let mut jobs = vec![job(3, "RUNNING", "r"), job(4, "PENDING", "low"), job(5, "PENDING", "high")];
+        jobs.push(JobInfo { partition: "a-first".into(), ..job(9, "PENDING", "other") });
+        let r = api::PriorityResponse {
+            jobs: vec![
+                api::JobPriority { job_id: 4, total: 1200.0, ..Default::default() },
+                api::JobPriority { job_id: 5, total: 3400.0, ..Default::default() },
+                api::JobPriority { job_id: 9, total: 100.0, ..Default::default() },
+            ],
+            weight_age: 1000,
+            weight_fairshare: 9000,
+            ..Default::default()
+        };
+        let shown = |sort: &str, format: &str| {
+            let mut lines = rows(&jobs, false);
+            set_priorities(&mut lines, &r);
+            sort_rows(&mut lines, &parse_sort(sort).unwrap(), 2_000_000);
+            render(&parse_format(format, CODES, "squeue").unwrap(), &lines, 2_000_000, false)
+        };
+        assert_eq!(shown(DEFAULT_SORT, "%i %P %t %Q"), "9 a-first PD 100\n5 gpu PD 3400\n4 gpu PD 1200\n3 gpu R 0\n");
+        assert_eq!(shown("-i", "%i"), "9\n5\n4\n3\n");
+        assert_eq!(shown("+j", "%j"), "high\nlow\nother\nr\n");
+        assert_eq!(shown("-p,i", "%i %p"), "5 0.34000000\n4 0.12000000\n9 0.01000000\n3 0.00000000\n");
+        assert!(parse_sort("P,zz").unwrap_err().contains("'zz'"));
+        assert!(parse_sort("-z").unwrap_err().contains("'-z'"));
+        assert_eq!(
+            parse_sort("%P,-%p").unwrap(),
+            [SortKey { code: 'P', decreasing: false }, SortKey { code: 'p', decreasing: true }]
+        );
     }
 
     #[test]

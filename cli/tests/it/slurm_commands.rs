@@ -292,10 +292,37 @@ async fn squeue_prints_the_fields_and_lines_that_tools_parse() {
         format!("JOBID   NAME  STATE\n{held:<8}held  PENDI\n"),
         "-O pads each field to its width, nothing between"
     );
-    // A field it does not know is named.
-    let (code, _, err) = run_command(&cluster, dir.path(), &bin.path().join("squeue"), &["-o", "%Q"], "");
+    // A field it does not know is named; so is a sort key.
+    let (code, _, err) = run_command(&cluster, dir.path(), &bin.path().join("squeue"), &["-o", "%z"], "");
     assert_eq!(code, Some(1));
-    assert!(err.contains("%Q is not a field"), "{err}");
+    assert!(err.contains("%z is not a field"), "{err}");
+    let (code, _, err) = run_command(&cluster, dir.path(), &bin.path().join("squeue"), &["-S", "P,zz"], "");
+    assert_eq!(code, Some(1));
+    assert!(err.contains("invalid --sort key 'zz'"), "{err}");
+    // Pending jobs in Slurm's order, highest priority first (an operator's --priority sets it),
+    // with %Q the figure sprio gives; held jobs last (priority 0); -S for another order.
+    // (Above any computed priority: the weights sum to far less.)
+    let prioritized: Vec<u64> = ["1000000000", "2000000000", "3000000000"]
+        .iter()
+        .map(|p| submit(&["--begin=now+1hour", &format!("--priority={p}"), "--wrap", "true"]))
+        .collect();
+    let (low, mid, high) = (prioritized[0], prioritized[1], prioritized[2]);
+    let order = squeue(&["-h", "-t", "PD", "-o", "%i %Q"]);
+    let lines: Vec<&str> = order.lines().collect();
+    assert_eq!(
+        lines[..3],
+        [format!("{high} 3000000000"), format!("{mid} 2000000000"), format!("{low} 1000000000")],
+        "{order}"
+    );
+    assert!(lines.iter().position(|l| l.starts_with(&format!("{held} "))) > Some(2), "{order}");
+    assert_eq!(
+        squeue(&["-h", "-j", &format!("{low},{mid},{high}"), "-S", "i", "-o", "%i"]),
+        format!("{low}\n{mid}\n{high}\n")
+    );
+    let sprio =
+        ok(&cluster, dir.path(), bin.path(), "sprio", &["-h", "-S", "-Y", "-j", &format!("{low},{mid},{high}")]);
+    let ids: Vec<&str> = sprio.lines().filter_map(|l| l.split_whitespace().next()).collect();
+    assert_eq!(ids, [high.to_string(), mid.to_string(), low.to_string()], "{sprio}");
     cluster.shutdown().await;
 }
 
