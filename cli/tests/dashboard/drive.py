@@ -52,6 +52,9 @@ try:
     find(f'#queue tr[data-job="{running}"]')
     row = find(f'#queue tr[data-job="{reserved}"]')
     seen["queue_row"] = row.text
+    # In Slurm's order: the pending job before the running one (same partition).
+    order = [r.get_attribute("data-job") for r in driver.find_elements(By.CSS_SELECTOR, "#queue tr[data-job]")]
+    assert order.index(str(reserved)) < order.index(str(running)), f"the queue's order: {order}"
 
     # The plan: the running job from now to its limit on both nodes, the reserved one above it
     # from where the leader expects it to start.

@@ -109,6 +109,14 @@ async function queueView() {
   const priority = {};
   for (const p of prio.jobs) priority[p.job_id] = p.total;
   const jobs = page.jobs.filter((j) => !queueFilter.partition || j.partition === queueFilter.partition);
+  // Slurm's order (squeue's -S P,t,-p): by partition, pending before running (its states'
+  // order), highest priority first; held jobs count as 0, as squeue shows them.
+  const stateOrder = ["PENDING", "RUNNING", "SUSPENDED", "COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL",
+    "PREEMPTED", "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY"];
+  const rank = (j) => { const r = stateOrder.indexOf(j.state); return r < 0 ? stateOrder.length : r; };
+  const prioOf = (j) => (j.held ? 0 : priority[j.id] || 0);
+  jobs.sort((a, b) => (a.partition < b.partition ? -1 : a.partition > b.partition ? 1 : 0)
+    || rank(a) - rank(b) || prioOf(b) - prioOf(a) || Number(a.id) - Number(b.id));
   const input = (name, placeholder) => el("input", { id: "filter-" + name, value: queueFilter[name], placeholder,
     onchange: (e) => { queueFilter[name] = e.target.value.trim(); render(); } });
   const states = ["PENDING,RUNNING", "PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", ""];
