@@ -273,7 +273,8 @@ pub struct PriorityContext {
     pub shares: BTreeMap<String, AccountShare>,
     /// The users of each account; a job's fairshare factor is its user's under its account.
     pub users: BTreeMap<String, AccountUsers>,
-    cluster_cpus: f64,
+    /// What the cluster holds, in billed TRES (CPUs, each GPU `gpu_billing_weight` of them).
+    cluster_billed: f64,
     max_tier: u32,
     max_qos: u32,
 }
@@ -284,7 +285,10 @@ impl PriorityContext {
         Self {
             shares,
             users,
-            cluster_cpus: view.total_capacity().cpus.max(1) as f64,
+            cluster_billed: {
+                let cap = view.total_capacity();
+                ((cap.cpus + cap.gpus * i64::from(policy.gpu_billing_weight)) as f64).max(1.0)
+            },
             max_tier: view.partitions.values().map(|p| p.tier).max().unwrap_or(0),
             max_qos: view.qos.values().map(|q| q.priority).max().unwrap_or(0),
         }
@@ -298,7 +302,10 @@ impl PriorityContext {
             Some(users) => users.factor(&job.user),
             None => self.shares.get(&*job.account).map(|s| s.fairshare).unwrap_or(1.0),
         };
-        let size = (job.total_cpus() as f64 / self.cluster_cpus).min(1.0);
+        // What it asks for as Slurm's TRES billing counts it: its CPUs, and each GPU as
+        // `gpu_billing_weight` CPUs (a 4-GPU job is not sized by its few CPUs).
+        let billed = job.total_cpus() + job.total_gpus() * i64::from(policy.gpu_billing_weight);
+        let size = (billed as f64 / self.cluster_billed).min(1.0);
         let job_size = if policy.favor_small { 1.0 - size } else { size };
         let tier = view.partitions.get(&*job.partition).map(|p| p.tier).unwrap_or(0);
         let partition = if self.max_tier == 0 { 0.0 } else { f64::from(tier) / f64::from(self.max_tier) };

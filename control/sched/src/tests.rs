@@ -648,6 +648,25 @@ fn fairshare_charges_a_running_job_as_it_runs() {
     assert!((ended["heavy"].fairshare - running["heavy"].fairshare).abs() < 1e-9);
 }
 
+/// The job-size factor counts what a job asks for as Slurm's TRES billing does: each GPU as
+/// `gpu_billing_weight` CPUs. A job of one CPU and four GPUs is larger than one of eight CPUs
+/// (by CPUs alone it was an eighth of it).
+#[test]
+fn job_size_counts_gpus_at_their_billing_weight() {
+    let nodes = (1..=2).map(|i| node(&format!("g{i}"), 16, 4, "h100", &[])).collect();
+    let mut b = Bench::new(nodes, Policy { favor_small: false, gpu_billing_weight: 10, ..Policy::default() });
+    b.at(0);
+    // The whole cluster's CPUs: the two below wait.
+    b.submit_with("bob", |s| (s.nodes, s.ntasks, s.cpus_per_task) = (2, 2, 16));
+    b.cycle();
+    let gpus = b.submit_with("alice", |s| s.gpus_per_node = 4);
+    let cpus = b.submit_with("alice", |s| s.cpus_per_task = 8);
+    let f = priority::breakdown(&ClusterView::from_state(&b.state), b.now_ms, &b.state.policy);
+    // The cluster: 32 CPUs and 8 GPUs, 112 billed; the jobs 1 + 40 and 8.
+    assert!((f[&gpus].job_size - 41.0 / 112.0).abs() < 1e-9, "{:?}", f[&gpus]);
+    assert!((f[&cpus].job_size - 8.0 / 112.0).abs() < 1e-9, "{:?}", f[&cpus]);
+}
+
 #[test]
 fn pending_jobs_in_the_cached_view_share_one_copy_of_each_name() {
     let mut b = Bench::new(ten_nodes(), fifo(BackfillMode::Easy, 1));
