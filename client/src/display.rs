@@ -38,9 +38,11 @@ pub struct JobJson {
     pub qos: String,
     pub held: Option<String>,
     pub dependency: Option<String>,
-    /// Where backfill expects a pending job to start.
+    /// Where a pending job is expected to start: backfill's reservation, or a forecast.
     pub expected_start_ms: Option<u64>,
     pub expected_nodes: Option<String>,
+    /// The expected start is a forecast (on predicted run times), not a reservation.
+    pub expected_forecast: bool,
     /// Back to the queue if its node fails.
     pub requeue: bool,
     /// Times it went back to the queue after a node failure.
@@ -89,6 +91,7 @@ pub fn job_json(j: &JobInfo) -> JobJson {
         dependency: (!spec.dependency.is_empty()).then(|| spec.dependency.clone()),
         expected_start_ms: nonzero(j.expected_start_ms),
         expected_nodes: (!j.expected_nodes.is_empty()).then(|| j.expected_nodes.clone()),
+        expected_forecast: j.expected_forecast,
         requeue: spec.requeue,
         requeues: j.requeues,
         array_job_id: j.array.as_ref().map(|a| a.array_job_id),
@@ -270,7 +273,12 @@ pub fn start_table(jobs: &[JobInfo]) -> String {
                 j.name.chars().take(24).collect(),
                 j.user.clone(),
                 short_state(&j.state).to_string(),
-                if j.expected_start_ms == 0 { "N/A".into() } else { utc_time(j.expected_start_ms) },
+                match (j.expected_start_ms, j.expected_forecast) {
+                    (0, _) => "N/A".into(),
+                    // A forecast, not a reservation: marked.
+                    (at, true) => format!("{} (forecast)", utc_time(at)),
+                    (at, false) => utc_time(at),
+                },
                 j.spec.as_ref().map(|s| s.nodes).unwrap_or(0).to_string(),
                 if j.expected_nodes.is_empty() { "(null)".into() } else { j.expected_nodes.clone() },
                 format!("({})", if j.reason.is_empty() { "None" } else { &j.reason }),
@@ -658,7 +666,14 @@ fn show_one_job(j: &JobInfo, now_ms: u64, priority: Option<u64>, het: Option<(us
                 (by, _) => format!(" PreemptingFor={by}"),
             }
         ),
-        format!("SubmitTime={} StartTime={} EndTime={}", ms(j.submit_time_ms), ms(j.start_time_ms), ms(j.end_time_ms)),
+        // A pending job's StartTime is when it is expected to start (its reservation, or the
+        // forecast), as Slurm's shows backfill's estimate there.
+        format!(
+            "SubmitTime={} StartTime={} EndTime={}",
+            ms(j.submit_time_ms),
+            ms(if j.start_time_ms == 0 && j.state == "PENDING" { j.expected_start_ms } else { j.start_time_ms }),
+            ms(j.end_time_ms)
+        ),
         format!(
             "NumNodes={} NumCPUs={} NumTasks={} CPUs/Task={} MinMemoryNode={} Gpus/Node={}{}",
             spec.nodes,

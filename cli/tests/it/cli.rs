@@ -153,6 +153,30 @@ async fn backfill_estimates_holds_dependencies_priorities_and_shares() {
     assert_eq!(jb["expected_nodes"], "node[01-02]");
     let want = a_job.start_time_ms / 1000 * 1000 + 60_000;
     assert!(start_ms.abs_diff(want) <= 2000, "B expected at {start_ms}, A's limit ends at {want}");
+    // Forecasts: every waiting job it can place has an expected start and nodes, not only the
+    // one backfill reserves for (B, whose is its reservation); the others' are marked as
+    // forecasts (in the table too), and come after A's limit. (Niced below B, which keeps the
+    // reservation.)
+    let more: Vec<u64> =
+        (0..4).map(|_| submitted(&q(&["submit", "--nice=5000", "-c", "8", "-t", "1", "--", "true"]))).collect();
+    let forecast = wait_for(t, "a forecast of every waiting job", || async {
+        let jobs = json(&q(&["queue", "--start", "--json"])).as_array().unwrap().clone();
+        let placed = |id: &u64| jobs.iter().any(|j| j["id"] == *id && j["expected_start_ms"].as_u64().is_some());
+        more.iter().all(placed).then_some(jobs)
+    })
+    .await;
+    for id in &more {
+        let j = forecast.iter().find(|j| j["id"] == *id).unwrap();
+        assert_eq!(j["expected_forecast"], true, "{j}");
+        assert!(j["expected_nodes"].as_str().is_some_and(|n| n.starts_with("node")), "{j}");
+        assert!(j["expected_start_ms"].as_u64().unwrap() + 1000 >= want, "not before A's limit ends: {j}");
+    }
+    assert_eq!(forecast.iter().find(|j| j["id"] == b).unwrap()["expected_forecast"], false, "B's is a reservation");
+    let table = q(&["queue", "--start"]);
+    assert_eq!(table.stdout.matches("(forecast)").count(), 4, "{}", table.stdout);
+    for id in &more {
+        assert_eq!(q(&["cancel", &id.to_string()]).code, 0);
+    }
     let reason = |id: u64| {
         let v = json(&q(&["show", &id.to_string(), "--json"]));
         v["reason"].as_str().unwrap_or_default().to_string()

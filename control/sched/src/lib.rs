@@ -1142,6 +1142,28 @@ pub fn estimate_all(view: &ClusterView, now_ms: Millis, policy: &Policy, reserve
     Plan::assemble(ordered.len(), screened.ineligible, placed)
 }
 
+/// Forecasts: where and when every waiting job is expected to start, as [`estimate_all`]
+/// places each behind what runs and what waits ahead of it, over a view planned on predicted
+/// run times ([`ClusterView::from_state_predicting`]) while the schedule itself stays on limits
+/// (unless `predict` is on). Issue 29 measured on five traces that this halves the error of the
+/// start shown at submit against estimates on limits, at no cost to the schedule. A job that
+/// would start now is forecast to start now, on the nodes it would take; one placed nowhere
+/// within the backfill window has none.
+pub fn forecast(
+    view: &ClusterView,
+    now_ms: Millis,
+    policy: &Policy,
+    reserved: &BTreeMap<JobId, Estimate>,
+) -> BTreeMap<JobId, Estimate> {
+    let plan = estimate_all(view, now_ms, policy, reserved);
+    let mut out = plan.estimates;
+    for s in plan.starts {
+        let nodes = s.allocation.nodes.iter().map(|n| n.node.clone()).collect();
+        out.insert(s.job_id, Estimate { start_ms: now_ms, nodes, promised_ms: now_ms });
+    }
+    out
+}
+
 /// One scheduling cycle over a view of the cluster: [`order`], [`screen`], [`place`], and the
 /// [`Plan`] assembled from them. When a reservation planned on predictions slips far past the
 /// start it first promised ([`ClusterView::late`]), planning stops there and the cycle is

@@ -701,6 +701,17 @@ impl ClusterView {
 
     /// The same view as [`ClusterView::from_state`], reusing what `cache` kept from the last one.
     pub fn from_state_cached(state: &ClusterState, cache: &mut ViewCache) -> Self {
+        Self::build(state, cache, state.policy.predict)
+    }
+
+    /// A view whose jobs are planned on predicted run times (each user's recent runs, capped by
+    /// the limits) whatever the policy says: what forecasts are made on ([`crate::forecast`])
+    /// while the schedule stays on limits. Its own `cache`, not the schedule's.
+    pub fn from_state_predicting(state: &ClusterState, cache: &mut ViewCache) -> Self {
+        Self::build(state, cache, true)
+    }
+
+    fn build(state: &ClusterState, cache: &mut ViewCache, predict: bool) -> Self {
         cache.generation += 1;
         let generation = cache.generation;
         let common = state
@@ -785,7 +796,6 @@ impl ClusterView {
         }
         // Running jobs name their nodes; a hash of the names finds each in a few nanoseconds.
         let mut by_name: Option<HashMap<&str, usize, BuildHasherDefault<Fnv>>> = None;
-        let predict = state.policy.predict;
         for j in active {
             match j.state {
                 JobState::Running | JobState::Suspended => {

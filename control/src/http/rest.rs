@@ -802,6 +802,8 @@ pub struct PlanJob {
     /// Why a pending job waits
     pub reason: String,
     pub priority_held: bool,
+    /// Its start and nodes are a forecast (on predicted run times), not backfill's reservation
+    pub forecast: bool,
     /// Its nodes: a running job's, or where backfill reserved a pending one's (empty: no place
     /// reserved for it yet)
     pub nodes: Vec<String>,
@@ -827,6 +829,7 @@ impl PlanJob {
             state: job.state,
             reason: job.reason,
             priority_held: !job.held.is_empty(),
+            forecast: !running && job.expected_forecast,
             nodes,
             start_ms,
             end_ms,

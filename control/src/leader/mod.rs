@@ -13,12 +13,14 @@
 //! - [`purge`]: jobs that ended `min_job_age` ago leave the hot state for the job history (and,
 //!   with `purge_job_after_s`, the history forgets the oldest);
 //! - [`mail`], with a `mail_program`: mails users about their jobs' changes;
-//! - [`cron`]: proposes the firings of recurring jobs as they come due.
+//! - [`cron`]: proposes the firings of recurring jobs as they come due;
+//! - [`forecast`]: off the cycle, forecasts every pending job's start on predicted run times.
 //!
 //! What an agent's heartbeat or exit report turns into is decided by the plain functions of
 //! [`rules`]. [`LeaderState`] is what only a leader keeps in memory, beside the replica.
 
 pub mod cron;
+mod forecast;
 pub mod gpu_idle;
 pub mod grants;
 pub mod heard;
@@ -35,7 +37,7 @@ pub mod steps;
 pub mod versions;
 
 pub use grants::Grants;
-pub use state::LeaderState;
+pub use state::{Expected, Forecasts, LeaderState};
 pub use stats::Stats;
 
 use std::sync::Arc;
@@ -96,6 +98,7 @@ impl Session {
             tokio::spawn(purge::purge_loop(replica.clone(), settings.min_job_age, stop_rx.clone())),
             tokio::spawn(purge::forget_loop(replica.clone(), settings.purge_job_after, stop_rx.clone())),
             tokio::spawn(cron::cron_loop(replica.clone(), stop_rx.clone())),
+            tokio::spawn(forecast::forecast_loop(replica.clone(), leader.clone(), stop_rx.clone())),
         ];
         if let Some(program) = &leader.mail_program {
             tasks.push(tokio::spawn(mail::mail_loop(replica.clone(), program.clone(), stop_rx)));

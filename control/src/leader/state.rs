@@ -19,6 +19,8 @@ pub struct LeaderState {
     pub steps: super::steps::StepRoutes,
     /// The latest plan's reservations, for `quorum queue --start`.
     estimates: Mutex<BTreeMap<JobId, Estimate>>,
+    /// The latest forecast of every pending job's start ([`super::forecast`]).
+    forecasts: Mutex<std::sync::Arc<Forecasts>>,
     /// The start each waiting job was first promised ([`quorum_sched::promises`]).
     promised: Mutex<BTreeMap<JobId, quorum_model::Millis>>,
     pub liveness: Liveness,
@@ -36,6 +38,24 @@ pub struct LeaderState {
     pub mpi_default: crate::model::mpi::Mpi,
 }
 
+/// The latest forecast of every pending job's start, and when it was made.
+#[derive(Clone, Debug, Default)]
+pub struct Forecasts {
+    pub at_ms: quorum_model::Millis,
+    pub jobs: BTreeMap<JobId, Estimate>,
+}
+
+/// Where and when a pending job is expected to start.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Expected {
+    pub start_ms: quorum_model::Millis,
+    pub nodes: Vec<String>,
+    /// A forecast (on predicted run times), not the plan's reservation.
+    pub forecast: bool,
+    /// When the forecast was made (0 for a reservation).
+    pub at_ms: quorum_model::Millis,
+}
+
 impl LeaderState {
     pub fn new(liveness: Liveness, grants: Grants) -> LeaderState {
         let stats = super::Stats::default();
@@ -43,6 +63,7 @@ impl LeaderState {
             hub: AgentHub::new(grants, liveness.agent_lease, stats.dispatch_seconds.clone()),
             steps: Default::default(),
             estimates: Mutex::default(),
+            forecasts: Mutex::default(),
             promised: Mutex::default(),
             liveness,
             dropped: Mutex::default(),
@@ -89,6 +110,28 @@ impl LeaderState {
     /// Where backfill expects one pending job to start, if it placed it.
     pub fn estimate(&self, job: JobId) -> Option<Estimate> {
         self.estimates.lock().unwrap_or_else(|p| p.into_inner()).get(&job).cloned()
+    }
+
+    /// Where and when `job` is expected to start, if it waits: the plan's reservation when it
+    /// has one (`forecast` false), else the latest forecast (`forecast` true, made at `at_ms`).
+    pub fn expected(&self, job: JobId) -> Option<Expected> {
+        if let Some(e) = self.estimate(job) {
+            return Some(Expected { start_ms: e.start_ms, nodes: e.nodes, forecast: false, at_ms: 0 });
+        }
+        let forecasts = self.forecasts.lock().unwrap_or_else(|p| p.into_inner());
+        let f = forecasts.jobs.get(&job)?;
+        Some(Expected { start_ms: f.start_ms, nodes: f.nodes.clone(), forecast: true, at_ms: forecasts.at_ms })
+    }
+
+    /// A copy of what [`LeaderState::expected`] reads for every job, for a listing: the
+    /// reservations, and the latest forecasts with when they were made.
+    pub fn expected_all(&self) -> (BTreeMap<JobId, Estimate>, std::sync::Arc<Forecasts>) {
+        let forecasts = self.forecasts.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        (self.estimates(), forecasts)
+    }
+
+    pub(super) fn set_forecasts(&self, forecasts: Forecasts) {
+        *self.forecasts.lock().unwrap_or_else(|p| p.into_inner()) = std::sync::Arc::new(forecasts);
     }
 
     /// The start each waiting job was first promised, as the last cycle left them.

@@ -25,6 +25,8 @@ pub struct Stats {
     pub dispatch_seconds: Histogram,
     /// From a submit's arrival here to its answer (forwarded or committed here).
     pub submit_seconds: Histogram,
+    /// How long each forecast of every pending job's start took (off the cycle).
+    pub forecast_seconds: Histogram,
 }
 
 impl Default for Stats {
@@ -42,6 +44,8 @@ impl Default for Stats {
             dispatch_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 17)),
             // 0.1 ms to about 6.5 s.
             submit_seconds: Histogram::new(exponential_buckets(0.0001, 2.0, 17)),
+            // 0.1 ms to about 26 s.
+            forecast_seconds: Histogram::new(exponential_buckets(0.0001, 2.0, 19)),
         }
     }
 }
@@ -86,6 +90,12 @@ impl Stats {
             "From a submit's arrival at this replica to its answer",
             Unit::Seconds,
             self.submit_seconds.clone(),
+        );
+        registry.register_with_unit(
+            "scheduler_forecast",
+            "How long each forecast of every pending job's start took (off the scheduling cycle)",
+            Unit::Seconds,
+            self.forecast_seconds.clone(),
         );
     }
 }

@@ -425,9 +425,10 @@ pub(super) async fn get_job(api: &Api, caller: &Caller, r: GetJobRequest) -> Res
     let mut info = job_for(caller, &job, true);
     info.gpu_idle_since_ms = api.leader.gpu_idle_since(&job, crate::replica::now_ms()).unwrap_or(0);
     waiting_on(api, &job, &mut info);
-    if let Some(e) = api.leader.estimate(job.id).filter(|_| job.state == JobState::Pending) {
+    if let Some(e) = api.leader.expected(job.id).filter(|_| job.state == JobState::Pending) {
         info.expected_start_ms = e.start_ms;
         info.expected_nodes = crate::model::hostlist::compress(&e.nodes);
+        (info.expected_forecast, info.forecast_at_ms) = (e.forecast, e.at_ms);
     }
     Ok(GetJobResponse { job: Some(info), applied_index })
 }
@@ -484,7 +485,7 @@ pub(super) async fn list_jobs(api: &Api, caller: &Caller, r: ListJobsRequest) ->
         )));
     }
     read_barrier(api, r.stale).await?;
-    let estimates = api.leader.estimates();
+    let (estimates, forecasts) = api.leader.expected_all();
     let now = crate::replica::now_ms();
     let submitted_before = if r.submitted_before_ms == 0 { u64::MAX } else { r.submitted_before_ms };
     // A set: a listing may name thousands of jobs, checked against every job while the state
@@ -511,9 +512,15 @@ pub(super) async fn list_jobs(api: &Api, caller: &Caller, r: ListJobsRequest) ->
                     let mut info = wire::listed(job_for(caller, j, false));
                     info.gpu_idle_since_ms = api.leader.gpu_idle_since(j, now).unwrap_or(0);
                     waiting_on(api, j, &mut info);
-                    if let Some(e) = estimates.get(&j.id).filter(|_| j.state == JobState::Pending) {
-                        info.expected_start_ms = e.start_ms;
-                        info.expected_nodes = crate::model::hostlist::compress(&e.nodes);
+                    if j.state == JobState::Pending {
+                        if let Some(e) = estimates.get(&j.id) {
+                            info.expected_start_ms = e.start_ms;
+                            info.expected_nodes = crate::model::hostlist::compress(&e.nodes);
+                        } else if let Some(f) = forecasts.jobs.get(&j.id) {
+                            info.expected_start_ms = f.start_ms;
+                            info.expected_nodes = crate::model::hostlist::compress(&f.nodes);
+                            (info.expected_forecast, info.forecast_at_ms) = (true, forecasts.at_ms);
+                        }
                     }
                     info
                 },

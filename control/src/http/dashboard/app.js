@@ -130,7 +130,8 @@ async function queueView() {
       ? el("td", { class: "gpu-idle" }, "GPUs idle since " + when(j.gpu_idle_since_ms))
       : el("td", {}, j.reason),
     el("td", {}, priority[j.id] !== undefined ? priority[j.id].toFixed(0) : ""),
-    el("td", {}, j.state === "RUNNING" ? when(j.start_time_ms) : when(j.expected_start_ms)),
+    el("td", j.expected_forecast ? { class: "forecast", title: "a forecast on predicted run times, not a reservation" } : {},
+      j.state === "RUNNING" ? when(j.start_time_ms) : when(j.expected_start_ms) + (j.expected_forecast ? " (forecast)" : "")),
     el("td", {}, j.state === "RUNNING" ? j.nodelist : j.expected_nodes), el("td", {}, duration(j.time_limit_s))));
   show(el("h2", {}, "Queue"),
     el("div", { class: "filters" }, input("user", "user"), input("partition", "partition"), stateSelect),
