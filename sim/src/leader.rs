@@ -477,7 +477,7 @@ async fn answer(world: &World, r: &Replica, request: Request) -> Outcome {
         },
         Request::Read { job } => {
             if !world.bug(Bug::StaleReads) {
-                if let Err(e) = r.raft.ensure_linearizable().await {
+                if let Err(e) = quorum_control::replica::linearizable_read(&r.raft).await {
                     return Outcome::Unknown { error: e.to_string() };
                 }
             }
