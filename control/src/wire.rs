@@ -318,6 +318,9 @@ pub fn job_to_proto(j: &Job, with_env: bool) -> api::JobInfo {
         preempting_for: j.preempting.as_ref().map_or(0, |p| p.by),
         claimed_nodes: j.claim.as_ref().map(|c| crate::model::hostlist::compress(&c.nodes)).unwrap_or_default(),
         gpu_idle_since_ms: 0,
+        // Set by the listings from the leader's forecasts.
+        expected_forecast: false,
+        forecast_at_ms: 0,
         cancelled_by: j.cancelled_by.clone().unwrap_or_default(),
         usage: crate::model::JobUsage::total(j.usage, j.step_usage).map(usage_to_proto),
         batch_usage: j.usage.map(usage_to_proto),

@@ -70,7 +70,7 @@ struct Running<'a> {
     total: f64,
 }
 
-fn running(view: &ClusterView, now_ms: Millis, policy: &Policy) -> Running<'_> {
+fn running<'a>(view: &'a ClusterView, now_ms: Millis, policy: &Policy) -> Running<'a> {
     let mut r = Running { accounts: BTreeMap::new(), users: BTreeMap::new(), total: 0.0 };
     for j in &view.running {
         let billed = j.charge.billed_at(now_ms, policy.gpu_billing_weight);

@@ -73,7 +73,7 @@ pub const READ_APPLY_LIMIT: Duration = Duration::from_secs(5);
 #[derive(Debug, thiserror::Error)]
 pub enum ReadError<N: openraft::Node> {
     #[error("{0}")]
-    Raft(#[from] RaftError<u64, CheckIsLeaderError<u64, N>>),
+    Raft(Box<RaftError<u64, CheckIsLeaderError<u64, N>>>),
     #[error("this leader did not apply its log within {READ_APPLY_LIMIT:?}; try again")]
     Behind,
 }
@@ -93,7 +93,7 @@ pub async fn linearizable_read<C: openraft::RaftTypeConfig<NodeId = u64>>(
     raft: &openraft::Raft<C>,
 ) -> Result<(), ReadError<C::Node>> {
     let last = raft.metrics().borrow().last_log_index;
-    raft.ensure_linearizable().await?;
+    raft.ensure_linearizable().await.map_err(|e| ReadError::Raft(Box::new(e)))?;
     if let Some(last) = last {
         raft.wait(Some(READ_APPLY_LIMIT))
             .applied_index_at_least(Some(last), "a linearizable read")
@@ -202,9 +202,12 @@ impl Replica {
     pub async fn linearizable(&self) -> Result<(), WriteError> {
         match linearizable_read(&self.raft).await {
             Ok(()) => Ok(()),
-            Err(ReadError::Raft(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f)))) => {
-                Err(WriteError::NotLeader { leader: f.leader_node.map(|n| n.addr) })
-            }
+            Err(ReadError::Raft(e)) => match *e {
+                RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f)) => {
+                    Err(WriteError::NotLeader { leader: f.leader_node.map(|n| n.addr) })
+                }
+                e => Err(WriteError::Raft(e.to_string())),
+            },
             Err(e) => Err(WriteError::Raft(e.to_string())),
         }
     }
