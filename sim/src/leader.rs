@@ -476,7 +476,11 @@ async fn answer(world: &World, r: &Replica, request: Request) -> Outcome {
             Err(e) => unknown(e),
         },
         Request::Read { job } => {
-            if !world.bug(Bug::StaleReads) {
+            if world.bug(Bug::RestoredRead) {
+                if let Err(e) = r.raft.ensure_linearizable().await {
+                    return Outcome::Unknown { error: e.to_string() };
+                }
+            } else if !world.bug(Bug::StaleReads) {
                 if let Err(e) = quorum_control::replica::linearizable_read(&r.raft).await {
                     return Outcome::Unknown { error: e.to_string() };
                 }

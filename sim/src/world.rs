@@ -85,6 +85,10 @@ pub enum Bug {
     /// waited on the stream of a frozen node), as the agent before 3b77c20d did: the leader may
     /// have declared the node DOWN and started the job elsewhere.
     LateLaunch,
+    /// Linearizable reads are openraft's `ensure_linearizable` alone, as the controller's were
+    /// before 5eefcfda: a leader restored at start-up (after a power cut) may read below entries
+    /// acknowledged before it.
+    RestoredRead,
 }
 
 /// A place in the simulated shells where a replica can be made to crash, as a failpoint would:

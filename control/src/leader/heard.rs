@@ -69,3 +69,32 @@ impl Heard {
         self.downing.clear();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Seed 20919's race, by hand: a heartbeat recorded while the node is being declared DOWN
+    /// gets no lease until the proposal is answered; one recorded before keeps it from being
+    /// judged silent at all.
+    #[test]
+    fn no_lease_while_the_node_is_being_declared_down() {
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        let timeout = Duration::from_secs(5);
+        let mut h = Heard::default();
+        assert!(h.heard("a1", at(0)), "an ordinary heartbeat is a lease");
+        assert_eq!(h.begin_down("a1", t0, at(4), timeout), None, "heard 4 s ago: not silent");
+        assert_eq!(h.begin_down("a1", t0, at(6), timeout), Some(Duration::from_secs(6)));
+        assert!(!h.heard("a1", at(6)), "heard while its NodeDown is in flight: no lease");
+        assert!(h.heard("a2", at(6)), "another node is not held back");
+        h.down_ended("a1");
+        assert!(h.heard("a1", at(7)), "once the proposal is answered, its heartbeats are leases again");
+        // Heard just before the pass: not silent, nothing begins.
+        assert_eq!(h.begin_down("a1", t0, at(8), timeout), None);
+        // A new leader counts a node it never heard from its own start.
+        h.clear();
+        assert_eq!(h.begin_down("a1", at(10), at(14), timeout), None);
+        assert!(h.begin_down("a1", at(10), at(15), timeout).is_some());
+    }
+}
