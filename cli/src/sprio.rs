@@ -43,7 +43,7 @@ pub struct SprioArgs {
     /// The order of the jobs: sprio's field letters, each `+` (increasing, the default) or `-`
     /// (decreasing), comma-separated: `i` job id (the default), `r` partition, `u` user, `Y`
     /// priority, `A` age, `F` fairshare, `J` job size, `P` partition factor, `Q` QOS, `N` nice.
-    #[arg(short = 'S', long = "sort")]
+    #[arg(short = 'S', long = "sort", allow_hyphen_values = true)]
     sort: Option<String>,
     /// Print help.
     #[arg(long, action = clap::ArgAction::Help)]
@@ -229,6 +229,7 @@ mod tests {
         sort_jobs(&mut sorted, "i").unwrap();
         assert_eq!(sorted.iter().map(|j| j.job_id).collect::<Vec<_>>(), [3, 4, 5]);
         assert!(sort_jobs(&mut sorted, "Z").unwrap_err().contains("'Z'"));
+        assert_eq!(args(&["-S", "-Y"]).sort.as_deref(), Some("-Y"), "-S takes a decreasing key");
         assert_eq!(
             render(&r, &jobs, &args(&["-w"])),
             "          JOBID PARTITION   PRIORITY       SITE        AGE    JOBSIZE\n        Weights                               1       1000       2000\n"

@@ -72,7 +72,7 @@ pub struct SqueueArgs {
     start: bool,
     /// The order of the lines: `%` codes, each `+` (increasing, the default) or `-`
     /// (decreasing), comma-separated (default `P,t,-p`: partition, state, priority highest first).
-    #[arg(short = 'S', long = "sort")]
+    #[arg(short = 'S', long = "sort", allow_hyphen_values = true)]
     sort: Option<String>,
 }
 
@@ -604,6 +604,9 @@ mod tests {
         assert_eq!(shown("+j", "%j"), "high\nlow\nother\nr\n");
         assert_eq!(shown("-p,i", "%i %p"), "5 0.34000000\n4 0.12000000\n9 0.01000000\n3 0.00000000\n");
         assert!(parse_sort("P,zz").unwrap_err().contains("'zz'"));
+        // `-S -V` as users type it: the key begins with a hyphen.
+        let args = SqueueArgs::try_parse_from(["-S", "-V"]).expect("-S takes a decreasing key");
+        assert_eq!(args.sort.as_deref(), Some("-V"));
         assert!(parse_sort("-z").unwrap_err().contains("'-z'"));
         assert_eq!(
             parse_sort("%P,-%p").unwrap(),
