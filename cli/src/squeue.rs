@@ -374,7 +374,8 @@ fn sortable(code: char, row: &Row, now_ms: u64) -> Sortable {
     let j = &*row.job;
     let n = |v: u64| Sortable::Number(v as f64);
     match code {
-        'i' | 'A' => n(j.id),
+        // A heterogeneous job's components are jobs of their own ids on Slurm (`12+1` is 13).
+        'i' | 'A' => n(j.id + row.het.unwrap_or(0) as u64),
         'F' => n(j.array.as_ref().map_or(j.id, |a| a.array_job_id)),
         'K' => n(j.array.as_ref().map_or(0, |a| u64::from(a.task_id))),
         't' | 'T' => n(u64::from(state_rank(&j.state))),

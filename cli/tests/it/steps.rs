@@ -613,7 +613,10 @@ async fn heterogeneous_components_run_in_their_own_partitions() {
     let j = wait_state(&c, id, &["RUNNING"], T).await;
     let groups: Vec<(String, u32)> = j.allocation.iter().map(|a| (a.node.clone(), a.het_group)).collect();
     assert_eq!(groups, vec![("node01".to_string(), 0), ("node02".to_string(), 1)], "{j:?}");
+    // In Slurm's order (`-S P,t,-p`: by partition first), and by id with `-S i`.
     let listed = slurm("squeue", &["-h", "-o", "%i %P %N"]).success();
+    assert_eq!(listed, format!("{id}+1 highmem node02\n{id}+0 small node01\n"));
+    let listed = slurm("squeue", &["-h", "-S", "i", "-o", "%i %P %N"]).success();
     assert_eq!(listed, format!("{id}+0 small node01\n{id}+1 highmem node02\n"));
     std::fs::write(dir.path().join("go"), "").unwrap();
     let j = wait_state(&c, id, &["COMPLETED", "FAILED", "CANCELLED"], T).await;

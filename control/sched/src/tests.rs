@@ -557,9 +557,8 @@ fn multi_node_jobs_stay_within_one_switch_when_they_can() {
     assert!(on_s1 == 0 || on_s1 == 4, "the 4-node job spans both switches: {nodes:?}");
 }
 
-#[test]
-fn fairshare_ranks_the_light_account_first_and_converges() {
-    let mut b = Bench::new(ten_nodes(), Policy { half_life_s: 3600, ..Policy::default() });
+/// Two accounts of one share each: `heavy` with its user hana, `light` with lee.
+fn heavy_and_light(b: &mut Bench) {
     let acct = |name: &str, user: &str| Account {
         name: name.into(),
         parent: None,
@@ -570,6 +569,12 @@ fn fairshare_ranks_the_light_account_first_and_converges() {
         ..Default::default()
     };
     b.cmd(Command::SeedAccounts { accounts: vec![acct("heavy", "hana"), acct("light", "lee")], qos: vec![], now: 0 });
+}
+
+#[test]
+fn fairshare_ranks_the_light_account_first_and_converges() {
+    let mut b = Bench::new(ten_nodes(), Policy { half_life_s: 3600, ..Policy::default() });
+    heavy_and_light(&mut b);
     // hana uses all ten nodes for two hours
     b.at(0);
     let hog = b.submit_with("hana", |s| {
@@ -608,14 +613,7 @@ fn fairshare_ranks_the_light_account_first_and_converges() {
 #[test]
 fn fairshare_charges_a_running_job_as_it_runs() {
     let mut b = Bench::new(ten_nodes(), Policy { half_life_s: 7 * 86_400, ..Policy::default() });
-    let acct = |name: &str, user: &str| Account {
-        name: name.into(),
-        parent: None,
-        shares: 1,
-        users: [user.to_string()].into(),
-        ..Default::default()
-    };
-    b.cmd(Command::SeedAccounts { accounts: vec![acct("heavy", "hana"), acct("light", "lee")], qos: vec![], now: 0 });
+    heavy_and_light(&mut b);
     b.at(0);
     let long = b.submit_with("hana", |s| {
         s.nodes = 5;
