@@ -114,6 +114,13 @@ pub struct Policy {
     pub queue: QueueLimits,
 }
 
+impl Policy {
+    /// CPUs and GPUs as Slurm's TRES billing counts them: each GPU `gpu_billing_weight` CPUs.
+    pub fn billed(&self, cpus: u64, gpus: u64) -> u64 {
+        cpus + gpus * u64::from(self.gpu_billing_weight)
+    }
+}
+
 fn is_off(m: &crate::preempt::PreemptMode) -> bool {
     *m == crate::preempt::PreemptMode::Off
 }

@@ -39,10 +39,6 @@ const MISSED_HEARTBEATS: u32 = 3;
 /// for the job's steps, no job's process (nothing is recorded) until the job ends.
 const HOLD: &str = "/bin/sleep";
 
-pub fn host_of(node: &str) -> Option<Host> {
-    node.strip_prefix('a')?.parse::<u64>().ok().map(|i| AGENT_BASE + i)
-}
-
 /// How long a job of the workload runs: its program is `sleep SECONDS` (the hub's hold, a very
 /// long sleep).
 pub fn duration(argv: &[String]) -> Duration {

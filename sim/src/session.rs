@@ -67,6 +67,8 @@ pub struct Stream {
     pub conn: u64,
     pub node: String,
     pub host: Host,
+    /// What the node registered as when the session opened (its heartbeats are judged by it).
+    registration: NodeRegistration,
     phase: tokio::sync::watch::Sender<Phase>,
     /// The leader the replica named when it ended the session as not leading.
     hint: Mutex<Option<u64>>,
@@ -207,7 +209,7 @@ pub async fn open(world: &Arc<World>, r: &Arc<Replica>, host: Host, registration
     if quorum_control::leader::rules::needs_registration(&read(&r.applied).state, &registration) {
         world.trace(format!("r{} registers {node}", r.id));
         let now = world.wall_ms(r.id);
-        if let Err(e) = write(r, Command::RegisterNode { node: registration, now }).await {
+        if let Err(e) = write(r, Command::RegisterNode { node: registration.clone(), now }).await {
             return Opened::NotLeader(match e {
                 WriteError::NotLeader(l) => l,
                 WriteError::Other(_) => None,
@@ -230,6 +232,7 @@ pub async fn open(world: &Arc<World>, r: &Arc<Replica>, host: Host, registration
         conn,
         node: node.clone(),
         host,
+        registration,
         phase: tokio::sync::watch::Sender::new(Phase::Opening),
         hint: Mutex::new(None),
         to_agent: to_agent_tx,
@@ -278,10 +281,8 @@ pub async fn heartbeat(world: &Arc<World>, r: &Arc<Replica>, stream: &Arc<Stream
     let back = {
         let a = read(&r.applied);
         r.hub.reconcile(&a.state, Some(&stream.node));
-        let registration = world.agents.get(&stream.host).map(|agent| agent.registration());
-        registration.and_then(|reg| {
-            quorum_control::leader::rules::on_heartbeat(&a.state, &reg, &None, world.wall_ms(r.id)).return_to_service
-        })
+        let now = world.wall_ms(r.id);
+        quorum_control::leader::rules::on_heartbeat(&a.state, &stream.registration, &None, now).return_to_service
     };
     if lease {
         let lease_ms = LEASE.as_millis() as u64;

@@ -46,7 +46,8 @@ pub struct AccountShare {
 /// deliver in one half-life, so that when usage decays away every factor returns to 1. Running
 /// jobs count as they run: their owners' usage grows by what they have run so far.
 pub fn fairshare(view: &ClusterView, now_ms: Millis, policy: &Policy) -> BTreeMap<String, AccountShare> {
-    account_shares(view, now_ms, policy, usage_denominator(view, now_ms, policy))
+    let running = running(view, now_ms, policy);
+    account_shares(view, now_ms, policy, &running, usage_denominator(view, now_ms, policy, &running))
 }
 
 /// The accounts' and their users' fairshare at `now` ([`fairshare`], [`user_fairshare`]), the
@@ -56,9 +57,10 @@ pub fn fairshare_tree(
     now_ms: Millis,
     policy: &Policy,
 ) -> (BTreeMap<String, AccountShare>, BTreeMap<String, AccountUsers>) {
-    let denominator = usage_denominator(view, now_ms, policy);
-    let accounts = account_shares(view, now_ms, policy, denominator);
-    let users = users_of(view, &accounts, now_ms, policy, denominator);
+    let running = running(view, now_ms, policy);
+    let denominator = usage_denominator(view, now_ms, policy, &running);
+    let accounts = account_shares(view, now_ms, policy, &running, denominator);
+    let users = users_of(view, &accounts, now_ms, policy, &running, denominator);
     (accounts, users)
 }
 
@@ -73,7 +75,7 @@ struct Running<'a> {
 fn running<'a>(view: &'a ClusterView, now_ms: Millis, policy: &Policy) -> Running<'a> {
     let mut r = Running { accounts: BTreeMap::new(), users: BTreeMap::new(), total: 0.0 };
     for j in &view.running {
-        let billed = j.charge.billed_at(now_ms, policy.gpu_billing_weight);
+        let billed = j.charge.billed_at(now_ms, policy);
         if billed > 0.0 {
             *r.accounts.entry(j.account.as_str()).or_default() += billed;
             *r.users.entry((j.account.as_str(), j.user.as_str())).or_default() += billed;
@@ -87,12 +89,13 @@ fn account_shares(
     view: &ClusterView,
     now_ms: Millis,
     policy: &Policy,
+    running: &Running,
     denominator: f64,
 ) -> BTreeMap<String, AccountShare> {
     let half_life_ms = policy.half_life_s * 1000;
     let mut decayed: BTreeMap<&str, f64> =
         view.usage.iter().map(|(a, u)| (a.as_str(), u.at(now_ms, half_life_ms))).collect();
-    for (account, billed) in running(view, now_ms, policy).accounts {
+    for (account, billed) in &running.accounts {
         *decayed.entry(account).or_default() += billed;
     }
 
@@ -182,7 +185,8 @@ pub fn user_fairshare(
     now_ms: Millis,
     policy: &Policy,
 ) -> BTreeMap<String, AccountUsers> {
-    users_of(view, accounts, now_ms, policy, usage_denominator(view, now_ms, policy))
+    let running = running(view, now_ms, policy);
+    users_of(view, accounts, now_ms, policy, &running, usage_denominator(view, now_ms, policy, &running))
 }
 
 fn users_of(
@@ -190,6 +194,7 @@ fn users_of(
     accounts: &BTreeMap<String, AccountShare>,
     now_ms: Millis,
     policy: &Policy,
+    running: &Running,
     denominator: f64,
 ) -> BTreeMap<String, AccountUsers> {
     let half_life_ms = policy.half_life_s * 1000;
@@ -202,7 +207,6 @@ fn users_of(
         }
     }
     let none = BTreeMap::new();
-    let running = running(view, now_ms, policy);
     let mut out: BTreeMap<String, AccountUsers> = BTreeMap::new();
     for (name, account_share) in accounts {
         let acc = view.accounts.get(name);
@@ -210,10 +214,9 @@ fn users_of(
         let mut users: Vec<&str> = acc.map(|a| a.users.iter().map(String::as_str).collect()).unwrap_or_default();
         users.extend(used.keys().map(String::as_str).filter(|u| !acc.is_some_and(|a| a.users.contains(*u))));
         let runs = running.users.range((name.as_str(), "")..).take_while(|((a, _), _)| *a == name.as_str());
-        let runs: Vec<(&str, f64)> = runs.map(|((_, u), billed)| (*u, *billed)).collect();
-        for (u, _) in &runs {
+        for ((_, u), _) in runs {
             if !users.contains(u) {
-                users.push(*u);
+                users.push(u);
             }
         }
         let shares_of = |u: &str| acc.map_or(1, |a| a.user_shares_of(u));
@@ -230,7 +233,7 @@ fn users_of(
         for user in users {
             let raw_shares = shares_of(user);
             let part = if siblings == 0 { 0.0 } else { f64::from(raw_shares) / siblings as f64 };
-            let ran = runs.iter().find(|(u, _)| *u == user).map_or(0.0, |(_, billed)| *billed);
+            let ran = running.users.get(&(name.as_str(), user)).copied().unwrap_or(0.0);
             let raw_usage = used.get(user).map_or(0.0, |u| u.at(now_ms, half_life_ms)) + ran;
             let (norm_shares, effective_usage, fairshare) = factor(part, raw_usage / denominator);
             row.users.insert(
@@ -253,13 +256,17 @@ fn users_of(
 
 /// What usage is normalised by: the larger of the total decayed usage and what the cluster
 /// could deliver in one half-life.
-fn usage_denominator(view: &ClusterView, now_ms: Millis, policy: &Policy) -> f64 {
+fn usage_denominator(view: &ClusterView, now_ms: Millis, policy: &Policy, running: &Running) -> f64 {
     let half_life_ms = policy.half_life_s * 1000;
-    let total: f64 =
-        view.usage.values().map(|u| u.at(now_ms, half_life_ms)).sum::<f64>() + running(view, now_ms, policy).total;
-    let cap = view.total_capacity();
-    let capacity = (cap.cpus + cap.gpus * i64::from(policy.gpu_billing_weight)) as f64 * policy.half_life_s as f64;
+    let total: f64 = view.usage.values().map(|u| u.at(now_ms, half_life_ms)).sum::<f64>() + running.total;
+    let capacity = billed_capacity(view, policy) * policy.half_life_s as f64;
     total.max(capacity).max(1.0)
+}
+
+/// What the cluster holds, in billed TRES ([`Policy::billed`]).
+fn billed_capacity(view: &ClusterView, policy: &Policy) -> f64 {
+    let cap = view.total_capacity();
+    policy.billed(cap.cpus.max(0) as u64, cap.gpus.max(0) as u64) as f64
 }
 
 fn share(name: String, parent: Option<String>, raw: u32, norm: f64, raw_usage: f64, denominator: f64) -> AccountShare {
@@ -285,10 +292,7 @@ impl PriorityContext {
         Self {
             shares,
             users,
-            cluster_billed: {
-                let cap = view.total_capacity();
-                ((cap.cpus + cap.gpus * i64::from(policy.gpu_billing_weight)) as f64).max(1.0)
-            },
+            cluster_billed: billed_capacity(view, policy).max(1.0),
             max_tier: view.partitions.values().map(|p| p.tier).max().unwrap_or(0),
             max_qos: view.qos.values().map(|q| q.priority).max().unwrap_or(0),
         }
@@ -304,7 +308,7 @@ impl PriorityContext {
         };
         // What it asks for as Slurm's TRES billing counts it: its CPUs, and each GPU as
         // `gpu_billing_weight` CPUs (a 4-GPU job is not sized by its few CPUs).
-        let billed = job.total_cpus() + job.total_gpus() * i64::from(policy.gpu_billing_weight);
+        let billed = policy.billed(job.total_cpus().max(0) as u64, job.total_gpus().max(0) as u64);
         let size = (billed as f64 / self.cluster_billed).min(1.0);
         let job_size = if policy.favor_small { 1.0 - size } else { size };
         let tier = view.partitions.get(&*job.partition).map(|p| p.tier).unwrap_or(0);

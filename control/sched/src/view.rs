@@ -148,12 +148,12 @@ pub struct Charge {
 }
 
 impl Charge {
-    /// The billed TRES-seconds it has run by `now` (each GPU weighs `gpu_weight` CPUs).
-    pub fn billed_at(&self, now: Millis, gpu_weight: u32) -> f64 {
+    /// The billed TRES-seconds it has run by `now` ([`Policy::billed`]).
+    pub fn billed_at(&self, now: Millis, policy: &quorum_model::Policy) -> f64 {
         let end = self.until_ms.map_or(now, |until| until.min(now));
         let ran = end.saturating_sub(self.from_ms);
         let seconds = self.limit_ms.map_or(ran, |limit| ran.min(limit)) as f64 / 1000.0;
-        (self.cpus + self.gpus * u64::from(gpu_weight)) as f64 * seconds
+        policy.billed(self.cpus, self.gpus) as f64 * seconds
     }
 }
 

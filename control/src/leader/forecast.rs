@@ -23,14 +23,15 @@ const PERIOD: Duration = Duration::from_secs(5);
 const IDLE_FACTOR: u32 = 4;
 
 pub(super) async fn forecast_loop(replica: Arc<Replica>, leader: Arc<LeaderState>, mut stop: watch::Receiver<bool>) {
-    let mut cache = Some(quorum_sched::view::ViewCache::default());
+    let mut cache = quorum_sched::view::ViewCache::default();
     let mut wait = Duration::from_millis(500);
     loop {
         tokio::select! {
             _ = tokio::time::sleep(wait) => {}
             _ = stop.changed() => return,
         }
-        let Some(mut c) = cache.take() else { return };
+        // Lent to the forecast's thread, and given back with its answer.
+        let mut c = std::mem::take(&mut cache);
         let (view, policy) = {
             let applied = replica.shared.read();
             (quorum_sched::ClusterView::from_state_predicting(&applied.state, &mut c), applied.state.policy.clone())
@@ -47,7 +48,7 @@ pub(super) async fn forecast_loop(replica: Arc<Replica>, leader: Arc<LeaderState
         .await;
         let took = started.elapsed();
         let Ok((jobs, c)) = planned else { return };
-        cache = Some(c);
+        cache = c;
         leader.stats.forecast_seconds.observe(took.as_secs_f64());
         tracing::debug!(jobs = jobs.len(), elapsed_ms = took.as_millis() as u64, "forecast");
         if *stop.borrow() {

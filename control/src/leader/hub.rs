@@ -613,16 +613,11 @@ fn reconcile_node(
                 // Suspended or resumed (scontrol suspend|resume, or by preemption): told once
                 // a session, only for a job that was ever suspended.
                 let suspended = job.state == crate::model::JobState::Suspended;
-                if (suspended || job.suspended_ms > 0) && conn.frozen.get(&key) != Some(&suspended) {
-                    let order = quorum_proto::agent::Suspend {
-                        job_id: job.id,
-                        token: job.alloc_index,
-                        resume: !suspended,
-                        time_limit_s: job.limit_from_start_s().unwrap_or(0),
-                    };
-                    if send(conn, Msg::Suspend(order)) {
-                        conn.frozen.insert(key, suspended);
-                    }
+                if (suspended || job.suspended_ms > 0)
+                    && conn.frozen.get(&key) != Some(&suspended)
+                    && send(conn, Msg::Suspend(suspend_order(job, !suspended)))
+                {
+                    conn.frozen.insert(key, suspended);
                 }
                 // Its time limit moved: the launch again, which the agent running it reads for
                 // the new limit (and ignores otherwise).
@@ -647,16 +642,10 @@ fn reconcile_node(
                         // launch reached the node, or across a reconnect): frozen right behind
                         // its launch on the stream, not a reconciliation later, so that it does
                         // not run on the CPUs it lent meanwhile.
-                        if job.state == crate::model::JobState::Suspended {
-                            let order = quorum_proto::agent::Suspend {
-                                job_id: job.id,
-                                token: job.alloc_index,
-                                resume: false,
-                                time_limit_s: job.limit_from_start_s().unwrap_or(0),
-                            };
-                            if send(conn, Msg::Suspend(order)) {
-                                conn.frozen.insert(key, true);
-                            }
+                        if job.state == crate::model::JobState::Suspended
+                            && send(conn, Msg::Suspend(suspend_order(job, false)))
+                        {
+                            conn.frozen.insert(key, true);
                         }
                         // A first launch: not one sent again to a new session of an agent
                         // that runs it already.
@@ -684,6 +673,16 @@ fn reconcile_node(
         {
             conn.killed.insert(key);
         }
+    }
+}
+
+/// The order to freeze `job`'s allocation (scontrol suspend, or preemption), or to thaw it.
+fn suspend_order(job: &crate::model::Job, resume: bool) -> quorum_proto::agent::Suspend {
+    quorum_proto::agent::Suspend {
+        job_id: job.id,
+        token: job.alloc_index,
+        resume,
+        time_limit_s: job.limit_from_start_s().unwrap_or(0),
     }
 }
 

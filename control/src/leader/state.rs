@@ -45,6 +45,19 @@ pub struct Forecasts {
     pub jobs: BTreeMap<JobId, Estimate>,
 }
 
+impl Forecasts {
+    /// Where and when `job` is expected to start: `reserved` (the plan's reservation) when it
+    /// has one, else this forecast of it.
+    pub fn expected(&self, job: JobId, reserved: Option<&Estimate>) -> Option<Expected> {
+        let (e, forecast) = match reserved {
+            Some(e) => (e, false),
+            None => (self.jobs.get(&job)?, true),
+        };
+        let at_ms = if forecast { self.at_ms } else { 0 };
+        Some(Expected { start_ms: e.start_ms, nodes: e.nodes.clone(), forecast, at_ms })
+    }
+}
+
 /// Where and when a pending job is expected to start.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Expected {
@@ -115,12 +128,8 @@ impl LeaderState {
     /// Where and when `job` is expected to start, if it waits: the plan's reservation when it
     /// has one (`forecast` false), else the latest forecast (`forecast` true, made at `at_ms`).
     pub fn expected(&self, job: JobId) -> Option<Expected> {
-        if let Some(e) = self.estimate(job) {
-            return Some(Expected { start_ms: e.start_ms, nodes: e.nodes, forecast: false, at_ms: 0 });
-        }
-        let forecasts = self.forecasts.lock().unwrap_or_else(|p| p.into_inner());
-        let f = forecasts.jobs.get(&job)?;
-        Some(Expected { start_ms: f.start_ms, nodes: f.nodes.clone(), forecast: true, at_ms: forecasts.at_ms })
+        let forecasts = self.forecasts.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        forecasts.expected(job, self.estimate(job).as_ref())
     }
 
     /// A copy of what [`LeaderState::expected`] reads for every job, for a listing: the

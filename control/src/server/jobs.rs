@@ -426,11 +426,16 @@ pub(super) async fn get_job(api: &Api, caller: &Caller, r: GetJobRequest) -> Res
     info.gpu_idle_since_ms = api.leader.gpu_idle_since(&job, crate::replica::now_ms()).unwrap_or(0);
     waiting_on(api, &job, &mut info);
     if let Some(e) = api.leader.expected(job.id).filter(|_| job.state == JobState::Pending) {
-        info.expected_start_ms = e.start_ms;
-        info.expected_nodes = crate::model::hostlist::compress(&e.nodes);
-        (info.expected_forecast, info.forecast_at_ms) = (e.forecast, e.at_ms);
+        show_expected(&mut info, &e);
     }
     Ok(GetJobResponse { job: Some(info), applied_index })
+}
+
+/// A pending job's expected start and nodes: its reservation, or its forecast, marked.
+fn show_expected(info: &mut JobInfo, e: &crate::leader::Expected) {
+    info.expected_start_ms = e.start_ms;
+    info.expected_nodes = crate::model::hostlist::compress(&e.nodes);
+    (info.expected_forecast, info.forecast_at_ms) = (e.forecast, e.at_ms);
 }
 
 /// A running job whose start waits on a node (its image pulled): CONFIGURING, as Slurm shows a
@@ -512,15 +517,10 @@ pub(super) async fn list_jobs(api: &Api, caller: &Caller, r: ListJobsRequest) ->
                     let mut info = wire::listed(job_for(caller, j, false));
                     info.gpu_idle_since_ms = api.leader.gpu_idle_since(j, now).unwrap_or(0);
                     waiting_on(api, j, &mut info);
-                    if j.state == JobState::Pending {
-                        if let Some(e) = estimates.get(&j.id) {
-                            info.expected_start_ms = e.start_ms;
-                            info.expected_nodes = crate::model::hostlist::compress(&e.nodes);
-                        } else if let Some(f) = forecasts.jobs.get(&j.id) {
-                            info.expected_start_ms = f.start_ms;
-                            info.expected_nodes = crate::model::hostlist::compress(&f.nodes);
-                            (info.expected_forecast, info.forecast_at_ms) = (true, forecasts.at_ms);
-                        }
+                    if let Some(e) =
+                        forecasts.expected(j.id, estimates.get(&j.id)).filter(|_| j.state == JobState::Pending)
+                    {
+                        show_expected(&mut info, &e);
                     }
                     info
                 },

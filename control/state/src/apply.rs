@@ -1726,7 +1726,7 @@ fn charge_usage(state: &mut ClusterState, job_id: JobId) {
     let seconds = ran as f64 / 1000.0;
     let cpus: u64 = allocation.nodes.iter().map(|n| u64::from(n.cpus)).sum();
     let gpus: u64 = allocation.nodes.iter().map(|n| n.gpus.len() as u64).sum();
-    let billed = (cpus + gpus * u64::from(state.policy.gpu_billing_weight)) as f64 * seconds;
+    let billed = state.policy.billed(cpus, gpus) as f64 * seconds;
     let half_life_ms = state.policy.half_life_s * 1000;
     let clock = state.clock;
     let by_tres = state.cluster_level() >= crate::commands::USER_SHARES_LEVEL;
