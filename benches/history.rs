@@ -148,6 +148,7 @@ fn main() {
             reasons: vec![],
             preemptions: vec![],
             resumes: vec![],
+            shown: vec![],
         });
         for (k, &job_id) in ids.iter().enumerate() {
             now += STEP_MS;

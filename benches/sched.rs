@@ -475,6 +475,7 @@ fn state(pending: usize, nodes: usize) -> ClusterState {
                 suspended_ms: 0,
                 resv_end: None,
                 failure: None,
+                shown: None,
             }),
         );
         // The view walks the active jobs' index, as the state machine keeps it.

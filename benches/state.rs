@@ -114,7 +114,15 @@ fn plan(log: &Log, n: usize) -> Command {
         })
         .collect();
     let reasons = pending[n..].iter().map(|&id| (id, PendingReason::Resources)).collect();
-    Command::ApplyPlan { base_index: log.index, now: NOW_MS + 1, starts, reasons, preemptions: vec![], resumes: vec![] }
+    Command::ApplyPlan {
+        base_index: log.index,
+        now: NOW_MS + 1,
+        starts,
+        reasons,
+        preemptions: vec![],
+        resumes: vec![],
+        shown: vec![],
+    }
 }
 
 fn bench_apply(c: &mut Criterion) {

@@ -125,6 +125,8 @@ const FIELDS: &[(&str, usize)] = &[
     ("Start", 19),
     ("End", 19),
     ("Submit", 19),
+    ("ForecastFirst", 19),
+    ("ForecastLast", 19),
     ("Timelimit", 10),
     ("WorkDir", 20),
     ("Reason", 20),
@@ -325,6 +327,9 @@ fn value(field: &str, line: &Line, now_ms: u64) -> String {
         "Start" => local_time_or(start, "Unknown"),
         "End" => local_time_or(end, "Unknown"),
         "Submit" => local_time_or(job.submit_time_ms, "Unknown"),
+        // The start it was first shown while it waited, and the one in force when it started.
+        "ForecastFirst" => local_time_or(job.shown_first_ms, "Unknown"),
+        "ForecastLast" => local_time_or(job.shown_last_ms, "Unknown"),
         "Timelimit" if job.time_limit_s == 0 => "UNLIMITED".into(),
         "Timelimit" => hms(job.time_limit_s),
         "WorkDir" => spec.map_or_else(String::new, |s| s.work_dir.clone()),

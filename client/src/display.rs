@@ -43,6 +43,10 @@ pub struct JobJson {
     pub expected_nodes: Option<String>,
     /// The expected start is a forecast (on predicted run times), not a reservation.
     pub expected_forecast: bool,
+    /// Once started: the start it was first shown while it waited, and the one in force when
+    /// it started (a reservation or a forecast).
+    pub shown_first_ms: Option<u64>,
+    pub shown_last_ms: Option<u64>,
     /// Back to the queue if its node fails.
     pub requeue: bool,
     /// Times it went back to the queue after a node failure.
@@ -92,6 +96,8 @@ pub fn job_json(j: &JobInfo) -> JobJson {
         expected_start_ms: nonzero(j.expected_start_ms),
         expected_nodes: (!j.expected_nodes.is_empty()).then(|| j.expected_nodes.clone()),
         expected_forecast: j.expected_forecast,
+        shown_first_ms: nonzero(j.shown_first_ms),
+        shown_last_ms: nonzero(j.shown_last_ms),
         requeue: spec.requeue,
         requeues: j.requeues,
         array_job_id: j.array.as_ref().map(|a| a.array_job_id),

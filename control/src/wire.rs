@@ -321,6 +321,8 @@ pub fn job_to_proto(j: &Job, with_env: bool) -> api::JobInfo {
         // Set by the listings from the leader's forecasts.
         expected_forecast: false,
         forecast_at_ms: 0,
+        shown_first_ms: j.shown.map_or(0, |s| s.first_ms),
+        shown_last_ms: j.shown.map_or(0, |s| s.last_ms),
         cancelled_by: j.cancelled_by.clone().unwrap_or_default(),
         usage: crate::model::JobUsage::total(j.usage, j.step_usage).map(usage_to_proto),
         batch_usage: j.usage.map(usage_to_proto),

@@ -12,7 +12,7 @@ use quorum_control::model::reservation::ResvRequest;
 use quorum_control::model::BackfillOrder;
 use quorum_control::sim::metrics::{Metrics, Report};
 use quorum_control::sim::swf::{self, Trace};
-use quorum_control::sim::{svg, PolicyName, Progress, SimOptions, SimResult, Simulation};
+use quorum_control::sim::{svg, Estimates, PolicyName, Progress, SimOptions, SimResult, Simulation};
 
 #[derive(clap::Args, Debug)]
 pub struct SimulateArgs {
@@ -55,9 +55,11 @@ pub struct SimulateArgs {
     #[arg(long, value_name = "ORDER", value_parser = quorum_control::config::parse_backfill_order)]
     pub backfill_order: Option<BackfillOrder>,
     /// Estimate every waiting job's start after every cycle, and report how close the
-    /// estimates came (the one at submit, and the last before the start).
-    #[arg(long)]
-    pub estimates: bool,
+    /// estimates came (the one at submit, and the last before the start): `forecasts` (the
+    /// default) as the leader shows them, on predicted run times whatever the schedule is
+    /// planned on; `schedule` on what the schedule is planned on (limits, unless --predict).
+    #[arg(long, value_name = "ON", num_args = 0..=1, default_missing_value = "forecasts", value_parser = parse_estimates)]
+    pub estimates: Option<Estimates>,
     /// Replay from the job with this number.
     #[arg(long)]
     pub from: Option<u64>,
@@ -366,4 +368,13 @@ fn table(name: &str, trace: &Trace, r: &SimResult, report: &Report) -> String {
         );
     }
     out
+}
+
+/// `--estimates`' value: `forecasts` or `schedule`.
+fn parse_estimates(text: &str) -> Result<Estimates, String> {
+    match text {
+        "forecasts" => Ok(Estimates::Forecasts),
+        "schedule" => Ok(Estimates::Schedule),
+        other => Err(format!("unknown estimates '{other}' (forecasts, schedule)")),
+    }
 }

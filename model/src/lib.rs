@@ -1397,6 +1397,20 @@ pub struct Job {
     /// not found): its reason once it ended (level 28).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure: Option<String>,
+    /// The starts it was shown while it waited (`squeue --start`), kept from its start for the
+    /// job history (level 35).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shown: Option<ShownStart>,
+}
+
+/// The starts a job was shown while it waited (`squeue --start`, `scontrol show job`): the
+/// first one shown, and the one in force when it started. Each is backfill's reservation where
+/// the job had one, else the leader's forecast; the leader keeps the first in memory, so after
+/// a new leader is elected a job's first is the first that leader showed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShownStart {
+    pub first_ms: Millis,
+    pub last_ms: Millis,
 }
 
 fn is_zero(n: &u32) -> bool {

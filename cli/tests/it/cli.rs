@@ -201,6 +201,30 @@ async fn backfill_estimates_holds_dependencies_priorities_and_shares() {
     assert!(r.code != 0 && r.stderr.contains("job 999 does not exist"), "{r:?}");
     assert_eq!(q(&["cancel", &a.to_string()]).code, 0);
     wait_state(&c, b, &["COMPLETED"], t).await;
+    // B keeps the starts it was shown while it waited, for the history: the first (its
+    // reservation) and the one in force when it started (later, once the released job was
+    // placed ahead of it), in `show` and sacct's ForecastFirst and ForecastLast.
+    let jb = json(&q(&["show", &b.to_string(), "--json"]));
+    let first = jb["shown_first_ms"].as_u64().unwrap_or_else(|| panic!("{jb}"));
+    assert!(first.abs_diff(start_ms) <= 2000, "{jb}: first shown {start_ms}");
+    assert!(jb["shown_last_ms"].as_u64().is_some_and(|last| last + 2000 >= first), "{jb}");
+    let sacct = crate::slurm_commands::slurm_command(dir.path(), "sacct");
+    let out = std::process::Command::new(&sacct)
+        .args(["-X", "-n", "-P", "-j", &b.to_string(), "-o", "JobID,ForecastFirst,ForecastLast"])
+        .envs(cluster.env())
+        .output()
+        .unwrap();
+    let local = quorum_client::display::local_time;
+    let line = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert_eq!(
+        line,
+        format!(
+            "{b}|{}|{}",
+            local(jb["shown_first_ms"].as_u64().unwrap()),
+            local(jb["shown_last_ms"].as_u64().unwrap())
+        ),
+        "{out:?}"
+    );
     wait_state(&c, held, &["COMPLETED"], t).await;
     let d = wait_for(t, "the dependent job to be decided", || async {
         let j = json(&q(&["show", &dep.to_string(), "--json"]));

@@ -16,7 +16,7 @@ use quorum_dev::cluster::DevOptions;
 const T: Duration = Duration::from_secs(30);
 
 /// `name` as a link to `quorum` in `dir`, as `quorum install-slurm-commands` makes it.
-fn slurm_command(dir: &Path, name: &str) -> std::path::PathBuf {
+pub(crate) fn slurm_command(dir: &Path, name: &str) -> std::path::PathBuf {
     let link = dir.join(name);
     if !link.exists() {
         std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_quorum"), &link).unwrap();

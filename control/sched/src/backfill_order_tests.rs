@@ -50,6 +50,23 @@ fn shortest_first_backfill_starts_the_shortest_and_keeps_the_reasons_in_queue_or
     assert_eq!(estimate_s(&plan, wide), Some(100), "the reservation does not move");
 }
 
+/// A bench at t=20 where alice's two jobs (limits 100 s) each ran 10 s: her predictions are
+/// 10 s from then (the history of level 26).
+fn alice_ran_10_s_twice(nodes: Vec<quorum_state::NodeRegistration>, policy: Policy) -> Bench {
+    let mut b = Bench::new(nodes, policy);
+    let level = quorum_state::ReplicaVersion { level: quorum_state::FEATURE_LEVEL, version: "test".into() };
+    b.cmd(quorum_state::Command::SetReplicaVersions { versions: BTreeMap::from([(1, level)]), now: 0 });
+    for t in [0, 10] {
+        b.at(t);
+        let j = b.submit_with("alice", |s| s.time_limit_s = Some(100));
+        assert_eq!(started(&b.cycle()), vec![j]);
+        b.at(t + 10);
+        b.end(j);
+    }
+    b.at(20);
+    b
+}
+
 /// With predictions the order is by predicted run time: alice's two past jobs ran 10 s, so her
 /// job with a 90 s limit is planned for 10 s and goes before bob's 30 s job, which has no
 /// history; ordered by limits, bob's goes first; in queue order, bob's too (it came first).
@@ -58,17 +75,7 @@ fn with_predictions_the_shortest_predicted_run_time_goes_first() {
     let run = |predict: bool, order: BackfillOrder| {
         let nodes = (1..=3).map(|i| node(&format!("n{i}"), 1, 0, "", &[])).collect();
         let policy = Policy { predict, backfill_order: order, ..fifo(BackfillMode::Easy, 1) };
-        let mut b = Bench::new(nodes, policy);
-        let level = quorum_state::ReplicaVersion { level: quorum_state::FEATURE_LEVEL, version: "test".into() };
-        b.cmd(quorum_state::Command::SetReplicaVersions { versions: BTreeMap::from([(1, level)]), now: 0 });
-        for t in [0, 10] {
-            b.at(t);
-            let j = b.submit_with("alice", |s| s.time_limit_s = Some(100));
-            assert_eq!(started(&b.cycle()), vec![j]);
-            b.at(t + 10);
-            b.end(j);
-        }
-        b.at(20);
+        let mut b = alice_ran_10_s_twice(nodes, policy);
         let running = b.submit_with("carol", |s| (s.nodes, s.ntasks, s.time_limit_s) = (2, 2, Some(100)));
         assert_eq!(started(&b.cycle()), vec![running]);
         let wide = b.submit_with("carol", |s| (s.nodes, s.ntasks, s.time_limit_s) = (3, 3, Some(50)));
@@ -112,4 +119,27 @@ fn every_waiting_jobs_estimate_follows_the_order_backfill_tries_them() {
         assert_eq!([at(a), at(c), at(d)], want, "{order:?}");
         assert!(all.starts.is_empty());
     }
+}
+
+/// Forecasts are made on predictions while the schedule stays on limits, and follow the
+/// schedule's order: with shortest-first backfill, the shortest *limit* first, as the schedule
+/// tries them, not the shortest prediction. One node, busy until t=120; A (20 s) is reserved
+/// from then; bob (30 s, no history) and alice (90 s, whose past jobs ran 10 s: planned 10 s)
+/// wait behind it. By limit bob goes first (140) and alice after him (170); by prediction alice
+/// would take 140.
+#[test]
+fn forecasts_follow_the_schedules_order_by_limits() {
+    let policy = Policy { ordering: QueueOrder::Fifo, backfill_order: BackfillOrder::Shortest, ..Policy::default() };
+    let mut b = alice_ran_10_s_twice(vec![node("n1", 1, 0, "", &[])], policy);
+    let running = b.submit_with("carol", |s| s.time_limit_s = Some(100));
+    assert_eq!(started(&b.cycle()), vec![running]);
+    let a = b.submit_with("carol", |s| s.time_limit_s = Some(20));
+    let bob = b.submit_with("bob", |s| s.time_limit_s = Some(30));
+    let alice = b.submit_with("alice", |s| s.time_limit_s = Some(90));
+    let reserved = b.cycle().estimates;
+    assert_eq!(reserved.keys().copied().collect::<Vec<_>>(), vec![a]);
+    let view = ClusterView::from_state_predicting(&b.state, &mut view::ViewCache::default());
+    let forecast = forecast(&view, b.now_ms, &b.state.policy, &reserved);
+    let at = |j: u64| (forecast[&j].start_ms - 1_000_000_000) / 1000;
+    assert_eq!([at(a), at(bob), at(alice)], [120, 140, 170]);
 }

@@ -139,6 +139,7 @@ fn apply_checks_each_component_and_steps_run_on_the_components_they_name() {
             reasons: Vec::new(),
             preemptions: Vec::new(),
             resumes: Vec::new(),
+            shown: Vec::new(),
         }) {
             Response::PlanApplied { dropped, .. } => dropped,
             other => panic!("{other:?}"),

@@ -20,6 +20,7 @@
 //! 4. [`Plan::assemble`] — the starts, the reservations, and every other job's reason in the
 //!    order considered.
 
+pub mod accuracy;
 pub mod eligibility;
 pub mod placement;
 pub mod preemption;
@@ -1113,8 +1114,11 @@ pub fn will_run(view: &ClusterView, job: PendingJob, now_ms: Millis, policy: &Po
 /// runs and what waits ahead of it, in the order the policy serves them. That is the queue's
 /// order; with shortest-first backfill, the jobs that hold reservations (`reserved`: the last
 /// cycle's, in queue order, as they were reserved), then the rest shortest planned run time
-/// first, as backfill tries them. Where the last cycle was planned on limits for a late
-/// reservation ([`schedule`]), so are the estimates. What `squeue --start` would say of each
+/// first, as backfill tries them: by the run times the schedule plans on (limits, unless the
+/// policy predicts), whatever the view's are, so that forecasts on predictions follow the
+/// schedule's order (issue 29 part 8: following it was the better forecast). Where the last
+/// cycle was planned on limits for a late reservation ([`schedule`]), so are the estimates.
+/// What `squeue --start` would say of each
 /// were every job reached: the simulator measures the estimates' accuracy with it. The plan's
 /// starts are the jobs that would start now.
 pub fn estimate_all(view: &ClusterView, now_ms: Millis, policy: &Policy, reserved: &BTreeMap<JobId, Estimate>) -> Plan {
@@ -1131,7 +1135,7 @@ pub fn estimate_all(view: &ClusterView, now_ms: Millis, policy: &Policy, reserve
             .enumerate()
             .map(|(k, j)| match reserved.contains_key(&j.id) {
                 true => ((false, 0, k), j),
-                false => ((true, j.duration_s(), k), j),
+                false => ((true, if policy.predict { j.duration_s() } else { j.limit_s() }, k), j),
             })
             .collect();
         keyed.sort_unstable_by_key(|(key, _)| *key);

@@ -120,6 +120,7 @@ impl Bench {
             reasons: plan.reasons.clone(),
             preemptions: plan.preemptions.clone(),
             resumes: plan.resumes.clone(),
+            shown: Vec::new(),
         });
         match r {
             Response::PlanApplied { dropped, .. } => assert!(dropped.is_empty(), "apply dropped {dropped:?}"),
@@ -768,6 +769,7 @@ fn a_plan_writes_a_bounded_number_of_reasons_and_the_rest_next_time() {
         reasons: first,
         preemptions: vec![],
         resumes: vec![],
+        shown: vec![],
     };
     apply(&mut s, 11, plan);
     let second = reasons(&s, 2100);
@@ -782,6 +784,7 @@ fn a_plan_writes_a_bounded_number_of_reasons_and_the_rest_next_time() {
             reasons: second,
             preemptions: vec![],
             resumes: vec![],
+            shown: vec![],
         },
     );
     assert!(reasons(&s, 2200).is_empty(), "nothing left to write");

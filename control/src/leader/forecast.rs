@@ -34,6 +34,8 @@ pub(super) async fn forecast_loop(replica: Arc<Replica>, leader: Arc<LeaderState
         let mut c = std::mem::take(&mut cache);
         let (view, policy) = {
             let applied = replica.shared.read();
+            let jobs = &applied.state.jobs;
+            leader.retain_shown(|id| jobs.get(&id).is_some_and(|j| j.state == crate::model::JobState::Pending));
             (quorum_sched::ClusterView::from_state_predicting(&applied.state, &mut c), applied.state.policy.clone())
         };
         let reserved = leader.estimates();

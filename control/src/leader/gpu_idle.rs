@@ -122,6 +122,7 @@ mod tests {
             reasons: vec![],
             preemptions: vec![],
             resumes: vec![],
+            shown: vec![],
         };
         let applied = apply(s, index + 1, plan);
         assert_eq!(s.jobs[&job_id].state, JobState::Running, "{applied:?}");

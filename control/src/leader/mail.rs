@@ -353,6 +353,7 @@ mod tests {
                 reasons: vec![],
                 preemptions: vec![],
                 resumes: vec![],
+                shown: vec![],
             },
         )
     }

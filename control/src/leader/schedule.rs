@@ -7,6 +7,8 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 use super::state::LeaderState;
+use super::stats::Shown;
+use crate::model::{JobId, Millis, ShownStart};
 use crate::replica::{now_ms, Replica};
 use quorum_sched::ClusterView;
 use quorum_state::{Command, Response};
@@ -79,6 +81,10 @@ pub(super) async fn schedule_loop(replica: Arc<Replica>, leader: Arc<LeaderState
         let planned = plan.starts.len();
         let reasons = plan.reasons_to_write();
         leader.set_promised(quorum_sched::promises(&view, &plan));
+        // What each job starting was shown while it waited: before this plan's reservations
+        // replace the last one's, which were in force until now.
+        let shown: Vec<(JobId, ShownStart)> =
+            plan.starts.iter().filter_map(|s| Some((s.job_id, leader.shown_at_start(s.job_id)?))).collect();
         leader.set_estimates(plan.estimates);
         // Before the plan is proposed: its starts are launched as soon as it applies.
         if quorum_proto::telemetry::exporting() && !leader.hub.traces.is_empty() {
@@ -91,21 +97,22 @@ pub(super) async fn schedule_loop(replica: Arc<Replica>, leader: Arc<LeaderState
                 cycle_s,
             );
         }
-        // A replica of an older release cannot apply a preemption: none is planned until all can.
-        let preemptions = if replica.shared.read().state.cluster_level() >= quorum_state::PREEMPTION_LEVEL {
-            plan.preemptions
-        } else {
-            Vec::new()
-        };
-        let Some(command) = Command::apply_plan(base_index, now_ms(), plan.starts, reasons, preemptions, plan.resumes)
+        // A replica of an older release cannot apply a preemption: none is planned until all can;
+        // nor keep what a job was shown.
+        let level = replica.shared.read().state.cluster_level();
+        let preemptions = if level >= quorum_state::PREEMPTION_LEVEL { plan.preemptions } else { Vec::new() };
+        let now = now_ms();
+        let Some(command) = Command::apply_plan(base_index, now, plan.starts, reasons, preemptions, plan.resumes)
         else {
             continue;
         };
+        let command = if level >= quorum_state::FORECAST_LEVEL { command.with_shown(shown.clone()) } else { command };
         match replica.write(command).await {
             Ok((index, Response::PlanApplied { started, dropped, preempted })) => {
                 if !started.is_empty() {
                     quorum_raft::crash_point("plan-before-launch");
                 }
+                judge_shown(&replica, &leader, &started, &shown, now);
                 tracing::debug!(index, planned, started = started.len(), dropped = dropped.len(), "plan applied");
                 for (job, by) in preempted {
                     leader.stats.preempted.inc();
@@ -122,6 +129,28 @@ pub(super) async fn schedule_loop(replica: Arc<Replica>, leader: Arc<LeaderState
                 tracing::warn!(error = %e, "proposing a plan");
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
+        }
+    }
+}
+
+/// Observes, for `/metrics`, how far the starts each job that `started` (at `now`) was shown
+/// were from its start ([`quorum_sched::accuracy`], as the simulator judges them).
+fn judge_shown(replica: &Replica, leader: &LeaderState, started: &[JobId], shown: &[(JobId, ShownStart)], now: Millis) {
+    if shown.is_empty() {
+        return;
+    }
+    let applied = replica.shared.read();
+    for (job, s) in shown {
+        let Some(submit) = started.contains(job).then(|| applied.state.jobs.get(job)).flatten().map(|j| j.submit_time)
+        else {
+            continue;
+        };
+        let error = |shown: Millis| quorum_sched::accuracy::error_s(submit / 1000, now / 1000, shown / 1000);
+        if let Some(e) = error(s.first_ms) {
+            leader.stats.start_error(Shown::First, e);
+        }
+        if let Some(e) = error(s.last_ms) {
+            leader.stats.start_error(Shown::Last, e);
         }
     }
 }

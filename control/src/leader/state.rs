@@ -23,6 +23,9 @@ pub struct LeaderState {
     forecasts: Mutex<std::sync::Arc<Forecasts>>,
     /// The start each waiting job was first promised ([`quorum_sched::promises`]).
     promised: Mutex<BTreeMap<JobId, quorum_model::Millis>>,
+    /// The first start each waiting job was shown (a reservation or a forecast), kept with it
+    /// when it starts ([`LeaderState::shown_at_start`]).
+    first_shown: Mutex<BTreeMap<JobId, quorum_model::Millis>>,
     pub liveness: Liveness,
     /// Planned starts that apply dropped, by kind of reason, since this replica started.
     dropped: Mutex<BTreeMap<&'static str, u64>>,
@@ -78,6 +81,7 @@ impl LeaderState {
             estimates: Mutex::default(),
             forecasts: Mutex::default(),
             promised: Mutex::default(),
+            first_shown: Mutex::default(),
             liveness,
             dropped: Mutex::default(),
             mail_program: None,
@@ -140,7 +144,29 @@ impl LeaderState {
     }
 
     pub(super) fn set_forecasts(&self, forecasts: Forecasts) {
+        self.first_shown_of(&forecasts.jobs);
         *self.forecasts.lock().unwrap_or_else(|p| p.into_inner()) = std::sync::Arc::new(forecasts);
+    }
+
+    /// Keeps the start each of `shown` shows as its job's first, where it has none.
+    fn first_shown_of(&self, shown: &BTreeMap<JobId, Estimate>) {
+        let mut first = self.first_shown.lock().unwrap_or_else(|p| p.into_inner());
+        for (&job, e) in shown {
+            first.entry(job).or_insert(e.start_ms);
+        }
+    }
+
+    /// Forgets the first start shown of every job but those `waiting` says still wait.
+    pub(super) fn retain_shown(&self, waiting: impl Fn(JobId) -> bool) {
+        self.first_shown.lock().unwrap_or_else(|p| p.into_inner()).retain(|&job, _| waiting(job));
+    }
+
+    /// The starts `job` was shown while it waited, as it starts now: the first, and the one in
+    /// force (`None` for a job that was never shown one).
+    pub fn shown_at_start(&self, job: JobId) -> Option<quorum_model::ShownStart> {
+        let first_ms = *self.first_shown.lock().unwrap_or_else(|p| p.into_inner()).get(&job)?;
+        let last_ms = self.expected(job).map_or(first_ms, |e| e.start_ms);
+        Some(quorum_model::ShownStart { first_ms, last_ms })
     }
 
     /// The start each waiting job was first promised, as the last cycle left them.
@@ -153,6 +179,7 @@ impl LeaderState {
     }
 
     pub(super) fn set_estimates(&self, estimates: BTreeMap<JobId, Estimate>) {
+        self.first_shown_of(&estimates);
         *self.estimates.lock().unwrap_or_else(|p| p.into_inner()) = estimates;
     }
 
@@ -171,15 +198,38 @@ mod tests {
 
     use super::*;
 
-    #[test]
-    fn dropped_starts_are_counted_by_kind() {
-        let leader = LeaderState::new(
+    fn leader() -> LeaderState {
+        LeaderState::new(
             Liveness { node_timeout: Duration::from_secs(30), agent_lease: Duration::from_secs(20) },
             super::Grants::new(None),
-        );
+        )
+    }
+
+    #[test]
+    fn dropped_starts_are_counted_by_kind() {
+        let leader = leader();
         let full = |node: &str| DropReason::NodeFull { node: node.into() };
         assert_eq!(leader.count_dropped(&full("n1")), 1);
         assert_eq!(leader.count_dropped(&DropReason::JobGone { job: 4 }), 1);
         assert_eq!(leader.count_dropped(&full("n2")), 2, "the same kind on another node adds up");
+    }
+
+    #[test]
+    fn a_job_keeps_the_first_start_it_was_shown_and_the_one_in_force() {
+        let leader = leader();
+        let at = |start_ms| Estimate { start_ms, nodes: vec!["n1".into()], promised_ms: start_ms };
+        assert_eq!(leader.shown_at_start(1), None, "never shown");
+        // Job 1 is forecast first, then reserved for; job 2 only ever forecast.
+        leader.set_forecasts(Forecasts { at_ms: 5, jobs: BTreeMap::from([(1, at(9_000)), (2, at(7_000))]) });
+        leader.set_estimates(BTreeMap::from([(1, at(8_000))]));
+        leader.set_forecasts(Forecasts { at_ms: 6, jobs: BTreeMap::from([(1, at(9_500)), (2, at(6_000))]) });
+        let shown = |first_ms, last_ms| Some(quorum_model::ShownStart { first_ms, last_ms });
+        assert_eq!(leader.shown_at_start(1), shown(9_000, 8_000), "its reservation is what it was shown last");
+        assert_eq!(leader.shown_at_start(2), shown(7_000, 6_000), "the latest forecast");
+        // Once a job no longer waits its first is forgotten: shown again, it is a new first.
+        leader.retain_shown(|job| job != 2);
+        leader.set_forecasts(Forecasts { at_ms: 7, jobs: BTreeMap::from([(2, at(5_000))]) });
+        assert_eq!(leader.shown_at_start(2), shown(5_000, 5_000));
+        assert_eq!(leader.shown_at_start(1), shown(9_000, 8_000), "kept while it waits");
     }
 }

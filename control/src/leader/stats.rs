@@ -3,6 +3,7 @@
 //! their agents.
 
 use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::{Registry, Unit};
 
@@ -27,6 +28,27 @@ pub struct Stats {
     pub submit_seconds: Histogram,
     /// How long each forecast of every pending job's start took (off the cycle).
     pub forecast_seconds: Histogram,
+    /// How far the start a job was shown while it waited was from its start, for the first
+    /// one shown (`shown="first"`) and the one in force when it started (`shown="last"`).
+    pub start_error_seconds: Family<Vec<(&'static str, &'static str)>, Histogram>,
+}
+
+/// Which start shown a job is judged by in `scheduler_start_error_seconds`.
+#[derive(Clone, Copy, Debug)]
+pub enum Shown {
+    First,
+    Last,
+}
+
+impl Stats {
+    /// Observes how far a start shown was from the start, in seconds.
+    pub fn start_error(&self, shown: Shown, error_s: u64) {
+        let label = match shown {
+            Shown::First => "first",
+            Shown::Last => "last",
+        };
+        self.start_error_seconds.get_or_create(&vec![("shown", label)]).observe(error_s as f64);
+    }
 }
 
 impl Default for Stats {
@@ -46,6 +68,8 @@ impl Default for Stats {
             submit_seconds: Histogram::new(exponential_buckets(0.0001, 2.0, 17)),
             // 0.1 ms to about 26 s.
             forecast_seconds: Histogram::new(exponential_buckets(0.0001, 2.0, 19)),
+            // 1 s to about 12 days.
+            start_error_seconds: Family::new_with_constructor(|| Histogram::new(exponential_buckets(1.0, 2.0, 21))),
         }
     }
 }
@@ -97,5 +121,32 @@ impl Stats {
             Unit::Seconds,
             self.forecast_seconds.clone(),
         );
+        registry.register_with_unit(
+            "scheduler_start_error",
+            "How far the start a job was shown while it waited (squeue --start) was from its start, for jobs that \
+             waited a minute or more: the first shown, and the one in force when it started",
+            Unit::Seconds,
+            self.start_error_seconds.clone(),
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn start_errors_are_one_histogram_by_which_start_was_shown() {
+        let stats = Stats::default();
+        stats.start_error(Shown::First, 90);
+        stats.start_error(Shown::First, 3_000);
+        stats.start_error(Shown::Last, 0);
+        let mut registry = Registry::with_prefix("quorum");
+        stats.register(&mut registry);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        assert!(text.contains("quorum_scheduler_start_error_seconds_count{shown=\"first\"} 2"), "{text}");
+        assert!(text.contains("quorum_scheduler_start_error_seconds_sum{shown=\"first\"} 3090.0"), "{text}");
+        assert!(text.contains("quorum_scheduler_start_error_seconds_count{shown=\"last\"} 1"), "{text}");
     }
 }

@@ -111,8 +111,9 @@ pub struct Report {
     pub estimates: Option<EstimateAccuracy>,
 }
 
-/// Which jobs' start estimates are judged: those that waited at least this long.
-pub const ESTIMATED_WAIT_S: u64 = 60;
+/// Which jobs' start estimates are judged: those that waited at least this long (the
+/// leader's `/metrics` judge alike: [`quorum_sched::accuracy`]).
+pub const ESTIMATED_WAIT_S: u64 = quorum_sched::accuracy::JUDGED_WAIT_S;
 
 /// How close start estimates came to the actual starts, over the jobs that waited at least
 /// [`ESTIMATED_WAIT_S`]: the estimate made when each was submitted, and the last one before it
@@ -135,9 +136,9 @@ pub struct EstimateErrors {
 }
 
 impl EstimateErrors {
-    /// Over (estimate, actual start) pairs.
-    pub fn of(pairs: impl Iterator<Item = (u64, u64)>) -> EstimateErrors {
-        let mut errors: Vec<u64> = pairs.map(|(estimate, actual)| estimate.abs_diff(actual)).collect();
+    /// Over absolute errors in seconds.
+    pub fn of(errors: impl Iterator<Item = u64>) -> EstimateErrors {
+        let mut errors: Vec<u64> = errors.collect();
         errors.sort_unstable();
         let n = errors.len();
         let share = |count: usize| if n == 0 { 0.0 } else { count as f64 / n as f64 };
@@ -152,14 +153,10 @@ impl EstimateErrors {
 
 impl EstimateAccuracy {
     pub fn of(jobs: &[JobRecord]) -> EstimateAccuracy {
-        let judged = || {
-            jobs.iter()
-                .filter(|j| j.wait_s().is_some_and(|w| w >= ESTIMATED_WAIT_S))
-                .filter_map(|j| Some((j, j.start_s?)))
-        };
+        let error = |j: &JobRecord, shown: Option<u64>| quorum_sched::accuracy::error_s(j.submit_s, j.start_s?, shown?);
         EstimateAccuracy {
-            at_submit: EstimateErrors::of(judged().filter_map(|(j, s)| Some((j.estimate_at_submit_s?, s)))),
-            last: EstimateErrors::of(judged().filter_map(|(j, s)| Some((j.estimate_last_s?, s)))),
+            at_submit: EstimateErrors::of(jobs.iter().filter_map(|j| error(j, j.estimate_at_submit_s))),
+            last: EstimateErrors::of(jobs.iter().filter_map(|j| error(j, j.estimate_last_s))),
         }
     }
 }
@@ -230,7 +227,8 @@ mod tests {
     fn estimate_errors_by_hand() {
         // Errors 0, 300, 900 and 3600 s: mean 1200, median (nearest rank) 300, two of four
         // within ten minutes.
-        let e = EstimateErrors::of([(100, 100), (400, 100), (1000, 1900), (3700, 100)].into_iter());
+        let pairs = [(100u64, 100u64), (400, 100), (1000, 1900), (3700, 100)];
+        let e = EstimateErrors::of(pairs.iter().map(|&(shown, start)| shown.abs_diff(start)));
         assert_eq!((e.jobs, e.median_abs_s), (4, 300));
         assert!((e.mean_abs_s - 1200.0).abs() < 1e-9 && (e.within_10_min - 0.5).abs() < 1e-9, "{e:?}");
         assert_eq!(EstimateErrors::of(std::iter::empty()).jobs, 0);

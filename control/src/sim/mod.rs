@@ -112,9 +112,22 @@ pub struct SimOptions {
     /// In what order backfill tries the jobs behind the reservations (`Policy::backfill_order`),
     /// whatever the config says.
     pub backfill_order: Option<crate::model::BackfillOrder>,
-    /// Estimate every waiting job's start after every cycle, as conservative backfill would
-    /// place it (with predictions when the policy uses them), for the estimates' accuracy.
-    pub estimates: bool,
+    /// Estimate every waiting job's start after every cycle, for the estimates' accuracy; on
+    /// what ([`Estimates`]).
+    pub estimates: Option<Estimates>,
+}
+
+/// What the start estimates of a replay are made on.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Estimates {
+    /// What the leader shows (`squeue --start`): forecasts, the same code as the leader's
+    /// ([`quorum_sched::forecast`] over [`ClusterView::from_state_predicting`]), on predicted
+    /// run times whatever the schedule is planned on.
+    #[default]
+    Forecasts,
+    /// Conservative backfill's placement of each job on what the schedule is planned on
+    /// (limits, or predictions with `predict`): what the leader showed before forecasts.
+    Schedule,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -231,7 +244,7 @@ pub struct Simulation {
     skipped: BTreeMap<String, u64>,
     samples: bool,
     no_kill: bool,
-    estimates: bool,
+    estimates: Option<Estimates>,
     /// Partition names in config order, for the trace's partition numbers.
     partitions: Vec<String>,
 }
@@ -491,24 +504,22 @@ impl Simulation {
         }
     }
 
-    /// When each waiting job is estimated to start, as conservative backfill would place every
-    /// one of them behind what runs, in the order the policy serves them (with predictions
-    /// when the policy uses them; see [`quorum_sched::estimate_all`]), `reserved` being the
-    /// last cycle's reservations. Outside the cycle, so it changes nothing.
+    /// When each waiting job is estimated to start ([`Estimates`]), as conservative backfill
+    /// would place every one of them behind what runs, in the order the policy serves them
+    /// ([`quorum_sched::forecast`]), `reserved` being the last cycle's reservations. Outside
+    /// the cycle, so it changes nothing.
     fn estimate_starts(
         &self,
         cache: &mut ViewCache,
         now_ms: u64,
         reserved: &BTreeMap<JobId, quorum_sched::Estimate>,
     ) -> Vec<(JobId, u64)> {
-        let view = ClusterView::from_state_cached(&self.state, cache);
-        let plan = quorum_sched::estimate_all(&view, now_ms, &self.state.policy, reserved);
-        let now_s = now_ms / 1000;
-        plan.starts
-            .iter()
-            .map(|s| (s.job_id, now_s))
-            .chain(plan.estimates.iter().map(|(&id, e)| (id, e.start_ms / 1000)))
-            .collect()
+        let view = match self.estimates {
+            Some(Estimates::Schedule) => ClusterView::from_state_cached(&self.state, cache),
+            _ => ClusterView::from_state_predicting(&self.state, cache),
+        };
+        let forecast = quorum_sched::forecast(&view, now_ms, &self.state.policy, reserved);
+        forecast.into_iter().map(|(id, e)| (id, e.start_ms / 1000)).collect()
     }
 
     /// Replays the whole slice; `progress` is called after every cycle.
@@ -533,6 +544,8 @@ impl Simulation {
         let mut previous: BTreeMap<JobId, quorum_sched::Estimate> = BTreeMap::new();
         let mut promised: BTreeMap<JobId, u64> = BTreeMap::new();
         let mut cache = ViewCache::default();
+        // The estimates' views apart: forecasts' are planned otherwise than the schedule's.
+        let mut estimates_cache = ViewCache::default();
         let mut next = 0usize;
         let mut cycles = 0u64;
         let mut ended = 0usize;
@@ -702,8 +715,8 @@ impl Simulation {
             }
             // Every active job without an end coming is still waiting.
             let pending = self.state.active.len() - running;
-            if self.estimates && pending > 0 {
-                for (id, start_s) in self.estimate_starts(&mut cache, now, &previous) {
+            if self.estimates.is_some() && pending > 0 {
+                for (id, start_s) in self.estimate_starts(&mut estimates_cache, now, &previous) {
                     let Some(rec) = by_id.get(&id).map(|&i| &mut records[i]) else { continue };
                     if rec.submit_s == t {
                         rec.estimate_at_submit_s = Some(start_s);
@@ -728,7 +741,7 @@ impl Simulation {
             samples,
             cycles,
             reservations: self.state.reservations.values().cloned().collect(),
-            estimated: self.estimates,
+            estimated: self.estimates.is_some(),
         }
     }
 }

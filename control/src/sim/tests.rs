@@ -387,26 +387,30 @@ fn shortest_first_backfill_reorders_the_jobs_behind_the_reservation() {
 /// Five jobs of one user on one node, each running 100 s of the 1000 it asks. On limits every
 /// last estimate before a start is 900 s late; with predictions, from the second job on (once
 /// one has ended) the last estimates are exact. The estimates at submit come before any job
-/// ended, so they are the limits' in both.
+/// ended, so they are the limits' in both. Forecasts (the leader's default) are made on
+/// predictions while the schedule stays on limits: the schedule's starts, the predictions'
+/// accuracy.
 #[test]
 fn start_estimates_are_measured_at_submit_and_before_the_start() {
     let lines: Vec<String> = (0..5).map(|k| line(k + 1, k, 100, 1, 1000, 2, 2)).collect();
     let t = trace("; MaxNodes: 1\n", &lines);
-    let run_with = |predict| {
-        let r = run(&t, SimOptions { predict, estimates: true, ..policy(PolicyName::Easy) });
+    let run_with = |predict, on| {
+        let r = run(&t, SimOptions { predict, estimates: Some(on), ..policy(PolicyName::Easy) });
         assert_eq!(starts(&r), BTreeMap::from([(1, 0), (2, 100), (3, 200), (4, 300), (5, 400)]));
         Report::of(&r).estimates.expect("estimated")
     };
-    let limits = run_with(false);
+    let limits = run_with(false, Estimates::Schedule);
     assert_eq!((limits.last.jobs, limits.last.median_abs_s), (4, 900));
     assert!((limits.last.mean_abs_s - 900.0).abs() < 1e-9 && limits.last.within_10_min == 0.0, "{limits:?}");
-    let predicted = run_with(true);
+    let predicted = run_with(true, Estimates::Schedule);
     assert_eq!((predicted.last.jobs, predicted.last.median_abs_s), (4, 0), "{predicted:?}");
     assert!((predicted.last.mean_abs_s - 225.0).abs() < 1e-9, "{predicted:?}");
     assert!((predicted.last.within_10_min - 0.75).abs() < 1e-9, "{predicted:?}");
     assert_eq!(predicted.at_submit, limits.at_submit);
     assert_eq!(limits.at_submit.jobs, 4);
     assert_eq!(limits.at_submit.median_abs_s, 1800, "900, 1800, 2700 and 3600 s late");
+    assert_eq!(run_with(false, Estimates::Forecasts), predicted, "forecasts on a schedule on limits");
+    assert_eq!(run_with(true, Estimates::Forecasts), predicted);
     // Without asking, no estimates are made.
     let r = run(&t, policy(PolicyName::Easy));
     assert!(Report::of(&r).estimates.is_none() && r.jobs.iter().all(|j| j.estimate_last_s.is_none()));

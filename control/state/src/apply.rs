@@ -31,12 +31,12 @@ pub fn apply(state: &mut ClusterState, index: u64, command: Command) -> Response
         Command::Batch { commands } => {
             Response::Batch(commands.into_iter().map(|command| apply(state, index, command)).collect())
         }
-        Command::ApplyPlan { starts, reasons, now, preemptions, resumes, .. } => {
+        Command::ApplyPlan { starts, reasons, now, preemptions, resumes, shown, .. } => {
             advance_clock(state, now);
             for job_id in resumes {
                 resume_lent(state, job_id);
             }
-            match apply_plan(state, index, starts, reasons) {
+            match apply_plan(state, index, starts, reasons, shown) {
                 Response::PlanApplied { started, dropped, .. } => {
                     let preempted = preemptions.into_iter().flat_map(|p| preempt(state, p)).collect();
                     Response::PlanApplied { started, dropped, preempted }
@@ -640,6 +640,7 @@ fn submit(state: &mut ClusterState, mut spec: JobSpec, user: String, request_id:
             suspended_ms: 0,
             resv_end: None,
             failure: None,
+            shown: None,
         };
         state.jobs.insert(id, Shared::new(job));
     }
@@ -1136,13 +1137,19 @@ fn apply_plan(
     index: u64,
     starts: Vec<PlannedStart>,
     reasons: Vec<(JobId, PendingReason)>,
+    shown: Vec<(JobId, quorum_model::ShownStart)>,
 ) -> Response {
+    let mut shown: BTreeMap<JobId, quorum_model::ShownStart> = shown.into_iter().collect();
     let mut started = Vec::new();
     let mut dropped = Vec::new();
     for start in starts {
         match check_start(state, &start) {
             Ok(resv_end) => {
                 start_job(state, index, start.job_id, start.allocation, resv_end);
+                // What it was shown before this start (a requeued job's earlier ones are gone).
+                if let Some(job) = state.jobs.get_mut(&start.job_id) {
+                    job.shown = shown.remove(&start.job_id);
+                }
                 started.push(start.job_id);
             }
             Err(why) => dropped.push((start.job_id, why)),

@@ -98,7 +98,13 @@ pub struct NodeUpdate {
 /// 33. a planned start of a job held since the plan was made is dropped at apply.
 /// 34. an ended allocation's share of a node is held until the node's agent reports its rank
 ///     there gone (`Node::completing`).
-pub const FEATURE_LEVEL: u32 = 34;
+/// 35. the starts a job was shown while it waited (`ApplyPlan.shown`), kept with it
+///     (`Job::shown`: sacct's `ForecastFirst` and `ForecastLast`).
+pub const FEATURE_LEVEL: u32 = 35;
+
+/// The level that keeps with each job the starts it was shown while it waited; below it the
+/// leader sends none.
+pub const FORECAST_LEVEL: u32 = 35;
 
 /// An ended allocation's share of each node whose rank has not reported its end is held until
 /// it does (below it, the share was freed at once, and a new job could share a CPU or GPU with
@@ -316,6 +322,10 @@ pub enum Command {
         /// before the starts.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         resumes: Vec<JobId>,
+        /// The starts each job the plan starts was shown while it waited, kept with it for the
+        /// job history (level 35).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        shown: Vec<(JobId, quorum_model::ShownStart)>,
     },
     JobEnded {
         job_id: JobId,
@@ -605,7 +615,16 @@ impl Command {
         if starts.is_empty() && reasons.is_empty() && preemptions.is_empty() && resumes.is_empty() {
             return None;
         }
-        Some(Command::ApplyPlan { base_index, now, starts, reasons, preemptions, resumes })
+        Some(Command::ApplyPlan { base_index, now, starts, reasons, preemptions, resumes, shown: Vec::new() })
+    }
+
+    /// This plan, keeping with each job it starts the starts that job was shown while it waited
+    /// (level 35); a command other than a plan is left as it is.
+    pub fn with_shown(mut self, with: Vec<(JobId, quorum_model::ShownStart)>) -> Command {
+        if let Command::ApplyPlan { shown, .. } = &mut self {
+            *shown = with;
+        }
+        self
     }
 
     /// Whether applying this may let the scheduler start something.
@@ -629,6 +648,9 @@ impl Command {
             // The highest level a command may need first: a match arm below may fit it too.
             Command::SetPartitions { partitions, .. } if partitions.iter().any(|p| !p.oversubscribe.is_no()) => {
                 (OVERSUBSCRIBE_LEVEL, "a partition whose jobs share CPUs (OverSubscribe=YES or FORCE)")
+            }
+            Command::ApplyPlan { shown, .. } if !shown.is_empty() => {
+                (FORECAST_LEVEL, "the starts jobs were shown while they waited, kept with them")
             }
             Command::ApplyPlan { preemptions, resumes, .. }
                 if !resumes.is_empty()

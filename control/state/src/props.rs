@@ -92,6 +92,7 @@ fn command(s: &ClusterState, index: u64, op: &Op) -> Option<Command> {
                 reasons: vec![],
                 preemptions: vec![],
                 resumes: vec![],
+                shown: vec![],
             }
         }
         Op::End { pick: p, .. } | Op::Lost { pick: p } => {

@@ -70,8 +70,47 @@ fn start(s: &mut ClusterState, index: u64, job_id: JobId, node: &str, cpus: u32,
             reasons: vec![],
             preemptions: vec![],
             resumes: vec![],
+            shown: vec![],
         },
     )
+}
+
+/// A plan keeps with each job it starts the starts that job was shown while it waited; a
+/// start dropped at apply keeps nothing, and a plan that keeps them needs level 35.
+#[test]
+fn a_started_job_keeps_the_starts_it_was_shown() {
+    let mut s = cluster();
+    let mut sp = spec(&["true"]);
+    sp.cpus_per_task = 8;
+    submit(&mut s, 10, sp.clone(), "a");
+    submit(&mut s, 11, sp, "b");
+    let mem_mb = s.jobs[&1].spec.mem_per_node_mb.unwrap();
+    let on = |job_id| PlannedStart {
+        job_id,
+        allocation: Allocation {
+            nodes: vec![quorum_model::NodeAllocation {
+                node: "n1".into(),
+                cpus: 8,
+                mem_mb,
+                gpus: vec![],
+                het_group: 0,
+            }],
+            cpu_ways: None,
+        },
+    };
+    let shown = |first_ms| ShownStart { first_ms, last_ms: first_ms + 500 };
+    // Job 2 does not fit beside job 1 on n1: dropped, it keeps nothing.
+    let plan = Command::apply_plan(11, 2000, vec![on(1), on(2)], vec![], vec![], vec![])
+        .unwrap()
+        .with_shown(vec![(1, shown(1500)), (2, shown(1700))]);
+    assert_eq!(plan.level().0, FORECAST_LEVEL);
+    match apply(&mut s, 12, plan) {
+        Response::PlanApplied { started, dropped, .. } => assert_eq!((started, dropped.len()), (vec![1], 1)),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(s.jobs[&1].shown, Some(shown(1500)));
+    assert_eq!(s.jobs[&2].shown, None);
+    assert!(Command::apply_plan(11, 2000, vec![on(2)], vec![], vec![], vec![]).unwrap().level().0 < FORECAST_LEVEL);
 }
 
 #[test]
@@ -202,6 +241,7 @@ fn start_on_both(s: &mut ClusterState, index: u64, job_id: JobId, cpus: u32) -> 
             reasons: vec![],
             preemptions: vec![],
             resumes: vec![],
+            shown: vec![],
         },
     )
 }
@@ -238,6 +278,7 @@ fn node_down_fails_or_requeues_its_jobs_and_frees_every_node_they_held() {
             reasons: vec![],
             preemptions: vec![],
             resumes: vec![],
+            shown: vec![],
         },
     );
     start(&mut s, 15, 3, "n2", 1, vec![]);
@@ -955,6 +996,7 @@ fn what_a_job_used_is_counted_once_per_node_and_only_for_its_allocation() {
             reasons: vec![],
             preemptions: vec![],
             resumes: vec![],
+            shown: vec![],
         },
     );
     let used = |node: &str, token, cpu, rss| Command::JobUsed {

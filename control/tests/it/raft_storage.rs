@@ -110,6 +110,7 @@ async fn apply_purge_and_die(dir: &std::path::Path, snapshot: bool) -> ! {
             reasons: vec![],
             preemptions: vec![],
             resumes: vec![],
+            shown: vec![],
         },
         Command::JobEnded {
             job_id: 1,
