@@ -42,6 +42,7 @@
 #      QUORUM=<repo>/target/release/quorum (or $CARGO_TARGET_DIR/release/quorum)
 #      QUORUM_CGROUPS=1 (0: the agents give jobs rlimits only, as the Slurm peer runs task/none)
 #      QUORUM_PORT=7301
+#      SYSTEMS="slurm slurm-tuned quorum" (the systems to run, in this order)
 #      QUORUM_CLI=quorum (sbatch: Quorum's submits go through its Slurm-named sbatch, with the
 #      same arguments as Slurm's)
 # The table goes to stdout and to $RUN/compare-<time>.txt.
@@ -301,7 +302,7 @@ run_f() {
 # ---------------------------------------------------------------- run, alternating
 declare -A RES
 record() { RES[$1]="${RES[$1]:-} $2"; log "  $1: $2"; }
-SYSTEMS=(slurm slurm-tuned quorum)
+read -ra SYSTEMS <<<"${SYSTEMS:-slurm slurm-tuned quorum}"
 START=$(date -u +%FT%TZ)
 LOAD0=$(cut -d' ' -f1 /proc/loadavg)
 for r in $(seq "$REPS"); do

@@ -10,7 +10,7 @@
 #
 #   deploy/rolling-upgrade.sh --controllers ctl1:7101,ctl2:7101,ctl3:7101 \
 #       --replica-cmd 'ssh {host} "sudo install -m755 /tmp/quorum-controller /usr/local/bin/ && sudo systemctl restart quorum-controller"' \
-#       --agent-cmd 'ssh {node} "sudo install -m755 /tmp/quorum-agent /usr/local/bin/ && sudo systemctl restart quorum-agent"'
+#       --agent-cmd 'ssh {node} "sudo install -m755 /tmp/quorum-agent /tmp/quorum-supervisor /usr/local/bin/ && sudo systemctl restart quorum-agent"'
 #
 # In --replica-cmd, {id} is the replica id, {addr} its host:port and {host} the host alone;
 # in --agent-cmd, {node} is the node name.

@@ -16,7 +16,7 @@ bin=${CARGO_TARGET_DIR:-$root/target}/release
 out=${1:-$root/target/debian}
 version=$(sed -n 's/^version = "\(.*\)"$/\1/p' "$root/Cargo.toml" | head -n 1)
 arch=$(dpkg --print-architecture)
-programs="quorum quorum-dev quorum-controller quorum-agent quorum-dbd"
+programs="quorum quorum-dev quorum-controller quorum-agent quorum-supervisor quorum-dbd"
 
 for p in $programs; do
     [ -x "$bin/$p" ] || { echo "build-deb: no $bin/$p: run cargo build --release --bins first" >&2; exit 1; }

@@ -19,7 +19,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 bin=${CARGO_TARGET_DIR:-$root/target}/release
 out=${1:-$root/target/image}
 version=$(sed -n 's/^version = "\(.*\)"$/\1/p' "$root/Cargo.toml" | head -n 1)
-programs="quorum quorum-dev quorum-controller quorum-agent quorum-dbd"
+programs="quorum quorum-dev quorum-controller quorum-agent quorum-supervisor quorum-dbd"
 
 for p in $programs; do
     [ -x "$bin/$p" ] || { echo "build-image: no $bin/$p: run cargo build --release --bins first" >&2; exit 1; }

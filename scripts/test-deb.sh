@@ -25,6 +25,7 @@ in_root apt-get update -qq
 in_root apt-get install -y -qq /tmp/quorum.deb >/dev/null
 in_root quorum-controller --version
 in_root quorum-agent --version
+in_root quorum-supervisor --fingerprint
 in_root quorum --version
 in_root getent passwd quorum
 [ "$(in_root stat -c '%U %a' /var/lib/quorum)" = "quorum 700" ]

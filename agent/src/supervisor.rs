@@ -12,10 +12,14 @@
 //! address space (in `quorum dev`, three replicas' RocksDB as well), tears the copy down again,
 //! and makes every page the agent writes afterwards a copy-on-write fault while the supervisor
 //! lives; measured, nearly half of all CPU when a node runs short jobs back to back. The agent
-//! starts its own program again instead (`posix_spawn` of `/proc/self/exe`, which shares the
-//! agent's memory only until the exec) under the name `quorum-supervisor`, and hands it what
-//! it needs ([`Prepared`], encoded) through a memfd. The started program never reaches `main`:
-//! [`SUPERVISOR_ENTRY`], run by the C runtime before it, sees that name and runs the
+//! starts a program instead (`posix_spawn`, which shares the agent's memory only until the
+//! exec) under the name `quorum-supervisor`, and hands it what it needs ([`Prepared`], encoded)
+//! through a memfd. The program is `quorum-supervisor` where it lies beside the agent's own
+//! ([`program`]): a small one, which links this module and little else (starting the agent's
+//! program, or `quorum-dev` with three replicas' RocksDB, for each job rank cost several times
+//! more: the loader's relocations, the page faults of a binary of 100-200 MB, and its fork of
+//! the job). Else it is the agent's own program again (`/proc/self/exe`). Either never reaches
+//! `main`: [`SUPERVISOR_ENTRY`], run by the C runtime before it, sees that name and runs the
 //! supervisor. Every program that can run an agent links this module, tests included, so each
 //! can be its own supervisor. Where the exec is impossible (no `/proc`), the agent forks.
 //!
@@ -445,18 +449,129 @@ const STDIN_FD: RawFd = 5;
 pub fn spawn(p: &Prepared) -> io::Result<Pids> {
     // The entry point must be linked wherever supervisors are started.
     std::hint::black_box(&SUPERVISOR_ENTRY);
-    let (report_r, report_w) = pipe()?;
-    let supervisor = match spawn_program(p, &report_w) {
+    if let Some(program) = program() {
+        match spawn_with(p, Some(&program)) {
+            Err(Spawned::Refused) => {
+                tracing::warn!(
+                    program = %program.to_string_lossy(),
+                    "the supervisor program could not be started or is of another build; starting this program as \
+                     the supervisor instead"
+                );
+                pass_over_program();
+            }
+            Err(Spawned::Failed(e)) => return Err(e),
+            Ok(pids) => return Ok(pids),
+        }
+    }
+    spawn_with(p, None).map_err(|e| match e {
+        Spawned::Failed(e) => e,
+        Spawned::Refused => io::Error::other("the job supervisor refused its work"),
+    })
+}
+
+/// Why a supervisor did not start.
+enum Spawned {
+    /// `quorum-supervisor` of another build, which did nothing ([`REFUSED`]), or one that could
+    /// not be started.
+    Refused,
+    Failed(io::Error),
+}
+
+/// The exit status of a `quorum-supervisor` of another build, which refuses the work before
+/// reading it.
+const REFUSED: i32 = 125;
+
+/// [`spawn`] with `program` (`None`: this program again).
+fn spawn_with(p: &Prepared, program: Option<&std::ffi::CStr>) -> Result<Pids, Spawned> {
+    let (report_r, report_w) = pipe().map_err(Spawned::Failed)?;
+    let supervisor = match spawn_program(p, &report_w, program) {
         Ok(pid) => pid,
-        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::EACCES | libc::ENOEXEC)) => fork(p, &report_w)?,
-        Err(e) => return Err(e),
+        // No such program (gone since it was found), or none that may run: this program, or a
+        // fork of this process where not even that can be started again.
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::EACCES | libc::ENOEXEC)) => match program {
+            Some(_) => return Err(Spawned::Refused),
+            None => fork(p, &report_w).map_err(Spawned::Failed)?,
+        },
+        Err(e) => return Err(Spawned::Failed(e)),
     };
     drop(report_w);
     let mut buf = [0u8; 8];
     let mut reader = File::from(report_r);
-    reader.read_exact(&mut buf).map_err(|e| io::Error::other(format!("the job supervisor did not report: {e}")))?;
+    if let Err(e) = reader.read_exact(&mut buf) {
+        // Nothing reported: a program that refused the work has exited; anything else is an
+        // error (the supervisor is watched and reaped as usual).
+        if program.is_some() && exited_with(supervisor, REFUSED) {
+            return Err(Spawned::Refused);
+        }
+        return Err(Spawned::Failed(io::Error::other(format!("the job supervisor did not report: {e}"))));
+    }
     let pgid = i32::from_ne_bytes(buf[..4].try_into().expect("4 bytes"));
     Ok(Pids { supervisor, pgid })
+}
+
+/// Whether child `pid`, which has closed its end of the report, exited with `code`; reaps it
+/// if it has exited (it is waited for only briefly: a supervisor that lives on is left alone).
+fn exited_with(pid: i32, code: i32) -> bool {
+    for _ in 0..100 {
+        let mut status = 0;
+        // SAFETY: waitpid writes the status of our own child into `status`.
+        match unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) } {
+            0 => std::thread::sleep(Duration::from_millis(1)),
+            r if r == pid => return libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == code,
+            _ => return false,
+        }
+    }
+    false
+}
+
+/// The program started as each job rank's supervisor: `None` for this program again.
+/// `quorum-supervisor` beside this program when there is one, until it turns out to be of
+/// another build ([`REFUSED`]); [`use_program`] sets it.
+static PROGRAM: std::sync::Mutex<Option<Option<CString>>> = std::sync::Mutex::new(None);
+
+fn program() -> Option<CString> {
+    let mut program = PROGRAM.lock().unwrap_or_else(|p| p.into_inner());
+    program
+        .get_or_insert_with(|| beside_this_program().and_then(|p| CString::new(p.as_os_str().as_bytes()).ok()))
+        .clone()
+}
+
+/// `quorum-supervisor` in the directory of this program, if it is there and may be run.
+fn beside_this_program() -> Option<PathBuf> {
+    let path = std::env::current_exe().ok()?.with_file_name(SUPERVISOR_ARG0.to_str().expect("ASCII"));
+    let c = CString::new(path.as_os_str().as_bytes()).ok()?;
+    // SAFETY: access reads a NUL-terminated path.
+    (unsafe { libc::access(c.as_ptr(), libc::X_OK) } == 0).then_some(path)
+}
+
+/// Starts `program` as each job rank's supervisor from now on (`None`: this program again).
+pub fn use_program(program: Option<&Path>) {
+    let program = program.and_then(|p| CString::new(p.as_os_str().as_bytes()).ok());
+    *PROGRAM.lock().unwrap_or_else(|p| p.into_inner()) = Some(program);
+}
+
+fn pass_over_program() {
+    use_program(None);
+}
+
+/// Which build of the supervisor this is ([`REFUSED`]): a hash of the sources of what the agent
+/// hands over and the supervisor writes back (agent/build.rs).
+const FINGERPRINT: &str = env!("QUORUM_SUPERVISOR_FINGERPRINT");
+
+/// `quorum-supervisor`'s `main`, reached only when it was not started as a supervisor (which
+/// [`SUPERVISOR_ENTRY`] takes over before `main`): `--fingerprint` prints which build it is.
+pub fn program_main() -> std::process::ExitCode {
+    // The entry point must be linked into the program.
+    std::hint::black_box(&SUPERVISOR_ENTRY);
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args == ["--fingerprint"] {
+        println!("{FINGERPRINT}");
+        return std::process::ExitCode::SUCCESS;
+    }
+    eprintln!(
+        "quorum-supervisor: each job rank's supervisor, started by quorum-agent (build {FINGERPRINT}); not to be run by hand"
+    );
+    std::process::ExitCode::from(2)
 }
 
 /// A descriptor of ours duplicated at 10 or above (close-on-exec), out of the way of the
@@ -485,14 +600,20 @@ fn handoff(p: &Prepared) -> io::Result<OwnedFd> {
     Ok(file.into())
 }
 
-/// `posix_spawn` of this program as `quorum-supervisor`; its pid.
-fn spawn_program(p: &Prepared, report_w: &OwnedFd) -> io::Result<i32> {
+/// `posix_spawn` of `program` (`None`: this program) as `quorum-supervisor`; its pid. The
+/// `quorum-supervisor` program is told which build the work is for.
+fn spawn_program(p: &Prepared, report_w: &OwnedFd, program: Option<&std::ffi::CStr>) -> io::Result<i32> {
     let spec = high(handoff(p)?.as_raw_fd())?;
     let report = high(report_w.as_raw_fd())?;
     let stdin = high(p.stdin.as_raw_fd())?;
     let label = CString::new(p.status.as_bytes().strip_suffix(b"/status").unwrap_or(p.status.as_bytes()))
         .map_err(io::Error::other)?;
-    let argv = [SUPERVISOR_ARG0.as_ptr(), label.as_ptr(), std::ptr::null()];
+    let build = CString::new(FINGERPRINT).expect("no NUL");
+    let argv = match program {
+        Some(_) => [SUPERVISOR_ARG0.as_ptr(), label.as_ptr(), build.as_ptr(), std::ptr::null()],
+        None => [SUPERVISOR_ARG0.as_ptr(), label.as_ptr(), std::ptr::null(), std::ptr::null()],
+    };
+    let path = program.unwrap_or(c"/proc/self/exe");
     let envp = [std::ptr::null::<libc::c_char>()];
     let check = |r: libc::c_int| if r == 0 { Ok(()) } else { Err(io::Error::from_raw_os_error(r)) };
     // SAFETY: the file actions and attributes are initialised before use and destroyed after;
@@ -520,7 +641,7 @@ fn spawn_program(p: &Prepared, report_w: &OwnedFd) -> io::Result<i32> {
             check(libc::posix_spawnattr_setflags(&mut attr, libc::POSIX_SPAWN_SETSIGMASK as libc::c_short))?;
             check(libc::posix_spawn(
                 &mut pid,
-                c"/proc/self/exe".as_ptr(),
+                path.as_ptr(),
                 &actions,
                 &attr,
                 argv.as_ptr() as *const *mut libc::c_char,
@@ -566,13 +687,24 @@ static SUPERVISOR_ENTRY: extern "C" fn(libc::c_int, *const *const libc::c_char, 
 extern "C" fn supervisor_entry(argc: libc::c_int, argv: *const *const libc::c_char, _env: *const *const libc::c_char) {
     // SAFETY: the C runtime passes the program's argc and argv, which live for the whole run.
     let named = unsafe {
-        argc == 2 && !argv.is_null() && !(*argv).is_null() && std::ffi::CStr::from_ptr(*argv) == SUPERVISOR_ARG0
+        (argc == 2 || argc == 3)
+            && !argv.is_null()
+            && !(*argv).is_null()
+            && std::ffi::CStr::from_ptr(*argv) == SUPERVISOR_ARG0
     };
-    if named {
-        // SAFETY: this process was started by spawn_program with the descriptors it expects;
-        // no other thread exists before main.
-        unsafe { supervise_handed_over() }
+    if !named {
+        return;
     }
+    // Started as `quorum-supervisor`, told which build the work is for: work of another build
+    // is refused before it is read (the agent then starts its own program instead).
+    // SAFETY: argc counts the pointers in argv.
+    if argc == 3 && unsafe { std::ffi::CStr::from_ptr(*argv.add(2)) }.to_bytes() != FINGERPRINT.as_bytes() {
+        // SAFETY: _exit ends the process at once.
+        unsafe { libc::_exit(REFUSED) }
+    }
+    // SAFETY: this process was started by spawn_program with the descriptors it expects;
+    // no other thread exists before main.
+    unsafe { supervise_handed_over() }
 }
 
 /// The supervisor in a process of its own: reads what to do from [`HANDOFF_FD`] and supervises;

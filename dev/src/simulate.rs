@@ -334,14 +334,16 @@ fn table(name: &str, trace: &Trace, r: &SimResult, report: &Report) -> String {
             "start estimates of the jobs that waited {} or more (|estimate - start|)",
             format_duration(quorum_control::sim::metrics::ESTIMATED_WAIT_S)
         );
-        let _ = writeln!(out, "{:<14} {:>7} {:>26} {:>26} {:>8}", "", "jobs", "mean", "median", "≤10 min");
+        let _ =
+            writeln!(out, "{:<14} {:>7} {:>26} {:>26} {:>26} {:>8}", "", "jobs", "mean", "median", "p90", "≤10 min");
         for (label, k) in [("at submit", &e.at_submit), ("last", &e.last)] {
             let _ = writeln!(
                 out,
-                "{label:<14} {:>7} {:>26} {:>26} {:>7.1}%",
+                "{label:<14} {:>7} {:>26} {:>26} {:>26} {:>7.1}%",
                 k.jobs,
                 hms(k.mean_abs_s),
                 hms(k.median_abs_s as f64),
+                hms(k.p90_abs_s as f64),
                 k.within_10_min * 100.0
             );
         }

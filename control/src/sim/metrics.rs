@@ -131,6 +131,7 @@ pub struct EstimateErrors {
     pub jobs: usize,
     pub mean_abs_s: f64,
     pub median_abs_s: u64,
+    pub p90_abs_s: u64,
     /// The share of them within ten minutes of the actual start.
     pub within_10_min: f64,
 }
@@ -146,6 +147,7 @@ impl EstimateErrors {
             jobs: n,
             mean_abs_s: if n == 0 { 0.0 } else { errors.iter().map(|&e| e as f64).sum::<f64>() / n as f64 },
             median_abs_s: percentile(&errors, 50.0),
+            p90_abs_s: percentile(&errors, 90.0),
             within_10_min: share(errors.iter().filter(|&&e| e <= 600).count()),
         }
     }
@@ -229,7 +231,7 @@ mod tests {
         // within ten minutes.
         let pairs = [(100u64, 100u64), (400, 100), (1000, 1900), (3700, 100)];
         let e = EstimateErrors::of(pairs.iter().map(|&(shown, start)| shown.abs_diff(start)));
-        assert_eq!((e.jobs, e.median_abs_s), (4, 300));
+        assert_eq!((e.jobs, e.median_abs_s, e.p90_abs_s), (4, 300, 3600));
         assert!((e.mean_abs_s - 1200.0).abs() < 1e-9 && (e.within_10_min - 0.5).abs() < 1e-9, "{e:?}");
         assert_eq!(EstimateErrors::of(std::iter::empty()).jobs, 0);
     }
