@@ -51,7 +51,7 @@ pub struct SimulateArgs {
     pub predict: bool,
     /// In what order backfill tries the jobs behind the reservation(s): `priority` (the
     /// queue's) or `shortest` (shortest planned run time first: with --predict, Tsafrir et al.'s
-    /// EASY++), as `[scheduler] backfill_order` does (default: the config's, or priority).
+    /// EASY++), as `[scheduler] backfill_order` does (default: the config's, or shortest).
     #[arg(long, value_name = "ORDER", value_parser = quorum_control::config::parse_backfill_order)]
     pub backfill_order: Option<BackfillOrder>,
     /// Estimate every waiting job's start after every cycle, and report how close the

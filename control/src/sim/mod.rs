@@ -294,7 +294,11 @@ impl Simulation {
         };
         let machine = Machine { nodes, cpus_per_node, whole_nodes: opts.whole_nodes };
 
-        let mut policy = settings.map(|s| s.policy.clone()).unwrap_or_default();
+        // Without a config, a controller's defaults (shortest-first backfill among them).
+        let mut policy = match settings {
+            Some(s) => s.policy.clone(),
+            None => crate::config::SchedulerConfig::default().to_policy().expect("the defaults are valid"),
+        };
         // A trace's queue is what it was: no submit of it is refused for the queue's size.
         policy.queue = Default::default();
         let name = match (opts.policy, settings) {
