@@ -536,12 +536,33 @@ fn program() -> Option<CString> {
         .clone()
 }
 
-/// `quorum-supervisor` in the directory of this program, if it is there and may be run.
+/// `quorum-supervisor` in the directory of this program, if it is there, may be run, and is
+/// as safe from others as this program is: owned, like its directory, by this process's user or
+/// root, and writable by no one else (the agent runs it as root for every job; one that another
+/// user could replace would be theirs to run as root).
 fn beside_this_program() -> Option<PathBuf> {
-    let path = std::env::current_exe().ok()?.with_file_name(SUPERVISOR_ARG0.to_str().expect("ASCII"));
+    beside(&std::env::current_exe().ok()?)
+}
+
+/// [`beside_this_program`] for the program at `exe`.
+fn beside(exe: &Path) -> Option<PathBuf> {
+    let path = exe.with_file_name(SUPERVISOR_ARG0.to_str().expect("ASCII"));
     let c = CString::new(path.as_os_str().as_bytes()).ok()?;
     // SAFETY: access reads a NUL-terminated path.
-    (unsafe { libc::access(c.as_ptr(), libc::X_OK) } == 0).then_some(path)
+    if unsafe { libc::access(c.as_ptr(), libc::X_OK) } != 0 {
+        return None;
+    }
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    let safe = |p: &Path| {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(p).is_ok_and(|m| (m.uid() == me || m.uid() == 0) && m.mode() & 0o022 == 0)
+    };
+    if safe(&path) && path.parent().is_some_and(safe) {
+        return Some(path);
+    }
+    tracing::warn!(program = %path.display(), "not starting a supervisor program that another user could replace");
+    None
 }
 
 /// Starts `program` as each job rank's supervisor from now on (`None`: this program again).
@@ -1333,6 +1354,29 @@ mod tests {
     use super::*;
     use crate::record::{create_record, record_dir, scan, write_pids};
     use quorum_proto::agent::Launch;
+
+    #[test]
+    fn the_supervisor_program_beside_is_used_only_when_no_one_else_could_replace_it() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let set = |p: &Path, mode| std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
+        set(dir.path(), 0o755);
+        let exe = dir.path().join("quorum-agent");
+        assert_eq!(beside(&exe), None, "none there");
+        let helper = dir.path().join("quorum-supervisor");
+        std::fs::write(&helper, "").unwrap();
+        set(&helper, 0o644);
+        assert_eq!(beside(&exe), None, "not executable");
+        set(&helper, 0o755);
+        assert_eq!(beside(&exe), Some(helper.clone()));
+        set(&helper, 0o775);
+        assert_eq!(beside(&exe), None, "its group may replace it");
+        set(&helper, 0o755);
+        set(dir.path(), 0o1777);
+        assert_eq!(beside(&exe), None, "anyone may put another in its place");
+        set(dir.path(), 0o755);
+        assert_eq!(beside(&exe), Some(helper));
+    }
 
     #[test]
     fn status_lines_round_trip() {
