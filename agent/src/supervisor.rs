@@ -457,7 +457,7 @@ pub fn spawn(p: &Prepared) -> io::Result<Pids> {
                     "the supervisor program could not be started or is of another build; starting this program as \
                      the supervisor instead"
                 );
-                pass_over_program();
+                use_program(None);
             }
             Err(Spawned::Failed(e)) => return Err(e),
             Ok(pids) => return Ok(pids),
@@ -546,19 +546,14 @@ fn beside_this_program() -> Option<PathBuf> {
 
 /// [`beside_this_program`] for the program at `exe`.
 fn beside(exe: &Path) -> Option<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
     let path = exe.with_file_name(SUPERVISOR_ARG0.to_str().expect("ASCII"));
-    let c = CString::new(path.as_os_str().as_bytes()).ok()?;
-    // SAFETY: access reads a NUL-terminated path.
-    if unsafe { libc::access(c.as_ptr(), libc::X_OK) } != 0 {
-        return None;
-    }
+    // Not there, or not a program: none (one that still cannot be started is passed over then).
+    let file = std::fs::metadata(&path).ok().filter(|m| m.is_file() && m.mode() & 0o111 != 0)?;
     // SAFETY: geteuid has no preconditions.
     let me = unsafe { libc::geteuid() };
-    let safe = |p: &Path| {
-        use std::os::unix::fs::MetadataExt;
-        std::fs::metadata(p).is_ok_and(|m| (m.uid() == me || m.uid() == 0) && m.mode() & 0o022 == 0)
-    };
-    if safe(&path) && path.parent().is_some_and(safe) {
+    let safe = |m: &std::fs::Metadata| (m.uid() == me || m.uid() == 0) && m.mode() & 0o022 == 0;
+    if safe(&file) && path.parent().and_then(|d| std::fs::metadata(d).ok()).is_some_and(|m| safe(&m)) {
         return Some(path);
     }
     tracing::warn!(program = %path.display(), "not starting a supervisor program that another user could replace");
@@ -571,13 +566,13 @@ pub fn use_program(program: Option<&Path>) {
     *PROGRAM.lock().unwrap_or_else(|p| p.into_inner()) = Some(program);
 }
 
-fn pass_over_program() {
-    use_program(None);
-}
-
 /// Which build of the supervisor this is ([`REFUSED`]): a hash of the sources of what the agent
 /// hands over and the supervisor writes back (agent/build.rs).
-const FINGERPRINT: &str = env!("QUORUM_SUPERVISOR_FINGERPRINT");
+const FINGERPRINT: &std::ffi::CStr =
+    match std::ffi::CStr::from_bytes_with_nul(concat!(env!("QUORUM_SUPERVISOR_FINGERPRINT"), "\0").as_bytes()) {
+        Ok(c) => c,
+        Err(_) => panic!("a fingerprint has no NUL"),
+    };
 
 /// `quorum-supervisor`'s `main`, reached only when it was not started as a supervisor (which
 /// [`SUPERVISOR_ENTRY`] takes over before `main`): `--fingerprint` prints which build it is.
@@ -585,12 +580,13 @@ pub fn program_main() -> std::process::ExitCode {
     // The entry point must be linked into the program.
     std::hint::black_box(&SUPERVISOR_ENTRY);
     let args: Vec<String> = std::env::args().skip(1).collect();
+    let build = FINGERPRINT.to_string_lossy();
     if args == ["--fingerprint"] {
-        println!("{FINGERPRINT}");
+        println!("{build}");
         return std::process::ExitCode::SUCCESS;
     }
     eprintln!(
-        "quorum-supervisor: each job rank's supervisor, started by quorum-agent (build {FINGERPRINT}); not to be run by hand"
+        "quorum-supervisor: each job rank's supervisor, started by quorum-agent (build {build}); not to be run by hand"
     );
     std::process::ExitCode::from(2)
 }
@@ -629,9 +625,8 @@ fn spawn_program(p: &Prepared, report_w: &OwnedFd, program: Option<&std::ffi::CS
     let stdin = high(p.stdin.as_raw_fd())?;
     let label = CString::new(p.status.as_bytes().strip_suffix(b"/status").unwrap_or(p.status.as_bytes()))
         .map_err(io::Error::other)?;
-    let build = CString::new(FINGERPRINT).expect("no NUL");
     let argv = match program {
-        Some(_) => [SUPERVISOR_ARG0.as_ptr(), label.as_ptr(), build.as_ptr(), std::ptr::null()],
+        Some(_) => [SUPERVISOR_ARG0.as_ptr(), label.as_ptr(), FINGERPRINT.as_ptr(), std::ptr::null()],
         None => [SUPERVISOR_ARG0.as_ptr(), label.as_ptr(), std::ptr::null(), std::ptr::null()],
     };
     let path = program.unwrap_or(c"/proc/self/exe");
@@ -719,7 +714,7 @@ extern "C" fn supervisor_entry(argc: libc::c_int, argv: *const *const libc::c_ch
     // Started as `quorum-supervisor`, told which build the work is for: work of another build
     // is refused before it is read (the agent then starts its own program instead).
     // SAFETY: argc counts the pointers in argv.
-    if argc == 3 && unsafe { std::ffi::CStr::from_ptr(*argv.add(2)) }.to_bytes() != FINGERPRINT.as_bytes() {
+    if argc == 3 && unsafe { std::ffi::CStr::from_ptr(*argv.add(2)) } != FINGERPRINT {
         // SAFETY: _exit ends the process at once.
         unsafe { libc::_exit(REFUSED) }
     }

@@ -117,7 +117,7 @@ pub struct Policy {
 impl Policy {
     /// CPUs and GPUs as Slurm's TRES billing counts them: each GPU `gpu_billing_weight` CPUs.
     pub fn billed(&self, cpus: u64, gpus: u64) -> u64 {
-        cpus + gpus * u64::from(self.gpu_billing_weight)
+        cpus.saturating_add(gpus.saturating_mul(u64::from(self.gpu_billing_weight)))
     }
 }
 

@@ -1118,9 +1118,8 @@ pub fn will_run(view: &ClusterView, job: PendingJob, now_ms: Millis, policy: &Po
 /// policy predicts), whatever the view's are, so that forecasts on predictions follow the
 /// schedule's order (issue 29 part 8: following it was the better forecast). Where the last
 /// cycle was planned on limits for a late reservation ([`schedule`]), so are the estimates.
-/// What `squeue --start` would say of each
-/// were every job reached: the simulator measures the estimates' accuracy with it. The plan's
-/// starts are the jobs that would start now.
+/// What `squeue --start` would say of each were every job reached: the simulator measures the
+/// estimates' accuracy with it. The plan's starts are the jobs that would start now.
 pub fn estimate_all(view: &ClusterView, now_ms: Millis, policy: &Policy, reserved: &BTreeMap<JobId, Estimate>) -> Plan {
     if let Some(limits) = view.late(reserved).then(|| view.on_limits()).flatten() {
         return estimate_all(&limits, now_ms, policy, reserved);

@@ -140,11 +140,8 @@ fn judge_shown(replica: &Replica, leader: &LeaderState, started: &[JobId], shown
         return;
     }
     let applied = replica.shared.read();
-    for (job, s) in shown {
-        let Some(submit) = started.contains(job).then(|| applied.state.jobs.get(job)).flatten().map(|j| j.submit_time)
-        else {
-            continue;
-        };
+    for (job, s) in shown.iter().filter(|(job, _)| started.contains(job)) {
+        let Some(submit) = applied.state.jobs.get(job).map(|j| j.submit_time) else { continue };
         let error = |shown: Millis| quorum_sched::accuracy::error_s(submit / 1000, now / 1000, shown / 1000);
         if let Some(e) = error(s.first_ms) {
             leader.stats.start_error(Shown::First, e);
