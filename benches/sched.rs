@@ -255,6 +255,28 @@ pub fn with_limits(mut view: ClusterView) -> ClusterView {
     view
 }
 
+/// One case of the cycle: benchmarked, or with `SCHED_PLAN_DIGEST` set, planned once and its
+/// plan's digest printed instead (FNV-1a of its debug form, with its counts), so that a change
+/// meant to keep behaviour shows the same plans byte for byte:
+/// `SCHED_PLAN_DIGEST=1 cargo bench --bench sched -- schedule_cycle`, before and after.
+fn case(
+    group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    name: String,
+    view: &ClusterView,
+    policy: &Policy,
+) {
+    if std::env::var_os("SCHED_PLAN_DIGEST").is_some() {
+        let plan = schedule(view, NOW_MS, policy);
+        let digest = format!("{plan:?}")
+            .bytes()
+            .fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
+        let (starts, estimates, preempted) = (plan.starts.len(), plan.estimates.len(), plan.preemptions.len());
+        println!("{name}: plan {digest:016x} ({starts} starts, {estimates} reservations, {preempted} preempted)");
+        return;
+    }
+    group.bench_function(name, |b| b.iter(|| black_box(schedule(black_box(view), NOW_MS, policy))));
+}
+
 fn bench_cycle(c: &mut Criterion) {
     let mut group = c.benchmark_group("schedule_cycle");
     group.sample_size(10).measurement_time(Duration::from_secs(20)).warm_up_time(Duration::from_secs(2));
@@ -262,30 +284,22 @@ fn bench_cycle(c: &mut Criterion) {
         let view = cluster(pending, nodes);
         for (label, backfill) in [("easy", BackfillMode::Easy), ("conservative100", BackfillMode::Conservative)] {
             let policy = Policy { backfill, reservations: 100, ..Policy::default() };
-            group.bench_function(format!("{pending}_jobs_{nodes}_nodes_{label}"), |b| {
-                b.iter(|| black_box(schedule(black_box(&view), NOW_MS, &policy)))
-            });
+            case(&mut group, format!("{pending}_jobs_{nodes}_nodes_{label}"), &view, &policy);
         }
     }
     // The largest size again, its partition sharing every CPU two ways (`OverSubscribe=FORCE:2`).
     let (pending, nodes) = (100_000, 10_000);
     let view = shared_two_ways(cluster(pending, nodes));
     let policy = Policy { backfill: BackfillMode::Easy, reservations: 100, ..Policy::default() };
-    group.bench_function(format!("{pending}_jobs_{nodes}_nodes_easy_force2"), |b| {
-        b.iter(|| black_box(schedule(black_box(&view), NOW_MS, &policy)))
-    });
+    case(&mut group, format!("{pending}_jobs_{nodes}_nodes_easy_force2"), &view, &policy);
     // The largest size again, one pending job in a hundred heterogeneous (a launcher node
     // besides its workers), beside the same cluster without them.
     let view = with_het(cluster(pending, nodes));
-    group.bench_function(format!("{pending}_jobs_{nodes}_nodes_easy_het"), |b| {
-        b.iter(|| black_box(schedule(black_box(&view), NOW_MS, &policy)))
-    });
+    case(&mut group, format!("{pending}_jobs_{nodes}_nodes_easy_het"), &view, &policy);
     // The largest size again, planned on predicted run times (`Policy::predict`): every job
     // predicted to run a random share of its limit, running jobs to end that much sooner.
     let view = with_predictions(cluster(pending, nodes));
-    group.bench_function(format!("{pending}_jobs_{nodes}_nodes_easy_predict"), |b| {
-        b.iter(|| black_box(schedule(black_box(&view), NOW_MS, &policy)))
-    });
+    case(&mut group, format!("{pending}_jobs_{nodes}_nodes_easy_predict"), &view, &policy);
     // And with every reservation late (each waiting job was promised a start when it became
     // eligible): the cycle planned on predictions up to the late reservation, and again on
     // limits; then a cycle after it, planned on limits at once while the last one's
@@ -297,15 +311,11 @@ fn bench_cycle(c: &mut Criterion) {
     let again = ClusterView { previous: plan.estimates, ..late.clone() };
     assert!(again.late(&again.previous), "the reservation stays late");
     for (label, view) in [("late", &late), ("late_again", &again)] {
-        group.bench_function(format!("{pending}_jobs_{nodes}_nodes_easy_predict_{label}"), |b| {
-            b.iter(|| black_box(schedule(black_box(view), NOW_MS, &policy)))
-        });
+        case(&mut group, format!("{pending}_jobs_{nodes}_nodes_easy_predict_{label}"), view, &policy);
     }
     // And those behind the reservation tried shortest predicted run time first (EASY++).
     let shortest = Policy { backfill_order: BackfillOrder::Shortest, ..policy.clone() };
-    group.bench_function(format!("{pending}_jobs_{nodes}_nodes_easy_predict_shortest"), |b| {
-        b.iter(|| black_box(schedule(black_box(&view), NOW_MS, &shortest)))
-    });
+    case(&mut group, format!("{pending}_jobs_{nodes}_nodes_easy_predict_shortest"), &view, &shortest);
     // The largest size again, with preemptable jobs running on the other half of the nodes:
     // preemption on, and off (the same cluster, nothing preempted).
     let (pending, nodes) = (100_000, 10_000);
@@ -313,21 +323,15 @@ fn bench_cycle(c: &mut Criterion) {
     for (label, preempt_type) in [("preempt", PreemptType::PartitionPrio), ("scavengers_no_preempt", PreemptType::Off)]
     {
         let policy = Policy { preempt_type, ..Policy::default() };
-        group.bench_function(format!("{pending}_jobs_{nodes}_nodes_easy_{label}"), |b| {
-            b.iter(|| black_box(schedule(black_box(&view), NOW_MS, &policy)))
-        });
+        case(&mut group, format!("{pending}_jobs_{nodes}_nodes_easy_{label}"), &view, &policy);
     }
     // And with a dozen advance reservations besides (issue 28's measure).
     let view = with_reservations(view);
     let policy = Policy { preempt_type: PreemptType::PartitionPrio, ..Policy::default() };
-    group.bench_function(format!("{pending}_jobs_{nodes}_nodes_easy_preempt_reservations"), |b| {
-        b.iter(|| black_box(schedule(black_box(&view), NOW_MS, &policy)))
-    });
+    case(&mut group, format!("{pending}_jobs_{nodes}_nodes_easy_preempt_reservations"), &view, &policy);
     // And with the limits sites set most, and fairshare down to users.
     let view = with_limits(view);
-    group.bench_function(format!("{pending}_jobs_{nodes}_nodes_easy_preempt_reservations_limits"), |b| {
-        b.iter(|| black_box(schedule(black_box(&view), NOW_MS, &policy)))
-    });
+    case(&mut group, format!("{pending}_jobs_{nodes}_nodes_easy_preempt_reservations_limits"), &view, &policy);
     group.finish();
 }
 
