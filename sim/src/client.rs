@@ -173,7 +173,7 @@ async fn once(
         };
         let outcome = if stale {
             let Request::Read { job } = request else { unreachable!("a stale read is a read") };
-            Some(leader::read_local(&r, job))
+            Some(leader::read_local(world, &r, job))
         } else if leader::leads(&r) || (world.bug(Bug::StaleReads) && matches!(request, Request::Read { .. })) {
             Some(leader::serve(world, &r, request).await)
         } else {

@@ -59,6 +59,13 @@ pub struct Disk {
     sync_free_at: Option<Instant>,
     pub latency: Duration,
     pub fault: Option<DiskFault>,
+    /// The job history (the controller's `replica::history`, RocksDB there): each record (the
+    /// job's JSON) by job id, as synced, and as written since (lost in a crash; the entries after
+    /// the last snapshot write them again when they are applied again).
+    history: BTreeMap<u64, Vec<u8>>,
+    history_unsynced: BTreeMap<u64, Vec<u8>>,
+    /// Set when an installed snapshot left the history incomplete: the snapshot's index.
+    history_gap: Option<u64>,
 }
 
 impl Default for Disk {
@@ -74,6 +81,9 @@ impl Default for Disk {
             sync_free_at: None,
             latency: Duration::from_millis(1),
             fault: None,
+            history: BTreeMap::new(),
+            history_unsynced: BTreeMap::new(),
+            history_gap: None,
         }
     }
 }
@@ -85,6 +95,7 @@ impl Disk {
         self.epoch += 1;
         self.sync_free_at = None;
         self.unsynced_vote = None;
+        self.history_unsynced.clear();
         let unsynced = std::mem::take(&mut self.unsynced);
         let lost = unsynced.len().saturating_sub(keep);
         // A prefix only: the log is written in order, and a contiguous log is what openraft may
@@ -98,6 +109,29 @@ impl Disk {
             self.log.insert(index, entry);
         }
         lost
+    }
+
+    /// The job history as a read sees it: every record written, by job id.
+    pub fn history(&self) -> BTreeMap<u64, Vec<u8>> {
+        let mut all = self.history.clone();
+        all.extend(self.history_unsynced.iter().map(|(id, r)| (*id, r.clone())));
+        all
+    }
+
+    /// The index of the snapshot whose install left the history incomplete, if one did.
+    pub fn history_gap(&self) -> Option<u64> {
+        self.history_gap
+    }
+
+    /// Records copied from a peer, written and synced; the mark taken away if it is still
+    /// `gap` (a later snapshot's install moved it: copied again then). Whether it was.
+    pub fn history_copied(&mut self, records: BTreeMap<u64, Vec<u8>>, gap: u64) -> bool {
+        self.history.extend(records);
+        let closed = self.history_gap == Some(gap);
+        if closed {
+            self.history_gap = None;
+        }
+        closed
     }
 
     /// When a sync begun now completes.
@@ -418,6 +452,10 @@ impl Machine {
             let mut disk = lock(&self.disk);
             let owned = disk.epoch == self.epoch;
             if owned {
+                // The history is made durable first, as the controller's is: the snapshot no
+                // longer holds the jobs whose records the entries before it wrote.
+                let written = std::mem::take(&mut disk.history_unsynced);
+                disk.history.extend(written);
                 disk.snapshot = Some((meta.clone(), data.to_vec()));
             }
             owned
@@ -477,28 +515,54 @@ impl RaftStateMachine<SimConfig> for Machine {
         }
         let mut responses = Vec::new();
         let mut wake = false;
-        let mut a = read(&self.applied);
-        for entry in entries {
-            a.last_applied = Some(entry.log_id);
-            let response = match entry.payload {
-                EntryPayload::Blank => Response::Ok,
-                EntryPayload::Normal(command) => {
-                    wake |= command.wakes_scheduler();
-                    let digest_point = matches!(command, Command::Digest { .. });
-                    let response = quorum_state::apply(&mut a.state, entry.log_id.index, command);
-                    if let (true, Response::Digest { digest }) = (digest_point, &response) {
-                        a.digests.insert(entry.log_id.index, *digest);
+        // The state's lock is let go before any await (a crash at the history's write pends).
+        let crashed = {
+            let mut crashed = false;
+            let mut a = read(&self.applied);
+            for entry in entries {
+                a.last_applied = Some(entry.log_id);
+                let response = match entry.payload {
+                    EntryPayload::Blank => Response::Ok,
+                    EntryPayload::Normal(command) => {
+                        wake |= command.wakes_scheduler();
+                        let digest_point = matches!(command, Command::Digest { .. });
+                        let response = quorum_state::apply(&mut a.state, entry.log_id.index, command);
+                        if let (true, Response::Digest { digest }) = (digest_point, &response) {
+                            a.digests.insert(entry.log_id.index, *digest);
+                        }
+                        if let Response::Purged { jobs } = &response {
+                            // Written before the state that no longer holds them is read, as the
+                            // controller writes them; a failing disk fails the apply.
+                            let mut disk = lock(&self.disk);
+                            if let Some(e) = disk.failure(ErrorSubject::Apply(entry.log_id), ErrorVerb::Write) {
+                                return Err(e);
+                            }
+                            if disk.epoch == self.epoch {
+                                for job in jobs {
+                                    let record = serde_json::to_vec(&**job).map_err(decode_error)?;
+                                    disk.history_unsynced.insert(job.id, record);
+                                }
+                            }
+                            drop(disk);
+                            crashed = self.fuse.blow(Point::HistoryWrite);
+                        }
+                        response
                     }
-                    response
+                    EntryPayload::Membership(m) => {
+                        a.membership = StoredMembership::new(Some(entry.log_id), m);
+                        Response::Ok
+                    }
+                };
+                responses.push(response);
+                if crashed {
+                    break;
                 }
-                EntryPayload::Membership(m) => {
-                    a.membership = StoredMembership::new(Some(entry.log_id), m);
-                    Response::Ok
-                }
-            };
-            responses.push(response);
+            }
+            crashed
+        };
+        if crashed {
+            return futures::future::pending().await;
         }
-        drop(a);
         if wake {
             self.kick.notify_one();
         }
@@ -528,6 +592,15 @@ impl RaftStateMachine<SimConfig> for Machine {
         let state = quorum_state::snapshot::decode(&data).map_err(decode_error)?;
         if self.fuse.blow(Point::SnapshotInstall) {
             return futures::future::pending().await;
+        }
+        {
+            // The entries the snapshot stands for wrote records this replica never got: its
+            // history is incomplete until copied from a peer ([`crate::history::catch_up`]).
+            let mut disk = lock(&self.disk);
+            if disk.epoch == self.epoch && !self.fuse.bug(crate::world::Bug::HistoryGap) {
+                let at = meta.last_log_id.map_or(0, |l| l.index);
+                disk.history_gap = Some(disk.history_gap.map_or(at, |g| g.max(at)));
+            }
         }
         self.store_snapshot(meta, &data).await?;
         let mut a = read(&self.applied);

@@ -485,15 +485,20 @@ async fn answer(world: &World, r: &Replica, request: Request) -> Outcome {
                     return Outcome::Unknown { error: e.to_string() };
                 }
             }
-            read_local(r, job)
+            read_local(world, r, job)
         }
     }
 }
 
-/// A read from what `r` has applied.
-pub fn read_local(r: &Replica, job: u64) -> Outcome {
-    match read(&r.applied).state.jobs.get(&job) {
-        Some(j) => Outcome::Read { job: seen(j) },
-        None => Outcome::Missing,
+/// A read from what `r` has applied, and of a job that left the state, from its history (as
+/// `quorum show` reads it); one its history cannot say (still being copied) is not answered.
+pub fn read_local(world: &World, r: &Replica, job: u64) -> Outcome {
+    if let Some(j) = read(&r.applied).state.jobs.get(&job) {
+        return Outcome::Read { job: seen(j) };
+    }
+    match crate::history::job(world, r.id, job) {
+        Some(Some(j)) => Outcome::Read { job: seen(&j) },
+        Some(None) => Outcome::Missing,
+        None => Outcome::Unknown { error: format!("r{}'s job history is still being copied", r.id) },
     }
 }

@@ -14,6 +14,7 @@
 pub mod agent;
 pub mod client;
 pub mod disk;
+pub mod history;
 pub mod leader;
 pub mod nemesis;
 pub mod net;
@@ -63,11 +64,20 @@ pub struct Options {
     /// Which workload the clients run: by default every feature it has; an earlier one replays
     /// the seeds found on it.
     pub workload: Mix,
+    /// Whether ended jobs leave the queue for the job history [`history::MIN_JOB_AGE`] after
+    /// they end (the default, with the whole workload); without, the seeds found before the
+    /// simulator had the history replay as they ran. The earlier workloads never do.
+    pub history: bool,
     /// Prints the trace as it goes.
     pub verbose: bool,
 }
 
 impl Options {
+    /// Whether this run keeps a job history (see [`Options::history`]).
+    pub fn keeps_history(&self) -> bool {
+        self.history && self.workload >= Mix::Full
+    }
+
     pub fn new(seed: u64) -> Options {
         Options {
             seed,
@@ -82,6 +92,7 @@ impl Options {
             snapshot_every: 200,
             min_ops_per_s: 2.0,
             workload: Mix::Full,
+            history: true,
             verbose: false,
         }
     }
@@ -153,9 +164,10 @@ async fn simulate(opts: Options) -> anyhow::Result<Report> {
     }
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let pool = Arc::new(Mutex::new(quorum_jepsen::choice::Pool::default()));
-    if opts.workload >= Mix::Full {
-        operate(&world, &pool).await;
-    }
+    let made = match opts.workload >= Mix::Full {
+        true => operate(&world, &pool).await,
+        false => None,
+    };
     let workers: Vec<_> = (0..opts.clients)
         .map(|w| {
             tokio::spawn(client::worker(world.clone(), w, root.fork(1000 + w as u64), pool.clone(), stopped.clone()))
@@ -179,11 +191,28 @@ async fn simulate(opts: Options) -> anyhow::Result<Report> {
     let mut problems = Vec::new();
     let cron_removed = opts.workload >= Mix::Full && remove_cron(&world).await;
     let mut finals = settle(&world, &mut problems).await;
+    // The history: jobs that left the queue, judged with those still in it; every replica's the
+    // same.
+    if opts.keeps_history() {
+        let archived = history::judged(&world).await;
+        world.trace(format!(
+            "{} jobs in the history; records per replica {:?}",
+            archived.jobs.len(),
+            history::counts(&world)
+        ));
+        problems.extend(archived.problems);
+        finals.extend(archived.jobs.into_iter().map(|f| (f.id, f)));
+    }
     // Every probe was submitted after the removal was done: none of the entry's jobs comes after
     // the first.
     let first_probe = finals.values().filter(|f| f.name.starts_with("probe-")).map(|f| f.id).min();
     let cron = Cron { name: CRON.into(), period_s: CRON_EVERY_S, removed_before: first_probe.filter(|_| cron_removed) };
-    let reservations = placements(&world, &mut finals);
+    let mut reservations = placements(&world, &mut finals);
+    // An expired reservation leaves the state (with the first purge after it): it is judged as
+    // the cluster had it when it was made.
+    if let Some(made) = made.filter(|m| !reservations.iter().any(|r| r.name == m.name)) {
+        reservations.push(made);
+    }
 
     // Every replica's digest at one index.
     digests(&world, &mut problems).await;
@@ -201,10 +230,16 @@ async fn simulate(opts: Options) -> anyhow::Result<Report> {
     // Every job the cluster says COMPLETED ran its last attempt to its end somewhere (not an
     // earlier attempt's end taken for the last one's).
     let finished: std::collections::BTreeSet<(u64, u32)> = world.agents.values().flat_map(|a| a.finished()).collect();
-    let attempts: BTreeMap<u64, u32> = world
+    let mut attempts: BTreeMap<u64, u32> = world
         .leader()
         .map(|l| read(&l.applied).state.jobs.values().map(|j| (j.id, j.requeues)).collect())
         .unwrap_or_default();
+    // Those of jobs in the history, as it keeps them (some left the queue since it was read).
+    if opts.keeps_history() {
+        for (id, requeues) in history::requeues(&world) {
+            attempts.entry(id).or_insert(requeues);
+        }
+    }
     for f in finals.values().filter(|f| f.state == JobState::Completed.name()) {
         let last = attempts.get(&f.id).copied().unwrap_or(0);
         if !finished.contains(&(f.id, last)) {
@@ -308,12 +343,12 @@ const RESV: &str = "resv";
 /// user, its window from 4 s to 12 s after it is asked for (by replica 1's clock, which the
 /// operator's is), asked for until it is made (a leader, and the nodes registered) or 10 s
 /// passed; the clients then submit some jobs into it.
-async fn operate(world: &Arc<World>, pool: &Mutex<quorum_jepsen::choice::Pool>) {
+async fn operate(world: &Arc<World>, pool: &Mutex<quorum_jepsen::choice::Pool>) -> Option<Resv> {
     let began = tokio::time::Instant::now();
     loop {
         if began.elapsed() > Duration::from_secs(10) {
             world.trace("operator: no reservation");
-            return;
+            return None;
         }
         let request = ResvRequest {
             name: RESV.into(),
@@ -333,7 +368,15 @@ async fn operate(world: &Arc<World>, pool: &Mutex<quorum_jepsen::choice::Pool>) 
         }
     }
     pool.lock().unwrap_or_else(|p| p.into_inner()).reservation = Some(RESV.into());
+    // As the cluster has it (the leader answered once it applied it).
+    let made = world.leader().and_then(|l| {
+        let a = read(&l.applied);
+        let r = a.state.reservations.values().find(|r| r.name == RESV)?;
+        let end_ms = r.end_ms.unwrap_or(u64::MAX);
+        Some(Resv { name: r.name.clone(), nodes: r.nodes.clone(), start_ms: r.start_ms, end_ms })
+    });
     add_cron(world).await;
+    made
 }
 
 /// The name of the operator's recurring job.
@@ -478,8 +521,13 @@ async fn settle(world: &Arc<World>, problems: &mut Vec<String>) -> BTreeMap<u64,
             if open.is_empty() {
                 let finals = finals_of(jobs);
                 if let Some(p) = probe {
-                    if finals.get(&p).is_none_or(|f| f.state != "COMPLETED") {
-                        problems.push(format!("recovery: the probe job {p} did not complete: {:?}", finals.get(&p)));
+                    // It may have left the queue for the history already.
+                    let kept = finals.get(&p).map(|f| f.state.clone()).or_else(|| {
+                        let left = world.alive().iter().find_map(|r| history::job(world, r.id, p).flatten());
+                        left.map(|j| j.state.name().to_string())
+                    });
+                    if kept.as_deref() != Some("COMPLETED") {
+                        problems.push(format!("recovery: the probe job {p} did not complete: {kept:?}"));
                     }
                 }
                 return finals;

@@ -49,6 +49,10 @@ struct Args {
     /// The same as `--workload single-node`.
     #[arg(long, conflicts_with = "workload")]
     single_node: bool,
+    /// Ended jobs stay in the queue (no job history): the seeds of the whole workload found
+    /// before the simulator had the history replay as they ran.
+    #[arg(long)]
+    no_history: bool,
     /// With --seeds: stops at the first seed that finds a violation.
     #[arg(long)]
     first: bool,
@@ -83,6 +87,7 @@ fn main() -> ExitCode {
         opts.duplicate = args.duplicate;
         opts.verbose = args.trace;
         opts.workload = workload(&args);
+        opts.history = !args.no_history;
         if args.no_faults {
             opts.faults.clear();
         } else if let Some(f) = &args.faults {
@@ -145,6 +150,9 @@ fn replay(args: &Args, seed: u64) -> String {
         let name =
             clap::ValueEnum::to_possible_value(&workload(args)).map_or(String::new(), |v| v.get_name().to_string());
         cmd.push_str(&format!(" --workload {name}"));
+    }
+    if args.no_history && workload(args) == Mix::Full {
+        cmd.push_str(" --no-history");
     }
     if let Some(f) = &args.faults {
         let names: Vec<String> = f

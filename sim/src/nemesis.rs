@@ -169,7 +169,8 @@ pub async fn begin(world: &Arc<World>, fault: Fault, rng: &mut Rng) -> String {
             format!("disk-error r{id} {fault:?}")
         }
         Fault::CrashPoint => {
-            let point = *rng.pick(&Point::ALL).expect("points");
+            let points: &[Point] = if world.opts.keeps_history() { &Point::WITH_HISTORY } else { &Point::ALL };
+            let point = *rng.pick(points).expect("points");
             let leader = world.leader().map(|l| l.id);
             let id = match (point, leader) {
                 (Point::Reply | Point::Launch | Point::SnapshotBuild, Some(l)) => l,

@@ -89,6 +89,10 @@ pub enum Bug {
     /// before 5eefcfda: a leader restored at start-up (after a power cut) may read below entries
     /// acknowledged before it.
     RestoredRead,
+    /// A replica that installs a snapshot does not mark its job history incomplete, so that it
+    /// never copies the records of the jobs that left the queue in the entries the snapshot
+    /// replaced (a controller without `replica::catch_up`).
+    HistoryGap,
 }
 
 /// A place in the simulated shells where a replica can be made to crash, as a failpoint would:
@@ -107,11 +111,25 @@ pub enum Point {
     SnapshotInstall,
     /// A snapshot built, before it is stored.
     SnapshotBuild,
+    /// The records of jobs that left the queue written to the history, before the rest of the
+    /// entries are applied (as the controller's `history-write` failpoint).
+    HistoryWrite,
 }
 
 impl Point {
     pub const ALL: [Point; 6] =
         [Point::Append, Point::Apply, Point::Reply, Point::Launch, Point::SnapshotInstall, Point::SnapshotBuild];
+    /// With the job history (a run of the earlier workloads picks from [`Point::ALL`], so that
+    /// its seeds replay as they ran).
+    pub const WITH_HISTORY: [Point; 7] = [
+        Point::Append,
+        Point::Apply,
+        Point::Reply,
+        Point::Launch,
+        Point::SnapshotInstall,
+        Point::SnapshotBuild,
+        Point::HistoryWrite,
+    ];
 }
 
 /// What the shells of one incarnation call at each [`Point`]: whether it crashed there.
@@ -123,6 +141,11 @@ pub struct Fuse {
 }
 
 impl Fuse {
+    /// Whether the world runs broken build `bug`.
+    pub fn bug(&self, bug: Bug) -> bool {
+        self.world.upgrade().is_some_and(|w| w.bug(bug))
+    }
+
     /// Crashes this incarnation if `point` is armed for it (and disarms it).
     pub fn blow(&self, point: Point) -> bool {
         let Some(world) = self.world.upgrade() else { return false };
@@ -344,6 +367,10 @@ impl World {
             stop,
         });
         self.replicas.lock().unwrap_or_else(|p| p.into_inner()).insert(id, replica.clone());
+        if self.opts.keeps_history() {
+            tokio::spawn(crate::history::purge_loop(self.clone(), replica.clone(), stopped.clone()));
+            tokio::spawn(crate::history::catch_up(self.clone(), replica.clone(), stopped.clone()));
+        }
         tokio::spawn(crate::leader::duties(self.clone(), replica, stopped));
         self.trace(format!("r{id} started"));
         Ok(())

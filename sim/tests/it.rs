@@ -133,10 +133,33 @@ fn a_requeue_jobs_launch_read_after_the_lease_ran_out_starts_nothing() {
 /// two CPUs). The hub now sends the suspend right behind the launch.
 #[test]
 fn a_job_suspended_before_its_launch_arrived_never_runs_beside_its_preemptor() {
+    // As they were found: before the simulator had the job history.
     for seed in [200326, 200654, 201233] {
+        let mut o = opts(seed, 20.0);
+        o.history = false;
+        let r = run(o).expect("a run");
+        assert!(r.valid(), "{}", explain(&r, "--time 20 --no-history"));
+    }
+}
+
+/// Ended jobs leave the queue for each replica's job history 10 s after they end, under every
+/// fault: every replica holds the same jobs, each ended, none back in the queue, and every
+/// checker judges them with the queue's. A replica that installed a snapshot copies the records
+/// it lacks from a peer; one that does not know its history is incomplete (`--bug history-gap`)
+/// is caught.
+#[test]
+fn ended_jobs_leave_for_a_history_every_replica_agrees_on() {
+    let (mut moved, mut copied) = (0, 0);
+    for seed in 500..540 {
         let r = run(opts(seed, 20.0)).expect("a run");
         assert!(r.valid(), "{}", explain(&r, "--time 20"));
+        moved += r.trace.iter().filter(|l| l.contains("jobs to the history")).count();
+        copied += r.trace.iter().filter(|l| l.contains("history records from")).count();
     }
+    assert!(moved >= 100, "only {moved} entries moved jobs to the history in 40 seeds");
+    assert!(copied >= 1, "no replica copied its history from a peer in 40 seeds");
+    let r = caught(Bug::HistoryGap, &Fault::ALL, 0..100).expect("caught within 100 seeds");
+    assert!(r.problems.iter().any(|p| p.starts_with("history")), "{}", explain(&r, "--bug history-gap"));
 }
 
 /// The controller's agent hub runs in the simulator as it runs in a controller: the jobs a

@@ -27,7 +27,7 @@ pub mod heard;
 pub mod hub;
 mod liveness;
 pub mod mail;
-mod purge;
+pub mod purge;
 pub mod rules;
 mod schedule;
 mod settings;

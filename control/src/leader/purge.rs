@@ -14,17 +14,21 @@ use crate::replica::{now_ms, Replica};
 use quorum_state::{Command, Response, FORGET_HISTORY_LEVEL, HISTORY_LEVEL};
 
 /// The most jobs one entry moves: a few MB of log however many are due at once.
-const MAX_PER_ENTRY: usize = 2_000;
+pub const MAX_PER_ENTRY: usize = 2_000;
 
 /// How often the leader looks: a tenth of the age, between 1 and 30 seconds.
-fn period(min_age: Duration) -> Duration {
+pub fn period(min_age: Duration) -> Duration {
     (min_age / 10).clamp(Duration::from_secs(1), Duration::from_secs(30))
 }
 
 /// The jobs due to leave at `now`, oldest ids first, and whether a tombstone is due to go.
 fn due(replica: &Replica, now: Millis, min_age: Millis) -> (Vec<JobId>, bool) {
-    let applied = replica.shared.read();
-    let state = &applied.state;
+    due_in(&replica.shared.read().state, now, min_age)
+}
+
+/// [`due`] of a state (the simulator's leader proposes by it too): at most [`MAX_PER_ENTRY`]
+/// jobs.
+pub fn due_in(state: &quorum_state::ClusterState, now: Millis, min_age: Millis) -> (Vec<JobId>, bool) {
     let jobs = state
         .jobs
         .iter()
