@@ -21,6 +21,7 @@
 //!    order considered.
 
 pub mod accuracy;
+mod candidates;
 pub mod eligibility;
 mod place;
 pub mod placement;
@@ -30,12 +31,13 @@ pub mod profile;
 pub mod reserved;
 pub mod view;
 
+pub use candidates::{Candidate, Waiting};
 pub use place::{place, Placed};
+pub use profile::profiles;
 pub use view::{ClusterView, Estimate, NodeView, PartitionView, PendingJob, Res};
 
 use std::collections::BTreeMap;
 
-use profile::Timeline;
 use quorum_model::{
     Allocation, BackfillMode, BackfillOrder, JobId, Millis, PendingReason, PlannedStart, Policy, QueueOrder,
 };
@@ -88,43 +90,6 @@ impl Plan {
     }
 }
 
-/// Builds every node's availability profile from what is free now and when running jobs end.
-pub fn profiles(view: &ClusterView, now: u64) -> Vec<Timeline> {
-    let mut free: Vec<Res> = view.nodes.iter().map(|n| n.capacity.minus(&n.completing)).collect();
-    // Every release of every node in one list, sorted by node and time: one allocation for
-    // all of them, then one per node for its steps. What ended jobs still hold while their
-    // processes are killed is planned gone in a second, as a job past its limit is.
-    let mut releases: Vec<(usize, u64, Res)> = (view.nodes.iter().enumerate())
-        .filter(|(_, n)| n.completing != Res::default())
-        .map(|(i, n)| (i, now + 1, n.completing))
-        .collect();
-    for r in &view.running {
-        // A job predicted to end before its limit is planned to then, until it outlives the
-        // prediction; a job past its limit is being killed: plan for it to be gone in a second.
-        let limit = (r.end_s != u64::MAX).then(|| r.end_s.saturating_sub(r.start_s));
-        let predicted = r.predicted_end_s.map(|p| p.saturating_sub(r.start_s));
-        let planned = quorum_model::predict::running_s(predicted, limit, now.saturating_sub(r.start_s));
-        let end = planned.map(|d| r.start_s.saturating_add(d).max(now + 1));
-        for (i, res) in &r.alloc {
-            free[*i] = free[*i].minus(res);
-            if let Some(end) = end {
-                releases.push((*i, end, *res));
-            }
-        }
-    }
-    releases.sort_unstable_by_key(|(i, t, _)| (*i, *t));
-    let mut rest = releases.as_slice();
-    free.into_iter()
-        .enumerate()
-        .map(|(i, f)| {
-            let n = rest.iter().take_while(|(node, _, _)| *node == i).count();
-            let (mine, after) = rest.split_at(n);
-            rest = after;
-            Timeline::from_sorted(now, f, n, mine.iter().map(|(_, t, r)| (*t, *r)))
-        })
-        .collect()
-}
-
 /// A name lookup in one of the view's small ordered maps that remembers its last hit: jobs of
 /// one partition or QOS come in long runs, so most lookups are one comparison.
 struct Lookup<'a, V> {
@@ -171,24 +136,6 @@ pub fn order<'a>(view: &'a ClusterView, now_ms: Millis, policy: &Policy) -> Vec<
     }
     debug_assert_eq!(jobs.len(), view.pending.len(), "order must consider every pending job once");
     jobs
-}
-
-/// A job that passed screening: it starts if its limits and the nodes allow.
-#[derive(Clone, Copy, Debug)]
-pub struct Candidate<'a> {
-    /// Its place in the order.
-    pub position: usize,
-    pub job: &'a PendingJob,
-    /// Its partition's position in the view's partitions.
-    pub partition: usize,
-}
-
-/// A job that does not start now, its place in the order, and why.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Waiting<'a> {
-    pub position: usize,
-    pub job: &'a PendingJob,
-    pub reason: PendingReason,
 }
 
 /// What screening leaves: the candidates and the jobs that cannot start whatever else runs,

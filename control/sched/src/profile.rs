@@ -2,7 +2,7 @@
 //! starting now. Running jobs give their resources back at their expected end (start plus time
 //! limit); starts and reservations take resources over an interval.
 
-use super::view::Res;
+use super::view::{ClusterView, Res};
 
 /// `t` rounded up to a multiple of `resolution` (the backfill resolution); 0 or 1 leaves it.
 pub fn round_up(t: u64, resolution: u64) -> u64 {
@@ -164,6 +164,43 @@ impl Timeline {
     pub fn never_overcommitted(&self) -> bool {
         self.steps.iter().all(|(_, r)| r.non_negative())
     }
+}
+
+/// Builds every node's availability profile from what is free now and when running jobs end.
+pub fn profiles(view: &ClusterView, now: u64) -> Vec<Timeline> {
+    let mut free: Vec<Res> = view.nodes.iter().map(|n| n.capacity.minus(&n.completing)).collect();
+    // Every release of every node in one list, sorted by node and time: one allocation for
+    // all of them, then one per node for its steps. What ended jobs still hold while their
+    // processes are killed is planned gone in a second, as a job past its limit is.
+    let mut releases: Vec<(usize, u64, Res)> = (view.nodes.iter().enumerate())
+        .filter(|(_, n)| n.completing != Res::default())
+        .map(|(i, n)| (i, now + 1, n.completing))
+        .collect();
+    for r in &view.running {
+        // A job predicted to end before its limit is planned to then, until it outlives the
+        // prediction; a job past its limit is being killed: plan for it to be gone in a second.
+        let limit = (r.end_s != u64::MAX).then(|| r.end_s.saturating_sub(r.start_s));
+        let predicted = r.predicted_end_s.map(|p| p.saturating_sub(r.start_s));
+        let planned = quorum_model::predict::running_s(predicted, limit, now.saturating_sub(r.start_s));
+        let end = planned.map(|d| r.start_s.saturating_add(d).max(now + 1));
+        for (i, res) in &r.alloc {
+            free[*i] = free[*i].minus(res);
+            if let Some(end) = end {
+                releases.push((*i, end, *res));
+            }
+        }
+    }
+    releases.sort_unstable_by_key(|(i, t, _)| (*i, *t));
+    let mut rest = releases.as_slice();
+    free.into_iter()
+        .enumerate()
+        .map(|(i, f)| {
+            let n = rest.iter().take_while(|(node, _, _)| *node == i).count();
+            let (mine, after) = rest.split_at(n);
+            rest = after;
+            Timeline::from_sorted(now, f, n, mine.iter().map(|(_, t, r)| (*t, *r)))
+        })
+        .collect()
 }
 
 #[cfg(test)]

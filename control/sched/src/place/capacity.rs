@@ -5,9 +5,9 @@ use std::collections::BTreeMap;
 
 use quorum_model::{Allocation, NodeAllocation};
 
-use crate::profile::Timeline;
+use crate::profile::{profiles, Timeline};
 use crate::view::{ClusterView, PendingJob, Res};
-use crate::{eligibility, placement, profiles, reserved};
+use crate::{eligibility, placement, reserved};
 
 /// The largest free CPUs, memory and GPUs now over all nodes (each on its own), kept as counted
 /// multisets so that a change costs a logarithm, not a pass over the nodes.

@@ -2,8 +2,8 @@
 
 use quorum_model::{Allocation, NodeAllocation};
 
-use super::backfill::Shape;
 use super::capacity::Book;
+use super::shape::Shape;
 use super::Placer;
 use crate::view::{ClusterView, PendingJob};
 use crate::{placement, Candidate};

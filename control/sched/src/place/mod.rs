@@ -27,6 +27,7 @@ mod claims;
 mod het;
 mod reservation;
 mod resume;
+mod shape;
 
 use std::collections::BTreeMap;
 
@@ -35,8 +36,8 @@ use quorum_model::{Allocation, BackfillMode, BackfillOrder, JobId, Millis, Pendi
 use crate::profile::Timeline;
 use crate::view::{ClusterView, Estimate, PartitionView, PendingJob};
 use crate::{eligibility, placement, preemption, Candidate, Waiting};
-use backfill::Shape;
 use capacity::{Book, Capacity, Licenses};
+use shape::Shape;
 
 /// What placing the candidates decided.
 #[derive(Debug, Default)]

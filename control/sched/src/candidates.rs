@@ -1,0 +1,23 @@
+//! What one stage of the cycle hands the next: a job that passed screening ([`Candidate`]), and
+//! one that does not start now, with why ([`Waiting`]).
+
+use crate::view::PendingJob;
+use quorum_model::PendingReason;
+
+/// A job that passed screening: it starts if its limits and the nodes allow.
+#[derive(Clone, Copy, Debug)]
+pub struct Candidate<'a> {
+    /// Its place in the order.
+    pub position: usize,
+    pub job: &'a PendingJob,
+    /// Its partition's position in the view's partitions.
+    pub partition: usize,
+}
+
+/// A job that does not start now, its place in the order, and why.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Waiting<'a> {
+    pub position: usize,
+    pub job: &'a PendingJob,
+    pub reason: PendingReason,
+}
