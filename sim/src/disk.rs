@@ -118,6 +118,11 @@ impl Disk {
         all
     }
 
+    /// Job `id`'s record, as a read sees it (the last written).
+    pub fn history_record(&self, id: u64) -> Option<&[u8]> {
+        self.history_unsynced.get(&id).or_else(|| self.history.get(&id)).map(Vec::as_slice)
+    }
+
     /// The index of the snapshot whose install left the history incomplete, if one did.
     pub fn history_gap(&self) -> Option<u64> {
         self.history_gap

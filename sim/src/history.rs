@@ -115,7 +115,7 @@ pub async fn catch_up(world: Arc<World>, r: Arc<Replica>, mut stop: watch::Recei
 /// `None` when it cannot say (its history is incomplete and lacks it).
 pub fn job(world: &World, id: u64, job: u64) -> Option<Option<quorum_model::Job>> {
     let disk = lock(&world.disks[&id]);
-    let found = disk.history().get(&job).and_then(|r| serde_json::from_slice(r).ok());
+    let found = disk.history_record(job).and_then(|r| serde_json::from_slice(r).ok());
     match (found, disk.history_gap()) {
         (Some(j), _) => Some(Some(j)),
         (None, None) => Some(None),

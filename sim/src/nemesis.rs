@@ -169,7 +169,7 @@ pub async fn begin(world: &Arc<World>, fault: Fault, rng: &mut Rng) -> String {
             format!("disk-error r{id} {fault:?}")
         }
         Fault::CrashPoint => {
-            let points: &[Point] = if world.opts.keeps_history() { &Point::WITH_HISTORY } else { &Point::ALL };
+            let points: &[Point] = if world.opts.keeps_history() { &Point::WITH_HISTORY } else { Point::ALL };
             let point = *rng.pick(points).expect("points");
             let leader = world.leader().map(|l| l.id);
             let id = match (point, leader) {

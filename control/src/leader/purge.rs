@@ -21,13 +21,8 @@ pub fn period(min_age: Duration) -> Duration {
     (min_age / 10).clamp(Duration::from_secs(1), Duration::from_secs(30))
 }
 
-/// The jobs due to leave at `now`, oldest ids first, and whether a tombstone is due to go.
-fn due(replica: &Replica, now: Millis, min_age: Millis) -> (Vec<JobId>, bool) {
-    due_in(&replica.shared.read().state, now, min_age)
-}
-
-/// [`due`] of a state (the simulator's leader proposes by it too): at most [`MAX_PER_ENTRY`]
-/// jobs.
+/// The jobs of `state` due to leave at `now`, oldest ids first (at most [`MAX_PER_ENTRY`]), and
+/// whether a tombstone is due to go. The simulator's leader proposes by it too.
 pub fn due_in(state: &quorum_state::ClusterState, now: Millis, min_age: Millis) -> (Vec<JobId>, bool) {
     let jobs = state
         .jobs
@@ -50,7 +45,7 @@ pub async fn purge_loop(replica: Arc<Replica>, min_age: Duration, mut stop: watc
     let r = &replica;
     drain_every(r, period(min_age), HISTORY_LEVEL, &mut stop, move || async move {
         let now = now_ms();
-        let (jobs, tombstones) = due(r, now, min_age_ms);
+        let (jobs, tombstones) = due_in(&r.shared.read().state, now, min_age_ms);
         if jobs.is_empty() && !tombstones {
             return false;
         }
