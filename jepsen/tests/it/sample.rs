@@ -39,7 +39,7 @@ fn a_short_randomized_run_with_every_nemesis_finds_no_violation() {
 /// Two of the faults real processes lacked, alone in one short run: a replica's wall clock run
 /// fast or slow (libfaketime's speed) and replicas restarted with the controller's crash points
 /// armed (this test build has them). The seed is the first from the clock's whose schedule has
-/// both, with a crash point every replica passes (entries appended or applied); the run must be
+/// both, its first crash point one every replica passes (entries appended or applied); the run must be
 /// valid, and its history must show each fault done, not skipped. (The third, `freeze-node`,
 /// finds a known bound: `jepsen/RESULTS.md`.)
 #[test]
@@ -50,8 +50,11 @@ fn a_run_of_clock_rates_and_crash_points_finds_no_violation() {
     let has_all = |seed: u64| {
         let steps = schedule(&mut quorum_jepsen::rng::Rng::new(seed).fork(1), &kinds, 30.0, 3, 3);
         let faults: Vec<&Fault> = steps.iter().flat_map(|s| &s.faults).collect();
+        // The first crash point armed must be one every replica passes: a replica armed with
+        // another (a membership change, say, that never comes) is skipped by the ones after.
+        let first_crash = faults.iter().find(|f| matches!(f, Fault::CrashPoint { .. }));
         faults.iter().any(|f| matches!(f, Fault::ClockRate { .. }))
-            && faults.iter().any(|f| matches!(f, Fault::CrashPoint { point: "apply-before" | "raft-after-append", .. }))
+            && matches!(first_crash, Some(Fault::CrashPoint { point: "apply-before" | "raft-after-append", .. }))
     };
     let seed = match std::env::var("QUORUM_JEPSEN_FAULTS_SEED") {
         Ok(s) => s,
