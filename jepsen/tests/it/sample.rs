@@ -115,3 +115,54 @@ fn a_run_of_power_cuts_that_lose_unsynced_writes_finds_no_violation() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Mixed versions while the cluster serves: the `upgrade` nemesis alone, replicas (and sometimes
+/// every agent) restarted one by one onto the previous release and back. CI builds that release
+/// from the commit in `jepsen/PREVIOUS_RELEASE` (`jepsen/build-old`) and names the directory of
+/// its binaries in QUORUM_JEPSEN_OLD_BIN_DIR; the run must then show a replica running them.
+/// Without the variable the replicas restart onto this release (a rolling restart), and the run
+/// says so. The seed is the first from the clock's whose schedule upgrades a replica.
+#[test]
+fn a_rolling_upgrade_with_the_previous_release_finds_no_violation() {
+    use quorum_jepsen::nemesis::{schedule, Fault};
+    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_quorum-jepsen"));
+    let kinds = vec!["upgrade".to_string()];
+    let upgrades = |seed: u64| {
+        let steps = schedule(&mut quorum_jepsen::rng::Rng::new(seed).fork(1), &kinds, 30.0, 3, 3);
+        steps.iter().flat_map(|s| &s.faults).any(|f| matches!(f, Fault::Upgrade { order, .. } if !order.is_empty()))
+    };
+    let seed = match std::env::var("QUORUM_JEPSEN_UPGRADE_SEED") {
+        Ok(s) => s,
+        Err(_) => {
+            let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("after 1970").as_secs();
+            (now..).find(|s| upgrades(*s)).expect("a seed").to_string()
+        }
+    };
+    let old = std::env::var("QUORUM_JEPSEN_OLD_BIN_DIR").ok().filter(|d| !d.is_empty());
+    let dir = format!("/tmp/quorum-jepsen/ci-upgrade-{seed}");
+    let mut cmd = Command::new(bin);
+    cmd.args(["--seed", &seed, "--time", "30s", "--nemesis", "upgrade", "--dir", &dir, "--keep"]);
+    if let Some(old) = &old {
+        cmd.args(["--old-bin-dir", old]);
+    }
+    let out = cmd.output().expect("run quorum-jepsen");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    eprintln!("{stderr}");
+    let replay = match &old {
+        Some(old) => format!("jepsen/run --seed {seed} --time 30s --nemesis upgrade --old-bin-dir {old}"),
+        None => format!("jepsen/run --seed {seed} --time 30s --nemesis upgrade"),
+    };
+    assert!(out.status.success() && stdout.contains("VALID"), "seed {seed} (replay: {replay}):\n{stdout}\n{stderr}");
+    let history = std::fs::read_to_string(format!("{dir}/history.jsonl")).unwrap_or_default();
+    let done = match &old {
+        // A replica started on the old release's controller.
+        Some(old) => format!("runs {}", std::path::Path::new(old).join("quorum-controller").display()),
+        None => "rolling restart".to_string(),
+    };
+    assert!(
+        history.contains(&done) || stderr.contains(&done),
+        "seed {seed}: no '{done}' in the run's faults (kept in {dir}):\n{stderr}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
