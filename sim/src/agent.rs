@@ -64,6 +64,27 @@ struct Running {
     suspended_at: Option<Instant>,
     /// Held for steps: no process, no record.
     held: bool,
+    /// A script that starts steps one after another ([`crate::steps`]).
+    script: Option<Script>,
+}
+
+/// A job's script that runs `srun -n1` for each of its steps in turn, as `jepsen/`'s does.
+struct Script {
+    /// How long each step's task runs.
+    each: Duration,
+    /// Steps not yet started.
+    left: u32,
+    /// How many `srun`s it started.
+    started: u64,
+    /// The `srun` it waits for: its number, and its task (aborted if the script is killed).
+    srun: Option<(u64, Option<tokio::task::AbortHandle>)>,
+}
+
+/// A step's task here.
+struct StepTask {
+    record: Run,
+    ends_at: Instant,
+    suspended_at: Option<Instant>,
 }
 
 /// The lease a `--requeue` job launched before any heartbeat was answered starts with.
@@ -88,6 +109,10 @@ struct State {
     /// Allocations killed before their launch arrived: a late launch of one is not started.
     killed_unlaunched: BTreeSet<(u64, u64)>,
     unreported: BTreeMap<(u64, u64), RankOutcome>,
+    /// Steps' tasks, by (job, step).
+    steps: BTreeMap<(u64, u32), StepTask>,
+    /// Their exits, for the leader (sent on the session, if there is one, each tick).
+    step_exits: Vec<quorum_proto::agent::StepTaskExit>,
     rng: Rng,
 }
 
@@ -107,6 +132,9 @@ pub struct Agent {
     /// Whether a `--requeue` job's launch read after the lease ran out starts nothing (not in
     /// the broken builds [`Bug::LeaseFence`] and [`Bug::LateLaunch`]).
     refuse_late: bool,
+    /// Whether a job's steps' tasks are killed with it (not in the broken build
+    /// [`Bug::StepsOutliveJob`]).
+    steps_with_job: bool,
     state: Mutex<State>,
 }
 
@@ -126,9 +154,13 @@ impl Agent {
             runs: BTreeMap::new(),
             killed_unlaunched: BTreeSet::new(),
             unreported: BTreeMap::new(),
+            steps: BTreeMap::new(),
+            step_exits: Vec::new(),
             rng,
         };
-        Agent { host: AGENT_BASE + index, name: format!("a{index}"), fence, refuse_late, state: Mutex::new(state) }
+        let steps_with_job = bug != Some(Bug::StepsOutliveJob);
+        let name = format!("a{index}");
+        Agent { host: AGENT_BASE + index, name, fence, refuse_late, steps_with_job, state: Mutex::new(state) }
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
@@ -155,9 +187,23 @@ impl Agent {
         self.state().runs.values().filter(|r| r.finished).map(|r| (r.record.job, r.record.restarts)).collect()
     }
 
-    /// Every run recorded here (a node held for steps runs nothing, and records nothing).
+    /// Every run recorded here, steps' tasks included (a node held for steps runs nothing, and
+    /// records nothing).
     pub fn runs(&self) -> Vec<Run> {
-        self.state().runs.values().filter(|r| !r.held).map(|r| r.record.clone()).collect()
+        let s = self.state();
+        let scripts = s.runs.values().filter(|r| !r.held).map(|r| r.record.clone());
+        scripts.chain(s.steps.values().map(|t| t.record.clone())).collect()
+    }
+
+    /// What `srun` number `n` of run `key`'s script returned.
+    fn srun_returned(&self, key: (u64, u64), n: u64, rc: i32, world_time: f64) -> Option<String> {
+        let mut s = self.state();
+        let run = s.runs.get_mut(&key).filter(|r| !r.record.ended)?;
+        let script = run.script.as_mut().filter(|sc| sc.srun.as_ref().is_some_and(|(m, _)| *m == n))?;
+        script.srun = None;
+        script.left = script.left.saturating_sub(1);
+        run.record.sruns.push((world_time, rc));
+        Some(format!("{} srun of {}.{} returned {rc}", self.name, key.0, key.1))
     }
 
     /// A message of the leader's on `stream`; what it did, when the trace should say. Nothing of
@@ -204,7 +250,11 @@ impl Agent {
                     Some(run) if !run.record.ended => {
                         run.record.ended = true;
                         run.ends_at = now;
+                        stop_script(run);
                         s.unreported.insert(key, RankOutcome::Cancelled { code: 0, signal: 15 });
+                        if self.steps_with_job {
+                            kill_steps(s, key.0, libc::SIGTERM);
+                        }
                         Some(format!("{} kills {}.{}", self.name, key.0, key.1))
                     }
                     Some(_) => None,
@@ -223,6 +273,8 @@ impl Agent {
                 }
                 let spec = l.spec.unwrap_or_default();
                 let held = spec.argv.first().is_some_and(|p| p == HOLD);
+                let script =
+                    crate::steps::parse(&spec.argv).map(|(each, left)| Script { each, left, started: 0, srun: None });
                 let now = Instant::now();
                 let deadline = spec.requeue.then(|| s.lease_from.map_or(now + FIRST_LEASE, |from| from + LEASE));
                 // A `--requeue` job's launch read after the lease ran out (it waited while the
@@ -255,9 +307,18 @@ impl Agent {
                         ends_at: now + duration(&spec.argv),
                         suspended_at: None,
                         held,
+                        script,
                     },
                 );
                 None
+            }
+            Msg::StepLaunch(l) => self.launch_step(s, l, world_time),
+            Msg::StepIo(io) => {
+                let Some(quorum_proto::agent::step_io::Msg::Signal(signal)) = io.msg else { return None };
+                let task = s.steps.get_mut(&(io.job_id, io.step_id)).filter(|t| !t.record.ended)?;
+                task.record.ended = true;
+                s.step_exits.push(task_exit(io.job_id, io.step_id, 0, signal, ""));
+                Some(format!("{} kills step {}.{}", self.name, io.job_id, io.step_id))
             }
             _ => None,
         }
@@ -266,6 +327,18 @@ impl Agent {
     /// Freezes (suspended by preemption) or thaws one run.
     fn suspend(&self, key: (u64, u64), freeze: bool, s: &mut State, world_time: f64) -> Option<String> {
         let now = Instant::now();
+        // The job's steps' tasks here freeze and thaw with it (one cgroup).
+        for task in s.steps.iter_mut().filter(|(k, t)| k.0 == key.0 && !t.record.ended).map(|(_, t)| t) {
+            match (freeze, task.suspended_at) {
+                (true, None) => task.suspended_at = Some(now),
+                (false, Some(since)) => {
+                    task.ends_at += now - since;
+                    task.suspended_at = None;
+                    task.record.active.push((world_time, world_time));
+                }
+                _ => {}
+            }
+        }
         let run = s.runs.get_mut(&key).filter(|r| !r.record.ended)?;
         match (freeze, run.suspended_at) {
             (true, None) => {
@@ -287,6 +360,59 @@ impl Agent {
             _ => None,
         }
     }
+}
+
+impl Agent {
+    /// A step's task launched here: only within the job's allocation running here, once.
+    fn launch_step(&self, s: &mut State, l: quorum_proto::agent::StepLaunch, world_time: f64) -> Option<String> {
+        let key = (l.job_id, l.step_id);
+        if s.steps.contains_key(&key) {
+            return None;
+        }
+        let Some(script) = s.runs.get(&(l.job_id, l.token)).filter(|r| !r.record.ended) else {
+            s.step_exits.push(task_exit(l.job_id, l.step_id, 1, 0, "the job does not run here under that allocation"));
+            return Some(format!("{} refuses step {}.{}: no such run here", self.name, l.job_id, l.step_id));
+        };
+        let now = Instant::now();
+        let record = Run {
+            job: l.job_id,
+            file: format!("{}.s{}.{}", l.job_id, l.step_id, l.token),
+            node: self.name.clone(),
+            gpus: script.record.gpus.clone(),
+            restarts: script.record.restarts,
+            start: world_time,
+            last: world_time,
+            ended: false,
+            active: vec![(world_time, world_time)],
+            cron: None,
+            step: Some(l.step_id),
+            sruns: Vec::new(),
+        };
+        let suspended_at = script.suspended_at.map(|_| now);
+        s.steps.insert(key, StepTask { record, ends_at: now + duration(&l.argv), suspended_at });
+        Some(format!("{} starts step {}.{}", self.name, l.job_id, l.step_id))
+    }
+}
+
+fn task_exit(job_id: u64, step_id: u32, exit_code: i32, signal: i32, error: &str) -> quorum_proto::agent::StepTaskExit {
+    quorum_proto::agent::StepTaskExit { job_id, step_id, task: 0, exit_code, signal, error: error.into(), usage: None }
+}
+
+/// A script killed: the `srun` it waits for goes with it.
+fn stop_script(run: &mut Running) {
+    if let Some((_, Some(task))) = run.script.as_mut().and_then(|sc| sc.srun.take()) {
+        task.abort();
+    }
+}
+
+/// Kills the tasks here of `job`'s steps (with the job: one cgroup).
+fn kill_steps(s: &mut State, job: u64, signal: i32) {
+    let mut exits = Vec::new();
+    for ((_, step), task) in s.steps.iter_mut().filter(|(k, t)| k.0 == job && !t.record.ended) {
+        task.record.ended = true;
+        exits.push(task_exit(job, *step, 0, signal, ""));
+    }
+    s.step_exits.extend(exits);
 }
 
 /// An agent's loops: its processes, its session and heartbeats, and its exit reports.
@@ -315,16 +441,28 @@ async fn processes(world: Arc<World>, agent: Arc<Agent>) {
             }
             let fence = agent.fence;
             let mut ended = Vec::new();
+            let mut sruns = Vec::new();
             for (key, run) in s.runs.iter_mut().filter(|(_, r)| !r.record.ended) {
+                let script_done = run.script.as_ref().map(|sc| sc.left == 0 && sc.srun.is_none());
                 if run.deadline.is_some_and(|d| now > d) && fence {
                     // Killed as it was: its last sign of life stays the last tick.
                     run.record.ended = true;
+                    stop_script(run);
                     // Reported as the real agent's lease kill is (LEASE_EXPIRED: lost contact).
                     ended.push((*key, RankOutcome::LostContact));
                     lines.push(format!("{} kills {}.{}: lease ran out", agent.name, key.0, key.1));
                 } else if run.suspended_at.is_some() {
                     // Frozen: no sign of life.
-                } else if run.ends_at <= now {
+                } else if script_done == Some(false) {
+                    // A script between its steps starts the next `srun`; one waiting for its
+                    // `srun` ticks.
+                    run.record.seen_at(t);
+                    if let Some(sc) = run.script.as_mut().filter(|sc| sc.srun.is_none()) {
+                        sc.started += 1;
+                        sc.srun = Some((sc.started, None));
+                        sruns.push((*key, sc.started, sc.each));
+                    }
+                } else if script_done == Some(true) || (run.script.is_none() && run.ends_at <= now) {
                     run.record.ended = true;
                     run.record.seen_at(t);
                     run.finished = true;
@@ -334,7 +472,48 @@ async fn processes(world: Arc<World>, agent: Arc<Agent>) {
                     run.record.seen_at(t);
                 }
             }
+            for (key, _) in ended.iter().filter(|_| agent.steps_with_job) {
+                kill_steps(&mut s, key.0, libc::SIGKILL);
+            }
             s.unreported.extend(ended);
+            let st = &mut *s;
+            for ((job, step), task) in st.steps.iter_mut().filter(|(_, t)| !t.record.ended) {
+                if task.suspended_at.is_some() {
+                    // Frozen with its job.
+                } else if task.ends_at <= now {
+                    task.record.ended = true;
+                    task.record.seen_at(t);
+                    st.step_exits.push(task_exit(*job, *step, 0, 0, ""));
+                    lines.push(format!("{} step {job}.{step} ended", agent.name));
+                } else {
+                    task.record.seen_at(t);
+                }
+            }
+            // The steps' exits go to the leader on the session; without one they wait.
+            if let Some(stream) = s.stream.clone().filter(|st| s.on(st)) {
+                for exit in std::mem::take(&mut s.step_exits) {
+                    stream.step_exit(exit);
+                }
+            }
+            // Each `srun` runs as a program of its own, until its step ends (or the script is
+            // killed, and it with it).
+            let first = s.stream.as_ref().map_or(s.leader, |stream| stream.replica);
+            for (key, n, each) in sruns {
+                let (w, a) = (world.clone(), agent.clone());
+                let task = tokio::spawn(async move {
+                    let rc = crate::steps::srun(&w, a.host, first, key.0, key.1, each).await;
+                    // A program on a frozen node returns once the node thaws.
+                    while a.state().frozen {
+                        tokio::time::sleep(TICK).await;
+                    }
+                    if let Some(line) = a.srun_returned(key, n, rc, w.now_s()) {
+                        w.trace(line);
+                    }
+                });
+                if let Some(sc) = s.runs.get_mut(&key).and_then(|r| r.script.as_mut()) {
+                    sc.srun = Some((n, Some(task.abort_handle())));
+                }
+            }
         }
         for line in lines {
             world.trace(line);

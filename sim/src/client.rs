@@ -23,11 +23,15 @@ use crate::net::{Host, CLIENT_BASE};
 use crate::world::{Bug, World};
 
 const OP_TIMEOUT: Duration = Duration::from_secs(4);
-/// A submit's job as the simulated cluster runs it: `sleep` for its ticks.
-pub fn spec_of(job: &Job) -> JobSpec {
-    // A job of steps runs here as one job as long as its steps (the simulator has no steps).
+/// A submit's job as the simulated cluster runs it: `sleep` for its ticks, or a script that
+/// runs its steps one after another, each for its ticks (`steps`: without, a job of steps runs
+/// as one job as long as its steps, as before the simulator had steps).
+pub fn spec_of(job: &Job, steps: bool) -> JobSpec {
     let ticks = job.ticks * u64::from(job.steps.max(1));
     let mut spec = spec(&job.name, ticks as f64 * TICK_S, job.held, job.requeue, job.gpus);
+    if steps && job.steps > 0 {
+        spec.program = Program::Argv(crate::steps::script(job.ticks as f64 * TICK_S, job.steps));
+    }
     spec.nodes = job.nodes;
     spec.ntasks = job.nodes;
     if job.het {
@@ -83,7 +87,9 @@ pub async fn worker(world: Arc<World>, w: usize, mut rng: Rng, pool: Arc<Mutex<P
         world.invoke(process, op.clone());
         submits += 1;
         let request_id = format!("sim-{process}-{submits}");
-        let outcome = perform(&world, host, bound, &op, job.as_ref().map(spec_of), request_id).await;
+        let outcome =
+            perform(&world, host, bound, &op, job.as_ref().map(|j| spec_of(j, world.opts.runs_steps())), request_id)
+                .await;
         world.complete(process, outcome.clone());
         pool.lock().unwrap_or_else(|p| p.into_inner()).learn(&op, &outcome);
         if matches!(outcome, Outcome::Unknown { .. }) {

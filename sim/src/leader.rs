@@ -209,6 +209,10 @@ async fn cycle(world: &Arc<World>, r: &Arc<Replica>) -> Result<(), WriteError> {
         ));
     }
 
+    // Steps whose `srun` went with a previous leader: ended after a grace, their tasks killed,
+    // as the controller's liveness loop ends them.
+    crate::steps::end_orphans(world, r).await?;
+
     // Recurring jobs: each firing due, as the controller's cron loop proposes it (apply fires
     // an entry only at the firing it waits for).
     let due = quorum_control::leader::cron::due(&read(&r.applied).state, now);

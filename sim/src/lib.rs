@@ -20,6 +20,7 @@ pub mod nemesis;
 pub mod net;
 pub mod runtime;
 pub mod session;
+pub mod steps;
 pub mod world;
 
 use std::collections::BTreeMap;
@@ -68,6 +69,10 @@ pub struct Options {
     /// they end (the default, with the whole workload); without, the seeds found before the
     /// simulator had the history replay as they ran. The earlier workloads never do.
     pub history: bool,
+    /// Whether a job of steps runs them (`srun`, [`steps`]; the default, with the whole
+    /// workload); without, it runs as one job as long as its steps, and the seeds found before
+    /// the simulator had steps replay as they ran.
+    pub steps: bool,
     /// Prints the trace as it goes.
     pub verbose: bool,
 }
@@ -76,6 +81,11 @@ impl Options {
     /// Whether this run keeps a job history (see [`Options::history`]).
     pub fn keeps_history(&self) -> bool {
         self.history && self.workload >= Mix::Full
+    }
+
+    /// Whether this run's jobs of steps run them (see [`Options::steps`]).
+    pub fn runs_steps(&self) -> bool {
+        self.steps && self.workload >= Mix::Full
     }
 
     pub fn new(seed: u64) -> Options {
@@ -93,6 +103,7 @@ impl Options {
             min_ops_per_s: 2.0,
             workload: Mix::Full,
             history: true,
+            steps: true,
             verbose: false,
         }
     }

@@ -53,6 +53,10 @@ struct Args {
     /// before the simulator had the history replay as they ran.
     #[arg(long)]
     no_history: bool,
+    /// A job of steps runs as one job as long as its steps (no `srun`): the seeds of the whole
+    /// workload found before the simulator had steps replay as they ran.
+    #[arg(long)]
+    no_steps: bool,
     /// With --seeds: stops at the first seed that finds a violation.
     #[arg(long)]
     first: bool,
@@ -88,6 +92,7 @@ fn main() -> ExitCode {
         opts.verbose = args.trace;
         opts.workload = workload(&args);
         opts.history = !args.no_history;
+        opts.steps = !args.no_steps;
         if args.no_faults {
             opts.faults.clear();
         } else if let Some(f) = &args.faults {
@@ -153,6 +158,9 @@ fn replay(args: &Args, seed: u64) -> String {
     }
     if args.no_history && workload(args) == Mix::Full {
         cmd.push_str(" --no-history");
+    }
+    if args.no_steps && workload(args) == Mix::Full {
+        cmd.push_str(" --no-steps");
     }
     if let Some(f) = &args.faults {
         let names: Vec<String> = f

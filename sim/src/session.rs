@@ -49,8 +49,12 @@ enum Item {
     End,
 }
 
-/// A heartbeat: its number and the runs the agent has.
-type Beat = (u64, Vec<(u64, u64)>);
+/// What a stream's way from the agent carries: a heartbeat (its number and the runs the agent
+/// has), or a step's task's exit.
+enum Up {
+    Beat(u64, Vec<(u64, u64)>),
+    StepExit(quorum_proto::agent::StepTaskExit),
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Phase {
@@ -73,7 +77,7 @@ pub struct Stream {
     /// The leader the replica named when it ended the session as not leading.
     hint: Mutex<Option<u64>>,
     to_agent: mpsc::UnboundedSender<Item>,
-    to_replica: mpsc::UnboundedSender<Beat>,
+    to_replica: mpsc::UnboundedSender<Up>,
 }
 
 impl Stream {
@@ -104,7 +108,12 @@ impl Stream {
 
     /// Sends a heartbeat to the replica.
     pub fn beat(&self, seq: u64, running: Vec<(u64, u64)>) {
-        let _ = self.to_replica.send((seq, running));
+        let _ = self.to_replica.send(Up::Beat(seq, running));
+    }
+
+    /// Sends a step's task's exit to the replica.
+    pub fn step_exit(&self, exit: quorum_proto::agent::StepTaskExit) {
+        let _ = self.to_replica.send(Up::StepExit(exit));
     }
 
     /// Waits until messages flow; false if it broke first.
@@ -161,17 +170,24 @@ async fn to_agent(world: Arc<World>, stream: Arc<Stream>, mut items: mpsc::Unbou
     }
 }
 
-/// The stream's way to the replica: each heartbeat in turn, handled as it arrives.
-async fn to_replica(world: Arc<World>, stream: Arc<Stream>, mut beats: mpsc::UnboundedReceiver<Beat>) {
+/// The stream's way to the replica: each heartbeat and step exit in turn, handled as it
+/// arrives (an exit handed to its step's route, as the controller's agent service does).
+async fn to_replica(world: Arc<World>, stream: Arc<Stream>, mut items: mpsc::UnboundedReceiver<Up>) {
     if !stream.flowing().await {
         return;
     }
-    while let Some((seq, running)) = beats.recv().await {
+    while let Some(item) = items.recv().await {
         if !carry(&world, &stream, stream.host, stream.replica).await {
             return;
         }
         let Some(r) = replica_of(&world, &stream) else { return stream.break_off() };
-        heartbeat(&world, &r, &stream, seq, running).await;
+        match item {
+            Up::Beat(seq, running) => heartbeat(&world, &r, &stream, seq, running).await,
+            Up::StepExit(exit) => {
+                let (job, step) = (exit.job_id, exit.step_id);
+                r.steps.deliver(job, step, quorum_control::leader::steps::FromAgent::Exit(exit)).await;
+            }
+        }
     }
 }
 

@@ -93,6 +93,9 @@ pub enum Bug {
     /// never copies the records of the jobs that left the queue in the entries the snapshot
     /// replaced (a controller without `replica::catch_up`).
     HistoryGap,
+    /// The agent kills a job's script and leaves its steps' tasks running (a step's tasks
+    /// outside the job's cgroup): a cancelled or requeued job's step runs on after it.
+    StepsOutliveJob,
 }
 
 /// A place in the simulated shells where a replica can be made to crash, as a failpoint would:
@@ -179,6 +182,8 @@ pub struct Replica {
     pub hub: quorum_control::leader::hub::AgentHub,
     /// The agents' sessions with it.
     pub sessions: crate::session::Sessions,
+    /// The steps it serves while it leads (the controller's routes).
+    pub steps: quorum_control::leader::steps::StepRoutes,
     pub stop: watch::Sender<bool>,
 }
 
@@ -364,6 +369,7 @@ impl World {
             lead: Mutex::new(None),
             hub: crate::session::hub(),
             sessions: Mutex::new(BTreeMap::new()),
+            steps: Default::default(),
             stop,
         });
         self.replicas.lock().unwrap_or_else(|p| p.into_inner()).insert(id, replica.clone());

@@ -133,12 +133,12 @@ fn a_requeue_jobs_launch_read_after_the_lease_ran_out_starts_nothing() {
 /// two CPUs). The hub now sends the suspend right behind the launch.
 #[test]
 fn a_job_suspended_before_its_launch_arrived_never_runs_beside_its_preemptor() {
-    // As they were found: before the simulator had the job history.
+    // As they were found: before the simulator had the job history and steps.
     for seed in [200326, 200654, 201233] {
         let mut o = opts(seed, 20.0);
-        o.history = false;
+        (o.history, o.steps) = (false, false);
         let r = run(o).expect("a run");
-        assert!(r.valid(), "{}", explain(&r, "--time 20 --no-history"));
+        assert!(r.valid(), "{}", explain(&r, "--time 20 --no-history --no-steps"));
     }
 }
 
@@ -160,6 +160,32 @@ fn ended_jobs_leave_for_a_history_every_replica_agrees_on() {
     assert!(copied >= 1, "no replica copied its history from a peer in 40 seeds");
     let r = caught(Bug::HistoryGap, &Fault::ALL, 0..100).expect("caught within 100 seeds");
     assert!(r.problems.iter().any(|p| p.starts_with("history")), "{}", explain(&r, "--bug history-gap"));
+}
+
+/// Jobs of steps run them: each `srun` finds the leader, which places and launches the step and
+/// records it as it commits; its task's exit comes back on the agent's stream, and `EndStep`
+/// answers the `srun`. A step whose `srun` went with its leader is ended by the next leader, and
+/// its task killed. Under every fault the steps checker (each step's task within its job's
+/// script, once; each `srun` that said 0 had a task that ran to its end) finds nothing; an agent
+/// that leaves a killed job's steps running (`--bug steps-outlive-job`) is caught.
+#[test]
+fn jobs_run_their_steps_through_faults_and_no_step_outlives_its_job() {
+    let (mut started, mut succeeded, mut failed, mut orphans) = (0, 0, 0, 0);
+    for seed in 600..700 {
+        let r = run(opts(seed, 20.0)).expect("a run");
+        assert!(r.valid(), "{}", explain(&r, "--time 20"));
+        let count = |what: &dyn Fn(&str) -> bool| r.trace.iter().filter(|l| what(l)).count();
+        started += count(&|l| l.contains(" starts step ") && l.contains(" on a"));
+        succeeded += count(&|l| l.contains(" srun of ") && l.ends_with(" returned 0"));
+        failed += count(&|l| l.contains(" srun of ") && !l.ends_with(" returned 0") && l.contains(" returned "));
+        orphans += count(&|l| l.contains(" ends orphan step "));
+    }
+    assert!(started >= 400, "only {started} steps started in 100 seeds");
+    assert!(succeeded >= 300, "only {succeeded} sruns returned 0 in 100 seeds");
+    assert!(failed >= 5, "only {failed} sruns failed in 100 seeds: the faults hardly reached a step");
+    assert!(orphans >= 1, "no leader ended an orphan step in 100 seeds");
+    let r = caught(Bug::StepsOutliveJob, &Fault::ALL, 0..400).expect("caught within 400 seeds");
+    assert!(r.problems.iter().any(|p| p.starts_with("steps:")), "{}", explain(&r, "--bug steps-outlive-job"));
 }
 
 /// The controller's agent hub runs in the simulator as it runs in a controller: the jobs a

@@ -70,23 +70,9 @@ async fn end_refused_containers(replica: &Replica, leader: &LeaderState) {
 /// Ends the running steps no `srun` is served for here (theirs went with a previous leader),
 /// and has their agents kill their tasks.
 async fn end_orphan_steps(replica: &Replica, leader: &LeaderState) {
-    let orphans: Vec<(crate::model::JobId, u32, Vec<String>)> = {
+    let orphans = {
         let applied = replica.shared.read();
-        let state = &applied.state;
-        let running = state.active.iter().filter_map(|id| state.jobs.get(id)).filter(|j| !j.steps.is_empty());
-        leader
-            .steps
-            .orphans(running.map(|j| &**j))
-            .into_iter()
-            .map(|(job, step)| {
-                let nodes = state
-                    .jobs
-                    .get(&job)
-                    .and_then(|j| j.steps.iter().find(|s| s.id == step))
-                    .map(|s| s.nodes.iter().map(|n| n.node.clone()).collect());
-                (job, step, nodes.unwrap_or_default())
-            })
-            .collect()
+        super::steps::orphan_steps(&applied.state, &leader.steps)
     };
     for (job_id, step_id, nodes) in orphans {
         tracing::warn!(
@@ -94,23 +80,10 @@ async fn end_orphan_steps(replica: &Replica, leader: &LeaderState) {
             step = step_id,
             "a step's srun is not served here (it went with the last leader): ending it"
         );
+        let (kill, command) = super::steps::end_orphan(job_id, step_id, now_ms());
         for node in &nodes {
-            let io = quorum_proto::agent::StepIo {
-                job_id,
-                step_id,
-                msg: Some(quorum_proto::agent::step_io::Msg::Signal(libc::SIGKILL)),
-            };
-            leader.hub.step_io(node, io);
+            leader.hub.step_io(node, kill.clone());
         }
-        let command = Command::EndStep {
-            job_id,
-            step_id,
-            exit_code: 0,
-            signal: Some(libc::SIGKILL),
-            cancelled: true,
-            now: now_ms(),
-            usage: None,
-        };
         if let Err(e) = replica.write(command).await {
             tracing::warn!(job = job_id, step = step_id, error = %e, "ending a step without srun");
         }

@@ -79,9 +79,11 @@ impl StepRoutes {
         }
     }
 
-    /// The running steps of `jobs` that no `srun` is served for here, after a grace: they are
-    /// ended as cancelled (their `srun` went with a previous leader).
+    /// The running steps of `jobs` that no `srun` is served for here, after a grace on the
+    /// leader's monotonic clock ([`crate::clock`]): they are ended as cancelled (their `srun` went
+    /// with a previous leader).
     pub fn orphans<'a>(&self, jobs: impl Iterator<Item = &'a Job>) -> Vec<(JobId, u32)> {
+        let now = crate::clock::monotonic();
         let routes = self.routes.lock().unwrap_or_else(|p| p.into_inner());
         let mut unrouted = self.unrouted.lock().unwrap_or_else(|p| p.into_inner());
         let mut seen = HashSet::new();
@@ -93,8 +95,8 @@ impl StepRoutes {
                     continue;
                 }
                 seen.insert(key);
-                let since = *unrouted.entry(key).or_insert_with(Instant::now);
-                if since.elapsed() >= ORPHAN_GRACE {
+                let since = *unrouted.entry(key).or_insert(now);
+                if now.saturating_duration_since(since) >= ORPHAN_GRACE {
                     due.push(key);
                 }
             }
@@ -102,6 +104,44 @@ impl StepRoutes {
         unrouted.retain(|k, _| seen.contains(k));
         due
     }
+}
+
+/// The running steps of `state` no `srun` is served for by `routes` past the grace (see
+/// [`StepRoutes::orphans`]), each with the nodes its tasks run on.
+pub fn orphan_steps(state: &quorum_state::ClusterState, routes: &StepRoutes) -> Vec<(JobId, u32, Vec<String>)> {
+    let running = state.active.iter().filter_map(|id| state.jobs.get(id)).filter(|j| !j.steps.is_empty());
+    routes
+        .orphans(running.map(|j| &**j))
+        .into_iter()
+        .map(|(job, step)| {
+            let nodes = state
+                .jobs
+                .get(&job)
+                .and_then(|j| j.steps.iter().find(|s| s.id == step))
+                .map(|s| s.nodes.iter().map(|n| n.node.clone()).collect());
+            (job, step, nodes.unwrap_or_default())
+        })
+        .collect()
+}
+
+/// How an orphan step ends: SIGKILL sent to its tasks on each of its nodes, and the entry that
+/// ends it as cancelled.
+pub fn end_orphan(job_id: JobId, step_id: u32, now_ms: u64) -> (quorum_proto::agent::StepIo, quorum_state::Command) {
+    let kill = quorum_proto::agent::StepIo {
+        job_id,
+        step_id,
+        msg: Some(quorum_proto::agent::step_io::Msg::Signal(libc::SIGKILL)),
+    };
+    let command = quorum_state::Command::EndStep {
+        job_id,
+        step_id,
+        exit_code: 0,
+        signal: Some(libc::SIGKILL),
+        cancelled: true,
+        now: now_ms,
+        usage: None,
+    };
+    (kill, command)
 }
 
 /// The launch of `step`'s tasks on its `node_id`-th node, unsigned: the environment is `srun`'s, with the
