@@ -369,11 +369,19 @@ impl Agent {
         if s.steps.contains_key(&key) {
             return None;
         }
-        let Some(script) = s.runs.get(&(l.job_id, l.token)).filter(|r| !r.record.ended) else {
+        let now = Instant::now();
+        let fence = self.fence;
+        // Only inside the job's allocation running here, within its lease.
+        let live = |r: &&mut Running| !r.record.ended && !(fence && r.deadline.is_some_and(|d| d <= now));
+        let Some(script) = s.runs.get_mut(&(l.job_id, l.token)).filter(live) else {
             s.step_exits.push(task_exit(l.job_id, l.step_id, 1, 0, "the job does not run here under that allocation"));
             return Some(format!("{} refuses step {}.{}: no such run here", self.name, l.job_id, l.step_id));
         };
-        let now = Instant::now();
+        // Its script waits in `srun`, ticking: alive as its step starts (on a node that thaws,
+        // the script's tick due while frozen comes at once).
+        if script.suspended_at.is_none() {
+            script.record.seen_at(world_time);
+        }
         let record = Run {
             job: l.job_id,
             file: format!("{}.s{}.{}", l.job_id, l.step_id, l.token),

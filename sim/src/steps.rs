@@ -32,6 +32,9 @@ use crate::world::{Replica, World};
 pub const SCRIPT: &str = "quorum-sim-steps";
 /// How long `srun` waits for a replica's answer to its request before it asks another.
 const CONNECT: Duration = Duration::from_secs(1);
+/// How long a replica may take over an `srun`'s request before the `srun` gives it up (a
+/// replica whose writes hang, say): far longer than any answer takes.
+const ASK_PATIENCE: Duration = Duration::from_secs(30);
 /// How many replicas `srun` asks before it gives up (exit status 1).
 const ATTEMPTS: u32 = 8;
 /// How often a step's pump looks at whether its step, its job and its leadership still are.
@@ -76,19 +79,24 @@ pub async fn srun(world: &Arc<World>, from: Host, first: u64, job: u64, token: u
     let mut attempts = 0;
     while attempts < ATTEMPTS {
         attempts += 1;
-        let asked = async {
-            if !world.net.hop(from, to).await {
-                return futures::future::pending().await;
-            }
-            let Some(r) = world.replica(to) else { return futures::future::pending().await };
-            let answer = ask(world, &r, job, token, each).await;
-            if !world.net.hop(to, from).await {
-                return futures::future::pending().await;
-            }
-            answer
+        // A request lost on the way, or sent to a replica that is gone, is noticed by the srun's
+        // deadline. A replica that has it answers in its own time (a call in flight is not
+        // cancelled: the srun waits, as on a connection that stays up), and the answer comes
+        // back as a stream carries it; one that never does drops a started step (its pump then
+        // kills the task).
+        let asked = match world.net.hop(from, to).await {
+            true => match world.replica(to) {
+                Some(r) => Some(tokio::time::timeout(ASK_PATIENCE, ask(world, &r, job, token, each)).await),
+                None => None,
+            },
+            false => None,
         };
-        let next = match tokio::time::timeout(CONNECT, asked).await {
-            Ok(Answer::Started(done)) => {
+        let answer = match asked {
+            Some(Ok(answer)) if carry_back(world, to, from).await => Some(answer),
+            _ => None,
+        };
+        let next = match answer {
+            Some(Answer::Started(done)) => {
                 // The step's stream: its end is carried back as a stream carries it.
                 let rc = done.await.unwrap_or(1);
                 return match carry_back(world, to, from).await {
@@ -96,17 +104,21 @@ pub async fn srun(world: &Arc<World>, from: Host, first: u64, job: u64, token: u
                     false => 1,
                 };
             }
-            Ok(Answer::Busy) => {
+            Some(Answer::Busy) => {
                 attempts = 0;
                 tokio::time::sleep(BUSY_RETRY).await;
                 continue;
             }
-            Ok(Answer::Refused(why)) => {
+            Some(Answer::Refused(why)) => {
                 world.trace(format!("srun of {job}.{token} refused: {why}"));
                 return 1;
             }
-            Ok(Answer::NotLeader(Some(l))) => Some(l),
-            Ok(Answer::NotLeader(None)) | Err(_) => None,
+            Some(Answer::NotLeader(Some(l))) => Some(l),
+            Some(Answer::NotLeader(None)) => None,
+            None => {
+                tokio::time::sleep(CONNECT).await;
+                None
+            }
         };
         to = match next {
             Some(l) => l,
@@ -169,6 +181,7 @@ async fn ask(world: &Arc<World>, r: &Arc<Replica>, job_id: u64, token: u64, each
     };
     // Launched now, recorded as it commits.
     let from_agents = r.steps.open(job_id, step.id);
+    let mut route = Route { r: r.clone(), job_id, step_id: step.id, open: true };
     for i in 0..step.nodes.len() {
         r.hub.launch_step(&step.nodes[i].node, step_launch(&job, &step, i, &start));
     }
@@ -181,9 +194,8 @@ async fn ask(world: &Arc<World>, r: &Arc<Replica>, job_id: u64, token: u64, each
     match write(r, command).await {
         Ok((_, Response::StepStarted { .. })) => {}
         answer => {
-            // Not recorded where it was launched: its task goes.
+            // Not recorded where it was launched: its task goes (and its route, with `route`).
             kill(world, r, job_id, step.id, &nodes);
-            r.steps.close(job_id, step.id);
             if let Ok((_, Response::Rejected(quorum_model::Rejection::StepBusy { .. }))) = answer {
                 return Answer::Busy;
             }
@@ -195,9 +207,27 @@ async fn ask(world: &Arc<World>, r: &Arc<Replica>, job_id: u64, token: u64, each
     }
     world.trace(format!("r{} starts step {job_id}.{} on {}", r.id, step.id, nodes.join(",")));
     let (tx, rx) = oneshot::channel();
+    // The pump closes the route from now on.
+    route.open = false;
     let pump = Pump { world: world.clone(), r: r.clone(), job_id, step_id: step.id, nodes, tasks: step.ntasks };
     tokio::spawn(pump.run(from_agents, tx));
     Answer::Started(rx)
+}
+
+/// A step's route until its pump takes it over: closed if the request is given up first.
+struct Route {
+    r: Arc<Replica>,
+    job_id: u64,
+    step_id: u32,
+    open: bool,
+}
+
+impl Drop for Route {
+    fn drop(&mut self) {
+        if self.open {
+            self.r.steps.close(self.job_id, self.step_id);
+        }
+    }
 }
 
 fn kill(world: &Arc<World>, r: &Arc<Replica>, job_id: u64, step_id: u32, nodes: &[String]) {
