@@ -71,8 +71,35 @@ fn factors(r: &PriorityResponse) -> [Factor; 5] {
     ]
 }
 
+/// The TRES that weigh (`PriorityWeightTRES`): each one's index in the answer, name and weight.
+fn weighing_tres(r: &PriorityResponse) -> Vec<(usize, &str, u32)> {
+    let names = r.tres_names.iter().map(String::as_str);
+    names
+        .zip(r.weight_tres.iter().copied())
+        .enumerate()
+        .filter(|(_, (_, w))| *w > 0)
+        .map(|(i, (n, w))| (i, n, w))
+        .collect()
+}
+
+/// A job's TRES cell: each weighing TRES's weighted factor (`-n`: the factor itself), as
+/// Slurm's `%T` (`%t`) prints them: `cpu=12,gres/gpu=300`.
+fn tres_cell(r: &PriorityResponse, j: &JobPriority, norm: bool) -> String {
+    let cells = weighing_tres(r).into_iter().map(|(i, name, w)| {
+        let f = j.tres.get(i).copied().unwrap_or(0.0);
+        if norm {
+            format!("{name}={f:.2}")
+        } else {
+            format!("{name}={:.0}", f * f64::from(w))
+        }
+    });
+    cells.collect::<Vec<_>>().join(",")
+}
+
 fn render(r: &PriorityResponse, jobs: &[&JobPriority], a: &SprioArgs) -> String {
     let shown: Vec<Factor> = factors(r).into_iter().filter(|f| a.long || f.weight > 0).collect();
+    // The TRES column, as Slurm's `%20T`, when some TRES weighs.
+    let tres = !weighing_tres(r).is_empty();
     let mut out = String::new();
     let mut line = |cells: Vec<String>| {
         out.push_str(cells.join(" ").trim_end());
@@ -89,6 +116,9 @@ fn render(r: &PriorityResponse, jobs: &[&JobPriority], a: &SprioArgs) -> String 
         if user {
             cells.push(format!("{:>10}", "NICE"));
         }
+        if tres {
+            cells.push(format!("{:<20}", "TRES"));
+        }
         cells
     };
     if a.weights {
@@ -98,6 +128,10 @@ fn render(r: &PriorityResponse, jobs: &[&JobPriority], a: &SprioArgs) -> String 
         let mut cells =
             vec![format!("{:>15}", "Weights"), format!("{:<9}", ""), format!("{:>10}", ""), format!("{:>10}", 1)];
         cells.extend(shown.iter().map(|f| format!("{:>10}", f.weight)));
+        if tres {
+            let weights = weighing_tres(r).into_iter().map(|(_, n, w)| format!("{n}={w}"));
+            cells.push(format!("{:<20}", weights.collect::<Vec<_>>().join(",")));
+        }
         line(cells);
         return out;
     }
@@ -110,7 +144,8 @@ fn render(r: &PriorityResponse, jobs: &[&JobPriority], a: &SprioArgs) -> String 
             cells.push(format!("{:>8}", cut(&j.user, 8)));
         }
         if a.norm {
-            let weights: u64 = factors(r).iter().map(|f| u64::from(f.weight)).sum();
+            let weights: u64 = factors(r).iter().map(|f| u64::from(f.weight)).sum::<u64>()
+                + r.weight_tres.iter().map(|w| u64::from(*w)).sum::<u64>();
             cells.push(format!("{:>10.7}", j.total / weights.max(1) as f64));
         } else {
             cells.push(format!("{:>10.0}", j.total));
@@ -122,6 +157,9 @@ fn render(r: &PriorityResponse, jobs: &[&JobPriority], a: &SprioArgs) -> String 
         }
         if a.long {
             cells.push(format!("{:>10}", j.nice));
+        }
+        if tres {
+            cells.push(format!("{:<20}", tres_cell(r, j, a.norm)));
         }
         line(cells);
     }
@@ -234,5 +272,42 @@ mod tests {
             render(&r, &jobs, &args(&["-w"])),
             "          JOBID PARTITION   PRIORITY       SITE        AGE    JOBSIZE\n        Weights                               1       1000       2000\n"
         );
+    }
+
+    /// `PriorityWeightTRES`: a TRES column, as Slurm's `%20T`, of the weighted factors of the
+    /// TRES that weigh (`-n`: the factors; `-w`: the weights); none when none weighs.
+    #[test]
+    fn a_tres_column_shows_the_weighted_tres_factors() {
+        let names = ["cpu", "mem", "node", "gres/gpu"].map(String::from).to_vec();
+        let r = PriorityResponse {
+            jobs: vec![JobPriority {
+                job_id: 9,
+                partition: "gpu".into(),
+                total: 1800.0,
+                age: 0.5,
+                tres: vec![0.25, 0.0, 0.5, 0.3],
+                ..Default::default()
+            }],
+            weight_age: 1000,
+            tres_names: names.clone(),
+            weight_tres: vec![1000, 0, 0, 4000],
+            ..Default::default()
+        };
+        let args = |extra: &[&str]| SprioArgs::try_parse_from(extra).unwrap();
+        let jobs: Vec<&JobPriority> = r.jobs.iter().collect();
+        assert_eq!(
+            render(&r, &jobs, &args(&[])),
+            "          JOBID PARTITION   PRIORITY       SITE        AGE TRES\n              9 gpu             1800          0        500 cpu=250,gres/gpu=1200\n"
+        );
+        assert_eq!(
+            render(&r, &jobs, &args(&["-n", "-h"])),
+            "              9 gpu        0.3000000          0  0.5000000 cpu=0.25,gres/gpu=0.30\n"
+        );
+        assert_eq!(
+            render(&r, &jobs, &args(&["-w", "-h"])),
+            "        Weights                               1       1000 cpu=1000,gres/gpu=4000\n"
+        );
+        let none = PriorityResponse { weight_tres: vec![0; 4], ..r.clone() };
+        assert!(!render(&none, &jobs, &args(&[])).contains("TRES"));
     }
 }

@@ -345,11 +345,15 @@ pub fn prio_json(r: &PriorityResponse) -> serde_json::Value {
         "weights": {
             "age": r.weight_age, "fairshare": r.weight_fairshare, "job_size": r.weight_job_size,
             "partition": r.weight_partition, "qos": r.weight_qos,
+            "tres": r.tres_names.iter().zip(&r.weight_tres).map(|(n, w)| (n.clone(), serde_json::json!(w)))
+                .collect::<serde_json::Map<_, _>>(),
         },
         "jobs": r.jobs.iter().map(|j| serde_json::json!({
             "id": j.job_id, "user": j.user, "account": j.account, "partition": j.partition,
             "priority": j.total, "age": j.age, "fairshare": j.fairshare, "job_size": j.job_size,
             "partition_factor": j.partition_factor, "qos": j.qos, "nice": j.nice,
+            "tres": r.tres_names.iter().zip(&j.tres).map(|(n, f)| (n.clone(), serde_json::json!(f)))
+                .collect::<serde_json::Map<_, _>>(),
         })).collect::<Vec<_>>(),
     })
 }

@@ -659,6 +659,9 @@ pub struct SchedulerConfig {
     pub weight_job_size: Option<u32>,
     pub weight_partition: Option<u32>,
     pub weight_qos: Option<u32>,
+    /// `PriorityWeightTRES`, in Slurm's form: `"CPU=1000,Mem=2000,GRES/gpu=3000"` (each weight
+    /// times the job's share of what its partition holds of that resource; default none).
+    pub weight_tres: Option<String>,
     /// Who may preempt whom: `none` (default), `partition_prio` (a higher `priority_tier`
     /// preempts a lower one) or `qos` (a QOS preempts those it lists in `preempt`).
     pub preempt_type: Option<String>,
@@ -718,6 +721,11 @@ impl SchedulerConfig {
             favor_small: self.favor_small.unwrap_or(d.favor_small),
             half_life_s: opt_time("scheduler.half_life", &self.half_life)?.unwrap_or(d.half_life_s),
             gpu_billing_weight: self.gpu_billing_weight.unwrap_or(d.gpu_billing_weight),
+            tres_weights: match self.weight_tres.as_deref() {
+                None => d.tres_weights,
+                Some(t) => quorum_model::TresWeights::parse(t)
+                    .map_err(|e| ConfigError::Invalid(format!("scheduler.weight_tres = '{t}': {e}")))?,
+            },
             preempt_type: match self.preempt_type.as_deref() {
                 None => PreemptType::Off,
                 Some(t) => {
@@ -1255,6 +1263,26 @@ mod tests {
         assert_eq!(read("backfill_order = \"priority\"").unwrap().backfill_order, BackfillOrder::Priority);
         let e = read("backfill_order = \"sjf\"").unwrap_err().to_string();
         assert!(e.contains("scheduler.backfill_order = 'sjf': expected one of priority, shortest"), "{e}");
+    }
+
+    /// `weight_tres` reads Slurm's `PriorityWeightTRES` form, and names what it cannot read.
+    #[test]
+    fn the_scheduler_section_reads_tres_weights_as_slurm_writes_them() {
+        let read = |text: &str| toml::from_str::<SchedulerConfig>(text).unwrap().to_policy();
+        assert!(read("").unwrap().tres_weights.is_zero(), "no TRES weights unless configured");
+        let w = read("weight_tres = \"CPU=1000,Mem=2000,GRES/gpu=3000\"").unwrap().tres_weights;
+        assert_eq!(w, quorum_model::TresWeights { cpu: 1000, mem: 2000, node: 0, gpu: 3000 });
+        assert_eq!(w.to_slurm(), "CPU=1000,Mem=2000,GRES/gpu=3000");
+        assert_eq!(read("weight_tres = \"node=5, gres/GPU=7\"").unwrap().tres_weights.each(), [0, 0, 5, 7]);
+        for (text, says) in [
+            ("weight_tres = \"license/matlab=5\"", "unknown TRES 'license/matlab' (known: CPU, Mem, Node, GRES/gpu)"),
+            ("weight_tres = \"CPU=-5\"", "'CPU=-5': the weight must be a whole number"),
+            ("weight_tres = \"CPU\"", "'CPU': expected TRES=WEIGHT"),
+            ("weight_tres = \"GRES/gpu:a100=9\"", "weights per GPU type are not supported"),
+        ] {
+            let e = read(text).unwrap_err().to_string();
+            assert!(e.contains("scheduler.weight_tres = ") && e.contains(says), "{text}: {e}");
+        }
     }
 
     #[test]

@@ -82,7 +82,7 @@ pub use units::{JobId, Millis};
 pub use accounts::{Account, AssocLimits, Qos, Tres, TresLimit, TresMins, Usage};
 pub use array::{ArraySpec, ArrayTask, TaskRange};
 pub use env::Env;
-pub use policy::{BackfillMode, BackfillOrder, Policy, QueueLimits, QueueOrder, Weights};
+pub use policy::{BackfillMode, BackfillOrder, Policy, QueueLimits, QueueOrder, TresWeights, Weights};
 pub use role::Role;
 pub use usage::JobUsage;
 

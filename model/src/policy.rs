@@ -75,6 +75,70 @@ pub struct Weights {
     pub qos: u32,
 }
 
+/// `PriorityWeightTRES`: what each trackable resource a job asks for adds to its priority, the
+/// weight times the job's share of what its partition holds of that resource (Slurm's TRES
+/// factors). All zero (the default): nothing.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TresWeights {
+    pub cpu: u32,
+    pub mem: u32,
+    pub node: u32,
+    pub gpu: u32,
+}
+
+impl TresWeights {
+    /// Slurm's names, in the order it lists them.
+    pub const NAMES: [&'static str; 4] = ["cpu", "mem", "node", "gres/gpu"];
+
+    pub fn is_zero(&self) -> bool {
+        *self == TresWeights::default()
+    }
+
+    /// The weights in [`TresWeights::NAMES`]' order.
+    pub fn each(&self) -> [u32; 4] {
+        [self.cpu, self.mem, self.node, self.gpu]
+    }
+
+    /// Reads Slurm's form, `CPU=1000,Mem=2000,GRES/gpu=3000` (names in any case; those left out
+    /// weigh nothing; empty: none).
+    pub fn parse(s: &str) -> Result<TresWeights, String> {
+        let mut w = TresWeights::default();
+        for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+            let (name, value) =
+                item.split_once('=').ok_or_else(|| format!("'{item}': expected TRES=WEIGHT, e.g. GRES/gpu=3000"))?;
+            let value: u32 = value.trim().parse().map_err(|_| {
+                format!(
+                    "'{item}': the weight must be a whole number from 0 to {} (negative weights are not supported)",
+                    u32::MAX
+                )
+            })?;
+            let slot = match name.trim().to_ascii_lowercase().as_str() {
+                "cpu" => &mut w.cpu,
+                "mem" => &mut w.mem,
+                "node" => &mut w.node,
+                "gres/gpu" => &mut w.gpu,
+                other if other.starts_with("gres/gpu:") => {
+                    return Err(format!(
+                        "'{item}': weights per GPU type are not supported; weigh every GPU with GRES/gpu"
+                    ))
+                }
+                other => return Err(format!("unknown TRES '{other}' (known: CPU, Mem, Node, GRES/gpu)")),
+            };
+            *slot = value;
+        }
+        Ok(w)
+    }
+
+    /// Slurm's form of the weights that are not zero (`CPU=1000,GRES/gpu=3000`); empty when all
+    /// are.
+    pub fn to_slurm(&self) -> String {
+        let names = ["CPU", "Mem", "Node", "GRES/gpu"];
+        let each = self.each();
+        let set = names.iter().zip(each).filter(|(_, w)| *w > 0);
+        set.map(|(n, w)| format!("{n}={w}")).collect::<Vec<_>>().join(",")
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Policy {
     pub ordering: QueueOrder,
@@ -112,6 +176,9 @@ pub struct Policy {
     /// What the cluster holds at once. From feature level 27.
     #[serde(default, skip_serializing_if = "QueueLimits::is_none")]
     pub queue: QueueLimits,
+    /// `PriorityWeightTRES`. From feature level 36.
+    #[serde(default, skip_serializing_if = "TresWeights::is_zero")]
+    pub tres_weights: TresWeights,
 }
 
 impl Policy {
@@ -143,6 +210,7 @@ impl Default for Policy {
             predict: false,
             backfill_order: BackfillOrder::Priority,
             queue: QueueLimits::default(),
+            tres_weights: TresWeights::default(),
         }
     }
 }

@@ -779,6 +779,45 @@ async fn the_script_collection_reads_as_slurm_reads_it() {
 /// Slurm calls its MailProg (`PROGRAM -s SUBJECT RECIPIENT`, the job in `SLURM_JOB_*`): once per
 /// change, to `--mail-user` or else the job's user; a job that asked for nothing is not mailed
 /// about. `--licenses` counts the configured licenses across the cluster.
+/// `weight_tres` (Slurm's `PriorityWeightTRES`): each resource a waiting job asks for adds its
+/// weight times the job's share of what the partition holds of it; `sprio` shows them in its
+/// TRES column (`-w` the weights), `scontrol show config` the setting, and the priorities follow.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tres_weights_raise_the_priority_of_what_a_job_asks_for_as_slurms_do() {
+    let scheduler = quorum_control::config::SchedulerConfig {
+        weight_tres: Some("CPU=1000,GRES/gpu=4000".into()),
+        ..Default::default()
+    };
+    let (cluster, _c, dir, bin) = site(DevOptions { scheduler, ..DevOptions::for_tests() }).await;
+    let (d, b) = (dir.path(), bin.path());
+    // The weights reach the replicated policy once every replica is known at level 36.
+    let weights = wait_for(T, "the TRES weights in sprio -w", || async {
+        let w = ok(&cluster, d, b, "sprio", &["-w", "-h"]);
+        w.contains("cpu=").then_some(w)
+    })
+    .await;
+    assert!(weights.trim_end().ends_with(" cpu=1000,gres/gpu=4000"), "{weights}");
+    let config = ok(&cluster, d, b, "scontrol", &["show", "config"]);
+    let line = config.lines().find(|l| l.starts_with("PriorityWeightTRES")).unwrap_or_default();
+    assert!(line.ends_with("= CPU=1000,GRES/gpu=4000"), "{config}");
+    // The partition: 16 CPUs and 8 GPUs. Four CPUs and two GPUs; eight CPUs.
+    let gpus = sbatch_id(&cluster, d, b, &["--begin=now+1hour", "-n", "4", "--gres=gpu:2", "--wrap", "true"]);
+    let cpus = sbatch_id(&cluster, d, b, &["--begin=now+1hour", "-n", "8", "--wrap", "true"]);
+    let sprio = ok(&cluster, d, b, "sprio", &["-h", "-j", &format!("{gpus},{cpus}")]);
+    let rows: Vec<Vec<&str>> = sprio.lines().map(|l| l.split_whitespace().collect()).collect();
+    assert_eq!(rows.len(), 2, "{sprio}");
+    assert_eq!((rows[0][0], rows[0].last().copied()), (gpus.to_string().as_str(), Some("cpu=250,gres/gpu=1000")));
+    assert_eq!((rows[1][0], rows[1].last().copied()), (cpus.to_string().as_str(), Some("cpu=500,gres/gpu=0")));
+    let norm = ok(&cluster, d, b, "sprio", &["-h", "-n", "-j", &gpus.to_string()]);
+    assert!(norm.trim_end().ends_with(" cpu=0.25,gres/gpu=0.25"), "{norm}");
+    // The GPU job ranks above the other by what its GPUs add less what its fewer CPUs do (750),
+    // less its larger job size (favour small: 167): their other factors are equal, but for a
+    // moment's age.
+    let priority = |row: &Vec<&str>| row[2].parse::<f64>().unwrap();
+    let ahead = priority(&rows[0]) - priority(&rows[1]);
+    assert!((ahead - 583.0).abs() < 5.0, "{ahead}: {sprio}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mail_and_licenses_follow_the_site_configuration() {
     use std::os::unix::fs::PermissionsExt;

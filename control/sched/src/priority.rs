@@ -2,7 +2,8 @@
 //! job ranks where it does, and the fairshare factors it uses.
 //!
 //! priority = w_age·age + w_fairshare·fairshare + w_size·job_size + w_partition·partition
-//!            + w_qos·qos − nice, each factor in [0, 1].
+//!            + w_qos·qos + Σ w_tres·tres − nice, each factor in [0, 1]; a TRES factor is the
+//!            job's share of what its partition holds of that resource (`PriorityWeightTRES`).
 
 use std::collections::BTreeMap;
 
@@ -20,6 +21,9 @@ pub struct Factors {
     pub job_size: f64,
     pub partition: f64,
     pub qos: f64,
+    /// Its TRES factors, in [`quorum_model::TresWeights::NAMES`]' order (CPUs, memory, nodes,
+    /// GPUs): each its share of what its partition holds; zero where the weight is.
+    pub tres: [f64; 4],
     pub nice: i32,
     pub total: f64,
 }
@@ -284,6 +288,26 @@ pub struct PriorityContext {
     cluster_billed: f64,
     max_tier: u32,
     max_qos: u32,
+    /// What each partition holds of each TRES (as [`Factors::tres`]), when any TRES weighs.
+    partition_tres: BTreeMap<String, [f64; 4]>,
+}
+
+/// What each partition's schedulable nodes hold: CPUs, memory (MB), nodes, GPUs.
+fn partition_tres(view: &ClusterView) -> BTreeMap<String, [f64; 4]> {
+    let parts = view.cpu_parts.max(1);
+    view.partitions
+        .iter()
+        .map(|(name, p)| {
+            let mut held = [0.0; 4];
+            for n in p.nodes.iter().filter_map(|&i| view.nodes.get(i)).filter(|n| n.schedulable) {
+                held[0] += (n.capacity.cpus / parts) as f64;
+                held[1] += n.capacity.mem as f64;
+                held[2] += 1.0;
+                held[3] += n.capacity.gpus as f64;
+            }
+            (name.clone(), held)
+        })
+        .collect()
 }
 
 impl PriorityContext {
@@ -295,7 +319,29 @@ impl PriorityContext {
             cluster_billed: billed_capacity(view, policy).max(1.0),
             max_tier: view.partitions.values().map(|p| p.tier).max().unwrap_or(0),
             max_qos: view.qos.values().map(|q| q.priority).max().unwrap_or(0),
+            partition_tres: if policy.tres_weights.is_zero() { BTreeMap::new() } else { partition_tres(view) },
         }
+    }
+
+    /// `job`'s TRES factors: what it asks for (every component) as a share of what its
+    /// partition holds, for each TRES that weighs.
+    fn tres(&self, job: &PendingJob, policy: &Policy) -> [f64; 4] {
+        let mut factors = [0.0; 4];
+        let Some(held) = self.partition_tres.get(&*job.partition) else { return factors };
+        let mut asked = [0.0; 4];
+        for c in job.components() {
+            let nodes = f64::from(c.nodes);
+            asked[0] += c.total_cpus().max(0) as f64;
+            asked[1] += c.per_node.mem.max(0) as f64 * nodes;
+            asked[2] += nodes;
+            asked[3] += c.total_gpus().max(0) as f64;
+        }
+        for (i, w) in policy.tres_weights.each().into_iter().enumerate() {
+            if w > 0 && held[i] > 0.0 {
+                factors[i] = (asked[i] / held[i]).min(1.0);
+            }
+        }
+        factors
     }
 
     pub fn factors(&self, view: &ClusterView, job: &PendingJob, now_ms: Millis, policy: &Policy) -> Factors {
@@ -315,16 +361,19 @@ impl PriorityContext {
         let partition = if self.max_tier == 0 { 0.0 } else { f64::from(tier) / f64::from(self.max_tier) };
         let qos_prio = view.qos.get(&*job.qos).map(|q| q.priority).unwrap_or(0);
         let qos = if self.max_qos == 0 { 0.0 } else { f64::from(qos_prio) / f64::from(self.max_qos) };
+        let tres = self.tres(job, policy);
+        let weighted_tres: f64 = policy.tres_weights.each().iter().zip(tres).map(|(w, f)| f64::from(*w) * f).sum();
         let w = &policy.weights;
         let total = f64::from(w.age) * age
             + f64::from(w.fairshare) * fairshare
             + f64::from(w.job_size) * job_size
             + f64::from(w.partition) * partition
             + f64::from(w.qos) * qos
+            + weighted_tres
             - f64::from(job.nice);
         // An operator's number replaces the sum (the factors are still shown).
         let total = job.priority.map_or(total, f64::from);
-        Factors { age, fairshare, job_size, partition, qos, nice: job.nice, total }
+        Factors { age, fairshare, job_size, partition, qos, tres, nice: job.nice, total }
     }
 }
 

@@ -670,6 +670,38 @@ fn job_size_counts_gpus_at_their_billing_weight() {
     assert!((f[&cpus].job_size - 8.0 / 112.0).abs() < 1e-9, "{:?}", f[&cpus]);
 }
 
+/// `PriorityWeightTRES`: each resource a job asks for adds its weight times the job's share of
+/// what the job's partition holds of it (Slurm's TRES factors), its components' included; a
+/// resource without a weight adds nothing, and without TRES weights the priority is as before.
+#[test]
+fn tres_weights_add_each_resources_share_of_the_partition() {
+    let nodes = || (1..=2).map(|i| node(&format!("g{i}"), 16, 4, "h100", &[])).collect();
+    let tres_weights = quorum_model::TresWeights { cpu: 1000, gpu: 4000, ..Default::default() };
+    let mut b = Bench::new(nodes(), Policy { tres_weights, ..Policy::default() });
+    let mut plain = Bench::new(nodes(), Policy::default());
+    let mut ids = Vec::new();
+    for bench in [&mut b, &mut plain] {
+        bench.at(0);
+        // The whole partition's CPUs: the two below wait.
+        bench.submit_with("bob", |s| (s.nodes, s.ntasks, s.cpus_per_task) = (2, 2, 16));
+        bench.cycle();
+        let gpus = bench.submit_with("alice", |s| s.gpus_per_node = 4);
+        let cpus = bench.submit_with("alice", |s| (s.cpus_per_task, s.mem_per_node_mb) = (8, Some(32 * 1024)));
+        ids.push((gpus, cpus));
+    }
+    let (gpus, cpus) = ids[0];
+    let f = priority::breakdown(&ClusterView::from_state(&b.state), b.now_ms, &b.state.policy);
+    let p = priority::breakdown(&ClusterView::from_state(&plain.state), plain.now_ms, &plain.state.policy);
+    // The partition: 32 CPUs, 128 GiB, 2 nodes, 8 GPUs. Memory weighs nothing here.
+    let near = |a: [f64; 4], b: [f64; 4]| a.iter().zip(b).all(|(x, y)| (x - y).abs() < 1e-9);
+    assert!(near(f[&gpus].tres, [1.0 / 32.0, 0.0, 0.0, 0.5]), "{:?}", f[&gpus]);
+    assert!(near(f[&cpus].tres, [8.0 / 32.0, 0.0, 0.0, 0.0]), "{:?}", f[&cpus]);
+    let added = |id: u64| f[&id].total - p[&id].total;
+    assert!((added(gpus) - (1000.0 / 32.0 + 4000.0 * 0.5)).abs() < 1e-6, "{}", added(gpus));
+    assert!((added(cpus) - 1000.0 * 8.0 / 32.0).abs() < 1e-6, "{}", added(cpus));
+    assert_eq!(p[&gpus].tres, [0.0; 4], "no TRES weights, no TRES factors");
+}
+
 #[test]
 fn pending_jobs_in_the_cached_view_share_one_copy_of_each_name() {
     let mut b = Bench::new(ten_nodes(), fifo(BackfillMode::Easy, 1));

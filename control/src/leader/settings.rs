@@ -52,6 +52,11 @@ fn settings_commands(replica: &Replica, settings: &ClusterSettings) -> Vec<Comma
     if state.cluster_level() < quorum_state::QUEUE_LIMITS_LEVEL {
         policy.queue = Default::default();
     }
+    // TRES weights need every replica at level 36: until then they weigh nothing
+    // ([`settings_wait`]).
+    if state.cluster_level() < quorum_state::TRES_WEIGHTS_LEVEL {
+        policy.tres_weights = Default::default();
+    }
     if state.cluster_level() >= quorum_state::LIVE_CONFIG_LEVEL {
         // Seeded once, from whichever leader first sees the level: after that the replicated
         // partitions are the truth.
@@ -110,6 +115,7 @@ fn settings_wait(replica: &Replica, settings: &ClusterSettings) -> bool {
         || (suspend && level < quorum_state::PREEMPT_SUSPEND_LEVEL)
         || (settings.partitions.iter().any(|p| !p.oversubscribe.is_no()) && level < quorum_state::OVERSUBSCRIBE_LEVEL)
         || (!settings.policy.queue.is_none() && level < quorum_state::QUEUE_LIMITS_LEVEL)
+        || (!settings.policy.tres_weights.is_zero() && level < quorum_state::TRES_WEIGHTS_LEVEL)
 }
 
 /// Says, once a leadership, when this replica's configured partitions are not the cluster's:

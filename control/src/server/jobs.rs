@@ -664,6 +664,7 @@ pub(super) async fn priorities(api: &Api, caller: &Caller, r: PriorityRequest) -
                 partition_factor: f.partition,
                 qos: f.qos,
                 nice: f.nice,
+                tres: f.tres.to_vec(),
             }
         })
         .collect();
@@ -675,6 +676,8 @@ pub(super) async fn priorities(api: &Api, caller: &Caller, r: PriorityRequest) -
         weight_job_size: w.job_size,
         weight_partition: w.partition,
         weight_qos: w.qos,
+        tres_names: quorum_model::TresWeights::NAMES.iter().map(|n| n.to_string()).collect(),
+        weight_tres: policy.tres_weights.each().to_vec(),
     })
 }
 

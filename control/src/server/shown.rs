@@ -63,6 +63,13 @@ pub fn from_policy(p: &Policy) -> Vec<(String, String)> {
         ("PriorityWeightPartition", w.partition.to_string()),
         ("PriorityWeightQOS", w.qos.to_string()),
         (
+            "PriorityWeightTRES",
+            match p.tres_weights.to_slurm() {
+                t if t.is_empty() => "(null)".to_string(),
+                t => t,
+            },
+        ),
+        (
             "SchedulerType",
             match p.backfill {
                 BackfillMode::None => "sched/builtin",

@@ -100,7 +100,12 @@ pub struct NodeUpdate {
 ///     there gone (`Node::completing`).
 /// 35. the starts a job was shown while it waited (`ApplyPlan.shown`), kept with it
 ///     (`Job::shown`: sacct's `ForecastFirst` and `ForecastLast`).
-pub const FEATURE_LEVEL: u32 = 35;
+/// 36. what each resource a job asks for adds to its priority (`Policy::tres_weights`:
+///     `PriorityWeightTRES`).
+pub const FEATURE_LEVEL: u32 = 36;
+
+/// The policy's TRES weights (`Policy::tres_weights`); below it the leader proposes none.
+pub const TRES_WEIGHTS_LEVEL: u32 = 36;
 
 /// The level that keeps with each job the starts it was shown while it waited; below it the
 /// leader sends none.
@@ -646,6 +651,9 @@ impl Command {
     pub fn level(&self) -> (u32, &'static str) {
         match self {
             // The highest level a command may need first: a match arm below may fit it too.
+            Command::SetPolicy { policy, .. } if !policy.tres_weights.is_zero() => {
+                (TRES_WEIGHTS_LEVEL, "what each resource a job asks for adds to its priority (PriorityWeightTRES)")
+            }
             Command::SetPartitions { partitions, .. } if partitions.iter().any(|p| !p.oversubscribe.is_no()) => {
                 (OVERSUBSCRIBE_LEVEL, "a partition whose jobs share CPUs (OverSubscribe=YES or FORCE)")
             }

@@ -1274,6 +1274,16 @@ fn suspending_preempted_jobs_needs_level_23() {
     assert_eq!(Command::apply_plan(1, 1, vec![], vec![], vec![], vec![7]).unwrap().level().0, PREEMPT_SUSPEND_LEVEL);
 }
 
+/// TRES weights in the policy need level 36 (an older replica would drop them and hold another
+/// policy); a policy without them needs no more than before.
+#[test]
+fn tres_weights_need_level_36() {
+    let weights = quorum_model::TresWeights { gpu: 3000, ..Default::default() };
+    let policy = Policy { tres_weights: weights, ..Policy::default() };
+    assert_eq!(Command::SetPolicy { policy, now: 1 }.level().0, crate::TRES_WEIGHTS_LEVEL);
+    assert_eq!(Command::SetPolicy { policy: Policy::default(), now: 1 }.level().0, crate::BASE_LEVEL);
+}
+
 /// A FLEX reservation needs level 23: an older replica would hold its jobs to it.
 #[test]
 fn a_flex_reservation_needs_level_23() {
