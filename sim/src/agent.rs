@@ -372,7 +372,7 @@ impl Agent {
         let now = Instant::now();
         let fence = self.fence;
         // Only inside the job's allocation running here, within its lease.
-        let live = |r: &&mut Running| !r.record.ended && !(fence && r.deadline.is_some_and(|d| d <= now));
+        let live = |r: &&mut Running| !(r.record.ended || (fence && r.deadline.is_some_and(|d| d <= now)));
         let Some(script) = s.runs.get_mut(&(l.job_id, l.token)).filter(live) else {
             s.step_exits.push(task_exit(l.job_id, l.step_id, 1, 0, "the job does not run here under that allocation"));
             return Some(format!("{} refuses step {}.{}: no such run here", self.name, l.job_id, l.step_id));
