@@ -162,6 +162,16 @@ fn ended_jobs_leave_for_a_history_every_replica_agrees_on() {
     assert!(r.problems.iter().any(|p| p.starts_with("history")), "{}", explain(&r, "--bug history-gap"));
 }
 
+/// Seed 139282 (the 10,000-seed sweep with steps): the leader moved two requeued jobs to the job
+/// history after the final reads, before the first replica applied the move; the end-of-run
+/// check read their requeue counts from neither and judged each by attempt 0. It reads every
+/// replica's history now.
+#[test]
+fn a_job_moved_to_the_history_after_the_final_reads_is_judged_by_its_last_attempt() {
+    let r = run(opts(139282, 20.0)).expect("a run");
+    assert!(r.valid(), "{}", explain(&r, "--time 20"));
+}
+
 /// Jobs of steps run them: each `srun` finds the leader, which places and launches the step and
 /// records it as it commits; its task's exit comes back on the agent's stream, and `EndStep`
 /// answers the `srun`. A step whose `srun` went with its leader is ended by the next leader, and
