@@ -11,7 +11,7 @@ use std::hint::black_box;
 use std::sync::Arc;
 use std::time::Duration;
 
-use criterion::{criterion_group, criterion_main, Criterion};
+use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 use quorum_control::model::oversubscribe::OverSubscribe;
 use quorum_control::model::preempt::{PreemptMode, PreemptType};
 use quorum_control::model::reservation::{Reservation, ResvFlags};
@@ -19,7 +19,7 @@ use quorum_control::model::{Account, AssocLimits, Gpu, Job, JobSpec, JobState, N
 use quorum_control::model::{BackfillMode, BackfillOrder, Policy};
 use quorum_control::model::{Qos, TresLimit, TresMins, Usage};
 use quorum_sched::view::{DepStatus, PartitionView, RunningJob};
-use quorum_sched::{schedule, ClusterView, NodeView, PendingJob, Res};
+use quorum_sched::{schedule, schedule_with, ClusterView, CycleCache, NodeView, PendingJob, Plan, Res};
 use quorum_state::ClusterState;
 
 /// A small deterministic generator, so every run schedules the same cluster.
@@ -332,7 +332,101 @@ fn bench_cycle(c: &mut Criterion) {
     // And with the limits sites set most, and fairshare down to users.
     let view = with_limits(view);
     case(&mut group, format!("{pending}_jobs_{nodes}_nodes_easy_preempt_reservations_limits"), &view, &policy);
+    // A cycle after 100 ends and 100 submits on the cluster the first cycle filled (issue 62's
+    // incremental cycle): made from nothing, and from what the cycle before it kept.
+    let policy = Policy { backfill: BackfillMode::Easy, reservations: 100, ..Policy::default() };
+    let mut view = cluster(pending, nodes);
+    let first = schedule(&view, NOW_MS - 2000, &policy);
+    start(&mut view, &first, (NOW_MS - 2000) / 1000);
+    let mut kept = CycleCache::default();
+    let before = schedule_with(&view, NOW_MS - 1000, &policy, &mut kept);
+    assert!(before.starts.len() < 10, "the first cycle filled the cluster");
+    churn(&mut view, 100, 100);
+    let name = format!("{pending}_jobs_{nodes}_nodes_easy_after_100_ends_100_submits");
+    let full = schedule(&view, NOW_MS, &policy);
+    assert_eq!(
+        schedule_with(&view, NOW_MS, &policy, &mut kept.clone()),
+        full,
+        "a kept cycle plans what a full one does"
+    );
+    assert!(full.starts.len() >= 50, "the ends make room for a cycle's worth of starts: {}", full.starts.len());
+    case(&mut group, format!("{name}_full"), &view, &policy);
+    if std::env::var_os("SCHED_PLAN_DIGEST").is_none() {
+        group.bench_function(format!("{name}_kept"), |b| {
+            b.iter_batched(
+                || kept.clone(),
+                |mut k| black_box(schedule_with(black_box(&view), NOW_MS, &policy, &mut k)),
+                BatchSize::LargeInput,
+            )
+        });
+    }
     group.finish();
+}
+
+/// Applies `plan`'s starts to `view` at `now_s`, as the state would: each job moves from the
+/// queue to the running jobs, holding what its allocation names until its limit.
+fn start(view: &mut ClusterView, plan: &Plan, now_s: u64) {
+    let started: std::collections::BTreeSet<u64> = plan.starts.iter().map(|s| s.job_id).collect();
+    let jobs: std::collections::BTreeMap<u64, Arc<PendingJob>> =
+        view.pending.iter().filter(|j| started.contains(&j.id)).map(|j| (j.id, j.clone())).collect();
+    for s in &plan.starts {
+        let job = &jobs[&s.job_id];
+        let mut alloc = vec![];
+        for a in &s.allocation.nodes {
+            let i = view.node_index(&a.node).expect("a planned node is in the view");
+            Arc::make_mut(&mut view.nodes[i]).free_gpus.retain(|g| !a.gpus.contains(g));
+            let cpus = i64::from(a.cpus) * view.cpu_parts.max(1);
+            alloc.push((i, Res { cpus, mem: a.mem_mb as i64, gpus: a.gpus.len() as i64 }));
+        }
+        let (cpus, gpus): (i64, i64) = alloc.iter().fold((0, 0), |(c, g), (_, r)| (c + r.cpus, g + r.gpus));
+        view.running.push(Arc::new(RunningJob {
+            id: job.id,
+            user: job.user.to_string(),
+            account: job.account.to_string(),
+            qos: job.qos.to_string(),
+            end_s: now_s + job.limit_s(),
+            predicted_end_s: None,
+            alloc,
+            cpu_parts: view.cpu_parts.max(1),
+            gpus_by_type: vec![("h100".into(), gpus)],
+            licenses: vec![],
+            partition: job.partition.to_string(),
+            start_s: now_s,
+            preempting: false,
+            suspended: false,
+            lent_cpus: vec![],
+            left_s: u64::MAX,
+            charge: quorum_sched::view::Charge {
+                cpus: cpus as u64,
+                gpus: gpus as u64,
+                from_ms: now_s * 1000,
+                until_ms: None,
+                limit_ms: None,
+            },
+        }));
+    }
+    view.pending.retain(|j| !started.contains(&j.id));
+}
+
+/// `ends` running jobs of the last cycle end (what they held is free again) and `submits` new
+/// jobs, of the queue's mix, are submitted.
+fn churn(view: &mut ClusterView, ends: usize, submits: usize) {
+    let mut rng = Rng(0xc4a2);
+    for _ in 0..ends {
+        let k = view.running.len() - 1 - rng.below(view.running.len() as u64 / 4) as usize;
+        let job = view.running.remove(k);
+        for &(i, r) in &job.alloc {
+            let node = Arc::make_mut(&mut view.nodes[i]);
+            let held: Vec<u32> = (0..8).filter(|g| !node.free_gpus.contains(g)).take(r.gpus as usize).collect();
+            node.free_gpus.extend(held);
+            node.free_gpus.sort_unstable();
+        }
+    }
+    let template = cluster(submits, 1);
+    let first = view.pending.iter().map(|j| j.id).max().unwrap_or(0) + 1;
+    for (k, job) in template.pending.into_iter().enumerate() {
+        view.pending.push(Arc::new(PendingJob { id: first + k as u64, submit_ms: NOW_MS - 500, ..(*job).clone() }));
+    }
 }
 
 /// `view` as the view of a state with `Policy::predict` and every user's history shows it:

@@ -22,6 +22,7 @@
 
 pub mod accuracy;
 mod candidates;
+mod cycle_cache;
 pub mod eligibility;
 mod place;
 pub mod placement;
@@ -32,6 +33,7 @@ pub mod reserved;
 pub mod view;
 
 pub use candidates::{Candidate, Waiting};
+pub use cycle_cache::CycleCache;
 pub use place::{place, Placed};
 pub use profile::profiles;
 pub use view::{ClusterView, Estimate, NodeView, PartitionView, PendingJob, Res};
@@ -317,19 +319,30 @@ pub fn forecast(
 /// planned again on limits ([`ClusterView::on_limits`]); so are the cycles after it, at once,
 /// while the last cycle's reservations are late.
 pub fn schedule(view: &ClusterView, now_ms: Millis, policy: &Policy) -> Plan {
+    schedule_kept(view, now_ms, policy, None)
+}
+
+/// [`schedule`], from what the last cycles kept in `cache` and keeping this one's there: the
+/// same plan, at a cost closer to what changed since ([`CycleCache`]). The leader keeps one
+/// cache across its cycles.
+pub fn schedule_with(view: &ClusterView, now_ms: Millis, policy: &Policy, cache: &mut CycleCache) -> Plan {
+    schedule_kept(view, now_ms, policy, Some(cache))
+}
+
+fn schedule_kept(view: &ClusterView, now_ms: Millis, policy: &Policy, mut cache: Option<&mut CycleCache>) -> Plan {
     debug_assert!(view.nodes.windows(2).all(|w| w[0].name < w[1].name), "view nodes must be in name order");
-    let whole = |view: &ClusterView| {
-        cycle(view, now_ms, policy, false).expect("a cycle that does not stop at a late reservation is planned whole")
-    };
     if !view.predicts() {
-        return whole(view);
+        return cycle(view, now_ms, policy, false, cache)
+            .expect("a cycle that does not stop at a late reservation is planned whole");
     }
     if !view.late(&view.previous) {
-        if let Some(plan) = cycle(view, now_ms, policy, true) {
+        if let Some(plan) = cycle(view, now_ms, policy, true, cache.as_deref_mut()) {
             return plan;
         }
     }
-    whole(&view.without_predictions())
+    // Planned again on limits: another view, whose jobs the cache does not keep.
+    cycle(&view.without_predictions(), now_ms, policy, false, None)
+        .expect("a cycle that does not stop at a late reservation is planned whole")
 }
 
 /// The start each job still waiting after `plan` was first promised ([`ClusterView::promised`]
@@ -348,8 +361,17 @@ pub fn promises(view: &ClusterView, plan: &Plan) -> BTreeMap<JobId, Millis> {
 
 /// [`schedule`]'s stages over `view` as it plans the jobs; with `stop_late`, `None` as soon as
 /// a reservation is late ([`ClusterView::late`]), the rest not planned.
-fn cycle(view: &ClusterView, now_ms: Millis, policy: &Policy, stop_late: bool) -> Option<Plan> {
-    let ordered = order(view, now_ms, policy);
+fn cycle(
+    view: &ClusterView,
+    now_ms: Millis,
+    policy: &Policy,
+    stop_late: bool,
+    cache: Option<&mut CycleCache>,
+) -> Option<Plan> {
+    let ordered = match cache {
+        Some(cache) => cache.order.order(view, now_ms, policy),
+        None => order(view, now_ms, policy),
+    };
     let screened = screen(view, &ordered, now_ms, policy);
     let placed = place::place_until_late(view, &screened.candidates, now_ms, policy, stop_late);
     if stop_late && placed.late {

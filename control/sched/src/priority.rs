@@ -77,16 +77,20 @@ struct Running<'a> {
 }
 
 fn running<'a>(view: &'a ClusterView, now_ms: Millis, policy: &Policy) -> Running<'a> {
-    let mut r = Running { accounts: BTreeMap::new(), users: BTreeMap::new(), total: 0.0 };
+    // Summed in hash maps (a running job's owners are looked up once per job, and there are
+    // tens of thousands), each sum in the running jobs' order as before, then ordered.
+    let mut accounts: std::collections::HashMap<&str, f64> = std::collections::HashMap::new();
+    let mut users: std::collections::HashMap<(&str, &str), f64> = std::collections::HashMap::new();
+    let mut total = 0.0;
     for j in &view.running {
         let billed = j.charge.billed_at(now_ms, policy);
         if billed > 0.0 {
-            *r.accounts.entry(j.account.as_str()).or_default() += billed;
-            *r.users.entry((j.account.as_str(), j.user.as_str())).or_default() += billed;
-            r.total += billed;
+            *accounts.entry(j.account.as_str()).or_default() += billed;
+            *users.entry((j.account.as_str(), j.user.as_str())).or_default() += billed;
+            total += billed;
         }
     }
-    r
+    Running { accounts: accounts.into_iter().collect(), users: users.into_iter().collect(), total }
 }
 
 fn account_shares(
@@ -345,13 +349,24 @@ impl PriorityContext {
     }
 
     pub fn factors(&self, view: &ClusterView, job: &PendingJob, now_ms: Millis, policy: &Policy) -> Factors {
-        let eligible_since = job.eligible_ms();
-        let age_s = now_ms.saturating_sub(eligible_since) as f64 / 1000.0;
-        let age = if policy.max_age_s == 0 { 1.0 } else { (age_s / policy.max_age_s as f64).min(1.0) };
-        let fairshare = match self.users.get(&*job.account) {
-            Some(users) => users.factor(&job.user),
-            None => self.shares.get(&*job.account).map(|s| s.fairshare).unwrap_or(1.0),
-        };
+        let age = age(job.eligible_ms(), now_ms, policy);
+        let fairshare = self.fairshare_of(&job.account, &job.user);
+        let (job_size, partition, qos, tres) = self.job_factors(view, job, policy);
+        let total = Terms::of(job, (job_size, partition, qos, tres), policy).total(age, fairshare, policy);
+        Factors { age, fairshare, job_size, partition, qos, tres, nice: job.nice, total }
+    }
+
+    /// The fairshare factor of `user`'s jobs under `account`.
+    pub fn fairshare_of(&self, account: &str, user: &str) -> f64 {
+        match self.users.get(account) {
+            Some(users) => users.factor(user),
+            None => self.shares.get(account).map(|s| s.fairshare).unwrap_or(1.0),
+        }
+    }
+
+    /// The factors of `job` that depend on it and the cycle's context alone, not on the time:
+    /// job size, partition, QOS and TRES.
+    fn job_factors(&self, view: &ClusterView, job: &PendingJob, policy: &Policy) -> (f64, f64, f64, [f64; 4]) {
         // What it asks for as Slurm's TRES billing counts it: its CPUs, and each GPU as
         // `gpu_billing_weight` CPUs (a 4-GPU job is not sized by its few CPUs).
         let billed = policy.billed(job.total_cpus().max(0) as u64, job.total_gpus().max(0) as u64);
@@ -361,20 +376,93 @@ impl PriorityContext {
         let partition = if self.max_tier == 0 { 0.0 } else { f64::from(tier) / f64::from(self.max_tier) };
         let qos_prio = view.qos.get(&*job.qos).map(|q| q.priority).unwrap_or(0);
         let qos = if self.max_qos == 0 { 0.0 } else { f64::from(qos_prio) / f64::from(self.max_qos) };
-        let tres = self.tres(job, policy);
-        let weighted_tres: f64 = policy.tres_weights.each().iter().zip(tres).map(|(w, f)| f64::from(*w) * f).sum();
+        (job_size, partition, qos, self.tres(job, policy))
+    }
+
+    /// [`Terms`] of `job` in this context.
+    pub(crate) fn terms(&self, view: &ClusterView, job: &PendingJob, policy: &Policy) -> Terms {
+        Terms::of(job, self.job_factors(view, job, policy), policy)
+    }
+
+    /// What the weights of the factors that depend only on the job ([`Terms`]) were computed
+    /// from besides the job: while it is the same, a job's terms are.
+    pub(crate) fn basis(&self, view: &ClusterView) -> Basis {
+        Basis {
+            cluster_billed: self.cluster_billed,
+            max_tier: self.max_tier,
+            max_qos: self.max_qos,
+            partition_tres: self.partition_tres.clone(),
+            tiers: view.partitions.iter().map(|(n, p)| (n.clone(), p.tier)).collect(),
+            qos: view.qos.iter().map(|(n, q)| (n.clone(), q.priority)).collect(),
+        }
+    }
+}
+
+/// The age factor of a job eligible since `eligible_ms`, at `now_ms`.
+pub(crate) fn age(eligible_ms: Millis, now_ms: Millis, policy: &Policy) -> f64 {
+    let age_s = now_ms.saturating_sub(eligible_ms) as f64 / 1000.0;
+    if policy.max_age_s == 0 {
+        1.0
+    } else {
+        (age_s / policy.max_age_s as f64).min(1.0)
+    }
+}
+
+/// The weighted terms of a job's priority that do not change with time or usage, and what
+/// replaces the sum: the scheduler keeps them between cycles for jobs that did not change
+/// ([`crate::order::OrderCache`]); [`Terms::total`] adds age and fairshare in the formula's
+/// order, so that a total from kept terms is the one [`PriorityContext::factors`] computes, to
+/// the bit.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Terms {
+    job_size: f64,
+    partition: f64,
+    qos: f64,
+    tres: f64,
+    nice: f64,
+    /// An operator's number (`--priority`): the total, whatever the factors.
+    operator: Option<u32>,
+    pub eligible_ms: Millis,
+}
+
+impl Terms {
+    fn of(job: &PendingJob, (job_size, partition, qos, tres): (f64, f64, f64, [f64; 4]), policy: &Policy) -> Terms {
+        let w = &policy.weights;
+        Terms {
+            job_size: f64::from(w.job_size) * job_size,
+            partition: f64::from(w.partition) * partition,
+            qos: f64::from(w.qos) * qos,
+            tres: policy.tres_weights.each().iter().zip(tres).map(|(w, f)| f64::from(*w) * f).sum(),
+            nice: f64::from(job.nice),
+            operator: job.priority,
+            eligible_ms: job.eligible_ms(),
+        }
+    }
+
+    /// The priority with these terms, at this age and fairshare factor.
+    pub(crate) fn total(&self, age: f64, fairshare: f64, policy: &Policy) -> f64 {
         let w = &policy.weights;
         let total = f64::from(w.age) * age
             + f64::from(w.fairshare) * fairshare
-            + f64::from(w.job_size) * job_size
-            + f64::from(w.partition) * partition
-            + f64::from(w.qos) * qos
-            + weighted_tres
-            - f64::from(job.nice);
+            + self.job_size
+            + self.partition
+            + self.qos
+            + self.tres
+            - self.nice;
         // An operator's number replaces the sum (the factors are still shown).
-        let total = job.priority.map_or(total, f64::from);
-        Factors { age, fairshare, job_size, partition, qos, tres, nice: job.nice, total }
+        self.operator.map_or(total, f64::from)
     }
+}
+
+/// See [`PriorityContext::basis`].
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Basis {
+    cluster_billed: f64,
+    max_tier: u32,
+    max_qos: u32,
+    partition_tres: BTreeMap<String, [f64; 4]>,
+    tiers: Vec<(String, u32)>,
+    qos: Vec<(String, u32)>,
 }
 
 /// Every pending job's factors, for `quorum prio`.

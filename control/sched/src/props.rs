@@ -340,3 +340,130 @@ proptest! {
         }
     }
 }
+
+/// One step of a random history for [`cycles_from_what_the_last_kept_plan_as_cycles_from_nothing`].
+#[derive(Clone, Debug)]
+enum Step {
+    /// A job of user `user` (either of the account's) under account `account` (0..2), with a nice value and,
+    /// submitted by root, an operator's priority.
+    Submit { user: usize, account: usize, shape: JobShape, nice: i32, priority: Option<u32> },
+    /// The `k`-th running job ends (modulo how many run).
+    End { k: usize },
+    /// The `k`-th pending job gets a new nice value (`scontrol update`): another view entry.
+    Renice { k: usize, nice: i32 },
+    /// The `k`-th pending job is cancelled.
+    Cancel { k: usize },
+    /// Time passes.
+    Wait { secs: u64 },
+    /// The queue's order or the weights change: every kept term is of another context.
+    Policy { ordering: QueueOrder, age: u32, fairshare: u32, job_size: u32 },
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        8 => (0usize..3, 0usize..2, job_shape(), prop_oneof![3 => Just(0i32), 1 => 0i32..50], proptest::option::weighted(0.15, 0u32..2000))
+            .prop_map(|(user, account, shape, nice, priority)| Step::Submit { user, account, shape, nice, priority }),
+        1 => (0usize..16).prop_map(|k| Step::End { k }),
+        1 => (0usize..16, -3000i32..3000).prop_map(|(k, nice)| Step::Renice { k, nice }),
+        1 => (0usize..16).prop_map(|k| Step::Cancel { k }),
+        2 => (1u64..2000).prop_map(|secs| Step::Wait { secs }),
+        1 => (prop_oneof![4 => Just(QueueOrder::Multifactor), 1 => Just(QueueOrder::Fifo), 1 => Just(QueueOrder::ShortestFirst)], 0u32..3000, 0u32..3000, 0u32..3000)
+            .prop_map(|(ordering, age, fairshare, job_size)| Step::Policy { ordering, age, fairshare, job_size }),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: std::env::var("PROPTEST_CASES").ok().and_then(|c| c.parse().ok()).unwrap_or(64), ..ProptestConfig::default() })]
+
+    /// The plan of a cycle made from what the last cycles kept ([`CycleCache`]) is the plan of
+    /// a cycle made from nothing, through random histories of submits, ends, renices, cancels,
+    /// time and policy changes under multifactor priority with fairshare (`Bench::cycle`
+    /// compares the two every cycle).
+    #[test]
+    fn cycles_from_what_the_last_kept_plan_as_cycles_from_nothing(
+        // A small cluster, so that a queue builds up.
+        caps in proptest::collection::vec((1u32..=8, 0u32..=4), 1..=3),
+        steps in proptest::collection::vec(step(), 1..60),
+        conservative in proptest::bool::ANY,
+    ) {
+        let mode = if conservative { BackfillMode::Conservative } else { BackfillMode::Easy };
+        let mut b = bench(&caps, mode);
+        let policy = Policy { ordering: QueueOrder::Multifactor, half_life_s: 600, max_age_s: 3600, ..b.state.policy.clone() };
+        b.cmd(quorum_state::Command::SetPolicy { policy, now: 0 });
+        let users = ["ann", "bo", "cy"];
+        let account = |name: &str, shares: u32, users: &[&str]| quorum_model::Account {
+            name: name.into(),
+            shares,
+            users: users.iter().map(|u| u.to_string()).collect(),
+            ..Default::default()
+        };
+        b.cmd(quorum_state::Command::SeedAccounts {
+            accounts: vec![account("a", 1, &["ann", "bo", "root"]), account("b", 3, &["bo", "cy", "root"])],
+            qos: vec![],
+            now: 0,
+        });
+        let mut t = 0;
+        b.at(t);
+        for s in steps {
+            let in_state = |b: &Bench, state: JobState| -> Vec<u64> {
+                b.state.jobs.values().filter(|j| j.state == state).map(|j| j.id).collect()
+            };
+            match s {
+                Step::Submit { user, account, shape, nice, priority } => {
+                    if caps.iter().filter(|(c, g)| *c >= shape.cpus && *g >= shape.gpus).count() < shape.nodes as usize {
+                        continue;
+                    }
+                    // ann and bo are a's, bo and cy b's; root submits as a member of both.
+                    let (user, account) = (users[account + user % 2], ["a", "b"][account]);
+                    let who = if priority.is_some() { "root" } else { user };
+                    b.submit_with(who, |s| {
+                        s.nodes = shape.nodes;
+                        s.ntasks = shape.nodes;
+                        s.cpus_per_task = shape.cpus;
+                        s.gpus_per_node = shape.gpus;
+                        s.time_limit_s = Some(shape.limit);
+                        s.exclusive = shape.exclusive;
+                        s.account = Some(account.into());
+                        s.nice = nice;
+                        s.priority = priority;
+                    });
+                }
+                Step::End { k } => {
+                    let running = in_state(&b, JobState::Running);
+                    if !running.is_empty() {
+                        b.end(running[k % running.len()]);
+                    }
+                }
+                Step::Renice { k, nice } => {
+                    let pending = in_state(&b, JobState::Pending);
+                    if let Some(&job_id) = pending.get(k % pending.len().max(1)) {
+                        let update = quorum_model::update::JobUpdate { nice: Some(nice), ..Default::default() };
+                        let r = b.cmd(quorum_state::Command::UpdateJob { job_id, user: "root".into(), update, now: b.now_ms });
+                        prop_assert!(!matches!(r, quorum_state::Response::Rejected(_)), "renice: {:?}", r);
+                    }
+                }
+                Step::Cancel { k } => {
+                    let pending = in_state(&b, JobState::Pending);
+                    if let Some(&job_id) = pending.get(k % pending.len().max(1)) {
+                        let r = b.cmd(quorum_state::Command::CancelJob { job_id, user: "root".into(), now: b.now_ms, whole_array: false });
+                        prop_assert!(!matches!(r, quorum_state::Response::Rejected(_)), "cancel: {:?}", r);
+                    }
+                }
+                Step::Wait { secs } => {
+                    t += secs;
+                    b.at(t);
+                }
+                Step::Policy { ordering, age, fairshare, job_size } => {
+                    let mut policy = Policy { ordering, ..b.state.policy.clone() };
+                    policy.weights.age = age;
+                    policy.weights.fairshare = fairshare;
+                    policy.weights.job_size = job_size;
+                    let r = b.cmd(quorum_state::Command::SetPolicy { policy, now: b.now_ms });
+                    prop_assert!(!matches!(r, quorum_state::Response::Rejected(_)), "policy: {:?}", r);
+                }
+            }
+            b.cycle(); // asserts the plan from what was kept is the plan from nothing
+            assert_no_overcommit(&b);
+        }
+    }
+}

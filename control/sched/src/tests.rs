@@ -17,6 +17,9 @@ pub(crate) struct Bench {
     previous: BTreeMap<u64, Estimate>,
     promised: BTreeMap<u64, Millis>,
     cache: crate::view::ViewCache,
+    /// What the scheduler keeps between cycles: every cycle's plan made with it is checked
+    /// against the plan made without it.
+    cycles: crate::CycleCache,
 }
 
 pub(crate) fn node(name: &str, cpus: u32, gpus: u32, gpu_type: &str, features: &[&str]) -> NodeRegistration {
@@ -39,6 +42,7 @@ impl Bench {
             previous: BTreeMap::new(),
             promised: BTreeMap::new(),
             cache: Default::default(),
+            cycles: Default::default(),
         };
         let names: Vec<String> = nodes.iter().map(|n| n.name.clone()).collect();
         let mut p = partition("batch", "x", true);
@@ -99,12 +103,10 @@ impl Bench {
 
     /// One scheduling cycle, applied; returns the plan.
     pub fn cycle(&mut self) -> Plan {
-        let mut view = ClusterView::from_state(&self.state);
-        assert_eq!(
-            ClusterView::from_state_cached(&self.state, &mut self.cache),
-            view,
-            "a view built from the cache equals one built afresh"
-        );
+        // The cached view, as the leader's: the scheduler's own cache keeps what it computed
+        // of each of its entries while the entry is the same one.
+        let mut view = ClusterView::from_state_cached(&self.state, &mut self.cache);
+        assert_eq!(view, ClusterView::from_state(&self.state), "a view built from the cache equals one built afresh");
         view.previous = std::mem::take(&mut self.previous);
         view.promised = std::mem::take(&mut self.promised);
         let policy = self.state.policy.clone();
@@ -112,6 +114,11 @@ impl Bench {
         self.previous = plan.estimates.clone();
         self.promised = promises(&view, &plan);
         assert_eq!(plan, schedule(&view, self.now_ms, &policy), "the same input gives the same plan");
+        assert_eq!(
+            schedule_with(&view, self.now_ms, &policy, &mut self.cycles),
+            plan,
+            "a cycle from what the last ones kept plans what a cycle from nothing does"
+        );
         let now = self.now_ms;
         let r = self.cmd(Command::ApplyPlan {
             base_index: self.index,
@@ -1825,4 +1832,24 @@ fn a_nodes_share_held_by_an_ended_job_is_planned_for_nobody_until_released() {
     b.cmd(Command::JobEnded { job_id: first, token, node: "n1".into(), outcome: killed, now });
     let started: Vec<u64> = b.cycle().starts.iter().map(|s| s.job_id).collect();
     assert_eq!(started, vec![first], "the first in line takes the GPU back: {started:?} (then {gpu}, {whole})");
+}
+
+/// A cycle made from what the last ones kept (`Bench::cycle` compares it with one made from
+/// nothing) follows a change of the weights: the kept priority terms are of the old ones.
+#[test]
+fn kept_priorities_follow_a_change_of_the_weights() {
+    let weights = quorum_model::Weights { age: 0, fairshare: 0, job_size: 1000, partition: 0, qos: 0 };
+    let policy = Policy { ordering: QueueOrder::Multifactor, weights, favor_small: true, ..Policy::default() };
+    let mut b = Bench::new(vec![node("n0", 4, 0, "h100", &[])], policy.clone());
+    b.at(0);
+    let cpus = |b: &mut Bench, n: u32| b.submit_with("alice", |s| s.cpus_per_task = n);
+    let hog = cpus(&mut b, 4);
+    assert_eq!(started(&b.cycle()), vec![hog]);
+    let (big, small) = (cpus(&mut b, 4), cpus(&mut b, 1));
+    let order = |plan: &Plan| plan.reasons.iter().map(|(id, _)| *id).collect::<Vec<u64>>();
+    assert_eq!(order(&b.cycle()), vec![small, big], "the small job first");
+    // Once more, their reasons written: the same view entries, the kept terms in use.
+    assert_eq!(order(&b.cycle()), vec![small, big]);
+    b.cmd(Command::SetPolicy { policy: Policy { favor_small: false, ..policy }, now: 0 });
+    assert_eq!(order(&b.cycle()), vec![big, small], "the big job first");
 }

@@ -38,6 +38,8 @@ pub(super) async fn schedule_loop(replica: Arc<Replica>, leader: Arc<LeaderState
     // Declared first, so dropped last: after the cache.
     let _trim = TrimHeapOnDrop;
     let mut cache = quorum_sched::view::ViewCache::default();
+    // What each cycle keeps for the next: the pending jobs' priority terms and the last order.
+    let mut kept = quorum_sched::CycleCache::default();
     let mut last_cycle: Option<Instant> = None;
     loop {
         tokio::select! {
@@ -67,7 +69,7 @@ pub(super) async fn schedule_loop(replica: Arc<Replica>, leader: Arc<LeaderState
         view.previous = leader.estimates();
         view.promised = leader.promised();
         let started = std::time::Instant::now();
-        let plan = quorum_sched::schedule(&view, now_ms(), &policy);
+        let plan = quorum_sched::schedule_with(&view, now_ms(), &policy, &mut kept);
         let cycle_s = started.elapsed().as_secs_f64();
         leader.stats.cycle_seconds.observe(cycle_s);
         leader.stats.cycle_pending.observe(view.pending.len() as f64);

@@ -548,6 +548,8 @@ impl Simulation {
         let mut previous: BTreeMap<JobId, quorum_sched::Estimate> = BTreeMap::new();
         let mut promised: BTreeMap<JobId, u64> = BTreeMap::new();
         let mut cache = ViewCache::default();
+        // What each cycle keeps for the next, as the leader's.
+        let mut kept = quorum_sched::CycleCache::default();
         // The estimates' views apart: forecasts' are planned otherwise than the schedule's.
         let mut estimates_cache = ViewCache::default();
         let mut next = 0usize;
@@ -648,7 +650,7 @@ impl Simulation {
                 view.previous = std::mem::take(&mut previous);
                 view.promised = std::mem::take(&mut promised);
                 let policy = self.state.policy.clone();
-                let plan = quorum_sched::schedule(&view, now, &policy);
+                let plan = quorum_sched::schedule_with(&view, now, &policy, &mut kept);
                 cycles += 1;
                 previous = plan.estimates.clone();
                 promised = quorum_sched::promises(&view, &plan);
