@@ -95,7 +95,7 @@ fn sort(keys: &mut Vec<Key>) {
         for k in &from {
             counts[(bits(k) >> shift) as usize & 0xff] += 1;
         }
-        if counts.iter().any(|&c| c == from.len()) {
+        if counts.contains(&from.len()) {
             continue; // every key has the same byte here: this pass would move nothing
         }
         let mut next = [0usize; 256];

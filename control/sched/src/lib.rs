@@ -329,14 +329,14 @@ pub fn schedule_with(view: &ClusterView, now_ms: Millis, policy: &Policy, cache:
     schedule_kept(view, now_ms, policy, Some(cache))
 }
 
-fn schedule_kept(view: &ClusterView, now_ms: Millis, policy: &Policy, mut cache: Option<&mut CycleCache>) -> Plan {
+fn schedule_kept(view: &ClusterView, now_ms: Millis, policy: &Policy, cache: Option<&mut CycleCache>) -> Plan {
     debug_assert!(view.nodes.windows(2).all(|w| w[0].name < w[1].name), "view nodes must be in name order");
     if !view.predicts() {
         return cycle(view, now_ms, policy, false, cache)
             .expect("a cycle that does not stop at a late reservation is planned whole");
     }
     if !view.late(&view.previous) {
-        if let Some(plan) = cycle(view, now_ms, policy, true, cache.as_deref_mut()) {
+        if let Some(plan) = cycle(view, now_ms, policy, true, cache) {
             return plan;
         }
     }
