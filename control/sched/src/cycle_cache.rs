@@ -6,11 +6,14 @@
 //! ([`Terms`]). The cache keeps each pending job's terms while its view entry is the same one
 //! (the view's own cache, [`crate::view::ViewCache`], hands out the same entry for a job that
 //! did not change) and the context they were computed in is the same; each cycle adds age and
-//! fairshare to them, by the same function as [`crate::order`]. It keeps the last cycle's order
-//! too, and sorts this cycle's keys starting from it: between two cycles most jobs keep their
-//! places, and a stable merge sort over a sequence that is mostly sorted runs do little more
-//! than read it. The keys are a total order (priority, submit time, id), so the order is the
-//! one [`crate::order`] gives whatever the sequence the sort starts from.
+//! fairshare to them, by the same function as [`crate::order`], and sorts the keys with a
+//! radix sort of the priority's bits. The keys are a total order (priority, submit time, id),
+//! so the order is the one [`crate::order`] gives.
+//!
+//! Why not the last cycle's order as well: with fairshare charging running jobs as they run,
+//! every pair of account and user moves by its own amount each cycle, and a third of the
+//! neighbours in a queue of 100,000 trade places from one second to the next (measured on
+//! `benches/sched.rs`' cluster); a sort that starts from the last order gains nothing there.
 
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
@@ -28,15 +31,13 @@ pub struct CycleCache {
     pub(crate) order: OrderCache,
 }
 
-/// The kept priority terms and the last order (see the module's documentation).
+/// The kept priority terms (see the module's documentation).
 #[derive(Clone, Debug, Default)]
 pub(crate) struct OrderCache {
     /// The policy and the context the kept terms were computed in: another clears them.
     basis: Option<(Policy, Option<Basis>)>,
     /// The last view's pending jobs, in its order (by id), with their terms.
     jobs: Vec<Kept>,
-    /// The last cycle's order, as positions in `jobs`.
-    order: Vec<u32>,
     /// The (account, user) pairs of the kept jobs, whose fairshare factor each cycle looks up
     /// once per pair rather than once per job.
     pairs: Vec<(Name, Name)>,
@@ -62,7 +63,6 @@ struct Key {
     secondary: u64,
     submit_ms: Millis,
     id: u64,
-    position: u32,
 }
 
 fn by_key(a: &Key, b: &Key) -> Ordering {
@@ -73,27 +73,29 @@ fn by_key(a: &Key, b: &Key) -> Ordering {
         .then(a.id.cmp(&b.id))
 }
 
-/// `keys` in [`by_key`]'s order: by `primary` alone with a radix sort of its bits (eight
-/// passes of a byte, each reading and moving the keys once, where a comparison sort of 100,000
-/// keys makes 1.7 million comparisons), then each run of equal `primary` by the rest of the key.
-/// The result is [`by_key`]'s order exactly: that order is total, so any sort reaches it.
-fn sort(keys: &mut Vec<Key>) {
+/// `f64::total_cmp`'s descending order as an unsigned number's ascending one.
+fn descending_bits(x: f64) -> u64 {
+    let b = x.to_bits();
+    !(if b >> 63 == 1 { !b } else { b | 1 << 63 })
+}
+
+/// The positions of `keys` in [`by_key`]'s order: by `primary` alone with a radix sort of its
+/// bits (eight passes of a byte over 12-byte items, each reading and moving them once, where a
+/// comparison sort of 100,000 keys makes 1.7 million comparisons), then each run of equal
+/// `primary` by the rest of the key. That order is total, so this is [`by_key`]'s exactly.
+fn sorted(keys: &[Key]) -> Vec<u32> {
     if keys.len() < 256 {
-        keys.sort_unstable_by(by_key);
-        return;
+        let mut order: Vec<u32> = (0..keys.len() as u32).collect();
+        order.sort_unstable_by(|&a, &b| by_key(&keys[a as usize], &keys[b as usize]));
+        return order;
     }
-    // The bits of `primary` as an unsigned number whose ascending order is `f64::total_cmp`'s
-    // descending one.
-    let bits = |k: &Key| {
-        let b = k.primary.to_bits();
-        !(if b >> 63 == 1 { !b } else { b | 1 << 63 })
-    };
-    let mut from = std::mem::take(keys);
-    let mut to = Vec::with_capacity(from.len());
+    let mut from: Vec<(u64, u32)> =
+        keys.iter().enumerate().map(|(i, k)| (descending_bits(k.primary), i as u32)).collect();
+    let mut to = vec![(0, 0); from.len()];
     for shift in (0..64).step_by(8) {
         let mut counts = [0usize; 256];
-        for k in &from {
-            counts[(bits(k) >> shift) as usize & 0xff] += 1;
+        for (bits, _) in &from {
+            counts[(bits >> shift) as usize & 0xff] += 1;
         }
         if counts.contains(&from.len()) {
             continue; // every key has the same byte here: this pass would move nothing
@@ -102,11 +104,9 @@ fn sort(keys: &mut Vec<Key>) {
         for b in 1..256 {
             next[b] = next[b - 1] + counts[b - 1];
         }
-        to.clear();
-        to.resize(from.len(), from[0]);
-        for k in &from {
-            let b = (bits(k) >> shift) as usize & 0xff;
-            to[next[b]] = *k;
+        for &item in &from {
+            let b = (item.0 >> shift) as usize & 0xff;
+            to[next[b]] = item;
             next[b] += 1;
         }
         std::mem::swap(&mut from, &mut to);
@@ -114,14 +114,14 @@ fn sort(keys: &mut Vec<Key>) {
     // Ties of `primary` (an operator's priorities, or every job under FIFO) by the rest.
     let mut start = 0;
     while start < from.len() {
-        let b = bits(&from[start]);
-        let end = start + from[start..].iter().position(|k| bits(k) != b).unwrap_or(from.len() - start);
+        let bits = from[start].0;
+        let end = start + from[start..].iter().position(|&(b, _)| b != bits).unwrap_or(from.len() - start);
         if end - start > 1 {
-            from[start..end].sort_unstable_by(by_key);
+            from[start..end].sort_unstable_by(|a, b| by_key(&keys[a.1 as usize], &keys[b.1 as usize]));
         }
         start = end;
     }
-    *keys = from;
+    from.into_iter().map(|(_, i)| i).collect()
 }
 
 /// More interned pairs than this many per kept job (and a floor) and the interner starts
@@ -145,18 +145,20 @@ impl OrderCache {
         }
         self.basis = Some(basis);
 
-        // The jobs of the last view and of this one, both in id order, walked together.
-        let mut moved = vec![u32::MAX; old.len()];
+        // The jobs of the last view and of this one, both in id order, walked together: a job
+        // whose entry is the same one keeps what was computed of it, without its entry being
+        // read; any other is computed again.
         let mut kept: Vec<Kept> = Vec::with_capacity(view.pending.len());
-        let mut old_jobs = old.into_iter().enumerate().peekable();
-        for (position, job) in view.pending.iter().enumerate() {
-            while old_jobs.next_if(|(_, k)| k.job.id < job.id).is_some() {}
-            let last = old_jobs.next_if(|(_, k)| k.job.id == job.id);
-            if let Some((i, _)) = &last {
-                moved[*i] = position as u32;
+        let mut old_jobs = old.into_iter().peekable();
+        for job in &view.pending {
+            let mut same = old_jobs.next_if(|k| Arc::ptr_eq(&k.job, job));
+            if same.is_none() {
+                // Past the jobs that left, to this one's last entry if it had one.
+                while old_jobs.next_if(|k| k.id < job.id).is_some() {}
+                same = old_jobs.next_if(|k| k.id == job.id).filter(|k| Arc::ptr_eq(&k.job, job));
             }
-            let k = match last {
-                Some((_, k)) if reusable && Arc::ptr_eq(&k.job, job) => k,
+            let k = match same {
+                Some(k) if reusable => k,
                 _ => Kept {
                     job: job.clone(),
                     terms: ctx.as_ref().map(|c| c.terms(view, job, policy)),
@@ -168,37 +170,26 @@ impl OrderCache {
             kept.push(k);
         }
 
-        // This cycle's keys, in the last cycle's order, then the new jobs in id order.
+        // This cycle's keys: age and fairshare added to the kept terms.
         let mut fairshare: Vec<Option<f64>> = vec![None; self.pairs.len()];
-        let pairs = &self.pairs;
-        let mut key = |position: u32| {
-            let k = &kept[position as usize];
-            let (primary, secondary) = match (&ctx, policy.ordering) {
-                (Some(ctx), _) => {
-                    let terms = k.terms.expect("terms are kept under multifactor priority");
-                    let (account, user) = &pairs[k.pair as usize];
-                    let fs = *fairshare[k.pair as usize].get_or_insert_with(|| ctx.fairshare_of(account, user));
-                    (terms.total(priority::age(terms.eligible_ms, now_ms, policy), fs, policy), 0)
-                }
-                (None, QueueOrder::ShortestFirst) => (operator(&k.job), k.job.duration_s()),
-                (None, _) => (operator(&k.job), 0),
-            };
-            Key { primary, secondary, submit_ms: k.submit_ms, id: k.id, position }
-        };
-        let mut seen = vec![false; kept.len()];
-        let mut keys: Vec<Key> = Vec::with_capacity(kept.len());
-        for &p in self.order.iter().map(|&i| &moved[i as usize]).filter(|&&p| p != u32::MAX) {
-            seen[p as usize] = true;
-            keys.push(key(p));
-        }
-        for p in (0..kept.len() as u32).filter(|&p| !seen[p as usize]) {
-            keys.push(key(p));
-        }
-        sort(&mut keys);
-
-        self.order = keys.iter().map(|k| k.position).collect();
+        let keys: Vec<Key> = kept
+            .iter()
+            .map(|k| {
+                let (primary, secondary) = match (&ctx, policy.ordering) {
+                    (Some(ctx), _) => {
+                        let terms = k.terms.expect("terms are kept under multifactor priority");
+                        let (account, user) = &self.pairs[k.pair as usize];
+                        let fs = *fairshare[k.pair as usize].get_or_insert_with(|| ctx.fairshare_of(account, user));
+                        (terms.total(priority::age(terms.eligible_ms, now_ms, policy), fs, policy), 0)
+                    }
+                    (None, QueueOrder::ShortestFirst) => (operator(&k.job), k.job.duration_s()),
+                    (None, _) => (operator(&k.job), 0),
+                };
+                Key { primary, secondary, submit_ms: k.submit_ms, id: k.id }
+            })
+            .collect();
+        let ordered: Vec<&PendingJob> = sorted(&keys).into_iter().map(|i| &*view.pending[i as usize]).collect();
         self.jobs = kept;
-        let ordered: Vec<&PendingJob> = keys.iter().map(|k| &*view.pending[k.position as usize]).collect();
         debug_assert_eq!(ordered.len(), view.pending.len(), "order must consider every pending job once");
         ordered
     }
