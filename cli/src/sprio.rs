@@ -83,10 +83,11 @@ fn weighing_tres(r: &PriorityResponse) -> Vec<(usize, &str, u32)> {
 }
 
 /// A job's TRES cell: each weighing TRES's weighted factor (`-n`: the factor itself), as
-/// Slurm's `%T` (`%t`) prints them: `cpu=12,gres/gpu=300`.
+/// Slurm's `%T` (`%t`) prints them: `cpu=12,gres/gpu=300`, leaving out those that add nothing
+/// (a job without GPUs shows no `gres/gpu`), as Slurm's sprio does.
 fn tres_cell(r: &PriorityResponse, j: &JobPriority, norm: bool) -> String {
-    let cells = weighing_tres(r).into_iter().map(|(i, name, w)| {
-        let f = j.tres.get(i).copied().unwrap_or(0.0);
+    let weighing = weighing_tres(r).into_iter().map(|(i, name, w)| (name, w, j.tres.get(i).copied().unwrap_or(0.0)));
+    let cells = weighing.filter(|(_, w, f)| f * f64::from(*w) != 0.0).map(|(name, w, f)| {
         if norm {
             format!("{name}={f:.2}")
         } else {
@@ -94,6 +95,16 @@ fn tres_cell(r: &PriorityResponse, j: &JobPriority, norm: bool) -> String {
         }
     });
     cells.collect::<Vec<_>>().join(",")
+}
+
+/// A TRES's name as `PriorityWeightTRES` spells it (`CPU`, `Mem`, `Node`, `GRES/gpu`).
+fn config_name(name: &str) -> String {
+    match name {
+        "cpu" => "CPU".into(),
+        "mem" => "Mem".into(),
+        "node" => "Node".into(),
+        other => other.strip_prefix("gres/").map_or_else(|| other.to_string(), |g| format!("GRES/{g}")),
+    }
 }
 
 fn render(r: &PriorityResponse, jobs: &[&JobPriority], a: &SprioArgs) -> String {
@@ -129,7 +140,8 @@ fn render(r: &PriorityResponse, jobs: &[&JobPriority], a: &SprioArgs) -> String 
             vec![format!("{:>15}", "Weights"), format!("{:<9}", ""), format!("{:>10}", ""), format!("{:>10}", 1)];
         cells.extend(shown.iter().map(|f| format!("{:>10}", f.weight)));
         if tres {
-            let weights = weighing_tres(r).into_iter().map(|(_, n, w)| format!("{n}={w}"));
+            // As Slurm prints `PriorityWeightTRES` there: as `scontrol show config` does.
+            let weights = weighing_tres(r).into_iter().map(|(_, n, w)| format!("{}={w}", config_name(n)));
             cells.push(format!("{:<20}", weights.collect::<Vec<_>>().join(",")));
         }
         line(cells);
@@ -305,8 +317,12 @@ mod tests {
         );
         assert_eq!(
             render(&r, &jobs, &args(&["-w", "-h"])),
-            "        Weights                               1       1000 cpu=1000,gres/gpu=4000\n"
+            "        Weights                               1       1000 CPU=1000,GRES/gpu=4000\n"
         );
+        // A weighing TRES the job does not ask for is left out, as Slurm's sprio leaves it.
+        let cpus_only = JobPriority { tres: vec![0.25, 0.0, 0.5, 0.0], ..r.jobs[0].clone() };
+        let row = render(&r, &[&cpus_only], &args(&["-h"]));
+        assert!(row.trim_end().ends_with(" cpu=250"), "{row}");
         let none = PriorityResponse { weight_tres: vec![0; 4], ..r.clone() };
         assert!(!render(&none, &jobs, &args(&[])).contains("TRES"));
     }
