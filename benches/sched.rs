@@ -336,11 +336,14 @@ fn bench_cycle(c: &mut Criterion) {
     // incremental cycle): made from nothing, and from what the cycle before it kept.
     let policy = Policy { backfill: BackfillMode::Easy, reservations: 100, ..Policy::default() };
     let mut view = cluster(pending, nodes);
-    let first = schedule(&view, NOW_MS - 2000, &policy);
-    start(&mut view, &first, (NOW_MS - 2000) / 1000);
+    let first = schedule(&view, NOW_MS - 11_000, &policy);
+    start(&mut view, &first, (NOW_MS - 11_000) / 1000);
+    // The cycles of the ten seconds before: the cache keeps at most 10,000 new jobs a cycle.
     let mut kept = CycleCache::default();
-    let before = schedule_with(&view, NOW_MS - 1000, &policy, &mut kept);
-    assert!(before.starts.len() < 10, "the first cycle filled the cluster");
+    for k in (1..=10).rev() {
+        let before = schedule_with(&view, NOW_MS - 1000 * k, &policy, &mut kept);
+        assert!(before.starts.len() < 10, "the first cycle filled the cluster");
+    }
     churn(&mut view, 100, 100);
     let name = format!("{pending}_jobs_{nodes}_nodes_easy_after_100_ends_100_submits");
     let full = schedule(&view, NOW_MS, &policy);

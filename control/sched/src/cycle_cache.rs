@@ -124,6 +124,13 @@ fn sorted(keys: &[Key]) -> Vec<u32> {
     from.into_iter().map(|(_, i)| i).collect()
 }
 
+/// At most this many jobs get a kept entry in one cycle (see [`OrderCache::order`]); a few in
+/// the tests, so that their small queues take both ways.
+#[cfg(not(test))]
+const KEEP_PER_CYCLE: usize = 10_000;
+#[cfg(test)]
+const KEEP_PER_CYCLE: usize = 3;
+
 /// More interned pairs than this many per kept job (and a floor) and the interner starts
 /// again: users come and go over a long leadership.
 const PAIRS_PER_JOB: usize = 4;
@@ -148,7 +155,13 @@ impl OrderCache {
         // The jobs of the last view and of this one, both in id order, walked together: a job
         // whose entry is the same one keeps what was computed of it, without its entry being
         // read; any other is computed again.
-        let mut kept: Vec<Kept> = Vec::with_capacity(view.pending.len());
+        // A job without a kept entry gets one while this cycle's budget lasts; past it, its key
+        // is made as the full path makes it, and it is kept in a later cycle. The first cycle
+        // of a leader (or after a change of context) so costs what a cycle from nothing does,
+        // plus the budget's entries: each is a reference taken on the job's view entry.
+        let mut kept: Vec<Kept> = Vec::with_capacity(view.pending.len().min(old.len() + KEEP_PER_CYCLE));
+        let mut fresh = 0;
+        let mut slots: Vec<Result<u32, Key>> = Vec::with_capacity(view.pending.len());
         let mut old_jobs = old.into_iter().peekable();
         for job in &view.pending {
             let mut same = old_jobs.next_if(|k| Arc::ptr_eq(&k.job, job));
@@ -159,35 +172,51 @@ impl OrderCache {
             }
             let k = match same {
                 Some(k) if reusable => k,
-                _ => Kept {
-                    job: job.clone(),
-                    terms: ctx.as_ref().map(|c| c.terms(view, job, policy)),
-                    pair: self.pair(&job.account, &job.user),
-                    submit_ms: job.submit_ms,
-                    id: job.id,
-                },
+                _ if fresh < KEEP_PER_CYCLE => {
+                    fresh += 1;
+                    Kept {
+                        job: job.clone(),
+                        terms: ctx.as_ref().map(|c| c.terms(view, job, policy)),
+                        pair: self.pair(&job.account, &job.user),
+                        submit_ms: job.submit_ms,
+                        id: job.id,
+                    }
+                }
+                _ => {
+                    let (primary, secondary) = match (&ctx, policy.ordering) {
+                        (Some(ctx), _) => {
+                            let terms = ctx.terms(view, job, policy);
+                            let fs = ctx.fairshare_of(&job.account, &job.user);
+                            (terms.total(priority::age(terms.eligible_ms, now_ms, policy), fs, policy), 0)
+                        }
+                        (None, QueueOrder::ShortestFirst) => (operator(job), job.duration_s()),
+                        (None, _) => (operator(job), 0),
+                    };
+                    slots.push(Err(Key { primary, secondary, submit_ms: job.submit_ms, id: job.id }));
+                    continue;
+                }
             };
+            slots.push(Ok(kept.len() as u32));
             kept.push(k);
         }
 
         // This cycle's keys: age and fairshare added to the kept terms.
         let mut fairshare: Vec<Option<f64>> = vec![None; self.pairs.len()];
-        let keys: Vec<Key> = kept
-            .iter()
-            .map(|k| {
-                let (primary, secondary) = match (&ctx, policy.ordering) {
-                    (Some(ctx), _) => {
-                        let terms = k.terms.expect("terms are kept under multifactor priority");
-                        let (account, user) = &self.pairs[k.pair as usize];
-                        let fs = *fairshare[k.pair as usize].get_or_insert_with(|| ctx.fairshare_of(account, user));
-                        (terms.total(priority::age(terms.eligible_ms, now_ms, policy), fs, policy), 0)
-                    }
-                    (None, QueueOrder::ShortestFirst) => (operator(&k.job), k.job.duration_s()),
-                    (None, _) => (operator(&k.job), 0),
-                };
-                Key { primary, secondary, submit_ms: k.submit_ms, id: k.id }
-            })
-            .collect();
+        let mut key_of = |k: &Kept| {
+            let (primary, secondary) = match (&ctx, policy.ordering) {
+                (Some(ctx), _) => {
+                    let terms = k.terms.expect("terms are kept under multifactor priority");
+                    let (account, user) = &self.pairs[k.pair as usize];
+                    let fs = *fairshare[k.pair as usize].get_or_insert_with(|| ctx.fairshare_of(account, user));
+                    (terms.total(priority::age(terms.eligible_ms, now_ms, policy), fs, policy), 0)
+                }
+                (None, QueueOrder::ShortestFirst) => (operator(&k.job), k.job.duration_s()),
+                (None, _) => (operator(&k.job), 0),
+            };
+            Key { primary, secondary, submit_ms: k.submit_ms, id: k.id }
+        };
+        let keys: Vec<Key> =
+            slots.into_iter().map(|slot| slot.map_or_else(|key| key, |i| key_of(&kept[i as usize]))).collect();
         let ordered: Vec<&PendingJob> = sorted(&keys).into_iter().map(|i| &*view.pending[i as usize]).collect();
         self.jobs = kept;
         debug_assert_eq!(ordered.len(), view.pending.len(), "order must consider every pending job once");
