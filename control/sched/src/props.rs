@@ -27,16 +27,20 @@ fn cluster_shape() -> impl Strategy<Value = Vec<(u32, u32)>> {
     proptest::collection::vec((1u32..=8, 0u32..=4), 1..=6)
 }
 
+impl JobShape {
+    /// Writes this shape into `spec`: one task per node.
+    fn fill(&self, spec: &mut quorum_model::JobSpec) {
+        spec.nodes = self.nodes;
+        spec.ntasks = self.nodes;
+        spec.cpus_per_task = self.cpus;
+        spec.gpus_per_node = self.gpus;
+        spec.time_limit_s = Some(self.limit);
+        spec.exclusive = self.exclusive;
+    }
+}
+
 fn submit(b: &mut Bench, j: &JobShape) -> u64 {
-    let j = j.clone();
-    b.submit_with("alice", move |s| {
-        s.nodes = j.nodes;
-        s.ntasks = j.nodes;
-        s.cpus_per_task = j.cpus;
-        s.gpus_per_node = j.gpus;
-        s.time_limit_s = Some(j.limit);
-        s.exclusive = j.exclusive;
-    })
+    b.submit_with("alice", |s| j.fill(s))
 }
 
 /// Submits what the cluster could ever hold (the rest would be refused at submit).
@@ -417,12 +421,7 @@ proptest! {
                     let (user, account) = (users[account + user % 2], ["a", "b"][account]);
                     let who = if priority.is_some() { "root" } else { user };
                     b.submit_with(who, |s| {
-                        s.nodes = shape.nodes;
-                        s.ntasks = shape.nodes;
-                        s.cpus_per_task = shape.cpus;
-                        s.gpus_per_node = shape.gpus;
-                        s.time_limit_s = Some(shape.limit);
-                        s.exclusive = shape.exclusive;
+                        shape.fill(s);
                         s.account = Some(account.into());
                         s.nice = nice;
                         s.priority = priority;
