@@ -127,7 +127,7 @@ fn sorted(keys: &[Key]) -> Vec<u32> {
 /// At most this many jobs get a kept entry in one cycle (see [`OrderCache::order`]); a few in
 /// the tests, so that their small queues take both ways.
 #[cfg(not(test))]
-const KEEP_PER_CYCLE: usize = 10_000;
+const KEEP_PER_CYCLE: usize = 2_000;
 #[cfg(test)]
 const KEEP_PER_CYCLE: usize = 3;
 
