@@ -4,6 +4,7 @@
 
 use clap::Parser;
 use quorum_client::client::ControllersArg;
+use quorum_model::TresWeights;
 use quorum_proto::api::{self, JobPriority, PriorityResponse};
 
 use crate::commands::Context;
@@ -84,10 +85,10 @@ fn weighing_tres(r: &PriorityResponse) -> Vec<(usize, &str, u32)> {
 
 /// A job's TRES cell: each weighing TRES's weighted factor (`-n`: the factor itself), as
 /// Slurm's `%T` (`%t`) prints them: `cpu=12,gres/gpu=300`, leaving out those that add nothing
-/// (a job without GPUs shows no `gres/gpu`), as Slurm's sprio does.
-fn tres_cell(r: &PriorityResponse, j: &JobPriority, norm: bool) -> String {
-    let weighing = weighing_tres(r).into_iter().map(|(i, name, w)| (name, w, j.tres.get(i).copied().unwrap_or(0.0)));
-    let cells = weighing.filter(|(_, w, f)| f * f64::from(*w) != 0.0).map(|(name, w, f)| {
+/// (a job without GPUs shows no `gres/gpu`), as Slurm's sprio does. `weighing`: [`weighing_tres`].
+fn tres_cell(weighing: &[(usize, &str, u32)], j: &JobPriority, norm: bool) -> String {
+    let factors = weighing.iter().map(|&(i, name, w)| (name, w, j.tres.get(i).copied().unwrap_or(0.0)));
+    let cells = factors.filter(|(_, w, f)| f * f64::from(*w) != 0.0).map(|(name, w, f)| {
         if norm {
             format!("{name}={f:.2}")
         } else {
@@ -97,20 +98,19 @@ fn tres_cell(r: &PriorityResponse, j: &JobPriority, norm: bool) -> String {
     cells.collect::<Vec<_>>().join(",")
 }
 
-/// A TRES's name as `PriorityWeightTRES` spells it (`CPU`, `Mem`, `Node`, `GRES/gpu`).
-fn config_name(name: &str) -> String {
-    match name {
-        "cpu" => "CPU".into(),
-        "mem" => "Mem".into(),
-        "node" => "Node".into(),
-        other => other.strip_prefix("gres/").map_or_else(|| other.to_string(), |g| format!("GRES/{g}")),
-    }
+/// The sum of every weight, the factors' and the TRES': what a normalised priority divides by
+/// (at least 1), in `sprio -n` as in squeue's `%p`.
+pub(crate) fn total_weight(r: &PriorityResponse) -> f64 {
+    let factors = [r.weight_age, r.weight_fairshare, r.weight_job_size, r.weight_partition, r.weight_qos];
+    let all = factors.iter().chain(&r.weight_tres).map(|w| f64::from(*w)).sum::<f64>();
+    all.max(1.0)
 }
 
 fn render(r: &PriorityResponse, jobs: &[&JobPriority], a: &SprioArgs) -> String {
     let shown: Vec<Factor> = factors(r).into_iter().filter(|f| a.long || f.weight > 0).collect();
     // The TRES column, as Slurm's `%20T`, when some TRES weighs.
-    let tres = !weighing_tres(r).is_empty();
+    let weighing = weighing_tres(r);
+    let tres = !weighing.is_empty();
     let mut out = String::new();
     let mut line = |cells: Vec<String>| {
         out.push_str(cells.join(" ").trim_end());
@@ -141,7 +141,8 @@ fn render(r: &PriorityResponse, jobs: &[&JobPriority], a: &SprioArgs) -> String 
         cells.extend(shown.iter().map(|f| format!("{:>10}", f.weight)));
         if tres {
             // As Slurm prints `PriorityWeightTRES` there: as `scontrol show config` does.
-            let weights = weighing_tres(r).into_iter().map(|(_, n, w)| format!("{}={w}", config_name(n)));
+            let name = |n: &str| TresWeights::config_name(n).map_or_else(|| n.to_string(), str::to_string);
+            let weights = weighing.iter().map(|&(_, n, w)| format!("{}={w}", name(n)));
             cells.push(format!("{:<20}", weights.collect::<Vec<_>>().join(",")));
         }
         line(cells);
@@ -156,9 +157,7 @@ fn render(r: &PriorityResponse, jobs: &[&JobPriority], a: &SprioArgs) -> String 
             cells.push(format!("{:>8}", cut(&j.user, 8)));
         }
         if a.norm {
-            let weights: u64 = factors(r).iter().map(|f| u64::from(f.weight)).sum::<u64>()
-                + r.weight_tres.iter().map(|w| u64::from(*w)).sum::<u64>();
-            cells.push(format!("{:>10.7}", j.total / weights.max(1) as f64));
+            cells.push(format!("{:>10.7}", j.total / total_weight(r)));
         } else {
             cells.push(format!("{:>10.0}", j.total));
         }
@@ -171,7 +170,7 @@ fn render(r: &PriorityResponse, jobs: &[&JobPriority], a: &SprioArgs) -> String 
             cells.push(format!("{:>10}", j.nice));
         }
         if tres {
-            cells.push(format!("{:<20}", tres_cell(r, j, a.norm)));
+            cells.push(format!("{:<20}", tres_cell(&weighing, j, a.norm)));
         }
         line(cells);
     }

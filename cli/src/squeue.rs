@@ -408,9 +408,7 @@ fn sort_rows(rows: &mut [Row], keys: &[SortKey], now_ms: u64) {
 /// Gives each pending line its job's priority, from the controllers' (sprio's) answer; a held
 /// job's is 0, as `scontrol show job` shows it (and Slurm's).
 fn set_priorities(rows: &mut [Row], r: &api::PriorityResponse) {
-    let weights = [r.weight_age, r.weight_fairshare, r.weight_job_size, r.weight_partition, r.weight_qos];
-    let tres: f64 = r.weight_tres.iter().map(|w| f64::from(*w)).sum();
-    let most = (weights.iter().map(|w| f64::from(*w)).sum::<f64>() + tres).max(1.0);
+    let most = crate::sprio::total_weight(r);
     let of: std::collections::HashMap<u64, f64> = r.jobs.iter().map(|j| (j.job_id, j.total)).collect();
     for row in rows.iter_mut().filter(|row| row.job.held.is_empty()) {
         if let Some(&total) = of.get(&row.job.id) {

@@ -89,6 +89,13 @@ pub struct TresWeights {
 impl TresWeights {
     /// Slurm's names, in the order it lists them.
     pub const NAMES: [&'static str; 4] = ["cpu", "mem", "node", "gres/gpu"];
+    /// The same, as `PriorityWeightTRES` spells them.
+    pub const CONFIG_NAMES: [&'static str; 4] = ["CPU", "Mem", "Node", "GRES/gpu"];
+
+    /// The `PriorityWeightTRES` spelling of one of [`TresWeights::NAMES`].
+    pub fn config_name(name: &str) -> Option<&'static str> {
+        Self::NAMES.iter().position(|n| *n == name).map(|i| Self::CONFIG_NAMES[i])
+    }
 
     pub fn is_zero(&self) -> bool {
         *self == TresWeights::default()
@@ -132,9 +139,7 @@ impl TresWeights {
     /// Slurm's form of the weights that are not zero (`CPU=1000,GRES/gpu=3000`); empty when all
     /// are.
     pub fn to_slurm(&self) -> String {
-        let names = ["CPU", "Mem", "Node", "GRES/gpu"];
-        let each = self.each();
-        let set = names.iter().zip(each).filter(|(_, w)| *w > 0);
+        let set = Self::CONFIG_NAMES.iter().zip(self.each()).filter(|(_, w)| *w > 0);
         set.map(|(n, w)| format!("{n}={w}")).collect::<Vec<_>>().join(",")
     }
 }

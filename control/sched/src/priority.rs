@@ -79,8 +79,10 @@ struct Running<'a> {
 fn running<'a>(view: &'a ClusterView, now_ms: Millis, policy: &Policy) -> Running<'a> {
     // Summed in hash maps (a running job's owners are looked up once per job, and there are
     // tens of thousands), each sum in the running jobs' order as before, then ordered.
-    let mut accounts: std::collections::HashMap<&str, f64> = std::collections::HashMap::new();
-    let mut users: std::collections::HashMap<(&str, &str), f64> = std::collections::HashMap::new();
+    // With a fixed hasher: the core reads no randomness, even where the result would not show it.
+    type Fixed = std::hash::BuildHasherDefault<std::collections::hash_map::DefaultHasher>;
+    let mut accounts: std::collections::HashMap<&str, f64, Fixed> = Default::default();
+    let mut users: std::collections::HashMap<(&str, &str), f64, Fixed> = Default::default();
     let mut total = 0.0;
     for j in &view.running {
         let billed = j.charge.billed_at(now_ms, policy);
@@ -389,8 +391,6 @@ impl PriorityContext {
     pub(crate) fn basis(&self, view: &ClusterView) -> Basis {
         Basis {
             cluster_billed: self.cluster_billed,
-            max_tier: self.max_tier,
-            max_qos: self.max_qos,
             partition_tres: self.partition_tres.clone(),
             tiers: view.partitions.iter().map(|(n, p)| (n.clone(), p.tier)).collect(),
             qos: view.qos.iter().map(|(n, q)| (n.clone(), q.priority)).collect(),
@@ -458,8 +458,6 @@ impl Terms {
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct Basis {
     cluster_billed: f64,
-    max_tier: u32,
-    max_qos: u32,
     partition_tres: BTreeMap<String, [f64; 4]>,
     tiers: Vec<(String, u32)>,
     qos: Vec<(String, u32)>,
