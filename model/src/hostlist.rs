@@ -129,6 +129,19 @@ fn split_numeric_suffix(name: &str) -> (&str, &str) {
     name.split_at(name.len() - digits)
 }
 
+/// Orders node names as a hostlist lists them: by the prefix before a trailing number, then by
+/// that number (`node2` before `node10`), then by the whole name. A job's nodes are kept in this
+/// order, as Slurm keeps them in its node table's: the batch script runs on the first, and `srun`
+/// numbers block-distributed tasks (and `mpirun` its ranks, from `SLURM_JOB_NODELIST`) along it.
+pub fn natural_cmp(a: &str, b: &str) -> std::cmp::Ordering {
+    fn key(name: &str) -> (&str, Option<u64>) {
+        let (prefix, digits) = split_numeric_suffix(name);
+        // More than 18 digits is no number a hostlist writes as one.
+        (prefix, if digits.len() > 18 { None } else { digits.parse().ok() })
+    }
+    key(a).cmp(&key(b)).then_with(|| a.cmp(b))
+}
+
 /// Compresses names into a hostlist expression; the inverse of [`expand`] up to ordering.
 pub fn compress<S: AsRef<str>>(names: &[S]) -> String {
     // group by (prefix, width) keeping first-seen order of groups
@@ -217,6 +230,15 @@ pub fn compress<S: AsRef<str>>(names: &[S]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn names_order_as_a_hostlist_lists_them() {
+        let mut names = vec!["node10", "gpu2", "node2", "node02", "login", "node1", "gpu10"];
+        names.sort_by(|a, b| natural_cmp(a, b));
+        assert_eq!(names, ["gpu2", "gpu10", "login", "node1", "node02", "node2", "node10"]);
+        let sorted = ["node1", "node2", "node10"];
+        assert_eq!(expand(&compress(&sorted)).unwrap(), sorted);
+    }
 
     #[test]
     fn expands_ranges_with_padding() {

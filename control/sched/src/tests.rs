@@ -1853,3 +1853,24 @@ fn kept_priorities_follow_a_change_of_the_weights() {
     b.cmd(Command::SetPolicy { policy: Policy { favor_small: false, ..policy }, now: 0 });
     assert_eq!(order(&b.cycle()), vec![big, small], "the big job first");
 }
+
+/// A job's nodes are listed as a hostlist lists them (`n2` before `n10`), whichever fit best, as
+/// Slurm keeps a job's nodes in its node table's order: the script runs on the first, and `srun`
+/// numbers block-distributed tasks along them as `mpirun` does from the node list.
+#[test]
+fn a_jobs_nodes_are_in_hostlist_order_not_best_fit_order() {
+    let nodes = vec![node("n1", 4, 0, "", &[]), node("n2", 2, 0, "", &[]), node("n10", 2, 0, "", &[])];
+    let mut b = Bench::new(nodes, fifo(BackfillMode::Easy, 1));
+    let job = b.submit_with("alice", |s| {
+        s.nodes = 3;
+        s.ntasks = 3;
+        s.cpus_per_task = 2;
+    });
+    let p = b.cycle();
+    assert_eq!(started(&p), vec![job]);
+    let names: Vec<&str> = p.starts[0].allocation.nodes.iter().map(|n| n.node.as_str()).collect();
+    // Best fit takes n2 and n10 (nothing left over) before n1.
+    assert_eq!(names, ["n1", "n2", "n10"]);
+    let list = quorum_model::hostlist::compress(&names);
+    assert_eq!(quorum_model::hostlist::expand(&list).unwrap(), names, "{list}");
+}

@@ -205,6 +205,10 @@ impl<'v> Capacity<'v> {
         let view = self.view;
         let mut allocation = Allocation::default();
         let (mut cpus, mut gpus, mut mem) = (0, 0, 0);
+        // The job's nodes in the order a hostlist lists them, as Slurm's are, whichever fit
+        // best: its script runs on the first, its tasks are numbered along them.
+        let mut nodes = nodes;
+        nodes.sort_by(|&a, &b| quorum_model::hostlist::natural_cmp(&view.nodes[a].name, &view.nodes[b].name));
         for i in nodes {
             let node = &view.nodes[i];
             let req = placement::need(job, node, exclusive);
