@@ -18,7 +18,7 @@ use quorum_control::model::reservation::{Reservation, ResvFlags};
 use quorum_control::model::{Account, AssocLimits, Gpu, Job, JobSpec, JobState, Node, NodeAdminState, Program, Shared};
 use quorum_control::model::{BackfillMode, BackfillOrder, Policy};
 use quorum_control::model::{Qos, TresLimit, TresMins, Usage};
-use quorum_sched::view::{DepStatus, PartitionView, RunningJob};
+use quorum_sched::view::{DepStatus, Name, PartitionView, RunningJob};
 use quorum_sched::{schedule, schedule_with, ClusterView, CycleCache, NodeView, PendingJob, Plan, Res};
 use quorum_state::ClusterState;
 
@@ -154,21 +154,26 @@ pub fn cluster_with(pending: usize, nodes: usize, scavengers: bool) -> ClusterVi
             },
         );
     }
+    // One copy of each name, shared by the jobs that carry it, as the leader's view has them
+    // (its cache interns them).
+    let users: Vec<Name> = (0..200).map(|u| format!("u{u}").into()).collect();
+    let accounts: Vec<Name> = (0..10).map(|a| format!("acct{a}").into()).collect();
+    let (normal, gpu, h100): (Name, Name, Name) = ("normal".into(), "gpu".into(), "h100".into());
     for j in 0..pending {
         let gpus = [1, 1, 2, 4, 8][rng.below(5) as usize];
         let multi = rng.below(10) == 0;
         view.pending.push(Arc::new(PendingJob {
             id: j as u64 + 1,
-            user: format!("u{}", rng.below(200)).into(),
-            account: format!("acct{}", rng.below(10)).into(),
-            qos: "normal".into(),
-            partition: "gpu".into(),
+            user: users[rng.below(200) as usize].clone(),
+            account: accounts[rng.below(10) as usize].clone(),
+            qos: normal.clone(),
+            partition: gpu.clone(),
             submit_ms: NOW_MS - rng.below(3 * 86_400_000),
             begin_ms: None,
             nodes: if multi { 2 + rng.below(3) as u32 } else { 1 },
             per_node: Res { cpus: 8 * gpus, mem: 64 * 1024 * gpus, gpus },
             cpu_parts: 1,
-            gpu_type: Some("h100".into()),
+            gpu_type: Some(h100.clone()),
             time_limit_s: Some(600 + rng.below(86_400)),
             plan_s: None,
             nice: 0,
@@ -359,6 +364,16 @@ fn bench_cycle(c: &mut Criterion) {
         group.bench_function(format!("{name}_kept"), |b| {
             b.iter_batched(
                 || kept.clone(),
+                |mut k| black_box(schedule_with(black_box(&view), NOW_MS, &policy, &mut k)),
+                BatchSize::LargeInput,
+            )
+        });
+        // The leader's first cycle (after an election, or a change of policy, partitions or
+        // QOS): `100000_jobs_10000_nodes_easy` made with an empty cache, which it fills.
+        let view = cluster(pending, nodes);
+        group.bench_function(format!("{pending}_jobs_{nodes}_nodes_easy_empty_cache"), |b| {
+            b.iter_batched(
+                CycleCache::default,
                 |mut k| black_box(schedule_with(black_box(&view), NOW_MS, &policy, &mut k)),
                 BatchSize::LargeInput,
             )

@@ -12,6 +12,9 @@ pub struct Candidate<'a> {
     pub job: &'a PendingJob,
     /// Its partition's position in the view's partitions.
     pub partition: usize,
+    /// Whether it holds nodes whose jobs it preempted ([`PendingJob::claim`]), read while
+    /// screening had the job's record at hand: the place stage looks for these first.
+    pub claims: bool,
 }
 
 /// A job that does not start now, its place in the order, and why.

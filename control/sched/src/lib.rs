@@ -158,6 +158,9 @@ pub fn screen<'a>(view: &'a ClusterView, ordered: &[&'a PendingJob], now_ms: Mil
     let mut qos = Lookup::new(&view.qos);
     let mut out = Screened::default();
     for (position, &job) in ordered.iter().enumerate() {
+        if let Some(ahead) = ordered.get(position + view::PREFETCH_AHEAD) {
+            ahead.prefetch();
+        }
         let found = partitions.find(&job.partition);
         let qos = qos.find(&job.qos).map(|(_, q)| q);
         let reason =
@@ -188,7 +191,7 @@ pub fn screen<'a>(view: &'a ClusterView, ordered: &[&'a PendingJob], now_ms: Mil
         });
         match (reason, found) {
             (Some(reason), _) => out.ineligible.push(Waiting { position, job, reason }),
-            (None, Some((partition, _))) => out.candidates.push(Candidate { position, job, partition }),
+            (None, Some((partition, _))) => out.candidates.push(Candidate { position, job, partition, claims: !job.claim.is_empty() }),
             (None, None) => unreachable!("a job without a partition has the reason PartitionNoNodes"),
         }
     }
@@ -203,16 +206,31 @@ impl Plan {
         let Placed { starts, waiting, estimates, backfilled, preemptions, resumes, late: _ } = placed;
         let mut plan = Plan { starts, estimates, backfilled, preemptions, resumes, ..Plan::default() };
         plan.reasons.reserve(ineligible.len() + waiting.len());
-        let (mut a, mut b) = (ineligible.into_iter().peekable(), waiting.into_iter().peekable());
+        // The two lists merged by position; each job's record asked for a few jobs ahead of
+        // both, as [`screen`] does.
+        let (mut a, mut b) = (0, 0);
         loop {
-            let next = match (a.peek(), b.peek()) {
-                (Some(x), Some(y)) if x.position < y.position => a.next(),
-                (Some(_), Some(_)) => b.next(),
-                (Some(_), None) => a.next(),
-                (None, _) => b.next(),
+            for (list, at) in [(&ineligible, a), (&waiting, b)] {
+                if let Some(w) = list.get(at + view::PREFETCH_AHEAD) {
+                    w.job.prefetch();
+                }
+            }
+            let next = match (ineligible.get(a), waiting.get(b)) {
+                (Some(x), Some(y)) if x.position < y.position => {
+                    a += 1;
+                    x
+                }
+                (_, Some(y)) => {
+                    b += 1;
+                    y
+                }
+                (Some(x), None) => {
+                    a += 1;
+                    x
+                }
+                (None, None) => break,
             };
-            let Some(Waiting { job, reason, .. }) = next else { break };
-            plan.set_reason(job, reason);
+            plan.set_reason(next.job, next.reason);
         }
         debug_assert_eq!(plan.starts.len() + plan.reasons.len(), considered, "every job starts or has a reason");
         plan

@@ -44,7 +44,12 @@ impl Timeline {
 
     /// Index of the step in force at `t`.
     fn at(&self, t: u64) -> usize {
-        self.steps.partition_point(|(s, _)| *s <= t).saturating_sub(1)
+        // Most lookups are of now, which the first step holds: no search for them.
+        match self.steps.get(1) {
+            Some((s, _)) if *s > t => 0,
+            None => 0,
+            Some(_) => self.steps.partition_point(|(s, _)| *s <= t).saturating_sub(1),
+        }
     }
 
     /// Free resources at `t`.

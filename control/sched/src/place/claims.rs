@@ -17,7 +17,7 @@ impl<'a> Placer<'a, '_> {
     /// over: the job is then placed as any other.
     pub(super) fn claim(&mut self, candidates: &[Candidate<'a>]) -> BTreeMap<usize, Option<Allocation>> {
         let mut claimed = BTreeMap::new();
-        for &Candidate { position, job, partition: part } in candidates.iter().filter(|c| !c.job.claim.is_empty()) {
+        for &Candidate { position, job, partition: part, .. } in candidates.iter().filter(|c| c.claims) {
             let (view, members) = (self.view, &self.members[part]);
             let Some(nodes) =
                 job.claim.iter().map(|n| view.node_index(n).filter(|&i| members[i])).collect::<Option<Vec<usize>>>()
