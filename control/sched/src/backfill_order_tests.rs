@@ -143,36 +143,3 @@ fn forecasts_follow_the_schedules_order_by_limits() {
     let at = |j: u64| (forecast[&j].start_ms - 1_000_000_000) / 1000;
     assert_eq!([at(a), at(bob), at(alice)], [120, 140, 170]);
 }
-
-/// A job that fits now only for its prediction is not forecast to start now: the schedule,
-/// on limits, does not start it. Two nodes; carol's job runs on one until t=120 (limit 100
-/// from t=20), and bob's 2-node job (20 s) is reserved from then. Alice's job (limit 150,
-/// planned 10 s from her history) fits the free node now for its prediction, not for its
-/// limit: it is forecast where the plan on limits starts it, after bob's (140), as the
-/// schedule will start it. Dave's (limit 90) fits now for his limit too: forecast now.
-#[test]
-fn a_job_that_fits_now_only_for_its_prediction_is_not_forecast_now() {
-    let policy = Policy { ordering: QueueOrder::Fifo, backfill_order: BackfillOrder::Shortest, ..Policy::default() };
-    let nodes = vec![node("n1", 1, 0, "", &[]), node("n2", 1, 0, "", &[])];
-    let mut b = alice_ran_10_s_twice(nodes, policy);
-    let running = b.submit_with("carol", |s| s.time_limit_s = Some(100));
-    assert_eq!(started(&b.cycle()), vec![running]);
-    let wide = b.submit_with("bob", |s| (s.nodes, s.ntasks, s.time_limit_s) = (2, 2, Some(20)));
-    let alice = b.submit_with("alice", |s| s.time_limit_s = Some(150));
-    let plan = b.cycle();
-    assert!(started(&plan).is_empty(), "alice's limit would delay bob's reservation");
-    let reserved = plan.estimates;
-    let view = ClusterView::from_state_predicting(&b.state, &mut view::ViewCache::default());
-    let shown = forecast(&view, b.now_ms, &b.state.policy, &reserved);
-    let at = |j: u64| (shown[&j].start_ms - 1_000_000_000) / 1000;
-    assert_eq!([at(wide), at(alice)], [120, 140]);
-    // On predictions alone she would have been shown starting now.
-    let all = estimate_all(&view, b.now_ms, &b.state.policy, &reserved);
-    assert_eq!(started(&all), vec![alice]);
-
-    let dave = b.submit_with("dave", |s| s.time_limit_s = Some(90));
-    let view = ClusterView::from_state_predicting(&b.state, &mut view::ViewCache::default());
-    let shown = forecast(&view, b.now_ms, &b.state.policy, &reserved);
-    assert_eq!(shown[&dave].start_ms, b.now_ms, "its limit fits before bob's reservation");
-    assert_eq!(shown[&dave].nodes, vec!["n2".to_string()]);
-}
