@@ -183,15 +183,9 @@ impl OrderCache {
                     }
                 }
                 _ => {
-                    let (primary, secondary) = match (&ctx, policy.ordering) {
-                        (Some(ctx), _) => {
-                            let terms = ctx.terms(view, job, policy);
-                            let fs = ctx.fairshare_of(&job.account, &job.user);
-                            (terms.total(priority::age(terms.eligible_ms, now_ms, policy), fs, policy), 0)
-                        }
-                        (None, QueueOrder::ShortestFirst) => (operator(job), job.duration_s()),
-                        (None, _) => (operator(job), 0),
-                    };
+                    let terms = ctx.as_ref().map(|c| c.terms(view, job, policy));
+                    let fairshare = || ctx.as_ref().map_or(0.0, |c| c.fairshare_of(&job.account, &job.user));
+                    let (primary, secondary) = key_of(job, terms, fairshare, now_ms, policy);
                     slots.push(Err(Key { primary, secondary, submit_ms: job.submit_ms, id: job.id }));
                     continue;
                 }
@@ -202,21 +196,15 @@ impl OrderCache {
 
         // This cycle's keys: age and fairshare added to the kept terms.
         let mut fairshare: Vec<Option<f64>> = vec![None; self.pairs.len()];
-        let mut key_of = |k: &Kept| {
-            let (primary, secondary) = match (&ctx, policy.ordering) {
-                (Some(ctx), _) => {
-                    let terms = k.terms.expect("terms are kept under multifactor priority");
-                    let (account, user) = &self.pairs[k.pair as usize];
-                    let fs = *fairshare[k.pair as usize].get_or_insert_with(|| ctx.fairshare_of(account, user));
-                    (terms.total(priority::age(terms.eligible_ms, now_ms, policy), fs, policy), 0)
-                }
-                (None, QueueOrder::ShortestFirst) => (operator(&k.job), k.job.duration_s()),
-                (None, _) => (operator(&k.job), 0),
-            };
+        let mut kept_key = |k: &Kept| {
+            let (account, user) = &self.pairs[k.pair as usize];
+            let fs = &mut fairshare[k.pair as usize];
+            let fairshare = || *fs.get_or_insert_with(|| ctx.as_ref().map_or(0.0, |c| c.fairshare_of(account, user)));
+            let (primary, secondary) = key_of(&k.job, k.terms, fairshare, now_ms, policy);
             Key { primary, secondary, submit_ms: k.submit_ms, id: k.id }
         };
         let keys: Vec<Key> =
-            slots.into_iter().map(|slot| slot.map_or_else(|key| key, |i| key_of(&kept[i as usize]))).collect();
+            slots.into_iter().map(|slot| slot.map_or_else(|key| key, |i| kept_key(&kept[i as usize]))).collect();
         let ordered: Vec<&PendingJob> = sorted(&keys).into_iter().map(|i| &*view.pending[i as usize]).collect();
         self.jobs = kept;
         debug_assert_eq!(ordered.len(), view.pending.len(), "order must consider every pending job once");
@@ -230,6 +218,24 @@ impl OrderCache {
             self.pairs.push((account.clone(), user.clone()));
             next
         })
+    }
+}
+
+/// A job's (primary, secondary) key this cycle, as the full path orders: under multifactor
+/// priority its `terms` with age and its `fairshare` (asked only then) added; otherwise an
+/// operator's number, and its run time where the shortest go first. `job` is read only
+/// without terms.
+fn key_of(
+    job: &PendingJob,
+    terms: Option<Terms>,
+    fairshare: impl FnOnce() -> f64,
+    now_ms: Millis,
+    policy: &Policy,
+) -> (f64, u64) {
+    match (terms, policy.ordering) {
+        (Some(terms), _) => (terms.total(priority::age(terms.eligible_ms, now_ms, policy), fairshare(), policy), 0),
+        (None, QueueOrder::ShortestFirst) => (operator(job), job.duration_s()),
+        (None, _) => (operator(job), 0),
     }
 }
 

@@ -158,9 +158,7 @@ pub fn screen<'a>(view: &'a ClusterView, ordered: &[&'a PendingJob], now_ms: Mil
     let mut qos = Lookup::new(&view.qos);
     let mut out = Screened::default();
     for (position, &job) in ordered.iter().enumerate() {
-        if let Some(ahead) = ordered.get(position + view::PREFETCH_AHEAD) {
-            ahead.prefetch();
-        }
+        view::prefetch_ahead(ordered, position, |j| j);
         let found = partitions.find(&job.partition);
         let qos = qos.find(&job.qos).map(|(_, q)| q);
         let reason =
@@ -191,7 +189,9 @@ pub fn screen<'a>(view: &'a ClusterView, ordered: &[&'a PendingJob], now_ms: Mil
         });
         match (reason, found) {
             (Some(reason), _) => out.ineligible.push(Waiting { position, job, reason }),
-            (None, Some((partition, _))) => out.candidates.push(Candidate { position, job, partition, claims: !job.claim.is_empty() }),
+            (None, Some((partition, _))) => {
+                out.candidates.push(Candidate { position, job, partition, claims: !job.claim.is_empty() })
+            }
             (None, None) => unreachable!("a job without a partition has the reason PartitionNoNodes"),
         }
     }
@@ -210,27 +210,21 @@ impl Plan {
         // both, as [`screen`] does.
         let (mut a, mut b) = (0, 0);
         loop {
-            for (list, at) in [(&ineligible, a), (&waiting, b)] {
-                if let Some(w) = list.get(at + view::PREFETCH_AHEAD) {
-                    w.job.prefetch();
-                }
-            }
-            let next = match (ineligible.get(a), waiting.get(b)) {
-                (Some(x), Some(y)) if x.position < y.position => {
-                    a += 1;
-                    x
-                }
-                (_, Some(y)) => {
-                    b += 1;
-                    y
-                }
-                (Some(x), None) => {
-                    a += 1;
-                    x
-                }
+            view::prefetch_ahead(&ineligible, a, |w| w.job);
+            view::prefetch_ahead(&waiting, b, |w| w.job);
+            let from_ineligible = match (ineligible.get(a), waiting.get(b)) {
+                (Some(x), Some(y)) => x.position < y.position,
+                (Some(_), None) => true,
+                (None, Some(_)) => false,
                 (None, None) => break,
             };
+            let next = if from_ineligible { &ineligible[a] } else { &waiting[b] };
             plan.set_reason(next.job, next.reason);
+            if from_ineligible {
+                a += 1;
+            } else {
+                b += 1;
+            }
         }
         debug_assert_eq!(plan.starts.len() + plan.reasons.len(), considered, "every job starts or has a reason");
         plan

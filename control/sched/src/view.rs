@@ -230,7 +230,16 @@ pub struct PendingJob {
 
 /// How many jobs ahead of the one in hand a stage that walks the queue asks for a job's record
 /// ([`PendingJob::prefetch`]).
-pub(crate) const PREFETCH_AHEAD: usize = 12;
+const PREFETCH_AHEAD: usize = 12;
+
+/// For a stage walking `list` in order, at `at`: asks for the record of the job a few entries
+/// further on ([`PendingJob::prefetch`]); `job` finds an entry's job.
+#[inline]
+pub(crate) fn prefetch_ahead<'l, T>(list: &'l [T], at: usize, job: impl Fn(&'l T) -> &'l PendingJob) {
+    if let Some(entry) = list.get(at + PREFETCH_AHEAD) {
+        job(entry).prefetch();
+    }
+}
 
 impl PendingJob {
     /// Asks the CPU to bring this job's record into its cache, for a stage that will read it a
@@ -699,9 +708,7 @@ impl ClusterView {
     pub fn predicts(&self) -> bool {
         self.running.iter().any(|r| r.predicted_end_s.is_some())
             || self.pending.iter().enumerate().any(|(k, j)| {
-                if let Some(ahead) = self.pending.get(k + PREFETCH_AHEAD) {
-                    ahead.prefetch();
-                }
+                prefetch_ahead(&self.pending, k, |j| j);
                 predicted(j)
             })
     }

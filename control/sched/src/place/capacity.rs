@@ -194,7 +194,7 @@ impl<'v> Capacity<'v> {
     pub(super) fn start<'j>(
         &mut self,
         job: &'j PendingJob,
-        nodes: Vec<usize>,
+        mut nodes: Vec<usize>,
         exclusive: bool,
         inside: Book,
         duration: u64,
@@ -207,7 +207,6 @@ impl<'v> Capacity<'v> {
         let (mut cpus, mut gpus, mut mem) = (0, 0, 0);
         // The job's nodes in the order a hostlist lists them, as Slurm's are, whichever fit
         // best: its script runs on the first, its tasks are numbered along them.
-        let mut nodes = nodes;
         nodes.sort_by(|&a, &b| quorum_model::hostlist::natural_cmp(&view.nodes[a].name, &view.nodes[b].name));
         for i in nodes {
             let node = &view.nodes[i];

@@ -98,9 +98,7 @@ pub(crate) fn place_until_late<'a>(
             continue;
         }
         next += 1;
-        if let Some(&ahead) = tried.get(next + crate::view::PREFETCH_AHEAD) {
-            candidates[ahead].job.prefetch();
-        }
+        crate::view::prefetch_ahead(&tried, next, |&k| candidates[k].job);
         let c = candidates[k];
         match claimed.remove(&c.position) {
             Some(Some(allocation)) => p.placed.starts.push(PlannedStart { job_id: c.job.id, allocation }),
