@@ -85,6 +85,57 @@ fn the_state_keeps_each_users_last_two_run_times_of_jobs_that_ran_their_course()
     assert!(!b.state.recent_runs.contains_key("bob"));
 }
 
+/// Runs one job of `user` asking `limit_s`, for `run_s` seconds from `at`; returns when it ended.
+fn one_run(b: &mut Bench, user: &str, at: u64, limit_s: u64, run_s: u64) -> u64 {
+    b.at(at);
+    let j = job(b, user, 1, limit_s);
+    assert_eq!(started(&b.cycle()), vec![j]);
+    b.at(at + run_s);
+    b.end(j);
+    at + run_s
+}
+
+/// From level 37 the state keeps each user's runs per time limit too; a job is predicted from
+/// the runs of its limit. Alice's two 100 s-limit jobs ran 10 s, then a 1000 s-limit one ran
+/// 600 s: her running 100 s-limit job is predicted to run 10 s (her last two of any limit say
+/// 305, past its limit, so no prediction at all), and Bob's wide job waits for 10 s, not 100.
+#[test]
+fn a_job_is_predicted_from_its_users_runs_of_the_same_time_limit() {
+    let mut b = site(2, true);
+    let t = history(&mut b, "alice", 0, [10, 10]);
+    let t = one_run(&mut b, "alice", t, 1000, 600);
+    assert_eq!(b.state.recent_runs["alice"], RecentRuns { last_s: 600, before_s: Some(10) });
+    let by_limit = &b.state.runs_by_limit["alice"];
+    assert_eq!(by_limit.get(100), Some(&RecentRuns { last_s: 10, before_s: Some(10) }));
+    assert_eq!(by_limit.get(1000), Some(&RecentRuns { last_s: 600, before_s: None }));
+    assert_eq!(by_limit.0[0].limit_s, 1000, "the limit used last first");
+    b.at(t);
+    let running = job(&mut b, "alice", 1, 100);
+    let wide = job(&mut b, "bob", 2, 50);
+    let p = b.cycle();
+    assert_eq!(started(&p), vec![running]);
+    assert_eq!(estimate_s(&p, wide), Some(t + 10));
+}
+
+/// Below level 37 (a replica of the release before among the voters) the state keeps no runs
+/// per limit, as that replica does: the same state on both, and predictions from the user's.
+#[test]
+fn below_its_level_no_runs_are_kept_per_limit() {
+    let mut b = site(2, true);
+    let old = quorum_state::ReplicaVersion { level: quorum_state::RUNS_BY_LIMIT_LEVEL - 1, version: "old".into() };
+    b.cmd(Command::SetReplicaVersions { versions: BTreeMap::from([(1, old)]), now: 0 });
+    let t = history(&mut b, "alice", 0, [10, 10]);
+    let t = one_run(&mut b, "alice", t, 1000, 600);
+    assert!(b.state.runs_by_limit.is_empty());
+    assert_eq!(b.state.recent_runs["alice"], RecentRuns { last_s: 600, before_s: Some(10) });
+    b.at(t);
+    let running = job(&mut b, "alice", 1, 100);
+    let wide = job(&mut b, "bob", 2, 50);
+    let p = b.cycle();
+    assert_eq!(started(&p), vec![running]);
+    assert_eq!(estimate_s(&p, wide), Some(t + 100), "305 s predicted, past the limit: the limit");
+}
+
 /// Alice's last two jobs ran 10 s of their 100: her running job is planned to end 10 s after
 /// it started, so the 2-node job blocked behind it is reserved then, not at her limit; once
 /// her job outlives its prediction, it is planned to its limit again. With predictions off,

@@ -350,7 +350,8 @@ pub struct ClusterView {
     pub reservations: Vec<quorum_model::reservation::Reservation>,
 }
 
-/// A job's predicted run time from its user's recent runs, when there are some and it is shorter
+/// A job's predicted run time from its user's recent runs (those of its time limit where there
+/// are some: [`quorum_state::ClusterState::runs_for`]), when there are some and it is shorter
 /// than its limit (otherwise the limit is what is planned).
 fn shorter_prediction(recent: Option<&quorum_model::predict::RecentRuns>, limit_s: Option<u64>) -> Option<u64> {
     quorum_model::predict::predicted_s(Some(recent?), limit_s).filter(|&p| limit_s.is_none_or(|l| p < l))
@@ -839,7 +840,7 @@ impl ClusterView {
                     let Some(a) = &j.allocation else { continue };
                     let predicted_end = match (predict, j.start_time, j.state) {
                         (true, Some(start), JobState::Running) => {
-                            shorter_prediction(state.recent_runs.get(&j.user), j.limit_from_start_s())
+                            shorter_prediction(state.runs_for(&j.user, j.spec.time_limit_s), j.limit_from_start_s())
                                 .map(|p| (start / 1000).saturating_add(p))
                         }
                         _ => None,
@@ -913,7 +914,7 @@ impl ClusterView {
                     // What may change while a job waits.
                     let claim = j.claim.as_ref().map(|c| c.nodes.as_slice()).unwrap_or_default();
                     let plan = predict
-                        .then(|| shorter_prediction(state.recent_runs.get(&j.user), j.spec.time_limit_s))
+                        .then(|| shorter_prediction(state.runs_for(&j.user, j.spec.time_limit_s), j.spec.time_limit_s))
                         .flatten();
                     if entry.held != j.held
                         || entry.dependency != dependency

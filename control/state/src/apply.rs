@@ -1705,7 +1705,8 @@ fn update_nodes(state: &mut ClusterState, nodes: &[String], update: NodeUpdate) 
 
 /// Keeps the run time of a job that ended by itself or at its limit as its user's latest, for
 /// predictions: not one cancelled, preempted or lost with a node, whose time says nothing of
-/// how long it needed. Time suspended does not count.
+/// how long it needed. Time suspended does not count. From level 37, also under the time limit
+/// the job asked for.
 fn record_run(state: &mut ClusterState, job_id: JobId, final_state: JobState) {
     if state.cluster_level() < crate::commands::PREDICT_LEVEL {
         return;
@@ -1715,7 +1716,10 @@ fn record_run(state: &mut ClusterState, job_id: JobId, final_state: JobState) {
     let Some(run_ms) = ran_ms(job, state.clock) else { return };
     let run_s = run_ms / 1000;
     let previous = state.recent_runs.get(&job.user).copied();
-    let user = job.user.clone();
+    let (user, limit_s) = (job.user.clone(), job.spec.time_limit_s);
+    if let Some(limit_s) = limit_s.filter(|_| state.cluster_level() >= crate::commands::RUNS_BY_LIMIT_LEVEL) {
+        state.runs_by_limit.entry(user.clone()).or_default().record(limit_s, run_s);
+    }
     state.recent_runs.insert(user, quorum_model::predict::RecentRuns::after(previous, run_s));
 }
 

@@ -87,6 +87,11 @@ pub struct ClusterState {
     /// what backfill on predicted run times plans with. From feature level 26.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub recent_runs: BTreeMap<String, quorum_model::predict::RecentRuns>,
+    /// Each user's last two run times for each of the time limits their latest jobs asked for
+    /// (the same jobs as `recent_runs`): what a job of that limit is predicted from. From
+    /// feature level 37.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub runs_by_limit: BTreeMap<String, quorum_model::predict::RunsByLimit>,
     /// How many active jobs each user has: derived from `jobs` and `active`, never stored
     /// (rebuilt when a snapshot is decoded), so that the per-user submit limit costs a lookup,
     /// not a walk of the queue.
@@ -171,6 +176,12 @@ impl ClusterState {
     /// until the leader has recorded them.
     pub fn cluster_level(&self) -> u32 {
         lowest_level(&self.replica_versions)
+    }
+
+    /// The runs a job of `user` asking for `limit_s` is predicted from
+    /// ([`quorum_model::predict::runs_for`]).
+    pub fn runs_for(&self, user: &str, limit_s: Option<u64>) -> Option<&quorum_model::predict::RecentRuns> {
+        quorum_model::predict::runs_for(self.recent_runs.get(user), self.runs_by_limit.get(user), limit_s)
     }
 
     pub fn default_partition(&self) -> Option<&Partition> {

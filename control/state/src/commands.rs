@@ -102,7 +102,13 @@ pub struct NodeUpdate {
 ///     (`Job::shown`: sacct's `ForecastFirst` and `ForecastLast`).
 /// 36. what each resource a job asks for adds to its priority (`Policy::tres_weights`:
 ///     `PriorityWeightTRES`).
-pub const FEATURE_LEVEL: u32 = 36;
+/// 37. each user's last two run times per time limit asked for, kept as jobs end
+///     (`ClusterState::runs_by_limit`), for predictions.
+pub const FEATURE_LEVEL: u32 = 37;
+
+/// Users' recent run times per time limit (`ClusterState::runs_by_limit`): below it, replicas
+/// keep none, so that a replica of the release before keeps the same state as the others.
+pub const RUNS_BY_LIMIT_LEVEL: u32 = 37;
 
 /// The policy's TRES weights (`Policy::tres_weights`); below it the leader proposes none.
 pub const TRES_WEIGHTS_LEVEL: u32 = 36;
