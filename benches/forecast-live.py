@@ -17,6 +17,7 @@ after every cycle) never are; the difference between the two rows is what runnin
 """
 
 import argparse
+import collections
 import gzip
 import json
 import os
@@ -137,20 +138,12 @@ def live(records, args, quorum, work):
     finally:
         os.killpg(dev.pid, signal.SIGTERM)
         dev.wait(timeout=60)
-    first, last = [], []
-    for j in jobs:
-        sub, st = j.get("submit_time_ms"), j.get("start_time_ms")
-        if not sub or not st or (st - sub) / 1000 < JUDGED_WAIT_S:
-            continue
-        if j.get("shown_first_ms"):
-            first.append(abs(j["shown_first_ms"] - st) / 1000)
-        if j.get("shown_last_ms"):
-            last.append(abs(j["shown_last_ms"] - st) / 1000)
-    waited = sum(1 for j in jobs if j.get("start_time_ms") and (j["start_time_ms"] - j["submit_time_ms"]) / 1000 >= JUDGED_WAIT_S)
-    ended = {}
-    for j in jobs:
-        ended[j["state"]] = ended.get(j["state"], 0) + 1
-    return {"jobs": len(jobs), "ended": ended, "waited": waited, "at_submit": stats(first), "last": stats(last), "wall_s": round(wall)}
+    judged = [j for j in jobs if j.get("submit_time_ms") and j.get("start_time_ms")
+              and (j["start_time_ms"] - j["submit_time_ms"]) / 1000 >= JUDGED_WAIT_S]
+    first = [abs(j["shown_first_ms"] - j["start_time_ms"]) / 1000 for j in judged if j.get("shown_first_ms")]
+    last = [abs(j["shown_last_ms"] - j["start_time_ms"]) / 1000 for j in judged if j.get("shown_last_ms")]
+    return {"jobs": len(jobs), "ended": dict(collections.Counter(j["state"] for j in jobs)), "waited": len(judged),
+            "at_submit": stats(first), "last": stats(last), "wall_s": round(wall)}
 
 
 def simulated(swf, args, quorum):

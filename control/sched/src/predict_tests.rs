@@ -30,19 +30,20 @@ fn job(b: &mut Bench, user: &str, nodes: u32, limit_s: u64) -> u64 {
     })
 }
 
+/// Runs one job of `user` asking `limit_s`, for `run_s` seconds from `at`; returns when it ended.
+fn one_run(b: &mut Bench, user: &str, at: u64, limit_s: u64, run_s: u64) -> u64 {
+    b.at(at);
+    let j = job(b, user, 1, limit_s);
+    assert_eq!(started(&b.cycle()), vec![j]);
+    b.at(at + run_s);
+    b.end(j);
+    at + run_s
+}
+
 /// Runs two jobs of `user` for `runs` seconds each (limit 100), one after the other from `at`;
 /// returns when the second ended.
 fn history(b: &mut Bench, user: &str, at: u64, runs: [u64; 2]) -> u64 {
-    let mut t = at;
-    for run in runs {
-        b.at(t);
-        let j = job(b, user, 1, 100);
-        assert_eq!(started(&b.cycle()), vec![j]);
-        t += run;
-        b.at(t);
-        b.end(j);
-    }
-    t
+    runs.into_iter().fold(at, |t, run| one_run(b, user, t, 100, run))
 }
 
 /// Two one-CPU nodes; Alice's last two jobs ran 10 s each. At `t` her 1-node job (limit 100)
@@ -83,16 +84,6 @@ fn the_state_keeps_each_users_last_two_run_times_of_jobs_that_ran_their_course()
     assert_eq!(b.state.jobs[&cancelled].state, JobState::Cancelled);
     assert_eq!(b.state.recent_runs["alice"], RecentRuns { last_s: 5, before_s: Some(31) });
     assert!(!b.state.recent_runs.contains_key("bob"));
-}
-
-/// Runs one job of `user` asking `limit_s`, for `run_s` seconds from `at`; returns when it ended.
-fn one_run(b: &mut Bench, user: &str, at: u64, limit_s: u64, run_s: u64) -> u64 {
-    b.at(at);
-    let j = job(b, user, 1, limit_s);
-    assert_eq!(started(&b.cycle()), vec![j]);
-    b.at(at + run_s);
-    b.end(j);
-    at + run_s
 }
 
 /// From level 37 the state keeps each user's runs per time limit too; a job is predicted from

@@ -1708,7 +1708,8 @@ fn update_nodes(state: &mut ClusterState, nodes: &[String], update: NodeUpdate) 
 /// how long it needed. Time suspended does not count. From level 37, also under the time limit
 /// the job asked for.
 fn record_run(state: &mut ClusterState, job_id: JobId, final_state: JobState) {
-    if state.cluster_level() < crate::commands::PREDICT_LEVEL {
+    let level = state.cluster_level();
+    if level < crate::commands::PREDICT_LEVEL {
         return;
     }
     let ran = matches!(final_state, JobState::Completed | JobState::Failed | JobState::Timeout | JobState::OutOfMemory);
@@ -1717,7 +1718,7 @@ fn record_run(state: &mut ClusterState, job_id: JobId, final_state: JobState) {
     let run_s = run_ms / 1000;
     let previous = state.recent_runs.get(&job.user).copied();
     let (user, limit_s) = (job.user.clone(), job.spec.time_limit_s);
-    if let Some(limit_s) = limit_s.filter(|_| state.cluster_level() >= crate::commands::RUNS_BY_LIMIT_LEVEL) {
+    if let Some(limit_s) = limit_s.filter(|_| level >= crate::commands::RUNS_BY_LIMIT_LEVEL) {
         state.runs_by_limit.entry(user.clone()).or_default().record(limit_s, run_s);
     }
     state.recent_runs.insert(user, quorum_model::predict::RecentRuns::after(previous, run_s));
