@@ -7,7 +7,8 @@ use std::path::Path;
 use quorum_model::container::{Container, UNSUPPORTED_OPTIONS};
 use quorum_proto::api;
 
-/// The container a job or step runs in (pyxis's options).
+// The container a job or step runs in (pyxis's options). (Not a doc comment: see
+// `SubmitOpts`.)
 #[derive(clap::Args, Debug, Default, Clone)]
 pub struct ContainerOpts {
     /// Run in a container of this image: `[USER@][REGISTRY#]IMAGE[:TAG]` (enroot's form, as

@@ -41,7 +41,9 @@ impl std::str::FromStr for NodeCount {
     }
 }
 
-/// The options a job takes, on the command line or in `#SBATCH` lines.
+// The options a job takes, on the command line or in `#SBATCH` lines. (Not a doc comment:
+// clap would make it the about of each command that flattens these, over the command's own,
+// when `quorum`'s subcommands are built on demand.)
 #[derive(clap::Args, Debug, Default, Clone)]
 pub struct SubmitOpts {
     /// Job name.

@@ -12,6 +12,7 @@ use super::submit::{payload_of, prepare};
 use super::Context;
 
 #[derive(clap::Subcommand)]
+#[command(defer = true)] // built when invoked, as `quorum`'s own subcommands are
 pub enum Args {
     /// Add an entry: `quorum cron add "*/15 * * * *" [--tz local] [submit options] (SCRIPT | --
     /// COMMAND...)`. The schedule has cron's five fields (minute hour day-of-month month

@@ -11,6 +11,7 @@ use quorum_proto::api::{self, ReservationInfo, ReservationRequest};
 use super::Context;
 
 #[derive(clap::Subcommand)]
+#[command(defer = true)] // built when invoked, as `quorum`'s own subcommands are
 pub enum Args {
     /// Make one: ReservationName=NAME StartTime=now|now+1hour|2026-12-01T08:00 Duration=MINUTES|
     /// [D-]H:M:S|UNLIMITED (or EndTime=TIME) Nodes=LIST (or NodeCnt=N [PartitionName=P])

@@ -12,6 +12,7 @@ use clap::Subcommand;
 use super::Context;
 
 #[derive(Subcommand)]
+#[command(defer = true)] // built when invoked, as `quorum`'s own subcommands are
 pub enum Command {
     /// Add or change an account, like sacctmgr add/modify account.
     Account(Box<accounts::AccountArgs>),
