@@ -147,7 +147,9 @@ pub fn take_umask(env: &mut Vec<(String, String)>) -> Option<u32> {
 /// Sets `QUORUM_<suffix>` and `SLURM_<suffix>` to `value`, replacing what the submit
 /// environment had under either name.
 fn set_both(env: &mut Vec<(String, String)>, suffix: &str, value: String) {
-    env.retain(|(k, _)| k != &format!("QUORUM_{suffix}") && k != &format!("SLURM_{suffix}"));
+    // (Compared in place: a job's environment is the submitter's whole one, and this runs for
+    // each of some twenty names at every launch.)
+    env.retain(|(k, _)| k.strip_prefix("QUORUM_").or_else(|| k.strip_prefix("SLURM_")) != Some(suffix));
     env.push((format!("QUORUM_{suffix}"), value.clone()));
     env.push((format!("SLURM_{suffix}"), value));
 }
@@ -220,6 +222,21 @@ mod tests {
         assert_eq!(get("SLURM_GPUS_ON_NODE"), Some("2"));
         assert_eq!(get("SLURM_CLUSTER_NAME"), Some("quorum"));
         assert!(get("PATH").unwrap().starts_with("/opt/q/slurm:"), "{:?}", get("PATH"));
+    }
+
+    /// A job submitted from inside another (sbatch from a batch script) carries the outer job's
+    /// variables: the job's own replace them under both names, and nothing else goes.
+    #[test]
+    fn the_submitters_slurm_variables_are_replaced_not_kept() {
+        let mut l = launch();
+        let spec = l.spec.as_mut().unwrap();
+        for (name, value) in [("SLURM_JOB_ID", "7"), ("QUORUM_JOB_ID", "7"), ("SLURM_JOB_IDS", "x"), ("JOB_ID", "y")] {
+            spec.env.push(quorum_proto::api::EnvVar { name: name.into(), value: value.into() });
+        }
+        let env = job_environment(&l, l.spec.as_ref().unwrap(), "gpu04", None);
+        let all = |k: &str| env.iter().filter(|(n, _)| n == k).map(|(_, v)| v.as_str()).collect::<Vec<_>>();
+        assert_eq!((all("SLURM_JOB_ID"), all("QUORUM_JOB_ID")), (vec!["42"], vec!["42"]));
+        assert_eq!((all("SLURM_JOB_IDS"), all("JOB_ID")), (vec!["x"], vec!["y"]));
     }
 
     #[test]

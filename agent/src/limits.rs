@@ -66,8 +66,9 @@ pub enum Cgroups {
     /// device filter.
     V2 { root: PathBuf, cpuset: bool, devices: bool },
     /// One directory per job and controller; `cpu`, `cpuset` and `devices` where mounted and
-    /// writable.
-    V1 { memory: PathBuf, cpu: Option<PathBuf>, cpuset: Option<PathBuf>, devices: Option<PathBuf> },
+    /// writable. `balanced`: the top cpuset balances load across every CPU, so a job's cpuset
+    /// need not ask for it (see [`Cgroups::create`]).
+    V1 { memory: PathBuf, cpu: Option<PathBuf>, cpuset: Option<PathBuf>, devices: Option<PathBuf>, balanced: bool },
 }
 
 /// One job's cgroup: a directory with v2, one per controller with v1 (memory first).
@@ -239,7 +240,8 @@ impl Cgroups {
             Some(root)
         });
         let devices = optional("devices");
-        Ok(Cgroups::V1 { memory, cpu, cpuset, devices })
+        let balanced = read(&mount.join("cpuset/cpuset.sched_load_balance")).is_ok_and(|v| v.trim() == "1");
+        Ok(Cgroups::V1 { memory, cpu, cpuset, devices, balanced })
     }
 
     /// The cgroup of one allocation of a job (where an older agent put it, for a job it started).
@@ -258,7 +260,7 @@ impl Cgroups {
         let name = job_name(job_id, token);
         match self {
             Cgroups::V2 { root, .. } => JobCgroup { dirs: vec![root.join(name)], v2: true },
-            Cgroups::V1 { memory, cpu, cpuset, devices } => JobCgroup {
+            Cgroups::V1 { memory, cpu, cpuset, devices, .. } => JobCgroup {
                 dirs: std::iter::once(memory).chain(cpu).chain(cpuset).chain(devices).map(|r| r.join(&name)).collect(),
                 v2: false,
             },
@@ -295,7 +297,7 @@ impl Cgroups {
                     crate::devices::attach_v2(dir, deny)?;
                 }
             }
-            Cgroups::V1 { memory, cpu, cpuset, devices } => {
+            Cgroups::V1 { memory, cpu, cpuset, devices, balanced } => {
                 let name = job_name(job_id, token);
                 let dir = memory.join(&name);
                 if mem_mb > 0 {
@@ -309,7 +311,11 @@ impl Cgroups {
                 }
                 if let (Some(root), true) = (cpu, cpus > 0) {
                     let dir = root.join(&name);
-                    write(&dir.join("cpu.cfs_period_us"), "100000")?;
+                    // A new group's period is the kernel's default, 100 ms; each write of
+                    // either file takes the scheduler's bandwidth locks.
+                    if read(&dir.join("cpu.cfs_period_us")).ok().as_deref().map(str::trim) != Some("100000") {
+                        write(&dir.join("cpu.cfs_period_us"), "100000")?;
+                    }
                     write(&dir.join("cpu.cfs_quota_us"), &quota)?;
                 }
                 if let Some(root) = cpuset {
@@ -319,6 +325,14 @@ impl Cgroups {
                         .then(|| free_cpus(root, "cpuset.effective_cpus", &dir, cpus as usize))
                         .flatten()
                         .unwrap_or_else(|| all.trim().to_string());
+                    if *balanced {
+                        // A v1 cpuset that asks for load balancing makes the kernel rebuild
+                        // every scheduling domain when its CPUs are set and again when it is
+                        // removed, twice per job; where the top cpuset balances across all
+                        // CPUs, the flags below it change nothing (the kernel's cpusets.rst,
+                        // 1.7), so the job's cpuset does not ask.
+                        let _ = write(&dir.join("cpuset.sched_load_balance"), "0");
+                    }
                     write(&dir.join("cpuset.cpus"), &list)?;
                     write(&dir.join("cpuset.mems"), read(&root.join("cpuset.mems"))?.trim())?;
                 }
@@ -339,7 +353,7 @@ fn job_name(job_id: u64, token: u64) -> String {
 fn free_cpus(root: &Path, effective: &str, own: &Path, n: usize) -> Option<String> {
     let mut free = parse_cpu_list(&read(&root.join(effective)).ok()?);
     for entry in std::fs::read_dir(root).ok()?.flatten() {
-        if entry.path() != own && entry.path().is_dir() {
+        if entry.file_type().is_ok_and(|t| t.is_dir()) && entry.path() != own {
             for cpu in parse_cpu_list(&read(&entry.path().join("cpuset.cpus")).unwrap_or_default()) {
                 free.remove(&cpu);
             }
@@ -494,6 +508,15 @@ mod tests {
             Cgroups::V1 { .. } => read(&job.dirs[0].join("memory.limit_in_bytes")).unwrap(),
         };
         assert_eq!(limit.trim(), (64u64 << 20).to_string());
+        if let Cgroups::V1 { cpu: Some(cpu), cpuset: Some(cpuset), balanced, .. } = &cg {
+            let name = job_name(7, 3);
+            // One CPU's bandwidth, and one CPU of its own.
+            assert_eq!(read(&cpu.join(&name).join("cpu.cfs_period_us")).unwrap().trim(), "100000");
+            assert_eq!(read(&cpu.join(&name).join("cpu.cfs_quota_us")).unwrap().trim(), "100000");
+            assert_eq!(job.cpus().map(|c| c.len()), Some(1));
+            let flag = read(&cpuset.join(&name).join("cpuset.sched_load_balance")).unwrap();
+            assert_eq!(flag.trim(), if *balanced { "0" } else { "1" });
+        }
         assert!(!job.oom_killed());
         job.remove().await;
         assert!(job.dirs.iter().all(|d| !d.exists()));
