@@ -94,16 +94,16 @@ async fn copy_from(
     stop: &watch::Receiver<bool>,
 ) -> Result<bool, String> {
     let mut client = peers.client(addr)?;
+    let mut stopped = stop.clone();
     let mut after = 0;
     loop {
-        if *stop.borrow() {
-            return Ok(false);
-        }
-        let page = client
-            .history_page(HistoryPageRequest { after_job_id: after, limit: PAGE })
-            .await
-            .map_err(|s| format!("{}: {}", s.code(), s.message()))?
-            .into_inner();
+        // A page asked of a peer that is itself stopping may take up to CALL_LIMIT; a stop
+        // asked for here does not wait for it.
+        let page = tokio::select! {
+            page = client.history_page(HistoryPageRequest { after_job_id: after, limit: PAGE }) => page,
+            _ = stopped.wait_for(|s| *s) => return Ok(false),
+        };
+        let page = page.map_err(|s| format!("{}: {}", s.code(), s.message()))?.into_inner();
         if page.incomplete {
             return Err("its own history is incomplete".into());
         }
