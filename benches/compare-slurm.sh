@@ -375,7 +375,7 @@ OUT=$RUN/compare-$(date +%Y%m%d-%H%M%S).txt
                 "$(fmt "$(med "${k%%:*}/slurm-tuned")" 2)" "$(fmt "$(med "${k%%:*}/quorum")" 2)"
         done
         cores=$(nproc)
-        for sys in slurm slurm-tuned quorum; do
+        for sys in "${SYSTEMS[@]}"; do
             sub=$(calc "$(med "f-client/$sys") + $(med "f-server/$sys")")
             echo "- $sys: a submit costs $(fmt "$sub" 2) ms of CPU in all, so $cores cores give at most $(fmt "$(calc "$cores * 1000 / $sub")" 0) submits/s; a trivial job costs $(fmt "$(med "f-job/$sys")" 2) ms, so at most $(fmt "$(calc "$cores * 1000 / $(med "f-job/$sys")")" 0) jobs/s"
         done
