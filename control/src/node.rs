@@ -206,13 +206,13 @@ mod tests {
         let db = quorum_raft::open_db(dir.path(), &[]).unwrap();
         let held = db.clone();
         let hold = DB_RELEASE_WARN + Duration::from_secs(1);
+        let began = std::time::Instant::now();
         let holder = std::thread::spawn(move || {
             std::thread::sleep(hold);
             drop(held);
         });
         let again = quorum_raft::open_db(dir.path(), &[]).expect_err("the directory is in use");
         assert!(again.to_string().contains("lock"), "{again}");
-        let began = std::time::Instant::now();
         assert!(release(db, DB_RELEASE_WARN, DB_RELEASE_LIMIT).await, "released");
         assert!(began.elapsed() >= hold - Duration::from_millis(500), "it waited for the holder");
         quorum_raft::open_db(dir.path(), &[]).expect("the directory opens again");

@@ -12,6 +12,7 @@ use std::time::Duration;
 use quorum_proto::api::HistoryPageRequest;
 use tokio::sync::watch;
 
+use super::history::History;
 use super::peers::Peers;
 use super::Replica;
 
@@ -69,7 +70,7 @@ async fn copy(replica: &Replica, peers: &Peers, gap: u64, stop: &watch::Receiver
     };
     let mut why = Vec::new();
     for (id, addr) in candidates {
-        match copy_from(replica, peers, &addr, gap, stop).await {
+        match copy_from(&replica.shared.history, peers, &addr, gap, stop).await {
             Ok(true) => {
                 let closed = replica.shared.history.close_gap(gap).map_err(|e| e.to_string())?;
                 // A later snapshot moved the mark meanwhile: the next round copies again.
@@ -87,7 +88,7 @@ async fn copy(replica: &Replica, peers: &Peers, gap: u64, stop: &watch::Receiver
 
 /// Every record of the peer at `addr`, written here; false when stopped.
 async fn copy_from(
-    replica: &Replica,
+    history: &History,
     peers: &Peers,
     addr: &str,
     gap: u64,
@@ -110,7 +111,7 @@ async fn copy_from(
         if page.applied_index < gap {
             return Err(format!("it has applied up to {}, short of the snapshot at {gap}", page.applied_index));
         }
-        let history = replica.shared.history.clone();
+        let history = history.clone();
         let records = page.records;
         tokio::task::spawn_blocking(move || history.write_records(&records))
             .await
@@ -123,5 +124,35 @@ async fn copy_from(
             return Err(format!("its page after job {after} did not move on"));
         }
         after = page.last_job_id;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A peer that takes the connection and never answers (a replica stopping, a hung host): a
+    /// stop asked for meanwhile ends the copy at once, not at the page's CALL_LIMIT.
+    #[tokio::test]
+    async fn a_stop_ends_a_copy_from_a_peer_that_never_answers() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let db = quorum_raft::open_db(dir.path(), &[super::super::history::CF_HISTORY]).expect("the database opens");
+        let history = History::new(db, Default::default()).expect("the history opens");
+        let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("a port");
+        let addr = silent.local_addr().expect("its address").to_string();
+        let accepted = tokio::spawn(async move {
+            let (conn, _) = silent.accept().await.expect("the copy connects");
+            conn
+        });
+        let dialer: quorum_raft::network::Dialer =
+            Arc::new(|addr: &str| quorum_auth::tls::endpoint(addr, None).map_err(|e| e.to_string()));
+        let peers = Peers::new(dialer, Some(CALL_LIMIT));
+        let (stop, stop_rx) = watch::channel(false);
+        let copying = tokio::spawn(async move { copy_from(&history, &peers, &addr, 1, &stop_rx).await });
+        // Held open and silent while the copy waits on it.
+        let _conn = accepted.await.expect("the listener task");
+        stop.send(true).expect("the copy listens");
+        let stopped = tokio::time::timeout(CALL_LIMIT / 2, copying).await;
+        assert_eq!(stopped.expect("ended before the page's limit").expect("the copy task"), Ok(false));
     }
 }
